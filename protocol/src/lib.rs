@@ -1,0 +1,28 @@
+//! The host ⇄ subagent wire contract (`PROTOCOL.md`, v1.0) as types and functions.
+//!
+//! Both sides of the attached-stdio link depend on this crate so that the contract lives in
+//! exactly one place: the host builds [`Request`]s and reads [`Response`]s, the subagent does
+//! the reverse, and both frame them with [`JsonLinesCodec`].
+//!
+//! - [`version`]: which protocol versions are accepted, which are deprecated.
+//! - [`request`] / [`response`]: the messages, with the spec's exact field names.
+//! - [`report`]: the partial-results report attached to `timeout` and failed tasks.
+//! - [`secrets`]: per-task secrets — never printed, zeroized on drop, validated per the spec —
+//!   and the redactor that scrubs their values out of text.
+//! - [`codec`]: JSON lines with a per-line size limit whose violation is recoverable.
+
+pub mod codec;
+pub mod report;
+pub mod request;
+pub mod response;
+pub mod secrets;
+pub mod version;
+
+pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
+pub use report::{RecentMessage, Report, ReportStatus, Todo};
+pub use request::{Request, RequestError, RequestType, BLOCKED_TOOLS};
+pub use response::{
+    truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Usage, MAX_RESULT_BYTES,
+};
+pub use secrets::{Redactor, SecretMap, SecretsError};
+pub use version::{negotiate, VersionError, VersionStatus, PROTOCOL_VERSION};

@@ -1,0 +1,295 @@
+//! Requests from the host to a subagent, and the checks every request must pass before it is
+//! acted on (version, required fields, deadline, secrets).
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use secrecy::SecretString;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use thiserror::Error;
+
+use crate::secrets::{serialize_opt_secret, SecretMap, SecretsError};
+use crate::version::{negotiate, VersionError, VersionStatus};
+
+/// Tools a subagent can never be granted: no recursive delegation, no direct contact with the
+/// user (seed 003).
+pub const BLOCKED_TOOLS: &[&str] = &["delegate_to_sub_agent", "spawn", "send_file_to_user"];
+
+/// The `type` of a request. Unknown types are kept so that the answer can name them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RequestType {
+    #[default]
+    Ping,
+    Execute,
+    Cancel,
+    Unknown(String),
+}
+
+impl RequestType {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Ping => "ping",
+            Self::Execute => "execute",
+            Self::Cancel => "cancel",
+            Self::Unknown(other) => other,
+        }
+    }
+}
+
+impl Serialize for RequestType {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestType {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok(match name.as_str() {
+            "ping" => Self::Ping,
+            "execute" => Self::Execute,
+            "cancel" => Self::Cancel,
+            _ => Self::Unknown(name),
+        })
+    }
+}
+
+/// One request line, with the spec's field names. Optional fields that are absent stay absent
+/// when serialized, so a seed-style request round-trips unchanged.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct Request {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: RequestType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Soft limit for the task, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Unix seconds after which the request must not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<SecretMap>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_secret"
+    )]
+    pub llm_api_key: Option<SecretString>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_model: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_secret"
+    )]
+    pub llm_token: Option<SecretString>,
+}
+
+impl fmt::Debug for Request {
+    /// Secrets and keys show as present/absent (names only for secrets), never as values.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("version", &self.version)
+            .field("id", &self.id)
+            .field("correlation_id", &self.correlation_id)
+            .field("kind", &self.kind)
+            .field("task", &self.task)
+            .field("context", &self.context)
+            .field("tools", &self.tools)
+            .field("timeout", &self.timeout)
+            .field("deadline", &self.deadline)
+            .field("secrets", &self.secrets)
+            .field("llm_api_key", &self.llm_api_key.as_ref().map(|_| "[set]"))
+            .field("llm_base_url", &self.llm_base_url)
+            .field("llm_model", &self.llm_model)
+            .field("llm_token", &self.llm_token.as_ref().map(|_| "[set]"))
+            .finish()
+    }
+}
+
+/// Why a request was refused. Carries what could be read of the request so the error
+/// response can echo its `id` and `correlation_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{kind}")]
+pub struct RequestError {
+    pub id: String,
+    pub correlation_id: Option<String>,
+    pub kind: RequestErrorKind,
+}
+
+/// The reason behind a [`RequestError`]; its `Display` is the text sent back to the host.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RequestErrorKind {
+    #[error(transparent)]
+    Version(#[from] VersionError),
+    #[error("unknown request type: {0}")]
+    UnknownType(String),
+    #[error("missing field: {0}")]
+    MissingField(&'static str),
+    #[error("request expired")]
+    Expired,
+    #[error("secrets validation: {0}")]
+    Secrets(#[from] SecretsError),
+}
+
+impl Request {
+    pub fn ping(id: impl Into<String>) -> Self {
+        Self {
+            version: crate::PROTOCOL_VERSION.to_owned(),
+            id: id.into(),
+            kind: RequestType::Ping,
+            ..Self::default()
+        }
+    }
+
+    pub fn execute(id: impl Into<String>, task: impl Into<String>) -> Self {
+        Self {
+            version: crate::PROTOCOL_VERSION.to_owned(),
+            id: id.into(),
+            kind: RequestType::Execute,
+            task: Some(task.into()),
+            ..Self::default()
+        }
+    }
+
+    pub fn cancel(id: impl Into<String>) -> Self {
+        Self {
+            version: crate::PROTOCOL_VERSION.to_owned(),
+            id: id.into(),
+            kind: RequestType::Cancel,
+            ..Self::default()
+        }
+    }
+
+    /// Runs every check the spec puts on a request before it is acted on, in the order a
+    /// peer would want to hear about them: version, type, required fields, deadline, secrets.
+    /// `now_unix` is the current time in unix seconds (see [`unix_now`]).
+    pub fn validate(&self, now_unix: i64) -> Result<VersionStatus, RequestError> {
+        let fail = |kind: RequestErrorKind| RequestError {
+            id: self.id.clone(),
+            correlation_id: self.correlation_id.clone(),
+            kind,
+        };
+        let status = negotiate(&self.version).map_err(|e| fail(e.into()))?;
+        match &self.kind {
+            RequestType::Unknown(name) => {
+                return Err(fail(RequestErrorKind::UnknownType(name.clone())))
+            }
+            RequestType::Ping => return Ok(status),
+            RequestType::Execute | RequestType::Cancel if self.id.is_empty() => {
+                return Err(fail(RequestErrorKind::MissingField("id")))
+            }
+            RequestType::Cancel => return Ok(status),
+            RequestType::Execute => {}
+        }
+        if self.task.as_deref().is_none_or(|t| t.trim().is_empty()) {
+            return Err(fail(RequestErrorKind::MissingField("task")));
+        }
+        if self.deadline.is_some_and(|d| d > 0 && d < now_unix) {
+            return Err(fail(RequestErrorKind::Expired));
+        }
+        if let Some(secrets) = &self.secrets {
+            secrets.validate().map_err(|e| fail(e.into()))?;
+        }
+        Ok(status)
+    }
+}
+
+/// Current unix time in seconds, as [`Request::validate`] wants it.
+pub fn unix_now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    fn parse(json: &str) -> Request {
+        serde_json::from_str(json).expect(json)
+    }
+
+    #[test]
+    fn unknown_type_is_kept_and_rejected_with_id() {
+        let req = parse(r#"{"type":"explode","id":"x1","correlation_id":"c"}"#);
+        let err = req.validate(0).unwrap_err();
+        assert_eq!(err.id, "x1");
+        assert_eq!(err.correlation_id.as_deref(), Some("c"));
+        assert_eq!(err.to_string(), "unknown request type: explode");
+    }
+
+    #[test]
+    fn version_rules_apply_to_requests() {
+        assert_eq!(parse(r#"{"type":"ping"}"#).validate(0), Ok(VersionStatus::Current));
+        assert_eq!(
+            parse(r#"{"type":"ping","version":"0.9"}"#).validate(0),
+            Ok(VersionStatus::Deprecated)
+        );
+        let err = parse(r#"{"type":"ping","version":"7.1","id":"p"}"#).validate(0).unwrap_err();
+        assert_eq!(err.to_string(), "unsupported protocol version: 7.1");
+        assert_eq!(err.id, "p");
+    }
+
+    #[test]
+    fn execute_and_cancel_need_an_id() {
+        let err = parse(r#"{"type":"execute","task":"t"}"#).validate(0).unwrap_err();
+        assert_eq!(err.to_string(), "missing field: id");
+        let err = parse(r#"{"type":"cancel"}"#).validate(0).unwrap_err();
+        assert_eq!(err.to_string(), "missing field: id");
+        assert!(parse(r#"{"type":"ping"}"#).validate(0).is_ok());
+    }
+
+    #[test]
+    fn execute_needs_a_task() {
+        let err = parse(r#"{"type":"execute","id":"a","task":"  "}"#).validate(0).unwrap_err();
+        assert_eq!(err.to_string(), "missing field: task");
+    }
+
+    #[test]
+    fn expired_deadline_is_refused() {
+        let req = parse(r#"{"type":"execute","id":"a","task":"t","deadline":100}"#);
+        assert_eq!(req.validate(101).unwrap_err().to_string(), "request expired");
+        assert!(req.validate(100).is_ok());
+        assert!(req.validate(99).is_ok());
+    }
+
+    #[test]
+    fn bad_secrets_are_refused_with_id() {
+        let req = parse(r#"{"type":"execute","id":"a","task":"t","secrets":{"lower":"v"}}"#);
+        let err = req.validate(0).unwrap_err();
+        assert_eq!(err.id, "a");
+        assert!(err.to_string().starts_with("secrets validation: invalid secret name"));
+    }
+
+    #[test]
+    fn debug_never_shows_keys_or_secret_values() {
+        let req = parse(
+            r#"{"type":"execute","id":"a","task":"t","secrets":{"API_KEY":"value-one"},
+                "llm_api_key":"value-two","llm_token":"value-three"}"#,
+        );
+        let dbg = format!("{req:?} {req:#?}");
+        assert!(dbg.contains("API_KEY"));
+        for v in ["value-one", "value-two", "value-three"] {
+            assert!(!dbg.contains(v), "{v} leaked into {dbg}");
+        }
+        assert_eq!(req.llm_token.as_ref().unwrap().expose_secret(), "value-three");
+    }
+
+    #[test]
+    fn wrong_field_type_is_a_parse_error() {
+        assert!(serde_json::from_str::<Request>(r#"{"type":"execute","timeout":"soon"}"#).is_err());
+    }
+}

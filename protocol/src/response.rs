@@ -1,0 +1,265 @@
+//! Responses from a subagent to the host, and helpers that build them so that every answer
+//! carries the version and the echoed ids.
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::Report;
+use crate::request::RequestError;
+use crate::version::PROTOCOL_VERSION;
+
+/// A `result` longer than this is cut and ends with [`TRUNCATED_MARKER`].
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+pub const TRUNCATED_MARKER: &str = "[TRUNCATED]";
+
+/// One response line: the ids, the version, and a body chosen by `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    #[serde(default)]
+    pub version: String,
+    #[serde(flatten)]
+    pub body: ResponseBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ResponseBody {
+    Pong {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capabilities: Option<Capabilities>,
+    },
+    Success {
+        result: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        iterations: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+    },
+    Error {
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<Report>,
+    },
+    Timeout {
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<Report>,
+    },
+    Progress {
+        event: ProgressEvent,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+}
+
+/// What a `pong` may tell the host about the subagent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub tools: Vec<String>,
+    pub busy: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressEvent {
+    Iteration,
+    ToolCall,
+    ToolResult,
+}
+
+impl Response {
+    fn new(id: &str, correlation_id: Option<&str>, body: ResponseBody) -> Self {
+        Self {
+            id: id.to_owned(),
+            correlation_id: correlation_id.map(str::to_owned),
+            version: PROTOCOL_VERSION.to_owned(),
+            body,
+        }
+    }
+
+    pub fn pong(
+        id: &str,
+        correlation_id: Option<&str>,
+        capabilities: Option<Capabilities>,
+    ) -> Self {
+        Self::new(id, correlation_id, ResponseBody::Pong { capabilities })
+    }
+
+    /// A success; `result` is cut to [`MAX_RESULT_BYTES`] by [`truncate_result`].
+    pub fn success(
+        id: &str,
+        correlation_id: Option<&str>,
+        result: String,
+        usage: Usage,
+        iterations: u32,
+        duration_ms: u64,
+    ) -> Self {
+        Self::new(
+            id,
+            correlation_id,
+            ResponseBody::Success {
+                result: truncate_result(result),
+                usage: Some(usage),
+                iterations: Some(iterations),
+                duration_ms: Some(duration_ms),
+            },
+        )
+    }
+
+    pub fn error(
+        id: &str,
+        correlation_id: Option<&str>,
+        error: impl Into<String>,
+        report: Option<Report>,
+    ) -> Self {
+        Self::new(id, correlation_id, ResponseBody::Error { error: error.into(), report })
+    }
+
+    pub fn timeout(
+        id: &str,
+        correlation_id: Option<&str>,
+        error: impl Into<String>,
+        report: Report,
+    ) -> Self {
+        Self::new(
+            id,
+            correlation_id,
+            ResponseBody::Timeout { error: error.into(), report: Some(report) },
+        )
+    }
+
+    pub fn progress(
+        id: &str,
+        correlation_id: Option<&str>,
+        event: ProgressEvent,
+        tool: Option<String>,
+        detail: Option<String>,
+    ) -> Self {
+        Self::new(id, correlation_id, ResponseBody::Progress { event, tool, detail })
+    }
+
+    /// The error response for a request that failed validation.
+    pub fn from_request_error(err: &RequestError) -> Self {
+        Self::error(&err.id, err.correlation_id.as_deref(), err.to_string(), None)
+    }
+
+    /// `true` for the statuses that end a request (everything but `progress`).
+    pub fn is_final(&self) -> bool {
+        !matches!(self.body, ResponseBody::Progress { .. })
+    }
+
+    pub fn status(&self) -> &'static str {
+        match self.body {
+            ResponseBody::Pong { .. } => "pong",
+            ResponseBody::Success { .. } => "success",
+            ResponseBody::Error { .. } => "error",
+            ResponseBody::Timeout { .. } => "timeout",
+            ResponseBody::Progress { .. } => "progress",
+        }
+    }
+}
+
+/// Cuts `result` to at most [`MAX_RESULT_BYTES`] (on a character boundary), ending it with
+/// [`TRUNCATED_MARKER`] when anything was cut.
+pub fn truncate_result(mut result: String) -> String {
+    if result.len() <= MAX_RESULT_BYTES {
+        return result;
+    }
+    let mut cut = MAX_RESULT_BYTES - TRUNCATED_MARKER.len();
+    while !result.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    result.truncate(cut);
+    result.push_str(TRUNCATED_MARKER);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_helper_stamps_the_version_and_ids() {
+        let responses = [
+            Response::pong("a", Some("c"), None),
+            Response::success("a", Some("c"), "r".into(), Usage::default(), 1, 2),
+            Response::error("a", Some("c"), "e", None),
+            Response::progress("a", Some("c"), ProgressEvent::ToolCall, Some("t".into()), None),
+        ];
+        for r in responses {
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["version"], "1.0");
+            assert_eq!(v["id"], "a");
+            assert_eq!(v["correlation_id"], "c");
+            assert_eq!(v["status"], r.status());
+        }
+    }
+
+    #[test]
+    fn success_carries_usage_iterations_duration() {
+        let usage = Usage { prompt_tokens: 10, completion_tokens: 5 };
+        let v =
+            serde_json::to_value(Response::success("a", None, "ok".into(), usage, 3, 42)).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], 10);
+        assert_eq!(v["usage"]["completion_tokens"], 5);
+        assert_eq!(v["iterations"], 3);
+        assert_eq!(v["duration_ms"], 42);
+        assert!(v.get("correlation_id").is_none());
+    }
+
+    #[test]
+    fn progress_event_names() {
+        let v = serde_json::to_value(Response::progress(
+            "a",
+            None,
+            ProgressEvent::ToolResult,
+            None,
+            Some("d".into()),
+        ))
+        .unwrap();
+        assert_eq!(v["event"], "tool_result");
+        assert!(!Response::progress("a", None, ProgressEvent::Iteration, None, None).is_final());
+    }
+
+    #[test]
+    fn long_results_are_truncated_with_marker() {
+        let big = "ж".repeat(MAX_RESULT_BYTES);
+        let out = truncate_result(big);
+        assert!(out.len() <= MAX_RESULT_BYTES);
+        assert!(out.ends_with(TRUNCATED_MARKER));
+        let exact = "a".repeat(MAX_RESULT_BYTES);
+        assert_eq!(truncate_result(exact.clone()), exact);
+        let r =
+            Response::success("a", None, "b".repeat(MAX_RESULT_BYTES + 1), Usage::default(), 0, 0);
+        match r.body {
+            ResponseBody::Success { result, .. } => assert!(result.ends_with(TRUNCATED_MARKER)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_status_does_not_parse() {
+        assert!(serde_json::from_str::<Response>(r#"{"id":"a","status":"weird"}"#).is_err());
+    }
+}

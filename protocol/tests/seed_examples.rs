@@ -1,0 +1,92 @@
+//! Every JSON example of seed `000_4711f57421becd68.txt` parses and round-trips unchanged.
+
+use nexbot_protocol::{Request, RequestType, Response, ResponseBody};
+use secrecy::ExposeSecret;
+use serde_json::Value;
+
+const REQUESTS: &[&str] = &[
+    r#"{"version": "1.0", "type": "ping", "id": "check-123"}"#,
+    r#"{
+     "version": "1.0",
+     "type": "execute",
+     "id": "task-uuid",
+     "task": "Fetch https://example.com/data",
+     "timeout": 60,
+     "secrets": {"API_KEY": "secret"},
+     "llm_api_key": "zai-key"
+   }"#,
+];
+
+const RESPONSES: &[&str] = &[
+    r#"{"id": "check-123", "status": "pong", "version": "1.0"}"#,
+    r#"{"id": "task-uuid", "status": "success", "result": "...", "version": "1.0"}"#,
+    r#"{"id": "task-uuid", "status": "error", "error": "...", "version": "1.0"}"#,
+];
+
+fn assert_round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(json: &str) -> T {
+    let original: Value = serde_json::from_str(json).unwrap();
+    let parsed: T = serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}"));
+    let again: Value = serde_json::to_value(&parsed).unwrap();
+    assert_eq!(original, again, "round trip changed {json}");
+    parsed
+}
+
+#[test]
+fn seed_requests_round_trip() {
+    for json in REQUESTS {
+        assert_round_trip::<Request>(json);
+    }
+}
+
+#[test]
+fn seed_responses_round_trip() {
+    for json in RESPONSES {
+        assert_round_trip::<Response>(json);
+    }
+}
+
+#[test]
+fn seed_execute_fields_land_where_expected() {
+    let req: Request = serde_json::from_str(REQUESTS[1]).unwrap();
+    assert_eq!(req.kind, RequestType::Execute);
+    assert_eq!(req.timeout, Some(60));
+    assert_eq!(req.task.as_deref(), Some("Fetch https://example.com/data"));
+    let secrets = req.secrets.as_ref().unwrap();
+    assert_eq!(secrets.get("API_KEY").unwrap().expose_secret(), "secret");
+    assert_eq!(req.llm_api_key.as_ref().unwrap().expose_secret(), "zai-key");
+    assert!(req.validate(0).is_ok());
+}
+
+#[test]
+fn seed_go_style_responses_with_empty_correlation_id_parse() {
+    // The seed's Go program always writes `correlation_id`, empty when unset.
+    let line = r#"{"id":"a","correlation_id":"","version":"1.0","status":"success","result":"x"}"#;
+    let resp: Response = serde_json::from_str(line).unwrap();
+    assert_eq!(resp.correlation_id.as_deref(), Some(""));
+    assert!(matches!(resp.body, ResponseBody::Success { ref result, .. } if result == "x"));
+}
+
+#[test]
+fn full_v1_execute_round_trips() {
+    let json = r#"{"version":"1.0","id":"t1","correlation_id":"c1","type":"execute","task":"do",
+        "context":"ctx","tools":["web_fetch","run_command"],"timeout":30,"deadline":1999999999,
+        "secrets":{"A":"1","B_2":"2"},"llm_base_url":"http://10.0.0.1:8080/v1",
+        "llm_model":"m","llm_token":"tok"}"#;
+    let req: Request = assert_round_trip(json);
+    assert_eq!(req.tools.as_deref().unwrap().len(), 2);
+}
+
+#[test]
+fn timeout_response_with_report_round_trips() {
+    let json = r#"{"id":"t","version":"1.0","status":"timeout","error":"soft timeout after 5s",
+      "report":{"status":"timeout","task_id":"t","error":"soft timeout after 5s",
+      "note":"Sub-agent did not finish the task. Use partial results below.","timeout_secs":5,
+      "tokens":77,"todos":[{"content":"fetch","status":"done"}],
+      "recent_messages":[{"role":"assistant","content":"working"}]}}"#;
+    assert_round_trip::<Response>(json);
+    let pong = r#"{"id":"p","version":"1.0","status":"pong",
+      "capabilities":{"tools":["web_fetch"],"busy":true,"task_id":"t"}}"#;
+    assert_round_trip::<Response>(pong);
+    let progress = r#"{"id":"p","version":"1.0","status":"progress","event":"tool_call","tool":"web_fetch","detail":"GET"}"#;
+    assert_round_trip::<Response>(progress);
+}

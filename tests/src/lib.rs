@@ -1,0 +1,38 @@
+//! Shared helpers for the end-to-end tests in `tests/tests/`: reaching the Docker engine (and
+//! failing loudly under `CI=true` when it is missing) and building throwaway images offline.
+
+use bollard::Docker;
+
+/// Connects to the local Docker engine and checks that it answers.
+///
+/// Under `CI=true` a missing engine is a test failure: the Docker tests are the point of CI.
+/// Elsewhere the caller gets `None` and should return early; a loud message says the test
+/// did not really run.
+pub async fn docker_or_skip(test: &str) -> Option<Docker> {
+    let reason = match Docker::connect_with_local_defaults() {
+        Ok(docker) => match docker.ping().await {
+            Ok(_) => return Some(docker),
+            Err(err) => format!("the Docker engine does not answer: {err}"),
+        },
+        Err(err) => format!("cannot connect to Docker: {err}"),
+    };
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: Docker is required under CI=true, but {reason}");
+    }
+    eprintln!("\n!!! SKIPPED {test}: Docker is required and {reason} !!!\n");
+    None
+}
+
+/// Packs `files` (path in the archive, contents, mode) into a tar stream, the form the
+/// Docker build API takes its context in.
+pub fn tar_context(files: &[(&str, &[u8], u32)]) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, contents, mode) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(contents.len() as u64);
+        header.set_mode(*mode);
+        header.set_cksum();
+        builder.append_data(&mut header, path, *contents)?;
+    }
+    builder.into_inner()
+}
