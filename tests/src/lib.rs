@@ -1,5 +1,8 @@
 //! Shared helpers for the end-to-end tests in `tests/tests/`: reaching the Docker engine (and
-//! failing loudly under `CI=true` when it is missing) and building throwaway images offline.
+//! failing loudly under `CI=true` when it is missing), building throwaway images offline, and
+//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model.
+
+pub mod scripted_llm;
 
 use bollard::Docker;
 

@@ -1,0 +1,293 @@
+//! A scripted OpenAI-compatible `/chat/completions` server: the one stand-in the tests may use,
+//! because no model can be downloaded here. It is a test fixture, never product behaviour.
+//!
+//! A test queues [`Step`]s (a completion, a tool call, an HTTP error, a delay, a malformed body);
+//! each incoming request takes the next step, or asks the optional responder once the queue is
+//! empty. Every request is recorded (path, headers, JSON body) so tests can assert what the
+//! product sent — for example that a secret never reached the model.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// What the server does with one request.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// 200 with this chat-completion JSON body.
+    Reply(Value),
+    /// Any status, extra headers and a raw body (e.g. 429 with `Retry-After`).
+    Status { code: u16, headers: Vec<(String, String)>, body: String },
+    /// 200 with a body that is not valid JSON.
+    Malformed(String),
+    /// Waits, then does the inner step.
+    Delay(Duration, Box<Step>),
+}
+
+impl Step {
+    /// A final assistant answer.
+    pub fn text(content: &str) -> Self {
+        Self::Reply(completion(json!({"role": "assistant", "content": content}), "stop"))
+    }
+
+    /// One tool call; `arguments` is serialized to the string form the API uses.
+    pub fn tool_call(name: &str, arguments: Value) -> Self {
+        Self::tool_calls(&[(name, arguments)])
+    }
+
+    /// Several tool calls in one assistant turn.
+    pub fn tool_calls(calls: &[(&str, Value)]) -> Self {
+        let calls: Vec<Value> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({
+                    "id": format!("call_{i}_{}", uuid_like()),
+                    "type": "function",
+                    "function": {"name": name, "arguments": args.to_string()},
+                })
+            })
+            .collect();
+        Self::Reply(completion(
+            json!({"role": "assistant", "content": null, "tool_calls": calls}),
+            "tool_calls",
+        ))
+    }
+
+    /// A tool call whose `arguments` string is given verbatim (e.g. invalid JSON).
+    pub fn raw_tool_call(name: &str, arguments: &str) -> Self {
+        Self::Reply(completion(
+            json!({"role": "assistant", "content": null, "tool_calls": [{
+                "id": format!("call_raw_{}", uuid_like()), "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }]}),
+            "tool_calls",
+        ))
+    }
+
+    pub fn status(code: u16, body: &str) -> Self {
+        Self::Status { code, headers: Vec::new(), body: body.to_owned() }
+    }
+
+    pub fn delayed(self, delay: Duration) -> Self {
+        Self::Delay(delay, Box::new(self))
+    }
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{:08x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A chat-completion body around one message, with a fixed, plausible usage.
+pub fn completion(message: Value, finish_reason: &str) -> Value {
+    json!({
+        "id": format!("chatcmpl-{}", uuid_like()),
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    })
+}
+
+/// One request the server received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON, or `Value::String` of the raw text when it was not JSON.
+    pub body: Value,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The whole request as text: handy for "this value appears nowhere" assertions.
+    pub fn to_text(&self) -> String {
+        format!("{} {} {:?} {}", self.method, self.path, self.headers, self.body)
+    }
+}
+
+/// Decides the step for a request once the queue is empty.
+pub type Responder = Arc<dyn Fn(&Value) -> Step + Send + Sync>;
+
+struct Shared {
+    queue: Mutex<VecDeque<Step>>,
+    responder: Mutex<Option<Responder>>,
+    recorded: Mutex<Vec<Recorded>>,
+}
+
+/// The running server; stops when dropped.
+pub struct ScriptedLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for ScriptedLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedLlm").field("addr", &self.addr).finish()
+    }
+}
+
+impl ScriptedLlm {
+    /// Starts on `127.0.0.1` with a random port.
+    pub async fn start(steps: Vec<Step>) -> Self {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), steps).await
+    }
+
+    /// Starts on `bind` (port 0 for a random port): use a Docker network's gateway address or
+    /// `0.0.0.0` when containers must reach it.
+    pub async fn start_on(bind: SocketAddr, steps: Vec<Step>) -> Self {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(steps.into()),
+            responder: Mutex::new(None),
+            recorded: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .route("/models", get(models))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind scripted LLM");
+        let addr = listener.local_addr().expect("local addr");
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .await;
+        });
+        Self { addr, shared, stop }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The OpenAI-style base URL, ending in `/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Base URL with another host (e.g. the gateway IP containers use) but this port.
+    pub fn base_url_for_host(&self, host: &str) -> String {
+        format!("http://{host}:{}/v1", self.addr.port())
+    }
+
+    pub fn push(&self, step: Step) {
+        self.shared.queue.lock().unwrap().push_back(step);
+    }
+
+    /// Used for every request once the queued steps are used up. Without one, an exhausted
+    /// script answers 500 so a test notices the extra call.
+    pub fn set_responder(&self, responder: impl Fn(&Value) -> Step + Send + Sync + 'static) {
+        *self.shared.responder.lock().unwrap() = Some(Arc::new(responder));
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.recorded.lock().unwrap().clone()
+    }
+
+    /// Only the chat-completion requests.
+    pub fn chat_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.path.ends_with("/chat/completions")).collect()
+    }
+
+    pub fn remaining_steps(&self) -> usize {
+        self.shared.queue.lock().unwrap().len()
+    }
+}
+
+impl Drop for ScriptedLlm {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn record(shared: &Shared, method: &str, path: &str, headers: &HeaderMap, body: Value) {
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    shared.recorded.lock().unwrap().push(Recorded {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        headers,
+        body,
+    });
+}
+
+async fn models(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    record(&shared, "GET", request.uri().path(), request.headers(), Value::Null);
+    axum::Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
+        .into_response()
+}
+
+async fn chat(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let json: Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    record(&shared, parts.method.as_str(), parts.uri.path(), &parts.headers, json.clone());
+    let next = shared.queue.lock().unwrap().pop_front();
+    let step = match next {
+        Some(step) => step,
+        None => match shared.responder.lock().unwrap().clone() {
+            Some(responder) => responder(&json),
+            None => Step::status(500, r#"{"error":{"message":"scripted LLM: script exhausted"}}"#),
+        },
+    };
+    let streaming = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    play(step, streaming).await
+}
+
+async fn play(mut step: Step, streaming: bool) -> Response {
+    loop {
+        match step {
+            Step::Delay(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                step = *inner;
+            }
+            Step::Reply(body) if streaming => {
+                let sse = format!("data: {body}\n\ndata: [DONE]\n\n");
+                return ([("content-type", "text/event-stream")], sse).into_response();
+            }
+            Step::Reply(body) => return axum::Json(body).into_response(),
+            Step::Malformed(text) => {
+                return ([("content-type", "application/json")], text).into_response()
+            }
+            Step::Status { code, headers, body } => {
+                let mut response = Response::new(Body::from(body));
+                *response.status_mut() =
+                    StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                response
+                    .headers_mut()
+                    .insert("content-type", HeaderValue::from_static("application/json"));
+                for (k, v) in headers {
+                    if let (Ok(k), Ok(v)) =
+                        (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str()))
+                    {
+                        response.headers_mut().insert(k, v);
+                    }
+                }
+                return response;
+            }
+        }
+    }
+}
