@@ -81,7 +81,7 @@ impl Default for PoolConfig {
             queue_capacity: 16,
             queue_timeout_secs: 600,
             network: "nexbot-subagents".into(),
-            user: "65534:65534".into(),
+            user: "65532:65532".into(),
             memory_bytes: 256 * 1024 * 1024,
             cpus: 1.0,
             pids_limit: 64,
@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(c.memory_bytes, 256 * 1024 * 1024);
         assert_eq!(c.pids_limit, 64);
         assert_eq!(c.nano_cpus(), 1_000_000_000);
-        assert_eq!(c.uid_gid().unwrap(), (65534, 65534));
+        assert_eq!(c.uid_gid().unwrap(), (65532, 65532));
         assert_eq!(c.max_tasks_per_container, 100);
         assert_eq!(c.hard_limit_grace_secs, 30);
         assert_eq!(c.ping_interval(), Duration::from_secs(10));

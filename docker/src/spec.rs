@@ -133,7 +133,7 @@ mod tests {
     fn every_protection_is_in_the_spec() {
         let config = PoolConfig::default();
         let body = spec(&config);
-        assert_eq!(body.user.as_deref(), Some("65534:65534"));
+        assert_eq!(body.user.as_deref(), Some("65532:65532"));
         assert_eq!(body.tty, Some(false));
         assert_eq!(body.open_stdin, Some(true));
         let host = body.host_config.unwrap();
@@ -150,7 +150,7 @@ mod tests {
         assert!(host.runtime.is_none());
         let tmpfs = host.tmpfs.unwrap();
         assert!(tmpfs["/tmp"].contains("size=16777216"));
-        assert!(tmpfs[SCRATCH_DIR].contains("uid=65534,gid=65534"));
+        assert!(tmpfs[SCRATCH_DIR].contains("uid=65532,gid=65532"));
         assert!(tmpfs[SCRATCH_DIR].contains("size=67108864"));
         let log = host.log_config.unwrap();
         assert_eq!(log.typ.as_deref(), Some("json-file"));
