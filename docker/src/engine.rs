@@ -105,7 +105,7 @@ impl Engine {
             .map_err(|e| PoolError::docker(format!("start container {short}"), e))?;
         let started = Instant::now();
         let ip = self.container_ip(id).await?;
-        let ready = Request::ping(format!("ready-{short}"));
+        let ready = Request::ping(format!("nexbot-pool-ready-{short}"));
         match link.roundtrip(&ready, ready_timeout).await {
             Ok(_) => {}
             Err(LinkError::Closed(reason)) => {
@@ -138,10 +138,11 @@ impl Engine {
         let engine = self.clone();
         tokio::spawn(async move {
             let stop = engine.stop.clone();
-            if let Some(ended) = link.read_output(output, &logs, &stop).await {
-                let reason = engine.explain_death(&id, &ended).await;
-                link.fail(&reason);
-            }
+            let reason = match link.read_output(output, &logs, &stop).await {
+                Some(ended) => engine.explain_death(&id, &ended).await,
+                None => "the pool was shut down".to_owned(),
+            };
+            link.fail(&reason);
         });
     }
 

@@ -28,5 +28,5 @@ mod supervisor;
 pub use config::PoolConfig;
 pub use error::PoolError;
 pub use network::{ensure_internal_network, remove_network, NetworkInfo};
-pub use pool::{PingResult, Pool};
+pub use pool::{PingResult, Pool, MAX_TASK_TIMEOUT_SECS};
 pub use slot::{ContainerSnapshot, SlotState};

@@ -34,6 +34,8 @@ use crate::supervisor;
 
 /// How long writing one request to a container's stdin may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest soft timeout a task may ask for (one day).
+pub const MAX_TASK_TIMEOUT_SECS: u64 = 24 * 60 * 60;
 /// Progress lines kept for the report of a task that hits the hard limit.
 const PROGRESS_KEPT: usize = 6;
 
@@ -186,6 +188,11 @@ impl Pool {
             )));
         }
         let timeout = *request.timeout.get_or_insert(config.default_task_timeout_secs);
+        if timeout > MAX_TASK_TIMEOUT_SECS {
+            return Err(PoolError::InvalidRequest(format!(
+                "timeout {timeout} s is above the largest allowed, {MAX_TASK_TIMEOUT_SECS} s"
+            )));
+        }
         request.validate(unix_now()).map_err(|e| PoolError::InvalidRequest(e.to_string()))?;
         let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
         let lease = self.inner.acquire(&request.id, &cancel).await?;
@@ -273,7 +280,10 @@ impl Pool {
     /// Stops taking work, lets in-flight tasks finish (each is bounded by its hard limit),
     /// then removes every container this pool created. Queued tasks get
     /// [`PoolError::ShuttingDown`].
-    pub async fn shutdown(self) -> Result<(), PoolError> {
+    ///
+    /// Takes `&self` so that a pool shared behind an `Arc` can be shut down while tasks still
+    /// hold it; later calls find nothing left to do.
+    pub async fn shutdown(&self) -> Result<(), PoolError> {
         let inner = self.inner.clone();
         inner.begin_shutdown();
         inner.drain().await;
@@ -314,7 +324,7 @@ impl Inner {
 
     /// Pings `member` and records the round trip on its slot.
     pub(crate) async fn ping(&self, slot: &Slot, member: &Member) -> Result<Duration, PoolError> {
-        let id = format!("ping-{}", self.ping_seq.fetch_add(1, Ordering::Relaxed));
+        let id = format!("nexbot-pool-ping-{}", self.ping_seq.fetch_add(1, Ordering::Relaxed));
         let timeout = self.engine.config.ping_timeout();
         let started = Instant::now();
         match member.link.roundtrip(&Request::ping(id), timeout).await {

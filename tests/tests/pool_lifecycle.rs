@@ -5,8 +5,10 @@ mod pool_common;
 
 use std::time::{Duration, Instant};
 
-use nexbot_docker::{Pool, SlotState};
-use pool_common::{containers_of, setup};
+use nexbot_docker::{Pool, PoolConfig, PoolError, SlotState};
+use nexbot_protocol::Request;
+use pool_common::{containers_of, eventually, setup};
+use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn pool_of_three_starts_answers_pings_and_shutdown_leaves_nothing() {
@@ -30,9 +32,55 @@ async fn pool_of_three_starts_answers_pings_and_shutdown_leaves_nothing() {
     }
     assert_eq!(containers_of(&docker, &name).await.len(), 3);
 
+    // The egress proxy's view: a source address names its container.
+    for s in &snapshot {
+        let (container, task) = pool.container_for_address(s.ip.unwrap()).expect("known address");
+        assert_eq!(Some(container), s.container_id);
+        assert_eq!(task, None);
+    }
+    assert!(pool.container_for_address(pool.network().gateway).is_none());
+    // Memory is sampled once each container is up; its stderr log lines are kept.
+    let sampled = eventually(Duration::from_secs(10), || async {
+        pool.snapshot().iter().all(|s| s.memory_bytes.is_some_and(|m| m > 0))
+    })
+    .await;
+    assert!(sampled, "{:?}", pool.snapshot());
+    let logs = pool.logs(&snapshot[0].id).unwrap();
+    assert!(!logs.is_empty(), "the subagent's start-up log lines are kept");
+    for line in &logs {
+        let parsed: serde_json::Value = serde_json::from_str(line).expect("JSON log line");
+        assert!(parsed.get("level").is_some(), "{line}");
+    }
+    assert!(pool.logs("nxp-no-such-slot").is_err());
+
     tokio::time::timeout(Duration::from_secs(60), pool.shutdown())
         .await
         .expect("shutdown finishes")
         .expect("shutdown succeeds");
     assert!(containers_of(&docker, &name).await.is_empty(), "containers left after shutdown");
+    let late = pool.execute(Request::execute("late", "t"), CancellationToken::new()).await;
+    assert!(matches!(late, Err(PoolError::ShuttingDown)), "{late:?}");
+    pool.shutdown().await.expect("a second shutdown is harmless");
+}
+
+#[tokio::test]
+async fn start_refuses_a_missing_image_and_a_bad_runtime_and_leaves_nothing() {
+    let Some((docker, config)) = setup("refuse").await else { return };
+    let name = config.name.clone();
+    let missing = PoolConfig { image: "nxp-no-such-image:none".into(), ..config.clone() };
+    let err = Pool::start(docker.clone(), missing).await.expect_err("no image, no pool");
+    assert!(matches!(err, PoolError::ImageMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("nxp-no-such-image:none")
+            && err.to_string().contains("make image")
+    );
+
+    let bad_runtime = PoolConfig { runtime: Some("nxp-no-such-runtime".into()), ..config.clone() };
+    let err = Pool::start(docker.clone(), bad_runtime).await.expect_err("bad runtime, no pool");
+    assert!(err.to_string().contains("nxp-no-such-runtime"), "{err}");
+    assert!(containers_of(&docker, &name).await.is_empty(), "a failed start leaves nothing");
+
+    let invalid = PoolConfig { size: 0, ..config };
+    let err = Pool::start(docker, invalid).await.expect_err("invalid config");
+    assert!(err.to_string().contains("size"), "{err}");
 }

@@ -224,3 +224,122 @@ async fn a_memory_hog_inside_a_task_is_oom_killed_and_replaced() {
     assert!(pool.snapshot()[0].last_error.as_deref().unwrap().contains("OOM"));
     pool.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn soft_timeouts_and_the_task_count_recycle_the_container() {
+    let Some((docker, mut config)) = setup("recycle").await else { return };
+    config.size = 1;
+    config.max_tasks_per_container = 2;
+    let pool = Pool::start(docker, config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+    let llm = llm_on(gateway, vec![]).await;
+    llm.set_responder(|_| Step::text("ok"));
+    let container = || pool.snapshot()[0].container_id.clone().unwrap();
+
+    let first = container();
+    for i in 0..2 {
+        let answer = tokio::time::timeout(
+            LIMIT,
+            pool.execute(
+                task(&format!("count-{i}"), "quick", &llm, gateway),
+                CancellationToken::new(),
+            ),
+        )
+        .await
+        .expect("in time")
+        .expect("runs");
+        assert_eq!(answer.status(), "success");
+    }
+    assert!(full_strength(&pool, Duration::from_secs(15)).await);
+    let second = container();
+    assert_ne!(first, second, "recycled after 2 tasks");
+    assert!(pool.snapshot()[0].last_error.as_deref().unwrap().contains("after serving 2 tasks"));
+
+    // The subagent's own (soft) timeout: it answers `timeout`, the pool recycles anyway.
+    llm.set_responder(|_| Step::text("late").delayed(Duration::from_secs(30)));
+    let mut request = task("soft-1", "slow", &llm, gateway);
+    request.timeout = Some(1);
+    let answer = tokio::time::timeout(LIMIT, pool.execute(request, CancellationToken::new()))
+        .await
+        .expect("in time")
+        .expect("a timeout is an answer");
+    assert_eq!(answer.status(), "timeout", "{answer:?}");
+    assert!(full_strength(&pool, Duration::from_secs(15)).await);
+    assert_ne!(container(), second, "recycled after a timeout");
+    assert!(pool.snapshot()[0].last_error.as_deref().unwrap().contains("timed out"));
+    pool.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn queued_and_abandoned_tasks_never_lose_a_container() {
+    let Some((docker, mut config)) = setup("abandon").await else { return };
+    config.size = 1;
+    config.queue_capacity = 1;
+    let pool = Pool::start(docker, config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+    let llm = llm_on(gateway, vec![]).await;
+    llm.set_responder(|_| Step::text("slow").delayed(Duration::from_secs(60)));
+    let first = pool.snapshot()[0].container_id.clone().unwrap();
+
+    // A task holds the container; a second waits in the queue and is cancelled there.
+    let holder = pool.execute(task("hold-1", "slow", &llm, gateway), CancellationToken::new());
+    let queued_cancel = CancellationToken::new();
+    let queued = pool.execute(task("queued-1", "slow", &llm, gateway), queued_cancel.clone());
+    let scenario = async {
+        busy_with(&pool, "hold-1").await;
+        queued_cancel.cancel();
+    };
+    // Dropping `holder` after the scenario abandons its task mid-run.
+    let outcome = tokio::time::timeout(LIMIT, async {
+        tokio::select! {
+            _ = holder => panic!("the holder must still be running"),
+            (queued, ()) = async { tokio::join!(queued, scenario) } => queued,
+        }
+    })
+    .await
+    .expect("no hang");
+    assert!(matches!(outcome, Err(PoolError::Cancelled { .. })), "{outcome:?}");
+
+    // The abandoned task's container is recycled and the pool serves again.
+    assert!(full_strength(&pool, Duration::from_secs(15)).await, "{:?}", pool.snapshot());
+    assert_ne!(pool.snapshot()[0].container_id.as_deref(), Some(first.as_str()));
+    assert!(pool.snapshot()[0].last_error.as_deref().unwrap().contains("abandoned"));
+    llm.set_responder(|_| Step::text("fine"));
+    let answer = tokio::time::timeout(
+        LIMIT,
+        pool.execute(task("after-1", "quick", &llm, gateway), CancellationToken::new()),
+    )
+    .await
+    .expect("in time")
+    .expect("runs");
+    assert_eq!(answer.status(), "success");
+    pool.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_drains_running_tasks_and_refuses_queued_ones() {
+    let Some((docker, mut config)) = setup("drain").await else { return };
+    config.size = 1;
+    config.queue_capacity = 4;
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let name = pool.config().name.clone();
+    let gateway = pool.network().gateway;
+    let llm = llm_on(gateway, vec![]).await;
+    llm.set_responder(|_| Step::text("finished while draining").delayed(Duration::from_secs(2)));
+
+    let running = pool.execute(task("drain-1", "slow", &llm, gateway), CancellationToken::new());
+    let queued = pool.execute(task("drain-2", "slow", &llm, gateway), CancellationToken::new());
+    let shutdown = async {
+        busy_with(&pool, "drain-1").await;
+        pool.shutdown().await
+    };
+    let (running, queued, shutdown) =
+        tokio::time::timeout(LIMIT, async { tokio::join!(running, queued, shutdown) })
+            .await
+            .expect("no hang");
+    shutdown.expect("shutdown succeeds");
+    let running = running.expect("the running task finishes");
+    assert_eq!(running.status(), "success", "{running:?}");
+    assert!(matches!(queued, Err(PoolError::ShuttingDown)), "{queued:?}");
+    assert!(pool_common::containers_of(&docker, &name).await.is_empty());
+}
