@@ -25,6 +25,7 @@ pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
     if docker.inspect_image(IMAGE).await.is_err() {
         panic!("{test}: image {IMAGE} is missing; build it with `make image` (`make test` does)");
     }
+    reap_dead_runs(&docker, test).await;
     let config = PoolConfig {
         name: format!("nxp-{test}-{}", std::process::id()),
         network: NETWORK.into(),
@@ -34,6 +35,26 @@ pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
         ..PoolConfig::default()
     };
     Some((docker, config))
+}
+
+/// A test that panicked drops its pool without shutdown; its containers (named after a test
+/// process that no longer exists) are removed here, so failed runs do not pile up.
+async fn reap_dead_runs(docker: &Docker, test: &str) {
+    use bollard::query_parameters::RemoveContainerOptionsBuilder;
+    let filters = HashMap::from([("label", vec![LABEL_POOL.to_owned()])]);
+    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let prefix = format!("nxp-{test}-");
+    for container in docker.list_containers(Some(options)).await.expect("list containers") {
+        let pool = container.labels.as_ref().and_then(|l| l.get(LABEL_POOL)).cloned();
+        let Some(pid) = pool.as_deref().and_then(|p| p.strip_prefix(&prefix)) else { continue };
+        let alive = pid.parse::<u32>().is_ok_and(|pid| {
+            pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if let (false, Some(id)) = (alive, container.id) {
+            let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+            let _ = docker.remove_container(&id, Some(remove)).await;
+        }
+    }
 }
 
 /// Ids of the containers (running or not) labelled with pool `name`.
