@@ -71,9 +71,15 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
             }
             slot.lock().state = SlotState::Restarting;
             let startup = Duration::from_secs(config.startup_timeout_secs);
+            // The engine itself may hang; the attempt is bounded like the pool's start-up.
+            let bounded =
+                tokio::time::timeout(startup, engine.bring_up(index, slot.logs.clone(), startup));
             let attempt = tokio::select! {
                 _ = engine.stop.cancelled() => return,
-                attempt = engine.bring_up(index, slot.logs.clone(), startup) => attempt,
+                attempt = bounded => attempt.unwrap_or_else(|_| Err(crate::PoolError::StartupTimeout {
+                    secs: startup.as_secs(),
+                    detail: format!("container for {} was not ready", slot.id),
+                })),
             };
             match attempt {
                 Ok(fresh) => break fresh,

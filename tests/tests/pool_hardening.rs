@@ -89,6 +89,15 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     }
     assert!(failed.is_empty(), "sandbox checks failed:\n{}", failed.join("\n"));
 
+    let kept_logs = pool.logs("0").unwrap().join("\n");
+    assert!(!kept_logs.is_empty());
+    let ps = serde_json::to_string(&pool.snapshot()).unwrap();
+    let debug = format!("{pool:?}");
+    for planted in [PLANTED_SECRET, PLANTED_KEY] {
+        assert!(!kept_logs.contains(planted), "{planted} in the kept logs");
+        assert!(!ps.contains(planted) && !debug.contains(planted), "{planted} in ps/Debug");
+    }
+
     let inspect = docker.inspect_container(&id, None).await.unwrap();
     let text = serde_json::to_string(&inspect).unwrap();
     for planted in [PLANTED_SECRET, PLANTED_KEY] {

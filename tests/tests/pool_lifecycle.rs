@@ -53,6 +53,18 @@ async fn pool_of_three_starts_answers_pings_and_shutdown_leaves_nothing() {
     }
     assert!(pool.logs("nxp-no-such-slot").is_err());
 
+    // Requests the pool refuses before they reach a container.
+    let cancel = CancellationToken::new;
+    let ping = pool.execute(Request::ping("p"), cancel()).await.unwrap_err();
+    assert!(ping.to_string().contains("only execute requests"), "{ping}");
+    let no_task = pool.execute(Request::execute("t1", "  "), cancel()).await.unwrap_err();
+    assert!(no_task.to_string().contains("missing field: task"), "{no_task}");
+    let mut endless = Request::execute("t2", "x");
+    endless.timeout = Some(u64::MAX);
+    let endless = pool.execute(endless, cancel()).await.unwrap_err();
+    assert!(endless.to_string().contains("timeout"), "{endless}");
+    assert!(pool.snapshot().iter().all(|s| s.state == SlotState::Idle && s.tasks_served == 0));
+
     tokio::time::timeout(Duration::from_secs(60), pool.shutdown())
         .await
         .expect("shutdown finishes")

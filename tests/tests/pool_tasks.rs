@@ -141,6 +141,8 @@ async fn cancelling_a_task_sends_cancel_and_keeps_the_container() {
     let run = pool.execute(task("cancel-1", "slow", &llm, gateway), cancel.clone());
     let container = async {
         let container = busy_with(&pool, "cancel-1").await;
+        let rtt = pool.ping(&container[..12]).await;
+        assert!(rtt.is_ok(), "a busy container answers pings: {rtt:?}");
         cancel.cancel();
         container
     };
@@ -292,6 +294,7 @@ async fn queued_and_abandoned_tasks_never_lose_a_container() {
     // Dropping `holder` after the scenario abandons its task mid-run.
     let outcome = tokio::time::timeout(LIMIT, async {
         tokio::select! {
+            biased; // the holder is polled first, so it is the one that gets the container
             _ = holder => panic!("the holder must still be running"),
             (queued, ()) = async { tokio::join!(queued, scenario) } => queued,
         }
