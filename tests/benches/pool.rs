@@ -3,8 +3,9 @@
 //!
 //! - pool start: time from `Pool::start` to all N containers answering (cold: fresh images
 //!   cache aside, no container of the pool exists);
-//! - bare attach echo: one line through an attached `cat` container (the floor for any
-//!   attached-stdio design);
+//! - bare attach: one line through an attached `cat` container (the floor for any
+//!   attached-stdio design), and a ping/execute sent straight to an attached subagent (what
+//!   the subagent and engine cost without the pool);
 //! - warm `ping` and `execute` dispatch round trips (the execute carries no LLM settings, so
 //!   the subagent answers it at once: what is measured is the pool's dispatch path);
 //! - a fresh `docker run --rm -i` per request, the alternative other agents use;
@@ -92,8 +93,17 @@ async fn main() {
         );
     }
 
-    let bare = bare_attach_echo(&docker).await;
-    row("bare attach echo (cat)", ROUND_TRIPS, &bare);
+    let bare = bare_attach(&docker, true, b"{\"type\":\"ping\",\"id\":\"echo\"}\n").await;
+    row("bare attach echo (cat, no pool)", ROUND_TRIPS, &bare);
+    let ping_line = b"{\"type\":\"ping\",\"id\":\"p\"}\n";
+    row(
+        "bare attach subagent ping (no pool)",
+        ROUND_TRIPS,
+        &bare_attach(&docker, false, ping_line).await,
+    );
+    let execute_line = b"{\"type\":\"execute\",\"id\":\"e\",\"task\":\"t\"}\n";
+    let bare_execute = bare_attach(&docker, false, execute_line).await;
+    row("bare attach subagent execute (no pool)", ROUND_TRIPS, &bare_execute);
 
     let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
     let target = pool.snapshot()[0].id.clone();
@@ -150,41 +160,50 @@ async fn main() {
     let _ = nexbot_docker::remove_network(&docker, "nxp-bench").await;
 }
 
-/// Round trips of one line through an attached container running `cat`.
-async fn bare_attach_echo(docker: &Docker) -> Stats {
+/// Round trips of one line through a container attached directly (no pool): with `cat` as
+/// the entrypoint the line comes back as it went; with the subagent, `line` is a request and
+/// the round trip ends at its answer's newline on stdout.
+async fn bare_attach(docker: &Docker, cat: bool, line: &[u8]) -> Stats {
     let body = ContainerCreateBody {
         image: Some(IMAGE.into()),
-        entrypoint: Some(vec!["/bin/cat".into()]),
+        entrypoint: cat.then(|| vec!["/bin/cat".into()]),
         attach_stdin: Some(true),
         attach_stdout: Some(true),
+        attach_stderr: Some(true),
         open_stdin: Some(true),
         network_disabled: Some(true),
         ..Default::default()
     };
-    let name = format!("nxp-bench-echo-{}", std::process::id());
+    let name = format!("nxp-bench-bare-{}-{cat}", std::process::id());
     let options = CreateContainerOptionsBuilder::default().name(&name).build();
-    let id = docker.create_container(Some(options), body).await.expect("create echo").id;
-    let attach =
-        AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stream(true).build();
+    let id = docker.create_container(Some(options), body).await.expect("create bare").id;
+    let attach = AttachContainerOptionsBuilder::default()
+        .stdin(true)
+        .stdout(true)
+        .stderr(true)
+        .stream(true)
+        .build();
     let mut attached = docker.attach_container(&id, Some(attach)).await.expect("attach");
-    docker.start_container(&id, None).await.expect("start echo");
-    let line = b"{\"type\":\"ping\",\"id\":\"echo\"}\n";
+    docker.start_container(&id, None).await.expect("start bare");
     let mut samples = Vec::with_capacity(ROUND_TRIPS);
     for i in 0..ROUND_TRIPS + 200 {
         let t = Instant::now();
         attached.input.write_all(line).await.expect("write");
         attached.input.flush().await.expect("flush");
-        let mut got = 0;
-        while got < line.len() {
-            let chunk = attached.output.next().await.expect("echo output").expect("frame");
-            got += chunk.as_ref().len();
+        loop {
+            match attached.output.next().await.expect("output").expect("frame") {
+                bollard::container::LogOutput::StdOut { message } if message.ends_with(b"\n") => {
+                    break
+                }
+                _ => {}
+            }
         }
         if i >= 200 {
             samples.push(t.elapsed());
         }
     }
     let remove = RemoveContainerOptionsBuilder::default().force(true).build();
-    docker.remove_container(&id, Some(remove)).await.expect("remove echo");
+    docker.remove_container(&id, Some(remove)).await.expect("remove bare");
     stats(samples)
 }
 
