@@ -162,6 +162,25 @@ impl PoolConfig {
                 return bad(field, "must be greater than 0".into());
             }
         }
+        // Durations end up added to `Instant`s; absurd values would overflow them.
+        const WEEK_SECS: u64 = 7 * 24 * 3600;
+        for (field, secs) in [
+            ("queue_timeout_secs", self.queue_timeout_secs),
+            ("ping_interval_ms", self.ping_interval_ms / 1000),
+            ("ping_timeout_ms", self.ping_timeout_ms / 1000),
+            ("default_task_timeout_secs", self.default_task_timeout_secs),
+            ("hard_limit_grace_secs", self.hard_limit_grace_secs),
+            ("cancel_grace_ms", self.cancel_grace_ms / 1000),
+            ("startup_timeout_secs", self.startup_timeout_secs),
+            ("backoff_max_ms", self.backoff_max_ms / 1000),
+        ] {
+            if secs > WEEK_SECS {
+                return bad(field, "must be at most a week".into());
+            }
+        }
+        if self.default_task_timeout_secs > crate::MAX_TASK_TIMEOUT_SECS {
+            return bad("default_task_timeout_secs", "must be at most a day".into());
+        }
         if self.backoff_max_ms < self.backoff_initial_ms {
             return bad("backoff_max_ms", "must be at least backoff_initial_ms".into());
         }
@@ -322,6 +341,15 @@ mod tests {
                 "skills_dir",
             ),
             (PoolConfig { backoff_max_ms: 1, ..Default::default() }, "backoff_max_ms"),
+            (
+                PoolConfig { hard_limit_grace_secs: u64::MAX, ..Default::default() },
+                "hard_limit_grace_secs",
+            ),
+            (PoolConfig { cancel_grace_ms: u64::MAX, ..Default::default() }, "cancel_grace_ms"),
+            (
+                PoolConfig { default_task_timeout_secs: 90_000, ..Default::default() },
+                "default_task_timeout_secs",
+            ),
         ];
         for (c, field) in cases {
             let err = c.validate().unwrap_err().to_string();

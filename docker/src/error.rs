@@ -46,6 +46,9 @@ pub enum PoolError {
     #[error("no container {0:?} in this pool")]
     UnknownContainer(String),
 
+    #[error("slot {0} has no container right now (it is being replaced)")]
+    NoContainer(String),
+
     #[error("the pool did not become ready within {secs} s: {detail}")]
     StartupTimeout { secs: u64, detail: String },
 }

@@ -206,7 +206,7 @@ impl Pool {
             let container = member.as_ref().map(|m| m.short_id.clone());
             let round_trip = match member {
                 Some(member) => self.inner.ping(slot, &member).await,
-                None => Err(PoolError::UnknownContainer(format!("{} has no container", slot.id))),
+                None => Err(PoolError::NoContainer(slot.id.clone())),
             };
             PingResult { id: slot.id.clone(), container, round_trip }
         }))
@@ -217,7 +217,7 @@ impl Pool {
     /// the round trip.
     pub async fn ping(&self, target: &str) -> Result<Duration, PoolError> {
         let slot = self.inner.find(target)?;
-        let member = slot.member().ok_or_else(|| PoolError::UnknownContainer(target.into()))?;
+        let member = slot.member().ok_or_else(|| PoolError::NoContainer(slot.id.clone()))?;
         self.inner.ping(slot, &member).await
     }
 
@@ -237,7 +237,7 @@ impl Pool {
     /// gets an error. Returns the short id of the container being replaced.
     pub fn restart(&self, target: &str) -> Result<String, PoolError> {
         let slot = self.inner.find(target)?;
-        let member = slot.member().ok_or_else(|| PoolError::UnknownContainer(target.into()))?;
+        let member = slot.member().ok_or_else(|| PoolError::NoContainer(slot.id.clone()))?;
         member.retire("restarted by the operator", false);
         slot.wake.notify_one();
         Ok(member.short_id.clone())
@@ -247,7 +247,7 @@ impl Pool {
     /// replaces it. Returns the short id of the killed container.
     pub async fn kill(&self, target: &str) -> Result<String, PoolError> {
         let slot = self.inner.find(target)?;
-        let member = slot.member().ok_or_else(|| PoolError::UnknownContainer(target.into()))?;
+        let member = slot.member().ok_or_else(|| PoolError::NoContainer(slot.id.clone()))?;
         let options = KillContainerOptionsBuilder::default().signal("SIGKILL").build();
         self.inner
             .engine

@@ -118,6 +118,17 @@ async fn a_crashed_hosts_containers_are_reaped_by_the_next_pool() {
     let old: Vec<String> = crashed.snapshot().into_iter().filter_map(|s| s.container_id).collect();
     drop(crashed); // no shutdown: as if the host died
     assert_eq!(containers_of(&docker, &name).await.len(), 3, "containers outlive a crash");
+    // Their stdin closed with the host's connection, so they stop rather than run unattended.
+    let stopped = eventually(Duration::from_secs(15), || async {
+        let mut running = 0;
+        for id in &old {
+            let state = docker.inspect_container(id, None).await.unwrap().state.unwrap();
+            running += usize::from(state.running == Some(true));
+        }
+        running == 0
+    })
+    .await;
+    assert!(stopped, "orphaned containers kept running");
 
     let pool = Pool::start(docker.clone(), config).await.expect("second pool starts");
     let now = containers_of(&docker, &name).await;
