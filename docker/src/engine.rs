@@ -25,8 +25,10 @@ use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
 
 /// How long the engine gets to remove a container before the pool stops waiting.
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a dead container's exit status is awaited to explain its death.
-const EXIT_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a dead container's exit status is awaited to explain its death. Its waiters hear
+/// nothing until then, so this stays well under the promised 2 s.
+const EXIT_STATUS_TIMEOUT: Duration = Duration::from_millis(800);
+const INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// What every container operation needs: the engine, the config and this pool instance.
 #[derive(Debug)]
@@ -152,8 +154,11 @@ impl Engine {
         let mut wait = self.docker.wait_container(id, Some(wait_options));
         // A non-zero exit arrives as an error item; either way the container is down.
         let _ = tokio::time::timeout(EXIT_STATUS_TIMEOUT, wait.next()).await;
-        match self.docker.inspect_container(id, None).await {
-            Ok(info) => {
+        let inspect =
+            tokio::time::timeout(INSPECT_TIMEOUT, self.docker.inspect_container(id, None));
+        match inspect.await {
+            Err(_) => fallback.to_owned(),
+            Ok(Ok(info)) => {
                 let state = info.state.unwrap_or_default();
                 if state.oom_killed == Some(true) {
                     self.oom_reason()
@@ -163,7 +168,7 @@ impl Engine {
                     format!("container exited with code {}", state.exit_code.unwrap_or(-1))
                 }
             }
-            Err(_) => format!("{fallback} (container is gone)"),
+            Ok(Err(_)) => format!("{fallback} (container is gone)"),
         }
     }
 
