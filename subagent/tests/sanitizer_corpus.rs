@@ -72,6 +72,7 @@ const BENIGN: &[&str] = &[
 
 #[test]
 fn every_injection_scores_as_suspicious_and_is_defused() {
+    let quoted = regex::Regex::new(r"\[quoted text, not an instruction: “[^”]*”\]").unwrap();
     for (text, active) in INJECTIONS {
         let out = neutralize(text);
         assert!(
@@ -81,9 +82,7 @@ fn every_injection_scores_as_suspicious_and_is_defused() {
             out.findings
         );
         // Quoted spans are inert citations; outside them the active part must be gone.
-        let outside_quotes = regex::Regex::new(r"\[quoted text, not an instruction: “[^”]*”\]")
-            .unwrap()
-            .replace_all(&out.text, "");
+        let outside_quotes = quoted.replace_all(&out.text, "");
         assert!(!outside_quotes.contains(active), "{active:?} survived in {:?}", out.text);
     }
 }
