@@ -4,7 +4,8 @@
 build:
 	cargo build --workspace
 
-test:
+# The Docker tests run the subagent image, so it is built first.
+test: image
 	cargo test --workspace --no-fail-fast
 
 lint:
@@ -40,7 +41,7 @@ image:
 	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
 bench:
-	@echo "make bench: no benchmarks yet (they come with the subagent and pool)" >&2; exit 2
+	cargo bench -p nexbot-subagent --bench ping_rtt
 
 up:
 	@echo "make up: the host daemon and compose.yaml are not built yet" >&2; exit 2
