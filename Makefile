@@ -41,6 +41,7 @@ image:
 	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
 bench: image
+	cargo bench -p nexbot-subagent --bench ping_rtt
 	cargo bench -p nexbot-tests --bench pool
 
 up:

@@ -85,13 +85,13 @@ static PATTERNS: LazyLock<Vec<Pattern>> = LazyLock::new(|| {
         ),
         p(
             "new_instructions",
-            2,
+            3,
             r"(?i)\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions\s*:",
             Action::Quote,
         ),
         p(
             "persona_override",
-            2,
+            3,
             r"(?i)\byou\s+are\s+now\s+(?:DAN\b|in\s+(?:developer|god|jailbreak|unrestricted)\s+mode|an?\s+(?:unrestricted|unfiltered|jailbroken|evil))",
             Action::Quote,
         ),
@@ -111,7 +111,7 @@ static PATTERNS: LazyLock<Vec<Pattern>> = LazyLock::new(|| {
         p(
             "role_tag",
             2,
-            r"(?i)</?(?:system|assistant|developer|im_start|im_end)>|^\s*#{2,}\s*(?:system|assistant|instruction|instructions)\b[^\n]*",
+            r"(?im)</?(?:system|assistant|developer|im_start|im_end)>|^\s*#{2,}\s*(?:system|assistant|instructions?)\b\s*:?",
             Action::Contextual,
         ),
         p("role_marker", 1, r"(?im)^\s*(?:system|assistant|developer)\s*:", Action::Contextual),

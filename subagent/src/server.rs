@@ -261,7 +261,7 @@ impl Server {
             task: request.task.clone().unwrap_or_default(),
             context: request.context.clone(),
             tools,
-            timeout: request.timeout.map_or(task::DEFAULT_TIMEOUT, Duration::from_secs),
+            timeout: task::soft_timeout(request.timeout),
             secrets,
             llm,
             redactor: redactor.clone(),
@@ -292,6 +292,9 @@ impl Server {
             async move {
                 let response = agent::run(spec, out.clone(), task_cancel).await;
                 let status = response.status();
+                // The answer carries its own redactor; the process-wide one goes back to the
+                // idle set before the slot is freed, so it never clobbers the next task's.
+                redaction.set(after_task);
                 // Free the slot before answering, so the host may send the next task as soon
                 // as it reads this one's answer.
                 slot.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -302,7 +305,6 @@ impl Server {
                     "task finished"
                 );
                 out.send_redacted(response, redactor).await;
-                redaction.set(after_task);
             }
             .instrument(span),
         );

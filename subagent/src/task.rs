@@ -9,8 +9,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::llm::LlmSettings;
 
-/// Soft limit when the request names none.
+/// Soft limit when the request names none (or 0).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest soft limit honoured; a container is recycled long before.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The soft limit for a request's `timeout` field.
+pub fn soft_timeout(requested_secs: Option<u64>) -> Duration {
+    match requested_secs {
+        None | Some(0) => DEFAULT_TIMEOUT,
+        Some(secs) => Duration::from_secs(secs).min(MAX_TIMEOUT),
+    }
+}
 
 /// Everything a task needs, taken from its `execute` request.
 #[derive(Debug)]
@@ -50,5 +60,18 @@ impl Cancel {
     /// The text for the final response of a cancelled task.
     pub fn reason(&self) -> String {
         self.reason.get().cloned().unwrap_or_else(|| "task cancelled".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soft_timeout_has_a_default_and_a_ceiling() {
+        assert_eq!(soft_timeout(None), DEFAULT_TIMEOUT);
+        assert_eq!(soft_timeout(Some(0)), DEFAULT_TIMEOUT);
+        assert_eq!(soft_timeout(Some(7)), Duration::from_secs(7));
+        assert_eq!(soft_timeout(Some(u64::MAX)), MAX_TIMEOUT);
     }
 }
