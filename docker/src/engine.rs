@@ -198,8 +198,9 @@ impl Engine {
     pub(crate) async fn memory_use(&self, id: &str) -> Option<u64> {
         let options = StatsOptionsBuilder::default().stream(false).one_shot(true).build();
         let mut stats = self.docker.stats(id, Some(options));
+        // Off every hot path, so a slow engine may take its time.
         let sample =
-            tokio::time::timeout(Duration::from_secs(2), stats.next()).await.ok()??.ok()?;
+            tokio::time::timeout(Duration::from_secs(5), stats.next()).await.ok()??.ok()?;
         let memory = sample.memory_stats?;
         let usage = memory.usage?;
         let cache = memory

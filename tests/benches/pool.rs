@@ -77,6 +77,17 @@ async fn main() {
     };
     println!("nexbot pool benchmark ({} round trips, {} fresh runs)\n", ROUND_TRIPS, FRESH_RUNS);
 
+    // The internal network persists across pool starts in a deployment: timed on its own.
+    let _ = nexbot_docker::remove_network(&docker, "nxp-bench").await;
+    let started = Instant::now();
+    nexbot_docker::ensure_internal_network(&docker, "nxp-bench", &Default::default())
+        .await
+        .expect("network");
+    println!(
+        "create the internal network                {:>10.1} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+
     // Pool start, three times: each start is cold for the pool (no container of it exists).
     let mut starts = Vec::new();
     for _ in 0..3 {
@@ -130,6 +141,10 @@ async fn main() {
     let execute = stats(executes);
     row("warm pool execute (dispatch)", ROUND_TRIPS, &execute);
 
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while pool.snapshot().iter().any(|s| s.memory_bytes.is_none()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let memory: Vec<u64> = pool.snapshot().iter().filter_map(|s| s.memory_bytes).collect();
     pool.shutdown().await.expect("shutdown");
 
@@ -213,7 +228,7 @@ async fn fresh_docker_run(runs: usize) -> Stats {
     for i in 0..runs {
         let t = Instant::now();
         let mut child = tokio::process::Command::new("docker")
-            .args(["run", "--rm", "-i", "--network", "none", "--name"])
+            .args(["run", "--rm", "-i", "--name"])
             .arg(format!("nxp-bench-fresh-{}-{i}", std::process::id()))
             .arg(IMAGE)
             .stdin(std::process::Stdio::piped())
