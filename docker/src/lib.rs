@@ -7,7 +7,7 @@
 //!
 //! The API in one breath: [`Pool::start`] with a [`PoolConfig`], then [`Pool::execute`] (or
 //! [`Pool::execute_with_progress`]) per task, [`Pool::snapshot`] / [`Pool::logs`] /
-//! [`Pool::restart`] / [`Pool::kill`] / [`Pool::ping_all`] for the operator,
+//! [`Pool::restart`] / [`Pool::kill`] / [`Pool::ping`] / [`Pool::ping_all`] for the operator,
 //! [`Pool::container_for_address`] for the egress proxy, and [`Pool::shutdown`] at the end.
 //! [`ensure_internal_network`] and [`spec::container_spec`] are public for the parts that need
 //! to see the network and the container spec (egress proxy, compose).
