@@ -149,6 +149,10 @@ pub struct SubagentConfig {
     pub enabled: bool,
     pub image: String,
     pub pool_size: usize,
+    /// Scopes the pool's containers and labels (two daemons need different names).
+    pub pool_name: String,
+    /// The internal Docker network of the containers (created if missing).
+    pub network: String,
     pub task_timeout_secs: u64,
     /// LLM endpoint as seen from inside a container; `llm.base_url` when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +168,8 @@ impl Default for SubagentConfig {
             enabled: true,
             image: "nexbot-subagent:dev".into(),
             pool_size: 4,
+            pool_name: "nexbot".into(),
+            network: "nexbot-subagents".into(),
             task_timeout_secs: 300,
             llm_base_url: None,
             llm_model: None,
@@ -352,6 +358,19 @@ impl Config {
         range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
         if let Some(url) = &s.llm_base_url {
             check_url("subagent.llm_base_url", url)?;
+        }
+        if let Err(nexbot_docker::PoolError::InvalidConfig(text)) =
+            crate::pool_runner::pool_config(self).validate()
+        {
+            let (field, why) = text.split_once(": ").unwrap_or(("", text.as_str()));
+            let key = match field {
+                "name" => "subagent.pool_name",
+                "size" => "subagent.pool_size",
+                "network" => "subagent.network",
+                "image" => "subagent.image",
+                _ => "subagent",
+            };
+            return Err((key, why.to_owned()));
         }
         if !matches!(self.logging.format.as_str(), "text" | "json") {
             return Err((

@@ -8,7 +8,7 @@
 //! - [`agent`]: the tool-calling loop and its hooks.
 //! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
 //! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`console`]: `nexbot chat`.
-//! - [`subagent`]: the seam to the container pool. [`runtime`]: wiring. [`doctor`]: checks.
+//! - [`subagent`]: the seam to the container pool; [`pool_runner`]: the pool behind it. [`runtime`]: wiring. [`doctor`]: checks.
 
 pub mod agent;
 pub mod bus;
@@ -16,6 +16,7 @@ pub mod config;
 pub mod console;
 pub mod doctor;
 pub mod llm;
+pub mod pool_runner;
 pub mod runtime;
 pub mod store;
 pub mod subagent;

@@ -9,6 +9,7 @@ use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::llm::LlmClient;
+use crate::pool_runner::RandomTaskTokens;
 use crate::store::Store;
 use crate::subagent::SubagentRunner;
 use crate::tools::delegate::{Delegate, DelegateSettings};
@@ -63,7 +64,8 @@ pub fn build_agent(
             llm_base_url: config.subagent_llm_base_url().to_owned(),
             llm_model: config.subagent_llm_model().to_owned(),
         };
-        tools.add(Arc::new(Delegate::new(runner, store.clone(), None, settings)));
+        let tokens = Arc::new(RandomTaskTokens::default());
+        tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
     }
     let llm = LlmClient::new(&config.llm, config.secrets.llm_api_key.clone())
         .context("cannot build the HTTP client for the LLM")?;

@@ -220,3 +220,38 @@ async fn max_iterations_stops_the_turn_with_a_message() {
     assert!(text(&out.stdout).contains("I stopped after 3 steps"), "{}", text(&out.stdout));
     assert_eq!(llm.chat_requests().len(), 3);
 }
+
+#[tokio::test]
+async fn planted_llm_key_never_reaches_prompts_logs_or_output() {
+    let ws = TempWorkspace::init("planted");
+    let key = "sk-planted-nxh-chat-91be";
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_calls(&[
+            ("read_file", json!({"path": "config.toml"})),
+            ("memory", json!({"action": "read"})),
+            ("list_dir", json!({})),
+        ]),
+        Step::status(500, "{}"),
+        Step::text("done"),
+    ])
+    .await;
+    let mut env = base_env(&llm.base_url());
+    env.push(("NEXBOT_LLM_API_KEY".into(), key.into()));
+    env.push(("RUST_LOG".into(), "trace".into()));
+    let out = chat(&ws.config(), &env, &["show me everything"], LIMIT).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout.trim(), "done", "{stderr}");
+    assert!(stderr.contains("TRACE") || stderr.contains("DEBUG"), "logs were not captured");
+    assert!(!stdout.contains(key) && !stderr.contains(key), "the key leaked into output or logs");
+    let requests = llm.chat_requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert_eq!(request.header("authorization"), Some(format!("Bearer {key}").as_str()));
+        assert!(!request.body.to_string().contains(key), "the key reached a prompt");
+    }
+    // The daemon's own config file is refused to the model.
+    let tool_replies = messages(&requests[1].body);
+    assert!(tool_replies
+        .iter()
+        .any(|m| m["content"].as_str().is_some_and(|c| c.contains("belongs to the daemon"))));
+}

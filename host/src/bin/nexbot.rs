@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use nexbot_docker::Pool;
 use nexbot_host::bus::{self, BusHandle};
 use nexbot_host::config::Config;
 use nexbot_host::doctor::{self, Verdict};
 use nexbot_host::subagent::SubagentRunner;
-use nexbot_host::{console, runtime, workspace};
+use nexbot_host::{console, pool_runner, runtime, workspace};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -107,31 +108,40 @@ fn init_logging(config: &Config, default_level: Option<&str>) {
     }
 }
 
-/// The subagent runner for this config: none when delegation is off.
-async fn start_runner(config: &Config) -> anyhow::Result<Option<Arc<dyn SubagentRunner>>> {
-    if !config.subagent.enabled {
+/// The bus with the agent, and the pool behind delegation when it is on.
+async fn start(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(BusHandle, Option<Arc<Pool>>)> {
+    let store = runtime::open_store(config).await?;
+    let pool = if config.subagent.enabled {
+        Some(pool_runner::start_pool(config).await?)
+    } else {
         tracing::info!("delegation is off (subagent.enabled = false)");
-        return Ok(None);
-    }
-    tracing::warn!(
-        "the container pool is not wired in yet: delegate_to_sub_agent is not offered \
-         (set subagent.enabled = false to silence this)"
-    );
-    Ok(None)
+        None
+    };
+    let runner = pool
+        .clone()
+        .map(|pool| Arc::new(pool_runner::PoolRunner::new(pool)) as Arc<dyn SubagentRunner>);
+    let agent = Arc::new(runtime::build_agent(config, store, runner)?);
+    Ok((bus::start(agent, &config.bus, shutdown.clone()), pool))
 }
 
-async fn start(config: &Config, shutdown: &CancellationToken) -> anyhow::Result<BusHandle> {
-    let store = runtime::open_store(config).await?;
-    let runner = start_runner(config).await?;
-    let agent = Arc::new(runtime::build_agent(config, store, runner)?);
-    Ok(bus::start(agent, &config.bus, shutdown.clone()))
+/// After the bus: lets running turns end, then removes the pool's containers.
+async fn stop(task: tokio::task::JoinHandle<()>, pool: Option<Arc<Pool>>) {
+    if tokio::time::timeout(Duration::from_secs(30), task).await.is_err() {
+        tracing::warn!("turns did not stop within 30 s");
+    }
+    if let Some(pool) = pool {
+        pool_runner::stop_pool(pool).await;
+    }
 }
 
 async fn serve(path: &Path) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     init_logging(&config, None);
     let shutdown = CancellationToken::new();
-    let BusHandle { inbound, mut outbound, task } = start(&config, &shutdown).await?;
+    let (BusHandle { inbound, mut outbound, task }, pool) = start(&config, &shutdown).await?;
     tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
     // No network channel is built yet; answers with nowhere to go are logged, not queued up.
     tokio::spawn(async move {
@@ -143,9 +153,7 @@ async fn serve(path: &Path) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     shutdown.cancel();
     drop(inbound);
-    if tokio::time::timeout(Duration::from_secs(30), task).await.is_err() {
-        tracing::warn!("turns did not stop within 30 s");
-    }
+    stop(task, pool).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -163,7 +171,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     init_logging(&config, Some("warn"));
     let shutdown = CancellationToken::new();
-    let BusHandle { inbound, outbound, task } = start(&config, &shutdown).await?;
+    let (BusHandle { inbound, outbound, task }, pool) = start(&config, &shutdown).await?;
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let in_flight = config.bus.per_chat_queue;
     let console =
@@ -173,7 +181,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         result = wait_for_signal() => result?,
     }
     shutdown.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+    stop(task, pool).await;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
 use crate::llm::TokenUsage;
+use crate::pool_runner::TaskTokens;
 use crate::store::{Store, TaskEnd};
 use crate::subagent::{BoxFuture, SubagentRunner};
 
@@ -46,6 +47,7 @@ pub struct Delegate {
     runner: Arc<dyn SubagentRunner>,
     store: Store,
     secrets: Option<Arc<dyn SecretSource>>,
+    tokens: Arc<dyn TaskTokens>,
     settings: DelegateSettings,
 }
 
@@ -54,9 +56,10 @@ impl Delegate {
         runner: Arc<dyn SubagentRunner>,
         store: Store,
         secrets: Option<Arc<dyn SecretSource>>,
+        tokens: Arc<dyn TaskTokens>,
         settings: DelegateSettings,
     ) -> Self {
-        Self { runner, store, secrets, settings }
+        Self { runner, store, secrets, tokens, settings }
     }
 
     async fn collect_secrets(&self, chat: &str, names: &[String]) -> Result<SecretMap, ToolError> {
@@ -150,6 +153,11 @@ impl Tool for Delegate {
             request.secrets = (!secrets.is_empty()).then_some(secrets);
             request.llm_base_url = Some(self.settings.llm_base_url.clone());
             request.llm_model = Some(self.settings.llm_model.clone());
+            // Never the API key: a per-task token the LLM relay accepts while the task lives.
+            request.llm_token = match self.tokens.issue(&id) {
+                Ok(token) => Some(token),
+                Err(e) => return Err(ToolError::new(format!("cannot issue a task token: {e}"))),
+            };
             tracing::info!(task_id = %id, chat = %ctx.chat_id, "delegating to a subagent");
 
             let started = Instant::now();
@@ -176,7 +184,8 @@ impl Tool for Delegate {
                     ))
                 }
                 Some(Err(e)) => {
-                    end.status = "error".into();
+                    end.status =
+                        if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
                     end.error = Some(e.to_string());
                     failure(format!("the sub-agent could not run the task: {e}"))
                 }
@@ -207,6 +216,7 @@ impl Tool for Delegate {
                     }
                 }
             };
+            self.tokens.revoke(&id);
             tracing::info!(task_id = %id, status = %end.status, duration_ms = end.duration_ms, "subagent task ended");
             if let Err(e) = self.store.finish_task(&id, end).await {
                 tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
