@@ -31,6 +31,16 @@ pub fn build_agent(
     store: Store,
     runner: Option<Arc<dyn SubagentRunner>>,
 ) -> anyhow::Result<Agent> {
+    build_agent_with_hooks(config, store, runner, Vec::new())
+}
+
+/// [`build_agent`] with `extra` hooks after the built-in ones.
+pub fn build_agent_with_hooks(
+    config: &Config,
+    store: Store,
+    runner: Option<Arc<dyn SubagentRunner>>,
+    extra: Vec<Arc<dyn Hook>>,
+) -> anyhow::Result<Agent> {
     let workspace = &config.workspace.dir;
     if !workspace.is_dir() {
         anyhow::bail!(
@@ -69,7 +79,8 @@ pub fn build_agent(
     }
     let llm = LlmClient::new(&config.llm, config.secrets.llm_api_key.clone())
         .context("cannot build the HTTP client for the LLM")?;
-    let hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
+    let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
+    hooks.extend(extra);
     Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone()))
 }
 
