@@ -4,7 +4,7 @@
 //! Why tokens: no API key may enter a container. Each delegation gets a fresh random token
 //! (revoked when the task ends) for the host's LLM relay, which swaps it for the real key.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -22,22 +22,19 @@ pub trait TaskTokens: Send + Sync + std::fmt::Debug {
     fn revoke(&self, task_id: &str);
 }
 
-/// Random 256-bit tokens, remembered per live task (for the relay to check).
+/// Random 256-bit tokens. Until the host's LLM relay (egress) is wired in, nothing checks
+/// them: a subagent then reaches only an endpoint that needs no key (a local model, a test
+/// server). The relay's own token registry replaces this, and its `revoke` matters there.
 #[derive(Debug, Default)]
-pub struct RandomTaskTokens {
-    live: Mutex<Vec<String>>,
-}
+pub struct RandomTaskTokens;
 
 impl TaskTokens for RandomTaskTokens {
-    fn issue(&self, task_id: &str) -> Result<SecretString, String> {
+    fn issue(&self, _task_id: &str) -> Result<SecretString, String> {
         let token =
             format!("nxt-{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).push(task_id.to_owned());
         Ok(SecretString::from(token))
     }
-    fn revoke(&self, task_id: &str) {
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|t| t != task_id);
-    }
+    fn revoke(&self, _task_id: &str) {}
 }
 
 /// The pool's settings derived from `[subagent]`.

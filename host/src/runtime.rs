@@ -74,7 +74,7 @@ pub fn build_agent_with_hooks(
             llm_base_url: config.subagent_llm_base_url().to_owned(),
             llm_model: config.subagent_llm_model().to_owned(),
         };
-        let tokens = Arc::new(RandomTaskTokens::default());
+        let tokens = Arc::new(RandomTaskTokens);
         tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
     }
     let llm = LlmClient::new(&config.llm, config.secrets.llm_api_key.clone())

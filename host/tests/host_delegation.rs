@@ -221,3 +221,49 @@ async fn stopping_a_turn_sends_cancel_to_the_subagent_it_started() {
     let _ = remove_network(&docker, &network).await;
     result.unwrap();
 }
+
+#[tokio::test]
+async fn delegation_refuses_blocked_tools_and_unknown_secrets_before_any_container_work() {
+    let Some(docker) = docker_or_skip("delegation_refuses").await else { return };
+    image_present(&docker).await;
+    let network = format!("nxh-net-refuse-{}", std::process::id());
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_calls(&[
+            (
+                "delegate_to_sub_agent",
+                json!({"task": "recurse", "tools": ["run_command", "spawn"]}),
+            ),
+            ("spawn", json!({"task": "use a key", "secrets": ["GITHUB_TOKEN"]})),
+            ("spawn", json!({"task": "bad name", "secrets": ["lower-case"]})),
+        ]),
+        Step::text("ok"),
+    ])
+    .await;
+    let ws = TempWorkspace::init("refuse");
+    let mut env = base_env(&llm.base_url());
+    env.extend(
+        [
+            ("NEXBOT_SUBAGENT__ENABLED", "true".to_owned()),
+            ("NEXBOT_SUBAGENT__POOL_SIZE", "1".to_owned()),
+            ("NEXBOT_SUBAGENT__POOL_NAME", format!("nxh-refuse-{}", std::process::id())),
+            ("NEXBOT_SUBAGENT__NETWORK", network.clone()),
+        ]
+        .map(|(k, v)| (k.to_owned(), v)),
+    );
+    let out = chat(&ws.config(), &env, &["try it"], Duration::from_secs(120)).await;
+    let _ = remove_network(&docker, &network).await;
+    assert_eq!(text(&out.stdout).trim(), "ok", "{}", text(&out.stderr));
+    let replies: Vec<String> = llm.chat_requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(replies[0].contains("the tool spawn can never be granted"), "{replies:?}");
+    assert!(replies[1].contains("no secret named GITHUB_TOKEN"), "{replies:?}");
+    assert!(replies[2].contains("invalid secret name"), "{replies:?}");
+    let db = rusqlite::Connection::open(ws.database()).unwrap();
+    let records: i64 = db.query_row("SELECT COUNT(*) FROM task_records", [], |r| r.get(0)).unwrap();
+    assert_eq!(records, 0);
+}

@@ -235,6 +235,7 @@ fn unfinished(
     report: Option<nexbot_protocol::Report>,
 ) -> String {
     end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { status }.into();
+    // A report gives only a total; it is kept as completion tokens.
     end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
     end.error = Some(error.clone());
     json!({"success": false, "error": error, "report": report}).to_string()
