@@ -1,7 +1,213 @@
 //! `nexbot`: the host daemon (`serve`), the terminal channel (`chat`), `init` and `doctor`.
-//! Not built yet; see README "Status".
+//!
+//! The runtime is deliberately small (two worker threads, few blocking threads): the host
+//! mostly waits on the network, and its idle footprint matters on a small server.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use nexbot_docker::Pool;
+use nexbot_host::bus::{self, BusHandle};
+use nexbot_host::config::Config;
+use nexbot_host::doctor::{self, Verdict};
+use nexbot_host::subagent::SubagentRunner;
+use nexbot_host::{console, pool_runner, runtime, workspace};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "nexbot", version, about = "Nexbot: a self-hosted personal AI agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write a workspace: bootstrap files and a commented config.toml.
+    Init {
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Run the daemon until SIGTERM or Ctrl-C.
+    Serve(ConfigArg),
+    /// Talk to the agent in the terminal: one line is one message; exits at end of input.
+    Chat(ConfigArg),
+    /// Check config, workspace, database, LLM, Docker and the subagent image.
+    Doctor(ConfigArg),
+}
+
+#[derive(Debug, clap::Args)]
+struct ConfigArg {
+    #[arg(long, env = "NEXBOT_CONFIG", default_value = "config.toml")]
+    config: PathBuf,
+}
 
 fn main() {
-    eprintln!("nexbot: the host daemon is not implemented yet (see README, Status)");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("nexbot: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Init { dir, force } = &cli.command {
+        return init(dir, *force);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Init { .. } => Ok(()),
+            Command::Serve(arg) => serve(&arg.config).await,
+            Command::Chat(arg) => chat(&arg.config).await,
+            Command::Doctor(arg) => doctor(&arg.config).await,
+        }
+    })
+}
+
+fn init(dir: &Path, force: bool) -> anyhow::Result<()> {
+    let report = workspace::init(dir, force)
+        .with_context(|| format!("cannot write the workspace {}", dir.display()))?;
+    for path in &report.written {
+        println!("wrote {}", path.display());
+    }
+    for path in &report.kept {
+        println!("kept  {} (exists; --force overwrites)", path.display());
+    }
+    println!(
+        "\nNext: export NEXBOT_LLM_API_KEY=..., review {}, then `nexbot chat --config {}`",
+        dir.join(workspace::CONFIG_FILE).display(),
+        dir.join(workspace::CONFIG_FILE).display()
+    );
+    Ok(())
+}
+
+fn init_logging(config: &Config, default_level: Option<&str>) {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .or(default_level.map(str::to_owned))
+        .unwrap_or_else(|| config.logging.level.clone());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    if config.logging.format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// The bus with the agent, and the pool behind delegation when it is on.
+async fn start(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<(BusHandle, Option<Arc<Pool>>)> {
+    let store = runtime::open_store(config).await?;
+    let pool = if config.subagent.enabled {
+        Some(pool_runner::start_pool(config).await?)
+    } else {
+        tracing::info!("delegation is off (subagent.enabled = false)");
+        None
+    };
+    let runner = pool
+        .clone()
+        .map(|pool| Arc::new(pool_runner::PoolRunner::new(pool)) as Arc<dyn SubagentRunner>);
+    let agent = Arc::new(runtime::build_agent(config, store, runner)?);
+    Ok((bus::start(agent, &config.bus, shutdown.clone()), pool))
+}
+
+/// After the bus: lets running turns end, then removes the pool's containers.
+async fn stop(task: tokio::task::JoinHandle<()>, pool: Option<Arc<Pool>>) {
+    if tokio::time::timeout(Duration::from_secs(30), task).await.is_err() {
+        tracing::warn!("turns did not stop within 30 s");
+    }
+    if let Some(pool) = pool {
+        pool_runner::stop_pool(pool).await;
+    }
+}
+
+async fn serve(path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    init_logging(&config, None);
+    let shutdown = CancellationToken::new();
+    let (BusHandle { inbound, mut outbound, task }, pool) = start(&config, &shutdown).await?;
+    tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
+    // No network channel is built yet; answers with nowhere to go are logged, not queued up.
+    tokio::spawn(async move {
+        while let Some(message) = outbound.recv().await {
+            tracing::info!(chat = %message.chat_id, "answer for a chat without a channel dropped");
+        }
+    });
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    drop(inbound);
+    stop(task, pool).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("cannot listen for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
+}
+
+async fn chat(path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    init_logging(&config, Some("warn"));
+    let shutdown = CancellationToken::new();
+    let (BusHandle { inbound, outbound, task }, pool) = start(&config, &shutdown).await?;
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let in_flight = config.bus.per_chat_queue;
+    let console =
+        console::run(stdin, tokio::io::stdout(), inbound, outbound, in_flight, shutdown.clone());
+    tokio::select! {
+        result = console => result.context("console I/O failed")?,
+        result = wait_for_signal() => result?,
+    }
+    shutdown.cancel();
+    stop(task, pool).await;
+    Ok(())
+}
+
+async fn doctor(path: &Path) -> anyhow::Result<()> {
+    let config = match Config::load(path) {
+        Ok(config) => {
+            println!("[ok]   config: {}", path.display());
+            config
+        }
+        Err(e) => {
+            println!("[FAIL] config: {e}");
+            anyhow::bail!("the configuration is not usable");
+        }
+    };
+    let checks = doctor::run(&config).await;
+    for check in &checks {
+        println!("{}", check.render());
+    }
+    let failed = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
+    if failed > 0 {
+        anyhow::bail!("{failed} check(s) failed");
+    }
+    println!("all checks passed");
+    Ok(())
 }

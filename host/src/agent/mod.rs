@@ -1,0 +1,399 @@
+//! The main agent loop: one user message in, one answer out, with tool calls in between.
+//!
+//! Why it is shaped like this: a turn must always end with something the user can read —
+//! an answer, or a clear sentence saying why there is none (LLM down, limit reached, stopped,
+//! timed out) — and must never take the daemon down. Tool failures, unknown tools and tool
+//! calls with invalid JSON are returned to the model in the normalized error form so it can
+//! correct itself. The turn's [`CancellationToken`] is handed (as child tokens) to every tool,
+//! so stopping a turn reaches the subagent tasks it started.
+
+pub mod hooks;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::hooks::{run_hooks, Hook, HookContext, HookEvent, HookResult};
+use crate::bus::OutboundMessage;
+use crate::config::AgentConfig;
+use crate::llm::{ChatMessage, LlmClient, LlmError, TokenUsage, ToolCall};
+use crate::store::Store;
+use crate::tools::{failure, ToolContext, ToolRegistry};
+use crate::workspace::assemble_context;
+
+/// Tool output longer than this is cut before it goes back to the model.
+pub const MAX_TOOL_RESULT_CHARS: usize = 100_000;
+/// After a turn's time is up and it has been cancelled, how long it may take to wind down
+/// (answering the subagent's `cancel`, recording the task).
+const WIND_DOWN: Duration = Duration::from_secs(20);
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnStatus {
+    /// The model (or a hook's `Finish`) gave the answer; it is kept in the history.
+    Answered,
+    /// A hook blocked the turn.
+    Blocked,
+    LlmFailed,
+    Cancelled,
+    MaxIterations,
+    TimedOut,
+    /// The daemon could not load the turn's state (e.g. the database).
+    Failed,
+}
+
+/// The answer to show and what the turn cost.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    pub answer: String,
+    pub status: TurnStatus,
+    pub usage: TokenUsage,
+    pub iterations: u32,
+}
+
+/// Counters a running turn updates, readable after it was cut short.
+#[derive(Debug, Default)]
+struct TurnMeter {
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    iterations: AtomicU32,
+}
+
+impl TurnMeter {
+    fn add(&self, usage: TokenUsage) {
+        self.prompt_tokens.fetch_add(usage.prompt_tokens, Ordering::Relaxed);
+        self.completion_tokens.fetch_add(usage.completion_tokens, Ordering::Relaxed);
+    }
+    fn usage(&self) -> TokenUsage {
+        TokenUsage {
+            prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
+            completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where the turn's loop ended, before the after-agent hooks.
+struct Ending {
+    answer: String,
+    status: TurnStatus,
+}
+
+impl Ending {
+    fn new(status: TurnStatus, answer: impl Into<String>) -> Self {
+        Self { answer: answer.into(), status }
+    }
+}
+
+/// What running one tool call produced.
+enum ToolStep {
+    Result(String),
+    Finish(String),
+}
+
+/// Everything a turn needs that does not change between turns.
+#[derive(Debug)]
+pub struct Agent {
+    llm: LlmClient,
+    tools: ToolRegistry,
+    hooks: Vec<Arc<dyn Hook>>,
+    store: Store,
+    workspace: PathBuf,
+    config: AgentConfig,
+}
+
+/// The turn being run: who asked, and the per-turn handles.
+struct Turn<'a> {
+    chat_id: &'a str,
+    session_id: i64,
+    cancel: &'a CancellationToken,
+    outbound: &'a mpsc::Sender<OutboundMessage>,
+    meter: &'a TurnMeter,
+}
+
+impl Agent {
+    pub fn new(
+        llm: LlmClient,
+        tools: ToolRegistry,
+        hooks: Vec<Arc<dyn Hook>>,
+        store: Store,
+        workspace: PathBuf,
+        config: AgentConfig,
+    ) -> Self {
+        Self { llm, tools, hooks, store, workspace, config }
+    }
+
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Runs one turn for `chat_id`. Never fails: every problem becomes the answer's text.
+    pub async fn run_turn(
+        &self,
+        chat_id: &str,
+        text: &str,
+        cancel: CancellationToken,
+        outbound: mpsc::Sender<OutboundMessage>,
+    ) -> TurnOutcome {
+        let meter = TurnMeter::default();
+        let session_id = match self.store.active_session(chat_id).await {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(chat = chat_id, error = %e, "cannot load the session");
+                return TurnOutcome {
+                    answer: format!("Sorry, I cannot reach my memory right now: {e}"),
+                    status: TurnStatus::Failed,
+                    usage: TokenUsage::default(),
+                    iterations: 0,
+                };
+            }
+        };
+        let turn =
+            Turn { chat_id, session_id, cancel: &cancel, outbound: &outbound, meter: &meter };
+        let budget = Duration::from_secs(self.config.turn_timeout_secs);
+        let inner = self.run_loop(&turn, text);
+        tokio::pin!(inner);
+        let ending = tokio::select! {
+            ending = &mut inner => ending,
+            () = tokio::time::sleep(budget) => {
+                cancel.cancel();
+                // Let tools answer the cancellation (subagents get `cancel`, records are kept).
+                let _ = tokio::time::timeout(WIND_DOWN, &mut inner).await;
+                let context = self.hook_context(&turn);
+                let mut answer = format!(
+                    "This took longer than {}s, so I stopped. Ask again with a smaller request.",
+                    budget.as_secs()
+                );
+                match run_hooks(&self.hooks, &HookEvent::Timeout { tool: None }, &context) {
+                    HookResult::Finish(text) => answer = text,
+                    HookResult::InjectContext(text) => answer = format!("{answer}\n{text}"),
+                    HookResult::Continue | HookResult::Block { .. } => {}
+                }
+                Ending::new(TurnStatus::TimedOut, answer)
+            }
+        };
+        let Ending { mut answer, status } = ending;
+        if status != TurnStatus::Cancelled {
+            let context = self.hook_context(&turn);
+            match run_hooks(&self.hooks, &HookEvent::AfterAgent { answer: &answer }, &context) {
+                HookResult::Block { reason } => answer = reason,
+                HookResult::Finish(text) => answer = text,
+                HookResult::InjectContext(text) => answer = format!("{answer}\n{text}"),
+                HookResult::Continue => {}
+            }
+        }
+        let usage = meter.usage();
+        if status == TurnStatus::Answered {
+            if let Err(e) = self.store.append_turn(session_id, text, &answer, usage).await {
+                tracing::error!(chat = chat_id, error = %e, "cannot save the turn to the history");
+            }
+        }
+        tracing::info!(
+            chat = chat_id,
+            ?status,
+            iterations = meter.iterations.load(Ordering::Relaxed),
+            prompt_tokens = usage.prompt_tokens,
+            completion_tokens = usage.completion_tokens,
+            "turn ended"
+        );
+        TurnOutcome { answer, status, usage, iterations: meter.iterations.load(Ordering::Relaxed) }
+    }
+
+    fn hook_context<'a>(&self, turn: &Turn<'a>) -> HookContext<'a> {
+        let usage = turn.meter.usage();
+        HookContext {
+            chat_id: turn.chat_id,
+            tokens: usage.prompt_tokens + usage.completion_tokens,
+            iteration: turn.meter.iterations.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn build_messages(
+        &self,
+        turn: &Turn<'_>,
+        text: &str,
+    ) -> Result<Vec<ChatMessage>, String> {
+        let dir = self.workspace.clone();
+        let cap = self.config.context_max_chars;
+        let system = tokio::task::spawn_blocking(move || assemble_context(&dir, cap))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot read the workspace: {e}"))?;
+        let history = self
+            .store
+            .history(turn.session_id, self.config.history_max_messages)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut messages = vec![ChatMessage::system(system)];
+        messages.extend(history.into_iter().map(|h| ChatMessage {
+            role: h.role,
+            content: Some(h.content),
+            tool_calls: None,
+            tool_call_id: None,
+        }));
+        messages.push(ChatMessage::user(text));
+        Ok(messages)
+    }
+
+    async fn run_loop(&self, turn: &Turn<'_>, text: &str) -> Ending {
+        let mut messages = match self.build_messages(turn, text).await {
+            Ok(messages) => messages,
+            Err(e) => {
+                tracing::error!(chat = turn.chat_id, error = %e, "cannot build the prompt");
+                return Ending::new(
+                    TurnStatus::Failed,
+                    format!("Sorry, something is wrong on my side: {e}"),
+                );
+            }
+        };
+        let event = HookEvent::BeforeAgent { user_message: text };
+        match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
+            HookResult::Block { reason } => return Ending::new(TurnStatus::Blocked, reason),
+            HookResult::Finish(text) => return Ending::new(TurnStatus::Answered, text),
+            HookResult::InjectContext(text) => messages.push(ChatMessage::system(text)),
+            HookResult::Continue => {}
+        }
+        let specs = self.tools.specs();
+        for iteration in 1..=self.config.max_iterations {
+            turn.meter.iterations.store(iteration, Ordering::Relaxed);
+            let event = HookEvent::BeforeIteration { iteration };
+            match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
+                HookResult::Block { reason } => return Ending::new(TurnStatus::Blocked, reason),
+                HookResult::Finish(text) => return Ending::new(TurnStatus::Answered, text),
+                HookResult::InjectContext(text) => messages.push(ChatMessage::system(text)),
+                HookResult::Continue => {}
+            }
+            let completion = match self.llm.complete(&messages, &specs, turn.cancel).await {
+                Ok(completion) => completion,
+                Err(LlmError::Cancelled) => return Ending::new(TurnStatus::Cancelled, "Stopped."),
+                Err(e) => {
+                    tracing::warn!(chat = turn.chat_id, error = %e, "LLM call failed");
+                    return Ending::new(TurnStatus::LlmFailed, e.user_message());
+                }
+            };
+            turn.meter.add(completion.usage);
+            let message = completion.message;
+            let calls = message.tool_calls.clone().unwrap_or_default();
+            if calls.is_empty() {
+                let answer = message.content.unwrap_or_default();
+                let answer = if answer.trim().is_empty() {
+                    "(The model returned an empty answer.)".to_owned()
+                } else {
+                    answer
+                };
+                return Ending::new(TurnStatus::Answered, answer);
+            }
+            messages.push(ChatMessage {
+                role: "assistant".into(),
+                content: message.content,
+                tool_calls: Some(calls.clone()),
+                tool_call_id: None,
+            });
+            for call in &calls {
+                if turn.cancel.is_cancelled() {
+                    return Ending::new(TurnStatus::Cancelled, "Stopped.");
+                }
+                match self.run_tool(turn, call).await {
+                    ToolStep::Result(result) => {
+                        messages.push(ChatMessage::tool(&call.id, cut(result)));
+                    }
+                    ToolStep::Finish(text) => return Ending::new(TurnStatus::Answered, text),
+                }
+            }
+            if turn.cancel.is_cancelled() {
+                return Ending::new(TurnStatus::Cancelled, "Stopped.");
+            }
+        }
+        Ending::new(
+            TurnStatus::MaxIterations,
+            format!(
+                "I stopped after {} steps without a final answer. Tell me how to go on, or ask \
+                 for a smaller piece.",
+                self.config.max_iterations
+            ),
+        )
+    }
+
+    async fn run_tool(&self, turn: &Turn<'_>, call: &ToolCall) -> ToolStep {
+        let name = call.function.name.as_str();
+        let raw = call.function.arguments.trim();
+        let args: Value = match serde_json::from_str(if raw.is_empty() { "{}" } else { raw }) {
+            Ok(value @ Value::Object(_)) => value,
+            Ok(_) => {
+                return ToolStep::Result(failure(format!(
+                    "arguments for {name} must be a JSON object"
+                )))
+            }
+            Err(e) => {
+                return ToolStep::Result(failure(format!("invalid JSON arguments for {name}: {e}")))
+            }
+        };
+        let Some(tool) = self.tools.get(name) else {
+            return ToolStep::Result(failure(format!(
+                "unknown tool {name}; available: {}",
+                self.tools.names().join(", ")
+            )));
+        };
+        let mut note = None;
+        let event = HookEvent::BeforeTool { tool: name, arguments: &args };
+        match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
+            HookResult::Block { reason } => {
+                return ToolStep::Result(failure(format!("blocked: {reason}")))
+            }
+            HookResult::Finish(text) => return ToolStep::Finish(text),
+            HookResult::InjectContext(text) => note = Some(text),
+            HookResult::Continue => {}
+        }
+        tracing::info!(chat = turn.chat_id, tool = name, "tool call");
+        let limit = tool.timeout().unwrap_or(Duration::from_secs(self.config.tool_timeout_secs));
+        let ctx = ToolContext {
+            chat_id: turn.chat_id.to_owned(),
+            session_id: turn.session_id,
+            cancel: turn.cancel.child_token(),
+            outbound: turn.outbound.clone(),
+        };
+        let mut result = match tokio::time::timeout(limit, tool.call(args, &ctx)).await {
+            Ok(Ok(output)) => output,
+            Ok(Err(e)) => failure(e),
+            Err(_) => {
+                ctx.cancel.cancel();
+                tracing::warn!(chat = turn.chat_id, tool = name, "tool timed out");
+                let message = failure(format!("{name} timed out after {}s", limit.as_secs()));
+                let event = HookEvent::Timeout { tool: Some(name) };
+                match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
+                    HookResult::Finish(text) => return ToolStep::Finish(text),
+                    HookResult::InjectContext(text) => format!("{message}\n\n[note] {text}"),
+                    HookResult::Continue | HookResult::Block { .. } => message,
+                }
+            }
+        };
+        let event = HookEvent::AfterTool { tool: name, result: &result };
+        match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
+            HookResult::Block { reason } => result = failure(format!("blocked: {reason}")),
+            HookResult::Finish(text) => return ToolStep::Finish(text),
+            HookResult::InjectContext(text) => result = format!("{result}\n\n[note] {text}"),
+            HookResult::Continue => {}
+        }
+        if let Some(text) = note {
+            result = format!("{result}\n\n[note] {text}");
+        }
+        ToolStep::Result(result)
+    }
+}
+
+fn cut(text: String) -> String {
+    if text.chars().count() <= MAX_TOOL_RESULT_CHARS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_TOOL_RESULT_CHARS).collect();
+    cut.push_str("\n[TRUNCATED]");
+    cut
+}

@@ -1,0 +1,570 @@
+//! The daemon's configuration: one TOML file, overridable key by key from `NEXBOT_*`
+//! environment variables, with secrets taken from the environment only.
+//!
+//! Why it is strict: a typo in a config key silently falling back to a default is how an
+//! operator ends up with a sandbox or limit they did not ask for. Unknown keys and bad values
+//! are refused at start, and the error names the key (and the variable, when it came from the
+//! environment) and the reason.
+//!
+//! Environment mapping: `NEXBOT_<SECTION>__<KEY>` (double underscore between section and key,
+//! case-insensitive) overrides `[section] key`, e.g. `NEXBOT_LLM__MODEL=gpt-4o-mini` or
+//! `NEXBOT_AGENT__MAX_ITERATIONS=30`. The value is read as a TOML literal (`30`, `true`,
+//! `["a","b"]`), and as a plain string when it is not one. Secrets have fixed names and no
+//! `__`: [`LLM_API_KEY_ENV`], [`TELEGRAM_TOKEN_ENV`], [`MASTER_KEY_ENV`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The LLM provider's API key.
+pub const LLM_API_KEY_ENV: &str = "NEXBOT_LLM_API_KEY";
+/// The Telegram bot token.
+pub const TELEGRAM_TOKEN_ENV: &str = "NEXBOT_TELEGRAM_TOKEN";
+/// The key that encrypts stored per-chat secrets.
+pub const MASTER_KEY_ENV: &str = "NEXBOT_MASTER_KEY";
+/// Prefix of the per-key overrides (`NEXBOT_SECTION__KEY`).
+pub const ENV_PREFIX: &str = "NEXBOT_";
+
+/// The whole configuration. `Default` is the safe configuration the generated file documents.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub workspace: WorkspaceConfig,
+    pub agent: AgentConfig,
+    pub llm: LlmConfig,
+    pub storage: StorageConfig,
+    pub bus: BusConfig,
+    pub subagent: SubagentConfig,
+    pub logging: LoggingConfig,
+    /// Filled from the environment only; never read from or written to the file.
+    #[serde(skip)]
+    pub secrets: Secrets,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspaceConfig {
+    /// Directory with the bootstrap files; relative paths are relative to the config file.
+    pub dir: PathBuf,
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> Self {
+        Self { dir: PathBuf::from(".") }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    pub max_iterations: u32,
+    pub tool_timeout_secs: u64,
+    pub turn_timeout_secs: u64,
+    pub context_max_chars: usize,
+    pub history_max_messages: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            max_iterations: 20,
+            tool_timeout_secs: 60,
+            turn_timeout_secs: 900,
+            context_max_chars: 24_000,
+            history_max_messages: 40,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmConfig {
+    pub base_url: String,
+    pub model: String,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+    pub retry_initial_ms: u64,
+    pub retry_max_wait_secs: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.z.ai/api/paas/v4".into(),
+            model: "glm-4.7-flash".into(),
+            timeout_secs: 120,
+            max_retries: 3,
+            retry_initial_ms: 1_000,
+            retry_max_wait_secs: 30,
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// SQLite file; relative paths are relative to the workspace.
+    pub database: PathBuf,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self { database: PathBuf::from("nexbot.db") }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusConfig {
+    pub inbound_capacity: usize,
+    pub outbound_capacity: usize,
+    pub per_chat_queue: usize,
+    pub max_parallel_turns: usize,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        Self {
+            inbound_capacity: 64,
+            outbound_capacity: 64,
+            per_chat_queue: 8,
+            max_parallel_turns: 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SubagentConfig {
+    /// Offer delegation (and start the container pool). Off: no Docker needed.
+    pub enabled: bool,
+    pub image: String,
+    pub pool_size: usize,
+    /// Scopes the pool's containers and labels (two daemons need different names).
+    pub pool_name: String,
+    /// The internal Docker network of the containers (created if missing).
+    pub network: String,
+    pub task_timeout_secs: u64,
+    /// LLM endpoint as seen from inside a container; `llm.base_url` when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_base_url: Option<String>,
+    /// Model for subagents; `llm.model` when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_model: Option<String>,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            image: "nexbot-subagent:dev".into(),
+            pool_size: 4,
+            pool_name: "nexbot".into(),
+            network: "nexbot-subagents".into(),
+            task_timeout_secs: 300,
+            llm_base_url: None,
+            llm_model: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoggingConfig {
+    /// A `tracing` filter (`info`, `warn`, `nexbot_host=debug`…); `RUST_LOG` wins when set.
+    pub level: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self { level: "info".into(), format: "text".into() }
+    }
+}
+
+/// Secrets, from the environment only. `Debug` shows whether each is set, never a value.
+#[derive(Clone, Default)]
+pub struct Secrets {
+    pub llm_api_key: Option<SecretString>,
+    pub telegram_token: Option<SecretString>,
+    pub master_key: Option<SecretString>,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |s: &Option<SecretString>| if s.is_some() { "[set]" } else { "[unset]" };
+        f.debug_struct("Secrets")
+            .field("llm_api_key", &set(&self.llm_api_key))
+            .field("telegram_token", &set(&self.telegram_token))
+            .field("master_key", &set(&self.master_key))
+            .finish()
+    }
+}
+
+impl PartialEq for Secrets {
+    /// Secrets never take part in comparing configurations.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("config file {path} not found: create one with `nexbot init` or pass --config")]
+    NotFound { path: PathBuf },
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config key `{key}`{origin}: {reason}")]
+    Key { key: String, origin: String, reason: String },
+    #[error("environment variable {var}: {reason}")]
+    Env { var: String, reason: String },
+}
+
+impl Config {
+    /// Reads `path`, applies the process environment, validates.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => ConfigError::NotFound { path: path.to_owned() },
+            _ => ConfigError::Read { path: path.to_owned(), source },
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::from_parts(&text, path, &base, std::env::vars())
+    }
+
+    /// The testable core of [`Config::load`]: `text` is the file (named `path` in errors),
+    /// `base` the directory relative paths start from, `env` the environment to apply.
+    pub fn from_parts(
+        text: &str,
+        path: &Path,
+        base: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table: toml::Table = toml::from_str(text)
+            .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })?;
+        let mut secrets = Secrets::default();
+        let mut overridden = Vec::new();
+        for (var, value) in env {
+            match var.as_str() {
+                LLM_API_KEY_ENV => secrets.llm_api_key = non_empty_secret(value),
+                TELEGRAM_TOKEN_ENV => secrets.telegram_token = non_empty_secret(value),
+                MASTER_KEY_ENV => secrets.master_key = non_empty_secret(value),
+                _ => {
+                    if let Some(key) = apply_override(&mut table, &var, &value)? {
+                        overridden.push((key, var));
+                    }
+                }
+            }
+        }
+        let origin = |key: &str| {
+            overridden
+                .iter()
+                .find(|(k, _)| k == key || key.starts_with(&format!("{k}.")))
+                .map(|(_, var)| format!(" (from {var})"))
+                .unwrap_or_default()
+        };
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                // toml appends "in `section`"; the key already says where.
+                let inner = e.inner().to_string();
+                let reason = inner.lines().next().unwrap_or_default().to_owned();
+                ConfigError::Key { origin: origin(&key), key, reason }
+            })?;
+        config.secrets = secrets;
+        config.validate().map_err(|(key, reason)| ConfigError::Key {
+            origin: origin(key),
+            key: key.to_owned(),
+            reason,
+        })?;
+        if config.workspace.dir.is_relative() {
+            config.workspace.dir = base.join(&config.workspace.dir);
+        }
+        Ok(config)
+    }
+
+    /// The database file, resolved against the workspace.
+    pub fn database_path(&self) -> PathBuf {
+        self.workspace.dir.join(&self.storage.database)
+    }
+
+    /// The LLM endpoint subagents use.
+    pub fn subagent_llm_base_url(&self) -> &str {
+        self.subagent.llm_base_url.as_deref().unwrap_or(&self.llm.base_url)
+    }
+
+    pub fn subagent_llm_model(&self) -> &str {
+        self.subagent.llm_model.as_deref().unwrap_or(&self.llm.model)
+    }
+
+    /// Value checks serde cannot express; the error is (key, reason).
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        fn range<T: PartialOrd + fmt::Display + Copy>(
+            key: &'static str,
+            value: T,
+            min: T,
+            max: T,
+        ) -> Result<(), (&'static str, String)> {
+            if value < min || value > max {
+                return Err((key, format!("{value} is out of range (allowed {min}..={max})")));
+            }
+            Ok(())
+        }
+        let a = &self.agent;
+        range("agent.max_iterations", a.max_iterations, 1, 1000)?;
+        range("agent.tool_timeout_secs", a.tool_timeout_secs, 1, 3600)?;
+        range("agent.turn_timeout_secs", a.turn_timeout_secs, 1, 86_400)?;
+        range("agent.context_max_chars", a.context_max_chars, 1_000, 1_000_000)?;
+        range("agent.history_max_messages", a.history_max_messages, 0, 1_000)?;
+        let l = &self.llm;
+        check_url("llm.base_url", &l.base_url)?;
+        if l.model.trim().is_empty() {
+            return Err(("llm.model", "must not be empty".into()));
+        }
+        range("llm.timeout_secs", l.timeout_secs, 1, 3600)?;
+        range("llm.max_retries", l.max_retries, 0, 10)?;
+        range("llm.retry_initial_ms", l.retry_initial_ms, 1, 60_000)?;
+        range("llm.retry_max_wait_secs", l.retry_max_wait_secs, 1, 600)?;
+        if let Some(t) = l.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(("llm.temperature", format!("{t} is out of range (allowed 0..=2)")));
+            }
+        }
+        if self.storage.database.as_os_str().is_empty() {
+            return Err(("storage.database", "must not be empty".into()));
+        }
+        let b = &self.bus;
+        range("bus.inbound_capacity", b.inbound_capacity, 1, 100_000)?;
+        range("bus.outbound_capacity", b.outbound_capacity, 1, 100_000)?;
+        range("bus.per_chat_queue", b.per_chat_queue, 1, 10_000)?;
+        range("bus.max_parallel_turns", b.max_parallel_turns, 1, 1_000)?;
+        let s = &self.subagent;
+        if s.image.trim().is_empty() {
+            return Err(("subagent.image", "must not be empty".into()));
+        }
+        range("subagent.pool_size", s.pool_size, 1, 64)?;
+        range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
+        if let Some(url) = &s.llm_base_url {
+            check_url("subagent.llm_base_url", url)?;
+        }
+        if let Err(nexbot_docker::PoolError::InvalidConfig(text)) =
+            crate::pool_runner::pool_config(self).validate()
+        {
+            let (field, why) = text.split_once(": ").unwrap_or(("", text.as_str()));
+            let key = match field {
+                "name" => "subagent.pool_name",
+                "size" => "subagent.pool_size",
+                "network" => "subagent.network",
+                "image" => "subagent.image",
+                _ => "subagent",
+            };
+            return Err((key, why.to_owned()));
+        }
+        if !matches!(self.logging.format.as_str(), "text" | "json") {
+            return Err((
+                "logging.format",
+                format!("{:?} is not one of \"text\", \"json\"", self.logging.format),
+            ));
+        }
+        if self.logging.level.parse::<tracing_subscriber::EnvFilter>().is_err() {
+            return Err((
+                "logging.level",
+                format!("{:?} is not a valid filter", self.logging.level),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_url(key: &'static str, url: &str) -> Result<(), (&'static str, String)> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| (key, format!("{url:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err((key, format!("{url:?} must start with http:// or https://")));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err((key, format!("must not carry credentials; put the key in {LLM_API_KEY_ENV}")));
+    }
+    Ok(())
+}
+
+fn non_empty_secret(value: String) -> Option<SecretString> {
+    (!value.is_empty()).then(|| SecretString::from(value))
+}
+
+/// Applies `NEXBOT_SECTION__KEY=value`; returns the dotted key it set, or `None` when the
+/// variable is not an override. Which keys exist is left to deserialization, so an unknown
+/// override is refused exactly like an unknown key in the file.
+fn apply_override(
+    table: &mut toml::Table,
+    var: &str,
+    value: &str,
+) -> Result<Option<String>, ConfigError> {
+    let Some(rest) = var.strip_prefix(ENV_PREFIX) else { return Ok(None) };
+    if !rest.contains("__") {
+        return Ok(None);
+    }
+    let parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+    if parts.len() != 2 || parts.iter().any(String::is_empty) {
+        return Err(ConfigError::Env {
+            var: var.to_owned(),
+            reason: "overrides are named NEXBOT_<SECTION>__<KEY>, e.g. NEXBOT_LLM__MODEL".into(),
+        });
+    }
+    let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(value.to_owned()));
+    let section =
+        table.entry(parts[0].clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let toml::Value::Table(section) = section else {
+        return Err(ConfigError::Env {
+            var: var.to_owned(),
+            reason: format!("`{}` is not a section", parts[0]),
+        });
+    };
+    section.insert(parts[1].clone(), parsed);
+    Ok(Some(format!("{}.{}", parts[0], parts[1])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::from_parts(text, Path::new("test.toml"), Path::new("/base"), env)
+    }
+
+    #[test]
+    fn empty_file_gives_safe_defaults() {
+        let config = load("", &[]).unwrap();
+        assert_eq!(config.agent.max_iterations, 20);
+        assert_eq!(config.workspace.dir, Path::new("/base/."));
+        assert!(config.secrets.llm_api_key.is_none());
+    }
+
+    #[test]
+    fn generated_template_parses_to_the_defaults_and_names_every_key() {
+        let template = crate::workspace::CONFIG_TEMPLATE;
+        let config = load(template, &[]).unwrap();
+        let mut expected = Config::default();
+        expected.workspace.dir = PathBuf::from("/base/.");
+        assert_eq!(config, expected);
+        // Every key of the defaults, and the optional ones, appears (maybe commented) in it.
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        let optional = ["max_tokens", "temperature", "llm_base_url", "llm_model"];
+        for (section, keys) in &defaults {
+            assert!(template.contains(&format!("[{section}]")), "section {section} undocumented");
+            for key in keys.as_table().unwrap().keys() {
+                assert!(template.contains(&format!("\n{key} = ")), "{section}.{key} undocumented");
+            }
+        }
+        for key in optional {
+            assert!(template.contains(&format!("# {key} = ")), "{key} undocumented");
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_refused_naming_it() {
+        let err = load("[llm]\nmodle = \"x\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`llm.modle`"), "{err}");
+        assert!(err.contains("unknown field"), "{err}");
+        let err = load("[lmm]\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`lmm`"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_refused_naming_key_and_reason() {
+        let err = load("[agent]\nmax_iterations = \"many\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`agent.max_iterations`"), "{err}");
+        assert!(err.contains("invalid type"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_key_and_reason() {
+        let err = load("[agent]\nmax_iterations = 0\n", &[]).unwrap_err().to_string();
+        assert_eq!(err, "config key `agent.max_iterations`: 0 is out of range (allowed 1..=1000)");
+        let err = load("[llm]\nbase_url = \"ftp://x\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`llm.base_url`") && err.contains("http://"), "{err}");
+        let err = load("[llm]\nbase_url = \"https://u:p@x\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("credentials") && !err.contains("u:p"), "{err}");
+        let err = load("[logging]\nformat = \"xml\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`logging.format`"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_name_the_file() {
+        let err = load("[llm\n", &[]).unwrap_err().to_string();
+        assert!(err.starts_with("config file test.toml is not valid TOML"), "{err}");
+    }
+
+    #[test]
+    fn env_overrides_win_and_are_typed() {
+        let config = load(
+            "[llm]\nmodel = \"a\"\n",
+            &[
+                ("NEXBOT_LLM__MODEL", "b"),
+                ("NEXBOT_AGENT__MAX_ITERATIONS", "7"),
+                ("NEXBOT_SUBAGENT__ENABLED", "false"),
+                ("NEXBOT_CONFIG", "ignored.toml"),
+                ("HOME", "/root"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.llm.model, "b");
+        assert_eq!(config.agent.max_iterations, 7);
+        assert!(!config.subagent.enabled);
+    }
+
+    #[test]
+    fn bad_env_override_names_the_variable() {
+        let err = load("", &[("NEXBOT_AGENT__MAX_ITERATIONS", "0")]).unwrap_err().to_string();
+        assert!(
+            err.contains("`agent.max_iterations` (from NEXBOT_AGENT__MAX_ITERATIONS)"),
+            "{err}"
+        );
+        let err = load("", &[("NEXBOT_LLM__NOPE", "1")]).unwrap_err().to_string();
+        assert!(err.contains("`llm.nope` (from NEXBOT_LLM__NOPE)"), "{err}");
+        let err = load("", &[("NEXBOT_A__B__C", "1")]).unwrap_err().to_string();
+        assert!(err.contains("NEXBOT_A__B__C"), "{err}");
+    }
+
+    #[test]
+    fn secrets_come_from_env_and_never_show_in_debug() {
+        let config = load(
+            "",
+            &[
+                (LLM_API_KEY_ENV, "sk-planted-123"),
+                (TELEGRAM_TOKEN_ENV, "tg-planted-456"),
+                (MASTER_KEY_ENV, "mk-planted-789"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.secrets.llm_api_key.as_ref().unwrap().expose_secret(), "sk-planted-123");
+        let debug = format!("{config:?} {config:#?}");
+        for planted in ["sk-planted-123", "tg-planted-456", "mk-planted-789"] {
+            assert!(!debug.contains(planted), "{planted} in {debug}");
+        }
+        assert!(debug.contains("[set]"));
+    }
+
+    #[test]
+    fn secrets_in_the_file_are_refused() {
+        let err = load("[llm]\napi_key = \"sk-x\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`llm.api_key`") && !err.contains("sk-x"), "{err}");
+    }
+}

@@ -1,0 +1,106 @@
+//! Wiring: builds the agent (LLM client, tools, hooks, store) from a [`Config`], so that
+//! `serve`, `chat` and the tests assemble exactly the same thing.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
+use crate::agent::Agent;
+use crate::config::Config;
+use crate::llm::LlmClient;
+use crate::pool_runner::RandomTaskTokens;
+use crate::store::Store;
+use crate::subagent::SubagentRunner;
+use crate::tools::delegate::{Delegate, DelegateSettings};
+use crate::tools::files::{file_tools, Confinement};
+use crate::tools::memory::Memory;
+use crate::tools::send_message::SendMessage;
+use crate::tools::tasks::ManageTasks;
+use crate::tools::ToolRegistry;
+use crate::workspace::{CONFIG_FILE, MEMORY_FILE};
+
+/// Opens the database named by the config.
+pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    Ok(Store::open(&config.database_path()).await?)
+}
+
+/// The agent with every tool; delegation is offered only when a `runner` is given.
+pub fn build_agent(
+    config: &Config,
+    store: Store,
+    runner: Option<Arc<dyn SubagentRunner>>,
+) -> anyhow::Result<Agent> {
+    build_agent_with_hooks(config, store, runner, Vec::new())
+}
+
+/// [`build_agent`] with `extra` hooks after the built-in ones.
+pub fn build_agent_with_hooks(
+    config: &Config,
+    store: Store,
+    runner: Option<Arc<dyn SubagentRunner>>,
+    extra: Vec<Arc<dyn Hook>>,
+) -> anyhow::Result<Agent> {
+    let workspace = &config.workspace.dir;
+    if !workspace.is_dir() {
+        anyhow::bail!(
+            "workspace {} does not exist: create it with `nexbot init --dir {}`",
+            workspace.display(),
+            workspace.display()
+        );
+    }
+    let database = config.database_path();
+    let protected: Vec<_> = ["", "-wal", "-shm", "-journal"]
+        .iter()
+        .map(|suffix| {
+            let mut name = database.clone().into_os_string();
+            name.push(suffix);
+            name.into()
+        })
+        .chain([workspace.join(CONFIG_FILE)])
+        .collect();
+    let confinement = Confinement::new(workspace, &protected)
+        .with_context(|| format!("workspace {}", workspace.display()))?;
+    let mut tools = ToolRegistry::default();
+    for tool in file_tools(Arc::new(confinement)) {
+        tools.add(tool);
+    }
+    tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
+    tools.add(Arc::new(ManageTasks::new(store.clone())));
+    tools.add(Arc::new(SendMessage));
+    if let Some(runner) = runner {
+        let settings = DelegateSettings {
+            task_timeout_secs: config.subagent.task_timeout_secs,
+            llm_base_url: config.subagent_llm_base_url().to_owned(),
+            llm_model: config.subagent_llm_model().to_owned(),
+        };
+        let tokens = Arc::new(RandomTaskTokens);
+        tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
+    }
+    let llm = LlmClient::new(&config.llm, config.secrets.llm_api_key.clone())
+        .context("cannot build the HTTP client for the LLM")?;
+    let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
+    hooks.extend(extra);
+    Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone()))
+}
+
+/// Built-in hook: when a tool times out, tells the model how to recover instead of retrying
+/// the same long call.
+#[derive(Debug)]
+pub struct TimeoutAdvice;
+
+impl Hook for TimeoutAdvice {
+    fn name(&self) -> &'static str {
+        "timeout_advice"
+    }
+    fn handle(&self, event: &HookEvent<'_>, _: &HookContext<'_>) -> HookResult {
+        match event {
+            HookEvent::Timeout { tool: Some(_) } => HookResult::InjectContext(
+                "Do not repeat the same call: split the work into smaller steps, or delegate it \
+                 to a sub-agent with a suitable timeout_secs."
+                    .into(),
+            ),
+            _ => HookResult::Continue,
+        }
+    }
+}

@@ -1,0 +1,602 @@
+//! Durable state in SQLite: sessions, history, todos, per-chat settings and task records.
+//!
+//! Why SQLite (bundled, WAL): one file that survives restarts and crashes, readable while the
+//! daemon writes, with no server to run. Every call runs on tokio's blocking pool, so a slow
+//! disk never stalls the async workers. Schema changes are numbered migrations tracked in
+//! `PRAGMA user_version`. A corrupt, foreign or locked database file is reported in words that
+//! say which file and what to do, never as a panic.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use thiserror::Error;
+
+use crate::llm::TokenUsage;
+
+/// Migrations in order; `user_version` is the number applied.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY,
+        chat_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        active INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE INDEX sessions_chat ON sessions(chat_id, active);
+    CREATE TABLE history (
+        id INTEGER PRIMARY KEY,
+        session_id INTEGER NOT NULL REFERENCES sessions(id),
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX history_session ON history(session_id, id);
+    CREATE TABLE todos (
+        id INTEGER PRIMARY KEY,
+        session_id INTEGER NOT NULL REFERENCES sessions(id),
+        text TEXT NOT NULL,
+        done INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE chat_settings (
+        chat_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (chat_id, key)
+    );
+    CREATE TABLE task_records (
+        id TEXT PRIMARY KEY,
+        chat_id TEXT NOT NULL,
+        session_id INTEGER,
+        task TEXT NOT NULL,
+        container TEXT,
+        status TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        duration_ms INTEGER,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    CREATE INDEX task_records_chat ON task_records(chat_id, started_at);",
+];
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error(
+        "database {path} is corrupt or not a SQLite database ({reason}); move it aside to start \
+         fresh, or restore a backup"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("database {path} is locked by another process ({reason}); is another nexbot running?")]
+    Locked { path: PathBuf, reason: String },
+    #[error("database {path} has schema version {found}, newer than this nexbot knows ({known})")]
+    TooNew { path: PathBuf, found: i64, known: i64 },
+    #[error("database {path}: {reason}")]
+    Other { path: PathBuf, reason: String },
+}
+
+/// A message of a session's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryEntry {
+    pub role: String,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Todo {
+    pub id: i64,
+    pub text: String,
+    pub done: bool,
+}
+
+/// One delegation to a subagent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    pub id: String,
+    pub chat_id: String,
+    pub session_id: Option<i64>,
+    pub task: String,
+    pub container: Option<String>,
+    /// `running`, `success`, `error`, `timeout`, `cancelled`.
+    pub status: String,
+    pub started_at: i64,
+    pub duration_ms: Option<i64>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub error: Option<String>,
+}
+
+/// How a delegated task ended, for [`Store::finish_task`].
+#[derive(Debug, Clone, Default)]
+pub struct TaskEnd {
+    pub status: String,
+    pub container: Option<String>,
+    pub duration_ms: i64,
+    pub usage: TokenUsage,
+    pub error: Option<String>,
+}
+
+/// A handle to the database; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Connection>>,
+    path: Arc<PathBuf>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+fn classify(path: &Path, err: rusqlite::Error) -> StoreError {
+    let path = path.to_owned();
+    let reason = err.to_string();
+    match err.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            StoreError::Corrupt { path, reason }
+        }
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            StoreError::Locked { path, reason }
+        }
+        _ => StoreError::Other { path, reason },
+    }
+}
+
+pub fn unix_now() -> i64 {
+    nexbot_protocol::request::unix_now()
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the database at `path`.
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let owned = path.to_owned();
+        let conn = tokio::task::spawn_blocking(move || open_blocking(&owned))
+            .await
+            .map_err(|e| StoreError::Other { path: path.to_owned(), reason: e.to_string() })??;
+        Ok(Self { conn: Arc::new(Mutex::new(conn)), path: Arc::new(path.to_owned()) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` with the connection on the blocking pool.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            f(&mut guard).map_err(|e| classify(&path, e))
+        })
+        .await
+        .map_err(|e| StoreError::Other { path: self.path.to_path_buf(), reason: e.to_string() })?
+    }
+
+    /// The chat's active session, created on first use.
+    pub async fn active_session(&self, chat_id: &str) -> Result<i64, StoreError> {
+        let chat = chat_id.to_owned();
+        self.call(move |c| {
+            let found = c
+                .query_row(
+                    "SELECT id FROM sessions WHERE chat_id = ?1 AND active = 1 ORDER BY id DESC",
+                    [&chat],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match found {
+                Some(id) => Ok(id),
+                None => {
+                    c.execute(
+                        "INSERT INTO sessions (chat_id, created_at) VALUES (?1, ?2)",
+                        params![chat, unix_now()],
+                    )?;
+                    Ok(c.last_insert_rowid())
+                }
+            }
+        })
+        .await
+    }
+
+    /// Closes the chat's active session and opens a fresh one (history starts empty).
+    pub async fn new_session(&self, chat_id: &str) -> Result<i64, StoreError> {
+        let chat = chat_id.to_owned();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            tx.execute("UPDATE sessions SET active = 0 WHERE chat_id = ?1", [&chat])?;
+            tx.execute(
+                "INSERT INTO sessions (chat_id, created_at) VALUES (?1, ?2)",
+                params![chat, unix_now()],
+            )?;
+            let id = tx.last_insert_rowid();
+            tx.commit()?;
+            Ok(id)
+        })
+        .await
+    }
+
+    /// The last `limit` messages of a session, oldest first.
+    pub async fn history(
+        &self,
+        session_id: i64,
+        limit: usize,
+    ) -> Result<Vec<HistoryEntry>, StoreError> {
+        self.call(move |c| {
+            let mut stmt = c.prepare(
+                "SELECT role, content FROM (SELECT id, role, content FROM history
+                 WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id",
+            )?;
+            let rows = stmt.query_map(params![session_id, limit as i64], |r| {
+                Ok(HistoryEntry { role: r.get(0)?, content: r.get(1)? })
+            })?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Stores one finished turn: the user's message and the answer, with the turn's usage.
+    pub async fn append_turn(
+        &self,
+        session_id: i64,
+        user: &str,
+        assistant: &str,
+        usage: TokenUsage,
+    ) -> Result<(), StoreError> {
+        let (user, assistant) = (user.to_owned(), assistant.to_owned());
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let now = unix_now();
+            tx.execute(
+                "INSERT INTO history (session_id, role, content, created_at)
+                 VALUES (?1, 'user', ?2, ?3)",
+                params![session_id, user, now],
+            )?;
+            tx.execute(
+                "INSERT INTO history (session_id, role, content, prompt_tokens,
+                 completion_tokens, created_at) VALUES (?1, 'assistant', ?2, ?3, ?4, ?5)",
+                params![
+                    session_id,
+                    assistant,
+                    usage.prompt_tokens as i64,
+                    usage.completion_tokens as i64,
+                    now
+                ],
+            )?;
+            tx.commit()
+        })
+        .await
+    }
+
+    /// Tokens spent by the chat across all its sessions (prompt, completion).
+    pub async fn chat_usage(&self, chat_id: &str) -> Result<TokenUsage, StoreError> {
+        let chat = chat_id.to_owned();
+        self.call(move |c| {
+            c.query_row(
+                "SELECT COALESCE(SUM(h.prompt_tokens), 0), COALESCE(SUM(h.completion_tokens), 0)
+                 FROM history h JOIN sessions s ON s.id = h.session_id WHERE s.chat_id = ?1",
+                [&chat],
+                |r| {
+                    Ok(TokenUsage {
+                        prompt_tokens: r.get::<_, i64>(0)? as u64,
+                        completion_tokens: r.get::<_, i64>(1)? as u64,
+                    })
+                },
+            )
+        })
+        .await
+    }
+
+    pub async fn add_todo(&self, session_id: i64, text: &str) -> Result<i64, StoreError> {
+        let text = text.to_owned();
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO todos (session_id, text, created_at) VALUES (?1, ?2, ?3)",
+                params![session_id, text, unix_now()],
+            )?;
+            Ok(c.last_insert_rowid())
+        })
+        .await
+    }
+
+    pub async fn todos(&self, session_id: i64) -> Result<Vec<Todo>, StoreError> {
+        self.call(move |c| {
+            let mut stmt =
+                c.prepare("SELECT id, text, done FROM todos WHERE session_id = ?1 ORDER BY id")?;
+            let rows = stmt.query_map([session_id], |r| {
+                Ok(Todo { id: r.get(0)?, text: r.get(1)?, done: r.get(2)? })
+            })?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Marks a todo done; `false` when the session has no such todo.
+    pub async fn complete_todo(&self, session_id: i64, id: i64) -> Result<bool, StoreError> {
+        self.call(move |c| {
+            c.execute(
+                "UPDATE todos SET done = 1 WHERE session_id = ?1 AND id = ?2",
+                params![session_id, id],
+            )
+            .map(|n| n > 0)
+        })
+        .await
+    }
+
+    pub async fn remove_todo(&self, session_id: i64, id: i64) -> Result<bool, StoreError> {
+        self.call(move |c| {
+            c.execute(
+                "DELETE FROM todos WHERE session_id = ?1 AND id = ?2",
+                params![session_id, id],
+            )
+            .map(|n| n > 0)
+        })
+        .await
+    }
+
+    pub async fn clear_todos(&self, session_id: i64) -> Result<usize, StoreError> {
+        self.call(move |c| c.execute("DELETE FROM todos WHERE session_id = ?1", [session_id])).await
+    }
+
+    pub async fn setting(&self, chat_id: &str, key: &str) -> Result<Option<String>, StoreError> {
+        let (chat, key) = (chat_id.to_owned(), key.to_owned());
+        self.call(move |c| {
+            c.query_row(
+                "SELECT value FROM chat_settings WHERE chat_id = ?1 AND key = ?2",
+                params![chat, key],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .await
+    }
+
+    pub async fn set_setting(
+        &self,
+        chat_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        let (chat, key, value) = (chat_id.to_owned(), key.to_owned(), value.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO chat_settings (chat_id, key, value) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (chat_id, key) DO UPDATE SET value = excluded.value",
+                params![chat, key, value],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// Records that a delegation started (status `running`).
+    pub async fn start_task(
+        &self,
+        id: &str,
+        chat_id: &str,
+        session_id: Option<i64>,
+        task: &str,
+    ) -> Result<(), StoreError> {
+        let (id, chat, task) = (id.to_owned(), chat_id.to_owned(), task.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO task_records (id, chat_id, session_id, task, status, started_at)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+                params![id, chat, session_id, task, unix_now()],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    pub async fn finish_task(&self, id: &str, end: TaskEnd) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            c.execute(
+                "UPDATE task_records SET status = ?2, container = COALESCE(?3, container),
+                 duration_ms = ?4, prompt_tokens = ?5, completion_tokens = ?6, error = ?7
+                 WHERE id = ?1",
+                params![
+                    id,
+                    end.status,
+                    end.container,
+                    end.duration_ms,
+                    end.usage.prompt_tokens as i64,
+                    end.usage.completion_tokens as i64,
+                    end.error
+                ],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// The chat's task records, newest first.
+    pub async fn tasks(&self, chat_id: &str) -> Result<Vec<TaskRecord>, StoreError> {
+        let chat = chat_id.to_owned();
+        self.call(move |c| {
+            let mut stmt = c.prepare(
+                "SELECT id, chat_id, session_id, task, container, status, started_at, duration_ms,
+                 prompt_tokens, completion_tokens, error FROM task_records
+                 WHERE chat_id = ?1 ORDER BY started_at DESC, rowid DESC",
+            )?;
+            let rows = stmt.query_map([&chat], |r| {
+                Ok(TaskRecord {
+                    id: r.get(0)?,
+                    chat_id: r.get(1)?,
+                    session_id: r.get(2)?,
+                    task: r.get(3)?,
+                    container: r.get(4)?,
+                    status: r.get(5)?,
+                    started_at: r.get(6)?,
+                    duration_ms: r.get(7)?,
+                    prompt_tokens: r.get(8)?,
+                    completion_tokens: r.get(9)?,
+                    error: r.get(10)?,
+                })
+            })?;
+            rows.collect()
+        })
+        .await
+    }
+}
+
+fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| StoreError::Other {
+            path: path.to_owned(),
+            reason: format!("cannot create its directory: {e}"),
+        })?;
+    }
+    let fail = |e| classify(path, e);
+    let mut conn = Connection::open(path).map_err(fail)?;
+    conn.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
+    // The first real read: a foreign or corrupt file fails here, with a clear error.
+    let mode: String =
+        conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(fail)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(%mode, "SQLite did not switch to WAL mode");
+    }
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;").map_err(fail)?;
+    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(fail)?;
+    if check != "ok" {
+        return Err(StoreError::Corrupt { path: path.to_owned(), reason: check });
+    }
+    migrate(&mut conn).map_err(|e| match e {
+        MigrateError::Sql(e) => classify(path, e),
+        MigrateError::TooNew(found) => {
+            StoreError::TooNew { path: path.to_owned(), found, known: MIGRATIONS.len() as i64 }
+        }
+    })?;
+    Ok(conn)
+}
+
+enum MigrateError {
+    Sql(rusqlite::Error),
+    TooNew(i64),
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), MigrateError> {
+    let version: i64 =
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(MigrateError::Sql)?;
+    if version > MIGRATIONS.len() as i64 {
+        return Err(MigrateError::TooNew(version));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction().map_err(MigrateError::Sql)?;
+        tx.execute_batch(sql).map_err(MigrateError::Sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(MigrateError::Sql)?;
+        tx.commit().map_err(MigrateError::Sql)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_db(tag: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("nxh-store-{tag}-{}", uuid::Uuid::new_v4())).join("t.db")
+    }
+
+    #[tokio::test]
+    async fn history_survives_reopening_and_is_pairs_in_order() {
+        let path = temp_db("reopen");
+        let store = Store::open(&path).await.unwrap();
+        let session = store.active_session("c1").await.unwrap();
+        let usage = TokenUsage { prompt_tokens: 10, completion_tokens: 5 };
+        store.append_turn(session, "hi", "hello", usage).await.unwrap();
+        store.append_turn(session, "again", "yes", usage).await.unwrap();
+        drop(store);
+        let store = Store::open(&path).await.unwrap();
+        assert_eq!(store.active_session("c1").await.unwrap(), session);
+        let history = store.history(session, 3).await.unwrap();
+        let roles: Vec<_> = history.iter().map(|h| h.role.as_str()).collect();
+        assert_eq!(roles, ["assistant", "user", "assistant"]);
+        assert_eq!(history[2].content, "yes");
+        assert_eq!(
+            store.chat_usage("c1").await.unwrap(),
+            TokenUsage { prompt_tokens: 20, completion_tokens: 10 }
+        );
+        let mode: String =
+            store.call(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0))).await.unwrap();
+        assert_eq!(mode, "wal");
+        let fresh = store.new_session("c1").await.unwrap();
+        assert_ne!(fresh, session);
+        assert!(store.history(fresh, 10).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn todos_settings_and_tasks_round_trip() {
+        let store = Store::open(&temp_db("rt")).await.unwrap();
+        let s = store.active_session("c").await.unwrap();
+        let a = store.add_todo(s, "one").await.unwrap();
+        store.add_todo(s, "two").await.unwrap();
+        assert!(store.complete_todo(s, a).await.unwrap());
+        assert!(!store.complete_todo(s + 1, a).await.unwrap());
+        let todos = store.todos(s).await.unwrap();
+        assert_eq!(todos.len(), 2);
+        assert!(todos[0].done && !todos[1].done);
+        assert!(store.remove_todo(s, a).await.unwrap());
+        assert_eq!(store.clear_todos(s).await.unwrap(), 1);
+
+        assert_eq!(store.setting("c", "agent").await.unwrap(), None);
+        store.set_setting("c", "agent", "on").await.unwrap();
+        store.set_setting("c", "agent", "off").await.unwrap();
+        assert_eq!(store.setting("c", "agent").await.unwrap().as_deref(), Some("off"));
+
+        store.start_task("t1", "c", Some(s), "do it").await.unwrap();
+        assert_eq!(store.tasks("c").await.unwrap()[0].status, "running");
+        let end = TaskEnd {
+            status: "success".into(),
+            container: Some("abc".into()),
+            duration_ms: 12,
+            usage: TokenUsage { prompt_tokens: 3, completion_tokens: 4 },
+            error: None,
+        };
+        store.finish_task("t1", end).await.unwrap();
+        let record = &store.tasks("c").await.unwrap()[0];
+        assert_eq!(
+            (record.status.as_str(), record.container.as_deref(), record.completion_tokens),
+            ("success", Some("abc"), 4)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_that_is_not_a_database_gives_a_clear_error() {
+        let path = temp_db("corrupt");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+        let err = Store::open(&path).await.unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains(&path.display().to_string()) && text.contains("corrupt"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_locked_database_gives_a_clear_error() {
+        let path = temp_db("locked");
+        let store = Store::open(&path).await.unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE;").unwrap();
+        store.call(|c| c.busy_timeout(Duration::from_millis(50))).await.unwrap();
+        let err = store.add_todo(1, "x").await.unwrap_err();
+        assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+        assert!(err.to_string().contains("locked"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_newer_schema_is_refused() {
+        let path = temp_db("newer");
+        drop(Store::open(&path).await.unwrap());
+        Connection::open(&path).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        let err = Store::open(&path).await.unwrap_err();
+        assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err:?}");
+    }
+}

@@ -1,0 +1,242 @@
+//! `delegate_to_sub_agent` (alias `spawn`): the only way the main agent gets a command run or
+//! the web reached — as a task for an isolated subagent container.
+//!
+//! Why here and not in the pool: the host owns the user-facing side of a delegation — which
+//! tools may be granted, which of the chat's secrets are handed over (by name), the task record
+//! in SQLite, the turn's cancellation reaching the task, and turning a result or a partial
+//! report into something the model can use.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nexbot_protocol::secrets::is_valid_secret_name;
+use nexbot_protocol::{Request, ResponseBody, SecretMap, BLOCKED_TOOLS};
+use secrecy::SecretString;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use crate::llm::TokenUsage;
+use crate::pool_runner::TaskTokens;
+use crate::store::{Store, TaskEnd};
+use crate::subagent::{BoxFuture, SubagentRunner};
+
+pub const TOOL_NAME: &str = "delegate_to_sub_agent";
+
+/// How long after the task's own timeout the host gives up on an answer (PROTOCOL.md: the
+/// pool's hard limit is timeout + 30 s; this leaves room for the queue and the cancel).
+const HARD_LIMIT_GRACE: Duration = Duration::from_secs(60);
+/// After cancelling, how long the answer to the `cancel` is awaited.
+const CANCEL_GRACE: Duration = Duration::from_secs(15);
+
+/// Where secret values come from when a task names them (the per-chat secret store).
+pub trait SecretSource: Send + Sync + std::fmt::Debug {
+    fn get<'a>(&'a self, chat_id: &'a str, name: &'a str) -> BoxFuture<'a, Option<SecretString>>;
+}
+
+/// What a delegated task is configured with.
+#[derive(Debug, Clone)]
+pub struct DelegateSettings {
+    pub task_timeout_secs: u64,
+    pub llm_base_url: String,
+    pub llm_model: String,
+}
+
+#[derive(Debug)]
+pub struct Delegate {
+    runner: Arc<dyn SubagentRunner>,
+    store: Store,
+    secrets: Option<Arc<dyn SecretSource>>,
+    tokens: Arc<dyn TaskTokens>,
+    settings: DelegateSettings,
+}
+
+impl Delegate {
+    pub fn new(
+        runner: Arc<dyn SubagentRunner>,
+        store: Store,
+        secrets: Option<Arc<dyn SecretSource>>,
+        tokens: Arc<dyn TaskTokens>,
+        settings: DelegateSettings,
+    ) -> Self {
+        Self { runner, store, secrets, tokens, settings }
+    }
+
+    async fn collect_secrets(&self, chat: &str, names: &[String]) -> Result<SecretMap, ToolError> {
+        let mut map = SecretMap::new();
+        for name in names {
+            if !is_valid_secret_name(name) {
+                return Err(ToolError::new(format!(
+                    "invalid secret name {name:?}: use [A-Z_][A-Z0-9_]*, at most 64 characters"
+                )));
+            }
+            let value = match &self.secrets {
+                Some(source) => source.get(chat, name).await,
+                None => None,
+            };
+            let Some(value) = value else {
+                return Err(ToolError::new(format!(
+                    "no secret named {name} is stored for this chat; ask the user to store it \
+                     with /secret set {name} <value>"
+                )));
+            };
+            map.insert(name.clone(), value);
+        }
+        Ok(map)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    task: String,
+    #[serde(default)]
+    tools: Option<Vec<String>>,
+    #[serde(default)]
+    context: Option<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+}
+
+impl Tool for Delegate {
+    fn name(&self) -> &'static str {
+        TOOL_NAME
+    }
+    fn description(&self) -> &'static str {
+        "Run a task in an isolated sub-agent container that can run shell commands, fetch web \
+         pages and call HTTP APIs. Give a complete, self-contained `task`; optionally `tools` \
+         (whitelist, e.g. [\"run_command\", \"fetch_url\"]), `context`, `secrets` (names of \
+         stored secrets the task may use as $NAME) and `timeout_secs`. Returns the result, or \
+         a report of partial progress."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "task": {"type": "string"},
+            "tools": {"type": "array", "items": {"type": "string"}},
+            "context": {"type": "string"},
+            "secrets": {"type": "array", "items": {"type": "string"}},
+            "timeout_secs": {"type": "integer", "minimum": 1}},
+            "required": ["task"]})
+    }
+    fn timeout(&self) -> Option<Duration> {
+        Some(Duration::from_secs(self.settings.task_timeout_secs) + HARD_LIMIT_GRACE * 2)
+    }
+    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let args: Args = parse_args(self.name(), args)?;
+            if args.task.trim().is_empty() {
+                return Err(ToolError::new("task is empty"));
+            }
+            if let Some(blocked) =
+                args.tools.iter().flatten().find(|t| BLOCKED_TOOLS.contains(&t.as_str()))
+            {
+                return Err(ToolError::new(format!(
+                    "the tool {blocked} can never be granted to a sub-agent"
+                )));
+            }
+            let secrets = self.collect_secrets(&ctx.chat_id, &args.secrets).await?;
+            let timeout = args
+                .timeout_secs
+                .unwrap_or(self.settings.task_timeout_secs)
+                .clamp(1, self.settings.task_timeout_secs);
+            let id = uuid::Uuid::new_v4().to_string();
+            self.store
+                .start_task(&id, &ctx.chat_id, Some(ctx.session_id), &args.task)
+                .await
+                .map_err(|e| ToolError::new(e.to_string()))?;
+            let mut request = Request::execute(&id, args.task);
+            request.context = args.context;
+            request.tools = args.tools;
+            request.timeout = Some(timeout);
+            request.secrets = (!secrets.is_empty()).then_some(secrets);
+            request.llm_base_url = Some(self.settings.llm_base_url.clone());
+            request.llm_model = Some(self.settings.llm_model.clone());
+            // Never the API key: a per-task token the LLM relay accepts while the task lives.
+            request.llm_token = match self.tokens.issue(&id) {
+                Ok(token) => Some(token),
+                Err(e) => return Err(ToolError::new(format!("cannot issue a task token: {e}"))),
+            };
+            tracing::info!(task_id = %id, chat = %ctx.chat_id, "delegating to a subagent");
+
+            let started = Instant::now();
+            let cancel = ctx.cancel.child_token();
+            let run = self.runner.execute(request, cancel.clone());
+            tokio::pin!(run);
+            let hard_limit = Duration::from_secs(timeout) + HARD_LIMIT_GRACE;
+            let outcome = tokio::select! {
+                outcome = &mut run => Some(outcome),
+                () = tokio::time::sleep(hard_limit) => {
+                    cancel.cancel();
+                    tokio::time::timeout(CANCEL_GRACE, &mut run).await.ok()
+                }
+            };
+            let mut end =
+                TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
+            let answer = match outcome {
+                None => {
+                    end.status = "timeout".into();
+                    end.error = Some(format!("no answer within {}s", hard_limit.as_secs()));
+                    failure(format!(
+                        "the sub-agent did not answer within {}s",
+                        hard_limit.as_secs()
+                    ))
+                }
+                Some(Err(e)) => {
+                    end.status =
+                        if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
+                    end.error = Some(e.to_string());
+                    failure(format!("the sub-agent could not run the task: {e}"))
+                }
+                Some(Ok(outcome)) => {
+                    end.container = outcome.container;
+                    match outcome.response.body {
+                        ResponseBody::Success { result, usage, .. } => {
+                            end.status = "success".into();
+                            end.usage = usage
+                                .map(|u| TokenUsage {
+                                    prompt_tokens: u.prompt_tokens,
+                                    completion_tokens: u.completion_tokens,
+                                })
+                                .unwrap_or_default();
+                            success(result)
+                        }
+                        ResponseBody::Error { error, report } => {
+                            unfinished(&mut end, ctx, "error", error, report)
+                        }
+                        ResponseBody::Timeout { error, report } => {
+                            unfinished(&mut end, ctx, "timeout", error, report)
+                        }
+                        other => {
+                            end.status = "error".into();
+                            end.error = Some(format!("unexpected answer: {other:?}"));
+                            failure("the sub-agent gave an unexpected answer")
+                        }
+                    }
+                }
+            };
+            self.tokens.revoke(&id);
+            tracing::info!(task_id = %id, status = %end.status, duration_ms = end.duration_ms, "subagent task ended");
+            if let Err(e) = self.store.finish_task(&id, end).await {
+                tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+            }
+            Ok(answer)
+        })
+    }
+}
+
+/// Records a task that ended without a result and gives the model its error and report.
+fn unfinished(
+    end: &mut TaskEnd,
+    ctx: &ToolContext,
+    status: &str,
+    error: String,
+    report: Option<nexbot_protocol::Report>,
+) -> String {
+    end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { status }.into();
+    // A report gives only a total; it is kept as completion tokens.
+    end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
+    end.error = Some(error.clone());
+    json!({"success": false, "error": error, "report": report}).to_string()
+}

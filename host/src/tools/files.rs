@@ -1,0 +1,504 @@
+//! Workspace file tools — `read_file`, `write_file`, `edit_file`, `list_dir`, `delete_file` —
+//! and the confinement they all share.
+//!
+//! Why the confinement is strict: the model's arguments are untrusted input. Every path must
+//! be relative, must not contain `..`, and after resolving symlinks (canonicalization of the
+//! path, or of its deepest existing ancestor for a new file) must still lie inside the
+//! canonical workspace root. The daemon's own files (config, database) are off limits too.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use crate::subagent::BoxFuture;
+
+/// Largest text `read_file` returns; longer files are cut with a marker.
+pub const MAX_READ_CHARS: usize = 200_000;
+/// Largest content `write_file`/`edit_file` accept.
+pub const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The confined root and the files inside it the model may not touch.
+#[derive(Debug)]
+pub struct Confinement {
+    root: PathBuf,
+    protected: Vec<PathBuf>,
+}
+
+impl Confinement {
+    /// `root` must exist. `protected` paths (absolute; may not exist yet) are refused.
+    pub fn new(root: &Path, protected: &[PathBuf]) -> io::Result<Self> {
+        let root = root.canonicalize()?;
+        let protected = protected
+            .iter()
+            .filter_map(|p| {
+                let parent = p.parent()?.canonicalize().ok()?;
+                Some(parent.join(p.file_name()?))
+            })
+            .collect();
+        Ok(Self { root, protected })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn check_relative(raw: &str) -> Result<&Path, ToolError> {
+        if raw.trim().is_empty() {
+            return Err(ToolError::new("path is empty"));
+        }
+        if raw.contains('\0') {
+            return Err(ToolError::new("path contains a NUL byte"));
+        }
+        let path = Path::new(raw);
+        for component in path.components() {
+            match component {
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(ToolError::new(format!(
+                        "{raw}: absolute paths are refused; use a path relative to the workspace"
+                    )))
+                }
+                Component::ParentDir => {
+                    return Err(ToolError::new(format!("{raw}: `..` is refused in paths")))
+                }
+                Component::CurDir | Component::Normal(_) => {}
+            }
+        }
+        Ok(path)
+    }
+
+    fn inside(&self, raw: &str, resolved: PathBuf) -> Result<PathBuf, ToolError> {
+        if !resolved.starts_with(&self.root) {
+            return Err(ToolError::new(format!(
+                "{raw}: refused, it leads outside the workspace (through a symlink)"
+            )));
+        }
+        if self.protected.contains(&resolved) {
+            return Err(ToolError::new(format!("{raw}: refused, this file belongs to the daemon")));
+        }
+        Ok(resolved)
+    }
+
+    /// An existing path, resolved and checked.
+    pub fn existing(&self, raw: &str) -> Result<PathBuf, ToolError> {
+        self.resolve(raw, true)
+    }
+
+    /// A path that may not exist yet (for writing).
+    pub fn writable(&self, raw: &str) -> Result<PathBuf, ToolError> {
+        self.resolve(raw, false)
+    }
+
+    /// The deepest existing ancestor of the path (the path itself when it exists) is
+    /// canonicalized and checked; the missing rest, which cannot be a symlink because it does
+    /// not exist, is appended. So a path through a symlink that leads out is refused whether
+    /// or not its end exists.
+    fn resolve(&self, raw: &str, must_exist: bool) -> Result<PathBuf, ToolError> {
+        let rel = Self::check_relative(raw)?;
+        let joined = self.root.join(rel);
+        let mut missing = Vec::new();
+        let mut ancestor = joined.as_path();
+        while ancestor.symlink_metadata().is_err() {
+            let (Some(name), Some(parent)) = (ancestor.file_name(), ancestor.parent()) else {
+                break;
+            };
+            missing.push(name.to_owned());
+            ancestor = parent;
+        }
+        let mut resolved = ancestor.canonicalize().map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => {
+                ToolError::new(format!("{raw}: refused, it goes through a dangling symlink"))
+            }
+            _ => ToolError::new(format!("{raw}: {e}")),
+        })?;
+        resolved.extend(missing.iter().rev());
+        let resolved = self.inside(raw, resolved)?;
+        if must_exist && !missing.is_empty() {
+            return Err(ToolError::new(format!("{raw}: no such file or directory")));
+        }
+        Ok(resolved)
+    }
+}
+
+async fn blocking(f: impl FnOnce() -> ToolResult + Send + 'static) -> ToolResult {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ToolError::new(format!("tool failed: {e}")))?
+}
+
+fn io_error(raw: &str, e: io::Error) -> ToolError {
+    ToolError::new(format!("{raw}: {e}"))
+}
+
+/// All five file tools over one confinement.
+pub fn file_tools(confinement: Arc<Confinement>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile(confinement.clone())),
+        Arc::new(WriteFile(confinement.clone())),
+        Arc::new(EditFile(confinement.clone())),
+        Arc::new(ListDir(confinement.clone())),
+        Arc::new(DeleteFile(confinement)),
+    ]
+}
+
+#[derive(Debug)]
+pub struct ReadFile(Arc<Confinement>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathArgs {
+    path: String,
+}
+
+impl Tool for ReadFile {
+    fn name(&self) -> &'static str {
+        "read_file"
+    }
+    fn description(&self) -> &'static str {
+        "Read a UTF-8 text file of the workspace. `path` is relative to the workspace."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    }
+    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        let confinement = self.0.clone();
+        Box::pin(async move {
+            let args: PathArgs = parse_args(self.name(), args)?;
+            blocking(move || {
+                let path = confinement.existing(&args.path)?;
+                if path.is_dir() {
+                    return Err(ToolError::new(format!("{}: is a directory", args.path)));
+                }
+                let bytes = std::fs::read(&path).map_err(|e| io_error(&args.path, e))?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| ToolError::new(format!("{}: not a UTF-8 text file", args.path)))?;
+                if text.chars().count() > MAX_READ_CHARS {
+                    let cut: String = text.chars().take(MAX_READ_CHARS).collect();
+                    return Ok(success(format!("{cut}\n[TRUNCATED]")));
+                }
+                Ok(success(text))
+            })
+            .await
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct WriteFile(Arc<Confinement>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+impl Tool for WriteFile {
+    fn name(&self) -> &'static str {
+        "write_file"
+    }
+    fn description(&self) -> &'static str {
+        "Create or overwrite a text file in the workspace (parent directories are created)."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"]})
+    }
+    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        let confinement = self.0.clone();
+        Box::pin(async move {
+            let args: WriteArgs = parse_args(self.name(), args)?;
+            if args.content.len() > MAX_WRITE_BYTES {
+                return Err(ToolError::new(format!("content exceeds {MAX_WRITE_BYTES} bytes")));
+            }
+            blocking(move || {
+                let path = confinement.writable(&args.path)?;
+                if path.is_dir() {
+                    return Err(ToolError::new(format!("{}: is a directory", args.path)));
+                }
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| io_error(&args.path, e))?;
+                }
+                std::fs::write(&path, &args.content).map_err(|e| io_error(&args.path, e))?;
+                Ok(success(format!("wrote {} bytes to {}", args.content.len(), args.path)))
+            })
+            .await
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct EditFile(Arc<Confinement>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    path: String,
+    old_text: String,
+    new_text: String,
+    #[serde(default)]
+    replace_all: bool,
+}
+
+impl Tool for EditFile {
+    fn name(&self) -> &'static str {
+        "edit_file"
+    }
+    fn description(&self) -> &'static str {
+        "Replace `old_text` with `new_text` in a workspace file. `old_text` must occur exactly \
+         once unless `replace_all` is true."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "old_text": {"type": "string"},
+            "new_text": {"type": "string"}, "replace_all": {"type": "boolean"}},
+            "required": ["path", "old_text", "new_text"]})
+    }
+    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        let confinement = self.0.clone();
+        Box::pin(async move {
+            let args: EditArgs = parse_args(self.name(), args)?;
+            if args.old_text.is_empty() {
+                return Err(ToolError::new("old_text is empty"));
+            }
+            blocking(move || {
+                let path = confinement.existing(&args.path)?;
+                let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
+                let count = text.matches(&args.old_text).count();
+                if count == 0 {
+                    return Err(ToolError::new(format!("{}: old_text not found", args.path)));
+                }
+                if count > 1 && !args.replace_all {
+                    return Err(ToolError::new(format!(
+                        "{}: old_text occurs {count} times; make it unique or set replace_all",
+                        args.path
+                    )));
+                }
+                let edited = text.replace(&args.old_text, &args.new_text);
+                if edited.len() > MAX_WRITE_BYTES {
+                    return Err(ToolError::new(format!("result exceeds {MAX_WRITE_BYTES} bytes")));
+                }
+                std::fs::write(&path, edited).map_err(|e| io_error(&args.path, e))?;
+                Ok(success(format!("replaced {count} occurrence(s) in {}", args.path)))
+            })
+            .await
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct ListDir(Arc<Confinement>);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListArgs {
+    #[serde(default = "dot")]
+    path: String,
+}
+
+fn dot() -> String {
+    ".".into()
+}
+
+impl Tool for ListDir {
+    fn name(&self) -> &'static str {
+        "list_dir"
+    }
+    fn description(&self) -> &'static str {
+        "List a workspace directory (default: the workspace root)."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}})
+    }
+    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        let confinement = self.0.clone();
+        Box::pin(async move {
+            let args: ListArgs = parse_args(self.name(), args)?;
+            blocking(move || {
+                let path = confinement.existing(&args.path)?;
+                let entries = std::fs::read_dir(&path).map_err(|e| io_error(&args.path, e))?;
+                let mut lines = Vec::new();
+                for entry in entries {
+                    let entry = entry.map_err(|e| io_error(&args.path, e))?;
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let meta = entry.path().symlink_metadata().map_err(|e| io_error(&name, e))?;
+                    lines.push(if meta.file_type().is_symlink() {
+                        format!("{name} (symlink)")
+                    } else if meta.is_dir() {
+                        format!("{name}/")
+                    } else {
+                        format!("{name} ({} bytes)", meta.len())
+                    });
+                }
+                lines.sort();
+                Ok(success(lines.join("\n")))
+            })
+            .await
+        })
+    }
+}
+
+#[derive(Debug)]
+pub struct DeleteFile(Arc<Confinement>);
+
+impl Tool for DeleteFile {
+    fn name(&self) -> &'static str {
+        "delete_file"
+    }
+    fn description(&self) -> &'static str {
+        "Delete a file of the workspace (not a directory)."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+    }
+    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        let confinement = self.0.clone();
+        Box::pin(async move {
+            let args: PathArgs = parse_args(self.name(), args)?;
+            blocking(move || {
+                // Resolving checks where a symlink leads; the link itself is what is removed.
+                let resolved = confinement.existing(&args.path)?;
+                if resolved.is_dir() {
+                    return Err(ToolError::new(format!("{}: is a directory", args.path)));
+                }
+                let link = confinement.root().join(&args.path);
+                std::fs::remove_file(&link).map_err(|e| io_error(&args.path, e))?;
+                Ok(success(format!("deleted {}", args.path)))
+            })
+            .await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+    use tokio_util::sync::CancellationToken;
+
+    struct Fixture {
+        base: PathBuf,
+        root: PathBuf,
+        outside: PathBuf,
+        tools: Vec<Arc<dyn Tool>>,
+        ctx: ToolContext,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.base);
+        }
+    }
+
+    fn fixture() -> Fixture {
+        let base = std::env::temp_dir().join(format!("nxh-files-{}", uuid::Uuid::new_v4()));
+        let root = base.join("ws");
+        let outside = base.join("outside");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret.txt"), "outside-secret").unwrap();
+        std::fs::write(root.join("note.txt"), "hello world").unwrap();
+        std::fs::write(root.join("config.toml"), "[llm]").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("escape_dir")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("escape_file")).unwrap();
+        std::os::unix::fs::symlink(root.join("note.txt"), root.join("inner_link")).unwrap();
+        std::os::unix::fs::symlink(outside.join("gone"), root.join("dangling")).unwrap();
+        let confinement = Confinement::new(&root, &[root.join("config.toml")]).unwrap();
+        let (tx, _rx) = mpsc::channel(1);
+        let ctx = ToolContext {
+            chat_id: "t".into(),
+            session_id: 1,
+            cancel: CancellationToken::new(),
+            outbound: tx,
+        };
+        Fixture { base, root, outside, tools: file_tools(Arc::new(confinement)), ctx }
+    }
+
+    impl Fixture {
+        async fn call(&self, name: &str, args: Value) -> ToolResult {
+            let tool = self.tools.iter().find(|t| t.name() == name).unwrap();
+            tool.call(args, &self.ctx).await
+        }
+    }
+
+    /// Arguments for `tool` aimed at `path`.
+    fn args_for(tool: &str, path: &str) -> Value {
+        match tool {
+            "write_file" => json!({"path": path, "content": "pwned"}),
+            "edit_file" => json!({"path": path, "old_text": "outside", "new_text": "pwned"}),
+            _ => json!({"path": path}),
+        }
+    }
+
+    const TOOLS: [&str; 5] = ["read_file", "write_file", "edit_file", "list_dir", "delete_file"];
+
+    #[tokio::test]
+    async fn every_tool_refuses_traversal_absolute_paths_and_symlink_escapes() {
+        let f = fixture();
+        let absolute = f.outside.join("secret.txt").display().to_string();
+        let cases = [
+            ("../outside/secret.txt", "`..`"),
+            ("sub/../../outside/secret.txt", "`..`"),
+            ("..", "`..`"),
+            (absolute.as_str(), "absolute"),
+            ("/etc/passwd", "absolute"),
+            ("escape_file", "outside the workspace"),
+            ("escape_dir/secret.txt", "outside the workspace"),
+            ("escape_dir/new.txt", "outside the workspace"),
+            ("dangling/x.txt", "dangling symlink"),
+            ("config.toml", "belongs to the daemon"),
+            ("", "empty"),
+        ];
+        for tool in TOOLS {
+            for (path, why) in cases {
+                let err = f
+                    .call(tool, args_for(tool, path))
+                    .await
+                    .expect_err(&format!("{tool} accepted {path:?}"));
+                assert!(err.0.contains(why), "{tool} {path:?}: {err}");
+            }
+        }
+        assert_eq!(
+            std::fs::read_to_string(f.outside.join("secret.txt")).unwrap(),
+            "outside-secret"
+        );
+        assert!(!f.outside.join("new.txt").exists());
+        assert!(f.root.join("escape_file").symlink_metadata().is_ok(), "the link was deleted");
+        assert_eq!(std::fs::read_to_string(f.root.join("config.toml")).unwrap(), "[llm]");
+    }
+
+    #[tokio::test]
+    async fn tools_work_inside_the_workspace() {
+        let f = fixture();
+        let out = f.call("read_file", json!({"path": "note.txt"})).await.unwrap();
+        assert_eq!(out, success("hello world"));
+        let out = f.call("read_file", json!({"path": "./inner_link"})).await.unwrap();
+        assert_eq!(out, success("hello world"));
+        f.call("write_file", json!({"path": "a/b/c.txt", "content": "x y x"})).await.unwrap();
+        assert_eq!(std::fs::read_to_string(f.root.join("a/b/c.txt")).unwrap(), "x y x");
+        let err = f
+            .call("edit_file", json!({"path": "a/b/c.txt", "old_text": "x", "new_text": "z"}))
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("occurs 2 times"), "{err}");
+        f.call(
+            "edit_file",
+            json!({"path": "a/b/c.txt", "old_text": "x", "new_text": "z", "replace_all": true}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(f.root.join("a/b/c.txt")).unwrap(), "z y z");
+        let listing = f.call("list_dir", json!({})).await.unwrap();
+        for expected in ["a/", "note.txt (11 bytes)", "escape_dir (symlink)", "sub/"] {
+            assert!(listing.contains(expected), "{listing}");
+        }
+        f.call("delete_file", json!({"path": "a/b/c.txt"})).await.unwrap();
+        assert!(!f.root.join("a/b/c.txt").exists());
+        let err = f.call("delete_file", json!({"path": "sub"})).await.unwrap_err();
+        assert!(err.0.contains("is a directory"), "{err}");
+        let err = f.call("read_file", json!({"path": "note.txt", "extra": 1})).await.unwrap_err();
+        assert!(err.0.contains("invalid arguments for read_file") && err.0.contains("extra"));
+    }
+}

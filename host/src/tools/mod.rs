@@ -1,0 +1,113 @@
+//! The main agent's tools and the registry that offers them to the model.
+//!
+//! Why this shape: every tool answers the model in one normalized JSON form —
+//! `{"success": true, "output": ...}` or `{"success": false, "error": "..."}` — so the model
+//! learns one convention and a failing tool never crashes the turn. Arguments are checked
+//! against each tool's own struct (`deny_unknown_fields`), so a wrong call gets an error that
+//! says what was wrong. None of these tools runs a shell command on the host.
+
+pub mod delegate;
+pub mod files;
+pub mod memory;
+pub mod send_message;
+pub mod tasks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::OutboundMessage;
+use crate::llm::{FunctionSpec, ToolSpec};
+use crate::subagent::BoxFuture;
+
+/// What a tool knows about the turn that called it.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub chat_id: String,
+    pub session_id: i64,
+    /// A child of the turn's token: cancelled when the turn is stopped or times out.
+    pub cancel: CancellationToken,
+    pub outbound: mpsc::Sender<OutboundMessage>,
+}
+
+/// A tool failure, worded for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+pub type ToolResult = Result<String, ToolError>;
+
+pub trait Tool: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// JSON Schema of the arguments.
+    fn parameters(&self) -> Value;
+    /// A timeout of its own, longer than the agent's per-tool default (delegation).
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult>;
+}
+
+/// Parses a tool's arguments into its struct, with an error naming the tool.
+pub fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args)
+        .map_err(|e| ToolError(format!("invalid arguments for {tool}: {e}")))
+}
+
+/// The normalized success form.
+pub fn success(output: impl Into<Value>) -> String {
+    json!({"success": true, "output": output.into()}).to_string()
+}
+
+/// The normalized failure form.
+pub fn failure(error: impl std::fmt::Display) -> String {
+    json!({"success": false, "error": error.to_string()}).to_string()
+}
+
+/// The tools offered to the model, by name; `spawn` is accepted as an alias of
+/// `delegate_to_sub_agent` (the seed's name for it).
+#[derive(Debug, Default, Clone)]
+pub struct ToolRegistry {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    pub fn add(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.retain(|t| t.name() != tool.name());
+        self.tools.push(tool);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        let name = if name == "spawn" { delegate::TOOL_NAME } else { name };
+        self.tools.iter().find(|t| t.name() == name)
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|t| t.name()).collect()
+    }
+
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                kind: "function",
+                function: FunctionSpec {
+                    name: t.name(),
+                    description: t.description(),
+                    parameters: t.parameters(),
+                },
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,176 @@
+//! The workspace directory: the bootstrap files that make up the agent's system prompt, and
+//! `nexbot init`, which writes the defaults embedded in the binary.
+//!
+//! Why embedded: `nexbot init` must work from a bare binary (no install tree), and a missing
+//! default is a build error instead of a surprise at run time.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The bootstrap files, in the order they are assembled into the system prompt.
+pub const BOOTSTRAP_FILES: [(&str, &str); 6] = [
+    ("IDENTITY.md", include_str!("defaults/IDENTITY.md")),
+    ("AGENTS.md", include_str!("defaults/AGENTS.md")),
+    ("SOUL.md", include_str!("defaults/SOUL.md")),
+    ("USER.md", include_str!("defaults/USER.md")),
+    ("TOOLS.md", include_str!("defaults/TOOLS.md")),
+    ("MEMORY.md", include_str!("defaults/MEMORY.md")),
+];
+
+/// The long-term memory file (the last bootstrap file).
+pub const MEMORY_FILE: &str = "MEMORY.md";
+
+/// The commented `config.toml` that documents every key and its default.
+pub const CONFIG_TEMPLATE: &str = include_str!("defaults/config.toml");
+
+/// The config file's name inside a workspace written by `init`.
+pub const CONFIG_FILE: &str = "config.toml";
+
+/// What `init` did with each file.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct InitReport {
+    pub written: Vec<PathBuf>,
+    /// Existing files left alone (no `--force`).
+    pub kept: Vec<PathBuf>,
+}
+
+/// Writes the bootstrap files and `config.toml` into `dir` (created if needed). An existing
+/// file is kept unless `force`.
+pub fn init(dir: &Path, force: bool) -> io::Result<InitReport> {
+    std::fs::create_dir_all(dir)?;
+    let mut report = InitReport::default();
+    let files = BOOTSTRAP_FILES.iter().copied().chain([(CONFIG_FILE, CONFIG_TEMPLATE)]);
+    for (name, contents) in files {
+        let path = dir.join(name);
+        let exists = path.symlink_metadata().is_ok();
+        if exists && !force {
+            report.kept.push(path);
+            continue;
+        }
+        std::fs::write(&path, contents)?;
+        report.written.push(path);
+    }
+    Ok(report)
+}
+
+/// Marks where the context was cut, so the model knows something is missing.
+const CUT_MARKER: &str = "\n[... cut: the workspace context is longer than its cap ...]\n";
+const MEMORY_CUT_MARKER: &str = "[... older memory cut ...]\n";
+
+/// Builds the system prompt from the bootstrap files in `dir`, in order, within `cap`
+/// characters. Missing files are skipped (the operator may delete any of them).
+///
+/// What is cut when over the cap: MEMORY.md gets whatever the first five files leave and
+/// keeps its newest (last) part; if the first five alone exceed the cap, the end of that text
+/// is cut (TOOLS, then USER, … go first) and memory is left out.
+pub fn assemble_context(dir: &Path, cap: usize) -> io::Result<String> {
+    let mut fixed = String::new();
+    let mut memory = None;
+    for (name, _) in BOOTSTRAP_FILES {
+        let text = match std::fs::read_to_string(dir.join(name)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io::Error::new(e.kind(), format!("reading {name}: {e}"))),
+        };
+        let section = format!("## {name}\n\n{}\n\n", text.trim_end());
+        if name == MEMORY_FILE {
+            memory = Some((section, text));
+        } else {
+            fixed.push_str(&section);
+        }
+    }
+    let fixed_len = fixed.chars().count();
+    if fixed_len > cap {
+        let keep = cap.saturating_sub(CUT_MARKER.chars().count());
+        let mut cut: String = fixed.chars().take(keep).collect();
+        cut.push_str(CUT_MARKER);
+        return Ok(cut);
+    }
+    if let Some((section, text)) = memory {
+        let room = cap - fixed_len;
+        if section.chars().count() <= room {
+            fixed.push_str(&section);
+        } else {
+            let header = format!("## {MEMORY_FILE}\n\n{MEMORY_CUT_MARKER}");
+            let keep = room.saturating_sub(header.chars().count() + 2);
+            if keep > 0 {
+                let text = text.trim_end();
+                let skip = text.chars().count().saturating_sub(keep);
+                fixed.push_str(&header);
+                fixed.extend(text.chars().skip(skip));
+                fixed.push_str("\n\n");
+            }
+        }
+    }
+    Ok(fixed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tempdir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("nxh-ws-{tag}-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn init_writes_everything_then_keeps_existing_files_unless_forced() {
+        let dir = tempdir("init");
+        let report = init(&dir, false).unwrap();
+        assert_eq!(report.written.len(), 7);
+        std::fs::write(dir.join("USER.md"), "mine").unwrap();
+        let again = init(&dir, false).unwrap();
+        assert!(again.written.is_empty());
+        assert_eq!(again.kept.len(), 7);
+        assert_eq!(std::fs::read_to_string(dir.join("USER.md")).unwrap(), "mine");
+        let forced = init(&dir, true).unwrap();
+        assert_eq!(forced.written.len(), 7);
+        assert_ne!(std::fs::read_to_string(dir.join("USER.md")).unwrap(), "mine");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn context_is_in_order() {
+        let dir = tempdir("order");
+        for (i, (name, _)) in BOOTSTRAP_FILES.iter().enumerate() {
+            std::fs::write(dir.join(name), format!("part-{i}")).unwrap();
+        }
+        let context = assemble_context(&dir, 100_000).unwrap();
+        let positions: Vec<usize> =
+            (0..6).map(|i| context.find(&format!("part-{i}")).unwrap()).collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{context}");
+        assert!(context.find("## IDENTITY.md").unwrap() < context.find("## MEMORY.md").unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn memory_is_cut_first_and_keeps_its_newest_part() {
+        let dir = tempdir("memcut");
+        std::fs::write(dir.join("IDENTITY.md"), "who").unwrap();
+        let memory: String = (0..500).map(|i| format!("fact {i}\n")).collect();
+        std::fs::write(dir.join("MEMORY.md"), &memory).unwrap();
+        let context = assemble_context(&dir, 1_000).unwrap();
+        assert!(context.chars().count() <= 1_000, "{}", context.len());
+        assert!(context.contains("who"));
+        assert!(context.contains("fact 499"));
+        assert!(!context.contains("fact 0\n"));
+        assert!(context.contains(MEMORY_CUT_MARKER));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn oversized_fixed_part_is_cut_at_its_end() {
+        let dir = tempdir("fixedcut");
+        std::fs::write(dir.join("IDENTITY.md"), "start ").unwrap();
+        std::fs::write(dir.join("TOOLS.md"), "é".repeat(5_000)).unwrap();
+        std::fs::write(dir.join("MEMORY.md"), "remember").unwrap();
+        let context = assemble_context(&dir, 1_000).unwrap();
+        assert_eq!(context.chars().count(), 1_000);
+        assert!(context.contains("start"));
+        assert!(context.ends_with(CUT_MARKER));
+        assert!(!context.contains("remember"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
