@@ -1,0 +1,87 @@
+//! Tying a connection to the container it came from and the task running there.
+//!
+//! The proxy only sees a source address; the pool knows which container has that address on
+//! the internal network and which task it is running. [`Attribution`] is the small seam
+//! between them; [`AttributionTable`] is a ready-made implementation the pool can fill.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::RwLock;
+
+/// Who sits behind a source address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attributed {
+    /// Container name or id.
+    pub container: String,
+    /// The task the container is running now, if any.
+    pub task_id: Option<String>,
+}
+
+/// Maps a source address on the pool network to its container and current task.
+/// Called once per proxied request, so it must be quick and must not block on I/O.
+pub trait Attribution: Send + Sync + 'static {
+    fn lookup(&self, source: IpAddr) -> Option<Attributed>;
+}
+
+/// A table the pool keeps up to date: a container's address when it starts, its task when a
+/// task starts and ends, removal when the container goes.
+#[derive(Debug, Default)]
+pub struct AttributionTable {
+    map: RwLock<HashMap<IpAddr, Attributed>>,
+}
+
+impl AttributionTable {
+    /// Registers (or replaces) the container at `ip`, with no task.
+    pub fn set_container(&self, ip: IpAddr, container: impl Into<String>) {
+        let entry = Attributed { container: container.into(), task_id: None };
+        self.write().insert(ip.to_canonical(), entry);
+    }
+
+    /// Sets or clears the task of the container at `ip`; `false` when no container is there.
+    pub fn set_task(&self, ip: IpAddr, task_id: Option<String>) -> bool {
+        match self.write().get_mut(&ip.to_canonical()) {
+            Some(entry) => {
+                entry.task_id = task_id;
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn remove(&self, ip: IpAddr) {
+        self.write().remove(&ip.to_canonical());
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<IpAddr, Attributed>> {
+        self.map.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Attribution for AttributionTable {
+    fn lookup(&self, source: IpAddr) -> Option<Attributed> {
+        let map = self.map.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.get(&source.to_canonical()).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_tracks_containers_and_tasks() {
+        let table = AttributionTable::default();
+        let ip: IpAddr = "172.30.0.5".parse().unwrap();
+        assert_eq!(table.lookup(ip), None);
+        assert!(!table.set_task(ip, Some("t".into())));
+        table.set_container(ip, "c1");
+        assert!(table.set_task(ip, Some("t".into())));
+        let mapped: IpAddr = "::ffff:172.30.0.5".parse().unwrap();
+        assert_eq!(
+            table.lookup(mapped),
+            Some(Attributed { container: "c1".into(), task_id: Some("t".into()) })
+        );
+        table.remove(ip);
+        assert_eq!(table.lookup(ip), None);
+    }
+}
