@@ -14,8 +14,30 @@ lint:
 fmt:
 	cargo fmt --all
 
+# The subagent image, built offline: a static binary and Debian's busybox-static, staged into
+# a context under target/ and built FROM scratch (nothing is pulled).
+IMAGE ?= nexbot-subagent:dev
+IMAGE_TRIPLE := x86_64-unknown-linux-gnu
+IMAGE_CTX := target/subagent-image
+BUSYBOX ?= /bin/busybox
+
 image:
-	@echo "make image: the subagent image is not built yet (issue: subagent program)" >&2; exit 2
+	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) -p nexbot-subagent
+	@file -L $(BUSYBOX) 2>/dev/null | grep -q 'statically linked' || ldd $(BUSYBOX) 2>&1 | grep -q 'not a dynamic' || \
+	  { echo "make image: $(BUSYBOX) is not a static busybox; apt-get install busybox-static" >&2; exit 2; }
+	rm -rf $(IMAGE_CTX)
+	mkdir -p $(IMAGE_CTX)/rootfs/bin $(IMAGE_CTX)/rootfs/etc $(IMAGE_CTX)/rootfs/tmp \
+	  $(IMAGE_CTX)/workspace/scratch $(IMAGE_CTX)/workspace/skills
+	chmod 1777 $(IMAGE_CTX)/rootfs/tmp
+	cp target/$(IMAGE_TRIPLE)/release/nexbot-subagent $(IMAGE_CTX)/rootfs/bin/nexbot-subagent
+	cp $(BUSYBOX) $(IMAGE_CTX)/rootfs/bin/busybox
+	for applet in $$($(BUSYBOX) --list); do \
+	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
+	printf 'root:x:0:0:root:/:/bin/sh\nnexbot:x:65532:65532:nexbot:/workspace/scratch:/bin/sh\n' > $(IMAGE_CTX)/rootfs/etc/passwd
+	printf 'root:x:0:\nnexbot:x:65532:\n' > $(IMAGE_CTX)/rootfs/etc/group
+	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent.Dockerfile -t $(IMAGE) $(IMAGE_CTX)
+	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
+	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
 bench:
 	@echo "make bench: no benchmarks yet (they come with the subagent and pool)" >&2; exit 2

@@ -1,7 +1,31 @@
-//! `nexbot-subagent`: the program inside every sandbox container.
-//! Not built yet; see README "Status".
+//! Entry point of `nexbot-subagent`: sets up JSON logging on stderr and a single-threaded
+//! tokio runtime (one task at a time needs no more, and it keeps idle memory small), then
+//! serves the protocol on stdin/stdout until EOF or SIGTERM.
 
-fn main() {
-    eprintln!("nexbot-subagent: not implemented yet (see README, Status)");
-    std::process::exit(2);
+use std::sync::Arc;
+
+use nexbot_subagent::redaction::Redaction;
+use nexbot_subagent::{logging, server};
+
+fn main() -> std::process::ExitCode {
+    let redaction = Arc::new(Redaction::default());
+    logging::init(redaction.clone());
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            tracing::error!(event = "init", error = %err, "cannot start the async runtime");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let served = runtime.block_on(server::run(redaction));
+    // tokio reads stdin with a blocking read that cannot be cancelled; after a signal it may
+    // still be waiting, so do not wait for it when tearing the runtime down.
+    runtime.shutdown_background();
+    match served {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(event = "shutdown", error = format!("{err:#}"), "subagent failed");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

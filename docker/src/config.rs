@@ -1,0 +1,331 @@
+//! The pool's configuration: one serde-readable struct whose defaults are the safe ones, so
+//! that a host config file only has to name what it changes, and a check that refuses
+//! settings that would weaken the sandbox or leak a secret into a container's environment.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::PoolError;
+
+/// Everything the pool needs to know. `Default` gives a hardened pool of 4 containers from
+/// `nexbot-subagent:dev` on the internal network `nexbot-subagents`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolConfig {
+    /// Scopes labels, container names and start-up reaping: two pools with different names
+    /// never touch each other's containers. `[A-Za-z0-9][A-Za-z0-9_.-]*`, at most 40 chars.
+    pub name: String,
+    /// Image every container is created from.
+    pub image: String,
+    /// Number of long-lived containers (one task each at a time).
+    pub size: usize,
+    /// Tasks that may wait for a free container; one more gets "pool busy" at once.
+    pub queue_capacity: usize,
+    /// Longest a task waits in the queue before it gives up with a clear error.
+    pub queue_timeout_secs: u64,
+    /// Internal Docker network the containers are attached to (created if missing).
+    pub network: String,
+    /// User the container process runs as: numeric `uid[:gid]`, never 0.
+    pub user: String,
+    /// Memory limit in bytes; swap is capped to the same value (no extra swap).
+    pub memory_bytes: i64,
+    /// CPU limit in CPUs (fractions allowed).
+    pub cpus: f64,
+    /// Largest number of processes/threads in a container.
+    pub pids_limit: i64,
+    /// Size of the `/tmp` tmpfs, bytes.
+    pub tmp_size_bytes: u64,
+    /// Size of the scratch tmpfs at [`SCRATCH_DIR`](crate::spec::SCRATCH_DIR), bytes.
+    pub scratch_size_bytes: u64,
+    /// Host directory with skills, mounted read-only at
+    /// [`SKILLS_DIR`](crate::spec::SKILLS_DIR); none when unset.
+    pub skills_dir: Option<PathBuf>,
+    /// OCI runtime name (e.g. `runsc`); the engine's default when unset.
+    pub runtime: Option<String>,
+    /// Extra, NON-secret environment for every container (e.g. `HTTP_PROXY`, `NO_PROXY` set by
+    /// the egress proxy). Names that look like secrets and URLs with credentials are refused.
+    pub env: BTreeMap<String, String>,
+    /// `json-file` log driver caps: size of one file (`max-size`) and number of files.
+    pub log_max_size: String,
+    pub log_max_files: u32,
+    /// How many recent stderr log lines are kept per container for `logs`.
+    pub log_lines_kept: usize,
+    /// Period of the health pings.
+    pub ping_interval_ms: u64,
+    /// A ping unanswered for this long marks the container unhealthy and replaces it.
+    pub ping_timeout_ms: u64,
+    /// Soft task timeout sent to the subagent when a request names none.
+    pub default_task_timeout_secs: u64,
+    /// The host's hard limit is the task's timeout plus this (seed 001: 30 s).
+    pub hard_limit_grace_secs: u64,
+    /// After a `cancel`, how long the final answer is awaited before the container is recycled.
+    pub cancel_grace_ms: u64,
+    /// A container is replaced after serving this many tasks.
+    pub max_tasks_per_container: u64,
+    /// How long the whole pool may take to become ready in [`Pool::start`](crate::Pool::start).
+    pub startup_timeout_secs: u64,
+    /// First and largest delay between failed attempts to (re)create a container.
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            name: "nexbot".into(),
+            image: "nexbot-subagent:dev".into(),
+            size: 4,
+            queue_capacity: 16,
+            queue_timeout_secs: 600,
+            network: "nexbot-subagents".into(),
+            user: "65532:65532".into(),
+            memory_bytes: 256 * 1024 * 1024,
+            cpus: 1.0,
+            pids_limit: 64,
+            tmp_size_bytes: 16 * 1024 * 1024,
+            scratch_size_bytes: 64 * 1024 * 1024,
+            skills_dir: None,
+            runtime: None,
+            env: BTreeMap::new(),
+            log_max_size: "1m".into(),
+            log_max_files: 1,
+            log_lines_kept: 200,
+            ping_interval_ms: 10_000,
+            ping_timeout_ms: 3_000,
+            default_task_timeout_secs: 300,
+            hard_limit_grace_secs: 30,
+            cancel_grace_ms: 5_000,
+            max_tasks_per_container: 100,
+            startup_timeout_secs: 30,
+            backoff_initial_ms: 250,
+            backoff_max_ms: 30_000,
+        }
+    }
+}
+
+/// Words that mark an environment variable name as secret-bearing.
+const SECRET_NAME_WORDS: &[&str] =
+    &["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE"];
+
+impl PoolConfig {
+    /// Refuses configurations that are invalid or would weaken the sandbox, naming the field.
+    pub fn validate(&self) -> Result<(), PoolError> {
+        let bad =
+            |field: &str, why: String| Err(PoolError::InvalidConfig(format!("{field}: {why}")));
+        if !valid_name(&self.name) {
+            return bad(
+                "name",
+                format!("{:?} must match [A-Za-z0-9][A-Za-z0-9_.-]* (≤ 40)", self.name),
+            );
+        }
+        if !valid_name(&self.network) {
+            return bad("network", format!("{:?} is not a valid network name", self.network));
+        }
+        if self.image.trim().is_empty() {
+            return bad("image", "must not be empty".into());
+        }
+        if self.size == 0 {
+            return bad("size", "a pool needs at least one container".into());
+        }
+        self.uid_gid()?;
+        if self.memory_bytes < 6 * 1024 * 1024 {
+            return bad(
+                "memory_bytes",
+                format!("{} is below Docker's 6 MiB minimum", self.memory_bytes),
+            );
+        }
+        if !(self.cpus > 0.0 && self.cpus <= 1024.0) {
+            return bad("cpus", format!("{} is not a CPU count in (0, 1024]", self.cpus));
+        }
+        if self.pids_limit < 8 {
+            return bad(
+                "pids_limit",
+                format!("{} is too low to run the subagent", self.pids_limit),
+            );
+        }
+        for (field, value) in [
+            ("tmp_size_bytes", self.tmp_size_bytes),
+            ("scratch_size_bytes", self.scratch_size_bytes),
+            ("ping_interval_ms", self.ping_interval_ms),
+            ("ping_timeout_ms", self.ping_timeout_ms),
+            ("default_task_timeout_secs", self.default_task_timeout_secs),
+            ("max_tasks_per_container", self.max_tasks_per_container),
+            ("startup_timeout_secs", self.startup_timeout_secs),
+            ("queue_timeout_secs", self.queue_timeout_secs),
+            ("backoff_initial_ms", self.backoff_initial_ms),
+            ("log_max_files", u64::from(self.log_max_files)),
+        ] {
+            if value == 0 {
+                return bad(field, "must be greater than 0".into());
+            }
+        }
+        if self.backoff_max_ms < self.backoff_initial_ms {
+            return bad("backoff_max_ms", "must be at least backoff_initial_ms".into());
+        }
+        if let Some(dir) = &self.skills_dir {
+            if !dir.is_absolute() {
+                return bad("skills_dir", format!("{} must be an absolute path", dir.display()));
+            }
+            if dir.to_string_lossy().contains("docker.sock") {
+                return bad("skills_dir", "the Docker socket is never mounted".into());
+            }
+        }
+        for (name, value) in &self.env {
+            check_env(name, value)
+                .map_err(|why| PoolError::InvalidConfig(format!("env.{name}: {why}")))?;
+        }
+        Ok(())
+    }
+
+    /// The numeric uid and gid from [`PoolConfig::user`].
+    pub fn uid_gid(&self) -> Result<(u32, u32), PoolError> {
+        let bad = || {
+            PoolError::InvalidConfig(format!(
+                "user: {:?} must be a numeric non-root uid[:gid]",
+                self.user
+            ))
+        };
+        let mut parts = self.user.splitn(2, ':');
+        let uid: u32 = parts.next().and_then(|u| u.parse().ok()).ok_or_else(bad)?;
+        let gid: u32 = match parts.next() {
+            Some(g) => g.parse().map_err(|_| bad())?,
+            None => uid,
+        };
+        if uid == 0 || gid == 0 {
+            return Err(bad());
+        }
+        Ok((uid, gid))
+    }
+
+    pub fn ping_interval(&self) -> Duration {
+        Duration::from_millis(self.ping_interval_ms)
+    }
+
+    pub fn ping_timeout(&self) -> Duration {
+        Duration::from_millis(self.ping_timeout_ms)
+    }
+
+    pub fn nano_cpus(&self) -> i64 {
+        (self.cpus * 1e9).round() as i64
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 40
+        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Container environment is visible in `docker inspect`, so it must never carry a secret.
+fn check_env(name: &str, value: &str) -> Result<(), String> {
+    let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err("not a valid environment variable name".into());
+    }
+    let upper = name.to_ascii_uppercase();
+    if let Some(word) = SECRET_NAME_WORDS.iter().find(|w| upper.contains(*w)) {
+        return Err(format!(
+            "looks like a secret (contains {word}); secrets go over stdin, never into container env"
+        ));
+    }
+    if value.contains('\n') || value.contains('\0') {
+        return Err("value contains a newline or NUL".into());
+    }
+    if let Some((_, rest)) = value.split_once("://") {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if authority.contains('@') {
+            return Err("URL carries credentials; they would show in docker inspect".into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_hardened() {
+        let c = PoolConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.size, 4);
+        assert_eq!(c.memory_bytes, 256 * 1024 * 1024);
+        assert_eq!(c.pids_limit, 64);
+        assert_eq!(c.nano_cpus(), 1_000_000_000);
+        assert_eq!(c.uid_gid().unwrap(), (65532, 65532));
+        assert_eq!(c.max_tasks_per_container, 100);
+        assert_eq!(c.hard_limit_grace_secs, 30);
+        assert_eq!(c.ping_interval(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn partial_toml_like_json_fills_defaults_and_rejects_unknown_fields() {
+        let c: PoolConfig = serde_json::from_str(r#"{"name":"p1","size":2}"#).unwrap();
+        assert_eq!(c.size, 2);
+        assert_eq!(c.image, "nexbot-subagent:dev");
+        let err = serde_json::from_str::<PoolConfig>(r#"{"sise":2}"#).unwrap_err();
+        assert!(err.to_string().contains("sise"), "{err}");
+    }
+
+    #[test]
+    fn root_user_is_refused() {
+        for user in ["0", "0:0", "1000:0", "root", "", "65534:x"] {
+            let c = PoolConfig { user: user.into(), ..PoolConfig::default() };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("user"), "{user}: {err}");
+        }
+        let c = PoolConfig { user: "1000".into(), ..PoolConfig::default() };
+        assert_eq!(c.uid_gid().unwrap(), (1000, 1000));
+    }
+
+    #[test]
+    fn secret_looking_env_is_refused() {
+        for (name, value) in [
+            ("OPENAI_API_KEY", "x"),
+            ("GITHUB_TOKEN", "x"),
+            ("db_password", "x"),
+            ("HTTP_PROXY", "http://user:pw@10.0.0.1:3128"),
+            ("BAD-NAME", "x"),
+            ("NL", "a\nb"),
+        ] {
+            let mut c = PoolConfig::default();
+            c.env.insert(name.into(), value.into());
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(&format!("env.{name}")), "{err}");
+        }
+        let mut c = PoolConfig::default();
+        c.env.insert("HTTP_PROXY".into(), "http://172.30.0.1:3128".into());
+        c.env.insert("NO_PROXY".into(), "172.30.0.1".into());
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_numbers_and_names_name_their_field() {
+        let cases: Vec<(PoolConfig, &str)> = vec![
+            (PoolConfig { size: 0, ..Default::default() }, "size"),
+            (PoolConfig { name: "-x".into(), ..Default::default() }, "name"),
+            (PoolConfig { name: "a/b".into(), ..Default::default() }, "name"),
+            (PoolConfig { cpus: 0.0, ..Default::default() }, "cpus"),
+            (PoolConfig { memory_bytes: 1024, ..Default::default() }, "memory_bytes"),
+            (PoolConfig { ping_timeout_ms: 0, ..Default::default() }, "ping_timeout_ms"),
+            (PoolConfig { skills_dir: Some("rel".into()), ..Default::default() }, "skills_dir"),
+            (
+                PoolConfig {
+                    skills_dir: Some("/var/run/docker.sock".into()),
+                    ..Default::default()
+                },
+                "skills_dir",
+            ),
+            (PoolConfig { backoff_max_ms: 1, ..Default::default() }, "backoff_max_ms"),
+        ];
+        for (c, field) in cases {
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+}

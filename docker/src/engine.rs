@@ -1,0 +1,233 @@
+//! The pool's conversations with the Docker engine: bring a container up (create, attach,
+//! start, first pong), find out how one died, read its memory use, and remove containers by
+//! label. Kept apart from the scheduling logic so that the latter reads as policy.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, StatsOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use nexbot_protocol::Request;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::PoolConfig;
+use crate::error::PoolError;
+use crate::link::{Link, LinkError};
+use crate::logs::LogRing;
+use crate::member::Member;
+use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
+
+/// How long the engine gets to remove a container before the pool stops waiting.
+const REMOVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a dead container's exit status is awaited to explain its death.
+const EXIT_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What every container operation needs: the engine, the config and this pool instance.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) docker: Docker,
+    pub(crate) config: PoolConfig,
+    /// Unique per `Pool::start`, so that a restarted host can tell its containers from an
+    /// earlier run's.
+    pub(crate) instance: String,
+    /// Fires when the pool goes away; background readers stop on it.
+    pub(crate) stop: CancellationToken,
+}
+
+impl Engine {
+    /// Creates, attaches and starts the container for `slot`, and waits for its first pong.
+    /// Anything created is removed again when a later step fails.
+    pub(crate) async fn bring_up(
+        self: &Arc<Self>,
+        slot: usize,
+        logs: Arc<LogRing>,
+        ready_timeout: Duration,
+    ) -> Result<Arc<Member>, PoolError> {
+        let body = container_spec(&self.config, &self.instance, slot)?;
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let name = format!("{}-{slot}-{}", self.config.name, &suffix[..8]);
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| PoolError::docker(format!("create container {name}"), e))?;
+        match self.attach_and_start(&created.id, logs, ready_timeout).await {
+            Ok(member) => Ok(member),
+            Err(e) => {
+                self.remove(&created.id).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn attach_and_start(
+        self: &Arc<Self>,
+        id: &str,
+        logs: Arc<LogRing>,
+        ready_timeout: Duration,
+    ) -> Result<Arc<Member>, PoolError> {
+        let short: String = id.chars().take(12).collect();
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(|e| PoolError::docker(format!("attach to container {short}"), e))?;
+        let link = Link::new(short.clone(), attached.input);
+        self.spawn_reader(id.to_owned(), link.clone(), attached.output, logs);
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(|e| PoolError::docker(format!("start container {short}"), e))?;
+        let started = Instant::now();
+        let ip = self.container_ip(id).await?;
+        let ready = Request::ping(format!("ready-{short}"));
+        match link.roundtrip(&ready, ready_timeout).await {
+            Ok(_) => {}
+            Err(LinkError::Closed(reason)) => {
+                return Err(PoolError::ContainerFailed {
+                    container: short,
+                    request: "its first ping".into(),
+                    reason,
+                })
+            }
+            Err(_) => {
+                link.fail("did not answer its first ping");
+                return Err(PoolError::PingTimeout {
+                    container: short,
+                    timeout_ms: ready_timeout.as_millis() as u64,
+                });
+            }
+        }
+        Ok(Arc::new(Member::new(id.to_owned(), ip, started, link)))
+    }
+
+    /// Reads the container's output until it ends, then fails the link with the best
+    /// explanation of the container's death that the engine can give.
+    fn spawn_reader(
+        self: &Arc<Self>,
+        id: String,
+        link: Arc<Link>,
+        output: crate::link::Output,
+        logs: Arc<LogRing>,
+    ) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let stop = engine.stop.clone();
+            if let Some(ended) = link.read_output(output, &logs, &stop).await {
+                let reason = engine.explain_death(&id, &ended).await;
+                link.fail(&reason);
+            }
+        });
+    }
+
+    /// "was OOM-killed", "exited with code N", or `fallback` when the engine cannot say.
+    pub(crate) async fn explain_death(&self, id: &str, fallback: &str) -> String {
+        let wait_options = WaitContainerOptionsBuilder::default().condition("not-running").build();
+        let mut wait = self.docker.wait_container(id, Some(wait_options));
+        // A non-zero exit arrives as an error item; either way the container is down.
+        let _ = tokio::time::timeout(EXIT_STATUS_TIMEOUT, wait.next()).await;
+        match self.docker.inspect_container(id, None).await {
+            Ok(info) => {
+                let state = info.state.unwrap_or_default();
+                if state.oom_killed == Some(true) {
+                    self.oom_reason()
+                } else if state.running == Some(true) {
+                    fallback.to_owned()
+                } else {
+                    format!("container exited with code {}", state.exit_code.unwrap_or(-1))
+                }
+            }
+            Err(_) => format!("{fallback} (container is gone)"),
+        }
+    }
+
+    pub(crate) fn oom_reason(&self) -> String {
+        format!(
+            "container was OOM-killed (memory limit {} MiB)",
+            self.config.memory_bytes / (1024 * 1024)
+        )
+    }
+
+    async fn container_ip(&self, id: &str) -> Result<Option<IpAddr>, PoolError> {
+        let info = self
+            .docker
+            .inspect_container(id, None)
+            .await
+            .map_err(|e| PoolError::docker(format!("inspect container {id}"), e))?;
+        Ok(info
+            .network_settings
+            .and_then(|n| n.networks)
+            .and_then(|mut nets| nets.remove(&self.config.network))
+            .and_then(|n| n.ip_address)
+            .and_then(|ip| ip.parse().ok()))
+    }
+
+    /// Memory in use by the container (page cache excluded), from one non-streaming stats
+    /// sample.
+    pub(crate) async fn memory_use(&self, id: &str) -> Option<u64> {
+        let options = StatsOptionsBuilder::default().stream(false).one_shot(true).build();
+        let mut stats = self.docker.stats(id, Some(options));
+        let sample =
+            tokio::time::timeout(Duration::from_secs(2), stats.next()).await.ok()??.ok()?;
+        let memory = sample.memory_stats?;
+        let usage = memory.usage?;
+        let cache = memory
+            .stats
+            .as_ref()
+            .and_then(|s| s.get("total_inactive_file").or_else(|| s.get("inactive_file")).copied());
+        Some(usage.saturating_sub(cache.unwrap_or(0)))
+    }
+
+    /// Force-removes one container; failures are logged (it may already be gone).
+    pub(crate) async fn remove(&self, id: &str) {
+        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match tokio::time::timeout(REMOVE_TIMEOUT, self.docker.remove_container(id, Some(options)))
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            })) => {}
+            Ok(Err(e)) => tracing::warn!(container = id, "could not remove container: {e}"),
+            Err(_) => tracing::warn!(container = id, "removing container timed out"),
+        }
+    }
+
+    /// Ids of the containers of this pool name; only this instance's when `this_instance`.
+    pub(crate) async fn list(&self, this_instance: bool) -> Result<Vec<String>, PoolError> {
+        let mut labels = vec![format!("{LABEL_POOL}={}", self.config.name)];
+        if this_instance {
+            labels.push(format!("{LABEL_INSTANCE}={}", self.instance));
+        }
+        let filters = HashMap::from([("label", labels)]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| PoolError::docker("list the pool's containers", e))?;
+        Ok(containers.into_iter().filter_map(|c| c.id).collect())
+    }
+
+    /// Removes every container of this pool name (or of this instance only), in parallel,
+    /// and returns how many there were.
+    pub(crate) async fn reap(&self, this_instance: bool) -> Result<usize, PoolError> {
+        let ids = self.list(this_instance).await?;
+        futures_util::future::join_all(ids.iter().map(|id| self.remove(id))).await;
+        Ok(ids.len())
+    }
+}

@@ -1,0 +1,57 @@
+//! Every way a pool operation can fail, each with a message that says what went wrong and,
+//! where it matters, which container and task it concerned, so that the host can pass it on
+//! to the model or the operator unchanged.
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum PoolError {
+    #[error("invalid pool configuration: {0}")]
+    InvalidConfig(String),
+
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
+    #[error("Docker engine error while trying to {action}: {source}")]
+    Docker {
+        action: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+
+    #[error("image {image:?} not found in the local Docker engine (build it with `make image`)")]
+    ImageMissing { image: String },
+
+    #[error("network {name:?}: {reason}")]
+    Network { name: String, reason: String },
+
+    #[error("pool busy: all {size} containers are busy and the queue of {queue} is full")]
+    Busy { size: usize, queue: usize },
+
+    #[error("task {task_id} waited {waited_secs} s in the queue without getting a container")]
+    QueueTimeout { task_id: String, waited_secs: u64 },
+
+    #[error("the pool is shutting down and takes no new work")]
+    ShuttingDown,
+
+    #[error("task {task_id} was cancelled")]
+    Cancelled { task_id: String },
+
+    #[error("container {container} failed while serving {request}: {reason}")]
+    ContainerFailed { container: String, request: String, reason: String },
+
+    #[error("container {container} did not answer ping within {timeout_ms} ms")]
+    PingTimeout { container: String, timeout_ms: u64 },
+
+    #[error("no container {0:?} in this pool")]
+    UnknownContainer(String),
+
+    #[error("the pool did not become ready within {secs} s: {detail}")]
+    StartupTimeout { secs: u64, detail: String },
+}
+
+impl PoolError {
+    pub(crate) fn docker(action: impl Into<String>, source: bollard::errors::Error) -> Self {
+        Self::Docker { action: action.into(), source }
+    }
+}

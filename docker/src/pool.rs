@@ -1,0 +1,627 @@
+//! The pool's public face and its dispatch policy: one task per container, a bounded FIFO
+//! queue when all are busy, an immediate "pool busy" beyond it, the host's hard limit on every
+//! task, cancellation, recycling, and a shutdown that drains before it removes.
+//!
+//! A container is handed out as a [`Lease`]; whatever happens to the task (answer, timeout,
+//! crash, cancellation, or the caller dropping the future), the lease's `Drop` puts the slot
+//! back in service or hands it to its supervisor for replacement, so no slot is ever lost.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bollard::query_parameters::KillContainerOptionsBuilder;
+use bollard::Docker;
+use futures_util::future::join_all;
+use nexbot_protocol::request::unix_now;
+use nexbot_protocol::{
+    RecentMessage, Report, ReportStatus, Request, RequestType, Response, ResponseBody,
+};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::PoolConfig;
+use crate::engine::Engine;
+use crate::error::PoolError;
+use crate::link::LinkError;
+use crate::member::{CurrentTask, Member};
+use crate::network::{ensure_internal_network, NetworkInfo};
+use crate::slot::{ContainerSnapshot, Slot, SlotState};
+use crate::supervisor;
+
+/// How long writing one request to a container's stdin may take.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Progress lines kept for the report of a task that hits the hard limit.
+const PROGRESS_KEPT: usize = 6;
+
+/// The outcome of one health ping.
+#[derive(Debug)]
+pub struct PingResult {
+    /// Slot id (`<pool>-<index>`).
+    pub id: String,
+    /// Short id of the container pinged (none while the slot has no container).
+    pub container: Option<String>,
+    pub round_trip: Result<Duration, PoolError>,
+}
+
+/// A warm pool of hardened subagent containers. Not `Clone`: share it behind an `Arc`.
+/// Dropping it without [`Pool::shutdown`] stops supervision and leaves the containers to be
+/// reaped by the next pool of the same name (their stdin closes, so they exit).
+#[derive(Debug)]
+pub struct Pool {
+    inner: Arc<Inner>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) network: NetworkInfo,
+    pub(crate) slots: Vec<Slot>,
+    dispatch: Mutex<Dispatch>,
+    /// Signalled whenever a task ends, so that shutdown can stop waiting.
+    drained: Notify,
+    ping_seq: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Dispatch {
+    queue: VecDeque<oneshot::Sender<Lease>>,
+    shutting_down: bool,
+}
+
+impl Pool {
+    /// Starts a pool: checks the config and the image, ensures the internal network, removes
+    /// containers left by an earlier run of a pool with the same name, then brings all
+    /// containers up in parallel and returns once every one has answered a ping.
+    pub async fn start(docker: Docker, config: PoolConfig) -> Result<Pool, PoolError> {
+        config.validate()?;
+        match docker.inspect_image(&config.image).await {
+            Ok(_) => {}
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return Err(PoolError::ImageMissing { image: config.image.clone() })
+            }
+            Err(e) => return Err(PoolError::docker(format!("inspect image {}", config.image), e)),
+        }
+        let network_labels =
+            [(crate::spec::LABEL_ROLE.to_owned(), "subagent-network".to_owned())].into();
+        let network = ensure_internal_network(&docker, &config.network, &network_labels).await?;
+        let startup = Duration::from_secs(config.startup_timeout_secs);
+        let engine = Arc::new(Engine {
+            docker,
+            instance: uuid::Uuid::new_v4().simple().to_string(),
+            stop: CancellationToken::new(),
+            config,
+        });
+        let reaped = engine.reap(false).await?;
+        if reaped > 0 {
+            tracing::info!(pool = %engine.config.name, reaped, "removed containers left by an earlier run");
+        }
+        let slots: Vec<Slot> = (0..engine.config.size)
+            .map(|i| Slot::new(&engine.config.name, i, engine.config.log_lines_kept))
+            .collect();
+        let bring_up = join_all(
+            slots.iter().map(|slot| engine.bring_up(slot.index, slot.logs.clone(), startup)),
+        );
+        let members = match tokio::time::timeout(startup, bring_up).await {
+            Ok(results) => results.into_iter().collect::<Result<Vec<_>, _>>(),
+            Err(_) => Err(PoolError::StartupTimeout {
+                secs: engine.config.startup_timeout_secs,
+                detail: format!("{} containers were not all ready", engine.config.size),
+            }),
+        };
+        let members = match members {
+            Ok(members) => members,
+            Err(e) => {
+                engine.stop.cancel();
+                let _ = engine.reap(true).await;
+                return Err(e);
+            }
+        };
+        let inner = Arc::new(Inner {
+            engine,
+            network,
+            slots,
+            dispatch: Mutex::new(Dispatch::default()),
+            drained: Notify::new(),
+            ping_seq: AtomicU64::new(0),
+        });
+        let mut tasks = Vec::with_capacity(members.len() + 1);
+        for (slot, member) in inner.slots.iter().zip(members) {
+            inner.install(slot.index, member.clone());
+            tasks.push(tokio::spawn(supervisor::supervise(inner.clone(), slot.index, member)));
+        }
+        tasks.push(tokio::spawn(supervisor::watch_events(inner.clone())));
+        tracing::info!(
+            pool = %inner.engine.config.name,
+            size = inner.slots.len(),
+            network = %inner.network.name,
+            "pool ready"
+        );
+        Ok(Pool { inner, tasks: Mutex::new(tasks) })
+    }
+
+    /// Runs one `execute` request on a container and returns its final response.
+    ///
+    /// - A request without `timeout` gets the configured default. The host's hard limit is
+    ///   `timeout + hard_limit_grace_secs`: past it the result is a `timeout` response with a
+    ///   report of the progress seen, and the container is recycled.
+    /// - When all containers are busy the task waits in a FIFO queue; when the queue is full
+    ///   the answer is [`PoolError::Busy`] at once.
+    /// - Cancelling `cancel` sends `cancel` to the container and returns its answer; without
+    ///   an answer within `cancel_grace_ms` the container is recycled and the result is
+    ///   [`PoolError::Cancelled`].
+    /// - A container that dies or stops answering gives [`PoolError::ContainerFailed`] at once.
+    pub async fn execute(
+        &self,
+        request: Request,
+        cancel: CancellationToken,
+    ) -> Result<Response, PoolError> {
+        self.execute_with_progress(request, cancel, None).await
+    }
+
+    /// [`Pool::execute`], also forwarding `progress` responses to `progress`. A full channel
+    /// drops progress lines rather than slow the pool down.
+    pub async fn execute_with_progress(
+        &self,
+        mut request: Request,
+        cancel: CancellationToken,
+        progress: Option<mpsc::Sender<Response>>,
+    ) -> Result<Response, PoolError> {
+        let config = &self.inner.engine.config;
+        if request.kind != RequestType::Execute {
+            return Err(PoolError::InvalidRequest(format!(
+                "only execute requests run as tasks, not {:?}",
+                request.kind.as_str()
+            )));
+        }
+        let timeout = *request.timeout.get_or_insert(config.default_task_timeout_secs);
+        request.validate(unix_now()).map_err(|e| PoolError::InvalidRequest(e.to_string()))?;
+        let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
+        let lease = self.inner.acquire(&request.id, &cancel).await?;
+        lease.run(request, cancel, progress, timeout, hard_limit).await
+    }
+
+    /// Pings every container (busy ones too) and reports each round trip.
+    pub async fn ping_all(&self) -> Vec<PingResult> {
+        join_all(self.inner.slots.iter().map(|slot| async move {
+            let member = slot.member();
+            let container = member.as_ref().map(|m| m.short_id.clone());
+            let round_trip = match member {
+                Some(member) => self.inner.ping(slot, &member).await,
+                None => Err(PoolError::UnknownContainer(format!("{} has no container", slot.id))),
+            };
+            PingResult { id: slot.id.clone(), container, round_trip }
+        }))
+        .await
+    }
+
+    /// One entry per slot, for `ps`. Cheap: reads what the supervisors last recorded.
+    pub fn snapshot(&self) -> Vec<ContainerSnapshot> {
+        self.inner.slots.iter().map(Slot::snapshot).collect()
+    }
+
+    /// The last log lines (JSON, oldest first) of the slot named by `target`: slot id, slot
+    /// index, or container id (prefix of at least 4). Lines of replaced containers are kept,
+    /// followed by the pool's note of why they were replaced.
+    pub fn logs(&self, target: &str) -> Result<Vec<String>, PoolError> {
+        Ok(self.inner.find(target)?.logs.snapshot())
+    }
+
+    /// Replaces the container named by `target` (see [`Pool::logs`]); a task it was running
+    /// gets an error. Returns the short id of the container being replaced.
+    pub fn restart(&self, target: &str) -> Result<String, PoolError> {
+        let slot = self.inner.find(target)?;
+        let member = slot.member().ok_or_else(|| PoolError::UnknownContainer(target.into()))?;
+        member.retire("restarted by the operator", false);
+        slot.wake.notify_one();
+        Ok(member.short_id.clone())
+    }
+
+    /// Sends SIGKILL to the container named by `target`; the pool treats it as a crash and
+    /// replaces it. Returns the short id of the killed container.
+    pub async fn kill(&self, target: &str) -> Result<String, PoolError> {
+        let slot = self.inner.find(target)?;
+        let member = slot.member().ok_or_else(|| PoolError::UnknownContainer(target.into()))?;
+        let options = KillContainerOptionsBuilder::default().signal("SIGKILL").build();
+        self.inner
+            .engine
+            .docker
+            .kill_container(&member.container_id, Some(options))
+            .await
+            .map_err(|e| PoolError::docker(format!("kill container {}", member.short_id), e))?;
+        Ok(member.short_id.clone())
+    }
+
+    /// Which container has address `ip` on the internal network, and the task it is serving:
+    /// the egress proxy attributes connections by source address with this.
+    pub fn container_for_address(&self, ip: IpAddr) -> Option<(String, Option<String>)> {
+        self.inner.slots.iter().find_map(|slot| {
+            let member = slot.member()?;
+            (member.ip == Some(ip) && !member.is_retired())
+                .then(|| (member.container_id.clone(), member.current_task().map(|t| t.id)))
+        })
+    }
+
+    /// The internal network the containers sit on (its gateway is the host's address there).
+    pub fn network(&self) -> &NetworkInfo {
+        &self.inner.network
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.engine.config
+    }
+
+    /// Stops taking work, lets in-flight tasks finish (each is bounded by its hard limit),
+    /// then removes every container this pool created. Queued tasks get
+    /// [`PoolError::ShuttingDown`].
+    pub async fn shutdown(self) -> Result<(), PoolError> {
+        let inner = self.inner.clone();
+        inner.begin_shutdown();
+        inner.drain().await;
+        inner.engine.stop.cancel();
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        inner.engine.reap(true).await?;
+        let left = inner.engine.list(true).await?;
+        if !left.is_empty() {
+            // A creation that was in flight when supervision stopped may land late.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            inner.engine.reap(true).await?;
+        }
+        tracing::info!(pool = %inner.engine.config.name, "pool shut down");
+        Ok(())
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.inner.engine.stop.cancel();
+    }
+}
+
+impl Inner {
+    fn dispatch(&self) -> MutexGuard<'_, Dispatch> {
+        self.dispatch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(&self, target: &str) -> Result<&Slot, PoolError> {
+        self.slots
+            .iter()
+            .find(|slot| slot.matches(target))
+            .ok_or_else(|| PoolError::UnknownContainer(target.to_owned()))
+    }
+
+    /// Pings `member` and records the round trip on its slot.
+    pub(crate) async fn ping(&self, slot: &Slot, member: &Member) -> Result<Duration, PoolError> {
+        let id = format!("ping-{}", self.ping_seq.fetch_add(1, Ordering::Relaxed));
+        let timeout = self.engine.config.ping_timeout();
+        let started = Instant::now();
+        match member.link.roundtrip(&Request::ping(id), timeout).await {
+            Ok(_) => {
+                let rtt = started.elapsed();
+                member.mark_proven();
+                slot.lock().last_ping = Some(rtt);
+                Ok(rtt)
+            }
+            Err(LinkError::Timeout) => Err(PoolError::PingTimeout {
+                container: member.short_id.clone(),
+                timeout_ms: self.engine.config.ping_timeout_ms,
+            }),
+            Err(LinkError::Closed(reason) | LinkError::Duplicate(reason)) => {
+                Err(PoolError::ContainerFailed {
+                    container: member.short_id.clone(),
+                    request: "a ping".into(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// Puts a freshly started member into its slot and makes it available.
+    pub(crate) fn install(self: &Arc<Self>, index: usize, member: Arc<Member>) {
+        self.slots[index].lock().member = Some(member.clone());
+        self.release(index, &member);
+    }
+
+    /// Takes an idle container, or a place in the queue, or fails with "busy".
+    async fn acquire(
+        self: &Arc<Self>,
+        task_id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Lease, PoolError> {
+        let mut rx = {
+            let mut dispatch = self.dispatch();
+            if dispatch.shutting_down {
+                return Err(PoolError::ShuttingDown);
+            }
+            for slot in &self.slots {
+                let mut s = slot.lock();
+                if s.state != SlotState::Idle {
+                    continue;
+                }
+                let Some(member) = s.member.clone() else { continue };
+                if member.is_retired() || member.link.is_closed() {
+                    continue;
+                }
+                s.state = SlotState::Busy;
+                return Ok(Lease::new(self.clone(), slot.index, member));
+            }
+            dispatch.queue.retain(|tx| !tx.is_closed());
+            let capacity = self.engine.config.queue_capacity;
+            if dispatch.queue.len() >= capacity {
+                return Err(PoolError::Busy { size: self.slots.len(), queue: capacity });
+            }
+            let (tx, rx) = oneshot::channel();
+            dispatch.queue.push_back(tx);
+            rx
+        };
+        let queue_timeout = Duration::from_secs(self.engine.config.queue_timeout_secs);
+        let gave_up = tokio::select! {
+            lease = &mut rx => return lease.map_err(|_| PoolError::ShuttingDown),
+            _ = cancel.cancelled() => PoolError::Cancelled { task_id: task_id.to_owned() },
+            _ = tokio::time::sleep(queue_timeout) => PoolError::QueueTimeout {
+                task_id: task_id.to_owned(),
+                waited_secs: queue_timeout.as_secs(),
+            },
+        };
+        // A lease handed over while we were giving up goes back (its Drop releases it).
+        rx.close();
+        drop(rx.try_recv());
+        Err(gave_up)
+    }
+
+    /// Makes `member` available again: to the first queued task, or as idle.
+    fn release(self: &Arc<Self>, index: usize, member: &Arc<Member>) {
+        let mut dispatch = self.dispatch();
+        let slot = &self.slots[index];
+        let mut s = slot.lock();
+        let current = s.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, member));
+        if !current || member.is_retired() || member.link.is_closed() {
+            return;
+        }
+        if dispatch.shutting_down {
+            s.state = SlotState::Draining;
+            return;
+        }
+        while let Some(tx) = dispatch.queue.pop_front() {
+            s.state = SlotState::Busy;
+            match tx.send(Lease::new(self.clone(), index, member.clone())) {
+                Ok(()) => return,
+                Err(mut unwanted) => unwanted.armed = false,
+            }
+        }
+        s.state = SlotState::Idle;
+    }
+
+    /// Called when a lease ends: recycle the container, leave it to its supervisor (it
+    /// died), or put it back in service.
+    fn finish(self: &Arc<Self>, index: usize, member: &Arc<Member>, recycle: Option<String>) {
+        member.set_current_task(None);
+        let slot = &self.slots[index];
+        if let Some(reason) = recycle {
+            member.retire(&reason, false);
+            slot.wake.notify_one();
+        } else if member.is_retired() || member.link.is_closed() {
+            slot.wake.notify_one();
+        } else {
+            self.release(index, member);
+        }
+        self.drained.notify_waiters();
+    }
+
+    fn begin_shutdown(&self) {
+        let queued = {
+            let mut dispatch = self.dispatch();
+            dispatch.shutting_down = true;
+            std::mem::take(&mut dispatch.queue)
+        };
+        drop(queued);
+        for slot in &self.slots {
+            let mut s = slot.lock();
+            if s.state == SlotState::Idle {
+                s.state = SlotState::Draining;
+            }
+        }
+    }
+
+    /// Waits until no container serves a task. Every task ends by its hard limit; the wait
+    /// is bounded by the latest of those plus a margin.
+    async fn drain(&self) {
+        loop {
+            let latest = self
+                .slots
+                .iter()
+                .filter_map(|s| s.member().and_then(|m| m.current_task()))
+                .map(|t| t.hard_deadline)
+                .max();
+            let Some(latest) = latest else { return };
+            if Instant::now() > latest + Duration::from_secs(5) {
+                tracing::warn!("tasks still running past their hard limit at shutdown");
+                return;
+            }
+            tokio::select! {
+                _ = self.drained.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+    }
+}
+
+/// The right to run one task on one container. Whatever way it ends, `Drop` settles the slot.
+#[derive(Debug)]
+struct Lease {
+    inner: Arc<Inner>,
+    index: usize,
+    member: Arc<Member>,
+    /// `false` for a lease that was never handed out (nothing to settle).
+    armed: bool,
+    /// Set once the request was written: abandoning the lease after that recycles.
+    used: bool,
+    /// Set when `run` saw the task to its end (answer, timeout, failure or cancel).
+    done: bool,
+    /// `Some(reason)` to recycle the container when the lease ends.
+    recycle: Option<String>,
+}
+
+impl Lease {
+    fn new(inner: Arc<Inner>, index: usize, member: Arc<Member>) -> Self {
+        Self { inner, index, member, armed: true, used: false, done: false, recycle: None }
+    }
+
+    async fn run(
+        mut self,
+        request: Request,
+        cancel: CancellationToken,
+        progress: Option<mpsc::Sender<Response>>,
+        timeout_secs: u64,
+        hard_limit: Duration,
+    ) -> Result<Response, PoolError> {
+        let member = self.member.clone();
+        let task_id = request.id.clone();
+        let correlation_id = request.correlation_id.clone();
+        let started = Instant::now();
+        let hard_deadline = tokio::time::Instant::from_std(started + hard_limit);
+        member.set_current_task(Some(CurrentTask {
+            id: task_id.clone(),
+            started,
+            hard_deadline: started + hard_limit,
+        }));
+        let failed = |reason: String| PoolError::ContainerFailed {
+            container: member.short_id.clone(),
+            request: format!("task {task_id}"),
+            reason,
+        };
+        let mut answers = member.link.register(&task_id).map_err(|e| match e {
+            LinkError::Closed(reason) => failed(reason),
+            other => failed(format!("{other:?}")),
+        })?;
+        self.used = true;
+        if let Err(LinkError::Closed(reason)) = member.link.send(&request, SEND_TIMEOUT).await {
+            member.link.unregister(&task_id);
+            return Err(failed(reason));
+        }
+        drop(request);
+
+        let mut seen: VecDeque<RecentMessage> = VecDeque::new();
+        let mut cancel_deadline: Option<tokio::time::Instant> = None;
+        let outcome = loop {
+            let cancel_at = cancel_deadline;
+            let cancel_wait = async move {
+                match cancel_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                answer = answers.recv() => match answer {
+                    Some(response) if !response.is_final() => {
+                        remember_progress(&mut seen, &response);
+                        if let Some(tx) = &progress {
+                            let _ = tx.try_send(response);
+                        }
+                    }
+                    Some(response) => {
+                        member.mark_proven();
+                        if matches!(response.body, ResponseBody::Timeout { .. }) {
+                            self.recycle = Some("recycled after its task timed out".into());
+                        }
+                        break Ok(response);
+                    }
+                    None => break Err(failed(member.link.reason())),
+                },
+                _ = tokio::time::sleep_until(hard_deadline) => {
+                    self.recycle = Some(format!(
+                        "recycled after task {task_id} passed the host's hard limit of {} s",
+                        hard_limit.as_secs()
+                    ));
+                    break Ok(hard_timeout_response(
+                        &task_id,
+                        correlation_id.as_deref(),
+                        timeout_secs,
+                        hard_limit,
+                        seen.drain(..).collect(),
+                    ));
+                }
+                _ = cancel.cancelled(), if cancel_deadline.is_none() => {
+                    let grace = Duration::from_millis(self.inner.engine.config.cancel_grace_ms);
+                    cancel_deadline = Some(tokio::time::Instant::now() + grace);
+                    let _ = member.link.send(&Request::cancel(task_id.clone()), SEND_TIMEOUT).await;
+                }
+                _ = cancel_wait => {
+                    self.recycle = Some(format!("recycled: task {task_id} did not stop after cancel"));
+                    break Err(PoolError::Cancelled { task_id: task_id.clone() });
+                }
+            }
+        };
+        member.link.unregister(&task_id);
+        self.done = true;
+        if outcome.is_ok() && self.recycle.is_none() {
+            let served = member.count_task();
+            let max = self.inner.engine.config.max_tasks_per_container;
+            if served >= max {
+                self.recycle = Some(format!("recycled after serving {served} tasks"));
+            }
+        }
+        outcome
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let recycle = self.recycle.take().or_else(|| {
+            // The caller dropped the future mid-task: the container's state is unknown.
+            (self.used && !self.done).then(|| "recycled: its task was abandoned mid-run".into())
+        });
+        self.inner.finish(self.index, &self.member, recycle);
+    }
+}
+
+fn remember_progress(seen: &mut VecDeque<RecentMessage>, response: &Response) {
+    if let ResponseBody::Progress { event, tool, detail } = &response.body {
+        let mut content = format!("{event:?}");
+        if let Some(tool) = tool {
+            content.push_str(&format!(" {tool}"));
+        }
+        if let Some(detail) = detail {
+            content.push_str(&format!(": {detail}"));
+        }
+        if seen.len() == PROGRESS_KEPT {
+            seen.pop_front();
+        }
+        seen.push_back(RecentMessage { role: "progress".into(), content });
+    }
+}
+
+/// The `timeout` answer the host gives when the subagent itself did not answer in time.
+fn hard_timeout_response(
+    task_id: &str,
+    correlation_id: Option<&str>,
+    timeout_secs: u64,
+    hard_limit: Duration,
+    recent: Vec<RecentMessage>,
+) -> Response {
+    let error = format!(
+        "task {task_id} got no answer within the host's hard limit of {} s (timeout {timeout_secs} s + grace); the container was recycled",
+        hard_limit.as_secs()
+    );
+    let mut report = Report::new(
+        ReportStatus::Timeout,
+        task_id,
+        error.clone(),
+        timeout_secs,
+        0,
+        Vec::new(),
+        std::iter::empty(),
+    );
+    report.recent_messages = recent;
+    Response::timeout(task_id, correlation_id, error, report)
+}

@@ -1,0 +1,140 @@
+//! A pool slot: one place in the pool, filled by a succession of containers (members). The
+//! slot carries what must survive a replacement — its state for `ps`, the restart count, the
+//! recent log lines — and the snapshot type the operator sees.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::logs::LogRing;
+use crate::member::Member;
+
+/// What a slot is doing, as `ps` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlotState {
+    /// The first container is being created.
+    Starting,
+    /// Ready for a task.
+    Idle,
+    /// Serving a task.
+    Busy,
+    /// Its container failed; waiting (back-off) before the next attempt.
+    Unhealthy,
+    /// Its container is being replaced.
+    Restarting,
+    /// The pool is shutting down; no new tasks.
+    Draining,
+}
+
+/// One line of `nexbot-ctl subagents ps`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContainerSnapshot {
+    /// Stable slot id (`<pool>-<index>`); survives container replacement.
+    pub id: String,
+    /// Short (12-character) id of the current container, if any.
+    pub container: Option<String>,
+    /// Full id of the current container, if any.
+    pub container_id: Option<String>,
+    pub state: SlotState,
+    /// Seconds since the current container started.
+    pub uptime_secs: Option<u64>,
+    /// Tasks the current container has served.
+    pub tasks_served: u64,
+    /// The task being served, and for how long (milliseconds).
+    pub current_task: Option<String>,
+    pub current_task_age_ms: Option<u64>,
+    /// Round trip of the last health ping, microseconds.
+    pub last_ping_us: Option<u64>,
+    /// Containers this slot has replaced since the pool started.
+    pub restarts: u64,
+    /// Memory in use (bytes, page cache excluded) at the last health check.
+    pub memory_bytes: Option<u64>,
+    /// The container's address on the internal network.
+    pub ip: Option<IpAddr>,
+    /// Why the last container was replaced or the last attempt failed.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SlotInner {
+    pub(crate) state: SlotState,
+    pub(crate) member: Option<Arc<Member>>,
+    pub(crate) restarts: u64,
+    pub(crate) last_ping: Option<Duration>,
+    pub(crate) memory: Option<u64>,
+    pub(crate) last_error: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) index: usize,
+    pub(crate) id: String,
+    pub(crate) logs: Arc<LogRing>,
+    /// Wakes the slot's supervisor when someone condemned its member.
+    pub(crate) wake: Notify,
+    inner: Mutex<SlotInner>,
+}
+
+impl Slot {
+    pub(crate) fn new(pool: &str, index: usize, log_lines: usize) -> Self {
+        Self {
+            index,
+            id: format!("{pool}-{index}"),
+            logs: Arc::new(LogRing::new(log_lines)),
+            wake: Notify::new(),
+            inner: Mutex::new(SlotInner {
+                state: SlotState::Starting,
+                member: None,
+                restarts: 0,
+                last_ping: None,
+                memory: None,
+                last_error: None,
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SlotInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn member(&self) -> Option<Arc<Member>> {
+        self.lock().member.clone()
+    }
+
+    /// `true` when `target` names this slot: its id, its index, or its container's id prefix.
+    pub(crate) fn matches(&self, target: &str) -> bool {
+        target == self.id
+            || target == self.index.to_string()
+            || self.member().is_some_and(|m| m.matches(target))
+    }
+
+    pub(crate) fn snapshot(&self) -> ContainerSnapshot {
+        let inner = self.lock();
+        let member = inner.member.as_ref();
+        let task = member.and_then(|m| m.current_task());
+        let now = Instant::now();
+        ContainerSnapshot {
+            id: self.id.clone(),
+            container: member.map(|m| m.short_id.clone()),
+            container_id: member.map(|m| m.container_id.clone()),
+            state: inner.state,
+            uptime_secs: member.map(|m| now.duration_since(m.started).as_secs()),
+            tasks_served: member
+                .map(|m| m.tasks_served.load(std::sync::atomic::Ordering::Relaxed))
+                .unwrap_or(0),
+            current_task_age_ms: task
+                .as_ref()
+                .map(|t| now.duration_since(t.started).as_millis() as u64),
+            current_task: task.map(|t| t.id),
+            last_ping_us: inner.last_ping.map(|d| d.as_micros() as u64),
+            restarts: inner.restarts,
+            memory_bytes: inner.memory,
+            ip: member.and_then(|m| m.ip),
+            last_error: inner.last_error.clone(),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The hardened container spec every subagent container is created from, built in one place so
+//! that each protection (non-root, read-only root, tmpfs scratch, no capabilities, resource
+//! limits, internal network only, no Docker socket, no secrets) is visible and tested together.
+//!
+//! What goes in here is visible to anyone who can run `docker inspect`: labels, environment
+//! and command line therefore carry no secret. Secrets reach a container only over its stdin.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, HostConfigLogConfig, NetworkingConfig,
+    RestartPolicy, RestartPolicyNameEnum,
+};
+
+use crate::config::PoolConfig;
+use crate::error::PoolError;
+
+/// Label naming the pool a container belongs to: start-up reaping and cleanup filter on it.
+pub const LABEL_POOL: &str = "nexbot.pool";
+/// Label naming the pool *instance* (one `Pool::start`), to tell this run from an earlier one.
+pub const LABEL_INSTANCE: &str = "nexbot.pool.instance";
+/// Label with the slot index the container fills.
+pub const LABEL_SLOT: &str = "nexbot.pool.slot";
+/// Label marking the container as a subagent managed by this crate.
+pub const LABEL_ROLE: &str = "nexbot.role";
+
+/// Where the scratch tmpfs is mounted (the subagent's writable working area).
+pub const SCRATCH_DIR: &str = "/workspace/scratch";
+/// Where the skills directory is mounted read-only (the seed's default skills path).
+pub const SKILLS_DIR: &str = "/workspace/skills";
+
+/// Labels common to every container of the pool instance.
+pub fn pool_labels(config: &PoolConfig, instance: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (LABEL_POOL.to_owned(), config.name.clone()),
+        (LABEL_INSTANCE.to_owned(), instance.to_owned()),
+        (LABEL_ROLE.to_owned(), "subagent".to_owned()),
+    ])
+}
+
+/// Builds the create body for one container of slot `slot`. The container keeps stdin open
+/// and is attached before it starts; closing the attach connection closes its stdin, so a
+/// crashed host leaves containers that exit on EOF rather than run on unattended.
+pub fn container_spec(
+    config: &PoolConfig,
+    instance: &str,
+    slot: usize,
+) -> Result<ContainerCreateBody, PoolError> {
+    config.validate()?;
+    let (uid, gid) = config.uid_gid()?;
+    let mut labels = pool_labels(config, instance);
+    labels.insert(LABEL_SLOT.to_owned(), slot.to_string());
+
+    let tmpfs = HashMap::from([
+        (
+            "/tmp".to_owned(),
+            format!("rw,noexec,nosuid,nodev,size={},mode=1777", config.tmp_size_bytes),
+        ),
+        (
+            SCRATCH_DIR.to_owned(),
+            format!(
+                "rw,nosuid,nodev,size={},uid={uid},gid={gid},mode=0700",
+                config.scratch_size_bytes
+            ),
+        ),
+    ]);
+    let binds =
+        config.skills_dir.as_ref().map(|dir| vec![format!("{}:{SKILLS_DIR}:ro", dir.display())]);
+    let log_config = HostConfigLogConfig {
+        typ: Some("json-file".into()),
+        config: Some(HashMap::from([
+            ("max-size".to_owned(), config.log_max_size.clone()),
+            ("max-file".to_owned(), config.log_max_files.to_string()),
+        ])),
+    };
+    let host_config = HostConfig {
+        readonly_rootfs: Some(true),
+        tmpfs: Some(tmpfs),
+        binds,
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        privileged: Some(false),
+        pids_limit: Some(config.pids_limit),
+        memory: Some(config.memory_bytes),
+        memory_swap: Some(config.memory_bytes),
+        nano_cpus: Some(config.nano_cpus()),
+        init: Some(true),
+        log_config: Some(log_config),
+        runtime: config.runtime.clone(),
+        network_mode: Some(config.network.clone()),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::NO),
+            maximum_retry_count: None,
+        }),
+        auto_remove: Some(false),
+        ipc_mode: Some("private".into()),
+        ..Default::default()
+    };
+    let env: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(ContainerCreateBody {
+        image: Some(config.image.clone()),
+        user: Some(config.user.clone()),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        tty: Some(false),
+        env: Some(env),
+        labels: Some(labels),
+        working_dir: Some(SCRATCH_DIR.into()),
+        network_disabled: Some(false),
+        host_config: Some(host_config),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                config.network.clone(),
+                EndpointSettings::default(),
+            )])),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(config: &PoolConfig) -> ContainerCreateBody {
+        container_spec(config, "inst-1", 2).unwrap()
+    }
+
+    #[test]
+    fn every_protection_is_in_the_spec() {
+        let config = PoolConfig::default();
+        let body = spec(&config);
+        assert_eq!(body.user.as_deref(), Some("65532:65532"));
+        assert_eq!(body.tty, Some(false));
+        assert_eq!(body.open_stdin, Some(true));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+        assert!(host.cap_add.is_none());
+        assert_eq!(host.security_opt, Some(vec!["no-new-privileges:true".to_owned()]));
+        assert_eq!(host.pids_limit, Some(64));
+        assert_eq!(host.memory, Some(256 * 1024 * 1024));
+        assert_eq!(host.memory_swap, host.memory, "no extra swap");
+        assert_eq!(host.nano_cpus, Some(1_000_000_000));
+        assert_eq!(host.init, Some(true));
+        assert_eq!(host.network_mode.as_deref(), Some("nexbot-subagents"));
+        assert!(host.runtime.is_none());
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains("size=16777216"));
+        assert!(tmpfs[SCRATCH_DIR].contains("uid=65532,gid=65532"));
+        assert!(tmpfs[SCRATCH_DIR].contains("size=67108864"));
+        let log = host.log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        assert_eq!(log.config.unwrap()["max-size"], "1m");
+        assert!(host.binds.is_none(), "nothing mounted without a skills dir");
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[LABEL_POOL], "nexbot");
+        assert_eq!(labels[LABEL_INSTANCE], "inst-1");
+        assert_eq!(labels[LABEL_SLOT], "2");
+    }
+
+    #[test]
+    fn skills_are_read_only_runtime_and_env_pass_through() {
+        let mut config = PoolConfig {
+            skills_dir: Some("/srv/skills".into()),
+            runtime: Some("runsc".into()),
+            ..PoolConfig::default()
+        };
+        config.env.insert("HTTPS_PROXY".into(), "http://172.30.0.1:3128".into());
+        let body = spec(&config);
+        assert_eq!(body.env, Some(vec!["HTTPS_PROXY=http://172.30.0.1:3128".to_owned()]));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.binds, Some(vec![format!("/srv/skills:{SKILLS_DIR}:ro")]));
+        assert_eq!(host.runtime.as_deref(), Some("runsc"));
+    }
+
+    #[test]
+    fn no_docker_socket_and_no_secret_anywhere() {
+        let mut config = PoolConfig::default();
+        config.env.insert("OPENAI_API_KEY".into(), "sk-live-123".into());
+        assert!(container_spec(&config, "i", 0).is_err(), "secret-looking env refused");
+        let body = spec(&PoolConfig::default());
+        let text = serde_json::to_string(&body).unwrap();
+        assert!(!text.contains("docker.sock"));
+        assert!(!text.to_ascii_lowercase().contains("api_key"));
+    }
+
+    #[test]
+    fn invalid_config_is_refused() {
+        let config = PoolConfig { user: "0".into(), ..PoolConfig::default() };
+        assert!(container_spec(&config, "i", 0).is_err());
+    }
+}

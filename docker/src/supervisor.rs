@@ -1,0 +1,218 @@
+//! Keeping the pool at strength: one supervisor task per slot watches its container (link
+//! closed, condemned by someone, health pings), replaces it when it has to go — with
+//! exponential back-off while replacements keep failing — and one task per pool listens to
+//! the engine's events for OOM kills and deaths the attach stream might report late.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::query_parameters::EventsOptionsBuilder;
+use futures_util::StreamExt;
+
+use crate::member::{Member, Retirement};
+use crate::pool::Inner;
+use crate::slot::SlotState;
+use crate::spec::{LABEL_INSTANCE, LABEL_POOL};
+
+/// Delay before the next attempt after `failures` consecutive failures: none for the first
+/// (a single crash is replaced at once), then `initial`, doubling up to `max`.
+pub(crate) fn backoff(failures: u32, initial_ms: u64, max_ms: u64) -> Duration {
+    if failures <= 1 {
+        return Duration::ZERO;
+    }
+    let factor = 1u64.checked_shl(failures - 2).unwrap_or(u64::MAX);
+    Duration::from_millis(initial_ms.saturating_mul(factor).min(max_ms))
+}
+
+/// Runs for the life of the pool: watch the member, replace it when it must go.
+pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<Member>) {
+    let engine = inner.engine.clone();
+    let config = &engine.config;
+    let slot = &inner.slots[index];
+    let mut failures: u32 = 0;
+    loop {
+        let Some(retirement) = watch(&inner, index, &member).await else { return };
+        member.retire(&retirement.reason, retirement.failure);
+        let retirement = member.retirement().unwrap_or(retirement);
+        failures =
+            match (retirement.failure, member.proven.load(std::sync::atomic::Ordering::Relaxed)) {
+                (false, _) => 0,
+                (true, true) => 1,
+                (true, false) => failures + 1,
+            };
+        {
+            let mut s = slot.lock();
+            s.state = if retirement.failure { SlotState::Unhealthy } else { SlotState::Restarting };
+            s.restarts += 1;
+            s.last_error = Some(retirement.reason.clone());
+        }
+        let level = if retirement.failure { "warn" } else { "info" };
+        slot.logs.note(
+            level,
+            &member.short_id,
+            &format!("replacing container: {}", retirement.reason),
+        );
+        if retirement.failure {
+            tracing::warn!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
+        } else {
+            tracing::info!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
+        }
+        engine.remove(&member.container_id).await;
+
+        member = loop {
+            let delay = backoff(failures, config.backoff_initial_ms, config.backoff_max_ms);
+            if !delay.is_zero() {
+                slot.lock().state = SlotState::Unhealthy;
+                tokio::select! {
+                    _ = engine.stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            slot.lock().state = SlotState::Restarting;
+            let startup = Duration::from_secs(config.startup_timeout_secs);
+            let attempt = tokio::select! {
+                _ = engine.stop.cancelled() => return,
+                attempt = engine.bring_up(index, slot.logs.clone(), startup) => attempt,
+            };
+            match attempt {
+                Ok(fresh) => break fresh,
+                Err(e) => {
+                    failures += 1;
+                    let message = format!("replacement failed (attempt {failures}): {e}");
+                    tracing::warn!(slot = %slot.id, "{message}");
+                    slot.logs.note("error", "", &message);
+                    slot.lock().last_error = Some(message);
+                }
+            }
+        };
+        slot.lock().memory = None;
+        inner.install(index, member.clone());
+    }
+}
+
+/// Waits until `member` has to go and says why; `None` when the pool stops.
+async fn watch(inner: &Arc<Inner>, index: usize, member: &Arc<Member>) -> Option<Retirement> {
+    let engine = &inner.engine;
+    let slot = &inner.slots[index];
+    let interval = engine.config.ping_interval();
+    let mut next_ping = tokio::time::Instant::now() + interval;
+    loop {
+        tokio::select! {
+            _ = engine.stop.cancelled() => return None,
+            _ = member.link.closed() => {
+                return Some(member.retirement().unwrap_or(Retirement {
+                    reason: member.link.reason(),
+                    failure: true,
+                }));
+            }
+            _ = slot.wake.notified() => {
+                if let Some(retirement) = member.retirement() {
+                    return Some(retirement);
+                }
+            }
+            _ = tokio::time::sleep_until(next_ping) => {
+                next_ping = tokio::time::Instant::now() + interval;
+                match inner.ping(slot, member).await {
+                    Ok(_) => sample_memory(inner.clone(), index, member.clone()),
+                    Err(crate::PoolError::PingTimeout { timeout_ms, .. }) => {
+                        return Some(Retirement {
+                            reason: format!("container stopped answering: no pong within {timeout_ms} ms"),
+                            failure: true,
+                        });
+                    }
+                    // The link is closed: the next turn of the loop says why.
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Records the member's memory use on its slot, off the supervisor's path.
+fn sample_memory(inner: Arc<Inner>, index: usize, member: Arc<Member>) {
+    tokio::spawn(async move {
+        let memory = inner.engine.memory_use(&member.container_id).await;
+        let mut s = inner.slots[index].lock();
+        if s.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, &member)) {
+            s.memory = memory;
+        }
+    });
+}
+
+/// Listens to the engine's container events for this pool instance: an `oom` condemns the
+/// container at once (even when the kernel killed only a child process, the task's state is
+/// lost); a `die` fails the link if the attach stream has not already said so.
+pub(crate) async fn watch_events(inner: Arc<Inner>) {
+    let engine = inner.engine.clone();
+    let filters = HashMap::from([
+        ("type", vec!["container".to_owned()]),
+        ("event", vec!["oom".to_owned(), "die".to_owned()]),
+        (
+            "label",
+            vec![
+                format!("{LABEL_POOL}={}", engine.config.name),
+                format!("{LABEL_INSTANCE}={}", engine.instance),
+            ],
+        ),
+    ]);
+    loop {
+        let options = EventsOptionsBuilder::default().filters(&filters).build();
+        let mut events = engine.docker.events(Some(options));
+        loop {
+            let event = tokio::select! {
+                _ = engine.stop.cancelled() => return,
+                event = events.next() => event,
+            };
+            let event = match event {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => {
+                    tracing::warn!("Docker event stream failed, reconnecting: {e}");
+                    break;
+                }
+                None => break,
+            };
+            let Some(id) = event.actor.and_then(|a| a.id) else { continue };
+            let Some((index, member)) = inner.slots.iter().find_map(|slot| {
+                slot.member().filter(|m| m.container_id == id).map(|m| (slot.index, m))
+            }) else {
+                continue;
+            };
+            match event.action.as_deref() {
+                Some("oom") if member.retire(&engine.oom_reason(), true) => {
+                    inner.slots[index].wake.notify_one();
+                }
+                Some("die") if !member.link.is_closed() => {
+                    let engine = engine.clone();
+                    tokio::spawn(async move {
+                        let reason = engine.explain_death(&id, "container died").await;
+                        member.link.fail(&reason);
+                    });
+                }
+                _ => {}
+            }
+        }
+        tokio::select! {
+            _ = engine.stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_immediate_once_then_doubles_to_a_cap() {
+        let ms = |f| backoff(f, 250, 2_000).as_millis();
+        assert_eq!(ms(0), 0);
+        assert_eq!(ms(1), 0);
+        assert_eq!(ms(2), 250);
+        assert_eq!(ms(3), 500);
+        assert_eq!(ms(4), 1_000);
+        assert_eq!(ms(5), 2_000);
+        assert_eq!(ms(60), 2_000);
+        assert_eq!(ms(u32::MAX), 2_000);
+    }
+}

@@ -1,0 +1,98 @@
+//! The single writer of stdout.
+//!
+//! Responses come from the stdin reader (pongs, request errors) and from the running task
+//! (progress, the final answer) at the same time. Funnelling them through one channel into one
+//! task guarantees whole lines that never interleave, and gives one last place to scrub
+//! secrets before a byte leaves the process.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use nexbot_protocol::{JsonLinesCodec, Redactor, Report, Request, Response, ResponseBody};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::codec::Encoder;
+
+use crate::redaction::Redaction;
+
+/// Responses waiting for stdout. Bounded so a host that stops reading slows us down instead
+/// of growing memory.
+const QUEUE: usize = 256;
+
+/// A handle for sending response lines. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Output {
+    tx: mpsc::Sender<(Response, Option<Arc<Redactor>>)>,
+}
+
+impl Output {
+    /// Starts the writer task on `sink`. It ends when every [`Output`] is dropped and the
+    /// queue is drained; await the returned handle to be sure everything was flushed.
+    pub fn spawn<W>(mut sink: W, redaction: Arc<Redaction>) -> (Self, JoinHandle<()>)
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::channel::<(Response, Option<Arc<Redactor>>)>(QUEUE);
+        let handle = tokio::spawn(async move {
+            let mut codec = JsonLinesCodec::<Request, Response>::new();
+            let mut buf = BytesMut::new();
+            while let Some((response, own)) = rx.recv().await {
+                let response = redact_response(response, |text| {
+                    let text = own.as_ref().map_or_else(|| text.to_owned(), |r| r.redact(text));
+                    redaction.redact(&text).into_owned()
+                });
+                buf.clear();
+                let written = match codec.encode(response, &mut buf) {
+                    Ok(()) => {
+                        async {
+                            sink.write_all(&buf).await?;
+                            sink.flush().await
+                        }
+                        .await
+                    }
+                    Err(err) => Err(err),
+                };
+                if let Err(err) = written {
+                    tracing::error!(event = "protocol", error = %err, "cannot write to stdout");
+                    break;
+                }
+            }
+        });
+        (Self { tx }, handle)
+    }
+
+    /// Queues one response line. A closed stdout is logged by the writer; nothing to do here.
+    pub async fn send(&self, response: Response) {
+        let _ = self.tx.send((response, None)).await;
+    }
+
+    /// Queues a line from a task, scrubbed with the task's own `redactor` as well as the
+    /// process-wide one: the task's secrets may be gone from the process-wide slot by the
+    /// time the writer gets to its final answer.
+    pub async fn send_redacted(&self, response: Response, redactor: Arc<Redactor>) {
+        let _ = self.tx.send((response, Some(redactor))).await;
+    }
+}
+
+/// Applies `f` to every free-text field of a response (`result`, `error`, `detail`, the
+/// report's texts): used to redact and sanitize before anything is written.
+pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Response {
+    let map_report = |report: Option<Report>| report.map(|r| r.map_text(&f));
+    response.body = match response.body {
+        ResponseBody::Success { result, usage, iterations, duration_ms } => {
+            ResponseBody::Success { result: f(&result), usage, iterations, duration_ms }
+        }
+        ResponseBody::Error { error, report } => {
+            ResponseBody::Error { error: f(&error), report: map_report(report) }
+        }
+        ResponseBody::Timeout { error, report } => {
+            ResponseBody::Timeout { error: f(&error), report: map_report(report) }
+        }
+        ResponseBody::Progress { event, tool, detail } => {
+            ResponseBody::Progress { event, tool, detail: detail.map(|d| f(&d)) }
+        }
+        pong @ ResponseBody::Pong { .. } => pong,
+    };
+    response
+}

@@ -1,0 +1,357 @@
+//! The protocol server: reads request lines from stdin, answers pings and bad requests at
+//! once, and runs at most one task at a time on its own tokio task so that the reader never
+//! waits behind it (a ping or a cancel is answered while a task runs).
+//!
+//! Shutdown follows `PROTOCOL.md`: on EOF the task in flight is allowed to finish (its soft
+//! timeout bounds that); on SIGTERM/SIGINT it is cancelled. Either way it is answered before
+//! the process exits 0.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use nexbot_protocol::request::unix_now;
+use nexbot_protocol::{
+    Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response, SecretMap,
+    VersionStatus, PROTOCOL_VERSION,
+};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinHandle;
+use tokio_util::codec::FramedRead;
+use tracing::{debug, error, info, warn, Instrument};
+
+use crate::llm::LlmState;
+use crate::output::Output;
+use crate::redaction::Redaction;
+use crate::task::{self, Cancel, TaskSpec};
+use crate::tools;
+
+/// How long a cancelled task may take to answer before it is aborted and answered for.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// Serves the protocol on the process's stdin/stdout until EOF or SIGTERM/SIGINT.
+pub async fn run(redaction: Arc<Redaction>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    };
+    serve(tokio::io::stdin(), tokio::io::stdout(), redaction, shutdown).await;
+    Ok(())
+}
+
+/// Why the reader stopped.
+enum Stop {
+    Eof,
+    Signal(&'static str),
+}
+
+/// The task in flight.
+struct Running {
+    id: String,
+    cancel: Cancel,
+    handle: JoinHandle<()>,
+}
+
+/// Serves requests from `input`, writing responses to `output`, until `input` ends or
+/// `shutdown` resolves.
+pub async fn serve<R, W>(
+    input: R,
+    output: W,
+    redaction: Arc<Redaction>,
+    shutdown: impl Future<Output = &'static str>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, writer) = Output::spawn(output, redaction.clone());
+    let mut server =
+        Server { out, redaction, llm: LlmState::default(), slot: Arc::new(Mutex::new(None)) };
+    let mut lines = FramedRead::new(input, JsonLinesCodec::<Request, Response>::new());
+    tokio::pin!(shutdown);
+    info!(event = "init", version = PROTOCOL_VERSION, tools = %tools::TOOL_NAMES.join(","), "subagent ready");
+
+    let stop = loop {
+        tokio::select! {
+            biased;
+            signal = &mut shutdown => break Stop::Signal(signal),
+            item = lines.next() => match item {
+                None => break Stop::Eof,
+                Some(Err(err)) => {
+                    error!(event = "protocol", error = %err, "cannot read stdin");
+                    break Stop::Eof;
+                }
+                Some(Ok(Err(line_error))) => server.bad_line(line_error).await,
+                Some(Ok(Ok(request))) => server.handle(request).await,
+            },
+        }
+    };
+
+    let running = server.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(Running { id, cancel, mut handle }) = running {
+        match stop {
+            Stop::Signal(signal) => {
+                info!(event = "shutdown", task_id = %id, signal, "cancelling the task in flight");
+                cancel.cancel(format!("task cancelled: subagent shutting down ({signal})"));
+            }
+            Stop::Eof => {
+                info!(event = "shutdown", task_id = %id, "stdin closed; finishing the task in flight");
+                tokio::select! {
+                    _ = &mut handle => {}
+                    signal = &mut shutdown => {
+                        info!(event = "shutdown", task_id = %id, signal, "cancelling the task in flight");
+                        cancel.cancel(format!("task cancelled: subagent shutting down ({signal})"));
+                    }
+                }
+            }
+        }
+        if !handle.is_finished() && tokio::time::timeout(CANCEL_GRACE, &mut handle).await.is_err() {
+            handle.abort();
+            warn!(event = "shutdown", task_id = %id, "task did not stop in time; aborted");
+            server.out.send(Response::error(&id, None, cancel.reason(), None)).await;
+        }
+    }
+    let reason = match stop {
+        Stop::Eof => "stdin closed",
+        Stop::Signal(signal) => signal,
+    };
+    drop(server);
+    let _ = writer.await;
+    info!(event = "shutdown", reason, "subagent stopped");
+}
+
+struct Server {
+    out: Output,
+    redaction: Arc<Redaction>,
+    llm: LlmState,
+    slot: Arc<Mutex<Option<Running>>>,
+}
+
+impl Server {
+    async fn bad_line(&self, line_error: LineError) {
+        let (id, correlation_id, text) = match line_error {
+            LineError::TooLong { len, limit } => {
+                (String::new(), None, format!("request line too long: {len} bytes (limit {limit})"))
+            }
+            LineError::Invalid { message, id, correlation_id } => {
+                (id, correlation_id, format!("invalid JSON: {}", hide_quoted(&message)))
+            }
+        };
+        warn!(event = "protocol", task_id = %id, error = %text, "bad request line");
+        self.out.send(Response::error(&id, correlation_id.as_deref(), text, None)).await;
+    }
+
+    async fn handle(&mut self, request: Request) {
+        let correlation = request.correlation_id.clone();
+        match request.validate(unix_now()) {
+            Err(err) => {
+                warn!(event = "protocol", task_id = %err.id, error = %err, "request refused");
+                self.out.send(Response::from_request_error(&err)).await;
+                return;
+            }
+            Ok(VersionStatus::Deprecated) => warn!(
+                event = "protocol",
+                task_id = %request.id,
+                version = %request.version,
+                "deprecated protocol version; please send 1.0"
+            ),
+            Ok(VersionStatus::Current) => {}
+        }
+        match request.kind {
+            RequestType::Ping => {
+                debug!(event = "protocol", "ping");
+                let running = self.running_id();
+                let capabilities = Capabilities {
+                    tools: tools::TOOL_NAMES.iter().map(|t| t.to_string()).collect(),
+                    busy: running.is_some(),
+                    task_id: running,
+                };
+                let pong = Response::pong(&request.id, correlation.as_deref(), Some(capabilities));
+                self.out.send(pong).await;
+            }
+            RequestType::Cancel => self.cancel(&request).await,
+            RequestType::Execute => self.execute(request).await,
+            RequestType::Unknown(ref name) => {
+                let text = format!("unknown request type: {name}");
+                self.out
+                    .send(Response::error(&request.id, correlation.as_deref(), text, None))
+                    .await;
+            }
+        }
+    }
+
+    fn running_id(&self) -> Option<String> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|r| r.id.clone())
+    }
+
+    async fn cancel(&self, request: &Request) {
+        let cancel = {
+            let slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            slot.as_ref().filter(|r| r.id == request.id).map(|r| r.cancel.clone())
+        };
+        match cancel {
+            // The task answers for itself, with the reason, under its own id.
+            Some(cancel) => {
+                info!(event = "task", task_id = %request.id, "cancel requested");
+                cancel.cancel("task cancelled");
+            }
+            None => {
+                let text = match self.running_id() {
+                    Some(other) => {
+                        format!("no running task with id {}; running: {other}", request.id)
+                    }
+                    None => format!("no running task with id {}", request.id),
+                };
+                let correlation = request.correlation_id.as_deref();
+                self.out.send(Response::error(&request.id, correlation, text, None)).await;
+            }
+        }
+    }
+
+    async fn execute(&mut self, request: Request) {
+        let correlation = request.correlation_id.clone();
+        let refuse =
+            |text: String| Response::error(&request.id, correlation.as_deref(), text, None);
+        if let Some(other) = self.running_id() {
+            let text = format!("busy: task {other} is running; wait for its answer or cancel it");
+            warn!(event = "task", task_id = %request.id, running = %other, "refused: busy");
+            self.out.send(refuse(text)).await;
+            return;
+        }
+        let tools = match tools::select(request.tools.as_deref()) {
+            Ok(tools) => tools,
+            Err(text) => {
+                warn!(event = "task", task_id = %request.id, error = %text, "refused: tools");
+                self.out.send(refuse(text)).await;
+                return;
+            }
+        };
+        let llm = match self.llm.resolve(&request) {
+            Ok(llm) => llm,
+            Err(err) => {
+                warn!(event = "task", task_id = %request.id, error = %err, "refused: no LLM");
+                self.out.send(refuse(err.to_string())).await;
+                return;
+            }
+        };
+        if request.llm_api_key.is_some() && self.llm.api_key().is_none() {
+            info!(event = "init", task_id = %request.id, "LLM client initialized");
+        }
+        self.llm.remember(&request);
+
+        let secrets = request.secrets.clone().unwrap_or_default();
+        let mut visible = secrets.clone();
+        visible.insert("llm_token", llm.bearer.clone());
+        if let Some(key) = self.llm.api_key() {
+            visible.insert("llm_api_key", key.clone());
+        }
+        let redactor = Arc::new(Redactor::new(&visible));
+        drop(visible);
+        self.redaction.set(redactor.clone());
+
+        let spec = TaskSpec {
+            id: request.id.clone(),
+            correlation_id: correlation.clone(),
+            task: request.task.clone().unwrap_or_default(),
+            context: request.context.clone(),
+            tools,
+            timeout: request.timeout.map_or(task::DEFAULT_TIMEOUT, Duration::from_secs),
+            secrets,
+            llm,
+            redactor: redactor.clone(),
+        };
+        info!(
+            event = "task",
+            task_id = %spec.id,
+            correlation_id = correlation.as_deref().unwrap_or(""),
+            secret_count = spec.secrets.len(),
+            tools = %spec.tools.join(","),
+            timeout_secs = spec.timeout.as_secs(),
+            "task started"
+        );
+        let cancel = Cancel::default();
+        let span = tracing::info_span!(
+            "task",
+            task_id = %spec.id,
+            correlation_id = correlation.as_deref().unwrap_or("")
+        );
+        let (out, slot, redaction) = (self.out.clone(), self.slot.clone(), self.redaction.clone());
+        let after_task = self.base_redactor();
+        let task_cancel = cancel.clone();
+        let id = spec.id.clone();
+        let started = Instant::now();
+        // Hold the slot while spawning so the task cannot clear it before it is filled.
+        let mut guard = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = tokio::spawn(
+            async move {
+                let response = task::run(spec, out.clone(), task_cancel).await;
+                let status = response.status();
+                // Free the slot before answering, so the host may send the next task as soon
+                // as it reads this one's answer.
+                slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                info!(
+                    event = "task",
+                    status,
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    "task finished"
+                );
+                out.send_redacted(response, redactor).await;
+                redaction.set(after_task);
+            }
+            .instrument(span),
+        );
+        *guard = Some(Running { id, cancel, handle });
+    }
+
+    /// The redactor for what stays alive between tasks: the remembered LLM key.
+    fn base_redactor(&self) -> Arc<Redactor> {
+        let mut map = SecretMap::new();
+        if let Some(key) = self.llm.api_key() {
+            map.insert("llm_api_key", key.clone());
+        }
+        Arc::new(Redactor::new(&map))
+    }
+}
+
+/// Hides quoted fragments of a JSON parser message: they echo the request's own text, which
+/// may hold a secret of a request that could not be parsed.
+fn hide_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut inside = false;
+    for c in message.chars() {
+        if c == '"' {
+            if !inside {
+                out.push_str("\"…");
+            }
+            inside = !inside;
+            if !inside {
+                out.push('"');
+            }
+        } else if !inside {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_fragments_are_hidden() {
+        assert_eq!(
+            hide_quoted(r#"invalid type: string "hunter2", expected u64 at line 1"#),
+            r#"invalid type: string "…", expected u64 at line 1"#
+        );
+        assert_eq!(
+            hide_quoted("expected value at line 1 column 2"),
+            "expected value at line 1 column 2"
+        );
+    }
+}
