@@ -2,11 +2,13 @@
 //!
 //! The proxy only sees a source address; the pool knows which container has that address on
 //! the internal network and which task it is running. [`Attribution`] is the small seam
-//! between them; [`AttributionTable`] is a ready-made implementation the pool can fill.
+//! between them. [`nexbot_docker::Pool`] implements it; [`LateAttribution`] lets the listener
+//! start before the pool (whose containers need the listener's address in their environment);
+//! [`AttributionTable`] is a plain table for callers that keep their own.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::RwLock;
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 
 /// Who sits behind a source address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +23,33 @@ pub struct Attributed {
 /// Called once per proxied request, so it must be quick and must not block on I/O.
 pub trait Attribution: Send + Sync + 'static {
     fn lookup(&self, source: IpAddr) -> Option<Attributed>;
+}
+
+impl Attribution for nexbot_docker::Pool {
+    fn lookup(&self, source: IpAddr) -> Option<Attributed> {
+        let (container, task_id) = self.container_for_address(source.to_canonical())?;
+        Some(Attributed { container, task_id })
+    }
+}
+
+/// An attribution bound once, after the listener started; knows nobody until then. Holds only
+/// a weak reference, so it never keeps the pool alive (the pool's shutdown needs to own it).
+#[derive(Debug, Default)]
+pub struct LateAttribution {
+    target: OnceLock<Weak<dyn Attribution>>,
+}
+
+impl LateAttribution {
+    /// Binds the real attribution; `false` when one was bound already.
+    pub fn bind(&self, target: &Arc<dyn Attribution>) -> bool {
+        self.target.set(Arc::downgrade(target)).is_ok()
+    }
+}
+
+impl Attribution for LateAttribution {
+    fn lookup(&self, source: IpAddr) -> Option<Attributed> {
+        self.target.get()?.upgrade()?.lookup(source)
+    }
 }
 
 /// A table the pool keeps up to date: a container's address when it starts, its task when a
@@ -83,5 +112,20 @@ mod tests {
         );
         table.remove(ip);
         assert_eq!(table.lookup(ip), None);
+    }
+
+    #[test]
+    fn late_attribution_knows_nobody_until_bound_and_never_owns_its_target() {
+        let ip: IpAddr = "172.30.0.9".parse().unwrap();
+        let late = LateAttribution::default();
+        assert_eq!(late.lookup(ip), None);
+        let table = Arc::new(AttributionTable::default());
+        table.set_container(ip, "c9");
+        let target: Arc<dyn Attribution> = table;
+        assert!(late.bind(&target));
+        assert!(!late.bind(&target), "bound once");
+        assert_eq!(late.lookup(ip).map(|a| a.container), Some("c9".to_owned()));
+        drop(target);
+        assert_eq!(late.lookup(ip), None, "a dropped target is not kept alive");
     }
 }

@@ -27,6 +27,11 @@ pub struct EgressConfig {
     pub audit_file: String,
     /// Refuse proxy requests whose source address is not a known container. Default `true`.
     pub require_attribution: bool,
+    /// Install `iptables` rules so that from the pool network's bridge the host accepts only
+    /// the proxy port: an internal network otherwise reaches every address and port of the
+    /// host itself. Needs root and `iptables`. Default `true`; set `false` where the host
+    /// cannot (e.g. when it runs in compose) and firewall the bridge another way.
+    pub firewall: bool,
     /// Seconds a client may take to send a request head. Default `10`.
     pub header_timeout_secs: u64,
     /// Most client connections served at once (proxy and relay together); further connections
@@ -43,6 +48,7 @@ impl Default for EgressConfig {
             listen_addr: None,
             audit_file: "egress-audit.jsonl".into(),
             require_attribution: true,
+            firewall: true,
             header_timeout_secs: 10,
             max_connections: 256,
             proxy: ProxyConfig::default(),
@@ -345,7 +351,7 @@ mod tests {
     fn empty_table_gives_the_safe_defaults() {
         let config = parse("").unwrap();
         assert_eq!(config, EgressConfig::default());
-        assert!(config.require_attribution);
+        assert!(config.require_attribution && config.firewall);
         assert!(config.proxy.allow_internal.is_empty());
         assert!(!config.relay.send_provider_key_to_subagents);
         config.validate().unwrap();

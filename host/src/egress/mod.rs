@@ -17,6 +17,7 @@
 mod attribution;
 mod audit;
 mod config;
+mod firewall;
 mod meter;
 mod policy;
 mod proxy;
@@ -25,20 +26,22 @@ mod tokens;
 mod usage;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nexbot_docker::NetworkInfo;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use attribution::{Attributed, Attribution, AttributionTable};
+pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, ProxyConfig, RelayConfig,
 };
+pub use firewall::FirewallError;
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
 pub use tokens::{TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
@@ -54,6 +57,8 @@ pub enum EgressError {
     Audit { path: PathBuf, source: std::io::Error },
     #[error("egress: {0}")]
     Relay(#[from] RelaySetupError),
+    #[error("egress: {0}")]
+    Firewall(#[from] FirewallError),
 }
 
 /// What every connection handler needs.
@@ -74,6 +79,7 @@ pub(crate) struct Shared {
 /// for open connections to finish (cutting tunnels).
 pub struct Egress {
     shared: Arc<Shared>,
+    firewall: Option<firewall::Firewall>,
 }
 
 impl std::fmt::Debug for Egress {
@@ -86,13 +92,13 @@ impl std::fmt::Debug for Egress {
 }
 
 impl Egress {
-    /// Starts the listener on `config.listen_addr`, or else on `gateway` (the pool network's
-    /// gateway address), at `config.port`. The audit log goes to `data_dir/config.audit_file`.
-    /// `provider_key` is the real LLM key (see [`RelayConfig::provider_key_from_env`]); `None`
-    /// for a provider that needs none.
+    /// Starts the listener on `config.listen_addr`, or else on the pool network's gateway, at
+    /// `config.port`, and (with `config.firewall`) confines the network's bridge to it. The
+    /// audit log goes to `data_dir/config.audit_file`. `provider_key` is the real LLM key (see
+    /// [`RelayConfig::provider_key_from_env`]); `None` for a provider that needs none.
     pub async fn start(
         config: EgressConfig,
-        gateway: IpAddr,
+        network: &NetworkInfo,
         data_dir: &Path,
         attribution: Arc<dyn Attribution>,
         provider_key: Option<SecretString>,
@@ -103,11 +109,18 @@ impl Egress {
         let audit = std::fs::create_dir_all(data_dir)
             .and_then(|()| audit::AuditLog::open(&path))
             .map_err(|source| EgressError::Audit { path: path.clone(), source })?;
-        let addr = SocketAddr::new(config.listen_addr.unwrap_or(gateway), config.port);
+        let addr = SocketAddr::new(config.listen_addr.unwrap_or(network.gateway), config.port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| EgressError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| EgressError::Bind { addr, source })?;
+        let firewall = match config.firewall {
+            true => {
+                let interface = firewall::bridge_interface(&network.id);
+                Some(firewall::Firewall::install(&interface, local.ip(), local.port()).await?)
+            }
+            false => None,
+        };
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
             policy: policy::Policy::new(config.proxy.clone()),
@@ -122,7 +135,7 @@ impl Egress {
         });
         shared.tracker.spawn(proxy::serve(listener, shared.clone()));
         tracing::info!(%local, audit = %path.display(), "egress proxy and LLM relay listening");
-        Ok(Self { shared })
+        Ok(Self { shared, firewall })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -181,7 +194,10 @@ impl Egress {
 
     /// Stops accepting, cuts open tunnels and waits (at most `grace`) for handlers to finish
     /// writing their audit lines.
-    pub async fn shutdown(self, grace: Duration) {
+    pub async fn shutdown(mut self, grace: Duration) {
+        if let Some(firewall) = self.firewall.take() {
+            firewall.remove().await;
+        }
         self.shared.stop.cancel();
         self.shared.tracker.close();
         if tokio::time::timeout(grace, self.shared.tracker.wait()).await.is_err() {

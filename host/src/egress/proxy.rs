@@ -64,6 +64,8 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(shared.header_timeout)
+        // Clients such as `nc` shut their write side after the request; still answer them.
+        .half_close(true)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     tokio::pin!(conn);

@@ -3,13 +3,16 @@
 
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod docker;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nexbot_host::egress::{AttributionTable, Egress, EgressConfig};
+use nexbot_docker::NetworkInfo;
+use nexbot_host::egress::{Attribution, AttributionTable, Egress, EgressConfig};
 use secrecy::SecretString;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,25 +48,12 @@ pub struct Started {
 impl Started {
     /// Every audit line so far, parsed.
     pub fn audit(&self) -> Vec<Value> {
-        let text = std::fs::read_to_string(self.egress.audit_path()).unwrap_or_default();
-        text.lines().map(|l| serde_json::from_str(l).expect("audit line is JSON")).collect()
+        read_audit(self.egress.audit_path())
     }
 
     /// Waits until `count` audit lines exist (lines are written when connections end).
     pub async fn audit_lines(&self, count: usize) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let lines = self.audit();
-            if lines.len() >= count {
-                return lines;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "expected {count} audit lines, have {}: {lines:#?}",
-                lines.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_audit(self.egress.audit_path(), |lines| lines.len() >= count).await
     }
 
     pub fn proxy_client(&self) -> reqwest::Client {
@@ -75,6 +65,27 @@ impl Started {
     }
 }
 
+pub fn read_audit(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str(l).expect("audit line is JSON")).collect()
+}
+
+/// Waits (bounded) until the audit lines satisfy `done`, and returns them.
+pub async fn wait_audit(path: &std::path::Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let lines = read_audit(path);
+        if done(&lines) {
+            return lines;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "audit lines never as expected: {lines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Starts the listener on 127.0.0.1 (standing in for the gateway); the test client at
 /// 127.0.0.1 is attributed to container `c-test` running task `t-1`.
 pub async fn start(config: EgressConfig, key: Option<&str>) -> Started {
@@ -82,13 +93,41 @@ pub async fn start(config: EgressConfig, key: Option<&str>) -> Started {
     let local: IpAddr = "127.0.0.1".parse().unwrap();
     table.set_container(local, "c-test");
     table.set_task(local, Some("t-1".into()));
+    let (egress, dir) = launch(config, local, table.clone(), key).await;
+    Started { egress, table, dir }
+}
+
+/// Starts the listener on `ip` (no network to firewall) at a free port.
+pub async fn launch(
+    mut config: EgressConfig,
+    ip: IpAddr,
+    attribution: Arc<dyn Attribution>,
+    key: Option<&str>,
+) -> (Egress, DataDir) {
+    let network = NetworkInfo {
+        id: String::new(),
+        name: "loopback".into(),
+        subnet: "127.0.0.0/8".into(),
+        gateway: ip,
+        created: false,
+    };
+    config.firewall = false;
+    launch_on(config, &network, attribution, key).await
+}
+
+/// Starts the listener on `network`'s gateway at a free port, with its own data directory.
+pub async fn launch_on(
+    mut config: EgressConfig,
+    network: &NetworkInfo,
+    attribution: Arc<dyn Attribution>,
+    key: Option<&str>,
+) -> (Egress, DataDir) {
     let dir = DataDir::new("egress");
-    let mut config = config;
     config.port = 0;
     let key = key.map(|k| SecretString::from(k.to_owned()));
     let egress =
-        Egress::start(config, local, &dir.0, table.clone(), key).await.expect("egress starts");
-    Started { egress, table, dir }
+        Egress::start(config, network, &dir.0, attribution, key).await.expect("egress starts");
+    (egress, dir)
 }
 
 /// A TCP server that echoes, counting the connections it accepted.
@@ -125,6 +164,11 @@ pub async fn firehose_server(size: usize) -> SocketAddr {
 
 /// An HTTP server recording the requests it got (method, uri, headers as text).
 pub async fn http_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    http_server_at("127.0.0.1".parse().unwrap()).await
+}
+
+/// [`http_server`] listening on `ip`.
+pub async fn http_server_at(ip: IpAddr) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     use axum::routing::get;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
@@ -145,7 +189,7 @@ pub async fn http_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
             }),
         )
         .route("/big", get(|| async { "y".repeat(100_000) }));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
