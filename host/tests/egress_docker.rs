@@ -192,7 +192,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     ];
     for (ip, port) in bypasses {
         let script =
-            format!("printf 'GET /hello HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 5 {ip} {port}");
+            format!("printf 'GET /hello HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 3 {ip} {port}");
         let (code, out) = exec(&docker, &id, &script).await;
         assert_ne!(code, 0, "a direct connection to {ip}:{port} must fail: {out}");
     }
