@@ -268,3 +268,62 @@ async fn shutdown_cuts_open_tunnels_and_their_audit_lines_are_written() {
     assert_eq!(line["reason"], "cut: proxy shutting down");
     assert_eq!(line["bytes_up"], 3);
 }
+
+#[tokio::test]
+async fn idle_and_slow_clients_are_disconnected_after_the_header_timeout() {
+    let (target, _) = http_server().await;
+    let mut config = config_allowing(&[target]);
+    config.header_timeout_secs = 1;
+    let started = start(config, None).await;
+    let proxy = started.egress.local_addr();
+
+    // Connected, never says anything.
+    let mut silent = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(WAIT, silent.read_to_end(&mut buf))
+        .await
+        .expect("silent client dropped")
+        .ok();
+
+    // Half a request head, then nothing.
+    let mut slow = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    slow.write_all(b"GET http://example.com/ HTTP/1.1\r\nHost: exa").await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(WAIT, slow.read_to_end(&mut buf)).await.expect("slow client dropped").ok();
+
+    // One request on a keep-alive connection, then idle.
+    let mut idle = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let request = format!("GET http://{target}/hello HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    idle.write_all(request.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(WAIT, idle.read_to_end(&mut buf))
+        .await
+        .expect("idle keep-alive client dropped")
+        .ok();
+    assert!(String::from_utf8_lossy(&buf).contains("hello from the allowed server"));
+}
+
+#[tokio::test]
+async fn one_source_cannot_hold_more_than_its_share_of_connections_tunnels_included() {
+    let (target, _) = echo_server().await;
+    let mut config = config_allowing(&[target]);
+    config.max_connections_per_source = 2;
+    let started = start(config, None).await;
+    let proxy = started.egress.local_addr();
+
+    let (code, first) = connect(proxy, &target.to_string()).await;
+    assert_eq!(code, 200);
+    let (code, _second) = connect(proxy, &target.to_string()).await;
+    assert_eq!(code, 200);
+    // Both slots are held by open tunnels: a third connection is closed unanswered.
+    let mut third = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let _ = third.write_all(b"CONNECT x:1 HTTP/1.1\r\n\r\n").await;
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, third.read_to_end(&mut answer)).await.expect("closed").ok();
+    assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+
+    // Ending a tunnel frees its slot.
+    drop(first);
+    started.audit_lines(1).await;
+    assert_eq!(connect(proxy, &target.to_string()).await.0, 200);
+}

@@ -34,9 +34,11 @@ pub struct EgressConfig {
     pub firewall: bool,
     /// Seconds a client may take to send a request head. Default `10`.
     pub header_timeout_secs: u64,
-    /// Most client connections served at once (proxy and relay together); further connections
-    /// wait to be accepted. Default `256`.
+    /// Most client connections served at once (proxy and relay together, tunnels included);
+    /// further connections wait to be accepted. Default `256`.
     pub max_connections: usize,
+    /// Most client connections from one source address (one container). Default `64`.
+    pub max_connections_per_source: usize,
     pub proxy: ProxyConfig,
     pub relay: RelayConfig,
 }
@@ -51,6 +53,7 @@ impl Default for EgressConfig {
             firewall: true,
             header_timeout_secs: 10,
             max_connections: 256,
+            max_connections_per_source: 64,
             proxy: ProxyConfig::default(),
             relay: RelayConfig::default(),
         }
@@ -171,6 +174,7 @@ impl EgressConfig {
         let positive = [
             ("header_timeout_secs", self.header_timeout_secs),
             ("max_connections", self.max_connections as u64),
+            ("max_connections_per_source", self.max_connections_per_source as u64),
             ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
             ("proxy.max_duration_secs", self.proxy.max_duration_secs),
             ("relay.timeout_secs", self.relay.timeout_secs),

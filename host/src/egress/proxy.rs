@@ -6,9 +6,10 @@
 //! requests are attributed to a container, checked by the policy, dialled at the checked
 //! address only, metered, and audited.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -16,6 +17,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::audit::{ConnAudit, Origin, Verdict};
@@ -23,12 +25,35 @@ use super::meter::{full, pump, Direction, MeteredBody, PumpEnd, ResponseBody};
 use super::policy::{CheckedAddr, Refusal, Target};
 use super::{relay, Shared};
 
-/// Accepts connections until the listener is told to stop.
+/// One client connection's share of the listener's capacity. A CONNECT tunnel outlives the
+/// HTTP connection it came from, so it holds a clone: the slot frees only when both are gone.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    source: IpAddr,
+    per_source: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut counts = self.per_source.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.source) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// Accepts connections until the listener is told to stop. At most `max_connections` are
+/// served at once (the rest wait in the backlog), and at most `max_connections_per_source`
+/// from one address, so one container cannot starve the others.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(shared.config.max_connections));
+    let capacity = Arc::new(Semaphore::new(shared.config.max_connections));
+    let per_source = Arc::new(Mutex::new(HashMap::<IpAddr, usize>::new()));
     loop {
         let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => match permit {
+            permit = capacity.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => return,
             },
@@ -38,28 +63,36 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             accepted = listener.accept() => accepted,
             () = shared.stop.cancelled() => return,
         };
-        match accepted {
-            Ok((stream, peer)) => {
-                let shared2 = shared.clone();
-                shared.tracker.spawn(async move {
-                    connection(stream, peer, shared2).await;
-                    drop(permit);
-                });
-            }
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(err) => {
                 // Out of descriptors and the like: say so and keep serving.
                 tracing::warn!(%err, "egress listener: accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
             }
+        };
+        let source = peer.ip().to_canonical();
+        {
+            let mut counts = per_source.lock().unwrap_or_else(|p| p.into_inner());
+            let count = counts.entry(source).or_insert(0);
+            if *count >= shared.config.max_connections_per_source {
+                tracing::warn!(%source, limit = *count, "egress: too many connections from one source; refused");
+                continue; // dropping the stream closes it
+            }
+            *count += 1;
         }
+        let slot = Arc::new(Slot { _permit: permit, source, per_source: per_source.clone() });
+        shared.tracker.spawn(connection(stream, peer, slot, shared.clone()));
     }
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+async fn connection(stream: TcpStream, peer: SocketAddr, slot: Arc<Slot>, shared: Arc<Shared>) {
     let service_shared = shared.clone();
     let service = hyper::service::service_fn(move |req| {
         let shared = service_shared.clone();
-        async move { Ok::<_, Infallible>(handle(req, peer, shared).await) }
+        let slot = slot.clone();
+        async move { Ok::<_, Infallible>(handle(req, peer, slot, shared).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -85,6 +118,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
 async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
+    slot: Arc<Slot>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let source = peer.ip().to_canonical();
@@ -95,7 +129,7 @@ async fn handle(
         task_id: attributed.as_ref().and_then(|a| a.task_id.clone()),
     };
     if req.method() == Method::CONNECT {
-        return connect(req, origin, attributed.is_some(), shared).await;
+        return connect(req, origin, attributed.is_some(), slot, shared).await;
     }
     if req.uri().scheme().is_none() {
         return relay::handle(req, origin, shared).await;
@@ -187,6 +221,7 @@ async fn connect(
     req: Request<Incoming>,
     origin: Origin,
     attributed: bool,
+    slot: Arc<Slot>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let authority = req.uri().authority().cloned();
@@ -222,6 +257,8 @@ async fn connect(
             PumpEnd::Failed(err) => format!("closed: {err}"),
             PumpEnd::Shutdown => "cut: proxy shutting down".to_owned(),
         });
+        // Free the slot before the audit line is written (when `audit` drops after this).
+        drop(slot);
     });
     Response::new(full(""))
 }
