@@ -148,11 +148,10 @@ fn targets_listener(uri: &Uri, local: SocketAddr) -> bool {
     let host = uri.host().unwrap_or_default();
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let port = uri.port_u16().unwrap_or(80);
-    host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.to_canonical() == local.ip())
-        && port == local.port()
+    host.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical() == local.ip()) && port == local.port()
 }
 
-pub(crate) fn text(status: StatusCode, message: String) -> Response<ResponseBody> {
+fn text(status: StatusCode, message: String) -> Response<ResponseBody> {
     let mut response = Response::new(full(message + "\n"));
     *response.status_mut() = status;
     response
