@@ -4,7 +4,8 @@
 build:
 	cargo build --workspace
 
-test:
+# The Docker tests run the subagent image, so it is built first.
+test: image
 	cargo test --workspace --no-fail-fast
 
 lint:
@@ -39,8 +40,8 @@ image:
 	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
 	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
-bench:
-	@echo "make bench: no benchmarks yet (they come with the subagent and pool)" >&2; exit 2
+bench: image
+	cargo bench -p nexbot-tests --bench pool
 
 up:
 	@echo "make up: the host daemon and compose.yaml are not built yet" >&2; exit 2

@@ -53,13 +53,24 @@ impl Engine {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let name = format!("{}-{slot}-{}", self.config.name, &suffix[..8]);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let t0 = Instant::now();
         let created = self
             .docker
             .create_container(Some(options), body)
             .await
             .map_err(|e| PoolError::docker(format!("create container {name}"), e))?;
+        let create_time = t0.elapsed();
         match self.attach_and_start(&created.id, logs, ready_timeout).await {
-            Ok(member) => Ok(member),
+            Ok(member) => {
+                tracing::debug!(
+                    container = %member.short_id,
+                    slot,
+                    create_ms = create_time.as_millis() as u64,
+                    total_ms = t0.elapsed().as_millis() as u64,
+                    "container up"
+                );
+                Ok(member)
+            }
             Err(e) => {
                 self.remove(&created.id).await;
                 Err(e)

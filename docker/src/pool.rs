@@ -79,27 +79,34 @@ impl Pool {
     /// containers up in parallel and returns once every one has answered a ping.
     pub async fn start(docker: Docker, config: PoolConfig) -> Result<Pool, PoolError> {
         config.validate()?;
-        match docker.inspect_image(&config.image).await {
-            Ok(_) => {}
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Err(PoolError::ImageMissing { image: config.image.clone() })
-            }
-            Err(e) => return Err(PoolError::docker(format!("inspect image {}", config.image), e)),
-        }
-        let network_labels =
-            [(crate::spec::LABEL_ROLE.to_owned(), "subagent-network".to_owned())].into();
-        let network = ensure_internal_network(&docker, &config.network, &network_labels).await?;
-        let startup = Duration::from_secs(config.startup_timeout_secs);
         let engine = Arc::new(Engine {
             docker,
             instance: uuid::Uuid::new_v4().simple().to_string(),
             stop: CancellationToken::new(),
             config,
         });
-        let reaped = engine.reap(false).await?;
+        let config = &engine.config;
+        let network_labels =
+            [(crate::spec::LABEL_ROLE.to_owned(), "subagent-network".to_owned())].into();
+        // Independent preparations, run together: start-up time is the pool's first promise.
+        let image = async {
+            match engine.docker.inspect_image(&config.image).await {
+                Ok(_) => Ok(()),
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => Err(PoolError::ImageMissing { image: config.image.clone() }),
+                Err(e) => Err(PoolError::docker(format!("inspect image {}", config.image), e)),
+            }
+        };
+        let (network, (), reaped) = tokio::try_join!(
+            ensure_internal_network(&engine.docker, &config.network, &network_labels),
+            image,
+            engine.reap(false),
+        )?;
         if reaped > 0 {
-            tracing::info!(pool = %engine.config.name, reaped, "removed containers left by an earlier run");
+            tracing::info!(pool = %config.name, reaped, "removed containers left by an earlier run");
         }
+        let startup = Duration::from_secs(config.startup_timeout_secs);
         let slots: Vec<Slot> = (0..engine.config.size)
             .map(|i| Slot::new(&engine.config.name, i, engine.config.log_lines_kept))
             .collect();
@@ -197,6 +204,14 @@ impl Pool {
             PingResult { id: slot.id.clone(), container, round_trip }
         }))
         .await
+    }
+
+    /// Pings the container named by `target` (see [`Pool::logs`]), busy or not, and returns
+    /// the round trip.
+    pub async fn ping(&self, target: &str) -> Result<Duration, PoolError> {
+        let slot = self.inner.find(target)?;
+        let member = slot.member().ok_or_else(|| PoolError::UnknownContainer(target.into()))?;
+        self.inner.ping(slot, &member).await
     }
 
     /// One entry per slot, for `ps`. Cheap: reads what the supervisors last recorded.
@@ -327,6 +342,7 @@ impl Inner {
     pub(crate) fn install(self: &Arc<Self>, index: usize, member: Arc<Member>) {
         self.slots[index].lock().member = Some(member.clone());
         self.release(index, &member);
+        supervisor::sample_memory(self.clone(), index, member);
     }
 
     /// Takes an idle container, or a place in the queue, or fails with "busy".

@@ -130,7 +130,7 @@ async fn watch(inner: &Arc<Inner>, index: usize, member: &Arc<Member>) -> Option
 }
 
 /// Records the member's memory use on its slot, off the supervisor's path.
-fn sample_memory(inner: Arc<Inner>, index: usize, member: Arc<Member>) {
+pub(crate) fn sample_memory(inner: Arc<Inner>, index: usize, member: Arc<Member>) {
     tokio::spawn(async move {
         let memory = inner.engine.memory_use(&member.container_id).await;
         let mut s = inner.slots[index].lock();

@@ -12,10 +12,15 @@
 //! - [`redaction`]: the process-wide "what must never be printed" set shared by both.
 //! - [`llm`]: where the LLM settings come from (request fields, then environment).
 
+pub mod agent;
+pub mod chat;
 pub mod llm;
 pub mod logging;
+pub mod net;
 pub mod output;
 pub mod redaction;
+pub mod sanitizer;
+pub mod secrets;
 pub mod server;
 pub mod task;
 pub mod tools;

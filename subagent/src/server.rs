@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::codec::FramedRead;
 use tracing::{debug, error, info, warn, Instrument};
 
+use crate::agent;
 use crate::llm::LlmState;
 use crate::output::Output;
 use crate::redaction::Redaction;
@@ -289,7 +290,7 @@ impl Server {
         let mut guard = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let handle = tokio::spawn(
             async move {
-                let response = task::run(spec, out.clone(), task_cancel).await;
+                let response = agent::run(spec, out.clone(), task_cancel).await;
                 let status = response.status();
                 // Free the slot before answering, so the host may send the next task as soon
                 // as it reads this one's answer.

@@ -4,11 +4,10 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use nexbot_protocol::{Redactor, Response, SecretMap};
+use nexbot_protocol::{Redactor, SecretMap};
 use tokio_util::sync::CancellationToken;
 
 use crate::llm::LlmSettings;
-use crate::output::Output;
 
 /// Soft limit when the request names none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -51,20 +50,5 @@ impl Cancel {
     /// The text for the final response of a cancelled task.
     pub fn reason(&self) -> String {
         self.reason.get().cloned().unwrap_or_else(|| "task cancelled".to_owned())
-    }
-}
-
-/// Runs the task to its final response. Progress lines go to `out` on the way.
-pub async fn run(spec: TaskSpec, _out: Output, cancel: Cancel) -> Response {
-    let id = spec.id.clone();
-    let correlation = spec.correlation_id.clone();
-    tokio::select! {
-        _ = cancel.cancelled() => Response::error(&id, correlation.as_deref(), cancel.reason(), None),
-        _ = std::future::ready(()) => Response::error(
-            &id,
-            correlation.as_deref(),
-            "agent loop not available in this build",
-            None,
-        ),
     }
 }

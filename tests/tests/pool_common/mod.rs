@@ -95,3 +95,28 @@ pub async fn exec(docker: &Docker, id: &str, script: &str) -> (i64, String) {
     };
     tokio::time::timeout(Duration::from_secs(30), run).await.expect("exec finished in time")
 }
+
+/// An `execute` request whose LLM is the scripted server `llm`, reached through the internal
+/// network's gateway. The bearer is a per-task token, as the host's relay would hand out.
+pub fn task(
+    id: &str,
+    text: &str,
+    llm: &nexbot_tests::scripted_llm::ScriptedLlm,
+    gateway: std::net::IpAddr,
+) -> nexbot_protocol::Request {
+    let mut request = nexbot_protocol::Request::execute(id, text);
+    request.llm_base_url = Some(llm.base_url_for_host(&gateway.to_string()));
+    request.llm_model = Some("scripted".into());
+    request.llm_token = Some(secrecy::SecretString::from(format!("nxp-token-{id}")));
+    request.timeout = Some(60);
+    request
+}
+
+/// Starts the scripted LLM on the pool network's gateway, where containers reach the host.
+pub async fn llm_on(
+    gateway: std::net::IpAddr,
+    steps: Vec<nexbot_tests::scripted_llm::Step>,
+) -> nexbot_tests::scripted_llm::ScriptedLlm {
+    nexbot_tests::scripted_llm::ScriptedLlm::start_on(std::net::SocketAddr::new(gateway, 0), steps)
+        .await
+}
