@@ -215,7 +215,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     );
     let (_, out) = exec(&docker, &id, &call(token.expose_secret(), false)).await;
     assert!(
-        status(&out) == 429 && out.contains("task_budget_exhausted"),
+        status(&out) == 403 && out.contains("task_budget_exhausted"),
         "beyond the budget: {out}"
     );
     let (_, out) = exec(&docker, &id, &call("nxr_wrong", false)).await;

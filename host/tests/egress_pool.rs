@@ -1,8 +1,9 @@
 //! Egress from inside a real pool container, through the product's own configuration: the
 //! pool (nexbot-docker, image `nexbot-subagent:dev`) runs on the internal network with the
 //! environment the egress listener hands out, attribution comes from the pool, and the
-//! firewall is on. Allowed and denied destinations, bypasses, the relay's tokens and budget,
-//! and a hunt for the provider key in everything a container or the engine shows.
+//! firewall is on. A real task (agent loop, LLM through the relay, tools through the proxy),
+//! then probes by `docker exec`: allowed and denied destinations, bypasses, the relay's tokens
+//! and budget, and a hunt for the provider key in everything a container or the engine shows.
 
 mod common;
 
@@ -14,7 +15,7 @@ use bollard::query_parameters::{CreateContainerOptionsBuilder, LogsOptionsBuilde
 use common::docker::{
     exec, host_address_off_network, internal_network, Cleanup, LABEL, LABEL_VALUE, NETWORK,
 };
-use common::{echo_server, http_server, http_server_at, launch_on, wait_audit};
+use common::{echo_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
 use nexbot_docker::{Pool, PoolConfig};
 use nexbot_host::egress::{Attribution, Cidr, EgressConfig, InternalAllow, LateAttribution};
@@ -59,18 +60,19 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         );
     }
     let mut cleanup = Cleanup::default();
-    let (allowed, _) = http_server().await;
+    // Allowed destination on the host's outside address: "127.0.0.1" inside a container is
+    // the container itself (and in NO_PROXY), so a host-loopback server would not do.
+    let (allowed, _) = http_server_at(host_address_off_network()).await;
     let (bystander, bystander_hits) = echo_server().await;
     let (outside, outside_seen) = http_server_at(host_address_off_network()).await;
     let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(|_| Step::text("relayed answer"));
 
     // The product's wiring: network first, then the listener on its gateway, then the pool
     // with the listener's environment, then attribution bound to the pool.
     let network = internal_network(&docker).await;
     let mut config = EgressConfig::default();
     config.proxy.allow_internal = vec![InternalAllow {
-        cidr: Cidr::try_from("127.0.0.1".to_owned()).unwrap(),
+        cidr: Cidr::try_from(allowed.ip().to_string()).unwrap(),
         ports: vec![allowed.port()],
     }];
     config.relay.provider_base_url = Some(llm.base_url());
@@ -89,6 +91,11 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     assert!(late.bind(&as_attribution));
     let id = pool.snapshot()[0].container_id.clone().expect("a container");
     cleanup.containers.push(id.clone()); // removed even if an assertion fails first
+
+    let finished =
+        a_task_reaches_only_what_the_policy_allows(&pool, &egress, &llm, allowed, bystander.port())
+            .await;
+    llm.set_responder(|_| Step::text("relayed answer"));
 
     // Allowed destination through the proxy; the audit line names the pool's container.
     let get = format!("GET http://{allowed}/hello HTTP/1.1\\r\\nHost: {allowed}\\r\\nConnection: close\\r\\n\\r\\n");
@@ -138,6 +145,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     assert_ne!(status(&out), 200, "a non-pool container must not tunnel: {out}");
 
     // The relay with per-task tokens.
+    let relayed_before = llm.chat_requests().len();
     let tokens = egress.tokens();
     let token = tokens.issue("pool-task-1", 20).unwrap();
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
@@ -145,19 +153,25 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
     assert_eq!(status(&out), 200, "{out}");
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
-    assert!(status(&out) == 429 && out.contains("insufficient_quota"), "over budget: {out}");
+    assert!(status(&out) == 403 && out.contains("insufficient_quota"), "over budget: {out}");
     let (_, out) = exec(&docker, &id, &relay_call(proxy, "nxr_not-a-real-token")).await;
     assert_eq!(status(&out), 401, "{out}");
     tokens.revoke("pool-task-1");
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
     assert_eq!(status(&out), 401, "finished task: {out}");
-    assert_eq!(llm.chat_requests().len(), 2);
+    let (_, out) = exec(&docker, &id, &relay_call(proxy, finished.expose_secret())).await;
+    assert_eq!(status(&out), 401, "the real task's token after it ended: {out}");
+    assert_eq!(llm.chat_requests().len(), relayed_before + 2, "refused calls never reached it");
 
     // The audit trail, attributed through the pool.
     let path = egress.audit_path().to_owned();
-    let lines = wait_audit(&path, |l| l.iter().filter(|x| x["kind"] == "relay").count() >= 5).await;
-    let proxied: Vec<&Value> =
-        lines.iter().filter(|l| l["kind"] != "relay" && l["container"] == id.as_str()).collect();
+    // 3 calls of the real task, then 6 by exec (2 served, budget, wrong, 2 finished tokens).
+    let lines = wait_audit(&path, |l| l.iter().filter(|x| x["kind"] == "relay").count() >= 9).await;
+    // The exec probes ran while no task was running: attributed to the container only.
+    let proxied: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["kind"] != "relay" && l["container"] == id.as_str() && l["task_id"].is_null())
+        .collect();
     assert_eq!(proxied.len(), 1 + denied.len(), "{lines:#?}");
     assert_eq!(proxied[0]["verdict"], "allowed");
     for (line, (host, _, reason)) in proxied[1..].iter().zip(&denied) {
@@ -202,6 +216,94 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     pool.shutdown().await.expect("pool shuts down");
     egress.shutdown(common::WAIT).await;
     drop(cleanup);
+}
+
+/// A real task: the subagent's agent loop talks to the scripted LLM only through the relay
+/// (with its per-task token), and the LLM has it fetch an allowed page and then probe
+/// internal addresses (in disguises the subagent's own screens do not catch) through the
+/// proxy. Every connection's audit line names the task.
+async fn a_task_reaches_only_what_the_policy_allows(
+    pool: &Pool,
+    egress: &nexbot_host::egress::Egress,
+    llm: &ScriptedLlm,
+    allowed: std::net::SocketAddr,
+    bystander_port: u16,
+) -> secrecy::SecretString {
+    let task_id = "nxe-task-1";
+    let probes = [
+        ("[::ffff:a9fe:a9fe]:80".to_owned(), "cloud_metadata"),
+        ("2852039166:80".to_owned(), "cloud_metadata"),
+        ("10.1.2.3:80".to_owned(), "private"),
+        (format!("127.0.0.1:{bystander_port}"), "loopback"),
+        (format!("localhost:{bystander_port}"), "loopback"),
+        (format!("[::1]:{bystander_port}"), "loopback"),
+        (format!("[::ffff:127.0.0.1]:{bystander_port}"), "loopback"),
+    ];
+    let targets: Vec<String> = probes.iter().map(|(t, _)| format!("'{t}'")).collect();
+    let command = format!(
+        "P=${{HTTP_PROXY#http://}}; for t in {}; do printf \"CONNECT $t HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n\" | nc -w 10 ${{P%:*}} ${{P##*:}} | head -n 1; done",
+        targets.join(" ")
+    );
+    llm.push(Step::tool_call(
+        "web_fetch",
+        serde_json::json!({"url": format!("http://{allowed}/hello")}),
+    ));
+    llm.push(Step::tool_call("run_command", serde_json::json!({"command": command})));
+    llm.push(Step::text("all done"));
+
+    let token = egress.tokens().issue(task_id, 10_000).unwrap();
+    let mut request = nexbot_protocol::Request::execute(task_id, "fetch the page, then probe");
+    request.llm_base_url = Some(egress.relay_base_url());
+    request.llm_model = Some("scripted".into());
+    request.llm_token = Some(token.clone());
+    request.timeout = Some(60);
+    let answer = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        pool.execute(request, tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("answered in time")
+    .expect("task ran");
+    match &answer.body {
+        nexbot_protocol::ResponseBody::Success { result, .. } => {
+            assert!(result.contains("all done"), "{result}")
+        }
+        other => panic!("expected success, got {other:?}"),
+    }
+    // The pool's part at the end of a task: the token dies with it.
+    assert_eq!(egress.tokens().revoke(task_id).map(|u| u.used), Some(45), "3 calls x 15 tokens");
+
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 3, "one LLM call per step, all through the relay");
+    for chat in &chats {
+        assert_eq!(chat.header("authorization"), Some(format!("Bearer {KEY}").as_str()));
+    }
+    assert!(
+        chats[1].to_text().contains("hello from the allowed server"),
+        "web_fetch result: {}",
+        chats[1].to_text()
+    );
+    let probe_output = chats[2].to_text();
+    assert_eq!(probe_output.matches("HTTP/1.1 403").count(), probes.len(), "{probe_output}");
+
+    let lines = wait_audit(egress.audit_path(), |lines| {
+        lines.iter().filter(|l| l["task_id"] == task_id).count() >= 3 + 1 + probes.len()
+    })
+    .await;
+    let mine: Vec<&Value> = lines.iter().filter(|l| l["task_id"] == task_id).collect();
+    let relayed: Vec<&&Value> = mine.iter().filter(|l| l["kind"] == "relay").collect();
+    assert_eq!(relayed.len(), 3);
+    assert!(relayed.iter().all(|l| l["verdict"] == "allowed" && l["tokens"] == 15));
+    let proxied: Vec<&&Value> = mine.iter().filter(|l| l["kind"] != "relay").collect();
+    assert_eq!(proxied[0]["kind"], "http");
+    assert_eq!(proxied[0]["verdict"], "allowed");
+    assert_eq!(proxied[0]["resolved"], allowed.ip().to_string());
+    for (line, (target, reason)) in proxied[1..].iter().zip(&probes) {
+        assert_eq!(line["verdict"], "denied", "{target}: {line}");
+        assert!(line["reason"].as_str().unwrap().starts_with(reason), "{target}: {line}");
+    }
+    assert_eq!(proxied.len(), 1 + probes.len());
+    token
 }
 
 /// A container from the same image on Docker's default bridge (not in the pool).

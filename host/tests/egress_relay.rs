@@ -115,7 +115,7 @@ async fn calls_beyond_the_budget_are_refused() {
     assert_eq!(chat(&started, Some(token.expose_secret()), ask()).await.0, 200);
     assert_eq!(chat(&started, Some(token.expose_secret()), ask()).await.0, 200);
     let (status, body) = chat(&started, Some(token.expose_secret()), ask()).await;
-    assert_eq!(status, 429, "{body}");
+    assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["type"], "insufficient_quota");
     assert_eq!(body["error"]["code"], "task_budget_exhausted");
     assert!(body["error"]["message"].as_str().unwrap().contains("30 of its 20"), "{body}");

@@ -12,8 +12,8 @@
 //! -A INPUT -i br-<net> -j DROP
 //! ```
 //!
-//! They are inserted at the top of `INPUT` on start and deleted on shutdown (and before
-//! inserting, so a crashed host leaves no duplicates).
+//! They are inserted at the top of `INPUT` on start; the ACCEPT is deleted on shutdown, the
+//! DROP once no listener on that bridge is left (a crash leaves the bridge closed, not open).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -37,7 +37,9 @@ pub enum FirewallError {
 /// The installed rules; removed by [`Firewall::remove`] or, as a fallback, on drop.
 #[derive(Debug)]
 pub struct Firewall {
-    rules: Vec<Vec<String>>,
+    interface: String,
+    /// This listener's ACCEPT rule, and the bridge's shared DROP rule.
+    rules: Option<(Vec<String>, Vec<String>)>,
 }
 
 const COMMENT: &str = "nexbot-egress";
@@ -47,7 +49,13 @@ pub fn bridge_interface(network_id: &str) -> String {
     format!("br-{}", network_id.get(..12).unwrap_or(network_id))
 }
 
+fn tagged(rule: &[&str]) -> Vec<String> {
+    rule.iter().chain(&["-m", "comment", "--comment", COMMENT]).map(|s| (*s).to_owned()).collect()
+}
+
 impl Firewall {
+    /// Installs the rules. Several listeners may share a bridge (each adds its ACCEPT above the
+    /// one shared DROP), and a rerun replaces the ACCEPT a crashed predecessor left.
     pub async fn install(
         interface: &str,
         gateway: IpAddr,
@@ -56,69 +64,71 @@ impl Firewall {
         if !std::path::Path::new("/sys/class/net").join(interface).exists() {
             return Err(FirewallError::NoInterface(interface.to_owned()));
         }
-        let tagged = |mut rule: Vec<String>| {
-            rule.extend(["-m", "comment", "--comment", COMMENT].map(String::from));
-            rule
-        };
-        let drop_rest = tagged(vec!["-i".into(), interface.into(), "-j".into(), "DROP".into()]);
-        let accept_proxy = tagged(
-            [
-                "-i",
-                interface,
-                "-d",
-                &gateway.to_string(),
-                "-p",
-                "tcp",
-                "--dport",
-                &port.to_string(),
-                "-j",
-                "ACCEPT",
-            ]
-            .map(String::from)
-            .to_vec(),
-        );
-        // Insert DROP first, then ACCEPT above it: no moment where the proxy is blocked
-        // matters, but there must be none where everything is open after ACCEPT is in.
-        let rules = vec![drop_rest, accept_proxy];
-        for rule in &rules {
-            while delete(rule).await.is_ok() {}
-            iptables(
-                &[&["-I", "INPUT", "1"][..], &rule.iter().map(String::as_str).collect::<Vec<_>>()]
-                    .concat(),
-            )
-            .await?;
+        let drop_rest = tagged(&["-i", interface, "-j", "DROP"]);
+        let (gateway, port) = (gateway.to_string(), port.to_string());
+        let accept = tagged(&[
+            "-i", interface, "-d", &gateway, "-p", "tcp", "--dport", &port, "-j", "ACCEPT",
+        ]);
+        // DROP first, then ACCEPT above it: at no moment is the bridge open.
+        if iptables("-C", &drop_rest).await.is_err() {
+            iptables_insert(&drop_rest).await?;
         }
-        tracing::info!(%interface, %gateway, port, "egress firewall: the pool network reaches only the proxy on the host");
-        Ok(Self { rules })
+        while iptables("-D", &accept).await.is_ok() {}
+        iptables_insert(&accept).await?;
+        tracing::info!(%interface, %gateway, %port, "egress firewall: the pool network reaches only the proxy on the host");
+        Ok(Self { interface: interface.to_owned(), rules: Some((accept, drop_rest)) })
     }
 
-    /// Deletes the rules (the proxy is going away).
+    /// Deletes this listener's rule, and the shared DROP once no listener on the bridge is left.
     pub async fn remove(mut self) {
-        for rule in std::mem::take(&mut self.rules).iter().rev() {
-            if let Err(err) = delete(rule).await {
-                tracing::warn!(%err, "egress firewall: a rule could not be removed");
-            }
+        let Some((accept, drop_rest)) = self.rules.take() else { return };
+        if let Err(err) = iptables("-D", &accept).await {
+            tracing::warn!(%err, "egress firewall: a rule could not be removed");
+        }
+        match other_listeners(&self.interface).await {
+            Ok(false) => while iptables("-D", &drop_rest).await.is_ok() {},
+            Ok(true) => {}
+            Err(err) => tracing::warn!(%err, "egress firewall: rules could not be listed"),
         }
     }
 }
 
 impl Drop for Firewall {
     fn drop(&mut self) {
-        // Not removed through `remove` (e.g. a panic): do it synchronously.
-        for rule in self.rules.iter().rev() {
+        // Not removed through `remove` (e.g. a panic): delete our ACCEPT synchronously and
+        // leave the shared DROP, which keeps the bridge confined rather than open.
+        if let Some((accept, _)) = self.rules.take() {
             let mut args = vec!["-w", "5", "-D", "INPUT"];
-            args.extend(rule.iter().map(String::as_str));
+            args.extend(accept.iter().map(String::as_str));
             let _ = std::process::Command::new("iptables").args(&args).output();
         }
     }
 }
 
-async fn delete(rule: &[String]) -> Result<(), FirewallError> {
-    iptables(&[&["-D", "INPUT"][..], &rule.iter().map(String::as_str).collect::<Vec<_>>()].concat())
-        .await
+/// Whether another listener's ACCEPT rule for `interface` is still installed.
+async fn other_listeners(interface: &str) -> Result<bool, FirewallError> {
+    let listing = run(&["-S", "INPUT"]).await?;
+    Ok(listing.lines().any(|line| {
+        line.contains(&format!("-i {interface} "))
+            && line.contains(COMMENT)
+            && line.ends_with("-j ACCEPT")
+    }))
 }
 
-async fn iptables(args: &[&str]) -> Result<(), FirewallError> {
+async fn iptables_insert(rule: &[String]) -> Result<(), FirewallError> {
+    let mut args = vec!["-I", "INPUT", "1"];
+    args.extend(rule.iter().map(String::as_str));
+    run(&args).await.map(drop)
+}
+
+/// `-C` (check) or `-D` (delete) of `rule` in `INPUT`.
+async fn iptables(action: &str, rule: &[String]) -> Result<(), FirewallError> {
+    let mut args = vec![action, "INPUT"];
+    args.extend(rule.iter().map(String::as_str));
+    run(&args).await.map(drop)
+}
+
+async fn run(args: &[&str]) -> Result<String, FirewallError> {
     let fail = |reason: String| FirewallError::Iptables { args: args.join(" "), reason };
     let mut command = tokio::process::Command::new("iptables");
     command.arg("-w").arg("5").args(args).kill_on_drop(true);
@@ -127,7 +137,7 @@ async fn iptables(args: &[&str]) -> Result<(), FirewallError> {
         .map_err(|_| fail("timed out".into()))?
         .map_err(|e| fail(e.to_string()))?;
     if output.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     } else {
         Err(fail(String::from_utf8_lossy(&output.stderr).trim().to_owned()))
     }

@@ -175,10 +175,11 @@ pub(crate) async fn handle(
             if let TokenError::BudgetExhausted { task_id, .. } = &err {
                 audit.task(task_id.clone());
             }
+            // 403, not 429: the budget will not come back, and clients retry a 429.
             return refuse(
                 &audit,
                 Verdict::Denied,
-                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::FORBIDDEN,
                 ("insufficient_quota", "task_budget_exhausted"),
                 err.to_string(),
             );
