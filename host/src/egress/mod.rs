@@ -1,9 +1,9 @@
 //! Sandbox egress: the only way out of a subagent container, and the only holder of the LLM
 //! provider key.
 //!
-//! Subagent containers sit on an internal Docker network whose one reachable outside address
-//! is the host's gateway address on that network. There the host runs one listener
-//! ([`Egress`]) that is both
+//! Subagent containers sit on an internal Docker network: nothing beyond the host, and on the
+//! host (with the `iptables` rules of `firewall.rs`) only the proxy port on the network's
+//! gateway address. There the host runs one listener ([`Egress`]) that is both
 //! - an HTTP forward proxy (CONNECT and absolute-form HTTP) that resolves names itself, denies
 //!   internal addresses and unlisted domains, limits bytes and time, and audits every
 //!   connection with the container and task it came from; and
