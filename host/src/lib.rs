@@ -8,13 +8,16 @@
 //! - [`agent`]: the tool-calling loop and its hooks.
 //! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
 //! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`console`]: `nexbot chat`.
-//! - [`subagent`]: the seam to the container pool; [`pool_runner`]: the pool behind it. [`runtime`]: wiring. [`doctor`]: checks.
+//! - [`subagent`]: the seam to the container pool; [`pool_runner`]: the pool behind it.
+//! - [`egress`]: the sandbox's only way out — forward proxy and LLM relay with per-task tokens.
+//! - [`runtime`]: wiring. [`doctor`]: checks.
 
 pub mod agent;
 pub mod bus;
 pub mod config;
 pub mod console;
 pub mod doctor;
+pub mod egress;
 pub mod llm;
 pub mod pool_runner;
 pub mod runtime;

@@ -1,0 +1,426 @@
+//! Configuration of the egress listener (proxy + relay), read from the host's TOML.
+//!
+//! Every field has a default chosen so that an empty `[egress]` table is safe: internal
+//! addresses denied, bounded connections, audit on, the provider key read from the environment
+//! (never from a file) and never handed to containers.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+/// The whole `[egress]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Port of the one listener that serves both the proxy and the relay. `0` picks a free port.
+    /// Default `3128`.
+    pub port: u16,
+    /// Address to listen on instead of the pool network's gateway, e.g. the host's own address
+    /// on that network when the host runs in compose. Default: none (use the gateway).
+    pub listen_addr: Option<IpAddr>,
+    /// File name of the JSON-lines audit log inside the data directory.
+    /// Default `egress-audit.jsonl`.
+    pub audit_file: String,
+    /// Refuse proxy requests whose source address is not a known container. Default `true`.
+    pub require_attribution: bool,
+    /// Install `iptables` rules so that from the pool network's bridge the host accepts only
+    /// the proxy port: an internal network otherwise reaches every address and port of the
+    /// host itself. Needs root and `iptables`. Default `true`; set `false` where the host
+    /// cannot (e.g. when it runs in compose) and firewall the bridge another way.
+    pub firewall: bool,
+    /// Seconds a client may take to send a request head. Default `10`.
+    pub header_timeout_secs: u64,
+    /// Most client connections served at once (proxy and relay together, tunnels included);
+    /// further connections wait to be accepted. Default `256`.
+    pub max_connections: usize,
+    /// Most client connections from one source address (one container). Default `64`.
+    pub max_connections_per_source: usize,
+    pub proxy: ProxyConfig,
+    pub relay: RelayConfig,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            port: 3128,
+            listen_addr: None,
+            audit_file: "egress-audit.jsonl".into(),
+            require_attribution: true,
+            firewall: true,
+            header_timeout_secs: 10,
+            max_connections: 256,
+            max_connections_per_source: 64,
+            proxy: ProxyConfig::default(),
+            relay: RelayConfig::default(),
+        }
+    }
+}
+
+/// The `[egress.proxy]` table: where containers may go and for how long.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Host patterns a container may reach: `*` (anything), `example.com` (that name),
+    /// `*.example.com` (its subdomains, not the name itself), or an IP literal. An empty list
+    /// allows nothing. Default `["*"]`: the public internet, never internal addresses.
+    pub allow_domains: Vec<HostPattern>,
+    /// Host patterns always refused, checked before `allow_domains`. Default empty.
+    pub deny_domains: Vec<HostPattern>,
+    /// Internal (private, loopback, link-local, metadata, …) destinations that are allowed
+    /// anyway, each a CIDR (or a single address) with optional ports (empty = any port).
+    /// Default empty: every internal address is denied.
+    pub allow_internal: Vec<InternalAllow>,
+    /// Seconds allowed for resolving and connecting to a destination. Default `10`.
+    pub connect_timeout_secs: u64,
+    /// Longest life of one proxied connection or request, in seconds. Default `300`.
+    pub max_duration_secs: u64,
+    /// Most bytes a container may send through one connection. Default 64 MiB.
+    pub max_bytes_up: u64,
+    /// Most bytes a container may receive through one connection. Default 512 MiB.
+    pub max_bytes_down: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            allow_domains: vec![HostPattern::any()],
+            deny_domains: Vec::new(),
+            allow_internal: Vec::new(),
+            connect_timeout_secs: 10,
+            max_duration_secs: 300,
+            max_bytes_up: 64 << 20,
+            max_bytes_down: 512 << 20,
+        }
+    }
+}
+
+impl ProxyConfig {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout_secs)
+    }
+
+    pub fn max_duration(&self) -> Duration {
+        Duration::from_secs(self.max_duration_secs)
+    }
+}
+
+/// The `[egress.relay]` table: the OpenAI-compatible relay that holds the real provider key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    /// The provider's OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`; calls to
+    /// `/v1/chat/completions` go to `{provider_base_url}/chat/completions`. Default: none, and
+    /// the relay answers 503 until it is set.
+    pub provider_base_url: Option<String>,
+    /// Name of the environment variable holding the provider key. Default `NEXBOT_LLM_API_KEY`.
+    /// The key itself is never read from a file.
+    pub api_key_env: String,
+    /// Token budget of a task when the caller does not give one. Default `200000`.
+    pub default_token_budget: u64,
+    /// Seconds one relayed call may take, streaming included. Default `600`.
+    pub timeout_secs: u64,
+    /// Largest request body accepted from a container, in bytes. Default 8 MiB.
+    pub max_request_bytes: usize,
+    /// Ask the provider for a final `usage` chunk on streamed calls (`stream_options`), so
+    /// they are counted exactly. Default `true`; turn off for providers that reject the field.
+    pub request_stream_usage: bool,
+    /// The seed's `llm_api_key` request field as an explicit opt-in: when `true` the host may
+    /// put the real key into execute requests (it then enters containers, and the provider's
+    /// host must be allowed by the proxy). Default `false`: containers only get per-task tokens.
+    pub send_provider_key_to_subagents: bool,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            provider_base_url: None,
+            api_key_env: "NEXBOT_LLM_API_KEY".into(),
+            default_token_budget: 200_000,
+            timeout_secs: 600,
+            max_request_bytes: 8 << 20,
+            request_stream_usage: true,
+            send_provider_key_to_subagents: false,
+        }
+    }
+}
+
+impl RelayConfig {
+    /// Reads the provider key from the environment variable `api_key_env`; `None` when it is
+    /// unset or empty (a keyless local provider such as Ollama).
+    pub fn provider_key_from_env(&self) -> Option<SecretString> {
+        std::env::var(&self.api_key_env).ok().filter(|v| !v.is_empty()).map(SecretString::from)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout_secs)
+    }
+}
+
+/// A problem in the configuration, naming the field.
+#[derive(Debug, thiserror::Error)]
+#[error("egress config: {field}: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl EgressConfig {
+    /// Checks what serde cannot: value ranges and the provider URL.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("header_timeout_secs", self.header_timeout_secs),
+            ("max_connections", self.max_connections as u64),
+            ("max_connections_per_source", self.max_connections_per_source as u64),
+            ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
+            ("proxy.max_duration_secs", self.proxy.max_duration_secs),
+            ("relay.timeout_secs", self.relay.timeout_secs),
+            ("relay.max_request_bytes", self.relay.max_request_bytes as u64),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError { field, reason: "must be greater than 0".into() });
+            }
+        }
+        if self.audit_file.is_empty() || self.audit_file.contains('/') || self.audit_file == ".." {
+            return Err(ConfigError {
+                field: "audit_file",
+                reason: format!("{:?} must be a plain file name", self.audit_file),
+            });
+        }
+        if self.relay.api_key_env.is_empty() {
+            return Err(ConfigError { field: "relay.api_key_env", reason: "is empty".into() });
+        }
+        if let Some(url) = &self.relay.provider_base_url {
+            let parsed = reqwest::Url::parse(url).map_err(|e| ConfigError {
+                field: "relay.provider_base_url",
+                reason: format!("{url:?} is not a URL: {e}"),
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                return Err(ConfigError {
+                    field: "relay.provider_base_url",
+                    reason: format!("{url:?} must be an http:// or https:// URL with a host"),
+                });
+            }
+            if parsed.query().is_some() || !parsed.username().is_empty() {
+                return Err(ConfigError {
+                    field: "relay.provider_base_url",
+                    reason: "must not carry credentials or a query; the key comes from \
+                             relay.api_key_env"
+                        .into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A host pattern of the allow/deny lists, validated when the config is read.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostPattern(Pattern);
+
+#[derive(Clone, PartialEq, Eq)]
+enum Pattern {
+    Any,
+    Exact(String),
+    Suffix(String),
+}
+
+impl HostPattern {
+    pub fn any() -> Self {
+        Self(Pattern::Any)
+    }
+
+    /// Whether `host` (already lower-case, without a trailing dot) matches.
+    pub fn matches(&self, host: &str) -> bool {
+        match &self.0 {
+            Pattern::Any => true,
+            Pattern::Exact(name) => host == name,
+            Pattern::Suffix(parent) => host
+                .strip_suffix(parent.as_str())
+                .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
+        }
+    }
+}
+
+impl TryFrom<String> for HostPattern {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        let text = raw.trim().trim_end_matches('.').to_ascii_lowercase();
+        if text == "*" {
+            return Ok(Self::any());
+        }
+        let (suffix, name) = match text.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, text.as_str()),
+        };
+        if let Some(literal) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+            if !suffix && literal.parse::<std::net::Ipv6Addr>().is_ok() {
+                return Ok(Self(Pattern::Exact(literal.to_owned())));
+            }
+        }
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            });
+        if !valid && name.parse::<IpAddr>().is_err() {
+            return Err(format!(
+                "invalid host pattern {raw:?}: use `*`, `example.com`, `*.example.com` or an IP"
+            ));
+        }
+        let name = name.to_owned();
+        Ok(Self(if suffix { Pattern::Suffix(name) } else { Pattern::Exact(name) }))
+    }
+}
+
+impl From<HostPattern> for String {
+    fn from(pattern: HostPattern) -> Self {
+        pattern.to_string()
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Pattern::Any => f.write_str("*"),
+            Pattern::Exact(name) => f.write_str(name),
+            Pattern::Suffix(parent) => write!(f, "*.{parent}"),
+        }
+    }
+}
+
+impl fmt::Debug for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostPattern({self})")
+    }
+}
+
+/// One entry of `proxy.allow_internal`: `{ cidr = "172.30.0.1/32", ports = [8080] }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InternalAllow {
+    pub cidr: Cidr,
+    #[serde(default)]
+    pub ports: Vec<u16>,
+}
+
+impl InternalAllow {
+    pub fn matches(&self, ip: IpAddr, port: u16) -> bool {
+        self.cidr.0.contains(&ip) && (self.ports.is_empty() || self.ports.contains(&port))
+    }
+}
+
+/// A CIDR block; a bare address means just that address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Cidr(pub IpNet);
+
+impl TryFrom<String> for Cidr {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        let text = raw.trim();
+        if let Ok(net) = text.parse::<IpNet>() {
+            return Ok(Self(net.trunc()));
+        }
+        text.parse::<IpAddr>()
+            .map(|ip| Self(IpNet::from(ip)))
+            .map_err(|_| format!("invalid CIDR {raw:?}: use e.g. `10.0.0.0/8` or `192.0.2.7`"))
+    }
+}
+
+impl From<Cidr> for String {
+    fn from(cidr: Cidr) -> Self {
+        cidr.0.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<EgressConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    #[test]
+    fn empty_table_gives_the_safe_defaults() {
+        let config = parse("").unwrap();
+        assert_eq!(config, EgressConfig::default());
+        assert!(config.require_attribution && config.firewall);
+        assert!(config.proxy.allow_internal.is_empty());
+        assert!(!config.relay.send_provider_key_to_subagents);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn full_table_parses() {
+        let config = parse(
+            r#"
+            port = 0
+            listen_addr = "172.30.0.1"
+            [proxy]
+            allow_domains = ["*.example.com", "api.github.com"]
+            deny_domains = ["evil.example.com"]
+            allow_internal = [{ cidr = "10.1.0.0/16", ports = [8080] }, { cidr = "127.0.0.1" }]
+            max_bytes_down = 1000
+            [relay]
+            provider_base_url = "https://api.example.com/v1"
+            default_token_budget = 5
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.proxy.allow_domains.len(), 2);
+        let internal = &config.proxy.allow_internal;
+        assert!(internal[0].matches("10.1.2.3".parse().unwrap(), 8080));
+        assert!(!internal[0].matches("10.1.2.3".parse().unwrap(), 8081));
+        assert!(internal[1].matches("127.0.0.1".parse().unwrap(), 1));
+        assert!(!internal[1].matches("127.0.0.2".parse().unwrap(), 1));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_named() {
+        let err = parse("[proxy]\nallow_domain = []").unwrap_err().to_string();
+        assert!(err.contains("allow_domain"), "{err}");
+        let err = parse("[proxy]\nallow_domains = [\"exa mple.com\"]").unwrap_err().to_string();
+        assert!(err.contains("invalid host pattern"), "{err}");
+        let err = parse("[proxy]\nallow_internal = [{ cidr = \"10.0.0.0/33\" }]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid CIDR"), "{err}");
+        let config = parse("[relay]\nprovider_base_url = \"ftp://x\"").unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("relay.provider_base_url"), "{err}");
+        let config = parse("[relay]\nprovider_base_url = \"https://h/v1?key=sk\"").unwrap();
+        assert!(config.validate().is_err());
+        let config = parse("[proxy]\nmax_duration_secs = 0").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("proxy.max_duration_secs"));
+        let config = parse("audit_file = \"../x\"").unwrap();
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn host_patterns_match_names_and_subdomains() {
+        let pattern = |s: &str| HostPattern::try_from(s.to_owned()).unwrap();
+        assert!(pattern("*").matches("anything.org"));
+        assert!(pattern("Example.COM.").matches("example.com"));
+        assert!(!pattern("example.com").matches("www.example.com"));
+        let sub = pattern("*.example.com");
+        assert!(sub.matches("www.example.com"));
+        assert!(sub.matches("a.b.example.com"));
+        assert!(!sub.matches("example.com"));
+        assert!(!sub.matches("badexample.com"));
+        assert!(pattern("[::1]").matches("::1"));
+        assert!(pattern("10.0.0.1").matches("10.0.0.1"));
+        assert_eq!(pattern("*.example.com").to_string(), "*.example.com");
+    }
+}

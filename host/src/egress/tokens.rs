@@ -1,0 +1,169 @@
+//! Per-task capability tokens for the LLM relay, and each task's token budget.
+//!
+//! A container never holds the provider key; it holds a random token that is good only while
+//! its task runs (the pool issues it when the task starts and revokes it when it ends) and only
+//! up to the task's budget. Tokens are stored as SHA-256 digests and looked up by digest, so
+//! checking a presented token compares no secret bytes and the table holds nothing usable.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use base64::Engine;
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+
+/// Prefix of every relay token, so a leaked one is recognisable in a scan.
+pub const TOKEN_PREFIX: &str = "nxr_";
+
+/// A task's budget and what it has used so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskUsage {
+    pub budget: u64,
+    pub used: u64,
+}
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("missing, unknown or expired relay token")]
+    Invalid,
+    #[error("task {task_id} used {used} of its {budget} LLM tokens")]
+    BudgetExhausted { task_id: String, used: u64, budget: u64 },
+    #[error("the system random number generator failed: {0}")]
+    Random(String),
+}
+
+type Digest32 = [u8; 32];
+
+#[derive(Debug, Default)]
+struct Table {
+    by_digest: HashMap<Digest32, String>,
+    tasks: HashMap<String, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    digest: Digest32,
+    usage: TaskUsage,
+}
+
+/// The live tokens. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct TaskTokens {
+    table: Mutex<Table>,
+}
+
+fn digest(token: &str) -> Digest32 {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl TaskTokens {
+    /// Issues a fresh token (256 random bits from the OS CSPRNG) for `task_id` with a budget
+    /// of `token_budget` LLM tokens. An earlier token of the same task stops working; the
+    /// usage so far is kept, so re-issuing cannot reset a budget.
+    pub fn issue(&self, task_id: &str, token_budget: u64) -> Result<SecretString, TokenError> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| TokenError::Random(e.to_string()))?;
+        let token = format!(
+            "{TOKEN_PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+        );
+        let mut table = self.lock();
+        let used = match table.tasks.remove(task_id) {
+            Some(old) => {
+                table.by_digest.remove(&old.digest);
+                old.usage.used
+            }
+            None => 0,
+        };
+        let entry =
+            Entry { digest: digest(&token), usage: TaskUsage { budget: token_budget, used } };
+        table.by_digest.insert(entry.digest, task_id.to_owned());
+        table.tasks.insert(task_id.to_owned(), entry);
+        Ok(SecretString::from(token))
+    }
+
+    /// Ends the task's token; returns what it used, or `None` when it had no token.
+    pub fn revoke(&self, task_id: &str) -> Option<TaskUsage> {
+        let mut table = self.lock();
+        let entry = table.tasks.remove(task_id)?;
+        table.by_digest.remove(&entry.digest);
+        Some(entry.usage)
+    }
+
+    /// The usage of a task that holds a live token.
+    pub fn usage(&self, task_id: &str) -> Option<TaskUsage> {
+        self.lock().tasks.get(task_id).map(|e| e.usage)
+    }
+
+    /// Which task a presented token belongs to, if it is live and has budget left.
+    pub fn authorize(&self, presented: &SecretString) -> Result<String, TokenError> {
+        let presented = presented.expose_secret();
+        if !presented.starts_with(TOKEN_PREFIX) {
+            return Err(TokenError::Invalid);
+        }
+        let table = self.lock();
+        let task_id = table.by_digest.get(&digest(presented)).ok_or(TokenError::Invalid)?;
+        let usage = table.tasks.get(task_id).map(|e| e.usage).ok_or(TokenError::Invalid)?;
+        if usage.used >= usage.budget {
+            return Err(TokenError::BudgetExhausted {
+                task_id: task_id.clone(),
+                used: usage.used,
+                budget: usage.budget,
+            });
+        }
+        Ok(task_id.clone())
+    }
+
+    /// Adds `tokens` to the task's usage (a no-op once the task's token is revoked).
+    pub fn charge(&self, task_id: &str, tokens: u64) {
+        if let Some(entry) = self.lock().tasks.get_mut(task_id) {
+            entry.usage.used = entry.usage.used.saturating_add(tokens);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        // The table stays consistent across a panic elsewhere (every update is one step).
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_long_and_bound_to_their_task() {
+        let tokens = TaskTokens::default();
+        let a = tokens.issue("task-a", 100).unwrap();
+        let b = tokens.issue("task-b", 100).unwrap();
+        assert_ne!(a.expose_secret(), b.expose_secret());
+        let body = a.expose_secret().strip_prefix(TOKEN_PREFIX).unwrap();
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(body).unwrap();
+        assert!(raw.len() * 8 >= 128, "at least 128 random bits");
+        assert_eq!(tokens.authorize(&a).unwrap(), "task-a");
+        assert_eq!(tokens.authorize(&b).unwrap(), "task-b");
+        assert_eq!(
+            tokens.authorize(&SecretString::from(format!("{TOKEN_PREFIX}forged"))),
+            Err(TokenError::Invalid)
+        );
+        assert!(!format!("{tokens:?}").contains(body), "Debug shows no token");
+    }
+
+    #[test]
+    fn revoked_and_reissued_tokens_stop_working_and_budget_carries_over() {
+        let tokens = TaskTokens::default();
+        let first = tokens.issue("t", 10).unwrap();
+        tokens.charge("t", 4);
+        let second = tokens.issue("t", 10).unwrap();
+        assert_eq!(tokens.authorize(&first), Err(TokenError::Invalid));
+        assert_eq!(tokens.usage("t"), Some(TaskUsage { budget: 10, used: 4 }));
+        tokens.charge("t", 6);
+        assert!(matches!(tokens.authorize(&second), Err(TokenError::BudgetExhausted { .. })));
+        assert_eq!(tokens.revoke("t"), Some(TaskUsage { budget: 10, used: 10 }));
+        assert_eq!(tokens.authorize(&second), Err(TokenError::Invalid));
+        assert_eq!(tokens.revoke("t"), None);
+        tokens.charge("t", 1);
+        assert_eq!(tokens.usage("t"), None);
+    }
+}

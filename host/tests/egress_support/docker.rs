@@ -1,0 +1,87 @@
+//! Docker helpers for the egress tests: the shared internal test network, running a command
+//! in a container, and removal of what a test created even when it fails.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bollard::Docker;
+use nexbot_docker::NetworkInfo;
+
+/// One internal network shared by the egress tests (created if missing, then left in place:
+/// tests running in parallel use it, and one per test would exhaust the address pools).
+pub const NETWORK: &str = "nxe-tests";
+/// Label on everything the egress tests create.
+pub const LABEL: &str = "nexbot.test";
+pub const LABEL_VALUE: &str = "nxe";
+
+pub async fn internal_network(docker: &Docker) -> NetworkInfo {
+    let labels = HashMap::from([(LABEL.to_owned(), LABEL_VALUE.to_owned())]);
+    nexbot_docker::ensure_internal_network(docker, NETWORK, &labels)
+        .await
+        .expect("internal test network")
+}
+
+/// A host address that is NOT on the internal network (the one the host uses towards the
+/// outside), to show containers cannot reach the host except through the gateway. Found by
+/// "connecting" a UDP socket, which sends nothing.
+pub fn host_address_off_network() -> IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    socket.connect("1.1.1.1:80").expect("the host has a route out");
+    socket.local_addr().expect("local address").ip()
+}
+
+/// Runs `script` with `/bin/busybox sh -c` in container `id`; exit code and combined output.
+pub async fn exec(docker: &Docker, id: &str, script: &str) -> (i64, String) {
+    use bollard::exec::StartExecResults;
+    use bollard::models::ExecConfig;
+    use futures_util::StreamExt;
+
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["/bin/busybox".into(), "sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    };
+    let run = async {
+        let created = docker.create_exec(id, config).await.expect("create exec");
+        let mut output = String::new();
+        if let StartExecResults::Attached { output: mut stream, .. } =
+            docker.start_exec(&created.id, None).await.expect("start exec")
+        {
+            while let Some(chunk) = stream.next().await {
+                output.push_str(&chunk.expect("exec output").to_string());
+            }
+        }
+        let code = docker.inspect_exec(&created.id).await.expect("inspect exec").exit_code;
+        (code.unwrap_or(-1), output)
+    };
+    tokio::time::timeout(Duration::from_secs(60), run).await.expect("exec finished in time")
+}
+
+/// The container's address on [`NETWORK`].
+pub async fn address_on_network(docker: &Docker, id: &str) -> IpAddr {
+    let inspect = docker.inspect_container(id, None).await.expect("inspect container");
+    let networks = inspect.network_settings.and_then(|n| n.networks).unwrap_or_default();
+    let ip = networks.get(NETWORK).and_then(|e| e.ip_address.clone()).unwrap_or_default();
+    ip.parse().unwrap_or_else(|_| panic!("container {id} has no address on {NETWORK}: {ip:?}"))
+}
+
+/// Removes containers and images by name when dropped, so a failing test leaves nothing.
+/// Uses the CLI because `Drop` cannot await.
+#[derive(Default)]
+pub struct Cleanup {
+    pub containers: Vec<String>,
+    pub images: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for container in &self.containers {
+            let _ = std::process::Command::new("docker").args(["rm", "-f", container]).output();
+        }
+        for image in &self.images {
+            let _ = std::process::Command::new("docker").args(["rmi", "-f", image]).output();
+        }
+    }
+}
