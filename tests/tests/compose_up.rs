@@ -368,7 +368,7 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     // Stopping the service: the daemon's own shutdown removes the pool's containers.
     deployment.compose(&["stop", "host"]).await;
     let stopped_log = logs(&docker, &host).await;
-    assert!(stopped_log.contains("stopped"), "no clean shutdown:\n{stopped_log}");
+    assert!(stopped_log.contains("nexbot: stopped"), "no clean shutdown:\n{stopped_log}");
     let left = containers(&docker, &pool_label, true).await;
     assert!(left.is_empty(), "the daemon left pool containers: {left:?}\n{stopped_log}");
 
@@ -383,5 +383,21 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         docker.inspect_volume(&format!("{project}_data")).await.is_err(),
         "the data volume remains after down -v"
     );
+    // The pool network is the daemon's, not compose's: it outlives `down` (`make down` removes
+    // it), but no firewall rule of the daemon on its bridge may.
+    let network = docker.inspect_network(&deployment.network, None).await.expect("pool network");
+    let bridge = format!("br-{}", &network.id.unwrap()[..12]);
+    match std::process::Command::new("iptables").args(["-w", "5", "-S", "INPUT"]).output() {
+        Ok(out) if out.status.success() => {
+            let rules = text(&out.stdout);
+            let left: Vec<&str> =
+                rules.lines().filter(|r| r.contains(&format!("-i {bridge} "))).collect();
+            assert!(left.is_empty(), "firewall rules on {bridge} remain: {left:?}");
+        }
+        other if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: cannot list iptables rules under CI=true: {other:?}")
+        }
+        other => eprintln!("{test}: firewall rules not checked (iptables -S: {other:?})"),
+    }
     drop(deployment);
 }
