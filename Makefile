@@ -61,10 +61,11 @@ host-image:
 	  awk '{ printf "$(HOST_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
 # `make up` / `make down`: the compose deployment. Debian's docker-compose 1.29 when present,
-# else the `docker compose` plugin. The variables below are passed to compose.yaml; the pool
-# name and network must match what compose.yaml gives the daemon, so `down` finds them.
+# else the `docker compose` plugin. The project name is compose's own default (this directory's
+# name, or COMPOSE_PROJECT_NAME), so plain `docker-compose ...` here means the same project.
+# The variables below are passed to compose.yaml; the pool name and network must match what
+# compose.yaml gives the daemon, so `down` finds them.
 COMPOSE ?= $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
-export COMPOSE_PROJECT_NAME ?= nexbot
 export NEXBOT_POOL_NAME ?= nexbot
 export NEXBOT_POOL_NETWORK ?= nexbot-subagents
 export NEXBOT_SKILLS_DIR ?= $(CURDIR)/skills
