@@ -1,6 +1,7 @@
 //! `nexbot serve --init`, what the host image runs: on an empty data volume it writes the
 //! default workspace and serves; without `--init` a missing config is an error that writes
-//! nothing.
+//! nothing; a SIGTERM that arrives while it starts (`docker stop` right after `up`) still ends
+//! in a clean shutdown rather than death by the signal's default action.
 
 mod common;
 
@@ -53,6 +54,41 @@ async fn serve_init_writes_a_workspace_into_an_empty_volume_and_serves() {
     let status =
         tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status:?}");
+    std::fs::remove_dir_all(&volume).unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_while_starting_is_kept_and_ends_in_a_clean_shutdown() {
+    let volume = empty_volume("early-term");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let mut child =
+        nexbot(&["serve", "--init"], &volume.join("config.toml"), &base_env(&llm.base_url()))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    // Logged after the signal listeners are installed, before the store, pool and bus start.
+    let early = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line.contains("wrote a fresh workspace") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(early, Ok(true), "serve --init never logged the fresh workspace");
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status =
+        tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "killed by the signal instead of shutting down: {status:?}");
+    let mut rest = String::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    assert!(rest.contains("shutting down") && rest.contains("stopped"), "{rest}");
     std::fs::remove_dir_all(&volume).unwrap();
 }
 

@@ -157,6 +157,7 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     };
     let config = Config::load(path)?;
     init_logging(&config, None);
+    let signals = shutdown_signals()?;
     if let Some(report) = written {
         tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
@@ -169,7 +170,7 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
             tracing::info!(chat = %message.chat_id, "answer for a chat without a channel dropped");
         }
     });
-    wait_for_signal().await?;
+    signals.await;
     tracing::info!("shutting down");
     shutdown.cancel();
     drop(inbound);
@@ -178,18 +179,25 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("cannot listen for Ctrl-C"),
-        _ = term.recv() => Ok(()),
-    }
+/// Listens for SIGTERM and SIGINT from the moment it is called, not from the first await:
+/// a signal that arrives while the daemon starts (e.g. `docker stop` right after `up`) is then
+/// kept for later instead of killing the process without cleanup (pool containers, firewall).
+fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
 }
 
 async fn chat(path: &Path) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     init_logging(&config, Some("warn"));
+    let signals = shutdown_signals()?;
     let shutdown = CancellationToken::new();
     let (BusHandle { inbound, outbound, task }, pool) = start(&config, &shutdown).await?;
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -198,7 +206,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         console::run(stdin, tokio::io::stdout(), inbound, outbound, in_flight, shutdown.clone());
     tokio::select! {
         result = console => result.context("console I/O failed")?,
-        result = wait_for_signal() => result?,
+        () = signals => {}
     }
     shutdown.cancel();
     stop(task, pool).await;
