@@ -63,16 +63,38 @@ struct Deployment {
     env: Vec<(String, String)>,
 }
 
+/// Test deployments are named `nxd-compose-<pid>-<n>`: the pid tells a dead run's leftovers.
+const PROJECT_PREFIX: &str = "nxd-compose-";
+
 impl Deployment {
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(&self.compose[0]);
+    /// The deployment named `project`, with the environment compose.yaml needs (`extra` adds
+    /// the secrets and the LLM); pool and network are named after the project.
+    fn new(compose: Vec<String>, project: &str, extra: &[(&str, &str)]) -> Self {
+        let network = format!("{project}-net");
+        let skills = repo().join("skills");
+        let env: Vec<(String, String)> = [
+            ("NEXBOT_POOL_NAME", project),
+            ("NEXBOT_POOL_NETWORK", network.as_str()),
+            ("NEXBOT_POOL_SIZE", &POOL_SIZE.to_string()),
+            ("NEXBOT_SKILLS_DIR", skills.to_str().unwrap()),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        Self { compose, project: project.to_owned(), pool: project.to_owned(), network, env }
+    }
+
+    /// `compose -p <project> -f compose.yaml <args>` with this deployment's environment only:
+    /// no operator NEXBOT_* or compose settings leak in, and every command (`down` included)
+    /// sees the variables compose.yaml requires.
+    fn std_command(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.compose[0]);
         cmd.args(&self.compose[1..])
             .args(["-p", &self.project, "-f"])
             .arg(repo().join("compose.yaml"))
             .args(args)
-            .current_dir(repo())
-            .kill_on_drop(true);
-        // Only what this test passes: no operator NEXBOT_* or compose settings leak in.
+            .current_dir(repo());
         for (key, _) in std::env::vars() {
             if key.starts_with("NEXBOT_") || key.starts_with("COMPOSE_") || key == "RUST_LOG" {
                 cmd.env_remove(key);
@@ -83,7 +105,8 @@ impl Deployment {
     }
 
     async fn compose(&self, args: &[&str]) -> Output {
-        let out = self.command(args).stdin(Stdio::null()).output();
+        let mut cmd = tokio::process::Command::from(self.std_command(args));
+        let out = cmd.stdin(Stdio::null()).kill_on_drop(true).output();
         let out = tokio::time::timeout(COMMAND_LIMIT, out)
             .await
             .unwrap_or_else(|_| panic!("compose {args:?} did not finish in {COMMAND_LIMIT:?}"))
@@ -98,39 +121,66 @@ impl Deployment {
     }
 }
 
+/// Runs `cmd` to its end, or kills it after 60 s (a `Drop` cannot use tokio's timeouts).
+fn run_bounded(mut cmd: std::process::Command) {
+    let Ok(mut child) =
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn()
+    else {
+        return;
+    };
+    for _ in 0..600 {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn docker_cli(args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new("docker");
+    cmd.args(args);
+    cmd
+}
+
 impl Drop for Deployment {
     fn drop(&mut self) {
-        let run = |program: &str, args: &[&str]| {
-            let Ok(mut child) = std::process::Command::new(program)
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-            else {
-                return;
-            };
-            for _ in 0..600 {
-                if child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        };
-        let file = repo().join("compose.yaml");
-        let mut args: Vec<&str> = self.compose[1..].iter().map(String::as_str).collect();
-        args.extend(["-p", &self.project, "-f", file.to_str().unwrap(), "down", "-v", "-t", "5"]);
-        run(&self.compose[0], &args);
+        // A clean stop first: the daemon removes its pool and its firewall rules itself.
+        run_bounded(self.std_command(&["down", "-v", "-t", "10"]));
         let label = format!("label={POOL_LABEL}={}", self.pool);
-        if let Ok(out) =
-            std::process::Command::new("docker").args(["ps", "-aq", "--filter", &label]).output()
-        {
+        if let Ok(out) = docker_cli(&["ps", "-aq", "--filter", &label]).output() {
             for id in text(&out.stdout).split_whitespace() {
-                run("docker", &["rm", "-f", id]);
+                run_bounded(docker_cli(&["rm", "-f", id]));
             }
         }
-        run("docker", &["network", "rm", &self.network]);
+        run_bounded(docker_cli(&["network", "rm", &self.network]));
+    }
+}
+
+/// Tears down the deployments of earlier runs whose test process no longer exists (killed by
+/// a timeout, so their `Drop` never ran): they would hold pool containers and a network.
+async fn reap_dead_runs(docker: &Docker, compose: &[String]) {
+    let mut projects: Vec<String> = Vec::new();
+    for id in containers(docker, PROJECT_LABEL, true).await {
+        let labels = inspect(docker, &id).await.config.and_then(|c| c.labels).unwrap_or_default();
+        if let Some(project) = labels.get(PROJECT_LABEL) {
+            if !projects.contains(project) {
+                projects.push(project.clone());
+            }
+        }
+    }
+    for project in projects {
+        let Some(rest) = project.strip_prefix(PROJECT_PREFIX) else { continue };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|pid| {
+            pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if !alive {
+            eprintln!("compose_up: removing {project}, left by a test run that no longer exists");
+            let reap = Deployment::new(compose.to_vec(), &project, &[]);
+            tokio::task::spawn_blocking(move || drop(reap)).await.expect("reaped");
+        }
     }
 }
 
@@ -230,6 +280,8 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         }
     }
 
+    reap_dead_runs(&docker, &compose).await;
+
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("compose says hello"));
     let run = format!(
@@ -238,29 +290,20 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
             % 1_000_000
     );
-    let project = format!("nxd-compose-{run}");
+    let project = format!("{PROJECT_PREFIX}{run}");
     let planted_key = format!("sk-nxd-planted-llm-key-{run}");
     let planted_master = format!("nxd-planted-master-key-{run}");
     let skills = repo().join("skills");
-    let deployment = Deployment {
+    let deployment = Deployment::new(
         compose,
-        project: project.clone(),
-        pool: project.clone(),
-        network: format!("{project}-net"),
-        env: [
+        &project,
+        &[
             ("NEXBOT_LLM_API_KEY", planted_key.as_str()),
             ("NEXBOT_MASTER_KEY", planted_master.as_str()),
             ("NEXBOT_LLM_BASE_URL", &llm.base_url()),
             ("NEXBOT_LLM_MODEL", "scripted"),
-            ("NEXBOT_POOL_NAME", &project),
-            ("NEXBOT_POOL_NETWORK", &format!("{project}-net")),
-            ("NEXBOT_POOL_SIZE", &POOL_SIZE.to_string()),
-            ("NEXBOT_SKILLS_DIR", skills.to_str().unwrap()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect(),
-    };
+        ],
+    );
 
     deployment.compose(&["up", "-d", "--no-build"]).await;
     let ps = deployment.compose(&["ps", "-q", "host"]).await;
