@@ -132,7 +132,9 @@ impl Sandbox {
         if left > 0 {
             tracing::warn!(left, "relay tokens of unfinished tasks revoked at shutdown");
         }
+        let local = self.egress.local_addr();
         self.egress.shutdown(EGRESS_GRACE).await;
+        tracing::info!(%local, "egress listener stopped");
     }
 }
 
@@ -195,5 +197,72 @@ impl TaskTokens for RelayTokens {
 
     fn revoke(&self, task_id: &str) -> Option<u64> {
         self.tokens.revoke(task_id).map(|usage| usage.used)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    /// A real listener on loopback (no network to firewall) for the tokens to come from.
+    async fn listener(config: &Config, dir: &std::path::Path) -> Egress {
+        let network = nexbot_docker::NetworkInfo {
+            id: String::new(),
+            name: "loopback".into(),
+            subnet: "127.0.0.0/8".into(),
+            gateway: "127.0.0.1".parse().unwrap(),
+            created: false,
+        };
+        let late: Arc<dyn Attribution> = Arc::new(LateAttribution::default());
+        let key = config.secrets.relay_provider_key.clone();
+        Egress::start(config.egress_config(), &network, dir, late, key).await.unwrap()
+    }
+
+    fn config_with(env: &[(&str, &str)]) -> Config {
+        let mut env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        env.extend([
+            ("NEXBOT_EGRESS__PORT".into(), "0".into()),
+            ("NEXBOT_EGRESS__FIREWALL".into(), "false".into()),
+            ("NEXBOT_LLM__BASE_URL".into(), "http://provider.example/v1".into()),
+            ("NEXBOT_LLM_API_KEY".into(), "sk-nxw-unit-key".into()),
+        ]);
+        let base = std::path::Path::new("/tmp");
+        Config::from_parts("", &base.join("c.toml"), base, env).unwrap()
+    }
+
+    #[tokio::test]
+    async fn tasks_get_relay_tokens_and_never_the_key_unless_opted_in() {
+        let dir = std::env::temp_dir().join(format!("nxw-sandbox-{}", uuid::Uuid::new_v4()));
+        let config = config_with(&[]);
+        let egress = listener(&config, &dir).await;
+        let tokens = RelayTokens::new(&config, &egress);
+        let TaskLlm::Relay { base_url, token } = tokens.issue("t1").unwrap() else {
+            panic!("the default is the relay")
+        };
+        assert_eq!(base_url, egress.relay_base_url());
+        assert!(token.expose_secret().starts_with(egress::TOKEN_PREFIX));
+        assert_ne!(token.expose_secret(), "sk-nxw-unit-key");
+        assert_eq!(egress.tokens().authorize(&token).unwrap(), "t1");
+        let usage = egress.tokens().usage("t1").unwrap();
+        assert_eq!(usage.budget, config.egress.relay.default_token_budget);
+        egress.tokens().charge("t1", 12);
+        assert_eq!(tokens.revoke("t1"), Some(12));
+        assert!(egress.tokens().authorize(&token).is_err(), "dead after the task");
+        assert_eq!(tokens.revoke("t1"), None);
+
+        let config =
+            config_with(&[("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true")]);
+        let tokens = RelayTokens::new(&config, &egress);
+        let TaskLlm::ProviderKey { base_url, key } = tokens.issue("t2").unwrap() else {
+            panic!("opted in")
+        };
+        assert_eq!(base_url, "http://provider.example/v1");
+        assert_eq!(key.unwrap().expose_secret(), "sk-nxw-unit-key");
+        assert!(egress.tokens().usage("t2").is_none(), "no relay token for a direct task");
+        assert_eq!(tokens.revoke("t2"), None);
+        egress.shutdown(Duration::from_secs(1)).await;
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

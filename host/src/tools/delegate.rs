@@ -146,7 +146,13 @@ impl Tool for Delegate {
                 .issue(&id)
                 .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
             // From here on the token dies however this future ends, dropped included.
-            let access = Access { tokens: self.tokens.as_ref(), task_id: &id, live: true };
+            let access = Access {
+                tokens: self.tokens.as_ref(),
+                store: &self.store,
+                task_id: &id,
+                started: Instant::now(),
+                live: true,
+            };
             self.store
                 .start_task(&id, &ctx.chat_id, Some(ctx.session_id), &args.task)
                 .await
@@ -238,7 +244,7 @@ impl Tool for Delegate {
                 status = %end.status,
                 duration_ms = end.duration_ms,
                 relay_tokens = relay_tokens.unwrap_or(0),
-                "subagent task ended; its relay token is revoked"
+                "subagent task ended and its LLM access revoked"
             );
             if let Err(e) = self.store.finish_task(&id, end).await {
                 tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
@@ -249,10 +255,12 @@ impl Tool for Delegate {
 }
 
 /// A task's LLM access; revoked when the task ends, or when the tool's future is dropped
-/// (tool timeout, turn wind-down) before it could say so.
+/// (tool timeout, turn wind-down) before it could say so — then the record is closed too.
 struct Access<'a> {
     tokens: &'a dyn TaskTokens,
+    store: &'a Store,
     task_id: &'a str,
+    started: Instant,
     live: bool,
 }
 
@@ -266,10 +274,27 @@ impl Access<'_> {
 
 impl Drop for Access<'_> {
     fn drop(&mut self) {
-        if self.live {
-            self.tokens.revoke(self.task_id);
-            tracing::info!(task_id = %self.task_id, "subagent task abandoned; its relay token is revoked");
+        if !self.live {
+            return;
         }
+        let used = self.tokens.revoke(self.task_id);
+        tracing::info!(task_id = %self.task_id, "subagent task abandoned and its LLM access revoked");
+        // The pool recycles the container of a dropped task; the record must not stay
+        // "running" forever.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (store, id) = (self.store.clone(), self.task_id.to_owned());
+        let end = TaskEnd {
+            status: "cancelled".into(),
+            duration_ms: self.started.elapsed().as_millis() as i64,
+            usage: TokenUsage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
+            error: Some("abandoned: the turn stopped waiting for the subagent".into()),
+            ..TaskEnd::default()
+        };
+        runtime.spawn(async move {
+            if let Err(e) = store.finish_task(&id, end).await {
+                tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+            }
+        });
     }
 }
 
@@ -286,4 +311,70 @@ fn unfinished(
     end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
     end.error = Some(error.clone());
     json!({"success": false, "error": error, "report": report}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress;
+
+    /// The relay's real token table, as the delegation tool sees it.
+    #[derive(Debug, Default)]
+    struct Table(egress::TaskTokens);
+
+    impl TaskTokens for Table {
+        fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
+            let token = self.0.issue(task_id, 100).map_err(|e| e.to_string())?;
+            Ok(TaskLlm::Relay { base_url: "http://relay/v1".into(), token })
+        }
+        fn revoke(&self, task_id: &str) -> Option<u64> {
+            self.0.revoke(task_id).map(|u| u.used)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_delegation_revokes_its_token_and_closes_its_record() {
+        let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("t.db")).await.unwrap();
+        let tokens = Table::default();
+        let TaskLlm::Relay { token, .. } = tokens.issue("t1").unwrap() else { panic!() };
+        store.start_task("t1", "c", None, "work").await.unwrap();
+        tokens.0.charge("t1", 7);
+        let access = Access {
+            tokens: &tokens,
+            store: &store,
+            task_id: "t1",
+            started: Instant::now(),
+            live: true,
+        };
+        drop(access); // what a tool timeout does to the tool's future
+        assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
+        let record = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let record = store.tasks("c").await.unwrap().remove(0);
+                if record.status != "running" {
+                    return record;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the record was closed");
+        assert_eq!((record.status.as_str(), record.completion_tokens), ("cancelled", 7));
+        assert!(record.error.is_some_and(|e| e.starts_with("abandoned")));
+
+        // A task that ends normally is revoked once, by `end`, and keeps its usage.
+        let TaskLlm::Relay { token, .. } = tokens.issue("t2").unwrap() else { panic!() };
+        tokens.0.charge("t2", 3);
+        let access = Access {
+            tokens: &tokens,
+            store: &store,
+            task_id: "t2",
+            started: Instant::now(),
+            live: true,
+        };
+        assert_eq!(access.end(), Some(3));
+        assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
