@@ -1,10 +1,10 @@
 # Nexbot developer entry points. `make test` is what CI runs (through .ci/run).
-.PHONY: build test lint fmt image bench up
+.PHONY: build test lint fmt image subagent-image host-image bench up down
 
 build:
 	cargo build --workspace
 
-# The Docker tests run the subagent image, so it is built first.
+# The Docker tests run the subagent image, and the compose test the host image too.
 test: image
 	cargo test --workspace --no-fail-fast
 
@@ -15,14 +15,18 @@ lint:
 fmt:
 	cargo fmt --all
 
-# The subagent image, built offline: a static binary and Debian's busybox-static, staged into
-# a context under target/ and built FROM scratch (nothing is pulled).
+# The subagent image, built offline: a static binary and Debian's busybox-static, staged under
+# target/ and built FROM scratch (nothing is pulled). Image builds use the repository root as
+# their context; .dockerignore sends only the staged trees (compose.yaml builds the same way).
 IMAGE ?= nexbot-subagent:dev
 IMAGE_TRIPLE := x86_64-unknown-linux-gnu
 IMAGE_CTX := target/subagent-image
 BUSYBOX ?= /bin/busybox
 
-image:
+# Both images: the sandbox (subagent) and the daemon (host).
+image: subagent-image host-image
+
+subagent-image:
 	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) -p nexbot-subagent
 	@file -L $(BUSYBOX) 2>/dev/null | grep -q 'statically linked' || ldd $(BUSYBOX) 2>&1 | grep -q 'not a dynamic' || \
 	  { echo "make image: $(BUSYBOX) is not a static busybox; apt-get install busybox-static" >&2; exit 2; }
@@ -36,13 +40,56 @@ image:
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
 	printf 'root:x:0:0:root:/:/bin/sh\nnexbot:x:65532:65532:nexbot:/workspace/scratch:/bin/sh\n' > $(IMAGE_CTX)/rootfs/etc/passwd
 	printf 'root:x:0:\nnexbot:x:65532:\n' > $(IMAGE_CTX)/rootfs/etc/group
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent.Dockerfile -t $(IMAGE) $(IMAGE_CTX)
+	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent.Dockerfile -t $(IMAGE) .
 	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
 	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
-bench: image
+bench: subagent-image
 	cargo bench -p nexbot-subagent --bench ping_rtt
 	cargo bench -p nexbot-tests --bench pool
 
-up:
-	@echo "make up: the host daemon and compose.yaml are not built yet" >&2; exit 2
+# The host image: static nexbot + nexbot-ctl and this machine's iptables with exactly the
+# shared libraries it needs (docker/stage-host-image.sh), FROM scratch.
+HOST_IMAGE ?= nexbot-host:dev
+HOST_CTX := target/host-image
+
+host-image:
+	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) -p nexbot-host
+	docker/stage-host-image.sh $(HOST_CTX) target/$(IMAGE_TRIPLE)/release
+	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/host.Dockerfile -t $(HOST_IMAGE) .
+	@/usr/bin/docker image inspect $(HOST_IMAGE) --format '{{.Size}}' | \
+	  awk '{ printf "$(HOST_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+
+# `make up` / `make down`: the compose deployment. Debian's docker-compose 1.29 when present,
+# else the `docker compose` plugin. The project name is compose's own default (this directory's
+# name, or COMPOSE_PROJECT_NAME), so plain `docker-compose ...` here means the same project.
+# The variables below are passed to compose.yaml; the pool name and network must match what
+# compose.yaml gives the daemon, so `down` finds them.
+COMPOSE ?= $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
+export NEXBOT_POOL_NAME ?= nexbot
+export NEXBOT_POOL_NETWORK ?= nexbot-subagents
+export NEXBOT_SKILLS_DIR ?= $(CURDIR)/skills
+UP_TIMEOUT ?= 120
+
+up: image
+	$(COMPOSE) up -d --no-build
+	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
+	@echo "logs:   $(COMPOSE) logs -f host"
+	@echo "pool:   docker ps --filter label=nexbot.pool=$(NEXBOT_POOL_NAME)"
+	@echo "stop:   make down   (the data volume is kept; '$(COMPOSE) down -v' deletes it)"
+
+# Stops the daemon (its shutdown removes the pool's containers and its firewall rules), removes
+# the compose containers, then anything a killed daemon left: pool containers (by label), egress
+# firewall rules on the pool's bridge (a crash keeps the bridge closed, not open), the network.
+down:
+	$(COMPOSE) down --remove-orphans
+	@left=$$(docker ps -aq --filter label=nexbot.pool=$(NEXBOT_POOL_NAME)); \
+	  if [ -n "$$left" ]; then echo "removing leftover pool containers: $$left"; docker rm -f $$left >/dev/null; fi
+	@if docker network inspect $(NEXBOT_POOL_NETWORK) --format '{{index .Labels "nexbot.network"}}' 2>/dev/null | grep -q .; then \
+	  bridge=br-$$(docker network inspect $(NEXBOT_POOL_NETWORK) --format '{{.Id}}' | cut -c1-12); \
+	  iptables -S INPUT 2>/dev/null | grep -e "-i $$bridge " | grep -e '--comment nexbot-egress' | \
+	    sed 's/^-A /-D /' | while read -r rule; do iptables -w 5 $$rule && echo "removed firewall rule: $$rule"; done; \
+	  docker network rm $(NEXBOT_POOL_NETWORK) >/dev/null && echo "removed network $(NEXBOT_POOL_NETWORK)"; fi
+	@test -z "$$(docker ps -aq --filter label=nexbot.pool=$(NEXBOT_POOL_NAME))" || \
+	  { echo "make down: pool containers remain" >&2; exit 1; }
+	@echo "nexbot is down"

@@ -1,13 +1,14 @@
 # The sandbox image: nothing but the static nexbot-subagent binary and a static busybox for
 # /bin/sh. Built FROM scratch because no base image can be pulled (and none is needed).
-# Build it with `make image`, which stages the context under target/subagent-image/.
+# Build it with `make subagent-image`, which stages the tree under target/subagent-image/; the
+# build context is the repository root, of which .dockerignore sends only the staged trees.
 #
 # No CA bundle: reqwest uses rustls with the webpki built-in roots.
 # Nothing in the image is writable by the subagent's user except through what the runtime
 # mounts: the pool runs it read-only with tmpfs on /workspace/scratch and /tmp.
 FROM scratch
-COPY rootfs/ /
-COPY --chown=65532:65532 workspace/ /workspace/
+COPY target/subagent-image/rootfs/ /
+COPY --chown=65532:65532 target/subagent-image/workspace/ /workspace/
 USER 65532:65532
 ENV PATH=/bin \
     HOME=/workspace/scratch \

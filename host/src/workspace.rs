@@ -53,6 +53,31 @@ pub fn init(dir: &Path, force: bool) -> io::Result<InitReport> {
     Ok(report)
 }
 
+/// For `serve --init`: when the config file `config` does not exist yet (a fresh data volume),
+/// writes the whole workspace into its directory and returns what was written. An existing
+/// config means the workspace is the operator's: nothing is touched and `None` is returned,
+/// even when bootstrap files were deleted on purpose.
+pub fn init_if_missing(config: &Path) -> io::Result<Option<InitReport>> {
+    if config.symlink_metadata().is_ok() {
+        return Ok(None);
+    }
+    let dir = match config.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if config.file_name().is_none_or(|name| name != CONFIG_FILE) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not named {CONFIG_FILE}: init writes {CONFIG_FILE}, so the daemon would \
+                 not find it",
+                config.display()
+            ),
+        ));
+    }
+    init(dir, false).map(Some)
+}
+
 /// Marks where the context was cut, so the model knows something is missing.
 const CUT_MARKER: &str = "\n[... cut: the workspace context is longer than its cap ...]\n";
 const MEMORY_CUT_MARKER: &str = "[... older memory cut ...]\n";
@@ -128,6 +153,32 @@ mod tests {
         let forced = init(&dir, true).unwrap();
         assert_eq!(forced.written.len(), 7);
         assert_ne!(std::fs::read_to_string(dir.join("USER.md")).unwrap(), "mine");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn init_if_missing_writes_a_fresh_workspace_once() {
+        let dir = tempdir("ifmissing").join("data");
+        let config = dir.join(CONFIG_FILE);
+        let report = init_if_missing(&config).unwrap().expect("fresh workspace written");
+        assert_eq!(report.written.len(), 7);
+        assert!(config.is_file() && dir.join("IDENTITY.md").is_file());
+        // The operator's workspace afterwards: edits and deletions are kept.
+        std::fs::write(&config, "[llm]\nmodel = \"mine\"\n").unwrap();
+        std::fs::remove_file(dir.join("SOUL.md")).unwrap();
+        assert_eq!(init_if_missing(&config).unwrap(), None);
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), "[llm]\nmodel = \"mine\"\n");
+        assert!(!dir.join("SOUL.md").exists());
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn init_if_missing_refuses_a_config_name_it_would_not_write() {
+        let dir = tempdir("ifmissing-name");
+        let err = init_if_missing(&dir.join("nexbot.toml")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("nexbot.toml"), "{err}");
+        assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "nothing written");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

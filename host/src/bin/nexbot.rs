@@ -33,7 +33,14 @@ enum Command {
         force: bool,
     },
     /// Run the daemon until SIGTERM or Ctrl-C.
-    Serve(ConfigArg),
+    Serve {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// When the config file does not exist, first write a fresh workspace (bootstrap files
+        /// and config.toml) in its directory, as `init` would: for an empty data volume.
+        #[arg(long)]
+        init: bool,
+    },
     /// Talk to the agent in the terminal: one line is one message; exits at end of input.
     Chat(ConfigArg),
     /// Check config, workspace, database, LLM, Docker and the subagent image.
@@ -67,7 +74,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Init { .. } => Ok(()),
-            Command::Serve(arg) => serve(&arg.config).await,
+            Command::Serve { config, init } => serve(&config.config, init).await,
             Command::Chat(arg) => chat(&arg.config).await,
             Command::Doctor(arg) => doctor(&arg.config).await,
         }
@@ -124,9 +131,18 @@ async fn stop(task: tokio::task::JoinHandle<()>, host: Host) {
     host.shutdown().await;
 }
 
-async fn serve(path: &Path) -> anyhow::Result<()> {
+async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
+    let written = if init {
+        workspace::init_if_missing(path)
+            .with_context(|| format!("cannot write a workspace for {}", path.display()))?
+    } else {
+        None
+    };
     let config = Config::load(path)?;
     init_logging(&config, None);
+    if let Some(report) = written {
+        tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
+    }
     let shutdown = CancellationToken::new();
     let (BusHandle { inbound, mut outbound, task }, host) = start(&config, &shutdown).await?;
     if let Some(why) = &host.delegation_off {
