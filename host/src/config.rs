@@ -164,6 +164,10 @@ pub struct SubagentConfig {
     /// Model for subagents; `llm.model` when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm_model: Option<String>,
+    /// Skills folder handed to every subagent container read-only, by its path on the Docker
+    /// host (the engine resolves bind paths there, not in this process's file system).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills_dir: Option<PathBuf>,
 }
 
 impl Default for SubagentConfig {
@@ -176,6 +180,7 @@ impl Default for SubagentConfig {
             network: "nexbot-subagents".into(),
             task_timeout_secs: 300,
             llm_model: None,
+            skills_dir: None,
         }
     }
 }
@@ -616,6 +621,14 @@ mod tests {
         assert_eq!(config.llm.model, "b");
         assert_eq!(config.agent.max_iterations, 7);
         assert!(!config.subagent.enabled);
+    }
+
+    #[test]
+    fn skills_dir_reaches_the_pool_config() {
+        let config = load("", &[("NEXBOT_SUBAGENT__SKILLS_DIR", "/srv/nexbot/skills")]).unwrap();
+        let pool = crate::pool_runner::pool_config(&config);
+        assert_eq!(pool.skills_dir.as_deref(), Some(Path::new("/srv/nexbot/skills")));
+        assert_eq!(crate::pool_runner::pool_config(&load("", &[]).unwrap()).skills_dir, None);
     }
 
     #[test]

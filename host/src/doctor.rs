@@ -265,11 +265,13 @@ async fn egress_listener(config: &Config, docker: Option<&bollard::Docker>) -> C
     let at = SocketAddr::new(addr, egress.port);
     match tokio::net::TcpListener::bind(at).await {
         Ok(_) => Check::ok(NAME, format!("{at} is free for the egress proxy and LLM relay")),
+        // A warning, not a failure: doctor is often run beside the daemon it checks, whose
+        // own listener holds the port.
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Check::bad(
             NAME,
-            Verdict::Fail,
-            format!("{at} is in use"),
-            "stop what listens there (another nexbot?) or set egress.port (0 picks a free one)",
+            Verdict::Warn,
+            format!("{at} is in use (fine if it is this nexbot's running daemon)"),
+            "otherwise stop what listens there or set egress.port (0 picks a free one)",
         ),
         Err(e) => Check::bad(
             NAME,

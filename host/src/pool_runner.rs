@@ -22,6 +22,7 @@ pub fn pool_config(config: &Config) -> PoolConfig {
         size: s.pool_size,
         network: s.network.clone(),
         default_task_timeout_secs: s.task_timeout_secs,
+        skills_dir: s.skills_dir.clone(),
         ..PoolConfig::default()
     }
 }
