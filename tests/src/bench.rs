@@ -162,10 +162,10 @@ impl Figure {
     }
 }
 
-/// A number with as many decimals as its size deserves (0.254, 3.21, 42.1, 1850).
+/// A number with as many decimals as its size deserves (0.254, 3.21, 42.1, 984.7, 1850).
 pub fn number(value: f64) -> String {
     let magnitude = value.abs();
-    if magnitude >= 100.0 {
+    if magnitude >= 1000.0 {
         format!("{value:.0}")
     } else if magnitude >= 10.0 {
         format!("{value:.1}")
@@ -316,6 +316,8 @@ mod tests {
         assert_eq!((ratio.measured.as_str(), ratio.target.as_str()), ("1850×", "≥ 1000×"));
         assert_eq!(ratio.met, Some(true));
         assert_eq!(Figure::promised("r", 999.0, "×", Target::AtLeast(1000.0)).met, Some(false));
+        let start = Figure::promised("pool start", 984.66, "ms", Target::AtMost(1000.0));
+        assert_eq!((start.measured.as_str(), start.met), ("984.7 ms", Some(true)));
     }
 
     #[test]
