@@ -1,7 +1,9 @@
 //! Shared helpers for the end-to-end tests in `tests/tests/`: reaching the Docker engine (and
 //! failing loudly under `CI=true` when it is missing), building throwaway images offline, and
-//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model.
+//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model, and the
+//! shared parts of the `make bench` benchmarks ([`bench`]).
 
+pub mod bench;
 pub mod scripted_llm;
 
 use bollard::Docker;
