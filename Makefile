@@ -44,9 +44,22 @@ subagent-image:
 	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
 	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
-bench: subagent-image
-	cargo bench -p nexbot-subagent --bench ping_rtt
-	cargo bench -p nexbot-tests --bench pool
+# Every promised figure, measured in one run and ended by ONE summary table (figure |
+# measured | target | met?). Each bench appends its headline figures to BENCH_FIGURES; the
+# `summary` bench prints them. The benches are built first (one package at a time, as they
+# run, so features resolve the same) to keep compilation out of the measured run. Nothing
+# asserts a speed: a missed target prints NO.
+BENCH_FIGURES := $(CURDIR)/target/bench/figures.tsv
+BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench pool" \
+  "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench egress" "-p nexbot-tests --bench summary"
+
+bench: image
+	for b in $(BENCH_RUNS); do cargo bench --no-run $$b || exit 1; done
+	@mkdir -p $(dir $(BENCH_FIGURES))
+	@echo "# make bench started at $$(date +%s)" > $(BENCH_FIGURES)
+	@failed=; for b in $(BENCH_RUNS); do echo "== cargo bench $$b"; \
+	  NEXBOT_BENCH_FIGURES=$(BENCH_FIGURES) cargo bench -q $$b || failed="$$failed [$$b]"; done; \
+	  if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
 # The host image: static nexbot + nexbot-ctl and this machine's iptables with exactly the
 # shared libraries it needs (docker/stage-host-image.sh), FROM scratch.

@@ -1,7 +1,8 @@
 //! `cargo bench -p nexbot-host --bench egress`: what the egress listener costs, in-process on
 //! loopback (no Docker): CONNECT set-up and plain-HTTP round trips through the proxy against
 //! direct ones, tunnel throughput, and a relay call against a direct call to the same scripted
-//! provider. Prints figures; asserts nothing about speed.
+//! provider. Prints figures (the relay's one goes to the `make bench` summary); asserts nothing
+//! about speed.
 
 #[path = "../tests/egress_support/mod.rs"]
 mod egress_support;
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use egress_support::{connect, echo_server, firehose_server, http_server, start};
 use nexbot_host::egress::{Cidr, EgressConfig, InternalAllow};
+use nexbot_tests::bench::{record, Figure, Stats};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -123,6 +125,7 @@ async fn main() {
             .unwrap();
     })
     .await;
+    let direct_p50 = p50(&direct);
     println!("  chat call, direct to provider           {}", percentiles(direct));
     let relayed = timed(|| async {
         let url = format!("{}/chat/completions", started.egress.relay_base_url());
@@ -137,5 +140,15 @@ async fn main() {
         response.bytes().await.unwrap();
     })
     .await;
+    let relayed_p50 = p50(&relayed);
     println!("  chat call, through the relay            {}", percentiles(relayed));
+    record(Figure::reference(
+        "  LLM relay: chat call through it / direct, p50",
+        &format!("{:.3} / {:.3} ms", ms(relayed_p50), ms(direct_p50)),
+        "(loopback; the relay is not yet on the execute path)",
+    ));
+}
+
+fn p50(samples: &[Duration]) -> Duration {
+    Stats::of(samples.to_vec()).p50
 }

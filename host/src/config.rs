@@ -8,9 +8,12 @@
 //!
 //! Environment mapping: `NEXBOT_<SECTION>__<KEY>` (double underscore between section and key,
 //! case-insensitive) overrides `[section] key`, e.g. `NEXBOT_LLM__MODEL=gpt-4o-mini` or
-//! `NEXBOT_AGENT__MAX_ITERATIONS=30`. The value is read as a TOML literal (`30`, `true`,
-//! `["a","b"]`), and as a plain string when it is not one. Secrets have fixed names and no
-//! `__`: [`LLM_API_KEY_ENV`], [`TELEGRAM_TOKEN_ENV`], [`MASTER_KEY_ENV`].
+//! `NEXBOT_AGENT__MAX_ITERATIONS=30`; nested tables add a level per `__`
+//! (`NEXBOT_EGRESS__PROXY__ALLOW_DOMAINS` is `[egress.proxy] allow_domains`). The value is read
+//! as a TOML literal (`30`, `true`, `["a","b"]`, `[{ cidr = "10.0.0.5" }]`), and as a plain
+//! string when it is not one. Secrets have fixed names and no `__`: [`LLM_API_KEY_ENV`],
+//! [`TELEGRAM_TOKEN_ENV`], [`MASTER_KEY_ENV`]; the relay's provider key is the variable named
+//! by `egress.relay.api_key_env` (by default the same [`LLM_API_KEY_ENV`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,8 @@ use std::path::{Path, PathBuf};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::egress::EgressConfig;
 
 /// The LLM provider's API key.
 pub const LLM_API_KEY_ENV: &str = "NEXBOT_LLM_API_KEY";
@@ -38,6 +43,8 @@ pub struct Config {
     pub storage: StorageConfig,
     pub bus: BusConfig,
     pub subagent: SubagentConfig,
+    /// The sandbox's way out: egress proxy and LLM relay (used only with delegation on).
+    pub egress: EgressConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -154,12 +161,13 @@ pub struct SubagentConfig {
     /// The internal Docker network of the containers (created if missing).
     pub network: String,
     pub task_timeout_secs: u64,
-    /// LLM endpoint as seen from inside a container; `llm.base_url` when unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub llm_base_url: Option<String>,
     /// Model for subagents; `llm.model` when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm_model: Option<String>,
+    /// Skills folder handed to every subagent container read-only, by its path on the Docker
+    /// host (the engine resolves bind paths there, not in this process's file system).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills_dir: Option<PathBuf>,
 }
 
 impl Default for SubagentConfig {
@@ -171,8 +179,8 @@ impl Default for SubagentConfig {
             pool_name: "nexbot".into(),
             network: "nexbot-subagents".into(),
             task_timeout_secs: 300,
-            llm_base_url: None,
             llm_model: None,
+            skills_dir: None,
         }
     }
 }
@@ -198,6 +206,9 @@ pub struct Secrets {
     pub llm_api_key: Option<SecretString>,
     pub telegram_token: Option<SecretString>,
     pub master_key: Option<SecretString>,
+    /// The key the LLM relay adds for subagents: the variable `egress.relay.api_key_env`
+    /// names, which by default is [`LLM_API_KEY_ENV`] (then this equals `llm_api_key`).
+    pub relay_provider_key: Option<SecretString>,
 }
 
 impl fmt::Debug for Secrets {
@@ -207,6 +218,7 @@ impl fmt::Debug for Secrets {
             .field("llm_api_key", &set(&self.llm_api_key))
             .field("telegram_token", &set(&self.telegram_token))
             .field("master_key", &set(&self.master_key))
+            .field("relay_provider_key", &set(&self.relay_provider_key))
             .finish()
     }
 }
@@ -256,14 +268,17 @@ impl Config {
             .map_err(|e| ConfigError::Syntax { path: path.to_owned(), message: e.to_string() })?;
         let mut secrets = Secrets::default();
         let mut overridden = Vec::new();
-        for (var, value) in env {
+        // Kept until the config says which variable holds the relay's provider key.
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        for (var, value) in &env {
+            let value = value.clone();
             match var.as_str() {
                 LLM_API_KEY_ENV => secrets.llm_api_key = non_empty_secret(value),
                 TELEGRAM_TOKEN_ENV => secrets.telegram_token = non_empty_secret(value),
                 MASTER_KEY_ENV => secrets.master_key = non_empty_secret(value),
                 _ => {
-                    if let Some(key) = apply_override(&mut table, &var, &value)? {
-                        overridden.push((key, var));
+                    if let Some(key) = apply_override(&mut table, var, &value)? {
+                        overridden.push((key, var.clone()));
                     }
                 }
             }
@@ -271,7 +286,7 @@ impl Config {
         let origin = |key: &str| {
             overridden
                 .iter()
-                .find(|(k, _)| k == key || key.starts_with(&format!("{k}.")))
+                .find(|(k, _)| within(key, k) || within(k, key))
                 .map(|(_, var)| format!(" (from {var})"))
                 .unwrap_or_default()
         };
@@ -283,10 +298,18 @@ impl Config {
                 let reason = inner.lines().next().unwrap_or_default().to_owned();
                 ConfigError::Key { origin: origin(&key), key, reason }
             })?;
+        let key_env = &config.egress.relay.api_key_env;
+        secrets.relay_provider_key = match key_env.as_str() {
+            LLM_API_KEY_ENV => secrets.llm_api_key.clone(),
+            name => env
+                .iter()
+                .find(|(var, _)| var == name)
+                .and_then(|(_, value)| non_empty_secret(value.clone())),
+        };
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
-            origin: origin(key),
-            key: key.to_owned(),
+            origin: origin(&key),
+            key,
             reason,
         })?;
         if config.workspace.dir.is_relative() {
@@ -300,9 +323,30 @@ impl Config {
         self.workspace.dir.join(&self.storage.database)
     }
 
-    /// The LLM endpoint subagents use.
-    pub fn subagent_llm_base_url(&self) -> &str {
-        self.subagent.llm_base_url.as_deref().unwrap_or(&self.llm.base_url)
+    /// Where the daemon keeps files of its own (the egress audit log): the database's
+    /// directory.
+    pub fn data_dir(&self) -> PathBuf {
+        let database = self.database_path();
+        database.parent().map(Path::to_path_buf).unwrap_or_else(|| self.workspace.dir.clone())
+    }
+
+    /// The egress audit log (`egress.audit_file` in [`Config::data_dir`]).
+    pub fn egress_audit_path(&self) -> PathBuf {
+        self.data_dir().join(&self.egress.audit_file)
+    }
+
+    /// `[egress]` as the listener runs it: the relay forwards to `llm.base_url` unless
+    /// `egress.relay.provider_base_url` names another provider.
+    pub fn egress_config(&self) -> EgressConfig {
+        let mut egress = self.egress.clone();
+        egress.relay.provider_base_url.get_or_insert_with(|| self.llm.base_url.clone());
+        egress
+    }
+
+    /// The provider URL subagents' LLM calls end up at (through the relay, or directly with
+    /// the opt-in `egress.relay.send_provider_key_to_subagents`).
+    pub fn subagent_provider_base_url(&self) -> String {
+        self.egress.relay.provider_base_url.clone().unwrap_or_else(|| self.llm.base_url.clone())
     }
 
     pub fn subagent_llm_model(&self) -> &str {
@@ -310,7 +354,12 @@ impl Config {
     }
 
     /// Value checks serde cannot express; the error is (key, reason).
-    fn validate(&self) -> Result<(), (&'static str, String)> {
+    fn validate(&self) -> Result<(), (String, String)> {
+        self.validate_sections().map_err(|(key, reason)| (key.to_owned(), reason))?;
+        self.validate_egress()
+    }
+
+    fn validate_sections(&self) -> Result<(), (&'static str, String)> {
         fn range<T: PartialOrd + fmt::Display + Copy>(
             key: &'static str,
             value: T,
@@ -356,9 +405,6 @@ impl Config {
         }
         range("subagent.pool_size", s.pool_size, 1, 64)?;
         range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
-        if let Some(url) = &s.llm_base_url {
-            check_url("subagent.llm_base_url", url)?;
-        }
         if let Err(nexbot_docker::PoolError::InvalidConfig(text)) =
             crate::pool_runner::pool_config(self).validate()
         {
@@ -386,6 +432,29 @@ impl Config {
         }
         Ok(())
     }
+
+    /// `[egress]` as it will run (the provider URL filled in from `[llm]`).
+    fn validate_egress(&self) -> Result<(), (String, String)> {
+        let relay = &self.egress.relay;
+        if relay.api_key_env.contains("__") {
+            return Err((
+                "egress.relay.api_key_env".into(),
+                format!(
+                    "{:?} looks like a config override (NEXBOT_SECTION__KEY); name a plain \
+                     variable such as {LLM_API_KEY_ENV}",
+                    relay.api_key_env
+                ),
+            ));
+        }
+        self.egress_config().validate().map_err(|e| match (e.field, &relay.provider_base_url) {
+            // The URL came from `[llm]`: name that key rather than one that is not set.
+            ("relay.provider_base_url", None) => (
+                "llm.base_url".to_owned(),
+                format!("cannot be the LLM relay's provider: {}", e.reason),
+            ),
+            (field, _) => (format!("egress.{field}"), e.reason),
+        })
+    }
 }
 
 fn check_url(key: &'static str, url: &str) -> Result<(), (&'static str, String)> {
@@ -400,13 +469,19 @@ fn check_url(key: &'static str, url: &str) -> Result<(), (&'static str, String)>
     Ok(())
 }
 
+/// Whether dotted `key` is `outer` or lies inside it (`outer.x`, `outer[0]`).
+fn within(key: &str, outer: &str) -> bool {
+    key.strip_prefix(outer).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
 fn non_empty_secret(value: String) -> Option<SecretString> {
     (!value.is_empty()).then(|| SecretString::from(value))
 }
 
-/// Applies `NEXBOT_SECTION__KEY=value`; returns the dotted key it set, or `None` when the
-/// variable is not an override. Which keys exist is left to deserialization, so an unknown
-/// override is refused exactly like an unknown key in the file.
+/// Applies `NEXBOT_SECTION__KEY=value` (or `NEXBOT_SECTION__TABLE__KEY=value` for a nested
+/// table); returns the dotted key it set, or `None` when the variable is not an override.
+/// Which keys exist is left to deserialization, so an unknown override is refused exactly like
+/// an unknown key in the file.
 fn apply_override(
     table: &mut toml::Table,
     var: &str,
@@ -417,26 +492,33 @@ fn apply_override(
         return Ok(None);
     }
     let parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-    if parts.len() != 2 || parts.iter().any(String::is_empty) {
+    let Some((key, tables)) = parts.split_last().filter(|_| parts.iter().all(|p| !p.is_empty()))
+    else {
         return Err(ConfigError::Env {
             var: var.to_owned(),
-            reason: "overrides are named NEXBOT_<SECTION>__<KEY>, e.g. NEXBOT_LLM__MODEL".into(),
+            reason: "overrides are named NEXBOT_<SECTION>__<KEY>, e.g. NEXBOT_LLM__MODEL, or \
+                     NEXBOT_<SECTION>__<TABLE>__<KEY> for a nested table"
+                .into(),
         });
-    }
+    };
     let parsed = toml::from_str::<toml::Table>(&format!("v = {value}"))
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(value.to_owned()));
-    let section =
-        table.entry(parts[0].clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-    let toml::Value::Table(section) = section else {
-        return Err(ConfigError::Env {
-            var: var.to_owned(),
-            reason: format!("`{}` is not a section", parts[0]),
-        });
-    };
-    section.insert(parts[1].clone(), parsed);
-    Ok(Some(format!("{}.{}", parts[0], parts[1])))
+    let mut current = table;
+    for (depth, name) in tables.iter().enumerate() {
+        let entry =
+            current.entry(name.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(next) = entry else {
+            return Err(ConfigError::Env {
+                var: var.to_owned(),
+                reason: format!("`{}` is not a section", parts[..=depth].join(".")),
+            });
+        };
+        current = next;
+    }
+    current.insert(key.clone(), parsed);
+    Ok(Some(parts.join(".")))
 }
 
 #[cfg(test)]
@@ -464,15 +546,26 @@ mod tests {
         let mut expected = Config::default();
         expected.workspace.dir = PathBuf::from("/base/.");
         assert_eq!(config, expected);
-        // Every key of the defaults, and the optional ones, appears (maybe commented) in it.
-        let defaults = toml::Table::try_from(Config::default()).unwrap();
-        let optional = ["max_tokens", "temperature", "llm_base_url", "llm_model"];
-        for (section, keys) in &defaults {
-            assert!(template.contains(&format!("[{section}]")), "section {section} undocumented");
-            for key in keys.as_table().unwrap().keys() {
-                assert!(template.contains(&format!("\n{key} = ")), "{section}.{key} undocumented");
+        // Every key of the defaults (nested tables included), and the optional ones, appears
+        // (maybe commented) in it, under its own table header.
+        fn documented(template: &str, section: &str, keys: &toml::Table) {
+            assert!(template.contains(&format!("\n[{section}]\n")), "[{section}] undocumented");
+            for (key, value) in keys {
+                match value.as_table() {
+                    Some(table) => documented(template, &format!("{section}.{key}"), table),
+                    None => assert!(
+                        template.contains(&format!("\n{key} = ")),
+                        "{section}.{key} undocumented"
+                    ),
+                }
             }
         }
+        let defaults = toml::Table::try_from(Config::default()).unwrap();
+        for (section, keys) in &defaults {
+            documented(template, section, keys.as_table().unwrap());
+        }
+        let optional =
+            ["max_tokens", "temperature", "llm_model", "listen_addr", "provider_base_url"];
         for key in optional {
             assert!(template.contains(&format!("# {key} = ")), "{key} undocumented");
         }
@@ -531,6 +624,14 @@ mod tests {
     }
 
     #[test]
+    fn skills_dir_reaches_the_pool_config() {
+        let config = load("", &[("NEXBOT_SUBAGENT__SKILLS_DIR", "/srv/nexbot/skills")]).unwrap();
+        let pool = crate::pool_runner::pool_config(&config);
+        assert_eq!(pool.skills_dir.as_deref(), Some(Path::new("/srv/nexbot/skills")));
+        assert_eq!(crate::pool_runner::pool_config(&load("", &[]).unwrap()).skills_dir, None);
+    }
+
+    #[test]
     fn bad_env_override_names_the_variable() {
         let err = load("", &[("NEXBOT_AGENT__MAX_ITERATIONS", "0")]).unwrap_err().to_string();
         assert!(
@@ -560,6 +661,108 @@ mod tests {
             assert!(!debug.contains(planted), "{planted} in {debug}");
         }
         assert!(debug.contains("[set]"));
+    }
+
+    #[test]
+    fn nested_env_overrides_reach_egress_tables() {
+        let config = load(
+            "[egress.proxy]\nallow_domains = [\"example.com\"]\n",
+            &[
+                ("NEXBOT_EGRESS__PORT", "0"),
+                ("NEXBOT_EGRESS__FIREWALL", "false"),
+                ("NEXBOT_EGRESS__PROXY__ALLOW_DOMAINS", r#"["*.example.org"]"#),
+                (
+                    "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL",
+                    r#"[{ cidr = "10.9.8.7", ports = [81] }]"#,
+                ),
+                ("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true"),
+            ],
+        )
+        .unwrap();
+        let egress = &config.egress;
+        assert_eq!((egress.port, egress.firewall), (0, false));
+        assert_eq!(egress.proxy.allow_domains[0].to_string(), "*.example.org");
+        assert!(egress.proxy.allow_internal[0].matches("10.9.8.7".parse().unwrap(), 81));
+        assert!(egress.relay.send_provider_key_to_subagents);
+
+        let err = load("", &[("NEXBOT_EGRESS__PROXY__ALLOW_DOMAIN", "[]")]).unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("`egress.proxy.allow_domain` (from NEXBOT_EGRESS__PROXY__ALLOW_DOMAIN)"),
+            "{err}"
+        );
+        let err = load("", &[("NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL", "[{ cidr = \"nope\" }]")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("(from NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL)"), "{err}");
+        assert!(err.contains("invalid CIDR"), "{err}");
+        let err = load("", &[("NEXBOT_EGRESS__PORT__X", "1")]).unwrap_err().to_string();
+        assert!(err.contains("NEXBOT_EGRESS__PORT__X") && err.contains("`egress.port`"), "{err}");
+        let err = load("", &[("NEXBOT_EGRESS____PORT", "1")]).unwrap_err().to_string();
+        assert!(err.contains("NEXBOT_EGRESS____PORT"), "{err}");
+    }
+
+    #[test]
+    fn egress_defaults_are_safe_and_follow_the_main_llm() {
+        let config = load("[llm]\nbase_url = \"http://llm.example:8080/v1\"\n", &[]).unwrap();
+        let egress = config.egress_config();
+        assert!(egress.firewall && egress.require_attribution);
+        assert!(egress.proxy.allow_internal.is_empty());
+        assert!(!egress.relay.send_provider_key_to_subagents);
+        assert_eq!(egress.relay.provider_base_url.as_deref(), Some("http://llm.example:8080/v1"));
+        assert_eq!(config.subagent_provider_base_url(), "http://llm.example:8080/v1");
+        assert_eq!(config.egress_audit_path(), Path::new("/base/./egress-audit.jsonl"));
+        let config = load(
+            "[egress.relay]\nprovider_base_url = \"https://other.example/v1\"\n",
+            &[("NEXBOT_STORAGE__DATABASE", "state/db.sqlite")],
+        )
+        .unwrap();
+        assert_eq!(
+            config.egress_config().relay.provider_base_url.as_deref(),
+            Some("https://other.example/v1")
+        );
+        assert_eq!(config.egress_audit_path(), Path::new("/base/./state/egress-audit.jsonl"));
+    }
+
+    #[test]
+    fn bad_egress_values_are_refused_naming_the_key() {
+        let err = load("[egress.proxy]\nmax_duration_secs = 0\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`egress.proxy.max_duration_secs`"), "{err}");
+        let err = load("[egress.relay]\nprovider_base_url = \"https://h/v1?key=sk-x\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`egress.relay.provider_base_url`"), "{err}");
+        // The relay forwards to llm.base_url by default, so that key is named.
+        let err = load("[llm]\nbase_url = \"https://h/v1?x=1\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`llm.base_url`") && err.contains("relay"), "{err}");
+        let err = load("[egress]\naudit_file = \"../log\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`egress.audit_file`"), "{err}");
+        let err = load("[egress]\nfirewal = true\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`egress.firewal`") && err.contains("unknown field"), "{err}");
+        let err = load("[egress.relay]\napi_key_env = \"NEXBOT_LLM__KEY\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`egress.relay.api_key_env`"), "{err}");
+        // The old per-subagent URL is gone: subagents reach the LLM through the relay.
+        let err = load("[subagent]\nllm_base_url = \"http://x/v1\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("`subagent.llm_base_url`"), "{err}");
+    }
+
+    #[test]
+    fn the_relay_key_is_the_llm_key_unless_another_variable_is_named() {
+        let config = load("", &[(LLM_API_KEY_ENV, "sk-main-1")]).unwrap();
+        let key = config.secrets.relay_provider_key.as_ref().unwrap();
+        assert_eq!(key.expose_secret(), "sk-main-1");
+        let config = load(
+            "[egress.relay]\napi_key_env = \"NXW_PROVIDER_KEY\"\n",
+            &[(LLM_API_KEY_ENV, "sk-main-1"), ("NXW_PROVIDER_KEY", "sk-relay-2")],
+        )
+        .unwrap();
+        let key = config.secrets.relay_provider_key.as_ref().unwrap();
+        assert_eq!(key.expose_secret(), "sk-relay-2");
+        assert!(!format!("{config:?}").contains("sk-relay-2"));
+        let config = load("[egress.relay]\napi_key_env = \"NXW_UNSET\"\n", &[]).unwrap();
+        assert!(config.secrets.relay_provider_key.is_none());
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! `nexbot doctor`: checks what the daemon needs — config, workspace, database, LLM, Docker
-//! and the subagent image — and says for each failure what to do about it.
+//! `nexbot doctor`: checks what the daemon needs — config, workspace, database, LLM, Docker,
+//! the subagent image and the egress listener's prerequisites (its address and port, the
+//! firewall's iptables and root) — and says for each failure what to do about it.
 //!
 //! Why: most first-run problems are one missing piece (no key, no image, Docker not started);
 //! naming the piece and the fix saves reading logs.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use secrecy::ExposeSecret;
@@ -61,7 +63,11 @@ pub async fn run(config: &Config) -> Vec<Check> {
     let mut checks = vec![workspace(config), database(config).await];
     checks.extend(llm(config).await);
     if config.subagent.enabled {
-        checks.extend(docker(config).await);
+        let (docker_checks, engine) = docker(config).await;
+        checks.extend(docker_checks);
+        checks.push(egress_listener(config, engine.as_ref()).await);
+        checks.push(egress_firewall(config).await);
+        checks.extend(egress_relay(config));
     }
     checks
 }
@@ -160,17 +166,18 @@ async fn llm(config: &Config) -> Vec<Check> {
     checks
 }
 
-async fn docker(config: &Config) -> Vec<Check> {
+async fn docker(config: &Config) -> (Vec<Check>, Option<bollard::Docker>) {
     let no_docker = "start the Docker engine, or set subagent.enabled = false to run without \
                      delegation";
+    let fail = |detail: String| vec![Check::bad("docker", Verdict::Fail, detail, no_docker)];
     let docker = match bollard::Docker::connect_with_local_defaults() {
         Ok(docker) => docker,
-        Err(e) => return vec![Check::bad("docker", Verdict::Fail, e.to_string(), no_docker)],
+        Err(e) => return (fail(e.to_string()), None),
     };
     let version = match tokio::time::timeout(Duration::from_secs(10), docker.version()).await {
         Ok(Ok(version)) => version,
-        Ok(Err(e)) => return vec![Check::bad("docker", Verdict::Fail, e.to_string(), no_docker)],
-        Err(_) => return vec![Check::bad("docker", Verdict::Fail, "no answer in 10 s", no_docker)],
+        Ok(Err(e)) => return (fail(e.to_string()), None),
+        Err(_) => return (fail("no answer in 10 s".into()), None),
     };
     let mut checks = vec![Check::ok(
         "docker",
@@ -190,5 +197,186 @@ async fn docker(config: &Config) -> Vec<Check> {
             "build it with `make image`",
         ),
     });
+    (checks, Some(docker))
+}
+
+/// The pool network's gateway, where the listener binds by default; `None` when the network
+/// does not exist yet (the daemon creates it).
+async fn gateway(docker: &bollard::Docker, network: &str) -> Result<Option<IpAddr>, String> {
+    let net = match docker.inspect_network(network, None).await {
+        Ok(net) => net,
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+            return Ok(None)
+        }
+        Err(e) => return Err(format!("cannot inspect the network {network}: {e}")),
+    };
+    if net.internal != Some(true) {
+        return Err(format!("the network {network} exists but is not internal"));
+    }
+    let gateway = net
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.gateway)
+        .find_map(|g| g.split('/').next().and_then(|g| g.parse::<IpAddr>().ok()));
+    gateway.map(Some).ok_or_else(|| format!("the network {network} has no gateway address"))
+}
+
+/// Whether the listener's address exists on this host and its port is free.
+async fn egress_listener(config: &Config, docker: Option<&bollard::Docker>) -> Check {
+    const NAME: &str = "egress listener";
+    let egress = &config.egress;
+    let network = &config.subagent.network;
+    let addr = match (egress.listen_addr, docker) {
+        (Some(addr), _) => addr,
+        (None, None) => {
+            return Check::bad(
+                NAME,
+                Verdict::Warn,
+                format!(
+                    "not checked: it binds the gateway of {network}, and Docker is not reachable"
+                ),
+                "fix the docker check first",
+            )
+        }
+        (None, Some(docker)) => match gateway(docker, network).await {
+            Ok(Some(gateway)) => gateway,
+            Ok(None) => {
+                return Check::ok(
+                    NAME,
+                    format!(
+                        "the network {network} is created at start; the proxy and relay then \
+                         listen on its gateway, port {}",
+                        egress.port
+                    ),
+                )
+            }
+            Err(e) => {
+                return Check::bad(
+                    NAME,
+                    Verdict::Fail,
+                    e,
+                    "remove the network or set subagent.network to another name",
+                )
+            }
+        },
+    };
+    let at = SocketAddr::new(addr, egress.port);
+    match tokio::net::TcpListener::bind(at).await {
+        Ok(_) => Check::ok(NAME, format!("{at} is free for the egress proxy and LLM relay")),
+        // A warning, not a failure: doctor is often run beside the daemon it checks, whose
+        // own listener holds the port.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Check::bad(
+            NAME,
+            Verdict::Warn,
+            format!("{at} is in use (fine if it is this nexbot's running daemon)"),
+            "otherwise stop what listens there or set egress.port (0 picks a free one)",
+        ),
+        Err(e) => Check::bad(
+            NAME,
+            Verdict::Fail,
+            format!("cannot listen on {at}: {e}"),
+            "egress.listen_addr must be an address of this host on the pool network (unset, \
+             it is the network's gateway)",
+        ),
+    }
+}
+
+/// The firewall rules need the `iptables` command and root (`CAP_NET_ADMIN`).
+async fn egress_firewall(config: &Config) -> Check {
+    const NAME: &str = "egress firewall";
+    let off = "set egress.firewall = false only if you firewall the pool bridge yourself";
+    if !config.egress.firewall {
+        return Check::bad(
+            NAME,
+            Verdict::Warn,
+            "off (egress.firewall = false): the pool network can reach every port of this host",
+            "turn it on, or make sure your own rules leave only the proxy port reachable",
+        );
+    }
+    let version = match iptables(&["--version"]).await {
+        Ok(version) => version,
+        Err(e) => {
+            return Check::bad(
+                NAME,
+                Verdict::Fail,
+                format!("iptables cannot be run: {e}"),
+                format!("install iptables (apt-get install iptables), or {off}"),
+            )
+        }
+    };
+    let uid = effective_uid();
+    if uid != Some(0) {
+        let who = uid.map_or_else(|| "an unknown user".to_owned(), |uid| format!("uid {uid}"));
+        return Check::bad(
+            NAME,
+            Verdict::Fail,
+            format!("nexbot runs as {who}; the firewall rules need root"),
+            format!("run nexbot as root, or {off}"),
+        );
+    }
+    match iptables(&["-w", "5", "-S", "INPUT"]).await {
+        Ok(_) => Check::ok(NAME, format!("{} as root", version.trim())),
+        Err(e) => Check::bad(
+            NAME,
+            Verdict::Fail,
+            format!("iptables cannot read the INPUT chain: {e}"),
+            format!(
+                "give nexbot CAP_NET_ADMIN (it runs as root in a restricted container?), or {off}"
+            ),
+        ),
+    }
+}
+
+/// Where subagents' LLM calls go, and whether the real key is handed to them.
+fn egress_relay(config: &Config) -> Vec<Check> {
+    const NAME: &str = "egress relay";
+    let relay = &config.egress.relay;
+    let provider = config.subagent_provider_base_url();
+    let mut checks = Vec::new();
+    if relay.api_key_env != LLM_API_KEY_ENV && config.secrets.relay_provider_key.is_none() {
+        checks.push(Check::bad(
+            NAME,
+            Verdict::Warn,
+            format!("{} (egress.relay.api_key_env) is not set", relay.api_key_env),
+            format!("export {}=... (not needed for a provider without a key)", relay.api_key_env),
+        ));
+    }
+    checks.push(if relay.send_provider_key_to_subagents {
+        Check::bad(
+            NAME,
+            Verdict::Warn,
+            format!("the real LLM key is sent to every subagent, which calls {provider} directly"),
+            "set egress.relay.send_provider_key_to_subagents = false unless the provider cannot \
+             be relayed",
+        )
+    } else {
+        Check::ok(
+            NAME,
+            format!(
+                "subagents reach {provider} through the relay with per-task tokens (budget {})",
+                relay.default_token_budget
+            ),
+        )
+    });
     checks
+}
+
+async fn iptables(args: &[&str]) -> Result<String, String> {
+    let mut command = tokio::process::Command::new("iptables");
+    command.args(args).kill_on_drop(true);
+    match tokio::time::timeout(Duration::from_secs(15), command.output()).await {
+        Err(_) => Err("no answer within 15 s".into()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into()),
+        Ok(Ok(out)) => Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+    }
+}
+
+/// The effective user id, from `/proc/self/status` (`Uid: real effective saved fs`).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
 }

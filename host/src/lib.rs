@@ -8,8 +8,9 @@
 //! - [`agent`]: the tool-calling loop and its hooks.
 //! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
 //! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`console`]: `nexbot chat`.
-//! - [`subagent`]: the seam to the container pool; [`pool_runner`]: the pool behind it.
+//! - [`subagent`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
 //! - [`egress`]: the sandbox's only way out — forward proxy and LLM relay with per-task tokens.
+//! - [`sandbox`]: network + egress + pool started together and stopped in order.
 //! - [`runtime`]: wiring. [`doctor`]: checks.
 
 pub mod agent;
@@ -21,6 +22,7 @@ pub mod egress;
 pub mod llm;
 pub mod pool_runner;
 pub mod runtime;
+pub mod sandbox;
 pub mod store;
 pub mod subagent;
 pub mod tools;

@@ -1,4 +1,5 @@
-//! Wiring: builds the agent (LLM client, tools, hooks, store) from a [`Config`], so that
+//! Wiring: builds the agent (LLM client, tools, hooks, store) and, when delegation is on,
+//! the sandbox behind it (network, egress proxy + LLM relay, pool) from a [`Config`], so that
 //! `serve`, `chat` and the tests assemble exactly the same thing.
 
 use std::sync::Arc;
@@ -9,9 +10,9 @@ use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::llm::LlmClient;
-use crate::pool_runner::RandomTaskTokens;
+use crate::sandbox::Sandbox;
 use crate::store::Store;
-use crate::subagent::SubagentRunner;
+use crate::subagent::{SubagentRunner, TaskTokens};
 use crate::tools::delegate::{Delegate, DelegateSettings};
 use crate::tools::files::{file_tools, Confinement};
 use crate::tools::memory::Memory;
@@ -25,20 +26,79 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     Ok(Store::open(&config.database_path()).await?)
 }
 
-/// The agent with every tool; delegation is offered only when a `runner` is given.
+/// What delegated tasks run on, and how each reaches the LLM.
+#[derive(Debug, Clone)]
+pub struct Delegation {
+    pub runner: Arc<dyn SubagentRunner>,
+    pub tokens: Arc<dyn TaskTokens>,
+}
+
+impl Delegation {
+    /// The pool and the relay's per-task tokens of a running sandbox.
+    pub fn on(sandbox: &Sandbox) -> Self {
+        Self { runner: sandbox.runner(), tokens: sandbox.tokens() }
+    }
+}
+
+/// The running product behind a channel: the agent and, when it could start, the sandbox
+/// its delegations run in.
+#[derive(Debug)]
+pub struct Host {
+    pub agent: Arc<Agent>,
+    pub sandbox: Option<Sandbox>,
+    /// Why delegation is off (`subagent.enabled = false`, Docker unreachable, …), if it is.
+    pub delegation_off: Option<String>,
+}
+
+impl Host {
+    /// Opens the store and starts the sandbox (network + egress + pool) when delegation is
+    /// on. A sandbox that cannot start leaves the agent without delegation, with the reason
+    /// in `delegation_off`, rather than no agent at all.
+    pub async fn start(config: &Config) -> anyhow::Result<Self> {
+        let store = open_store(config).await?;
+        let (sandbox, delegation_off) = if !config.subagent.enabled {
+            (None, Some("subagent.enabled = false".to_owned()))
+        } else {
+            match Sandbox::start(config).await {
+                Ok(sandbox) => (Some(sandbox), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        };
+        let delegation = sandbox.as_ref().map(Delegation::on);
+        let agent = match build_agent(config, store, delegation) {
+            Ok(agent) => Arc::new(agent),
+            Err(e) => {
+                if let Some(sandbox) = sandbox {
+                    sandbox.shutdown().await;
+                }
+                return Err(e);
+            }
+        };
+        Ok(Self { agent, sandbox, delegation_off })
+    }
+
+    /// After the channels and turns are done: drains and stops the sandbox.
+    pub async fn shutdown(self) {
+        if let Some(sandbox) = self.sandbox {
+            sandbox.shutdown().await;
+        }
+    }
+}
+
+/// The agent with every tool; delegation is offered only when `delegation` is given.
 pub fn build_agent(
     config: &Config,
     store: Store,
-    runner: Option<Arc<dyn SubagentRunner>>,
+    delegation: Option<Delegation>,
 ) -> anyhow::Result<Agent> {
-    build_agent_with_hooks(config, store, runner, Vec::new())
+    build_agent_with_hooks(config, store, delegation, Vec::new())
 }
 
 /// [`build_agent`] with `extra` hooks after the built-in ones.
 pub fn build_agent_with_hooks(
     config: &Config,
     store: Store,
-    runner: Option<Arc<dyn SubagentRunner>>,
+    delegation: Option<Delegation>,
     extra: Vec<Arc<dyn Hook>>,
 ) -> anyhow::Result<Agent> {
     let workspace = &config.workspace.dir;
@@ -57,7 +117,7 @@ pub fn build_agent_with_hooks(
             name.push(suffix);
             name.into()
         })
-        .chain([workspace.join(CONFIG_FILE)])
+        .chain([workspace.join(CONFIG_FILE), config.egress_audit_path()])
         .collect();
     let confinement = Confinement::new(workspace, &protected)
         .with_context(|| format!("workspace {}", workspace.display()))?;
@@ -68,13 +128,11 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
-    if let Some(runner) = runner {
+    if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
             task_timeout_secs: config.subagent.task_timeout_secs,
-            llm_base_url: config.subagent_llm_base_url().to_owned(),
             llm_model: config.subagent_llm_model().to_owned(),
         };
-        let tokens = Arc::new(RandomTaskTokens);
         tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
     }
     let llm = LlmClient::new(&config.llm, config.secrets.llm_api_key.clone())

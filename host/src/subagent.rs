@@ -1,13 +1,16 @@
-//! The seam between the main agent and whatever runs subagent tasks.
+//! The seams between the main agent and whatever runs subagent tasks: who runs them
+//! ([`SubagentRunner`]) and how each one reaches the LLM ([`TaskTokens`]).
 //!
-//! Why a trait: delegation logic (task records, secrets by name, cancellation, turning a
-//! response or report into text for the model) must not care how containers are supervised.
-//! The daemon plugs in the warm Docker pool (`nexbot-docker`); nothing else implements it.
+//! Why traits: delegation logic (task records, secrets by name, cancellation, turning a
+//! response or report into text for the model) must not care how containers are supervised
+//! or how LLM access is granted. The daemon plugs in the warm Docker pool (`nexbot-docker`)
+//! and the egress relay's per-task tokens (`sandbox.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
 
 use nexbot_protocol::{Request, Response};
+use secrecy::SecretString;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -34,4 +37,32 @@ pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
         request: Request,
         cancel: CancellationToken,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>>;
+}
+
+/// How one task's subagent reaches the LLM; the delegation tool copies it into the request.
+pub enum TaskLlm {
+    /// Through the host's LLM relay with a per-task token (`llm_base_url` + `llm_token`).
+    Relay { base_url: String, token: SecretString },
+    /// Straight to the provider (through the egress proxy) with the real key in
+    /// `llm_api_key`: the seed's field, only with the explicit opt-in
+    /// `egress.relay.send_provider_key_to_subagents`. `None` for a provider without a key.
+    ProviderKey { base_url: String, key: Option<SecretString> },
+}
+
+impl std::fmt::Debug for TaskLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Relay { base_url, .. } => write!(f, "TaskLlm::Relay({base_url})"),
+            Self::ProviderKey { base_url, .. } => write!(f, "TaskLlm::ProviderKey({base_url})"),
+        }
+    }
+}
+
+/// Grants each delegated task its LLM access while it runs.
+pub trait TaskTokens: Send + Sync + std::fmt::Debug {
+    /// Called before the task is sent to a container.
+    fn issue(&self, task_id: &str) -> Result<TaskLlm, String>;
+    /// Called however the task ended (answer, error, timeout, cancellation, abandonment);
+    /// returns the LLM tokens the relay charged the task, when it went through the relay.
+    fn revoke(&self, task_id: &str) -> Option<u64>;
 }

@@ -255,3 +255,46 @@ async fn planted_llm_key_never_reaches_prompts_logs_or_output() {
         .iter()
         .any(|m| m["content"].as_str().is_some_and(|c| c.contains("belongs to the daemon"))));
 }
+
+#[tokio::test]
+async fn chat_without_a_sandbox_still_answers_and_says_why_once() {
+    let ws = TempWorkspace::init("nxw-nosandbox");
+    let llm = ScriptedLlm::start(vec![
+        Step::text("hi"),
+        // The egress audit log sits next to the database: the model may not forge it.
+        Step::tool_call("write_file", json!({"path": "egress-audit.jsonl", "content": "{}"})),
+        Step::text("ok"),
+        Step::text("hi again"),
+    ])
+    .await;
+    // Delegation on, but no Docker engine where the daemon looks for one.
+    let mut env = base_env(&llm.base_url());
+    env.push(("NEXBOT_SUBAGENT__ENABLED".into(), "true".into()));
+    env.push(("DOCKER_HOST".into(), "unix:///nonexistent/nxw-docker.sock".into()));
+    let out = chat(&ws.config(), &env, &["hello", "write the audit"], LIMIT).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["hi", "ok"]);
+    assert_eq!(stderr.matches("delegation to subagents is off").count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot reach the Docker engine"), "{stderr}");
+    assert!(stderr.contains("subagent.enabled = false"), "the fix is named: {stderr}");
+    let requests = llm.chat_requests();
+    let offered = requests[0].body["tools"].to_string();
+    assert!(!offered.contains("delegate_to_sub_agent"), "delegation offered without a pool");
+    let reply = messages(&requests[2].body).last().cloned().unwrap_or_default();
+    assert!(
+        reply["content"].as_str().is_some_and(|c| c.contains("belongs to the daemon")),
+        "{reply}"
+    );
+    assert!(!ws.dir.join("egress-audit.jsonl").exists());
+
+    // Turned off on purpose: said once too.
+    let out = chat(&ws.config(), &base_env(&llm.base_url()), &["hello"], LIMIT).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(text(&out.stdout).trim(), "hi again", "{stderr}");
+    assert_eq!(
+        stderr.matches("delegation to subagents is off: subagent.enabled = false").count(),
+        1,
+        "{stderr}"
+    );
+}

@@ -1,18 +1,31 @@
 //! `make bench`: what the warm pool buys over a container per task, measured in one run on
-//! this machine against the real engine. Prints figures; asserts nothing.
+//! this machine against the real engine, each headline figure next to the target the project
+//! promises (handed to the final summary). Prints figures; asserts nothing about speed.
 //!
-//! - pool start: time from `Pool::start` to all N containers answering (cold: fresh images
-//!   cache aside, no container of the pool exists);
-//! - bare attach: one line through an attached `cat` container (the floor for any
-//!   attached-stdio design), and a ping/execute sent straight to an attached subagent (what
-//!   the subagent and engine cost without the pool);
-//! - warm `ping` and `execute` dispatch round trips (the execute carries no LLM settings, so
-//!   the subagent answers it at once: what is measured is the pool's dispatch path);
-//! - a fresh `docker run --rm -i` per request, the alternative other agents use;
-//! - idle memory of one subagent container.
+//! - pool start: `Pool::start` until all N containers have answered a ping — first with the
+//!   internal network absent (the pool creates it), then with it already there (a restart);
+//!   and a pool of one, to show what starting four at once costs on this machine;
+//! - the floor: one line echoed through an attached busybox `cat` of the same image, and a
+//!   ping answered by a subagent attached directly (no pool);
+//! - warm `ping` round trips through the pool to one container;
+//! - a real one-step `execute` against the scripted LLM on the network's gateway; its overhead
+//!   is the end-to-end time minus the LLM server's own handling time, which the fixture records.
+//!   Measured on the pool as deployed (default `PoolConfig`, so containers are recycled every
+//!   100 tasks, in the middle of the run) and again on a pool that never recycles, together
+//!   with an `execute` the subagent refuses at once (no LLM settings): the dispatch path alone;
+//! - the alternative, in the same run: a fresh `docker run --rm -i` per request, for a ping and
+//!   for the same one-step task;
+//! - the subagent's idle memory inside its container (VmRSS of the process, read with
+//!   `docker exec` from /proc; the cgroup figure of `docker stats` is printed beside it) after
+//!   pings only and after serving tasks, and the image's size.
+//!
+//! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
+//! are KiB and are converted.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -20,105 +33,89 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use nexbot_docker::{Pool, PoolConfig};
-use nexbot_protocol::Request;
+use nexbot_protocol::{Request, Response, ResponseBody};
+use nexbot_tests::bench::{
+    containers_labelled, load_average, ms, number, record, DockerCleanup, Figure, Stats, Target,
+};
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 const IMAGE: &str = "nexbot-subagent:dev";
 const ROUND_TRIPS: usize = 2_000;
-const FRESH_RUNS: usize = 20;
+const WARM_UP: usize = 200;
+const REFUSED_EXECUTES: usize = 500;
+const EXECUTES: usize = 300;
+const EXECUTE_WARM_UP: usize = 20;
+const FRESH_PINGS: usize = 20;
+const FRESH_EXECUTES: usize = 10;
 const POOL_SIZE: usize = 4;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-struct Stats {
-    p50: Duration,
-    p90: Duration,
-    p99: Duration,
-    max: Duration,
-}
-
-fn stats(mut samples: Vec<Duration>) -> Stats {
-    samples.sort();
-    Stats {
-        p50: percentile(&samples, 0.5),
-        p90: percentile(&samples, 0.9),
-        p99: percentile(&samples, 0.99),
-        max: *samples.last().unwrap(),
-    }
-}
-
-fn row(name: &str, n: usize, s: &Stats) {
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!(
-        "{name:<40} n={n:<5} p50={:>9.3}  p90={:>9.3}  p99={:>9.3}  max={:>9.3} ms",
-        ms(s.p50),
-        ms(s.p90),
-        ms(s.p99),
-        ms(s.max)
-    );
-}
+const POOL_STARTS: usize = 3;
+/// Labels every container this bench creates outside the pool (which labels its own).
+const RUN_LABEL: &str = "nxb.run";
+/// Every wait in this bench is bounded.
+const LIMIT: Duration = Duration::from_secs(60);
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let docker = Docker::connect_with_local_defaults().expect("Docker engine");
     docker.ping().await.expect("the Docker engine answers (is dockerd running?)");
-    docker.inspect_image(IMAGE).await.expect("image nexbot-subagent:dev (run `make image`)");
+    let image =
+        docker.inspect_image(IMAGE).await.expect("image nexbot-subagent:dev (`make image`)");
+    let run = format!("nxb-{}", std::process::id());
+    let network = format!("{run}-net");
     let config = PoolConfig {
-        name: format!("nxp-bench-{}", std::process::id()),
-        network: "nxp-bench".into(),
+        name: format!("{run}-pool"),
+        network: network.clone(),
         size: POOL_SIZE,
-        queue_capacity: 64,
-        max_tasks_per_container: u64::MAX, // measure dispatch, not recycling
         ..PoolConfig::default()
     };
-    println!("nexbot pool benchmark ({} round trips, {} fresh runs)\n", ROUND_TRIPS, FRESH_RUNS);
-
-    // The internal network persists across pool starts in a deployment: timed on its own.
-    let _ = nexbot_docker::remove_network(&docker, "nxp-bench").await;
-    let started = Instant::now();
-    nexbot_docker::ensure_internal_network(&docker, "nxp-bench", &Default::default())
-        .await
-        .expect("network");
+    let _cleanup = DockerCleanup::default()
+        .label(nexbot_docker::spec::LABEL_POOL, &config.name)
+        .label(RUN_LABEL, &run)
+        .network(&network);
     println!(
-        "create the internal network                {:>10.1} ms",
-        started.elapsed().as_secs_f64() * 1e3
+        "nexbot pool benchmark: {ROUND_TRIPS} round trips, {EXECUTES} executes, {FRESH_PINGS}+\
+         {FRESH_EXECUTES} fresh runs; pool of {POOL_SIZE} with the default PoolConfig; load \
+         average {}\n",
+        load_average()
     );
 
-    // Pool start, three times: each start is cold for the pool (no container of it exists).
+    // Pool start: the first with no network (Pool::start creates it), then with it existing.
+    let _ = nexbot_docker::remove_network(&docker, &network).await;
     let mut starts = Vec::new();
-    for _ in 0..3 {
+    for i in 0..POOL_STARTS {
         let started = Instant::now();
         let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
-        starts.push(started.elapsed());
+        let took = started.elapsed();
+        let created = pool.network().created;
+        println!(
+            "pool of {POOL_SIZE} ready, start {} (network {})  {:>10.1} ms",
+            i + 1,
+            if created { "created by this start" } else { "already there" },
+            ms(took)
+        );
+        starts.push((took, created));
         pool.shutdown().await.expect("shutdown");
     }
-    for (i, t) in starts.iter().enumerate() {
-        println!(
-            "pool of {POOL_SIZE} ready (start {})           {:>10.1} ms",
-            i + 1,
-            t.as_secs_f64() * 1e3
-        );
-    }
 
-    let bare = bare_attach(&docker, true, b"{\"type\":\"ping\",\"id\":\"echo\"}\n").await;
-    row("bare attach echo (cat, no pool)", ROUND_TRIPS, &bare);
-    let ping_line = b"{\"type\":\"ping\",\"id\":\"p\"}\n";
-    row(
-        "bare attach subagent ping (no pool)",
-        ROUND_TRIPS,
-        &bare_attach(&docker, false, ping_line).await,
-    );
-    let execute_line = b"{\"type\":\"execute\",\"id\":\"e\",\"task\":\"t\"}\n";
-    let bare_execute = bare_attach(&docker, false, execute_line).await;
-    row("bare attach subagent execute (no pool)", ROUND_TRIPS, &bare_execute);
+    // For the breakdown: one container alone, to see what starting four at once costs here.
+    let single = PoolConfig { size: 1, ..config.clone() };
+    let started = Instant::now();
+    let pool = Pool::start(docker.clone(), single).await.expect("pool of 1 starts");
+    let single_start = started.elapsed();
+    println!("pool of 1 ready (network already there)          {:>10.1} ms", ms(single_start));
+    pool.shutdown().await.expect("shutdown");
+
+    let echo = bare_attach(&docker, &run, true, b"{\"type\":\"ping\",\"id\":\"echo\"}\n").await;
+    println!("{}", echo.line("bare attach: line echoed by busybox cat (floor)"));
+    let bare_ping = bare_attach(&docker, &run, false, b"{\"type\":\"ping\",\"id\":\"p\"}\n").await;
+    println!("{}", bare_ping.line("bare attach: subagent ping (no pool)"));
 
     let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
+    let gateway = pool.network().gateway;
     let target = pool.snapshot()[0].id.clone();
-    for _ in 0..200 {
+    for _ in 0..WARM_UP {
         pool.ping(&target).await.expect("warm-up ping");
     }
     let mut pings = Vec::with_capacity(ROUND_TRIPS);
@@ -127,58 +124,146 @@ async fn main() {
         pool.ping(&target).await.expect("ping");
         pings.push(t.elapsed());
     }
-    let ping = stats(pings);
-    row("warm pool ping", ROUND_TRIPS, &ping);
+    let ping = Stats::of(pings);
+    println!("{}", ping.line("warm pool ping"));
 
-    let mut executes = Vec::with_capacity(ROUND_TRIPS);
-    for i in 0..ROUND_TRIPS {
-        let request = Request::execute(format!("bench-{i}"), "dispatch only");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fresh_memory = subagent_memory(&docker, &pool, false).await;
+    println!("subagent idle memory, container that only answered pings: {}", fresh_memory.text());
+
+    let llm = ScriptedLlm::start_on(SocketAddr::new(gateway, 0), vec![]).await;
+    llm.set_responder(|_| Step::text("done"));
+    let deployed = execute_run(&pool, &llm, gateway).await;
+    deployed.print("warm pool execute (default recycling)", config.max_tasks_per_container);
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let served_memory = subagent_memory(&docker, &pool, true).await;
+    println!("subagent idle memory, container that served tasks: {}", served_memory.text());
+    pool.shutdown().await.expect("shutdown");
+    let left = containers_labelled(nexbot_docker::spec::LABEL_POOL, &config.name);
+    println!("containers of the pool left after shutdown: {}", left.len());
+
+    // The same tasks on a pool that never recycles: the steady state between recycles, and
+    // the pool's dispatch path alone (an `execute` the subagent refuses at once).
+    let steady_config = PoolConfig { max_tasks_per_container: u64::MAX, ..config.clone() };
+    let pool = Pool::start(docker.clone(), steady_config).await.expect("pool starts");
+    let mut refused = Vec::with_capacity(REFUSED_EXECUTES);
+    for i in 0..REFUSED_EXECUTES {
+        let request = Request::execute(format!("refused-{i}"), "no LLM settings");
         let t = Instant::now();
-        let answer = pool.execute(request, CancellationToken::new()).await.expect("execute");
-        executes.push(t.elapsed());
-        assert!(answer.is_final());
+        let answer = tokio::time::timeout(LIMIT, pool.execute(request, CancellationToken::new()))
+            .await
+            .expect("execute answered in time")
+            .expect("execute");
+        refused.push(t.elapsed());
+        assert!(
+            matches!(&answer.body, ResponseBody::Error { error, .. } if error.contains("LLM not initialized")),
+            "{answer:?}"
+        );
     }
-    let execute = stats(executes);
-    row("warm pool execute (dispatch)", ROUND_TRIPS, &execute);
-
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while pool.snapshot().iter().any(|s| s.memory_bytes.is_none()) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let memory: Vec<u64> = pool.snapshot().iter().filter_map(|s| s.memory_bytes).collect();
+    let refused = Stats::of(refused);
+    println!("{}", refused.line("execute refused at once (no LLM): dispatch only"));
+    let steady = execute_run(&pool, &llm, gateway).await;
+    steady.print("warm pool execute (no recycling)", u64::MAX);
     pool.shutdown().await.expect("shutdown");
 
-    let fresh = fresh_docker_run(FRESH_RUNS).await;
-    row("fresh `docker run --rm -i` per request", FRESH_RUNS, &fresh);
+    let fresh_ping = fresh_runs(&run, FRESH_PINGS, None).await;
+    println!("{}", fresh_ping.answer.line("fresh `docker run --rm -i`: ping answered"));
+    println!("{}", fresh_ping.exit.line("fresh `docker run --rm -i`: ping, container gone"));
+    let fresh_execute = fresh_runs(&run, FRESH_EXECUTES, Some((&llm, gateway, &network))).await;
+    println!("{}", fresh_execute.answer.line("fresh `docker run --rm -i`: execute answered"));
+    let fresh_overhead = Stats::of(fresh_execute.overhead.clone());
+    println!("{}", fresh_overhead.line("  overhead = answered − LLM handling"));
+    drop(llm);
 
-    println!();
-    println!(
-        "ratio fresh/warm ping (p50)      {:>10.0}x",
-        fresh.p50.as_secs_f64() / ping.p50.as_secs_f64()
-    );
-    println!(
-        "ratio fresh/warm execute (p50)   {:>10.0}x",
-        fresh.p50.as_secs_f64() / execute.p50.as_secs_f64()
-    );
-    println!(
-        "warm ping p50 / bare echo p50    {:>10.2}x",
-        ping.p50.as_secs_f64() / bare.p50.as_secs_f64()
-    );
-    match memory.iter().max() {
-        Some(max) => println!(
-            "idle subagent memory             {:>10.1} MiB (max of {} containers)",
-            *max as f64 / (1024.0 * 1024.0),
-            memory.len()
-        ),
-        None => println!("idle subagent memory             (no sample yet)"),
+    let image_mb = image.size.unwrap_or_default() as f64 / 1e6;
+    println!("image {IMAGE}: {image_mb:.1} MB ({} bytes)", image.size.unwrap_or_default());
+    let _ = nexbot_docker::remove_network(&docker, &network).await;
+    println!("load average at the end: {}\n", load_average());
+
+    let ratio = fresh_ping.answer.p50.as_secs_f64() / ping.p50.as_secs_f64();
+    record(Figure::promised("warm-pool ping p50", ms(ping.p50), "ms", Target::AtMost(0.4)));
+    record(Figure::promised("warm-pool ping p99", ms(ping.p99), "ms", Target::AtMost(2.0)));
+    record(Figure::reference(
+        "  alternative: fresh `docker run --rm -i` ping p50",
+        &format!("{} ms", number(ms(fresh_ping.answer.p50))),
+        "(container per task)",
+    ));
+    record(Figure::promised(
+        "  ratio fresh / warm ping (p50)",
+        ratio,
+        "×",
+        Target::AtLeast(1000.0),
+    ));
+    record(Figure::reference(
+        "  floor: line echoed by attached `cat` p50 / p99",
+        &format!("{} / {} ms", number(ms(echo.p50)), number(ms(echo.p99))),
+        "(~0.27 / 1 ms seen here)",
+    ));
+    for (i, (took, created)) in starts.iter().enumerate() {
+        let network = if *created { "network created" } else { "network existed" };
+        record(Figure::promised(
+            &format!("pool of {POOL_SIZE} ready from cold, start {} ({network})", i + 1),
+            ms(*took),
+            "ms",
+            Target::AtMost(1000.0),
+        ));
     }
-    let _ = nexbot_docker::remove_network(&docker, "nxp-bench").await;
+    let overhead = &deployed.overhead;
+    record(Figure::reference(
+        "  pool of 1 ready (network existed)",
+        &format!("{} ms", number(ms(single_start))),
+        "(one container alone, for comparison)",
+    ));
+    record(Figure::promised("execute overhead p50", ms(overhead.p50), "ms", Target::AtMost(2.0)));
+    record(Figure::promised("execute overhead p99", ms(overhead.p99), "ms", Target::AtMost(2.0)));
+    record(Figure::reference(
+        &format!("  execute end to end p50 / p99 (n={EXECUTES})"),
+        &format!(
+            "{} / {} ms",
+            number(ms(deployed.end_to_end.p50)),
+            number(ms(deployed.end_to_end.p99))
+        ),
+        &format!("(LLM's own p50 {} ms)", number(ms(deployed.llm.p50))),
+    ));
+    record(Figure::reference(
+        "  execute overhead p50 / p99 without recycling",
+        &format!("{} / {} ms", number(ms(steady.overhead.p50)), number(ms(steady.overhead.p99))),
+        "(max_tasks_per_container = ∞)",
+    ));
+    record(Figure::reference(
+        "  alternative: fresh `docker run` execute overhead p50",
+        &format!("{} ms", number(ms(fresh_overhead.p50))),
+        "(container per task)",
+    ));
+    for (name, memory) in [
+        ("subagent idle RSS in container (pings only)", &fresh_memory),
+        ("subagent idle RSS in container (after tasks)", &served_memory),
+    ] {
+        match (memory.vm_rss_kib, memory.anon_kib, memory.file_kib) {
+            (Some(rss), Some(anon), Some(file)) => {
+                record(Figure::promised(name, mb(rss), "MB", Target::AtMost(5.0)));
+                record(Figure::reference(
+                    "  of which private (RssAnon) / file-backed",
+                    &format!("{} / {} MB", number(mb(anon)), number(mb(file))),
+                    &format!("(VmRSS = {} MiB)", number(rss as f64 / 1024.0)),
+                ));
+            }
+            _ => record(Figure::reference(name, "not measured", "≤ 5 MB")),
+        }
+    }
+    record(Figure::promised("subagent image size", image_mb, "MB", Target::AtMost(15.0)));
+}
+
+/// KiB (as `/proc` counts them) to decimal megabytes, the unit the targets are given in.
+fn mb(kib: u64) -> f64 {
+    kib as f64 * 1024.0 / 1e6
 }
 
 /// Round trips of one line through a container attached directly (no pool): with `cat` as
 /// the entrypoint the line comes back as it went; with the subagent, `line` is a request and
 /// the round trip ends at its answer's newline on stdout.
-async fn bare_attach(docker: &Docker, cat: bool, line: &[u8]) -> Stats {
+async fn bare_attach(docker: &Docker, run: &str, cat: bool, line: &[u8]) -> Stats {
     let body = ContainerCreateBody {
         image: Some(IMAGE.into()),
         entrypoint: cat.then(|| vec!["/bin/cat".into()]),
@@ -187,9 +272,10 @@ async fn bare_attach(docker: &Docker, cat: bool, line: &[u8]) -> Stats {
         attach_stderr: Some(true),
         open_stdin: Some(true),
         network_disabled: Some(true),
+        labels: Some([(RUN_LABEL.to_owned(), run.to_owned())].into()),
         ..Default::default()
     };
-    let name = format!("nxp-bench-bare-{}-{cat}", std::process::id());
+    let name = format!("{run}-bare-{}", if cat { "cat" } else { "subagent" });
     let options = CreateContainerOptionsBuilder::default().name(&name).build();
     let id = docker.create_container(Some(options), body).await.expect("create bare").id;
     let attach = AttachContainerOptionsBuilder::default()
@@ -201,35 +287,167 @@ async fn bare_attach(docker: &Docker, cat: bool, line: &[u8]) -> Stats {
     let mut attached = docker.attach_container(&id, Some(attach)).await.expect("attach");
     docker.start_container(&id, None).await.expect("start bare");
     let mut samples = Vec::with_capacity(ROUND_TRIPS);
-    for i in 0..ROUND_TRIPS + 200 {
+    for i in 0..ROUND_TRIPS + WARM_UP {
         let t = Instant::now();
         attached.input.write_all(line).await.expect("write");
         attached.input.flush().await.expect("flush");
-        loop {
-            match attached.output.next().await.expect("output").expect("frame") {
-                bollard::container::LogOutput::StdOut { message } if message.ends_with(b"\n") => {
-                    break
+        let answered = async {
+            loop {
+                match attached.output.next().await.expect("output").expect("frame") {
+                    bollard::container::LogOutput::StdOut { message }
+                        if message.ends_with(b"\n") =>
+                    {
+                        break
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        if i >= 200 {
+        };
+        tokio::time::timeout(LIMIT, answered).await.expect("bare container answered");
+        if i >= WARM_UP {
             samples.push(t.elapsed());
         }
     }
     let remove = RemoveContainerOptionsBuilder::default().force(true).build();
     docker.remove_container(&id, Some(remove)).await.expect("remove bare");
-    stats(samples)
+    Stats::of(samples)
 }
 
-/// A fresh `docker run --rm -i` per request: start, one ping line, its answer, exit.
-async fn fresh_docker_run(runs: usize) -> Stats {
-    let mut samples = Vec::with_capacity(runs);
-    for i in 0..runs {
+/// One-step tasks run one after another on `pool`, each timed end to end and split into the
+/// LLM server's own handling time and the rest (the overhead the target is about).
+struct ExecuteRun {
+    end_to_end: Stats,
+    llm: Stats,
+    overhead: Stats,
+    /// The subagent's own `duration_ms` (whole milliseconds).
+    inside: Stats,
+    over_2ms: usize,
+    /// Overheads of the tasks that were the first one of a freshly (re)created container.
+    first_on_container: Vec<Duration>,
+    recycled: u64,
+}
+
+async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> ExecuteRun {
+    let restarts_before: u64 = pool.snapshot().iter().map(|s| s.restarts).sum();
+    let mut end_to_end = Vec::with_capacity(EXECUTES);
+    let mut llm_time = Vec::with_capacity(EXECUTES);
+    let mut overhead = Vec::with_capacity(EXECUTES);
+    let mut inside = Vec::with_capacity(EXECUTES);
+    let mut first_on_container = Vec::new();
+    for i in 0..EXECUTE_WARM_UP + EXECUTES {
+        let before = llm.chat_handling_times().len();
+        let served_before: Vec<(Option<String>, u64)> =
+            pool.snapshot().into_iter().map(|s| (s.container_id, s.tasks_served)).collect();
+        let request = one_step_task(&format!("task-{i}"), llm, gateway);
         let t = Instant::now();
-        let mut child = tokio::process::Command::new("docker")
-            .args(["run", "--rm", "-i", "--name"])
-            .arg(format!("nxp-bench-fresh-{}-{i}", std::process::id()))
+        let answer = tokio::time::timeout(LIMIT, pool.execute(request, CancellationToken::new()))
+            .await
+            .expect("execute answered in time")
+            .expect("execute");
+        let took = t.elapsed();
+        let ResponseBody::Success { duration_ms, .. } = answer.body else {
+            panic!("the one-step task failed: {answer:?}")
+        };
+        let calls = llm.chat_handling_times().split_off(before);
+        assert_eq!(calls.len(), 1, "a one-step task makes one LLM call");
+        let own: Duration = calls.iter().map(|c| c.expect("handled before answering")).sum();
+        if i >= EXECUTE_WARM_UP {
+            end_to_end.push(took);
+            llm_time.push(own);
+            overhead.push(took.saturating_sub(own));
+            inside.push(Duration::from_millis(duration_ms.unwrap_or_default()));
+            let first =
+                pool.snapshot().into_iter().zip(served_before).any(|(now, (id, n))| {
+                    now.tasks_served == 1 && (n == 0 || now.container_id != id)
+                });
+            if first {
+                first_on_container.push(took.saturating_sub(own));
+            }
+        }
+    }
+    let recycled = pool.snapshot().iter().map(|s| s.restarts).sum::<u64>() - restarts_before;
+    ExecuteRun {
+        end_to_end: Stats::of(end_to_end),
+        llm: Stats::of(llm_time),
+        over_2ms: overhead.iter().filter(|d| ms(**d) > 2.0).count(),
+        overhead: Stats::of(overhead),
+        inside: Stats::of(inside),
+        first_on_container,
+        recycled,
+    }
+}
+
+impl ExecuteRun {
+    fn print(&self, name: &str, max_tasks: u64) {
+        println!("{}", self.end_to_end.line(&format!("{name}, one LLM step, end to end")));
+        println!("{}", self.llm.line("  of which the LLM server's own handling"));
+        println!("{}", self.overhead.line("  overhead = end to end − LLM handling"));
+        println!("{}", self.inside.line("  the subagent's own duration_ms (1 ms steps)"));
+        let max_tasks = if max_tasks == u64::MAX { "∞".into() } else { max_tasks.to_string() };
+        println!(
+            "  {} of {EXECUTES} tasks over 2 ms of overhead; {} were the first task of a fresh \
+             container (overheads {:?} ms); {} container(s) recycled during the run \
+             (max_tasks_per_container = {max_tasks})",
+            self.over_2ms,
+            self.first_on_container.len(),
+            self.first_on_container.iter().map(|d| number(ms(*d))).collect::<Vec<_>>(),
+            self.recycled,
+        );
+    }
+}
+
+/// An `execute` whose LLM is the scripted server, reached through the network's gateway with
+/// a per-task token, as the host sends it.
+fn one_step_task(id: &str, llm: &ScriptedLlm, gateway: IpAddr) -> Request {
+    let mut request = Request::execute(id, "Answer with the word done.");
+    request.llm_base_url = Some(llm.base_url_for_host(&gateway.to_string()));
+    request.llm_model = Some("scripted".into());
+    request.llm_token = Some(secrecy::SecretString::from(format!("nxb-token-{id}")));
+    request.timeout = Some(60);
+    request
+}
+
+struct FreshRuns {
+    /// From `docker run` to the answer line.
+    answer: Stats,
+    /// From `docker run` until the container has exited and been removed.
+    exit: Stats,
+    /// Answer time minus the LLM's handling (executes only).
+    overhead: Vec<Duration>,
+}
+
+/// A fresh `docker run --rm -i` per request: start, one request line, its answer, exit. With
+/// `llm`, the request is the same one-step task the pool ran, on the same network.
+async fn fresh_runs(
+    run: &str,
+    runs: usize,
+    llm: Option<(&ScriptedLlm, IpAddr, &str)>,
+) -> FreshRuns {
+    let mut answers = Vec::with_capacity(runs);
+    let mut exits = Vec::with_capacity(runs);
+    let mut overhead = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let (line, network) = match llm {
+            Some((llm, gateway, network)) => {
+                let id = format!("fresh-{i}");
+                let line = serde_json::json!({
+                    "type": "execute", "id": id, "task": "Answer with the word done.",
+                    "llm_base_url": llm.base_url_for_host(&gateway.to_string()),
+                    "llm_model": "scripted", "llm_token": format!("nxb-token-{id}"), "timeout": 60,
+                });
+                (format!("{line}\n"), Some(network))
+            }
+            None => ("{\"type\":\"ping\",\"id\":\"fresh\"}\n".to_owned(), None),
+        };
+        let before = llm.map(|(llm, ..)| llm.chat_handling_times().len()).unwrap_or(0);
+        let mut command = tokio::process::Command::new("docker");
+        command.args(["run", "--rm", "-i", "--label", &format!("{RUN_LABEL}={run}")]);
+        command.args(["--name", &format!("{run}-fresh-{}-{i}", llm.is_some())]);
+        if let Some(network) = network {
+            command.args(["--network", network]);
+        }
+        let t = Instant::now();
+        let mut child = command
             .arg(IMAGE)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -237,21 +455,126 @@ async fn fresh_docker_run(runs: usize) -> Stats {
             .kill_on_drop(true)
             .spawn()
             .expect("docker run");
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"{\"type\":\"ping\",\"id\":\"fresh\"}\n").await.expect("write");
-        let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
-        let mut answer = String::new();
-        tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut answer))
-            .await
-            .expect("fresh container answered")
-            .expect("read");
-        assert!(answer.contains("pong"), "{answer}");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(line.as_bytes()).await.expect("write");
+        let mut stdout = tokio::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let answer = async {
+            loop {
+                let mut text = String::new();
+                let n = stdout.read_line(&mut text).await.expect("read");
+                assert!(n > 0, "the fresh container closed stdout without a final answer");
+                if let Ok(response) = serde_json::from_str::<Response>(&text) {
+                    if response.is_final() {
+                        return response;
+                    }
+                }
+            }
+        };
+        let answer = tokio::time::timeout(LIMIT, answer).await.expect("fresh container answered");
+        let answered = t.elapsed();
+        assert!(
+            matches!(answer.body, ResponseBody::Pong { .. } | ResponseBody::Success { .. }),
+            "{answer:?}"
+        );
         drop(stdin);
-        tokio::time::timeout(Duration::from_secs(30), child.wait())
+        tokio::time::timeout(LIMIT, child.wait())
             .await
             .expect("fresh container exited")
             .expect("wait");
-        samples.push(t.elapsed());
+        exits.push(t.elapsed());
+        answers.push(answered);
+        if let Some((llm, ..)) = llm {
+            let own: Duration =
+                llm.chat_handling_times()[before..].iter().map(|c| c.unwrap_or_default()).sum();
+            overhead.push(answered.saturating_sub(own));
+        }
     }
-    stats(samples)
+    FreshRuns { answer: Stats::of(answers), exit: Stats::of(exits), overhead }
+}
+
+/// The subagent's memory inside one pool container, read by `docker exec` from the process's
+/// `/proc/<pid>/status` (the figure the target is about), with the container's whole cgroup
+/// usage minus page cache (what `docker stats` shows: also docker-init and kernel objects).
+struct ContainerMemory {
+    vm_rss_kib: Option<u64>,
+    anon_kib: Option<u64>,
+    file_kib: Option<u64>,
+    status: String,
+    cgroup_bytes: Option<u64>,
+}
+
+impl ContainerMemory {
+    fn text(&self) -> String {
+        let cgroup = match self.cgroup_bytes {
+            Some(bytes) => format!("{:.2} MB", bytes as f64 / 1e6),
+            None => "unknown".into(),
+        };
+        format!("{} | container cgroup (docker stats): {cgroup}", self.status)
+    }
+}
+
+async fn subagent_memory(docker: &Docker, pool: &Pool, busiest: bool) -> ContainerMemory {
+    let snapshot = pool.snapshot();
+    let slot = if busiest {
+        snapshot.iter().max_by_key(|s| s.tasks_served).expect("a slot")
+    } else {
+        &snapshot[0]
+    };
+    let id = slot.container_id.clone().expect("the slot has a container");
+    // comm is cut at 15 characters, which is exactly `nexbot-subagent`.
+    let script = "for d in /proc/[0-9]*; do \
+        if [ \"$(cat $d/comm 2>/dev/null)\" = nexbot-subagent ]; then \
+        grep -E '^(VmRSS|RssAnon|RssFile|VmHWM):' $d/status; fi; done";
+    let exec = CreateExecOptions::<String> {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
+        ..Default::default()
+    };
+    let read = async {
+        let created = docker.create_exec(&id, exec).await.expect("create exec");
+        let mut output = String::new();
+        if let StartExecResults::Attached { output: mut stream, .. } =
+            docker.start_exec(&created.id, None).await.expect("start exec")
+        {
+            while let Some(chunk) = stream.next().await {
+                output.push_str(&chunk.expect("exec output").to_string());
+            }
+        }
+        output
+    };
+    let output = tokio::time::timeout(LIMIT, read).await.expect("docker exec finished");
+    let field = |name: &str| -> Option<u64> {
+        output
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    let vm_rss_kib = field("VmRSS:");
+    let status = match (vm_rss_kib, field("RssAnon:"), field("RssFile:"), field("VmHWM:")) {
+        (Some(rss), Some(anon), Some(file), Some(hwm)) => format!(
+            "VmRSS {:.2} MB ({rss} KiB: {anon} anonymous, {file} file-backed; peak {hwm} KiB), \
+             {} tasks served",
+            mb(rss),
+            slot.tasks_served
+        ),
+        _ => format!("unreadable: {output:?}"),
+    };
+    // The pool's health check records docker stats' figure; wait for one to exist.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut cgroup_bytes = None;
+    while cgroup_bytes.is_none() && Instant::now() < deadline {
+        cgroup_bytes =
+            pool.snapshot().iter().find(|s| s.id == slot.id).and_then(|s| s.memory_bytes);
+        if cgroup_bytes.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    ContainerMemory {
+        vm_rss_kib,
+        anon_kib: field("RssAnon:"),
+        file_kib: field("RssFile:"),
+        status,
+        cgroup_bytes,
+    }
 }

@@ -1,7 +1,9 @@
 //! Shared helpers for the end-to-end tests in `tests/tests/`: reaching the Docker engine (and
 //! failing loudly under `CI=true` when it is missing), building throwaway images offline, and
-//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model.
+//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model, and the
+//! shared parts of the `make bench` benchmarks ([`bench`]).
 
+pub mod bench;
 pub mod scripted_llm;
 
 use bollard::Docker;
@@ -38,4 +40,39 @@ pub fn tar_context(files: &[(&str, &[u8], u32)]) -> std::io::Result<Vec<u8>> {
         builder.append_data(&mut header, path, *contents)?;
     }
     builder.into_inner()
+}
+
+/// Runs `argv` inside container `id` (as the container's user) and returns its exit code
+/// (-1 when the engine reports none) and combined stdout/stderr. Panics if it takes longer
+/// than `limit`, so a stuck exec fails the test instead of hanging it.
+pub async fn exec_in(
+    docker: &Docker,
+    id: &str,
+    argv: &[&str],
+    limit: std::time::Duration,
+) -> (i64, String) {
+    use bollard::exec::StartExecResults;
+    use bollard::models::ExecConfig;
+    use futures_util::StreamExt;
+
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(argv.iter().map(|a| a.to_string()).collect()),
+        ..Default::default()
+    };
+    let run = async {
+        let created = docker.create_exec(id, config).await.expect("create exec");
+        let mut output = String::new();
+        if let StartExecResults::Attached { output: mut stream, .. } =
+            docker.start_exec(&created.id, None).await.expect("start exec")
+        {
+            while let Some(chunk) = stream.next().await {
+                output.push_str(&chunk.expect("exec output").to_string());
+            }
+        }
+        let code = docker.inspect_exec(&created.id).await.expect("inspect exec").exit_code;
+        (code.unwrap_or(-1), output)
+    };
+    tokio::time::timeout(limit, run).await.expect("exec finished in time")
 }

@@ -4,12 +4,14 @@
 //! A test queues [`Step`]s (a completion, a tool call, an HTTP error, a delay, a malformed body);
 //! each incoming request takes the next step, or asks the optional responder once the queue is
 //! empty. Every request is recorded (path, headers, JSON body) so tests can assert what the
-//! product sent — for example that a secret never reached the model.
+//! product sent — for example that a secret never reached the model — together with how long
+//! the server took to answer it, so a benchmark can tell the model's own time (scripted delays
+//! included) from what the product adds around it.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -109,6 +111,10 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The body as JSON, or `Value::String` of the raw text when it was not JSON.
     pub body: Value,
+    /// The server's own time for this request: from its handler being called (headers parsed)
+    /// until the response was ready, reading the body and any scripted delay included.
+    /// `None` while the request is still being answered.
+    pub handling: Option<Duration>,
 }
 
 impl Recorded {
@@ -209,6 +215,17 @@ impl ScriptedLlm {
         self.requests().into_iter().filter(|r| r.path.ends_with("/chat/completions")).collect()
     }
 
+    /// [`Recorded::handling`] of each chat-completion request, in arrival order: cheaper than
+    /// [`ScriptedLlm::chat_requests`] when only the timing is wanted.
+    pub fn chat_handling_times(&self) -> Vec<Option<Duration>> {
+        let recorded = self.shared.recorded.lock().unwrap();
+        recorded
+            .iter()
+            .filter(|r| r.path.ends_with("/chat/completions"))
+            .map(|r| r.handling)
+            .collect()
+    }
+
     pub fn remaining_steps(&self) -> usize {
         self.shared.queue.lock().unwrap().len()
     }
@@ -220,31 +237,47 @@ impl Drop for ScriptedLlm {
     }
 }
 
-fn record(shared: &Shared, method: &str, path: &str, headers: &HeaderMap, body: Value) {
+/// Records a request and returns its index, for [`finish`] to fill in its handling time.
+fn record(shared: &Shared, method: &str, path: &str, headers: &HeaderMap, body: Value) -> usize {
     let headers = headers
         .iter()
         .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
-    shared.recorded.lock().unwrap().push(Recorded {
+    let mut recorded = shared.recorded.lock().unwrap();
+    recorded.push(Recorded {
         method: method.to_owned(),
         path: path.to_owned(),
         headers,
         body,
+        handling: None,
     });
+    recorded.len() - 1
+}
+
+fn finish(shared: &Shared, index: usize, started: Instant) {
+    if let Some(entry) = shared.recorded.lock().unwrap().get_mut(index) {
+        entry.handling = Some(started.elapsed());
+    }
 }
 
 async fn models(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    record(&shared, "GET", request.uri().path(), request.headers(), Value::Null);
-    axum::Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
-        .into_response()
+    let started = Instant::now();
+    let index = record(&shared, "GET", request.uri().path(), request.headers(), Value::Null);
+    let response =
+        axum::Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
+            .into_response();
+    finish(&shared, index, started);
+    response
 }
 
 async fn chat(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
     let json: Value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    record(&shared, parts.method.as_str(), parts.uri.path(), &parts.headers, json.clone());
+    let index =
+        record(&shared, parts.method.as_str(), parts.uri.path(), &parts.headers, json.clone());
     let next = shared.queue.lock().unwrap().pop_front();
     let step = match next {
         Some(step) => step,
@@ -254,7 +287,9 @@ async fn chat(State(shared): State<Arc<Shared>>, request: Request) -> Response {
         },
     };
     let streaming = json.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    play(step, streaming).await
+    let response = play(step, streaming).await;
+    finish(&shared, index, started);
+    response
 }
 
 async fn play(mut step: Step, streaming: bool) -> Response {

@@ -384,6 +384,20 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             assert!(!inspected.contains(planted.as_str()), "a secret in pool container {id}");
             assert!(!log.contains(planted.as_str()), "a secret in the log of {id}");
         }
+        // The bundled skills reach every subagent, read-only, through the daemon's config.
+        let (code, listing) = nexbot_tests::exec_in(
+            &docker,
+            id,
+            &[
+                "/bin/sh",
+                "-c",
+                "cat /workspace/skills/web-research/SKILL.md && ! touch /workspace/skills/x",
+            ],
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(code, 0, "skills not mounted read-only in pool container {id}: {listing}");
+        assert!(listing.contains("name: web-research"), "{listing}");
     }
 
     // The daemon in the image reaches the LLM (with the key), Docker and the subagent image.

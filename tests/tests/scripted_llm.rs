@@ -82,3 +82,55 @@ async fn responder_answers_after_the_script() {
         assert!(body.contains(&format!("echo {n}")), "{body}");
     }
 }
+
+#[tokio::test]
+async fn handling_time_is_recorded_and_includes_a_scripted_delay() {
+    let delay = std::time::Duration::from_millis(300);
+    let llm =
+        ScriptedLlm::start(vec![Step::text("slow").delayed(delay), Step::text("quick")]).await;
+    let url = format!("{}/chat/completions", llm.base_url());
+
+    // While the delayed request is being answered its handling time is not known yet.
+    let slow = tokio::spawn({
+        let url = url.clone();
+        async move { post(&url, json!({"n": 1})).await }
+    });
+    let in_flight = async {
+        while llm.chat_handling_times().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), in_flight).await.unwrap();
+    assert_eq!(llm.chat_handling_times(), [None]);
+    let (_, _, body) =
+        tokio::time::timeout(std::time::Duration::from_secs(10), slow).await.unwrap().unwrap();
+    assert!(body.contains("slow"), "{body}");
+    let (_, _, body) = post(&url, json!({"n": 2})).await;
+    assert!(body.contains("quick"), "{body}");
+
+    let times = llm.chat_handling_times();
+    assert_eq!(times.len(), 2);
+    assert!(times[0].unwrap() >= delay, "the scripted delay is the server's own time: {times:?}");
+    assert!(times[1].is_some());
+    // The same figures are on the full records; other routes are timed too.
+    let recorded = llm.chat_requests();
+    assert_eq!(recorded.iter().map(|r| r.handling).collect::<Vec<_>>(), times);
+    let models = get(&format!("{}/models", llm.base_url())).await;
+    assert!(models.contains("scripted"), "{models}");
+    let all = llm.requests();
+    assert_eq!(all.len(), 3);
+    assert!(all[2].path.ends_with("/models") && all[2].handling.is_some());
+}
+
+/// A minimal HTTP/1.1 GET over a raw socket (see [`post`]).
+async fn get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    raw
+}

@@ -4,17 +4,15 @@
 //! mostly waits on the network, and its idle footprint matters on a small server.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use nexbot_docker::Pool;
 use nexbot_host::bus::{self, BusHandle};
 use nexbot_host::config::Config;
 use nexbot_host::doctor::{self, Verdict};
-use nexbot_host::subagent::SubagentRunner;
-use nexbot_host::{console, pool_runner, runtime, workspace};
+use nexbot_host::runtime::Host;
+use nexbot_host::{console, workspace};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -119,33 +117,18 @@ fn init_logging(config: &Config, default_level: Option<&str>) {
     }
 }
 
-/// The bus with the agent, and the pool behind delegation when it is on.
-async fn start(
-    config: &Config,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<(BusHandle, Option<Arc<Pool>>)> {
-    let store = runtime::open_store(config).await?;
-    let pool = if config.subagent.enabled {
-        Some(pool_runner::start_pool(config).await?)
-    } else {
-        tracing::info!("delegation is off (subagent.enabled = false)");
-        None
-    };
-    let runner = pool
-        .clone()
-        .map(|pool| Arc::new(pool_runner::PoolRunner::new(pool)) as Arc<dyn SubagentRunner>);
-    let agent = Arc::new(runtime::build_agent(config, store, runner)?);
-    Ok((bus::start(agent, &config.bus, shutdown.clone()), pool))
+/// The host (agent + sandbox when delegation is on) and the bus in front of it.
+async fn start(config: &Config, shutdown: &CancellationToken) -> anyhow::Result<(BusHandle, Host)> {
+    let host = Host::start(config).await?;
+    Ok((bus::start(host.agent.clone(), &config.bus, shutdown.clone()), host))
 }
 
-/// After the bus: lets running turns end, then removes the pool's containers.
-async fn stop(task: tokio::task::JoinHandle<()>, pool: Option<Arc<Pool>>) {
+/// After the bus: lets running turns end, then drains and stops the sandbox.
+async fn stop(task: tokio::task::JoinHandle<()>, host: Host) {
     if tokio::time::timeout(Duration::from_secs(30), task).await.is_err() {
         tracing::warn!("turns did not stop within 30 s");
     }
-    if let Some(pool) = pool {
-        pool_runner::stop_pool(pool).await;
-    }
+    host.shutdown().await;
 }
 
 async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
@@ -162,7 +145,10 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
         tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
     let shutdown = CancellationToken::new();
-    let (BusHandle { inbound, mut outbound, task }, pool) = start(&config, &shutdown).await?;
+    let (BusHandle { inbound, mut outbound, task }, host) = start(&config, &shutdown).await?;
+    if let Some(why) = &host.delegation_off {
+        tracing::warn!("delegation to subagents is off: {why}");
+    }
     tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
     // No network channel is built yet; answers with nowhere to go are logged, not queued up.
     tokio::spawn(async move {
@@ -174,7 +160,7 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     shutdown.cancel();
     drop(inbound);
-    stop(task, pool).await;
+    stop(task, host).await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -199,7 +185,11 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
     init_logging(&config, Some("warn"));
     let signals = shutdown_signals()?;
     let shutdown = CancellationToken::new();
-    let (BusHandle { inbound, outbound, task }, pool) = start(&config, &shutdown).await?;
+    let (BusHandle { inbound, outbound, task }, host) = start(&config, &shutdown).await?;
+    if let Some(why) = &host.delegation_off {
+        // Once, before the conversation, on stderr (stdout carries only answers).
+        eprintln!("nexbot: delegation to subagents is off: {why}");
+    }
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let in_flight = config.bus.per_chat_queue;
     let console =
@@ -209,7 +199,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         () = signals => {}
     }
     shutdown.cancel();
-    stop(task, pool).await;
+    stop(task, host).await;
     Ok(())
 }
 

@@ -91,6 +91,14 @@ impl TaskTokens {
         Some(entry.usage)
     }
 
+    /// Ends every live token (at shutdown, for tasks that never gave theirs back); returns
+    /// how many there were.
+    pub fn revoke_all(&self) -> usize {
+        let mut table = self.lock();
+        table.by_digest.clear();
+        table.tasks.drain().count()
+    }
+
     /// The usage of a task that holds a live token.
     pub fn usage(&self, task_id: &str) -> Option<TaskUsage> {
         self.lock().tasks.get(task_id).map(|e| e.usage)
@@ -165,5 +173,16 @@ mod tests {
         assert_eq!(tokens.revoke("t"), None);
         tokens.charge("t", 1);
         assert_eq!(tokens.usage("t"), None);
+    }
+
+    #[test]
+    fn revoke_all_ends_every_live_token() {
+        let tokens = TaskTokens::default();
+        let a = tokens.issue("a", 10).unwrap();
+        let b = tokens.issue("b", 10).unwrap();
+        assert_eq!(tokens.revoke_all(), 2);
+        assert_eq!(tokens.authorize(&a), Err(TokenError::Invalid));
+        assert_eq!(tokens.authorize(&b), Err(TokenError::Invalid));
+        assert_eq!(tokens.revoke_all(), 0);
     }
 }

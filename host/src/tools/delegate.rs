@@ -2,9 +2,10 @@
 //! the web reached — as a task for an isolated subagent container.
 //!
 //! Why here and not in the pool: the host owns the user-facing side of a delegation — which
-//! tools may be granted, which of the chat's secrets are handed over (by name), the task record
-//! in SQLite, the turn's cancellation reaching the task, and turning a result or a partial
-//! report into something the model can use.
+//! tools may be granted, which of the chat's secrets are handed over (by name), the task's LLM
+//! access (a relay token that dies with the task), the task record in SQLite, the turn's
+//! cancellation reaching the task, and turning a result or a partial report into something
+//! the model can use.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,9 +18,8 @@ use serde_json::{json, Value};
 
 use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
 use crate::llm::TokenUsage;
-use crate::pool_runner::TaskTokens;
 use crate::store::{Store, TaskEnd};
-use crate::subagent::{BoxFuture, SubagentRunner};
+use crate::subagent::{BoxFuture, SubagentRunner, TaskLlm, TaskTokens};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
@@ -38,7 +38,6 @@ pub trait SecretSource: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct DelegateSettings {
     pub task_timeout_secs: u64,
-    pub llm_base_url: String,
     pub llm_model: String,
 }
 
@@ -142,6 +141,18 @@ impl Tool for Delegate {
                 .unwrap_or(self.settings.task_timeout_secs)
                 .clamp(1, self.settings.task_timeout_secs);
             let id = uuid::Uuid::new_v4().to_string();
+            let llm = self
+                .tokens
+                .issue(&id)
+                .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
+            // From here on the token dies however this future ends, dropped included.
+            let access = Access {
+                tokens: self.tokens.as_ref(),
+                store: &self.store,
+                task_id: &id,
+                started: Instant::now(),
+                live: true,
+            };
             self.store
                 .start_task(&id, &ctx.chat_id, Some(ctx.session_id), &args.task)
                 .await
@@ -151,13 +162,19 @@ impl Tool for Delegate {
             request.tools = args.tools;
             request.timeout = Some(timeout);
             request.secrets = (!secrets.is_empty()).then_some(secrets);
-            request.llm_base_url = Some(self.settings.llm_base_url.clone());
             request.llm_model = Some(self.settings.llm_model.clone());
-            // Never the API key: a per-task token the LLM relay accepts while the task lives.
-            request.llm_token = match self.tokens.issue(&id) {
-                Ok(token) => Some(token),
-                Err(e) => return Err(ToolError::new(format!("cannot issue a task token: {e}"))),
-            };
+            match llm {
+                // The default: a per-task token the LLM relay accepts while the task lives.
+                TaskLlm::Relay { base_url, token } => {
+                    request.llm_base_url = Some(base_url);
+                    request.llm_token = Some(token);
+                }
+                // Only with egress.relay.send_provider_key_to_subagents.
+                TaskLlm::ProviderKey { base_url, key } => {
+                    request.llm_base_url = Some(base_url);
+                    request.llm_api_key = key;
+                }
+            }
             tracing::info!(task_id = %id, chat = %ctx.chat_id, "delegating to a subagent");
 
             let started = Instant::now();
@@ -216,13 +233,68 @@ impl Tool for Delegate {
                     }
                 }
             };
-            self.tokens.revoke(&id);
-            tracing::info!(task_id = %id, status = %end.status, duration_ms = end.duration_ms, "subagent task ended");
+            let relay_tokens = access.end();
+            if end.usage == TokenUsage::default() {
+                // No usage in the answer (a failure, a timeout, a bare report): what the relay
+                // charged is the best count there is; kept as completion tokens, like a report.
+                end.usage.completion_tokens = relay_tokens.unwrap_or(0);
+            }
+            tracing::info!(
+                task_id = %id,
+                status = %end.status,
+                duration_ms = end.duration_ms,
+                relay_tokens = relay_tokens.unwrap_or(0),
+                "subagent task ended and its LLM access revoked"
+            );
             if let Err(e) = self.store.finish_task(&id, end).await {
                 tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
             }
             Ok(answer)
         })
+    }
+}
+
+/// A task's LLM access; revoked when the task ends, or when the tool's future is dropped
+/// (tool timeout, turn wind-down) before it could say so — then the record is closed too.
+struct Access<'a> {
+    tokens: &'a dyn TaskTokens,
+    store: &'a Store,
+    task_id: &'a str,
+    started: Instant,
+    live: bool,
+}
+
+impl Access<'_> {
+    /// Revokes now; returns what the relay charged the task.
+    fn end(mut self) -> Option<u64> {
+        self.live = false;
+        self.tokens.revoke(self.task_id)
+    }
+}
+
+impl Drop for Access<'_> {
+    fn drop(&mut self) {
+        if !self.live {
+            return;
+        }
+        let used = self.tokens.revoke(self.task_id);
+        tracing::info!(task_id = %self.task_id, "subagent task abandoned and its LLM access revoked");
+        // The pool recycles the container of a dropped task; the record must not stay
+        // "running" forever.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (store, id) = (self.store.clone(), self.task_id.to_owned());
+        let end = TaskEnd {
+            status: "cancelled".into(),
+            duration_ms: self.started.elapsed().as_millis() as i64,
+            usage: TokenUsage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
+            error: Some("abandoned: the turn stopped waiting for the subagent".into()),
+            ..TaskEnd::default()
+        };
+        runtime.spawn(async move {
+            if let Err(e) = store.finish_task(&id, end).await {
+                tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+            }
+        });
     }
 }
 
@@ -239,4 +311,70 @@ fn unfinished(
     end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
     end.error = Some(error.clone());
     json!({"success": false, "error": error, "report": report}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress;
+
+    /// The relay's real token table, as the delegation tool sees it.
+    #[derive(Debug, Default)]
+    struct Table(egress::TaskTokens);
+
+    impl TaskTokens for Table {
+        fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
+            let token = self.0.issue(task_id, 100).map_err(|e| e.to_string())?;
+            Ok(TaskLlm::Relay { base_url: "http://relay/v1".into(), token })
+        }
+        fn revoke(&self, task_id: &str) -> Option<u64> {
+            self.0.revoke(task_id).map(|u| u.used)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dropped_delegation_revokes_its_token_and_closes_its_record() {
+        let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("t.db")).await.unwrap();
+        let tokens = Table::default();
+        let TaskLlm::Relay { token, .. } = tokens.issue("t1").unwrap() else { panic!() };
+        store.start_task("t1", "c", None, "work").await.unwrap();
+        tokens.0.charge("t1", 7);
+        let access = Access {
+            tokens: &tokens,
+            store: &store,
+            task_id: "t1",
+            started: Instant::now(),
+            live: true,
+        };
+        drop(access); // what a tool timeout does to the tool's future
+        assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
+        let record = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let record = store.tasks("c").await.unwrap().remove(0);
+                if record.status != "running" {
+                    return record;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the record was closed");
+        assert_eq!((record.status.as_str(), record.completion_tokens), ("cancelled", 7));
+        assert!(record.error.is_some_and(|e| e.starts_with("abandoned")));
+
+        // A task that ends normally is revoked once, by `end`, and keeps its usage.
+        let TaskLlm::Relay { token, .. } = tokens.issue("t2").unwrap() else { panic!() };
+        tokens.0.charge("t2", 3);
+        let access = Access {
+            tokens: &tokens,
+            store: &store,
+            task_id: "t2",
+            started: Instant::now(),
+            live: true,
+        };
+        assert_eq!(access.end(), Some(3));
+        assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

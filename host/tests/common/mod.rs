@@ -101,3 +101,67 @@ pub async fn chat(
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// A `nexbot chat` kept running between messages, so a test can look at what exists while it
+/// lives (its pool's containers, its relay). stderr is drained all along, so verbose logs
+/// never fill the pipe.
+pub struct ChatSession {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl ChatSession {
+    pub fn start(config: &Path, env: &[(String, String)]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = nexbot(&["chat"], config, env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nexbot chat");
+        let stdin = child.stdin.take();
+        let stdout = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let stderr = tokio::spawn(async move {
+            let mut all = String::new();
+            while let Ok(Some(line)) = stderr.next_line().await {
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        Self { child, stdin, stdout, stderr }
+    }
+
+    /// Sends one message (one line).
+    pub async fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(format!("{line}\n").as_bytes()).await.expect("write stdin");
+    }
+
+    /// The next line of the answers, waiting at most `limit`.
+    pub async fn answer(&mut self, limit: Duration) -> String {
+        tokio::time::timeout(limit, self.stdout.next_line())
+            .await
+            .expect("no answer in time")
+            .expect("read stdout")
+            .expect("nexbot chat ended before answering")
+    }
+
+    /// Ends the input and waits for the exit: status, remaining stdout, all of stderr.
+    pub async fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String, String) {
+        drop(self.stdin.take());
+        let run = async {
+            let mut rest = String::new();
+            while let Ok(Some(line)) = self.stdout.next_line().await {
+                rest.push_str(&line);
+                rest.push('\n');
+            }
+            let status = self.child.wait().await.expect("wait for nexbot chat");
+            (status, rest, self.stderr.await.unwrap_or_default())
+        };
+        tokio::time::timeout(limit, run).await.expect("nexbot chat did not exit in time")
+    }
+}

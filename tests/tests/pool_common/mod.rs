@@ -91,30 +91,7 @@ where
 /// Runs `script` with `/bin/sh -c` inside container `id` (as the container's user) and
 /// returns its exit code and combined output. Bounded by a 30 s timeout.
 pub async fn exec(docker: &Docker, id: &str, script: &str) -> (i64, String) {
-    use bollard::exec::StartExecResults;
-    use bollard::models::ExecConfig;
-    use futures_util::StreamExt;
-
-    let config = ExecConfig {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(vec!["/bin/sh".into(), "-c".into(), script.into()]),
-        ..Default::default()
-    };
-    let run = async {
-        let created = docker.create_exec(id, config).await.expect("create exec");
-        let mut output = String::new();
-        if let StartExecResults::Attached { output: mut stream, .. } =
-            docker.start_exec(&created.id, None).await.expect("start exec")
-        {
-            while let Some(chunk) = stream.next().await {
-                output.push_str(&chunk.expect("exec output").to_string());
-            }
-        }
-        let code = docker.inspect_exec(&created.id).await.expect("inspect exec").exit_code;
-        (code.unwrap_or(-1), output)
-    };
-    tokio::time::timeout(Duration::from_secs(30), run).await.expect("exec finished in time")
+    nexbot_tests::exec_in(docker, id, &["/bin/sh", "-c", script], Duration::from_secs(30)).await
 }
 
 /// An `execute` request whose LLM is the scripted server `llm`, reached through the internal

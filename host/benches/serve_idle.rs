@@ -1,0 +1,197 @@
+//! `make bench`: the host daemon's idle memory with a pool of 4, measured on the real release
+//! `nexbot serve` (a workspace from `nexbot init`, the LLM pointing at the scripted server, the
+//! subagent pool on a bench-only network), from `/proc/<pid>/status` once the pool is ready and
+//! the daemon has sat idle. Then SIGTERM, a clean exit and no container left are checked.
+//! Prints figures (and hands the headline one to the final summary); asserts nothing about size.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nexbot_tests::bench::{containers_labelled, record, DockerCleanup, Figure, Target};
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use tokio::io::AsyncBufReadExt;
+
+const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+const IMAGE: &str = "nexbot-subagent:dev";
+const POOL_SIZE: usize = 4;
+/// How long the daemon sits idle, pool ready, before its memory is read.
+const IDLE: Duration = Duration::from_secs(5);
+/// Every wait in this bench is bounded.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The memory fields of `/proc/<pid>/status`, in KiB.
+#[derive(Debug, Default)]
+struct Memory {
+    rss: u64,
+    anon: u64,
+    file: u64,
+    hwm: u64,
+    threads: u64,
+}
+
+fn memory(pid: u32) -> Option<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some(Memory {
+        rss: field("VmRSS:")?,
+        anon: field("RssAnon:")?,
+        file: field("RssFile:")?,
+        hwm: field("VmHWM:")?,
+        threads: field("Threads:")?,
+    })
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let docker = bollard::Docker::connect_with_local_defaults().expect("Docker engine");
+    docker.ping().await.expect("the Docker engine answers (is dockerd running?)");
+    docker.inspect_image(IMAGE).await.expect("image nexbot-subagent:dev (`make image`)");
+    let run = format!("nxb-{}", std::process::id());
+    let pool_name = format!("{run}-serve");
+    let network = format!("{run}-serve-net");
+    let _cleanup = DockerCleanup::default()
+        .label(nexbot_docker::spec::LABEL_POOL, &pool_name)
+        .network(&network);
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|_| Step::text("ok"));
+
+    let dir = std::env::temp_dir().join(format!("{run}-workspace"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let init = std::process::Command::new(NEXBOT)
+        .args(["init", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("run nexbot init");
+    assert!(init.status.success(), "nexbot init: {}", String::from_utf8_lossy(&init.stderr));
+
+    let mut command = tokio::process::Command::new(NEXBOT);
+    command.arg("serve").arg("--config").arg(dir.join("config.toml")).kill_on_drop(true);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
+            command.env_remove(key);
+        }
+    }
+    let pool_size = POOL_SIZE.to_string();
+    command.envs([
+        ("NEXBOT_LLM__BASE_URL", llm.base_url().as_str()),
+        ("NEXBOT_LLM__MODEL", "scripted"),
+        ("NEXBOT_SUBAGENT__ENABLED", "true"),
+        ("NEXBOT_SUBAGENT__POOL_SIZE", pool_size.as_str()),
+        ("NEXBOT_SUBAGENT__POOL_NAME", pool_name.as_str()),
+        ("NEXBOT_SUBAGENT__NETWORK", network.as_str()),
+    ]);
+    println!(
+        "nexbot serve idle memory: release binary {NEXBOT}\n  workspace from `nexbot init`, \
+         default config except pool size {POOL_SIZE}, pool name and network (bench-only), LLM = \
+         scripted server; log level info.\n  Egress: `nexbot serve` on this branch does not \
+         start the egress proxy/relay (not wired into the daemon yet), so nothing was disabled \
+         and nothing of it is counted."
+    );
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nexbot serve");
+    let pid = child.id().expect("pid");
+
+    // Drain stderr all along (a full pipe would block the daemon) and watch for readiness.
+    let (serving_tx, mut serving_rx) = tokio::sync::watch::channel(false);
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let log = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("nexbot is serving") {
+                let _ = serving_tx.send(true);
+            }
+            kept.push(line);
+        }
+        kept
+    });
+    let ready = tokio::time::timeout(LIMIT, serving_rx.wait_for(|serving| *serving)).await;
+    assert!(matches!(ready, Ok(Ok(_))), "nexbot serve did not log `nexbot is serving`");
+    let serving_after = started.elapsed();
+    let running = containers_running(&docker, &pool_name).await;
+    println!(
+        "  serving after {:.2} s, {running} running container(s) labelled {}={pool_name}",
+        serving_after.as_secs_f64(),
+        nexbot_docker::spec::LABEL_POOL
+    );
+    assert_eq!(running, POOL_SIZE, "the pool is not all running");
+
+    tokio::time::sleep(IDLE).await;
+    let mut samples = Vec::new();
+    for _ in 0..3 {
+        samples.push(memory(pid).expect("read /proc/<pid>/status of nexbot serve"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let idle = samples.into_iter().max_by_key(|m| m.rss).expect("a sample");
+    println!(
+        "  idle ({} s after ready): VmRSS {:.2} MB ({} KiB: {} anonymous, {} file-backed), peak \
+         VmHWM {} KiB, {} threads",
+        IDLE.as_secs(),
+        idle.rss as f64 * 1024.0 / 1e6,
+        idle.rss,
+        idle.anon,
+        idle.file,
+        idle.hwm,
+        idle.threads
+    );
+
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(term.success(), "SIGTERM could not be sent");
+    let stopped = Instant::now();
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("nexbot serve exits after SIGTERM")
+        .expect("wait");
+    let log = tokio::time::timeout(LIMIT, log).await.expect("stderr closed").unwrap_or_default();
+    let left = containers_labelled(nexbot_docker::spec::LABEL_POOL, &pool_name);
+    println!(
+        "  SIGTERM: exited with {status} after {:.2} s; containers left: {}",
+        stopped.elapsed().as_secs_f64(),
+        left.len()
+    );
+    if !status.success() || !left.is_empty() {
+        println!("  log of the run:\n    {}", log.join("\n    "));
+    }
+    let _ = nexbot_docker::remove_network(&docker, &network).await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    record(Figure::promised(
+        &format!("host idle RSS, `nexbot serve` + pool of {POOL_SIZE}"),
+        idle.rss as f64 * 1024.0 / 1e6,
+        "MB",
+        Target::AtMost(15.0),
+    ));
+    record(Figure::reference(
+        "  of which private (RssAnon) / shared file pages",
+        &format!(
+            "{:.2} / {:.2} MB",
+            idle.anon as f64 * 1024.0 / 1e6,
+            idle.file as f64 * 1024.0 / 1e6
+        ),
+        &format!("(clean exit on SIGTERM: {}, containers left: {})", status.success(), left.len()),
+    ));
+}
+
+async fn containers_running(docker: &bollard::Docker, pool: &str) -> usize {
+    let label = format!("{}={pool}", nexbot_docker::spec::LABEL_POOL);
+    let filters = std::collections::HashMap::from([
+        ("label", vec![label.as_str()]),
+        ("status", vec!["running"]),
+    ]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    docker.list_containers(Some(options)).await.expect("list containers").len()
+}

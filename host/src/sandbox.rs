@@ -1,0 +1,268 @@
+//! The subagent sandbox as one unit: the internal network, the egress listener (proxy + LLM
+//! relay) on its gateway, and the warm pool whose containers use it — started together and
+//! stopped in order.
+//!
+//! Why one unit: each part needs the one before it (the listener binds the network's gateway,
+//! containers are created with the listener's address in their environment, the listener
+//! attributes connections through the pool), and the shutdown order matters: running tasks
+//! drain while the proxy and relay still serve them, then the tokens die, then the listener.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::Docker;
+use nexbot_docker::spec::LABEL_ROLE;
+use nexbot_docker::{ensure_internal_network, Pool, PoolError};
+use secrecy::SecretString;
+
+use crate::config::Config;
+use crate::egress::{self, Attribution, Egress, EgressError, LateAttribution};
+use crate::pool_runner::{pool_config, PoolRunner};
+use crate::subagent::{SubagentRunner, TaskLlm, TaskTokens};
+
+/// How long the listener's open connections get to finish at shutdown.
+const EGRESS_GRACE: Duration = Duration::from_secs(5);
+/// How long the engine gets to answer the first ping.
+const DOCKER_PING: Duration = Duration::from_secs(10);
+
+/// Why the sandbox did not start; each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "cannot reach the Docker engine: {0}; start it, or set subagent.enabled = false to run \
+         without delegation"
+    )]
+    Docker(String),
+    #[error("cannot prepare the subagent network: {0}")]
+    Network(PoolError),
+    #[error("{0}")]
+    Egress(#[from] EgressError),
+    #[error(
+        "cannot start the subagent pool: {0}; `nexbot doctor` says what is missing, or set \
+         subagent.enabled = false"
+    )]
+    Pool(PoolError),
+}
+
+/// The running sandbox. Call [`Sandbox::shutdown`]; dropping it stops the listener and leaves
+/// the containers for the next start to reap.
+pub struct Sandbox {
+    pool: Arc<Pool>,
+    egress: Egress,
+    tokens: Arc<RelayTokens>,
+    /// The pool as the listener's attribution: the listener holds it only weakly.
+    _attribution: Arc<dyn Attribution>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("pool", &self.pool.config().name)
+            .field("egress", &self.egress)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sandbox {
+    /// Network, then the egress listener on its gateway, then the pool with the listener's
+    /// environment, then the listener's attribution bound to the pool.
+    pub async fn start(config: &Config) -> Result<Self, SandboxError> {
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|e| SandboxError::Docker(e.to_string()))?;
+        match tokio::time::timeout(DOCKER_PING, docker.ping()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(SandboxError::Docker(e.to_string())),
+            Err(_) => return Err(SandboxError::Docker("no answer within 10 s".into())),
+        }
+        // The labels `Pool::start` gives the network, so whichever creates it, it is the same.
+        let labels = HashMap::from([(LABEL_ROLE.to_owned(), "subagent-network".to_owned())]);
+        let network = ensure_internal_network(&docker, &config.subagent.network, &labels)
+            .await
+            .map_err(SandboxError::Network)?;
+        let late = Arc::new(LateAttribution::default());
+        let egress = Egress::start(
+            config.egress_config(),
+            &network,
+            &config.data_dir(),
+            late.clone(),
+            config.secrets.relay_provider_key.clone(),
+        )
+        .await?;
+        let mut pool_config = pool_config(config);
+        pool_config.env.extend(egress.container_env());
+        let pool = match Pool::start(docker, pool_config).await {
+            Ok(pool) => Arc::new(pool),
+            Err(e) => {
+                egress.shutdown(EGRESS_GRACE).await;
+                return Err(SandboxError::Pool(e));
+            }
+        };
+        let attribution: Arc<dyn Attribution> = pool.clone();
+        late.bind(&attribution);
+        let tokens = Arc::new(RelayTokens::new(config, &egress));
+        Ok(Self { pool, egress, tokens, _attribution: attribution })
+    }
+
+    /// What the delegation tool runs tasks on.
+    pub fn runner(&self) -> Arc<dyn SubagentRunner> {
+        Arc::new(PoolRunner::new(self.pool.clone()))
+    }
+
+    /// Each task's LLM access: relay tokens (or, opted in, the provider key).
+    pub fn tokens(&self) -> Arc<dyn TaskTokens> {
+        self.tokens.clone()
+    }
+
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub fn egress(&self) -> &Egress {
+        &self.egress
+    }
+
+    /// Drains the pool (running tasks finish, still served by the proxy and relay), revokes
+    /// every token left, then stops the listener and removes its firewall rules.
+    pub async fn shutdown(self) {
+        if let Err(e) = self.pool.shutdown().await {
+            tracing::warn!(error = %e, "pool shutdown was not clean");
+        }
+        let left = self.egress.tokens().revoke_all();
+        if left > 0 {
+            tracing::warn!(left, "relay tokens of unfinished tasks revoked at shutdown");
+        }
+        let local = self.egress.local_addr();
+        self.egress.shutdown(EGRESS_GRACE).await;
+        tracing::info!(%local, "egress listener stopped");
+    }
+}
+
+/// [`TaskTokens`] backed by the egress relay: a fresh token per task with the configured
+/// budget, revoked when the task ends. With `egress.relay.send_provider_key_to_subagents`
+/// it hands out the provider's URL and key instead (the seed's `llm_api_key`).
+#[derive(Debug)]
+pub struct RelayTokens {
+    tokens: Arc<egress::TaskTokens>,
+    relay_base_url: String,
+    budget: u64,
+    provider_key: Option<ProviderKey>,
+}
+
+struct ProviderKey {
+    base_url: String,
+    key: Option<SecretString>,
+}
+
+impl std::fmt::Debug for ProviderKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProviderKey({}, key set: {})", self.base_url, self.key.is_some())
+    }
+}
+
+impl RelayTokens {
+    pub fn new(config: &Config, egress: &Egress) -> Self {
+        let relay = &config.egress.relay;
+        let provider_key = relay.send_provider_key_to_subagents.then(|| {
+            tracing::warn!(
+                "egress.relay.send_provider_key_to_subagents is on: the real LLM key is sent to \
+                 every subagent, which calls the provider through the egress proxy"
+            );
+            ProviderKey {
+                base_url: config.subagent_provider_base_url(),
+                key: config.secrets.relay_provider_key.clone(),
+            }
+        });
+        Self {
+            tokens: egress.tokens(),
+            relay_base_url: egress.relay_base_url(),
+            budget: relay.default_token_budget,
+            provider_key,
+        }
+    }
+}
+
+impl TaskTokens for RelayTokens {
+    fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
+        if let Some(direct) = &self.provider_key {
+            return Ok(TaskLlm::ProviderKey {
+                base_url: direct.base_url.clone(),
+                key: direct.key.clone(),
+            });
+        }
+        let token = self.tokens.issue(task_id, self.budget).map_err(|e| e.to_string())?;
+        tracing::debug!(task_id, budget = self.budget, "relay token issued");
+        Ok(TaskLlm::Relay { base_url: self.relay_base_url.clone(), token })
+    }
+
+    fn revoke(&self, task_id: &str) -> Option<u64> {
+        self.tokens.revoke(task_id).map(|usage| usage.used)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    /// A real listener on loopback (no network to firewall) for the tokens to come from.
+    async fn listener(config: &Config, dir: &std::path::Path) -> Egress {
+        let network = nexbot_docker::NetworkInfo {
+            id: String::new(),
+            name: "loopback".into(),
+            subnet: "127.0.0.0/8".into(),
+            gateway: "127.0.0.1".parse().unwrap(),
+            created: false,
+        };
+        let late: Arc<dyn Attribution> = Arc::new(LateAttribution::default());
+        let key = config.secrets.relay_provider_key.clone();
+        Egress::start(config.egress_config(), &network, dir, late, key).await.unwrap()
+    }
+
+    fn config_with(env: &[(&str, &str)]) -> Config {
+        let mut env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        env.extend([
+            ("NEXBOT_EGRESS__PORT".into(), "0".into()),
+            ("NEXBOT_EGRESS__FIREWALL".into(), "false".into()),
+            ("NEXBOT_LLM__BASE_URL".into(), "http://provider.example/v1".into()),
+            ("NEXBOT_LLM_API_KEY".into(), "sk-nxw-unit-key".into()),
+        ]);
+        let base = std::path::Path::new("/tmp");
+        Config::from_parts("", &base.join("c.toml"), base, env).unwrap()
+    }
+
+    #[tokio::test]
+    async fn tasks_get_relay_tokens_and_never_the_key_unless_opted_in() {
+        let dir = std::env::temp_dir().join(format!("nxw-sandbox-{}", uuid::Uuid::new_v4()));
+        let config = config_with(&[]);
+        let egress = listener(&config, &dir).await;
+        let tokens = RelayTokens::new(&config, &egress);
+        let TaskLlm::Relay { base_url, token } = tokens.issue("t1").unwrap() else {
+            panic!("the default is the relay")
+        };
+        assert_eq!(base_url, egress.relay_base_url());
+        assert!(token.expose_secret().starts_with(egress::TOKEN_PREFIX));
+        assert_ne!(token.expose_secret(), "sk-nxw-unit-key");
+        assert_eq!(egress.tokens().authorize(&token).unwrap(), "t1");
+        let usage = egress.tokens().usage("t1").unwrap();
+        assert_eq!(usage.budget, config.egress.relay.default_token_budget);
+        egress.tokens().charge("t1", 12);
+        assert_eq!(tokens.revoke("t1"), Some(12));
+        assert!(egress.tokens().authorize(&token).is_err(), "dead after the task");
+        assert_eq!(tokens.revoke("t1"), None);
+
+        let config =
+            config_with(&[("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true")]);
+        let tokens = RelayTokens::new(&config, &egress);
+        let TaskLlm::ProviderKey { base_url, key } = tokens.issue("t2").unwrap() else {
+            panic!("opted in")
+        };
+        assert_eq!(base_url, "http://provider.example/v1");
+        assert_eq!(key.unwrap().expose_secret(), "sk-nxw-unit-key");
+        assert!(egress.tokens().usage("t2").is_none(), "no relay token for a direct task");
+        assert_eq!(tokens.revoke("t2"), None);
+        egress.shutdown(Duration::from_secs(1)).await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
