@@ -1,5 +1,5 @@
 # Nexbot developer entry points. `make test` is what CI runs (through .ci/run).
-.PHONY: build test lint fmt image subagent-image host-image bench up down
+.PHONY: build test lint fmt image subagent-image host-image bench up down logs
 
 build:
 	cargo build --workspace
@@ -87,9 +87,13 @@ UP_TIMEOUT ?= 120
 up: image
 	$(COMPOSE) up -d --no-build
 	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
-	@echo "logs:   $(COMPOSE) logs -f host"
+	@echo "logs:   make logs"
 	@echo "pool:   docker ps --filter label=nexbot.pool=$(NEXBOT_POOL_NAME)"
-	@echo "stop:   make down   (the data volume is kept; '$(COMPOSE) down -v' deletes it)"
+	@echo "stop:   make down   (the data volume is kept; 'make down' then 'NEXBOT_SKILLS_DIR=$(NEXBOT_SKILLS_DIR) $(COMPOSE) down -v' deletes it)"
+
+# The daemon's log, followed (compose.yaml needs NEXBOT_SKILLS_DIR even to read logs; make sets it).
+logs:
+	$(COMPOSE) logs -f host
 
 # Stops the daemon (its shutdown removes the pool's containers and its firewall rules), removes
 # the compose containers, then anything a killed daemon left: pool containers (by label), egress
