@@ -56,7 +56,8 @@ BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench poo
 bench: image
 	for b in $(BENCH_RUNS); do cargo bench --no-run $$b || exit 1; done
 	@mkdir -p $(dir $(BENCH_FIGURES))
-	@echo "# make bench started at $$(date +%s)" > $(BENCH_FIGURES)
+	@{ echo "# make bench started at $$(date +%s)"; \
+	  echo "# load average at the start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(BENCH_FIGURES)
 	@failed=; for b in $(BENCH_RUNS); do echo "== cargo bench $$b"; \
 	  NEXBOT_BENCH_FIGURES=$(BENCH_FIGURES) cargo bench -q $$b || failed="$$failed [$$b]"; done; \
 	  if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi

@@ -35,8 +35,10 @@ fn main() {
     });
     let missed = figures.iter().filter(|f| f.met == Some(false)).count();
     let judged = figures.iter().filter(|f| f.met.is_some()).count();
+    let load_at_start = header(&path, "# load average at the start: ").unwrap_or_default();
     println!(
-        "\n=== make bench summary: {date}, {cores} cores, load average {} ===",
+        "\n=== make bench summary: {date}, {cores} cores, load average at the start \
+         {load_at_start}, at the end {} ===",
         load_average()
     );
     print!("{}", table(&figures));
@@ -50,8 +52,13 @@ fn main() {
     }
 }
 
-/// The start time `make bench` writes as the figures file's first line.
+/// The start time `make bench` writes at the top of the figures file (unix seconds).
 fn started_at(path: &std::path::Path) -> Option<u64> {
+    header(path, "# make bench started at ")?.parse().ok()
+}
+
+/// The value of the comment line of the figures file that starts with `prefix`.
+fn header(path: &std::path::Path, prefix: &str) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
-    text.lines().find_map(|l| l.strip_prefix("# make bench started at "))?.trim().parse().ok()
+    text.lines().find_map(|l| l.strip_prefix(prefix)).map(|v| v.trim().to_owned())
 }
