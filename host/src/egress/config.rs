@@ -19,8 +19,8 @@ pub struct EgressConfig {
     /// Port of the one listener that serves both the proxy and the relay. `0` picks a free port.
     /// Default `3128`.
     pub port: u16,
-    /// Address to listen on instead of the pool network's gateway, e.g. the host's own address
-    /// on that network when the host runs in compose. Default: none (use the gateway).
+    /// Address to listen on instead of the pool network's gateway (an address of this host on
+    /// the pool network). Default: none (use the gateway; compose's host networking does too).
     pub listen_addr: Option<IpAddr>,
     /// File name of the JSON-lines audit log inside the data directory.
     /// Default `egress-audit.jsonl`.
@@ -29,8 +29,8 @@ pub struct EgressConfig {
     pub require_attribution: bool,
     /// Install `iptables` rules so that from the pool network's bridge the host accepts only
     /// the proxy port: an internal network otherwise reaches every address and port of the
-    /// host itself. Needs root and `iptables`. Default `true`; set `false` where the host
-    /// cannot (e.g. when it runs in compose) and firewall the bridge another way.
+    /// host itself. Needs root and `iptables` (the compose image carries it and has
+    /// `NET_ADMIN`). Default `true`; set `false` only where the bridge is firewalled another way.
     pub firewall: bool,
     /// Seconds a client may take to send a request head. Default `10`.
     pub header_timeout_secs: u64,

@@ -28,8 +28,7 @@ pub enum FirewallError {
     NoInterface(String),
     #[error(
         "iptables {args}: {reason}; the host needs root and iptables to confine the pool \
-         network (set egress.firewall = false if the host cannot, e.g. in compose, and \
-         firewall the bridge yourself)"
+         network (set egress.firewall = false only if you firewall the bridge yourself)"
     )]
     Iptables { args: String, reason: String },
 }
