@@ -11,11 +11,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nexbot_core::ChatRef;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::Agent;
+use crate::channels::Router;
+use crate::commands::{CommandContext, CommandRegistry, Parsed, TurnControl};
 use crate::config::BusConfig;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
@@ -24,43 +28,10 @@ const IDLE_WORKER: Duration = Duration::from_secs(600);
 /// A user's message from a channel.
 #[derive(Debug, Clone)]
 pub struct InboundMessage {
-    pub chat_id: String,
+    pub chat: ChatRef,
     /// Channel-chosen id, echoed in the answer's `reply_to`.
     pub id: u64,
     pub text: String,
-}
-
-/// Whether a message ends the handling of an inbound message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutboundKind {
-    /// Sent while a turn runs (`send_message`).
-    Progress,
-    /// The answer to `reply_to`: every inbound message gets exactly one.
-    Final,
-}
-
-/// Something to show in a chat.
-#[derive(Debug, Clone)]
-pub struct OutboundMessage {
-    pub chat_id: String,
-    pub text: String,
-    pub reply_to: Option<u64>,
-    pub kind: OutboundKind,
-}
-
-impl OutboundMessage {
-    pub fn progress(chat_id: &str, text: String) -> Self {
-        Self { chat_id: chat_id.to_owned(), text, reply_to: None, kind: OutboundKind::Progress }
-    }
-
-    pub fn answer(message: &InboundMessage, text: String) -> Self {
-        Self {
-            chat_id: message.chat_id.clone(),
-            text,
-            reply_to: Some(message.id),
-            kind: OutboundKind::Final,
-        }
-    }
 }
 
 /// The channels' side of a running bus. Dropping `inbound` (after `shutdown`) lets the
@@ -68,7 +39,6 @@ impl OutboundMessage {
 #[derive(Debug)]
 pub struct BusHandle {
     pub inbound: mpsc::Sender<InboundMessage>,
-    pub outbound: mpsc::Receiver<OutboundMessage>,
     pub task: tokio::task::JoinHandle<()>,
 }
 
@@ -78,13 +48,21 @@ struct ChatWorker {
     current: Arc<Mutex<Option<CancellationToken>>>,
 }
 
-/// Starts the dispatcher. Turns are cancelled when `shutdown` fires.
-pub fn start(agent: Arc<Agent>, config: &BusConfig, shutdown: CancellationToken) -> BusHandle {
+/// Starts the dispatcher: commands are answered from `commands`, everything else is a turn of
+/// `agent`; answers and whatever turns send go out through `router`. Turns are cancelled
+/// when `shutdown` fires.
+pub fn start(
+    agent: Arc<Agent>,
+    router: Arc<Router>,
+    commands: CommandRegistry,
+    config: &BusConfig,
+    shutdown: CancellationToken,
+) -> BusHandle {
     let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_capacity);
-    let (outbound_tx, outbound_rx) = mpsc::channel(config.outbound_capacity);
     let dispatcher = Dispatcher {
         agent,
-        outbound: outbound_tx,
+        router,
+        commands,
         per_chat_queue: config.per_chat_queue,
         turns: Arc::new(Semaphore::new(config.max_parallel_turns)),
         shutdown,
@@ -92,16 +70,17 @@ pub fn start(agent: Arc<Agent>, config: &BusConfig, shutdown: CancellationToken)
         tasks: JoinSet::new(),
     };
     let task = tokio::spawn(dispatcher.run(inbound_rx));
-    BusHandle { inbound: inbound_tx, outbound: outbound_rx, task }
+    BusHandle { inbound: inbound_tx, task }
 }
 
 struct Dispatcher {
     agent: Arc<Agent>,
-    outbound: mpsc::Sender<OutboundMessage>,
+    router: Arc<Router>,
+    commands: CommandRegistry,
     per_chat_queue: usize,
     turns: Arc<Semaphore>,
     shutdown: CancellationToken,
-    workers: HashMap<String, ChatWorker>,
+    workers: HashMap<ChatRef, ChatWorker>,
     tasks: JoinSet<()>,
 }
 
@@ -125,42 +104,46 @@ impl Dispatcher {
     }
 
     async fn route(&mut self, message: InboundMessage) {
-        match message.text.trim() {
-            "/stop" => {
-                let stopped = self
-                    .workers
-                    .get(&message.chat_id)
-                    .and_then(|w| w.current.lock().unwrap_or_else(|p| p.into_inner()).clone())
-                    .map(|token| token.cancel())
-                    .is_some();
-                let text = if stopped { "Stopping the current task." } else { "Nothing to stop." };
-                self.reply(&message, text.into()).await;
-                return;
-            }
-            "/new" => {
-                let text = match self.agent.store().new_session(&message.chat_id).await {
-                    Ok(_) => "Started a new conversation.".to_owned(),
-                    Err(e) => format!("Could not start a new conversation: {e}"),
-                };
-                self.reply(&message, text).await;
-                return;
-            }
-            _ => {}
+        // Commands first: `/stop` must reach a turn that is waiting on a question.
+        if let Some(parsed) = self.commands.parse(&message.text) {
+            let text = match parsed {
+                Parsed::Known { command, args } => {
+                    let turns = Turns(&self.workers);
+                    let ctx = CommandContext {
+                        chat: &message.chat,
+                        args,
+                        turns: &turns,
+                        commands: &self.commands,
+                    };
+                    command.run(ctx).await
+                }
+                Parsed::Unknown { name } => self.commands.unknown(name),
+            };
+            self.reply(&message, text).await;
+            return;
+        }
+        if self.router.answer_question(&message.chat, &message.text) {
+            let taken = OutboundMessage {
+                kind: OutboundKind::Taken,
+                ..OutboundMessage::answer(&message.chat, message.id, String::new())
+            };
+            deliver(&self.router, taken).await;
+            return;
         }
         let mut message = message;
         for _ in 0..2 {
-            if self.workers.get(&message.chat_id).is_none_or(|w| w.queue.is_closed()) {
+            if self.workers.get(&message.chat).is_none_or(|w| w.queue.is_closed()) {
                 if self.workers.len() >= 1024 {
                     self.workers.retain(|_, w| !w.queue.is_closed());
                 }
-                let worker = self.spawn_worker(&message.chat_id);
-                self.workers.insert(message.chat_id.clone(), worker);
+                let worker = self.spawn_worker(&message.chat);
+                self.workers.insert(message.chat.clone(), worker);
             }
-            let Some(worker) = self.workers.get(&message.chat_id) else { return };
+            let Some(worker) = self.workers.get(&message.chat) else { return };
             match worker.queue.try_send(message) {
                 Ok(()) => return,
                 Err(mpsc::error::TrySendError::Full(refused)) => {
-                    tracing::warn!(chat = %refused.chat_id, "chat queue full, message refused");
+                    tracing::warn!(chat = %refused.chat, "chat queue full, message refused");
                     let text = "I am still busy with your earlier messages; please send this \
                                 one again when I have answered them."
                         .to_owned();
@@ -175,18 +158,18 @@ impl Dispatcher {
     }
 
     async fn reply(&self, message: &InboundMessage, text: String) {
-        let _ = self.outbound.send(OutboundMessage::answer(message, text)).await;
+        deliver(&self.router, OutboundMessage::answer(&message.chat, message.id, text)).await;
     }
 
-    fn spawn_worker(&mut self, chat_id: &str) -> ChatWorker {
+    fn spawn_worker(&mut self, chat: &ChatRef) -> ChatWorker {
         let (tx, mut rx) = mpsc::channel::<InboundMessage>(self.per_chat_queue);
         let current = Arc::new(Mutex::new(None));
         let worker_current = current.clone();
         let agent = self.agent.clone();
-        let outbound = self.outbound.clone();
+        let router = self.router.clone();
         let turns = self.turns.clone();
         let shutdown = self.shutdown.clone();
-        tracing::debug!(chat = chat_id, "chat worker started");
+        tracing::debug!(%chat, "chat worker started");
         self.tasks.spawn(async move {
             loop {
                 let message = match tokio::time::timeout(IDLE_WORKER, rx.recv()).await {
@@ -204,17 +187,37 @@ impl Dispatcher {
                     let _permit = turns.acquire().await;
                     let token = shutdown.child_token();
                     *worker_current.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
-                    let outcome = agent
-                        .run_turn(&message.chat_id, &message.text, token, outbound.clone())
-                        .await;
+                    let channel: Arc<dyn Channel> = router.clone();
+                    let outcome =
+                        agent.run_turn(&message.chat, &message.text, token, channel).await;
                     *worker_current.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     outcome.answer
                 };
-                if outbound.send(OutboundMessage::answer(&message, answer)).await.is_err() {
-                    break;
-                }
+                deliver(&router, OutboundMessage::answer(&message.chat, message.id, answer)).await;
             }
         });
         ChatWorker { queue: tx, current }
+    }
+}
+
+/// The running turns, as commands see them.
+struct Turns<'a>(&'a HashMap<ChatRef, ChatWorker>);
+
+impl TurnControl for Turns<'_> {
+    fn stop(&self, chat: &ChatRef) -> bool {
+        self.0
+            .get(chat)
+            .and_then(|w| w.current.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .map(|token| token.cancel())
+            .is_some()
+    }
+}
+
+/// Sends through the router; a chat whose channel is gone is logged (the channel's own
+/// delivery guarantees, e.g. Telegram's ledger, live in the channel).
+async fn deliver(router: &Router, message: OutboundMessage) {
+    let chat = message.chat.clone();
+    if let Err(e) = router.send(message).await {
+        tracing::warn!(%chat, error = %e, "an answer could not be delivered");
     }
 }

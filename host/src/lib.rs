@@ -5,18 +5,25 @@
 //! - [`config`]: TOML + `NEXBOT_*` environment, secrets from the environment only.
 //! - [`workspace`]: bootstrap files, `nexbot init`, the system prompt.
 //! - [`llm`]: the OpenAI-compatible provider with retries.
-//! - [`agent`]: the tool-calling loop and its hooks.
+//! - [`agent`]: the tool-calling loop, its hooks, and [`agent::channel::Channel`], the chat
+//!   operations it needs (it knows no concrete channel).
 //! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
-//! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`console`]: `nexbot chat`.
-//! - [`subagent`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
+//! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`commands`]: `/help`,
+//!   `/stop`, `/new`, shared by every channel.
+//! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`).
+//! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
 //! - [`egress`]: the sandbox's only way out — forward proxy and LLM relay with per-task tokens.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
-//! - [`runtime`]: wiring. [`doctor`]: checks.
+//! - [`app`]: the daemon's life cycle (start and stop order). [`runtime`]: builds the agent.
+//!   [`doctor`]: checks.
 
 pub mod agent;
+pub mod app;
 pub mod bus;
+pub mod channels;
+pub mod commands;
 pub mod config;
-pub mod console;
+pub mod delegation;
 pub mod doctor;
 pub mod egress;
 pub mod llm;
@@ -24,6 +31,8 @@ pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
 pub mod store;
-pub mod subagent;
 pub mod tools;
 pub mod workspace;
+
+/// A boxed future, as the object-safe traits of this crate return.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

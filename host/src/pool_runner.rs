@@ -11,7 +11,7 @@ use nexbot_protocol::Request;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::subagent::{BoxFuture, SubagentError, SubagentOutcome, SubagentRunner};
+use crate::delegation::{BoxFuture, SubagentError, SubagentOutcome, SubagentRunner};
 
 /// The pool's settings derived from `[subagent]`.
 pub fn pool_config(config: &Config) -> PoolConfig {

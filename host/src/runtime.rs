@@ -1,6 +1,6 @@
-//! Wiring: builds the agent (LLM client, tools, hooks, store) and, when delegation is on,
-//! the sandbox behind it (network, egress proxy + LLM relay, pool) from a [`Config`], so that
-//! `serve`, `chat` and the tests assemble exactly the same thing.
+//! Builds the agent (LLM client, tools, hooks, store) from a [`Config`]; [`crate::app::App`]
+//! calls it between starting the sandbox and the bus, so `serve`, `chat` and the tests
+//! assemble exactly the same thing.
 
 use std::sync::Arc;
 
@@ -9,10 +9,10 @@ use anyhow::Context as _;
 use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
 use crate::agent::Agent;
 use crate::config::Config;
+use crate::delegation::{LlmAccess, SubagentRunner};
 use crate::llm::LlmClient;
 use crate::sandbox::Sandbox;
 use crate::store::Store;
-use crate::subagent::{SubagentRunner, TaskTokens};
 use crate::tools::delegate::{Delegate, DelegateSettings};
 use crate::tools::files::{file_tools, Confinement};
 use crate::tools::memory::Memory;
@@ -30,58 +30,13 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
 #[derive(Debug, Clone)]
 pub struct Delegation {
     pub runner: Arc<dyn SubagentRunner>,
-    pub tokens: Arc<dyn TaskTokens>,
+    pub tokens: Arc<dyn LlmAccess>,
 }
 
 impl Delegation {
     /// The pool and the relay's per-task tokens of a running sandbox.
     pub fn on(sandbox: &Sandbox) -> Self {
         Self { runner: sandbox.runner(), tokens: sandbox.tokens() }
-    }
-}
-
-/// The running product behind a channel: the agent and, when it could start, the sandbox
-/// its delegations run in.
-#[derive(Debug)]
-pub struct Host {
-    pub agent: Arc<Agent>,
-    pub sandbox: Option<Sandbox>,
-    /// Why delegation is off (`subagent.enabled = false`, Docker unreachable, …), if it is.
-    pub delegation_off: Option<String>,
-}
-
-impl Host {
-    /// Opens the store and starts the sandbox (network + egress + pool) when delegation is
-    /// on. A sandbox that cannot start leaves the agent without delegation, with the reason
-    /// in `delegation_off`, rather than no agent at all.
-    pub async fn start(config: &Config) -> anyhow::Result<Self> {
-        let store = open_store(config).await?;
-        let (sandbox, delegation_off) = if !config.subagent.enabled {
-            (None, Some("subagent.enabled = false".to_owned()))
-        } else {
-            match Sandbox::start(config).await {
-                Ok(sandbox) => (Some(sandbox), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        };
-        let delegation = sandbox.as_ref().map(Delegation::on);
-        let agent = match build_agent(config, store, delegation) {
-            Ok(agent) => Arc::new(agent),
-            Err(e) => {
-                if let Some(sandbox) = sandbox {
-                    sandbox.shutdown().await;
-                }
-                return Err(e);
-            }
-        };
-        Ok(Self { agent, sandbox, delegation_off })
-    }
-
-    /// After the channels and turns are done: drains and stops the sandbox.
-    pub async fn shutdown(self) {
-        if let Some(sandbox) = self.sandbox {
-            sandbox.shutdown().await;
-        }
     }
 }
 

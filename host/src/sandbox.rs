@@ -17,9 +17,9 @@ use nexbot_docker::{ensure_internal_network, Pool, PoolError};
 use secrecy::SecretString;
 
 use crate::config::Config;
+use crate::delegation::{LlmAccess, SubagentRunner, TaskLlm};
 use crate::egress::{self, Attribution, Egress, EgressError, LateAttribution};
 use crate::pool_runner::{pool_config, PoolRunner};
-use crate::subagent::{SubagentRunner, TaskLlm, TaskTokens};
 
 /// How long the listener's open connections get to finish at shutdown.
 const EGRESS_GRACE: Duration = Duration::from_secs(5);
@@ -50,7 +50,7 @@ pub enum SandboxError {
 pub struct Sandbox {
     pool: Arc<Pool>,
     egress: Egress,
-    tokens: Arc<RelayTokens>,
+    tokens: Arc<RelayAccess>,
     /// The pool as the listener's attribution: the listener holds it only weakly.
     _attribution: Arc<dyn Attribution>,
 }
@@ -100,7 +100,7 @@ impl Sandbox {
         };
         let attribution: Arc<dyn Attribution> = pool.clone();
         late.bind(&attribution);
-        let tokens = Arc::new(RelayTokens::new(config, &egress));
+        let tokens = Arc::new(RelayAccess::new(config, &egress));
         Ok(Self { pool, egress, tokens, _attribution: attribution })
     }
 
@@ -110,7 +110,7 @@ impl Sandbox {
     }
 
     /// Each task's LLM access: relay tokens (or, opted in, the provider key).
-    pub fn tokens(&self) -> Arc<dyn TaskTokens> {
+    pub fn tokens(&self) -> Arc<dyn LlmAccess> {
         self.tokens.clone()
     }
 
@@ -138,11 +138,11 @@ impl Sandbox {
     }
 }
 
-/// [`TaskTokens`] backed by the egress relay: a fresh token per task with the configured
+/// [`LlmAccess`] backed by the egress relay: a fresh token per task with the configured
 /// budget, revoked when the task ends. With `egress.relay.send_provider_key_to_subagents`
 /// it hands out the provider's URL and key instead (the seed's `llm_api_key`).
 #[derive(Debug)]
-pub struct RelayTokens {
+pub struct RelayAccess {
     tokens: Arc<egress::TaskTokens>,
     relay_base_url: String,
     budget: u64,
@@ -160,7 +160,7 @@ impl std::fmt::Debug for ProviderKey {
     }
 }
 
-impl RelayTokens {
+impl RelayAccess {
     pub fn new(config: &Config, egress: &Egress) -> Self {
         let relay = &config.egress.relay;
         let provider_key = relay.send_provider_key_to_subagents.then(|| {
@@ -182,7 +182,7 @@ impl RelayTokens {
     }
 }
 
-impl TaskTokens for RelayTokens {
+impl LlmAccess for RelayAccess {
     fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
         if let Some(direct) = &self.provider_key {
             return Ok(TaskLlm::ProviderKey {
@@ -237,7 +237,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nxw-sandbox-{}", uuid::Uuid::new_v4()));
         let config = config_with(&[]);
         let egress = listener(&config, &dir).await;
-        let tokens = RelayTokens::new(&config, &egress);
+        let tokens = RelayAccess::new(&config, &egress);
         let TaskLlm::Relay { base_url, token } = tokens.issue("t1").unwrap() else {
             panic!("the default is the relay")
         };
@@ -254,7 +254,7 @@ mod tests {
 
         let config =
             config_with(&[("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true")]);
-        let tokens = RelayTokens::new(&config, &egress);
+        let tokens = RelayAccess::new(&config, &egress);
         let TaskLlm::ProviderKey { base_url, key } = tokens.issue("t2").unwrap() else {
             panic!("opted in")
         };

@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rusqlite::types::Type;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use thiserror::Error;
+
+use nexbot_core::ChatRef;
 
 use crate::llm::TokenUsage;
 
@@ -62,6 +65,15 @@ const MIGRATIONS: &[&str] = &[
         error TEXT
     );
     CREATE INDEX task_records_chat ON task_records(chat_id, started_at);",
+    // 2: chats are named by `ChatRef`'s text form (`telegram:<id>`, `console:<name>`). Before,
+    // only the console channel existed and named its chat `console`; any other bare id could
+    // only have come from the console too. `Store::open` logs how many rows it renamed.
+    "UPDATE sessions SET chat_id = CASE chat_id WHEN 'console' THEN 'console:default'
+        ELSE 'console:' || chat_id END WHERE instr(chat_id, ':') = 0;
+    UPDATE chat_settings SET chat_id = CASE chat_id WHEN 'console' THEN 'console:default'
+        ELSE 'console:' || chat_id END WHERE instr(chat_id, ':') = 0;
+    UPDATE task_records SET chat_id = CASE chat_id WHEN 'console' THEN 'console:default'
+        ELSE 'console:' || chat_id END WHERE instr(chat_id, ':') = 0;",
 ];
 
 #[derive(Debug, Error)]
@@ -97,7 +109,7 @@ pub struct Todo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskRecord {
     pub id: String,
-    pub chat_id: String,
+    pub chat: ChatRef,
     pub session_id: Option<i64>,
     pub task: String,
     pub container: Option<String>,
@@ -181,8 +193,8 @@ impl Store {
     }
 
     /// The chat's active session, created on first use.
-    pub async fn active_session(&self, chat_id: &str) -> Result<i64, StoreError> {
-        let chat = chat_id.to_owned();
+    pub async fn active_session(&self, chat: &ChatRef) -> Result<i64, StoreError> {
+        let chat = chat.to_string();
         self.call(move |c| {
             let found = c
                 .query_row(
@@ -206,8 +218,8 @@ impl Store {
     }
 
     /// Closes the chat's active session and opens a fresh one (history starts empty).
-    pub async fn new_session(&self, chat_id: &str) -> Result<i64, StoreError> {
-        let chat = chat_id.to_owned();
+    pub async fn new_session(&self, chat: &ChatRef) -> Result<i64, StoreError> {
+        let chat = chat.to_string();
         self.call(move |c| {
             let tx = c.transaction()?;
             tx.execute("UPDATE sessions SET active = 0 WHERE chat_id = ?1", [&chat])?;
@@ -275,8 +287,8 @@ impl Store {
     }
 
     /// Tokens spent by the chat across all its sessions (prompt, completion).
-    pub async fn chat_usage(&self, chat_id: &str) -> Result<TokenUsage, StoreError> {
-        let chat = chat_id.to_owned();
+    pub async fn chat_usage(&self, chat: &ChatRef) -> Result<TokenUsage, StoreError> {
+        let chat = chat.to_string();
         self.call(move |c| {
             c.query_row(
                 "SELECT COALESCE(SUM(h.prompt_tokens), 0), COALESCE(SUM(h.completion_tokens), 0)
@@ -344,8 +356,8 @@ impl Store {
         self.call(move |c| c.execute("DELETE FROM todos WHERE session_id = ?1", [session_id])).await
     }
 
-    pub async fn setting(&self, chat_id: &str, key: &str) -> Result<Option<String>, StoreError> {
-        let (chat, key) = (chat_id.to_owned(), key.to_owned());
+    pub async fn setting(&self, chat: &ChatRef, key: &str) -> Result<Option<String>, StoreError> {
+        let (chat, key) = (chat.to_string(), key.to_owned());
         self.call(move |c| {
             c.query_row(
                 "SELECT value FROM chat_settings WHERE chat_id = ?1 AND key = ?2",
@@ -359,11 +371,11 @@ impl Store {
 
     pub async fn set_setting(
         &self,
-        chat_id: &str,
+        chat: &ChatRef,
         key: &str,
         value: &str,
     ) -> Result<(), StoreError> {
-        let (chat, key, value) = (chat_id.to_owned(), key.to_owned(), value.to_owned());
+        let (chat, key, value) = (chat.to_string(), key.to_owned(), value.to_owned());
         self.call(move |c| {
             c.execute(
                 "INSERT INTO chat_settings (chat_id, key, value) VALUES (?1, ?2, ?3)
@@ -379,11 +391,11 @@ impl Store {
     pub async fn start_task(
         &self,
         id: &str,
-        chat_id: &str,
+        chat: &ChatRef,
         session_id: Option<i64>,
         task: &str,
     ) -> Result<(), StoreError> {
-        let (id, chat, task) = (id.to_owned(), chat_id.to_owned(), task.to_owned());
+        let (id, chat, task) = (id.to_owned(), chat.to_string(), task.to_owned());
         self.call(move |c| {
             c.execute(
                 "INSERT INTO task_records (id, chat_id, session_id, task, status, started_at)
@@ -418,8 +430,8 @@ impl Store {
     }
 
     /// The chat's task records, newest first.
-    pub async fn tasks(&self, chat_id: &str) -> Result<Vec<TaskRecord>, StoreError> {
-        let chat = chat_id.to_owned();
+    pub async fn tasks(&self, chat: &ChatRef) -> Result<Vec<TaskRecord>, StoreError> {
+        let chat = chat.to_string();
         self.call(move |c| {
             let mut stmt = c.prepare(
                 "SELECT id, chat_id, session_id, task, container, status, started_at, duration_ms,
@@ -429,7 +441,9 @@ impl Store {
             let rows = stmt.query_map([&chat], |r| {
                 Ok(TaskRecord {
                     id: r.get(0)?,
-                    chat_id: r.get(1)?,
+                    chat: r.get::<_, String>(1)?.parse().map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(1, Type::Text, Box::new(e))
+                    })?,
                     session_id: r.get(2)?,
                     task: r.get(3)?,
                     container: r.get(4)?,
@@ -490,9 +504,15 @@ fn migrate(conn: &mut Connection) -> Result<(), MigrateError> {
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
         let tx = conn.transaction().map_err(MigrateError::Sql)?;
+        let before = tx.total_changes();
         tx.execute_batch(sql).map_err(MigrateError::Sql)?;
+        let rows = tx.total_changes() - before;
         tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(MigrateError::Sql)?;
         tx.commit().map_err(MigrateError::Sql)?;
+        if version > 0 {
+            // A fresh database is not news; an upgraded one is.
+            tracing::info!(to_version = i + 1, rows, "database schema migrated");
+        }
     }
     Ok(())
 }
@@ -501,6 +521,37 @@ fn migrate(conn: &mut Connection) -> Result<(), MigrateError> {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn bare_chat_ids_of_schema_1_become_console_chats() {
+        let path = temp_db("migrate");
+        {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO sessions (id, chat_id, created_at) VALUES (1, 'console', 1), (2, 'chat-a', 1);
+                 INSERT INTO history (session_id, role, content, created_at) VALUES (1, 'user', 'old', 1);
+                 INSERT INTO chat_settings VALUES ('console', 'k', 'v');
+                 INSERT INTO task_records (id, chat_id, task, status, started_at)
+                   VALUES ('t1', 'console', 'x', 'success', 1);",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).await.unwrap();
+        let console = ChatRef::default_console();
+        assert_eq!(store.active_session(&console).await.unwrap(), 1, "history is kept");
+        assert_eq!(store.history(1, 10).await.unwrap()[0].content, "old");
+        assert_eq!(store.active_session(&ChatRef::console("chat-a").unwrap()).await.unwrap(), 2);
+        assert_eq!(store.setting(&console, "k").await.unwrap().as_deref(), Some("v"));
+        let tasks = store.tasks(&console).await.unwrap();
+        assert_eq!((tasks.len(), &tasks[0].chat), (1, &console));
+        drop(store);
+        // Opening again changes nothing (the migration ran once).
+        let store = Store::open(&path).await.unwrap();
+        assert_eq!(store.active_session(&console).await.unwrap(), 1);
+    }
+
     fn temp_db(tag: &str) -> PathBuf {
         std::env::temp_dir().join(format!("nxh-store-{tag}-{}", uuid::Uuid::new_v4())).join("t.db")
     }
@@ -508,26 +559,27 @@ mod tests {
     #[tokio::test]
     async fn history_survives_reopening_and_is_pairs_in_order() {
         let path = temp_db("reopen");
+        let c1 = ChatRef::console("c1").unwrap();
         let store = Store::open(&path).await.unwrap();
-        let session = store.active_session("c1").await.unwrap();
+        let session = store.active_session(&c1).await.unwrap();
         let usage = TokenUsage { prompt_tokens: 10, completion_tokens: 5 };
         store.append_turn(session, "hi", "hello", usage).await.unwrap();
         store.append_turn(session, "again", "yes", usage).await.unwrap();
         drop(store);
         let store = Store::open(&path).await.unwrap();
-        assert_eq!(store.active_session("c1").await.unwrap(), session);
+        assert_eq!(store.active_session(&c1).await.unwrap(), session);
         let history = store.history(session, 3).await.unwrap();
         let roles: Vec<_> = history.iter().map(|h| h.role.as_str()).collect();
         assert_eq!(roles, ["assistant", "user", "assistant"]);
         assert_eq!(history[2].content, "yes");
         assert_eq!(
-            store.chat_usage("c1").await.unwrap(),
+            store.chat_usage(&c1).await.unwrap(),
             TokenUsage { prompt_tokens: 20, completion_tokens: 10 }
         );
         let mode: String =
             store.call(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0))).await.unwrap();
         assert_eq!(mode, "wal");
-        let fresh = store.new_session("c1").await.unwrap();
+        let fresh = store.new_session(&c1).await.unwrap();
         assert_ne!(fresh, session);
         assert!(store.history(fresh, 10).await.unwrap().is_empty());
     }
@@ -535,7 +587,8 @@ mod tests {
     #[tokio::test]
     async fn todos_settings_and_tasks_round_trip() {
         let store = Store::open(&temp_db("rt")).await.unwrap();
-        let s = store.active_session("c").await.unwrap();
+        let c = ChatRef::Telegram(7);
+        let s = store.active_session(&c).await.unwrap();
         let a = store.add_todo(s, "one").await.unwrap();
         store.add_todo(s, "two").await.unwrap();
         assert!(store.complete_todo(s, a).await.unwrap());
@@ -546,13 +599,13 @@ mod tests {
         assert!(store.remove_todo(s, a).await.unwrap());
         assert_eq!(store.clear_todos(s).await.unwrap(), 1);
 
-        assert_eq!(store.setting("c", "agent").await.unwrap(), None);
-        store.set_setting("c", "agent", "on").await.unwrap();
-        store.set_setting("c", "agent", "off").await.unwrap();
-        assert_eq!(store.setting("c", "agent").await.unwrap().as_deref(), Some("off"));
+        assert_eq!(store.setting(&c, "agent").await.unwrap(), None);
+        store.set_setting(&c, "agent", "on").await.unwrap();
+        store.set_setting(&c, "agent", "off").await.unwrap();
+        assert_eq!(store.setting(&c, "agent").await.unwrap().as_deref(), Some("off"));
 
-        store.start_task("t1", "c", Some(s), "do it").await.unwrap();
-        assert_eq!(store.tasks("c").await.unwrap()[0].status, "running");
+        store.start_task("t1", &c, Some(s), "do it").await.unwrap();
+        assert_eq!(store.tasks(&c).await.unwrap()[0].status, "running");
         let end = TaskEnd {
             status: "success".into(),
             container: Some("abc".into()),
@@ -561,7 +614,7 @@ mod tests {
             error: None,
         };
         store.finish_task("t1", end).await.unwrap();
-        let record = &store.tasks("c").await.unwrap()[0];
+        let record = &store.tasks(&c).await.unwrap()[0];
         assert_eq!(
             (record.status.as_str(), record.container.as_deref(), record.completion_tokens),
             ("success", Some("abc"), 4)

@@ -23,17 +23,20 @@ use common::{base_env, chat, text, ChatSession, TempWorkspace};
 use egress_support::docker::host_address_off_network;
 use egress_support::{http_server_at, read_audit, wait_audit};
 use futures_util::FutureExt as _;
-use nexbot_host::bus::{self, BusHandle, InboundMessage, OutboundKind};
+use nexbot_core::{ChannelKind, ChatRef};
+use nexbot_host::agent::channel::{OutboundKind, OutboundMessage};
+use nexbot_host::app::{App, AppOptions};
+use nexbot_host::bus::InboundMessage;
+use nexbot_host::channels::console::ConsoleChannel;
 use nexbot_host::config::Config;
-use nexbot_host::runtime::{build_agent, open_store, Delegation};
+use nexbot_host::delegation::{LlmAccess, TaskLlm};
 use nexbot_host::sandbox::Sandbox;
 use nexbot_host::store::Store;
-use nexbot_host::subagent::{TaskLlm, TaskTokens};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::mpsc;
 
 const PLANTED_KEY: &str = "sk-planted-nxw-4f7a9c";
 const IMAGE: &str = "nexbot-subagent:dev";
@@ -331,11 +334,11 @@ async fn the_provider_key_opt_in_hands_the_key_to_the_subagent_which_goes_throug
 /// The sandbox's real tokens, watched: remembers every relay token it handed out.
 #[derive(Debug)]
 struct Watched {
-    inner: Arc<dyn TaskTokens>,
+    inner: Arc<dyn LlmAccess>,
     issued: Mutex<Vec<(String, SecretString)>>,
 }
 
-impl TaskTokens for Watched {
+impl LlmAccess for Watched {
     fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
         let llm = self.inner.issue(task_id)?;
         if let TaskLlm::Relay { token, .. } = &llm {
@@ -348,40 +351,53 @@ impl TaskTokens for Watched {
     }
 }
 
+/// The chat of the in-process tests.
+fn console_chat() -> ChatRef {
+    ChatRef::console("c1").unwrap()
+}
+
 /// The in-process product: config from the workspace plus `env`, the sandbox, the agent
 /// with watched tokens, and the bus.
 struct InProcess {
-    sandbox: Sandbox,
+    app: App,
     tokens: Arc<Watched>,
     store: Store,
-    bus: BusHandle,
-    shutdown: CancellationToken,
+    outbound: mpsc::Receiver<OutboundMessage>,
 }
 
 impl InProcess {
     async fn start(ws: &TempWorkspace, env: Vec<(String, String)>) -> Self {
         let text_config = std::fs::read_to_string(ws.config()).unwrap();
         let config = Config::from_parts(&text_config, &ws.config(), &ws.dir, env).expect("config");
-        let sandbox = Sandbox::start(&config).await.expect("sandbox starts");
-        let tokens = Arc::new(Watched { inner: sandbox.tokens(), issued: Mutex::default() });
-        let delegation = Delegation { runner: sandbox.runner(), tokens: tokens.clone() };
-        let store = open_store(&config).await.unwrap();
-        let agent = Arc::new(build_agent(&config, store.clone(), Some(delegation)).unwrap());
-        let shutdown = CancellationToken::new();
-        let bus = bus::start(agent, &config.bus, shutdown.clone());
-        Self { sandbox, tokens, store, bus, shutdown }
+        let watched = Arc::new(std::sync::OnceLock::new());
+        let slot = watched.clone();
+        let options = AppOptions {
+            llm_access: Some(Box::new(move |inner| {
+                let tokens = Arc::new(Watched { inner, issued: Mutex::default() });
+                slot.set(tokens.clone()).expect("wrapped once");
+                tokens as Arc<dyn LlmAccess>
+            })),
+            ..AppOptions::default()
+        };
+        let mut app = App::start_with(&config, options).await.expect("app starts");
+        assert!(app.delegation_off().is_none(), "sandbox starts: {:?}", app.delegation_off());
+        let tokens = watched.get().expect("the sandbox's LLM access was wrapped").clone();
+        let (console, outbound) = ConsoleChannel::new(64);
+        app.add_channel(ChannelKind::Console, Arc::new(console));
+        let store = app.store().clone();
+        Self { app, tokens, store, outbound }
     }
 
     async fn send(&self, id: u64, text: &str) {
-        let message = InboundMessage { chat_id: "c1".into(), id, text: text.into() };
-        self.bus.inbound.send(message).await.unwrap();
+        let message = InboundMessage { chat: console_chat(), id, text: text.into() };
+        self.app.inbound().send(message).await.unwrap();
     }
 
     /// Final answers by the id of the message they answer.
     async fn answers(&mut self, count: usize) -> HashMap<u64, String> {
         let mut answers = HashMap::new();
         while answers.len() < count {
-            let message = tokio::time::timeout(Duration::from_secs(60), self.bus.outbound.recv())
+            let message = tokio::time::timeout(Duration::from_secs(60), self.outbound.recv())
                 .await
                 .expect("no answer in time")
                 .expect("bus closed");
@@ -396,8 +412,13 @@ impl InProcess {
     async fn wait_for_the_slow_call(&self, llm: &ScriptedLlm) -> Result<(), String> {
         tokio::time::timeout(Duration::from_secs(60), async {
             loop {
-                let running =
-                    self.store.tasks("c1").await.unwrap().iter().any(|t| t.status == "running");
+                let running = self
+                    .store
+                    .tasks(&console_chat())
+                    .await
+                    .unwrap()
+                    .iter()
+                    .any(|t| t.status == "running");
                 let calls = llm.chat_requests().iter().filter(|r| !is_main(&r.body)).count();
                 if running && calls >= 2 {
                     break;
@@ -409,6 +430,10 @@ impl InProcess {
         .map_err(|_| "the subagent never reached its slow call".to_owned())
     }
 
+    fn sandbox(&self) -> &Sandbox {
+        self.app.sandbox().expect("delegation is on")
+    }
+
     /// The one relay token issued so far, with its task.
     fn token(&self) -> (String, SecretString) {
         let issued = self.tokens.issued.lock().unwrap();
@@ -418,7 +443,7 @@ impl InProcess {
 
     /// The relay's answer to one chat call with `bearer`, made from the host.
     async fn relay_status(&self, bearer: &str) -> u16 {
-        let url = format!("{}/chat/completions", self.sandbox.egress().relay_base_url());
+        let url = format!("{}/chat/completions", self.sandbox().egress().relay_base_url());
         let body = json!({"model": "scripted", "messages": [{"role": "user", "content": "hi"}]});
         let response = reqwest::Client::new()
             .post(url)
@@ -436,16 +461,13 @@ impl InProcess {
     async fn assert_token_dead(&self, token: &SecretString) {
         assert_eq!(self.relay_status(token.expose_secret()).await, 401, "the task's token");
         assert_eq!(self.relay_status(PLANTED_KEY).await, 401, "the provider key");
-        let live = self.sandbox.egress().tokens().issue("nxw-probe", 1_000).unwrap();
+        let live = self.sandbox().egress().tokens().issue("nxw-probe", 1_000).unwrap();
         assert_eq!(self.relay_status(live.expose_secret()).await, 200, "a live token");
-        self.sandbox.egress().tokens().revoke("nxw-probe");
+        self.sandbox().egress().tokens().revoke("nxw-probe");
     }
 
     async fn stop(self) {
-        self.shutdown.cancel();
-        drop(self.bus.inbound);
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.bus.task).await;
-        self.sandbox.shutdown().await;
+        self.app.stop().await;
     }
 }
 
@@ -471,14 +493,14 @@ async fn stopping_a_turn_cancels_the_subagent_and_its_relay_token() {
         let answers = host.answers(2).await;
         assert_eq!(answers[&2], "Stopping the current task.");
         assert_eq!(answers[&1], "Stopped.");
-        let record = host.store.tasks("c1").await.unwrap().remove(0);
+        let record = host.store.tasks(&console_chat()).await.unwrap().remove(0);
         assert_eq!(record.id, task_id);
         assert_eq!(record.status, "cancelled");
         // "task cancelled" is the subagent's own answer to the `cancel` request.
         assert_eq!(record.error.as_deref(), Some("task cancelled"), "{record:?}");
         host.assert_token_dead(&token).await;
         // The relay served the task's calls under its id (and the probe under its own).
-        let audit = read_audit(host.sandbox.egress().audit_path());
+        let audit = read_audit(host.sandbox().egress().audit_path());
         let relayed = audit.iter().filter(|l| l["task_id"] == task_id.as_str()).count();
         assert!(relayed >= 2, "{audit:#?}");
         Ok::<_, String>(())
@@ -509,17 +531,17 @@ async fn a_subagent_dying_mid_task_revokes_its_token_and_records_its_relay_usage
         host.wait_for_the_slow_call(&llm).await?;
         let (task_id, token) = host.token();
         let container = host
-            .sandbox
+            .sandbox()
             .pool()
             .snapshot()
             .into_iter()
             .find(|s| s.current_task.as_deref() == Some(task_id.as_str()))
             .and_then(|s| s.container_id)
             .ok_or("no container runs the task")?;
-        host.sandbox.pool().kill(&container).await.map_err(|e| e.to_string())?;
+        host.sandbox().pool().kill(&container).await.map_err(|e| e.to_string())?;
         let answers = host.answers(1).await;
         assert!(answers[&1].starts_with("The sub-agent answered:"), "{answers:?}");
-        let record = host.store.tasks("c1").await.unwrap().remove(0);
+        let record = host.store.tasks(&console_chat()).await.unwrap().remove(0);
         assert_eq!(record.status, "error", "{record:?}");
         // The pool's failure carries no usage: the relay's count (one call of 15) is kept.
         assert_eq!((record.prompt_tokens, record.completion_tokens), (0, 15), "{record:?}");

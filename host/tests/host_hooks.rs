@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{base_env, TempWorkspace};
+use nexbot_core::ChatRef;
+use nexbot_host::agent::channel::Channel;
 use nexbot_host::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
 use nexbot_host::agent::{Agent, TurnStatus};
+use nexbot_host::channels::Router;
 use nexbot_host::config::Config;
 use nexbot_host::runtime::{build_agent_with_hooks, open_store};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use serde_json::json;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug)]
@@ -35,7 +37,9 @@ impl Hook for Policy {
             HookEvent::AfterTool { tool: "list_dir", .. } => {
                 HookResult::InjectContext("listing checked by policy".into())
             }
-            HookEvent::BeforeIteration { iteration: 3 } if context.chat_id == "finish" => {
+            HookEvent::BeforeIteration { iteration: 3 }
+                if *context.chat == ChatRef::console("finish").unwrap() =>
+            {
                 HookResult::Finish("enough for now".into())
             }
             HookEvent::Timeout { tool: None } => {
@@ -44,6 +48,11 @@ impl Hook for Policy {
             _ => HookResult::Continue,
         }
     }
+}
+
+/// Turns here send nothing to a chat: a router with no channel.
+fn no_channel() -> Arc<dyn Channel> {
+    Arc::new(Router::new())
 }
 
 async fn agent(ws: &TempWorkspace, llm: &ScriptedLlm, extra: &[(&str, &str)]) -> Agent {
@@ -67,17 +76,25 @@ async fn hooks_block_inject_and_finish() {
     ])
     .await;
     let agent = agent(&ws, &llm, &[]).await;
-    let (tx, _rx) = mpsc::channel(8);
+    let tx = no_channel();
 
-    let outcome =
-        agent.run_turn("c", "forbidden request", CancellationToken::new(), tx.clone()).await;
+    let outcome = agent
+        .run_turn(
+            &ChatRef::console("c").unwrap(),
+            "forbidden request",
+            CancellationToken::new(),
+            tx.clone(),
+        )
+        .await;
     assert_eq!(
         (outcome.status, outcome.answer.as_str()),
         (TurnStatus::Blocked, "not allowed here")
     );
     assert!(llm.chat_requests().is_empty(), "the LLM was called for a blocked turn");
 
-    let outcome = agent.run_turn("c", "clean up", CancellationToken::new(), tx.clone()).await;
+    let outcome = agent
+        .run_turn(&ChatRef::console("c").unwrap(), "clean up", CancellationToken::new(), tx.clone())
+        .await;
     assert_eq!(outcome.answer, "could not delete");
     assert!(ws.dir.join("keep.txt").exists());
     let tool_messages: Vec<String> = llm.chat_requests()[1].body["messages"]
@@ -90,7 +107,14 @@ async fn hooks_block_inject_and_finish() {
     assert!(tool_messages[0].contains("blocked: deleting is disabled"), "{tool_messages:?}");
     assert!(tool_messages[1].contains("[note] listing checked by policy"), "{tool_messages:?}");
 
-    let outcome = agent.run_turn("finish", "keep listing", CancellationToken::new(), tx).await;
+    let outcome = agent
+        .run_turn(
+            &ChatRef::console("finish").unwrap(),
+            "keep listing",
+            CancellationToken::new(),
+            tx,
+        )
+        .await;
     assert_eq!((outcome.status, outcome.answer.as_str()), (TurnStatus::Answered, "enough for now"));
     assert_eq!(outcome.iterations, 3);
     assert_eq!(llm.chat_requests().len(), 4);
@@ -101,11 +125,11 @@ async fn a_turn_that_runs_out_of_time_is_stopped_with_a_message() {
     let ws = TempWorkspace::init("hooks-timeout");
     let llm = ScriptedLlm::start(vec![Step::text("late").delayed(Duration::from_secs(4))]).await;
     let agent = agent(&ws, &llm, &[("NEXBOT_AGENT__TURN_TIMEOUT_SECS", "1")]).await;
-    let (tx, _rx) = mpsc::channel(8);
+    let tx = no_channel();
     let cancel = CancellationToken::new();
     let outcome = tokio::time::timeout(
         Duration::from_secs(30),
-        agent.run_turn("c", "take your time", cancel.clone(), tx),
+        agent.run_turn(&ChatRef::console("c").unwrap(), "take your time", cancel.clone(), tx),
     )
     .await
     .unwrap();

@@ -53,7 +53,7 @@ pub enum HookResult {
 /// What hooks may know about the turn.
 #[derive(Debug, Clone, Copy)]
 pub struct HookContext<'a> {
-    pub chat_id: &'a str,
+    pub chat: &'a nexbot_core::ChatRef,
     /// Tokens spent so far in this turn.
     pub tokens: u64,
     pub iteration: u32,

@@ -7,6 +7,7 @@
 //! correct itself. The turn's [`CancellationToken`] is handed (as child tokens) to every tool,
 //! so stopping a turn reaches the subagent tasks it started.
 
+pub mod channel;
 pub mod hooks;
 
 use std::path::PathBuf;
@@ -15,11 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::hooks::{run_hooks, Hook, HookContext, HookEvent, HookResult};
-use crate::bus::OutboundMessage;
+use nexbot_core::ChatRef;
+
+use self::channel::Channel;
 use crate::config::AgentConfig;
 use crate::llm::{ChatMessage, LlmClient, LlmError, TokenUsage, ToolCall};
 use crate::store::Store;
@@ -108,10 +110,10 @@ pub struct Agent {
 
 /// The turn being run: who asked, and the per-turn handles.
 struct Turn<'a> {
-    chat_id: &'a str,
+    chat: &'a ChatRef,
     session_id: i64,
     cancel: &'a CancellationToken,
-    outbound: &'a mpsc::Sender<OutboundMessage>,
+    channel: &'a Arc<dyn Channel>,
     meter: &'a TurnMeter,
 }
 
@@ -135,19 +137,20 @@ impl Agent {
         &self.store
     }
 
-    /// Runs one turn for `chat_id`. Never fails: every problem becomes the answer's text.
+    /// Runs one turn for `chat`. Never fails: every problem becomes the answer's text. The
+    /// answer is returned, not sent; `channel` is where tools reach the chat meanwhile.
     pub async fn run_turn(
         &self,
-        chat_id: &str,
+        chat: &ChatRef,
         text: &str,
         cancel: CancellationToken,
-        outbound: mpsc::Sender<OutboundMessage>,
+        channel: Arc<dyn Channel>,
     ) -> TurnOutcome {
         let meter = TurnMeter::default();
-        let session_id = match self.store.active_session(chat_id).await {
+        let session_id = match self.store.active_session(chat).await {
             Ok(id) => id,
             Err(e) => {
-                tracing::error!(chat = chat_id, error = %e, "cannot load the session");
+                tracing::error!(%chat, error = %e, "cannot load the session");
                 return TurnOutcome {
                     answer: format!("Sorry, I cannot reach my memory right now: {e}"),
                     status: TurnStatus::Failed,
@@ -156,8 +159,7 @@ impl Agent {
                 };
             }
         };
-        let turn =
-            Turn { chat_id, session_id, cancel: &cancel, outbound: &outbound, meter: &meter };
+        let turn = Turn { chat, session_id, cancel: &cancel, channel: &channel, meter: &meter };
         let budget = Duration::from_secs(self.config.turn_timeout_secs);
         let inner = self.run_loop(&turn, text);
         tokio::pin!(inner);
@@ -193,11 +195,11 @@ impl Agent {
         let usage = meter.usage();
         if status == TurnStatus::Answered {
             if let Err(e) = self.store.append_turn(session_id, text, &answer, usage).await {
-                tracing::error!(chat = chat_id, error = %e, "cannot save the turn to the history");
+                tracing::error!(%chat, error = %e, "cannot save the turn to the history");
             }
         }
         tracing::info!(
-            chat = chat_id,
+            %chat,
             ?status,
             iterations = meter.iterations.load(Ordering::Relaxed),
             prompt_tokens = usage.prompt_tokens,
@@ -210,7 +212,7 @@ impl Agent {
     fn hook_context<'a>(&self, turn: &Turn<'a>) -> HookContext<'a> {
         let usage = turn.meter.usage();
         HookContext {
-            chat_id: turn.chat_id,
+            chat: turn.chat,
             tokens: usage.prompt_tokens + usage.completion_tokens,
             iteration: turn.meter.iterations.load(Ordering::Relaxed),
         }
@@ -247,7 +249,7 @@ impl Agent {
         let mut messages = match self.build_messages(turn, text).await {
             Ok(messages) => messages,
             Err(e) => {
-                tracing::error!(chat = turn.chat_id, error = %e, "cannot build the prompt");
+                tracing::error!(chat = %turn.chat, error = %e, "cannot build the prompt");
                 return Ending::new(
                     TurnStatus::Failed,
                     format!("Sorry, something is wrong on my side: {e}"),
@@ -275,7 +277,7 @@ impl Agent {
                 Ok(completion) => completion,
                 Err(LlmError::Cancelled) => return Ending::new(TurnStatus::Cancelled, "Stopped."),
                 Err(e) => {
-                    tracing::warn!(chat = turn.chat_id, error = %e, "LLM call failed");
+                    tracing::warn!(chat = %turn.chat, error = %e, "LLM call failed");
                     return Ending::new(TurnStatus::LlmFailed, e.user_message());
                 }
             };
@@ -352,20 +354,20 @@ impl Agent {
             HookResult::InjectContext(text) => note = Some(text),
             HookResult::Continue => {}
         }
-        tracing::info!(chat = turn.chat_id, tool = name, "tool call");
+        tracing::info!(chat = %turn.chat, tool = name, "tool call");
         let limit = tool.timeout().unwrap_or(Duration::from_secs(self.config.tool_timeout_secs));
         let ctx = ToolContext {
-            chat_id: turn.chat_id.to_owned(),
+            chat: turn.chat.clone(),
             session_id: turn.session_id,
             cancel: turn.cancel.child_token(),
-            outbound: turn.outbound.clone(),
+            channel: turn.channel.clone(),
         };
         let mut result = match tokio::time::timeout(limit, tool.call(args, &ctx)).await {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => failure(e),
             Err(_) => {
                 ctx.cancel.cancel();
-                tracing::warn!(chat = turn.chat_id, tool = name, "tool timed out");
+                tracing::warn!(chat = %turn.chat, tool = name, "tool timed out");
                 let message = failure(format!("{name} timed out after {}s", limit.as_secs()));
                 let event = HookEvent::Timeout { tool: Some(name) };
                 match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {

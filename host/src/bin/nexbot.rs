@@ -4,15 +4,16 @@
 //! mostly waits on the network, and its idle footprint matters on a small server.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use nexbot_host::bus::{self, BusHandle};
+use nexbot_core::{ChannelKind, ChatRef};
+use nexbot_host::app::App;
+use nexbot_host::channels::console::{self, ConsoleChannel};
 use nexbot_host::config::Config;
 use nexbot_host::doctor::{self, Verdict};
-use nexbot_host::runtime::Host;
-use nexbot_host::{console, workspace};
+use nexbot_host::workspace;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Parser)]
@@ -117,20 +118,6 @@ fn init_logging(config: &Config, default_level: Option<&str>) {
     }
 }
 
-/// The host (agent + sandbox when delegation is on) and the bus in front of it.
-async fn start(config: &Config, shutdown: &CancellationToken) -> anyhow::Result<(BusHandle, Host)> {
-    let host = Host::start(config).await?;
-    Ok((bus::start(host.agent.clone(), &config.bus, shutdown.clone()), host))
-}
-
-/// After the bus: lets running turns end, then drains and stops the sandbox.
-async fn stop(task: tokio::task::JoinHandle<()>, host: Host) {
-    if tokio::time::timeout(Duration::from_secs(30), task).await.is_err() {
-        tracing::warn!("turns did not stop within 30 s");
-    }
-    host.shutdown().await;
-}
-
 async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     let written = if init {
         workspace::init_if_missing(path)
@@ -144,23 +131,16 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     if let Some(report) = written {
         tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
-    let shutdown = CancellationToken::new();
-    let (BusHandle { inbound, mut outbound, task }, host) = start(&config, &shutdown).await?;
-    if let Some(why) = &host.delegation_off {
+    let app = App::start(&config).await?;
+    if let Some(why) = app.delegation_off() {
         tracing::warn!("delegation to subagents is off: {why}");
     }
+    // No network channel is built yet: answers for a chat whose channel is not running are
+    // logged by the bus (the router says which), not queued up.
     tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
-    // No network channel is built yet; answers with nowhere to go are logged, not queued up.
-    tokio::spawn(async move {
-        while let Some(message) = outbound.recv().await {
-            tracing::info!(chat = %message.chat_id, "answer for a chat without a channel dropped");
-        }
-    });
     signals.await;
     tracing::info!("shutting down");
-    shutdown.cancel();
-    drop(inbound);
-    stop(task, host).await;
+    app.stop().await;
     tracing::info!("stopped");
     Ok(())
 }
@@ -184,23 +164,31 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     init_logging(&config, Some("warn"));
     let signals = shutdown_signals()?;
-    let shutdown = CancellationToken::new();
-    let (BusHandle { inbound, outbound, task }, host) = start(&config, &shutdown).await?;
-    if let Some(why) = &host.delegation_off {
+    let mut app = App::start(&config).await?;
+    if let Some(why) = app.delegation_off() {
         // Once, before the conversation, on stderr (stdout carries only answers).
         eprintln!("nexbot: delegation to subagents is off: {why}");
     }
+    let (channel, outbound) = ConsoleChannel::new(config.bus.outbound_capacity);
+    app.add_channel(ChannelKind::Console, Arc::new(channel));
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let in_flight = config.bus.per_chat_queue;
-    let console =
-        console::run(stdin, tokio::io::stdout(), inbound, outbound, in_flight, shutdown.clone());
-    tokio::select! {
-        result = console => result.context("console I/O failed")?,
-        () = signals => {}
-    }
-    shutdown.cancel();
-    stop(task, host).await;
-    Ok(())
+    let stop = CancellationToken::new();
+    let console = console::run(
+        ChatRef::default_console(),
+        stdin,
+        tokio::io::stdout(),
+        app.inbound(),
+        outbound,
+        in_flight,
+        stop.clone(),
+    );
+    let result = tokio::select! {
+        result = console => result.context("console I/O failed"),
+        () = signals => Ok(()),
+    };
+    app.stop().await;
+    result
 }
 
 async fn doctor(path: &Path) -> anyhow::Result<()> {

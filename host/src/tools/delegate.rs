@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{Request, ResponseBody, SecretMap, BLOCKED_TOOLS};
 use secrecy::SecretString;
@@ -17,9 +18,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use crate::delegation::{BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
 use crate::llm::TokenUsage;
 use crate::store::{Store, TaskEnd};
-use crate::subagent::{BoxFuture, SubagentRunner, TaskLlm, TaskTokens};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
@@ -31,7 +32,7 @@ const CANCEL_GRACE: Duration = Duration::from_secs(15);
 
 /// Where secret values come from when a task names them (the per-chat secret store).
 pub trait SecretSource: Send + Sync + std::fmt::Debug {
-    fn get<'a>(&'a self, chat_id: &'a str, name: &'a str) -> BoxFuture<'a, Option<SecretString>>;
+    fn get<'a>(&'a self, chat: &'a ChatRef, name: &'a str) -> BoxFuture<'a, Option<SecretString>>;
 }
 
 /// What a delegated task is configured with.
@@ -46,7 +47,7 @@ pub struct Delegate {
     runner: Arc<dyn SubagentRunner>,
     store: Store,
     secrets: Option<Arc<dyn SecretSource>>,
-    tokens: Arc<dyn TaskTokens>,
+    tokens: Arc<dyn LlmAccess>,
     settings: DelegateSettings,
 }
 
@@ -55,13 +56,17 @@ impl Delegate {
         runner: Arc<dyn SubagentRunner>,
         store: Store,
         secrets: Option<Arc<dyn SecretSource>>,
-        tokens: Arc<dyn TaskTokens>,
+        tokens: Arc<dyn LlmAccess>,
         settings: DelegateSettings,
     ) -> Self {
         Self { runner, store, secrets, tokens, settings }
     }
 
-    async fn collect_secrets(&self, chat: &str, names: &[String]) -> Result<SecretMap, ToolError> {
+    async fn collect_secrets(
+        &self,
+        chat: &ChatRef,
+        names: &[String],
+    ) -> Result<SecretMap, ToolError> {
         let mut map = SecretMap::new();
         for name in names {
             if !is_valid_secret_name(name) {
@@ -135,7 +140,7 @@ impl Tool for Delegate {
                     "the tool {blocked} can never be granted to a sub-agent"
                 )));
             }
-            let secrets = self.collect_secrets(&ctx.chat_id, &args.secrets).await?;
+            let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
             let timeout = args
                 .timeout_secs
                 .unwrap_or(self.settings.task_timeout_secs)
@@ -154,7 +159,7 @@ impl Tool for Delegate {
                 live: true,
             };
             self.store
-                .start_task(&id, &ctx.chat_id, Some(ctx.session_id), &args.task)
+                .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
                 .await
                 .map_err(|e| ToolError::new(e.to_string()))?;
             let mut request = Request::execute(&id, args.task);
@@ -175,7 +180,7 @@ impl Tool for Delegate {
                     request.llm_api_key = key;
                 }
             }
-            tracing::info!(task_id = %id, chat = %ctx.chat_id, "delegating to a subagent");
+            tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
 
             let started = Instant::now();
             let cancel = ctx.cancel.child_token();
@@ -257,7 +262,7 @@ impl Tool for Delegate {
 /// A task's LLM access; revoked when the task ends, or when the tool's future is dropped
 /// (tool timeout, turn wind-down) before it could say so — then the record is closed too.
 struct Access<'a> {
-    tokens: &'a dyn TaskTokens,
+    tokens: &'a dyn LlmAccess,
     store: &'a Store,
     task_id: &'a str,
     started: Instant,
@@ -322,7 +327,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Table(egress::TaskTokens);
 
-    impl TaskTokens for Table {
+    impl LlmAccess for Table {
         fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
             let token = self.0.issue(task_id, 100).map_err(|e| e.to_string())?;
             Ok(TaskLlm::Relay { base_url: "http://relay/v1".into(), token })
@@ -338,7 +343,7 @@ mod tests {
         let store = Store::open(&dir.join("t.db")).await.unwrap();
         let tokens = Table::default();
         let TaskLlm::Relay { token, .. } = tokens.issue("t1").unwrap() else { panic!() };
-        store.start_task("t1", "c", None, "work").await.unwrap();
+        store.start_task("t1", &ChatRef::Telegram(1), None, "work").await.unwrap();
         tokens.0.charge("t1", 7);
         let access = Access {
             tokens: &tokens,
@@ -351,7 +356,7 @@ mod tests {
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let record = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
-                let record = store.tasks("c").await.unwrap().remove(0);
+                let record = store.tasks(&ChatRef::Telegram(1)).await.unwrap().remove(0);
                 if record.status != "running" {
                     return record;
                 }

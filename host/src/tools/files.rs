@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
-use crate::subagent::BoxFuture;
+use crate::BoxFuture;
 
 /// Largest text `read_file` returns; longer files are cut with a marker.
 pub const MAX_READ_CHARS: usize = 200_000;
@@ -375,8 +375,6 @@ impl Tool for DeleteFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::sync::mpsc;
-    use tokio_util::sync::CancellationToken;
 
     struct Fixture {
         base: PathBuf,
@@ -406,13 +404,7 @@ mod tests {
         std::os::unix::fs::symlink(root.join("note.txt"), root.join("inner_link")).unwrap();
         std::os::unix::fs::symlink(outside.join("gone"), root.join("dangling")).unwrap();
         let confinement = Confinement::new(&root, &[root.join("config.toml")]).unwrap();
-        let (tx, _rx) = mpsc::channel(1);
-        let ctx = ToolContext {
-            chat_id: "t".into(),
-            session_id: 1,
-            cancel: CancellationToken::new(),
-            outbound: tx,
-        };
+        let ctx = ToolContext::for_tests();
         Fixture { base, root, outside, tools: file_tools(Arc::new(confinement)), ctx }
     }
 

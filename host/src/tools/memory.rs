@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
-use crate::subagent::BoxFuture;
+use crate::BoxFuture;
 
 /// Longest single note.
 const MAX_NOTE_CHARS: usize = 4_000;
@@ -85,8 +85,6 @@ impl Tool for Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::sync::mpsc;
-    use tokio_util::sync::CancellationToken;
 
     #[tokio::test]
     async fn append_then_read() {
@@ -94,13 +92,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("MEMORY.md"), "# Memory").unwrap();
         let tool = Memory::new(dir.join("MEMORY.md"));
-        let (tx, _rx) = mpsc::channel(1);
-        let ctx = ToolContext {
-            chat_id: "c".into(),
-            session_id: 1,
-            cancel: CancellationToken::new(),
-            outbound: tx,
-        };
+        let ctx = ToolContext::for_tests();
         tool.call(json!({"action": "append", "text": "likes tea"}), &ctx).await.unwrap();
         let out = tool.call(json!({"action": "read"}), &ctx).await.unwrap();
         assert_eq!(out, success("# Memory\n- likes tea\n"));

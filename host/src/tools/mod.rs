@@ -15,23 +15,38 @@ pub mod tasks;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nexbot_core::ChatRef;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::OutboundMessage;
+use crate::agent::channel::Channel;
 use crate::llm::{FunctionSpec, ToolSpec};
-use crate::subagent::BoxFuture;
+use crate::BoxFuture;
 
 /// What a tool knows about the turn that called it.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
-    pub chat_id: String,
+    pub chat: ChatRef,
     pub session_id: i64,
     /// A child of the turn's token: cancelled when the turn is stopped or times out.
     pub cancel: CancellationToken,
-    pub outbound: mpsc::Sender<OutboundMessage>,
+    /// Reaches the chat (whatever channel it is on) while the turn runs.
+    pub channel: Arc<dyn Channel>,
+}
+
+impl ToolContext {
+    /// A context for unit tests of tools: chat `console:test`, nothing cancelled, and a
+    /// router with no channel (a tool that sends gets a "not running" error).
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            chat: ChatRef::console("test").expect("valid"),
+            session_id: 1,
+            cancel: CancellationToken::new(),
+            channel: Arc::new(crate::channels::Router::new()),
+        }
+    }
 }
 
 /// A tool failure, worded for the model.

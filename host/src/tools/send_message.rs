@@ -5,8 +5,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
-use crate::bus::OutboundMessage;
-use crate::subagent::BoxFuture;
+use crate::agent::channel::OutboundMessage;
+use crate::BoxFuture;
 
 #[derive(Debug)]
 pub struct SendMessage;
@@ -33,12 +33,12 @@ impl Tool for SendMessage {
             if args.text.trim().is_empty() {
                 return Err(ToolError::new("text is empty"));
             }
-            let message = OutboundMessage::progress(&ctx.chat_id, args.text);
+            let message = OutboundMessage::progress(&ctx.chat, args.text);
             tokio::select! {
                 () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),
-                sent = ctx.outbound.send(message) => sent
-                    .map(|()| success("sent"))
-                    .map_err(|_| ToolError::new("the channel is closed")),
+                sent = ctx.channel.send(message) => sent
+                    .map(|_| success("sent"))
+                    .map_err(|e| ToolError::new(e.to_string())),
             }
         })
     }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
 use crate::store::Store;
-use crate::subagent::BoxFuture;
+use crate::BoxFuture;
 
 #[derive(Debug)]
 pub struct ManageTasks {

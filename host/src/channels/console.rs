@@ -6,18 +6,47 @@
 //! for the answer to every message it sent before returning — so `echo hi | nexbot chat`
 //! prints the answer and exits.
 
+use nexbot_core::{ChannelKind, ChatRef};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{InboundMessage, OutboundKind, OutboundMessage};
+use crate::agent::channel::{Channel, ChannelError, MessageId, OutboundKind, OutboundMessage};
+use crate::bus::InboundMessage;
+use crate::BoxFuture;
 
-/// The chat id of the console.
-pub const CONSOLE_CHAT: &str = "console";
+/// The console's side of the outbound router: what is sent to a console chat is queued for
+/// [`run`] to print. Bounded, so a flood of progress waits instead of growing memory.
+#[derive(Debug, Clone)]
+pub struct ConsoleChannel {
+    tx: mpsc::Sender<OutboundMessage>,
+}
 
-/// Pumps lines from `input` into the bus and answers to `output` until EOF has been reached
-/// and everything was answered, or `shutdown` fires.
+impl ConsoleChannel {
+    /// The channel and the queue [`run`] prints from.
+    pub fn new(capacity: usize) -> (Self, mpsc::Receiver<OutboundMessage>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (Self { tx }, rx)
+    }
+}
+
+impl Channel for ConsoleChannel {
+    fn send(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move {
+            self.tx.send(message).await.map_err(|_| ChannelError::Closed(ChannelKind::Console))?;
+            Ok(None)
+        })
+    }
+}
+
+/// Pumps lines from `input` into the bus as messages of `chat` (of the console kind), and
+/// what the [`ConsoleChannel`] queued to `output`, until EOF has been reached and everything
+/// was answered, or `shutdown` fires.
 pub async fn run(
+    chat: ChatRef,
     input: impl AsyncBufRead + Unpin,
     mut output: impl AsyncWrite + Unpin,
     inbound: mpsc::Sender<InboundMessage>,
@@ -41,7 +70,7 @@ pub async fn run(
                     continue;
                 }
                 next_id += 1;
-                let message = InboundMessage { chat_id: CONSOLE_CHAT.into(), id: next_id, text: line };
+                let message = InboundMessage { chat: chat.clone(), id: next_id, text: line };
                 if inbound.send(message).await.is_err() {
                     break;
                 }
@@ -49,10 +78,12 @@ pub async fn run(
             }
             message = outbound.recv() => {
                 let Some(message) = message else { break };
-                output.write_all(message.text.as_bytes()).await?;
-                output.write_all(b"\n").await?;
-                output.flush().await?;
-                if message.kind == OutboundKind::Final {
+                if message.kind != OutboundKind::Taken {
+                    output.write_all(message.text.as_bytes()).await?;
+                    output.write_all(b"\n").await?;
+                    output.flush().await?;
+                }
+                if matches!(message.kind, OutboundKind::Final | OutboundKind::Taken) {
                     pending = pending.saturating_sub(1);
                 }
             }

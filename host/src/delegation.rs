@@ -1,21 +1,17 @@
 //! The seams between the main agent and whatever runs subagent tasks: who runs them
-//! ([`SubagentRunner`]) and how each one reaches the LLM ([`TaskTokens`]).
+//! ([`SubagentRunner`]) and how each one reaches the LLM ([`LlmAccess`]).
 //!
 //! Why traits: delegation logic (task records, secrets by name, cancellation, turning a
 //! response or report into text for the model) must not care how containers are supervised
 //! or how LLM access is granted. The daemon plugs in the warm Docker pool (`nexbot-docker`)
 //! and the egress relay's per-task tokens (`sandbox.rs`).
 
-use std::future::Future;
-use std::pin::Pin;
-
 use nexbot_protocol::{Request, Response};
 use secrecy::SecretString;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-/// A boxed future, as the object-safe traits of this crate return.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::BoxFuture;
 
 /// A subagent's final answer and, when known, the container that produced it.
 #[derive(Debug, Clone)]
@@ -59,7 +55,7 @@ impl std::fmt::Debug for TaskLlm {
 }
 
 /// Grants each delegated task its LLM access while it runs.
-pub trait TaskTokens: Send + Sync + std::fmt::Debug {
+pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     /// Called before the task is sent to a container.
     fn issue(&self, task_id: &str) -> Result<TaskLlm, String>;
     /// Called however the task ended (answer, error, timeout, cancellation, abandonment);

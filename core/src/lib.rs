@@ -1,0 +1,10 @@
+//! Vocabulary shared by every part of the Nexbot daemon and by its clients: which chat a
+//! message, a setting, a secret, a job or a ledger row belongs to ([`ChatRef`]).
+//!
+//! Why a crate of its own: the channels (Telegram, console), the store, the agent, the control
+//! API and `nexbot-ctl` all name chats, and none of them should pull in the others (or their
+//! heavy dependencies) to agree on one spelling. This crate depends on nothing of Nexbot.
+
+mod chat;
+
+pub use chat::{ChannelKind, ChatRef, ChatRefError};

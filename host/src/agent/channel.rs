@@ -1,0 +1,139 @@
+//! What the agent can do in a chat, whatever channel the chat lives on: the [`Channel`] trait.
+//!
+//! Why the agent owns it: the agent and its tools must reach the user (answers, progress, a
+//! file, editing or deleting their own message, a question they wait on) without knowing
+//! whether the chat is on Telegram or in a terminal. Channels implement this trait; the
+//! outbound router (`crate::channels::Router`) implements it too, by handing each call to the
+//! channel named by the [`ChatRef`]. Nothing in `agent/` or `tools/` imports a channel, the
+//! bus or the router — the composition root (`crate::app`) plugs them in.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nexbot_core::{ChannelKind, ChatRef};
+use thiserror::Error;
+
+use crate::BoxFuture;
+
+/// Whether a message ends the handling of an inbound message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboundKind {
+    /// Sent while a turn runs (`send_message`, a question, a command's notice).
+    Progress,
+    /// The answer to `reply_to`: every inbound message gets exactly one `Final` or `Taken`.
+    Final,
+    /// Nothing to show: the inbound message `reply_to` was taken as the answer to a question
+    /// ([`Channel::ask`]) and starts no turn. Channels show nothing but may record it.
+    Taken,
+}
+
+/// Something to show in a chat.
+#[derive(Debug, Clone)]
+pub struct OutboundMessage {
+    pub chat: ChatRef,
+    pub text: String,
+    /// The channel's id of the inbound message this answers, echoed back.
+    pub reply_to: Option<u64>,
+    pub kind: OutboundKind,
+}
+
+impl OutboundMessage {
+    /// A message sent while a turn runs.
+    pub fn progress(chat: &ChatRef, text: String) -> Self {
+        Self { chat: chat.clone(), text, reply_to: None, kind: OutboundKind::Progress }
+    }
+
+    /// The one final answer to the inbound message `reply_to` of `chat`.
+    pub fn answer(chat: &ChatRef, reply_to: u64, text: String) -> Self {
+        Self { chat: chat.clone(), text, reply_to: Some(reply_to), kind: OutboundKind::Final }
+    }
+}
+
+/// A file to send into a chat: a file of the chat's workspace, by path on the host.
+#[derive(Debug, Clone)]
+pub struct OutboundFile {
+    pub chat: ChatRef,
+    pub path: PathBuf,
+    pub caption: Option<String>,
+}
+
+/// A message the bot sent, as its channel numbers it (Telegram message ids); what edit and
+/// delete take. Channels without ids (the console) return none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MessageId(pub i64);
+
+/// Why a channel operation did not happen, worded for the model and the log.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ChannelError {
+    #[error("the {channel} channel cannot {operation}")]
+    Unsupported { channel: ChannelKind, operation: &'static str },
+    #[error("no {channel} channel is running, so {chat} cannot be reached")]
+    NotRunning { channel: ChannelKind, chat: ChatRef },
+    #[error("the {0} channel is shutting down")]
+    Closed(ChannelKind),
+    #[error("no answer from the user within {}s", .0.as_secs())]
+    NoAnswer(Duration),
+    #[error("a question is already waiting for an answer in {0}")]
+    AlreadyAsking(ChatRef),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The operations the agent needs in a chat. Every method but `send` has a default that says
+/// the channel cannot do it, so a channel implements what it supports and nothing lies.
+pub trait Channel: Send + Sync + std::fmt::Debug {
+    /// Shows `message`; returns the sent message's id when the channel has ids.
+    fn send(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>>;
+
+    /// Sends a file.
+    fn send_file(
+        &self,
+        file: OutboundFile,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        unsupported(file.chat.kind(), "send files")
+    }
+
+    /// Replaces the text of a message the bot sent.
+    fn edit<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        message: MessageId,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        let _ = (message, text);
+        unsupported(chat.kind(), "edit messages")
+    }
+
+    /// Deletes a message the bot sent.
+    fn delete<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        message: MessageId,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        let _ = message;
+        unsupported(chat.kind(), "delete messages")
+    }
+
+    /// Asks the user `question` and waits up to `wait` for the next message of the chat,
+    /// which is the answer (it starts no turn of its own).
+    fn ask<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        question: &'a str,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<String, ChannelError>> {
+        let _ = (question, wait);
+        unsupported(chat.kind(), "ask questions")
+    }
+}
+
+/// The answer of an operation a channel does not support.
+fn unsupported<T: Send + 'static>(
+    channel: ChannelKind,
+    operation: &'static str,
+) -> BoxFuture<'static, Result<T, ChannelError>> {
+    Box::pin(async move { Err(ChannelError::Unsupported { channel, operation }) })
+}

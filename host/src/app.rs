@@ -1,0 +1,248 @@
+//! The daemon's life cycle: the one owner of what runs, in which order it starts, and in which
+//! order it stops. `nexbot serve`, `nexbot chat` and the tests all go through [`App`], so the
+//! order lives here once.
+//!
+//! Start: store → sandbox (network, egress, pool; or the reason delegation is off) → agent →
+//! bus (with the outbound router and the command registry) → channels and other parts, which
+//! the caller adds ([`App::add_channel`], [`App::spawn`]).
+//!
+//! Stop ([`App::stop`]), the reverse, and nothing is cut off mid-way:
+//! 1. parts of [`Stage::Input`] (channels, the scheduler: whatever feeds the bus) are told to
+//!    stop and awaited, so no new message arrives;
+//! 2. the bus: running turns are cancelled (their subagent tasks get `cancel`) and their
+//!    answers still go out, within [`TURNS_GRACE`];
+//! 3. parts of [`Stage::Service`] (control API, skills watcher) stop;
+//! 4. the sandbox drains the pool and closes egress last, because everything above may still
+//!    be using it. Channels are unregistered from the router only now, so late answers of
+//!    step 2 still reach them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nexbot_core::ChannelKind;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::channel::Channel;
+use crate::agent::hooks::Hook;
+use crate::agent::Agent;
+use crate::bus::{self, BusHandle, InboundMessage};
+use crate::channels::Router;
+use crate::commands::CommandRegistry;
+use crate::config::Config;
+use crate::delegation::LlmAccess;
+use crate::runtime::{build_agent_with_hooks, open_store, Delegation};
+use crate::sandbox::Sandbox;
+use crate::store::Store;
+
+/// How long running turns get to end (and answer) once the daemon stops.
+pub const TURNS_GRACE: Duration = Duration::from_secs(30);
+/// How long a part gets to stop after it was told to.
+pub const PART_GRACE: Duration = Duration::from_secs(10);
+
+/// When a long-lived part is stopped, relative to the bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Feeds the bus (channels, the scheduler): stopped before the bus.
+    Input,
+    /// Serves beside the bus (control API, skills watcher): stopped after it, before the
+    /// sandbox.
+    Service,
+}
+
+/// Wraps the sandbox's per-task LLM access.
+pub type LlmAccessLayer = Box<dyn FnOnce(Arc<dyn LlmAccess>) -> Arc<dyn LlmAccess> + Send>;
+
+/// What the tests (and later parts) may change in how the app is assembled.
+#[derive(Default)]
+pub struct AppOptions {
+    /// Hooks after the built-in ones.
+    pub hooks: Vec<Arc<dyn Hook>>,
+    /// Wraps the sandbox's per-task LLM access (a test watches the tokens it issues).
+    pub llm_access: Option<LlmAccessLayer>,
+}
+
+impl std::fmt::Debug for AppOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppOptions")
+            .field("hooks", &self.hooks.len())
+            .field("llm_access", &self.llm_access.is_some())
+            .finish()
+    }
+}
+
+#[derive(Debug)]
+struct Part {
+    name: &'static str,
+    stage: Stage,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+/// The running daemon.
+#[derive(Debug)]
+pub struct App {
+    store: Store,
+    sandbox: Option<Sandbox>,
+    delegation_off: Option<String>,
+    agent: Arc<Agent>,
+    router: Arc<Router>,
+    commands: CommandRegistry,
+    bus: BusHandle,
+    /// Cancels running turns when the daemon stops.
+    turns: CancellationToken,
+    parts: Vec<Part>,
+    channels: Vec<ChannelKind>,
+}
+
+impl App {
+    /// Starts store, sandbox (when delegation is on), agent and bus, in this order. A sandbox
+    /// that cannot start leaves the agent without delegation, with the reason in
+    /// [`App::delegation_off`], rather than no agent at all; anything else that fails stops
+    /// what was started and returns the error.
+    pub async fn start(config: &Config) -> anyhow::Result<Self> {
+        Self::start_with(config, AppOptions::default()).await
+    }
+
+    /// [`App::start`] with `options`.
+    pub async fn start_with(config: &Config, options: AppOptions) -> anyhow::Result<Self> {
+        let store = open_store(config).await?;
+        let (sandbox, delegation_off) = if !config.subagent.enabled {
+            (None, Some("subagent.enabled = false".to_owned()))
+        } else {
+            match Sandbox::start(config).await {
+                Ok(sandbox) => (Some(sandbox), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        };
+        let delegation = sandbox.as_ref().map(|sandbox| {
+            let tokens = sandbox.tokens();
+            let tokens = match options.llm_access {
+                Some(wrap) => wrap(tokens),
+                None => tokens,
+            };
+            Delegation { runner: sandbox.runner(), tokens }
+        });
+        let agent = match build_agent_with_hooks(config, store.clone(), delegation, options.hooks) {
+            Ok(agent) => Arc::new(agent),
+            Err(e) => {
+                if let Some(sandbox) = sandbox {
+                    sandbox.shutdown().await;
+                }
+                return Err(e);
+            }
+        };
+        let router = Arc::new(Router::new());
+        let commands = CommandRegistry::builtin(store.clone());
+        let turns = CancellationToken::new();
+        let bus =
+            bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
+        Ok(Self {
+            store,
+            sandbox,
+            delegation_off,
+            agent,
+            router,
+            commands,
+            bus,
+            turns,
+            parts: Vec::new(),
+            channels: Vec::new(),
+        })
+    }
+
+    /// Why delegation to subagents is off (`subagent.enabled = false`, Docker unreachable, …).
+    pub fn delegation_off(&self) -> Option<&str> {
+        self.delegation_off.as_deref()
+    }
+
+    pub fn agent(&self) -> &Arc<Agent> {
+        &self.agent
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// Where channels put what users send.
+    pub fn inbound(&self) -> mpsc::Sender<InboundMessage> {
+        self.bus.inbound.clone()
+    }
+
+    /// The outbound router (answers, progress, tool messages → the chat's channel).
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// The commands every channel shares (a channel may show them as a menu).
+    pub fn commands(&self) -> &CommandRegistry {
+        &self.commands
+    }
+
+    /// Makes `channel` serve chats of `kind` until the app stops. A channel that also runs a
+    /// loop of its own (polling) starts it with [`App::spawn`] at [`Stage::Input`].
+    pub fn add_channel(&mut self, kind: ChannelKind, channel: Arc<dyn Channel>) {
+        self.router.register(kind, channel);
+        self.channels.push(kind);
+    }
+
+    /// Runs a long-lived part until the app stops: `run` gets a token that fires when the
+    /// part must end, and must then return within [`PART_GRACE`] (it is aborted after).
+    pub fn spawn<F, Fut>(&mut self, name: &'static str, stage: Stage, run: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(stop.clone()));
+        self.parts.push(Part { name, stage, stop, task });
+    }
+
+    /// Stops everything in order (see the module documentation).
+    pub async fn stop(mut self) {
+        stop_parts(&mut self.parts, Stage::Input).await;
+        // The bus: no new messages (the inbound side closes with the last sender), running
+        // turns cancelled, their answers delivered.
+        self.turns.cancel();
+        let BusHandle { inbound, task } = self.bus;
+        drop(inbound);
+        if tokio::time::timeout(TURNS_GRACE, task).await.is_err() {
+            tracing::warn!("turns did not stop within {}s", TURNS_GRACE.as_secs());
+        }
+        stop_parts(&mut self.parts, Stage::Service).await;
+        for kind in self.channels {
+            self.router.unregister(kind);
+        }
+        if let Some(sandbox) = self.sandbox {
+            sandbox.shutdown().await;
+        }
+    }
+}
+
+async fn stop_parts(parts: &mut Vec<Part>, stage: Stage) {
+    let (now, later): (Vec<_>, Vec<_>) = parts.drain(..).partition(|p| p.stage == stage);
+    *parts = later;
+    for part in &now {
+        part.stop.cancel();
+    }
+    for mut part in now {
+        match tokio::time::timeout(PART_GRACE, &mut part.task).await {
+            Ok(Ok(())) => tracing::debug!(part = part.name, "stopped"),
+            Ok(Err(e)) => tracing::error!(part = part.name, error = %e, "ended abnormally"),
+            Err(_) => {
+                tracing::warn!(
+                    part = part.name,
+                    "did not stop within {}s; aborted",
+                    PART_GRACE.as_secs()
+                );
+                part.task.abort();
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The channels users talk through (the console now, Telegram next) and the outbound
+//! [`Router`] that sends everything for a chat back to the channel the chat lives on.
+//!
+//! Why a router: answers, progress, questions and whatever a tool sends name a [`ChatRef`];
+//! the router hands each to the registered channel of that chat's kind, so the agent and the
+//! bus never know which channels exist. A message for a channel that is not running is an
+//! error the caller sees (and the bus logs), never a silent drop.
+//!
+//! Asking and waiting is the router's, not each channel's: [`Channel::ask`] sends the
+//! question, and the bus hands the chat's next message to the waiting question
+//! ([`Router::answer_question`]) instead of starting a turn with it. So every channel that
+//! can send text can ask.
+
+pub mod console;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use nexbot_core::{ChannelKind, ChatRef};
+use tokio::sync::oneshot;
+
+use crate::agent::channel::{Channel, ChannelError, MessageId, OutboundFile, OutboundMessage};
+use crate::BoxFuture;
+
+/// Hands channel operations to the channel of each chat's kind. Cheap to share (`Arc`).
+#[derive(Debug, Default)]
+pub struct Router {
+    channels: RwLock<HashMap<ChannelKind, Arc<dyn Channel>>>,
+    /// Questions waiting for the chat's next message.
+    questions: Mutex<HashMap<ChatRef, oneshot::Sender<String>>>,
+}
+
+impl Router {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes `channel` the one that serves chats of `kind` (replacing an earlier one).
+    pub fn register(&self, kind: ChannelKind, channel: Arc<dyn Channel>) {
+        self.channels.write().unwrap_or_else(|p| p.into_inner()).insert(kind, channel);
+    }
+
+    /// Stops routing to the channel of `kind` (it is stopping).
+    pub fn unregister(&self, kind: ChannelKind) {
+        self.channels.write().unwrap_or_else(|p| p.into_inner()).remove(&kind);
+    }
+
+    /// The kinds with a running channel.
+    pub fn kinds(&self) -> Vec<ChannelKind> {
+        let mut kinds: Vec<_> =
+            self.channels.read().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
+        kinds.sort();
+        kinds
+    }
+
+    fn channel(&self, chat: &ChatRef) -> Result<Arc<dyn Channel>, ChannelError> {
+        self.channels
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&chat.kind())
+            .cloned()
+            .ok_or_else(|| ChannelError::NotRunning { channel: chat.kind(), chat: chat.clone() })
+    }
+
+    /// If a question waits in `chat`, hands it `text` and returns true: the message is the
+    /// answer and starts no turn.
+    pub fn answer_question(&self, chat: &ChatRef, text: &str) -> bool {
+        let waiting = self.questions.lock().unwrap_or_else(|p| p.into_inner()).remove(chat);
+        match waiting {
+            // A question whose asker gave up (timeout, cancelled turn) takes nothing.
+            Some(tx) => tx.send(text.to_owned()).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// Removes a chat's question however `ask` ends (answer, timeout, the turn dropped).
+struct Pending<'a> {
+    router: &'a Router,
+    chat: &'a ChatRef,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.router.questions.lock().unwrap_or_else(|p| p.into_inner()).remove(self.chat);
+    }
+}
+
+impl Channel for Router {
+    fn send(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move { self.channel(&message.chat)?.send(message).await })
+    }
+
+    fn send_file(
+        &self,
+        file: OutboundFile,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move { self.channel(&file.chat)?.send_file(file).await })
+    }
+
+    fn edit<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        message: MessageId,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move { self.channel(chat)?.edit(chat, message, text).await })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        message: MessageId,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move { self.channel(chat)?.delete(chat, message).await })
+    }
+
+    fn ask<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        question: &'a str,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<String, ChannelError>> {
+        Box::pin(async move {
+            let rx = {
+                let mut questions = self.questions.lock().unwrap_or_else(|p| p.into_inner());
+                if questions.get(chat).is_some_and(|tx| !tx.is_closed()) {
+                    return Err(ChannelError::AlreadyAsking(chat.clone()));
+                }
+                let (tx, rx) = oneshot::channel();
+                questions.insert(chat.clone(), tx);
+                rx
+            };
+            let _pending = Pending { router: self, chat };
+            self.send(OutboundMessage::progress(chat, question.to_owned())).await?;
+            match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(_)) => Err(ChannelError::Closed(chat.kind())),
+                Err(_) => Err(ChannelError::NoAnswer(wait)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::channel::OutboundKind;
+    use tokio::sync::mpsc;
+
+    #[derive(Debug)]
+    struct Recorder(mpsc::UnboundedSender<OutboundMessage>);
+
+    impl Channel for Recorder {
+        fn send(
+            &self,
+            message: OutboundMessage,
+        ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+            let _ = self.0.send(message);
+            Box::pin(async { Ok(Some(MessageId(1))) })
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_go_to_the_channel_of_their_chat() {
+        let router = Router::new();
+        let (tg_tx, mut tg) = mpsc::unbounded_channel();
+        let (co_tx, mut co) = mpsc::unbounded_channel();
+        router.register(ChannelKind::Telegram, Arc::new(Recorder(tg_tx)));
+        router.register(ChannelKind::Console, Arc::new(Recorder(co_tx)));
+        let tg_chat = ChatRef::Telegram(5);
+        let co_chat = ChatRef::default_console();
+        router.send(OutboundMessage::answer(&tg_chat, 1, "to telegram".into())).await.unwrap();
+        router.send(OutboundMessage::progress(&co_chat, "to console".into())).await.unwrap();
+        let (a, b) = (tg.try_recv().unwrap(), co.try_recv().unwrap());
+        assert_eq!(
+            (a.chat, a.text.as_str(), a.kind),
+            (tg_chat, "to telegram", OutboundKind::Final)
+        );
+        assert_eq!((b.chat, b.text.as_str()), (co_chat, "to console"));
+        assert!(tg.try_recv().is_err() && co.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_chat_without_a_running_channel_is_an_error_that_names_it() {
+        let router = Router::new();
+        let err = router.send(OutboundMessage::progress(&ChatRef::Telegram(9), "x".into())).await;
+        let err = err.unwrap_err();
+        assert!(matches!(err, ChannelError::NotRunning { .. }));
+        assert!(err.to_string().contains("telegram:9"), "{err}");
+        let (tx, _rx) = mpsc::unbounded_channel();
+        router.register(ChannelKind::Telegram, Arc::new(Recorder(tx)));
+        assert_eq!(router.kinds(), [ChannelKind::Telegram]);
+        // What the channel does not support says so.
+        let err = router.edit(&ChatRef::Telegram(9), MessageId(1), "y").await.unwrap_err();
+        assert_eq!(err.to_string(), "the telegram channel cannot edit messages");
+        router.unregister(ChannelKind::Telegram);
+        assert!(router.kinds().is_empty());
+    }
+
+    #[tokio::test]
+    async fn ask_takes_the_next_message_and_gives_up_after_its_wait() {
+        let router = Arc::new(Router::new());
+        let (tx, mut sent) = mpsc::unbounded_channel();
+        router.register(ChannelKind::Console, Arc::new(Recorder(tx)));
+        let chat = ChatRef::default_console();
+        assert!(!router.answer_question(&chat, "nobody asked"));
+        let asking = {
+            let (router, chat) = (router.clone(), chat.clone());
+            tokio::spawn(
+                async move { router.ask(&chat, "Which one?", Duration::from_secs(5)).await },
+            )
+        };
+        let question = sent.recv().await.unwrap();
+        assert_eq!(question.text, "Which one?");
+        let second = router.ask(&chat, "And?", Duration::from_secs(1)).await.unwrap_err();
+        assert!(matches!(second, ChannelError::AlreadyAsking(_)), "{second}");
+        assert!(router.answer_question(&chat, "the second"));
+        assert_eq!(asking.await.unwrap().unwrap(), "the second");
+        // Answered once: the next message is an ordinary one again.
+        assert!(!router.answer_question(&chat, "hello"));
+
+        let err = router.ask(&chat, "Still there?", Duration::from_millis(50)).await.unwrap_err();
+        assert!(matches!(err, ChannelError::NoAnswer(_)), "{err}");
+        assert!(!router.answer_question(&chat, "late"), "a question that gave up takes nothing");
+    }
+}

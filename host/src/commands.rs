@@ -1,0 +1,249 @@
+//! Chat commands (`/help`, `/stop`, `/new`, and what later parts add): one registry that the
+//! bus consults for every inbound message, whatever channel it came from.
+//!
+//! Why one registry: a command must mean the same on Telegram and in the terminal, `/help`
+//! must list exactly what exists, and a channel that shows a command menu (Telegram's
+//! `setMyCommands`) reads it from here. Commands run outside the chat's turn queue, so `/stop`
+//! reaches a running turn at once.
+//!
+//! What counts as a command: a message whose first word is `/` followed by 1–32 letters,
+//! digits or `_` (Telegram's rule), optionally `@botname`. Anything else starting with `/`
+//! (a path such as `/etc/hosts is …`) is an ordinary message for the agent.
+
+use std::fmt;
+use std::sync::Arc;
+
+use nexbot_core::ChatRef;
+
+use crate::store::Store;
+use crate::BoxFuture;
+
+/// What a command may act on besides its own state.
+pub struct CommandContext<'a> {
+    pub chat: &'a ChatRef,
+    /// The text after the command word, trimmed.
+    pub args: &'a str,
+    /// The running turns (to stop one).
+    pub turns: &'a dyn TurnControl,
+    /// Every registered command (for `/help`).
+    pub commands: &'a CommandRegistry,
+}
+
+impl fmt::Debug for CommandContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommandContext").field("chat", self.chat).field("args", &self.args).finish()
+    }
+}
+
+/// The bus's side of a command: control over the chat's running turn.
+pub trait TurnControl: Send + Sync {
+    /// Cancels the chat's running turn (and the subagent tasks it started); false if none runs.
+    fn stop(&self, chat: &ChatRef) -> bool;
+}
+
+/// One command. Its answer is the text shown in the chat.
+pub trait ChatCommand: Send + Sync + fmt::Debug {
+    /// The word after `/`, lower case.
+    fn name(&self) -> &'static str;
+    /// One line for `/help` and command menus.
+    fn summary(&self) -> &'static str;
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String>;
+}
+
+/// A message's command, if it is one.
+#[derive(Debug)]
+pub enum Parsed<'t> {
+    Known {
+        command: Arc<dyn ChatCommand>,
+        args: &'t str,
+    },
+    /// Command syntax, but no such command.
+    Unknown {
+        name: &'t str,
+    },
+}
+
+/// The commands every channel shares.
+#[derive(Debug, Clone, Default)]
+pub struct CommandRegistry {
+    commands: Vec<Arc<dyn ChatCommand>>,
+}
+
+impl CommandRegistry {
+    /// `/help`, `/stop` and `/new`.
+    pub fn builtin(store: Store) -> Self {
+        let mut registry = Self::default();
+        registry.add(Arc::new(Help));
+        registry.add(Arc::new(Stop));
+        registry.add(Arc::new(NewSession { store }));
+        registry
+    }
+
+    /// Adds `command`, replacing one of the same name.
+    pub fn add(&mut self, command: Arc<dyn ChatCommand>) {
+        self.commands.retain(|c| c.name() != command.name());
+        self.commands.push(command);
+    }
+
+    /// Name and summary of every command, in registration order.
+    pub fn list(&self) -> Vec<(&'static str, &'static str)> {
+        self.commands.iter().map(|c| (c.name(), c.summary())).collect()
+    }
+
+    /// The command `text` invokes, if it has command syntax.
+    pub fn parse<'t>(&self, text: &'t str) -> Option<Parsed<'t>> {
+        let text = text.trim();
+        let rest = text.strip_prefix('/')?;
+        let word_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let (word, args) = rest.split_at(word_end);
+        let name = word.split_once('@').map_or(word, |(name, _bot)| name);
+        let valid = (1..=32).contains(&name.len())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            return None;
+        }
+        let found = self.commands.iter().find(|c| c.name().eq_ignore_ascii_case(name));
+        Some(match found {
+            Some(command) => Parsed::Known { command: command.clone(), args: args.trim() },
+            None => Parsed::Unknown { name },
+        })
+    }
+
+    /// The answer to a command of unknown name.
+    pub fn unknown(&self, name: &str) -> String {
+        let names: Vec<String> = self.list().iter().map(|(n, _)| format!("/{n}")).collect();
+        format!("Unknown command /{name}. Commands: {}.", names.join(", "))
+    }
+}
+
+#[derive(Debug)]
+struct Help;
+
+impl ChatCommand for Help {
+    fn name(&self) -> &'static str {
+        "help"
+    }
+    fn summary(&self) -> &'static str {
+        "list the commands"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        let lines: Vec<String> = ctx
+            .commands
+            .list()
+            .iter()
+            .map(|(name, summary)| format!("/{name} — {summary}"))
+            .collect();
+        Box::pin(async move { lines.join("\n") })
+    }
+}
+
+#[derive(Debug)]
+struct Stop;
+
+impl ChatCommand for Stop {
+    fn name(&self) -> &'static str {
+        "stop"
+    }
+    fn summary(&self) -> &'static str {
+        "stop the current task"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        let stopped = ctx.turns.stop(ctx.chat);
+        Box::pin(async move {
+            if stopped { "Stopping the current task." } else { "Nothing to stop." }.to_owned()
+        })
+    }
+}
+
+#[derive(Debug)]
+struct NewSession {
+    store: Store,
+}
+
+impl ChatCommand for NewSession {
+    fn name(&self) -> &'static str {
+        "new"
+    }
+    fn summary(&self) -> &'static str {
+        "start a new conversation (the history starts empty)"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        Box::pin(async move {
+            match self.store.new_session(ctx.chat).await {
+                Ok(_) => "Started a new conversation.".to_owned(),
+                Err(e) => format!("Could not start a new conversation: {e}"),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Echo;
+
+    impl ChatCommand for Echo {
+        fn name(&self) -> &'static str {
+            "echo"
+        }
+        fn summary(&self) -> &'static str {
+            "say it back"
+        }
+        fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+            Box::pin(async move { format!("{}: {}", ctx.chat, ctx.args) })
+        }
+    }
+
+    struct NoTurns;
+    impl TurnControl for NoTurns {
+        fn stop(&self, _: &ChatRef) -> bool {
+            false
+        }
+    }
+
+    fn registry() -> CommandRegistry {
+        let mut registry = CommandRegistry::default();
+        registry.add(Arc::new(Help));
+        registry.add(Arc::new(Stop));
+        registry.add(Arc::new(Echo));
+        registry
+    }
+
+    async fn run(registry: &CommandRegistry, text: &str) -> Option<String> {
+        let chat = ChatRef::Telegram(1);
+        match registry.parse(text)? {
+            Parsed::Known { command, args } => {
+                let ctx = CommandContext { chat: &chat, args, turns: &NoTurns, commands: registry };
+                Some(command.run(ctx).await)
+            }
+            Parsed::Unknown { name } => Some(registry.unknown(name)),
+        }
+    }
+
+    #[tokio::test]
+    async fn commands_parse_like_telegram_and_paths_stay_messages() {
+        let r = registry();
+        assert_eq!(run(&r, "/echo  a b ").await.unwrap(), "telegram:1: a b");
+        assert_eq!(run(&r, "/echo@nexbot_bot hi").await.unwrap(), "telegram:1: hi");
+        assert_eq!(run(&r, "  /ECHO x").await.unwrap(), "telegram:1: x");
+        assert_eq!(run(&r, "/stop").await.unwrap(), "Nothing to stop.");
+        for message in ["/etc/hosts is broken", "/ look", "hello /stop", "/", "//x"] {
+            assert!(r.parse(message).is_none(), "{message:?} is a message");
+        }
+        let unknown = run(&r, "/frobnicate now").await.unwrap();
+        assert_eq!(unknown, "Unknown command /frobnicate. Commands: /help, /stop, /echo.");
+    }
+
+    #[tokio::test]
+    async fn help_lists_what_is_registered() {
+        let mut r = registry();
+        r.add(Arc::new(Echo)); // replaces, not doubles
+        let help = run(&r, "/help").await.unwrap();
+        assert_eq!(
+            help,
+            "/help — list the commands\n/stop — stop the current task\n/echo — say it back"
+        );
+    }
+}
