@@ -1,4 +1,4 @@
-//! The host ⇄ subagent wire contract (`PROTOCOL.md`, v1.0) as types and functions.
+//! The host ⇄ subagent wire contract (`docs/protocol.md`, v1.0) as types and functions.
 //!
 //! Both sides of the attached-stdio link depend on this crate so that the contract lives in
 //! exactly one place: the host builds [`Request`]s and reads [`Response`]s, the subagent does

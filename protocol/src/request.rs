@@ -12,7 +12,7 @@ use crate::secrets::{serialize_opt_secret, SecretMap, SecretsError};
 use crate::version::{negotiate, VersionError, VersionStatus};
 
 /// Tools a subagent can never be granted: no recursive delegation, no direct contact with the
-/// user (seed 003).
+/// user (`docs/protocol.md#limits`).
 pub const BLOCKED_TOOLS: &[&str] = &["delegate_to_sub_agent", "spawn", "send_file_to_user"];
 
 /// The `type` of a request. Unknown types are kept so that the answer can name them.
@@ -55,7 +55,7 @@ impl<'de> Deserialize<'de> for RequestType {
 }
 
 /// One request line, with the spec's field names. Optional fields that are absent stay absent
-/// when serialized, so a seed-style request round-trips unchanged.
+/// when serialized, so a minimal 1.0 request (`docs/protocol.md#examples`) round-trips unchanged.
 #[derive(Clone, Default, Serialize, Deserialize)]
 pub struct Request {
     #[serde(default, skip_serializing_if = "String::is_empty")]

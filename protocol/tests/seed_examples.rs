@@ -1,4 +1,4 @@
-//! Every JSON example of seed `000_4711f57421becd68.txt` parses and round-trips unchanged.
+//! The first implementation's examples (`docs/protocol.md#examples`) round-trip unchanged.
 
 use nexbot_protocol::{Request, RequestType, Response, ResponseBody};
 use secrecy::ExposeSecret;
@@ -59,7 +59,7 @@ fn seed_execute_fields_land_where_expected() {
 
 #[test]
 fn seed_go_style_responses_with_empty_correlation_id_parse() {
-    // The seed's Go program always writes `correlation_id`, empty when unset.
+    // The first (Go) implementation always wrote `correlation_id`, empty when unset.
     let line = r#"{"id":"a","correlation_id":"","version":"1.0","status":"success","result":"x"}"#;
     let resp: Response = serde_json::from_str(line).unwrap();
     assert_eq!(resp.correlation_id.as_deref(), Some(""));

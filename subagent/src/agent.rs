@@ -1,12 +1,13 @@
 //! The agent loop: the model thinks, calls tools, reads their (sanitized, redacted) results,
-//! and finally answers — within the subagent limits of seed 003 (60 iterations, 64,000 tokens
-//! of context, blocked tools refused) and the task's soft timeout.
+//! and finally answers — within the subagent limits of `docs/protocol.md#limits` (60
+//! iterations, 64,000 tokens of context, blocked tools refused) and the task's soft timeout.
 //!
 //! Every way a task can end becomes exactly one response: `success`; `timeout` with the
-//! seed-001 report when the soft limit hits; `error` with a report when the LLM fails, a limit
-//! is reached, or the task is cancelled. Tool failures are not endings: they go back to the
-//! model as text. Everything the model sees and everything the response carries is redacted
-//! of the task's secrets; external text is wrapped and neutralized by the sanitizer.
+//! partial-results report (`docs/protocol.md#reports`) when the soft limit hits; `error` with
+//! a report when the LLM fails, a limit is reached, or the task is cancelled. Tool failures are
+//! not endings: they go back to the model as text. Everything the model sees and everything the
+//! response carries is redacted of the task's secrets; external text is wrapped and neutralized
+//! by the sanitizer.
 
 use std::time::Instant;
 

@@ -1,6 +1,6 @@
 //! `nexbot-subagent`: the program inside every sandbox container.
 //!
-//! It speaks the host ⇄ subagent protocol (`PROTOCOL.md`) as JSON lines on stdin/stdout,
+//! It speaks the host ⇄ subagent protocol (`docs/protocol.md`) as JSON lines on stdin/stdout,
 //! runs one task at a time as a tool-calling agent against an OpenAI-compatible endpoint, and
 //! logs JSON lines on stderr. The crate is a library plus a thin `main.rs` so that the pieces
 //! (sanitizer, tools, secrets) can be unit-tested on their own; the protocol itself is tested

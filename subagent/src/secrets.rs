@@ -13,7 +13,7 @@ use regex::{Captures, Regex};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
-/// How long a task's secrets stay usable (`PROTOCOL.md`: default 300 s).
+/// How long a task's secrets stay usable, from the task's start (`docs/protocol.md#secrets`).
 pub const SECRET_TTL: Duration = Duration::from_secs(300);
 
 static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| {

@@ -2,9 +2,9 @@
 //! once, and runs at most one task at a time on its own tokio task so that the reader never
 //! waits behind it (a ping or a cancel is answered while a task runs).
 //!
-//! Shutdown follows `PROTOCOL.md`: on EOF the task in flight is allowed to finish (its soft
-//! timeout bounds that); on SIGTERM/SIGINT it is cancelled. Either way it is answered before
-//! the process exits 0.
+//! Shutdown follows `docs/protocol.md#lifecycle`: on EOF the task in flight is allowed to
+//! finish (its soft timeout bounds that); on SIGTERM/SIGINT it is cancelled. Either way it is
+//! answered before the process exits 0.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

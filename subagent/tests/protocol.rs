@@ -1,5 +1,5 @@
-//! Every framing, version and request rule of `PROTOCOL.md`, checked against the real binary
-//! over pipes (no LLM needed).
+//! Every framing, version and request rule of `docs/protocol.md`, checked against the real
+//! binary over pipes (no LLM needed).
 
 mod common;
 

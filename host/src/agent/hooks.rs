@@ -1,5 +1,5 @@
 //! Hooks: small policies that watch the agent loop at fixed points and may steer it, so that
-//! limits and guards (seed 003) are added without touching the loop itself.
+//! limits and guards (`docs/product.md` §4) are added without touching the loop itself.
 //!
 //! Each event is offered to every hook in registration order; the first result other than
 //! `Continue` wins. What each result means at each event:

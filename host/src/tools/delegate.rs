@@ -24,8 +24,9 @@ use crate::store::{Store, TaskEnd};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
-/// How long after the task's own timeout the host gives up on an answer (PROTOCOL.md: the
-/// pool's hard limit is timeout + 30 s; this leaves room for the queue and the cancel).
+/// How long after the task's own timeout the host gives up on an answer (the pool's own hard
+/// limit is timeout + 30 s, `docs/protocol.md#deadlines`; this leaves room for the queue and
+/// the cancel).
 const HARD_LIMIT_GRACE: Duration = Duration::from_secs(60);
 /// After cancelling, how long the answer to the `cancel` is awaited.
 const CANCEL_GRACE: Duration = Duration::from_secs(15);
