@@ -187,6 +187,11 @@ impl Pool {
                 request.kind.as_str()
             )));
         }
+        // `0` means "the default" on the wire (docs/protocol.md): give it the pool's default
+        // here, so the hard limit is measured from the timeout the subagent will apply.
+        if request.timeout == Some(0) {
+            request.timeout = None;
+        }
         let timeout = *request.timeout.get_or_insert(config.default_task_timeout_secs);
         if timeout > MAX_TASK_TIMEOUT_SECS {
             return Err(PoolError::InvalidRequest(format!(

@@ -108,6 +108,9 @@ impl App {
 
     /// [`App::start`] with `options`.
     pub async fn start_with(config: &Config, options: AppOptions) -> anyhow::Result<Self> {
+        for warning in crate::deadlines::warnings(config) {
+            tracing::warn!("{warning}");
+        }
         let store = open_store(config).await?;
         let (sandbox, delegation_off) = if !config.subagent.enabled {
             (None, Some("subagent.enabled = false".to_owned()))

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::agent::channel::InboundMessage;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::Agent;
 use crate::channels::Router;
@@ -24,15 +25,6 @@ use crate::config::BusConfig;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
 const IDLE_WORKER: Duration = Duration::from_secs(600);
-
-/// A user's message from a channel.
-#[derive(Debug, Clone)]
-pub struct InboundMessage {
-    pub chat: ChatRef,
-    /// Channel-chosen id, echoed in the answer's `reply_to`.
-    pub id: u64,
-    pub text: String,
-}
 
 /// The channels' side of a running bus. Dropping `inbound` (after `shutdown`) lets the
 /// dispatcher finish; `task` ends when every turn has answered.

@@ -11,6 +11,7 @@
 //! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`commands`]: `/help`,
 //!   `/stop`, `/new`, shared by every channel.
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`).
+//! - [`deadlines`]: every limit of a delegated task, computed in one place.
 //! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
 //! - [`egress`]: the sandbox's only way out — forward proxy and LLM relay with per-task tokens.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
@@ -23,6 +24,7 @@ pub mod bus;
 pub mod channels;
 pub mod commands;
 pub mod config;
+pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
 pub mod egress;
@@ -34,5 +36,4 @@ pub mod store;
 pub mod tools;
 pub mod workspace;
 
-/// A boxed future, as the object-safe traits of this crate return.
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+pub use nexbot_core::BoxFuture;

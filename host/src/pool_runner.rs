@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::delegation::{BoxFuture, SubagentError, SubagentOutcome, SubagentRunner};
 
-/// The pool's settings derived from `[subagent]`.
+/// The pool's settings derived from `[subagent]`; its queue wait from the deadlines
+/// (`crate::deadlines`).
 pub fn pool_config(config: &Config) -> PoolConfig {
     let s = &config.subagent;
-    PoolConfig {
+    let mut pool = PoolConfig {
         name: s.pool_name.clone(),
         image: s.image.clone(),
         size: s.pool_size,
@@ -24,7 +25,9 @@ pub fn pool_config(config: &Config) -> PoolConfig {
         default_task_timeout_secs: s.task_timeout_secs,
         skills_dir: s.skills_dir.clone(),
         ..PoolConfig::default()
-    }
+    };
+    pool.queue_timeout_secs = crate::deadlines::queue_wait(config, &pool).as_secs();
+    pool
 }
 
 #[derive(Debug)]

@@ -85,7 +85,7 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(SendMessage));
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
-            task_timeout_secs: config.subagent.task_timeout_secs,
+            longest: crate::deadlines::TaskDeadlines::plan(config, None),
             llm_model: config.subagent_llm_model().to_owned(),
         };
         tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));

@@ -44,7 +44,7 @@ enum Ending {
     Interrupted(Interrupt),
 }
 
-struct Agent {
+struct TaskLoop {
     id: String,
     correlation_id: Option<String>,
     tools: Vec<&'static str>,
@@ -78,7 +78,7 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         let context = neutralize(&spec.redactor.redact(context));
         user.push_str(&format!("\n\nContext from the main agent:\n{}", context.text));
     }
-    let mut agent = Agent {
+    let mut agent = TaskLoop {
         id: spec.id,
         correlation_id: spec.correlation_id,
         tools: spec.tools,
@@ -106,7 +106,7 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     response
 }
 
-impl Agent {
+impl TaskLoop {
     async fn run_loop(&mut self) -> Ending {
         for iteration in 1..=MAX_ITERATIONS {
             self.iterations = iteration;

@@ -7,7 +7,8 @@
 //! correct itself. The turn's [`CancellationToken`] is handed (as child tokens) to every tool,
 //! so stopping a turn reaches the subagent tasks it started.
 
-pub mod channel;
+/// The chat operations the agent needs ([`nexbot_core::channel`]).
+pub use nexbot_core::channel;
 pub mod hooks;
 
 use std::path::PathBuf;

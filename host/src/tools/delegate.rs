@@ -18,18 +18,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use crate::deadlines::TaskDeadlines;
 use crate::delegation::{BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
 use crate::llm::TokenUsage;
 use crate::store::{Store, TaskEnd};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
-
-/// How long after the task's own timeout the host gives up on an answer (the pool's own hard
-/// limit is timeout + 30 s, `docs/protocol.md#deadlines`; this leaves room for the queue and
-/// the cancel).
-const HARD_LIMIT_GRACE: Duration = Duration::from_secs(60);
-/// After cancelling, how long the answer to the `cancel` is awaited.
-const CANCEL_GRACE: Duration = Duration::from_secs(15);
 
 /// Where secret values come from when a task names them (the per-chat secret store).
 pub trait SecretSource: Send + Sync + std::fmt::Debug {
@@ -39,7 +33,9 @@ pub trait SecretSource: Send + Sync + std::fmt::Debug {
 /// What a delegated task is configured with.
 #[derive(Debug, Clone)]
 pub struct DelegateSettings {
-    pub task_timeout_secs: u64,
+    /// The deadlines of a task that names no timeout, the longest there are
+    /// ([`TaskDeadlines::plan`]); a task's own come from [`TaskDeadlines::for_request`].
+    pub longest: TaskDeadlines,
     pub llm_model: String,
 }
 
@@ -126,7 +122,7 @@ impl Tool for Delegate {
             "required": ["task"]})
     }
     fn timeout(&self) -> Option<Duration> {
-        Some(Duration::from_secs(self.settings.task_timeout_secs) + HARD_LIMIT_GRACE * 2)
+        Some(self.settings.longest.agent_limit())
     }
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
@@ -142,10 +138,7 @@ impl Tool for Delegate {
                 )));
             }
             let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
-            let timeout = args
-                .timeout_secs
-                .unwrap_or(self.settings.task_timeout_secs)
-                .clamp(1, self.settings.task_timeout_secs);
+            let deadlines = self.settings.longest.for_request(args.timeout_secs);
             let id = uuid::Uuid::new_v4().to_string();
             let llm = self
                 .tokens
@@ -166,7 +159,7 @@ impl Tool for Delegate {
             let mut request = Request::execute(&id, args.task);
             request.context = args.context;
             request.tools = args.tools;
-            request.timeout = Some(timeout);
+            request.timeout = Some(deadlines.soft_secs());
             request.secrets = (!secrets.is_empty()).then_some(secrets);
             request.llm_model = Some(self.settings.llm_model.clone());
             match llm {
@@ -187,12 +180,14 @@ impl Tool for Delegate {
             let cancel = ctx.cancel.child_token();
             let run = self.runner.execute(request, cancel.clone());
             tokio::pin!(run);
-            let hard_limit = Duration::from_secs(timeout) + HARD_LIMIT_GRACE;
+            // The pool answers within the queue wait + hard limit + cancel grace; this limit
+            // only fires when the pool itself is stuck.
+            let limit = deadlines.tool_limit();
             let outcome = tokio::select! {
                 outcome = &mut run => Some(outcome),
-                () = tokio::time::sleep(hard_limit) => {
+                () = tokio::time::sleep(limit) => {
                     cancel.cancel();
-                    tokio::time::timeout(CANCEL_GRACE, &mut run).await.ok()
+                    tokio::time::timeout(deadlines.cancel_grace, &mut run).await.ok()
                 }
             };
             let mut end =
@@ -200,11 +195,8 @@ impl Tool for Delegate {
             let answer = match outcome {
                 None => {
                     end.status = "timeout".into();
-                    end.error = Some(format!("no answer within {}s", hard_limit.as_secs()));
-                    failure(format!(
-                        "the sub-agent did not answer within {}s",
-                        hard_limit.as_secs()
-                    ))
+                    end.error = Some(format!("no answer within {}s", limit.as_secs()));
+                    failure(format!("the sub-agent did not answer within {}s", limit.as_secs()))
                 }
                 Some(Err(e)) => {
                     end.status =

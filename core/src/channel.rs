@@ -1,19 +1,19 @@
 //! What the agent can do in a chat, whatever channel the chat lives on: the [`Channel`] trait.
 //!
-//! Why the agent owns it: the agent and its tools must reach the user (answers, progress, a
-//! file, editing or deleting their own message, a question they wait on) without knowing
-//! whether the chat is on Telegram or in a terminal. Channels implement this trait; the
-//! outbound router (`crate::channels::Router`) implements it too, by handing each call to the
-//! channel named by the [`ChatRef`]. Nothing in `agent/` or `tools/` imports a channel, the
-//! bus or the router — the composition root (`crate::app`) plugs them in.
+//! Why it exists: the agent and its tools must reach the user (answers, progress, a file,
+//! editing or deleting their own message, a question they wait on) without knowing whether
+//! the chat is on Telegram or in a terminal. The trait is the agent's (host's `agent::channel`
+//! re-exports it, and it holds exactly what the agent needs); it lives in this crate so a
+//! channel crate (Telegram, with its heavy dependencies) implements it without depending on
+//! the host. Channels implement it; the host's outbound router implements it too, by handing
+//! each call to the channel named by the [`ChatRef`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nexbot_core::{ChannelKind, ChatRef};
 use thiserror::Error;
 
-use crate::BoxFuture;
+use crate::{BoxFuture, ChannelKind, ChatRef};
 
 /// Whether a message ends the handling of an inbound message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,15 @@ impl OutboundMessage {
     pub fn answer(chat: &ChatRef, reply_to: u64, text: String) -> Self {
         Self { chat: chat.clone(), text, reply_to: Some(reply_to), kind: OutboundKind::Final }
     }
+}
+
+/// A user's message from a channel, for the bus.
+#[derive(Debug, Clone)]
+pub struct InboundMessage {
+    pub chat: ChatRef,
+    /// Channel-chosen id, echoed in the answer's `reply_to`.
+    pub id: u64,
+    pub text: String,
 }
 
 /// A file to send into a chat: a file of the chat's workspace, by path on the host.
