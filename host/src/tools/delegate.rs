@@ -17,7 +17,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::delegation::{BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
 use crate::llm::TokenUsage;
 use crate::store::{Store, TaskEnd};
@@ -91,9 +91,9 @@ impl Delegate {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     task: String,
     #[serde(default)]
     tools: Option<Vec<String>>,
@@ -105,18 +105,16 @@ struct Args {
     timeout_secs: Option<u64>,
 }
 
-impl Tool for Delegate {
-    fn name(&self) -> &'static str {
-        TOOL_NAME
-    }
-    fn description(&self) -> &'static str {
+impl TypedTool for Delegate {
+    type Args = Args;
+    const NAME: &'static str = TOOL_NAME;
+    const DESCRIPTION: &'static str =
         "Run a task in an isolated sub-agent container that can run shell commands, fetch web \
          pages and call HTTP APIs. Give a complete, self-contained `task`; optionally `tools` \
          (whitelist, e.g. [\"run_command\", \"fetch_url\"]), `context`, `secrets` (names of \
          stored secrets the task may use as $NAME) and `timeout_secs`. Returns the result, or \
-         a report of partial progress."
-    }
-    fn parameters(&self) -> Value {
+         a report of partial progress.";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
             "tools": {"type": "array", "items": {"type": "string"}},
@@ -128,135 +126,128 @@ impl Tool for Delegate {
     fn timeout(&self) -> Option<Duration> {
         Some(Duration::from_secs(self.settings.task_timeout_secs) + HARD_LIMIT_GRACE * 2)
     }
-    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let args: Args = parse_args(self.name(), args)?;
-            if args.task.trim().is_empty() {
-                return Err(ToolError::new("task is empty"));
+    async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
+        if args.task.trim().is_empty() {
+            return Err(ToolError::new("task is empty"));
+        }
+        if let Some(blocked) =
+            args.tools.iter().flatten().find(|t| BLOCKED_TOOLS.contains(&t.as_str()))
+        {
+            return Err(ToolError::new(format!(
+                "the tool {blocked} can never be granted to a sub-agent"
+            )));
+        }
+        let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
+        let timeout = args
+            .timeout_secs
+            .unwrap_or(self.settings.task_timeout_secs)
+            .clamp(1, self.settings.task_timeout_secs);
+        let id = uuid::Uuid::new_v4().to_string();
+        let llm = self
+            .tokens
+            .issue(&id)
+            .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
+        // From here on the token dies however this future ends, dropped included.
+        let access = Access {
+            tokens: self.tokens.as_ref(),
+            store: &self.store,
+            task_id: &id,
+            started: Instant::now(),
+            live: true,
+        };
+        self.store
+            .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))?;
+        let mut request = Request::execute(&id, args.task);
+        request.context = args.context;
+        request.tools = args.tools;
+        request.timeout = Some(timeout);
+        request.secrets = (!secrets.is_empty()).then_some(secrets);
+        request.llm_model = Some(self.settings.llm_model.clone());
+        match llm {
+            // The default: a per-task token the LLM relay accepts while the task lives.
+            TaskLlm::Relay { base_url, token } => {
+                request.llm_base_url = Some(base_url);
+                request.llm_token = Some(token);
             }
-            if let Some(blocked) =
-                args.tools.iter().flatten().find(|t| BLOCKED_TOOLS.contains(&t.as_str()))
-            {
-                return Err(ToolError::new(format!(
-                    "the tool {blocked} can never be granted to a sub-agent"
-                )));
+            // Only with egress.relay.send_provider_key_to_subagents.
+            TaskLlm::ProviderKey { base_url, key } => {
+                request.llm_base_url = Some(base_url);
+                request.llm_api_key = key;
             }
-            let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
-            let timeout = args
-                .timeout_secs
-                .unwrap_or(self.settings.task_timeout_secs)
-                .clamp(1, self.settings.task_timeout_secs);
-            let id = uuid::Uuid::new_v4().to_string();
-            let llm = self
-                .tokens
-                .issue(&id)
-                .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
-            // From here on the token dies however this future ends, dropped included.
-            let access = Access {
-                tokens: self.tokens.as_ref(),
-                store: &self.store,
-                task_id: &id,
-                started: Instant::now(),
-                live: true,
-            };
-            self.store
-                .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
-                .await
-                .map_err(|e| ToolError::new(e.to_string()))?;
-            let mut request = Request::execute(&id, args.task);
-            request.context = args.context;
-            request.tools = args.tools;
-            request.timeout = Some(timeout);
-            request.secrets = (!secrets.is_empty()).then_some(secrets);
-            request.llm_model = Some(self.settings.llm_model.clone());
-            match llm {
-                // The default: a per-task token the LLM relay accepts while the task lives.
-                TaskLlm::Relay { base_url, token } => {
-                    request.llm_base_url = Some(base_url);
-                    request.llm_token = Some(token);
-                }
-                // Only with egress.relay.send_provider_key_to_subagents.
-                TaskLlm::ProviderKey { base_url, key } => {
-                    request.llm_base_url = Some(base_url);
-                    request.llm_api_key = key;
-                }
-            }
-            tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
+        }
+        tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
 
-            let started = Instant::now();
-            let cancel = ctx.cancel.child_token();
-            let run = self.runner.execute(request, cancel.clone());
-            tokio::pin!(run);
-            let hard_limit = Duration::from_secs(timeout) + HARD_LIMIT_GRACE;
-            let outcome = tokio::select! {
-                outcome = &mut run => Some(outcome),
-                () = tokio::time::sleep(hard_limit) => {
-                    cancel.cancel();
-                    tokio::time::timeout(CANCEL_GRACE, &mut run).await.ok()
-                }
-            };
-            let mut end =
-                TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
-            let answer = match outcome {
-                None => {
-                    end.status = "timeout".into();
-                    end.error = Some(format!("no answer within {}s", hard_limit.as_secs()));
-                    failure(format!(
-                        "the sub-agent did not answer within {}s",
-                        hard_limit.as_secs()
-                    ))
-                }
-                Some(Err(e)) => {
-                    end.status =
-                        if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
-                    end.error = Some(e.to_string());
-                    failure(format!("the sub-agent could not run the task: {e}"))
-                }
-                Some(Ok(outcome)) => {
-                    end.container = outcome.container;
-                    match outcome.response.body {
-                        ResponseBody::Success { result, usage, .. } => {
-                            end.status = "success".into();
-                            end.usage = usage
-                                .map(|u| TokenUsage {
-                                    prompt_tokens: u.prompt_tokens,
-                                    completion_tokens: u.completion_tokens,
-                                })
-                                .unwrap_or_default();
-                            success(result)
-                        }
-                        ResponseBody::Error { error, report } => {
-                            unfinished(&mut end, ctx, "error", error, report)
-                        }
-                        ResponseBody::Timeout { error, report } => {
-                            unfinished(&mut end, ctx, "timeout", error, report)
-                        }
-                        other => {
-                            end.status = "error".into();
-                            end.error = Some(format!("unexpected answer: {other:?}"));
-                            failure("the sub-agent gave an unexpected answer")
-                        }
+        let started = Instant::now();
+        let cancel = ctx.cancel.child_token();
+        let run = self.runner.execute(request, cancel.clone());
+        tokio::pin!(run);
+        let hard_limit = Duration::from_secs(timeout) + HARD_LIMIT_GRACE;
+        let outcome = tokio::select! {
+            outcome = &mut run => Some(outcome),
+            () = tokio::time::sleep(hard_limit) => {
+                cancel.cancel();
+                tokio::time::timeout(CANCEL_GRACE, &mut run).await.ok()
+            }
+        };
+        let mut end =
+            TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
+        let answer = match outcome {
+            None => {
+                end.status = "timeout".into();
+                end.error = Some(format!("no answer within {}s", hard_limit.as_secs()));
+                failure(format!("the sub-agent did not answer within {}s", hard_limit.as_secs()))
+            }
+            Some(Err(e)) => {
+                end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
+                end.error = Some(e.to_string());
+                failure(format!("the sub-agent could not run the task: {e}"))
+            }
+            Some(Ok(outcome)) => {
+                end.container = outcome.container;
+                match outcome.response.body {
+                    ResponseBody::Success { result, usage, .. } => {
+                        end.status = "success".into();
+                        end.usage = usage
+                            .map(|u| TokenUsage {
+                                prompt_tokens: u.prompt_tokens,
+                                completion_tokens: u.completion_tokens,
+                            })
+                            .unwrap_or_default();
+                        success(result)
+                    }
+                    ResponseBody::Error { error, report } => {
+                        unfinished(&mut end, ctx, "error", error, report)
+                    }
+                    ResponseBody::Timeout { error, report } => {
+                        unfinished(&mut end, ctx, "timeout", error, report)
+                    }
+                    other => {
+                        end.status = "error".into();
+                        end.error = Some(format!("unexpected answer: {other:?}"));
+                        failure("the sub-agent gave an unexpected answer")
                     }
                 }
-            };
-            let relay_tokens = access.end();
-            if end.usage == TokenUsage::default() {
-                // No usage in the answer (a failure, a timeout, a bare report): what the relay
-                // charged is the best count there is; kept as completion tokens, like a report.
-                end.usage.completion_tokens = relay_tokens.unwrap_or(0);
             }
-            tracing::info!(
-                task_id = %id,
-                status = %end.status,
-                duration_ms = end.duration_ms,
-                relay_tokens = relay_tokens.unwrap_or(0),
-                "subagent task ended and its LLM access revoked"
-            );
-            if let Err(e) = self.store.finish_task(&id, end).await {
-                tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
-            }
-            Ok(answer)
-        })
+        };
+        let relay_tokens = access.end();
+        if end.usage == TokenUsage::default() {
+            // No usage in the answer (a failure, a timeout, a bare report): what the relay
+            // charged is the best count there is; kept as completion tokens, like a report.
+            end.usage.completion_tokens = relay_tokens.unwrap_or(0);
+        }
+        tracing::info!(
+            task_id = %id,
+            status = %end.status,
+            duration_ms = end.duration_ms,
+            relay_tokens = relay_tokens.unwrap_or(0),
+            "subagent task ended and its LLM access revoked"
+        );
+        if let Err(e) = self.store.finish_task(&id, end).await {
+            tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+        }
+        Ok(answer)
     }
 }
 
