@@ -148,13 +148,7 @@ impl TypedTool for Delegate {
             .issue(&id)
             .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
         // From here on the token dies however this future ends, dropped included.
-        let access = Access {
-            tokens: self.tokens.as_ref(),
-            store: &self.store,
-            task_id: &id,
-            started: Instant::now(),
-            live: true,
-        };
+        let access = Access::new(self.tokens.as_ref(), &self.store, &id);
         self.store
             .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
             .await
@@ -261,7 +255,12 @@ struct Access<'a> {
     live: bool,
 }
 
-impl Access<'_> {
+impl<'a> Access<'a> {
+    /// The access of a task whose token was just issued; it starts counting now.
+    fn new(tokens: &'a dyn LlmAccess, store: &'a Store, task_id: &'a str) -> Self {
+        Self { tokens, store, task_id, started: Instant::now(), live: true }
+    }
+
     /// Revokes now; returns what the relay charged the task.
     fn end(mut self) -> Option<u64> {
         self.live = false;
@@ -337,13 +336,7 @@ mod tests {
         let TaskLlm::Relay { token, .. } = tokens.issue("t1").unwrap() else { panic!() };
         store.start_task("t1", &ChatRef::Telegram(1), None, "work").await.unwrap();
         tokens.0.charge("t1", 7);
-        let access = Access {
-            tokens: &tokens,
-            store: &store,
-            task_id: "t1",
-            started: Instant::now(),
-            live: true,
-        };
+        let access = Access::new(&tokens, &store, "t1");
         drop(access); // what a tool timeout does to the tool's future
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let record = tokio::time::timeout(Duration::from_secs(10), async {
@@ -363,13 +356,7 @@ mod tests {
         // A task that ends normally is revoked once, by `end`, and keeps its usage.
         let TaskLlm::Relay { token, .. } = tokens.issue("t2").unwrap() else { panic!() };
         tokens.0.charge("t2", 3);
-        let access = Access {
-            tokens: &tokens,
-            store: &store,
-            task_id: "t2",
-            started: Instant::now(),
-            live: true,
-        };
+        let access = Access::new(&tokens, &store, "t2");
         assert_eq!(access.end(), Some(3));
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let _ = std::fs::remove_dir_all(dir);
