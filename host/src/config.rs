@@ -765,6 +765,95 @@ mod tests {
         assert!(config.secrets.relay_provider_key.is_none());
     }
 
+    /// The `config.toml` that `nexbot init` wrote on 2026-11-22 (v1). Operators have it on disk,
+    /// so it must keep loading, and meaning the same, after every later change. Never edit the
+    /// fixture: a change that needs it edited breaks their files too.
+    const CONFIG_V1: &str = include_str!("../tests/fixtures/config-v1.toml");
+
+    fn load_v1(env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Config::from_parts(CONFIG_V1, Path::new("config-v1.toml"), Path::new("/srv/nexbot"), env)
+    }
+
+    #[test]
+    fn config_written_by_v1_init_still_loads() {
+        let config = load_v1(&[]).expect("the v1 config.toml must keep loading");
+        assert_eq!(config.workspace.dir, Path::new("/srv/nexbot/."));
+        assert_eq!(config.database_path(), Path::new("/srv/nexbot/./nexbot.db"));
+        assert_eq!(config.agent.max_iterations, 20);
+        assert_eq!(config.llm.base_url, "https://api.z.ai/api/paas/v4");
+        assert_eq!(config.llm.model, "glm-4.7-flash");
+        assert_eq!((config.llm.max_tokens, config.llm.temperature), (None, None));
+        let bus = &config.bus;
+        assert_eq!((bus.inbound_capacity, bus.outbound_capacity, bus.per_chat_queue), (64, 64, 8));
+        assert_eq!(bus.max_parallel_turns, 4);
+        let subagent = &config.subagent;
+        assert!(subagent.enabled);
+        assert_eq!(subagent.pool_name, "nexbot");
+        assert_eq!((subagent.pool_size, subagent.task_timeout_secs), (4, 300));
+        assert_eq!(
+            (subagent.image.as_str(), subagent.network.as_str()),
+            ("nexbot-subagent:dev", "nexbot-subagents")
+        );
+        assert_eq!(config.subagent_llm_model(), "glm-4.7-flash");
+        let egress = config.egress_config();
+        assert_eq!((egress.port, egress.listen_addr), (3128, None));
+        assert!(egress.firewall && egress.require_attribution);
+        assert_eq!(config.egress_audit_path(), Path::new("/srv/nexbot/./egress-audit.jsonl"));
+        let allow: Vec<String> = egress.proxy.allow_domains.iter().map(|d| d.to_string()).collect();
+        assert_eq!(allow, ["*"]);
+        assert!(egress.proxy.deny_domains.is_empty() && egress.proxy.allow_internal.is_empty());
+        let relay = &egress.relay;
+        assert_eq!(relay.provider_base_url.as_deref(), Some("https://api.z.ai/api/paas/v4"));
+        assert_eq!(relay.api_key_env, "NEXBOT_LLM_API_KEY");
+        assert_eq!(relay.default_token_budget, 200_000);
+        assert!(!relay.send_provider_key_to_subagents);
+        assert_eq!(
+            (config.logging.level.as_str(), config.logging.format.as_str()),
+            ("info", "text")
+        );
+        assert!(config.secrets.llm_api_key.is_none());
+    }
+
+    #[test]
+    fn v1_environment_names_still_apply_to_the_v1_config() {
+        // Spelled out, not taken from the constants: these are the names in operators'
+        // environments and compose files.
+        let config = load_v1(&[
+            ("NEXBOT_LLM__MODEL", "gpt-4o-mini"),
+            ("NEXBOT_LLM__BASE_URL", "http://localhost:11434/v1"),
+            ("NEXBOT_AGENT__MAX_ITERATIONS", "30"),
+            ("NEXBOT_BUS__PER_CHAT_QUEUE", "2"),
+            ("NEXBOT_SUBAGENT__POOL_SIZE", "2"),
+            ("NEXBOT_SUBAGENT__ENABLED", "false"),
+            ("NEXBOT_EGRESS__PROXY__ALLOW_DOMAINS", r#"["*.example.org"]"#),
+            ("NEXBOT_EGRESS__RELAY__DEFAULT_TOKEN_BUDGET", "1000"),
+            ("NEXBOT_LOGGING__FORMAT", "json"),
+            ("NEXBOT_LLM_API_KEY", "sk-v1-key"),
+            ("NEXBOT_TELEGRAM_TOKEN", "tg-v1-token"),
+            ("NEXBOT_MASTER_KEY", "mk-v1-key"),
+        ])
+        .expect("the v1 config.toml with v1 overrides must keep loading");
+        assert_eq!(config.llm.model, "gpt-4o-mini");
+        assert_eq!(config.llm.base_url, "http://localhost:11434/v1");
+        assert_eq!(config.agent.max_iterations, 30);
+        assert_eq!(config.bus.per_chat_queue, 2);
+        assert_eq!(config.subagent.pool_size, 2);
+        assert!(!config.subagent.enabled);
+        assert_eq!(config.subagent_llm_model(), "gpt-4o-mini");
+        let egress = config.egress_config();
+        let allow: Vec<String> = egress.proxy.allow_domains.iter().map(|d| d.to_string()).collect();
+        assert_eq!(allow, ["*.example.org"]);
+        assert_eq!(egress.relay.default_token_budget, 1000);
+        assert_eq!(egress.relay.provider_base_url.as_deref(), Some("http://localhost:11434/v1"));
+        assert_eq!(config.logging.format, "json");
+        let secret = |s: &Option<SecretString>| s.as_ref().map(|s| s.expose_secret().to_owned());
+        assert_eq!(secret(&config.secrets.llm_api_key).as_deref(), Some("sk-v1-key"));
+        assert_eq!(secret(&config.secrets.relay_provider_key).as_deref(), Some("sk-v1-key"));
+        assert_eq!(secret(&config.secrets.telegram_token).as_deref(), Some("tg-v1-token"));
+        assert_eq!(secret(&config.secrets.master_key).as_deref(), Some("mk-v1-key"));
+    }
+
     #[test]
     fn secrets_in_the_file_are_refused() {
         let err = load("[llm]\napi_key = \"sk-x\"\n", &[]).unwrap_err().to_string();

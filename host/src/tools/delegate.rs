@@ -17,7 +17,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{failure, parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::deadlines::TaskDeadlines;
 use crate::delegation::{BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
 use crate::llm::TokenUsage;
@@ -87,9 +87,9 @@ impl Delegate {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     task: String,
     #[serde(default)]
     tools: Option<Vec<String>>,
@@ -101,18 +101,16 @@ struct Args {
     timeout_secs: Option<u64>,
 }
 
-impl Tool for Delegate {
-    fn name(&self) -> &'static str {
-        TOOL_NAME
-    }
-    fn description(&self) -> &'static str {
+impl TypedTool for Delegate {
+    type Args = Args;
+    const NAME: &'static str = TOOL_NAME;
+    const DESCRIPTION: &'static str =
         "Run a task in an isolated sub-agent container that can run shell commands, fetch web \
          pages and call HTTP APIs. Give a complete, self-contained `task`; optionally `tools` \
          (whitelist, e.g. [\"run_command\", \"fetch_url\"]), `context`, `secrets` (names of \
          stored secrets the task may use as $NAME) and `timeout_secs`. Returns the result, or \
-         a report of partial progress."
-    }
-    fn parameters(&self) -> Value {
+         a report of partial progress.";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
             "tools": {"type": "array", "items": {"type": "string"}},
@@ -124,131 +122,121 @@ impl Tool for Delegate {
     fn timeout(&self) -> Option<Duration> {
         Some(self.settings.longest.agent_limit())
     }
-    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let args: Args = parse_args(self.name(), args)?;
-            if args.task.trim().is_empty() {
-                return Err(ToolError::new("task is empty"));
+    async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
+        if args.task.trim().is_empty() {
+            return Err(ToolError::new("task is empty"));
+        }
+        if let Some(blocked) =
+            args.tools.iter().flatten().find(|t| BLOCKED_TOOLS.contains(&t.as_str()))
+        {
+            return Err(ToolError::new(format!(
+                "the tool {blocked} can never be granted to a sub-agent"
+            )));
+        }
+        let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
+        let deadlines = self.settings.longest.for_request(args.timeout_secs);
+        let id = uuid::Uuid::new_v4().to_string();
+        let llm = self
+            .tokens
+            .issue(&id)
+            .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
+        // From here on the token dies however this future ends, dropped included.
+        let access = Access::new(self.tokens.as_ref(), &self.store, &id);
+        self.store
+            .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))?;
+        let mut request = Request::execute(&id, args.task);
+        request.context = args.context;
+        request.tools = args.tools;
+        request.timeout = Some(deadlines.soft_secs());
+        request.secrets = (!secrets.is_empty()).then_some(secrets);
+        request.llm_model = Some(self.settings.llm_model.clone());
+        match llm {
+            // The default: a per-task token the LLM relay accepts while the task lives.
+            TaskLlm::Relay { base_url, token } => {
+                request.llm_base_url = Some(base_url);
+                request.llm_token = Some(token);
             }
-            if let Some(blocked) =
-                args.tools.iter().flatten().find(|t| BLOCKED_TOOLS.contains(&t.as_str()))
-            {
-                return Err(ToolError::new(format!(
-                    "the tool {blocked} can never be granted to a sub-agent"
-                )));
+            // Only with egress.relay.send_provider_key_to_subagents.
+            TaskLlm::ProviderKey { base_url, key } => {
+                request.llm_base_url = Some(base_url);
+                request.llm_api_key = key;
             }
-            let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
-            let deadlines = self.settings.longest.for_request(args.timeout_secs);
-            let id = uuid::Uuid::new_v4().to_string();
-            let llm = self
-                .tokens
-                .issue(&id)
-                .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
-            // From here on the token dies however this future ends, dropped included.
-            let access = Access {
-                tokens: self.tokens.as_ref(),
-                store: &self.store,
-                task_id: &id,
-                started: Instant::now(),
-                live: true,
-            };
-            self.store
-                .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
-                .await
-                .map_err(|e| ToolError::new(e.to_string()))?;
-            let mut request = Request::execute(&id, args.task);
-            request.context = args.context;
-            request.tools = args.tools;
-            request.timeout = Some(deadlines.soft_secs());
-            request.secrets = (!secrets.is_empty()).then_some(secrets);
-            request.llm_model = Some(self.settings.llm_model.clone());
-            match llm {
-                // The default: a per-task token the LLM relay accepts while the task lives.
-                TaskLlm::Relay { base_url, token } => {
-                    request.llm_base_url = Some(base_url);
-                    request.llm_token = Some(token);
-                }
-                // Only with egress.relay.send_provider_key_to_subagents.
-                TaskLlm::ProviderKey { base_url, key } => {
-                    request.llm_base_url = Some(base_url);
-                    request.llm_api_key = key;
-                }
-            }
-            tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
+        }
+        tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
 
-            let started = Instant::now();
-            let cancel = ctx.cancel.child_token();
-            let run = self.runner.execute(request, cancel.clone());
-            tokio::pin!(run);
-            // The pool answers within the queue wait + hard limit + cancel grace; this limit
-            // only fires when the pool itself is stuck.
-            let limit = deadlines.tool_limit();
-            let outcome = tokio::select! {
-                outcome = &mut run => Some(outcome),
-                () = tokio::time::sleep(limit) => {
-                    cancel.cancel();
-                    tokio::time::timeout(deadlines.cancel_grace, &mut run).await.ok()
-                }
-            };
-            let mut end =
-                TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
-            let answer = match outcome {
-                None => {
-                    end.status = "timeout".into();
-                    end.error = Some(format!("no answer within {}s", limit.as_secs()));
-                    failure(format!("the sub-agent did not answer within {}s", limit.as_secs()))
-                }
-                Some(Err(e)) => {
-                    end.status =
-                        if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
-                    end.error = Some(e.to_string());
-                    failure(format!("the sub-agent could not run the task: {e}"))
-                }
-                Some(Ok(outcome)) => {
-                    end.container = outcome.container;
-                    match outcome.response.body {
-                        ResponseBody::Success { result, usage, .. } => {
-                            end.status = "success".into();
-                            end.usage = usage
-                                .map(|u| TokenUsage {
-                                    prompt_tokens: u.prompt_tokens,
-                                    completion_tokens: u.completion_tokens,
-                                })
-                                .unwrap_or_default();
-                            success(result)
-                        }
-                        ResponseBody::Error { error, report } => {
-                            unfinished(&mut end, ctx, "error", error, report)
-                        }
-                        ResponseBody::Timeout { error, report } => {
-                            unfinished(&mut end, ctx, "timeout", error, report)
-                        }
-                        other => {
-                            end.status = "error".into();
-                            end.error = Some(format!("unexpected answer: {other:?}"));
-                            failure("the sub-agent gave an unexpected answer")
-                        }
+        let started = Instant::now();
+        let cancel = ctx.cancel.child_token();
+        let run = self.runner.execute(request, cancel.clone());
+        tokio::pin!(run);
+        // The pool answers within the queue wait + hard limit + cancel grace; this limit only
+        // fires when the pool itself is stuck.
+        let limit = deadlines.tool_limit();
+        let outcome = tokio::select! {
+            outcome = &mut run => Some(outcome),
+            () = tokio::time::sleep(limit) => {
+                cancel.cancel();
+                tokio::time::timeout(deadlines.cancel_grace, &mut run).await.ok()
+            }
+        };
+        let mut end =
+            TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
+        let answer = match outcome {
+            None => {
+                end.status = "timeout".into();
+                end.error = Some(format!("no answer within {}s", limit.as_secs()));
+                failure(format!("the sub-agent did not answer within {}s", limit.as_secs()))
+            }
+            Some(Err(e)) => {
+                end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
+                end.error = Some(e.to_string());
+                failure(format!("the sub-agent could not run the task: {e}"))
+            }
+            Some(Ok(outcome)) => {
+                end.container = outcome.container;
+                match outcome.response.body {
+                    ResponseBody::Success { result, usage, .. } => {
+                        end.status = "success".into();
+                        end.usage = usage
+                            .map(|u| TokenUsage {
+                                prompt_tokens: u.prompt_tokens,
+                                completion_tokens: u.completion_tokens,
+                            })
+                            .unwrap_or_default();
+                        success(result)
+                    }
+                    ResponseBody::Error { error, report } => {
+                        unfinished(&mut end, ctx, "error", error, report)
+                    }
+                    ResponseBody::Timeout { error, report } => {
+                        unfinished(&mut end, ctx, "timeout", error, report)
+                    }
+                    other => {
+                        end.status = "error".into();
+                        end.error = Some(format!("unexpected answer: {other:?}"));
+                        failure("the sub-agent gave an unexpected answer")
                     }
                 }
-            };
-            let relay_tokens = access.end();
-            if end.usage == TokenUsage::default() {
-                // No usage in the answer (a failure, a timeout, a bare report): what the relay
-                // charged is the best count there is; kept as completion tokens, like a report.
-                end.usage.completion_tokens = relay_tokens.unwrap_or(0);
             }
-            tracing::info!(
-                task_id = %id,
-                status = %end.status,
-                duration_ms = end.duration_ms,
-                relay_tokens = relay_tokens.unwrap_or(0),
-                "subagent task ended and its LLM access revoked"
-            );
-            if let Err(e) = self.store.finish_task(&id, end).await {
-                tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
-            }
-            Ok(answer)
-        })
+        };
+        let relay_tokens = access.end();
+        if end.usage == TokenUsage::default() {
+            // No usage in the answer (a failure, a timeout, a bare report): what the relay
+            // charged is the best count there is; kept as completion tokens, like a report.
+            end.usage.completion_tokens = relay_tokens.unwrap_or(0);
+        }
+        tracing::info!(
+            task_id = %id,
+            status = %end.status,
+            duration_ms = end.duration_ms,
+            relay_tokens = relay_tokens.unwrap_or(0),
+            "subagent task ended and its LLM access revoked"
+        );
+        if let Err(e) = self.store.finish_task(&id, end).await {
+            tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+        }
+        Ok(answer)
     }
 }
 
@@ -262,7 +250,12 @@ struct Access<'a> {
     live: bool,
 }
 
-impl Access<'_> {
+impl<'a> Access<'a> {
+    /// The access of a task whose token was just issued; it starts counting now.
+    fn new(tokens: &'a dyn LlmAccess, store: &'a Store, task_id: &'a str) -> Self {
+        Self { tokens, store, task_id, started: Instant::now(), live: true }
+    }
+
     /// Revokes now; returns what the relay charged the task.
     fn end(mut self) -> Option<u64> {
         self.live = false;
@@ -338,13 +331,7 @@ mod tests {
         let TaskLlm::Relay { token, .. } = tokens.issue("t1").unwrap() else { panic!() };
         store.start_task("t1", &ChatRef::Telegram(1), None, "work").await.unwrap();
         tokens.0.charge("t1", 7);
-        let access = Access {
-            tokens: &tokens,
-            store: &store,
-            task_id: "t1",
-            started: Instant::now(),
-            live: true,
-        };
+        let access = Access::new(&tokens, &store, "t1");
         drop(access); // what a tool timeout does to the tool's future
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let record = tokio::time::timeout(Duration::from_secs(10), async {
@@ -364,13 +351,7 @@ mod tests {
         // A task that ends normally is revoked once, by `end`, and keeps its usage.
         let TaskLlm::Relay { token, .. } = tokens.issue("t2").unwrap() else { panic!() };
         tokens.0.charge("t2", 3);
-        let access = Access {
-            tokens: &tokens,
-            store: &store,
-            task_id: "t2",
-            started: Instant::now(),
-            live: true,
-        };
+        let access = Access::new(&tokens, &store, "t2");
         assert_eq!(access.end(), Some(3));
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let _ = std::fs::remove_dir_all(dir);

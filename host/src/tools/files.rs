@@ -13,8 +13,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
-use crate::BoxFuture;
+use super::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Largest text `read_file` returns; longer files are cut with a marker.
 pub const MAX_READ_CHARS: usize = 200_000;
@@ -123,8 +122,15 @@ impl Confinement {
     }
 }
 
-async fn blocking(f: impl FnOnce() -> ToolResult + Send + 'static) -> ToolResult {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ToolError::new(format!("tool failed: {e}")))?
+/// Runs a file tool's work on the blocking pool, over the shared confinement.
+async fn in_workspace(
+    confinement: &Arc<Confinement>,
+    work: impl FnOnce(&Confinement) -> ToolResult + Send + 'static,
+) -> ToolResult {
+    let confinement = confinement.clone();
+    tokio::task::spawn_blocking(move || work(&confinement))
+        .await
+        .map_err(|e| ToolError::new(format!("tool failed: {e}")))?
 }
 
 fn io_error(raw: &str, e: io::Error) -> ToolError {
@@ -145,96 +151,88 @@ pub fn file_tools(confinement: Arc<Confinement>) -> Vec<Arc<dyn Tool>> {
 #[derive(Debug)]
 pub struct ReadFile(Arc<Confinement>);
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PathArgs {
+pub struct PathArgs {
     path: String,
 }
 
-impl Tool for ReadFile {
-    fn name(&self) -> &'static str {
-        "read_file"
+fn path_schema() -> Value {
+    json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+}
+
+impl TypedTool for ReadFile {
+    type Args = PathArgs;
+    const NAME: &'static str = "read_file";
+    const DESCRIPTION: &'static str =
+        "Read a UTF-8 text file of the workspace. `path` is relative to the workspace.";
+    fn schema() -> Value {
+        path_schema()
     }
-    fn description(&self) -> &'static str {
-        "Read a UTF-8 text file of the workspace. `path` is relative to the workspace."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-    }
-    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        let confinement = self.0.clone();
-        Box::pin(async move {
-            let args: PathArgs = parse_args(self.name(), args)?;
-            blocking(move || {
-                let path = confinement.existing(&args.path)?;
-                if path.is_dir() {
-                    return Err(ToolError::new(format!("{}: is a directory", args.path)));
-                }
-                let bytes = std::fs::read(&path).map_err(|e| io_error(&args.path, e))?;
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| ToolError::new(format!("{}: not a UTF-8 text file", args.path)))?;
-                if text.chars().count() > MAX_READ_CHARS {
-                    let cut: String = text.chars().take(MAX_READ_CHARS).collect();
-                    return Ok(success(format!("{cut}\n[TRUNCATED]")));
-                }
-                Ok(success(text))
-            })
-            .await
+    async fn run(&self, args: PathArgs, _: &ToolContext) -> ToolResult {
+        in_workspace(&self.0, move |confinement| {
+            let path = confinement.existing(&args.path)?;
+            if path.is_dir() {
+                return Err(ToolError::new(format!("{}: is a directory", args.path)));
+            }
+            let bytes = std::fs::read(&path).map_err(|e| io_error(&args.path, e))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| ToolError::new(format!("{}: not a UTF-8 text file", args.path)))?;
+            if text.chars().count() > MAX_READ_CHARS {
+                let cut: String = text.chars().take(MAX_READ_CHARS).collect();
+                return Ok(success(format!("{cut}\n[TRUNCATED]")));
+            }
+            Ok(success(text))
         })
+        .await
     }
 }
 
 #[derive(Debug)]
 pub struct WriteFile(Arc<Confinement>);
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct WriteArgs {
+pub struct WriteArgs {
     path: String,
     content: String,
 }
 
-impl Tool for WriteFile {
-    fn name(&self) -> &'static str {
-        "write_file"
-    }
-    fn description(&self) -> &'static str {
-        "Create or overwrite a text file in the workspace (parent directories are created)."
-    }
-    fn parameters(&self) -> Value {
+impl TypedTool for WriteFile {
+    type Args = WriteArgs;
+    const NAME: &'static str = "write_file";
+    const DESCRIPTION: &'static str =
+        "Create or overwrite a text file in the workspace (parent directories are created).";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {
             "path": {"type": "string"}, "content": {"type": "string"}},
             "required": ["path", "content"]})
     }
-    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        let confinement = self.0.clone();
-        Box::pin(async move {
-            let args: WriteArgs = parse_args(self.name(), args)?;
-            if args.content.len() > MAX_WRITE_BYTES {
-                return Err(ToolError::new(format!("content exceeds {MAX_WRITE_BYTES} bytes")));
+    async fn run(&self, args: WriteArgs, _: &ToolContext) -> ToolResult {
+        if args.content.len() > MAX_WRITE_BYTES {
+            return Err(ToolError::new(format!("content exceeds {MAX_WRITE_BYTES} bytes")));
+        }
+        in_workspace(&self.0, move |confinement| {
+            let path = confinement.writable(&args.path)?;
+            if path.is_dir() {
+                return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
-            blocking(move || {
-                let path = confinement.writable(&args.path)?;
-                if path.is_dir() {
-                    return Err(ToolError::new(format!("{}: is a directory", args.path)));
-                }
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| io_error(&args.path, e))?;
-                }
-                std::fs::write(&path, &args.content).map_err(|e| io_error(&args.path, e))?;
-                Ok(success(format!("wrote {} bytes to {}", args.content.len(), args.path)))
-            })
-            .await
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io_error(&args.path, e))?;
+            }
+            std::fs::write(&path, &args.content).map_err(|e| io_error(&args.path, e))?;
+            Ok(success(format!("wrote {} bytes to {}", args.content.len(), args.path)))
         })
+        .await
     }
 }
 
 #[derive(Debug)]
 pub struct EditFile(Arc<Confinement>);
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EditArgs {
+pub struct EditArgs {
     path: String,
     old_text: String,
     new_text: String,
@@ -242,58 +240,52 @@ struct EditArgs {
     replace_all: bool,
 }
 
-impl Tool for EditFile {
-    fn name(&self) -> &'static str {
-        "edit_file"
-    }
-    fn description(&self) -> &'static str {
+impl TypedTool for EditFile {
+    type Args = EditArgs;
+    const NAME: &'static str = "edit_file";
+    const DESCRIPTION: &'static str =
         "Replace `old_text` with `new_text` in a workspace file. `old_text` must occur exactly \
-         once unless `replace_all` is true."
-    }
-    fn parameters(&self) -> Value {
+         once unless `replace_all` is true.";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {
             "path": {"type": "string"}, "old_text": {"type": "string"},
             "new_text": {"type": "string"}, "replace_all": {"type": "boolean"}},
             "required": ["path", "old_text", "new_text"]})
     }
-    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        let confinement = self.0.clone();
-        Box::pin(async move {
-            let args: EditArgs = parse_args(self.name(), args)?;
-            if args.old_text.is_empty() {
-                return Err(ToolError::new("old_text is empty"));
+    async fn run(&self, args: EditArgs, _: &ToolContext) -> ToolResult {
+        if args.old_text.is_empty() {
+            return Err(ToolError::new("old_text is empty"));
+        }
+        in_workspace(&self.0, move |confinement| {
+            let path = confinement.existing(&args.path)?;
+            let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
+            let count = text.matches(&args.old_text).count();
+            if count == 0 {
+                return Err(ToolError::new(format!("{}: old_text not found", args.path)));
             }
-            blocking(move || {
-                let path = confinement.existing(&args.path)?;
-                let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
-                let count = text.matches(&args.old_text).count();
-                if count == 0 {
-                    return Err(ToolError::new(format!("{}: old_text not found", args.path)));
-                }
-                if count > 1 && !args.replace_all {
-                    return Err(ToolError::new(format!(
-                        "{}: old_text occurs {count} times; make it unique or set replace_all",
-                        args.path
-                    )));
-                }
-                let edited = text.replace(&args.old_text, &args.new_text);
-                if edited.len() > MAX_WRITE_BYTES {
-                    return Err(ToolError::new(format!("result exceeds {MAX_WRITE_BYTES} bytes")));
-                }
-                std::fs::write(&path, edited).map_err(|e| io_error(&args.path, e))?;
-                Ok(success(format!("replaced {count} occurrence(s) in {}", args.path)))
-            })
-            .await
+            if count > 1 && !args.replace_all {
+                return Err(ToolError::new(format!(
+                    "{}: old_text occurs {count} times; make it unique or set replace_all",
+                    args.path
+                )));
+            }
+            let edited = text.replace(&args.old_text, &args.new_text);
+            if edited.len() > MAX_WRITE_BYTES {
+                return Err(ToolError::new(format!("result exceeds {MAX_WRITE_BYTES} bytes")));
+            }
+            std::fs::write(&path, edited).map_err(|e| io_error(&args.path, e))?;
+            Ok(success(format!("replaced {count} occurrence(s) in {}", args.path)))
         })
+        .await
     }
 }
 
 #[derive(Debug)]
 pub struct ListDir(Arc<Confinement>);
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListArgs {
+pub struct ListArgs {
     #[serde(default = "dot")]
     path: String,
 }
@@ -302,73 +294,59 @@ fn dot() -> String {
     ".".into()
 }
 
-impl Tool for ListDir {
-    fn name(&self) -> &'static str {
-        "list_dir"
-    }
-    fn description(&self) -> &'static str {
-        "List a workspace directory (default: the workspace root)."
-    }
-    fn parameters(&self) -> Value {
+impl TypedTool for ListDir {
+    type Args = ListArgs;
+    const NAME: &'static str = "list_dir";
+    const DESCRIPTION: &'static str = "List a workspace directory (default: the workspace root).";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {"path": {"type": "string"}}})
     }
-    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        let confinement = self.0.clone();
-        Box::pin(async move {
-            let args: ListArgs = parse_args(self.name(), args)?;
-            blocking(move || {
-                let path = confinement.existing(&args.path)?;
-                let entries = std::fs::read_dir(&path).map_err(|e| io_error(&args.path, e))?;
-                let mut lines = Vec::new();
-                for entry in entries {
-                    let entry = entry.map_err(|e| io_error(&args.path, e))?;
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    let meta = entry.path().symlink_metadata().map_err(|e| io_error(&name, e))?;
-                    lines.push(if meta.file_type().is_symlink() {
-                        format!("{name} (symlink)")
-                    } else if meta.is_dir() {
-                        format!("{name}/")
-                    } else {
-                        format!("{name} ({} bytes)", meta.len())
-                    });
-                }
-                lines.sort();
-                Ok(success(lines.join("\n")))
-            })
-            .await
+    async fn run(&self, args: ListArgs, _: &ToolContext) -> ToolResult {
+        in_workspace(&self.0, move |confinement| {
+            let path = confinement.existing(&args.path)?;
+            let entries = std::fs::read_dir(&path).map_err(|e| io_error(&args.path, e))?;
+            let mut lines = Vec::new();
+            for entry in entries {
+                let entry = entry.map_err(|e| io_error(&args.path, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let meta = entry.path().symlink_metadata().map_err(|e| io_error(&name, e))?;
+                lines.push(if meta.file_type().is_symlink() {
+                    format!("{name} (symlink)")
+                } else if meta.is_dir() {
+                    format!("{name}/")
+                } else {
+                    format!("{name} ({} bytes)", meta.len())
+                });
+            }
+            lines.sort();
+            Ok(success(lines.join("\n")))
         })
+        .await
     }
 }
 
 #[derive(Debug)]
 pub struct DeleteFile(Arc<Confinement>);
 
-impl Tool for DeleteFile {
-    fn name(&self) -> &'static str {
-        "delete_file"
+impl TypedTool for DeleteFile {
+    type Args = PathArgs;
+    const NAME: &'static str = "delete_file";
+    const DESCRIPTION: &'static str = "Delete a file of the workspace (not a directory).";
+    fn schema() -> Value {
+        path_schema()
     }
-    fn description(&self) -> &'static str {
-        "Delete a file of the workspace (not a directory)."
-    }
-    fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
-    }
-    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        let confinement = self.0.clone();
-        Box::pin(async move {
-            let args: PathArgs = parse_args(self.name(), args)?;
-            blocking(move || {
-                // Resolving checks where a symlink leads; the link itself is what is removed.
-                let resolved = confinement.existing(&args.path)?;
-                if resolved.is_dir() {
-                    return Err(ToolError::new(format!("{}: is a directory", args.path)));
-                }
-                let link = confinement.root().join(&args.path);
-                std::fs::remove_file(&link).map_err(|e| io_error(&args.path, e))?;
-                Ok(success(format!("deleted {}", args.path)))
-            })
-            .await
+    async fn run(&self, args: PathArgs, _: &ToolContext) -> ToolResult {
+        in_workspace(&self.0, move |confinement| {
+            // Resolving checks where a symlink leads; the link itself is what is removed.
+            let resolved = confinement.existing(&args.path)?;
+            if resolved.is_dir() {
+                return Err(ToolError::new(format!("{}: is a directory", args.path)));
+            }
+            let link = confinement.root().join(&args.path);
+            std::fs::remove_file(&link).map_err(|e| io_error(&args.path, e))?;
+            Ok(success(format!("deleted {}", args.path)))
         })
+        .await
     }
 }
 

@@ -7,8 +7,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
-use crate::BoxFuture;
+use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Longest single note.
 const MAX_NOTE_CHARS: usize = 4_000;
@@ -26,65 +25,61 @@ impl Memory {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "lowercase", tag = "action")]
-enum MemoryArgs {
+pub enum MemoryArgs {
     Read,
     Append { text: String },
 }
 
-impl Tool for Memory {
-    fn name(&self) -> &'static str {
-        "memory"
-    }
-    fn description(&self) -> &'static str {
+impl TypedTool for Memory {
+    type Args = MemoryArgs;
+    const NAME: &'static str = "memory";
+    const DESCRIPTION: &'static str =
         "Long-term memory (MEMORY.md). action=read returns it; action=append adds `text` as a \
-         new note at the end."
-    }
-    fn parameters(&self) -> Value {
+         new note at the end.";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {
             "action": {"type": "string", "enum": ["read", "append"]},
             "text": {"type": "string"}}, "required": ["action"]})
     }
-    fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let args: MemoryArgs = parse_args(self.name(), args)?;
-            let _guard = self.lock.lock().await;
-            let current = match tokio::fs::read_to_string(&self.path).await {
-                Ok(text) => text,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-                Err(e) => return Err(ToolError::new(format!("reading MEMORY.md: {e}"))),
-            };
-            match args {
-                MemoryArgs::Read => Ok(success(current)),
-                MemoryArgs::Append { text } => {
-                    let text = text.trim();
-                    if text.is_empty() {
-                        return Err(ToolError::new("text is empty"));
-                    }
-                    if text.chars().count() > MAX_NOTE_CHARS {
-                        return Err(ToolError::new(format!(
-                            "a note may have at most {MAX_NOTE_CHARS} characters"
-                        )));
-                    }
-                    let mut updated = current;
-                    if !updated.is_empty() && !updated.ends_with('\n') {
-                        updated.push('\n');
-                    }
-                    updated.push_str(&format!("- {text}\n"));
-                    tokio::fs::write(&self.path, updated)
-                        .await
-                        .map_err(|e| ToolError::new(format!("writing MEMORY.md: {e}")))?;
-                    Ok(success("noted"))
+    async fn run(&self, args: MemoryArgs, _: &ToolContext) -> ToolResult {
+        let _guard = self.lock.lock().await;
+        let current = match tokio::fs::read_to_string(&self.path).await {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(ToolError::new(format!("reading MEMORY.md: {e}"))),
+        };
+        match args {
+            MemoryArgs::Read => Ok(success(current)),
+            MemoryArgs::Append { text } => {
+                let text = text.trim();
+                if text.is_empty() {
+                    return Err(ToolError::new("text is empty"));
                 }
+                if text.chars().count() > MAX_NOTE_CHARS {
+                    return Err(ToolError::new(format!(
+                        "a note may have at most {MAX_NOTE_CHARS} characters"
+                    )));
+                }
+                let mut updated = current;
+                if !updated.is_empty() && !updated.ends_with('\n') {
+                    updated.push('\n');
+                }
+                updated.push_str(&format!("- {text}\n"));
+                tokio::fs::write(&self.path, updated)
+                    .await
+                    .map_err(|e| ToolError::new(format!("writing MEMORY.md: {e}")))?;
+                Ok(success("noted"))
             }
-        })
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::Tool;
 
     #[tokio::test]
     async fn append_then_read() {

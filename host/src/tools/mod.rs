@@ -12,6 +12,7 @@ pub mod memory;
 pub mod send_message;
 pub mod tasks;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,8 +75,45 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult>;
 }
 
+/// A tool whose arguments are one typed struct (or action-tagged enum); it implements [`Tool`]
+/// through the blanket impl below.
+///
+/// Why: every tool did the same around its own work — parse the JSON arguments into its
+/// `deny_unknown_fields` type, with an error that names the tool, and box the future — so a
+/// tool now says only its name, description, schema and what it does with parsed arguments.
+pub trait TypedTool: Send + Sync + std::fmt::Debug {
+    type Args: DeserializeOwned + Send;
+    const NAME: &'static str;
+    const DESCRIPTION: &'static str;
+    /// JSON Schema of [`Self::Args`].
+    fn schema() -> Value;
+    /// See [`Tool::timeout`].
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+    fn run(&self, args: Self::Args, ctx: &ToolContext) -> impl Future<Output = ToolResult> + Send;
+}
+
+impl<T: TypedTool> Tool for T {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+    fn description(&self) -> &'static str {
+        T::DESCRIPTION
+    }
+    fn parameters(&self) -> Value {
+        T::schema()
+    }
+    fn timeout(&self) -> Option<Duration> {
+        TypedTool::timeout(self)
+    }
+    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move { self.run(parse_args(T::NAME, args)?, ctx).await })
+    }
+}
+
 /// Parses a tool's arguments into its struct, with an error naming the tool.
-pub fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
+fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
     serde_json::from_value(args)
         .map_err(|e| ToolError(format!("invalid arguments for {tool}: {e}")))
 }

@@ -4,42 +4,36 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_args, success, Tool, ToolContext, ToolError, ToolResult};
+use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::agent::channel::OutboundMessage;
-use crate::BoxFuture;
 
 #[derive(Debug)]
 pub struct SendMessage;
 
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Args {
+pub struct Args {
     text: String,
 }
 
-impl Tool for SendMessage {
-    fn name(&self) -> &'static str {
-        "send_message"
-    }
-    fn description(&self) -> &'static str {
-        "Send the user a message now (e.g. progress), before the final answer."
-    }
-    fn parameters(&self) -> Value {
+impl TypedTool for SendMessage {
+    type Args = Args;
+    const NAME: &'static str = "send_message";
+    const DESCRIPTION: &'static str =
+        "Send the user a message now (e.g. progress), before the final answer.";
+    fn schema() -> Value {
         json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
     }
-    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let args: Args = parse_args(self.name(), args)?;
-            if args.text.trim().is_empty() {
-                return Err(ToolError::new("text is empty"));
-            }
-            let message = OutboundMessage::progress(&ctx.chat, args.text);
-            tokio::select! {
-                () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),
-                sent = ctx.channel.send(message) => sent
-                    .map(|_| success("sent"))
-                    .map_err(|e| ToolError::new(e.to_string())),
-            }
-        })
+    async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
+        if args.text.trim().is_empty() {
+            return Err(ToolError::new("text is empty"));
+        }
+        let message = OutboundMessage::progress(&ctx.chat, args.text);
+        tokio::select! {
+            () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),
+            sent = ctx.channel.send(message) => sent
+                .map(|_| success("sent"))
+                .map_err(|e| ToolError::new(e.to_string())),
+        }
     }
 }
