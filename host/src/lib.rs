@@ -37,3 +37,6 @@ pub mod tools;
 pub mod workspace;
 
 pub use nexbot_core::BoxFuture;
+
+#[cfg(test)]
+mod architecture_tests;

@@ -37,16 +37,38 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// A context for unit tests of tools: chat `console:test`, nothing cancelled, and a
-    /// router with no channel (a tool that sends gets a "not running" error).
+    /// A context for unit tests of tools: chat `console:test`, nothing cancelled, and no
+    /// channel (a tool that sends gets a "not running" error).
     #[cfg(test)]
     pub(crate) fn for_tests() -> Self {
         Self {
             chat: ChatRef::console("test").expect("valid"),
             session_id: 1,
             cancel: CancellationToken::new(),
-            channel: Arc::new(crate::channels::Router::new()),
+            channel: Arc::new(NoChannel),
         }
+    }
+}
+
+/// A chat nobody listens to (tool unit tests).
+#[cfg(test)]
+#[derive(Debug)]
+struct NoChannel;
+
+#[cfg(test)]
+impl Channel for NoChannel {
+    fn send(
+        &self,
+        message: crate::agent::channel::OutboundMessage,
+    ) -> BoxFuture<
+        '_,
+        Result<Option<crate::agent::channel::MessageId>, crate::agent::channel::ChannelError>,
+    > {
+        let err = crate::agent::channel::ChannelError::NotRunning {
+            channel: message.chat.kind(),
+            chat: message.chat,
+        };
+        Box::pin(async move { Err(err) })
     }
 }
 
