@@ -9,7 +9,8 @@
 //! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
 //! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`console`]: `nexbot chat`.
 //! - [`subagent`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
-//! - [`egress`]: the sandbox's only way out — forward proxy and LLM relay with per-task tokens.
+//! - [`egress`] (the `nexbot-egress` crate): the sandbox's only way out — forward proxy and LLM
+//!   relay with per-task tokens.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
 //! - [`runtime`]: wiring. [`doctor`]: checks.
 
@@ -18,7 +19,6 @@ pub mod bus;
 pub mod config;
 pub mod console;
 pub mod doctor;
-pub mod egress;
 pub mod llm;
 pub mod pool_runner;
 pub mod runtime;
@@ -27,3 +27,5 @@ pub mod store;
 pub mod subagent;
 pub mod tools;
 pub mod workspace;
+
+pub use nexbot_egress as egress;

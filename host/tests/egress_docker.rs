@@ -19,6 +19,7 @@ use egress_support::docker::{
 use egress_support::{echo_server, http_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
 use nexbot_host::egress::{AttributionTable, Cidr, EgressConfig, InternalAllow};
+use nexbot_host::sandbox::egress_network;
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
@@ -109,7 +110,8 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     config.proxy.allow_internal = vec![allow(allowed), allow(echo)];
     config.relay.provider_base_url = Some(llm.base_url());
     let table = Arc::new(AttributionTable::default());
-    let (egress, _dir) = launch_on(config, &network, table.clone(), Some(KEY)).await;
+    let (egress, _dir) =
+        launch_on(config, &egress_network(&network), table.clone(), Some(KEY)).await;
     let proxy = egress.local_addr();
 
     let env: Vec<String> = egress.container_env().iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -19,6 +19,7 @@ use egress_support::{echo_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
 use nexbot_docker::{Pool, PoolConfig};
 use nexbot_host::egress::{Attribution, Cidr, EgressConfig, InternalAllow, LateAttribution};
+use nexbot_host::sandbox::{egress_network, PoolAttribution};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
@@ -77,7 +78,8 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     }];
     config.relay.provider_base_url = Some(llm.base_url());
     let late = Arc::new(LateAttribution::default());
-    let (egress, _dir) = launch_on(config, &network, late.clone(), Some(KEY)).await;
+    let (egress, _dir) =
+        launch_on(config, &egress_network(&network), late.clone(), Some(KEY)).await;
     let proxy = egress.local_addr();
     let pool_config = PoolConfig {
         name: format!("nxe-pool-{}", std::process::id()),
@@ -87,7 +89,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         ..PoolConfig::default()
     };
     let pool = Arc::new(Pool::start(docker.clone(), pool_config).await.expect("pool starts"));
-    let as_attribution: Arc<dyn Attribution> = pool.clone();
+    let as_attribution: Arc<dyn Attribution> = Arc::new(PoolAttribution(pool.clone()));
     assert!(late.bind(&as_attribution));
     let id = pool.snapshot()[0].container_id.clone().expect("a container");
     cleanup.containers.push(id.clone()); // removed even if an assertion fails first

@@ -2,7 +2,7 @@
 //!
 //! The proxy only sees a source address; the pool knows which container has that address on
 //! the internal network and which task it is running. [`Attribution`] is the small seam
-//! between them. [`nexbot_docker::Pool`] implements it; [`LateAttribution`] lets the listener
+//! between them. The host implements it for its pool; [`LateAttribution`] lets the listener
 //! start before the pool (whose containers need the listener's address in their environment);
 //! [`AttributionTable`] is a plain table for callers that keep their own.
 
@@ -23,13 +23,6 @@ pub struct Attributed {
 /// Called once per proxied request, so it must be quick and must not block on I/O.
 pub trait Attribution: Send + Sync + 'static {
     fn lookup(&self, source: IpAddr) -> Option<Attributed>;
-}
-
-impl Attribution for nexbot_docker::Pool {
-    fn lookup(&self, source: IpAddr) -> Option<Attributed> {
-        let (container, task_id) = self.container_for_address(source.to_canonical())?;
-        Some(Attributed { container, task_id })
-    }
 }
 
 /// An attribution bound once, after the listener started; knows nobody until then. Holds only

@@ -3,12 +3,12 @@
 //! the answers containers get, and `Debug` output. Its own test binary, because the capture is
 //! the process-wide subscriber.
 
-mod egress_support;
+use nexbot_tests::egress as egress_support;
 
 use std::sync::{Arc, Mutex};
 
 use egress_support::{start, Started, WAIT};
-use nexbot_host::egress::EgressConfig;
+use nexbot_egress::EgressConfig;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};

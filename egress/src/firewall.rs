@@ -43,11 +43,6 @@ pub struct Firewall {
 
 const COMMENT: &str = "nexbot-egress";
 
-/// Docker names a bridge network's interface `br-` + the first 12 characters of its id.
-pub fn bridge_interface(network_id: &str) -> String {
-    format!("br-{}", network_id.get(..12).unwrap_or(network_id))
-}
-
 fn tagged(rule: &[&str]) -> Vec<String> {
     rule.iter().chain(&["-m", "comment", "--comment", COMMENT]).map(|s| (*s).to_owned()).collect()
 }

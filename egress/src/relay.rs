@@ -7,23 +7,19 @@
 //! task the tokens the provider reports. Refusals are OpenAI-style error JSON so any client
 //! shows them sensibly.
 
-use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use futures_util::Stream;
+use futures_util::StreamExt;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
-use hyper::body::{Body, Frame, Incoming};
+use http_body_util::{BodyExt, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
-use super::audit::{ConnAudit, Origin, Verdict};
+use super::audit::{ConnAudit, Direction, Origin, Verdict};
 use super::config::RelayConfig;
-use super::meter::{full, BoxError, ResponseBody};
+use super::meter::{full, BoxError, MeteredBody, ResponseBody};
 use super::tokens::{TaskTokens, TokenError};
 use super::usage::{estimate, UsageTap};
 use super::Shared;
@@ -227,7 +223,7 @@ pub(crate) async fn handle(
         tokens: shared.tokens.clone(),
         task_id,
         success: response.status().is_success(),
-        request_bytes: audit.up.load(Ordering::Relaxed),
+        request_bytes: audit.counted(Direction::Up),
     });
     relay_response(response, audit, charge)
 }
@@ -297,7 +293,7 @@ async fn chat_body(
         }
     }
     let payload = serde_json::to_vec(&body).unwrap_or_default();
-    audit.up.store(payload.len() as u64, Ordering::Relaxed);
+    audit.count(Direction::Up, payload.len());
     Ok(payload)
 }
 
@@ -325,10 +321,21 @@ fn relay_response(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    let body = RelayBody {
-        stream: Box::pin(response.bytes_stream()),
-        meter: Meter { tap: UsageTap::new(sse), charge, audit },
-    };
+    // The meter lives in the stream, so it charges the task when the body ends or is dropped
+    // (the client went away); the metered body counts the bytes and holds the audit guard.
+    let mut meter = Meter { tap: UsageTap::new(sse), charge, audit: audit.clone() };
+    let stream = Box::pin(response.bytes_stream()).map(move |chunk| match chunk {
+        Ok(chunk) => {
+            meter.tap.feed(&chunk);
+            Ok(Frame::data(chunk))
+        }
+        Err(err) => {
+            let err = err.without_url();
+            meter.audit.reason(format!("provider stream failed: {err}"));
+            Err(BoxError::from(err))
+        }
+    });
+    let body = MeteredBody::new(StreamBody::new(stream), audit, Direction::Down, u64::MAX, None);
     *out.body_mut() = body.boxed_unsync();
     out
 }
@@ -358,35 +365,5 @@ impl Drop for Meter {
         };
         charge.tokens.charge(&charge.task_id, tokens);
         self.audit.tokens(tokens);
-    }
-}
-
-struct RelayBody {
-    stream: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
-    meter: Meter,
-}
-
-impl Body for RelayBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match self.stream.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                self.meter.tap.feed(&chunk);
-                self.meter.audit.down.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                Poll::Ready(Some(Ok(Frame::data(chunk))))
-            }
-            Poll::Ready(Some(Err(err))) => {
-                let err = err.without_url();
-                self.meter.audit.reason(format!("provider stream failed: {err}"));
-                Poll::Ready(Some(Err(Box::new(err))))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
     }
 }

@@ -327,7 +327,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::egress::config::{Cidr, HostPattern, InternalAllow};
+    use crate::config::{Cidr, HostPattern, InternalAllow};
 
     /// The code every reason starts with (`loopback address ...` → `loopback`).
     fn code(denial: &Denial) -> String {

@@ -1,12 +1,12 @@
 //! Byte and time limits on what flows through the proxy, counted as it flows.
 //!
-//! Bodies of plain HTTP requests are wrapped in [`MeteredBody`]; CONNECT tunnels are pumped by
-//! [`pump`]. Both count into the connection's audit counters and stop the flow — with a reason
-//! the audit line records — when a byte limit or the connection's deadline is reached.
+//! Bodies of plain HTTP requests and relay answers are wrapped in [`MeteredBody`]; CONNECT
+//! tunnels are pumped by [`pump`]. Both count into the connection's audit counters
+//! ([`ConnAudit::count`]) and stop the flow — with a reason the audit line records — when a
+//! byte limit or the connection's deadline is reached.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 
-use super::audit::ConnAudit;
+use super::audit::{ConnAudit, Direction};
 
 /// Error type of the bodies the listener serves.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -37,31 +37,16 @@ pub enum Cut {
     Duration,
 }
 
-/// Which way the bytes go, to pick the counter and name the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Up,
-    Down,
-}
-
-impl Direction {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Up => "bytes_up",
-            Self::Down => "bytes_down",
-        }
-    }
-}
-
 /// A body that counts its bytes into the connection's audit and fails once it passes `limit`
-/// or the deadline. It holds the audit guard, so the audit line waits for the body to end.
+/// or the deadline (if it has one). It holds the audit guard, so the audit line waits for the
+/// body to end.
 #[derive(Debug)]
 pub struct MeteredBody<B> {
     inner: B,
     audit: Arc<ConnAudit>,
     direction: Direction,
     limit: u64,
-    deadline: Pin<Box<Sleep>>,
+    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 impl<B> MeteredBody<B> {
@@ -70,22 +55,10 @@ impl<B> MeteredBody<B> {
         audit: Arc<ConnAudit>,
         direction: Direction,
         limit: u64,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> Self {
-        Self {
-            inner,
-            audit,
-            direction,
-            limit,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
-        }
-    }
-
-    fn counter(&self) -> &AtomicU64 {
-        match self.direction {
-            Direction::Up => &self.audit.up,
-            Direction::Down => &self.audit.down,
-        }
+        let deadline = deadline.map(|at| Box::pin(tokio::time::sleep_until(at)));
+        Self { inner, audit, direction, limit, deadline }
     }
 }
 
@@ -101,7 +74,7 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if self.deadline.as_mut().poll(cx).is_ready() {
+        if self.deadline.as_mut().is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready()) {
             self.audit.reason(format!("cut: {} ({})", Cut::Duration, self.direction.name()));
             return Poll::Ready(Some(Err(Box::new(Cut::Duration))));
         }
@@ -112,9 +85,7 @@ where
             Poll::Pending => return Poll::Pending,
         };
         if let Some(data) = frame.data_ref() {
-            let total =
-                self.counter().fetch_add(data.len() as u64, Ordering::Relaxed) + data.len() as u64;
-            if total > self.limit {
+            if self.audit.count(self.direction, data.len()) > self.limit {
                 let reason =
                     format!("cut: {} ({} > {})", Cut::Bytes, self.direction.name(), self.limit);
                 self.audit.reason(reason);
@@ -144,12 +115,12 @@ pub enum PumpEnd {
     Shutdown,
 }
 
-/// Copies one direction, counting into `counter`; stops (after forwarding exactly up to the
+/// Copies one direction, counting into the audit; stops (after forwarding exactly up to the
 /// limit) when `limit` would be passed.
 async fn copy_limited<R, W>(
     mut from: R,
     mut to: W,
-    counter: &AtomicU64,
+    (audit, direction): (&ConnAudit, Direction),
     limit: u64,
 ) -> std::io::Result<bool>
 where
@@ -164,10 +135,9 @@ where
             let _ = to.shutdown().await;
             return Ok(false);
         }
-        let used = counter.load(Ordering::Relaxed);
-        let room = limit.saturating_sub(used).min(n as u64) as usize;
+        let room = limit.saturating_sub(audit.counted(direction)).min(n as u64) as usize;
         to.write_all(&buf[..room]).await?;
-        counter.fetch_add(room as u64, Ordering::Relaxed);
+        audit.count(direction, room);
         if room < n {
             let _ = to.flush().await;
             return Ok(true);
@@ -191,8 +161,8 @@ where
 {
     let (client_read, client_write) = tokio::io::split(client);
     let (dest_read, dest_write) = tokio::io::split(dest);
-    let up = copy_limited(client_read, dest_write, &audit.up, limits.0);
-    let down = copy_limited(dest_read, client_write, &audit.down, limits.1);
+    let up = copy_limited(client_read, dest_write, (audit, Direction::Up), limits.0);
+    let down = copy_limited(dest_read, client_write, (audit, Direction::Down), limits.1);
     tokio::pin!(up, down);
     let sleep = tokio::time::sleep_until(deadline);
     tokio::pin!(sleep);

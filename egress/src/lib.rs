@@ -1,5 +1,8 @@
-//! Sandbox egress: the only way out of a subagent container, and the only holder of the LLM
-//! provider key.
+//! `nexbot-egress` has one job: it is the sandbox's only way out — a forward proxy and an
+//! LLM relay with per-task tokens, an audit line per connection, and the firewall rules that
+//! leave the proxy port as the only thing the pool's bridge reaches on the host. It is also the
+//! only holder of the LLM provider key. It knows nothing of Docker: the caller says where to
+//! listen ([`Network`]) and who sits behind a source address ([`Attribution`]).
 //!
 //! Subagent containers sit on an internal Docker network: nothing beyond the host, and on the
 //! host (with the `iptables` rules of `firewall.rs`) only the proxy port on the network's
@@ -26,12 +29,11 @@ mod tokens;
 mod usage;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nexbot_docker::NetworkInfo;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -45,6 +47,17 @@ pub use firewall::FirewallError;
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
 pub use tokens::{TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
+
+/// Where the listener sits: the network the sandbox containers are on, as seen from the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Network {
+    /// The host's address on the network (its gateway): the listener binds it unless
+    /// `listen_addr` says otherwise, and containers reach it there.
+    pub gateway: IpAddr,
+    /// The network's bridge interface on the host (e.g. `br-0123456789ab`), which the firewall
+    /// rules confine to the proxy port.
+    pub bridge: String,
+}
 
 /// Why the egress listener did not start.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +111,7 @@ impl Egress {
     /// [`RelayConfig::provider_key_from_env`]); `None` for a provider that needs none.
     pub async fn start(
         config: EgressConfig,
-        network: &NetworkInfo,
+        network: &Network,
         data_dir: &Path,
         attribution: Arc<dyn Attribution>,
         provider_key: Option<SecretString>,
@@ -116,8 +129,7 @@ impl Egress {
         let local = listener.local_addr().map_err(|source| EgressError::Bind { addr, source })?;
         let firewall = match config.firewall {
             true => {
-                let interface = firewall::bridge_interface(&network.id);
-                Some(firewall::Firewall::install(&interface, local.ip(), local.port()).await?)
+                Some(firewall::Firewall::install(&network.bridge, local.ip(), local.port()).await?)
             }
             false => None,
         };

@@ -2,12 +2,12 @@
 //! key added on the way out (and nowhere else), usage counted per task, budgets enforced,
 //! streaming passed through as it arrives, and OpenAI-style errors for every refusal.
 
-mod egress_support;
+use nexbot_tests::egress as egress_support;
 
 use std::sync::{Arc, Mutex};
 
 use egress_support::{start, Started, WAIT};
-use nexbot_host::egress::EgressConfig;
+use nexbot_egress::EgressConfig;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};

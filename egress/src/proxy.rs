@@ -20,8 +20,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::audit::{ConnAudit, Origin, Verdict};
-use super::meter::{full, pump, Direction, MeteredBody, PumpEnd, ResponseBody};
+use super::audit::{ConnAudit, Direction, Origin, Verdict};
+use super::meter::{full, pump, MeteredBody, PumpEnd, ResponseBody};
 use super::policy::{CheckedAddr, Refusal, Target};
 use super::{relay, Shared};
 
@@ -333,7 +333,8 @@ async fn forward(
     }
     parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap_or_default();
     let limits = &shared.config.proxy;
-    let body = MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, deadline);
+    let body =
+        MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline));
     let upstream = Request::from_parts(parts, body);
     let response = match tokio::time::timeout_at(deadline, sender.send_request(upstream)).await {
         Ok(Ok(response)) => response,
@@ -357,6 +358,7 @@ async fn forward(
     audit.verdict(Verdict::Allowed, format!("status {}", response.status().as_u16()));
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let body = MeteredBody::new(body, audit, Direction::Down, limits.max_bytes_down, deadline);
+    let body =
+        MeteredBody::new(body, audit, Direction::Down, limits.max_bytes_down, Some(deadline));
     Response::from_parts(parts, body.boxed_unsync())
 }

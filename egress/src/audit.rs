@@ -208,10 +208,29 @@ pub struct ConnAudit {
     host: String,
     port: u16,
     state: Mutex<State>,
-    /// Bytes from the container (shared with the body/stream that counts them).
-    pub up: Arc<AtomicU64>,
+    /// Bytes from the container ([`ConnAudit::count`] adds to them).
+    up: AtomicU64,
     /// Bytes to the container.
-    pub down: Arc<AtomicU64>,
+    down: AtomicU64,
+}
+
+/// Which way the bytes go, to pick the counter and name the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the container.
+    Up,
+    /// To the container.
+    Down,
+}
+
+impl Direction {
+    /// The audit field (and byte limit) of this direction.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Up => "bytes_up",
+            Self::Down => "bytes_down",
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -245,9 +264,28 @@ impl ConnAudit {
                 tokens: None,
             }),
             origin,
-            up: Arc::default(),
-            down: Arc::default(),
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
         })
+    }
+
+    fn counter(&self, direction: Direction) -> &AtomicU64 {
+        match direction {
+            Direction::Up => &self.up,
+            Direction::Down => &self.down,
+        }
+    }
+
+    /// Counts `bytes` more flowing `direction`; returns the total so far. The one place the
+    /// proxy's bodies and tunnels and the relay's request and answer count what they pass.
+    pub fn count(&self, direction: Direction, bytes: usize) -> u64 {
+        let bytes = bytes as u64;
+        self.counter(direction).fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes)
+    }
+
+    /// The bytes counted `direction` so far.
+    pub fn counted(&self, direction: Direction) -> u64 {
+        self.counter(direction).load(Ordering::Relaxed)
     }
 
     /// Records the verdict and its reason (later calls refine the reason, e.g. a limit hit).
@@ -306,8 +344,8 @@ impl Drop for ConnAudit {
             resolved: state.resolved,
             verdict: state.verdict,
             reason: std::mem::take(&mut state.reason),
-            bytes_up: self.up.load(Ordering::Relaxed),
-            bytes_down: self.down.load(Ordering::Relaxed),
+            bytes_up: *self.up.get_mut(),
+            bytes_down: *self.down.get_mut(),
             duration_ms: self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
             tokens: state.tokens,
         };
@@ -335,8 +373,8 @@ mod tests {
         let clone = audit.clone();
         audit.verdict(Verdict::Allowed, "closed");
         audit.resolved("93.184.216.34".parse().unwrap());
-        audit.up.fetch_add(7, Ordering::Relaxed);
-        clone.down.fetch_add(11, Ordering::Relaxed);
+        audit.count(Direction::Up, 7);
+        clone.count(Direction::Down, 11);
         drop(audit);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "", "written before the last drop");
         drop(clone);

@@ -1,16 +1,15 @@
-//! `cargo bench -p nexbot-host --bench egress`: what the egress listener costs, in-process on
+//! `cargo bench -p nexbot-egress --bench egress`: what the egress listener costs, in-process on
 //! loopback (no Docker): CONNECT set-up and plain-HTTP round trips through the proxy against
 //! direct ones, tunnel throughput, and a relay call against a direct call to the same scripted
 //! provider. Prints figures (the relay's one goes to the `make bench` summary); asserts nothing
 //! about speed.
 
-#[path = "../tests/egress_support/mod.rs"]
-mod egress_support;
+use nexbot_tests::egress as egress_support;
 
 use std::time::{Duration, Instant};
 
 use egress_support::{connect, echo_server, firehose_server, http_server, start};
-use nexbot_host::egress::{Cidr, EgressConfig, InternalAllow};
+use nexbot_egress::{Cidr, EgressConfig, InternalAllow};
 use nexbot_tests::bench::{record, Figure, Stats};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;

@@ -2,12 +2,12 @@
 //! servers, every internal-address disguise denied with its reason, domain lists, attribution,
 //! byte and duration limits, bad requests, and one audit line per connection.
 
-mod egress_support;
+use nexbot_tests::egress as egress_support;
 
 use std::sync::atomic::Ordering;
 
 use egress_support::{connect, echo_server, firehose_server, http_server, start, WAIT};
-use nexbot_host::egress::{Cidr, EgressConfig, HostPattern, InternalAllow};
+use nexbot_egress::{Cidr, EgressConfig, HostPattern, InternalAllow};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
