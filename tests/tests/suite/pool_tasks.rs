@@ -3,7 +3,7 @@
 //! happy path with progress, the "pool busy" overflow (nothing hangs, nothing lost),
 //! cancellation, a container killed mid-task, and an OOM inside a task.
 
-mod pool_common;
+use crate::pool_common;
 
 use std::time::{Duration, Instant};
 

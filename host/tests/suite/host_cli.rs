@@ -1,7 +1,7 @@
 //! The `nexbot` command line: `init`, precise config errors, `doctor`, and `serve` shutting
 //! down cleanly on SIGTERM.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The message bus with the real agent, SQLite and the scripted LLM: one turn at a time per
 //! chat, chats in parallel, and a clear "busy" answer when a chat's queue is full.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Pool life cycle against the real engine: start, ping, snapshot, shutdown leaving nothing;
 //! a pool dropped without shutdown (a host crash) is reaped by the next one of its name.
 
-mod pool_common;
+use crate::pool_common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Every framing, version and request rule of `PROTOCOL.md`, checked against the real binary
 //! over pipes (no LLM needed).
 
-mod common;
+use crate::common;
 
 use common::Subagent;
 use serde_json::json;

@@ -5,7 +5,7 @@
 //! then probes by `docker exec`: allowed and denied destinations, bypasses, the relay's tokens
 //! and budget, and a hunt for the provider key in everything a container or the engine shows.
 
-mod egress_support;
+use crate::egress_support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

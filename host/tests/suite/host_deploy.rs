@@ -3,7 +3,7 @@
 //! nothing; a SIGTERM that arrives while it starts (`docker stop` right after `up`) still ends
 //! in a clean shutdown rather than death by the signal's default action.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;

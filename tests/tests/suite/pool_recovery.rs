@@ -3,7 +3,7 @@
 //! restart/kill replace the container, and a pool dropped without shutdown (a host crash) is
 //! reaped by the next pool of its name.
 
-mod pool_common;
+use crate::pool_common;
 
 use std::time::{Duration, Instant};
 

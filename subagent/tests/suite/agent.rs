@@ -1,7 +1,7 @@
 //! The agent loop end to end over pipes: the real binary against a scripted OpenAI-compatible
 //! server started by the test (the one allowed stand-in for a model) and real local HTTP.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! The provider key and task tokens are hunted for in everything the egress listener emits:
 //! every `tracing` event (captured at TRACE, including hyper's and reqwest's), the audit file,
-//! the answers containers get, and `Debug` output. Its own test binary, because the capture is
-//! the process-wide subscriber.
+//! the answers containers get, and `Debug` output. The capture is the process-wide subscriber
+//! (the only one this test binary installs), so it also hunts through whatever the other
+//! tests of the binary emit while it runs.
 
 use nexbot_tests::egress as egress_support;
 

@@ -3,7 +3,7 @@
 //! subagent in a hardened pool container, with the folder mounted read-only the way the
 //! deployment mounts it, lists them with their descriptions and reads one in full.
 
-mod pool_common;
+use crate::pool_common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

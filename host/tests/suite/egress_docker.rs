@@ -4,7 +4,7 @@
 //! denied and audited with the task named; nothing bypasses the proxy; the relay answers the
 //! task's token only, and refuses beyond the budget.
 
-mod egress_support;
+use crate::egress_support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

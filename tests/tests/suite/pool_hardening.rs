@@ -2,7 +2,7 @@
 //! read-only root, writable tmpfs only where meant, no capabilities, limits in force, no
 //! Docker socket, no route beyond the internal network, and no secret anywhere in the spec.
 
-mod pool_common;
+use crate::pool_common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

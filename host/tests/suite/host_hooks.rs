@@ -2,7 +2,7 @@
 //! block a turn before any LLM call, inject context after a tool, finish at an iteration,
 //! and add to the answer when the turn times out.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

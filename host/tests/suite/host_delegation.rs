@@ -9,8 +9,8 @@
 //! relay usage is recorded; an allowed `web_fetch` and a denied metadata probe are audited
 //! with the task id; the `send_provider_key_to_subagents` opt-in sends the key via the proxy.
 
-mod common;
-mod egress_support;
+use crate::common;
+use crate::egress_support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! `nexbot chat` end to end: the real binary, a workspace from `nexbot init`, real SQLite and
 //! the scripted OpenAI-compatible server, driven through stdin.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
