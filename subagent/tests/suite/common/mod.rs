@@ -22,6 +22,8 @@ pub struct Subagent {
     /// Every stdout line read so far.
     pub stdout_lines: Vec<String>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The task draining stderr; done once the process closed it.
+    stderr_drain: Option<tokio::task::JoinHandle<()>>,
     pub scratch: PathBuf,
 }
 
@@ -50,12 +52,12 @@ impl Subagent {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let sink = stderr.clone();
         let mut err_lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        tokio::spawn(async move {
+        let stderr_drain = Some(tokio::spawn(async move {
             while let Ok(Some(line)) = err_lines.next_line().await {
                 sink.lock().unwrap().push(line);
             }
-        });
-        Self { child, stdin, stdout, stdout_lines: Vec::new(), stderr, scratch }
+        }));
+        Self { child, stdin, stdout, stdout_lines: Vec::new(), stderr, stderr_drain, scratch }
     }
 
     pub fn pid(&self) -> u32 {
@@ -126,6 +128,11 @@ impl Subagent {
             tokio::time::timeout(Duration::from_secs(5), self.stdout.next_line()).await
         {
             self.stdout_lines.push(line);
+        }
+        // The last log lines (the shutdown event) may still be on their way through the
+        // drain task: wait for its end of stderr, so `logs()` holds all of them.
+        if let Some(drain) = self.stderr_drain.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
         }
         status
     }
