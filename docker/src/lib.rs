@@ -9,10 +9,13 @@
 //! [`Pool::execute_with_progress`]) per task, [`Pool::snapshot`] / [`Pool::logs`] /
 //! [`Pool::restart`] / [`Pool::kill`] / [`Pool::ping`] / [`Pool::ping_all`] for the operator,
 //! [`Pool::container_for_address`] for the egress proxy, and [`Pool::shutdown`] at the end.
-//! [`ensure_internal_network`] and [`spec::container_spec`] are public for the parts that need
-//! to see the network and the container spec (egress proxy, compose).
+//! [`ensure_internal_network`] (and [`ensure_pool_network`]) and [`spec::container_spec`] are
+//! public for the parts that need to see the network and the container spec (egress proxy,
+//! compose). The host reaches Docker only through this crate: [`connect`] makes its connection,
+//! and [`engine_version`], [`image_present`] and [`network_gateway`] answer `nexbot doctor`.
 
 pub mod config;
+mod connect;
 mod engine;
 pub mod error;
 mod lines;
@@ -26,7 +29,11 @@ pub mod spec;
 mod supervisor;
 
 pub use config::PoolConfig;
+pub use connect::{
+    connect, engine_version, image_present, network_gateway, Docker, EngineUnreachable,
+    ENGINE_TIMEOUT,
+};
 pub use error::PoolError;
-pub use network::{ensure_internal_network, remove_network, NetworkInfo};
+pub use network::{ensure_internal_network, ensure_pool_network, remove_network, NetworkInfo};
 pub use pool::{PingResult, Pool, MAX_TASK_TIMEOUT_SECS};
 pub use slot::{ContainerSnapshot, SlotState};

@@ -30,6 +30,34 @@ pub struct NetworkInfo {
     pub gateway: IpAddr,
     /// `true` when this call created the network (the caller may remove it later).
     pub created: bool,
+    /// The bridge interface name set by the network's options, if any (see
+    /// [`NetworkInfo::bridge_interface`]).
+    #[serde(skip)]
+    pub bridge: Option<String>,
+}
+
+impl NetworkInfo {
+    /// The network's bridge interface on the host: the `com.docker.network.bridge.name`
+    /// option when the network was created with one, else Docker's default name, `br-` and
+    /// the first 12 characters of the id.
+    pub fn bridge_interface(&self) -> String {
+        match &self.bridge {
+            Some(bridge) => bridge.clone(),
+            None => format!("br-{}", self.id.get(..12).unwrap_or(&self.id)),
+        }
+    }
+}
+
+/// The labels of the pool's network, whoever creates it.
+fn pool_network_labels() -> HashMap<String, String> {
+    HashMap::from([(crate::spec::LABEL_ROLE.to_owned(), "subagent-network".to_owned())])
+}
+
+/// Returns the pool's internal network `name`, creating it when missing: the one place the
+/// pool network is made, whether [`crate::Pool::start`] or the host (which needs its gateway
+/// before the pool starts) asks first.
+pub async fn ensure_pool_network(docker: &Docker, name: &str) -> Result<NetworkInfo, PoolError> {
+    ensure_internal_network(docker, name, &pool_network_labels()).await
 }
 
 /// Engine 20.10 (API 1.41) creates a second network with the same name instead of failing,
@@ -92,7 +120,7 @@ async fn ids_named(docker: &Docker, name: &str) -> Result<Vec<String>, PoolError
     Ok(ids)
 }
 
-async fn find(docker: &Docker, name: &str) -> Result<Option<NetworkInfo>, PoolError> {
+pub(crate) async fn find(docker: &Docker, name: &str) -> Result<Option<NetworkInfo>, PoolError> {
     match ids_named(docker, name).await?.first() {
         Some(id) => Ok(Some(inspect(docker, id).await?)),
         None => Ok(None),
@@ -142,5 +170,13 @@ async fn inspect(docker: &Docker, id: &str) -> Result<NetworkInfo, PoolError> {
         .and_then(|g| g.split('/').next())
         .and_then(|g| g.parse().ok())
         .ok_or_else(|| fail("has no gateway address in its IPAM config"))?;
-    Ok(NetworkInfo { id: net.id.unwrap_or_default(), name, subnet, gateway, created: false })
+    let bridge = net.options.and_then(|mut o| o.remove("com.docker.network.bridge.name"));
+    Ok(NetworkInfo {
+        id: net.id.unwrap_or_default(),
+        name,
+        subnet,
+        gateway,
+        created: false,
+        bridge,
+    })
 }

@@ -24,11 +24,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::PoolConfig;
+use crate::connect::image_present;
 use crate::engine::Engine;
 use crate::error::PoolError;
 use crate::link::LinkError;
 use crate::member::{CurrentTask, Member};
-use crate::network::{ensure_internal_network, NetworkInfo};
+use crate::network::{ensure_pool_network, NetworkInfo};
 use crate::slot::{ContainerSnapshot, Slot, SlotState};
 use crate::supervisor;
 
@@ -88,21 +89,10 @@ impl Pool {
             config,
         });
         let config = &engine.config;
-        let network_labels =
-            [(crate::spec::LABEL_ROLE.to_owned(), "subagent-network".to_owned())].into();
         // Independent preparations, run together: start-up time is the pool's first promise.
-        let image = async {
-            match engine.docker.inspect_image(&config.image).await {
-                Ok(_) => Ok(()),
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => Err(PoolError::ImageMissing { image: config.image.clone() }),
-                Err(e) => Err(PoolError::docker(format!("inspect image {}", config.image), e)),
-            }
-        };
         let (network, (), reaped) = tokio::try_join!(
-            ensure_internal_network(&engine.docker, &config.network, &network_labels),
-            image,
+            ensure_pool_network(&engine.docker, &config.network),
+            image_present(&engine.docker, &config.image),
             engine.reap(false),
         )?;
         if reaped > 0 {

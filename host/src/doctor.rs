@@ -5,9 +5,10 @@
 //! Why: most first-run problems are one missing piece (no key, no image, Docker not started);
 //! naming the piece and the fix saves reading logs.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use nexbot_docker::Docker;
 use secrecy::ExposeSecret;
 
 use crate::config::{Config, LLM_API_KEY_ENV};
@@ -166,29 +167,21 @@ async fn llm(config: &Config) -> Vec<Check> {
     checks
 }
 
-async fn docker(config: &Config) -> (Vec<Check>, Option<bollard::Docker>) {
+async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
     let no_docker = "start the Docker engine, or set subagent.enabled = false to run without \
                      delegation";
     let fail = |detail: String| vec![Check::bad("docker", Verdict::Fail, detail, no_docker)];
-    let docker = match bollard::Docker::connect_with_local_defaults() {
+    let docker = match nexbot_docker::connect().await {
         Ok(docker) => docker,
         Err(e) => return (fail(e.to_string()), None),
     };
-    let version = match tokio::time::timeout(Duration::from_secs(10), docker.version()).await {
-        Ok(Ok(version)) => version,
-        Ok(Err(e)) => return (fail(e.to_string()), None),
-        Err(_) => return (fail("no answer in 10 s".into()), None),
+    let (version, api) = match nexbot_docker::engine_version(&docker).await {
+        Ok(version) => version,
+        Err(e) => return (fail(e.to_string()), None),
     };
-    let mut checks = vec![Check::ok(
-        "docker",
-        format!(
-            "engine {} (API {})",
-            version.version.unwrap_or_default(),
-            version.api_version.unwrap_or_default()
-        ),
-    )];
+    let mut checks = vec![Check::ok("docker", format!("engine {version} (API {api})"))];
     let image = &config.subagent.image;
-    checks.push(match docker.inspect_image(image).await {
+    checks.push(match nexbot_docker::image_present(&docker, image).await {
         Ok(_) => Check::ok("subagent image", image.clone()),
         Err(e) => Check::bad(
             "subagent image",
@@ -200,31 +193,8 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<bollard::Docker>) {
     (checks, Some(docker))
 }
 
-/// The pool network's gateway, where the listener binds by default; `None` when the network
-/// does not exist yet (the daemon creates it).
-async fn gateway(docker: &bollard::Docker, network: &str) -> Result<Option<IpAddr>, String> {
-    let net = match docker.inspect_network(network, None).await {
-        Ok(net) => net,
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-            return Ok(None)
-        }
-        Err(e) => return Err(format!("cannot inspect the network {network}: {e}")),
-    };
-    if net.internal != Some(true) {
-        return Err(format!("the network {network} exists but is not internal"));
-    }
-    let gateway = net
-        .ipam
-        .and_then(|ipam| ipam.config)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.gateway)
-        .find_map(|g| g.split('/').next().and_then(|g| g.parse::<IpAddr>().ok()));
-    gateway.map(Some).ok_or_else(|| format!("the network {network} has no gateway address"))
-}
-
 /// Whether the listener's address exists on this host and its port is free.
-async fn egress_listener(config: &Config, docker: Option<&bollard::Docker>) -> Check {
+async fn egress_listener(config: &Config, docker: Option<&Docker>) -> Check {
     const NAME: &str = "egress listener";
     let egress = &config.egress;
     let network = &config.subagent.network;
@@ -240,7 +210,9 @@ async fn egress_listener(config: &Config, docker: Option<&bollard::Docker>) -> C
                 "fix the docker check first",
             )
         }
-        (None, Some(docker)) => match gateway(docker, network).await {
+        // The pool network's gateway, where the listener binds by default; `None` when the
+        // network does not exist yet (the daemon creates it).
+        (None, Some(docker)) => match nexbot_docker::network_gateway(docker, network).await {
             Ok(Some(gateway)) => gateway,
             Ok(None) => {
                 return Check::ok(
@@ -256,7 +228,7 @@ async fn egress_listener(config: &Config, docker: Option<&bollard::Docker>) -> C
                 return Check::bad(
                     NAME,
                     Verdict::Fail,
-                    e,
+                    e.to_string(),
                     "remove the network or set subagent.network to another name",
                 )
             }

@@ -13,7 +13,8 @@
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`).
 //! - [`deadlines`]: every limit of a delegated task, computed in one place.
 //! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
-//! - [`egress`]: the sandbox's only way out — forward proxy and LLM relay with per-task tokens.
+//! - [`egress`] (the `nexbot-egress` crate): the sandbox's only way out — forward proxy and LLM
+//!   relay with per-task tokens.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
 //! - [`app`]: the daemon's life cycle (start and stop order). [`runtime`]: builds the agent.
 //!   [`doctor`]: checks.
@@ -27,7 +28,6 @@ pub mod config;
 pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
-pub mod egress;
 pub mod llm;
 pub mod pool_runner;
 pub mod runtime;
@@ -40,3 +40,5 @@ pub use nexbot_core::BoxFuture;
 
 #[cfg(test)]
 mod architecture_tests;
+
+pub use nexbot_egress as egress;

@@ -7,33 +7,28 @@
 //! attributes connections through the pool), and the shutdown order matters: running tasks
 //! drain while the proxy and relay still serve them, then the tokens die, then the listener.
 
-use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::Docker;
-use nexbot_docker::spec::LABEL_ROLE;
-use nexbot_docker::{ensure_internal_network, Pool, PoolError};
+use nexbot_docker::{ensure_pool_network, EngineUnreachable, NetworkInfo, Pool, PoolError};
+use nexbot_egress::{
+    self as egress, Attributed, Attribution, Egress, EgressError, LateAttribution,
+};
 use secrecy::SecretString;
 
 use crate::config::Config;
 use crate::delegation::{LlmAccess, SubagentRunner, TaskLlm};
-use crate::egress::{self, Attribution, Egress, EgressError, LateAttribution};
 use crate::pool_runner::{pool_config, PoolRunner};
 
 /// How long the listener's open connections get to finish at shutdown.
 const EGRESS_GRACE: Duration = Duration::from_secs(5);
-/// How long the engine gets to answer the first ping.
-const DOCKER_PING: Duration = Duration::from_secs(10);
 
 /// Why the sandbox did not start; each message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error(
-        "cannot reach the Docker engine: {0}; start it, or set subagent.enabled = false to run \
-         without delegation"
-    )]
-    Docker(String),
+    #[error("{0}; start it, or set subagent.enabled = false to run without delegation")]
+    Docker(#[from] EngineUnreachable),
     #[error("cannot prepare the subagent network: {0}")]
     Network(PoolError),
     #[error("{0}")]
@@ -68,22 +63,14 @@ impl Sandbox {
     /// Network, then the egress listener on its gateway, then the pool with the listener's
     /// environment, then the listener's attribution bound to the pool.
     pub async fn start(config: &Config) -> Result<Self, SandboxError> {
-        let docker = Docker::connect_with_local_defaults()
-            .map_err(|e| SandboxError::Docker(e.to_string()))?;
-        match tokio::time::timeout(DOCKER_PING, docker.ping()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(SandboxError::Docker(e.to_string())),
-            Err(_) => return Err(SandboxError::Docker("no answer within 10 s".into())),
-        }
-        // The labels `Pool::start` gives the network, so whichever creates it, it is the same.
-        let labels = HashMap::from([(LABEL_ROLE.to_owned(), "subagent-network".to_owned())]);
-        let network = ensure_internal_network(&docker, &config.subagent.network, &labels)
+        let docker = nexbot_docker::connect().await?;
+        let network = ensure_pool_network(&docker, &config.subagent.network)
             .await
             .map_err(SandboxError::Network)?;
         let late = Arc::new(LateAttribution::default());
         let egress = Egress::start(
             config.egress_config(),
-            &network,
+            &egress_network(&network),
             &config.data_dir(),
             late.clone(),
             config.secrets.relay_provider_key.clone(),
@@ -98,7 +85,7 @@ impl Sandbox {
                 return Err(SandboxError::Pool(e));
             }
         };
-        let attribution: Arc<dyn Attribution> = pool.clone();
+        let attribution: Arc<dyn Attribution> = Arc::new(PoolAttribution(pool.clone()));
         late.bind(&attribution);
         let tokens = Arc::new(RelayAccess::new(config, &egress));
         Ok(Self { pool, egress, tokens, _attribution: attribution })
@@ -135,6 +122,24 @@ impl Sandbox {
         let local = self.egress.local_addr();
         self.egress.shutdown(EGRESS_GRACE).await;
         tracing::info!(%local, "egress listener stopped");
+    }
+}
+
+/// What the egress listener needs of the pool network: its gateway and its bridge.
+pub fn egress_network(network: &NetworkInfo) -> egress::Network {
+    egress::Network { gateway: network.gateway, bridge: network.bridge_interface() }
+}
+
+/// The pool as the listener's [`Attribution`]: which container has a source address on the
+/// pool network, and which task it runs. (A newtype: both the trait and the pool are foreign
+/// here, and neither crate knows the other.)
+#[derive(Debug, Clone)]
+pub struct PoolAttribution(pub Arc<Pool>);
+
+impl Attribution for PoolAttribution {
+    fn lookup(&self, source: IpAddr) -> Option<Attributed> {
+        let (container, task_id) = self.0.container_for_address(source.to_canonical())?;
+        Some(Attributed { container, task_id })
     }
 }
 
@@ -207,13 +212,8 @@ mod tests {
 
     /// A real listener on loopback (no network to firewall) for the tokens to come from.
     async fn listener(config: &Config, dir: &std::path::Path) -> Egress {
-        let network = nexbot_docker::NetworkInfo {
-            id: String::new(),
-            name: "loopback".into(),
-            subnet: "127.0.0.0/8".into(),
-            gateway: "127.0.0.1".parse().unwrap(),
-            created: false,
-        };
+        let network =
+            egress::Network { gateway: "127.0.0.1".parse().unwrap(), bridge: "lo".into() };
         let late: Arc<dyn Attribution> = Arc::new(LateAttribution::default());
         let key = config.secrets.relay_provider_key.clone();
         Egress::start(config.egress_config(), &network, dir, late, key).await.unwrap()

@@ -1,0 +1,66 @@
+//! Reaching the Docker engine, and the few questions the host asks it outside a pool.
+//!
+//! The host talks to Docker only through this crate: [`connect`] makes the one connection (and
+//! says clearly why there is none), [`engine_version`], [`image_present`] and
+//! [`network_gateway`] answer `nexbot doctor`, and the connection is then handed to
+//! [`crate::Pool::start`] and [`crate::ensure_pool_network`].
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+pub use bollard::Docker;
+
+use crate::error::PoolError;
+
+/// How long the engine gets to answer the first ping (and the version question).
+pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the engine cannot be used; the message says what was tried and what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineUnreachable {
+    #[error("cannot connect to the Docker engine: {0}")]
+    Connect(String),
+    #[error("the Docker engine does not answer: {0}")]
+    Refused(String),
+    #[error("the Docker engine gave no answer within {} s", ENGINE_TIMEOUT.as_secs())]
+    Timeout,
+}
+
+/// Connects to the local engine (`DOCKER_HOST`, else the local socket) and checks that it
+/// answers a ping within [`ENGINE_TIMEOUT`].
+pub async fn connect() -> Result<Docker, EngineUnreachable> {
+    let docker = Docker::connect_with_local_defaults()
+        .map_err(|e| EngineUnreachable::Connect(e.to_string()))?;
+    match tokio::time::timeout(ENGINE_TIMEOUT, docker.ping()).await {
+        Ok(Ok(_)) => Ok(docker),
+        Ok(Err(e)) => Err(EngineUnreachable::Refused(e.to_string())),
+        Err(_) => Err(EngineUnreachable::Timeout),
+    }
+}
+
+/// The engine's version and API version, e.g. `("20.10.24", "1.41")`.
+pub async fn engine_version(docker: &Docker) -> Result<(String, String), EngineUnreachable> {
+    match tokio::time::timeout(ENGINE_TIMEOUT, docker.version()).await {
+        Ok(Ok(v)) => Ok((v.version.unwrap_or_default(), v.api_version.unwrap_or_default())),
+        Ok(Err(e)) => Err(EngineUnreachable::Refused(e.to_string())),
+        Err(_) => Err(EngineUnreachable::Timeout),
+    }
+}
+
+/// Whether `image` exists in the local engine (nothing is ever pulled).
+pub async fn image_present(docker: &Docker, image: &str) -> Result<(), PoolError> {
+    match docker.inspect_image(image).await {
+        Ok(_) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+            Err(PoolError::ImageMissing { image: image.to_owned() })
+        }
+        Err(e) => Err(PoolError::docker(format!("inspect image {image}"), e)),
+    }
+}
+
+/// The gateway address of the internal network `name` (where host services for the pool
+/// listen), or `None` when the network does not exist yet. Creates nothing; a network that
+/// exists but is not internal, or has no gateway, is an error.
+pub async fn network_gateway(docker: &Docker, name: &str) -> Result<Option<IpAddr>, PoolError> {
+    Ok(crate::network::find(docker, name).await?.map(|info| info.gateway))
+}

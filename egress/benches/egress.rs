@@ -1,0 +1,153 @@
+//! `cargo bench -p nexbot-egress --bench egress`: what the egress listener costs, in-process on
+//! loopback (no Docker): CONNECT set-up and plain-HTTP round trips through the proxy against
+//! direct ones, tunnel throughput, and a relay call against a direct call to the same scripted
+//! provider. Prints figures (the relay's one goes to the `make bench` summary); asserts nothing
+//! about speed.
+
+use nexbot_tests::egress as egress_support;
+
+use std::time::{Duration, Instant};
+
+use egress_support::{connect, echo_server, firehose_server, http_server, start};
+use nexbot_egress::{Cidr, EgressConfig, InternalAllow};
+use nexbot_tests::bench::{record, Figure, Stats};
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use secrecy::ExposeSecret;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ROUNDS: usize = 500;
+const TUNNEL_BYTES: usize = 256 << 20;
+
+fn percentiles(mut samples: Vec<Duration>) -> String {
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
+    format!("p50 {:>8.3} ms  p99 {:>8.3} ms", ms(at(0.5)), ms(at(0.99)))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+async fn timed<F: std::future::Future<Output = ()>>(f: impl Fn() -> F) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        f().await;
+        samples.push(start.elapsed());
+    }
+    samples
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (echo, _) = echo_server().await;
+    let (web, _) = http_server().await;
+    let firehose = firehose_server(TUNNEL_BYTES).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|_| Step::text("ok"));
+    let allow = |addr: std::net::SocketAddr| InternalAllow {
+        cidr: Cidr::try_from(addr.ip().to_string()).unwrap(),
+        ports: vec![addr.port()],
+    };
+    let mut config = EgressConfig::default();
+    config.proxy.allow_internal = vec![allow(echo), allow(web), allow(firehose)];
+    config.proxy.max_bytes_down = u64::MAX;
+    config.relay.provider_base_url = Some(llm.base_url());
+    config.max_connections_per_source = 1024;
+    let started = start(config, Some("sk-bench")).await;
+    let proxy = started.egress.local_addr();
+
+    println!("egress listener, in-process on loopback, {ROUNDS} rounds each");
+    let direct = timed(|| async {
+        let mut s = tokio::net::TcpStream::connect(echo).await.unwrap();
+        s.write_all(b"x").await.unwrap();
+        s.read_exact(&mut [0u8; 1]).await.unwrap();
+    })
+    .await;
+    println!("  TCP connect + 1-byte echo, direct       {}", percentiles(direct));
+    let tunnel = timed(|| async {
+        let (code, mut s) = connect(proxy, &echo.to_string()).await;
+        assert_eq!(code, 200);
+        s.write_all(b"x").await.unwrap();
+        s.read_exact(&mut [0u8; 1]).await.unwrap();
+    })
+    .await;
+    println!("  CONNECT + 1-byte echo, through proxy    {}", percentiles(tunnel));
+
+    let direct_client = reqwest::Client::new();
+    let url = format!("http://{web}/hello");
+    let direct = timed(|| async {
+        direct_client.get(&url).send().await.unwrap().bytes().await.unwrap();
+    })
+    .await;
+    println!("  HTTP GET (keep-alive), direct           {}", percentiles(direct));
+    let proxied_client = started.proxy_client();
+    let proxied = timed(|| async {
+        proxied_client.get(&url).send().await.unwrap().bytes().await.unwrap();
+    })
+    .await;
+    println!("  HTTP GET (keep-alive), through proxy    {}", percentiles(proxied));
+
+    let (code, mut s) = connect(proxy, &firehose.to_string()).await;
+    assert_eq!(code, 200);
+    let start = Instant::now();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "  tunnel throughput                       {:.0} MiB/s ({} MiB)",
+        total as f64 / secs / (1 << 20) as f64,
+        total >> 20
+    );
+
+    let token = started.egress.tokens().issue("bench", u64::MAX).unwrap();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let direct = timed(|| async {
+        let url = format!("{}/chat/completions", llm.base_url());
+        direct_client
+            .post(url)
+            .bearer_auth("sk-bench")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+    })
+    .await;
+    let direct_p50 = p50(&direct);
+    println!("  chat call, direct to provider           {}", percentiles(direct));
+    let relayed = timed(|| async {
+        let url = format!("{}/chat/completions", started.egress.relay_base_url());
+        let response = direct_client
+            .post(url)
+            .bearer_auth(token.expose_secret())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.bytes().await.unwrap();
+    })
+    .await;
+    let relayed_p50 = p50(&relayed);
+    println!("  chat call, through the relay            {}", percentiles(relayed));
+    record(Figure::reference(
+        "  LLM relay: chat call through it / direct, p50",
+        &format!("{:.3} / {:.3} ms", ms(relayed_p50), ms(direct_p50)),
+        "(loopback; the relay is not yet on the execute path)",
+    ));
+}
+
+fn p50(samples: &[Duration]) -> Duration {
+    Stats::of(samples.to_vec()).p50
+}

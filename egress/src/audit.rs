@@ -1,0 +1,396 @@
+//! The audit trail of everything that left (or tried to leave) a container, and the counters
+//! behind the metrics.
+//!
+//! Each proxied connection and each relayed LLM call becomes exactly one JSON line in the audit
+//! file and one `tracing` event, written when the connection ends so the byte counts are final.
+//! [`ConnAudit`] is a guard shared by the parts of a connection; the last one to drop writes
+//! the line, so a line is written however the connection ends (finished, limit hit, client
+//! gone, shutdown).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use serde::Serialize;
+
+/// What became of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Policy allowed it and it was served.
+    Allowed,
+    /// Policy refused it.
+    Denied,
+    /// Allowed, but it could not be served (unresolvable, unreachable, bad request).
+    Error,
+}
+
+/// One line of the audit file.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRecord {
+    /// RFC 3339, UTC, when the connection ended.
+    pub time: String,
+    /// `connect` (CONNECT tunnel), `http` (plain HTTP request) or `relay` (LLM call).
+    pub kind: &'static str,
+    pub task_id: Option<String>,
+    pub container: Option<String>,
+    /// The client's address (a container on the pool network).
+    pub source: IpAddr,
+    pub host: String,
+    pub port: u16,
+    /// The address actually dialled, or the one judged when denied.
+    pub resolved: Option<IpAddr>,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    pub duration_ms: u64,
+    /// LLM tokens charged (relay calls only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+}
+
+/// Counters for metrics; read them with [`Metrics::snapshot`].
+#[derive(Debug, Default)]
+pub struct Metrics {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    errors: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    relay_calls: AtomicU64,
+    relay_refused: AtomicU64,
+    relay_tokens: AtomicU64,
+    audit_write_failures: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MetricsSnapshot {
+    /// Proxy connections allowed and served.
+    pub allowed: u64,
+    /// Proxy connections refused by policy.
+    pub denied: u64,
+    /// Proxy connections that failed after the policy check.
+    pub errors: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    /// Relay calls forwarded to the provider.
+    pub relay_calls: u64,
+    /// Relay calls refused (token, budget, bad request).
+    pub relay_refused: u64,
+    /// LLM tokens charged to tasks.
+    pub relay_tokens: u64,
+    /// Audit lines that could not be written to the file (they still went to tracing).
+    pub audit_write_failures: u64,
+}
+
+impl Metrics {
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        MetricsSnapshot {
+            allowed: get(&self.allowed),
+            denied: get(&self.denied),
+            errors: get(&self.errors),
+            bytes_up: get(&self.bytes_up),
+            bytes_down: get(&self.bytes_down),
+            relay_calls: get(&self.relay_calls),
+            relay_refused: get(&self.relay_refused),
+            relay_tokens: get(&self.relay_tokens),
+            audit_write_failures: get(&self.audit_write_failures),
+        }
+    }
+
+    fn count(&self, record: &AuditRecord) {
+        let add = |c: &AtomicU64, n: u64| c.fetch_add(n, Ordering::Relaxed);
+        match (record.kind, record.verdict) {
+            ("relay", Verdict::Allowed) => add(&self.relay_calls, 1),
+            ("relay", _) => add(&self.relay_refused, 1),
+            (_, Verdict::Allowed) => add(&self.allowed, 1),
+            (_, Verdict::Denied) => add(&self.denied, 1),
+            (_, Verdict::Error) => add(&self.errors, 1),
+        };
+        add(&self.bytes_up, record.bytes_up);
+        add(&self.bytes_down, record.bytes_down);
+        add(&self.relay_tokens, record.tokens.unwrap_or(0));
+    }
+}
+
+/// The audit file plus the counters.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: Mutex<File>,
+    metrics: Metrics,
+}
+
+impl AuditLog {
+    /// Opens (creating, appending) the audit file; only the owner may read it.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let mut options = OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(path)?;
+        Ok(Self { path: path.to_owned(), file: Mutex::new(file), metrics: Metrics::default() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Counts, traces and appends one record. A failed file write is counted and traced,
+    /// never fatal: the connection it describes is already over.
+    pub fn write(&self, record: &AuditRecord) {
+        self.metrics.count(record);
+        tracing::info!(
+            target: "nexbot::egress::audit",
+            kind = record.kind,
+            task_id = record.task_id.as_deref(),
+            container = record.container.as_deref(),
+            source = %record.source,
+            host = %record.host,
+            port = record.port,
+            resolved = record.resolved.map(tracing::field::display),
+            verdict = ?record.verdict,
+            reason = %record.reason,
+            bytes_up = record.bytes_up,
+            bytes_down = record.bytes_down,
+            duration_ms = record.duration_ms,
+            tokens = record.tokens,
+            "egress",
+        );
+        let mut line = match serde_json::to_vec(record) {
+            Ok(line) => line,
+            Err(err) => {
+                tracing::error!(%err, "egress audit record did not serialise");
+                self.metrics.audit_write_failures.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        line.push(b'\n');
+        // One write of one whole line on an O_APPEND file keeps lines intact.
+        let written = self
+            .file
+            .lock()
+            .map_err(|_| "lock poisoned".to_owned())
+            .and_then(|mut file| file.write_all(&line).map_err(|e| e.to_string()));
+        if let Err(err) = written {
+            self.metrics.audit_write_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(path = %self.path.display(), %err, "egress audit line not written");
+        }
+    }
+}
+
+/// Who is behind a connection, as far as the host knows.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub source: Option<IpAddr>,
+    pub container: Option<String>,
+    pub task_id: Option<String>,
+}
+
+/// The audit line of one connection in the making; written when the last clone drops.
+#[derive(Debug)]
+pub struct ConnAudit {
+    log: Arc<AuditLog>,
+    started: Instant,
+    kind: &'static str,
+    origin: Origin,
+    host: String,
+    port: u16,
+    state: Mutex<State>,
+    /// Bytes from the container ([`ConnAudit::count`] adds to them).
+    up: AtomicU64,
+    /// Bytes to the container.
+    down: AtomicU64,
+}
+
+/// Which way the bytes go, to pick the counter and name the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the container.
+    Up,
+    /// To the container.
+    Down,
+}
+
+impl Direction {
+    /// The audit field (and byte limit) of this direction.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Up => "bytes_up",
+            Self::Down => "bytes_down",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    task_id: Option<String>,
+    resolved: Option<IpAddr>,
+    verdict: Verdict,
+    reason: String,
+    tokens: Option<u64>,
+}
+
+impl ConnAudit {
+    pub fn new(
+        log: Arc<AuditLog>,
+        kind: &'static str,
+        origin: Origin,
+        host: String,
+        port: u16,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            log,
+            started: Instant::now(),
+            kind,
+            host,
+            port,
+            state: Mutex::new(State {
+                task_id: origin.task_id.clone(),
+                resolved: None,
+                verdict: Verdict::Error,
+                reason: "ended before a verdict".into(),
+                tokens: None,
+            }),
+            origin,
+            up: AtomicU64::new(0),
+            down: AtomicU64::new(0),
+        })
+    }
+
+    fn counter(&self, direction: Direction) -> &AtomicU64 {
+        match direction {
+            Direction::Up => &self.up,
+            Direction::Down => &self.down,
+        }
+    }
+
+    /// Counts `bytes` more flowing `direction`; returns the total so far. The one place the
+    /// proxy's bodies and tunnels and the relay's request and answer count what they pass.
+    pub fn count(&self, direction: Direction, bytes: usize) -> u64 {
+        let bytes = bytes as u64;
+        self.counter(direction).fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes)
+    }
+
+    /// The bytes counted `direction` so far.
+    pub fn counted(&self, direction: Direction) -> u64 {
+        self.counter(direction).load(Ordering::Relaxed)
+    }
+
+    /// Records the verdict and its reason (later calls refine the reason, e.g. a limit hit).
+    pub fn verdict(&self, verdict: Verdict, reason: impl Into<String>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.verdict = verdict;
+            state.reason = reason.into();
+        }
+    }
+
+    /// Sets the reason without changing the verdict.
+    pub fn reason(&self, reason: impl Into<String>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.reason = reason.into();
+        }
+    }
+
+    pub fn resolved(&self, ip: IpAddr) {
+        if let Ok(mut state) = self.state.lock() {
+            state.resolved = Some(ip);
+        }
+    }
+
+    /// Names the task (the relay learns it from the token, not from the source address).
+    pub fn task(&self, task_id: String) {
+        if let Ok(mut state) = self.state.lock() {
+            state.task_id = Some(task_id);
+        }
+    }
+
+    pub fn tokens(&self, tokens: u64) {
+        if let Ok(mut state) = self.state.lock() {
+            state.tokens = Some(tokens);
+        }
+    }
+
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+}
+
+impl Drop for ConnAudit {
+    fn drop(&mut self) {
+        let state = match self.state.get_mut() {
+            Ok(state) => state,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let record = AuditRecord {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            kind: self.kind,
+            task_id: state.task_id.take(),
+            container: self.origin.container.clone(),
+            source: self.origin.source.unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            host: std::mem::take(&mut self.host),
+            port: self.port,
+            resolved: state.resolved,
+            verdict: state.verdict,
+            reason: std::mem::take(&mut state.reason),
+            bytes_up: *self.up.get_mut(),
+            bytes_down: *self.down.get_mut(),
+            duration_ms: self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
+            tokens: state.tokens,
+        };
+        self.log.write(&record);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guard_writes_one_line_when_the_last_clone_drops() {
+        let dir = std::env::temp_dir().join(format!("nxe-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let log = Arc::new(AuditLog::open(&path).unwrap());
+        let origin = Origin {
+            source: Some("172.30.0.5".parse().unwrap()),
+            container: Some("c1".into()),
+            task_id: Some("t1".into()),
+        };
+        let audit = ConnAudit::new(log.clone(), "connect", origin, "example.com".into(), 443);
+        let clone = audit.clone();
+        audit.verdict(Verdict::Allowed, "closed");
+        audit.resolved("93.184.216.34".parse().unwrap());
+        audit.count(Direction::Up, 7);
+        clone.count(Direction::Down, 11);
+        drop(audit);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "", "written before the last drop");
+        drop(clone);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 1);
+        let line = &lines[0];
+        assert_eq!(line["task_id"], "t1");
+        assert_eq!(line["container"], "c1");
+        assert_eq!(line["verdict"], "allowed");
+        assert_eq!(line["resolved"], "93.184.216.34");
+        assert_eq!((line["bytes_up"].as_u64(), line["bytes_down"].as_u64()), (Some(7), Some(11)));
+        assert!(line["time"].as_str().unwrap().ends_with('Z'));
+        let metrics = log.metrics().snapshot();
+        assert_eq!((metrics.allowed, metrics.bytes_up, metrics.bytes_down), (1, 7, 11));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,87 @@
+//! The provider key and task tokens are hunted for in everything the egress listener emits:
+//! every `tracing` event (captured at TRACE, including hyper's and reqwest's), the audit file,
+//! the answers containers get, and `Debug` output. The capture is the process-wide subscriber
+//! (the only one this test binary installs), so it also hunts through whatever the other
+//! tests of the binary emit while it runs.
+
+use nexbot_tests::egress as egress_support;
+
+use std::sync::{Arc, Mutex};
+
+use egress_support::{start, Started, WAIT};
+use nexbot_egress::EgressConfig;
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-nxe-PLANTED-provider-key-0123456789";
+
+fn relay_config(base_url: &str) -> EgressConfig {
+    let mut config = EgressConfig::default();
+    config.relay.provider_base_url = Some(base_url.to_owned());
+    config
+}
+
+async fn chat(started: &Started, token: Option<&str>, body: Value) -> Value {
+    let url = format!("{}/chat/completions", started.egress.relay_base_url());
+    let mut request = reqwest::Client::new().post(url).json(&body).timeout(WAIT);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.unwrap().json().await.unwrap_or(Value::Null)
+}
+
+fn ask() -> Value {
+    json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Collects everything `tracing` prints while the test runs.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let llm = ScriptedLlm::start(vec![Step::text("fine"), Step::status(500, "{}")]).await;
+    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let token = started.egress.tokens().issue("task-k", 1000).unwrap();
+    let mut answers = Vec::new();
+    for presented in [Some(token.expose_secret()), Some(token.expose_secret()), Some("bad"), None] {
+        answers.push(chat(&started, presented, ask()).await.to_string());
+    }
+    let mut streamed = ask();
+    streamed["stream"] = json!(true);
+    answers.push(chat(&started, Some(token.expose_secret()), streamed).await.to_string());
+    started.audit_lines(5).await;
+
+    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("nexbot::egress::audit"), "the capture works: {logs}");
+    let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap();
+    let debug = format!("{:?}", started.egress);
+    for (place, text) in
+        [("logs", &logs), ("audit", &audit), ("debug", &debug), ("answers", &answers.join("\n"))]
+    {
+        assert!(!text.contains(KEY), "the provider key leaked into {place}");
+        assert!(!text.contains("PLANTED"), "part of the provider key leaked into {place}");
+        assert!(!text.contains(token.expose_secret()), "the task token leaked into {place}");
+    }
+    assert_eq!(llm.chat_requests().len(), 3);
+}

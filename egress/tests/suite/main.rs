@@ -1,0 +1,9 @@
+//! The egress listener over real sockets, one test binary: the forward proxy, the LLM
+//! relay, and the hunt for the provider key in everything the listener emits.
+//!
+//! Every file here is a module of this one harness (`cargo test -p nexbot-egress --test suite`),
+//! so the crate is linked once; helpers shared by several files are modules too.
+
+mod egress_proxy;
+mod egress_relay;
+mod egress_secret_hunt;

@@ -1,0 +1,343 @@
+//! The `nexbot` command line: `init`, precise config errors, `doctor`, and `serve` shutting
+//! down cleanly on SIGTERM.
+
+use crate::common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{base_env, nexbot, text, TempWorkspace, NEXBOT};
+use nexbot_tests::scripted_llm::ScriptedLlm;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[test]
+fn init_writes_the_workspace_and_never_overwrites_without_force() {
+    let ws = TempWorkspace::init("init");
+    for name in
+        ["IDENTITY.md", "AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "MEMORY.md", "config.toml"]
+    {
+        assert!(ws.dir.join(name).is_file(), "{name} missing");
+    }
+    std::fs::write(ws.dir.join("SOUL.md"), "grumpy").unwrap();
+    let again =
+        std::process::Command::new(NEXBOT).args(["init", "--dir"]).arg(&ws.dir).output().unwrap();
+    assert!(again.status.success());
+    assert!(text(&again.stdout).contains("kept"));
+    assert_eq!(std::fs::read_to_string(ws.dir.join("SOUL.md")).unwrap(), "grumpy");
+    let forced = std::process::Command::new(NEXBOT)
+        .args(["init", "--force", "--dir"])
+        .arg(&ws.dir)
+        .output()
+        .unwrap();
+    assert!(forced.status.success());
+    assert_ne!(std::fs::read_to_string(ws.dir.join("SOUL.md")).unwrap(), "grumpy");
+}
+
+async fn chat_error(config: &std::path::Path, env: &[(String, String)]) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        nexbot(&["chat"], config, env).stdin(Stdio::null()).output(),
+    )
+    .await
+    .expect("nexbot did not exit")
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stderr)
+}
+
+#[tokio::test]
+async fn bad_config_is_refused_naming_the_key() {
+    let ws = TempWorkspace::init("badcfg");
+    let env = base_env("http://127.0.0.1:9/v1");
+    let good = std::fs::read_to_string(ws.config()).unwrap();
+
+    std::fs::write(ws.config(), good.replace("max_iterations = 20", "max_iteratons = 20")).unwrap();
+    let err = chat_error(&ws.config(), &env).await;
+    assert!(err.contains("config key `agent.max_iteratons`: unknown field"), "{err}");
+
+    std::fs::write(
+        ws.config(),
+        good.replace("retry_max_wait_secs = 30", "retry_max_wait_secs = \"soon\""),
+    )
+    .unwrap();
+    let err = chat_error(&ws.config(), &env).await;
+    assert!(err.contains("config key `llm.retry_max_wait_secs`: invalid type"), "{err}");
+
+    std::fs::write(ws.config(), &good).unwrap();
+    let mut bad_env = env.clone();
+    bad_env.push(("NEXBOT_BUS__PER_CHAT_QUEUE".into(), "0".into()));
+    let err = chat_error(&ws.config(), &bad_env).await;
+    assert!(
+        err.contains(
+            "config key `bus.per_chat_queue` (from NEXBOT_BUS__PER_CHAT_QUEUE): 0 is out of range"
+        ),
+        "{err}"
+    );
+
+    let err = chat_error(&ws.dir.join("missing.toml"), &env).await;
+    assert!(err.contains("not found") && err.contains("nexbot init"), "{err}");
+}
+
+#[tokio::test]
+async fn doctor_passes_with_a_reachable_llm_and_fails_naming_the_fix() {
+    let ws = TempWorkspace::init("doctor");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let run = |env: Vec<(String, String)>| {
+        let config = ws.config();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                nexbot(&["doctor"], &config, &env).output(),
+            )
+            .await
+            .expect("doctor did not finish")
+            .unwrap()
+        }
+    };
+    let out = run(base_env(&llm.base_url())).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("[ok]   llm:") && stdout.contains("lists scripted"), "{stdout}");
+    assert!(stdout.contains("[warn] llm key"), "{stdout}");
+    assert!(llm.requests().iter().any(|r| r.path == "/v1/models"));
+
+    let out = run(base_env("http://127.0.0.1:9/v1")).await;
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success());
+    assert!(stdout.contains("[FAIL] llm: cannot reach http://127.0.0.1:9/v1/models"), "{stdout}");
+    assert!(stdout.contains("fix: check llm.base_url"), "{stdout}");
+
+    // With delegation on, a missing image is named with its fix (needs the engine).
+    if nexbot_tests::docker_or_skip("doctor_image_check").await.is_some() {
+        let mut env = base_env(&llm.base_url());
+        env.push(("NEXBOT_SUBAGENT__ENABLED".into(), "true".into()));
+        env.push(("NEXBOT_SUBAGENT__IMAGE".into(), "nxh-no-such-image:none".into()));
+        let out = run(env).await;
+        let stdout = text(&out.stdout);
+        assert!(!out.status.success());
+        assert!(stdout.contains("[ok]   docker: engine"), "{stdout}");
+        assert!(stdout.contains("[FAIL] subagent image: nxh-no-such-image:none"), "{stdout}");
+        assert!(stdout.contains("make image"), "{stdout}");
+    }
+}
+
+#[tokio::test]
+async fn serve_runs_until_sigterm_and_exits_cleanly() {
+    let ws = TempWorkspace::init("serve");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let mut child = nexbot(&["serve"], &ws.config(), &base_env(&llm.base_url()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            if line.contains("nexbot is serving") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "serve never became ready");
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let status =
+        tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut rest = String::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        rest.push_str(&line);
+    }
+    assert!(rest.contains("stopped"), "{rest}");
+}
+
+/// Removes the test's network (and any container of its pool) however the test ended.
+struct NetworkLeftover {
+    network: String,
+    pool: String,
+}
+
+impl Drop for NetworkLeftover {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            std::process::Command::new("docker")
+                .args(args)
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+                .unwrap_or_default()
+        };
+        let filter = format!("label=nexbot.pool={}", self.pool);
+        for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
+            docker(&["rm", "-f", id]);
+        }
+        docker(&["network", "rm", &self.network]);
+    }
+}
+
+fn delegation_env(llm: &ScriptedLlm, leftover: &NetworkLeftover) -> Vec<(String, String)> {
+    let mut env = base_env(&llm.base_url());
+    env.extend(
+        [
+            ("NEXBOT_SUBAGENT__ENABLED", "true"),
+            ("NEXBOT_SUBAGENT__POOL_SIZE", "1"),
+            ("NEXBOT_SUBAGENT__POOL_NAME", &leftover.pool),
+            ("NEXBOT_SUBAGENT__NETWORK", &leftover.network),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    env
+}
+
+#[tokio::test]
+async fn doctor_checks_the_egress_listener_and_firewall_prerequisites() {
+    let Some(docker) = nexbot_tests::docker_or_skip("doctor_egress").await else { return };
+    let ws = TempWorkspace::init("nxw-doctor");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let id = std::process::id();
+    let leftover = NetworkLeftover {
+        network: format!("nxw-net-doctor-{id}"),
+        pool: format!("nxw-doctor-{id}"),
+    };
+    let run = |extra: &[(&str, &str)]| {
+        let mut env = delegation_env(&llm, &leftover);
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let config = ws.config();
+        async move {
+            let out = tokio::time::timeout(
+                Duration::from_secs(60),
+                nexbot(&["doctor"], &config, &env).output(),
+            )
+            .await
+            .expect("doctor did not finish")
+            .unwrap();
+            text(&out.stdout)
+        }
+    };
+
+    // Defaults, as root with iptables, the network not created yet (and doctor creates none).
+    let stdout = run(&[]).await;
+    let network = &leftover.network;
+    assert!(
+        stdout.contains(&format!(
+            "[ok]   egress listener: the network {network} is created at start"
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[ok]   egress firewall: iptables v"), "{stdout}");
+    assert!(stdout.contains(" as root"), "{stdout}");
+    let relay =
+        format!("[ok]   egress relay: subagents reach {} through the relay", llm.base_url());
+    assert!(stdout.contains(&relay), "{stdout}");
+    assert!(docker.inspect_network(network, None).await.is_err(), "doctor created the network");
+
+    // No iptables on the PATH: the firewall cannot be installed, and the fix says so.
+    let empty = ws.dir.join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let stdout = run(&[("PATH", empty.to_str().unwrap())]).await;
+    assert!(stdout.contains("[FAIL] egress firewall: iptables cannot be run"), "{stdout}");
+    assert!(stdout.contains("fix: install iptables"), "{stdout}");
+    assert!(stdout.contains("egress.firewall = false"), "{stdout}");
+
+    // The network exists and something holds the port on its gateway.
+    let labels = [("nexbot.test".to_owned(), "nxw".to_owned())].into();
+    let info =
+        nexbot_docker::ensure_internal_network(&docker, network, &labels).await.expect("network");
+    let squatter = tokio::net::TcpListener::bind((info.gateway, 0)).await.unwrap();
+    let taken = squatter.local_addr().unwrap();
+    let stdout = run(&[("NEXBOT_EGRESS__PORT", &taken.port().to_string())]).await;
+    assert!(stdout.contains(&format!("[warn] egress listener: {taken} is in use")), "{stdout}");
+    assert!(stdout.contains("set egress.port"), "{stdout}");
+    drop(squatter);
+    let stdout = run(&[("NEXBOT_EGRESS__PORT", &taken.port().to_string())]).await;
+    assert!(stdout.contains(&format!("[ok]   egress listener: {taken} is free")), "{stdout}");
+
+    // Opting out of the safe defaults is reported with the way back.
+    let stdout = run(&[
+        ("NEXBOT_EGRESS__FIREWALL", "false"),
+        ("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true"),
+    ])
+    .await;
+    assert!(stdout.contains("[warn] egress firewall: off"), "{stdout}");
+    assert!(stdout.contains("[warn] egress relay: the real LLM key is sent"), "{stdout}");
+    drop(leftover);
+}
+
+#[tokio::test]
+async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
+    let Some(docker) = nexbot_tests::docker_or_skip("serve_with_delegation").await else { return };
+    if docker.inspect_image("nexbot-subagent:dev").await.is_err() {
+        panic!("the image nexbot-subagent:dev is missing: build it with `make image`");
+    }
+    let ws = TempWorkspace::init("nxw-serve");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let id = std::process::id();
+    let leftover =
+        NetworkLeftover { network: format!("nxw-net-serve-{id}"), pool: format!("nxw-serve-{id}") };
+    let mut env = delegation_env(&llm, &leftover);
+    env.push(("NEXBOT_EGRESS__PORT".into(), "0".into()));
+    let mut child = nexbot(&["serve"], &ws.config(), &env).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut log = String::new();
+    let ready = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            log.push_str(&line);
+            log.push('\n');
+            if line.contains("nexbot is serving") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(ready, Ok(true), "serve never became ready: {log}");
+    assert!(!log.contains("delegation to subagents is off"), "{log}");
+    // Where the listener is, from its own log line (`local=ip:port`).
+    let listener: std::net::SocketAddr = log
+        .lines()
+        .find(|l| l.contains("egress proxy and LLM relay listening"))
+        .and_then(|l| l.split("local=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("no listener address logged: {log}"));
+    let net = docker.inspect_network(&leftover.network, None).await.expect("network");
+    let bridge = format!("br-{}", &net.id.unwrap_or_default()[..12]);
+    let rules = || {
+        let out = std::process::Command::new("iptables").args(["-w", "5", "-S", "INPUT"]).output();
+        let listing = String::from_utf8_lossy(&out.unwrap().stdout).into_owned();
+        listing.lines().filter(|l| l.contains(&bridge)).map(str::to_owned).collect::<Vec<_>>()
+    };
+    let running = rules();
+    assert!(
+        running.iter().any(|r| r.contains(&format!("--dport {}", listener.port()))),
+        "{running:?}"
+    );
+    assert!(running.iter().any(|r| r.ends_with("-j DROP")), "{running:?}");
+    assert!(tokio::net::TcpStream::connect(listener).await.is_ok(), "the listener is up");
+    let containers = || {
+        let filter = format!("label=nexbot.pool={}", leftover.pool);
+        let out =
+            std::process::Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output();
+        String::from_utf8_lossy(&out.unwrap().stdout).split_whitespace().count()
+    };
+    assert_eq!(containers(), 1);
+
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status =
+        tokio::time::timeout(Duration::from_secs(60), child.wait()).await.unwrap().unwrap();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        log.push_str(&line);
+        log.push('\n');
+    }
+    assert!(status.success(), "{status:?}: {log}");
+    // Pool drained and removed, then the listener (and its firewall rules), then the end.
+    let at = |needle: &str| log.find(needle).unwrap_or_else(|| panic!("no {needle:?} in {log}"));
+    assert!(at("pool shut down") < at("egress listener stopped"), "{log}");
+    assert!(at("egress listener stopped") < at("stopped\n"), "{log}");
+    assert_eq!(containers(), 0, "the pool's containers are gone");
+    assert_eq!(rules(), Vec::<String>::new(), "the firewall rules are gone");
+    assert!(tokio::net::TcpStream::connect(listener).await.is_err(), "the listener is closed");
+    drop(leftover);
+}

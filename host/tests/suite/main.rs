@@ -1,0 +1,18 @@
+//! The host's integration tests, one test binary: the `nexbot` binary and runtime end to
+//! end (CLI, chat, bus, hooks, deployment, delegation through the sandbox) and the egress
+//! listener seen from containers on the shared internal test network.
+//!
+//! Every file here is a module of this one harness (`cargo test -p nexbot-host --test suite`),
+//! so the crate is linked once; helpers shared by several files are modules too.
+
+mod common;
+mod egress_support;
+
+mod egress_docker;
+mod egress_pool;
+mod host_bus;
+mod host_chat;
+mod host_cli;
+mod host_delegation;
+mod host_deploy;
+mod host_hooks;

@@ -1,0 +1,215 @@
+//! Helpers shared by the egress tests: a started listener with its own data directory, the
+//! audit lines it wrote, and small local servers to be the "internet".
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nexbot_egress::{Attribution, AttributionTable, Egress, EgressConfig, Network};
+use secrecy::SecretString;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A fresh data directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct DataDir(pub PathBuf);
+
+impl DataDir {
+    pub fn new(tag: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("nxe-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        Self(path)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Debug)]
+pub struct Started {
+    pub egress: Egress,
+    pub table: Arc<AttributionTable>,
+    pub dir: DataDir,
+}
+
+impl Started {
+    /// Every audit line so far, parsed.
+    pub fn audit(&self) -> Vec<Value> {
+        read_audit(self.egress.audit_path())
+    }
+
+    /// Waits until `count` audit lines exist (lines are written when connections end).
+    pub async fn audit_lines(&self, count: usize) -> Vec<Value> {
+        wait_audit(self.egress.audit_path(), |lines| lines.len() >= count).await
+    }
+
+    pub fn proxy_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .proxy(reqwest::Proxy::all(self.egress.proxy_url()).unwrap())
+            .timeout(WAIT)
+            .build()
+            .unwrap()
+    }
+}
+
+pub fn read_audit(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str(l).expect("audit line is JSON")).collect()
+}
+
+/// Waits (bounded) until the audit lines satisfy `done`, and returns them.
+pub async fn wait_audit(path: &std::path::Path, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let lines = read_audit(path);
+        if done(&lines) {
+            return lines;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "audit lines never as expected: {lines:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts the listener on 127.0.0.1 (standing in for the gateway); the test client at
+/// 127.0.0.1 is attributed to container `c-test` running task `t-1`.
+pub async fn start(config: EgressConfig, key: Option<&str>) -> Started {
+    let table = Arc::new(AttributionTable::default());
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    table.set_container(local, "c-test");
+    table.set_task(local, Some("t-1".into()));
+    let (egress, dir) = launch(config, local, table.clone(), key).await;
+    Started { egress, table, dir }
+}
+
+/// Starts the listener on `ip` (no network to firewall) at a free port.
+pub async fn launch(
+    mut config: EgressConfig,
+    ip: IpAddr,
+    attribution: Arc<dyn Attribution>,
+    key: Option<&str>,
+) -> (Egress, DataDir) {
+    let network = Network { gateway: ip, bridge: String::new() };
+    config.firewall = false;
+    launch_on(config, &network, attribution, key).await
+}
+
+/// Starts the listener on `network`'s gateway at a free port, with its own data directory.
+pub async fn launch_on(
+    mut config: EgressConfig,
+    network: &Network,
+    attribution: Arc<dyn Attribution>,
+    key: Option<&str>,
+) -> (Egress, DataDir) {
+    let dir = DataDir::new("egress");
+    config.port = 0;
+    let key = key.map(|k| SecretString::from(k.to_owned()));
+    let egress =
+        Egress::start(config, network, &dir.0, attribution, key).await.expect("egress starts");
+    (egress, dir)
+}
+
+/// A TCP server that echoes, counting the connections it accepted.
+pub async fn echo_server() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// A TCP server that writes `size` bytes to every client, then closes.
+pub async fn firehose_server(size: usize) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(&vec![b'x'; size]).await;
+            });
+        }
+    });
+    addr
+}
+
+/// An HTTP server recording the requests it got (method, uri, headers as text).
+pub async fn http_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    http_server_at("127.0.0.1".parse().unwrap()).await
+}
+
+/// [`http_server`] listening on `ip`.
+pub async fn http_server_at(ip: IpAddr) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    use axum::routing::get;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new()
+        .route(
+            "/hello",
+            get(move |req: axum::extract::Request| {
+                let record = record.clone();
+                async move {
+                    record.lock().unwrap().push(format!(
+                        "{} {} {:?}",
+                        req.method(),
+                        req.uri(),
+                        req.headers()
+                    ));
+                    "hello from the allowed server"
+                }
+            }),
+        )
+        .route("/big", get(|| async { "y".repeat(100_000) }));
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, seen)
+}
+
+/// Sends `CONNECT target` on a fresh connection to the proxy; returns the status line's code
+/// and the stream (ready for tunnel bytes on 200).
+pub async fn connect(proxy: SocketAddr, target: &str) -> (u16, TcpStream) {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(WAIT, stream.read(&mut byte))
+            .await
+            .expect("proxy answers")
+            .unwrap();
+        assert_eq!(
+            n,
+            1,
+            "proxy closed before the end of its answer: {:?}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status line");
+    (code, stream)
+}

@@ -1,0 +1,125 @@
+//! The skills shipped in `skills/`: each is a well-formed skill folder (front matter with a
+//! `name` matching the folder, a `description`, and `tools` the subagent really has), and a
+//! subagent in a hardened pool container, with the folder mounted read-only the way the
+//! deployment mounts it, lists them with their descriptions and reads one in full.
+
+use crate::pool_common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nexbot_docker::{Pool, PoolConfig};
+use nexbot_protocol::ResponseBody;
+use nexbot_tests::scripted_llm::Step;
+use pool_common::{exec, llm_on, setup, task};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn skills_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("skills")
+}
+
+/// The `key: value` lines of a `SKILL.md` front matter, or why there is none.
+fn front_matter(text: &str) -> Result<Vec<(String, String)>, String> {
+    let rest = text.strip_prefix("---\n").ok_or("does not start with a `---` line")?;
+    let end = rest.find("\n---\n").ok_or("front matter is not closed by a `---` line")?;
+    rest[..end]
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let (key, value) = line.split_once(':').ok_or(format!("not `key: value`: {line}"))?;
+            Ok((key.trim().to_owned(), value.trim().trim_matches('"').to_owned()))
+        })
+        .collect()
+}
+
+/// Names of the bundled skill folders.
+fn bundled() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(skills_dir())
+        .expect("skills/ exists")
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_bundled_skill_is_well_formed() {
+    let names = bundled();
+    assert!(names.contains(&"web-research".to_owned()), "{names:?}");
+    for name in names {
+        let path = skills_dir().join(&name).join("SKILL.md");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fields = front_matter(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let field = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        assert_eq!(field("name"), Some(name.as_str()), "{name}: `name` must be the folder name");
+        assert!(
+            name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{name}: folder names are plain (a-z, 0-9, -) so read_skill accepts them"
+        );
+        let description = field("description").unwrap_or_default();
+        assert!(
+            !description.is_empty() && description.chars().count() <= 200,
+            "{name}: description must be 1..=200 characters (read_skill shows 200)"
+        );
+        let tools = field("tools").expect("tools listed");
+        let tools = tools.strip_prefix('[').and_then(|t| t.strip_suffix(']')).expect("[a, b]");
+        for tool in tools.split(',').map(str::trim) {
+            assert!(
+                nexbot_subagent::tools::TOOL_NAMES.contains(&tool),
+                "{name}: `{tool}` is not a subagent tool"
+            );
+        }
+        assert!(text.len() > 500, "{name}: a skill should teach something");
+    }
+}
+
+#[test]
+fn front_matter_errors_say_what_is_wrong() {
+    assert!(front_matter("# no front matter").unwrap_err().contains("`---`"));
+    assert!(front_matter("---\nname: x\n").unwrap_err().contains("not closed"));
+    assert!(front_matter("---\nname x\n---\n").unwrap_err().contains("name x"));
+}
+
+#[tokio::test]
+async fn a_pool_subagent_lists_and_reads_the_bundled_skills_read_only() {
+    let Some((docker, config)) = setup("skills").await else { return };
+    let config = PoolConfig { size: 1, skills_dir: Some(skills_dir()), ..config };
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+    let llm = llm_on(
+        gateway,
+        vec![
+            Step::tool_call("read_skill", json!({})),
+            Step::tool_call("read_skill", json!({"name": "web-research"})),
+            Step::text("read them"),
+        ],
+    )
+    .await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(90),
+        pool.execute(
+            task("skills-1", "Which skills are there?", &llm, gateway),
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("answered in time")
+    .expect("task ran");
+    assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 3, "one call per step");
+    let listing = chats[1].to_text();
+    for name in bundled() {
+        assert!(listing.contains(&format!("{name}: ")), "{name} not listed with a description");
+    }
+    let read = chats[2].to_text();
+    assert!(read.contains("# Web research") && read.contains("html.duckduckgo.com"), "{read}");
+
+    let id = pool.snapshot()[0].container_id.clone().expect("a container");
+    let (code, output) = exec(&docker, &id, "touch /workspace/skills/x 2>&1").await;
+    assert_ne!(code, 0, "the skills mount is writable: {output}");
+    pool.shutdown().await.expect("clean shutdown");
+}

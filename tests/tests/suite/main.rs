@@ -1,0 +1,20 @@
+//! End-to-end tests across crates against the real Docker engine, one test binary: the
+//! pool, the subagent image, the bundled skills, the compose deployment, the benches' cleanup
+//! and the scripted LLM itself.
+//!
+//! Every file here is a module of this one harness (`cargo test -p nexbot-tests --test suite`),
+//! so the crate is linked once; helpers shared by several files are modules too.
+
+mod pool_common;
+
+mod bench_cleanup;
+mod bundled_skills;
+mod compose_up;
+mod docker_smoke;
+mod pool_hardening;
+mod pool_lifecycle;
+mod pool_network;
+mod pool_recovery;
+mod pool_tasks;
+mod scripted_llm;
+mod subagent_image;
