@@ -26,14 +26,14 @@ use super::policy::{CheckedAddr, Refusal, Target};
 use super::{relay, Shared};
 
 /// One client connection's share of the listener's capacity. A CONNECT tunnel outlives the
-/// HTTP connection it came from, so it holds a clone: the slot frees only when both are gone.
-struct Slot {
+/// HTTP connection it came from, so it holds a clone: the permit frees only when both are gone.
+struct ConnectionPermit {
     _permit: OwnedSemaphorePermit,
     source: IpAddr,
     per_source: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
-impl Drop for Slot {
+impl Drop for ConnectionPermit {
     fn drop(&mut self) {
         let mut counts = self.per_source.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(count) = counts.get_mut(&self.source) {
@@ -82,17 +82,23 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
             }
             *count += 1;
         }
-        let slot = Arc::new(Slot { _permit: permit, source, per_source: per_source.clone() });
-        shared.tracker.spawn(connection(stream, peer, slot, shared.clone()));
+        let permit =
+            Arc::new(ConnectionPermit { _permit: permit, source, per_source: per_source.clone() });
+        shared.tracker.spawn(connection(stream, peer, permit, shared.clone()));
     }
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, slot: Arc<Slot>, shared: Arc<Shared>) {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    permit: Arc<ConnectionPermit>,
+    shared: Arc<Shared>,
+) {
     let service_shared = shared.clone();
     let service = hyper::service::service_fn(move |req| {
         let shared = service_shared.clone();
-        let slot = slot.clone();
-        async move { Ok::<_, Infallible>(handle(req, peer, slot, shared).await) }
+        let permit = permit.clone();
+        async move { Ok::<_, Infallible>(handle(req, peer, permit, shared).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -118,7 +124,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, slot: Arc<Slot>, shared
 async fn handle(
     req: Request<Incoming>,
     peer: SocketAddr,
-    slot: Arc<Slot>,
+    permit: Arc<ConnectionPermit>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let source = peer.ip().to_canonical();
@@ -129,7 +135,7 @@ async fn handle(
         task_id: attributed.as_ref().and_then(|a| a.task_id.clone()),
     };
     if req.method() == Method::CONNECT {
-        return connect(req, origin, attributed.is_some(), slot, shared).await;
+        return connect(req, origin, attributed.is_some(), permit, shared).await;
     }
     if req.uri().scheme().is_none() {
         return relay::handle(req, origin, shared).await;
@@ -220,7 +226,7 @@ async fn connect(
     req: Request<Incoming>,
     origin: Origin,
     attributed: bool,
-    slot: Arc<Slot>,
+    permit: Arc<ConnectionPermit>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let authority = req.uri().authority().cloned();
@@ -256,8 +262,8 @@ async fn connect(
             PumpEnd::Failed(err) => format!("closed: {err}"),
             PumpEnd::Shutdown => "cut: proxy shutting down".to_owned(),
         });
-        // Free the slot before the audit line is written (when `audit` drops after this).
-        drop(slot);
+        // Free the permit before the audit line is written (when `audit` drops after this).
+        drop(permit);
     });
     Response::new(full(""))
 }

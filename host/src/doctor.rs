@@ -15,9 +15,9 @@ use crate::config::{Config, LLM_API_KEY_ENV};
 use crate::store::Store;
 use crate::workspace::BOOTSTRAP_FILES;
 
-/// The verdict of one check.
+/// The status of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CheckStatus {
     Ok,
     Warn,
     Fail,
@@ -26,7 +26,7 @@ pub enum Verdict {
 #[derive(Debug, Clone)]
 pub struct Check {
     pub name: &'static str,
-    pub verdict: Verdict,
+    pub status: CheckStatus,
     pub detail: String,
     /// What to do, for warnings and failures.
     pub fix: Option<String>,
@@ -34,23 +34,23 @@ pub struct Check {
 
 impl Check {
     fn ok(name: &'static str, detail: impl Into<String>) -> Self {
-        Self { name, verdict: Verdict::Ok, detail: detail.into(), fix: None }
+        Self { name, status: CheckStatus::Ok, detail: detail.into(), fix: None }
     }
     fn bad(
         name: &'static str,
-        verdict: Verdict,
+        status: CheckStatus,
         detail: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
-        Self { name, verdict, detail: detail.into(), fix: Some(fix.into()) }
+        Self { name, status, detail: detail.into(), fix: Some(fix.into()) }
     }
 
     /// One line (two with a fix) for the terminal.
     pub fn render(&self) -> String {
-        let tag = match self.verdict {
-            Verdict::Ok => "[ok]  ",
-            Verdict::Warn => "[warn]",
-            Verdict::Fail => "[FAIL]",
+        let tag = match self.status {
+            CheckStatus::Ok => "[ok]  ",
+            CheckStatus::Warn => "[warn]",
+            CheckStatus::Fail => "[FAIL]",
         };
         match &self.fix {
             Some(fix) => format!("{tag} {}: {}\n       fix: {fix}", self.name, self.detail),
@@ -78,7 +78,7 @@ fn workspace(config: &Config) -> Check {
     if !dir.is_dir() {
         return Check::bad(
             "workspace",
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("{} does not exist", dir.display()),
             format!("nexbot init --dir {}", dir.display()),
         );
@@ -90,7 +90,7 @@ fn workspace(config: &Config) -> Check {
     } else {
         Check::bad(
             "workspace",
-            Verdict::Warn,
+            CheckStatus::Warn,
             format!("{} lacks {}", dir.display(), missing.join(", ")),
             format!("nexbot init --dir {} (keeps existing files)", dir.display()),
         )
@@ -101,7 +101,7 @@ async fn database(config: &Config) -> Check {
     let path = config.database_path();
     match Store::open(&path).await {
         Ok(_) => Check::ok("database", path.display().to_string()),
-        Err(e) => Check::bad("database", Verdict::Fail, e.to_string(), "see the message above"),
+        Err(e) => Check::bad("database", CheckStatus::Fail, e.to_string(), "see the message above"),
     }
 }
 
@@ -111,7 +111,7 @@ async fn llm(config: &Config) -> Vec<Check> {
     if key.is_none() {
         checks.push(Check::bad(
             "llm key",
-            Verdict::Warn,
+            CheckStatus::Warn,
             format!("{LLM_API_KEY_ENV} is not set"),
             format!("export {LLM_API_KEY_ENV}=... (not needed for a local Ollama/vLLM)"),
         ));
@@ -120,7 +120,7 @@ async fn llm(config: &Config) -> Vec<Check> {
     let client = match reqwest::Client::builder().timeout(Duration::from_secs(10)).build() {
         Ok(client) => client,
         Err(e) => {
-            checks.push(Check::bad("llm", Verdict::Fail, e.to_string(), "report a bug"));
+            checks.push(Check::bad("llm", CheckStatus::Fail, e.to_string(), "report a bug"));
             return checks;
         }
     };
@@ -139,7 +139,7 @@ async fn llm(config: &Config) -> Vec<Check> {
             } else {
                 Check::bad(
                     "llm",
-                    Verdict::Warn,
+                    CheckStatus::Warn,
                     format!("{url} answers but does not list the model {}", config.llm.model),
                     "check llm.model (some providers do not list every model)",
                 )
@@ -147,19 +147,19 @@ async fn llm(config: &Config) -> Vec<Check> {
         }
         Ok(response) if matches!(response.status().as_u16(), 401 | 403) => Check::bad(
             "llm",
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("{url} refused the key (HTTP {})", response.status().as_u16()),
             format!("set a valid {LLM_API_KEY_ENV}"),
         ),
         Ok(response) => Check::bad(
             "llm",
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("{url} answered HTTP {}", response.status().as_u16()),
             "check llm.base_url (it should end before /chat/completions, e.g. .../v1)",
         ),
         Err(e) => Check::bad(
             "llm",
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("cannot reach {url}: {}", e.without_url()),
             "check llm.base_url and the network",
         ),
@@ -170,7 +170,7 @@ async fn llm(config: &Config) -> Vec<Check> {
 async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
     let no_docker = "start the Docker engine, or set subagent.enabled = false to run without \
                      delegation";
-    let fail = |detail: String| vec![Check::bad("docker", Verdict::Fail, detail, no_docker)];
+    let fail = |detail: String| vec![Check::bad("docker", CheckStatus::Fail, detail, no_docker)];
     let docker = match nexbot_docker::connect().await {
         Ok(docker) => docker,
         Err(e) => return (fail(e.to_string()), None),
@@ -185,7 +185,7 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
         Ok(_) => Check::ok("subagent image", image.clone()),
         Err(e) => Check::bad(
             "subagent image",
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("{image}: {e}"),
             "build it with `make image`",
         ),
@@ -203,7 +203,7 @@ async fn egress_listener(config: &Config, docker: Option<&Docker>) -> Check {
         (None, None) => {
             return Check::bad(
                 NAME,
-                Verdict::Warn,
+                CheckStatus::Warn,
                 format!(
                     "not checked: it binds the gateway of {network}, and Docker is not reachable"
                 ),
@@ -227,7 +227,7 @@ async fn egress_listener(config: &Config, docker: Option<&Docker>) -> Check {
             Err(e) => {
                 return Check::bad(
                     NAME,
-                    Verdict::Fail,
+                    CheckStatus::Fail,
                     e.to_string(),
                     "remove the network or set subagent.network to another name",
                 )
@@ -241,13 +241,13 @@ async fn egress_listener(config: &Config, docker: Option<&Docker>) -> Check {
         // own listener holds the port.
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Check::bad(
             NAME,
-            Verdict::Warn,
+            CheckStatus::Warn,
             format!("{at} is in use (fine if it is this nexbot's running daemon)"),
             "otherwise stop what listens there or set egress.port (0 picks a free one)",
         ),
         Err(e) => Check::bad(
             NAME,
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("cannot listen on {at}: {e}"),
             "egress.listen_addr must be an address of this host on the pool network (unset, \
              it is the network's gateway)",
@@ -262,7 +262,7 @@ async fn egress_firewall(config: &Config) -> Check {
     if !config.egress.firewall {
         return Check::bad(
             NAME,
-            Verdict::Warn,
+            CheckStatus::Warn,
             "off (egress.firewall = false): the pool network can reach every port of this host",
             "turn it on, or make sure your own rules leave only the proxy port reachable",
         );
@@ -272,7 +272,7 @@ async fn egress_firewall(config: &Config) -> Check {
         Err(e) => {
             return Check::bad(
                 NAME,
-                Verdict::Fail,
+                CheckStatus::Fail,
                 format!("iptables cannot be run: {e}"),
                 format!("install iptables (apt-get install iptables), or {off}"),
             )
@@ -283,7 +283,7 @@ async fn egress_firewall(config: &Config) -> Check {
         let who = uid.map_or_else(|| "an unknown user".to_owned(), |uid| format!("uid {uid}"));
         return Check::bad(
             NAME,
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("nexbot runs as {who}; the firewall rules need root"),
             format!("run nexbot as root, or {off}"),
         );
@@ -292,7 +292,7 @@ async fn egress_firewall(config: &Config) -> Check {
         Ok(_) => Check::ok(NAME, format!("{} as root", version.trim())),
         Err(e) => Check::bad(
             NAME,
-            Verdict::Fail,
+            CheckStatus::Fail,
             format!("iptables cannot read the INPUT chain: {e}"),
             format!(
                 "give nexbot CAP_NET_ADMIN (it runs as root in a restricted container?), or {off}"
@@ -310,7 +310,7 @@ fn egress_relay(config: &Config) -> Vec<Check> {
     if relay.api_key_env != LLM_API_KEY_ENV && config.secrets.relay_provider_key.is_none() {
         checks.push(Check::bad(
             NAME,
-            Verdict::Warn,
+            CheckStatus::Warn,
             format!("{} (egress.relay.api_key_env) is not set", relay.api_key_env),
             format!("export {}=... (not needed for a provider without a key)", relay.api_key_env),
         ));
@@ -318,7 +318,7 @@ fn egress_relay(config: &Config) -> Vec<Check> {
     checks.push(if relay.send_provider_key_to_subagents {
         Check::bad(
             NAME,
-            Verdict::Warn,
+            CheckStatus::Warn,
             format!("the real LLM key is sent to every subagent, which calls {provider} directly"),
             "set egress.relay.send_provider_key_to_subagents = false unless the provider cannot \
              be relayed",

@@ -12,7 +12,7 @@ use nexbot_core::{ChannelKind, ChatRef};
 use nexbot_host::app::App;
 use nexbot_host::channels::console::{self, ConsoleChannel};
 use nexbot_host::config::Config;
-use nexbot_host::doctor::{self, Verdict};
+use nexbot_host::doctor::{self, CheckStatus};
 use nexbot_host::workspace;
 use tokio_util::sync::CancellationToken;
 
@@ -206,7 +206,7 @@ async fn doctor(path: &Path) -> anyhow::Result<()> {
     for check in &checks {
         println!("{}", check.render());
     }
-    let failed = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
+    let failed = checks.iter().filter(|c| c.status == CheckStatus::Fail).count();
     if failed > 0 {
         anyhow::bail!("{failed} check(s) failed");
     }
