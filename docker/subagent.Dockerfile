@@ -6,6 +6,8 @@
 # No CA bundle: reqwest uses rustls with the webpki built-in roots.
 # Nothing in the image is writable by the subagent's user except through what the runtime
 # mounts: the pool runs it read-only with tmpfs on /workspace/scratch and /tmp.
+# NEXBOT_SANDBOXED=1 lets the subagent scrub between tasks (kill every other process, empty
+# scratch, /tmp, /dev/shm: subagent/src/scrub.rs); nowhere else does it.
 FROM scratch
 COPY target/subagent-image/rootfs/ /
 COPY --chown=65532:65532 target/subagent-image/workspace/ /workspace/
@@ -14,6 +16,7 @@ ENV PATH=/bin \
     HOME=/workspace/scratch \
     TMPDIR=/tmp \
     NEXBOT_SCRATCH_DIR=/workspace/scratch \
-    SKILLS_PATH=/workspace/skills
+    SKILLS_PATH=/workspace/skills \
+    NEXBOT_SANDBOXED=1
 WORKDIR /workspace/scratch
 ENTRYPOINT ["/bin/nexbot-subagent"]

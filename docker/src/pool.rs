@@ -551,6 +551,10 @@ impl Lease {
                         member.mark_proven();
                         if matches!(response.body, ResponseBody::Timeout { .. }) {
                             self.recycle = Some("recycled after its task timed out".into());
+                        } else if let Some(why) = not_clean(&response) {
+                            // A task never sees anything of another: a container the subagent
+                            // could not scrub (or that does not say) serves no further task.
+                            self.recycle = Some(format!("recycled: {why}"));
                         }
                         break Ok(response);
                     }
@@ -645,4 +649,17 @@ fn hard_timeout_response(
     );
     report.recent_messages = recent;
     Response::timeout(task_id, correlation_id, error, report)
+}
+
+/// Why a container may not serve another task after `response`, if it may not: its subagent
+/// did not report a clean scrub (docs/protocol.md, `scrub`).
+fn not_clean(response: &Response) -> Option<String> {
+    match &response.scrub {
+        Some(scrub) if scrub.clean => None,
+        Some(scrub) => Some(format!(
+            "not clean after its task ({})",
+            scrub.left.as_deref().unwrap_or("no reason given")
+        )),
+        None => Some("its subagent did not report a scrub after the task".into()),
+    }
 }

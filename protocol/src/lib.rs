@@ -22,7 +22,8 @@ pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{Request, RequestError, RequestType, BLOCKED_TOOLS};
 pub use response::{
-    truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Usage, MAX_RESULT_BYTES,
+    truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,
+    MAX_RESULT_BYTES,
 };
 pub use secrets::{Redactor, SecretMap, SecretsError};
 pub use version::{negotiate, VersionError, VersionStatus, PROTOCOL_VERSION};

@@ -22,6 +22,28 @@ pub struct Response {
     pub version: String,
     #[serde(flatten)]
     pub body: ResponseBody,
+    /// On a final answer (`success`, `error`, `timeout`): what the subagent cleaned after the
+    /// task, before answering. Added in 1.0 (additive, docs/protocol.md "Version history"):
+    /// a host must treat its absence as "not known to be clean".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<Scrub>,
+}
+
+/// The subagent's account of the clean-up after a task: every other process it could
+/// signal ended, its scratch, `/tmp` and `/dev/shm` emptied. `clean` is false when anything
+/// is left; the host then does not reuse the container.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scrub {
+    pub clean: bool,
+    /// Processes ended.
+    #[serde(default)]
+    pub killed: u32,
+    /// Directory entries removed (top level of each wiped folder).
+    #[serde(default)]
+    pub removed: u32,
+    /// What is left, in words, when not clean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +117,7 @@ impl Response {
             correlation_id: correlation_id.map(str::to_owned),
             version: PROTOCOL_VERSION.to_owned(),
             body,
+            scrub: None,
         }
     }
 

@@ -20,6 +20,7 @@ pub mod net;
 pub mod output;
 pub mod redaction;
 pub mod sanitizer;
+pub mod scrub;
 pub mod secrets;
 pub mod server;
 pub mod task;

@@ -5,11 +5,15 @@
 use std::sync::Arc;
 
 use nexbot_subagent::redaction::Redaction;
-use nexbot_subagent::{logging, server};
+use nexbot_subagent::{logging, scrub, server};
 
 fn main() -> std::process::ExitCode {
     let redaction = Arc::new(Redaction::default());
     logging::init(redaction.clone());
+    // Before anything holds a secret: commands of the same user must not read this memory.
+    if let Err(err) = scrub::harden_process() {
+        tracing::error!(event = "init", error = %err, "process hardening failed");
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -20,6 +20,9 @@ pub fn http_client() -> Result<&'static reqwest::Client, String> {
         .user_agent(concat!("nexbot-subagent/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::limited(5))
+        // No connection outlives the request that opened it: a pooled keep-alive (or proxy
+        // tunnel) would carry one task's connection into the next.
+        .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     Ok(CLIENT.get_or_init(|| client))

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use nexbot_protocol::request::unix_now;
 use nexbot_protocol::{
-    Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response, SecretMap,
-    VersionStatus, PROTOCOL_VERSION,
+    Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response, Scrub,
+    SecretMap, VersionStatus, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
@@ -25,6 +25,7 @@ use crate::agent;
 use crate::llm::LlmState;
 use crate::output::Output;
 use crate::redaction::Redaction;
+use crate::scrub;
 use crate::task::{self, Cancel, TaskSpec};
 use crate::tools;
 
@@ -290,7 +291,32 @@ impl Server {
         let mut guard = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let handle = tokio::spawn(
             async move {
-                let response = agent::run(spec, out.clone(), task_cancel).await;
+                let mut response = agent::run(spec, out.clone(), task_cancel).await;
+                // The clean room: nothing of this task is left for the next one (processes,
+                // files) before the host may send it; the answer says whether that held.
+                let dirs = scrub::wiped_dirs(&tools::ToolEnv::from_env().scratch);
+                let scrub = tokio::task::spawn_blocking(move || scrub::after_task(&dirs))
+                    .await
+                    .unwrap_or_else(|e| Scrub {
+                        clean: false,
+                        left: Some(format!("the scrub failed: {e}")),
+                        ..Scrub::default()
+                    });
+                if scrub.clean {
+                    info!(
+                        event = "scrub",
+                        killed = scrub.killed,
+                        removed = scrub.removed,
+                        "scrubbed after the task"
+                    );
+                } else {
+                    warn!(
+                        event = "scrub",
+                        left = scrub.left.as_deref().unwrap_or(""),
+                        "not clean after the task"
+                    );
+                }
+                response.scrub = Some(scrub);
                 let status = response.status();
                 // The answer carries its own redactor; the process-wide one goes back to the
                 // idle set before the slot is freed, so it never clobbers the next task's.
