@@ -19,7 +19,7 @@ use crate::tools::memory::Memory;
 use crate::tools::send_message::SendMessage;
 use crate::tools::tasks::ManageTasks;
 use crate::tools::ToolRegistry;
-use crate::workspace::{CONFIG_FILE, MEMORY_FILE};
+use crate::workspace::{CONFIG_FILE, CONTROL_SOCKET, MEMORY_FILE, OPERATOR_FILES};
 
 /// Opens the database named by the config.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
@@ -72,9 +72,17 @@ pub fn build_agent_with_hooks(
             name.push(suffix);
             name.into()
         })
-        .chain([workspace.join(CONFIG_FILE), config.egress_audit_path()])
+        .chain([
+            workspace.join(CONFIG_FILE),
+            config.egress_audit_path(),
+            workspace.join(CONTROL_SOCKET),
+        ])
         .collect();
-    let confinement = Confinement::new(workspace, &protected)
+    // The operator's instructions; MEMORY.md only through the memory tool (which records
+    // where a note came from).
+    let read_only: Vec<_> =
+        OPERATOR_FILES.iter().chain([&MEMORY_FILE]).map(|name| workspace.join(name)).collect();
+    let confinement = Confinement::new(workspace, &protected, &read_only)
         .with_context(|| format!("workspace {}", workspace.display()))?;
     let mut tools = ToolRegistry::default();
     for tool in file_tools(Arc::new(confinement)) {

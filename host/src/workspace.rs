@@ -20,6 +20,13 @@ pub const BOOTSTRAP_FILES: [(&str, &str); 6] = [
 /// The long-term memory file (the last bootstrap file).
 pub const MEMORY_FILE: &str = "MEMORY.md";
 
+/// Files that instruct the agent and are the operator's to change: the agent's file tools may
+/// read them but never write, edit or delete them (`HEARTBEAT.md` is the scheduler's).
+pub const OPERATOR_FILES: [&str; 4] = ["IDENTITY.md", "AGENTS.md", "SOUL.md", "HEARTBEAT.md"];
+
+/// The control API's socket in the data directory (reserved now: the file tools refuse it).
+pub const CONTROL_SOCKET: &str = "control.sock";
+
 /// The commented `config.toml` that documents every key and its default.
 pub const CONFIG_TEMPLATE: &str = include_str!("defaults/config.toml");
 

@@ -25,20 +25,45 @@ pub const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
 pub struct Confinement {
     root: PathBuf,
     protected: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+}
+
+/// Absolute `paths` (which may not exist yet) with their folder canonicalized, as resolved
+/// paths are compared.
+fn canonical_names(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter_map(|p| {
+            let parent = p.parent()?.canonicalize().ok()?;
+            Some(parent.join(p.file_name()?))
+        })
+        .collect()
 }
 
 impl Confinement {
-    /// `root` must exist. `protected` paths (absolute; may not exist yet) are refused.
-    pub fn new(root: &Path, protected: &[PathBuf]) -> io::Result<Self> {
+    /// `root` must exist. `protected` paths (absolute; may not exist yet) are refused, and so
+    /// is every file named like one of them plus a `.` suffix (rotated logs: `audit.jsonl.1`).
+    /// `read_only` paths may be read but not written, edited or deleted.
+    pub fn new(root: &Path, protected: &[PathBuf], read_only: &[PathBuf]) -> io::Result<Self> {
         let root = root.canonicalize()?;
-        let protected = protected
-            .iter()
-            .filter_map(|p| {
-                let parent = p.parent()?.canonicalize().ok()?;
-                Some(parent.join(p.file_name()?))
-            })
-            .collect();
-        Ok(Self { root, protected })
+        Ok(Self {
+            root,
+            protected: canonical_names(protected),
+            read_only: canonical_names(read_only),
+        })
+    }
+
+    fn is_protected(&self, resolved: &Path) -> bool {
+        self.protected.iter().any(|p| {
+            if p == resolved {
+                return true;
+            }
+            let (Some(name), Some(rotated)) = (p.file_name(), resolved.file_name()) else {
+                return false;
+            };
+            let prefix = format!("{}.", name.to_string_lossy());
+            p.parent() == resolved.parent() && rotated.to_string_lossy().starts_with(&prefix)
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -75,20 +100,36 @@ impl Confinement {
                 "{raw}: refused, it leads outside the workspace (through a symlink)"
             )));
         }
-        if self.protected.contains(&resolved) {
+        if self.is_protected(&resolved) {
             return Err(ToolError::new(format!("{raw}: refused, this file belongs to the daemon")));
         }
         Ok(resolved)
     }
 
-    /// An existing path, resolved and checked.
+    fn not_read_only(&self, raw: &str, resolved: PathBuf) -> Result<PathBuf, ToolError> {
+        if self.read_only.contains(&resolved) {
+            return Err(ToolError::new(format!(
+                "{raw}: refused, the agent may read this file but not change it (IDENTITY.md, \
+                 AGENTS.md, SOUL.md and HEARTBEAT.md are the operator's; MEMORY.md changes only \
+                 through the memory tool)"
+            )));
+        }
+        Ok(resolved)
+    }
+
+    /// An existing path, resolved and checked, for reading.
     pub fn existing(&self, raw: &str) -> Result<PathBuf, ToolError> {
         self.resolve(raw, true)
     }
 
+    /// An existing path the agent may change (edit, delete).
+    pub fn changeable(&self, raw: &str) -> Result<PathBuf, ToolError> {
+        self.not_read_only(raw, self.resolve(raw, true)?)
+    }
+
     /// A path that may not exist yet (for writing).
     pub fn writable(&self, raw: &str) -> Result<PathBuf, ToolError> {
-        self.resolve(raw, false)
+        self.not_read_only(raw, self.resolve(raw, false)?)
     }
 
     /// The deepest existing ancestor of the path (the path itself when it exists) is
@@ -257,7 +298,7 @@ impl TypedTool for EditFile {
             return Err(ToolError::new("old_text is empty"));
         }
         in_workspace(&self.0, move |confinement| {
-            let path = confinement.existing(&args.path)?;
+            let path = confinement.changeable(&args.path)?;
             let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
             let count = text.matches(&args.old_text).count();
             if count == 0 {
@@ -338,7 +379,7 @@ impl TypedTool for DeleteFile {
     async fn run(&self, args: PathArgs, _: &ToolContext) -> ToolResult {
         in_workspace(&self.0, move |confinement| {
             // Resolving checks where a symlink leads; the link itself is what is removed.
-            let resolved = confinement.existing(&args.path)?;
+            let resolved = confinement.changeable(&args.path)?;
             if resolved.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
@@ -381,7 +422,15 @@ mod tests {
         std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("escape_file")).unwrap();
         std::os::unix::fs::symlink(root.join("note.txt"), root.join("inner_link")).unwrap();
         std::os::unix::fs::symlink(outside.join("gone"), root.join("dangling")).unwrap();
-        let confinement = Confinement::new(&root, &[root.join("config.toml")]).unwrap();
+        std::fs::write(root.join("IDENTITY.md"), "I am Nexbot").unwrap();
+        std::fs::write(root.join("audit.jsonl.2"), "old audit").unwrap();
+        std::os::unix::fs::symlink(root.join("IDENTITY.md"), root.join("identity_link")).unwrap();
+        let confinement = Confinement::new(
+            &root,
+            &[root.join("config.toml"), root.join("audit.jsonl")],
+            &[root.join("IDENTITY.md")],
+        )
+        .unwrap();
         let ctx = ToolContext::for_tests();
         Fixture { base, root, outside, tools: file_tools(Arc::new(confinement)), ctx }
     }
@@ -403,6 +452,39 @@ mod tests {
     }
 
     const TOOLS: [&str; 5] = ["read_file", "write_file", "edit_file", "list_dir", "delete_file"];
+
+    #[tokio::test]
+    async fn the_operators_files_are_read_only_and_rotated_daemon_files_off_limits() {
+        let f = fixture();
+        assert_eq!(
+            f.call("read_file", json!({"path": "IDENTITY.md"})).await.unwrap(),
+            success("I am Nexbot")
+        );
+        for tool in ["write_file", "edit_file", "delete_file"] {
+            for path in ["IDENTITY.md", "./IDENTITY.md", "sub/../IDENTITY.md", "identity_link"] {
+                let args = match tool {
+                    "edit_file" => json!({"path": path, "old_text": "Nexbot", "new_text": "evil"}),
+                    _ => args_for(tool, path),
+                };
+                let err = f.call(tool, args).await.expect_err(&format!("{tool} changed {path}"));
+                assert!(
+                    err.0.contains("`..`")
+                        || err.0.contains("may read this file but not change it"),
+                    "{tool} {path}: {err}"
+                );
+            }
+        }
+        assert_eq!(std::fs::read_to_string(f.root.join("IDENTITY.md")).unwrap(), "I am Nexbot");
+        for tool in TOOLS {
+            for path in ["audit.jsonl", "audit.jsonl.2", "audit.jsonl.9"] {
+                let err =
+                    f.call(tool, args_for(tool, path)).await.expect_err(&format!("{tool} {path}"));
+                assert!(err.0.contains("belongs to the daemon"), "{tool} {path}: {err}");
+            }
+        }
+        // A name that only starts like a daemon file is the agent's.
+        f.call("write_file", json!({"path": "audit.jsonl-notes", "content": "x"})).await.unwrap();
+    }
 
     #[tokio::test]
     async fn every_tool_refuses_traversal_absolute_paths_and_symlink_escapes() {

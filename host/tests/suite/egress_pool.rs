@@ -189,13 +189,17 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         serde_json::to_string(&docker.inspect_container(&id, None).await.unwrap()).unwrap();
     assert!(!inspect.contains(KEY) && !inspect.contains("PLANTED"), "docker inspect");
     assert!(inspect.contains("HTTP_PROXY"), "the proxy environment is there");
+    assert!(inspect.contains("HTTPS_PROXY="), "the container's environment, as started");
+    // The running subagent's own environment and memory are closed even to a `docker exec` of
+    // the container's user (the subagent is not dumpable): the key could not be read there
+    // even if it were present.
     let (_, env) = exec(
         &docker,
         &id,
         "busybox tr '\\0' '\\n' < /proc/$(busybox pidof nexbot-subagent)/environ",
     )
     .await;
-    assert!(env.contains("HTTPS_PROXY=") && !env.contains("PLANTED"), "{env}");
+    assert!(env.contains("Permission denied") && !env.contains("PLANTED"), "{env}");
     let grep = "busybox grep -rl PLANT''ED /bin /etc /tmp /workspace /.dockerenv 2>/dev/null; echo scanned";
     let (_, files) = exec(&docker, &id, grep).await;
     assert_eq!(files.trim(), "scanned", "files holding the key: {files}");
