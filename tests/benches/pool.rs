@@ -19,6 +19,15 @@
 //!   `docker exec` from /proc; the cgroup figure of `docker stats` is printed beside it) after
 //!   pings only and after serving tasks, and the image's size.
 //!
+//! - the clean room between tasks, two designs side by side on pools of the same size, with
+//!   the same instant one-step task: **scrubbed reuse** (the default: the subagent kills every
+//!   other process and empties its folders after each task, the pool reuses a container it
+//!   reports clean) and **single use** (`max_tasks_per_container = 1`: every task gets a fresh
+//!   container, replaced behind it). For each: sustained tasks/s with as many tasks in flight
+//!   as containers, end-to-end latency p50/p99, the machine's CPU per task (all processes,
+//!   from `/proc/stat`: dockerd and containerd included), and a burst of 3× the pool size
+//!   submitted at once (time until the last answer).
+//!
 //! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
 //! are KiB and are converted.
 
@@ -167,6 +176,22 @@ async fn main() {
     steady.print("warm pool execute (no recycling)", u64::MAX);
     pool.shutdown().await.expect("shutdown");
 
+    // The clean room: scrubbed reuse (default) against single use, same tasks, same size.
+    let mut isolation = Vec::new();
+    for (design, max_tasks) in [("scrubbed reuse", u64::MAX), ("single use", 1)] {
+        let config = PoolConfig { max_tasks_per_container: max_tasks, ..config.clone() };
+        let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+        let sustained = throughput(&pool, &llm, gateway, SUSTAINED_TASKS, POOL_SIZE, design).await;
+        let burst = throughput(&pool, &llm, gateway, 3 * POOL_SIZE, 3 * POOL_SIZE, design).await;
+        println!(
+            "{}",
+            sustained.line(&format!("{design}: {SUSTAINED_TASKS} tasks, {POOL_SIZE} in flight"))
+        );
+        println!("{}", burst.line(&format!("{design}: burst of {} at once", 3 * POOL_SIZE)));
+        isolation.push((design, sustained, burst));
+        pool.shutdown().await.expect("shutdown");
+    }
+
     let fresh_ping = fresh_runs(&run, FRESH_PINGS, None).await;
     println!("{}", fresh_ping.answer.line("fresh `docker run --rm -i`: ping answered"));
     println!("{}", fresh_ping.exit.line("fresh `docker run --rm -i`: ping, container gone"));
@@ -253,6 +278,123 @@ async fn main() {
         }
     }
     record(Figure::promised("subagent image size", image_mb, "MB", Target::AtMost(15.0)));
+    for (design, sustained, burst) in &isolation {
+        let promised = *design == "scrubbed reuse";
+        let tasks_per_s = sustained.tasks_per_s();
+        if promised {
+            record(Figure::promised(
+                "clean-room tasks/s sustained (scrubbed reuse)",
+                tasks_per_s,
+                "tasks/s",
+                Target::AtLeast(5.0),
+            ));
+        } else {
+            record(Figure::reference(
+                "  alternative: single use, tasks/s sustained",
+                &format!("{} tasks/s", number(tasks_per_s)),
+                "(a fresh container per task)",
+            ));
+        }
+        record(Figure::reference(
+            &format!("  {design}: latency p50 / p99, CPU per task"),
+            &format!(
+                "{} / {} ms, {} ms CPU",
+                number(ms(sustained.latency.p50)),
+                number(ms(sustained.latency.p99)),
+                number(sustained.cpu_ms_per_task)
+            ),
+            &format!("(LLM instant; {} in flight)", POOL_SIZE),
+        ));
+        record(Figure::reference(
+            &format!("  {design}: burst of {} at once, last answer after", 3 * POOL_SIZE),
+            &format!("{} ms", number(ms(burst.wall))),
+            &format!("(p99 {} ms)", number(ms(burst.latency.p99))),
+        ));
+    }
+}
+
+/// Tasks of one run of [`throughput`].
+const SUSTAINED_TASKS: usize = 60;
+
+/// What [`throughput`] measured.
+struct Throughput {
+    tasks: usize,
+    wall: Duration,
+    latency: Stats,
+    /// Busy CPU time of the whole machine per task, in ms (`/proc/stat`).
+    cpu_ms_per_task: f64,
+}
+
+impl Throughput {
+    fn tasks_per_s(&self) -> f64 {
+        self.tasks as f64 / self.wall.as_secs_f64()
+    }
+
+    fn line(&self, name: &str) -> String {
+        format!(
+            "{name}: {} tasks/s, latency p50 {} / p99 {} ms, {} ms CPU per task, {} ms in all",
+            number(self.tasks_per_s()),
+            number(ms(self.latency.p50)),
+            number(ms(self.latency.p99)),
+            number(self.cpu_ms_per_task),
+            number(ms(self.wall))
+        )
+    }
+}
+
+/// Busy and total jiffies of all CPUs.
+fn cpu_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().sum();
+    // idle + iowait are not busy.
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// Runs `tasks` one-step tasks keeping `in_flight` of them running at once; every task's
+/// end-to-end latency, the wall time, and the machine's CPU per task.
+async fn throughput(
+    pool: &Pool,
+    llm: &ScriptedLlm,
+    gateway: IpAddr,
+    tasks: usize,
+    in_flight: usize,
+    design: &str,
+) -> Throughput {
+    let tag: String = design.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let (busy_before, _) = cpu_jiffies();
+    let started = Instant::now();
+    let runs = (0..tasks).map(|i| {
+        let semaphore = semaphore.clone();
+        let request =
+            one_step_task(&format!("{tag}-{i}-{}", started.elapsed().as_nanos()), llm, gateway);
+        async move {
+            let _permit = semaphore.acquire().await.expect("open");
+            let t = Instant::now();
+            let answer =
+                tokio::time::timeout(LIMIT, pool.execute(request, CancellationToken::new()))
+                    .await
+                    .expect("execute answered in time")
+                    .expect("execute");
+            assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+            t.elapsed()
+        }
+    });
+    let latencies = futures_util::future::join_all(runs).await;
+    let wall = started.elapsed();
+    let (busy_after, _) = cpu_jiffies();
+    // USER_HZ is 100 on Linux: a jiffy is 10 ms.
+    let cpu_ms_per_task = (busy_after - busy_before) as f64 * 10.0 / tasks as f64;
+    Throughput { tasks, wall, latency: Stats::of(latencies), cpu_ms_per_task }
 }
 
 /// KiB (as `/proc` counts them) to decimal megabytes, the unit the targets are given in.
