@@ -52,6 +52,10 @@ pub struct AuditRecord {
     /// LLM tokens charged (relay calls only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// The destination was one of this host's own addresses, opened by an explicit
+    /// `ip:port` entry of `egress.proxy.allow_internal`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub host_address: bool,
 }
 
 /// Counters for metrics; read them with [`Metrics::snapshot`].
@@ -166,6 +170,7 @@ impl AuditLog {
             bytes_down = record.bytes_down,
             duration_ms = record.duration_ms,
             tokens = record.tokens,
+            host_address = record.host_address,
             "egress",
         );
         let mut line = match serde_json::to_vec(record) {
@@ -240,6 +245,7 @@ struct State {
     verdict: Verdict,
     reason: String,
     tokens: Option<u64>,
+    host_address: bool,
 }
 
 impl ConnAudit {
@@ -262,6 +268,7 @@ impl ConnAudit {
                 verdict: Verdict::Error,
                 reason: "ended before a verdict".into(),
                 tokens: None,
+                host_address: false,
             }),
             origin,
             up: AtomicU64::new(0),
@@ -316,6 +323,13 @@ impl ConnAudit {
         }
     }
 
+    /// Marks the destination as one of this host's own addresses (opened explicitly).
+    pub fn host_address(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.host_address = true;
+        }
+    }
+
     pub fn tokens(&self, tokens: u64) {
         if let Ok(mut state) = self.state.lock() {
             state.tokens = Some(tokens);
@@ -348,6 +362,7 @@ impl Drop for ConnAudit {
             bytes_down: *self.down.get_mut(),
             duration_ms: self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
             tokens: state.tokens,
+            host_address: state.host_address,
         };
         self.log.write(&record);
     }

@@ -71,9 +71,20 @@ pub struct ProxyConfig {
     /// Host patterns always refused, checked before `allow_domains`. Default empty.
     pub deny_domains: Vec<HostPattern>,
     /// Internal (private, loopback, link-local, metadata, …) destinations that are allowed
-    /// anyway, each a CIDR (or a single address) with optional ports (empty = any port).
-    /// Default empty: every internal address is denied.
+    /// anyway, each a CIDR (or a single address) with optional ports (empty = any port):
+    /// `{ cidr = "10.0.0.0/8" }`, `{ cidr = "192.168.1.10", ports = [8123] }`, or the short
+    /// form `"192.168.1.10:8123"` / `"[fd00::5]:9200"`.
+    ///
+    /// The host's own addresses (every address of every interface of this machine, the Docker
+    /// gateways, loopback) are refused even when a CIDR here covers them: only an entry that
+    /// names exactly one address *and* lists the port opens that address, on those ports only
+    /// (e.g. a search backend on this server: `"198.51.100.77:9200"`); each use is audited
+    /// with `"host_address": true`. Default empty: every internal address is denied.
     pub allow_internal: Vec<InternalAllow>,
+    /// Seconds between two reads of the host's own addresses (which are refused as
+    /// destinations, see `allow_internal`); the host can also ask for a read at any time.
+    /// Default `10`.
+    pub host_addresses_refresh_secs: u64,
     /// Seconds allowed for resolving and connecting to a destination. Default `10`.
     pub connect_timeout_secs: u64,
     /// Longest life of one proxied connection or request, in seconds. Default `300`.
@@ -90,6 +101,7 @@ impl Default for ProxyConfig {
             allow_domains: vec![HostPattern::any()],
             deny_domains: Vec::new(),
             allow_internal: Vec::new(),
+            host_addresses_refresh_secs: 10,
             connect_timeout_secs: 10,
             max_duration_secs: 300,
             max_bytes_up: 64 << 20,
@@ -105,6 +117,10 @@ impl ProxyConfig {
 
     pub fn max_duration(&self) -> Duration {
         Duration::from_secs(self.max_duration_secs)
+    }
+
+    pub fn host_addresses_refresh(&self) -> Duration {
+        Duration::from_secs(self.host_addresses_refresh_secs)
     }
 }
 
@@ -177,6 +193,7 @@ impl EgressConfig {
             ("max_connections_per_source", self.max_connections_per_source as u64),
             ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
             ("proxy.max_duration_secs", self.proxy.max_duration_secs),
+            ("proxy.host_addresses_refresh_secs", self.proxy.host_addresses_refresh_secs),
             ("relay.timeout_secs", self.relay.timeout_secs),
             ("relay.max_request_bytes", self.relay.max_request_bytes as u64),
         ];
@@ -303,9 +320,10 @@ impl fmt::Debug for HostPattern {
     }
 }
 
-/// One entry of `proxy.allow_internal`: `{ cidr = "172.30.0.1/32", ports = [8080] }`.
+/// One entry of `proxy.allow_internal`: `{ cidr = "172.30.0.1/32", ports = [8080] }`, or the
+/// short form `"172.30.0.1:8080"` (one address, one port).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawInternalAllow")]
 pub struct InternalAllow {
     pub cidr: Cidr,
     #[serde(default)]
@@ -314,7 +332,79 @@ pub struct InternalAllow {
 
 impl InternalAllow {
     pub fn matches(&self, ip: IpAddr, port: u16) -> bool {
-        self.cidr.0.contains(&ip) && (self.ports.is_empty() || self.ports.contains(&port))
+        self.cidr.0.contains(&ip.to_canonical())
+            && (self.ports.is_empty() || self.ports.contains(&port))
+    }
+
+    /// Whether this entry names exactly `ip` (a single address, not a wider block) and lists
+    /// `port`: the only kind of entry that opens one of the host's own addresses.
+    pub fn opens_exactly(&self, ip: IpAddr, port: u16) -> bool {
+        let net = self.cidr.0;
+        net.prefix_len() == net.max_prefix_len()
+            && net.addr() == ip.to_canonical()
+            && self.ports.contains(&port)
+    }
+}
+
+/// The table form of an `allow_internal` entry, with serde's own error messages.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InternalAllowTable {
+    cidr: Cidr,
+    #[serde(default)]
+    ports: Vec<u16>,
+}
+
+/// Either form of an `allow_internal` entry, as written.
+enum RawInternalAllow {
+    Table(InternalAllowTable),
+    Short(String),
+}
+
+impl<'de> Deserialize<'de> for RawInternalAllow {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawInternalAllow;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"`{ cidr = "...", ports = [...] }` or `"ip:port"`"#)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawInternalAllow::Short(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let table = InternalAllowTable::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )?;
+                Ok(RawInternalAllow::Table(table))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl TryFrom<RawInternalAllow> for InternalAllow {
+    type Error = String;
+
+    fn try_from(raw: RawInternalAllow) -> Result<Self, String> {
+        match raw {
+            RawInternalAllow::Table(InternalAllowTable { cidr, ports }) => Ok(Self { cidr, ports }),
+            RawInternalAllow::Short(text) => {
+                let addr: std::net::SocketAddr = text.trim().parse().map_err(|_| {
+                    format!(
+                        "invalid allow_internal entry {text:?}: use `\"ip:port\"`, \
+                         `\"[v6]:port\"` or `{{ cidr = \"10.0.0.0/8\", ports = [80] }}`"
+                    )
+                })?;
+                Ok(Self {
+                    cidr: Cidr(IpNet::from(addr.ip().to_canonical())),
+                    ports: vec![addr.port()],
+                })
+            }
+        }
     }
 }
 
@@ -328,12 +418,25 @@ impl TryFrom<String> for Cidr {
 
     fn try_from(raw: String) -> Result<Self, String> {
         let text = raw.trim();
-        if let Ok(net) = text.parse::<IpNet>() {
-            return Ok(Self(net.trunc()));
-        }
-        text.parse::<IpAddr>()
-            .map(|ip| Self(IpNet::from(ip)))
-            .map_err(|_| format!("invalid CIDR {raw:?}: use e.g. `10.0.0.0/8` or `192.0.2.7`"))
+        let net = match text.parse::<IpNet>() {
+            Ok(net) => net.trunc(),
+            Err(_) => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+                format!("invalid CIDR {raw:?}: use e.g. `10.0.0.0/8` or `192.0.2.7`")
+            })?,
+        };
+        Ok(Self(canonical_net(net)))
+    }
+}
+
+/// An IPv4-mapped IPv6 block (`::ffff:10.0.0.0/104`) as the IPv4 block it stands for, since
+/// addresses are always judged in their IPv4 form.
+fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, IpNet::V4),
+            None => net,
+        },
+        other => other,
     }
 }
 
@@ -406,6 +509,31 @@ mod tests {
         assert!(config.validate().unwrap_err().to_string().contains("proxy.max_duration_secs"));
         let config = parse("audit_file = \"../x\"").unwrap();
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn allow_internal_takes_the_short_ip_port_form_and_mapped_blocks_as_ipv4() {
+        let config = parse(
+            r#"
+            [proxy]
+            allow_internal = ["198.51.100.77:9200", "[fd00::5]:443", { cidr = "::ffff:10.0.0.0/104" }]
+            "#,
+        )
+        .unwrap();
+        let internal = &config.proxy.allow_internal;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(internal[0].opens_exactly(ip("198.51.100.77"), 9200));
+        assert!(internal[0].opens_exactly(ip("::ffff:198.51.100.77"), 9200));
+        assert!(!internal[0].opens_exactly(ip("198.51.100.77"), 9201));
+        assert!(internal[1].opens_exactly(ip("fd00::5"), 443));
+        assert!(internal[2].matches(ip("10.1.2.3"), 1));
+        assert!(!internal[2].opens_exactly(ip("10.0.0.0"), 1), "a block is not one address");
+        let err = parse("[proxy]\nallow_internal = [\"198.51.100.77\"]").unwrap_err().to_string();
+        assert!(err.contains("invalid allow_internal entry"), "{err}");
+        let err = parse("[proxy]\nallow_internal = [{ cidr = \"10.0.0.1\", port = 1 }]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("port"), "{err}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod attribution;
 mod audit;
 mod config;
 mod firewall;
+mod host_addrs;
 mod meter;
 mod policy;
 mod proxy;
@@ -72,6 +73,8 @@ pub enum EgressError {
     Relay(#[from] RelaySetupError),
     #[error("egress: {0}")]
     Firewall(#[from] FirewallError),
+    #[error("egress: cannot read this host's own addresses (getifaddrs): {0}")]
+    HostAddresses(std::io::Error),
 }
 
 /// What every connection handler needs.
@@ -79,6 +82,7 @@ pub(crate) struct Shared {
     config: EgressConfig,
     header_timeout: Duration,
     policy: policy::Policy,
+    host_addrs: Arc<host_addrs::HostAddrs>,
     audit: Arc<audit::AuditLog>,
     tokens: Arc<TaskTokens>,
     attribution: Arc<dyn Attribution>,
@@ -127,6 +131,11 @@ impl Egress {
             .await
             .map_err(|source| EgressError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| EgressError::Bind { addr, source })?;
+        // Fail closed: without the host's own addresses the proxy could dial this machine.
+        let host_addrs = Arc::new(host_addrs::HostAddrs::default());
+        host_addrs.refresh().map_err(EgressError::HostAddresses)?;
+        host_addrs.set_named("the pool network's gateway", [network.gateway]);
+        host_addrs.set_named("the egress listener", [local.ip()]);
         let firewall = match config.firewall {
             true => {
                 Some(firewall::Firewall::install(&network.bridge, local.ip(), local.port()).await?)
@@ -135,7 +144,8 @@ impl Egress {
         };
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
-            policy: policy::Policy::new(config.proxy.clone()),
+            policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
+            host_addrs,
             config,
             audit: Arc::new(audit),
             tokens: Arc::default(),
@@ -146,6 +156,7 @@ impl Egress {
             tracker: TaskTracker::new(),
         });
         shared.tracker.spawn(proxy::serve(listener, shared.clone()));
+        shared.tracker.spawn(upkeep(shared.clone()));
         tracing::info!(%local, audit = %path.display(), "egress proxy and LLM relay listening");
         Ok(Self { shared, firewall })
     }
@@ -192,6 +203,25 @@ impl Egress {
         self.shared.tokens.issue(task_id, self.shared.config.relay.default_token_budget)
     }
 
+    /// Reads the host's own addresses now (they are also read every
+    /// `egress.proxy.host_addresses_refresh_secs`); returns how many interface addresses
+    /// there are. On an error the addresses read before stay in force.
+    pub fn refresh_host_addresses(&self) -> std::io::Result<usize> {
+        self.shared.host_addrs.refresh()
+    }
+
+    /// Names the gateways of the Docker networks on this host (replacing those named
+    /// before): they are the host's own addresses too, refused like its interfaces' (the
+    /// pool network's gateway always is).
+    pub fn set_docker_gateways(&self, gateways: impl IntoIterator<Item = IpAddr>) {
+        self.shared.host_addrs.set_named("a docker network gateway", gateways);
+    }
+
+    /// Every address the proxy refuses as this host's own (loopback aside), sorted.
+    pub fn host_addresses(&self) -> Vec<IpAddr> {
+        self.shared.host_addrs.snapshot()
+    }
+
     pub fn config(&self) -> &EgressConfig {
         &self.shared.config
     }
@@ -214,6 +244,23 @@ impl Egress {
         self.shared.tracker.close();
         if tokio::time::timeout(grace, self.shared.tracker.wait()).await.is_err() {
             tracing::warn!("egress: connections still open after the shutdown grace period");
+        }
+    }
+}
+
+/// The listener's periodic chores until it stops: re-reading the host's own addresses.
+async fn upkeep(shared: Arc<Shared>) {
+    let mut refresh = tokio::time::interval(shared.config.proxy.host_addresses_refresh());
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    refresh.tick().await; // the first tick is now; the addresses were read at start
+    loop {
+        tokio::select! {
+            _ = refresh.tick() => {
+                if let Err(err) = shared.host_addrs.refresh() {
+                    tracing::warn!(%err, "egress: cannot re-read this host's addresses; keeping the last ones");
+                }
+            }
+            () = shared.stop.cancelled() => return,
         }
     }
 }

@@ -8,15 +8,20 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ProxyConfig;
+use super::host_addrs::HostAddrs;
 
 /// Why a destination is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
     /// The address is in a special range (loopback, private, …).
     Address { class: AddrClass, addr: IpAddr, embedded: Option<Ipv4Addr> },
+    /// The address is one of this host's own (`what`: its interface, or what the host named
+    /// it) and no explicit `ip:port` entry opens it.
+    HostAddress { addr: IpAddr, port: u16, what: String },
     /// The host matches a `deny_domains` pattern.
     DomainDenied { host: String, pattern: String },
     /// The host matches no `allow_domains` pattern.
@@ -34,6 +39,12 @@ impl fmt::Display for Denial {
             Self::Address { class, addr, embedded: None } => {
                 write!(f, "{} address {addr}", class.as_str())
             }
+            Self::HostAddress { addr, port, what } => write!(
+                f,
+                "host_address: {addr} is an address of this host ({what}); only an explicit \
+                 egress.proxy.allow_internal entry \"{}\" opens it",
+                SocketAddr::new(*addr, *port)
+            ),
             Self::DomainDenied { host, pattern } => {
                 write!(f, "domain_denied: {host} matches deny pattern {pattern}")
             }
@@ -191,11 +202,19 @@ pub fn classify(ip: IpAddr) -> Option<(AddrClass, Option<Ipv4Addr>)> {
 
 /// A destination that passed the address check: the only thing the proxy connects to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckedAddr(SocketAddr);
+pub struct CheckedAddr {
+    addr: SocketAddr,
+    host_address: bool,
+}
 
 impl CheckedAddr {
     pub fn addr(self) -> SocketAddr {
-        self.0
+        self.addr
+    }
+
+    /// One of this host's own addresses, opened by an explicit `ip:port` entry.
+    pub fn host_address(self) -> bool {
+        self.host_address
     }
 }
 
@@ -248,11 +267,13 @@ pub enum Refusal {
 #[derive(Debug)]
 pub struct Policy {
     config: ProxyConfig,
+    host: Arc<HostAddrs>,
 }
 
 impl Policy {
-    pub fn new(config: ProxyConfig) -> Self {
-        Self { config }
+    /// `host` is the set of the host's own addresses, kept up to date by the listener.
+    pub(crate) fn new(config: ProxyConfig, host: Arc<HostAddrs>) -> Self {
+        Self { config, host }
     }
 
     /// The name check, done before any lookup.
@@ -269,18 +290,24 @@ impl Policy {
         Ok(())
     }
 
-    /// The address check: special ranges are denied unless `allow_internal` names them.
+    /// The address check: special ranges are denied unless `allow_internal` names them, and
+    /// the host's own addresses unless an entry names exactly that address and port.
     pub fn check_addr(&self, ip: IpAddr, port: u16) -> Result<CheckedAddr, Denial> {
         // Dial IPv4-mapped addresses as the IPv4 address they stand for.
         let ip = ip.to_canonical();
-        let socket = SocketAddr::new(ip, port);
-        match classify(ip) {
-            None => Ok(CheckedAddr(socket)),
-            Some(_) if self.config.allow_internal.iter().any(|a| a.matches(ip, port)) => {
-                Ok(CheckedAddr(socket))
+        let allowed = &self.config.allow_internal;
+        if let Some((class, embedded)) = classify(ip) {
+            if !allowed.iter().any(|a| a.matches(ip, port)) {
+                return Err(Denial::Address { class, addr: ip, embedded });
             }
-            Some((class, embedded)) => Err(Denial::Address { class, addr: ip, embedded }),
         }
+        let host_address = match self.host.lookup(ip) {
+            Some(what) if !allowed.iter().any(|a| a.opens_exactly(ip, port)) => {
+                return Err(Denial::HostAddress { addr: ip, port, what });
+            }
+            found => found.is_some(),
+        };
+        Ok(CheckedAddr { addr: SocketAddr::new(ip, port), host_address })
     }
 
     /// Name check, lookup (by the proxy, with a timeout) and address check of every result.
@@ -415,7 +442,9 @@ mod tests {
     fn policy(edit: impl FnOnce(&mut ProxyConfig)) -> Policy {
         let mut config = ProxyConfig::default();
         edit(&mut config);
-        Policy::new(config)
+        let host = Arc::new(HostAddrs::default());
+        host.refresh().unwrap();
+        Policy::new(config, host)
     }
 
     #[test]
@@ -439,6 +468,36 @@ mod tests {
         );
         assert!(open.check_addr("127.0.0.1".parse().unwrap(), 8081).is_err());
         assert!(open.check_addr("127.0.0.2".parse().unwrap(), 8080).is_err());
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_need_an_exact_ip_port_entry() {
+        let entry = |cidr: &str, ports: Vec<u16>| InternalAllow {
+            cidr: Cidr::try_from(cidr.to_owned()).unwrap(),
+            ports,
+        };
+        let gateway: IpAddr = "198.51.100.1".parse().unwrap();
+        let policy = policy(|c| {
+            c.allow_internal = vec![
+                entry("198.51.100.0/24", vec![]),
+                entry("127.0.0.0/8", vec![]),
+                entry("198.51.100.1", vec![9200]),
+            ]
+        });
+        policy.host.set_named("docker gateway", [gateway]);
+        // A wide entry allows the block, not the host's address in it.
+        assert!(policy.check_addr("198.51.100.2".parse().unwrap(), 22).is_ok());
+        let err = policy.check_addr(gateway, 22).unwrap_err();
+        assert_eq!(code(&err), "host_address");
+        assert!(err.to_string().contains("docker gateway") && err.to_string().contains(":22"));
+        let err = policy.check_addr("::ffff:198.51.100.1".parse().unwrap(), 443).unwrap_err();
+        assert_eq!(code(&err), "host_address");
+        let err = policy.check_addr("127.0.0.1".parse().unwrap(), 22).unwrap_err();
+        assert_eq!(code(&err), "host_address");
+        // The exact entry opens its port only, and says so.
+        let checked = policy.check_addr(gateway, 9200).unwrap();
+        assert!(checked.host_address());
+        assert!(!policy.check_addr("198.51.100.2".parse().unwrap(), 9200).unwrap().host_address());
     }
 
     #[test]

@@ -213,6 +213,10 @@ async fn open(
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => {
                 audit.verdict(Verdict::Allowed, "connected");
+                if checked.host_address() {
+                    audit.host_address();
+                    tracing::warn!(%addr, "egress: a container reached this host's own address through an explicit allow_internal entry");
+                }
                 return Ok(stream);
             }
             Ok(Err(err)) => last_error = format!("connect {addr}: {err}"),
