@@ -81,6 +81,15 @@ pub struct ProxyConfig {
     /// (e.g. a search backend on this server: `"198.51.100.77:9200"`); each use is audited
     /// with `"host_address": true`. Default empty: every internal address is denied.
     pub allow_internal: Vec<InternalAllow>,
+    /// Destination ports a container may reach (CONNECT and plain HTTP alike) on any host no
+    /// `port_rules` entry names. Default `[80, 443]`: a container cannot reach SSH, SMTP, a
+    /// database or a dockerd port anywhere. An `allow_internal` entry that lists ports also
+    /// opens those ports for the addresses it covers.
+    pub allow_ports: Vec<u16>,
+    /// Ports per host pattern, instead of `allow_ports` for the hosts they name (the first
+    /// matching rule counts; it may widen or narrow):
+    /// `port_rules = [{ hosts = ["git.example.com"], ports = [22, 443] }]`. Default empty.
+    pub port_rules: Vec<PortRule>,
     /// Seconds between two reads of the host's own addresses (which are refused as
     /// destinations, see `allow_internal`); the host can also ask for a read at any time.
     /// Default `10`.
@@ -101,6 +110,8 @@ impl Default for ProxyConfig {
             allow_domains: vec![HostPattern::any()],
             deny_domains: Vec::new(),
             allow_internal: Vec::new(),
+            allow_ports: vec![80, 443],
+            port_rules: Vec::new(),
             host_addresses_refresh_secs: 10,
             connect_timeout_secs: 10,
             max_duration_secs: 300,
@@ -122,6 +133,23 @@ impl ProxyConfig {
     pub fn host_addresses_refresh(&self) -> Duration {
         Duration::from_secs(self.host_addresses_refresh_secs)
     }
+
+    /// The ports allowed for a host by name: its first port rule's, else `allow_ports`.
+    pub fn ports_for(&self, host: &str) -> &[u16] {
+        self.port_rules
+            .iter()
+            .find(|rule| rule.hosts.iter().any(|p| p.matches(host)))
+            .map_or(&self.allow_ports, |rule| &rule.ports)
+    }
+}
+
+/// One entry of `proxy.port_rules`: the ports the hosts matching `hosts` may be reached on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRule {
+    /// Host patterns, as in `allow_domains`.
+    pub hosts: Vec<HostPattern>,
+    pub ports: Vec<u16>,
 }
 
 /// The `[egress.relay]` table: the OpenAI-compatible relay that holds the real provider key.
@@ -201,6 +229,20 @@ impl EgressConfig {
             if value == 0 {
                 return Err(ConfigError { field, reason: "must be greater than 0".into() });
             }
+        }
+        let port_lists = std::iter::once(("proxy.allow_ports", &self.proxy.allow_ports))
+            .chain(self.proxy.port_rules.iter().map(|r| ("proxy.port_rules", &r.ports)))
+            .chain(self.proxy.allow_internal.iter().map(|a| ("proxy.allow_internal", &a.ports)));
+        for (field, ports) in port_lists {
+            if ports.contains(&0) {
+                return Err(ConfigError { field, reason: "port 0 is not a port".into() });
+            }
+        }
+        if self.proxy.port_rules.iter().any(|rule| rule.hosts.is_empty()) {
+            return Err(ConfigError {
+                field: "proxy.port_rules",
+                reason: "a rule needs at least one host pattern".into(),
+            });
         }
         if self.audit_file.is_empty() || self.audit_file.contains('/') || self.audit_file == ".." {
             return Err(ConfigError {
@@ -534,6 +576,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("port"), "{err}");
+    }
+
+    #[test]
+    fn ports_default_to_web_ports_and_rules_replace_them_per_host() {
+        let config = parse("").unwrap();
+        assert_eq!(config.proxy.ports_for("example.com"), [80, 443]);
+        let config = parse(
+            r#"
+            [proxy]
+            allow_ports = [443]
+            port_rules = [
+                { hosts = ["git.example.com"], ports = [22, 443] },
+                { hosts = ["*.example.com", "10.0.0.1"], ports = [8443] },
+            ]
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.proxy.ports_for("git.example.com"), [22, 443], "the first rule counts");
+        assert_eq!(config.proxy.ports_for("www.example.com"), [8443]);
+        assert_eq!(config.proxy.ports_for("10.0.0.1"), [8443]);
+        assert_eq!(config.proxy.ports_for("example.org"), [443]);
+        let config = parse("[proxy]\nallow_ports = [0]").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("proxy.allow_ports"));
+        let config = parse("[proxy]\nport_rules = [{ hosts = [], ports = [1] }]").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("proxy.port_rules"));
     }
 
     #[test]

@@ -42,7 +42,7 @@ use tokio_util::task::TaskTracker;
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
-    Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, ProxyConfig, RelayConfig,
+    Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProxyConfig, RelayConfig,
 };
 pub use firewall::FirewallError;
 pub use policy::{classify, AddrClass};

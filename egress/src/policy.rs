@@ -22,6 +22,9 @@ pub enum Denial {
     /// The address is one of this host's own (`what`: its interface, or what the host named
     /// it) and no explicit `ip:port` entry opens it.
     HostAddress { addr: IpAddr, port: u16, what: String },
+    /// The port is not among the host's allowed ports (`allow_ports`, `port_rules`) and no
+    /// `allow_internal` entry lists it for the address.
+    PortNotAllowed { host: String, port: u16, allowed: Vec<u16> },
     /// The host matches a `deny_domains` pattern.
     DomainDenied { host: String, pattern: String },
     /// The host matches no `allow_domains` pattern.
@@ -45,6 +48,15 @@ impl fmt::Display for Denial {
                  egress.proxy.allow_internal entry \"{}\" opens it",
                 SocketAddr::new(*addr, *port)
             ),
+            Self::PortNotAllowed { host, port, allowed } => {
+                let allowed: Vec<String> = allowed.iter().map(u16::to_string).collect();
+                write!(
+                    f,
+                    "port_not_allowed: port {port} of {host} is not an allowed port (allowed: \
+                     {}; see egress.proxy.allow_ports and port_rules)",
+                    if allowed.is_empty() { "none".to_owned() } else { allowed.join(", ") }
+                )
+            }
             Self::DomainDenied { host, pattern } => {
                 write!(f, "domain_denied: {host} matches deny pattern {pattern}")
             }
@@ -290,16 +302,29 @@ impl Policy {
         Ok(())
     }
 
-    /// The address check: special ranges are denied unless `allow_internal` names them, and
-    /// the host's own addresses unless an entry names exactly that address and port.
-    pub fn check_addr(&self, ip: IpAddr, port: u16) -> Result<CheckedAddr, Denial> {
+    /// The check of one address `target` resolved to (or is), in this order: special ranges
+    /// are denied unless `allow_internal` names them; the port must be one of the host's
+    /// allowed ports or listed by an `allow_internal` entry covering the address; the host's
+    /// own addresses need an entry naming exactly that address and port.
+    pub fn check_addr(&self, target: &Target, ip: IpAddr) -> Result<CheckedAddr, Denial> {
         // Dial IPv4-mapped addresses as the IPv4 address they stand for.
         let ip = ip.to_canonical();
+        let port = target.port;
         let allowed = &self.config.allow_internal;
         if let Some((class, embedded)) = classify(ip) {
             if !allowed.iter().any(|a| a.matches(ip, port)) {
                 return Err(Denial::Address { class, addr: ip, embedded });
             }
+        }
+        let ports = self.config.ports_for(&target.host);
+        if !ports.contains(&port)
+            && !allowed.iter().any(|a| !a.ports.is_empty() && a.matches(ip, port))
+        {
+            return Err(Denial::PortNotAllowed {
+                host: target.host.clone(),
+                port,
+                allowed: ports.to_vec(),
+            });
         }
         let host_address = match self.host.lookup(ip) {
             Some(what) if !allowed.iter().any(|a| a.opens_exactly(ip, port)) => {
@@ -332,7 +357,7 @@ impl Policy {
         let mut allowed = Vec::new();
         let mut first_denial = None;
         for ip in addrs {
-            match self.check_addr(ip, target.port) {
+            match self.check_addr(target, ip) {
                 Ok(checked) => {
                     if !allowed.contains(&checked) {
                         allowed.push(checked);
@@ -354,7 +379,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Cidr, HostPattern, InternalAllow};
+    use crate::config::{Cidr, HostPattern, InternalAllow, PortRule};
 
     /// The code every reason starts with (`loopback address ...` → `loopback`).
     fn code(denial: &Denial) -> String {
@@ -439,6 +464,12 @@ mod tests {
         }
     }
 
+    /// The address check of `ip` as a literal target at `port`.
+    fn check(policy: &Policy, ip: &str, port: u16) -> Result<CheckedAddr, Denial> {
+        let target = Target::parse(ip, port).unwrap();
+        policy.check_addr(&target, ip.parse().unwrap())
+    }
+
     fn policy(edit: impl FnOnce(&mut ProxyConfig)) -> Policy {
         let mut config = ProxyConfig::default();
         edit(&mut config);
@@ -450,10 +481,10 @@ mod tests {
     #[test]
     fn address_check_denies_special_unless_allowed_and_canonicalises() {
         let strict = policy(|_| {});
-        let err = strict.check_addr("::ffff:127.0.0.1".parse().unwrap(), 80).unwrap_err();
+        let err = check(&strict, "::ffff:127.0.0.1", 80).unwrap_err();
         assert_eq!(code(&err), "loopback");
         assert!(err.to_string().contains("127.0.0.1"), "{err}");
-        let ok = strict.check_addr("::ffff:8.8.8.8".parse().unwrap(), 443).unwrap();
+        let ok = check(&strict, "::ffff:8.8.8.8", 443).unwrap();
         assert_eq!(ok.addr(), "8.8.8.8:443".parse().unwrap());
 
         let open = policy(|c| {
@@ -463,11 +494,11 @@ mod tests {
             }]
         });
         assert_eq!(
-            open.check_addr("::ffff:127.0.0.1".parse().unwrap(), 8080).unwrap().addr(),
+            check(&open, "::ffff:127.0.0.1", 8080).unwrap().addr(),
             "127.0.0.1:8080".parse().unwrap()
         );
-        assert!(open.check_addr("127.0.0.1".parse().unwrap(), 8081).is_err());
-        assert!(open.check_addr("127.0.0.2".parse().unwrap(), 8080).is_err());
+        assert!(check(&open, "127.0.0.1", 8081).is_err());
+        assert!(check(&open, "127.0.0.2", 8080).is_err());
     }
 
     #[test]
@@ -486,18 +517,59 @@ mod tests {
         });
         policy.host.set_named("docker gateway", [gateway]);
         // A wide entry allows the block, not the host's address in it.
-        assert!(policy.check_addr("198.51.100.2".parse().unwrap(), 22).is_ok());
-        let err = policy.check_addr(gateway, 22).unwrap_err();
+        assert!(check(&policy, "198.51.100.2", 80).is_ok());
+        let err = check(&policy, "198.51.100.1", 80).unwrap_err();
         assert_eq!(code(&err), "host_address");
-        assert!(err.to_string().contains("docker gateway") && err.to_string().contains(":22"));
-        let err = policy.check_addr("::ffff:198.51.100.1".parse().unwrap(), 443).unwrap_err();
+        assert!(err.to_string().contains("docker gateway") && err.to_string().contains(":80"));
+        let err = check(&policy, "::ffff:198.51.100.1", 443).unwrap_err();
         assert_eq!(code(&err), "host_address");
-        let err = policy.check_addr("127.0.0.1".parse().unwrap(), 22).unwrap_err();
+        let err = check(&policy, "127.0.0.1", 443).unwrap_err();
         assert_eq!(code(&err), "host_address");
         // The exact entry opens its port only, and says so.
-        let checked = policy.check_addr(gateway, 9200).unwrap();
+        let checked = check(&policy, "198.51.100.1", 9200).unwrap();
         assert!(checked.host_address());
-        assert!(!policy.check_addr("198.51.100.2".parse().unwrap(), 9200).unwrap().host_address());
+        assert!(!check(&policy, "198.51.100.2", 443).unwrap().host_address());
+    }
+
+    #[test]
+    fn ports_are_limited_by_name_and_opened_by_internal_entries_that_list_them() {
+        let p = |s: &str| HostPattern::try_from(s.to_owned()).unwrap();
+        let policy = policy(|c| {
+            c.allow_internal = vec![
+                InternalAllow {
+                    cidr: Cidr::try_from("10.0.0.0/8".to_owned()).unwrap(),
+                    ports: vec![],
+                },
+                InternalAllow {
+                    cidr: Cidr::try_from("10.9.0.0/16".to_owned()).unwrap(),
+                    ports: vec![5432],
+                },
+            ];
+            c.port_rules =
+                vec![PortRule { hosts: vec![p("10.1.1.1"), p("*.git.test")], ports: vec![22] }];
+        });
+        let target = |host: &str, port| Target::parse(host, port).unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(check(&policy, "10.2.2.2", 443).is_ok());
+        let err = check(&policy, "10.2.2.2", 22).unwrap_err();
+        assert_eq!(code(&err), "port_not_allowed");
+        assert!(
+            err.to_string().contains("port 22 of 10.2.2.2") && err.to_string().contains("80, 443"),
+            "{err}"
+        );
+        // A rule replaces the default for its hosts, by name or literal.
+        assert!(check(&policy, "10.1.1.1", 22).is_ok());
+        assert_eq!(code(&check(&policy, "10.1.1.1", 443).unwrap_err()), "port_not_allowed");
+        assert!(policy.check_addr(&target("a.git.test", 22), ip("10.3.3.3")).is_ok());
+        assert_eq!(
+            code(&policy.check_addr(&target("a.git.test", 80), ip("10.3.3.3")).unwrap_err()),
+            "port_not_allowed"
+        );
+        // An internal entry listing a port opens it for the addresses it covers only.
+        assert!(check(&policy, "10.9.1.1", 5432).is_ok());
+        assert_eq!(code(&check(&policy, "10.8.1.1", 5432).unwrap_err()), "port_not_allowed");
+        // The address checks come first: a loopback address is refused as loopback.
+        assert_eq!(code(&check(&policy, "127.0.0.1", 22).unwrap_err()), "loopback");
     }
 
     #[test]

@@ -12,10 +12,14 @@ use nexbot_tests::egress as egress_support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use egress_support::{connect, http_server_at, start, Started};
+use egress_support::{connect, start, Started};
 use nexbot_egress::EgressConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 const ADDRESS: &str = "198.51.100.77";
 
@@ -73,6 +77,40 @@ impl Drop for TestInterface {
     }
 }
 
+/// A port free on every address: held on loopback (a wildcard listener would hold it there
+/// too), so binding it on the test address cannot clash.
+async fn free_port() -> (TcpListener, u16) {
+    let holder = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = holder.local_addr().unwrap().port();
+    (holder, port)
+}
+
+/// A tiny HTTP server at `addr` answering every request with "hello", counting connections.
+async fn hello_server(addr: SocketAddr) -> Arc<AtomicUsize> {
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer =
+                    "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello";
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    accepted
+}
+
 async fn get(started: &Started, target: SocketAddr) -> (u16, String) {
     let response =
         started.proxy_client().get(format!("http://{target}/hello")).send().await.unwrap();
@@ -91,19 +129,23 @@ async fn the_hosts_own_addresses_are_refused_after_a_refresh_and_opened_only_by_
         return;
     }
     let address: IpAddr = ADDRESS.parse().unwrap();
-    // Its whole range is an ordinary allowed destination.
-    let open = "[proxy]\nallow_internal = [{ cidr = \"198.51.100.0/24\" }]\n";
+    let ((_hold_a, port), (_hold_b, other_port)) = (free_port().await, free_port().await);
+    let (server, other) = (SocketAddr::new(address, port), SocketAddr::new(address, other_port));
+    // Its whole range is an ordinary allowed destination, on both ports.
+    let open = format!(
+        "[proxy]\nallow_ports = [{port}, {other_port}]\nallow_internal = [{{ cidr = \"198.51.100.0/24\" }}]\n"
+    );
     let periodic = start(config(&format!("{open}host_addresses_refresh_secs = 1\n")), None).await;
     let on_demand =
         start(config(&format!("{open}host_addresses_refresh_secs = 3600\n")), None).await;
     assert!(!on_demand.egress.host_addresses().contains(&address));
 
     let interface = TestInterface::add(ADDRESS);
-    let (server, seen) = http_server_at(address).await;
+    let seen = hello_server(server).await;
+    let other_seen = hello_server(other).await;
 
     // The listener that has not re-read its addresses yet still takes it for any other.
-    let (code, body) = get(&on_demand, server).await;
-    assert_eq!((code, body.as_str()), (200, "hello from the allowed server"));
+    assert_eq!(get(&on_demand, server).await, (200, "hello".to_owned()));
 
     // The one with a 1 s period refuses it on its own within a few seconds.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -129,12 +171,9 @@ async fn the_hosts_own_addresses_are_refused_after_a_refresh_and_opened_only_by_
     }
 
     // An exact entry opens exactly that address and port, and its use is audited.
-    let (other, other_seen) = http_server_at(address).await;
-    let both =
-        format!("[proxy]\nallow_internal = [{{ cidr = \"198.51.100.0/24\" }}, \"{server}\"]\n");
-    let exact = start(config(&both), None).await;
-    let (code, body) = get(&exact, server).await;
-    assert_eq!((code, body.as_str()), (200, "hello from the allowed server"));
+    let exact = open.replace("}]", &format!("}}, \"{server}\"]"));
+    let exact = start(config(&exact), None).await;
+    assert_eq!(get(&exact, server).await, (200, "hello".to_owned()));
     assert_eq!(get(&exact, other).await.0, 403);
     assert_eq!(connect(exact.egress.local_addr(), &other.to_string()).await.0, 403);
     let lines = exact.audit_lines(3).await;
@@ -144,8 +183,8 @@ async fn the_hosts_own_addresses_are_refused_after_a_refresh_and_opened_only_by_
         assert!(line["reason"].as_str().unwrap().starts_with("host_address"), "{line}");
         assert!(line.get("host_address").is_none(), "only an opened use is marked: {line}");
     }
-    assert_eq!(seen.lock().unwrap().len(), 2, "the stale listener's and the exact entry's");
-    assert!(other_seen.lock().unwrap().is_empty(), "the other port was never reached");
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "the stale listener's and the exact entry's");
+    assert_eq!(other_seen.load(Ordering::SeqCst), 0, "the other port was never reached");
 
     // Removed again, the address leaves the set at the next read.
     drop(interface);

@@ -129,6 +129,72 @@ async fn internal_destinations_are_denied_in_every_disguise_and_audited_with_the
     assert_eq!(started.egress.metrics().denied, (cases.len() * 2) as u64);
 }
 
+/// The body of a refusal after its head: one line of text (the connection stays open).
+async fn refusal_text(mut stream: tokio::net::TcpStream) -> String {
+    let mut body = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !body.ends_with(b"\n") {
+        match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => body.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[tokio::test]
+async fn only_web_ports_are_reachable_unless_configured_and_refusals_name_the_port() {
+    let (target, accepted) = echo_server().await;
+    let mut config = config_allowing(&[target]);
+    // The loopback block is allowed too, so nothing but the port policy refuses port 22.
+    config.proxy.allow_internal.push(InternalAllow {
+        cidr: Cidr::try_from("127.0.0.0/8".to_owned()).unwrap(),
+        ports: vec![],
+    });
+    let started = start(config.clone(), None).await;
+    let proxy = started.egress.local_addr();
+
+    assert_eq!(connect(proxy, &target.to_string()).await.0, 200, "its own ip:port is open");
+    let (code, stream) = connect(proxy, "127.0.0.1:22").await;
+    assert_eq!(code, 403);
+    let body = refusal_text(stream).await;
+    assert!(body.contains("port_not_allowed: port 22 of 127.0.0.1"), "{body}");
+    assert!(body.contains("allowed: 80, 443"), "{body}");
+    let response = started.proxy_client().get("http://127.0.0.1:22/").send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(response.text().await.unwrap().contains("port 22"));
+    assert_eq!(connect(proxy, "[::ffff:127.0.0.1]:8080").await.0, 403);
+
+    // The tunnel's line is written when it closes: after the refusals, or before.
+    let lines = started.audit_lines(4).await;
+    let denied: Vec<&Value> = lines.iter().filter(|l| l["verdict"] == "denied").collect();
+    assert_eq!(denied.len(), 3, "{lines:#?}");
+    for line in &denied {
+        assert!(line["reason"].as_str().unwrap().starts_with("port_not_allowed: port "), "{line}");
+    }
+    assert_eq!(
+        (denied[0]["kind"].as_str(), denied[0]["port"].as_u64()),
+        (Some("connect"), Some(22))
+    );
+    assert_eq!((denied[1]["kind"].as_str(), denied[1]["port"].as_u64()), (Some("http"), Some(22)));
+
+    // Port 80 passes the port policy, so the host check refuses it; a rule that narrows
+    // 127.0.0.1 to port 443 makes the port policy refuse it first.
+    assert_eq!(connect(proxy, "127.0.0.1:80").await.0, 403);
+    let line = &started.audit_lines(5).await[4];
+    assert!(line["reason"].as_str().unwrap().starts_with("host_address"), "{line}");
+    config.proxy.port_rules = vec![nexbot_egress::PortRule {
+        hosts: vec![HostPattern::try_from("127.0.0.1".to_owned()).unwrap()],
+        ports: vec![443],
+    }];
+    let narrowed = start(config, None).await;
+    let (code, stream) = connect(narrowed.egress.local_addr(), "127.0.0.1:80").await;
+    assert_eq!(code, 403);
+    assert!(refusal_text(stream).await.contains("port_not_allowed: port 80 of 127.0.0.1"));
+    assert_eq!(connect(narrowed.egress.local_addr(), &target.to_string()).await.0, 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "only the allowed ip:port was reached");
+}
+
 #[tokio::test]
 async fn domain_lists_are_applied_before_any_lookup() {
     let mut config = EgressConfig::default();
