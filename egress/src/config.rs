@@ -12,6 +12,8 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
+use super::literal;
+
 /// The whole `[egress]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -287,6 +289,8 @@ enum Pattern {
     Any,
     Exact(String),
     Suffix(String),
+    /// An address, canonical (IPv4-mapped IPv6 as IPv4), matched in any spelling.
+    Ip(IpAddr),
 }
 
 impl HostPattern {
@@ -294,15 +298,29 @@ impl HostPattern {
         Self(Pattern::Any)
     }
 
-    /// Whether `host` (already lower-case, without a trailing dot) matches.
+    /// Whether `host` (already lower-case, without a trailing dot) matches. An address
+    /// pattern matches the address in any spelling (`0x7f.1`, `[::ffff:7f00:1]`, …).
     pub fn matches(&self, host: &str) -> bool {
         match &self.0 {
             Pattern::Any => true,
+            Pattern::Ip(ip) => literal::parse_ip(host) == Some(*ip),
             Pattern::Exact(name) => host == name,
             Pattern::Suffix(parent) => host
                 .strip_suffix(parent.as_str())
                 .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
         }
+    }
+}
+
+impl HostPattern {
+    /// Whether this is an address pattern for `ip`, or for the IPv4 address an IPv6 form of
+    /// `ip` carries (mapped, compatible, NAT64, 6to4): how a deny entry for an address also
+    /// refuses names that resolve to it and every disguise of it.
+    pub(crate) fn denies_ip(&self, ip: IpAddr) -> bool {
+        let Pattern::Ip(denied) = self.0 else { return false };
+        let ip = ip.to_canonical();
+        ip == denied
+            || matches!(ip, IpAddr::V6(v6) if crate::host_addrs::embedded_v4(v6).map(IpAddr::V4) == Some(denied))
     }
 }
 
@@ -318,19 +336,20 @@ impl TryFrom<String> for HostPattern {
             Some(rest) => (true, rest),
             None => (false, text.as_str()),
         };
-        if let Some(literal) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
-            if !suffix && literal.parse::<std::net::Ipv6Addr>().is_ok() {
-                return Ok(Self(Pattern::Exact(literal.to_owned())));
+        if !suffix {
+            if let Some(ip) = literal::parse_ip(name) {
+                return Ok(Self(Pattern::Ip(ip)));
             }
         }
         let valid = !name.is_empty()
+            && !literal::ends_in_number(name)
             && name.len() <= 253
             && name.split('.').all(|label| {
                 !label.is_empty()
                     && label.len() <= 63
                     && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             });
-        if !valid && name.parse::<IpAddr>().is_err() {
+        if !valid {
             return Err(format!(
                 "invalid host pattern {raw:?}: use `*`, `example.com`, `*.example.com` or an IP"
             ));
@@ -352,6 +371,7 @@ impl fmt::Display for HostPattern {
             Pattern::Any => f.write_str("*"),
             Pattern::Exact(name) => f.write_str(name),
             Pattern::Suffix(parent) => write!(f, "*.{parent}"),
+            Pattern::Ip(ip) => write!(f, "{ip}"),
         }
     }
 }
@@ -617,6 +637,11 @@ mod tests {
         assert!(!sub.matches("badexample.com"));
         assert!(pattern("[::1]").matches("::1"));
         assert!(pattern("10.0.0.1").matches("10.0.0.1"));
+        assert!(pattern("10.0.0.1").matches("167772161"));
+        assert!(pattern("[::ffff:a00:1]").matches("0xa.1"));
+        assert_eq!(pattern("[::FFFF:10.0.0.1]").to_string(), "10.0.0.1");
+        assert!(HostPattern::try_from("1.2.3.4.5".to_owned()).is_err());
+        assert!(HostPattern::try_from("*.1.2.3".to_owned()).is_err());
         assert_eq!(pattern("*.example.com").to_string(), "*.example.com");
     }
 }

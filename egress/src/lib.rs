@@ -22,6 +22,7 @@ mod audit;
 mod config;
 mod firewall;
 mod host_addrs;
+mod literal;
 mod meter;
 mod policy;
 mod proxy;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::config::ProxyConfig;
 use super::host_addrs::HostAddrs;
+use super::literal;
 
 /// Why a destination is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,20 +242,18 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses a URI host (`example.com`, `10.0.0.1`, `[::1]`) with its port.
+    /// Parses a URI host (`example.com`, `10.0.0.1`, `[::1]`, or any other spelling of an
+    /// address, see `literal.rs`) with its port.
     pub fn parse(host: &str, port: u16) -> Result<Self, Denial> {
         let lowered = host.trim_end_matches('.').to_ascii_lowercase();
-        let bare = lowered
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(&lowered)
-            .to_owned();
-        if let Ok(ip) = bare.parse::<IpAddr>() {
+        if let Some(ip) = literal::parse_ip(&lowered) {
             return Ok(Self { host: ip.to_string(), port, literal: Some(ip) });
         }
-        let valid = !bare.is_empty()
-            && bare.len() <= 253
-            && bare.split('.').all(|label| {
+        // Brackets hold an IPv6 address; a number is an address or nothing.
+        let valid = !lowered.starts_with('[')
+            && !literal::ends_in_number(&lowered)
+            && lowered.len() <= 253
+            && lowered.split('.').all(|label| {
                 !label.is_empty()
                     && label.len() <= 63
                     && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -262,7 +261,7 @@ impl Target {
         if !valid {
             return Err(Denial::BadHost { host: host.to_owned() });
         }
-        Ok(Self { host: bare, port, literal: None })
+        Ok(Self { host: lowered, port, literal: None })
     }
 }
 
@@ -310,6 +309,13 @@ impl Policy {
         // Dial IPv4-mapped addresses as the IPv4 address they stand for.
         let ip = ip.to_canonical();
         let port = target.port;
+        // A denied address is denied by whatever name or spelling it was reached.
+        if let Some(pattern) = self.config.deny_domains.iter().find(|p| p.denies_ip(ip)) {
+            return Err(Denial::DomainDenied {
+                host: target.host.clone(),
+                pattern: pattern.to_string(),
+            });
+        }
         let allowed = &self.config.allow_internal;
         if let Some((class, embedded)) = classify(ip) {
             if !allowed.iter().any(|a| a.matches(ip, port)) {
@@ -464,6 +470,55 @@ mod tests {
         }
     }
 
+    #[test]
+    fn deny_entries_for_an_address_match_every_spelling_and_resolved_names() {
+        let p = |s: &str| HostPattern::try_from(s.to_owned()).unwrap();
+        let policy =
+            policy(|c| c.deny_domains = vec![p("0x08.8.8.8"), p("[2001:4860:4860::8888]")]);
+        for spelling in [
+            "8.8.8.8",
+            "134744072",
+            "0x8080808",
+            "010.8.8.8",
+            "8.8.2056",
+            "[::ffff:8.8.8.8]",
+            "[::FFFF:808:808]",
+        ] {
+            let target = Target::parse(spelling, 443).unwrap();
+            assert_eq!(target.literal, Some("8.8.8.8".parse().unwrap()), "{spelling}");
+            let err = policy.check_host(&target).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "domain_denied: 8.8.8.8 matches deny pattern 8.8.8.8",
+                "{spelling}"
+            );
+        }
+        // Forms that route to it, and a name that resolved to it.
+        for ip in ["64:ff9b::808:808", "2002:808:808::1", "::8.8.8.8"] {
+            let target = Target::parse(ip, 443).unwrap();
+            assert!(policy.check_host(&target).is_ok(), "not the same text");
+            assert_eq!(
+                code(&policy.check_addr(&target, target.literal.unwrap()).unwrap_err()),
+                "domain_denied",
+                "{ip}"
+            );
+        }
+        let name = Target::parse("dns.example", 443).unwrap();
+        assert_eq!(
+            code(&policy.check_addr(&name, "8.8.8.8".parse().unwrap()).unwrap_err()),
+            "domain_denied"
+        );
+        assert_eq!(
+            code(
+                &policy
+                    .check_addr(&name, "2001:4860:4860:0:0:0:0:8888".parse().unwrap())
+                    .unwrap_err()
+            ),
+            "domain_denied"
+        );
+        assert!(policy.check_addr(&name, "8.8.4.4".parse().unwrap()).is_ok());
+    }
+
     /// The address check of `ip` as a literal target at `port`.
     fn check(policy: &Policy, ip: &str, port: u16) -> Result<CheckedAddr, Denial> {
         let target = Target::parse(ip, port).unwrap();
@@ -595,10 +650,15 @@ mod tests {
     #[test]
     fn targets_parse_literals_and_reject_garbage() {
         let t = Target::parse("[::FFFF:127.0.0.1]", 80).unwrap();
-        assert_eq!(t.literal, Some("::ffff:127.0.0.1".parse().unwrap()));
+        assert_eq!(t.literal, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(t.host, "127.0.0.1");
+        let t = Target::parse("0x7F.1.", 80).unwrap();
+        assert_eq!((t.host.as_str(), t.literal), ("127.0.0.1", Some("127.0.0.1".parse().unwrap())));
         let t = Target::parse("WWW.Example.com.", 80).unwrap();
         assert_eq!((t.host.as_str(), t.literal), ("www.example.com", None));
-        for bad in ["", "a b", "exa$mple.com", "..", "[::1"] {
+        for bad in
+            ["", "a b", "exa$mple.com", "..", "[::1", "[127.0.0.1]", "1.2.3.4.5", "08", "a.0x1f"]
+        {
             assert_eq!(code(&Target::parse(bad, 80).unwrap_err()), "bad_host", "{bad:?}");
         }
     }

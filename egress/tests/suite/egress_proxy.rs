@@ -195,6 +195,80 @@ async fn only_web_ports_are_reachable_unless_configured_and_refusals_name_the_po
     assert_eq!(accepted.load(Ordering::SeqCst), 2, "only the allowed ip:port was reached");
 }
 
+/// A plain-HTTP request in absolute form, sent as written (an HTTP client library would
+/// rewrite the host); returns the status code and the whole answer.
+async fn raw_get(proxy: std::net::SocketAddr, authority: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let request = format!(
+        "GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, answer)
+}
+
+#[tokio::test]
+async fn a_denied_address_is_denied_in_every_spelling_by_connect_and_by_plain_http() {
+    let (target, accepted) = echo_server().await;
+    let port = target.port();
+    // The parser reads these as 127.0.0.1: without a deny entry they reach the server.
+    let open = start(config_allowing(&[target]), None).await;
+    for spelling in ["2130706433", "0x7f.1", "0177.0.0.1", "[::ffff:7f00:1]", "127.0.0.1."] {
+        let authority = format!("{spelling}:{port}");
+        assert_eq!(connect(open.egress.local_addr(), &authority).await.0, 200, "{authority}");
+    }
+    let reached = accepted.load(Ordering::SeqCst);
+
+    let mut config = config_allowing(&[target]);
+    config.proxy.deny_domains = vec![HostPattern::try_from("127.0.0.1".to_owned()).unwrap()];
+    let started = start(config, None).await;
+    let proxy = started.egress.local_addr();
+    let spellings = [
+        "127.0.0.1",
+        "127.0.0.1.",
+        "2130706433",
+        "0x7f000001",
+        "0X7F.0.0.1",
+        "0x7f.1",
+        "0177.0.0.1",
+        "0177.0000.0000.0001",
+        "017700000001",
+        "127.1",
+        "127.0.1",
+        "[::ffff:127.0.0.1]",
+        "[::FFFF:7F00:1]",
+        "[0:0:0:0:0:ffff:7f00:1]",
+        "[0000:0000:0000:0000:0000:ffff:7f00:0001]",
+        "[::127.0.0.1]",
+        "[64:ff9b::7f00:1]",
+    ];
+    for spelling in spellings {
+        let authority = format!("{spelling}:{port}");
+        let (code, stream) = connect(proxy, &authority).await;
+        assert_eq!(code, 403, "CONNECT {authority}");
+        let body = refusal_text(stream).await;
+        assert!(
+            body.contains("domain_denied") && body.contains("127.0.0.1"),
+            "{authority}: {body}"
+        );
+        let (code, answer) = raw_get(proxy, &authority).await;
+        assert_eq!(code, 403, "GET http://{authority}/: {answer}");
+        assert!(answer.contains("domain_denied"), "{authority}: {answer}");
+    }
+    // A name that resolves to it is refused too.
+    assert_eq!(connect(proxy, &format!("localhost:{port}")).await.0, 403);
+    assert_eq!(accepted.load(Ordering::SeqCst), reached, "no spelling reached the server");
+
+    let lines = started.audit_lines(spellings.len() * 2 + 1).await;
+    for line in &lines[..spellings.len() * 2] {
+        assert_eq!(line["verdict"], "denied", "{line}");
+        assert!(line["reason"].as_str().unwrap().starts_with("domain_denied"), "{line}");
+    }
+}
+
 #[tokio::test]
 async fn domain_lists_are_applied_before_any_lookup() {
     let mut config = EgressConfig::default();
