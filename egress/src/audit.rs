@@ -12,10 +12,13 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::ledger::{Attach, Ledger, TaskStats};
 
 /// What became of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -124,12 +127,13 @@ impl Metrics {
     }
 }
 
-/// The audit file plus the counters.
+/// The audit file plus the counters, and the ledger each task's connections count into.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
     file: Mutex<File>,
     metrics: Metrics,
+    ledger: Arc<Ledger>,
 }
 
 impl AuditLog {
@@ -140,7 +144,16 @@ impl AuditLog {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let file = options.open(path)?;
-        Ok(Self { path: path.to_owned(), file: Mutex::new(file), metrics: Metrics::default() })
+        Ok(Self {
+            path: path.to_owned(),
+            file: Mutex::new(file),
+            metrics: Metrics::default(),
+            ledger: Arc::default(),
+        })
+    }
+
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
     }
 
     pub fn path(&self) -> &Path {
@@ -195,6 +208,21 @@ impl AuditLog {
     }
 }
 
+/// Longest host name in an audit line or a task summary (the longest DNS name); longer
+/// ones are cut and marked.
+pub const MAX_HOST_CHARS: usize = 253;
+
+/// `text` cut to at most `max` characters, the cut marked with `…`.
+pub fn clip(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(_) => {
+            let keep: String = text.chars().take(max.saturating_sub(1)).collect();
+            std::borrow::Cow::Owned(keep + "…")
+        }
+    }
+}
+
 /// Who is behind a connection, as far as the host knows.
 #[derive(Debug, Clone, Default)]
 pub struct Origin {
@@ -217,6 +245,10 @@ pub struct ConnAudit {
     up: AtomicU64,
     /// Bytes to the container.
     down: AtomicU64,
+    /// The task's counters, once the connection is known to be the task's.
+    task: OnceLock<Arc<TaskStats>>,
+    /// Set when the connection is attributed to a task that has ended.
+    ended: Mutex<Option<String>>,
 }
 
 /// Which way the bytes go, to pick the counter and name the limit.
@@ -246,6 +278,8 @@ struct State {
     reason: String,
     tokens: Option<u64>,
     host_address: bool,
+    /// Whether the task's summary has this connection's verdict already.
+    summarised: bool,
 }
 
 impl ConnAudit {
@@ -256,7 +290,8 @@ impl ConnAudit {
         host: String,
         port: u16,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let task_id = origin.task_id.clone();
+        let audit = Arc::new(Self {
             log,
             started: Instant::now(),
             kind,
@@ -269,11 +304,56 @@ impl ConnAudit {
                 reason: "ended before a verdict".into(),
                 tokens: None,
                 host_address: false,
+                summarised: false,
             }),
             origin,
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
-        })
+            task: OnceLock::new(),
+            ended: Mutex::new(None),
+        });
+        if let Some(task_id) = task_id {
+            audit.attach(&task_id);
+        }
+        audit
+    }
+
+    /// Counts the connection into the task's summary from now on (or notes that the task
+    /// has ended).
+    fn attach(&self, task_id: &str) {
+        match self.log.ledger.attach(task_id) {
+            Attach::Live(stats) => {
+                if self.task.set(stats.clone()).is_ok() {
+                    stats.opened();
+                    stats.add_bytes(true, self.up.load(Ordering::Relaxed));
+                    stats.add_bytes(false, self.down.load(Ordering::Relaxed));
+                }
+            }
+            Attach::Ended => {
+                if let Ok(mut ended) = self.ended.lock() {
+                    *ended = Some(task_id.to_owned());
+                }
+            }
+        }
+    }
+
+    /// The task this connection is attributed to, when that task has ended already.
+    pub fn ended_task(&self) -> Option<String> {
+        self.ended.lock().ok().and_then(|ended| ended.clone())
+    }
+
+    /// Cancelled when the connection's task ends (`None`: no task, nothing to cut by).
+    pub fn task_cut(&self) -> Option<CancellationToken> {
+        self.task.get().map(|stats| stats.cut().clone())
+    }
+
+    /// `host:port` as the task's summary lists it.
+    fn destination(&self) -> String {
+        let host = clip(&self.host, MAX_HOST_CHARS);
+        match host.contains(':') {
+            true => format!("[{host}]:{}", self.port),
+            false => format!("{host}:{}", self.port),
+        }
     }
 
     fn counter(&self, direction: Direction) -> &AtomicU64 {
@@ -287,6 +367,9 @@ impl ConnAudit {
     /// proxy's bodies and tunnels and the relay's request and answer count what they pass.
     pub fn count(&self, direction: Direction, bytes: usize) -> u64 {
         let bytes = bytes as u64;
+        if let Some(stats) = self.task.get() {
+            stats.add_bytes(direction == Direction::Up, bytes);
+        }
         self.counter(direction).fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes)
     }
 
@@ -296,10 +379,17 @@ impl ConnAudit {
     }
 
     /// Records the verdict and its reason (later calls refine the reason, e.g. a limit hit).
+    /// The first verdict is the one the task's summary counts.
     pub fn verdict(&self, verdict: Verdict, reason: impl Into<String>) {
         if let Ok(mut state) = self.state.lock() {
             state.verdict = verdict;
             state.reason = reason.into();
+            if !state.summarised {
+                if let Some(stats) = self.task.get() {
+                    stats.record(&self.destination(), verdict);
+                    state.summarised = true;
+                }
+            }
         }
     }
 
@@ -318,6 +408,7 @@ impl ConnAudit {
 
     /// Names the task (the relay learns it from the token, not from the source address).
     pub fn task(&self, task_id: String) {
+        self.attach(&task_id);
         if let Ok(mut state) = self.state.lock() {
             state.task_id = Some(task_id);
         }
@@ -343,10 +434,17 @@ impl ConnAudit {
 
 impl Drop for ConnAudit {
     fn drop(&mut self) {
+        let destination = self.destination();
         let state = match self.state.get_mut() {
             Ok(state) => state,
             Err(poisoned) => poisoned.into_inner(),
         };
+        if let Some(stats) = self.task.get() {
+            if !state.summarised {
+                stats.record(&destination, state.verdict);
+            }
+            stats.closed();
+        }
         let record = AuditRecord {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             kind: self.kind,

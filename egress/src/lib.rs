@@ -22,6 +22,7 @@ mod audit;
 mod config;
 mod firewall;
 mod host_addrs;
+mod ledger;
 mod literal;
 mod meter;
 mod policy;
@@ -46,9 +47,10 @@ pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProxyConfig, RelayConfig,
 };
 pub use firewall::FirewallError;
+pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
-pub use tokens::{TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
+pub use tokens::{FinishedTask, TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
 
 /// Where the listener sits: the network the sandbox containers are on, as seen from the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,13 +145,14 @@ impl Egress {
             }
             false => None,
         };
+        let ledger = audit.ledger().clone();
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
             policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
             host_addrs,
             config,
             audit: Arc::new(audit),
-            tokens: Arc::default(),
+            tokens: Arc::new(TaskTokens::with_ledger(ledger)),
             attribution,
             relay,
             local,
@@ -197,6 +200,12 @@ impl Egress {
     /// The per-task relay tokens: `issue` when a task starts, `revoke` when it ends.
     pub fn tokens(&self) -> Arc<TaskTokens> {
         self.shared.tokens.clone()
+    }
+
+    /// Ends a task (see [`TaskTokens::finish`]): its token is revoked, its open tunnels and
+    /// requests are cut, and what it did through the egress is handed over.
+    pub fn finish_task(&self, task_id: &str) -> FinishedTask {
+        self.shared.tokens.finish(task_id)
     }
 
     /// Issues a token for `task_id` with the configured default budget.

@@ -8,3 +8,4 @@ mod egress_host;
 mod egress_proxy;
 mod egress_relay;
 mod egress_secret_hunt;
+mod egress_tasks;
