@@ -27,6 +27,18 @@ pub struct EgressConfig {
     /// File name of the JSON-lines audit log inside the data directory.
     /// Default `egress-audit.jsonl`.
     pub audit_file: String,
+    /// Size in bytes at which the audit log is rotated (`egress-audit.jsonl` becomes
+    /// `egress-audit.jsonl.1`, and so on). At least 4096. Default 16 MiB.
+    pub audit_max_bytes: u64,
+    /// Audit files kept, the live one included; the oldest is deleted beyond. `1` empties
+    /// the file when it is full. Default `5` (at most 80 MiB with the default size).
+    pub audit_max_files: usize,
+    /// Audit lines written for one task; the rest are counted and left out, and one line
+    /// says how many when the task ends. Default `10000`.
+    pub audit_max_lines_per_task: u64,
+    /// Lines for refused (or failed) connections written in one second; the rest are counted
+    /// and left out, and one line says how many after that second. Default `50`.
+    pub audit_max_refusals_per_sec: u64,
     /// Refuse proxy requests whose source address is not a known container. Default `true`.
     pub require_attribution: bool,
     /// Install `iptables` rules so that from the pool network's bridge the host accepts only
@@ -51,6 +63,10 @@ impl Default for EgressConfig {
             port: 3128,
             listen_addr: None,
             audit_file: "egress-audit.jsonl".into(),
+            audit_max_bytes: 16 << 20,
+            audit_max_files: 5,
+            audit_max_lines_per_task: 10_000,
+            audit_max_refusals_per_sec: 50,
             require_attribution: true,
             firewall: true,
             header_timeout_secs: 10,
@@ -215,10 +231,23 @@ pub struct ConfigError {
 }
 
 impl EgressConfig {
+    /// The audit log's bounds.
+    pub fn audit_limits(&self) -> crate::AuditLimits {
+        crate::AuditLimits {
+            max_bytes: self.audit_max_bytes,
+            max_files: self.audit_max_files,
+            max_lines_per_task: self.audit_max_lines_per_task,
+            max_refusals_per_sec: self.audit_max_refusals_per_sec,
+        }
+    }
+
     /// Checks what serde cannot: value ranges and the provider URL.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("header_timeout_secs", self.header_timeout_secs),
+            ("audit_max_files", self.audit_max_files as u64),
+            ("audit_max_lines_per_task", self.audit_max_lines_per_task),
+            ("audit_max_refusals_per_sec", self.audit_max_refusals_per_sec),
             ("max_connections", self.max_connections as u64),
             ("max_connections_per_source", self.max_connections_per_source as u64),
             ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
@@ -231,6 +260,12 @@ impl EgressConfig {
             if value == 0 {
                 return Err(ConfigError { field, reason: "must be greater than 0".into() });
             }
+        }
+        if self.audit_max_bytes < 4096 {
+            return Err(ConfigError {
+                field: "audit_max_bytes",
+                reason: format!("{} is too small: at least 4096", self.audit_max_bytes),
+            });
         }
         let port_lists = std::iter::once(("proxy.allow_ports", &self.proxy.allow_ports))
             .chain(self.proxy.port_rules.iter().map(|r| ("proxy.port_rules", &r.ports)))
@@ -523,6 +558,7 @@ mod tests {
         assert!(config.require_attribution && config.firewall);
         assert!(config.proxy.allow_internal.is_empty());
         assert!(!config.relay.send_provider_key_to_subagents);
+        assert_eq!(config.audit_limits(), crate::AuditLimits::default());
         config.validate().unwrap();
     }
 
@@ -571,6 +607,10 @@ mod tests {
         assert!(config.validate().unwrap_err().to_string().contains("proxy.max_duration_secs"));
         let config = parse("audit_file = \"../x\"").unwrap();
         assert!(config.validate().is_err());
+        let config = parse("audit_max_bytes = 100").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("audit_max_bytes"));
+        let config = parse("audit_max_files = 0").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("audit_max_files"));
     }
 
     #[test]

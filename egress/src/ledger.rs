@@ -87,7 +87,8 @@ pub(crate) struct TaskStats {
     up: AtomicU64,
     down: AtomicU64,
     open: AtomicU64,
-    /// Audit lines of the task left out beyond the cap.
+    /// Audit lines written for the task, and left out beyond the cap.
+    pub(crate) audit_lines: AtomicU64,
     pub(crate) audit_suppressed: AtomicU64,
     destinations: Mutex<(BTreeMap<String, DestinationCounts>, DestinationCounts)>,
 }
@@ -101,6 +102,7 @@ impl TaskStats {
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
             open: AtomicU64::new(0),
+            audit_lines: AtomicU64::new(0),
             audit_suppressed: AtomicU64::new(0),
             destinations: Mutex::new((BTreeMap::new(), DestinationCounts::default())),
         }
@@ -234,13 +236,9 @@ impl Ledger {
         (summary, Some(stats))
     }
 
-    /// Ends every task (at shutdown); returns their ids.
-    pub(crate) fn finish_all(&self) -> Vec<String> {
-        let ids: Vec<String> = self.lock().live.keys().cloned().collect();
-        for id in &ids {
-            self.finish(id);
-        }
-        ids
+    /// The ids of the running tasks.
+    pub(crate) fn live_tasks(&self) -> Vec<String> {
+        self.lock().live.keys().cloned().collect()
     }
 }
 

@@ -28,6 +28,7 @@ mod meter;
 mod policy;
 mod proxy;
 mod relay;
+mod scrub;
 mod tokens;
 mod usage;
 
@@ -42,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
-pub use audit::{AuditRecord, MetricsSnapshot, Verdict};
+pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProxyConfig, RelayConfig,
 };
@@ -124,10 +125,11 @@ impl Egress {
         provider_key: Option<SecretString>,
     ) -> Result<Self, EgressError> {
         config.validate()?;
+        let scrubber = scrub::Scrubber::new(provider_key.as_ref());
         let relay = relay::Relay::new(&config.relay, provider_key)?;
         let path = data_dir.join(&config.audit_file);
         let audit = std::fs::create_dir_all(data_dir)
-            .and_then(|()| audit::AuditLog::open(&path))
+            .and_then(|()| audit::AuditLog::open(&path, config.audit_limits(), scrubber))
             .map_err(|source| EgressError::Audit { path: path.clone(), source })?;
         let addr = SocketAddr::new(config.listen_addr.unwrap_or(network.gateway), config.port);
         let listener = tokio::net::TcpListener::bind(addr)
@@ -145,14 +147,14 @@ impl Egress {
             }
             false => None,
         };
-        let ledger = audit.ledger().clone();
+        let audit = Arc::new(audit);
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
             policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
             host_addrs,
             config,
-            audit: Arc::new(audit),
-            tokens: Arc::new(TaskTokens::with_ledger(ledger)),
+            tokens: Arc::new(TaskTokens::with_audit(audit.clone())),
+            audit,
             attribution,
             relay,
             local,
@@ -255,14 +257,18 @@ impl Egress {
         if tokio::time::timeout(grace, self.shared.tracker.wait()).await.is_err() {
             tracing::warn!("egress: connections still open after the shutdown grace period");
         }
+        self.shared.audit.flush_suppressed(true);
     }
 }
 
-/// The listener's periodic chores until it stops: re-reading the host's own addresses.
+/// The listener's periodic chores until it stops: re-reading the host's own addresses, and
+/// writing the line for refusals a past second left out of the audit.
 async fn upkeep(shared: Arc<Shared>) {
     let mut refresh = tokio::time::interval(shared.config.proxy.host_addresses_refresh());
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     refresh.tick().await; // the first tick is now; the addresses were read at start
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = refresh.tick() => {
@@ -270,6 +276,7 @@ async fn upkeep(shared: Arc<Shared>) {
                     tracing::warn!(%err, "egress: cannot re-read this host's addresses; keeping the last ones");
                 }
             }
+            _ = second.tick() => shared.audit.flush_suppressed(false),
             () = shared.stop.cancelled() => return,
         }
     }

@@ -16,6 +16,7 @@ use base64::Engine;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
+use super::audit::AuditLog;
 use super::ledger::{Ledger, TaskSummary};
 
 /// Prefix of every relay token, so a leaked one is recognisable in a scan.
@@ -58,6 +59,8 @@ struct Entry {
 pub struct TaskTokens {
     table: Mutex<Table>,
     ledger: Arc<Ledger>,
+    /// The listener's audit log, told when a task ends (for its suppressed-lines line).
+    audit: Option<Arc<AuditLog>>,
 }
 
 /// What the egress hands over when a task ends ([`TaskTokens::finish`]).
@@ -74,9 +77,9 @@ fn digest(token: &str) -> Digest32 {
 }
 
 impl TaskTokens {
-    /// Tokens whose tasks count into `ledger` (the listener's).
-    pub(crate) fn with_ledger(ledger: Arc<Ledger>) -> Self {
-        Self { table: Mutex::default(), ledger }
+    /// Tokens whose tasks count into the listener's ledger and audit log.
+    pub(crate) fn with_audit(audit: Arc<AuditLog>) -> Self {
+        Self { table: Mutex::default(), ledger: audit.ledger().clone(), audit: Some(audit) }
     }
 
     /// Issues a fresh token (256 random bits from the OS CSPRNG) for `task_id` with a budget
@@ -118,7 +121,10 @@ impl TaskTokens {
                 entry.usage
             })
         };
-        let (egress, _) = self.ledger.finish(task_id);
+        let (egress, stats) = self.ledger.finish(task_id);
+        if let (Some(audit), Some(stats)) = (&self.audit, stats) {
+            audit.task_ended(task_id, &stats);
+        }
         FinishedTask { usage, egress }
     }
 
@@ -141,7 +147,9 @@ impl TaskTokens {
             table.by_digest.clear();
             table.tasks.drain().count()
         };
-        self.ledger.finish_all();
+        for task_id in self.ledger.live_tasks() {
+            self.finish(&task_id);
+        }
         count
     }
 
