@@ -562,6 +562,17 @@ mod tests {
         config.validate().unwrap();
     }
 
+    /// The `[egress]` section of the config template `nexbot init` writes documents these
+    /// defaults: it must be them.
+    #[test]
+    fn the_hosts_config_template_states_these_defaults() {
+        let template: toml::Table =
+            toml::from_str(include_str!("../../host/src/defaults/config.toml")).unwrap();
+        let section = template["egress"].clone();
+        let config: EgressConfig = section.try_into().unwrap();
+        assert_eq!(config, EgressConfig::default());
+    }
+
     #[test]
     fn full_table_parses() {
         let config = parse(

@@ -8,10 +8,15 @@
 //! host (with the `iptables` rules of `firewall.rs`) only the proxy port on the network's
 //! gateway address. There the host runs one listener ([`Egress`]) that is both
 //! - an HTTP forward proxy (CONNECT and absolute-form HTTP) that resolves names itself, denies
-//!   internal addresses and unlisted domains, limits bytes and time, and audits every
-//!   connection with the container and task it came from; and
+//!   internal addresses (in every spelling), the host's own addresses (`host_addrs.rs`),
+//!   unlisted domains and ports other than the allowed ones, limits bytes and time, and
+//!   audits every connection with the container and task it came from (in a bounded,
+//!   scrubbed log, `audit.rs`); and
 //! - an OpenAI-compatible LLM relay that accepts per-task tokens, adds the real key, streams
 //!   the answer back, and enforces each task's token budget.
+//!
+//! What each task did (destinations, verdicts, bytes) is kept per task and handed over when
+//! it ends ([`TaskTokens::finish`]), which also cuts the task's open connections.
 //!
 //! Containers get `HTTP(S)_PROXY` pointing at the listener and `NO_PROXY` naming it
 //! ([`Egress::container_env`]); execute requests get `llm_base_url` ([`Egress::relay_base_url`])
