@@ -12,10 +12,14 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::ledger::{Attach, Ledger, TaskStats};
+use super::scrub::Scrubber;
 
 /// What became of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -52,6 +56,10 @@ pub struct AuditRecord {
     /// LLM tokens charged (relay calls only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// The destination was one of this host's own addresses, opened by an explicit
+    /// `ip:port` entry of `egress.proxy.allow_internal`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub host_address: bool,
 }
 
 /// Counters for metrics; read them with [`Metrics::snapshot`].
@@ -66,6 +74,7 @@ pub struct Metrics {
     relay_refused: AtomicU64,
     relay_tokens: AtomicU64,
     audit_write_failures: AtomicU64,
+    audit_lines_suppressed: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -87,6 +96,9 @@ pub struct MetricsSnapshot {
     pub relay_tokens: u64,
     /// Audit lines that could not be written to the file (they still went to tracing).
     pub audit_write_failures: u64,
+    /// Audit lines left out by the caps (`egress.audit_max_lines_per_task`,
+    /// `egress.audit_max_refusals_per_sec`); the connections are counted above all the same.
+    pub audit_lines_suppressed: u64,
 }
 
 impl Metrics {
@@ -102,6 +114,7 @@ impl Metrics {
             relay_refused: get(&self.relay_refused),
             relay_tokens: get(&self.relay_tokens),
             audit_write_failures: get(&self.audit_write_failures),
+            audit_lines_suppressed: get(&self.audit_lines_suppressed),
         }
     }
 
@@ -120,23 +133,105 @@ impl Metrics {
     }
 }
 
-/// The audit file plus the counters.
+/// The bounds of the audit log (`egress.audit_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditLimits {
+    /// Size at which the file is rotated.
+    pub max_bytes: u64,
+    /// Files kept, the live one included (`audit.jsonl`, `audit.jsonl.1`, …).
+    pub max_files: usize,
+    /// Lines written for one task; beyond, one "N lines suppressed" line when it ends.
+    pub max_lines_per_task: u64,
+    /// Refusal lines written in one second; beyond, one "N lines suppressed" line after it.
+    pub max_refusals_per_sec: u64,
+}
+
+impl Default for AuditLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 16 << 20,
+            max_files: 5,
+            max_lines_per_task: 10_000,
+            max_refusals_per_sec: 50,
+        }
+    }
+}
+
+/// Longest reason in an audit line; longer ones are cut and marked.
+pub const MAX_REASON_CHARS: usize = 1024;
+
+/// The line that stands for lines left out.
+#[derive(Debug, Serialize)]
+struct SuppressedRecord<'a> {
+    time: String,
+    kind: &'static str,
+    task_id: Option<&'a str>,
+    suppressed: u64,
+    reason: String,
+}
+
+/// The live file and its size.
+#[derive(Debug)]
+struct Live {
+    file: File,
+    size: u64,
+}
+
+/// Refusal lines of the current second.
+#[derive(Debug, Default)]
+struct Rate {
+    second: u64,
+    written: u64,
+    suppressed: u64,
+}
+
+/// The audit file plus the counters, and the ledger each task's connections count into.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: Mutex<File>,
+    live: Mutex<Live>,
+    limits: AuditLimits,
+    scrubber: Scrubber,
+    rate: Mutex<Rate>,
+    started: Instant,
     metrics: Metrics,
+    ledger: Arc<Ledger>,
+}
+
+fn open_live(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 impl AuditLog {
-    /// Opens (creating, appending) the audit file; only the owner may read it.
-    pub fn open(path: &Path) -> std::io::Result<Self> {
-        let mut options = OpenOptions::new();
-        options.create(true).append(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let file = options.open(path)?;
-        Ok(Self { path: path.to_owned(), file: Mutex::new(file), metrics: Metrics::default() })
+    /// Opens (creating, appending) the audit file; only the owner may read it. Rotated files
+    /// beyond `limits.max_files` (left by a larger setting) are removed.
+    pub(crate) fn open(
+        path: &Path,
+        limits: AuditLimits,
+        scrubber: Scrubber,
+    ) -> std::io::Result<Self> {
+        let file = open_live(path)?;
+        let size = file.metadata()?.len();
+        let log = Self {
+            path: path.to_owned(),
+            live: Mutex::new(Live { file, size }),
+            limits,
+            scrubber,
+            rate: Mutex::default(),
+            started: Instant::now(),
+            metrics: Metrics::default(),
+            ledger: Arc::default(),
+        };
+        log.remove_extra_files();
+        Ok(log)
+    }
+
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
     }
 
     pub fn path(&self) -> &Path {
@@ -147,10 +242,51 @@ impl AuditLog {
         &self.metrics
     }
 
-    /// Counts, traces and appends one record. A failed file write is counted and traced,
-    /// never fatal: the connection it describes is already over.
-    pub fn write(&self, record: &AuditRecord) {
+    /// Text from a container as it may be kept: secrets scrubbed, length capped.
+    pub(crate) fn clean(&self, text: &str, max: usize) -> String {
+        self.scrubber.scrub(&clip(text, max))
+    }
+
+    /// `path.N`: the N-th newest rotated file.
+    fn rotated(&self, n: usize) -> PathBuf {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    }
+
+    fn remove_extra_files(&self) {
+        let (Some(dir), Some(name)) = (self.path.parent(), self.path.file_name()) else { return };
+        let prefix = format!("{}.", name.to_string_lossy());
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let n =
+                file.to_string_lossy().strip_prefix(&prefix).and_then(|n| n.parse::<usize>().ok());
+            if n.is_some_and(|n| n == 0 || n >= self.limits.max_files) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Counts one record, then writes it (scrubbed, clipped) to `tracing` and the file unless
+    /// a cap leaves it out. A failed file write is counted and traced, never fatal: the
+    /// connection it describes is already over.
+    pub fn write(&self, record: &mut AuditRecord, task: Option<&TaskStats>) {
         self.metrics.count(record);
+        record.host = self.clean(&record.host, MAX_HOST_CHARS);
+        record.reason = self.clean(&record.reason, MAX_REASON_CHARS);
+        if let Some(stats) = task {
+            let written = stats.audit_lines.fetch_add(1, Ordering::Relaxed);
+            if written >= self.limits.max_lines_per_task {
+                stats.audit_suppressed.fetch_add(1, Ordering::Relaxed);
+                self.metrics.audit_lines_suppressed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        if record.verdict != Verdict::Allowed && !self.admit_refusal() {
+            self.metrics.audit_lines_suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         tracing::info!(
             target: "nexbot::egress::audit",
             kind = record.kind,
@@ -166,9 +302,81 @@ impl AuditLog {
             bytes_down = record.bytes_down,
             duration_ms = record.duration_ms,
             tokens = record.tokens,
+            host_address = record.host_address,
             "egress",
         );
-        let mut line = match serde_json::to_vec(record) {
+        self.append(serde_json::to_vec(record));
+    }
+
+    /// Whether one more refusal line fits in this second's budget. A new second first
+    /// writes the line for what the last one left out.
+    fn admit_refusal(&self) -> bool {
+        let second = self.started.elapsed().as_secs();
+        let mut rate = self.rate.lock().unwrap_or_else(|p| p.into_inner());
+        if rate.second != second {
+            let left_out = std::mem::take(&mut rate.suppressed);
+            *rate = Rate { second, written: 0, suppressed: 0 };
+            drop(rate);
+            self.write_suppressed(None, left_out, self.rate_reason(left_out));
+            rate = self.rate.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        if rate.written < self.limits.max_refusals_per_sec {
+            rate.written += 1;
+            true
+        } else {
+            rate.suppressed += 1;
+            false
+        }
+    }
+
+    fn rate_reason(&self, left_out: u64) -> String {
+        format!(
+            "{left_out} lines suppressed: more than {} refusals in one second \
+             (egress.audit_max_refusals_per_sec)",
+            self.limits.max_refusals_per_sec
+        )
+    }
+
+    /// Writes the line for refusals a past second left out (the listener calls it every
+    /// second, and at shutdown with `now`).
+    pub(crate) fn flush_suppressed(&self, now: bool) {
+        let second = self.started.elapsed().as_secs();
+        let mut rate = self.rate.lock().unwrap_or_else(|p| p.into_inner());
+        if (now || rate.second != second) && rate.suppressed > 0 {
+            let left_out = std::mem::take(&mut rate.suppressed);
+            drop(rate);
+            self.write_suppressed(None, left_out, self.rate_reason(left_out));
+        }
+    }
+
+    /// Writes the line for a task's lines left out by `max_lines_per_task` (when it ends).
+    pub(crate) fn task_ended(&self, task_id: &str, stats: &TaskStats) {
+        let left_out = stats.audit_suppressed.load(Ordering::Relaxed);
+        let reason = format!(
+            "{left_out} lines suppressed: task {task_id} wrote more than {} audit lines \
+             (egress.audit_max_lines_per_task)",
+            self.limits.max_lines_per_task
+        );
+        self.write_suppressed(Some(task_id), left_out, reason);
+    }
+
+    fn write_suppressed(&self, task_id: Option<&str>, left_out: u64, reason: String) {
+        if left_out == 0 {
+            return;
+        }
+        tracing::warn!(target: "nexbot::egress::audit", task_id, suppressed = left_out, "{reason}");
+        self.append(serde_json::to_vec(&SuppressedRecord {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            kind: "suppressed",
+            task_id,
+            suppressed: left_out,
+            reason,
+        }));
+    }
+
+    /// Appends one line, rotating first when it would pass `max_bytes`.
+    fn append(&self, line: serde_json::Result<Vec<u8>>) {
+        let mut line = match line {
             Ok(line) => line,
             Err(err) => {
                 tracing::error!(%err, "egress audit record did not serialise");
@@ -177,15 +385,64 @@ impl AuditLog {
             }
         };
         line.push(b'\n');
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if live.size > 0 && live.size + line.len() as u64 > self.limits.max_bytes {
+            self.rotate(&mut live);
+        }
         // One write of one whole line on an O_APPEND file keeps lines intact.
-        let written = self
-            .file
-            .lock()
-            .map_err(|_| "lock poisoned".to_owned())
-            .and_then(|mut file| file.write_all(&line).map_err(|e| e.to_string()));
-        if let Err(err) = written {
-            self.metrics.audit_write_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(path = %self.path.display(), %err, "egress audit line not written");
+        match live.file.write_all(&line) {
+            Ok(()) => live.size += line.len() as u64,
+            Err(err) => {
+                self.metrics.audit_write_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), %err, "egress audit line not written");
+            }
+        }
+    }
+
+    /// `file` → `file.1` → … → `file.{max_files-1}` (dropped beyond), then a new `file`. When
+    /// that fails, or only one file is kept, the live file is emptied instead: the bound holds.
+    fn rotate(&self, live: &mut Live) {
+        let shifted = (self.limits.max_files > 1).then(|| -> std::io::Result<File> {
+            let last = self.limits.max_files - 1;
+            match std::fs::remove_file(self.rotated(last)) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+            for n in (1..last).rev() {
+                match std::fs::rename(self.rotated(n), self.rotated(n + 1)) {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                    _ => {}
+                }
+            }
+            std::fs::rename(&self.path, self.rotated(1))?;
+            open_live(&self.path)
+        });
+        match shifted {
+            Some(Ok(file)) => *live = Live { file, size: 0 },
+            other => {
+                if let Some(Err(err)) = other {
+                    tracing::error!(path = %self.path.display(), %err, "egress audit log not rotated; emptied instead");
+                }
+                if let Err(err) = live.file.set_len(0) {
+                    tracing::error!(path = %self.path.display(), %err, "egress audit log could not be emptied");
+                }
+                live.size = 0;
+            }
+        }
+    }
+}
+
+/// Longest host name in an audit line or a task summary (the longest DNS name); longer
+/// ones are cut and marked.
+pub const MAX_HOST_CHARS: usize = 253;
+
+/// `text` cut to at most `max` characters, the cut marked with `…`.
+pub fn clip(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(_) => {
+            let keep: String = text.chars().take(max.saturating_sub(1)).collect();
+            std::borrow::Cow::Owned(keep + "…")
         }
     }
 }
@@ -212,6 +469,10 @@ pub struct ConnAudit {
     up: AtomicU64,
     /// Bytes to the container.
     down: AtomicU64,
+    /// The task's counters, once the connection is known to be the task's.
+    task: OnceLock<Arc<TaskStats>>,
+    /// Set when the connection is attributed to a task that has ended.
+    ended: Mutex<Option<String>>,
 }
 
 /// Which way the bytes go, to pick the counter and name the limit.
@@ -240,6 +501,9 @@ struct State {
     verdict: Verdict,
     reason: String,
     tokens: Option<u64>,
+    host_address: bool,
+    /// Whether the task's summary has this connection's verdict already.
+    summarised: bool,
 }
 
 impl ConnAudit {
@@ -250,7 +514,8 @@ impl ConnAudit {
         host: String,
         port: u16,
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let task_id = origin.task_id.clone();
+        let audit = Arc::new(Self {
             log,
             started: Instant::now(),
             kind,
@@ -262,11 +527,57 @@ impl ConnAudit {
                 verdict: Verdict::Error,
                 reason: "ended before a verdict".into(),
                 tokens: None,
+                host_address: false,
+                summarised: false,
             }),
             origin,
             up: AtomicU64::new(0),
             down: AtomicU64::new(0),
-        })
+            task: OnceLock::new(),
+            ended: Mutex::new(None),
+        });
+        if let Some(task_id) = task_id {
+            audit.attach(&task_id);
+        }
+        audit
+    }
+
+    /// Counts the connection into the task's summary from now on (or notes that the task
+    /// has ended).
+    fn attach(&self, task_id: &str) {
+        match self.log.ledger.attach(task_id) {
+            Attach::Live(stats) => {
+                if self.task.set(stats.clone()).is_ok() {
+                    stats.opened();
+                    stats.add_bytes(true, self.up.load(Ordering::Relaxed));
+                    stats.add_bytes(false, self.down.load(Ordering::Relaxed));
+                }
+            }
+            Attach::Ended => {
+                if let Ok(mut ended) = self.ended.lock() {
+                    *ended = Some(task_id.to_owned());
+                }
+            }
+        }
+    }
+
+    /// The task this connection is attributed to, when that task has ended already.
+    pub fn ended_task(&self) -> Option<String> {
+        self.ended.lock().ok().and_then(|ended| ended.clone())
+    }
+
+    /// Cancelled when the connection's task ends (`None`: no task, nothing to cut by).
+    pub fn task_cut(&self) -> Option<CancellationToken> {
+        self.task.get().map(|stats| stats.cut().clone())
+    }
+
+    /// `host:port` as the task's summary lists it.
+    fn destination(&self) -> String {
+        let host = self.log.clean(&self.host, MAX_HOST_CHARS);
+        match host.contains(':') {
+            true => format!("[{host}]:{}", self.port),
+            false => format!("{host}:{}", self.port),
+        }
     }
 
     fn counter(&self, direction: Direction) -> &AtomicU64 {
@@ -280,6 +591,9 @@ impl ConnAudit {
     /// proxy's bodies and tunnels and the relay's request and answer count what they pass.
     pub fn count(&self, direction: Direction, bytes: usize) -> u64 {
         let bytes = bytes as u64;
+        if let Some(stats) = self.task.get() {
+            stats.add_bytes(direction == Direction::Up, bytes);
+        }
         self.counter(direction).fetch_add(bytes, Ordering::Relaxed).saturating_add(bytes)
     }
 
@@ -289,10 +603,17 @@ impl ConnAudit {
     }
 
     /// Records the verdict and its reason (later calls refine the reason, e.g. a limit hit).
+    /// The first verdict is the one the task's summary counts.
     pub fn verdict(&self, verdict: Verdict, reason: impl Into<String>) {
         if let Ok(mut state) = self.state.lock() {
             state.verdict = verdict;
             state.reason = reason.into();
+            if !state.summarised {
+                if let Some(stats) = self.task.get() {
+                    stats.record(&self.destination(), verdict);
+                    state.summarised = true;
+                }
+            }
         }
     }
 
@@ -311,8 +632,16 @@ impl ConnAudit {
 
     /// Names the task (the relay learns it from the token, not from the source address).
     pub fn task(&self, task_id: String) {
+        self.attach(&task_id);
         if let Ok(mut state) = self.state.lock() {
             state.task_id = Some(task_id);
+        }
+    }
+
+    /// Marks the destination as one of this host's own addresses (opened explicitly).
+    pub fn host_address(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.host_address = true;
         }
     }
 
@@ -329,11 +658,18 @@ impl ConnAudit {
 
 impl Drop for ConnAudit {
     fn drop(&mut self) {
+        let destination = self.destination();
         let state = match self.state.get_mut() {
             Ok(state) => state,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let record = AuditRecord {
+        if let Some(stats) = self.task.get() {
+            if !state.summarised {
+                stats.record(&destination, state.verdict);
+            }
+            stats.closed();
+        }
+        let mut record = AuditRecord {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             kind: self.kind,
             task_id: state.task_id.take(),
@@ -348,8 +684,9 @@ impl Drop for ConnAudit {
             bytes_down: *self.down.get_mut(),
             duration_ms: self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
             tokens: state.tokens,
+            host_address: state.host_address,
         };
-        self.log.write(&record);
+        self.log.write(&mut record, self.task.get().map(|stats| &**stats));
     }
 }
 
@@ -363,7 +700,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("audit.jsonl");
         let _ = std::fs::remove_file(&path);
-        let log = Arc::new(AuditLog::open(&path).unwrap());
+        let log =
+            Arc::new(AuditLog::open(&path, AuditLimits::default(), Scrubber::default()).unwrap());
         let origin = Origin {
             source: Some("172.30.0.5".parse().unwrap()),
             container: Some("c1".into()),
@@ -391,6 +729,71 @@ mod tests {
         assert!(line["time"].as_str().unwrap().ends_with('Z'));
         let metrics = log.metrics().snapshot();
         assert_eq!((metrics.allowed, metrics.bytes_up, metrics.bytes_down), (1, 7, 11));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn record(host: &str) -> AuditRecord {
+        AuditRecord {
+            time: "2025-01-01T00:00:00.000Z".into(),
+            kind: "connect",
+            task_id: None,
+            container: None,
+            source: "172.30.0.5".parse().unwrap(),
+            host: host.into(),
+            port: 443,
+            resolved: None,
+            verdict: Verdict::Allowed,
+            reason: "closed".into(),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+            tokens: None,
+            host_address: false,
+        }
+    }
+
+    #[test]
+    fn rotation_keeps_the_file_count_and_one_file_is_emptied_instead() {
+        let dir = std::env::temp_dir().join(format!("nxe-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.jsonl");
+        for leftover in
+            ["a.jsonl.2", "a.jsonl.3", "a.jsonl.9", "a.jsonl.0", "a.jsonl.x", "b.jsonl.5"]
+        {
+            std::fs::write(dir.join(leftover), "{}\n").unwrap();
+        }
+        let limits = AuditLimits { max_bytes: 4096, max_files: 3, ..AuditLimits::default() };
+        let log = AuditLog::open(&path, limits, Scrubber::default()).unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["a.jsonl", "a.jsonl.2", "a.jsonl.x", "b.jsonl.5"],
+            "beyond max_files removed"
+        );
+        for i in 0..100 {
+            log.write(&mut record(&format!("host-{i}.example")), None);
+        }
+        for name in ["a.jsonl", "a.jsonl.1", "a.jsonl.2"] {
+            let size = std::fs::metadata(dir.join(name)).unwrap().len();
+            assert!(size > 0 && size <= 4096, "{name}: {size}");
+        }
+        assert!(!dir.join("a.jsonl.3").exists());
+
+        let single = dir.join("s.jsonl");
+        let limits = AuditLimits { max_bytes: 4096, max_files: 1, ..AuditLimits::default() };
+        let log = AuditLog::open(&single, limits, Scrubber::default()).unwrap();
+        for i in 0..100 {
+            log.write(&mut record(&format!("host-{i}.example")), None);
+        }
+        assert!(std::fs::metadata(&single).unwrap().len() <= 4096);
+        assert!(!dir.join("s.jsonl.1").exists());
+        let text = std::fs::read_to_string(&single).unwrap();
+        assert!(text.lines().last().unwrap().contains("host-99.example"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

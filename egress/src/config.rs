@@ -12,6 +12,8 @@ use ipnet::IpNet;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
+use super::literal;
+
 /// The whole `[egress]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -25,6 +27,18 @@ pub struct EgressConfig {
     /// File name of the JSON-lines audit log inside the data directory.
     /// Default `egress-audit.jsonl`.
     pub audit_file: String,
+    /// Size in bytes at which the audit log is rotated (`egress-audit.jsonl` becomes
+    /// `egress-audit.jsonl.1`, and so on). At least 4096. Default 16 MiB.
+    pub audit_max_bytes: u64,
+    /// Audit files kept, the live one included; the oldest is deleted beyond. `1` empties
+    /// the file when it is full. Default `5` (at most 80 MiB with the default size).
+    pub audit_max_files: usize,
+    /// Audit lines written for one task; the rest are counted and left out, and one line
+    /// says how many when the task ends. Default `10000`.
+    pub audit_max_lines_per_task: u64,
+    /// Lines for refused (or failed) connections written in one second; the rest are counted
+    /// and left out, and one line says how many after that second. Default `50`.
+    pub audit_max_refusals_per_sec: u64,
     /// Refuse proxy requests whose source address is not a known container. Default `true`.
     pub require_attribution: bool,
     /// Install `iptables` rules so that from the pool network's bridge the host accepts only
@@ -49,6 +63,10 @@ impl Default for EgressConfig {
             port: 3128,
             listen_addr: None,
             audit_file: "egress-audit.jsonl".into(),
+            audit_max_bytes: 16 << 20,
+            audit_max_files: 5,
+            audit_max_lines_per_task: 10_000,
+            audit_max_refusals_per_sec: 50,
             require_attribution: true,
             firewall: true,
             header_timeout_secs: 10,
@@ -71,9 +89,29 @@ pub struct ProxyConfig {
     /// Host patterns always refused, checked before `allow_domains`. Default empty.
     pub deny_domains: Vec<HostPattern>,
     /// Internal (private, loopback, link-local, metadata, …) destinations that are allowed
-    /// anyway, each a CIDR (or a single address) with optional ports (empty = any port).
-    /// Default empty: every internal address is denied.
+    /// anyway, each a CIDR (or a single address) with optional ports (empty = any port):
+    /// `{ cidr = "10.0.0.0/8" }`, `{ cidr = "192.168.1.10", ports = [8123] }`, or the short
+    /// form `"192.168.1.10:8123"` / `"[fd00::5]:9200"`.
+    ///
+    /// The host's own addresses (every address of every interface of this machine, the Docker
+    /// gateways, loopback) are refused even when a CIDR here covers them: only an entry that
+    /// names exactly one address *and* lists the port opens that address, on those ports only
+    /// (e.g. a search backend on this server: `"198.51.100.77:9200"`); each use is audited
+    /// with `"host_address": true`. Default empty: every internal address is denied.
     pub allow_internal: Vec<InternalAllow>,
+    /// Destination ports a container may reach (CONNECT and plain HTTP alike) on any host no
+    /// `port_rules` entry names. Default `[80, 443]`: a container cannot reach SSH, SMTP, a
+    /// database or a dockerd port anywhere. An `allow_internal` entry that lists ports also
+    /// opens those ports for the addresses it covers.
+    pub allow_ports: Vec<u16>,
+    /// Ports per host pattern, instead of `allow_ports` for the hosts they name (the first
+    /// matching rule counts; it may widen or narrow):
+    /// `port_rules = [{ hosts = ["git.example.com"], ports = [22, 443] }]`. Default empty.
+    pub port_rules: Vec<PortRule>,
+    /// Seconds between two reads of the host's own addresses (which are refused as
+    /// destinations, see `allow_internal`); the host can also ask for a read at any time.
+    /// Default `10`.
+    pub host_addresses_refresh_secs: u64,
     /// Seconds allowed for resolving and connecting to a destination. Default `10`.
     pub connect_timeout_secs: u64,
     /// Longest life of one proxied connection or request, in seconds. Default `300`.
@@ -90,6 +128,9 @@ impl Default for ProxyConfig {
             allow_domains: vec![HostPattern::any()],
             deny_domains: Vec::new(),
             allow_internal: Vec::new(),
+            allow_ports: vec![80, 443],
+            port_rules: Vec::new(),
+            host_addresses_refresh_secs: 10,
             connect_timeout_secs: 10,
             max_duration_secs: 300,
             max_bytes_up: 64 << 20,
@@ -106,6 +147,27 @@ impl ProxyConfig {
     pub fn max_duration(&self) -> Duration {
         Duration::from_secs(self.max_duration_secs)
     }
+
+    pub fn host_addresses_refresh(&self) -> Duration {
+        Duration::from_secs(self.host_addresses_refresh_secs)
+    }
+
+    /// The ports allowed for a host by name: its first port rule's, else `allow_ports`.
+    pub fn ports_for(&self, host: &str) -> &[u16] {
+        self.port_rules
+            .iter()
+            .find(|rule| rule.hosts.iter().any(|p| p.matches(host)))
+            .map_or(&self.allow_ports, |rule| &rule.ports)
+    }
+}
+
+/// One entry of `proxy.port_rules`: the ports the hosts matching `hosts` may be reached on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRule {
+    /// Host patterns, as in `allow_domains`.
+    pub hosts: Vec<HostPattern>,
+    pub ports: Vec<u16>,
 }
 
 /// The `[egress.relay]` table: the OpenAI-compatible relay that holds the real provider key.
@@ -169,14 +231,28 @@ pub struct ConfigError {
 }
 
 impl EgressConfig {
+    /// The audit log's bounds.
+    pub fn audit_limits(&self) -> crate::AuditLimits {
+        crate::AuditLimits {
+            max_bytes: self.audit_max_bytes,
+            max_files: self.audit_max_files,
+            max_lines_per_task: self.audit_max_lines_per_task,
+            max_refusals_per_sec: self.audit_max_refusals_per_sec,
+        }
+    }
+
     /// Checks what serde cannot: value ranges and the provider URL.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("header_timeout_secs", self.header_timeout_secs),
+            ("audit_max_files", self.audit_max_files as u64),
+            ("audit_max_lines_per_task", self.audit_max_lines_per_task),
+            ("audit_max_refusals_per_sec", self.audit_max_refusals_per_sec),
             ("max_connections", self.max_connections as u64),
             ("max_connections_per_source", self.max_connections_per_source as u64),
             ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
             ("proxy.max_duration_secs", self.proxy.max_duration_secs),
+            ("proxy.host_addresses_refresh_secs", self.proxy.host_addresses_refresh_secs),
             ("relay.timeout_secs", self.relay.timeout_secs),
             ("relay.max_request_bytes", self.relay.max_request_bytes as u64),
         ];
@@ -184,6 +260,26 @@ impl EgressConfig {
             if value == 0 {
                 return Err(ConfigError { field, reason: "must be greater than 0".into() });
             }
+        }
+        if self.audit_max_bytes < 4096 {
+            return Err(ConfigError {
+                field: "audit_max_bytes",
+                reason: format!("{} is too small: at least 4096", self.audit_max_bytes),
+            });
+        }
+        let port_lists = std::iter::once(("proxy.allow_ports", &self.proxy.allow_ports))
+            .chain(self.proxy.port_rules.iter().map(|r| ("proxy.port_rules", &r.ports)))
+            .chain(self.proxy.allow_internal.iter().map(|a| ("proxy.allow_internal", &a.ports)));
+        for (field, ports) in port_lists {
+            if ports.contains(&0) {
+                return Err(ConfigError { field, reason: "port 0 is not a port".into() });
+            }
+        }
+        if self.proxy.port_rules.iter().any(|rule| rule.hosts.is_empty()) {
+            return Err(ConfigError {
+                field: "proxy.port_rules",
+                reason: "a rule needs at least one host pattern".into(),
+            });
         }
         if self.audit_file.is_empty() || self.audit_file.contains('/') || self.audit_file == ".." {
             return Err(ConfigError {
@@ -228,6 +324,8 @@ enum Pattern {
     Any,
     Exact(String),
     Suffix(String),
+    /// An address, canonical (IPv4-mapped IPv6 as IPv4), matched in any spelling.
+    Ip(IpAddr),
 }
 
 impl HostPattern {
@@ -235,15 +333,29 @@ impl HostPattern {
         Self(Pattern::Any)
     }
 
-    /// Whether `host` (already lower-case, without a trailing dot) matches.
+    /// Whether `host` (already lower-case, without a trailing dot) matches. An address
+    /// pattern matches the address in any spelling (`0x7f.1`, `[::ffff:7f00:1]`, …).
     pub fn matches(&self, host: &str) -> bool {
         match &self.0 {
             Pattern::Any => true,
+            Pattern::Ip(ip) => literal::parse_ip(host) == Some(*ip),
             Pattern::Exact(name) => host == name,
             Pattern::Suffix(parent) => host
                 .strip_suffix(parent.as_str())
                 .is_some_and(|head| head.len() > 1 && head.ends_with('.')),
         }
+    }
+}
+
+impl HostPattern {
+    /// Whether this is an address pattern for `ip`, or for the IPv4 address an IPv6 form of
+    /// `ip` carries (mapped, compatible, NAT64, 6to4): how a deny entry for an address also
+    /// refuses names that resolve to it and every disguise of it.
+    pub(crate) fn denies_ip(&self, ip: IpAddr) -> bool {
+        let Pattern::Ip(denied) = self.0 else { return false };
+        let ip = ip.to_canonical();
+        ip == denied
+            || matches!(ip, IpAddr::V6(v6) if crate::host_addrs::embedded_v4(v6).map(IpAddr::V4) == Some(denied))
     }
 }
 
@@ -259,19 +371,20 @@ impl TryFrom<String> for HostPattern {
             Some(rest) => (true, rest),
             None => (false, text.as_str()),
         };
-        if let Some(literal) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
-            if !suffix && literal.parse::<std::net::Ipv6Addr>().is_ok() {
-                return Ok(Self(Pattern::Exact(literal.to_owned())));
+        if !suffix {
+            if let Some(ip) = literal::parse_ip(name) {
+                return Ok(Self(Pattern::Ip(ip)));
             }
         }
         let valid = !name.is_empty()
+            && !literal::ends_in_number(name)
             && name.len() <= 253
             && name.split('.').all(|label| {
                 !label.is_empty()
                     && label.len() <= 63
                     && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             });
-        if !valid && name.parse::<IpAddr>().is_err() {
+        if !valid {
             return Err(format!(
                 "invalid host pattern {raw:?}: use `*`, `example.com`, `*.example.com` or an IP"
             ));
@@ -293,6 +406,7 @@ impl fmt::Display for HostPattern {
             Pattern::Any => f.write_str("*"),
             Pattern::Exact(name) => f.write_str(name),
             Pattern::Suffix(parent) => write!(f, "*.{parent}"),
+            Pattern::Ip(ip) => write!(f, "{ip}"),
         }
     }
 }
@@ -303,9 +417,10 @@ impl fmt::Debug for HostPattern {
     }
 }
 
-/// One entry of `proxy.allow_internal`: `{ cidr = "172.30.0.1/32", ports = [8080] }`.
+/// One entry of `proxy.allow_internal`: `{ cidr = "172.30.0.1/32", ports = [8080] }`, or the
+/// short form `"172.30.0.1:8080"` (one address, one port).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawInternalAllow")]
 pub struct InternalAllow {
     pub cidr: Cidr,
     #[serde(default)]
@@ -314,7 +429,79 @@ pub struct InternalAllow {
 
 impl InternalAllow {
     pub fn matches(&self, ip: IpAddr, port: u16) -> bool {
-        self.cidr.0.contains(&ip) && (self.ports.is_empty() || self.ports.contains(&port))
+        self.cidr.0.contains(&ip.to_canonical())
+            && (self.ports.is_empty() || self.ports.contains(&port))
+    }
+
+    /// Whether this entry names exactly `ip` (a single address, not a wider block) and lists
+    /// `port`: the only kind of entry that opens one of the host's own addresses.
+    pub fn opens_exactly(&self, ip: IpAddr, port: u16) -> bool {
+        let net = self.cidr.0;
+        net.prefix_len() == net.max_prefix_len()
+            && net.addr() == ip.to_canonical()
+            && self.ports.contains(&port)
+    }
+}
+
+/// The table form of an `allow_internal` entry, with serde's own error messages.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InternalAllowTable {
+    cidr: Cidr,
+    #[serde(default)]
+    ports: Vec<u16>,
+}
+
+/// Either form of an `allow_internal` entry, as written.
+enum RawInternalAllow {
+    Table(InternalAllowTable),
+    Short(String),
+}
+
+impl<'de> Deserialize<'de> for RawInternalAllow {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawInternalAllow;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"`{ cidr = "...", ports = [...] }` or `"ip:port"`"#)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawInternalAllow::Short(v.to_owned()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let table = InternalAllowTable::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )?;
+                Ok(RawInternalAllow::Table(table))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl TryFrom<RawInternalAllow> for InternalAllow {
+    type Error = String;
+
+    fn try_from(raw: RawInternalAllow) -> Result<Self, String> {
+        match raw {
+            RawInternalAllow::Table(InternalAllowTable { cidr, ports }) => Ok(Self { cidr, ports }),
+            RawInternalAllow::Short(text) => {
+                let addr: std::net::SocketAddr = text.trim().parse().map_err(|_| {
+                    format!(
+                        "invalid allow_internal entry {text:?}: use `\"ip:port\"`, \
+                         `\"[v6]:port\"` or `{{ cidr = \"10.0.0.0/8\", ports = [80] }}`"
+                    )
+                })?;
+                Ok(Self {
+                    cidr: Cidr(IpNet::from(addr.ip().to_canonical())),
+                    ports: vec![addr.port()],
+                })
+            }
+        }
     }
 }
 
@@ -328,12 +515,25 @@ impl TryFrom<String> for Cidr {
 
     fn try_from(raw: String) -> Result<Self, String> {
         let text = raw.trim();
-        if let Ok(net) = text.parse::<IpNet>() {
-            return Ok(Self(net.trunc()));
-        }
-        text.parse::<IpAddr>()
-            .map(|ip| Self(IpNet::from(ip)))
-            .map_err(|_| format!("invalid CIDR {raw:?}: use e.g. `10.0.0.0/8` or `192.0.2.7`"))
+        let net = match text.parse::<IpNet>() {
+            Ok(net) => net.trunc(),
+            Err(_) => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+                format!("invalid CIDR {raw:?}: use e.g. `10.0.0.0/8` or `192.0.2.7`")
+            })?,
+        };
+        Ok(Self(canonical_net(net)))
+    }
+}
+
+/// An IPv4-mapped IPv6 block (`::ffff:10.0.0.0/104`) as the IPv4 block it stands for, since
+/// addresses are always judged in their IPv4 form.
+fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.addr().to_ipv4_mapped() {
+            Some(v4) => ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, IpNet::V4),
+            None => net,
+        },
+        other => other,
     }
 }
 
@@ -358,7 +558,19 @@ mod tests {
         assert!(config.require_attribution && config.firewall);
         assert!(config.proxy.allow_internal.is_empty());
         assert!(!config.relay.send_provider_key_to_subagents);
+        assert_eq!(config.audit_limits(), crate::AuditLimits::default());
         config.validate().unwrap();
+    }
+
+    /// The `[egress]` section of the config template `nexbot init` writes documents these
+    /// defaults: it must be them.
+    #[test]
+    fn the_hosts_config_template_states_these_defaults() {
+        let template: toml::Table =
+            toml::from_str(include_str!("../../host/src/defaults/config.toml")).unwrap();
+        let section = template["egress"].clone();
+        let config: EgressConfig = section.try_into().unwrap();
+        assert_eq!(config, EgressConfig::default());
     }
 
     #[test]
@@ -406,6 +618,61 @@ mod tests {
         assert!(config.validate().unwrap_err().to_string().contains("proxy.max_duration_secs"));
         let config = parse("audit_file = \"../x\"").unwrap();
         assert!(config.validate().is_err());
+        let config = parse("audit_max_bytes = 100").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("audit_max_bytes"));
+        let config = parse("audit_max_files = 0").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("audit_max_files"));
+    }
+
+    #[test]
+    fn allow_internal_takes_the_short_ip_port_form_and_mapped_blocks_as_ipv4() {
+        let config = parse(
+            r#"
+            [proxy]
+            allow_internal = ["198.51.100.77:9200", "[fd00::5]:443", { cidr = "::ffff:10.0.0.0/104" }]
+            "#,
+        )
+        .unwrap();
+        let internal = &config.proxy.allow_internal;
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(internal[0].opens_exactly(ip("198.51.100.77"), 9200));
+        assert!(internal[0].opens_exactly(ip("::ffff:198.51.100.77"), 9200));
+        assert!(!internal[0].opens_exactly(ip("198.51.100.77"), 9201));
+        assert!(internal[1].opens_exactly(ip("fd00::5"), 443));
+        assert!(internal[2].matches(ip("10.1.2.3"), 1));
+        assert!(!internal[2].opens_exactly(ip("10.0.0.0"), 1), "a block is not one address");
+        let err = parse("[proxy]\nallow_internal = [\"198.51.100.77\"]").unwrap_err().to_string();
+        assert!(err.contains("invalid allow_internal entry"), "{err}");
+        let err = parse("[proxy]\nallow_internal = [{ cidr = \"10.0.0.1\", port = 1 }]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("port"), "{err}");
+    }
+
+    #[test]
+    fn ports_default_to_web_ports_and_rules_replace_them_per_host() {
+        let config = parse("").unwrap();
+        assert_eq!(config.proxy.ports_for("example.com"), [80, 443]);
+        let config = parse(
+            r#"
+            [proxy]
+            allow_ports = [443]
+            port_rules = [
+                { hosts = ["git.example.com"], ports = [22, 443] },
+                { hosts = ["*.example.com", "10.0.0.1"], ports = [8443] },
+            ]
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.proxy.ports_for("git.example.com"), [22, 443], "the first rule counts");
+        assert_eq!(config.proxy.ports_for("www.example.com"), [8443]);
+        assert_eq!(config.proxy.ports_for("10.0.0.1"), [8443]);
+        assert_eq!(config.proxy.ports_for("example.org"), [443]);
+        let config = parse("[proxy]\nallow_ports = [0]").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("proxy.allow_ports"));
+        let config = parse("[proxy]\nport_rules = [{ hosts = [], ports = [1] }]").unwrap();
+        assert!(config.validate().unwrap_err().to_string().contains("proxy.port_rules"));
     }
 
     #[test]
@@ -421,6 +688,11 @@ mod tests {
         assert!(!sub.matches("badexample.com"));
         assert!(pattern("[::1]").matches("::1"));
         assert!(pattern("10.0.0.1").matches("10.0.0.1"));
+        assert!(pattern("10.0.0.1").matches("167772161"));
+        assert!(pattern("[::ffff:a00:1]").matches("0xa.1"));
+        assert_eq!(pattern("[::FFFF:10.0.0.1]").to_string(), "10.0.0.1");
+        assert!(HostPattern::try_from("1.2.3.4.5".to_owned()).is_err());
+        assert!(HostPattern::try_from("*.1.2.3".to_owned()).is_err());
         assert_eq!(pattern("*.example.com").to_string(), "*.example.com");
     }
 }

@@ -8,10 +8,15 @@
 //! host (with the `iptables` rules of `firewall.rs`) only the proxy port on the network's
 //! gateway address. There the host runs one listener ([`Egress`]) that is both
 //! - an HTTP forward proxy (CONNECT and absolute-form HTTP) that resolves names itself, denies
-//!   internal addresses and unlisted domains, limits bytes and time, and audits every
-//!   connection with the container and task it came from; and
+//!   internal addresses (in every spelling), the host's own addresses (`host_addrs.rs`),
+//!   unlisted domains and ports other than the allowed ones, limits bytes and time, and
+//!   audits every connection with the container and task it came from (in a bounded,
+//!   scrubbed log, `audit.rs`); and
 //! - an OpenAI-compatible LLM relay that accepts per-task tokens, adds the real key, streams
 //!   the answer back, and enforces each task's token budget.
+//!
+//! What each task did (destinations, verdicts, bytes) is kept per task and handed over when
+//! it ends ([`TaskTokens::finish`]), which also cuts the task's open connections.
 //!
 //! Containers get `HTTP(S)_PROXY` pointing at the listener and `NO_PROXY` naming it
 //! ([`Egress::container_env`]); execute requests get `llm_base_url` ([`Egress::relay_base_url`])
@@ -21,10 +26,14 @@ mod attribution;
 mod audit;
 mod config;
 mod firewall;
+mod host_addrs;
+mod ledger;
+mod literal;
 mod meter;
 mod policy;
 mod proxy;
 mod relay;
+mod scrub;
 mod tokens;
 mod usage;
 
@@ -39,14 +48,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
-pub use audit::{AuditRecord, MetricsSnapshot, Verdict};
+pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
-    Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, ProxyConfig, RelayConfig,
+    Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProxyConfig, RelayConfig,
 };
 pub use firewall::FirewallError;
+pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
-pub use tokens::{TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
+pub use tokens::{FinishedTask, TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
 
 /// Where the listener sits: the network the sandbox containers are on, as seen from the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +82,8 @@ pub enum EgressError {
     Relay(#[from] RelaySetupError),
     #[error("egress: {0}")]
     Firewall(#[from] FirewallError),
+    #[error("egress: cannot read this host's own addresses (getifaddrs): {0}")]
+    HostAddresses(std::io::Error),
 }
 
 /// What every connection handler needs.
@@ -79,6 +91,7 @@ pub(crate) struct Shared {
     config: EgressConfig,
     header_timeout: Duration,
     policy: policy::Policy,
+    host_addrs: Arc<host_addrs::HostAddrs>,
     audit: Arc<audit::AuditLog>,
     tokens: Arc<TaskTokens>,
     attribution: Arc<dyn Attribution>,
@@ -117,28 +130,36 @@ impl Egress {
         provider_key: Option<SecretString>,
     ) -> Result<Self, EgressError> {
         config.validate()?;
+        let scrubber = scrub::Scrubber::new(provider_key.as_ref());
         let relay = relay::Relay::new(&config.relay, provider_key)?;
         let path = data_dir.join(&config.audit_file);
         let audit = std::fs::create_dir_all(data_dir)
-            .and_then(|()| audit::AuditLog::open(&path))
+            .and_then(|()| audit::AuditLog::open(&path, config.audit_limits(), scrubber))
             .map_err(|source| EgressError::Audit { path: path.clone(), source })?;
         let addr = SocketAddr::new(config.listen_addr.unwrap_or(network.gateway), config.port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| EgressError::Bind { addr, source })?;
         let local = listener.local_addr().map_err(|source| EgressError::Bind { addr, source })?;
+        // Fail closed: without the host's own addresses the proxy could dial this machine.
+        let host_addrs = Arc::new(host_addrs::HostAddrs::default());
+        host_addrs.refresh().map_err(EgressError::HostAddresses)?;
+        host_addrs.set_named("the pool network's gateway", [network.gateway]);
+        host_addrs.set_named("the egress listener", [local.ip()]);
         let firewall = match config.firewall {
             true => {
                 Some(firewall::Firewall::install(&network.bridge, local.ip(), local.port()).await?)
             }
             false => None,
         };
+        let audit = Arc::new(audit);
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
-            policy: policy::Policy::new(config.proxy.clone()),
+            policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
+            host_addrs,
             config,
-            audit: Arc::new(audit),
-            tokens: Arc::default(),
+            tokens: Arc::new(TaskTokens::with_audit(audit.clone())),
+            audit,
             attribution,
             relay,
             local,
@@ -146,6 +167,7 @@ impl Egress {
             tracker: TaskTracker::new(),
         });
         shared.tracker.spawn(proxy::serve(listener, shared.clone()));
+        shared.tracker.spawn(upkeep(shared.clone()));
         tracing::info!(%local, audit = %path.display(), "egress proxy and LLM relay listening");
         Ok(Self { shared, firewall })
     }
@@ -187,9 +209,34 @@ impl Egress {
         self.shared.tokens.clone()
     }
 
+    /// Ends a task (see [`TaskTokens::finish`]): its token is revoked, its open tunnels and
+    /// requests are cut, and what it did through the egress is handed over.
+    pub fn finish_task(&self, task_id: &str) -> FinishedTask {
+        self.shared.tokens.finish(task_id)
+    }
+
     /// Issues a token for `task_id` with the configured default budget.
     pub fn issue_token(&self, task_id: &str) -> Result<SecretString, TokenError> {
         self.shared.tokens.issue(task_id, self.shared.config.relay.default_token_budget)
+    }
+
+    /// Reads the host's own addresses now (they are also read every
+    /// `egress.proxy.host_addresses_refresh_secs`); returns how many interface addresses
+    /// there are. On an error the addresses read before stay in force.
+    pub fn refresh_host_addresses(&self) -> std::io::Result<usize> {
+        self.shared.host_addrs.refresh()
+    }
+
+    /// Names the gateways of the Docker networks on this host (replacing those named
+    /// before): they are the host's own addresses too, refused like its interfaces' (the
+    /// pool network's gateway always is).
+    pub fn set_docker_gateways(&self, gateways: impl IntoIterator<Item = IpAddr>) {
+        self.shared.host_addrs.set_named("a docker network gateway", gateways);
+    }
+
+    /// Every address the proxy refuses as this host's own (loopback aside), sorted.
+    pub fn host_addresses(&self) -> Vec<IpAddr> {
+        self.shared.host_addrs.snapshot()
     }
 
     pub fn config(&self) -> &EgressConfig {
@@ -214,6 +261,28 @@ impl Egress {
         self.shared.tracker.close();
         if tokio::time::timeout(grace, self.shared.tracker.wait()).await.is_err() {
             tracing::warn!("egress: connections still open after the shutdown grace period");
+        }
+        self.shared.audit.flush_suppressed(true);
+    }
+}
+
+/// The listener's periodic chores until it stops: re-reading the host's own addresses, and
+/// writing the line for refusals a past second left out of the audit.
+async fn upkeep(shared: Arc<Shared>) {
+    let mut refresh = tokio::time::interval(shared.config.proxy.host_addresses_refresh());
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    refresh.tick().await; // the first tick is now; the addresses were read at start
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = refresh.tick() => {
+                if let Err(err) = shared.host_addrs.refresh() {
+                    tracing::warn!(%err, "egress: cannot re-read this host's addresses; keeping the last ones");
+                }
+            }
+            _ = second.tick() => shared.audit.flush_suppressed(false),
+            () = shared.stop.cancelled() => return,
         }
     }
 }

@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::audit::{ConnAudit, Direction};
 
@@ -35,6 +35,8 @@ pub enum Cut {
     Bytes,
     #[error("duration limit reached")]
     Duration,
+    #[error("task ended")]
+    TaskEnded,
 }
 
 /// A body that counts its bytes into the connection's audit and fails once it passes `limit`
@@ -47,6 +49,8 @@ pub struct MeteredBody<B> {
     direction: Direction,
     limit: u64,
     deadline: Option<Pin<Box<Sleep>>>,
+    /// Resolves when the connection's task ends.
+    task_end: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
 }
 
 impl<B> MeteredBody<B> {
@@ -58,7 +62,8 @@ impl<B> MeteredBody<B> {
         deadline: Option<Instant>,
     ) -> Self {
         let deadline = deadline.map(|at| Box::pin(tokio::time::sleep_until(at)));
-        Self { inner, audit, direction, limit, deadline }
+        let task_end = audit.task_cut().map(|cut| Box::pin(cut.cancelled_owned()));
+        Self { inner, audit, direction, limit, deadline, task_end }
     }
 }
 
@@ -77,6 +82,10 @@ where
         if self.deadline.as_mut().is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready()) {
             self.audit.reason(format!("cut: {} ({})", Cut::Duration, self.direction.name()));
             return Poll::Ready(Some(Err(Box::new(Cut::Duration))));
+        }
+        if self.task_end.as_mut().is_some_and(|end| end.as_mut().poll(cx).is_ready()) {
+            self.audit.reason(format!("cut: {} ({})", Cut::TaskEnded, self.direction.name()));
+            return Poll::Ready(Some(Err(Box::new(Cut::TaskEnded))));
         }
         let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => frame,
@@ -113,6 +122,8 @@ pub enum PumpEnd {
     DurationLimit,
     Failed(std::io::Error),
     Shutdown,
+    /// The task the tunnel belongs to ended.
+    TaskEnded,
 }
 
 /// Copies one direction, counting into the audit; stops (after forwarding exactly up to the
@@ -146,7 +157,8 @@ where
 }
 
 /// Pumps bytes both ways between the container and the destination until both close, a limit
-/// or the deadline is hit, an I/O error happens, or the listener shuts down.
+/// or the deadline is hit, an I/O error happens, the listener shuts down, or the tunnel's task
+/// ends.
 pub async fn pump<C, D>(
     client: C,
     dest: D,
@@ -166,6 +178,14 @@ where
     tokio::pin!(up, down);
     let sleep = tokio::time::sleep_until(deadline);
     tokio::pin!(sleep);
+    let task_cut = audit.task_cut();
+    let task_end = async {
+        match &task_cut {
+            Some(cut) => cut.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(task_end);
     let (mut up_open, mut down_open) = (true, true);
     loop {
         tokio::select! {
@@ -181,6 +201,7 @@ where
             },
             () = &mut sleep => return PumpEnd::DurationLimit,
             () = stop.cancelled() => return PumpEnd::Shutdown,
+            () = &mut task_end => return PumpEnd::TaskEnded,
         }
         if !up_open && !down_open {
             return PumpEnd::Closed;

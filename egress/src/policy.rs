@@ -8,15 +8,24 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::ProxyConfig;
+use super::host_addrs::HostAddrs;
+use super::literal;
 
 /// Why a destination is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
     /// The address is in a special range (loopback, private, …).
     Address { class: AddrClass, addr: IpAddr, embedded: Option<Ipv4Addr> },
+    /// The address is one of this host's own (`what`: its interface, or what the host named
+    /// it) and no explicit `ip:port` entry opens it.
+    HostAddress { addr: IpAddr, port: u16, what: String },
+    /// The port is not among the host's allowed ports (`allow_ports`, `port_rules`) and no
+    /// `allow_internal` entry lists it for the address.
+    PortNotAllowed { host: String, port: u16, allowed: Vec<u16> },
     /// The host matches a `deny_domains` pattern.
     DomainDenied { host: String, pattern: String },
     /// The host matches no `allow_domains` pattern.
@@ -33,6 +42,21 @@ impl fmt::Display for Denial {
             }
             Self::Address { class, addr, embedded: None } => {
                 write!(f, "{} address {addr}", class.as_str())
+            }
+            Self::HostAddress { addr, port, what } => write!(
+                f,
+                "host_address: {addr} is an address of this host ({what}); only an explicit \
+                 egress.proxy.allow_internal entry \"{}\" opens it",
+                SocketAddr::new(*addr, *port)
+            ),
+            Self::PortNotAllowed { host, port, allowed } => {
+                let allowed: Vec<String> = allowed.iter().map(u16::to_string).collect();
+                write!(
+                    f,
+                    "port_not_allowed: port {port} of {host} is not an allowed port (allowed: \
+                     {}; see egress.proxy.allow_ports and port_rules)",
+                    if allowed.is_empty() { "none".to_owned() } else { allowed.join(", ") }
+                )
             }
             Self::DomainDenied { host, pattern } => {
                 write!(f, "domain_denied: {host} matches deny pattern {pattern}")
@@ -191,11 +215,19 @@ pub fn classify(ip: IpAddr) -> Option<(AddrClass, Option<Ipv4Addr>)> {
 
 /// A destination that passed the address check: the only thing the proxy connects to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckedAddr(SocketAddr);
+pub struct CheckedAddr {
+    addr: SocketAddr,
+    host_address: bool,
+}
 
 impl CheckedAddr {
     pub fn addr(self) -> SocketAddr {
-        self.0
+        self.addr
+    }
+
+    /// One of this host's own addresses, opened by an explicit `ip:port` entry.
+    pub fn host_address(self) -> bool {
+        self.host_address
     }
 }
 
@@ -210,20 +242,18 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses a URI host (`example.com`, `10.0.0.1`, `[::1]`) with its port.
+    /// Parses a URI host (`example.com`, `10.0.0.1`, `[::1]`, or any other spelling of an
+    /// address, see `literal.rs`) with its port.
     pub fn parse(host: &str, port: u16) -> Result<Self, Denial> {
         let lowered = host.trim_end_matches('.').to_ascii_lowercase();
-        let bare = lowered
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(&lowered)
-            .to_owned();
-        if let Ok(ip) = bare.parse::<IpAddr>() {
+        if let Some(ip) = literal::parse_ip(&lowered) {
             return Ok(Self { host: ip.to_string(), port, literal: Some(ip) });
         }
-        let valid = !bare.is_empty()
-            && bare.len() <= 253
-            && bare.split('.').all(|label| {
+        // Brackets hold an IPv6 address; a number is an address or nothing.
+        let valid = !lowered.starts_with('[')
+            && !literal::ends_in_number(&lowered)
+            && lowered.len() <= 253
+            && lowered.split('.').all(|label| {
                 !label.is_empty()
                     && label.len() <= 63
                     && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -231,7 +261,7 @@ impl Target {
         if !valid {
             return Err(Denial::BadHost { host: host.to_owned() });
         }
-        Ok(Self { host: bare, port, literal: None })
+        Ok(Self { host: lowered, port, literal: None })
     }
 }
 
@@ -248,11 +278,13 @@ pub enum Refusal {
 #[derive(Debug)]
 pub struct Policy {
     config: ProxyConfig,
+    host: Arc<HostAddrs>,
 }
 
 impl Policy {
-    pub fn new(config: ProxyConfig) -> Self {
-        Self { config }
+    /// `host` is the set of the host's own addresses, kept up to date by the listener.
+    pub(crate) fn new(config: ProxyConfig, host: Arc<HostAddrs>) -> Self {
+        Self { config, host }
     }
 
     /// The name check, done before any lookup.
@@ -269,18 +301,44 @@ impl Policy {
         Ok(())
     }
 
-    /// The address check: special ranges are denied unless `allow_internal` names them.
-    pub fn check_addr(&self, ip: IpAddr, port: u16) -> Result<CheckedAddr, Denial> {
+    /// The check of one address `target` resolved to (or is), in this order: special ranges
+    /// are denied unless `allow_internal` names them; the port must be one of the host's
+    /// allowed ports or listed by an `allow_internal` entry covering the address; the host's
+    /// own addresses need an entry naming exactly that address and port.
+    pub fn check_addr(&self, target: &Target, ip: IpAddr) -> Result<CheckedAddr, Denial> {
         // Dial IPv4-mapped addresses as the IPv4 address they stand for.
         let ip = ip.to_canonical();
-        let socket = SocketAddr::new(ip, port);
-        match classify(ip) {
-            None => Ok(CheckedAddr(socket)),
-            Some(_) if self.config.allow_internal.iter().any(|a| a.matches(ip, port)) => {
-                Ok(CheckedAddr(socket))
-            }
-            Some((class, embedded)) => Err(Denial::Address { class, addr: ip, embedded }),
+        let port = target.port;
+        // A denied address is denied by whatever name or spelling it was reached.
+        if let Some(pattern) = self.config.deny_domains.iter().find(|p| p.denies_ip(ip)) {
+            return Err(Denial::DomainDenied {
+                host: target.host.clone(),
+                pattern: pattern.to_string(),
+            });
         }
+        let allowed = &self.config.allow_internal;
+        if let Some((class, embedded)) = classify(ip) {
+            if !allowed.iter().any(|a| a.matches(ip, port)) {
+                return Err(Denial::Address { class, addr: ip, embedded });
+            }
+        }
+        let ports = self.config.ports_for(&target.host);
+        if !ports.contains(&port)
+            && !allowed.iter().any(|a| !a.ports.is_empty() && a.matches(ip, port))
+        {
+            return Err(Denial::PortNotAllowed {
+                host: target.host.clone(),
+                port,
+                allowed: ports.to_vec(),
+            });
+        }
+        let host_address = match self.host.lookup(ip) {
+            Some(what) if !allowed.iter().any(|a| a.opens_exactly(ip, port)) => {
+                return Err(Denial::HostAddress { addr: ip, port, what });
+            }
+            found => found.is_some(),
+        };
+        Ok(CheckedAddr { addr: SocketAddr::new(ip, port), host_address })
     }
 
     /// Name check, lookup (by the proxy, with a timeout) and address check of every result.
@@ -305,7 +363,7 @@ impl Policy {
         let mut allowed = Vec::new();
         let mut first_denial = None;
         for ip in addrs {
-            match self.check_addr(ip, target.port) {
+            match self.check_addr(target, ip) {
                 Ok(checked) => {
                     if !allowed.contains(&checked) {
                         allowed.push(checked);
@@ -327,7 +385,7 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Cidr, HostPattern, InternalAllow};
+    use crate::config::{Cidr, HostPattern, InternalAllow, PortRule};
 
     /// The code every reason starts with (`loopback address ...` → `loopback`).
     fn code(denial: &Denial) -> String {
@@ -412,19 +470,76 @@ mod tests {
         }
     }
 
+    #[test]
+    fn deny_entries_for_an_address_match_every_spelling_and_resolved_names() {
+        let p = |s: &str| HostPattern::try_from(s.to_owned()).unwrap();
+        let policy =
+            policy(|c| c.deny_domains = vec![p("0x08.8.8.8"), p("[2001:4860:4860::8888]")]);
+        for spelling in [
+            "8.8.8.8",
+            "134744072",
+            "0x8080808",
+            "010.8.8.8",
+            "8.8.2056",
+            "[::ffff:8.8.8.8]",
+            "[::FFFF:808:808]",
+        ] {
+            let target = Target::parse(spelling, 443).unwrap();
+            assert_eq!(target.literal, Some("8.8.8.8".parse().unwrap()), "{spelling}");
+            let err = policy.check_host(&target).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "domain_denied: 8.8.8.8 matches deny pattern 8.8.8.8",
+                "{spelling}"
+            );
+        }
+        // Forms that route to it, and a name that resolved to it.
+        for ip in ["64:ff9b::808:808", "2002:808:808::1", "::8.8.8.8"] {
+            let target = Target::parse(ip, 443).unwrap();
+            assert!(policy.check_host(&target).is_ok(), "not the same text");
+            assert_eq!(
+                code(&policy.check_addr(&target, target.literal.unwrap()).unwrap_err()),
+                "domain_denied",
+                "{ip}"
+            );
+        }
+        let name = Target::parse("dns.example", 443).unwrap();
+        assert_eq!(
+            code(&policy.check_addr(&name, "8.8.8.8".parse().unwrap()).unwrap_err()),
+            "domain_denied"
+        );
+        assert_eq!(
+            code(
+                &policy
+                    .check_addr(&name, "2001:4860:4860:0:0:0:0:8888".parse().unwrap())
+                    .unwrap_err()
+            ),
+            "domain_denied"
+        );
+        assert!(policy.check_addr(&name, "8.8.4.4".parse().unwrap()).is_ok());
+    }
+
+    /// The address check of `ip` as a literal target at `port`.
+    fn check(policy: &Policy, ip: &str, port: u16) -> Result<CheckedAddr, Denial> {
+        let target = Target::parse(ip, port).unwrap();
+        policy.check_addr(&target, ip.parse().unwrap())
+    }
+
     fn policy(edit: impl FnOnce(&mut ProxyConfig)) -> Policy {
         let mut config = ProxyConfig::default();
         edit(&mut config);
-        Policy::new(config)
+        let host = Arc::new(HostAddrs::default());
+        host.refresh().unwrap();
+        Policy::new(config, host)
     }
 
     #[test]
     fn address_check_denies_special_unless_allowed_and_canonicalises() {
         let strict = policy(|_| {});
-        let err = strict.check_addr("::ffff:127.0.0.1".parse().unwrap(), 80).unwrap_err();
+        let err = check(&strict, "::ffff:127.0.0.1", 80).unwrap_err();
         assert_eq!(code(&err), "loopback");
         assert!(err.to_string().contains("127.0.0.1"), "{err}");
-        let ok = strict.check_addr("::ffff:8.8.8.8".parse().unwrap(), 443).unwrap();
+        let ok = check(&strict, "::ffff:8.8.8.8", 443).unwrap();
         assert_eq!(ok.addr(), "8.8.8.8:443".parse().unwrap());
 
         let open = policy(|c| {
@@ -434,11 +549,82 @@ mod tests {
             }]
         });
         assert_eq!(
-            open.check_addr("::ffff:127.0.0.1".parse().unwrap(), 8080).unwrap().addr(),
+            check(&open, "::ffff:127.0.0.1", 8080).unwrap().addr(),
             "127.0.0.1:8080".parse().unwrap()
         );
-        assert!(open.check_addr("127.0.0.1".parse().unwrap(), 8081).is_err());
-        assert!(open.check_addr("127.0.0.2".parse().unwrap(), 8080).is_err());
+        assert!(check(&open, "127.0.0.1", 8081).is_err());
+        assert!(check(&open, "127.0.0.2", 8080).is_err());
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_need_an_exact_ip_port_entry() {
+        let entry = |cidr: &str, ports: Vec<u16>| InternalAllow {
+            cidr: Cidr::try_from(cidr.to_owned()).unwrap(),
+            ports,
+        };
+        let gateway: IpAddr = "198.51.100.1".parse().unwrap();
+        let policy = policy(|c| {
+            c.allow_internal = vec![
+                entry("198.51.100.0/24", vec![]),
+                entry("127.0.0.0/8", vec![]),
+                entry("198.51.100.1", vec![9200]),
+            ]
+        });
+        policy.host.set_named("docker gateway", [gateway]);
+        // A wide entry allows the block, not the host's address in it.
+        assert!(check(&policy, "198.51.100.2", 80).is_ok());
+        let err = check(&policy, "198.51.100.1", 80).unwrap_err();
+        assert_eq!(code(&err), "host_address");
+        assert!(err.to_string().contains("docker gateway") && err.to_string().contains(":80"));
+        let err = check(&policy, "::ffff:198.51.100.1", 443).unwrap_err();
+        assert_eq!(code(&err), "host_address");
+        let err = check(&policy, "127.0.0.1", 443).unwrap_err();
+        assert_eq!(code(&err), "host_address");
+        // The exact entry opens its port only, and says so.
+        let checked = check(&policy, "198.51.100.1", 9200).unwrap();
+        assert!(checked.host_address());
+        assert!(!check(&policy, "198.51.100.2", 443).unwrap().host_address());
+    }
+
+    #[test]
+    fn ports_are_limited_by_name_and_opened_by_internal_entries_that_list_them() {
+        let p = |s: &str| HostPattern::try_from(s.to_owned()).unwrap();
+        let policy = policy(|c| {
+            c.allow_internal = vec![
+                InternalAllow {
+                    cidr: Cidr::try_from("10.0.0.0/8".to_owned()).unwrap(),
+                    ports: vec![],
+                },
+                InternalAllow {
+                    cidr: Cidr::try_from("10.9.0.0/16".to_owned()).unwrap(),
+                    ports: vec![5432],
+                },
+            ];
+            c.port_rules =
+                vec![PortRule { hosts: vec![p("10.1.1.1"), p("*.git.test")], ports: vec![22] }];
+        });
+        let target = |host: &str, port| Target::parse(host, port).unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(check(&policy, "10.2.2.2", 443).is_ok());
+        let err = check(&policy, "10.2.2.2", 22).unwrap_err();
+        assert_eq!(code(&err), "port_not_allowed");
+        assert!(
+            err.to_string().contains("port 22 of 10.2.2.2") && err.to_string().contains("80, 443"),
+            "{err}"
+        );
+        // A rule replaces the default for its hosts, by name or literal.
+        assert!(check(&policy, "10.1.1.1", 22).is_ok());
+        assert_eq!(code(&check(&policy, "10.1.1.1", 443).unwrap_err()), "port_not_allowed");
+        assert!(policy.check_addr(&target("a.git.test", 22), ip("10.3.3.3")).is_ok());
+        assert_eq!(
+            code(&policy.check_addr(&target("a.git.test", 80), ip("10.3.3.3")).unwrap_err()),
+            "port_not_allowed"
+        );
+        // An internal entry listing a port opens it for the addresses it covers only.
+        assert!(check(&policy, "10.9.1.1", 5432).is_ok());
+        assert_eq!(code(&check(&policy, "10.8.1.1", 5432).unwrap_err()), "port_not_allowed");
+        // The address checks come first: a loopback address is refused as loopback.
+        assert_eq!(code(&check(&policy, "127.0.0.1", 22).unwrap_err()), "loopback");
     }
 
     #[test]
@@ -464,10 +650,15 @@ mod tests {
     #[test]
     fn targets_parse_literals_and_reject_garbage() {
         let t = Target::parse("[::FFFF:127.0.0.1]", 80).unwrap();
-        assert_eq!(t.literal, Some("::ffff:127.0.0.1".parse().unwrap()));
+        assert_eq!(t.literal, Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(t.host, "127.0.0.1");
+        let t = Target::parse("0x7F.1.", 80).unwrap();
+        assert_eq!((t.host.as_str(), t.literal), ("127.0.0.1", Some("127.0.0.1".parse().unwrap())));
         let t = Target::parse("WWW.Example.com.", 80).unwrap();
         assert_eq!((t.host.as_str(), t.literal), ("www.example.com", None));
-        for bad in ["", "a b", "exa$mple.com", "..", "[::1"] {
+        for bad in
+            ["", "a b", "exa$mple.com", "..", "[::1", "[127.0.0.1]", "1.2.3.4.5", "08", "a.0x1f"]
+        {
             assert_eq!(code(&Target::parse(bad, 80).unwrap_err()), "bad_host", "{bad:?}");
         }
     }

@@ -190,6 +190,11 @@ async fn open(
         let reason = format!("unattributed: source {source} is not a known container");
         return Err(refuse(audit, Verdict::Denied, StatusCode::FORBIDDEN, reason));
     }
+    if let Some(task_id) = audit.ended_task() {
+        let reason =
+            format!("task_ended: task {task_id} has ended; nothing more leaves in its name");
+        return Err(refuse(audit, Verdict::Denied, StatusCode::FORBIDDEN, reason));
+    }
     let target = target.map_err(|denial| {
         refuse(audit, Verdict::Denied, StatusCode::BAD_REQUEST, denial.to_string())
     })?;
@@ -213,6 +218,10 @@ async fn open(
         match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => {
                 audit.verdict(Verdict::Allowed, "connected");
+                if checked.host_address() {
+                    audit.host_address();
+                    tracing::warn!(%addr, "egress: a container reached this host's own address through an explicit allow_internal entry");
+                }
                 return Ok(stream);
             }
             Ok(Err(err)) => last_error = format!("connect {addr}: {err}"),
@@ -261,6 +270,7 @@ async fn connect(
             PumpEnd::DurationLimit => "cut: duration limit reached".to_owned(),
             PumpEnd::Failed(err) => format!("closed: {err}"),
             PumpEnd::Shutdown => "cut: proxy shutting down".to_owned(),
+            PumpEnd::TaskEnded => "cut: task ended".to_owned(),
         });
         // Free the permit before the audit line is written (when `audit` drops after this).
         drop(permit);
@@ -342,7 +352,20 @@ async fn forward(
     let body =
         MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline));
     let upstream = Request::from_parts(parts, body);
-    let response = match tokio::time::timeout_at(deadline, sender.send_request(upstream)).await {
+    let task_cut = audit.task_cut();
+    let task_end = async {
+        match &task_cut {
+            Some(cut) => cut.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let sent = tokio::select! {
+        sent = tokio::time::timeout_at(deadline, sender.send_request(upstream)) => sent,
+        () = task_end => {
+            return refuse(&audit, Verdict::Allowed, StatusCode::BAD_GATEWAY, "cut: task ended before a response".into());
+        }
+    };
+    let response = match sent {
         Ok(Ok(response)) => response,
         Ok(Err(err)) => {
             return refuse(

@@ -4,13 +4,20 @@
 //! its task runs (the pool issues it when the task starts and revokes it when it ends) and only
 //! up to the task's budget. Tokens are stored as SHA-256 digests and looked up by digest, so
 //! checking a presented token compares no secret bytes and the table holds nothing usable.
+//!
+//! The same table ends a task for the whole egress: [`TaskTokens::finish`] revokes the token,
+//! cuts the task's open tunnels and requests, and hands over what the task did
+//! ([`TaskSummary`], see `ledger.rs`).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
+
+use super::audit::AuditLog;
+use super::ledger::{Ledger, TaskSummary};
 
 /// Prefix of every relay token, so a leaked one is recognisable in a scan.
 pub const TOKEN_PREFIX: &str = "nxr_";
@@ -47,10 +54,22 @@ struct Entry {
     usage: TaskUsage,
 }
 
-/// The live tokens. Cheap to share behind an `Arc`.
+/// The live tokens, and the ledger of what each task did. Cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
 pub struct TaskTokens {
     table: Mutex<Table>,
+    ledger: Arc<Ledger>,
+    /// The listener's audit log, told when a task ends (for its suppressed-lines line).
+    audit: Option<Arc<AuditLog>>,
+}
+
+/// What the egress hands over when a task ends ([`TaskTokens::finish`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedTask {
+    /// The relay usage, when the task had a token.
+    pub usage: Option<TaskUsage>,
+    /// What the task did through the proxy and relay.
+    pub egress: TaskSummary,
 }
 
 fn digest(token: &str) -> Digest32 {
@@ -58,6 +77,11 @@ fn digest(token: &str) -> Digest32 {
 }
 
 impl TaskTokens {
+    /// Tokens whose tasks count into the listener's ledger and audit log.
+    pub(crate) fn with_audit(audit: Arc<AuditLog>) -> Self {
+        Self { table: Mutex::default(), ledger: audit.ledger().clone(), audit: Some(audit) }
+    }
+
     /// Issues a fresh token (256 random bits from the OS CSPRNG) for `task_id` with a budget
     /// of `token_budget` LLM tokens. An earlier token of the same task stops working; the
     /// usage so far is kept, so re-issuing cannot reset a budget.
@@ -80,23 +104,53 @@ impl TaskTokens {
             Entry { digest: digest(&token), usage: TaskUsage { budget: token_budget, used } };
         table.by_digest.insert(entry.digest, task_id.to_owned());
         table.tasks.insert(task_id.to_owned(), entry);
+        drop(table);
+        self.ledger.reopen(task_id);
         Ok(SecretString::from(token))
     }
 
-    /// Ends the task's token; returns what it used, or `None` when it had no token.
-    pub fn revoke(&self, task_id: &str) -> Option<TaskUsage> {
-        let mut table = self.lock();
-        let entry = table.tasks.remove(task_id)?;
-        table.by_digest.remove(&entry.digest);
-        Some(entry.usage)
+    /// Ends the task: revokes its token, cuts its open tunnels and requests, refuses later
+    /// connections still attributed to it, and returns its relay usage (when it had a
+    /// token) with the summary of everything it did through the egress. Call it once when
+    /// the task ends, whether or not it had a token.
+    pub fn finish(&self, task_id: &str) -> FinishedTask {
+        let usage = {
+            let mut table = self.lock();
+            table.tasks.remove(task_id).map(|entry| {
+                table.by_digest.remove(&entry.digest);
+                entry.usage
+            })
+        };
+        let (egress, stats) = self.ledger.finish(task_id);
+        if let (Some(audit), Some(stats)) = (&self.audit, stats) {
+            audit.task_ended(task_id, &stats);
+        }
+        FinishedTask { usage, egress }
     }
 
-    /// Ends every live token (at shutdown, for tasks that never gave theirs back); returns
-    /// how many there were.
+    /// [`TaskTokens::finish`] for callers that only want the usage (the summary is
+    /// dropped); `None` when the task had no token.
+    pub fn revoke(&self, task_id: &str) -> Option<TaskUsage> {
+        self.finish(task_id).usage
+    }
+
+    /// What a running task did through the egress so far.
+    pub fn summary(&self, task_id: &str) -> Option<TaskSummary> {
+        self.ledger.peek(task_id)
+    }
+
+    /// Ends every live token and task (at shutdown, for tasks that never gave theirs back);
+    /// returns how many tokens there were.
     pub fn revoke_all(&self) -> usize {
-        let mut table = self.lock();
-        table.by_digest.clear();
-        table.tasks.drain().count()
+        let count = {
+            let mut table = self.lock();
+            table.by_digest.clear();
+            table.tasks.drain().count()
+        };
+        for task_id in self.ledger.live_tasks() {
+            self.finish(&task_id);
+        }
+        count
     }
 
     /// The usage of a task that holds a live token.

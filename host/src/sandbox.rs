@@ -201,7 +201,19 @@ impl LlmAccess for RelayAccess {
     }
 
     fn revoke(&self, task_id: &str) -> Option<u64> {
-        self.tokens.revoke(task_id).map(|usage| usage.used)
+        // Ends the task for the whole egress: token, open tunnels, and its summary.
+        let finished = self.tokens.finish(task_id);
+        let (egress, totals) = (&finished.egress, finished.egress.totals());
+        tracing::info!(
+            task_id,
+            allowed = totals.allowed,
+            denied = totals.denied,
+            bytes_up = egress.bytes_up,
+            bytes_down = egress.bytes_down,
+            cut = egress.cut_at_end,
+            "task egress"
+        );
+        finished.usage.map(|usage| usage.used)
     }
 }
 

@@ -129,6 +129,146 @@ async fn internal_destinations_are_denied_in_every_disguise_and_audited_with_the
     assert_eq!(started.egress.metrics().denied, (cases.len() * 2) as u64);
 }
 
+/// The body of a refusal after its head: one line of text (the connection stays open).
+async fn refusal_text(mut stream: tokio::net::TcpStream) -> String {
+    let mut body = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !body.ends_with(b"\n") {
+        match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => body.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[tokio::test]
+async fn only_web_ports_are_reachable_unless_configured_and_refusals_name_the_port() {
+    let (target, accepted) = echo_server().await;
+    let mut config = config_allowing(&[target]);
+    // The loopback block is allowed too, so nothing but the port policy refuses port 22.
+    config.proxy.allow_internal.push(InternalAllow {
+        cidr: Cidr::try_from("127.0.0.0/8".to_owned()).unwrap(),
+        ports: vec![],
+    });
+    let started = start(config.clone(), None).await;
+    let proxy = started.egress.local_addr();
+
+    assert_eq!(connect(proxy, &target.to_string()).await.0, 200, "its own ip:port is open");
+    let (code, stream) = connect(proxy, "127.0.0.1:22").await;
+    assert_eq!(code, 403);
+    let body = refusal_text(stream).await;
+    assert!(body.contains("port_not_allowed: port 22 of 127.0.0.1"), "{body}");
+    assert!(body.contains("allowed: 80, 443"), "{body}");
+    let response = started.proxy_client().get("http://127.0.0.1:22/").send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(response.text().await.unwrap().contains("port 22"));
+    assert_eq!(connect(proxy, "[::ffff:127.0.0.1]:8080").await.0, 403);
+
+    // The tunnel's line is written when it closes: after the refusals, or before.
+    let lines = started.audit_lines(4).await;
+    let denied: Vec<&Value> = lines.iter().filter(|l| l["verdict"] == "denied").collect();
+    assert_eq!(denied.len(), 3, "{lines:#?}");
+    for line in &denied {
+        assert!(line["reason"].as_str().unwrap().starts_with("port_not_allowed: port "), "{line}");
+    }
+    assert_eq!(
+        (denied[0]["kind"].as_str(), denied[0]["port"].as_u64()),
+        (Some("connect"), Some(22))
+    );
+    assert_eq!((denied[1]["kind"].as_str(), denied[1]["port"].as_u64()), (Some("http"), Some(22)));
+
+    // Port 80 passes the port policy, so the host check refuses it; a rule that narrows
+    // 127.0.0.1 to port 443 makes the port policy refuse it first.
+    assert_eq!(connect(proxy, "127.0.0.1:80").await.0, 403);
+    let line = &started.audit_lines(5).await[4];
+    assert!(line["reason"].as_str().unwrap().starts_with("host_address"), "{line}");
+    config.proxy.port_rules = vec![nexbot_egress::PortRule {
+        hosts: vec![HostPattern::try_from("127.0.0.1".to_owned()).unwrap()],
+        ports: vec![443],
+    }];
+    let narrowed = start(config, None).await;
+    let (code, stream) = connect(narrowed.egress.local_addr(), "127.0.0.1:80").await;
+    assert_eq!(code, 403);
+    assert!(refusal_text(stream).await.contains("port_not_allowed: port 80 of 127.0.0.1"));
+    assert_eq!(connect(narrowed.egress.local_addr(), &target.to_string()).await.0, 200);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "only the allowed ip:port was reached");
+}
+
+/// A plain-HTTP request in absolute form, sent as written (an HTTP client library would
+/// rewrite the host); returns the status code and the whole answer.
+async fn raw_get(proxy: std::net::SocketAddr, authority: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let request = format!(
+        "GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut answer)).await.unwrap().unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, answer)
+}
+
+#[tokio::test]
+async fn a_denied_address_is_denied_in_every_spelling_by_connect_and_by_plain_http() {
+    let (target, accepted) = echo_server().await;
+    let port = target.port();
+    // The parser reads these as 127.0.0.1: without a deny entry they reach the server.
+    let open = start(config_allowing(&[target]), None).await;
+    for spelling in ["2130706433", "0x7f.1", "0177.0.0.1", "[::ffff:7f00:1]", "127.0.0.1."] {
+        let authority = format!("{spelling}:{port}");
+        assert_eq!(connect(open.egress.local_addr(), &authority).await.0, 200, "{authority}");
+    }
+    let reached = accepted.load(Ordering::SeqCst);
+
+    let mut config = config_allowing(&[target]);
+    config.proxy.deny_domains = vec![HostPattern::try_from("127.0.0.1".to_owned()).unwrap()];
+    let started = start(config, None).await;
+    let proxy = started.egress.local_addr();
+    let spellings = [
+        "127.0.0.1",
+        "127.0.0.1.",
+        "2130706433",
+        "0x7f000001",
+        "0X7F.0.0.1",
+        "0x7f.1",
+        "0177.0.0.1",
+        "0177.0000.0000.0001",
+        "017700000001",
+        "127.1",
+        "127.0.1",
+        "[::ffff:127.0.0.1]",
+        "[::FFFF:7F00:1]",
+        "[0:0:0:0:0:ffff:7f00:1]",
+        "[0000:0000:0000:0000:0000:ffff:7f00:0001]",
+        "[::127.0.0.1]",
+        "[64:ff9b::7f00:1]",
+    ];
+    for spelling in spellings {
+        let authority = format!("{spelling}:{port}");
+        let (code, stream) = connect(proxy, &authority).await;
+        assert_eq!(code, 403, "CONNECT {authority}");
+        let body = refusal_text(stream).await;
+        assert!(
+            body.contains("domain_denied") && body.contains("127.0.0.1"),
+            "{authority}: {body}"
+        );
+        let (code, answer) = raw_get(proxy, &authority).await;
+        assert_eq!(code, 403, "GET http://{authority}/: {answer}");
+        assert!(answer.contains("domain_denied"), "{authority}: {answer}");
+    }
+    // A name that resolves to it is refused too.
+    assert_eq!(connect(proxy, &format!("localhost:{port}")).await.0, 403);
+    assert_eq!(accepted.load(Ordering::SeqCst), reached, "no spelling reached the server");
+
+    let lines = started.audit_lines(spellings.len() * 2 + 1).await;
+    for line in &lines[..spellings.len() * 2] {
+        assert_eq!(line["verdict"], "denied", "{line}");
+        assert!(line["reason"].as_str().unwrap().starts_with("domain_denied"), "{line}");
+    }
+}
+
 #[tokio::test]
 async fn domain_lists_are_applied_before_any_lookup() {
     let mut config = EgressConfig::default();

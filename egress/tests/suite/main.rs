@@ -4,6 +4,9 @@
 //! Every file here is a module of this one harness (`cargo test -p nexbot-egress --test suite`),
 //! so the crate is linked once; helpers shared by several files are modules too.
 
+mod egress_audit;
+mod egress_host;
 mod egress_proxy;
 mod egress_relay;
 mod egress_secret_hunt;
+mod egress_tasks;

@@ -1,0 +1,128 @@
+//! What a container writes into a request (a CONNECT host, a bad URL) can end up in an audit
+//! line, a `tracing` event and a task summary. This scrubs the two credentials the egress
+//! knows out of such text before it is kept anywhere: the provider key (by value, with
+//! `nexbot_protocol::Redactor`, which also catches its base64 and URL-encoded forms, and in
+//! any letter case, since host names are lower-cased on the way) and relay tokens (by their
+//! shape, `nxr_` and the random part, so every task's token is caught, live or not).
+
+use nexbot_protocol::{Redactor, SecretMap};
+use secrecy::{ExposeSecret, SecretString};
+use zeroize::Zeroizing;
+
+use super::tokens::TOKEN_PREFIX;
+
+/// The label a provider key is replaced with.
+const KEY_LABEL: &str = "[REDACTED:LLM_PROVIDER_KEY]";
+/// The label a relay token is replaced with.
+const TOKEN_LABEL: &str = "[REDACTED:relay_token]";
+/// The shortest random part taken for a relay token (real ones have 43 characters).
+const MIN_TOKEN_BODY: usize = 16;
+
+/// Scrubs secrets out of text from containers.
+#[derive(Default)]
+pub(crate) struct Scrubber {
+    redactor: Redactor,
+    /// The provider key in lower case, for a case-blind search.
+    key_lower: Option<Zeroizing<String>>,
+}
+
+impl std::fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrubber").field("has_key", &self.key_lower.is_some()).finish()
+    }
+}
+
+impl Scrubber {
+    pub(crate) fn new(provider_key: Option<&SecretString>) -> Self {
+        let Some(key) = provider_key.filter(|k| !k.expose_secret().is_empty()) else {
+            return Self::default();
+        };
+        let mut secrets = SecretMap::new();
+        secrets.insert("LLM_PROVIDER_KEY", key.clone());
+        Self {
+            redactor: Redactor::new(&secrets),
+            key_lower: Some(Zeroizing::new(key.expose_secret().to_ascii_lowercase())),
+        }
+    }
+
+    /// `text` with the provider key and every relay token replaced by a label.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        let mut out =
+            if self.redactor.is_empty() { text.to_owned() } else { self.redactor.redact(text) };
+        if let Some(key) = &self.key_lower {
+            out = replace_ignoring_case(&out, key, KEY_LABEL);
+        }
+        replace_tokens(&out)
+    }
+}
+
+/// Replaces every ASCII-case-insensitive occurrence of `needle` (lower case).
+fn replace_ignoring_case(text: &str, needle: &str, label: &str) -> String {
+    if needle.is_empty() {
+        return text.to_owned();
+    }
+    // Lower-casing ASCII keeps byte offsets, so matches found in the copy cut the original.
+    let lowered = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(found) = lowered[at..].find(needle) {
+        out.push_str(&text[at..at + found]);
+        out.push_str(label);
+        at += found + needle.len();
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// Replaces `nxr_` (any case) followed by at least [`MIN_TOKEN_BODY`] base64url characters.
+fn replace_tokens(text: &str) -> String {
+    let lowered = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    while let Some(found) = lowered[at..].find(TOKEN_PREFIX) {
+        let start = at + found;
+        let body_start = start + TOKEN_PREFIX.len();
+        let body = text[body_start..]
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+            .count();
+        if body >= MIN_TOKEN_BODY {
+            out.push_str(&text[at..start]);
+            out.push_str(TOKEN_LABEL);
+        } else {
+            out.push_str(&text[at..body_start + body]);
+        }
+        at = body_start + body;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    #[test]
+    fn the_provider_key_and_relay_tokens_are_replaced_in_any_form() {
+        let key = "sk-Test-PLANTED-0123456789abcdef";
+        let scrubber = Scrubber::new(Some(&SecretString::from(key)));
+        let token = format!("{TOKEN_PREFIX}{}", "A".repeat(43));
+        let encoded = base64::engine::general_purpose::STANDARD.encode(key);
+        let text = format!(
+            "connect {key}.example:443 lower {} upper {} token {token}.x b64 {encoded} short nxr_abc",
+            key.to_ascii_lowercase(),
+            key.to_ascii_uppercase()
+        );
+        let clean = scrubber.scrub(&text);
+        assert!(!clean.to_ascii_lowercase().contains("planted"), "{clean}");
+        assert!(!clean.contains(&token[4..]), "{clean}");
+        assert!(!clean.contains(&encoded), "{clean}");
+        assert_eq!(clean.matches(KEY_LABEL).count(), 4, "{clean}");
+        assert!(clean.contains("[REDACTED:relay_token].x"), "{clean}");
+        assert!(clean.ends_with("short nxr_abc"), "a word that only starts alike stays: {clean}");
+        let upper = format!("NXR_{}", "b".repeat(20));
+        assert_eq!(Scrubber::default().scrub(&upper), TOKEN_LABEL);
+        assert_eq!(Scrubber::default().scrub("plain.example.com"), "plain.example.com");
+    }
+}
