@@ -18,11 +18,11 @@ pub const ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why the engine cannot be used; the message says what was tried and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineUnreachable {
-    #[error("cannot reach the Docker engine: {0}")]
+    #[error("cannot connect to the Docker engine: {0}")]
     Connect(String),
-    #[error("cannot reach the Docker engine: it answered with an error: {0}")]
+    #[error("the Docker engine does not answer: {0}")]
     Refused(String),
-    #[error("cannot reach the Docker engine: no answer within {} s", ENGINE_TIMEOUT.as_secs())]
+    #[error("the Docker engine gave no answer within {} s", ENGINE_TIMEOUT.as_secs())]
     Timeout,
 }
 

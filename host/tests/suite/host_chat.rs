@@ -276,7 +276,7 @@ async fn chat_without_a_sandbox_still_answers_and_says_why_once() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().collect::<Vec<_>>(), ["hi", "ok"]);
     assert_eq!(stderr.matches("delegation to subagents is off").count(), 1, "{stderr}");
-    assert!(stderr.contains("cannot reach the Docker engine"), "{stderr}");
+    assert!(stderr.contains("cannot connect to the Docker engine"), "{stderr}");
     assert!(stderr.contains("subagent.enabled = false"), "the fix is named: {stderr}");
     let requests = llm.chat_requests();
     let offered = requests[0].body["tools"].to_string();
