@@ -1,11 +1,22 @@
-# Nexbot developer entry points. `make test` is what CI runs (through .ci/run).
-.PHONY: build test lint fmt image subagent-image host-image bench up down logs
+# Nexbot developer entry points. `make test` is what CI runs (through .ci/run, as its parts
+# `make image`, `make test-build` and `make test-run`, each timed).
+.PHONY: build test test-build test-run lint fmt image image-bins subagent-image host-image \
+  bench up down logs
 
 build:
 	cargo build --workspace
 
-# The Docker tests run the subagent image, and the compose test the host image too.
+# The Docker tests run the subagent image, and the compose test the host image too. The
+# images' static release binaries and the tests' debug build share no artifacts (other
+# profile, other RUSTFLAGS and target directory), so each is built exactly once.
 test: image
+	$(MAKE) --no-print-directory test-run
+
+# The tests alone, once the images are built: compiled (test-build), then run (test-run).
+test-build:
+	cargo test --workspace --no-fail-fast --no-run
+
+test-run:
 	cargo test --workspace --no-fail-fast
 
 lint:
@@ -26,8 +37,15 @@ BUSYBOX ?= /bin/busybox
 # Both images: the sandbox (subagent) and the daemon (host).
 image: subagent-image host-image
 
-subagent-image:
-	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) -p nexbot-subagent
+# Both images' static binaries in one cargo run: their shared dependencies (tokio, hyper,
+# reqwest, rustls, regex, ...) build once, with one feature set, where a run per binary built
+# those whose features differ twice. Either image target runs it; the second time it is a
+# no-op.
+image-bins:
+	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) \
+	  -p nexbot-subagent -p nexbot-host
+
+subagent-image: image-bins
 	@file -L $(BUSYBOX) 2>/dev/null | grep -q 'statically linked' || ldd $(BUSYBOX) 2>&1 | grep -q 'not a dynamic' || \
 	  { echo "make image: $(BUSYBOX) is not a static busybox; apt-get install busybox-static" >&2; exit 2; }
 	rm -rf $(IMAGE_CTX)
@@ -67,8 +85,7 @@ bench: image
 HOST_IMAGE ?= nexbot-host:dev
 HOST_CTX := target/host-image
 
-host-image:
-	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) -p nexbot-host
+host-image: image-bins
 	docker/stage-host-image.sh $(HOST_CTX) target/$(IMAGE_TRIPLE)/release
 	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/host.Dockerfile -t $(HOST_IMAGE) .
 	@/usr/bin/docker image inspect $(HOST_IMAGE) --format '{{.Size}}' | \

@@ -14,6 +14,9 @@
 //!
 //! They are inserted at the top of `INPUT` on start; the ACCEPT is deleted on shutdown, the
 //! DROP once no listener on that bridge is left (a crash leaves the bridge closed, not open).
+//! Listeners sharing a bridge change the rules one at a time (a lock file in `/run`, shared by
+//! every process on the host), so one's removal of the DROP never interleaves with another's
+//! install and leaves an ACCEPT without the DROP below it.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -58,6 +61,7 @@ impl Firewall {
         if !std::path::Path::new("/sys/class/net").join(interface).exists() {
             return Err(FirewallError::NoInterface(interface.to_owned()));
         }
+        let _lock = rules_lock().await;
         let drop_rest = tagged(&["-i", interface, "-j", "DROP"]);
         let (gateway, port) = (gateway.to_string(), port.to_string());
         let accept = tagged(&[
@@ -76,6 +80,7 @@ impl Firewall {
     /// Deletes this listener's rule, and the shared DROP once no listener on the bridge is left.
     pub async fn remove(mut self) {
         let Some((accept, drop_rest)) = self.rules.take() else { return };
+        let _lock = rules_lock().await;
         if let Err(err) = iptables("-D", &accept).await {
             tracing::warn!(%err, "egress firewall: a rule could not be removed");
         }
@@ -97,6 +102,29 @@ impl Drop for Firewall {
             let _ = std::process::Command::new("iptables").args(&args).output();
         }
     }
+}
+
+/// Holds the host-wide lock on rule changes until dropped; `None` (and no serialisation) when
+/// no lock file can be opened, which only a host without a writable `/run` or temp dir has.
+async fn rules_lock() -> Option<std::fs::File> {
+    let lock = || {
+        let dirs = [std::path::PathBuf::from("/run"), std::env::temp_dir()];
+        let file = dirs.iter().find_map(|dir| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join("nexbot-egress-firewall.lock"))
+                .ok()
+        })?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).ok()?;
+        Some(file)
+    };
+    let locked = tokio::task::spawn_blocking(lock).await.ok().flatten();
+    if locked.is_none() {
+        tracing::warn!("egress firewall: no lock file; rule changes are not serialised");
+    }
+    locked
 }
 
 /// Whether another listener's ACCEPT rule for `interface` is still installed.

@@ -9,6 +9,8 @@ pub mod egress;
 pub mod scripted_llm;
 
 use bollard::Docker;
+/// The crate that owns the containers tests start for themselves (see [`local_image`]).
+pub use testcontainers;
 
 /// Connects to the local Docker engine and checks that it answers.
 ///
@@ -77,4 +79,13 @@ pub async fn exec_in(
         (code.unwrap_or(-1), output)
     };
     tokio::time::timeout(limit, run).await.expect("exec finished in time")
+}
+
+/// A locally built image, `name:tag`, for a container a test starts for itself with
+/// [`testcontainers`]: the container is removed when its handle drops, also when the test
+/// fails. Nothing is pulled: testcontainers pulls only when the engine says the image is
+/// missing, and with no registry reachable that fails the test at once.
+pub fn local_image(reference: &str) -> testcontainers::GenericImage {
+    let (name, tag) = reference.rsplit_once(':').unwrap_or((reference, "latest"));
+    testcontainers::GenericImage::new(name, tag)
 }

@@ -10,8 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{BuildImageOptionsBuilder, CreateContainerOptionsBuilder};
+use bollard::query_parameters::BuildImageOptionsBuilder;
 use egress_support::docker::{
     address_on_network, exec, host_address_off_network, internal_network, Cleanup, LABEL,
     LABEL_VALUE, NETWORK,
@@ -20,8 +19,10 @@ use egress_support::{echo_server, http_server, http_server_at, launch_on, wait_a
 use futures_util::StreamExt;
 use nexbot_host::egress::{AttributionTable, Cidr, EgressConfig, InternalAllow};
 use nexbot_host::sandbox::egress_network;
-use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::testcontainers::runners::AsyncRunner;
+use nexbot_tests::testcontainers::ImageExt;
+use nexbot_tests::{docker_or_skip, local_image};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
@@ -120,19 +121,17 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
         env.iter().any(|e| e.starts_with("NO_PROXY=") && e.contains(&gateway.to_string())),
         "{env:?}"
     );
-    let body = ContainerCreateBody {
-        image: Some(image.clone()),
-        cmd: Some(vec!["/bin/busybox".into(), "sleep".into(), "600".into()]),
-        env: Some(env),
-        labels: Some(HashMap::from([(LABEL.to_owned(), LABEL_VALUE.to_owned())])),
-        host_config: Some(HostConfig { network_mode: Some(NETWORK.into()), ..Default::default() }),
-        ..Default::default()
-    };
-    let options = CreateContainerOptionsBuilder::default().name(&run).build();
-    let created = docker.create_container(Some(options), body).await.expect("create container");
-    cleanup.containers.push(created.id.clone());
-    docker.start_container(&created.id, None).await.expect("start container");
-    let id = created.id;
+    // The container is testcontainers': removed when `container` drops, however the test ends.
+    let mut request = local_image(&image)
+        .with_cmd(["/bin/busybox", "sleep", "600"])
+        .with_label(LABEL, LABEL_VALUE)
+        .with_network(NETWORK)
+        .with_container_name(&run);
+    for (key, value) in egress.container_env() {
+        request = request.with_env_var(key, value);
+    }
+    let container = request.start().await.expect("start container");
+    let id = container.id().to_owned();
     let ip = address_on_network(&docker, &id).await;
     table.set_container(ip, run.clone());
     table.set_task(ip, Some("task-42".into()));
@@ -252,6 +251,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
             assert!(line["reason"].as_str().unwrap().starts_with(reason), "{host}: {line}");
         }
     }
+    drop(container); // before its image goes
     drop(cleanup);
     egress.shutdown(egress_support::WAIT).await;
     let rules = String::from_utf8(

@@ -7,11 +7,9 @@
 
 use crate::egress_support;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, LogsOptionsBuilder};
+use bollard::query_parameters::LogsOptionsBuilder;
 use egress_support::docker::{
     exec, host_address_off_network, internal_network, Cleanup, LABEL, LABEL_VALUE, NETWORK,
 };
@@ -22,6 +20,8 @@ use nexbot_host::egress::{Attribution, Cidr, EgressConfig, InternalAllow, LateAt
 use nexbot_host::sandbox::{egress_network, PoolAttribution};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::testcontainers::runners::AsyncRunner;
+use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
@@ -138,8 +138,8 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     assert!(outside_seen.lock().unwrap().is_empty() && anywhere_seen.lock().unwrap().is_empty());
 
     // A container that is not in the pool (default bridge) is not served by the proxy.
-    let peer = start_peer(&docker, &mut cleanup).await;
-    let (_, out) = exec(&docker, &peer, &format!(
+    let peer = start_peer().await;
+    let (_, out) = exec(&docker, peer.id(), &format!(
         "printf 'CONNECT {allowed} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n' | busybox nc -w 10 {} {}",
         proxy.ip(), proxy.port()
     ))
@@ -312,19 +312,17 @@ async fn a_task_reaches_only_what_the_policy_allows(
     token
 }
 
-/// A container from the same image on Docker's default bridge (not in the pool).
-async fn start_peer(docker: &bollard::Docker, cleanup: &mut Cleanup) -> String {
+/// A container from the same image on Docker's default bridge (not in the pool); it is
+/// testcontainers', removed when the handle drops, however the test ends.
+async fn start_peer() -> ContainerAsync<GenericImage> {
     let name = format!("nxe-peer-{}", std::process::id());
-    let body = ContainerCreateBody {
-        image: Some(IMAGE.into()),
-        entrypoint: Some(vec!["/bin/busybox".into(), "sleep".into(), "600".into()]),
-        labels: Some(HashMap::from([(LABEL.to_owned(), LABEL_VALUE.to_owned())])),
-        host_config: Some(HostConfig { network_mode: Some("bridge".into()), ..Default::default() }),
-        ..Default::default()
-    };
-    let options = CreateContainerOptionsBuilder::default().name(&name).build();
-    let created = docker.create_container(Some(options), body).await.expect("create peer");
-    cleanup.containers.push(created.id.clone());
-    docker.start_container(&created.id, None).await.expect("start peer");
-    created.id
+    nexbot_tests::local_image(IMAGE)
+        .with_entrypoint("/bin/busybox")
+        .with_cmd(["sleep", "600"])
+        .with_label(LABEL, LABEL_VALUE)
+        .with_network("bridge")
+        .with_container_name(name)
+        .start()
+        .await
+        .expect("start peer")
 }

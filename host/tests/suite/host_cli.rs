@@ -1,12 +1,13 @@
 //! The `nexbot` command line: `init`, precise config errors, `doctor`, and `serve` shutting
 //! down cleanly on SIGTERM.
 
-use crate::common;
+use crate::{common, egress_support};
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use common::{base_env, nexbot, text, TempWorkspace, NEXBOT};
+use egress_support::docker::NETWORK;
 use nexbot_tests::scripted_llm::ScriptedLlm;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -153,7 +154,8 @@ async fn serve_runs_until_sigterm_and_exits_cleanly() {
     assert!(rest.contains("stopped"), "{rest}");
 }
 
-/// Removes the test's network (and any container of its pool) however the test ended.
+/// Removes the test's pool's containers (and its own network, unless it is the binary's
+/// shared one) however the test ended.
 struct NetworkLeftover {
     network: String,
     pool: String,
@@ -172,7 +174,9 @@ impl Drop for NetworkLeftover {
         for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
             docker(&["rm", "-f", id]);
         }
-        docker(&["network", "rm", &self.network]);
+        if self.network != NETWORK {
+            docker(&["network", "rm", &self.network]);
+        }
     }
 }
 
@@ -273,8 +277,9 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
     let ws = TempWorkspace::init("nxw-serve");
     let llm = ScriptedLlm::start(vec![]).await;
     let id = std::process::id();
-    let leftover =
-        NetworkLeftover { network: format!("nxw-net-serve-{id}"), pool: format!("nxw-serve-{id}") };
+    // On the binary's shared network, as the delegation tests: other listeners may share the
+    // bridge while this one runs, so only this listener's own rule is expected to go.
+    let leftover = NetworkLeftover { network: NETWORK.to_owned(), pool: format!("nxw-serve-{id}") };
     let mut env = delegation_env(&llm, &leftover);
     env.push(("NEXBOT_EGRESS__PORT".into(), "0".into()));
     let mut child = nexbot(&["serve"], &ws.config(), &env).stderr(Stdio::piped()).spawn().unwrap();
@@ -303,8 +308,12 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
         .unwrap_or_else(|| panic!("no listener address logged: {log}"));
     let net = docker.inspect_network(&leftover.network, None).await.expect("network");
     let bridge = format!("br-{}", &net.id.unwrap_or_default()[..12]);
+    // Read under the listeners' own lock (see the egress firewall), so no other listener on
+    // the shared bridge is caught between installing its DROP and its ACCEPT.
     let rules = || {
-        let out = std::process::Command::new("iptables").args(["-w", "5", "-S", "INPUT"]).output();
+        let out = std::process::Command::new("flock")
+            .args(["/run/nexbot-egress-firewall.lock", "iptables", "-w", "5", "-S", "INPUT"])
+            .output();
         let listing = String::from_utf8_lossy(&out.unwrap().stdout).into_owned();
         listing.lines().filter(|l| l.contains(&bridge)).map(str::to_owned).collect::<Vec<_>>()
     };
@@ -337,7 +346,13 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
     assert!(at("pool shut down") < at("egress listener stopped"), "{log}");
     assert!(at("egress listener stopped") < at("stopped\n"), "{log}");
     assert_eq!(containers(), 0, "the pool's containers are gone");
-    assert_eq!(rules(), Vec::<String>::new(), "the firewall rules are gone");
+    let port = format!("--dport {} ", listener.port());
+    let after = rules();
+    let left: Vec<&String> = after.iter().filter(|r| r.contains(&port)).collect();
+    assert!(left.is_empty(), "the listener's firewall rule is gone: {after:?}");
+    // The bridge's DROP goes with the last listener on it.
+    let listeners = after.iter().filter(|r| r.ends_with("-j ACCEPT")).count();
+    assert!(listeners > 0 || !after.iter().any(|r| r.ends_with("-j DROP")), "{after:?}");
     assert!(tokio::net::TcpStream::connect(listener).await.is_err(), "the listener is closed");
     drop(leftover);
 }

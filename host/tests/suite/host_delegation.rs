@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use common::{base_env, chat, text, ChatSession, TempWorkspace};
-use egress_support::docker::host_address_off_network;
+use egress_support::docker::{host_address_off_network, NETWORK};
 use egress_support::{http_server_at, read_audit, wait_audit};
 use futures_util::FutureExt as _;
 use nexbot_core::{ChannelKind, ChatRef};
@@ -110,8 +110,8 @@ async fn image_present(docker: &bollard::Docker) {
     }
 }
 
-/// Removes what a test's pool and network left, however the test ended (the CLI, because
-/// `Drop` cannot await).
+/// Removes what a test's pool left, however the test ended (the CLI, because `Drop` cannot
+/// await). The pool runs on the binary's shared test network, which stays.
 struct Leftovers {
     pool: String,
     network: String,
@@ -120,7 +120,7 @@ struct Leftovers {
 impl Leftovers {
     fn new(tag: &str) -> Self {
         let id = std::process::id();
-        Self { pool: format!("nxw-{tag}-{id}"), network: format!("nxw-net-{tag}-{id}") }
+        Self { pool: format!("nxw-{tag}-{id}"), network: NETWORK.to_owned() }
     }
 
     /// The environment that puts the daemon's pool and network on these names.
@@ -151,22 +151,9 @@ impl Drop for Leftovers {
         for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
             docker(&["rm", "-f", id]);
         }
-        // A daemon killed mid-test leaves its firewall's DROP rule for the bridge (closed,
-        // not open, by design); it is this test's to remove.
-        let id = docker(&["network", "inspect", "-f", "{{.Id}}", &self.network]);
-        if let Some(short) = id.get(..12) {
-            let rule = ["INPUT", "-i", &format!("br-{short}"), "-m", "comment", "--comment"];
-            let delete = || {
-                std::process::Command::new("iptables")
-                    .args(["-w", "5", "-D"])
-                    .args(rule)
-                    .args(["nexbot-egress", "-j", "DROP"])
-                    .output()
-                    .is_ok_and(|out| out.status.success())
-            };
-            while delete() {}
-        }
-        docker(&["network", "rm", &self.network]);
+        // The network and its firewall's DROP rule stay: other tests' listeners share the
+        // bridge, and the DROP goes with the last of them (a daemon killed mid-test leaves the
+        // bridge closed, not open, by design).
     }
 }
 

@@ -1,13 +1,14 @@
 //! Smoke test of the real Docker engine: build a `FROM scratch` image holding busybox (offline,
-//! no registry), run a container from it, read what it printed, and remove both.
+//! no registry), run a container from it (owned by testcontainers, so it goes however the test
+//! ends), read what it printed, and remove both.
 
-use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CreateContainerOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
-};
+use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;
-use nexbot_tests::{docker_or_skip, tar_context};
+use nexbot_tests::testcontainers::core::wait::ExitWaitStrategy;
+use nexbot_tests::testcontainers::core::WaitFor;
+use nexbot_tests::testcontainers::runners::AsyncRunner;
+use nexbot_tests::testcontainers::ImageExt;
+use nexbot_tests::{docker_or_skip, local_image, tar_context};
 
 #[tokio::test]
 async fn scratch_busybox_image_builds_runs_and_is_removed() {
@@ -30,48 +31,25 @@ async fn scratch_busybox_image_builds_runs_and_is_removed() {
     }
 
     let name = format!("nexbot-smoke-{}", std::process::id());
-    let config = ContainerCreateBody {
-        image: Some(tag.clone()),
-        cmd: Some(vec![
-            "/bin/busybox".into(),
-            "sh".into(),
-            "-c".into(),
-            "echo hello from $(id -u)".into(),
-        ]),
-        ..Default::default()
-    };
-    let created = docker
-        .create_container(
-            Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-            config,
-        )
+    // Started, then awaited until it exited with 0 (the ready condition).
+    let container = local_image(&tag)
+        .with_wait_for(WaitFor::exit(ExitWaitStrategy::new().with_exit_code(0)))
+        .with_cmd(["/bin/busybox", "sh", "-c", "echo hello from $(id -u)"])
+        .with_container_name(&name)
+        .start()
         .await
-        .expect("create container");
-    docker.start_container(&created.id, None).await.expect("start container");
-    let mut wait = docker.wait_container(&created.id, None);
-    while let Some(status) = wait.next().await {
-        assert_eq!(status.expect("container exit").status_code, 0);
-    }
+        .expect("run container");
+    let id = container.id().to_owned();
 
-    let mut output = String::new();
-    let mut logs = docker
-        .logs(&created.id, Some(LogsOptionsBuilder::default().stdout(true).stderr(true).build()));
-    while let Some(chunk) = logs.next().await {
-        output.push_str(&chunk.expect("log chunk").to_string());
-    }
+    let mut output = String::from_utf8(container.stdout_to_vec().await.expect("stdout")).unwrap();
+    output.push_str(&String::from_utf8(container.stderr_to_vec().await.expect("stderr")).unwrap());
     assert_eq!(output.trim(), "hello from 65534");
 
-    docker
-        .remove_container(
-            &created.id,
-            Some(RemoveContainerOptionsBuilder::default().force(true).build()),
-        )
-        .await
-        .expect("remove container");
+    container.rm().await.expect("remove container");
     docker
         .remove_image(&tag, Some(RemoveImageOptionsBuilder::default().force(true).build()), None)
         .await
         .expect("remove image");
-    let gone = docker.inspect_container(&created.id, None).await;
+    let gone = docker.inspect_container(&id, None).await;
     assert!(gone.is_err(), "container still exists after removal");
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use nexbot_docker::Pool;
 use nexbot_protocol::{Request, SecretMap};
+use nexbot_tests::testcontainers::runners::AsyncRunner;
+use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use pool_common::{exec, setup};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +59,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     });
 
     // A container on the default bridge network: beyond the internal network, so unreachable.
-    let (peer_id, peer_ip) = start_peer(&docker).await;
+    let (peer, peer_ip) = start_peer().await;
 
     let checks: &[(&str, &str)] = &[
         ("uid is not 0", "test \"$(id -u)\" != 0"),
@@ -122,33 +124,25 @@ async fn inside_a_pool_container_the_sandbox_holds() {
         .collect();
     assert!(env.keys().all(|k| !k.contains("KEY") && !k.contains("TOKEN")), "{env:?}");
 
-    remove(&docker, &peer_id).await;
+    peer.rm().await.expect("remove peer");
     pool.shutdown().await.unwrap();
     std::fs::remove_dir_all(skills).unwrap();
 }
 
-/// Starts a listener container on Docker's default bridge and returns its id and address.
-async fn start_peer(docker: &bollard::Docker) -> (String, String) {
-    use bollard::models::{ContainerCreateBody, HostConfig};
-    use bollard::query_parameters::CreateContainerOptionsBuilder;
+/// Starts a listener container on Docker's default bridge (testcontainers': removed when the
+/// handle drops, however the test ends) and returns it and its address.
+async fn start_peer() -> (ContainerAsync<GenericImage>, String) {
     let name = format!("nxp-hard-peer-{}", std::process::id());
-    let body = ContainerCreateBody {
-        image: Some(pool_common::IMAGE.into()),
-        entrypoint: Some(vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "while true; do echo hi | nc -l -p 8080; done".into(),
-        ]),
-        labels: Some(HashMap::from([("nexbot.test".to_owned(), "nxp".to_owned())])),
-        host_config: Some(HostConfig { network_mode: Some("bridge".into()), ..Default::default() }),
-        ..Default::default()
-    };
-    let options = CreateContainerOptionsBuilder::default().name(&name).build();
-    let created = docker.create_container(Some(options), body).await.expect("create peer");
-    docker.start_container(&created.id, None).await.expect("start peer");
-    let inspect = docker.inspect_container(&created.id, None).await.unwrap();
-    let ip =
-        inspect.network_settings.unwrap().networks.unwrap()["bridge"].ip_address.clone().unwrap();
+    let peer = nexbot_tests::local_image(pool_common::IMAGE)
+        .with_entrypoint("/bin/sh")
+        .with_cmd(["-c", "while true; do echo hi | nc -l -p 8080; done"])
+        .with_label("nexbot.test", "nxp")
+        .with_network("bridge")
+        .with_container_name(name)
+        .start()
+        .await
+        .expect("start peer");
+    let ip = peer.get_bridge_ip_address().await.expect("peer address").to_string();
     // Positive control: the host reaches it, so a failure from the pool container is the network.
     let reached = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
@@ -160,11 +154,5 @@ async fn start_peer(docker: &bollard::Docker) -> (String, String) {
     })
     .await;
     assert!(reached.is_ok(), "the peer container is not reachable from the host either");
-    (created.id, ip)
-}
-
-async fn remove(docker: &bollard::Docker, id: &str) {
-    use bollard::query_parameters::RemoveContainerOptionsBuilder;
-    let options = RemoveContainerOptionsBuilder::default().force(true).build();
-    docker.remove_container(id, Some(options)).await.expect("remove peer");
+    (peer, ip)
 }

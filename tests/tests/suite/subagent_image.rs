@@ -1,31 +1,25 @@
 //! The built subagent image (`make image` → `nexbot-subagent:dev`) on the real Docker engine,
 //! run the way the pool runs it: read-only root, tmpfs scratch, no capabilities, non-root,
-//! talking JSON lines over attached stdio. `make test` builds the image first.
+//! talking JSON lines over attached stdio. `make test` builds the image first. The containers
+//! belong to testcontainers, so they are removed however a test ends.
 
-use std::process::Stdio;
+use std::collections::HashMap;
+use std::pin::Pin;
 use std::time::Duration;
 
+use bollard::query_parameters::AttachContainerOptionsBuilder;
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::testcontainers::runners::AsyncRunner;
+use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, Lines};
 
 const IMAGE: &str = "nexbot-subagent:dev";
 const WAIT: Duration = Duration::from_secs(60);
 const SECRET: &str = "nxs-image-secret-5b1d2c";
-
-/// Removes the named container (ours only) however the test ends.
-struct ContainerGuard(String);
-
-impl Drop for ContainerGuard {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
+/// The line that ends the subagent's input (see [`run_hardened`]).
+const EOF: &[u8] = b"EOF\n";
 
 async fn image_or_fail(docker: &bollard::Docker) {
     if let Err(err) = docker.inspect_image(IMAGE).await {
@@ -33,21 +27,62 @@ async fn image_or_fail(docker: &bollard::Docker) {
     }
 }
 
-/// `docker run -i` of the image with the pool's hardening, on `network`.
-fn run_hardened(name: &str, network: &str) -> tokio::process::Child {
-    tokio::process::Command::new("docker")
-        .args(["run", "-i", "--rm", "--name", name, "--label", "nexbot.test=nxs-subagent-image"])
-        .args(["--network", network, "--read-only", "--cap-drop", "ALL"])
-        .args(["--security-opt", "no-new-privileges", "--pids-limit", "64", "--memory", "256m"])
-        .args(["--tmpfs", "/workspace/scratch:rw,size=16m,uid=65532,gid=65532,mode=0700"])
-        .args(["--tmpfs", "/tmp:rw,size=16m,mode=1777"])
-        .arg(IMAGE)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("docker run")
+/// A running container of the image, its attached stdin and its output.
+struct Hardened {
+    container: ContainerAsync<GenericImage>,
+    stdin: Pin<Box<dyn AsyncWrite + Send>>,
+    stdout: Lines<Pin<Box<dyn AsyncBufRead + Send>>>,
+    stderr: Lines<Pin<Box<dyn AsyncBufRead + Send>>>,
+}
+
+impl Hardened {
+    /// Waits for the container to exit and returns its exit code.
+    async fn exit_code(&self) -> i64 {
+        let exited = async {
+            loop {
+                if let Some(code) = self.container.exit_code().await.expect("container state") {
+                    return code;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(WAIT, exited).await.expect("exit in time")
+    }
+}
+
+/// The image with the pool's hardening, on `network`. testcontainers cannot close a
+/// container's stdin (it sets no `StdinOnce`), so the image's busybox `sh` stands in front of
+/// the subagent and copies the attached stdin to it line by line until the line `EOF`, where
+/// the subagent's input ends: that is how these tests send end-of-file.
+async fn run_hardened(docker: &bollard::Docker, name: &str, network: &str) -> Hardened {
+    let relay = r#"while IFS= read -r line; do [ "$line" = EOF ] && break; printf '%s\n' "$line"; done | exec /bin/nexbot-subagent"#;
+    let container = nexbot_tests::local_image(IMAGE)
+        .with_entrypoint("/bin/sh")
+        .with_cmd(["-c", relay])
+        .with_open_stdin(true)
+        .with_container_name(name)
+        .with_label("nexbot.test", "nxs-subagent-image")
+        .with_network(network)
+        .with_readonly_rootfs(true)
+        .with_cap_drop("ALL")
+        .with_security_opt("no-new-privileges")
+        .with_host_config_modifier(|host| {
+            host.pids_limit = Some(64);
+            host.memory = Some(256 << 20);
+            host.tmpfs = Some(HashMap::from([
+                ("/workspace/scratch".into(), "rw,size=16m,uid=65532,gid=65532,mode=0700".into()),
+                ("/tmp".into(), "rw,size=16m,mode=1777".into()),
+            ]));
+        })
+        .start()
+        .await
+        .expect("start the image");
+    let attach = AttachContainerOptionsBuilder::default().stdin(true).stream(true).build();
+    let attached =
+        docker.attach_container(container.id(), Some(attach)).await.expect("attach stdin");
+    let stdout = container.stdout(true).lines();
+    let stderr = container.stderr(true).lines();
+    Hardened { container, stdin: attached.input, stdout, stderr }
 }
 
 #[tokio::test]
@@ -55,19 +90,16 @@ async fn the_image_answers_a_ping_and_exits_zero_on_eof() {
     let Some(docker) = docker_or_skip("subagent_image ping").await else { return };
     image_or_fail(&docker).await;
     let name = format!("nxs-ping-{}", std::process::id());
-    let _guard = ContainerGuard(name.clone());
-    let mut child = run_hardened(&name, "none");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = run_hardened(&docker, &name, "none").await;
+    let (stdin, stdout) = (&mut child.stdin, &mut child.stdout);
     stdin.write_all(b"{\"type\":\"ping\",\"id\":\"img-1\"}\n").await.unwrap();
     let line = tokio::time::timeout(WAIT, stdout.next_line()).await.expect("pong in time").unwrap();
     let pong: Value = serde_json::from_str(&line.expect("a line")).unwrap();
     assert_eq!(pong["status"], "pong");
     assert_eq!(pong["id"], "img-1");
     assert_eq!(pong["version"], "1.0");
-    drop(stdin);
-    let status = tokio::time::timeout(WAIT, child.wait()).await.expect("exit in time").unwrap();
-    assert_eq!(status.code(), Some(0));
+    stdin.write_all(EOF).await.unwrap();
+    assert_eq!(child.exit_code().await, 0);
 }
 
 #[tokio::test]
@@ -100,11 +132,8 @@ async fn the_image_runs_a_task_end_to_end() {
     .await;
 
     let name = format!("nxs-task-{}", std::process::id());
-    let _guard = ContainerGuard(name.clone());
-    let mut child = run_hardened(&name, "bridge");
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut child = run_hardened(&docker, &name, "bridge").await;
+    let (stdin, stdout) = (&mut child.stdin, &mut child.stdout);
     let request = json!({
         "type": "execute", "id": "img-task", "task": "check the sandbox", "timeout": 60,
         "secrets": {"TOKEN": SECRET},
@@ -127,11 +156,10 @@ async fn the_image_runs_a_task_end_to_end() {
     .expect("final answer in time");
     assert_eq!(done["status"], "success", "{done}");
     assert_eq!(done["result"], "done in the container");
-    drop(stdin);
-    let status = tokio::time::timeout(WAIT, child.wait()).await.expect("exit in time").unwrap();
-    assert_eq!(status.code(), Some(0));
+    stdin.write_all(EOF).await.unwrap();
+    assert_eq!(child.exit_code().await, 0);
     let mut logs = Vec::new();
-    while let Ok(Some(line)) = stderr.next_line().await {
+    while let Ok(Some(line)) = child.stderr.next_line().await {
         logs.push(line);
     }
 

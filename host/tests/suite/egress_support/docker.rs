@@ -8,7 +8,8 @@ use std::time::Duration;
 use bollard::Docker;
 use nexbot_docker::NetworkInfo;
 
-/// One internal network shared by the egress tests (created if missing, then left in place:
+/// The one internal network of this test binary's Docker tests — the egress tests, and the
+/// daemons and sandboxes the delegation tests start (created if missing, then left in place:
 /// tests running in parallel use it, and one per test would exhaust the address pools).
 pub const NETWORK: &str = "nxe-tests";
 /// Label on everything the egress tests create.
