@@ -54,11 +54,21 @@ impl std::fmt::Debug for TaskLlm {
     }
 }
 
+/// What ending a task's access hands back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AccessEnd {
+    /// The LLM tokens the relay charged the task, when it went through the relay.
+    pub relay_tokens: Option<u64>,
+    /// What the task did through the egress (destinations allowed and denied, bytes), as
+    /// JSON, for its task record: records never depend on reading the audit log back.
+    pub egress: Option<serde_json::Value>,
+}
+
 /// Grants each delegated task its LLM access while it runs.
 pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     /// Called before the task is sent to a container.
     fn issue(&self, task_id: &str) -> Result<TaskLlm, String>;
-    /// Called however the task ended (answer, error, timeout, cancellation, abandonment);
-    /// returns the LLM tokens the relay charged the task, when it went through the relay.
-    fn revoke(&self, task_id: &str) -> Option<u64>;
+    /// Called however the task ended (answer, error, timeout, cancellation, abandonment):
+    /// ends its access (and its open connections) and hands over what it used.
+    fn revoke(&self, task_id: &str) -> AccessEnd;
 }

@@ -18,7 +18,7 @@ use nexbot_egress::{
 use secrecy::SecretString;
 
 use crate::config::Config;
-use crate::delegation::{LlmAccess, SubagentRunner, TaskLlm};
+use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm};
 use crate::pool_runner::{pool_config, PoolRunner};
 
 /// How long the listener's open connections get to finish at shutdown.
@@ -200,7 +200,7 @@ impl LlmAccess for RelayAccess {
         Ok(TaskLlm::Relay { base_url: self.relay_base_url.clone(), token })
     }
 
-    fn revoke(&self, task_id: &str) -> Option<u64> {
+    fn revoke(&self, task_id: &str) -> AccessEnd {
         // Ends the task for the whole egress: token, open tunnels, and its summary.
         let finished = self.tokens.finish(task_id);
         let (egress, totals) = (&finished.egress, finished.egress.totals());
@@ -213,7 +213,10 @@ impl LlmAccess for RelayAccess {
             cut = egress.cut_at_end,
             "task egress"
         );
-        finished.usage.map(|usage| usage.used)
+        AccessEnd {
+            relay_tokens: finished.usage.map(|usage| usage.used),
+            egress: serde_json::to_value(&finished.egress).ok(),
+        }
     }
 }
 
@@ -260,9 +263,9 @@ mod tests {
         let usage = egress.tokens().usage("t1").unwrap();
         assert_eq!(usage.budget, config.egress.relay.default_token_budget);
         egress.tokens().charge("t1", 12);
-        assert_eq!(tokens.revoke("t1"), Some(12));
+        assert_eq!(tokens.revoke("t1").relay_tokens, Some(12));
         assert!(egress.tokens().authorize(&token).is_err(), "dead after the task");
-        assert_eq!(tokens.revoke("t1"), None);
+        assert_eq!(tokens.revoke("t1").relay_tokens, None);
 
         let config =
             config_with(&[("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true")]);
@@ -273,7 +276,7 @@ mod tests {
         assert_eq!(base_url, "http://provider.example/v1");
         assert_eq!(key.unwrap().expose_secret(), "sk-nxw-unit-key");
         assert!(egress.tokens().usage("t2").is_none(), "no relay token for a direct task");
-        assert_eq!(tokens.revoke("t2"), None);
+        assert_eq!(tokens.revoke("t2").relay_tokens, None);
         egress.shutdown(Duration::from_secs(1)).await;
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -74,6 +74,9 @@ const MIGRATIONS: &[&str] = &[
         ELSE 'console:' || chat_id END WHERE instr(chat_id, ':') = 0;
     UPDATE task_records SET chat_id = CASE chat_id WHEN 'console' THEN 'console:default'
         ELSE 'console:' || chat_id END WHERE instr(chat_id, ':') = 0;",
+    // 3: what a task did through the egress (JSON: destinations, bytes), handed over by the
+    // egress when the task ended.
+    "ALTER TABLE task_records ADD COLUMN egress TEXT;",
 ];
 
 #[derive(Debug, Error)]
@@ -120,6 +123,8 @@ pub struct TaskRecord {
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
     pub error: Option<String>,
+    /// What the task did through the egress (JSON), when it had egress.
+    pub egress: Option<String>,
 }
 
 /// How a delegated task ended, for [`Store::finish_task`].
@@ -130,6 +135,8 @@ pub struct TaskEnd {
     pub duration_ms: i64,
     pub usage: TokenUsage,
     pub error: Option<String>,
+    /// The egress's summary of the task (JSON).
+    pub egress: Option<String>,
 }
 
 /// A handle to the database; cheap to clone.
@@ -412,8 +419,8 @@ impl Store {
         self.call(move |c| {
             c.execute(
                 "UPDATE task_records SET status = ?2, container = COALESCE(?3, container),
-                 duration_ms = ?4, prompt_tokens = ?5, completion_tokens = ?6, error = ?7
-                 WHERE id = ?1",
+                 duration_ms = ?4, prompt_tokens = ?5, completion_tokens = ?6, error = ?7,
+                 egress = COALESCE(?8, egress) WHERE id = ?1",
                 params![
                     id,
                     end.status,
@@ -421,7 +428,8 @@ impl Store {
                     end.duration_ms,
                     end.usage.prompt_tokens as i64,
                     end.usage.completion_tokens as i64,
-                    end.error
+                    end.error,
+                    end.egress
                 ],
             )
             .map(drop)
@@ -435,7 +443,7 @@ impl Store {
         self.call(move |c| {
             let mut stmt = c.prepare(
                 "SELECT id, chat_id, session_id, task, container, status, started_at, duration_ms,
-                 prompt_tokens, completion_tokens, error FROM task_records
+                 prompt_tokens, completion_tokens, error, egress FROM task_records
                  WHERE chat_id = ?1 ORDER BY started_at DESC, rowid DESC",
             )?;
             let rows = stmt.query_map([&chat], |r| {
@@ -453,6 +461,7 @@ impl Store {
                     prompt_tokens: r.get(8)?,
                     completion_tokens: r.get(9)?,
                     error: r.get(10)?,
+                    egress: r.get(11)?,
                 })
             })?;
             rows.collect()
@@ -612,6 +621,7 @@ mod tests {
             duration_ms: 12,
             usage: TokenUsage { prompt_tokens: 3, completion_tokens: 4 },
             error: None,
+            egress: Some("{\"bytes_up\":1}".into()),
         };
         store.finish_task("t1", end).await.unwrap();
         let record = &store.tasks(&c).await.unwrap()[0];
@@ -619,6 +629,7 @@ mod tests {
             (record.status.as_str(), record.container.as_deref(), record.completion_tokens),
             ("success", Some("abc"), 4)
         );
+        assert_eq!(record.egress.as_deref(), Some("{\"bytes_up\":1}"));
     }
 
     #[tokio::test]

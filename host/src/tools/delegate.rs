@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::deadlines::TaskDeadlines;
-use crate::delegation::{BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
+use crate::delegation::{AccessEnd, BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
 use crate::llm::TokenUsage;
 use crate::store::{Store, TaskEnd};
 
@@ -220,7 +220,8 @@ impl TypedTool for Delegate {
                 }
             }
         };
-        let relay_tokens = access.end();
+        let AccessEnd { relay_tokens, egress } = access.end();
+        end.egress = egress.map(|e| e.to_string());
         if end.usage == TokenUsage::default() {
             // No usage in the answer (a failure, a timeout, a bare report): what the relay
             // charged is the best count there is; kept as completion tokens, like a report.
@@ -256,8 +257,8 @@ impl<'a> Access<'a> {
         Self { tokens, store, task_id, started: Instant::now(), live: true }
     }
 
-    /// Revokes now; returns what the relay charged the task.
-    fn end(mut self) -> Option<u64> {
+    /// Revokes now; returns what the task used (relay tokens, egress summary).
+    fn end(mut self) -> AccessEnd {
         self.live = false;
         self.tokens.revoke(self.task_id)
     }
@@ -268,7 +269,7 @@ impl Drop for Access<'_> {
         if !self.live {
             return;
         }
-        let used = self.tokens.revoke(self.task_id);
+        let AccessEnd { relay_tokens: used, egress } = self.tokens.revoke(self.task_id);
         tracing::info!(task_id = %self.task_id, "subagent task abandoned and its LLM access revoked");
         // The pool recycles the container of a dropped task; the record must not stay
         // "running" forever.
@@ -279,6 +280,7 @@ impl Drop for Access<'_> {
             duration_ms: self.started.elapsed().as_millis() as i64,
             usage: TokenUsage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
             error: Some("abandoned: the turn stopped waiting for the subagent".into()),
+            egress: egress.map(|e| e.to_string()),
             ..TaskEnd::default()
         };
         runtime.spawn(async move {
@@ -350,8 +352,8 @@ mod tests {
             let token = self.0.issue(task_id, 100).map_err(|e| e.to_string())?;
             Ok(TaskLlm::Relay { base_url: "http://relay/v1".into(), token })
         }
-        fn revoke(&self, task_id: &str) -> Option<u64> {
-            self.0.revoke(task_id).map(|u| u.used)
+        fn revoke(&self, task_id: &str) -> AccessEnd {
+            AccessEnd { relay_tokens: self.0.revoke(task_id).map(|u| u.used), egress: None }
         }
     }
 
@@ -384,7 +386,7 @@ mod tests {
         let TaskLlm::Relay { token, .. } = tokens.issue("t2").unwrap() else { panic!() };
         tokens.0.charge("t2", 3);
         let access = Access::new(&tokens, &store, "t2");
-        assert_eq!(access.end(), Some(3));
+        assert_eq!(access.end().relay_tokens, Some(3));
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let _ = std::fs::remove_dir_all(dir);
     }

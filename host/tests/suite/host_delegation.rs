@@ -29,7 +29,7 @@ use nexbot_host::app::{App, AppOptions};
 use nexbot_host::bus::InboundMessage;
 use nexbot_host::channels::console::ConsoleChannel;
 use nexbot_host::config::Config;
-use nexbot_host::delegation::{LlmAccess, TaskLlm};
+use nexbot_host::delegation::{AccessEnd, LlmAccess, TaskLlm};
 use nexbot_host::sandbox::Sandbox;
 use nexbot_host::store::Store;
 use nexbot_tests::docker_or_skip;
@@ -227,6 +227,15 @@ async fn chat_delegates_through_the_relay_and_the_proxy_and_the_key_stays_on_the
     let container = container.expect("no container recorded");
     assert!(container.len() >= 12, "{container}");
     assert_eq!((prompt, completion), (30, 15));
+    // What the task did through the egress is in its record, handed over when it ended.
+    let egress: String = rusqlite::Connection::open(ws.database())
+        .unwrap()
+        .query_row("SELECT egress FROM task_records", [], |r| r.get(0))
+        .expect("the task record holds its egress summary");
+    let egress: Value = serde_json::from_str(&egress).unwrap();
+    let destinations = egress["destinations"].as_object().expect("destinations");
+    assert!(destinations.keys().any(|d| d == &allowed.to_string()), "{egress:#}");
+    assert!(destinations.values().any(|c| c["denied"].as_u64() > Some(0)), "{egress:#}");
 
     // The subagent's calls reached the provider through the relay only, carrying the real
     // key the relay added and never a task token; no prompt carries the key.
@@ -345,7 +354,7 @@ impl LlmAccess for Watched {
         }
         Ok(llm)
     }
-    fn revoke(&self, task_id: &str) -> Option<u64> {
+    fn revoke(&self, task_id: &str) -> AccessEnd {
         self.inner.revoke(task_id)
     }
 }
