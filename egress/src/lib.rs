@@ -43,7 +43,10 @@ pub use audit::{AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, ProxyConfig, RelayConfig,
 };
-pub use firewall::FirewallError;
+pub use firewall::{
+    firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
+    DEFAULT_FIREWALL_CHECK_PERIOD,
+};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
 pub use tokens::{TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};

@@ -11,6 +11,7 @@ mod bench_cleanup;
 mod bundled_skills;
 mod compose_up;
 mod docker_smoke;
+mod egress_firewall_watch;
 mod pool_clean_room;
 mod pool_hardening;
 mod pool_lifecycle;

@@ -118,3 +118,25 @@ pub async fn llm_on(
     nexbot_tests::scripted_llm::ScriptedLlm::start_on(std::net::SocketAddr::new(gateway, 0), steps)
         .await
 }
+
+/// Removes containers and networks by name or id when dropped, so that a failing test leaves
+/// nothing behind (the CLI: `Drop` cannot await). Networks go after the containers.
+#[derive(Debug, Default)]
+pub struct Leftovers {
+    pub containers: Vec<String>,
+    pub networks: Vec<String>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            let _ = std::process::Command::new("docker").args(args).output();
+        };
+        for container in &self.containers {
+            docker(&["rm", "-f", container]);
+        }
+        for network in &self.networks {
+            docker(&["network", "rm", network]);
+        }
+    }
+}
