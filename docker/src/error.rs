@@ -25,6 +25,12 @@ pub enum PoolError {
     #[error("network {name:?}: {reason}")]
     Network { name: String, reason: String },
 
+    #[error(
+        "request {task_id} is {bytes} bytes as a protocol line, over the limit of {limit} bytes \
+         (docs/protocol.md); it was not sent: shorten the task text or pass large data another way"
+    )]
+    TooLarge { task_id: String, bytes: usize, limit: usize },
+
     #[error("pool busy: all {size} containers are busy and the queue of {queue} is full")]
     Busy { size: usize, queue: usize },
 

@@ -18,6 +18,7 @@ use futures_util::future::join_all;
 use nexbot_protocol::request::unix_now;
 use nexbot_protocol::{
     RecentMessage, Report, ReportStatus, Request, RequestType, Response, ResponseBody,
+    MAX_REQUEST_LINE,
 };
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
@@ -189,6 +190,7 @@ impl Pool {
             )));
         }
         request.validate(unix_now()).map_err(|e| PoolError::InvalidRequest(e.to_string()))?;
+        check_line_size(&request)?;
         let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
         let lease = self.inner.acquire(&request.id, &cancel).await?;
         lease.run(request, cancel, progress, timeout, hard_limit).await
@@ -610,6 +612,34 @@ impl Drop for Lease {
     }
 }
 
+/// Refuses a request whose protocol line would be longer than the subagent reads
+/// ([`MAX_REQUEST_LINE`]): sent anyway, it would be dropped as a framing error that names no
+/// task, and the caller would wait for the hard limit. Measured without copying the request
+/// (it may hold secrets).
+fn check_line_size(request: &Request) -> Result<(), PoolError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, request)
+        .map_err(|e| PoolError::InvalidRequest(format!("request could not be encoded: {e}")))?;
+    if count.0 > MAX_REQUEST_LINE {
+        return Err(PoolError::TooLarge {
+            task_id: request.id.clone(),
+            bytes: count.0,
+            limit: MAX_REQUEST_LINE,
+        });
+    }
+    Ok(())
+}
+
 fn remember_progress(seen: &mut VecDeque<RecentMessage>, response: &Response) {
     if let ResponseBody::Progress { event, tool, detail } = &response.body {
         let mut content = format!("{event:?}");
@@ -661,5 +691,24 @@ fn not_clean(response: &Response) -> Option<String> {
             scrub.left.as_deref().unwrap_or("no reason given")
         )),
         None => Some("its subagent did not report a scrub after the task".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_of_exactly_the_limit_is_sent_and_one_byte_more_is_not() {
+        let with = |len: usize| Request::execute("t-1", "x".repeat(len));
+        let overhead = serde_json::to_vec(&with(1)).unwrap().len() - 1;
+        let exact = with(MAX_REQUEST_LINE - overhead);
+        assert_eq!(serde_json::to_vec(&exact).unwrap().len(), MAX_REQUEST_LINE);
+        check_line_size(&exact).unwrap();
+        let err = check_line_size(&with(MAX_REQUEST_LINE - overhead + 1)).unwrap_err();
+        let PoolError::TooLarge { task_id, bytes, limit } = &err else { panic!("{err:?}") };
+        assert_eq!((task_id.as_str(), *bytes, *limit), ("t-1", MAX_REQUEST_LINE + 1, 1_048_576));
+        let text = err.to_string();
+        assert!(text.contains("1048577 bytes") && text.contains("1048576 bytes"), "{text}");
     }
 }

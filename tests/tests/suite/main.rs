@@ -15,6 +15,7 @@ mod egress_firewall_watch;
 mod pool_clean_room;
 mod pool_hardening;
 mod pool_lifecycle;
+mod pool_limits;
 mod pool_network;
 mod pool_recovery;
 mod pool_tasks;
