@@ -63,7 +63,9 @@ pub struct PoolConfig {
     pub hard_limit_grace_secs: u64,
     /// After a `cancel`, how long the final answer is awaited before the container is recycled.
     pub cancel_grace_ms: u64,
-    /// A container is replaced after serving this many tasks.
+    /// A container is replaced after serving at most this many tasks: each container's own
+    /// budget is this less a random share of up to a quarter, so that containers started
+    /// together are not all replaced together (and its successor starts during its last task).
     pub max_tasks_per_container: u64,
     /// How long the whole pool may take to become ready in [`Pool::start`](crate::Pool::start).
     pub startup_timeout_secs: u64,

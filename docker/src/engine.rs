@@ -125,7 +125,8 @@ impl Engine {
                 });
             }
         }
-        Ok(Arc::new(Member::new(id.to_owned(), ip, started, link)))
+        let budget = crate::member::random_task_budget(self.config.max_tasks_per_container);
+        Ok(Arc::new(Member::new(id.to_owned(), ip, started, link, budget)))
     }
 
     /// Reads the container's output until it ends, then fails the link with the best

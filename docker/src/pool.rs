@@ -506,6 +506,10 @@ impl Lease {
         hard_limit: Duration,
     ) -> Result<Response, PoolError> {
         let member = self.member.clone();
+        if member.on_last_task() {
+            // Its successor starts now, while it serves its last task.
+            self.inner.slots[self.index].prewarm.notify_one();
+        }
         let task_id = request.id.clone();
         let correlation_id = request.correlation_id.clone();
         let started = Instant::now();
@@ -590,8 +594,7 @@ impl Lease {
         self.done = true;
         if outcome.is_ok() && self.recycle.is_none() {
             let served = member.count_task();
-            let max = self.inner.engine.config.max_tasks_per_container;
-            if served >= max {
+            if served >= member.task_budget {
                 self.recycle = Some(format!("recycled after serving {served} tasks"));
             }
         }
