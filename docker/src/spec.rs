@@ -38,6 +38,16 @@ pub fn pool_labels(config: &PoolConfig, instance: &str) -> HashMap<String, Strin
     ])
 }
 
+/// Kernel settings of every container: no IPv6 at all, not even link-local addresses, so the
+/// IPv4 firewall and Docker's IPv4 isolation rules cover every way out (see
+/// [`crate::ensure_internal_network`]). Namespaced, so they touch only the container.
+pub fn sysctls() -> HashMap<String, String> {
+    HashMap::from([
+        ("net.ipv6.conf.all.disable_ipv6".to_owned(), "1".to_owned()),
+        ("net.ipv6.conf.default.disable_ipv6".to_owned(), "1".to_owned()),
+    ])
+}
+
 /// Builds the create body for one container of slot `slot`. The container keeps stdin open
 /// and is attached before it starts; closing the attach connection closes its stdin, so a
 /// crashed host leaves containers that exit on EOF rather than run on unattended.
@@ -94,6 +104,7 @@ pub fn container_spec(
         }),
         auto_remove: Some(false),
         ipc_mode: Some("private".into()),
+        sysctls: Some(sysctls()),
         ..Default::default()
     };
     let env: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -160,6 +171,9 @@ mod tests {
         assert_eq!(labels[LABEL_POOL], "nexbot");
         assert_eq!(labels[LABEL_INSTANCE], "inst-1");
         assert_eq!(labels[LABEL_SLOT], "2");
+        let sysctls = host.sysctls.unwrap();
+        assert_eq!(sysctls["net.ipv6.conf.all.disable_ipv6"], "1");
+        assert_eq!(sysctls["net.ipv6.conf.default.disable_ipv6"], "1");
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod docker_smoke;
 mod egress_firewall_watch;
 mod pool_clean_room;
 mod pool_hardening;
+mod pool_isolation;
 mod pool_lifecycle;
 mod pool_limits;
 mod pool_network;
