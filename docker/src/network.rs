@@ -9,23 +9,27 @@
 //! - `internal: true`: no route off the host;
 //! - inter-container traffic off (`com.docker.network.bridge.enable_icc=false`): one task's
 //!   container cannot reach another's, only the gateway;
-//! - no IPv6 (see [`ensure_internal_network`] for why).
+//! - no IPv6 (see [`ensure_internal_network`] for why);
+//! - the labels of its [`Owner`], so that a network of another live daemon is refused.
 //!
-//! An existing network without those settings is recreated (keeping its IPv4 subnet and
-//! bridge options) once no running container uses it; one that a running container still
-//! uses is refused with an error that names the fix.
+//! An existing network without those settings, or one whose owner is gone, is recreated
+//! (keeping its IPv4 subnet and bridge options) once no live container uses it; one that a
+//! live container still uses is refused with an error that names the fix.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 use bollard::models::{Ipam, NetworkCreateRequest, NetworkInspect};
-use bollard::query_parameters::{ListContainersOptionsBuilder, ListNetworksOptionsBuilder};
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+};
 use bollard::Docker;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::error::PoolError;
-use crate::spec::LABEL_ROLE;
+use crate::owner::{self, Liveness, Owner};
+use crate::spec::{LABEL_INSTANCE, LABEL_ROLE};
 
 /// Label put on networks this crate creates, so they can be told apart from the operator's.
 pub const NETWORK_LABEL: &str = "nexbot.network";
@@ -68,9 +72,18 @@ fn pool_network_labels() -> HashMap<String, String> {
 
 /// Returns the pool's internal network `name`, creating it when missing: the one place the
 /// pool network is made, whether [`crate::Pool::start`] or the host (which needs its gateway
-/// before the pool starts) asks first.
+/// before the pool starts) asks first. Owned by this process ([`Owner::current`]).
 pub async fn ensure_pool_network(docker: &Docker, name: &str) -> Result<NetworkInfo, PoolError> {
-    ensure_internal_network(docker, name, &pool_network_labels()).await
+    ensure_pool_network_owned(docker, name, Owner::current()).await
+}
+
+/// [`ensure_pool_network`] on behalf of `owner` (tests stand in for another daemon with it).
+pub async fn ensure_pool_network_owned(
+    docker: &Docker,
+    name: &str,
+    owner: &Owner,
+) -> Result<NetworkInfo, PoolError> {
+    ensure(docker, name, &pool_network_labels(), owner).await
 }
 
 /// Engine 20.10 (API 1.41) creates a second network with the same name instead of failing,
@@ -78,9 +91,9 @@ pub async fn ensure_pool_network(docker: &Docker, name: &str) -> Result<NetworkI
 /// creations closes the race inside one process, and [`dedupe`] closes it across processes.
 static CREATE_LOCK: Mutex<()> = Mutex::const_new(());
 
-/// Returns the internal network `name`, creating it (with `labels` and [`NETWORK_LABEL`]) when
-/// it does not exist. An existing network is used when it has the sandbox's settings;
-/// otherwise see the module's docs.
+/// Returns the internal network `name`, creating it (with `labels`, [`NETWORK_LABEL`] and
+/// this process's owner labels) when it does not exist. An existing network is used when this
+/// process owns it and it has the sandbox's settings; otherwise see the module's docs.
 ///
 /// **IPv6 is off**, and a network with IPv6 is recreated without it (or refused while in
 /// use), rather than the egress firewall being doubled with `ip6tables`: the egress path
@@ -95,10 +108,19 @@ pub async fn ensure_internal_network(
     name: &str,
     labels: &HashMap<String, String>,
 ) -> Result<NetworkInfo, PoolError> {
+    ensure(docker, name, labels, Owner::current()).await
+}
+
+async fn ensure(
+    docker: &Docker,
+    name: &str,
+    labels: &HashMap<String, String>,
+    owner: &Owner,
+) -> Result<NetworkInfo, PoolError> {
     let _guard = CREATE_LOCK.lock().await;
     let mut template = None;
     if let Some(existing) = find_raw(docker, name).await? {
-        match unsafe_settings(&existing) {
+        match assess(docker, &existing, owner).await? {
             None => return info(existing),
             Some(why) => {
                 take_over(docker, &existing, &why).await?;
@@ -106,13 +128,22 @@ pub async fn ensure_internal_network(
             }
         }
     }
-    let request = create_request(name, labels, template.as_ref());
+    let request = create_request(name, labels, owner, template.as_ref());
     let created = docker
         .create_network(request)
         .await
         .map_err(|e| PoolError::docker(format!("create network {name}"), e))?;
     let winner = dedupe(docker, name).await?;
     let net = inspect_raw(docker, &winner).await?;
+    if winner != created.id {
+        // A racer in another process won: it must be a network we may use.
+        if let Some(why) = assess(docker, &net, owner).await? {
+            return Err(PoolError::Network {
+                name: name.into(),
+                reason: format!("was created at the same time by someone else, and {why}"),
+            });
+        }
+    }
     let mut info = info(net)?;
     info.created = winner == created.id;
     Ok(info)
@@ -124,11 +155,18 @@ pub async fn ensure_internal_network(
 fn create_request(
     name: &str,
     labels: &HashMap<String, String>,
+    owner: &Owner,
     template: Option<&NetworkInspect>,
 ) -> NetworkCreateRequest {
-    let mut all_labels = template.and_then(|t| t.labels.clone()).unwrap_or_default();
+    let mut all_labels: HashMap<String, String> = template
+        .and_then(|t| t.labels.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(owner::LABEL_OWNER))
+        .collect();
     all_labels.extend(labels.clone());
     all_labels.insert(NETWORK_LABEL.into(), name.into());
+    all_labels.extend(owner.labels());
     let mut options = template.and_then(|t| t.options.clone()).unwrap_or_default();
     options.insert(ICC_OPTION.into(), "false".into());
     let ipam = template.and_then(|t| t.ipam.clone()).and_then(|ipam| {
@@ -152,6 +190,40 @@ fn create_request(
     }
 }
 
+/// Why the existing network may not be used as it is (`None`: use it), or an error when it
+/// belongs to another live daemon.
+async fn assess(
+    docker: &Docker,
+    net: &NetworkInspect,
+    owner: &Owner,
+) -> Result<Option<String>, PoolError> {
+    let name = net.name.clone().unwrap_or_default();
+    let recorded = net.labels.as_ref().and_then(Owner::from_labels);
+    let mine = recorded.as_ref().is_some_and(|r| {
+        // Pools of one process share a network.
+        r.instance == owner.instance || r.same_process(Owner::current())
+    });
+    if !mine {
+        return Ok(Some(match &recorded {
+            None => "it carries no owner (made by an older nexbot or by hand)".to_owned(),
+            Some(r) => match owner::liveness(docker, r).await? {
+                Liveness::Live(why) => {
+                    return Err(PoolError::Owned {
+                        what: format!("network {name:?}"),
+                        owner: r.describe(),
+                        why,
+                        fix: "stop that daemon, or give this one another subagent.network \
+                              (and subagent.pool_name)"
+                            .into(),
+                    })
+                }
+                Liveness::Dead(why) => format!("its owner, {}, is gone ({why})", r.describe()),
+            },
+        }));
+    }
+    Ok(unsafe_settings(net))
+}
+
 /// What makes `net` unfit for the sandbox, if anything.
 pub(crate) fn unsafe_settings(net: &NetworkInspect) -> Option<String> {
     let mut problems = Vec::new();
@@ -172,8 +244,9 @@ pub(crate) fn unsafe_settings(net: &NetworkInspect) -> Option<String> {
     (!problems.is_empty()).then(|| problems.join(", "))
 }
 
-/// Makes way for a new network `net` (unfit because `why`): removes it, unless a running
-/// container uses it, which is refused with an error naming it and the fix.
+/// Makes way for a new network `net` (unfit because `why`): removes the containers on it
+/// whose owner is gone, then the network. A live container on it stops everything, with an
+/// error naming it and the fix.
 async fn take_over(docker: &Docker, net: &NetworkInspect, why: &str) -> Result<(), PoolError> {
     let name = net.name.clone().unwrap_or_default();
     let id = net.id.clone().unwrap_or_default();
@@ -185,21 +258,57 @@ async fn take_over(docker: &Docker, net: &NetworkInspect, why: &str) -> Result<(
         .map_err(|e| PoolError::docker(format!("list the containers on network {name}"), e))?;
     for container in attached {
         let Some(cid) = container.id.clone() else { continue };
-        // A stopped container does not hold the network.
-        let running = container.state.as_ref().is_some_and(|s| s.to_string() == "running");
-        if !running {
-            continue;
-        }
         let short: String = cid.chars().take(12).collect();
         let labels = container.labels.unwrap_or_default();
-        let whose = if labels.contains_key(LABEL_ROLE) { "nexbot's" } else { "not nexbot's" };
-        return Err(PoolError::Network {
-            name,
-            reason: format!(
-                "{why}, but running container {short} ({whose}) uses it; stop it, or remove \
-                 the network yourself (docker network rm), or choose another subagent.network"
-            ),
-        });
+        let running = container.state.as_ref().is_some_and(|s| s.to_string() == "running");
+        let verdict = match Owner::from_labels(&labels) {
+            Some(owner) => {
+                let run = labels.get(LABEL_INSTANCE).cloned().unwrap_or_default();
+                let verdict = owner::owner_of_run_is_live(docker, &owner, &run).await?;
+                if let Liveness::Live(live) = &verdict {
+                    if owner.same_process(Owner::current()) {
+                        return Err(PoolError::Network {
+                            name,
+                            reason: format!(
+                                "{why}, but a pool of this process uses it (container {short}); \
+                                 shut that pool down first"
+                            ),
+                        });
+                    }
+                    return Err(PoolError::Owned {
+                        what: format!("network {name:?} (container {short} on it)"),
+                        owner: owner.describe(),
+                        why: live.clone(),
+                        fix: "stop that daemon, or give this one another subagent.network".into(),
+                    });
+                }
+                verdict
+            }
+            None if running => {
+                let whose = if labels.contains_key(LABEL_ROLE) {
+                    "an older nexbot's"
+                } else {
+                    "not nexbot's"
+                };
+                return Err(PoolError::Network {
+                    name,
+                    reason: format!(
+                        "{why}, but running container {short} ({whose}) uses it; stop it, or \
+                         remove the network yourself (docker network rm), or choose another \
+                         subagent.network"
+                    ),
+                });
+            }
+            // A stopped container nexbot cannot attribute is left alone.
+            None => continue,
+        };
+        tracing::info!(network = %name, container = %short, ?verdict, "removing a dead owner's container");
+        let remove = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match docker.remove_container(&cid, Some(remove)).await {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            Err(e) => return Err(PoolError::docker(format!("remove container {short}"), e)),
+        }
     }
     match docker.remove_network(&id).await {
         Ok(())

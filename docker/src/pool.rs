@@ -30,7 +30,8 @@ use crate::engine::Engine;
 use crate::error::PoolError;
 use crate::link::LinkError;
 use crate::member::{CurrentTask, Member};
-use crate::network::{ensure_pool_network, NetworkInfo};
+use crate::network::{ensure_pool_network_owned, NetworkInfo};
+use crate::owner::{Owner, RunRegistration};
 use crate::slot::{ContainerSnapshot, Slot, SlotState};
 use crate::supervisor;
 
@@ -58,6 +59,8 @@ pub struct PingResult {
 pub struct Pool {
     inner: Arc<Inner>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Marks this run alive in this process until the pool is dropped.
+    _run: RunRegistration,
 }
 
 #[derive(Debug)]
@@ -78,23 +81,35 @@ struct Dispatch {
 }
 
 impl Pool {
-    /// Starts a pool: checks the config and the image, ensures the internal network, removes
-    /// containers left by an earlier run of a pool with the same name, then brings all
-    /// containers up in parallel and returns once every one has answered a ping.
+    /// Starts a pool owned by this process ([`Owner::current`]): checks the config and the
+    /// image, ensures the internal network, removes containers left by an earlier run of a
+    /// pool with the same name whose owner is gone, then brings all containers up in parallel
+    /// and returns once every one has answered a ping.
+    ///
+    /// A pool name or network that belongs to another live nexbot instance (in this process
+    /// or another) is refused with [`PoolError::Owned`], and nothing of it is touched.
     pub async fn start(docker: Docker, config: PoolConfig) -> Result<Pool, PoolError> {
+        Self::start_owned(docker, config, Owner::current().clone()).await
+    }
+
+    /// [`Pool::start`] on behalf of `owner`, whose labels go on the containers (and on the
+    /// network if this start creates it). Tests stand in for other daemons with it.
+    pub async fn start_owned(
+        docker: Docker,
+        config: PoolConfig,
+        owner: Owner,
+    ) -> Result<Pool, PoolError> {
         config.validate()?;
-        let engine = Arc::new(Engine {
-            docker,
-            instance: uuid::Uuid::new_v4().simple().to_string(),
-            stop: CancellationToken::new(),
-            config,
-        });
+        let instance = uuid::Uuid::new_v4().simple().to_string();
+        let run = RunRegistration::register(&config.name, &instance, &owner)?;
+        let engine =
+            Arc::new(Engine { docker, instance, owner, stop: CancellationToken::new(), config });
         let config = &engine.config;
         // Independent preparations, run together: start-up time is the pool's first promise.
         let (network, (), reaped) = tokio::try_join!(
-            ensure_pool_network(&engine.docker, &config.network),
+            ensure_pool_network_owned(&engine.docker, &config.network, &engine.owner),
             image_present(&engine.docker, &config.image),
-            engine.reap(false),
+            engine.reap_dead_runs(),
         )?;
         if reaped > 0 {
             tracing::info!(pool = %config.name, reaped, "removed containers left by an earlier run");
@@ -117,7 +132,7 @@ impl Pool {
             Ok(members) => members,
             Err(e) => {
                 engine.stop.cancel();
-                let _ = engine.reap(true).await;
+                let _ = engine.reap().await;
                 return Err(e);
             }
         };
@@ -139,9 +154,10 @@ impl Pool {
             pool = %inner.engine.config.name,
             size = inner.slots.len(),
             network = %inner.network.name,
+            owner = %inner.engine.owner.describe(),
             "pool ready"
         );
-        Ok(Pool { inner, tasks: Mutex::new(tasks) })
+        Ok(Pool { inner, tasks: Mutex::new(tasks), _run: run })
     }
 
     /// Runs one `execute` request on a container and returns its final response.
@@ -289,12 +305,12 @@ impl Pool {
         for task in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
-        inner.engine.reap(true).await?;
-        let left = inner.engine.list(true).await?;
+        inner.engine.reap().await?;
+        let left = inner.engine.list().await?;
         if !left.is_empty() {
             // A creation that was in flight when supervision stopped may land late.
             tokio::time::sleep(Duration::from_millis(500)).await;
-            inner.engine.reap(true).await?;
+            inner.engine.reap().await?;
         }
         tracing::info!(pool = %inner.engine.config.name, "pool shut down");
         Ok(())

@@ -12,7 +12,7 @@ use bollard::models::{ContainerCreateBody, HostConfig, Ipam, IpamConfig, Network
 use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
 use bollard::Docker;
 use nexbot_docker::network::ICC_OPTION;
-use nexbot_docker::{ensure_pool_network, Pool, PoolError};
+use nexbot_docker::{ensure_pool_network, Owner, Pool, PoolError};
 use pool_common::{eventually, exec, setup, Leftovers};
 
 #[tokio::test]
@@ -123,6 +123,7 @@ async fn unsafe_network_is_replaced(tag: &str, what: Unsafe) {
     assert_eq!(net.options.unwrap_or_default().get(ICC_OPTION).map(String::as_str), Some("false"));
     let labels = net.labels.unwrap_or_default();
     assert_eq!(labels.get("nexbot.test").map(String::as_str), Some("nxp"));
+    assert_eq!(labels.get("nexbot.owner"), Some(&Owner::current().instance));
     // Asked again, it is the same network.
     assert_eq!(ensure_pool_network(&docker, &name).await.unwrap().id, info.id);
 
@@ -147,9 +148,10 @@ async fn unsafe_network_is_replaced(tag: &str, what: Unsafe) {
     docker.remove_network(&name).await.expect("remove the test network");
 }
 
-/// Creates network `name`, internal, with the unsafe setting.
+/// Creates network `name`, internal and owned by this process, with the unsafe setting.
 async fn make_network(docker: &Docker, name: &str, what: Unsafe) -> String {
-    let labels = HashMap::from([("nexbot.test".to_owned(), "nxp".to_owned())]);
+    let mut labels = Owner::current().labels();
+    labels.insert("nexbot.test".into(), "nxp".into());
     let mut options = HashMap::new();
     let mut ipam = None;
     match what {

@@ -18,9 +18,9 @@ pub const IMAGE: &str = "nexbot-subagent:dev";
 const NETWORK_PREFIX: &str = "nxp-tests-";
 
 /// One internal network shared by every pool test of this process: creating one per test
-/// would exhaust the engine's address pools when tests run in parallel, and a network shared
-/// with other test processes (another checkout's, say) could be recreated under them when its
-/// settings are not the sandbox's. Networks of dead test processes are removed by [`setup`].
+/// would exhaust the engine's address pools when tests run in parallel, and a network belongs
+/// to the process that made it (a test run in another process, another checkout's say, is
+/// refused it while this one lives). Networks of dead test processes are removed by [`setup`].
 pub fn network() -> String {
     format!("{NETWORK_PREFIX}{}", std::process::id())
 }
