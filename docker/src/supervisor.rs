@@ -44,7 +44,10 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
     let mut failures: u32 = 0;
     let mut successor: Option<Successor> = None;
     loop {
-        let Some(retirement) = watch(&inner, index, &member, &mut successor).await else {
+        let retirement = watch(&inner, index, &member, &mut successor).await;
+        // A pool that stops (dropped, or shut down) leaves its containers as they are: the
+        // shutdown removes them, or the next owner of the name reaps them.
+        let Some(retirement) = retirement.filter(|_| !engine.stop.is_cancelled()) else {
             if let Some(successor) = successor {
                 successor.abort();
             }
@@ -178,6 +181,8 @@ async fn watch(
     let mut next_ping = tokio::time::Instant::now() + interval;
     loop {
         tokio::select! {
+            // First: a pool that stops closes every link too, which is no reason to replace.
+            biased;
             _ = engine.stop.cancelled() => return None,
             _ = member.link.closed() => {
                 return Some(member.retirement().unwrap_or(Retirement {
