@@ -1,6 +1,7 @@
 //! A pool belongs to one daemon, against the real engine: a pool name or network owned by
 //! another live nexbot instance is refused with a clear error and left untouched; once that
-//! owner is gone, the next start reaps what it left (and takes its network over).
+//! owner is gone, the next start reaps what it left (and takes its network over), and
+//! `make down`'s leftovers removal (`docker/reap-leftovers.sh`) does the same.
 //!
 //! "Another daemon" is played by a child process (`sleep`): its pid and start time are what
 //! the owner labels record, so killing it makes a dead owner, a pid that no longer exists.
@@ -150,4 +151,55 @@ async fn another_live_daemons_network_is_refused_and_a_dead_ones_is_taken_over()
     assert_eq!(labels.get(LABEL_OWNER), Some(&Owner::current().instance));
     ours.shutdown().await.expect("shutdown");
     docker.remove_network(&network).await.expect("remove the test network");
+}
+
+/// Runs `docker/reap-leftovers.sh pool network` (what `make down` runs last).
+fn reap_leftovers(pool: &str, network: &str) -> (bool, String) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../docker/reap-leftovers.sh");
+    let out = Command::new("sh").arg(script).args([pool, network]).output().expect("run script");
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn make_down_removes_only_what_a_daemon_that_is_gone_left() {
+    let Some((docker, mut config)) = setup("owned-down").await else { return };
+    let network = format!("nxp-owned-down-{}", std::process::id());
+    let _leftovers = Leftovers { containers: Vec::new(), networks: vec![network.clone()] };
+    config.size = 1;
+    config.network = network.clone();
+    let mut other = OtherDaemon::start();
+    ensure_pool_network_owned(&docker, &network, &other.owner).await.expect("network");
+    let theirs = Pool::start_owned(docker.clone(), config.clone(), other.owner.clone())
+        .await
+        .expect("the other daemon's pool starts");
+    let their_containers = containers_of(&docker, &config.name).await;
+    drop(theirs);
+
+    // Its daemon still runs: everything stays, and `make down` says so and fails.
+    let (ok, out) = reap_leftovers(&config.name, &network);
+    assert!(!ok, "{out}");
+    assert!(out.contains("keeping container") && out.contains("keeping network"), "{out}");
+    assert!(out.contains("pool containers remain"), "{out}");
+    assert_eq!(containers_of(&docker, &config.name).await, their_containers);
+    assert!(docker.inspect_network(&network, None).await.is_ok());
+
+    // Gone: its containers and its network are removed.
+    other.die();
+    let (ok, out) = reap_leftovers(&config.name, &network);
+    assert!(ok, "{out}");
+    assert!(out.contains("removed leftover pool container"), "{out}");
+    assert!(out.contains(&format!("removed network {network}")), "{out}");
+    assert!(containers_of(&docker, &config.name).await.is_empty());
+    assert!(docker.inspect_network(&network, None).await.is_err());
+
+    // A pool of this live test process is never touched.
+    let mine = PoolConfig { network: pool_common::network(), ..config.clone() };
+    let pool = Pool::start(docker.clone(), mine.clone()).await.expect("pool starts");
+    let (ok, out) = reap_leftovers(&mine.name, &format!("nxp-no-such-net-{}", std::process::id()));
+    assert!(!ok, "{out}");
+    assert!(out.contains("keeping container"), "{out}");
+    assert_eq!(containers_of(&docker, &mine.name).await.len(), 1);
+    pool.shutdown().await.expect("shutdown");
 }
