@@ -114,17 +114,11 @@ logs:
 	$(COMPOSE) logs -f host
 
 # Stops the daemon (its shutdown removes the pool's containers and its firewall rules), removes
-# the compose containers, then anything a killed daemon left: pool containers (by label), egress
-# firewall rules on the pool's bridge (a crash keeps the bridge closed, not open), the network.
+# the compose containers, then what a killed daemon left (docker/reap-leftovers.sh): pool
+# containers (by label), egress firewall rules on the pool's bridge (a crash keeps the bridge
+# closed, not open), the network — only what its owner, a daemon that is gone, created: a pool
+# or network of the same name that a running daemon owns is left alone (and said so).
 down:
 	$(COMPOSE) down --remove-orphans
-	@left=$$(docker ps -aq --filter label=nexbot.pool=$(NEXBOT_POOL_NAME)); \
-	  if [ -n "$$left" ]; then echo "removing leftover pool containers: $$left"; docker rm -f $$left >/dev/null; fi
-	@if docker network inspect $(NEXBOT_POOL_NETWORK) --format '{{index .Labels "nexbot.network"}}' 2>/dev/null | grep -q .; then \
-	  bridge=br-$$(docker network inspect $(NEXBOT_POOL_NETWORK) --format '{{.Id}}' | cut -c1-12); \
-	  iptables -S INPUT 2>/dev/null | grep -e "-i $$bridge " | grep -e '--comment nexbot-egress' | \
-	    sed 's/^-A /-D /' | while read -r rule; do iptables -w 5 $$rule && echo "removed firewall rule: $$rule"; done; \
-	  docker network rm $(NEXBOT_POOL_NETWORK) >/dev/null && echo "removed network $(NEXBOT_POOL_NETWORK)"; fi
-	@test -z "$$(docker ps -aq --filter label=nexbot.pool=$(NEXBOT_POOL_NAME))" || \
-	  { echo "make down: pool containers remain" >&2; exit 1; }
+	@docker/reap-leftovers.sh $(NEXBOT_POOL_NAME) $(NEXBOT_POOL_NETWORK)
 	@echo "nexbot is down"

@@ -16,7 +16,9 @@ use crate::error::PoolError;
 #[serde(default, deny_unknown_fields)]
 pub struct PoolConfig {
     /// Scopes labels, container names and start-up reaping: two pools with different names
-    /// never touch each other's containers. `[A-Za-z0-9][A-Za-z0-9_.-]*`, at most 40 chars.
+    /// never touch each other's containers, and a name whose containers belong to another
+    /// live daemon is refused (see [`crate::owner`]). `[A-Za-z0-9][A-Za-z0-9_.-]*`, at most
+    /// 40 chars.
     pub name: String,
     /// Image every container is created from.
     pub image: String,
@@ -26,7 +28,9 @@ pub struct PoolConfig {
     pub queue_capacity: usize,
     /// Longest a task waits in the queue before it gives up with a clear error.
     pub queue_timeout_secs: u64,
-    /// Internal Docker network the containers are attached to (created if missing).
+    /// Internal Docker network the containers are attached to (created if missing, with
+    /// inter-container traffic and IPv6 off; see [`crate::ensure_internal_network`]). Pools of
+    /// one process may share it; another live daemon's is refused.
     pub network: String,
     /// User the container process runs as: numeric `uid[:gid]`, never 0.
     pub user: String,
@@ -63,7 +67,9 @@ pub struct PoolConfig {
     pub hard_limit_grace_secs: u64,
     /// After a `cancel`, how long the final answer is awaited before the container is recycled.
     pub cancel_grace_ms: u64,
-    /// A container is replaced after serving this many tasks.
+    /// A container is replaced after serving at most this many tasks: each container's own
+    /// budget is this less a random share of up to a quarter, so that containers started
+    /// together are not all replaced together (and its successor starts during its last task).
     pub max_tasks_per_container: u64,
     /// How long the whole pool may take to become ready in [`Pool::start`](crate::Pool::start).
     pub startup_timeout_secs: u64,

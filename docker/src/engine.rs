@@ -21,6 +21,7 @@ use crate::error::PoolError;
 use crate::link::{Link, LinkError};
 use crate::logs::LogRing;
 use crate::member::Member;
+use crate::owner::{self, Liveness, Owner};
 use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
 
 /// How long the engine gets to remove a container before the pool stops waiting.
@@ -35,9 +36,11 @@ const INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub(crate) struct Engine {
     pub(crate) docker: Docker,
     pub(crate) config: PoolConfig,
-    /// Unique per `Pool::start`, so that a restarted host can tell its containers from an
-    /// earlier run's.
+    /// Unique per `Pool::start` (the pool *run*), so that a restarted host can tell its
+    /// containers from an earlier run's.
     pub(crate) instance: String,
+    /// The daemon instance the pool belongs to; its labels go on every container.
+    pub(crate) owner: Owner,
     /// Fires when the pool goes away; background readers stop on it.
     pub(crate) stop: CancellationToken,
 }
@@ -51,7 +54,7 @@ impl Engine {
         logs: Arc<LogRing>,
         ready_timeout: Duration,
     ) -> Result<Arc<Member>, PoolError> {
-        let body = container_spec(&self.config, &self.instance, slot)?;
+        let body = container_spec(&self.config, &self.owner, &self.instance, slot)?;
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let name = format!("{}-{slot}-{}", self.config.name, &suffix[..8]);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
@@ -125,7 +128,8 @@ impl Engine {
                 });
             }
         }
-        Ok(Arc::new(Member::new(id.to_owned(), ip, started, link)))
+        let budget = crate::member::random_task_budget(self.config.max_tasks_per_container);
+        Ok(Arc::new(Member::new(id.to_owned(), ip, started, link, budget)))
     }
 
     /// Reads the container's output until it ends, then fails the link with the best
@@ -225,12 +229,12 @@ impl Engine {
         }
     }
 
-    /// Ids of the containers of this pool name; only this instance's when `this_instance`.
-    pub(crate) async fn list(&self, this_instance: bool) -> Result<Vec<String>, PoolError> {
-        let mut labels = vec![format!("{LABEL_POOL}={}", self.config.name)];
-        if this_instance {
-            labels.push(format!("{LABEL_INSTANCE}={}", self.instance));
-        }
+    /// Ids of the containers of this pool run.
+    pub(crate) async fn list(&self) -> Result<Vec<String>, PoolError> {
+        let labels = vec![
+            format!("{LABEL_POOL}={}", self.config.name),
+            format!("{LABEL_INSTANCE}={}", self.instance),
+        ];
         let filters = HashMap::from([("label", labels)]);
         let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
         let containers = self
@@ -241,11 +245,62 @@ impl Engine {
         Ok(containers.into_iter().filter_map(|c| c.id).collect())
     }
 
-    /// Removes every container of this pool name (or of this instance only), in parallel,
-    /// and returns how many there were.
-    pub(crate) async fn reap(&self, this_instance: bool) -> Result<usize, PoolError> {
-        let ids = self.list(this_instance).await?;
+    /// Removes every container of this pool run, in parallel, and returns how many there
+    /// were.
+    pub(crate) async fn reap(&self) -> Result<usize, PoolError> {
+        let ids = self.list().await?;
         futures_util::future::join_all(ids.iter().map(|id| self.remove(id))).await;
         Ok(ids.len())
+    }
+
+    /// Start-up reaping: removes the containers of this pool name that earlier runs left,
+    /// when their owner is gone, and returns how many there were. Containers of a live owner
+    /// (another running daemon with this pool name) refuse the start, and nothing is removed.
+    pub(crate) async fn reap_dead_runs(&self) -> Result<usize, PoolError> {
+        let filters =
+            HashMap::from([("label", vec![format!("{LABEL_POOL}={}", self.config.name)])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| PoolError::docker("list the pool's containers", e))?;
+        // One verdict per (owner, run); the runs of this start are not there yet.
+        let mut verdicts: HashMap<(Option<String>, String), Liveness> = HashMap::new();
+        let mut dead = Vec::new();
+        for container in containers {
+            let Some(id) = container.id else { continue };
+            let labels = container.labels.unwrap_or_default();
+            let run = labels.get(LABEL_INSTANCE).cloned().unwrap_or_default();
+            let recorded = Owner::from_labels(&labels);
+            let key = (recorded.as_ref().map(|o| o.instance.clone()), run.clone());
+            let verdict = match verdicts.get(&key) {
+                Some(verdict) => verdict.clone(),
+                None => {
+                    let verdict = match &recorded {
+                        Some(owner) => owner::owner_of_run_is_live(&self.docker, owner, &run).await?,
+                        // An older nexbot's container: dead once it stopped (its stdin closed).
+                        None if container.state.as_ref().is_some_and(|s| s.to_string() == "running") => {
+                            Liveness::Live("a container of it, made by an older nexbot without owner labels, is running".into())
+                        }
+                        None => Liveness::Dead("its container has stopped".into()),
+                    };
+                    verdicts.insert(key, verdict.clone());
+                    verdict
+                }
+            };
+            if let Liveness::Live(why) = verdict {
+                let short: String = id.chars().take(12).collect();
+                return Err(PoolError::Owned {
+                    what: format!("pool {:?} (container {short})", self.config.name),
+                    owner: recorded.map_or_else(|| "an older nexbot".to_owned(), |o| o.describe()),
+                    why,
+                    fix: "stop that daemon, or give this one another subagent.pool_name".into(),
+                });
+            }
+            dead.push(id);
+        }
+        futures_util::future::join_all(dead.iter().map(|id| self.remove(id))).await;
+        Ok(dead.len())
     }
 }

@@ -25,6 +25,16 @@ pub enum PoolError {
     #[error("network {name:?}: {reason}")]
     Network { name: String, reason: String },
 
+    /// A pool name or network that belongs to another nexbot instance that is still alive.
+    #[error("{what} belongs to another running nexbot, {owner}: {why}; {fix}")]
+    Owned { what: String, owner: String, why: String, fix: String },
+
+    #[error(
+        "request {task_id} is {bytes} bytes as a protocol line, over the limit of {limit} bytes \
+         (docs/protocol.md); it was not sent: shorten the task text or pass large data another way"
+    )]
+    TooLarge { task_id: String, bytes: usize, limit: usize },
+
     #[error("pool busy: all {size} containers are busy and the queue of {queue} is full")]
     Busy { size: usize, queue: usize },
 

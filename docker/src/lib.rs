@@ -11,7 +11,9 @@
 //! [`Pool::container_for_address`] for the egress proxy, and [`Pool::shutdown`] at the end.
 //! [`ensure_internal_network`] (and [`ensure_pool_network`]) and [`spec::container_spec`] are
 //! public for the parts that need to see the network and the container spec (egress proxy,
-//! compose). The host reaches Docker only through this crate: [`connect`] makes its connection,
+//! compose). A pool and its network belong to one daemon instance, an [`Owner`] (see
+//! [`owner`]): [`Pool::start_owned`] and [`ensure_pool_network_owned`] let tests stand in for
+//! other daemons. The host reaches Docker only through this crate: [`connect`] makes its connection,
 //! and [`engine_version`], [`image_present`] and [`network_gateway`] answer `nexbot doctor`.
 
 pub mod config;
@@ -23,6 +25,7 @@ mod link;
 mod logs;
 mod member;
 pub mod network;
+pub mod owner;
 mod pool;
 mod slot;
 pub mod spec;
@@ -34,6 +37,10 @@ pub use connect::{
     ENGINE_TIMEOUT,
 };
 pub use error::PoolError;
-pub use network::{ensure_internal_network, ensure_pool_network, remove_network, NetworkInfo};
+pub use network::{
+    ensure_internal_network, ensure_pool_network, ensure_pool_network_owned, remove_network,
+    NetworkInfo,
+};
+pub use owner::Owner;
 pub use pool::{PingResult, Pool, MAX_TASK_TIMEOUT_SECS};
 pub use slot::{ContainerSnapshot, SlotState};

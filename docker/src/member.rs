@@ -35,6 +35,8 @@ pub(crate) struct Member {
     pub(crate) started: Instant,
     pub(crate) link: Arc<Link>,
     pub(crate) tasks_served: AtomicU64,
+    /// Tasks this container serves before it is recycled (see [`task_budget`]).
+    pub(crate) task_budget: u64,
     /// Set once the container has answered anything after becoming ready: a member that dies
     /// before that is a failed start as far as back-off is concerned.
     pub(crate) proven: AtomicBool,
@@ -48,8 +50,10 @@ impl Member {
         ip: Option<IpAddr>,
         started: Instant,
         link: Arc<Link>,
+        task_budget: u64,
     ) -> Self {
         Self {
+            task_budget,
             short_id: container_id.chars().take(12).collect(),
             container_id,
             ip,
@@ -95,6 +99,11 @@ impl Member {
         self.tasks_served.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// `true` when the task about to start is the last of its budget.
+    pub(crate) fn on_last_task(&self) -> bool {
+        self.tasks_served.load(Ordering::Relaxed) + 1 >= self.task_budget
+    }
+
     pub(crate) fn mark_proven(&self) {
         self.proven.store(true, Ordering::Relaxed);
     }
@@ -102,5 +111,56 @@ impl Member {
     /// `true` when `target` names this container: its full id or a prefix of at least 4.
     pub(crate) fn matches(&self, target: &str) -> bool {
         target.len() >= 4 && self.container_id.starts_with(target)
+    }
+}
+
+/// How many tasks a new container serves before it is recycled: `max` less a random share of
+/// up to a quarter of it (never below 1), so that containers started together do not all
+/// reach the limit together and leave the pool empty while they are replaced. `random` is any
+/// random number.
+pub(crate) fn task_budget(max: u64, random: u64) -> u64 {
+    let spread = max / 4;
+    max.saturating_sub(random % (spread + 1)).max(1)
+}
+
+/// [`task_budget`] with a fresh random number.
+pub(crate) fn random_task_budget(max: u64) -> u64 {
+    task_budget(max, uuid::Uuid::new_v4().as_u128() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_spread_over_the_top_quarter_and_never_reach_zero() {
+        // Every random number lands in [max - max/4, max], and every value there is reached.
+        let mut seen = std::collections::BTreeSet::new();
+        for random in 0..1_000u64 {
+            let budget = task_budget(100, random.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            assert!((75..=100).contains(&budget), "{budget}");
+            seen.insert(budget);
+        }
+        assert_eq!(seen.len(), 26, "{seen:?}");
+        for random in [0, 1, u64::MAX] {
+            assert_eq!(task_budget(1, random), 1);
+            assert!((1..=3).contains(&task_budget(3, random)));
+            assert!((6..=8).contains(&task_budget(8, random)));
+        }
+        assert_eq!(task_budget(u64::MAX, 0), u64::MAX);
+    }
+
+    #[test]
+    fn containers_started_together_get_different_budgets() {
+        // A pool of 8 started at once: with 26 possible budgets, all equal has odds ~1e-10.
+        let budgets: std::collections::BTreeSet<u64> =
+            (0..8).map(|_| random_task_budget(100)).collect();
+        assert!(budgets.len() > 1, "{budgets:?}");
+        // Over many containers the whole quarter is used, not just one end of it.
+        let many: Vec<u64> = (0..2_000).map(|_| random_task_budget(100)).collect();
+        assert!(many.iter().all(|b| (75..=100).contains(b)));
+        assert!(many.iter().any(|b| *b <= 78) && many.iter().any(|b| *b >= 97), "{many:?}");
+        let mean = many.iter().sum::<u64>() as f64 / many.len() as f64;
+        assert!((85.0..=90.0).contains(&mean), "mean {mean}");
     }
 }

@@ -18,6 +18,7 @@ use futures_util::future::join_all;
 use nexbot_protocol::request::unix_now;
 use nexbot_protocol::{
     RecentMessage, Report, ReportStatus, Request, RequestType, Response, ResponseBody,
+    MAX_REQUEST_LINE,
 };
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
@@ -29,7 +30,8 @@ use crate::engine::Engine;
 use crate::error::PoolError;
 use crate::link::LinkError;
 use crate::member::{CurrentTask, Member};
-use crate::network::{ensure_pool_network, NetworkInfo};
+use crate::network::{ensure_pool_network_owned, NetworkInfo};
+use crate::owner::{Owner, RunRegistration};
 use crate::slot::{ContainerSnapshot, Slot, SlotState};
 use crate::supervisor;
 
@@ -57,6 +59,8 @@ pub struct PingResult {
 pub struct Pool {
     inner: Arc<Inner>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Marks this run alive in this process until the pool is dropped.
+    _run: RunRegistration,
 }
 
 #[derive(Debug)]
@@ -77,23 +81,35 @@ struct Dispatch {
 }
 
 impl Pool {
-    /// Starts a pool: checks the config and the image, ensures the internal network, removes
-    /// containers left by an earlier run of a pool with the same name, then brings all
-    /// containers up in parallel and returns once every one has answered a ping.
+    /// Starts a pool owned by this process ([`Owner::current`]): checks the config and the
+    /// image, ensures the internal network, removes containers left by an earlier run of a
+    /// pool with the same name whose owner is gone, then brings all containers up in parallel
+    /// and returns once every one has answered a ping.
+    ///
+    /// A pool name or network that belongs to another live nexbot instance (in this process
+    /// or another) is refused with [`PoolError::Owned`], and nothing of it is touched.
     pub async fn start(docker: Docker, config: PoolConfig) -> Result<Pool, PoolError> {
+        Self::start_owned(docker, config, Owner::current().clone()).await
+    }
+
+    /// [`Pool::start`] on behalf of `owner`, whose labels go on the containers (and on the
+    /// network if this start creates it). Tests stand in for other daemons with it.
+    pub async fn start_owned(
+        docker: Docker,
+        config: PoolConfig,
+        owner: Owner,
+    ) -> Result<Pool, PoolError> {
         config.validate()?;
-        let engine = Arc::new(Engine {
-            docker,
-            instance: uuid::Uuid::new_v4().simple().to_string(),
-            stop: CancellationToken::new(),
-            config,
-        });
+        let instance = uuid::Uuid::new_v4().simple().to_string();
+        let run = RunRegistration::register(&config.name, &instance, &owner)?;
+        let engine =
+            Arc::new(Engine { docker, instance, owner, stop: CancellationToken::new(), config });
         let config = &engine.config;
         // Independent preparations, run together: start-up time is the pool's first promise.
         let (network, (), reaped) = tokio::try_join!(
-            ensure_pool_network(&engine.docker, &config.network),
+            ensure_pool_network_owned(&engine.docker, &config.network, &engine.owner),
             image_present(&engine.docker, &config.image),
-            engine.reap(false),
+            engine.reap_dead_runs(),
         )?;
         if reaped > 0 {
             tracing::info!(pool = %config.name, reaped, "removed containers left by an earlier run");
@@ -116,7 +132,7 @@ impl Pool {
             Ok(members) => members,
             Err(e) => {
                 engine.stop.cancel();
-                let _ = engine.reap(true).await;
+                let _ = engine.reap().await;
                 return Err(e);
             }
         };
@@ -138,9 +154,10 @@ impl Pool {
             pool = %inner.engine.config.name,
             size = inner.slots.len(),
             network = %inner.network.name,
+            owner = %inner.engine.owner.describe(),
             "pool ready"
         );
-        Ok(Pool { inner, tasks: Mutex::new(tasks) })
+        Ok(Pool { inner, tasks: Mutex::new(tasks), _run: run })
     }
 
     /// Runs one `execute` request on a container and returns its final response.
@@ -189,6 +206,7 @@ impl Pool {
             )));
         }
         request.validate(unix_now()).map_err(|e| PoolError::InvalidRequest(e.to_string()))?;
+        check_line_size(&request)?;
         let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
         let lease = self.inner.acquire(&request.id, &cancel).await?;
         lease.run(request, cancel, progress, timeout, hard_limit).await
@@ -287,12 +305,12 @@ impl Pool {
         for task in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
-        inner.engine.reap(true).await?;
-        let left = inner.engine.list(true).await?;
+        inner.engine.reap().await?;
+        let left = inner.engine.list().await?;
         if !left.is_empty() {
             // A creation that was in flight when supervision stopped may land late.
             tokio::time::sleep(Duration::from_millis(500)).await;
-            inner.engine.reap(true).await?;
+            inner.engine.reap().await?;
         }
         tracing::info!(pool = %inner.engine.config.name, "pool shut down");
         Ok(())
@@ -504,6 +522,10 @@ impl Lease {
         hard_limit: Duration,
     ) -> Result<Response, PoolError> {
         let member = self.member.clone();
+        if member.on_last_task() {
+            // Its successor starts now, while it serves its last task.
+            self.inner.slots[self.index].prewarm.notify_one();
+        }
         let task_id = request.id.clone();
         let correlation_id = request.correlation_id.clone();
         let started = Instant::now();
@@ -588,8 +610,7 @@ impl Lease {
         self.done = true;
         if outcome.is_ok() && self.recycle.is_none() {
             let served = member.count_task();
-            let max = self.inner.engine.config.max_tasks_per_container;
-            if served >= max {
+            if served >= member.task_budget {
                 self.recycle = Some(format!("recycled after serving {served} tasks"));
             }
         }
@@ -608,6 +629,34 @@ impl Drop for Lease {
         });
         self.inner.finish(self.index, &self.member, recycle);
     }
+}
+
+/// Refuses a request whose protocol line would be longer than the subagent reads
+/// ([`MAX_REQUEST_LINE`]): sent anyway, it would be dropped as a framing error that names no
+/// task, and the caller would wait for the hard limit. Measured without copying the request
+/// (it may hold secrets).
+fn check_line_size(request: &Request) -> Result<(), PoolError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, request)
+        .map_err(|e| PoolError::InvalidRequest(format!("request could not be encoded: {e}")))?;
+    if count.0 > MAX_REQUEST_LINE {
+        return Err(PoolError::TooLarge {
+            task_id: request.id.clone(),
+            bytes: count.0,
+            limit: MAX_REQUEST_LINE,
+        });
+    }
+    Ok(())
 }
 
 fn remember_progress(seen: &mut VecDeque<RecentMessage>, response: &Response) {
@@ -661,5 +710,24 @@ fn not_clean(response: &Response) -> Option<String> {
             scrub.left.as_deref().unwrap_or("no reason given")
         )),
         None => Some("its subagent did not report a scrub after the task".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_of_exactly_the_limit_is_sent_and_one_byte_more_is_not() {
+        let with = |len: usize| Request::execute("t-1", "x".repeat(len));
+        let overhead = serde_json::to_vec(&with(1)).unwrap().len() - 1;
+        let exact = with(MAX_REQUEST_LINE - overhead);
+        assert_eq!(serde_json::to_vec(&exact).unwrap().len(), MAX_REQUEST_LINE);
+        check_line_size(&exact).unwrap();
+        let err = check_line_size(&with(MAX_REQUEST_LINE - overhead + 1)).unwrap_err();
+        let PoolError::TooLarge { task_id, bytes, limit } = &err else { panic!("{err:?}") };
+        assert_eq!((task_id.as_str(), *bytes, *limit), ("t-1", MAX_REQUEST_LINE + 1, 1_048_576));
+        let text = err.to_string();
+        assert!(text.contains("1048577 bytes") && text.contains("1048576 bytes"), "{text}");
     }
 }

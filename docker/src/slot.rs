@@ -44,6 +44,9 @@ pub struct ContainerSnapshot {
     pub uptime_secs: Option<u64>,
     /// Tasks the current container has served.
     pub tasks_served: u64,
+    /// Tasks the current container serves before it is recycled (a little below the
+    /// configured maximum, different per container, so they are not all replaced at once).
+    pub task_budget: Option<u64>,
     /// The task being served, and for how long (milliseconds).
     pub current_task: Option<String>,
     pub current_task_age_ms: Option<u64>,
@@ -76,6 +79,9 @@ pub(crate) struct Slot {
     pub(crate) logs: Arc<LogRing>,
     /// Wakes the slot's supervisor when someone condemned its member.
     pub(crate) wake: Notify,
+    /// Tells the slot's supervisor that its member started its last task: time to bring up
+    /// the successor, so the slot is not empty while it is replaced.
+    pub(crate) prewarm: Notify,
     inner: Mutex<SlotInner>,
 }
 
@@ -86,6 +92,7 @@ impl Slot {
             id: format!("{pool}-{index}"),
             logs: Arc::new(LogRing::new(log_lines)),
             wake: Notify::new(),
+            prewarm: Notify::new(),
             inner: Mutex::new(SlotInner {
                 state: SlotState::Starting,
                 member: None,
@@ -126,6 +133,7 @@ impl Slot {
             tasks_served: member
                 .map(|m| m.tasks_served.load(std::sync::atomic::Ordering::Relaxed))
                 .unwrap_or(0),
+            task_budget: member.map(|m| m.task_budget),
             current_task_age_ms: task
                 .as_ref()
                 .map(|t| now.duration_since(t.started).as_millis() as u64),

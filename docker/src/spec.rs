@@ -14,10 +14,12 @@ use bollard::models::{
 
 use crate::config::PoolConfig;
 use crate::error::PoolError;
+use crate::owner::Owner;
 
 /// Label naming the pool a container belongs to: start-up reaping and cleanup filter on it.
 pub const LABEL_POOL: &str = "nexbot.pool";
-/// Label naming the pool *instance* (one `Pool::start`), to tell this run from an earlier one.
+/// Label naming the pool *run* (one `Pool::start`), to tell this run from an earlier one. The
+/// daemon instance that owns the run is in the [`crate::owner`] labels.
 pub const LABEL_INSTANCE: &str = "nexbot.pool.instance";
 /// Label with the slot index the container fills.
 pub const LABEL_SLOT: &str = "nexbot.pool.slot";
@@ -29,12 +31,24 @@ pub const SCRATCH_DIR: &str = "/workspace/scratch";
 /// Where the skills directory is mounted read-only (the seed's default skills path).
 pub const SKILLS_DIR: &str = "/workspace/skills";
 
-/// Labels common to every container of the pool instance.
-pub fn pool_labels(config: &PoolConfig, instance: &str) -> HashMap<String, String> {
-    HashMap::from([
+/// Labels common to every container of the pool run `run`, owned by `owner`.
+pub fn pool_labels(config: &PoolConfig, owner: &Owner, run: &str) -> HashMap<String, String> {
+    let mut labels = owner.labels();
+    labels.extend([
         (LABEL_POOL.to_owned(), config.name.clone()),
-        (LABEL_INSTANCE.to_owned(), instance.to_owned()),
+        (LABEL_INSTANCE.to_owned(), run.to_owned()),
         (LABEL_ROLE.to_owned(), "subagent".to_owned()),
+    ]);
+    labels
+}
+
+/// Kernel settings of every container: no IPv6 at all, not even link-local addresses, so the
+/// IPv4 firewall and Docker's IPv4 isolation rules cover every way out (see
+/// [`crate::ensure_internal_network`]). Namespaced, so they touch only the container.
+pub fn sysctls() -> HashMap<String, String> {
+    HashMap::from([
+        ("net.ipv6.conf.all.disable_ipv6".to_owned(), "1".to_owned()),
+        ("net.ipv6.conf.default.disable_ipv6".to_owned(), "1".to_owned()),
     ])
 }
 
@@ -43,12 +57,13 @@ pub fn pool_labels(config: &PoolConfig, instance: &str) -> HashMap<String, Strin
 /// crashed host leaves containers that exit on EOF rather than run on unattended.
 pub fn container_spec(
     config: &PoolConfig,
-    instance: &str,
+    owner: &Owner,
+    run: &str,
     slot: usize,
 ) -> Result<ContainerCreateBody, PoolError> {
     config.validate()?;
     let (uid, gid) = config.uid_gid()?;
-    let mut labels = pool_labels(config, instance);
+    let mut labels = pool_labels(config, owner, run);
     labels.insert(LABEL_SLOT.to_owned(), slot.to_string());
 
     let tmpfs = HashMap::from([
@@ -94,6 +109,7 @@ pub fn container_spec(
         }),
         auto_remove: Some(false),
         ipc_mode: Some("private".into()),
+        sysctls: Some(sysctls()),
         ..Default::default()
     };
     let env: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -125,8 +141,12 @@ pub fn container_spec(
 mod tests {
     use super::*;
 
+    fn owner() -> Owner {
+        Owner::current().clone()
+    }
+
     fn spec(config: &PoolConfig) -> ContainerCreateBody {
-        container_spec(config, "inst-1", 2).unwrap()
+        container_spec(config, &owner(), "inst-1", 2).unwrap()
     }
 
     #[test]
@@ -160,6 +180,11 @@ mod tests {
         assert_eq!(labels[LABEL_POOL], "nexbot");
         assert_eq!(labels[LABEL_INSTANCE], "inst-1");
         assert_eq!(labels[LABEL_SLOT], "2");
+        assert_eq!(labels[crate::owner::LABEL_OWNER], Owner::current().instance);
+        assert_eq!(labels[crate::owner::LABEL_OWNER_PID], std::process::id().to_string());
+        let sysctls = host.sysctls.unwrap();
+        assert_eq!(sysctls["net.ipv6.conf.all.disable_ipv6"], "1");
+        assert_eq!(sysctls["net.ipv6.conf.default.disable_ipv6"], "1");
     }
 
     #[test]
@@ -181,7 +206,7 @@ mod tests {
     fn no_docker_socket_and_no_secret_anywhere() {
         let mut config = PoolConfig::default();
         config.env.insert("OPENAI_API_KEY".into(), "sk-live-123".into());
-        assert!(container_spec(&config, "i", 0).is_err(), "secret-looking env refused");
+        assert!(container_spec(&config, &owner(), "i", 0).is_err(), "secret-looking env refused");
         let body = spec(&PoolConfig::default());
         let text = serde_json::to_string(&body).unwrap();
         assert!(!text.contains("docker.sock"));
@@ -191,6 +216,6 @@ mod tests {
     #[test]
     fn invalid_config_is_refused() {
         let config = PoolConfig { user: "0".into(), ..PoolConfig::default() };
-        assert!(container_spec(&config, "i", 0).is_err());
+        assert!(container_spec(&config, &owner(), "i", 0).is_err());
     }
 }

@@ -10,6 +10,10 @@ use std::time::Duration;
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures_util::StreamExt;
 
+use tokio::task::JoinHandle;
+
+use crate::engine::Engine;
+use crate::error::PoolError;
 use crate::member::{Member, Retirement};
 use crate::pool::Inner;
 use crate::slot::SlotState;
@@ -25,14 +29,30 @@ pub(crate) fn backoff(failures: u32, initial_ms: u64, max_ms: u64) -> Duration {
     Duration::from_millis(initial_ms.saturating_mul(factor).min(max_ms))
 }
 
+/// A container being brought up ahead of need for a slot.
+type Successor = JoinHandle<Result<Arc<Member>, PoolError>>;
+
 /// Runs for the life of the pool: watch the member, replace it when it must go.
+///
+/// The slot stays filled as much as it can: a member's successor is brought up while the
+/// member serves the last task of its budget (and installed the moment it is done), and the
+/// old container is removed in the background rather than before its successor starts.
 pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<Member>) {
     let engine = inner.engine.clone();
     let config = &engine.config;
     let slot = &inner.slots[index];
     let mut failures: u32 = 0;
+    let mut successor: Option<Successor> = None;
     loop {
-        let Some(retirement) = watch(&inner, index, &member).await else { return };
+        let retirement = watch(&inner, index, &member, &mut successor).await;
+        // A pool that stops (dropped, or shut down) leaves its containers as they are: the
+        // shutdown removes them, or the next owner of the name reaps them.
+        let Some(retirement) = retirement.filter(|_| !engine.stop.is_cancelled()) else {
+            if let Some(successor) = successor {
+                successor.abort();
+            }
+            return;
+        };
         member.retire(&retirement.reason, retirement.failure);
         let retirement = member.retirement().unwrap_or(retirement);
         failures =
@@ -58,7 +78,35 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
         } else {
             tracing::info!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
         }
-        engine.remove(&member.container_id).await;
+        remove_in_background(&engine, &member.container_id);
+
+        let ready = match successor.take() {
+            Some(mut handle) => tokio::select! {
+                _ = engine.stop.cancelled() => {
+                    handle.abort();
+                    return;
+                }
+                result = &mut handle => match result {
+                    Ok(Ok(fresh)) if !fresh.link.is_closed() => Some(fresh),
+                    Ok(Ok(fresh)) => {
+                        remove_in_background(&engine, &fresh.container_id);
+                        None
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(slot = %slot.id, "successor brought up ahead failed: {e}");
+                        None
+                    }
+                    Err(_) => None,
+                },
+            },
+            None => None,
+        };
+        if let Some(fresh) = ready {
+            slot.lock().memory = None;
+            inner.install(index, fresh.clone());
+            member = fresh;
+            continue;
+        }
 
         member = loop {
             let delay = backoff(failures, config.backoff_initial_ms, config.backoff_max_ms);
@@ -76,7 +124,7 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
                 tokio::time::timeout(startup, engine.bring_up(index, slot.logs.clone(), startup));
             let attempt = tokio::select! {
                 _ = engine.stop.cancelled() => return,
-                attempt = bounded => attempt.unwrap_or_else(|_| Err(crate::PoolError::StartupTimeout {
+                attempt = bounded => attempt.unwrap_or_else(|_| Err(PoolError::StartupTimeout {
                     secs: startup.as_secs(),
                     detail: format!("container for {} was not ready", slot.id),
                 })),
@@ -97,14 +145,44 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
     }
 }
 
-/// Waits until `member` has to go and says why; `None` when the pool stops.
-async fn watch(inner: &Arc<Inner>, index: usize, member: &Arc<Member>) -> Option<Retirement> {
+fn remove_in_background(engine: &Arc<Engine>, id: &str) {
+    let (engine, id) = (engine.clone(), id.to_owned());
+    tokio::spawn(async move { engine.remove(&id).await });
+}
+
+/// Starts bringing up a container for slot `index` ahead of need.
+fn bring_up_successor(inner: &Arc<Inner>, index: usize) -> Successor {
+    let engine = inner.engine.clone();
+    let logs = inner.slots[index].logs.clone();
+    tokio::spawn(async move {
+        let startup = Duration::from_secs(engine.config.startup_timeout_secs);
+        tokio::time::timeout(startup, engine.bring_up(index, logs, startup)).await.unwrap_or_else(
+            |_| {
+                Err(PoolError::StartupTimeout {
+                    secs: startup.as_secs(),
+                    detail: format!("successor for slot {index} was not ready"),
+                })
+            },
+        )
+    })
+}
+
+/// Waits until `member` has to go and says why; `None` when the pool stops. Meanwhile it
+/// starts the member's `successor` when the member begins its last task.
+async fn watch(
+    inner: &Arc<Inner>,
+    index: usize,
+    member: &Arc<Member>,
+    successor: &mut Option<Successor>,
+) -> Option<Retirement> {
     let engine = &inner.engine;
     let slot = &inner.slots[index];
     let interval = engine.config.ping_interval();
     let mut next_ping = tokio::time::Instant::now() + interval;
     loop {
         tokio::select! {
+            // First: a pool that stops closes every link too, which is no reason to replace.
+            biased;
             _ = engine.stop.cancelled() => return None,
             _ = member.link.closed() => {
                 return Some(member.retirement().unwrap_or(Retirement {
@@ -115,6 +193,12 @@ async fn watch(inner: &Arc<Inner>, index: usize, member: &Arc<Member>) -> Option
             _ = slot.wake.notified() => {
                 if let Some(retirement) = member.retirement() {
                     return Some(retirement);
+                }
+            }
+            // A permit left from an earlier member is stale: its successor was installed.
+            _ = slot.prewarm.notified(), if successor.is_none() => {
+                if member.on_last_task() && !member.is_retired() {
+                    *successor = Some(bring_up_successor(inner, index));
                 }
             }
             _ = tokio::time::sleep_until(next_ping) => {

@@ -17,9 +17,44 @@
 //! Listeners sharing a bridge change the rules one at a time (a lock file in `/run`, shared by
 //! every process on the host), so one's removal of the DROP never interleaves with another's
 //! install and leaves an ACCEPT without the DROP below it.
+//!
+//! While installed they are checked every [`firewall_check_period`] and put back when
+//! something removed them (a `firewalld` reload, an operator's `iptables -F`): DROP first, below
+//! the bridge's ACCEPT rules, then this listener's ACCEPT on top, so the bridge is never open.
+//! Each rule put back is counted ([`firewall_rules_reinserted`], for the metrics) and logged.
+//!
+//! IPv6 needs no rules: the pool network has no IPv6 and containers have it switched off
+//! (`nexbot_docker::ensure_internal_network` says why).
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How often the installed rules are checked unless [`set_firewall_check_period`] says
+/// otherwise.
+pub const DEFAULT_FIREWALL_CHECK_PERIOD: Duration = Duration::from_secs(10);
+
+static CHECK_PERIOD_MS: AtomicU64 = AtomicU64::new(10_000);
+static REINSERTED: AtomicU64 = AtomicU64::new(0);
+
+/// Sets how often every installed firewall checks its rules (at least 10 ms), from the next
+/// check on. Process-wide: one daemon runs one listener.
+pub fn set_firewall_check_period(period: Duration) {
+    CHECK_PERIOD_MS.store((period.as_millis() as u64).max(10), Ordering::Relaxed);
+}
+
+/// How often installed rules are checked.
+pub fn firewall_check_period() -> Duration {
+    Duration::from_millis(CHECK_PERIOD_MS.load(Ordering::Relaxed))
+}
+
+/// Rules put back since the process started because something had removed them.
+pub fn firewall_rules_reinserted() -> u64 {
+    REINSERTED.load(Ordering::Relaxed)
+}
 
 /// Why the rules could not be installed.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +77,8 @@ pub struct Firewall {
     interface: String,
     /// This listener's ACCEPT rule, and the bridge's shared DROP rule.
     rules: Option<(Vec<String>, Vec<String>)>,
+    /// The task that keeps the rules in place, and what stops it.
+    watch: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
 const COMMENT: &str = "nexbot-egress";
@@ -74,11 +111,27 @@ impl Firewall {
         while iptables("-D", &accept).await.is_ok() {}
         iptables_insert(&accept).await?;
         tracing::info!(%interface, %gateway, %port, "egress firewall: the pool network reaches only the proxy on the host");
-        Ok(Self { interface: interface.to_owned(), rules: Some((accept, drop_rest)) })
+        let stop = CancellationToken::new();
+        let watch = tokio::spawn(keep(
+            interface.to_owned(),
+            accept.clone(),
+            drop_rest.clone(),
+            stop.clone(),
+        ));
+        Ok(Self {
+            interface: interface.to_owned(),
+            rules: Some((accept, drop_rest)),
+            watch: Some((stop, watch)),
+        })
     }
 
     /// Deletes this listener's rule, and the shared DROP once no listener on the bridge is left.
     pub async fn remove(mut self) {
+        if let Some((stop, watch)) = self.watch.take() {
+            // Stopped first, or it would put back what is deleted below.
+            stop.cancel();
+            let _ = watch.await;
+        }
         let Some((accept, drop_rest)) = self.rules.take() else { return };
         let _lock = rules_lock().await;
         if let Err(err) = iptables("-D", &accept).await {
@@ -94,6 +147,10 @@ impl Firewall {
 
 impl Drop for Firewall {
     fn drop(&mut self) {
+        if let Some((stop, watch)) = self.watch.take() {
+            stop.cancel();
+            watch.abort();
+        }
         // Not removed through `remove` (e.g. a panic): delete our ACCEPT synchronously and
         // leave the shared DROP, which keeps the bridge confined rather than open.
         if let Some((accept, _)) = self.rules.take() {
@@ -127,14 +184,93 @@ async fn rules_lock() -> Option<std::fs::File> {
     locked
 }
 
+/// Checks the rules every [`firewall_check_period`] until `stop`, putting back what is gone.
+async fn keep(
+    interface: String,
+    accept: Vec<String>,
+    drop_rest: Vec<String>,
+    stop: CancellationToken,
+) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(firewall_check_period()) => {}
+        }
+        match repair(&interface, &accept, &drop_rest).await {
+            Ok(0) => failing = false,
+            Ok(put_back) => {
+                failing = false;
+                tracing::warn!(
+                    %interface,
+                    put_back,
+                    total = firewall_rules_reinserted(),
+                    "egress firewall: rules confining the pool network had been removed (a firewall reload?) and were put back"
+                );
+            }
+            // Said once per spell of failures, not every period.
+            Err(err) if !failing => {
+                failing = true;
+                tracing::error!(%err, %interface, "egress firewall: the rules could not be checked or put back");
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Puts back whichever of the two rules is missing, counts each in [`firewall_rules_reinserted`]
+/// and says how many it put back. The DROP
+/// goes right below the bridge's last nexbot ACCEPT (this listener's or another's), the
+/// ACCEPT on top: never is the bridge open, nor a listener shut out.
+async fn repair(
+    interface: &str,
+    accept: &[String],
+    drop_rest: &[String],
+) -> Result<u64, FirewallError> {
+    // Serialised with every other listener's changes on this host (see `rules_lock`).
+    let _lock = rules_lock().await;
+    let drop_present = iptables("-C", drop_rest).await.is_ok();
+    let accept_present = iptables("-C", accept).await.is_ok();
+    let mut put_back = 0;
+    if !drop_present {
+        let listing = run(&["-S", "INPUT"]).await?;
+        let position = drop_position(&listing, interface).to_string();
+        let mut args = vec!["-I", "INPUT", &position];
+        args.extend(drop_rest.iter().map(String::as_str));
+        run(&args).await?;
+        REINSERTED.fetch_add(1, Ordering::Relaxed);
+        put_back += 1;
+    }
+    if !accept_present {
+        iptables_insert(accept).await?;
+        REINSERTED.fetch_add(1, Ordering::Relaxed);
+        put_back += 1;
+    }
+    Ok(put_back)
+}
+
+/// Where in `INPUT` (1-based) the bridge's DROP belongs: below every nexbot ACCEPT rule of
+/// `interface` in `listing` (`iptables -S INPUT`), else at the top.
+fn drop_position(listing: &str, interface: &str) -> usize {
+    let rules = listing.lines().filter(|line| line.starts_with("-A INPUT "));
+    let last_accept = rules
+        .enumerate()
+        .filter(|(_, line)| is_listener_accept(line, interface))
+        .map(|(index, _)| index + 1)
+        .last();
+    last_accept.map_or(1, |position| position + 1)
+}
+
+fn is_listener_accept(line: &str, interface: &str) -> bool {
+    line.contains(&format!("-i {interface} "))
+        && line.contains(COMMENT)
+        && line.ends_with("-j ACCEPT")
+}
+
 /// Whether another listener's ACCEPT rule for `interface` is still installed.
 async fn other_listeners(interface: &str) -> Result<bool, FirewallError> {
     let listing = run(&["-S", "INPUT"]).await?;
-    Ok(listing.lines().any(|line| {
-        line.contains(&format!("-i {interface} "))
-            && line.contains(COMMENT)
-            && line.ends_with("-j ACCEPT")
-    }))
+    Ok(listing.lines().any(|line| is_listener_accept(line, interface)))
 }
 
 async fn iptables_insert(rule: &[String]) -> Result<(), FirewallError> {
@@ -162,5 +298,33 @@ async fn run(args: &[&str]) -> Result<String, FirewallError> {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     } else {
         Err(fail(String::from_utf8_lossy(&output.stderr).trim().to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drop_goes_below_the_bridges_last_accept() {
+        let listing = "-P INPUT ACCEPT\n\
+            -A INPUT -d 10.0.0.1/32 -i br-a -p tcp -m tcp --dport 3128 -m comment --comment nexbot-egress -j ACCEPT\n\
+            -A INPUT -i br-b -m comment --comment nexbot-egress -j DROP\n\
+            -A INPUT -d 10.0.0.1/32 -i br-a -p tcp -m tcp --dport 4000 -m comment --comment nexbot-egress -j ACCEPT\n\
+            -A INPUT -i eth0 -j ACCEPT\n";
+        assert_eq!(drop_position(listing, "br-a"), 4);
+        assert_eq!(drop_position(listing, "br-b"), 1);
+        assert_eq!(drop_position("-P INPUT ACCEPT\n", "br-a"), 1);
+        // A bridge whose name is a prefix of another's is not confused with it.
+        assert_eq!(drop_position(listing, "br-"), 1);
+    }
+
+    #[test]
+    fn the_check_period_is_settable_with_a_floor() {
+        let before = firewall_check_period();
+        set_firewall_check_period(Duration::ZERO);
+        assert_eq!(firewall_check_period(), Duration::from_millis(10));
+        set_firewall_check_period(before);
+        assert_eq!(firewall_check_period(), before);
     }
 }

@@ -52,7 +52,10 @@ pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProxyConfig, RelayConfig,
 };
-pub use firewall::FirewallError;
+pub use firewall::{
+    firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
+    DEFAULT_FIREWALL_CHECK_PERIOD,
+};
 pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;

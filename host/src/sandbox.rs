@@ -120,6 +120,13 @@ impl Sandbox {
             tracing::warn!(left, "relay tokens of unfinished tasks revoked at shutdown");
         }
         let local = self.egress.local_addr();
+        let reinserted = egress::firewall_rules_reinserted();
+        if reinserted > 0 {
+            tracing::warn!(
+                reinserted,
+                "egress firewall: rules removed by something else were put back during this run"
+            );
+        }
         self.egress.shutdown(EGRESS_GRACE).await;
         tracing::info!(%local, "egress listener stopped");
     }

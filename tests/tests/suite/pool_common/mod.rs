@@ -1,6 +1,6 @@
 //! Shared set-up for the pool tests: the engine, the subagent image, a pool name of the
-//! test's own (so tests running in parallel never reap each other's containers), the shared
-//! internal test network, and a look at what containers a pool left behind.
+//! test's own (so tests running in parallel never reap each other's containers), the internal
+//! test network of this test process, and a look at what containers a pool left behind.
 
 #![allow(dead_code)] // each test file uses its own subset
 
@@ -14,9 +14,16 @@ use nexbot_docker::PoolConfig;
 use nexbot_tests::docker_or_skip;
 
 pub const IMAGE: &str = "nexbot-subagent:dev";
-/// One internal network shared by every pool test: creating one per test would exhaust the
-/// engine's address pools when tests run in parallel.
-pub const NETWORK: &str = "nxp-tests";
+/// The prefix of the test network's name; the test process's pid follows.
+const NETWORK_PREFIX: &str = "nxp-tests-";
+
+/// One internal network shared by every pool test of this process: creating one per test
+/// would exhaust the engine's address pools when tests run in parallel, and a network belongs
+/// to the process that made it (a test run in another process, another checkout's say, is
+/// refused it while this one lives). Networks of dead test processes are removed by [`setup`].
+pub fn network() -> String {
+    format!("{NETWORK_PREFIX}{}", std::process::id())
+}
 
 /// The engine and a config for a pool named after `test`, or `None` (outside CI) when
 /// Docker is missing. The image must exist: `make test` builds it first.
@@ -28,7 +35,7 @@ pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
     reap_dead_runs(&docker, test).await;
     let config = PoolConfig {
         name: format!("nxp-{test}-{}", std::process::id()),
-        network: NETWORK.into(),
+        network: network(),
         size: 3,
         ping_interval_ms: 1_000,
         ping_timeout_ms: 2_000,
@@ -53,6 +60,22 @@ async fn reap_dead_runs(docker: &Docker, test: &str) {
         if let (false, Some(id)) = (alive, container.id) {
             let remove = RemoveContainerOptionsBuilder::default().force(true).build();
             let _ = docker.remove_container(&id, Some(remove)).await;
+        }
+    }
+    // The test networks of dead test processes (removal fails while containers of some other
+    // test's dead run still sit on one; a later run gets it).
+    let networks = docker
+        .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
+        .await
+        .expect("list networks");
+    for network in networks {
+        let Some(name) = network.name else { continue };
+        let Some(pid) = name.strip_prefix(NETWORK_PREFIX) else { continue };
+        let dead = pid.parse::<u32>().is_ok_and(|pid| {
+            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        });
+        if dead {
+            let _ = docker.remove_network(&name).await;
         }
     }
 }
@@ -117,4 +140,26 @@ pub async fn llm_on(
 ) -> nexbot_tests::scripted_llm::ScriptedLlm {
     nexbot_tests::scripted_llm::ScriptedLlm::start_on(std::net::SocketAddr::new(gateway, 0), steps)
         .await
+}
+
+/// Removes containers and networks by name or id when dropped, so that a failing test leaves
+/// nothing behind (the CLI: `Drop` cannot await). Networks go after the containers.
+#[derive(Debug, Default)]
+pub struct Leftovers {
+    pub containers: Vec<String>,
+    pub networks: Vec<String>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            let _ = std::process::Command::new("docker").args(args).output();
+        };
+        for container in &self.containers {
+            docker(&["rm", "-f", container]);
+        }
+        for network in &self.networks {
+            docker(&["network", "rm", network]);
+        }
+    }
 }

@@ -1,0 +1,66 @@
+//! Recycling without a gap, against the real engine: a container that starts the last task of
+//! its budget gets its successor brought up while that task runs, and the successor takes the
+//! slot the moment the task ends (the old container is removed in the background), so the
+//! pool stays at full strength. (That budgets differ per container is a unit test of
+//! `nexbot-docker`.)
+
+use crate::pool_common;
+
+use std::time::Duration;
+
+use nexbot_docker::{Pool, SlotState};
+use nexbot_protocol::ResponseBody;
+use nexbot_tests::scripted_llm::Step;
+use pool_common::{containers_of, eventually, llm_on, setup, task};
+use tokio_util::sync::CancellationToken;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+#[tokio::test]
+async fn a_container_at_the_end_of_its_budget_is_replaced_before_its_last_task_ends() {
+    let Some((docker, mut config)) = setup("prewarm").await else { return };
+    config.size = 1;
+    // A budget of exactly 1 (the random share is up to a quarter of 1, which is 0): the first
+    // task is the container's last.
+    config.max_tasks_per_container = 1;
+    let name = config.name.clone();
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+    let first = pool.snapshot()[0].container_id.clone().unwrap();
+    assert_eq!(pool.snapshot()[0].task_budget, Some(1));
+    assert_eq!(containers_of(&docker, &name).await.len(), 1);
+
+    // The last task of the budget takes a while; its successor comes up meanwhile.
+    let llm = llm_on(gateway, vec![Step::text("done").delayed(Duration::from_secs(4))]).await;
+    let last = pool.execute(task("prewarm-1", "last", &llm, gateway), CancellationToken::new());
+    let last = tokio::time::timeout(LIMIT, last);
+    tokio::pin!(last);
+    let mut successor_up = false;
+    let answer = loop {
+        tokio::select! {
+            answer = &mut last => break answer,
+            _ = tokio::time::sleep(Duration::from_millis(50)), if !successor_up => {
+                successor_up = containers_of(&docker, &name).await.len() == 2;
+            }
+        }
+    };
+    let answer = answer.expect("in time").expect("the task ran");
+    assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+    assert!(successor_up, "no successor came up while the last task ran");
+
+    // At once the slot is filled again, by the successor; the old container goes.
+    let filled = eventually(Duration::from_millis(300), || async {
+        let slot = &pool.snapshot()[0];
+        slot.state == SlotState::Idle && slot.container_id.as_deref().is_some_and(|c| c != first)
+    })
+    .await;
+    assert!(filled, "the slot was not refilled at once: {:?}", pool.snapshot());
+    assert_eq!(pool.snapshot()[0].restarts, 1, "{:?}", pool.snapshot());
+    let old_gone = eventually(Duration::from_secs(20), || async {
+        !containers_of(&docker, &name).await.contains(&first)
+    })
+    .await;
+    assert!(old_gone, "the recycled container was not removed");
+    assert_eq!(containers_of(&docker, &name).await.len(), 1, "one container per slot again");
+    pool.shutdown().await.expect("shutdown");
+}
