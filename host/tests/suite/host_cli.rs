@@ -277,9 +277,11 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
     let ws = TempWorkspace::init("nxw-serve");
     let llm = ScriptedLlm::start(vec![]).await;
     let id = std::process::id();
-    // On the binary's shared network, as the delegation tests: other listeners may share the
-    // bridge while this one runs, so only this listener's own rule is expected to go.
-    let leftover = NetworkLeftover { network: NETWORK.to_owned(), pool: format!("nxw-serve-{id}") };
+    // A network of its own: a pool network belongs to one daemon, and this one is a separate
+    // process. Other listeners never share the bridge, yet only this listener's own rule is
+    // checked, as before.
+    let leftover =
+        NetworkLeftover { network: format!("nxw-serve-{id}"), pool: format!("nxw-serve-{id}") };
     let mut env = delegation_env(&llm, &leftover);
     env.push(("NEXBOT_EGRESS__PORT".into(), "0".into()));
     let mut child = nexbot(&["serve"], &ws.config(), &env).stderr(Stdio::piped()).spawn().unwrap();

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use common::{base_env, chat, text, ChatSession, TempWorkspace};
-use egress_support::docker::{host_address_off_network, NETWORK};
+use egress_support::docker::host_address_off_network;
 use egress_support::{http_server_at, read_audit, wait_audit};
 use futures_util::FutureExt as _;
 use nexbot_core::{ChannelKind, ChatRef};
@@ -111,7 +111,8 @@ async fn image_present(docker: &bollard::Docker) {
 }
 
 /// Removes what a test's pool left, however the test ended (the CLI, because `Drop` cannot
-/// await). The pool runs on the binary's shared test network, which stays.
+/// await). Each test's daemon gets a network of its own: a pool network belongs to one
+/// daemon (another live one's is refused), and these daemons are separate processes.
 struct Leftovers {
     pool: String,
     network: String,
@@ -120,7 +121,7 @@ struct Leftovers {
 impl Leftovers {
     fn new(tag: &str) -> Self {
         let id = std::process::id();
-        Self { pool: format!("nxw-{tag}-{id}"), network: NETWORK.to_owned() }
+        Self { pool: format!("nxw-{tag}-{id}"), network: format!("nxw-{tag}-{id}") }
     }
 
     /// The environment that puts the daemon's pool and network on these names.
@@ -151,9 +152,9 @@ impl Drop for Leftovers {
         for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
             docker(&["rm", "-f", id]);
         }
-        // The network and its firewall's DROP rule stay: other tests' listeners share the
-        // bridge, and the DROP goes with the last of them (a daemon killed mid-test leaves the
-        // bridge closed, not open, by design).
+        // The daemon removed its firewall rules when it stopped (a daemon killed mid-test
+        // leaves the bridge's DROP behind: closed, not open, by design); the network goes.
+        docker(&["network", "rm", &self.network]);
     }
 }
 
