@@ -189,15 +189,15 @@ pub fn is_invisible_char(c: char) -> bool {
     )
 }
 
-/// Every redaction marker starts with this; `[REDACTED]` and `[REDACTED:NAME]` are markers.
-const MARKER_PREFIX: &[u8] = b"[REDACTED";
-/// The label when the named ones would show a secret (a value such as `REDACTED`, or a
-/// secret whose value is another's name).
-const PLAIN_LABEL: &str = "[REDACTED]";
-/// The last resort when even [`PLAIN_LABEL`] would show one: shorter than any secret form.
-const TINY_LABEL: &str = "[X]";
-/// The longest marker: `[REDACTED:` + a 64-character name + `]`.
-const MAX_MARKER_LEN: usize = MARKER_PREFIX.len() + 1 + MAX_SECRET_NAME_LEN + 1;
+/// What a marker says between its brackets: `[REDACTED]` and `[REDACTED:NAME]` are markers.
+const MARKER_WORD: &[u8] = b"REDACTED";
+/// The brackets of a label: the first pair that no value contains, so that a label can never
+/// complete a value with the text around it. Markers in the first pair are always recognized
+/// (other redactors write them).
+const BRACKETS: [(&str, &str); 4] =
+    [("[", "]"), ("\u{27E6}", "\u{27E7}"), ("{", "}"), ("\u{AB}", "\u{BB}")];
+/// The longest marker: `⟦REDACTED:` + a 64-character name + `⟧`.
+const MAX_MARKER_LEN: usize = 3 + MARKER_WORD.len() + 1 + MAX_SECRET_NAME_LEN + 3;
 /// Passes of [`Redactor::redact_bytes`] before it gives up and replaces the whole text; only
 /// values holding `[` or `]` ever need a second pass.
 const MAX_PASSES: usize = 64;
@@ -317,11 +317,13 @@ pub struct Redactor {
     /// needles).
     by_first: Vec<Vec<u32>>,
     labels: Vec<String>,
-    /// [`TINY_LABEL`] is in use, and counts as a marker.
+    /// Index into [`BRACKETS`] of this redactor's labels.
+    brackets: usize,
+    /// The last-resort label `[X]` is in use, and counts as a marker.
     tiny_labels: bool,
-    /// Some value holds `[` or `]`, so a label can complete a match with the text around it:
-    /// redact again until nothing matches.
-    brackets: bool,
+    /// Every bracket pair occurs in some value, so a label can complete a match with the text
+    /// around it: redact again until nothing matches.
+    settle: bool,
     /// The longest text a form (or a marker) can take, minus 1.
     holdback: usize,
 }
@@ -329,13 +331,20 @@ pub struct Redactor {
 impl Redactor {
     pub fn new(secrets: &SecretMap) -> Self {
         let mut redactor = Self::default();
+        let contains = |value: &str, (open, close): (&str, &str)| {
+            value.contains(open) || value.contains(close)
+        };
+        let used = |pair| secrets.iter().any(|(_, v)| contains(v.expose_secret(), pair));
+        match BRACKETS.iter().position(|pair| !used(*pair)) {
+            Some(index) => redactor.brackets = index,
+            None => redactor.settle = true,
+        }
         for (index, (name, value)) in secrets.iter().enumerate() {
-            redactor.labels.push(named_label(name));
+            redactor.labels.push(redactor.named_label(name));
             let value = value.expose_secret().as_bytes();
             if value.is_empty() {
                 continue;
             }
-            redactor.brackets |= value.iter().any(|b| matches!(b, b'[' | b']'));
             let short = value.len() < MIN_SECRET_VALUE_BYTES;
             redactor.add(value, Form::Exact, index, short);
             if short {
@@ -456,12 +465,34 @@ impl Redactor {
         if !self.labels_show_a_value() {
             return;
         }
-        self.labels.iter_mut().for_each(|l| *l = PLAIN_LABEL.to_owned());
+        let plain = self.bracketed("REDACTED");
+        self.labels.iter_mut().for_each(|l| l.clone_from(&plain));
         if !self.labels_show_a_value() {
             return;
         }
         self.tiny_labels = true;
-        self.labels.iter_mut().for_each(|l| *l = TINY_LABEL.to_owned());
+        let tiny = self.bracketed("X");
+        self.labels.iter_mut().for_each(|l| l.clone_from(&tiny));
+    }
+
+    /// `[REDACTED:NAME]` in this redactor's brackets, or `[REDACTED]` for a name a marker
+    /// cannot carry.
+    fn named_label(&self, name: &str) -> String {
+        if !name.is_empty() && name.len() <= MAX_SECRET_NAME_LEN && name.bytes().all(is_name_byte) {
+            self.bracketed(&format!("REDACTED:{name}"))
+        } else {
+            self.bracketed("REDACTED")
+        }
+    }
+
+    fn bracketed(&self, inner: &str) -> String {
+        let (open, close) = BRACKETS[self.brackets];
+        format!("{open}{inner}{close}")
+    }
+
+    /// The first bytes of the brackets markers are recognized in: `[` and this redactor's.
+    fn marker_starts(&self) -> (u8, u8) {
+        (b'[', BRACKETS[self.brackets].0.as_bytes()[0])
     }
 
     fn labels_show_a_value(&self) -> bool {
@@ -469,10 +500,11 @@ impl Redactor {
             && self.labels.iter().any(|l| !self.scan(l.as_bytes(), true).spans.is_empty())
     }
 
-    /// Redacts the output of a pass again until nothing matches. Only a value with `[` or `]`
-    /// can match across a label and its neighbours, so others stop after the first pass.
+    /// Redacts the output of a pass again until nothing matches. Only a value that holds a
+    /// bracket of the labels can match across a label and its neighbours, and the brackets
+    /// are chosen so that none does unless values hold every pair: others stop after one pass.
     fn settle(&self, mut text: Vec<u8>) -> Vec<u8> {
-        if !self.brackets {
+        if !self.settle {
             return text;
         }
         for _ in 0..MAX_PASSES {
@@ -509,12 +541,13 @@ impl Redactor {
         let mut spans: Vec<Span> = Vec::new();
         // The marker that covers `p`, if any.
         let mut marker: Option<(usize, usize)> = None;
+        let (open_a, open_b) = self.marker_starts();
         let mut p = 0;
         while p < len {
             if marker.is_some_and(|(_, end)| p >= end) {
                 marker = None;
             }
-            if marker.is_none() && text[p] == b'[' {
+            if marker.is_none() && (text[p] == open_a || text[p] == open_b) {
                 match self.marker_at(text, p) {
                     Outcome::Full(end) => marker = Some((p, end)),
                     Outcome::Partial if p >= boundary => return Scan { spans, cut: p },
@@ -559,7 +592,7 @@ impl Redactor {
                 end = end.max(m_end);
             }
             let mut q = p + 1;
-            while let Some(offset) = memchr::memchr(b'[', &text[q.min(end)..end]) {
+            while let Some(offset) = memchr::memchr2(open_a, open_b, &text[q.min(end)..end]) {
                 let at = q + offset;
                 if let Outcome::Full(m_end) = self.marker_at(text, at) {
                     end = end.max(m_end);
@@ -567,7 +600,7 @@ impl Redactor {
                 q = at + 1;
             }
             match spans.last_mut() {
-                Some(last) if start <= last.end => last.end = last.end.max(end),
+                Some(last) if start < last.end => last.end = last.end.max(end),
                 _ => spans.push(Span { start, end, secret }),
             }
             p = end;
@@ -575,44 +608,67 @@ impl Redactor {
         Scan { spans, cut: len }
     }
 
-    /// A marker at `p`: `[REDACTED]`, `[REDACTED:NAME]` (name `[A-Za-z0-9_]`, 1 to 64), or
-    /// `[X]` while that label is in use.
+    /// A marker at `p`: `[REDACTED]`, `[REDACTED:NAME]` (name `[A-Za-z0-9_]`, 1 to 64), in
+    /// square brackets or this redactor's, or `[X]` while that label is in use.
     fn marker_at(&self, text: &[u8], p: usize) -> Outcome {
         let rest = &text[p..];
-        if self.tiny_labels {
-            let tiny = TINY_LABEL.as_bytes();
-            let n = rest.len().min(tiny.len());
-            if rest[..n] == tiny[..n] {
-                return if n == tiny.len() { Outcome::Full(p + n) } else { Outcome::Partial };
+        let own = BRACKETS[self.brackets];
+        let mut outcome = Outcome::Fail;
+        for (open, close) in [BRACKETS[0], own] {
+            let (open, close) = (open.as_bytes(), close.as_bytes());
+            if self.tiny_labels && (open, close) == (own.0.as_bytes(), own.1.as_bytes()) {
+                outcome = better(outcome, marker_of(rest, open, b"X", close, false));
             }
+            outcome = better(outcome, marker_of(rest, open, MARKER_WORD, close, true));
         }
-        let n = rest.len().min(MARKER_PREFIX.len());
-        if rest[..n] != MARKER_PREFIX[..n] {
-            return Outcome::Fail;
-        }
-        let Some(&next) = rest.get(MARKER_PREFIX.len()) else {
-            return Outcome::Partial;
-        };
-        match next {
-            b']' => Outcome::Full(p + MARKER_PREFIX.len() + 1),
-            b':' => {
-                let name_start = MARKER_PREFIX.len() + 1;
-                let mut i = name_start;
-                while i < rest.len()
-                    && i - name_start < MAX_SECRET_NAME_LEN
-                    && is_name_byte(rest[i])
-                {
-                    i += 1;
-                }
-                match rest.get(i) {
-                    None => Outcome::Partial,
-                    Some(b']') if i > name_start => Outcome::Full(p + i + 1),
-                    Some(_) => Outcome::Fail,
-                }
-            }
-            _ => Outcome::Fail,
+        match outcome {
+            Outcome::Full(len) => Outcome::Full(p + len),
+            other => other,
         }
     }
+}
+
+/// Full beats Partial beats Fail.
+fn better(a: Outcome, b: Outcome) -> Outcome {
+    match (a, b) {
+        (Outcome::Full(x), _) | (_, Outcome::Full(x)) => Outcome::Full(x),
+        (Outcome::Partial, _) | (_, Outcome::Partial) => Outcome::Partial,
+        _ => Outcome::Fail,
+    }
+}
+
+/// `open word close` at the start of `rest`, or `open word:NAME close` when `named`; its
+/// length as `Full`.
+fn marker_of(rest: &[u8], open: &[u8], word: &[u8], close: &[u8], named: bool) -> Outcome {
+    let mut i = 0;
+    for part in [open, word] {
+        let have = &rest[i.min(rest.len())..rest.len().min(i + part.len())];
+        if have != &part[..have.len()] {
+            return Outcome::Fail;
+        }
+        if have.len() < part.len() {
+            return Outcome::Partial;
+        }
+        i += part.len();
+    }
+    if named && rest.get(i) == Some(&b':') {
+        let name_start = i + 1;
+        i = name_start;
+        while i < rest.len() && i - name_start < MAX_SECRET_NAME_LEN && is_name_byte(rest[i]) {
+            i += 1;
+        }
+        if i == name_start && i < rest.len() {
+            return Outcome::Fail;
+        }
+    }
+    let have = &rest[i.min(rest.len())..rest.len().min(i + close.len())];
+    if have != &close[..have.len()] {
+        return Outcome::Fail;
+    }
+    if have.len() < close.len() {
+        return Outcome::Partial;
+    }
+    Outcome::Full(i + close.len())
 }
 
 impl fmt::Debug for Redactor {
@@ -626,15 +682,6 @@ impl fmt::Debug for Redactor {
 
 fn is_name_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
-}
-
-/// `[REDACTED:NAME]`, or `[REDACTED]` for a name a marker cannot carry.
-fn named_label(name: &str) -> String {
-    if !name.is_empty() && name.len() <= MAX_SECRET_NAME_LEN && name.bytes().all(is_name_byte) {
-        format!("[REDACTED:{name}]")
-    } else {
-        PLAIN_LABEL.to_owned()
-    }
 }
 
 fn hex_lower(value: &[u8]) -> Vec<u8> {
@@ -1161,6 +1208,48 @@ mod tests {
             assert!(!out.contains("ab[REDACTED:K]cd") && !out.contains("secret-k"), "{out}");
             assert_eq!(r.redact(&out), out);
         }
+    }
+
+    #[test]
+    fn adjacent_matches_stay_two_markers_in_one_piece_and_in_a_stream() {
+        // Found by fuzzing (redactor): a match right before a marker that carries a value was
+        // merged with it in one piece but not when a stream cut between them.
+        let r = Arc::new(redactor(&[("SECRET", "REDACTED")]));
+        let text = "\u{18}UkVEQUNURUQ=[REDACTED:A] [REDACTED]  [X]";
+        let whole = r.redact(text);
+        assert_eq!(whole, "\u{18}[X][X] [X]  [X]");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_label_never_completes_a_short_value_with_brackets_across_a_stream_cut() {
+        // Found by fuzzing (redactor): with the key `A[R`, `…[REDA` + `[REDACTED:SECRET]`
+        // spelled the key. One piece was redacted again; a stream had already sent `…[REDA`.
+        // Labels now use brackets no value contains.
+        let secret = "p\u{FFFD}\u{3}\u{8}RED\u{1}\u{18}ACET";
+        let r = Arc::new(redactor(&[("SECRET", secret), ("llm_api_key", "A[R")]));
+        let pct = utf8_percent_encode(secret, NON_ALPHANUMERIC).to_string();
+        let text = format!("ssEDACTED:A] [REDA{pct}");
+        let whole = r.redact(&text);
+        assert_eq!(whole, "ssEDACTED:A] [REDA\u{27E6}REDACTED:SECRET\u{27E7}");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+        // Foreign square-bracket markers are still markers.
+        assert_eq!(
+            r.redact("[REDACTED:X] A[R"),
+            "[REDACTED:X] \u{27E6}REDACTED:llm_api_key\u{27E7}"
+        );
     }
 
     #[test]
