@@ -594,8 +594,13 @@ impl Redactor {
             let mut q = p + 1;
             while let Some(offset) = memchr::memchr2(open_a, open_b, &text[q.min(end)..end]) {
                 let at = q + offset;
-                if let Outcome::Full(m_end) = self.marker_at(text, at) {
-                    end = end.max(m_end);
+                match self.marker_at(text, at) {
+                    Outcome::Full(m_end) => end = end.max(m_end),
+                    // The match ends in a marker not all here yet: it must take it whole.
+                    Outcome::Partial if !at_end && start >= boundary => {
+                        return Scan { spans, cut: start };
+                    }
+                    _ => {}
                 }
                 q = at + 1;
             }
@@ -1250,6 +1255,26 @@ mod tests {
             r.redact("[REDACTED:X] A[R"),
             "[REDACTED:X] \u{27E6}REDACTED:llm_api_key\u{27E7}"
         );
+    }
+
+    #[test]
+    fn a_match_that_ends_in_a_marker_cut_by_the_stream_waits_for_all_of_it() {
+        // Found by fuzzing (redactor): the key ` [` takes in the marker `[REDACTED]` it ends
+        // in; a stream cut inside the marker sent its rest (`REDACTED]`) on its own.
+        let r = Arc::new(redactor(&[("SECRET", "RECTAED]"), ("llm_api_key", " [")]));
+        let text = "x\u{1a} [REDACTED]  [X]";
+        let whole = r.redact(text);
+        assert_eq!(
+            whole,
+            "x\u{1a}\u{27E6}REDACTED:llm_api_key\u{27E7} \u{27E6}REDACTED:llm_api_key\u{27E7}X]"
+        );
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
     }
 
     #[test]
