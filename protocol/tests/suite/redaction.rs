@@ -117,7 +117,9 @@ proptest! {
         let text = format!("{text}{marker}{text}");
         let once = r.redact(&text);
         prop_assert_eq!(r.redact(&once), once.clone());
-        prop_assert!(once.contains(marker) || once.matches("[REDACTED").count() >= 1);
+        // The marker is kept, or taken whole into a new one (in other brackets when the key
+        // holds one of `[`, `]`).
+        prop_assert!(once.contains(marker) || once.contains("REDACTED"), "{:?}", once);
         let streamed = stream_in_pieces(&r, text.as_bytes(), &[text.len() / 2]);
         prop_assert_eq!(String::from_utf8_lossy(&streamed), once);
     }
