@@ -139,31 +139,40 @@ impl Sanitized {
 }
 
 /// The text the patterns see, with the original character each of its bytes came from.
-struct Normalized {
+struct Normalized<'a> {
+    original: &'a str,
     text: String,
-    /// For each byte of `text`: the byte range of the original character it came from.
-    origin: Vec<Range<usize>>,
+    /// For each byte of `text`: where the original character it came from starts.
+    origin: Vec<u32>,
 }
 
-impl Normalized {
-    /// The original range behind the normalized range `range` (not empty).
+impl Normalized<'_> {
+    /// The original range behind the normalized range `range` (not empty): from the start of
+    /// the character behind its first byte to the end of the one behind its last.
     fn original(&self, range: Range<usize>) -> Range<usize> {
-        self.origin[range.start].start..self.origin[range.end - 1].end
+        let start = self.origin[range.start] as usize;
+        let last = self.origin[range.end - 1] as usize;
+        let last_len = self.original[last..].chars().next().map_or(0, char::len_utf8);
+        start..last + last_len
     }
 }
 
 /// Drops invisible characters, folds compatibility forms and lowers case.
-fn normalize(text: &str) -> Normalized {
-    let mut out = Normalized { text: String::with_capacity(text.len()), origin: Vec::new() };
-    out.origin.reserve(text.len());
+fn normalize(text: &str) -> Normalized<'_> {
+    let mut out = Normalized {
+        original: text,
+        text: String::with_capacity(text.len()),
+        origin: Vec::with_capacity(text.len()),
+    };
     for (start, c) in text.char_indices() {
         if is_invisible_char(c) {
             continue;
         }
-        let source = start..start + c.len_utf8();
+        // Texts here are far below 4 GiB (tool output is capped, results at 1 MiB).
+        let start = u32::try_from(start).unwrap_or(u32::MAX);
         for lower in fold(c).to_lowercase() {
             out.text.push(lower);
-            out.origin.extend(std::iter::repeat_n(source.clone(), lower.len_utf8()));
+            out.origin.extend(std::iter::repeat_n(start, lower.len_utf8()));
         }
     }
     out
