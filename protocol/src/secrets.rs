@@ -324,7 +324,10 @@ pub struct Redactor {
     /// Every bracket pair occurs in some value, so a label can complete a match with the text
     /// around it: redact again until nothing matches.
     settle: bool,
-    /// The longest text a form (or a marker) can take, minus 1.
+    /// The longest text one match may take: the longest form (or marker). Line breaks and
+    /// invisible characters inside a match count, so a match never runs longer than this.
+    max_span: usize,
+    /// `max_span` and a marker at each end (a match takes in the markers it touches), minus 1.
     holdback: usize,
 }
 
@@ -386,7 +389,8 @@ impl Redactor {
     }
 
     /// How many bytes a [`StreamRedactor`] may hold back at a chunk boundary: the longest text
-    /// a form (or a marker) can take, minus 1.
+    /// one replacement can take, minus 1 — the longest form (a JSON `\u00XX` is 6 bytes a
+    /// value byte), with a marker at either end that a match takes in whole.
     pub fn holdback(&self) -> usize {
         self.holdback
     }
@@ -457,7 +461,8 @@ impl Redactor {
             longest = longest.max(needle.bytes.len() * needle.form.expansion());
         }
         self.by_first = by_first;
-        self.holdback = longest - 1;
+        self.max_span = longest;
+        self.holdback = longest + 2 * MAX_MARKER_LEN - 1;
     }
 
     /// Keeps the named labels unless one of them would show a value in some form.
@@ -558,7 +563,7 @@ impl Redactor {
             let mut partial = false;
             for &k in &self.by_first[usize::from(text[p])] {
                 let needle = &self.needles[k as usize];
-                match match_at(needle, text, p) {
+                match match_at(needle, text, p, self.max_span) {
                     Outcome::Full(end) => {
                         // A short value inside a marker is the marker's own text.
                         if needle.short && marker.is_some_and(|(_, m_end)| end <= m_end) {
@@ -713,17 +718,21 @@ fn base64_core(
 }
 
 /// Matches `needle` at `p`, decoding the text as its form says and skipping line breaks and
-/// invisible characters inside the match.
-fn match_at(needle: &Needle, text: &[u8], p: usize) -> Outcome {
+/// invisible characters inside the match, over at most `limit` bytes of text. The limit makes
+/// a stream and one piece agree: what has not ended within `limit` bytes never will.
+fn match_at(needle: &Needle, text: &[u8], p: usize, limit: usize) -> Outcome {
     let value: &[u8] = &needle.bytes;
+    let end = text.len().min(p + limit);
+    // The text ran out: more could complete the match only if the limit leaves room.
+    let more = || if text.len() < p + limit { Outcome::Partial } else { Outcome::Fail };
     let (mut i, mut j) = (p, 0);
     while j < value.len() {
-        if i >= text.len() {
-            return Outcome::Partial;
+        if i >= end {
+            return more();
         }
-        let unit = match decode(needle.form, text, i, value[j]) {
+        let unit = match decode(needle.form, &text[..end], i, value[j]) {
             Some(unit) => unit,
-            None => return Outcome::Partial,
+            None => return more(),
         };
         let fits = match needle.form {
             Form::Caseless => unit.bytes[0].eq_ignore_ascii_case(&value[j]),
@@ -744,9 +753,9 @@ fn match_at(needle: &Needle, text: &[u8], p: usize) -> Outcome {
             }
             return Outcome::Fail;
         }
-        match transparent_at(text, i) {
+        match transparent_at(&text[..end], i) {
             Some(Some(used)) => i += used,
-            Some(None) => return Outcome::Partial,
+            Some(None) => return more(),
             None => return Outcome::Fail,
         }
     }
@@ -1275,6 +1284,32 @@ mod tests {
             out.extend(stream.finish());
             assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_match_never_runs_longer_than_the_longest_form_so_a_stream_agrees() {
+        // Found by fuzzing (redactor): a value starting with `\r\r\r`, after 13 `\r`s, was
+        // matched from the first one (the other ten skipped as line breaks), longer than a
+        // stream holds back; the stream matched from the tenth. A match now takes at most the
+        // longest form's length, line breaks included.
+        let secret = "\r\r\rABTED\u{1}A\u{18}\u{1}A";
+        let r = Arc::new(redactor(&[("SECRET", secret), ("llm_api_key", "[RE\r")]));
+        let escaped: String = secret.chars().map(|c| format!("\\u{:04X}", u32::from(c))).collect();
+        let text = format!("{}{escaped}\r?", "\r".repeat(13));
+        let whole = r.redact(&text);
+        assert!(!whole.contains("\\u0041"), "{whole:?}");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+        // Line breaks inside a match still count, up to the limit.
+        let r = redactor(&[("K", "0123456789")]);
+        assert_eq!(r.redact("01234\n\n56789"), "[REDACTED:K]");
+        let many = format!("01234{}56789", "\n".repeat(200));
+        assert_eq!(r.redact(&many), many);
     }
 
     #[test]
