@@ -1,7 +1,7 @@
 # Nexbot developer entry points. `make test` is what CI runs (through .ci/run, as its parts
 # `make image`, `make test-build` and `make test-run`, each timed).
 .PHONY: build test test-build test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs
+  bench up down logs fuzz
 
 build:
 	cargo build --workspace
@@ -122,3 +122,24 @@ down:
 	$(COMPOSE) down --remove-orphans
 	@docker/reap-leftovers.sh $(NEXBOT_POOL_NAME) $(NEXBOT_POOL_NETWORK)
 	@echo "nexbot is down"
+
+# Fuzzing (not part of CI): each cargo-fuzz target of fuzz/ runs for FUZZ_SECS seconds, one
+# after the other, on this machine's stable toolchain (RUSTC_BOOTSTRAP=1 lets it take the
+# sanitizer flags cargo-fuzz passes). The committed seeds in fuzz/corpus/<target> are read
+# only; what the fuzzer adds goes to FUZZ_WORK, crashes to FUZZ_WORK/artifacts/<target>.
+# `make fuzz FUZZ_TARGETS=redactor FUZZ_SECS=60` runs one target for a minute.
+FUZZ_SECS ?= 300
+FUZZ_TARGETS ?= protocol_decoder sanitizer redactor egress_policy_parse
+FUZZ_WORK ?= $(CURDIR)/target/fuzz
+FUZZ_ARGS ?=
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build
+	@failed=; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_WORK)/corpus/$$t $(FUZZ_WORK)/artifacts/$$t; \
+	  echo "== fuzz $$t for $(FUZZ_SECS) s"; \
+	  (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run $$t $(FUZZ_WORK)/corpus/$$t corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECS) -artifact_prefix=$(FUZZ_WORK)/artifacts/$$t/ $(FUZZ_ARGS)) \
+	    || failed="$$failed $$t"; done; \
+	  if [ -n "$$failed" ]; then echo "make fuzz: crashes in:$$failed (see $(FUZZ_WORK)/artifacts)" >&2; exit 1; fi

@@ -273,9 +273,9 @@ impl Config {
         for (var, value) in &env {
             let value = value.clone();
             match var.as_str() {
-                LLM_API_KEY_ENV => secrets.llm_api_key = non_empty_secret(value),
-                TELEGRAM_TOKEN_ENV => secrets.telegram_token = non_empty_secret(value),
-                MASTER_KEY_ENV => secrets.master_key = non_empty_secret(value),
+                LLM_API_KEY_ENV => secrets.llm_api_key = secret_from(var, value)?,
+                TELEGRAM_TOKEN_ENV => secrets.telegram_token = secret_from(var, value)?,
+                MASTER_KEY_ENV => secrets.master_key = secret_from(var, value)?,
                 _ => {
                     if let Some(key) = apply_override(&mut table, var, &value)? {
                         overridden.push((key, var.clone()));
@@ -304,7 +304,9 @@ impl Config {
             name => env
                 .iter()
                 .find(|(var, _)| var == name)
-                .and_then(|(_, value)| non_empty_secret(value.clone())),
+                .map(|(var, value)| secret_from(var, value.clone()))
+                .transpose()?
+                .flatten(),
         };
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
@@ -478,6 +480,24 @@ fn non_empty_secret(value: String) -> Option<SecretString> {
     (!value.is_empty()).then(|| SecretString::from(value))
 }
 
+/// A secret from variable `var`: empty is unset; shorter than the protocol's minimum is
+/// refused, because a value that short cannot be redacted from output without destroying it
+/// (docs/protocol.md, "Secrets").
+fn secret_from(var: &str, value: String) -> Result<Option<SecretString>, ConfigError> {
+    let min = nexbot_protocol::secrets::MIN_SECRET_VALUE_BYTES;
+    if !value.is_empty() && value.len() < min {
+        return Err(ConfigError::Env {
+            var: var.to_owned(),
+            reason: format!(
+                "the value is {} bytes; a secret must have at least {min}, since a shorter one \
+                 cannot be kept out of logs and output (use the provider's real key)",
+                value.len()
+            ),
+        });
+    }
+    Ok(non_empty_secret(value))
+}
+
 /// Applies `NEXBOT_SECTION__KEY=value` (or `NEXBOT_SECTION__TABLE__KEY=value` for a nested
 /// table); returns the dotted key it set, or `None` when the variable is not an override.
 /// Which keys exist is left to deserialization, so an unknown override is refused exactly like
@@ -642,6 +662,17 @@ mod tests {
         assert!(err.contains("`llm.nope` (from NEXBOT_LLM__NOPE)"), "{err}");
         let err = load("", &[("NEXBOT_A__B__C", "1")]).unwrap_err().to_string();
         assert!(err.contains("NEXBOT_A__B__C"), "{err}");
+    }
+
+    #[test]
+    fn a_secret_too_short_to_redact_is_refused_naming_its_variable() {
+        for var in [LLM_API_KEY_ENV, TELEGRAM_TOKEN_ENV, MASTER_KEY_ENV] {
+            let err = load("", &[(var, "short")]).unwrap_err().to_string();
+            assert!(err.contains(var) && err.contains("at least 8"), "{err}");
+            assert!(!err.contains("short\""), "the value is not echoed: {err}");
+        }
+        assert!(load("", &[(LLM_API_KEY_ENV, "")]).is_ok(), "empty means unset");
+        assert!(load("", &[(LLM_API_KEY_ENV, "12345678")]).is_ok());
     }
 
     #[test]

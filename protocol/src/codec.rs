@@ -37,6 +37,9 @@ pub struct JsonLinesCodec<In, Out> {
     scanned: usize,
     /// `Some(n)` while skipping the rest of an oversize line; `n` bytes skipped so far.
     discarding: Option<usize>,
+    /// Every byte skipped so far was whitespace: the line is blank, and ignored like any
+    /// blank line, whatever its length.
+    discarding_blank: bool,
     _types: PhantomData<fn(Out) -> In>,
 }
 
@@ -49,7 +52,7 @@ impl<In, Out> JsonLinesCodec<In, Out> {
     /// A codec with another limit; the host reads responses with a larger one, since a
     /// 1 MiB `result` grows when escaped.
     pub fn with_max_line(max_line: usize) -> Self {
-        Self { max_line, scanned: 0, discarding: None, _types: PhantomData }
+        Self { max_line, scanned: 0, discarding: None, discarding_blank: true, _types: PhantomData }
     }
 
     pub fn max_line(&self) -> usize {
@@ -111,14 +114,19 @@ impl<In: DeserializeOwned, Out> Decoder for JsonLinesCodec<In, Out> {
             let newline = memchr::memchr(b'\n', &buf[self.scanned..]).map(|i| i + self.scanned);
             match (self.discarding, newline) {
                 (Some(skipped), Some(pos)) => {
+                    let blank = self.discarding_blank && is_blank(&buf[..pos]);
                     buf.advance(pos + 1);
                     self.discarding = None;
                     self.scanned = 0;
+                    if blank {
+                        continue;
+                    }
                     let len = skipped + pos;
                     return Ok(Some(Err(LineError::TooLong { len, limit: self.max_line })));
                 }
                 (Some(skipped), None) => {
                     self.discarding = Some(skipped + buf.len());
+                    self.discarding_blank &= is_blank(buf);
                     buf.clear();
                     self.scanned = 0;
                     return Ok(None);
@@ -128,7 +136,7 @@ impl<In: DeserializeOwned, Out> Decoder for JsonLinesCodec<In, Out> {
                     self.scanned = 0;
                     let line = line.strip_suffix(b"\n").unwrap_or(&line);
                     let line = line.strip_suffix(b"\r").unwrap_or(line);
-                    if line.len() > self.max_line {
+                    if line.len() > self.max_line && !is_blank(line) {
                         return Ok(Some(Err(LineError::TooLong {
                             len: line.len(),
                             limit: self.max_line,
@@ -142,6 +150,7 @@ impl<In: DeserializeOwned, Out> Decoder for JsonLinesCodec<In, Out> {
                 (None, None) => {
                     if buf.len() > self.max_line {
                         self.discarding = Some(buf.len());
+                        self.discarding_blank = is_blank(buf);
                         buf.clear();
                         self.scanned = 0;
                     } else {
@@ -159,6 +168,9 @@ impl<In: DeserializeOwned, Out> Decoder for JsonLinesCodec<In, Out> {
             return Ok(Some(item));
         }
         if let Some(skipped) = self.discarding.take() {
+            if self.discarding_blank {
+                return Ok(None);
+            }
             return Ok(Some(Err(LineError::TooLong { len: skipped, limit: self.max_line })));
         }
         if buf.is_empty() {

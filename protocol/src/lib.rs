@@ -25,5 +25,5 @@ pub use response::{
     truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,
     MAX_RESULT_BYTES,
 };
-pub use secrets::{Redactor, SecretMap, SecretsError};
+pub use secrets::{Redactor, SecretMap, SecretsError, StreamRedactor};
 pub use version::{negotiate, VersionError, VersionStatus, PROTOCOL_VERSION};

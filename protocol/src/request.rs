@@ -275,6 +275,21 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_under_8_bytes_is_refused_with_its_name() {
+        let req = parse(
+            r#"{"type":"execute","id":"a","correlation_id":"c","task":"t",
+                "secrets":{"LONG":"long-enough","PIN":"1234"}}"#,
+        );
+        let err = req.validate(0).unwrap_err();
+        assert_eq!((err.id.as_str(), err.correlation_id.as_deref()), ("a", Some("c")));
+        let text = err.to_string();
+        assert!(text.starts_with("secrets validation: secret PIN is too short: 4 bytes"), "{text}");
+        assert!(!text.contains("1234"), "{text}");
+        // Pings and cancels carry no secrets to check.
+        assert!(parse(r#"{"type":"ping","secrets":{"PIN":"1"}}"#).validate(0).is_ok());
+    }
+
+    #[test]
     fn debug_never_shows_keys_or_secret_values() {
         let req = parse(
             r#"{"type":"execute","id":"a","task":"t","secrets":{"API_KEY":"value-one"},

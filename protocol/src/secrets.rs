@@ -3,13 +3,17 @@
 //! A secret travels from the host to a subagent inside one `execute` request and nowhere else.
 //! This module makes the unsafe things hard: values are [`SecretString`]s (zeroized on drop,
 //! never in `Debug`), the spec's limits are checked in one place, and [`Redactor`] scrubs every
-//! value — and its base64 and URL-encoded forms — out of text before anyone sees it.
+//! value — raw, base64, percent-encoded, hex or JSON-escaped — out of text before anyone sees
+//! it; [`StreamRedactor`] does the same for a byte stream cut into arbitrary chunks.
+//!
+//! This is the one redaction implementation: the subagent's task loop, its stdout writer and
+//! its log layer all use it (`subagent/src/redaction.rs` only holds the live instance).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use base64::Engine as _;
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
@@ -21,6 +25,9 @@ pub const MAX_SECRETS: usize = 50;
 pub const MAX_SECRET_NAME_LEN: usize = 64;
 /// A secret's value is at most this many bytes.
 pub const MAX_SECRET_VALUE_BYTES: usize = 64 * 1024;
+/// A secret's value is at least this many bytes. A shorter value cannot be redacted without
+/// destroying the output (every `e` of a text gone for a 1-byte secret) and protects little.
+pub const MIN_SECRET_VALUE_BYTES: usize = 8;
 
 /// Why a set of secrets was refused. Never carries a value.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -31,6 +38,8 @@ pub enum SecretsError {
     InvalidName { name: String },
     #[error("secret {name} is too large: {len} bytes (at most {MAX_SECRET_VALUE_BYTES})")]
     ValueTooLarge { name: String, len: usize },
+    #[error("secret {name} is too short: {len} bytes (at least {MIN_SECRET_VALUE_BYTES}); a value that short cannot be redacted from output without destroying it")]
+    ValueTooShort { name: String, len: usize },
 }
 
 /// Names mapped to secret values, in name order.
@@ -76,7 +85,8 @@ impl SecretMap {
         self.0.clear();
     }
 
-    /// Checks the spec's limits: count, name syntax and length, value size.
+    /// Checks the spec's limits: count, name syntax and length, value size (at least
+    /// [`MIN_SECRET_VALUE_BYTES`], at most [`MAX_SECRET_VALUE_BYTES`]).
     pub fn validate(&self) -> Result<(), SecretsError> {
         if self.0.len() > MAX_SECRETS {
             return Err(SecretsError::TooMany { count: self.0.len() });
@@ -88,6 +98,9 @@ impl SecretMap {
             let len = value.expose_secret().len();
             if len > MAX_SECRET_VALUE_BYTES {
                 return Err(SecretsError::ValueTooLarge { name: name.clone(), len });
+            }
+            if len < MIN_SECRET_VALUE_BYTES {
+                return Err(SecretsError::ValueTooShort { name: name.clone(), len });
             }
         }
         Ok(())
@@ -147,42 +160,227 @@ pub(crate) fn serialize_opt_secret<S: Serializer>(
     }
 }
 
-/// Replaces every secret value (and its base64 and URL-encoded forms) with
-/// `[REDACTED:NAME]`.
+/// Invisible and format characters: zero-width spaces and joiners, bidi controls, the soft
+/// hyphen, word joiners and invisible operators, variation selectors, tag characters, the BOM
+/// and the Hangul fillers. A secret form with some of these inside it is still redacted, and
+/// the subagent's sanitizer drops them before it matches anything.
+pub fn is_invisible_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFF8}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
+}
+
+/// What a marker says between its brackets: `[REDACTED]` and `[REDACTED:NAME]` are markers.
+const MARKER_WORD: &[u8] = b"REDACTED";
+/// The brackets of a label: the first pair that no value contains, so that a label can never
+/// complete a value with the text around it. Markers in the first pair are always recognized
+/// (other redactors write them).
+const BRACKETS: [(&str, &str); 4] =
+    [("[", "]"), ("\u{27E6}", "\u{27E7}"), ("{", "}"), ("\u{AB}", "\u{BB}")];
+/// The longest marker: `⟦REDACTED:` + a 64-character name + `⟧`.
+const MAX_MARKER_LEN: usize = 3 + MARKER_WORD.len() + 1 + MAX_SECRET_NAME_LEN + 3;
+/// Passes of [`Redactor::redact_bytes`] before it gives up and replaces the whole text; only
+/// values holding `[` or `]` ever need a second pass.
+const MAX_PASSES: usize = 64;
+
+/// How a needle's bytes appear in text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// Byte for byte (the raw value, its base64 forms).
+    Exact,
+    /// Byte for byte, ASCII case ignored (hex).
+    Caseless,
+    /// Each byte as itself or as `%XX` in either hex case; a space also as `+`.
+    Percent,
+    /// As inside a JSON string: each character as itself or escaped (`\"`, `\\`, `\/`, `\b`,
+    /// `\f`, `\n`, `\r`, `\t`, `\uXXXX` in either case, surrogate pairs).
+    Json,
+}
+
+impl Form {
+    /// The most text bytes one needle byte can take in this form (`\u00XX` is 6).
+    fn expansion(self) -> usize {
+        match self {
+            Form::Exact | Form::Caseless => 1,
+            Form::Percent => 3,
+            Form::Json => 6,
+        }
+    }
+}
+
+/// One form of one secret, looked for in text.
+struct Needle {
+    bytes: Zeroizing<Vec<u8>>,
+    form: Form,
+    /// Index into the redactor's labels.
+    secret: usize,
+    /// From a value under [`MIN_SECRET_VALUE_BYTES`] (only LLM credentials can be): matched in
+    /// its raw form only, and never inside a marker, so a marker is never redacted again.
+    short: bool,
+}
+
+/// The result of matching one needle at one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// A whole form ends here (exclusive).
+    Full(usize),
+    /// The text ended while it still matched: more bytes could complete it.
+    Partial,
+    Fail,
+}
+
+/// One decoded unit of text: up to 4 bytes of the value, and how many text bytes it took.
+struct Unit {
+    bytes: [u8; 4],
+    len: usize,
+    used: usize,
+    /// Came from an escape (`%XX`, `\n`, `\u200B`): a transparent one is skipped as decoded.
+    escaped: bool,
+}
+
+impl Unit {
+    fn literal(byte: u8) -> Self {
+        Self { bytes: [byte, 0, 0, 0], len: 1, used: 1, escaped: false }
+    }
+    fn escaped(bytes: &[u8], used: usize) -> Self {
+        let mut unit = Self { bytes: [0; 4], len: bytes.len(), used, escaped: true };
+        unit.bytes[..bytes.len()].copy_from_slice(bytes);
+        unit
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// A range of text that becomes the label of `secret`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: usize,
+    end: usize,
+    secret: usize,
+}
+
+/// What a scan found: the spans to replace in `text[..cut]`; `text[cut..]` must wait for more
+/// bytes (always the whole text at the end of a stream).
+struct Scan {
+    spans: Vec<Span>,
+    cut: usize,
+}
+
+/// Replaces every secret value with `[REDACTED:NAME]`, in every form it may take in text.
 ///
-/// Needles are held in [`Zeroizing`] buffers so a dropped redactor leaves no copy behind.
-/// Longer needles are replaced first so that a value that contains another is not half-redacted.
+/// Forms, for each value of at least [`MIN_SECRET_VALUE_BYTES`]:
+/// - the raw value;
+/// - base64, standard and URL-safe alphabets, padded and unpadded, and the part of any base64
+///   text that only the value decides wherever it starts (offsets 0, 1, 2 of a longer blob, as
+///   in `Authorization: Basic` of `user:password`, or `echo $SECRET | base64` with its newline);
+/// - percent-encoding, any byte encoded or not, either hex case, space also as `+`;
+/// - hex, lower, upper or mixed case;
+/// - JSON-escaped, as the value appears inside a JSON string.
+///
+/// In every form, line breaks (`\n`, `\r`, escaped or not) and invisible characters
+/// ([`is_invisible_char`]) inside a match are skipped: a value cut across two lines, or
+/// base64 wrapped at 76 columns, is still one match. Values shorter than the minimum (LLM
+/// credentials are not checked for length) are redacted in their raw form only.
+///
+/// Redaction never nests: a marker (`[REDACTED]`, `[REDACTED:NAME]`) already in the text is
+/// not redacted again, whichever redactor wrote it, so redacting twice changes nothing. A
+/// match that overlaps a marker swallows the whole marker. Labels never show a value: when
+/// one would (a value such as `REDACTED`), every label becomes `[REDACTED]`, or `[X]`.
+///
+/// Matching is leftmost-longest: at each place the longest form wins, and the scan goes on
+/// after it. Needles are held in [`Zeroizing`] buffers so a dropped redactor leaves no copy
+/// behind. [`StreamRedactor`] applies it to a byte stream cut anywhere.
 #[derive(Default)]
 pub struct Redactor {
-    needles: Vec<(Zeroizing<String>, String)>,
+    needles: Vec<Needle>,
+    /// For each first byte of a match, the needles that can start with it (empty without
+    /// needles).
+    by_first: Vec<Vec<u32>>,
+    labels: Vec<String>,
+    /// Index into [`BRACKETS`] of this redactor's labels.
+    brackets: usize,
+    /// The last-resort label `[X]` is in use, and counts as a marker.
+    tiny_labels: bool,
+    /// Every bracket pair occurs in some value, so a label can complete a match with the text
+    /// around it: redact again until nothing matches.
+    settle: bool,
+    /// The longest text one match may take: the longest form (or marker). Line breaks and
+    /// invisible characters inside a match count, so a match never runs longer than this.
+    max_span: usize,
+    /// `max_span` and a marker at each end (a match takes in the markers it touches), minus 1.
+    holdback: usize,
 }
 
 impl Redactor {
     pub fn new(secrets: &SecretMap) -> Self {
-        let mut needles: Vec<(Zeroizing<String>, String)> = Vec::new();
-        for (name, value) in secrets.iter() {
-            let value = value.expose_secret();
+        let mut redactor = Self::default();
+        let contains = |value: &str, (open, close): (&str, &str)| {
+            value.contains(open) || value.contains(close)
+        };
+        let used = |pair| secrets.iter().any(|(_, v)| contains(v.expose_secret(), pair));
+        match BRACKETS.iter().position(|pair| !used(*pair)) {
+            Some(index) => redactor.brackets = index,
+            None => redactor.settle = true,
+        }
+        for (index, (name, value)) in secrets.iter().enumerate() {
+            redactor.labels.push(redactor.named_label(name));
+            let value = value.expose_secret().as_bytes();
             if value.is_empty() {
                 continue;
             }
-            let label = format!("[REDACTED:{name}]");
-            let forms = [
-                Zeroizing::new(value.to_owned()),
-                Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(value)),
-                Zeroizing::new(base64::engine::general_purpose::STANDARD_NO_PAD.encode(value)),
-                Zeroizing::new(base64::engine::general_purpose::URL_SAFE.encode(value)),
-                Zeroizing::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value)),
-                Zeroizing::new(utf8_percent_encode(value, NON_ALPHANUMERIC).to_string()),
-                Zeroizing::new(form_urlencode(value)),
-            ];
-            for form in forms {
-                if !needles.iter().any(|(n, _)| **n == *form) {
-                    needles.push((form, label.clone()));
+            let short = value.len() < MIN_SECRET_VALUE_BYTES;
+            redactor.add(value, Form::Exact, index, short);
+            if short {
+                continue;
+            }
+            redactor.add(value, Form::Percent, index, false);
+            redactor.add(value, Form::Json, index, false);
+            let hex = Zeroizing::new(hex_lower(value));
+            redactor.add(&hex, Form::Caseless, index, false);
+            for (padded, unpadded) in [
+                (
+                    &base64::engine::general_purpose::STANDARD,
+                    &base64::engine::general_purpose::STANDARD_NO_PAD,
+                ),
+                (
+                    &base64::engine::general_purpose::URL_SAFE,
+                    &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                ),
+            ] {
+                let full = Zeroizing::new(padded.encode(value));
+                redactor.add(full.as_bytes(), Form::Exact, index, false);
+                let bare = Zeroizing::new(unpadded.encode(value));
+                redactor.add(bare.as_bytes(), Form::Exact, index, false);
+                for offset in 0..3 {
+                    if let Some(core) = base64_core(unpadded, value, offset) {
+                        redactor.add(&core, Form::Exact, index, false);
+                    }
                 }
             }
         }
-        needles.sort_by_key(|(needle, _)| std::cmp::Reverse(needle.len()));
-        Self { needles }
+        redactor.index();
+        redactor.choose_labels();
+        redactor
     }
 
     /// True when there is nothing to redact.
@@ -190,32 +388,581 @@ impl Redactor {
         self.needles.is_empty()
     }
 
+    /// How many bytes a [`StreamRedactor`] may hold back at a chunk boundary: the longest text
+    /// one replacement can take, minus 1 — the longest form (a JSON `\u00XX` is 6 bytes a
+    /// value byte), with a marker at either end that a match takes in whole.
+    pub fn holdback(&self) -> usize {
+        self.holdback
+    }
+
     /// The text with every known secret form replaced by its label.
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for (needle, label) in &self.needles {
-            if out.contains(needle.as_str()) {
-                out = out.replace(needle.as_str(), label);
-            }
+        if self.is_empty() {
+            return text.to_owned();
         }
+        match String::from_utf8(self.redact_bytes(text.as_bytes())) {
+            Ok(text) => text,
+            // Spans start and end on character boundaries; this is only a safety net.
+            Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+        }
+    }
+
+    /// [`Redactor::redact`] for bytes that need not be UTF-8 (a whole line, a whole output).
+    pub fn redact_bytes(&self, text: &[u8]) -> Vec<u8> {
+        if self.is_empty() {
+            return text.to_vec();
+        }
+        let scan = self.scan(text, true);
+        if scan.spans.is_empty() {
+            return text.to_vec();
+        }
+        self.settle(self.render(text, &scan.spans))
+    }
+
+    /// A streaming redactor over this one.
+    pub fn stream(self: &Arc<Self>) -> StreamRedactor {
+        StreamRedactor::new(self.clone())
+    }
+
+    /// Adds a needle unless the same bytes in the same form are there already.
+    fn add(&mut self, bytes: &[u8], form: Form, secret: usize, short: bool) {
+        if bytes.is_empty() || self.needles.iter().any(|n| n.form == form && *n.bytes == bytes) {
+            return;
+        }
+        self.needles.push(Needle { bytes: Zeroizing::new(bytes.to_vec()), form, secret, short });
+    }
+
+    /// Fills `by_first` and `holdback`.
+    fn index(&mut self) {
+        if self.needles.is_empty() {
+            return;
+        }
+        let mut by_first = vec![Vec::new(); 256];
+        let mut longest = MAX_MARKER_LEN;
+        for (i, needle) in self.needles.iter().enumerate() {
+            let first = needle.bytes[0];
+            let mut starts = vec![first];
+            match needle.form {
+                Form::Exact => {}
+                Form::Caseless => starts.push(first.to_ascii_uppercase()),
+                Form::Percent => {
+                    starts.push(b'%');
+                    if first == b' ' {
+                        starts.push(b'+');
+                    }
+                }
+                Form::Json => starts.push(b'\\'),
+            }
+            starts.sort_unstable();
+            starts.dedup();
+            for b in starts {
+                by_first[usize::from(b)].push(i as u32);
+            }
+            longest = longest.max(needle.bytes.len() * needle.form.expansion());
+        }
+        self.by_first = by_first;
+        self.max_span = longest;
+        self.holdback = longest + 2 * MAX_MARKER_LEN - 1;
+    }
+
+    /// Keeps the named labels unless one of them would show a value in some form.
+    fn choose_labels(&mut self) {
+        if !self.labels_show_a_value() {
+            return;
+        }
+        let plain = self.bracketed("REDACTED");
+        self.labels.iter_mut().for_each(|l| l.clone_from(&plain));
+        if !self.labels_show_a_value() {
+            return;
+        }
+        self.tiny_labels = true;
+        let tiny = self.bracketed("X");
+        self.labels.iter_mut().for_each(|l| l.clone_from(&tiny));
+    }
+
+    /// `[REDACTED:NAME]` in this redactor's brackets, or `[REDACTED]` for a name a marker
+    /// cannot carry.
+    fn named_label(&self, name: &str) -> String {
+        if !name.is_empty() && name.len() <= MAX_SECRET_NAME_LEN && name.bytes().all(is_name_byte) {
+            self.bracketed(&format!("REDACTED:{name}"))
+        } else {
+            self.bracketed("REDACTED")
+        }
+    }
+
+    fn bracketed(&self, inner: &str) -> String {
+        let (open, close) = BRACKETS[self.brackets];
+        format!("{open}{inner}{close}")
+    }
+
+    /// The first bytes of the brackets markers are recognized in: `[` and this redactor's.
+    fn marker_starts(&self) -> (u8, u8) {
+        (b'[', BRACKETS[self.brackets].0.as_bytes()[0])
+    }
+
+    fn labels_show_a_value(&self) -> bool {
+        !self.is_empty()
+            && self.labels.iter().any(|l| !self.scan(l.as_bytes(), true).spans.is_empty())
+    }
+
+    /// Redacts the output of a pass again until nothing matches. Only a value that holds a
+    /// bracket of the labels can match across a label and its neighbours, and the brackets
+    /// are chosen so that none does unless values hold every pair: others stop after one pass.
+    fn settle(&self, mut text: Vec<u8>) -> Vec<u8> {
+        if !self.settle {
+            return text;
+        }
+        for _ in 0..MAX_PASSES {
+            let scan = self.scan(&text, true);
+            if scan.spans.is_empty() {
+                return text;
+            }
+            text = self.render(&text, &scan.spans);
+        }
+        // Each pass shrinks what is not a marker, so this is not reached; if it were, the
+        // safe answer is a label for everything.
+        self.labels.first().map(|l| l.as_bytes().to_vec()).unwrap_or_default()
+    }
+
+    /// `text[..spans.last().end]` and on, with every span replaced by its label.
+    fn render(&self, text: &[u8], spans: &[Span]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(text.len());
+        let mut at = 0;
+        for span in spans {
+            out.extend_from_slice(&text[at..span.start]);
+            out.extend_from_slice(self.labels[span.secret].as_bytes());
+            at = span.end;
+        }
+        out.extend_from_slice(&text[at..]);
         out
     }
+
+    /// Finds the spans to replace. With `at_end` false (a stream), stops at the first place
+    /// at or past `len - holdback` where a form or a marker may have begun but not ended, and
+    /// says so in `cut`.
+    fn scan(&self, text: &[u8], at_end: bool) -> Scan {
+        let len = text.len();
+        let boundary = if at_end { len } else { len.saturating_sub(self.holdback) };
+        let mut spans: Vec<Span> = Vec::new();
+        // The marker that covers `p`, if any.
+        let mut marker: Option<(usize, usize)> = None;
+        let (open_a, open_b) = self.marker_starts();
+        let mut p = 0;
+        while p < len {
+            if marker.is_some_and(|(_, end)| p >= end) {
+                marker = None;
+            }
+            if marker.is_none() && (text[p] == open_a || text[p] == open_b) {
+                match self.marker_at(text, p) {
+                    Outcome::Full(end) => marker = Some((p, end)),
+                    Outcome::Partial if p >= boundary => return Scan { spans, cut: p },
+                    _ => {}
+                }
+            }
+            let mut best: Option<(usize, usize)> = None;
+            let mut partial = false;
+            for &k in &self.by_first[usize::from(text[p])] {
+                let needle = &self.needles[k as usize];
+                match match_at(needle, text, p, self.max_span) {
+                    Outcome::Full(end) => {
+                        // A short value inside a marker is the marker's own text.
+                        if needle.short && marker.is_some_and(|(_, m_end)| end <= m_end) {
+                            continue;
+                        }
+                        if best.is_none_or(|(b_end, _)| end > b_end) {
+                            best = Some((end, needle.secret));
+                        }
+                    }
+                    Outcome::Partial => partial = true,
+                    Outcome::Fail => {}
+                }
+            }
+            if partial && p >= boundary {
+                // Wait for more; a marker this lies in waits whole.
+                let cut = match marker {
+                    Some((m_start, _)) if m_start >= boundary => m_start,
+                    _ => p,
+                };
+                spans.retain(|s| s.end <= cut);
+                return Scan { spans, cut };
+            }
+            let Some((mut end, secret)) = best else {
+                p += 1;
+                continue;
+            };
+            // A match swallows every marker it touches.
+            let mut start = p;
+            if let Some((m_start, m_end)) = marker.take() {
+                start = m_start;
+                end = end.max(m_end);
+            }
+            let mut q = p + 1;
+            while let Some(offset) = memchr::memchr2(open_a, open_b, &text[q.min(end)..end]) {
+                let at = q + offset;
+                match self.marker_at(text, at) {
+                    Outcome::Full(m_end) => end = end.max(m_end),
+                    // The match ends in a marker not all here yet: it must take it whole.
+                    Outcome::Partial if !at_end && start >= boundary => {
+                        return Scan { spans, cut: start };
+                    }
+                    _ => {}
+                }
+                q = at + 1;
+            }
+            match spans.last_mut() {
+                Some(last) if start < last.end => last.end = last.end.max(end),
+                _ => spans.push(Span { start, end, secret }),
+            }
+            p = end;
+        }
+        Scan { spans, cut: len }
+    }
+
+    /// A marker at `p`: `[REDACTED]`, `[REDACTED:NAME]` (name `[A-Za-z0-9_]`, 1 to 64), in
+    /// square brackets or this redactor's, or `[X]` while that label is in use.
+    fn marker_at(&self, text: &[u8], p: usize) -> Outcome {
+        let rest = &text[p..];
+        let own = BRACKETS[self.brackets];
+        let mut outcome = Outcome::Fail;
+        for (open, close) in [BRACKETS[0], own] {
+            let (open, close) = (open.as_bytes(), close.as_bytes());
+            if self.tiny_labels && (open, close) == (own.0.as_bytes(), own.1.as_bytes()) {
+                outcome = better(outcome, marker_of(rest, open, b"X", close, false));
+            }
+            outcome = better(outcome, marker_of(rest, open, MARKER_WORD, close, true));
+        }
+        match outcome {
+            Outcome::Full(len) => Outcome::Full(p + len),
+            other => other,
+        }
+    }
+}
+
+/// Full beats Partial beats Fail.
+fn better(a: Outcome, b: Outcome) -> Outcome {
+    match (a, b) {
+        (Outcome::Full(x), _) | (_, Outcome::Full(x)) => Outcome::Full(x),
+        (Outcome::Partial, _) | (_, Outcome::Partial) => Outcome::Partial,
+        _ => Outcome::Fail,
+    }
+}
+
+/// `open word close` at the start of `rest`, or `open word:NAME close` when `named`; its
+/// length as `Full`.
+fn marker_of(rest: &[u8], open: &[u8], word: &[u8], close: &[u8], named: bool) -> Outcome {
+    let mut i = 0;
+    for part in [open, word] {
+        let have = &rest[i.min(rest.len())..rest.len().min(i + part.len())];
+        if have != &part[..have.len()] {
+            return Outcome::Fail;
+        }
+        if have.len() < part.len() {
+            return Outcome::Partial;
+        }
+        i += part.len();
+    }
+    if named && rest.get(i) == Some(&b':') {
+        let name_start = i + 1;
+        i = name_start;
+        while i < rest.len() && i - name_start < MAX_SECRET_NAME_LEN && is_name_byte(rest[i]) {
+            i += 1;
+        }
+        if i == name_start && i < rest.len() {
+            return Outcome::Fail;
+        }
+    }
+    let have = &rest[i.min(rest.len())..rest.len().min(i + close.len())];
+    if have != &close[..have.len()] {
+        return Outcome::Fail;
+    }
+    if have.len() < close.len() {
+        return Outcome::Partial;
+    }
+    Outcome::Full(i + close.len())
 }
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redactor").field("needles", &self.needles.len()).finish()
+        f.debug_struct("Redactor")
+            .field("needles", &self.needles.len())
+            .field("holdback", &self.holdback)
+            .finish()
     }
 }
 
-/// `application/x-www-form-urlencoded` form (space as `+`), which query strings often use.
-fn form_urlencode(value: &str) -> String {
-    utf8_percent_encode(value, NON_ALPHANUMERIC).to_string().replace("%20", "+")
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+fn hex_lower(value: &[u8]) -> Vec<u8> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    value.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]).collect()
+}
+
+/// The base64 characters that only `value` decides when it starts `offset` bytes (0..3) into a
+/// longer base64 text: the encoding of `offset` filler bytes and the value, without the
+/// characters that also hold bits of the bytes before or after it.
+fn base64_core(
+    engine: &base64::engine::GeneralPurpose,
+    value: &[u8],
+    offset: usize,
+) -> Option<Zeroizing<Vec<u8>>> {
+    let mut data = Zeroizing::new(vec![0u8; offset]);
+    data.extend_from_slice(value);
+    let encoded = Zeroizing::new(engine.encode(&*data));
+    let skip = [0, 2, 3][offset];
+    let drop_end = usize::from(data.len() % 3 != 0);
+    let bytes = encoded.as_bytes();
+    (bytes.len() > skip + drop_end)
+        .then(|| Zeroizing::new(bytes[skip..bytes.len() - drop_end].to_vec()))
+}
+
+/// Matches `needle` at `p`, decoding the text as its form says and skipping line breaks and
+/// invisible characters inside the match, over at most `limit` bytes of text. The limit makes
+/// a stream and one piece agree: what has not ended within `limit` bytes never will.
+fn match_at(needle: &Needle, text: &[u8], p: usize, limit: usize) -> Outcome {
+    let value: &[u8] = &needle.bytes;
+    let end = text.len().min(p + limit);
+    // The text ran out: more could complete the match only if the limit leaves room.
+    let more = || if text.len() < p + limit { Outcome::Partial } else { Outcome::Fail };
+    let (mut i, mut j) = (p, 0);
+    while j < value.len() {
+        if i >= end {
+            return more();
+        }
+        let unit = match decode(needle.form, &text[..end], i, value[j]) {
+            Some(unit) => unit,
+            None => return more(),
+        };
+        let fits = match needle.form {
+            Form::Caseless => unit.bytes[0].eq_ignore_ascii_case(&value[j]),
+            _ => value[j..].starts_with(unit.as_slice()),
+        };
+        if fits {
+            i += unit.used;
+            j += unit.len;
+            continue;
+        }
+        if j == 0 {
+            return Outcome::Fail;
+        }
+        if unit.escaped {
+            if is_transparent(unit.as_slice()) {
+                i += unit.used;
+                continue;
+            }
+            return Outcome::Fail;
+        }
+        match transparent_at(&text[..end], i) {
+            Some(Some(used)) => i += used,
+            Some(None) => return more(),
+            None => return Outcome::Fail,
+        }
+    }
+    Outcome::Full(i)
+}
+
+/// Decoded bytes that a match skips: a line break or an invisible character.
+fn is_transparent(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| {
+            let mut chars = s.chars();
+            let c = chars.next()?;
+            chars.next().is_none().then_some(c)
+        })
+        .is_some_and(|c| c == '\n' || c == '\r' || is_invisible_char(c))
+}
+
+/// A line break or invisible character at `i`: `Some(Some(len))`; `Some(None)` when the text
+/// ends inside a character that might be one; `None` otherwise.
+fn transparent_at(text: &[u8], i: usize) -> Option<Option<usize>> {
+    let lead = text[i];
+    let len = match lead {
+        b'\n' | b'\r' => return Some(Some(1)),
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => return None,
+    };
+    let Some(bytes) = text.get(i..i + len) else {
+        return Some(None);
+    };
+    is_transparent(bytes).then_some(Some(len))
+}
+
+/// The unit of text at `i` in `form`, given the value byte `want` it should match (only `+`
+/// depends on it). `None` when the text ends inside an escape.
+fn decode(form: Form, text: &[u8], i: usize, want: u8) -> Option<Unit> {
+    let b = text[i];
+    match form {
+        Form::Exact | Form::Caseless => Some(Unit::literal(b)),
+        Form::Percent => match b {
+            b'%' => {
+                let digits = &text[i + 1..text.len().min(i + 3)];
+                if !digits.iter().all(u8::is_ascii_hexdigit) {
+                    return Some(Unit::literal(b));
+                }
+                if digits.len() < 2 {
+                    return None;
+                }
+                Some(Unit::escaped(&[hex_value(digits[0]) << 4 | hex_value(digits[1])], 3))
+            }
+            b'+' if want == b' ' => Some(Unit::escaped(b" ", 1)),
+            _ => Some(Unit::literal(b)),
+        },
+        Form::Json => {
+            if b != b'\\' {
+                return Some(Unit::literal(b));
+            }
+            let &kind = text.get(i + 1)?;
+            let short = match kind {
+                b'"' => b'"',
+                b'\\' => b'\\',
+                b'/' => b'/',
+                b'b' => 0x08,
+                b'f' => 0x0C,
+                b'n' => b'\n',
+                b'r' => b'\r',
+                b't' => b'\t',
+                b'u' => return decode_json_u(text, i),
+                _ => return Some(Unit::literal(b)),
+            };
+            Some(Unit::escaped(&[short], 2))
+        }
+    }
+}
+
+/// `\uXXXX` at `i` (with a following `\uXXXX` for a surrogate pair); a malformed one is a
+/// literal backslash.
+fn decode_json_u(text: &[u8], i: usize) -> Option<Unit> {
+    let first = match hex4(text, i + 2) {
+        Hex4::Value(v) => v,
+        Hex4::Short => return None,
+        Hex4::Bad => return Some(Unit::literal(b'\\')),
+    };
+    let (c, used) = match first {
+        0xD800..=0xDBFF => {
+            let marks = text.get(i + 6..(i + 8).min(text.len())).unwrap_or_default();
+            if marks.len() < 2 {
+                return if b"\\u".starts_with(marks) { None } else { Some(Unit::literal(b'\\')) };
+            }
+            if marks != b"\\u" {
+                return Some(Unit::literal(b'\\'));
+            }
+            let low = match hex4(text, i + 8) {
+                Hex4::Value(v @ 0xDC00..=0xDFFF) => v,
+                Hex4::Short => return None,
+                _ => return Some(Unit::literal(b'\\')),
+            };
+            let code = 0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00);
+            (char::from_u32(code), 12)
+        }
+        0xDC00..=0xDFFF => (None, 6),
+        _ => (char::from_u32(first), 6),
+    };
+    let Some(c) = c else {
+        return Some(Unit::literal(b'\\'));
+    };
+    let mut buf = [0u8; 4];
+    Some(Unit::escaped(c.encode_utf8(&mut buf).as_bytes(), used))
+}
+
+enum Hex4 {
+    Value(u32),
+    /// The text ends before four digits (all hex so far).
+    Short,
+    Bad,
+}
+
+fn hex4(text: &[u8], at: usize) -> Hex4 {
+    let digits = text.get(at..(at + 4).min(text.len())).unwrap_or_default();
+    if !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Hex4::Bad;
+    }
+    if digits.len() < 4 {
+        return Hex4::Short;
+    }
+    Hex4::Value(digits.iter().fold(0, |acc, d| acc << 4 | u32::from(hex_value(*d))))
+}
+
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => digit - b'A' + 10,
+    }
+}
+
+/// A [`Redactor`] for a byte stream cut into chunks anywhere (a pipe, a socket, a writer that
+/// gets lines in pieces).
+///
+/// [`StreamRedactor::push`] returns what may be written now and holds back at most
+/// [`Redactor::holdback`] bytes: only from the first place, within that many bytes of the
+/// end, where a secret form (or a marker) has begun and could still be completed by the next
+/// chunk; usually nothing. [`StreamRedactor::finish`] releases the rest, at the end of the
+/// stream or whenever what was pushed must go out whole (the end of a line that is flushed).
+/// A form cut by a chunk boundary is redacted as if it had come in one piece; one that runs
+/// longer than the hold-back (many line breaks inside it) may not be.
+pub struct StreamRedactor {
+    redactor: Arc<Redactor>,
+    pending: Zeroizing<Vec<u8>>,
+}
+
+impl StreamRedactor {
+    pub fn new(redactor: Arc<Redactor>) -> Self {
+        Self { redactor, pending: Zeroizing::new(Vec::new()) }
+    }
+
+    /// Feeds `chunk`; returns the redacted bytes that can be written now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        self.pending.extend_from_slice(chunk);
+        if self.redactor.is_empty() {
+            return self.take(self.pending.len(), &[]);
+        }
+        let scan = self.redactor.scan(&self.pending, false);
+        self.take(scan.cut, &scan.spans)
+    }
+
+    /// Everything held back, redacted; the stream may go on afterwards.
+    pub fn finish(&mut self) -> Vec<u8> {
+        if self.redactor.is_empty() {
+            return self.take(self.pending.len(), &[]);
+        }
+        let scan = self.redactor.scan(&self.pending, true);
+        self.take(scan.cut, &scan.spans)
+    }
+
+    /// How many bytes are held back now.
+    pub fn held(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn take(&mut self, cut: usize, spans: &[Span]) -> Vec<u8> {
+        let out = if spans.is_empty() {
+            self.pending[..cut].to_vec()
+        } else {
+            self.redactor.settle(self.redactor.render(&self.pending[..cut], spans))
+        };
+        self.pending.drain(..cut);
+        out
+    }
+}
+
+impl fmt::Debug for StreamRedactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamRedactor")
+            .field("redactor", &self.redactor)
+            .field("held", &self.pending.len())
+            .finish()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 
     fn map(pairs: &[(&str, &str)]) -> SecretMap {
         let mut m = SecretMap::new();
@@ -223,6 +970,29 @@ mod tests {
             m.insert(*k, SecretString::from(v.to_string()));
         }
         m
+    }
+
+    fn redactor(pairs: &[(&str, &str)]) -> Redactor {
+        Redactor::new(&map(pairs))
+    }
+
+    /// `application/x-www-form-urlencoded` (space as `+`), which query strings often use.
+    fn form_urlencode(value: &str) -> String {
+        utf8_percent_encode(value, NON_ALPHANUMERIC).to_string().replace("%20", "+")
+    }
+
+    /// The value as it sits between the quotes of a JSON string.
+    fn json_inner(value: &str) -> String {
+        let quoted = serde_json::to_string(value).unwrap();
+        quoted[1..quoted.len() - 1].to_owned()
+    }
+
+    /// Every character as `\uXXXX` (surrogate pairs for those beyond the BMP).
+    fn json_all_escaped(value: &str, upper: bool) -> String {
+        value
+            .encode_utf16()
+            .map(|u| if upper { format!("\\u{u:04X}") } else { format!("\\u{u:04x}") })
+            .collect()
     }
 
     #[test]
@@ -245,7 +1015,7 @@ mod tests {
     fn validate_rejects_too_many() {
         let mut m = SecretMap::new();
         for i in 0..=MAX_SECRETS {
-            m.insert(format!("S{i}"), SecretString::from("v".to_string()));
+            m.insert(format!("S{i}"), SecretString::from("value-long-enough".to_string()));
         }
         assert_eq!(m.validate(), Err(SecretsError::TooMany { count: 51 }));
         m.0.pop_first();
@@ -263,6 +1033,23 @@ mod tests {
     }
 
     #[test]
+    fn validate_rejects_a_value_under_8_bytes_naming_the_secret_not_the_value() {
+        for short in ["", "k", "1234567", "päss"] {
+            let err = map(&[("PIN", short)]).validate().unwrap_err();
+            assert_eq!(err, SecretsError::ValueTooShort { name: "PIN".into(), len: short.len() });
+            let text = err.to_string();
+            assert!(text.starts_with("secret PIN is too short: "), "{text}");
+            assert!(text.contains("(at least 8)") && text.contains("cannot be redacted"), "{text}");
+            if !short.is_empty() {
+                assert!(!text.contains(short), "{text}");
+            }
+        }
+        // 8 bytes, not 8 characters: "äöü" + 2 is 8 bytes.
+        assert_eq!(map(&[("PIN", "12345678")]).validate(), Ok(()));
+        assert_eq!(map(&[("PIN", "äöüab")]).validate(), Ok(()));
+    }
+
+    #[test]
     fn debug_shows_names_only() {
         let m = map(&[("API_KEY", "hunter2-value")]);
         let dbg = format!("{m:?}");
@@ -273,9 +1060,9 @@ mod tests {
     #[test]
     fn redactor_replaces_value_and_encoded_forms() {
         let value = "s3cr3t value/+?&";
-        let r = Redactor::new(&map(&[("TOKEN", value)]));
-        let b64 = base64::engine::general_purpose::STANDARD.encode(value);
-        let b64url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value);
+        let r = redactor(&[("TOKEN", value)]);
+        let b64 = STANDARD.encode(value);
+        let b64url = URL_SAFE_NO_PAD.encode(value);
         let pct = utf8_percent_encode(value, NON_ALPHANUMERIC).to_string();
         let form = form_urlencode(value);
         let text = format!("a {value} b {b64} c {b64url} d {pct} e {form} f");
@@ -286,14 +1073,323 @@ mod tests {
     }
 
     #[test]
+    fn every_covered_form_is_redacted_whole() {
+        let value = "p@ss \"wörd\"\\\n/+?&=~💡x";
+        let r = redactor(&[("TOKEN", value)]);
+        let bytes = value.as_bytes();
+        let hex_lower: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let hex_mixed: String = hex_lower
+            .chars()
+            .enumerate()
+            .map(|(i, c)| if i % 3 == 0 { c.to_ascii_uppercase() } else { c })
+            .collect();
+        let pct_upper = utf8_percent_encode(value, NON_ALPHANUMERIC).to_string();
+        let forms = [
+            ("raw", value.to_owned()),
+            ("base64", STANDARD.encode(value)),
+            ("base64 unpadded", STANDARD_NO_PAD.encode(value)),
+            ("base64url", URL_SAFE.encode(value)),
+            ("base64url unpadded", URL_SAFE_NO_PAD.encode(value)),
+            ("percent upper", pct_upper.clone()),
+            ("percent lower", pct_upper.replace("%2F", "%2f").replace("%C3%B6", "%c3%b6")),
+            ("form", form_urlencode(value)),
+            ("hex lower", hex_lower.clone()),
+            ("hex upper", hex_lower.to_uppercase()),
+            ("hex mixed", hex_mixed),
+            ("json", json_inner(value)),
+            ("json all \\u lower", json_all_escaped(value, false)),
+            ("json all \\u upper", json_all_escaped(value, true)),
+        ];
+        for (what, form) in forms {
+            let out = r.redact(&format!("<{form}>"));
+            assert_eq!(out, "<[REDACTED:TOKEN]>", "{what}: {form:?}");
+        }
+    }
+
+    #[test]
+    fn percent_encoding_may_encode_any_byte_in_any_case() {
+        let r = redactor(&[("K", "abc/def ghi")]);
+        for text in ["abc%2Fdef+ghi", "abc%2fdef%20ghi", "%61bc/def ghi", "abc%2fd%65f%20g%68i"] {
+            assert_eq!(r.redact(text), "[REDACTED:K]", "{text}");
+        }
+    }
+
+    #[test]
+    fn base64_inside_a_longer_blob_at_any_offset() {
+        let value = "hunter2-secret";
+        let r = redactor(&[("PASS", value)]);
+        for prefix in ["", "u:", "us:", "user:"] {
+            for suffix in ["", "\n", "!!", "tail"] {
+                let whole = format!("{prefix}{value}{suffix}");
+                for text in [STANDARD.encode(&whole), URL_SAFE_NO_PAD.encode(&whole)] {
+                    let out = r.redact(&text);
+                    assert!(out.contains("[REDACTED:PASS]"), "{whole:?} as {text}: {out}");
+                    // What is left is at most the few characters that also encode the
+                    // neighbours, never enough to decode any of the value.
+                    let left = out.replace("[REDACTED:PASS]", "");
+                    assert!(
+                        left.len() <= 4 * (prefix.len() + suffix.len()).div_ceil(3) + 4,
+                        "{out}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_cut_across_lines_or_by_invisible_characters_is_one_match() {
+        let value = "tok-0123456789abcdef";
+        let r = redactor(&[("TOKEN", value)]);
+        let texts = [
+            "tok-01234\n56789abcdef".to_owned(),
+            "tok-01234\r\n56789abcdef".to_owned(),
+            "tok-\u{200B}0123456789\u{00AD}abc\u{2060}def".to_owned(),
+            "tok-01234\\n56789abcdef".to_owned(),
+        ];
+        for text in texts {
+            assert_eq!(r.redact(&format!("a {text} b")), "a [REDACTED:TOKEN] b", "{text:?}");
+        }
+        // base64 wrapped at 76 columns, as `base64` prints a long value.
+        let long = "k".repeat(120);
+        let r = redactor(&[("LONG", &long)]);
+        let encoded = STANDARD.encode(&long);
+        let wrapped: Vec<&str> =
+            encoded.as_bytes().chunks(76).map(|c| std::str::from_utf8(c).unwrap()).collect();
+        assert_eq!(r.redact(&wrapped.join("\n")), "[REDACTED:LONG]");
+        // A line break cannot start a match.
+        assert_eq!(r.redact(&format!("\n{long}")), "\n[REDACTED:LONG]");
+    }
+
+    #[test]
+    fn a_one_character_secret_never_nests_markers() {
+        // Before: `A` became `[REDACTED:A]`, whose own `A`s were redacted again by the next
+        // pass (the stdout writer redacts twice), four markers deep.
+        let r = redactor(&[("A", "A")]);
+        let once = r.redact("A");
+        assert_eq!(once, "[REDACTED:A]");
+        assert_eq!(r.redact(&once), once);
+        assert_eq!(r.redact(&r.redact(&once)), once);
+        let text = "A [REDACTED:API_KEY] [REDACTED] [REDACTED:llm_token] A";
+        let out = r.redact(text);
+        assert_eq!(
+            out,
+            "[REDACTED:A] [REDACTED:API_KEY] [REDACTED] [REDACTED:llm_token] [REDACTED:A]"
+        );
+        assert_eq!(out.matches("[REDACTED").count(), 5, "{out}");
+        assert_eq!(r.redact(&out), out);
+    }
+
+    #[test]
+    fn redaction_is_idempotent_and_two_redactors_do_not_nest() {
+        let task = redactor(&[("API_KEY", "sk-live-0123456789"), ("llm_token", "tok-abcdefgh")]);
+        let idle = redactor(&[("llm_api_key", "K")]);
+        let text = "key sk-live-0123456789 token tok-abcdefgh and K";
+        let once = idle.redact(&task.redact(text));
+        assert_eq!(
+            once,
+            "key [REDACTED:API_KEY] token [REDACTED:llm_token] and [REDACTED:llm_api_key]"
+        );
+        assert_eq!(task.redact(&once), once);
+        assert_eq!(idle.redact(&once), once);
+    }
+
+    #[test]
+    fn a_marker_that_carries_the_value_is_still_redacted() {
+        let r = redactor(&[("K", "TOPSECRETVALUE")]);
+        let out = r.redact("[REDACTED:TOPSECRETVALUE] and [REDACTED:TOPSECRETVALUEX]");
+        assert!(!out.contains("TOPSECRET"), "{out}");
+        assert_eq!(out, "[REDACTED:K] and [REDACTED:K]");
+    }
+
+    #[test]
+    fn labels_never_show_a_value() {
+        // A value that a named label would contain makes every label plain.
+        let r = redactor(&[("API_KEY_VALUE", "secret-1"), ("K", "API_KEY_VALUE")]);
+        let out = r.redact("secret-1 API_KEY_VALUE");
+        assert_eq!(out, "[REDACTED] [REDACTED]");
+        // A value a plain label contains leaves the last resort.
+        let r = redactor(&[("K", "REDACTED")]);
+        assert_eq!(r.redact("a REDACTED b [REDACTED] c"), "a [X] b [X] c");
+        assert_eq!(r.redact("[X]"), "[X]");
+    }
+
+    #[test]
+    fn a_value_with_brackets_cannot_be_completed_by_a_label() {
+        // Redacting `xy` next to `[REDACTED:K` must not leave the other value whole.
+        let r = redactor(&[("K", "secret-k"), ("B", "ab[REDACTED:K]cd")]);
+        for text in ["ab secret-k cd", "absecret-kcd", "ab[secret-k]cd", "ab[REDACTED:K]cd"] {
+            let out = r.redact(text);
+            assert!(!out.contains("ab[REDACTED:K]cd") && !out.contains("secret-k"), "{out}");
+            assert_eq!(r.redact(&out), out);
+        }
+    }
+
+    #[test]
+    fn adjacent_matches_stay_two_markers_in_one_piece_and_in_a_stream() {
+        // Found by fuzzing (redactor): a match right before a marker that carries a value was
+        // merged with it in one piece but not when a stream cut between them.
+        let r = Arc::new(redactor(&[("SECRET", "REDACTED")]));
+        let text = "\u{18}UkVEQUNURUQ=[REDACTED:A] [REDACTED]  [X]";
+        let whole = r.redact(text);
+        assert_eq!(whole, "\u{18}[X][X] [X]  [X]");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_label_never_completes_a_short_value_with_brackets_across_a_stream_cut() {
+        // Found by fuzzing (redactor): with the key `A[R`, `…[REDA` + `[REDACTED:SECRET]`
+        // spelled the key. One piece was redacted again; a stream had already sent `…[REDA`.
+        // Labels now use brackets no value contains.
+        let secret = "p\u{FFFD}\u{3}\u{8}RED\u{1}\u{18}ACET";
+        let r = Arc::new(redactor(&[("SECRET", secret), ("llm_api_key", "A[R")]));
+        let pct = utf8_percent_encode(secret, NON_ALPHANUMERIC).to_string();
+        let text = format!("ssEDACTED:A] [REDA{pct}");
+        let whole = r.redact(&text);
+        assert_eq!(whole, "ssEDACTED:A] [REDA\u{27E6}REDACTED:SECRET\u{27E7}");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+        // Foreign square-bracket markers are still markers.
+        assert_eq!(
+            r.redact("[REDACTED:X] A[R"),
+            "[REDACTED:X] \u{27E6}REDACTED:llm_api_key\u{27E7}"
+        );
+    }
+
+    #[test]
+    fn a_match_that_ends_in_a_marker_cut_by_the_stream_waits_for_all_of_it() {
+        // Found by fuzzing (redactor): the key ` [` takes in the marker `[REDACTED]` it ends
+        // in; a stream cut inside the marker sent its rest (`REDACTED]`) on its own.
+        let r = Arc::new(redactor(&[("SECRET", "RECTAED]"), ("llm_api_key", " [")]));
+        let text = "x\u{1a} [REDACTED]  [X]";
+        let whole = r.redact(text);
+        assert_eq!(
+            whole,
+            "x\u{1a}\u{27E6}REDACTED:llm_api_key\u{27E7} \u{27E6}REDACTED:llm_api_key\u{27E7}X]"
+        );
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_match_never_runs_longer_than_the_longest_form_so_a_stream_agrees() {
+        // Found by fuzzing (redactor): a value starting with `\r\r\r`, after 13 `\r`s, was
+        // matched from the first one (the other ten skipped as line breaks), longer than a
+        // stream holds back; the stream matched from the tenth. A match now takes at most the
+        // longest form's length, line breaks included.
+        let secret = "\r\r\rABTED\u{1}A\u{18}\u{1}A";
+        let r = Arc::new(redactor(&[("SECRET", secret), ("llm_api_key", "[RE\r")]));
+        let escaped: String = secret.chars().map(|c| format!("\\u{:04X}", u32::from(c))).collect();
+        let text = format!("{}{escaped}\r?", "\r".repeat(13));
+        let whole = r.redact(&text);
+        assert!(!whole.contains("\\u0041"), "{whole:?}");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+        // Line breaks inside a match still count, up to the limit.
+        let r = redactor(&[("K", "0123456789")]);
+        assert_eq!(r.redact("01234\n\n56789"), "[REDACTED:K]");
+        let many = format!("01234{}56789", "\n".repeat(200));
+        assert_eq!(r.redact(&many), many);
+    }
+
+    #[test]
     fn redactor_prefers_longer_secret() {
-        let r = Redactor::new(&map(&[("SHORT", "abc"), ("LONG", "abcdef")]));
+        let r = redactor(&[("SHORT", "abc"), ("LONG", "abcdef")]);
         assert_eq!(r.redact("xabcdefx abc"), "x[REDACTED:LONG]x [REDACTED:SHORT]");
+        let r = redactor(&[("SHORT", "abcdefgh"), ("LONG", "abcdefghijkl")]);
+        assert_eq!(r.redact("abcdefghijkl abcdefgh"), "[REDACTED:LONG] [REDACTED:SHORT]");
+    }
+
+    #[test]
+    fn short_values_are_redacted_raw_only() {
+        // Only LLM credentials can be this short (secrets are refused); their hex or base64
+        // would be two or four characters found in any text.
+        let r = redactor(&[("llm_api_key", "ab")]);
+        assert_eq!(r.redact("ab 6162 YWI="), "[REDACTED:llm_api_key] 6162 YWI=");
     }
 
     #[test]
     fn redactor_debug_hides_needles() {
-        let r = Redactor::new(&map(&[("K", "topsecretvalue")]));
+        let r = redactor(&[("K", "topsecretvalue")]);
         assert!(!format!("{r:?}").contains("topsecret"));
+        assert!(!format!("{:?}", Arc::new(r).stream()).contains("topsecret"));
+    }
+
+    #[test]
+    fn empty_redactor_changes_nothing() {
+        let r = Redactor::default();
+        assert!(r.is_empty());
+        assert_eq!(r.redact("[REDACTED:X] text"), "[REDACTED:X] text");
+        let mut stream = Arc::new(r).stream();
+        assert_eq!(stream.push(b"abc"), b"abc");
+        assert_eq!(stream.held(), 0);
+    }
+
+    #[test]
+    fn a_stream_cut_anywhere_redacts_like_one_piece() {
+        let value = "str3am-s3cret\"value";
+        let r = Arc::new(redactor(&[("S", value), ("llm_token", "k")]));
+        let text = format!(
+            "one {value} two {} three {} four {}\nfive [REDACTED:S] k six {}",
+            STANDARD.encode(value),
+            json_inner(value),
+            utf8_percent_encode(value, NON_ALPHANUMERIC),
+            "tail"
+        );
+        let whole = r.redact_bytes(text.as_bytes());
+        assert!(!String::from_utf8_lossy(&whole).contains("s3cret"));
+        let bytes = text.as_bytes();
+        for cut in 0..=bytes.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&bytes[..cut]);
+            assert!(stream.held() <= r.holdback(), "held {} at {cut}", stream.held());
+            out.extend(stream.push(&bytes[cut..]));
+            assert!(stream.held() <= r.holdback());
+            out.extend(stream.finish());
+            assert_eq!(stream.held(), 0);
+            assert_eq!(out, whole, "cut at {cut}");
+        }
+        // One byte at a time.
+        let mut stream = r.stream();
+        let mut out = Vec::new();
+        for b in bytes {
+            out.extend(stream.push(std::slice::from_ref(b)));
+            assert!(stream.held() <= r.holdback());
+        }
+        out.extend(stream.finish());
+        assert_eq!(out, whole);
+    }
+
+    #[test]
+    fn a_stream_holds_back_only_a_possible_beginning() {
+        let r = Arc::new(redactor(&[("S", "stream-secret")]));
+        let mut stream = r.stream();
+        assert_eq!(stream.push(b"plain text, nothing to hide\n"), b"plain text, nothing to hide\n");
+        assert_eq!(stream.held(), 0);
+        assert_eq!(stream.push(b"and then stream-se"), b"and then ");
+        assert_eq!(stream.held(), "stream-se".len());
+        assert_eq!(stream.push(b"cret!"), b"[REDACTED:S]!");
+        assert_eq!(stream.push(b"stream-sea"), b"stream-sea");
+        assert!(r.holdback() >= "stream-secret".len() * 6 - 1);
     }
 }

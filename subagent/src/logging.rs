@@ -151,7 +151,8 @@ where
         event.record(&mut visitor);
         let mut line = self.render(event.metadata().level(), visitor.0);
         line.push('\n');
-        (self.sink)(line.as_bytes());
+        // The last pass, on the encoded line (values JSON-escaped); a line goes out whole.
+        (self.sink)(&self.redaction.redact_bytes(line.as_bytes()));
     }
 }
 

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::codec::Encoder;
 
-use crate::redaction::Redaction;
+use crate::redaction::{RedactingWriter, Redaction};
 
 /// Responses waiting for stdout. Bounded so a host that stops reading slows us down instead
 /// of growing memory.
@@ -29,11 +29,14 @@ pub struct Output {
 impl Output {
     /// Starts the writer task on `sink`. It ends when every [`Output`] is dropped and the
     /// queue is drained; await the returned handle to be sure everything was flushed.
-    pub fn spawn<W>(mut sink: W, redaction: Arc<Redaction>) -> (Self, JoinHandle<()>)
+    pub fn spawn<W>(sink: W, redaction: Arc<Redaction>) -> (Self, JoinHandle<()>)
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (tx, mut rx) = mpsc::channel::<(Response, Option<Arc<Redactor>>)>(QUEUE);
+        // The last pass, on the encoded bytes (values JSON-escaped); each line's flush
+        // releases it whole.
+        let mut sink = RedactingWriter::new(sink, redaction.clone());
         let handle = tokio::spawn(async move {
             let mut codec = JsonLinesCodec::<Request, Response>::new();
             let mut buf = BytesMut::new();

@@ -59,6 +59,36 @@ proptest! {
     }
 
     #[test]
+    fn a_blank_line_is_ignored_whatever_its_length(
+        len in 0usize..2000,
+        chunk in 1usize..600,
+        ws in proptest::sample::select(vec![b' ', b'\t', b'\r', 0x0c]),
+        last in any::<bool>(),
+    ) {
+        // Found by fuzzing (protocol_decoder): a whitespace-only line over the limit was
+        // answered `line too long` instead of being ignored like every blank line.
+        let mut data = vec![ws; len];
+        if !last {
+            data.push(b'\n');
+        }
+        let mut codec = Codec::with_max_line(256);
+        let mut buf = BytesMut::new();
+        let mut items = 0;
+        for piece in data.chunks(chunk) {
+            buf.extend_from_slice(piece);
+            drain(&mut codec, &mut buf, &mut items);
+        }
+        while codec.decode_eof(&mut buf).unwrap().is_some() {
+            items += 1;
+        }
+        prop_assert_eq!(items, 0);
+        // The line after it still decodes.
+        buf.extend_from_slice(b"{\"type\":\"ping\",\"id\":\"ok\"}\n");
+        let item = codec.decode(&mut buf).unwrap().unwrap();
+        prop_assert_eq!(&item.unwrap().id, "ok");
+    }
+
+    #[test]
     fn arbitrary_strings_as_request_fields_round_trip(task in ".*", id in "[a-z0-9-]{1,20}") {
         let req = Request::execute(id.clone(), task.clone());
         let mut codec = Codec::new();

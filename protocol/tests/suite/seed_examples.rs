@@ -54,7 +54,20 @@ fn seed_execute_fields_land_where_expected() {
     let secrets = req.secrets.as_ref().unwrap();
     assert_eq!(secrets.get("API_KEY").unwrap().expose_secret(), "secret");
     assert_eq!(req.llm_api_key.as_ref().unwrap().expose_secret(), "zai-key");
-    assert!(req.validate(0).is_ok());
+    // The seed's 6-byte example secret still parses, but is refused since secrets must be at
+    // least 8 bytes (docs/protocol.md, version history): a value that short cannot be redacted.
+    let err = req.validate(0).unwrap_err();
+    assert_eq!(err.id, "task-uuid");
+    assert_eq!(
+        err.to_string(),
+        "secrets validation: secret API_KEY is too short: 6 bytes (at least 8); \
+         a value that short cannot be redacted from output without destroying it"
+    );
+    let mut long_enough = req.clone();
+    let mut secrets = long_enough.secrets.take().unwrap();
+    secrets.insert("API_KEY", secrecy::SecretString::from("secret-value".to_owned()));
+    long_enough.secrets = Some(secrets);
+    assert!(long_enough.validate(0).is_ok());
 }
 
 #[test]
@@ -70,7 +83,7 @@ fn seed_go_style_responses_with_empty_correlation_id_parse() {
 fn full_v1_execute_round_trips() {
     let json = r#"{"version":"1.0","id":"t1","correlation_id":"c1","type":"execute","task":"do",
         "context":"ctx","tools":["web_fetch","run_command"],"timeout":30,"deadline":1999999999,
-        "secrets":{"A":"1","B_2":"2"},"llm_base_url":"http://10.0.0.1:8080/v1",
+        "secrets":{"A":"value-of-a","B_2":"value-of-b2"},"llm_base_url":"http://10.0.0.1:8080/v1",
         "llm_model":"m","llm_token":"tok"}"#;
     let req: Request = assert_round_trip(json);
     assert_eq!(req.tools.as_deref().unwrap().len(), 2);

@@ -1,0 +1,137 @@
+//! Properties of the one redactor every exit uses: whatever the text and wherever a stream is
+//! cut, no covered form of a secret survives, redacting again changes nothing, and a stream
+//! gives what one piece gives.
+
+use std::sync::Arc;
+
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use nexbot_protocol::{Redactor, SecretMap};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use proptest::prelude::*;
+use secrecy::SecretString;
+
+/// Characters secrets and texts are made of: ordinary ones, and every one an encoding or the
+/// marker syntax treats specially.
+const ALPHABET: &[char] = &[
+    'a', 'b', 'c', 'A', 'R', 'E', 'D', 'X', '0', '1', '9', 'f', ' ', '+', '/', '=', '%', '\\', '"',
+    '[', ']', ':', '_', '-', '\n', '\r', 'é', '💡', '\u{200B}',
+];
+
+fn text_of(len: std::ops::Range<usize>) -> impl Strategy<Value = String> {
+    proptest::collection::vec(proptest::sample::select(ALPHABET), len)
+        .prop_map(|chars| chars.into_iter().collect())
+}
+
+/// Every covered form of `value`, as this test computes them on its own.
+fn forms(value: &str) -> Vec<String> {
+    let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+    let pct = utf8_percent_encode(value, NON_ALPHANUMERIC).to_string();
+    let json = serde_json::to_string(value).unwrap();
+    let all_escaped: String = value.encode_utf16().map(|u| format!("\\u{u:04x}")).collect();
+    vec![
+        value.to_owned(),
+        STANDARD.encode(value),
+        STANDARD_NO_PAD.encode(value),
+        URL_SAFE.encode(value),
+        URL_SAFE_NO_PAD.encode(value),
+        hex.to_uppercase(),
+        hex,
+        lower_hex_escapes(&pct),
+        pct.replace("%20", "+"),
+        pct,
+        json[1..json.len() - 1].to_owned(),
+        all_escaped,
+    ]
+}
+
+/// `%2F` as `%2f`: only the escapes' digits change case.
+fn lower_hex_escapes(pct: &str) -> String {
+    let mut out = String::new();
+    let mut digits = 0u8;
+    for c in pct.chars() {
+        out.push(if digits > 0 { c.to_ascii_lowercase() } else { c });
+        digits = if c == '%' { 2 } else { digits.saturating_sub(1) };
+    }
+    out
+}
+
+fn redactor(pairs: &[(&str, &str)]) -> Arc<Redactor> {
+    let mut map = SecretMap::new();
+    for (name, value) in pairs {
+        map.insert(*name, SecretString::from((*value).to_owned()));
+    }
+    Arc::new(Redactor::new(&map))
+}
+
+fn stream_in_pieces(r: &Arc<Redactor>, text: &[u8], cuts: &[usize]) -> Vec<u8> {
+    let mut stream = r.stream();
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &cut in cuts {
+        let cut = cut.clamp(at, text.len());
+        out.extend(stream.push(&text[at..cut]));
+        assert!(stream.held() <= r.holdback(), "held {} > {}", stream.held(), r.holdback());
+        at = cut;
+    }
+    out.extend(stream.push(&text[at..]));
+    out.extend(stream.finish());
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn no_covered_form_survives(
+        secret in text_of(8..24),
+        other in text_of(8..16),
+        before in text_of(0..12),
+        after in text_of(0..12),
+        form in 0usize..12,
+        mut cuts in proptest::collection::vec(0usize..200, 0..4),
+    ) {
+        prop_assume!(secret.len() >= 8 && other.len() >= 8);
+        let r = redactor(&[("SECRET", &secret), ("OTHER", &other)]);
+        let planted = &forms(&secret)[form];
+        let text = format!("{before}{planted}{after} {other}");
+        let out = r.redact(&text);
+        for (i, f) in forms(&secret).iter().enumerate() {
+            prop_assert!(!out.contains(f.as_str()), "form {} {:?} of {:?} in {:?}", i, f, secret, out);
+        }
+        prop_assert!(!out.contains(other.as_str()), "{:?} in {:?}", other, out);
+        prop_assert_eq!(r.redact(&out), out.clone(), "not idempotent");
+        cuts.sort_unstable();
+        let streamed = stream_in_pieces(&r, text.as_bytes(), &cuts);
+        prop_assert_eq!(String::from_utf8_lossy(&streamed), out);
+    }
+
+    #[test]
+    fn short_values_never_nest_markers(
+        key in text_of(1..4),
+        text in text_of(0..40),
+        marker in 0usize..3,
+    ) {
+        let r = redactor(&[("A", &key), ("llm_api_key", "k")]);
+        let marker = ["[REDACTED:A]", "[REDACTED:API_KEY]", "[REDACTED]"][marker];
+        let text = format!("{text}{marker}{text}");
+        let once = r.redact(&text);
+        prop_assert_eq!(r.redact(&once), once.clone());
+        // The marker is kept, or taken whole into a new one (in other brackets when the key
+        // holds one of `[`, `]`).
+        prop_assert!(once.contains(marker) || once.contains("REDACTED"), "{:?}", once);
+        let streamed = stream_in_pieces(&r, text.as_bytes(), &[text.len() / 2]);
+        prop_assert_eq!(String::from_utf8_lossy(&streamed), once);
+    }
+}
+
+#[test]
+fn a_stream_of_tiny_chunks_redacts_every_form() {
+    let secret = "chunk-s3cret/value+\"x\"";
+    let r = redactor(&[("S", secret)]);
+    let text: String = forms(secret).iter().map(|f| format!("<{f}>\n")).collect();
+    let out =
+        stream_in_pieces(&r, text.as_bytes(), &(0..text.len()).step_by(3).collect::<Vec<_>>());
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(out.matches("[REDACTED:S]").count(), forms(secret).len(), "{out}");
+}
