@@ -60,7 +60,9 @@ pub struct Pool {
     inner: Arc<Inner>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Marks this run alive in this process until the pool is dropped.
-    _run: RunRegistration,
+    /// Alive in this process until the pool is shut down or dropped; another pool of the
+    /// same name may start after either.
+    run: Mutex<Option<RunRegistration>>,
 }
 
 #[derive(Debug)]
@@ -157,7 +159,7 @@ impl Pool {
             owner = %inner.engine.owner.describe(),
             "pool ready"
         );
-        Ok(Pool { inner, tasks: Mutex::new(tasks), _run: run })
+        Ok(Pool { inner, tasks: Mutex::new(tasks), run: Mutex::new(Some(run)) })
     }
 
     /// Runs one `execute` request on a container and returns its final response.
@@ -312,6 +314,8 @@ impl Pool {
             tokio::time::sleep(Duration::from_millis(500)).await;
             inner.engine.reap().await?;
         }
+        // Its containers are gone: the name is free for a next pool of this process.
+        self.run.lock().unwrap_or_else(|e| e.into_inner()).take();
         tracing::info!(pool = %inner.engine.config.name, "pool shut down");
         Ok(())
     }

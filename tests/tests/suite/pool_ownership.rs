@@ -83,6 +83,11 @@ async fn a_pool_name_of_a_live_instance_is_refused_and_a_dropped_ones_is_reaped(
     assert!(first_containers.iter().all(|id| !now.contains(id)), "the old container was reaped");
     assert_eq!(owners_of(&docker, &config.name).await, vec![second.instance.clone()]);
     third.shutdown().await.expect("shutdown");
+    // Shut down but not yet dropped: its name is free again (a daemon restarting its pool).
+    let fourth =
+        Pool::start(docker.clone(), config.clone()).await.expect("a shut-down pool's name is free");
+    fourth.shutdown().await.expect("shutdown");
+    drop(third);
 }
 
 #[tokio::test]
