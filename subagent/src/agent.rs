@@ -185,8 +185,9 @@ impl TaskLoop {
                 Err(err) => format!("Error: invalid JSON arguments for {name}: {err}"),
                 Ok(args) => {
                     let started = Instant::now();
-                    let result =
-                        self.guard(tools::call(name, args, &self.env, &self.secrets)).await?;
+                    let result = self
+                        .guard(tools::call(name, args, &self.env, &self.secrets, &self.redactor))
+                        .await?;
                     let ms = started.elapsed().as_millis() as u64;
                     match result {
                         Ok(output) => {

@@ -14,9 +14,11 @@
 use std::collections::VecDeque;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use nexbot_protocol::secrets::StreamRedactor;
+use nexbot_protocol::Redactor;
 use regex::Regex;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -98,6 +100,7 @@ pub fn screen(command: &str) -> Result<(), ToolError> {
 pub async fn run_command(
     scratch: &Path,
     secrets: &SecretStore,
+    redactor: &Arc<Redactor>,
     args: CommandArgs,
 ) -> Result<ToolOutput, ToolError> {
     if args.command.trim().is_empty() {
@@ -133,7 +136,12 @@ pub async fn run_command(
     let mut stderr = HeadTail::new(half);
     let (out_pipe, err_pipe) = (child.stdout.take(), child.stderr.take());
     let mut drain = Box::pin(async {
-        tokio::join!(drain_into(out_pipe, &mut stdout), drain_into(err_pipe, &mut stderr));
+        // Redacted as it streams, before the head/tail cut: a secret the cut would split
+        // must not reach the model as a visible prefix and suffix.
+        tokio::join!(
+            drain_into(out_pipe, &mut stdout, redactor.stream()),
+            drain_into(err_pipe, &mut stderr, redactor.stream())
+        );
     });
 
     let status = tokio::select! {
@@ -182,15 +190,20 @@ impl Drop for GroupKiller {
     }
 }
 
-async fn drain_into<R: AsyncRead + Unpin>(pipe: Option<R>, buf: &mut HeadTail) {
+async fn drain_into<R: AsyncRead + Unpin>(
+    pipe: Option<R>,
+    buf: &mut HeadTail,
+    mut redact: StreamRedactor,
+) {
     let Some(mut pipe) = pipe else { return };
     let mut chunk = [0u8; 8192];
     while let Ok(n) = pipe.read(&mut chunk).await {
         if n == 0 {
             break;
         }
-        buf.push(&chunk[..n]);
+        buf.push(&redact.push(&chunk[..n]));
     }
+    buf.push(&redact.finish());
 }
 
 /// Keeps the first and last `half` bytes of a stream, and how much went by.
@@ -286,6 +299,35 @@ mod tests {
         assert_eq!(small.render(), "abc");
     }
 
+    fn none() -> Arc<Redactor> {
+        Arc::new(Redactor::new(&nexbot_protocol::SecretMap::new()))
+    }
+
+    #[tokio::test]
+    async fn a_secret_the_output_cap_would_cut_is_redacted_before_the_cut() {
+        use nexbot_protocol::SecretMap;
+        use secrecy::SecretString;
+        let secret = "Zq8-SECRET-VALUE-4kT2-longer-than-the-seam";
+        let mut map = SecretMap::new();
+        map.insert("S", SecretString::from(secret.to_owned()));
+        let redactor = Arc::new(Redactor::new(&map));
+        let store = SecretStore::new(map, crate::secrets::SECRET_TTL);
+        // The secret sits exactly where the head ends: without redaction first, its first
+        // part would be the head's end and its last part the tail's start.
+        let half = MAX_TOOL_OUTPUT / 2;
+        let pad = half - secret.len() / 2;
+        let command = format!(
+            "head -c {pad} /dev/zero | tr '\\0' a; printf %s \"$S\"; head -c {} /dev/zero | tr '\\0' b",
+            half * 2
+        );
+        let args = CommandArgs { command, timeout_secs: Some(20) };
+        let dir = std::env::temp_dir();
+        let out = run_command(&dir, &store, &redactor, args).await.unwrap();
+        for part in [&secret[..12], &secret[secret.len() - 12..], "SECRET-VALUE"] {
+            assert!(!out.text.contains(part), "{part:?} leaked past the cut");
+        }
+    }
+
     #[tokio::test]
     async fn runs_in_scratch_with_only_referenced_secrets() {
         use nexbot_protocol::SecretMap;
@@ -300,7 +342,7 @@ mod tests {
             command: "pwd; printf %s \"$USED\" | wc -c; echo \"[${UNUSED:-absent}]\"; echo err >&2; exit 3".into(),
             timeout_secs: None,
         };
-        let out = run_command(&dir, &store, args).await.unwrap();
+        let out = run_command(&dir, &store, &none(), args).await.unwrap();
         let real = dir.canonicalize().unwrap();
         assert!(out.text.starts_with("exit code: 3"), "{}", out.text);
         assert!(out.text.contains(&format!("{}\n7\n[absent]", real.display())), "{}", out.text);
@@ -312,7 +354,7 @@ mod tests {
     async fn timeout_kills_the_command() {
         let store = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
         let args = CommandArgs { command: "sleep 30".into(), timeout_secs: Some(1) };
-        let err = run_command(Path::new("/"), &store, args).await.unwrap_err();
+        let err = run_command(Path::new("/"), &store, &none(), args).await.unwrap_err();
         assert!(err.to_string().contains("killed after 1 s"), "{err}");
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use super::{cap_text, ToolError, ToolOutput, MAX_TOOL_OUTPUT};
+use super::{ToolError, ToolOutput};
 
 /// `write_file` refuses content larger than this.
 const MAX_WRITE: usize = 5 * 1024 * 1024;
@@ -91,7 +91,7 @@ pub async fn read_file(root: &Path, args: ReadArgs) -> Result<ToolOutput, ToolEr
             meta.len()
         ));
     }
-    Ok(ToolOutput::external(format!("read_file {}", args.path), cap_text(&text, MAX_TOOL_OUTPUT)))
+    Ok(ToolOutput::external(format!("read_file {}", args.path), text))
 }
 
 #[derive(Debug, Deserialize)]

@@ -131,13 +131,16 @@ pub async fn call(
     args: Value,
     env: &ToolEnv,
     secrets: &SecretStore,
+    redactor: &std::sync::Arc<nexbot_protocol::Redactor>,
 ) -> Result<ToolOutput, ToolError> {
     let limit = time_limit(name, &args);
     let run = async {
         match name {
             "web_fetch" => web::web_fetch(secrets, parse(name, args)?).await,
             "http_request" => web::http_request(secrets, parse(name, args)?).await,
-            "run_command" => command::run_command(&env.scratch, secrets, parse(name, args)?).await,
+            "run_command" => {
+                command::run_command(&env.scratch, secrets, redactor, parse(name, args)?).await
+            }
             "read_file" => files::read_file(&env.scratch, parse(name, args)?).await,
             "write_file" => files::write_file(&env.scratch, parse(name, args)?).await,
             "list_dir" => files::list_dir(&env.scratch, parse(name, args)?).await,
@@ -146,7 +149,12 @@ pub async fn call(
         }
     };
     match tokio::time::timeout(limit, run).await {
-        Ok(result) => result,
+        // Redacted whole, then cut: a secret the cut would split never shows half of itself
+        // (run_command's output is redacted as it streams, before its own cut).
+        Ok(result) => result.map(|mut output| {
+            output.text = cap_text(&redactor.redact(&output.text), MAX_TOOL_OUTPUT);
+            output
+        }),
         Err(_) => Err(ToolError::Timeout(format!("{name}: no result after {} s", limit.as_secs()))),
     }
 }
@@ -281,14 +289,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_secret_at_the_cut_of_a_long_result_is_redacted_before_the_cut() {
+        use secrecy::SecretString;
+        let secret = "Pw7-SECRET-VALUE-9xQ3-longer-than-the-seam";
+        let dir = std::env::temp_dir().join(format!("nxs-cut-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let half = MAX_TOOL_OUTPUT / 2;
+        let text =
+            format!("{}{secret}{}", "a".repeat(half - secret.len() / 2), "b".repeat(half * 2));
+        std::fs::write(dir.join("big.txt"), text).unwrap();
+        let mut map = nexbot_protocol::SecretMap::new();
+        map.insert("S", SecretString::from(secret.to_owned()));
+        let redactor = std::sync::Arc::new(nexbot_protocol::Redactor::new(&map));
+        let env = ToolEnv { scratch: dir.clone(), skills: dir.clone() };
+        let secrets = SecretStore::new(map, crate::secrets::SECRET_TTL);
+        let out =
+            call("read_file", json!({"path": "big.txt"}), &env, &secrets, &redactor).await.unwrap();
+        assert!(out.text.contains("bytes omitted"), "the result was cut");
+        assert!(!out.text.contains(&secret[..12]) && !out.text.contains("SECRET-VALUE"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
     async fn bad_arguments_and_unknown_tools_are_errors_not_panics() {
         let env = ToolEnv { scratch: std::env::temp_dir(), skills: std::env::temp_dir() };
         let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
-        let err = call("read_file", json!({"nope": 1}), &env, &secrets).await.unwrap_err();
+        let none = std::sync::Arc::new(nexbot_protocol::Redactor::new(&Default::default()));
+        let err = call("read_file", json!({"nope": 1}), &env, &secrets, &none).await.unwrap_err();
         assert!(err
             .to_string()
             .starts_with("invalid arguments for read_file: missing field `path`"));
-        let err = call("spawn", json!({}), &env, &secrets).await.unwrap_err();
+        let err = call("spawn", json!({}), &env, &secrets, &none).await.unwrap_err();
         assert_eq!(err.to_string(), "unknown tool \"spawn\"");
     }
 }

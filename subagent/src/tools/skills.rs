@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{cap_text, ToolError, ToolOutput, MAX_TOOL_OUTPUT};
+use super::{ToolError, ToolOutput};
 
 #[derive(Debug, Deserialize)]
 pub struct SkillArgs {
@@ -65,7 +65,7 @@ async fn read(root: &Path, name: &str) -> Result<ToolOutput, ToolError> {
     }
     let file = root.join(name).join("SKILL.md");
     match tokio::fs::read_to_string(&file).await {
-        Ok(text) => Ok(ToolOutput::plain(cap_text(&text, MAX_TOOL_OUTPUT))),
+        Ok(text) => Ok(ToolOutput::plain(text)),
         Err(_) => Err(ToolError::Failed(format!(
             "no skill named {name:?}; call read_skill without a name to list them"
         ))),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{cap_text, ToolError, ToolOutput, MAX_TOOL_OUTPUT};
+use super::{ToolError, ToolOutput};
 use crate::secrets::SecretStore;
 
 fn client() -> Result<&'static reqwest::Client, ToolError> {
@@ -71,7 +71,7 @@ pub async fn web_fetch(secrets: &SecretStore, args: FetchArgs) -> Result<ToolOut
     if !status.is_success() {
         text = format!("HTTP {status}\n{text}");
     }
-    Ok(ToolOutput::external(format!("web_fetch {}", args.url), cap_text(&text, MAX_TOOL_OUTPUT)))
+    Ok(ToolOutput::external(format!("web_fetch {}", args.url), text))
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,10 +122,7 @@ pub async fn http_request(
     if body.truncated {
         text.push_str(&format!("\n[body cut at {MAX_BODY} bytes]"));
     }
-    Ok(ToolOutput::external(
-        format!("http_request {method_name} {}", args.url),
-        cap_text(&text, MAX_TOOL_OUTPUT),
-    ))
+    Ok(ToolOutput::external(format!("http_request {method_name} {}", args.url), text))
 }
 
 /// A request error without its URL (which may hold a substituted secret).
