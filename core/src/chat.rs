@@ -27,9 +27,6 @@ impl ChannelKind {
             Self::Console => "console",
         }
     }
-
-    /// Every kind, for messages that list them.
-    pub const ALL: [ChannelKind; 2] = [Self::Telegram, Self::Console];
 }
 
 impl fmt::Display for ChannelKind {

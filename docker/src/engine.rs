@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bollard::models::ContainerSummary;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, StatsOptionsBuilder, WaitContainerOptionsBuilder,
@@ -231,18 +232,23 @@ impl Engine {
 
     /// Ids of the containers of this pool run.
     pub(crate) async fn list(&self) -> Result<Vec<String>, PoolError> {
-        let labels = vec![
-            format!("{LABEL_POOL}={}", self.config.name),
-            format!("{LABEL_INSTANCE}={}", self.instance),
-        ];
+        let containers = self
+            .labelled(vec![
+                format!("{LABEL_POOL}={}", self.config.name),
+                format!("{LABEL_INSTANCE}={}", self.instance),
+            ])
+            .await?;
+        Ok(containers.into_iter().filter_map(|c| c.id).collect())
+    }
+
+    /// Every container (running or not) carrying all of `labels` (`key=value`).
+    async fn labelled(&self, labels: Vec<String>) -> Result<Vec<ContainerSummary>, PoolError> {
         let filters = HashMap::from([("label", labels)]);
         let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-        let containers = self
-            .docker
+        self.docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| PoolError::docker("list the pool's containers", e))?;
-        Ok(containers.into_iter().filter_map(|c| c.id).collect())
+            .map_err(|e| PoolError::docker("list the pool's containers", e))
     }
 
     /// Removes every container of this pool run, in parallel, and returns how many there
@@ -257,14 +263,7 @@ impl Engine {
     /// when their owner is gone, and returns how many there were. Containers of a live owner
     /// (another running daemon with this pool name) refuse the start, and nothing is removed.
     pub(crate) async fn reap_dead_runs(&self) -> Result<usize, PoolError> {
-        let filters =
-            HashMap::from([("label", vec![format!("{LABEL_POOL}={}", self.config.name)])]);
-        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-        let containers = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| PoolError::docker("list the pool's containers", e))?;
+        let containers = self.labelled(vec![format!("{LABEL_POOL}={}", self.config.name)]).await?;
         // One verdict per (owner, run); the runs of this start are not there yet.
         let mut verdicts: HashMap<(Option<String>, String), Liveness> = HashMap::new();
         let mut dead = Vec::new();

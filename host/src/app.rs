@@ -121,12 +121,11 @@ impl App {
             }
         };
         let delegation = sandbox.as_ref().map(|sandbox| {
-            let tokens = sandbox.tokens();
-            let tokens = match options.llm_access {
-                Some(wrap) => wrap(tokens),
-                None => tokens,
-            };
-            Delegation { runner: sandbox.runner(), tokens }
+            let mut delegation = Delegation::on(sandbox);
+            if let Some(wrap) = options.llm_access {
+                delegation.tokens = wrap(delegation.tokens);
+            }
+            delegation
         });
         let agent = match build_agent_with_hooks(config, store.clone(), delegation, options.hooks) {
             Ok(agent) => Arc::new(agent),

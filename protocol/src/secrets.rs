@@ -972,6 +972,17 @@ mod tests {
         m
     }
 
+    /// A stream cut anywhere in `text` gives `whole`, what one piece gives.
+    fn assert_every_cut_agrees(r: &Arc<Redactor>, text: &str, whole: &str) {
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut out = stream.push(&text.as_bytes()[..cut]);
+            out.extend(stream.push(&text.as_bytes()[cut..]));
+            out.extend(stream.finish());
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
+        }
+    }
+
     fn redactor(pairs: &[(&str, &str)]) -> Redactor {
         Redactor::new(&map(pairs))
     }
@@ -1232,13 +1243,7 @@ mod tests {
         let text = "\u{18}UkVEQUNURUQ=[REDACTED:A] [REDACTED]  [X]";
         let whole = r.redact(text);
         assert_eq!(whole, "\u{18}[X][X] [X]  [X]");
-        for cut in 0..=text.len() {
-            let mut stream = r.stream();
-            let mut out = stream.push(&text.as_bytes()[..cut]);
-            out.extend(stream.push(&text.as_bytes()[cut..]));
-            out.extend(stream.finish());
-            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
-        }
+        assert_every_cut_agrees(&r, text, &whole);
     }
 
     #[test]
@@ -1252,13 +1257,7 @@ mod tests {
         let text = format!("ssEDACTED:A] [REDA{pct}");
         let whole = r.redact(&text);
         assert_eq!(whole, "ssEDACTED:A] [REDA\u{27E6}REDACTED:SECRET\u{27E7}");
-        for cut in 0..=text.len() {
-            let mut stream = r.stream();
-            let mut out = stream.push(&text.as_bytes()[..cut]);
-            out.extend(stream.push(&text.as_bytes()[cut..]));
-            out.extend(stream.finish());
-            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
-        }
+        assert_every_cut_agrees(&r, &text, &whole);
         // Foreign square-bracket markers are still markers.
         assert_eq!(
             r.redact("[REDACTED:X] A[R"),
@@ -1277,13 +1276,7 @@ mod tests {
             whole,
             "x\u{1a}\u{27E6}REDACTED:llm_api_key\u{27E7} \u{27E6}REDACTED:llm_api_key\u{27E7}X]"
         );
-        for cut in 0..=text.len() {
-            let mut stream = r.stream();
-            let mut out = stream.push(&text.as_bytes()[..cut]);
-            out.extend(stream.push(&text.as_bytes()[cut..]));
-            out.extend(stream.finish());
-            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
-        }
+        assert_every_cut_agrees(&r, text, &whole);
     }
 
     #[test]
@@ -1298,13 +1291,7 @@ mod tests {
         let text = format!("{}{escaped}\r?", "\r".repeat(13));
         let whole = r.redact(&text);
         assert!(!whole.contains("\\u0041"), "{whole:?}");
-        for cut in 0..=text.len() {
-            let mut stream = r.stream();
-            let mut out = stream.push(&text.as_bytes()[..cut]);
-            out.extend(stream.push(&text.as_bytes()[cut..]));
-            out.extend(stream.finish());
-            assert_eq!(String::from_utf8(out).unwrap(), whole, "cut at {cut}");
-        }
+        assert_every_cut_agrees(&r, &text, &whole);
         // Line breaks inside a match still count, up to the limit.
         let r = redactor(&[("K", "0123456789")]);
         assert_eq!(r.redact("01234\n\n56789"), "[REDACTED:K]");

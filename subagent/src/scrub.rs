@@ -34,11 +34,6 @@ pub fn harden_process() -> Result<(), String> {
     Ok(())
 }
 
-/// Whether this process is dumpable (false after [`harden_process`]).
-pub fn is_dumpable() -> bool {
-    !matches!(process::dumpable_behavior(), Ok(process::DumpableBehavior::NotDumpable))
-}
-
 /// The folders emptied after every task.
 pub fn wiped_dirs(scratch: &Path) -> Vec<PathBuf> {
     vec![scratch.to_owned(), PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]
