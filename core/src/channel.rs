@@ -71,6 +71,62 @@ pub struct OutboundFile {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MessageId(pub i64);
 
+/// What a delegated task is doing, for the chat to follow. A channel shows it as it can
+/// (Telegram: one message edited as the task goes, ending as the receipt); the default shows
+/// nothing, so a terminal is not flooded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskUpdate {
+    /// The task was handed to a subagent; `task` is its first line, shortened.
+    Started { task: String },
+    /// The subagent reported a step (an iteration, a tool call, a tool result).
+    Progress { line: String },
+    /// The task ended.
+    Finished(TaskReceipt),
+}
+
+/// What a delegated task did, shown to the user when it ends: never a secret's value, only
+/// the names of the secrets it was given.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskReceipt {
+    /// `success`, `error`, `timeout` or `cancelled`.
+    pub status: String,
+    pub duration: Duration,
+    /// LLM tokens the task used (prompt + completion), as far as known.
+    pub tokens: u64,
+    /// The subagent tools it called, each once, in first-use order.
+    pub tools: Vec<String>,
+    /// Destinations (`host:port`) the egress let it reach, and those it refused.
+    pub contacted: Vec<String>,
+    pub denied: Vec<String>,
+    /// Names of the secrets handed to the task.
+    pub secrets: Vec<String>,
+}
+
+impl TaskReceipt {
+    /// A few short lines for the chat.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "Task {} in {:.1}s, {} tokens",
+            self.status,
+            self.duration.as_secs_f64(),
+            self.tokens
+        );
+        let list =
+            |items: &[String]| if items.is_empty() { "none".to_owned() } else { items.join(", ") };
+        if !self.tools.is_empty() {
+            out.push_str(&format!("\nTools: {}", list(&self.tools)));
+        }
+        out.push_str(&format!("\nContacted: {}", list(&self.contacted)));
+        if !self.denied.is_empty() {
+            out.push_str(&format!("\nDenied: {}", list(&self.denied)));
+        }
+        if !self.secrets.is_empty() {
+            out.push_str(&format!("\nSecrets used: {}", list(&self.secrets)));
+        }
+        out
+    }
+}
+
 /// Why a channel operation did not happen, worded for the model and the log.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ChannelError {
@@ -136,6 +192,18 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<String, ChannelError>> {
         let _ = (question, wait);
         unsupported(chat.kind(), "ask questions")
+    }
+
+    /// Shows how the delegated task `task_id` of a turn in `chat` goes. Best effort: a channel
+    /// that cannot show it (or fails to) says nothing, and the task goes on.
+    fn task_update<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        task_id: &'a str,
+        update: TaskUpdate,
+    ) -> BoxFuture<'a, ()> {
+        let _ = (chat, task_id, update);
+        Box::pin(async {})
     }
 }
 

@@ -35,6 +35,7 @@ use crate::config::Config;
 use crate::delegation::LlmAccess;
 use crate::runtime::{build_agent_with_hooks, open_store, Delegation};
 use crate::sandbox::Sandbox;
+use crate::status::StatusBoard;
 use crate::store::Store;
 
 /// How long running turns get to end (and answer) once the daemon stops.
@@ -93,6 +94,7 @@ pub struct App {
     bus: BusHandle,
     /// Cancels running turns when the daemon stops.
     turns: CancellationToken,
+    status: StatusBoard,
     parts: Vec<Part>,
     channels: Vec<ChannelKind>,
 }
@@ -137,7 +139,16 @@ impl App {
             }
         };
         let router = Arc::new(Router::new());
-        let commands = CommandRegistry::builtin(store.clone());
+        let status = StatusBoard::default();
+        if let Some(sandbox) = &sandbox {
+            let pool = sandbox.pool().clone();
+            status.add("pool", move || pool_line(&pool.snapshot()));
+        } else if let Some(why) = &delegation_off {
+            let why = why.clone();
+            status.add("pool", move || format!("off ({why})"));
+        }
+        let commands =
+            CommandRegistry::builtin(store.clone(), config.llm.model.clone(), status.clone());
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
@@ -150,9 +161,15 @@ impl App {
             commands,
             bus,
             turns,
+            status,
             parts: Vec::new(),
             channels: Vec::new(),
         })
+    }
+
+    /// The lines `/status` shows: parts add theirs here.
+    pub fn status(&self) -> &StatusBoard {
+        &self.status
     }
 
     /// Why delegation to subagents is off (`subagent.enabled = false`, Docker unreachable, …).
@@ -225,6 +242,27 @@ impl App {
             sandbox.shutdown().await;
         }
     }
+}
+
+/// The pool in one line: containers by state, and the tasks running.
+fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot]) -> String {
+    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
+    for slot in snapshot {
+        *states.entry(format!("{:?}", slot.state).to_lowercase()).or_default() += 1;
+    }
+    let states: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let running: Vec<String> = snapshot
+        .iter()
+        .filter_map(|s| {
+            let age = s.current_task_age_ms? / 1000;
+            Some(format!("{} for {age}s", s.id))
+        })
+        .collect();
+    let mut line = format!("{} containers ({})", snapshot.len(), states.join(", "));
+    if !running.is_empty() {
+        line.push_str(&format!("; tasks running on {}", running.join(", ")));
+    }
+    line
 }
 
 async fn stop_parts(parts: &mut Vec<Part>, stage: Stage) {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nexbot_core::ChatRef;
 use tokio::sync::{mpsc, Semaphore};
@@ -36,8 +36,8 @@ pub struct BusHandle {
 
 struct ChatWorker {
     queue: mpsc::Sender<InboundMessage>,
-    /// The running turn's token, for `/stop`.
-    current: Arc<Mutex<Option<CancellationToken>>>,
+    /// The running turn's token (for `/stop`) and when it started (for `/status`).
+    current: Arc<Mutex<Option<(CancellationToken, Instant)>>>,
 }
 
 /// Starts the dispatcher: commands are answered from `commands`, everything else is a turn of
@@ -178,7 +178,8 @@ impl Dispatcher {
                 } else {
                     let _permit = turns.acquire().await;
                     let token = shutdown.child_token();
-                    *worker_current.lock().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
+                    *worker_current.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((token.clone(), Instant::now()));
                     let channel: Arc<dyn Channel> = router.clone();
                     let outcome =
                         agent.run_turn(&message.chat, &message.text, token, channel).await;
@@ -200,8 +201,15 @@ impl TurnControl for Turns<'_> {
         self.0
             .get(chat)
             .and_then(|w| w.current.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .map(|token| token.cancel())
+            .map(|(token, _)| token.cancel())
             .is_some()
+    }
+
+    fn running(&self, chat: &ChatRef) -> Option<Duration> {
+        self.0
+            .get(chat)
+            .and_then(|w| w.current.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .map(|(_, started)| started.elapsed())
     }
 }
 

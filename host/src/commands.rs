@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use nexbot_core::ChatRef;
 
-use crate::store::Store;
+use crate::status::StatusBoard;
+use crate::store::{Store, AGENT_MODE_SETTING};
 use crate::BoxFuture;
 
 /// What a command may act on besides its own state.
@@ -39,6 +40,8 @@ impl fmt::Debug for CommandContext<'_> {
 pub trait TurnControl: Send + Sync {
     /// Cancels the chat's running turn (and the subagent tasks it started); false if none runs.
     fn stop(&self, chat: &ChatRef) -> bool;
+    /// How long the chat's running turn has been running, if one runs.
+    fn running(&self, chat: &ChatRef) -> Option<std::time::Duration>;
 }
 
 /// One command. Its answer is the text shown in the chat.
@@ -70,12 +73,16 @@ pub struct CommandRegistry {
 }
 
 impl CommandRegistry {
-    /// `/help`, `/stop` and `/new`.
-    pub fn builtin(store: Store) -> Self {
+    /// `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent` and `/secret`.
+    pub fn builtin(store: Store, model: String, board: StatusBoard) -> Self {
         let mut registry = Self::default();
+        registry.add(Arc::new(Start));
         registry.add(Arc::new(Help));
+        registry.add(Arc::new(NewSession { store: store.clone() }));
         registry.add(Arc::new(Stop));
-        registry.add(Arc::new(NewSession { store }));
+        registry.add(Arc::new(Status { store: store.clone(), model, board }));
+        registry.add(Arc::new(AgentModeCommand { store }));
+        registry.add(Arc::new(SecretCommand));
         registry
     }
 
@@ -113,6 +120,33 @@ impl CommandRegistry {
     pub fn unknown(&self, name: &str) -> String {
         let names: Vec<String> = self.list().iter().map(|(n, _)| format!("/{n}")).collect();
         format!("Unknown command /{name}. Commands: {}.", names.join(", "))
+    }
+}
+
+#[derive(Debug)]
+struct Start;
+
+impl ChatCommand for Start {
+    fn name(&self) -> &'static str {
+        "start"
+    }
+    fn summary(&self) -> &'static str {
+        "say hello and show what I can do"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        let commands: Vec<String> = ctx
+            .commands
+            .list()
+            .iter()
+            .map(|(name, summary)| format!("/{name} — {summary}"))
+            .collect();
+        Box::pin(async move {
+            format!(
+                "Hi! I am Nexbot, your personal agent. Write to me as to a person: I can \
+                 answer, remember, and run commands or read the web in an isolated sandbox.\n\n{}",
+                commands.join("\n")
+            )
+        })
     }
 }
 
@@ -177,6 +211,101 @@ impl ChatCommand for NewSession {
     }
 }
 
+#[derive(Debug)]
+struct Status {
+    store: Store,
+    model: String,
+    board: StatusBoard,
+}
+
+impl ChatCommand for Status {
+    fn name(&self) -> &'static str {
+        "status"
+    }
+    fn summary(&self) -> &'static str {
+        "model, sandbox pool, this chat's mode and running task, channel health"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        let running = ctx.turns.running(ctx.chat);
+        Box::pin(async move {
+            let mode = if self.store.agent_mode_on(ctx.chat).await { "on" } else { "off" };
+            let mut lines = vec![
+                format!("Model: {}", self.model),
+                format!("Agent mode here: {mode}"),
+                match running {
+                    Some(age) => format!("Running: a turn, for {}s", age.as_secs()),
+                    None => "Running: nothing".to_owned(),
+                },
+            ];
+            for (name, line) in self.board.lines() {
+                lines.push(format!("{}: {line}", capitalized(name)));
+            }
+            lines.join("\n")
+        })
+    }
+}
+
+fn capitalized(name: &str) -> String {
+    let mut chars = name.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+#[derive(Debug)]
+struct AgentModeCommand {
+    store: Store,
+}
+
+impl ChatCommand for AgentModeCommand {
+    fn name(&self) -> &'static str {
+        "agent"
+    }
+    fn summary(&self) -> &'static str {
+        "on|off — on: the agent with its tools answers; off: the model alone"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        Box::pin(async move {
+            let value = match ctx.args.to_ascii_lowercase().as_str() {
+                "on" => "on",
+                "off" => "off",
+                "" => {
+                    let mode = if self.store.agent_mode_on(ctx.chat).await { "on" } else { "off" };
+                    return format!("Agent mode is {mode} here. Use /agent on or /agent off.");
+                }
+                other => return format!("/agent takes on or off, not {other:?}."),
+            };
+            match self.store.set_setting(ctx.chat, AGENT_MODE_SETTING, value).await {
+                Ok(()) if value == "on" => {
+                    "Agent mode on: I answer with my tools and sandbox.".to_owned()
+                }
+                Ok(()) => "Agent mode off: the model answers alone, without tools (until a \
+                           coding CLI is configured)."
+                    .to_owned(),
+                Err(e) => format!("Could not change the agent mode: {e}"),
+            }
+        })
+    }
+}
+
+/// `/secret`: the vault is not built yet; it says so and never pretends to store anything.
+#[derive(Debug)]
+struct SecretCommand;
+
+impl ChatCommand for SecretCommand {
+    fn name(&self) -> &'static str {
+        "secret"
+    }
+    fn summary(&self) -> &'static str {
+        "store a secret for tasks (not available yet)"
+    }
+    fn run<'a>(&'a self, _ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        Box::pin(async {
+            "Secrets are not available yet: nothing was stored. If your message held a \
+             value, delete it from this chat."
+                .to_owned()
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +329,9 @@ mod tests {
     impl TurnControl for NoTurns {
         fn stop(&self, _: &ChatRef) -> bool {
             false
+        }
+        fn running(&self, _: &ChatRef) -> Option<std::time::Duration> {
+            None
         }
     }
 

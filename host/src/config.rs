@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::egress::EgressConfig;
+pub use nexbot_telegram::TelegramConfig;
 
 /// The LLM provider's API key.
 pub const LLM_API_KEY_ENV: &str = "NEXBOT_LLM_API_KEY";
@@ -45,6 +46,8 @@ pub struct Config {
     pub subagent: SubagentConfig,
     /// The sandbox's way out: egress proxy and LLM relay (used only with delegation on).
     pub egress: EgressConfig,
+    /// The Telegram channel (it runs when `NEXBOT_TELEGRAM_TOKEN` is set).
+    pub telegram: TelegramConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -358,6 +361,9 @@ impl Config {
     /// Value checks serde cannot express; the error is (key, reason).
     fn validate(&self) -> Result<(), (String, String)> {
         self.validate_sections().map_err(|(key, reason)| (key.to_owned(), reason))?;
+        if let Some((key, reason)) = self.telegram.problems().into_iter().next() {
+            return Err((key.to_owned(), reason));
+        }
         self.validate_egress()
     }
 

@@ -9,6 +9,7 @@
 use nexbot_protocol::{Request, Response};
 use secrecy::SecretString;
 use thiserror::Error;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::BoxFuture;
@@ -26,12 +27,15 @@ pub struct SubagentOutcome {
 pub struct SubagentError(pub String);
 
 /// Runs one `execute` request to completion. When `cancel` fires, the runner must send the
-/// subagent a `cancel` for the task and return what it answered.
+/// subagent a `cancel` for the task and return what it answered. The task's `progress`
+/// responses go to `progress` as they arrive (dropped rather than waited for when it is
+/// full: progress is for showing, never a reason to slow a task).
 pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
     fn execute(
         &self,
         request: Request,
         cancel: CancellationToken,
+        progress: Option<mpsc::Sender<Response>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>>;
 }
 

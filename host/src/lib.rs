@@ -1,4 +1,4 @@
-//! The host daemon: the main agent, its channels (console now; Telegram later), tools, state
+//! The host daemon: the main agent, its channels (console and Telegram), tools, state
 //! and the message bus. It decides what to do; risky work is delegated to the subagent pool in
 //! `nexbot-docker`, and the host itself never runs a model-chosen command.
 //!
@@ -8,9 +8,11 @@
 //! - [`agent`]: the tool-calling loop, its hooks, and [`agent::channel::Channel`], the chat
 //!   operations it needs (it knows no concrete channel).
 //! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
-//! - [`store`]: SQLite state. [`bus`]: queues and per-chat turns. [`commands`]: `/help`,
-//!   `/stop`, `/new`, shared by every channel.
-//! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`).
+//! - [`store`]: SQLite state (and the Telegram update ledger). [`bus`]: queues and per-chat
+//!   turns. [`commands`]: `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`,
+//!   shared by every channel; [`status`]: the lines `/status` shows.
+//! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
+//!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
 //! - [`deadlines`]: every limit of a delegated task, computed in one place.
 //! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
 //! - [`egress`] (the `nexbot-egress` crate): the sandbox's only way out — forward proxy and LLM
@@ -32,6 +34,7 @@ pub mod llm;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
+pub mod status;
 pub mod store;
 pub mod tools;
 pub mod workspace;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexbot_docker::{Pool, PoolConfig};
-use nexbot_protocol::Request;
+use nexbot_protocol::{Request, Response};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -46,10 +47,11 @@ impl SubagentRunner for PoolRunner {
         &self,
         request: Request,
         cancel: CancellationToken,
+        progress: Option<mpsc::Sender<Response>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         Box::pin(async move {
             let id = request.id.clone();
-            let run = self.pool.execute(request, cancel);
+            let run = self.pool.execute_with_progress(request, cancel, progress);
             tokio::pin!(run);
             // The pool's answer does not name the container; its snapshot does while the
             // task runs, so look there until found.

@@ -102,7 +102,8 @@ pub fn build_agent_with_hooks(
         .context("cannot build the HTTP client for the LLM")?;
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
     hooks.extend(extra);
-    Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone()))
+    Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
+        .with_owner(config.telegram.owner))
 }
 
 /// Built-in hook: when a tool times out, tells the model how to recover instead of retrying

@@ -77,6 +77,21 @@ const MIGRATIONS: &[&str] = &[
     // 3: what a task did through the egress (JSON: destinations, bytes), handed over by the
     // egress when the task ended.
     "ALTER TABLE task_records ADD COLUMN egress TEXT;",
+    // 4: the Telegram update ledger (every update fetched and how it ended) and the polling
+    // offset, moved in the same transaction as the update's row (`receive_update`).
+    "CREATE TABLE telegram_updates (
+        update_id INTEGER PRIMARY KEY,
+        chat_id TEXT NOT NULL,
+        user_id INTEGER,
+        message_id INTEGER,
+        text TEXT NOT NULL,
+        state TEXT NOT NULL,
+        detail TEXT,
+        received_at INTEGER NOT NULL,
+        settled_at INTEGER
+    );
+    CREATE INDEX telegram_updates_state ON telegram_updates(state, update_id);
+    CREATE TABLE channel_offsets (channel TEXT PRIMARY KEY, next_offset INTEGER NOT NULL);",
 ];
 
 #[derive(Debug, Error)]
@@ -92,6 +107,38 @@ pub enum StoreError {
     TooNew { path: PathBuf, found: i64, known: i64 },
     #[error("database {path}: {reason}")]
     Other { path: PathBuf, reason: String },
+}
+
+/// The per-chat setting `/agent` keeps: `on` (the default) or `off`.
+pub const AGENT_MODE_SETTING: &str = "agent_mode";
+
+/// A row of the Telegram update ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRow {
+    pub update_id: i64,
+    /// `ChatRef` text form.
+    pub chat: String,
+    pub user_id: Option<i64>,
+    pub message_id: Option<i64>,
+    pub text: String,
+    /// `pending`, `answered`, `refused` or `failed` (filled when read back).
+    pub state: String,
+    /// The sent message ids (answered), the rule (refused) or the error (failed).
+    pub detail: Option<String>,
+}
+
+impl LedgerRow {
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            update_id: r.get(0)?,
+            chat: r.get(1)?,
+            user_id: r.get(2)?,
+            message_id: r.get(3)?,
+            text: r.get(4)?,
+            state: r.get(5)?,
+            detail: r.get(6)?,
+        })
+    }
 }
 
 /// A message of a session's history.
@@ -376,6 +423,11 @@ impl Store {
         .await
     }
 
+    /// Whether the chat's agent mode (`/agent`) is on — the default — or off.
+    pub async fn agent_mode_on(&self, chat: &ChatRef) -> bool {
+        !matches!(self.setting(chat, AGENT_MODE_SETTING).await, Ok(Some(v)) if v == "off")
+    }
+
     pub async fn set_setting(
         &self,
         chat: &ChatRef,
@@ -390,6 +442,105 @@ impl Store {
                 params![chat, key, value],
             )
             .map(drop)
+        })
+        .await
+    }
+
+    /// The Telegram polling offset: one past the newest update received.
+    pub async fn telegram_offset(&self) -> Result<Option<i64>, StoreError> {
+        self.call(|c| {
+            c.query_row(
+                "SELECT next_offset FROM channel_offsets WHERE channel = 'telegram'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+        .await
+    }
+
+    /// Records a Telegram update (`pending`, or settled as `settled` = (state, detail)) and
+    /// moves the offset past it, in one transaction. False when it was recorded before.
+    pub async fn receive_update(
+        &self,
+        update: LedgerRow,
+        settled: Option<(String, String)>,
+    ) -> Result<bool, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let (state, detail) = settled.unwrap_or_else(|| ("pending".into(), String::new()));
+            let settled_at = (state != "pending").then(unix_now);
+            let inserted = tx.execute(
+                "INSERT OR IGNORE INTO telegram_updates
+                   (update_id, chat_id, user_id, message_id, text, state, detail, received_at, settled_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    update.update_id,
+                    update.chat,
+                    update.user_id,
+                    update.message_id,
+                    update.text,
+                    state,
+                    (!detail.is_empty()).then_some(detail),
+                    unix_now(),
+                    settled_at
+                ],
+            )?;
+            tx.execute(
+                "INSERT INTO channel_offsets (channel, next_offset) VALUES ('telegram', ?1)
+                 ON CONFLICT (channel) DO UPDATE SET next_offset = max(next_offset, excluded.next_offset)",
+                [update.update_id + 1],
+            )?;
+            tx.commit()?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
+    /// Settles a pending Telegram update as `state` with `detail`; a settled one keeps its
+    /// first state.
+    pub async fn settle_update(
+        &self,
+        update_id: i64,
+        state: &str,
+        detail: String,
+    ) -> Result<(), StoreError> {
+        let state = state.to_owned();
+        self.call(move |c| {
+            c.execute(
+                "UPDATE telegram_updates SET state = ?2, detail = ?3, settled_at = ?4
+                 WHERE update_id = ?1 AND state = 'pending'",
+                params![update_id, state, detail, unix_now()],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// Telegram updates of `state` (`pending`, `answered`, `refused`, `failed`), oldest first.
+    pub async fn updates(&self, state: &str) -> Result<Vec<LedgerRow>, StoreError> {
+        let state = state.to_owned();
+        self.call(move |c| {
+            let mut stmt = c.prepare(
+                "SELECT update_id, chat_id, user_id, message_id, text, state, detail
+                 FROM telegram_updates WHERE state = ?1 ORDER BY update_id",
+            )?;
+            let rows = stmt.query_map([state], LedgerRow::from_row)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Every Telegram update of `chat`, oldest first (for tests and the control API).
+    pub async fn chat_updates(&self, chat: &ChatRef) -> Result<Vec<LedgerRow>, StoreError> {
+        let chat = chat.to_string();
+        self.call(move |c| {
+            let mut stmt = c.prepare(
+                "SELECT update_id, chat_id, user_id, message_id, text, state, detail
+                 FROM telegram_updates WHERE chat_id = ?1 ORDER BY update_id",
+            )?;
+            let rows = stmt.query_map([chat], LedgerRow::from_row)?;
+            rows.collect()
         })
         .await
     }
@@ -559,6 +710,45 @@ mod tests {
         // Opening again changes nothing (the migration ran once).
         let store = Store::open(&path).await.unwrap();
         assert_eq!(store.active_session(&console).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_telegram_ledger_moves_the_offset_with_the_record_and_settles_once() {
+        let store = Store::open(&temp_db("ledger")).await.unwrap();
+        assert_eq!(store.telegram_offset().await.unwrap(), None);
+        let row = |id: i64| LedgerRow {
+            update_id: id,
+            chat: "telegram:5".into(),
+            user_id: Some(5),
+            message_id: Some(id * 10),
+            text: format!("m{id}"),
+            state: String::new(),
+            detail: None,
+        };
+        assert!(store.receive_update(row(7), None).await.unwrap());
+        assert_eq!(store.telegram_offset().await.unwrap(), Some(8));
+        // Sent again by Telegram: not a second record, and the offset does not go back.
+        assert!(!store.receive_update(row(7), None).await.unwrap());
+        let refused = Some(("refused".to_owned(), "not-allowed".to_owned()));
+        assert!(store.receive_update(row(9), refused).await.unwrap());
+        assert!(store.receive_update(row(8), None).await.unwrap());
+        assert_eq!(store.telegram_offset().await.unwrap(), Some(10));
+        let pending: Vec<i64> =
+            store.updates("pending").await.unwrap().iter().map(|r| r.update_id).collect();
+        assert_eq!(pending, [7, 8]);
+        store.settle_update(7, "answered", "101,102".into()).await.unwrap();
+        store.settle_update(7, "failed", "late".into()).await.unwrap(); // the first state stays
+        let rows = store.chat_updates(&ChatRef::Telegram(5)).await.unwrap();
+        let states: Vec<(i64, &str, Option<&str>)> =
+            rows.iter().map(|r| (r.update_id, r.state.as_str(), r.detail.as_deref())).collect();
+        assert_eq!(
+            states,
+            [
+                (7, "answered", Some("101,102")),
+                (8, "pending", None),
+                (9, "refused", Some("not-allowed"))
+            ]
+        );
     }
 
     fn temp_db(tag: &str) -> PathBuf {

@@ -19,6 +19,8 @@ pub const BOOTSTRAP_FILES: [(&str, &str); 6] = [
 
 /// The long-term memory file (the last bootstrap file).
 pub const MEMORY_FILE: &str = "MEMORY.md";
+/// Who the owner is: like [`MEMORY_FILE`], only in the owner's chat's prompt.
+pub const USER_FILE: &str = "USER.md";
 
 /// Files that instruct the agent and are the operator's to change: the agent's file tools may
 /// read them but never write, edit or delete them (`HEARTBEAT.md` is the scheduler's).
@@ -95,10 +97,16 @@ const MEMORY_CUT_MARKER: &str = "[... older memory cut ...]\n";
 /// What is cut when over the cap: MEMORY.md gets whatever the first five files leave and
 /// keeps its newest (last) part; if the first five alone exceed the cap, the end of that text
 /// is cut (TOOLS, then USER, … go first) and memory is left out.
-pub fn assemble_context(dir: &Path, cap: usize) -> io::Result<String> {
+///
+/// `personal` is false in any chat but the owner's: then USER.md and MEMORY.md, which describe
+/// the owner, are left out.
+pub fn assemble_context(dir: &Path, cap: usize, personal: bool) -> io::Result<String> {
     let mut fixed = String::new();
     let mut memory = None;
     for (name, _) in BOOTSTRAP_FILES {
+        if !personal && (name == USER_FILE || name == MEMORY_FILE) {
+            continue;
+        }
         let text = match std::fs::read_to_string(dir.join(name)) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -195,11 +203,20 @@ mod tests {
         for (i, (name, _)) in BOOTSTRAP_FILES.iter().enumerate() {
             std::fs::write(dir.join(name), format!("part-{i}")).unwrap();
         }
-        let context = assemble_context(&dir, 100_000).unwrap();
+        let context = assemble_context(&dir, 100_000, true).unwrap();
         let positions: Vec<usize> =
             (0..6).map(|i| context.find(&format!("part-{i}")).unwrap()).collect();
         assert!(positions.windows(2).all(|w| w[0] < w[1]), "{context}");
         assert!(context.find("## IDENTITY.md").unwrap() < context.find("## MEMORY.md").unwrap());
+        // Another person's chat gets neither the owner's USER.md nor MEMORY.md.
+        let other = assemble_context(&dir, 100_000, false).unwrap();
+        assert!(other.contains("## IDENTITY.md") && other.contains("## TOOLS.md"), "{other}");
+        assert!(!other.contains("USER.md") && !other.contains("MEMORY.md"), "{other}");
+        let user = BOOTSTRAP_FILES.iter().position(|(n, _)| *n == USER_FILE).unwrap();
+        let memory = BOOTSTRAP_FILES.iter().position(|(n, _)| *n == MEMORY_FILE).unwrap();
+        assert!(
+            !other.contains(&format!("part-{user}")) && !other.contains(&format!("part-{memory}"))
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -209,7 +226,7 @@ mod tests {
         std::fs::write(dir.join("IDENTITY.md"), "who").unwrap();
         let memory: String = (0..500).map(|i| format!("fact {i}\n")).collect();
         std::fs::write(dir.join("MEMORY.md"), &memory).unwrap();
-        let context = assemble_context(&dir, 1_000).unwrap();
+        let context = assemble_context(&dir, 1_000, true).unwrap();
         assert!(context.chars().count() <= 1_000, "{}", context.len());
         assert!(context.contains("who"));
         assert!(context.contains("fact 499"));
@@ -224,7 +241,7 @@ mod tests {
         std::fs::write(dir.join("IDENTITY.md"), "start ").unwrap();
         std::fs::write(dir.join("TOOLS.md"), "é".repeat(5_000)).unwrap();
         std::fs::write(dir.join("MEMORY.md"), "remember").unwrap();
-        let context = assemble_context(&dir, 1_000).unwrap();
+        let context = assemble_context(&dir, 1_000, true).unwrap();
         assert_eq!(context.chars().count(), 1_000);
         assert!(context.contains("start"));
         assert!(context.ends_with(CUT_MARKER));

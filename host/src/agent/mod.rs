@@ -107,6 +107,8 @@ pub struct Agent {
     store: Store,
     workspace: PathBuf,
     config: AgentConfig,
+    /// The owner's Telegram user id ([`Agent::with_owner`]).
+    owner: Option<i64>,
 }
 
 /// The turn being run: who asked, and the per-turn handles.
@@ -116,6 +118,10 @@ struct Turn<'a> {
     cancel: &'a CancellationToken,
     channel: &'a Arc<dyn Channel>,
     meter: &'a TurnMeter,
+    /// The owner's chat: USER.md and MEMORY.md are in its prompt and its tools' reach.
+    owner: bool,
+    /// The chat's agent mode (`/agent`): off, the model answers without tools.
+    tools_on: bool,
 }
 
 impl Agent {
@@ -127,11 +133,26 @@ impl Agent {
         workspace: PathBuf,
         config: AgentConfig,
     ) -> Self {
-        Self { llm, tools, hooks, store, workspace, config }
+        Self { llm, tools, hooks, store, workspace, config, owner: None }
     }
 
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+
+    /// Makes the Telegram user `owner` the owner: their private chat (whose id is their user
+    /// id) gets USER.md and MEMORY.md. Console chats are the operator's, so always the owner's.
+    pub fn with_owner(mut self, owner: Option<i64>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// Whether `chat` is the owner's.
+    pub fn is_owner_chat(&self, chat: &ChatRef) -> bool {
+        match chat {
+            ChatRef::Console(_) => true,
+            ChatRef::Telegram(id) => self.owner == Some(*id),
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -160,7 +181,17 @@ impl Agent {
                 };
             }
         };
-        let turn = Turn { chat, session_id, cancel: &cancel, channel: &channel, meter: &meter };
+        let owner = self.is_owner_chat(chat);
+        let tools_on = self.store.agent_mode_on(chat).await;
+        let turn = Turn {
+            chat,
+            session_id,
+            cancel: &cancel,
+            channel: &channel,
+            meter: &meter,
+            owner,
+            tools_on,
+        };
         let budget = Duration::from_secs(self.config.turn_timeout_secs);
         let inner = self.run_loop(&turn, text);
         tokio::pin!(inner);
@@ -226,7 +257,8 @@ impl Agent {
     ) -> Result<Vec<ChatMessage>, String> {
         let dir = self.workspace.clone();
         let cap = self.config.context_max_chars;
-        let system = tokio::task::spawn_blocking(move || assemble_context(&dir, cap))
+        let personal = turn.owner;
+        let system = tokio::task::spawn_blocking(move || assemble_context(&dir, cap, personal))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot read the workspace: {e}"))?;
@@ -264,7 +296,8 @@ impl Agent {
             HookResult::InjectContext(text) => messages.push(ChatMessage::system(text)),
             HookResult::Continue => {}
         }
-        let specs = self.tools.specs();
+        // Agent mode off: the model alone (until the tools issue's coding CLI takes over).
+        let specs = if turn.tools_on { self.tools.specs() } else { Vec::new() };
         for iteration in 1..=self.config.max_iterations {
             turn.meter.iterations.store(iteration, Ordering::Relaxed);
             let event = HookEvent::BeforeIteration { iteration };
@@ -362,6 +395,7 @@ impl Agent {
             session_id: turn.session_id,
             cancel: turn.cancel.child_token(),
             channel: turn.channel.clone(),
+            owner: turn.owner,
         };
         let mut result = match tokio::time::timeout(limit, tool.call(args, &ctx)).await {
             Ok(Ok(output)) => output,

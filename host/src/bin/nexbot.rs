@@ -131,12 +131,14 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     if let Some(report) = written {
         tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
-    let app = App::start(&config).await?;
+    let mut app = App::start(&config).await?;
     if let Some(why) = app.delegation_off() {
         tracing::warn!("delegation to subagents is off: {why}");
     }
-    // No network channel is built yet: answers for a chat whose channel is not running are
-    // logged by the bus (the router says which), not queued up.
+    match nexbot_host::channels::telegram::attach(&mut app, &config) {
+        Ok(_) => tracing::info!(api = %config.telegram.api_url, "the Telegram channel is on"),
+        Err(why) => tracing::warn!("the Telegram channel is off: {why}; nobody can reach the bot"),
+    }
     tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
     signals.await;
     tracing::info!("shutting down");

@@ -5,6 +5,14 @@
 //! `max_in_flight` messages await their answer (back-pressure), and at EOF the console waits
 //! for the answer to every message it sent before returning — so `echo hi | nexbot chat`
 //! prints the answer and exits.
+//!
+//! Answers are written by an LLM that may have read hostile web pages, and a terminal obeys
+//! what it prints: escape sequences recolour, retitle the window or move the cursor, a
+//! carriage return overwrites the line, bidi overrides reorder it. So every answer goes
+//! through [`printable`], which shows such characters instead of sending them.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use nexbot_core::{ChannelKind, ChatRef};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
@@ -79,7 +87,7 @@ pub async fn run(
             message = outbound.recv() => {
                 let Some(message) = message else { break };
                 if message.kind != OutboundKind::Taken {
-                    output.write_all(message.text.as_bytes()).await?;
+                    output.write_all(printable(&message.text).as_bytes()).await?;
                     output.write_all(b"\n").await?;
                     output.flush().await?;
                 }
@@ -90,4 +98,115 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// `text` with every character a terminal would act on instead of showing replaced by a
+/// visible escape, so an answer can neither inject terminal commands nor hide or reorder
+/// what it prints. Newlines and tabs are kept (they only lay text out); so is every other
+/// character, emoji and all other scripts included.
+///
+/// Notation: ESC is shown as `\e` (so a colour code reads `\e[31m`, as in shell scripts), a
+/// carriage return as `\r`, and any other control as its code point `\u{7}` (the hex of
+/// Rust's `char::escape_unicode`). Escaped are the C0 controls but `\n` and `\t`, DEL, the
+/// C1 controls (U+0080–U+009F, the 8-bit CSI U+009B among them) and the bidi embeddings,
+/// overrides and isolates (U+202A–U+202E, U+2066–U+2069). A backslash in the text is left
+/// alone: this is for reading, not for parsing back.
+///
+/// Text with nothing to escape, nearly every answer, is returned borrowed.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let Some(first) = text.find(needs_escape) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..first]);
+    for c in text[first..].chars() {
+        match c {
+            '\x1b' => out.push_str("\\e"),
+            '\r' => out.push_str("\\r"),
+            c if needs_escape(c) => {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Whether a terminal may act on `c` rather than show it; see [`printable`].
+fn needs_escape(c: char) -> bool {
+    match c {
+        '\n' | '\t' => false,
+        '\0'..='\x1f' | '\x7f'..='\u{9f}' => true,
+        '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_codes_are_shown_not_applied() {
+        assert_eq!(printable("\x1b[31mred\x1b[0m"), "\\e[31mred\\e[0m");
+        assert_eq!(printable("\x1b[2J\x1b[H\x1b[1A"), "\\e[2J\\e[H\\e[1A");
+    }
+
+    #[test]
+    fn an_osc_title_change_is_shown_not_applied() {
+        assert_eq!(printable("\x1b]0;pwned\x07after"), "\\e]0;pwned\\u{7}after");
+        assert_eq!(printable("\x1b]8;;https://evil\x1b\\link"), "\\e]8;;https://evil\\e\\link");
+    }
+
+    #[test]
+    fn a_carriage_return_cannot_overwrite_the_line() {
+        assert_eq!(printable("rm -rf ~\rls"), "rm -rf ~\\rls");
+        assert_eq!(printable("abc\x08\x08\x08xyz"), "abc\\u{8}\\u{8}\\u{8}xyz");
+        assert_eq!(printable("nul\0del\x7f"), "nul\\u{0}del\\u{7f}");
+    }
+
+    #[test]
+    fn c1_controls_are_escaped() {
+        assert_eq!(printable("\u{9b}31mred"), "\\u{9b}31mred");
+        assert_eq!(printable("\u{80}\u{85}\u{9d}"), "\\u{80}\\u{85}\\u{9d}");
+    }
+
+    #[test]
+    fn bidi_overrides_are_escaped() {
+        assert_eq!(printable("file\u{202e}fdp.exe"), "file\\u{202e}fdp.exe");
+        assert_eq!(printable("\u{2066}a\u{2069}\u{202a}"), "\\u{2066}a\\u{2069}\\u{202a}");
+    }
+
+    #[test]
+    fn ordinary_text_is_borrowed_unchanged() {
+        for text in [
+            "",
+            "plain",
+            "line one\n\tindented",
+            "héllo wörld, 你好, 😀👍🏽, \\e not ESC",
+            "\u{a0}\u{200d}\u{2028}",
+        ] {
+            assert!(matches!(printable(text), Cow::Borrowed(t) if t == text), "{text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn run_prints_answers_escaped() {
+        let chat = ChatRef::console("test").unwrap();
+        let (channel, outbound) = ConsoleChannel::new(4);
+        let (inbound, mut inbound_rx) = mpsc::channel(4);
+        let answer = OutboundMessage::answer(&chat, 1, "\x1b[31mred\x1b[0m\rok".into());
+        let mut output = Vec::new();
+        let run =
+            run(chat, &b"hi\n"[..], &mut output, inbound, outbound, 4, CancellationToken::new());
+        let answer_it = async {
+            let question = inbound_rx.recv().await.unwrap();
+            assert_eq!(question.text, "hi");
+            channel.send(answer).await.unwrap();
+        };
+        let (result, ()) = tokio::join!(run, answer_it);
+        result.unwrap();
+        assert_eq!(String::from_utf8(output).unwrap(), "\\e[31mred\\e[0m\\rok\n");
+    }
 }

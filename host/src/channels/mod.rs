@@ -12,6 +12,7 @@
 //! can send text can ask.
 
 pub mod console;
+pub mod telegram;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,7 +21,9 @@ use std::time::Duration;
 use nexbot_core::{ChannelKind, ChatRef};
 use tokio::sync::oneshot;
 
-use crate::agent::channel::{Channel, ChannelError, MessageId, OutboundFile, OutboundMessage};
+use crate::agent::channel::{
+    Channel, ChannelError, MessageId, OutboundFile, OutboundMessage, TaskUpdate,
+};
 use crate::BoxFuture;
 
 /// Hands channel operations to the channel of each chat's kind. Cheap to share (`Arc`).
@@ -117,6 +120,19 @@ impl Channel for Router {
         message: MessageId,
     ) -> BoxFuture<'a, Result<(), ChannelError>> {
         Box::pin(async move { self.channel(chat)?.delete(chat, message).await })
+    }
+
+    fn task_update<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        task_id: &'a str,
+        update: TaskUpdate,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Ok(channel) = self.channel(chat) {
+                channel.task_update(chat, task_id, update).await;
+            }
+        })
     }
 
     fn ask<'a>(

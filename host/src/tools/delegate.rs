@@ -10,12 +10,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nexbot_core::channel::{TaskReceipt, TaskUpdate};
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
-use nexbot_protocol::{Request, ResponseBody, SecretMap, BLOCKED_TOOLS};
+use nexbot_protocol::{ProgressEvent, Request, Response, ResponseBody, SecretMap, BLOCKED_TOOLS};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
 use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::deadlines::TaskDeadlines;
@@ -168,7 +170,23 @@ impl TypedTool for Delegate {
 
         let started = Instant::now();
         let cancel = ctx.cancel.child_token();
-        let run = self.runner.execute(request, cancel.clone());
+        let secret_names = args.secrets.clone();
+        let first_line = request
+            .task
+            .as_deref()
+            .unwrap_or_default()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Started { task: first_line }).await;
+        // The subagent's progress goes to the chat as it comes; the tools it used are kept
+        // for the receipt.
+        let (progress_tx, progress_rx) = mpsc::channel(64);
+        let shown = show_progress(ctx, &id, progress_rx);
+        let run = async {
+            tokio::join!(self.runner.execute(request, cancel.clone(), Some(progress_tx)), shown)
+        };
         tokio::pin!(run);
         // The pool answers within the queue wait + hard limit + cancel grace; this limit only
         // fires when the pool itself is stuck.
@@ -179,6 +197,10 @@ impl TypedTool for Delegate {
                 cancel.cancel();
                 tokio::time::timeout(deadlines.cancel_grace, &mut run).await.ok()
             }
+        };
+        let (outcome, tools_used) = match outcome {
+            Some((outcome, tools)) => (Some(outcome), tools),
+            None => (None, Vec::new()),
         };
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
@@ -221,12 +243,23 @@ impl TypedTool for Delegate {
             }
         };
         let AccessEnd { relay_tokens, egress } = access.end();
+        let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
         end.egress = egress.map(|e| e.to_string());
         if end.usage == TokenUsage::default() {
             // No usage in the answer (a failure, a timeout, a bare report): what the relay
             // charged is the best count there is; kept as completion tokens, like a report.
             end.usage.completion_tokens = relay_tokens.unwrap_or(0);
         }
+        let receipt = TaskReceipt {
+            status: end.status.clone(),
+            duration: started.elapsed(),
+            tokens: end.usage.prompt_tokens + end.usage.completion_tokens,
+            tools: tools_used,
+            contacted,
+            denied,
+            secrets: secret_names,
+        };
+        ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
         tracing::info!(
             task_id = %id,
             status = %end.status,
@@ -239,6 +272,51 @@ impl TypedTool for Delegate {
         }
         Ok(answer)
     }
+}
+
+/// Passes the task's progress to the chat until the task ends; returns the tools it called,
+/// each once, in first-use order.
+async fn show_progress(
+    ctx: &ToolContext,
+    task_id: &str,
+    mut progress: mpsc::Receiver<Response>,
+) -> Vec<String> {
+    let mut tools: Vec<String> = Vec::new();
+    while let Some(response) = progress.recv().await {
+        let ResponseBody::Progress { event, tool, detail } = response.body else { continue };
+        let detail = detail.unwrap_or_default();
+        let line = match (event, tool) {
+            (ProgressEvent::Iteration, _) => detail,
+            (ProgressEvent::ToolCall, Some(tool)) => {
+                if !tools.contains(&tool) {
+                    tools.push(tool.clone());
+                }
+                format!("{tool} {detail}")
+            }
+            (ProgressEvent::ToolResult, Some(tool)) => format!("{tool} → {detail}"),
+            (_, None) => detail,
+        };
+        ctx.channel.task_update(&ctx.chat, task_id, TaskUpdate::Progress { line }).await;
+    }
+    tools
+}
+
+/// The destinations of an egress task summary (`destinations`: `host:port` → counts) it
+/// reached, and those it was refused.
+fn destinations(summary: &Value) -> (Vec<String>, Vec<String>) {
+    let (mut contacted, mut denied) = (Vec::new(), Vec::new());
+    if let Some(map) = summary.get("destinations").and_then(Value::as_object) {
+        for (destination, counts) in map {
+            let count = |key: &str| counts.get(key).and_then(Value::as_u64).unwrap_or(0);
+            if count("allowed") > 0 {
+                contacted.push(destination.clone());
+            }
+            if count("denied") > 0 {
+                denied.push(destination.clone());
+            }
+        }
+    }
+    (contacted, denied)
 }
 
 /// A task's LLM access; revoked when the task ends, or when the tool's future is dropped

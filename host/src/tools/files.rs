@@ -70,6 +70,22 @@ impl Confinement {
         &self.root
     }
 
+    /// Refuses `resolved` (a resolved path) when it is one of the owner's files (`USER.md`,
+    /// `MEMORY.md`) and the chat is not the owner's: one person's facts never reach another's
+    /// chat, whichever tool or path spelling asks.
+    pub fn check_personal(&self, raw: &str, resolved: &Path, owner: bool) -> Result<(), ToolError> {
+        let personal = [crate::workspace::USER_FILE, crate::workspace::MEMORY_FILE]
+            .iter()
+            .any(|name| resolved == self.root.join(name));
+        if personal && !owner {
+            return Err(ToolError::new(format!(
+                "{raw}: refused, it holds the owner's personal notes, which only the owner's \
+                 private chat may use"
+            )));
+        }
+        Ok(())
+    }
+
     fn check_relative(raw: &str) -> Result<&Path, ToolError> {
         if raw.trim().is_empty() {
             return Err(ToolError::new("path is empty"));
@@ -210,9 +226,11 @@ impl TypedTool for ReadFile {
     fn schema() -> Value {
         path_schema()
     }
-    async fn run(&self, args: PathArgs, _: &ToolContext) -> ToolResult {
+    async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
+        let owner = ctx.owner;
         in_workspace(&self.0, move |confinement| {
             let path = confinement.existing(&args.path)?;
+            confinement.check_personal(&args.path, &path, owner)?;
             if path.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
@@ -249,12 +267,14 @@ impl TypedTool for WriteFile {
             "path": {"type": "string"}, "content": {"type": "string"}},
             "required": ["path", "content"]})
     }
-    async fn run(&self, args: WriteArgs, _: &ToolContext) -> ToolResult {
+    async fn run(&self, args: WriteArgs, ctx: &ToolContext) -> ToolResult {
+        let owner = ctx.owner;
         if args.content.len() > MAX_WRITE_BYTES {
             return Err(ToolError::new(format!("content exceeds {MAX_WRITE_BYTES} bytes")));
         }
         in_workspace(&self.0, move |confinement| {
             let path = confinement.writable(&args.path)?;
+            confinement.check_personal(&args.path, &path, owner)?;
             if path.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
@@ -293,12 +313,14 @@ impl TypedTool for EditFile {
             "new_text": {"type": "string"}, "replace_all": {"type": "boolean"}},
             "required": ["path", "old_text", "new_text"]})
     }
-    async fn run(&self, args: EditArgs, _: &ToolContext) -> ToolResult {
+    async fn run(&self, args: EditArgs, ctx: &ToolContext) -> ToolResult {
+        let owner = ctx.owner;
         if args.old_text.is_empty() {
             return Err(ToolError::new("old_text is empty"));
         }
         in_workspace(&self.0, move |confinement| {
             let path = confinement.changeable(&args.path)?;
+            confinement.check_personal(&args.path, &path, owner)?;
             let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
             let count = text.matches(&args.old_text).count();
             if count == 0 {
@@ -376,10 +398,12 @@ impl TypedTool for DeleteFile {
     fn schema() -> Value {
         path_schema()
     }
-    async fn run(&self, args: PathArgs, _: &ToolContext) -> ToolResult {
+    async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
+        let owner = ctx.owner;
         in_workspace(&self.0, move |confinement| {
             // Resolving checks where a symlink leads; the link itself is what is removed.
             let resolved = confinement.changeable(&args.path)?;
+            confinement.check_personal(&args.path, &resolved, owner)?;
             if resolved.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
@@ -552,5 +576,40 @@ mod tests {
         assert!(err.0.contains("is a directory"), "{err}");
         let err = f.call("read_file", json!({"path": "note.txt", "extra": 1})).await.unwrap_err();
         assert!(err.0.contains("invalid arguments for read_file") && err.0.contains("extra"));
+    }
+
+    #[tokio::test]
+    async fn the_owners_files_stay_out_of_other_chats_however_they_are_named() {
+        let dir = std::env::temp_dir().join(format!("nxh-personal-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("USER.md"), "owner: Alice, lives in Paris").unwrap();
+        std::fs::write(dir.join("MEMORY.md"), "- Alice's bank is X").unwrap();
+        std::fs::write(dir.join("notes.md"), "shared").unwrap();
+        std::os::unix::fs::symlink(dir.join("USER.md"), dir.join("sub/link.md")).unwrap();
+        let tools = file_tools(Arc::new(Confinement::new(&dir, &[], &[]).unwrap()));
+        let tool = |name: &str| tools.iter().find(|t| t.name() == name).unwrap().clone();
+        let mut stranger = ToolContext::for_tests();
+        stranger.chat = nexbot_core::ChatRef::Telegram(42);
+        stranger.owner = false;
+        for path in ["USER.md", "./MEMORY.md", "sub/link.md"] {
+            let read = tool("read_file").call(json!({"path": path}), &stranger).await.unwrap_err();
+            assert!(read.to_string().contains("owner"), "{path}: {read}");
+        }
+        let write = json!({"path": "MEMORY.md", "content": "planted"});
+        assert!(tool("write_file").call(write, &stranger).await.is_err());
+        let edit = json!({"path": "USER.md", "old_text": "Paris", "new_text": "Rome"});
+        assert!(tool("edit_file").call(edit, &stranger).await.is_err());
+        assert!(tool("delete_file").call(json!({"path": "USER.md"}), &stranger).await.is_err());
+        assert_eq!(
+            std::fs::read_to_string(dir.join("USER.md")).unwrap(),
+            "owner: Alice, lives in Paris"
+        );
+        // Other files are shared, and the owner reaches everything.
+        let shared = tool("read_file").call(json!({"path": "notes.md"}), &stranger).await.unwrap();
+        assert!(shared.contains("shared"));
+        let owner = ToolContext::for_tests();
+        let own = tool("read_file").call(json!({"path": "USER.md"}), &owner).await.unwrap();
+        assert!(own.contains("Alice"));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -71,7 +71,13 @@ impl TypedTool for Memory {
             "source": {"type": "string", "enum": ["user", "tool_result"]}},
             "required": ["action"]})
     }
-    async fn run(&self, args: MemoryArgs, _: &ToolContext) -> ToolResult {
+    async fn run(&self, args: MemoryArgs, ctx: &ToolContext) -> ToolResult {
+        if !ctx.owner {
+            return Err(ToolError::new(
+                "long-term memory belongs to the owner's private chat and is not available in \
+                 this chat",
+            ));
+        }
         let _guard = self.lock.lock().await;
         let current = match tokio::fs::read_to_string(&self.path).await {
             Ok(text) => text,

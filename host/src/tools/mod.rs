@@ -34,6 +34,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Reaches the chat (whatever channel it is on) while the turn runs.
     pub channel: Arc<dyn Channel>,
+    /// Whether the chat is the owner's (the console, or the owner's private Telegram chat):
+    /// only then may tools touch `USER.md` and `MEMORY.md`.
+    pub owner: bool,
 }
 
 impl ToolContext {
@@ -46,6 +49,7 @@ impl ToolContext {
             session_id: 1,
             cancel: CancellationToken::new(),
             channel: Arc::new(NoChannel),
+            owner: true,
         }
     }
 }

@@ -16,3 +16,4 @@ mod host_cli;
 mod host_delegation;
 mod host_deploy;
 mod host_hooks;
+mod telegram;

@@ -165,3 +165,73 @@ impl ChatSession {
         tokio::time::timeout(limit, run).await.expect("nexbot chat did not exit in time")
     }
 }
+
+/// A running `nexbot serve`, its stderr collected all along (so logs never fill the pipe and a
+/// test can read them). Killed on drop.
+pub struct Serving {
+    child: tokio::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Serving {
+    /// Starts `nexbot serve` and waits (up to `limit`) for "nexbot is serving".
+    pub async fn start(config: &Path, env: &[(String, String)], limit: Duration) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = nexbot(&["serve"], config, env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nexbot serve");
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let serving = Self { child, log };
+        serving.wait_log("nexbot is serving", limit).await;
+        serving
+    }
+
+    /// Everything logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until the log contains `needle`; panics with the log when `limit` passes.
+    pub async fn wait_log(&self, needle: &str, limit: Duration) {
+        let start = std::time::Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                start.elapsed() < limit,
+                "no {needle:?} in the log within {limit:?}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: the daemon gets no chance to clean up (what a crash or OOM kill does).
+    pub async fn kill(mut self) -> String {
+        let _ = self.child.kill().await;
+        self.log()
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns the log.
+    pub async fn stop(mut self, limit: Duration) -> String {
+        let pid = self.child.id().expect("running").to_string();
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .expect("nexbot serve did not stop in time")
+            .expect("wait for nexbot serve");
+        let log = self.log();
+        assert!(status.success(), "nexbot serve exited with {status:?}:\n{log}");
+        log
+    }
+}

@@ -1,0 +1,120 @@
+//! The Telegram channel (`nexbot-telegram`) wired into the daemon: its update ledger is the
+//! store, it serves `telegram:` chats through the router, feeds the bus, shows the command
+//! registry as its menu, and reports its health to `/status`.
+
+use std::sync::Arc;
+
+use nexbot_core::{BoxFuture, ChatRef};
+use nexbot_telegram::{Ledger, LedgerError, ReceivedUpdate, Settlement, Telegram};
+
+use crate::app::{App, Stage};
+use crate::config::Config;
+use crate::store::{LedgerRow, Store};
+
+/// The store as the channel's ledger.
+#[derive(Debug, Clone)]
+pub struct StoreLedger(pub Store);
+
+fn ledger_error(e: crate::store::StoreError) -> LedgerError {
+    LedgerError(e.to_string())
+}
+
+fn detail(settlement: &Settlement) -> String {
+    match settlement {
+        Settlement::Answered { message_ids } => {
+            message_ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+        }
+        Settlement::Refused { rule } => rule.clone(),
+        Settlement::Failed { error } => error.clone(),
+    }
+}
+
+impl Ledger for StoreLedger {
+    fn next_offset(&self) -> BoxFuture<'_, Result<Option<i64>, LedgerError>> {
+        Box::pin(async move { self.0.telegram_offset().await.map_err(ledger_error) })
+    }
+
+    fn receive(
+        &self,
+        update: ReceivedUpdate,
+        settled: Option<Settlement>,
+    ) -> BoxFuture<'_, Result<bool, LedgerError>> {
+        Box::pin(async move {
+            let row = LedgerRow {
+                update_id: update.update_id,
+                chat: update.chat.to_string(),
+                user_id: update.user_id,
+                message_id: update.message_id.map(i64::from),
+                text: update.text,
+                state: String::new(),
+                detail: None,
+            };
+            let settled = settled.map(|s| (s.state().to_owned(), detail(&s)));
+            self.0.receive_update(row, settled).await.map_err(ledger_error)
+        })
+    }
+
+    fn settle(
+        &self,
+        update_id: i64,
+        settlement: Settlement,
+    ) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(async move {
+            self.0
+                .settle_update(update_id, settlement.state(), detail(&settlement))
+                .await
+                .map_err(ledger_error)
+        })
+    }
+
+    fn unsettled(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>> {
+        Box::pin(async move {
+            let rows = self.0.updates("pending").await.map_err(ledger_error)?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|row| {
+                    let chat = row.chat.parse::<ChatRef>().ok()?;
+                    Some(ReceivedUpdate {
+                        update_id: row.update_id,
+                        chat,
+                        user_id: row.user_id,
+                        message_id: row.message_id.and_then(|id| i32::try_from(id).ok()),
+                        text: row.text,
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
+/// Starts the Telegram channel when `NEXBOT_TELEGRAM_TOKEN` is set and `telegram.enabled`;
+/// returns it, or why it is off (for the log and `/status`).
+pub fn attach(app: &mut App, config: &Config) -> Result<Telegram, String> {
+    let Some(token) = &config.secrets.telegram_token else {
+        return Err(format!("{} is not set", crate::config::TELEGRAM_TOKEN_ENV));
+    };
+    if !config.telegram.enabled {
+        return Err("telegram.enabled = false".to_owned());
+    }
+    let ledger = Arc::new(StoreLedger(app.store().clone()));
+    let telegram =
+        Telegram::new(token, config.telegram.clone(), ledger).map_err(|e| e.to_string())?;
+    app.add_channel(nexbot_telegram::KIND, Arc::new(telegram.clone()));
+    let health = telegram.health();
+    app.status().add("telegram", move || health.summary());
+    let commands: Vec<(String, String)> = app
+        .commands()
+        .list()
+        .into_iter()
+        .map(|(name, summary)| (name.to_owned(), summary.to_owned()))
+        .collect();
+    let inbound = app.inbound();
+    let channel = telegram.clone();
+    app.spawn("telegram", Stage::Input, move |stop| async move {
+        let menu: Vec<(&str, &str)> =
+            commands.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+        channel.set_commands(&menu).await;
+        channel.run(inbound, stop).await;
+    });
+    Ok(telegram)
+}

@@ -1,0 +1,568 @@
+//! The Telegram channel end to end: the real `nexbot serve` binary, real SQLite, the scripted
+//! LLM, and the third-party Bot API emulator (`telegram-test-api`) behind the tests' fixture
+//! (`nexbot_tests::telegram`), which fills the emulator's gaps (a complete `getMe`, offsets,
+//! long polling, Telegram's HTML rules, faults). Delegation tests use the real pool.
+
+use crate::common;
+use crate::egress_support;
+
+use std::time::Duration;
+
+use common::{base_env, Serving, TempWorkspace};
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::telegram::{
+    BotMessage, ChatType, Fault, MessageKind, TelegramFixture, UserMessage,
+};
+use serde_json::{json, Value};
+
+const OWNER: i64 = 1001;
+const FRIEND: i64 = 1002;
+const STRANGER: i64 = 3003;
+const GROUP: i64 = -500;
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The environment that points the daemon at the fixture.
+fn telegram_env(llm: &ScriptedLlm, tg: &TelegramFixture) -> Vec<(String, String)> {
+    let mut env = base_env(&llm.base_url());
+    env.extend(
+        [
+            ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+            ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
+            ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
+            ("NEXBOT_TELEGRAM__ALLOWED_USERS", &format!("[{FRIEND}]")),
+            ("NEXBOT_TELEGRAM__ALLOWED_CHATS", &format!("[{GROUP}]")),
+            ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
+            ("NEXBOT_TELEGRAM__PROGRESS_EDIT_INTERVAL_MS", "300"),
+            ("NEXBOT_TELEGRAM__DELIVERY_DEADLINE_SECS", "60"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    env
+}
+
+/// The last user message of a chat-completion request.
+fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn system_prompt(body: &Value) -> String {
+    body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Echoes the user's words, so each answer names its message.
+fn echo(body: &Value) -> Step {
+    Step::text(&format!("echo: {}", last_user(body)))
+}
+
+async fn start(ws: &TempWorkspace, env: &[(String, String)]) -> Serving {
+    let serving = Serving::start(&ws.config(), env, LIMIT).await;
+    serving.wait_log("the Telegram channel is on", LIMIT).await;
+    serving
+}
+
+/// The ledger's rows: (update id, chat, state, detail).
+fn ledger(ws: &TempWorkspace) -> Vec<(i64, String, String, Option<String>)> {
+    let db = rusqlite::Connection::open(ws.database()).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT update_id, chat_id, state, detail FROM telegram_updates ORDER BY update_id",
+        )
+        .unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+fn texts(messages: &[BotMessage]) -> Vec<String> {
+    messages.iter().map(|m| m.text.clone()).collect()
+}
+
+fn has_text(messages: &[BotMessage], needle: &str) -> bool {
+    messages.iter().any(|m| m.text.contains(needle))
+}
+
+#[tokio::test]
+async fn allowed_users_get_answers_strangers_one_refusal_and_the_model_never_sees_them() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-access");
+    std::fs::write(ws.dir.join("USER.md"), "The owner is OWNER-FACT-7f3.").unwrap();
+    std::fs::write(ws.dir.join("MEMORY.md"), "- MEMORY-FACT-9c1 (from the user)").unwrap();
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+
+    tg.user_says(OWNER, OWNER, "hello from the owner").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: hello from the owner"), LIMIT).await;
+    tg.user_says(FRIEND, FRIEND, "hello from a friend").await;
+    tg.wait_bot_messages(FRIEND, |m| has_text(m, "echo: hello from a friend"), LIMIT).await;
+
+    // A stranger: one short refusal for two messages, and no model call at all.
+    tg.user_says(STRANGER, STRANGER, "stranger one").await;
+    tg.user_says(STRANGER, STRANGER, "stranger two").await;
+    let refused = tg.wait_bot_messages(STRANGER, |m| !m.is_empty(), LIMIT).await;
+    assert!(refused[0].text.contains("private bot"), "{refused:?}");
+    // A photo gets a clear answer, not silence (and no model call either).
+    let photo = UserMessage {
+        kind: MessageKind::Photo,
+        text: Some("look".into()),
+        ..UserMessage::private_text(OWNER, "")
+    };
+    tg.user_sends(photo).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "cannot read photos"), LIMIT).await;
+
+    // In an allowed group: only what addresses the bot is answered.
+    let group = |text: &str| UserMessage {
+        chat_id: GROUP,
+        chat_type: ChatType::Group,
+        user_id: STRANGER,
+        text: Some(text.to_owned()),
+        ..UserMessage::default()
+    };
+    tg.user_sends(group("just chatting among ourselves")).await;
+    tg.user_sends(group("@nexbot_test_bot are you there")).await;
+    tg.wait_bot_messages(GROUP, |m| has_text(m, "echo: are you there"), LIMIT).await;
+    tg.user_sends(group("/secret set API_KEY s3cr3t-value-123")).await;
+    tg.wait_bot_messages(GROUP, |m| has_text(m, "only in a private chat"), LIMIT).await;
+
+    // Every update ended in one recorded state; the refusal went out once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stranger_messages = tg.bot_messages(STRANGER).await;
+    assert_eq!(stranger_messages.len(), 1, "{:?}", texts(&stranger_messages));
+    let rows = ledger(&ws);
+    assert_eq!(rows.len(), 8, "{rows:#?}");
+    let state_of =
+        |needle: &str| rows.iter().find(|r| r.3.as_deref() == Some(needle)).map(|r| r.2.clone());
+    assert_eq!(rows.iter().filter(|r| r.2 == "answered").count(), 3, "{rows:#?}");
+    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("not-allowed")).count(), 2);
+    assert_eq!(state_of("group-not-addressed").as_deref(), Some("refused"));
+    assert_eq!(state_of("secret-in-group").as_deref(), Some("refused"));
+    assert_eq!(state_of("unsupported-content:photos").as_deref(), Some("refused"));
+    let db = std::fs::read(ws.database()).unwrap();
+    assert!(!String::from_utf8_lossy(&db).contains("s3cr3t-value-123"), "a secret in the ledger");
+
+    let requests: Vec<Value> = llm.chat_requests().iter().map(|r| r.body.clone()).collect();
+    let asked: Vec<String> = requests.iter().map(last_user).collect();
+    assert!(asked.iter().all(|t| !t.contains("stranger") && !t.contains("chatting")), "{asked:?}");
+    // The owner's facts are in the owner's prompt only.
+    for body in &requests {
+        let user = last_user(body);
+        let prompt = system_prompt(body);
+        let owner = user.contains("from the owner");
+        assert_eq!(prompt.contains("OWNER-FACT-7f3"), owner, "{user}");
+        assert_eq!(prompt.contains("MEMORY-FACT-9c1"), owner, "{user}");
+    }
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains(tg.token()), "the token is in the log");
+    assert!(!log.contains("s3cr3t-value-123"), "a secret in the log");
+}
+
+/// Paragraphs of numbered words, `chars` long.
+fn long_text(chars: usize) -> String {
+    let mut text = String::new();
+    let mut n = 0;
+    while text.len() < chars {
+        n += 1;
+        text.push_str(&format!("Paragraph {n}: "));
+        for w in 0..40 {
+            text.push_str(&format!("word{n}x{w} "));
+        }
+        text.push_str("\n\n");
+    }
+    text.truncate(chars);
+    text
+}
+
+fn squeeze(text: &str) -> String {
+    text.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+const MARKUP: &str = "a < b && c > d; x = 2*3*4; *unbalanced _under [bracket\n\
+                      **not closed & <b>not a tag</b>\n```rust\nfn f() -> Vec<u8> { vec![] } // <&>\n```\nend";
+
+#[tokio::test]
+async fn long_answers_arrive_as_ordered_parts_and_markup_arrives_intact() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let long = long_text(10_000);
+    let answer = long.clone();
+    llm.set_responder(move |body| match last_user(body).as_str() {
+        "long please" => Step::text(&answer),
+        "markup please" => Step::text(MARKUP),
+        other => Step::text(&format!("unexpected {other}")),
+    });
+    let ws = TempWorkspace::init("tg-split");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+
+    tg.user_says(OWNER, OWNER, "long please").await;
+    let parts =
+        tg.wait_bot_messages(OWNER, |m| squeeze(&texts(m).concat()) == squeeze(&long), LIMIT).await;
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    assert!(parts.iter().all(|p| p.text.encode_utf16().count() <= 4096));
+    assert!(parts.windows(2).all(|w| w[0].message_id < w[1].message_id), "in order");
+
+    tg.user_says(OWNER, OWNER, "markup please").await;
+    let messages = tg.wait_bot_messages(OWNER, |m| m.len() > parts.len(), LIMIT).await;
+    let shown = &messages.last().unwrap().text;
+    // What the user sees: every character the model wrote, bar the code fence lines.
+    let expected: String = MARKUP.lines().filter(|l| !l.starts_with("```")).collect();
+    assert_eq!(squeeze(shown), squeeze(&expected), "shown: {shown}");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn agent_mode_survives_a_restart_and_status_reports_it() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-agent");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "/agent off").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode off"), LIMIT).await;
+    serving.stop(LIMIT).await;
+
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "/status").await;
+    let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "Model:"), LIMIT).await;
+    let status = &messages.last().unwrap().text;
+    assert!(status.contains("Agent mode here: off"), "{status}");
+    assert!(status.contains("Model: scripted"), "{status}");
+    assert!(status.contains("Pool: off"), "{status}");
+    assert!(status.contains("Telegram: @nexbot_test_bot polling"), "{status}");
+    // Off: the model answers without tools.
+    tg.user_says(OWNER, OWNER, "no tools now").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: no tools now"), LIMIT).await;
+    let last = llm.chat_requests().last().unwrap().body.clone();
+    assert!(last["tools"].as_array().is_none_or(|t| t.is_empty()), "{last}");
+    // The commands are the bot's menu.
+    let menus = tg.calls("setMyCommands").await;
+    let menu = menus.last().expect("setMyCommands was called").params.to_string();
+    for command in ["start", "help", "new", "stop", "status", "agent", "secret"] {
+        assert!(menu.contains(&format!("\"{command}\"")), "{command} missing from {menu}");
+    }
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn rate_limits_conflicts_and_an_outage_lose_nothing_and_double_nothing() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-faults");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    tg.user_says(OWNER, OWNER, "warm up").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: warm up"), LIMIT).await;
+
+    // 429 on sending: the answer still arrives, after the wait Telegram asked for.
+    tg.fail_next("sendMessage", Fault::RateLimit { retry_after: 2 }, 1).await;
+    tg.user_says(OWNER, OWNER, "after a rate limit").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: after a rate limit"), LIMIT).await;
+    let sends = tg.calls("sendMessage").await;
+    let limited = sends.iter().rposition(|c| c.status == 429).expect("a 429 was answered");
+    let delivered = &sends[limited + 1];
+    assert_eq!(delivered.status, 200);
+    assert!(delivered.time_ms - sends[limited].time_ms >= 1900, "waited as told");
+
+    // 409 for a while: reported, backed off, then polling recovers.
+    tg.conflict_for(Duration::from_secs(4)).await;
+    serving.wait_log("409 Conflict", LIMIT).await;
+    tg.user_says(OWNER, OWNER, "after a conflict").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: after a conflict"), LIMIT).await;
+    serving.wait_log("conflict is over", LIMIT).await;
+
+    // The Bot API down for 10 s, with messages sent meanwhile: all answered, once each.
+    tg.down_for(Duration::from_secs(10)).await;
+    for i in 0..3 {
+        tg.user_says(OWNER, OWNER, &format!("during the outage {i}")).await;
+    }
+    let messages = tg
+        .wait_bot_messages(
+            OWNER,
+            |m| (0..3).all(|i| has_text(m, &format!("echo: during the outage {i}"))),
+            LIMIT * 2,
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let messages = tg.bot_messages(OWNER).await.len().max(messages.len());
+    let all = tg.bot_messages(OWNER).await;
+    for i in 0..3 {
+        let count = all.iter().filter(|m| m.text == format!("echo: during the outage {i}")).count();
+        assert_eq!(count, 1, "answered {count} times: {:?}", texts(&all));
+    }
+    assert_eq!(messages, all.len());
+    let rows = ledger(&ws);
+    assert!(rows.iter().all(|r| r.2 == "answered"), "{rows:#?}");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn a_message_being_handled_when_the_daemon_is_killed_is_answered_once_after_restart() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    // The first call hangs (the daemon is killed during it); later ones answer.
+    llm.push(Step::text("never delivered").delayed(Duration::from_secs(600)));
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-kill");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "survive the crash").await;
+    // Wait until the model is being asked: the update is recorded and in a turn.
+    let start_wait = std::time::Instant::now();
+    while llm.chat_requests().is_empty() {
+        assert!(start_wait.elapsed() < LIMIT, "the model was never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    serving.kill().await;
+    assert_eq!(ledger(&ws)[0].2, "pending", "recorded before it was handled");
+
+    let serving = start(&ws, &env).await;
+    let messages =
+        tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: survive the crash"), LIMIT).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = tg.bot_messages(OWNER).await;
+    let answers = all.iter().filter(|m| m.text.contains("survive the crash")).count();
+    assert_eq!(answers, 1, "{:?}", texts(&all));
+    assert!(!has_text(&messages, "never delivered"));
+    let rows = ledger(&ws);
+    assert_eq!((rows.len(), rows[0].2.as_str()), (1, "answered"), "{rows:#?}");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn an_invalid_token_stops_the_channel_and_the_daemon_serves_on() {
+    let tg = TelegramFixture::start().await;
+    tg.set_token_valid(false).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let ws = TempWorkspace::init("tg-token");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    serving.wait_log("Telegram refused the bot token", LIMIT).await;
+    // Still serving: it stops cleanly, on request, not by crashing.
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains(tg.token()), "the token is in the log");
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+// --- delegation through the real pool ---------------------------------------------------
+
+/// Removes the pool and network a daemon left (by name), however the test ended.
+struct PoolNames {
+    pool: String,
+    network: String,
+}
+
+impl PoolNames {
+    fn new(tag: &str) -> Self {
+        let id = std::process::id();
+        Self { pool: format!("nxt-{tag}-{id}"), network: format!("nxt-{tag}-{id}") }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        [
+            ("NEXBOT_SUBAGENT__ENABLED", "true"),
+            ("NEXBOT_SUBAGENT__POOL_SIZE", "1"),
+            ("NEXBOT_SUBAGENT__POOL_NAME", &self.pool),
+            ("NEXBOT_SUBAGENT__NETWORK", &self.network),
+            ("NEXBOT_EGRESS__PORT", "0"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into()
+    }
+}
+
+impl Drop for PoolNames {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            std::process::Command::new("docker")
+                .args(args)
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+                .unwrap_or_default()
+        };
+        let filter = format!("label=nexbot.pool={}", self.pool);
+        for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
+            docker(&["rm", "-f", id]);
+        }
+        docker(&["network", "rm", &self.network]);
+    }
+}
+
+fn is_main(body: &Value) -> bool {
+    body["tools"]
+        .as_array()
+        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
+}
+
+fn tool_results(body: &Value) -> usize {
+    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
+}
+
+/// Task record rows: (status, container).
+fn task_records(ws: &TempWorkspace) -> Vec<(String, Option<String>)> {
+    let db = rusqlite::Connection::open(ws.database()).unwrap();
+    let mut stmt = db.prepare("SELECT status, container FROM task_records").unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+#[tokio::test]
+async fn a_delegated_task_shows_edited_progress_and_ends_with_a_receipt() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("telegram_delegated_progress").await else {
+        return;
+    };
+    let tg = TelegramFixture::start().await;
+    // The "internet": a server on the host's outside address, allowed by the egress config;
+    // the denied one: the same host on a port nothing allows.
+    let host = egress_support::docker::host_address_off_network();
+    let (allowed, _seen) = egress_support::http_server_at(host).await;
+    let fetched = format!("http://{allowed}/page");
+    let denied = format!("http://{host}:9/secret-place");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let slow = Duration::from_millis(400);
+    let (fetched_url, denied_url) = (fetched.clone(), denied.clone());
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            // The subagent: fetch, probe a denied place, answer — each step a little slow,
+            // so the progress message has time to be edited.
+            return match tool_results(body) {
+                0 => Step::tool_call("web_fetch", json!({"url": fetched_url})).delayed(slow),
+                1 => Step::tool_call("web_fetch", json!({"url": denied_url})).delayed(slow),
+                _ => Step::text("FETCHED-OK").delayed(slow),
+            };
+        }
+        match tool_results(body) {
+            0 => Step::tool_call("delegate_to_sub_agent", json!({"task": "fetch the page"})),
+            _ => Step::text("done: the page was fetched"),
+        }
+    });
+    let ws = TempWorkspace::init("tg-progress");
+    let names = PoolNames::new("tgprog");
+    let mut env = telegram_env(&llm, &tg);
+    env.extend(names.env());
+    let allow = format!(r#"[{{ cidr = "{}", ports = [{}] }}]"#, allowed.ip(), allowed.port());
+    env.push(("NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(), allow));
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "please fetch it").await;
+    let messages =
+        tg.wait_bot_messages(OWNER, |m| has_text(m, "done: the page was fetched"), LIMIT * 2).await;
+    let progress = messages
+        .iter()
+        .find(|m| m.raw.contains("Working on"))
+        .unwrap_or_else(|| panic!("no progress message: {messages:#?}"));
+    // The receipt edit is spaced after the last progress edit; wait for it.
+    let progress = tg
+        .wait_bot_messages(
+            OWNER,
+            |m| m.iter().any(|x| x.message_id == progress.message_id && x.text.contains("Task")),
+            LIMIT,
+        )
+        .await
+        .into_iter()
+        .find(|m| m.message_id == progress.message_id)
+        .unwrap();
+    assert!(progress.edits.len() >= 2, "edited {} times: {progress:#?}", progress.edits.len());
+    let receipt = &progress.text;
+    assert!(receipt.contains("Task success"), "{receipt}");
+    assert!(receipt.contains(&allowed.to_string()), "the fetched domain: {receipt}");
+    assert!(receipt.contains(&format!("Denied: {host}:9")), "the denied one: {receipt}");
+    assert!(receipt.contains("web_fetch"), "{receipt}");
+    let sent = messages.iter().filter(|m| m.raw.contains("Working on")).count();
+    assert_eq!(sent, 1, "one progress message, edited, not re-sent");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn stop_during_a_delegated_task_cancels_it_and_frees_the_container() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("telegram_stop_task").await else {
+        return;
+    };
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            // The subagent lists its folder, then thinks forever.
+            return match tool_results(body) {
+                0 => Step::tool_call("list_dir", json!({})),
+                _ => Step::text("too late").delayed(Duration::from_secs(600)),
+            };
+        }
+        match tool_results(body) {
+            0 => Step::tool_call("delegate_to_sub_agent", json!({"task": "a long task"})),
+            _ => Step::text("the task ended"),
+        }
+    });
+    let ws = TempWorkspace::init("tg-stop");
+    let names = PoolNames::new("tgstop");
+    let mut env = telegram_env(&llm, &tg);
+    env.extend(names.env());
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "start the long task").await;
+    let start_wait = std::time::Instant::now();
+    while llm.chat_requests().iter().filter(|r| !is_main(&r.body)).count() < 2 {
+        assert!(start_wait.elapsed() < LIMIT, "the subagent never got going");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tg.user_says(OWNER, OWNER, "/stop").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "Stopping the current task"), LIMIT).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "Stopped"), LIMIT).await;
+    let start_wait = std::time::Instant::now();
+    loop {
+        let records = task_records(&ws);
+        if records.first().is_some_and(|r| r.0 != "running") {
+            assert_eq!(records[0].0, "cancelled", "{records:?}");
+            break;
+        }
+        assert!(start_wait.elapsed() < LIMIT, "the task record stayed {records:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The container is back: /status shows the pool idle.
+    let start_wait = std::time::Instant::now();
+    loop {
+        tg.user_says(OWNER, OWNER, "/status").await;
+        let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "Pool:"), LIMIT).await;
+        let status = messages.iter().rev().find(|m| m.text.contains("Pool:")).unwrap().text.clone();
+        if status.contains("1 containers (1 idle)") && status.contains("Running: nothing") {
+            break;
+        }
+        assert!(start_wait.elapsed() < LIMIT, "the pool did not come back: {status}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn an_answer_that_cannot_be_delivered_is_recorded_and_the_chat_is_told_later() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-undelivered");
+    let mut env = telegram_env(&llm, &tg);
+    env.push(("NEXBOT_TELEGRAM__DELIVERY_DEADLINE_SECS".into(), "2".into()));
+    let serving = start(&ws, &env).await;
+    tg.fail_for("sendMessage", Fault::ServerError, Duration::from_secs(4)).await;
+    tg.user_says(OWNER, OWNER, "lost in transit").await;
+    let start_wait = std::time::Instant::now();
+    loop {
+        let rows = ledger(&ws);
+        if rows.first().is_some_and(|r| r.2 != "pending") {
+            assert_eq!(rows[0].2, "failed", "{rows:#?}");
+            assert!(rows[0].3.as_deref().unwrap_or("").contains("not delivered"), "{rows:#?}");
+            break;
+        }
+        assert!(start_wait.elapsed() < LIMIT, "the update stayed {rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tg.user_says(OWNER, OWNER, "are you back").await;
+    let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: are you back"), LIMIT).await;
+    let messages = tg
+        .wait_bot_messages(OWNER, |m| has_text(m, "could not be delivered"), LIMIT)
+        .await
+        .len()
+        .max(messages.len());
+    assert!(messages >= 2);
+    serving.stop(LIMIT).await;
+}

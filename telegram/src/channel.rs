@@ -1,0 +1,891 @@
+//! The Telegram channel: the polling loop that brings updates in, and the [`Channel`] that
+//! takes answers, progress, edits and files out.
+//!
+//! Why its own loop over teloxide's typed requests (and not teloxide's `Dispatcher`): the
+//! dispatcher panics when `getMe` fails and hides 409/429/back-off; here a failed `getMe` is
+//! survivable, 429 honours `retry_after`, 409 (another process polls the token) is reported
+//! and backed off, and an invalid token stops only this channel.
+//!
+//! The way of a message: `getUpdates` → [`policy::decide`] → [`Ledger::receive`] (recorded,
+//! offset moved, in one step) → the bus (`InboundMessage`, id = update id) → … → the bus
+//! sends the `Final` answer through the router → [`Channel::send`] → `sendMessage` (split,
+//! HTML, plain-text resend, retried) → [`Ledger::settle`] with the ids of the messages sent.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use nexbot_core::channel::{
+    Channel, ChannelError, InboundMessage, MessageId, OutboundFile, OutboundKind, OutboundMessage,
+    TaskUpdate,
+};
+use nexbot_core::{BoxFuture, ChannelKind, ChatRef};
+use secrecy::{ExposeSecret, SecretString};
+use teloxide_core::errors::{ApiError, RequestError};
+use teloxide_core::payloads::setters::*;
+use teloxide_core::requests::{Request, Requester};
+use teloxide_core::types::{
+    BotCommand, ChatAction, ChatId, InputFile, Message, MessageId as TgMessageId, ParseMode,
+    ReplyParameters, Update,
+};
+use teloxide_core::Bot;
+use thiserror::Error;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TelegramConfig;
+use crate::format::{self, Part};
+use crate::health::{Health, PollState};
+use crate::ledger::{Ledger, LedgerError, ReceivedUpdate, Settlement};
+use crate::policy::{self, BotIdentity, Decision};
+
+/// Lines of a task's progress shown in its message.
+const PROGRESS_LINES: usize = 6;
+/// How long a turn may show "typing…" at most.
+const MAX_TYPING: Duration = Duration::from_secs(30 * 60);
+/// Longest wait between two polls after errors.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How often an unknown bot identity (failed `getMe`) is asked again.
+const IDENTIFY_EVERY: Duration = Duration::from_secs(60);
+
+/// Why the channel could not be built.
+#[derive(Debug, Error)]
+pub enum TelegramError {
+    #[error("invalid [telegram] settings: {0}")]
+    Config(String),
+    #[error("cannot build the Telegram HTTP client: {0}")]
+    Client(String),
+}
+
+/// The Telegram channel. Cheap to clone; every clone is the same channel.
+#[derive(Clone)]
+pub struct Telegram {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Telegram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the bot: teloxide's `Bot` prints its token.
+        f.debug_struct("Telegram")
+            .field("api_url", &self.inner.config.api_url)
+            .field("health", &self.inner.health.summary())
+            .finish()
+    }
+}
+
+struct Inner {
+    bot: Bot,
+    config: TelegramConfig,
+    ledger: Arc<dyn Ledger>,
+    health: Health,
+    me: RwLock<BotIdentity>,
+    /// Updates handed to the bus and not yet answered, by update id.
+    inflight: Mutex<HashMap<i64, Inflight>>,
+    /// Progress messages of running delegated tasks, by task id.
+    tasks: Mutex<HashMap<String, TaskView>>,
+    /// Chats where an answer could not be delivered: they get a notice once delivery works.
+    owes_notice: Mutex<HashSet<i64>>,
+    /// Chats that were told once that the bot is private.
+    refused: Mutex<HashSet<i64>>,
+}
+
+struct Inflight {
+    chat_id: i64,
+    message_id: Option<i32>,
+    group: bool,
+    typing: CancellationToken,
+}
+
+struct TaskView {
+    chat_id: i64,
+    message_id: Option<i32>,
+    header: String,
+    lines: VecDeque<String>,
+    last_edit: Instant,
+    flush_scheduled: bool,
+    /// The text last shown, so an edit never repeats it ("message is not modified").
+    shown: String,
+}
+
+impl TaskView {
+    fn text(&self) -> String {
+        let mut text = self.header.clone();
+        for line in &self.lines {
+            text.push_str("\n• ");
+            text.push_str(line);
+        }
+        text
+    }
+}
+
+/// Why one delivery failed for good.
+#[derive(Debug, Error)]
+#[error("{0}")]
+struct DeliveryError(String);
+
+impl Telegram {
+    /// A channel for the bot with `token`, keeping its updates in `ledger`. Nothing is sent
+    /// until [`Telegram::run`] or an answer.
+    pub fn new(
+        token: &SecretString,
+        config: TelegramConfig,
+        ledger: Arc<dyn Ledger>,
+    ) -> Result<Self, TelegramError> {
+        let problems = config.problems();
+        if !problems.is_empty() {
+            let problems: Vec<String> =
+                problems.into_iter().map(|(key, why)| format!("{key}: {why}")).collect();
+            return Err(TelegramError::Config(problems.join("; ")));
+        }
+        let url = reqwest::Url::parse(&config.api_url)
+            .map_err(|e| TelegramError::Config(format!("telegram.api_url: {e}")))?;
+        // The client's timeout must outlast a long poll.
+        let client = teloxide_core::net::default_reqwest_settings()
+            .timeout(Duration::from_secs(u64::from(config.poll_timeout_secs) + 15))
+            .build()
+            .map_err(|e| TelegramError::Client(e.to_string()))?;
+        let bot = Bot::with_client(token.expose_secret(), client).set_api_url(url);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                bot,
+                config,
+                ledger,
+                health: Health::default(),
+                me: RwLock::new(BotIdentity::default()),
+                inflight: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(HashMap::new()),
+                owes_notice: Mutex::new(HashSet::new()),
+                refused: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+
+    /// How the channel is doing.
+    pub fn health(&self) -> Health {
+        self.inner.health.clone()
+    }
+
+    /// Polls and hands updates to `inbound` until `stop` fires or the token is refused.
+    /// First handles again what an earlier run received but never settled.
+    pub async fn run(self, inbound: mpsc::Sender<InboundMessage>, stop: CancellationToken) {
+        let inner = self.inner;
+        inner.identify().await;
+        if matches!(inner.health.snapshot().poll, PollState::Stopped { .. }) {
+            return;
+        }
+        if let Err(e) = inner.replay(&inbound).await {
+            tracing::error!(error = %e, "cannot read the unsettled Telegram updates");
+        }
+        inner.poll(inbound, stop).await;
+        // Whatever still shows "typing" stops.
+        for (_, flight) in inner.inflight.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+            flight.typing.cancel();
+        }
+    }
+
+    /// Shows `commands` (name, summary) as the bot's command menu. Best effort: a failure is
+    /// logged, nothing else.
+    pub async fn set_commands(&self, commands: &[(&str, &str)]) {
+        let commands: Vec<BotCommand> =
+            commands.iter().map(|(name, summary)| BotCommand::new(*name, *summary)).collect();
+        if let Err(e) = self.inner.bot.set_my_commands(commands).send().await {
+            tracing::warn!(error = %e, "cannot register the bot's command menu (setMyCommands)");
+        }
+    }
+}
+
+impl Inner {
+    /// `getMe`, survivable: on failure the identity stays unknown and is asked again later.
+    async fn identify(&self) {
+        match self.bot.get_me().send().await {
+            Ok(me) => {
+                let username = me.username().to_owned();
+                tracing::info!(bot = %username, "Telegram bot identified");
+                self.health.set_username(username.clone());
+                *self.me.write().unwrap_or_else(|p| p.into_inner()) =
+                    BotIdentity { id: Some(me.id.0), username: Some(username) };
+            }
+            Err(RequestError::Api(ApiError::InvalidToken)) => self.token_refused(),
+            // A partial `getMe` (some Bot API servers leave fields out): take what is there.
+            Err(RequestError::InvalidJson { raw, .. }) => {
+                let value: serde_json::Value = serde_json::from_str(&raw).unwrap_or_default();
+                let result = &value["result"];
+                let identity = BotIdentity {
+                    id: result["id"].as_u64(),
+                    username: result["username"].as_str().map(str::to_owned),
+                };
+                tracing::warn!(
+                    bot = ?identity.username,
+                    "getMe answered an incomplete bot description; using what it has"
+                );
+                if let Some(name) = &identity.username {
+                    self.health.set_username(name.clone());
+                }
+                *self.me.write().unwrap_or_else(|p| p.into_inner()) = identity;
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "getMe failed; the bot's name is unknown for now (in groups it answers only \
+                 commands until it is known)"
+            ),
+        }
+    }
+
+    fn token_refused(&self) {
+        let reason = "Telegram refused the bot token (401 Unauthorized): check \
+                      NEXBOT_TELEGRAM_TOKEN; the rest of the daemon serves on"
+            .to_owned();
+        tracing::error!("{reason}");
+        self.health.set(PollState::Stopped { reason });
+    }
+
+    async fn replay(
+        self: &Arc<Self>,
+        inbound: &mpsc::Sender<InboundMessage>,
+    ) -> Result<(), LedgerError> {
+        let pending = self.ledger.unsettled().await?;
+        if !pending.is_empty() {
+            tracing::info!(
+                updates = pending.len(),
+                "handling Telegram updates left unanswered by the last run"
+            );
+        }
+        for update in pending {
+            let ChatRef::Telegram(chat_id) = update.chat else { continue };
+            if policy::is_secret_command(&update.text) {
+                // Its value was never kept, so it cannot be handled again.
+                let notice = "Your /secret message was interrupted by a restart and its value \
+                              was not kept: please send it again.";
+                let sent = self.deliver(chat_id, notice, None).await;
+                let settlement = Settlement::Failed {
+                    error: "interrupted by a restart; the value is not kept".into(),
+                };
+                self.settle(update.update_id, settlement).await;
+                drop(sent);
+                continue;
+            }
+            let group = chat_id < 0;
+            self.hand_over(&update, chat_id, group, update.text.clone(), inbound).await;
+        }
+        Ok(())
+    }
+
+    async fn poll(
+        self: &Arc<Self>,
+        inbound: mpsc::Sender<InboundMessage>,
+        stop: CancellationToken,
+    ) {
+        let mut offset = match self.ledger.next_offset().await {
+            Ok(offset) => offset,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the Telegram offset; starting from Telegram's");
+                None
+            }
+        };
+        let mut backoff = Duration::ZERO;
+        let mut last_identify = Instant::now();
+        let mut conflict_logged = false;
+        loop {
+            if !backoff.is_zero() {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(jitter(backoff)) => {}
+                }
+            }
+            if self.me.read().unwrap_or_else(|p| p.into_inner()).username.is_none()
+                && last_identify.elapsed() >= IDENTIFY_EVERY
+            {
+                last_identify = Instant::now();
+                self.identify().await;
+            }
+            let mut request = self.bot.get_updates().timeout(self.config.poll_timeout_secs);
+            if let Some(offset) = offset {
+                request = request.offset(offset.clamp(0, i64::from(i32::MAX)) as i32);
+            }
+            let result = tokio::select! {
+                () = stop.cancelled() => return,
+                result = request.send() => result,
+            };
+            let updates = match result {
+                Ok(updates) => updates,
+                Err(RequestError::RetryAfter(wait)) => {
+                    self.health.count_rate_limited();
+                    let wait =
+                        wait.duration().min(Duration::from_secs(self.config.max_retry_after_secs));
+                    tracing::warn!(
+                        wait_secs = wait.as_secs(),
+                        "Telegram rate-limits getUpdates (429); waiting as told"
+                    );
+                    self.health.set(PollState::BackingOff {
+                        reason: format!("429, retry after {}s", wait.as_secs()),
+                    });
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    backoff = Duration::ZERO;
+                    continue;
+                }
+                Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
+                    self.health.count_conflict();
+                    if !conflict_logged {
+                        tracing::warn!(
+                            "Telegram answered 409 Conflict: another process is polling this bot \
+                             token (a second nexbot with the same NEXBOT_TELEGRAM_TOKEN?); backing off"
+                        );
+                        conflict_logged = true;
+                    } else {
+                        tracing::debug!("still 409 Conflict on getUpdates");
+                    }
+                    backoff = next_backoff(backoff);
+                    continue;
+                }
+                Err(RequestError::Api(ApiError::InvalidToken)) => {
+                    self.token_refused();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in_secs = next_backoff(backoff).as_secs(), "getUpdates failed; backing off");
+                    self.health.count_poll_error(short(&e.to_string()));
+                    backoff = next_backoff(backoff);
+                    continue;
+                }
+            };
+            if conflict_logged {
+                tracing::info!("the getUpdates conflict is over; polling again");
+                conflict_logged = false;
+            }
+            backoff = Duration::ZERO;
+            self.health.poll_ok(updates.len());
+            for update in updates {
+                let id = i64::from(update.id.0);
+                match self.handle(update, &inbound).await {
+                    Ok(()) => offset = Some(offset.map_or(id + 1, |o| o.max(id + 1))),
+                    Err(e) => {
+                        // Not recorded, so the offset stays: Telegram sends it again.
+                        tracing::error!(update_id = id, error = %e, "cannot record a Telegram update; it will be fetched again");
+                        self.health.count_poll_error(short(&e.to_string()));
+                        backoff = next_backoff(backoff);
+                        break;
+                    }
+                }
+                if inbound.is_closed() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Decides, records, then acts on one update.
+    async fn handle(
+        self: &Arc<Self>,
+        update: Update,
+        inbound: &mpsc::Sender<InboundMessage>,
+    ) -> Result<(), LedgerError> {
+        let update_id = i64::from(update.id.0);
+        let me = self.me.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match policy::decide(&self.config, &me, &update) {
+            Decision::Handle { chat_id, user_id, message_id, text, ledger_text } => {
+                let record = ReceivedUpdate {
+                    update_id,
+                    chat: ChatRef::Telegram(chat_id),
+                    user_id: Some(user_id),
+                    message_id: Some(message_id),
+                    text: ledger_text,
+                };
+                if !self.ledger.receive(record.clone(), None).await? {
+                    tracing::debug!(update_id, "update seen before; not handled again");
+                    return Ok(());
+                }
+                let group = !update.chat().is_some_and(|c| c.is_private());
+                self.hand_over(&record, chat_id, group, text, inbound).await;
+            }
+            Decision::Refuse { chat_id, user_id, message_id, rule, reply, ledger_text } => {
+                let record = ReceivedUpdate {
+                    update_id,
+                    chat: ChatRef::Telegram(chat_id.unwrap_or(0)),
+                    user_id,
+                    message_id,
+                    text: ledger_text,
+                };
+                let settlement = Settlement::Refused { rule: rule.clone() };
+                if !self.ledger.receive(record, Some(settlement)).await? {
+                    return Ok(());
+                }
+                tracing::info!(update_id, chat_id = ?chat_id, user_id = ?user_id, %rule, "Telegram update refused");
+                if let (Some(chat_id), Some(reply)) = (chat_id, reply) {
+                    // A stranger is told once per run, not for every message.
+                    let first = rule != "not-allowed"
+                        || self.refused.lock().unwrap_or_else(|p| p.into_inner()).insert(chat_id);
+                    if first {
+                        if let Err(e) = self.deliver(chat_id, &reply, None).await {
+                            tracing::warn!(chat_id, error = %e, "cannot send a refusal");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives a recorded update to the bus and shows "typing…" until it is answered.
+    async fn hand_over(
+        self: &Arc<Self>,
+        record: &ReceivedUpdate,
+        chat_id: i64,
+        group: bool,
+        text: String,
+        inbound: &mpsc::Sender<InboundMessage>,
+    ) {
+        let typing = CancellationToken::new();
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            record.update_id,
+            Inflight { chat_id, message_id: record.message_id, group, typing: typing.clone() },
+        );
+        let message =
+            InboundMessage { chat: ChatRef::Telegram(chat_id), id: record.update_id as u64, text };
+        if inbound.send(message).await.is_err() {
+            // The bus is gone (shutting down): the update stays unsettled and is handled
+            // after the restart.
+            typing.cancel();
+            self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&record.update_id);
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move { me.keep_typing(chat_id, typing).await });
+    }
+
+    async fn keep_typing(&self, chat_id: i64, stop: CancellationToken) {
+        let every = Duration::from_secs(self.config.typing_interval_secs);
+        let until = Instant::now() + MAX_TYPING;
+        while Instant::now() < until {
+            // Only a hint: failures are not worth a log line each.
+            let action = self.bot.send_chat_action(ChatId(chat_id), ChatAction::Typing).send();
+            tokio::select! {
+                () = stop.cancelled() => return,
+                result = action => if let Err(e) = result { tracing::debug!(error = %e, "sendChatAction failed") },
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    async fn settle(&self, update_id: i64, settlement: Settlement) {
+        if let Err(e) = self.ledger.settle(update_id, settlement).await {
+            tracing::error!(update_id, error = %e, "cannot record how a Telegram update ended");
+        }
+    }
+
+    /// Sends `text` to `chat_id` as one or more messages; returns their ids. A chat that
+    /// missed an answer earlier first gets a short notice.
+    async fn deliver(
+        &self,
+        chat_id: i64,
+        text: &str,
+        reply_to: Option<i32>,
+    ) -> Result<Vec<i32>, DeliveryError> {
+        let mut parts = format::render(text);
+        if parts.is_empty() {
+            parts.push(Part { html: "(empty)".into(), plain: "(empty)".into() });
+        }
+        let owed = self.owes_notice.lock().unwrap_or_else(|p| p.into_inner()).contains(&chat_id);
+        let mut ids = Vec::with_capacity(parts.len());
+        for (i, part) in parts.iter().enumerate() {
+            match self.send_part(chat_id, part, if i == 0 { reply_to } else { None }).await {
+                Ok(id) => ids.extend(id),
+                Err(e) => {
+                    self.health.count_delivery_failure();
+                    self.owes_notice.lock().unwrap_or_else(|p| p.into_inner()).insert(chat_id);
+                    return Err(e);
+                }
+            }
+        }
+        if owed {
+            let notice = plain_part(
+                "(An earlier answer of mine could not be delivered while Telegram was \
+                 unreachable; ask again if something is missing.)",
+            );
+            if self.send_part(chat_id, &notice, None).await.is_ok() {
+                self.owes_notice.lock().unwrap_or_else(|p| p.into_inner()).remove(&chat_id);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// One message, retried until the delivery deadline: 429 waits as told, network errors
+    /// back off, entities Telegram rejects are resent as plain text. `Ok(None)` when Telegram
+    /// answered something unreadable (the message was most likely sent; not sent again).
+    async fn send_part(
+        &self,
+        chat_id: i64,
+        part: &Part,
+        reply_to: Option<i32>,
+    ) -> Result<Option<i32>, DeliveryError> {
+        let deadline = Instant::now() + Duration::from_secs(self.config.delivery_deadline_secs);
+        let mut plain = part.html.is_empty();
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let mut request = if plain {
+                self.bot.send_message(ChatId(chat_id), part.plain.clone())
+            } else {
+                self.bot
+                    .send_message(ChatId(chat_id), part.html.clone())
+                    .parse_mode(ParseMode::Html)
+            };
+            if let Some(reply_to) = reply_to {
+                request = request.reply_parameters(
+                    ReplyParameters::new(TgMessageId(reply_to)).allow_sending_without_reply(),
+                );
+            }
+            let wait = match request.send().await {
+                Ok(message) => return Ok(Some(message.id.0)),
+                Err(RequestError::Api(ApiError::CantParseEntities(why))) if !plain => {
+                    tracing::warn!(chat_id, error = %why, "Telegram rejected the formatting; sending plain text");
+                    plain = true;
+                    continue;
+                }
+                Err(RequestError::RetryAfter(wait)) => {
+                    self.health.count_rate_limited();
+                    tracing::warn!(
+                        chat_id,
+                        wait_secs = wait.seconds(),
+                        "Telegram rate-limits sending (429); waiting as told"
+                    );
+                    wait.duration()
+                }
+                Err(RequestError::InvalidJson { .. }) => {
+                    tracing::warn!(
+                        chat_id,
+                        "Telegram's answer to sendMessage was unreadable; assuming it was sent"
+                    );
+                    return Ok(None);
+                }
+                Err(RequestError::Api(ApiError::Unknown(text))) if server_error(&text) => {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    tracing::warn!(chat_id, error = %text, "the Bot API failed to send a message; retrying");
+                    wait
+                }
+                Err(RequestError::Api(e)) => {
+                    return Err(DeliveryError(format!("Telegram refused the message: {e}")))
+                }
+                Err(RequestError::MigrateToChatId(to)) => {
+                    return Err(DeliveryError(format!("the group moved to chat {}", to.0)))
+                }
+                Err(e) => {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    tracing::warn!(chat_id, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram to send a message; retrying");
+                    wait
+                }
+            };
+            if Instant::now() + wait > deadline {
+                return Err(DeliveryError(format!(
+                    "not delivered within {}s",
+                    self.config.delivery_deadline_secs
+                )));
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// Replaces a message's text (one part; longer text is cut). "Not modified" is success.
+    async fn edit_text(&self, chat_id: i64, message_id: i32, text: &str) -> Result<(), String> {
+        let part = format::render(text).into_iter().next().unwrap_or_else(|| plain_part("…"));
+        let mut plain = part.html.is_empty();
+        for _ in 0..3 {
+            let request = if plain {
+                self.bot.edit_message_text(
+                    ChatId(chat_id),
+                    TgMessageId(message_id),
+                    part.plain.clone(),
+                )
+            } else {
+                self.bot
+                    .edit_message_text(ChatId(chat_id), TgMessageId(message_id), part.html.clone())
+                    .parse_mode(ParseMode::Html)
+            };
+            match request.send().await {
+                Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => return Ok(()),
+                Err(RequestError::Api(ApiError::CantParseEntities(_))) if !plain => plain = true,
+                // Editing is cosmetic: a short 429 is waited for, a long one skips this edit.
+                Err(RequestError::RetryAfter(wait)) if wait.seconds() <= 5 => {
+                    self.health.count_rate_limited();
+                    tokio::time::sleep(wait.duration()).await;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("gave up after three tries".into())
+    }
+
+    /// The `Final` (or `Taken`) of update `update_id`: stops its typing, says where to reply.
+    fn finish_inflight(&self, update_id: i64) -> Option<Inflight> {
+        let flight = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&update_id);
+        if let Some(flight) = &flight {
+            flight.typing.cancel();
+        }
+        flight
+    }
+
+    async fn task_update(self: &Arc<Self>, chat_id: i64, task_id: &str, update: TaskUpdate) {
+        match update {
+            TaskUpdate::Started { task } => {
+                let header = format!("⏳ Working on: {}", one_line(&task, 200));
+                let message_id = match self.send_part(chat_id, &plain_part(&header), None).await {
+                    Ok(id) => id,
+                    Err(e) => {
+                        tracing::debug!(chat_id, error = %e, "cannot show a task's progress");
+                        None
+                    }
+                };
+                let view = TaskView {
+                    chat_id,
+                    message_id,
+                    shown: header.clone(),
+                    header,
+                    lines: VecDeque::new(),
+                    last_edit: Instant::now(),
+                    flush_scheduled: false,
+                };
+                self.tasks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(task_id.to_owned(), view);
+            }
+            TaskUpdate::Progress { line } => {
+                let interval = Duration::from_millis(self.config.progress_edit_interval_ms);
+                let schedule = {
+                    let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+                    let Some(view) = tasks.get_mut(task_id) else { return };
+                    view.lines.push_back(one_line(&line, 120));
+                    while view.lines.len() > PROGRESS_LINES {
+                        view.lines.pop_front();
+                    }
+                    if view.message_id.is_none() || view.flush_scheduled {
+                        None
+                    } else {
+                        view.flush_scheduled = true;
+                        Some(interval.saturating_sub(view.last_edit.elapsed()))
+                    }
+                };
+                // Edits are spaced: the newest state is shown once the interval has passed.
+                if let Some(wait) = schedule {
+                    let (me, task_id) = (self.clone(), task_id.to_owned());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        me.flush_progress(&task_id).await;
+                    });
+                }
+            }
+            TaskUpdate::Finished(receipt) => {
+                let view = self.tasks.lock().unwrap_or_else(|p| p.into_inner()).remove(task_id);
+                let mark = if receipt.status == "success" { "✅" } else { "⚠️" };
+                let text = format!("{mark} {}", receipt.render());
+                match view.and_then(|v| v.message_id.map(|id| (id, v.last_edit))) {
+                    Some((message_id, last_edit)) => {
+                        // Spaced like the other edits, without holding up the turn.
+                        let wait = Duration::from_millis(self.config.progress_edit_interval_ms)
+                            .saturating_sub(last_edit.elapsed());
+                        let me = self.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            if let Err(e) = me.edit_text(chat_id, message_id, &text).await {
+                                tracing::debug!(chat_id, error = %e, "cannot show a task's receipt by editing; sending it");
+                                let _ = me.send_part(chat_id, &plain_part(&text), None).await;
+                            }
+                        });
+                    }
+                    None => {
+                        let _ = self.send_part(chat_id, &plain_part(&text), None).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn flush_progress(&self, task_id: &str) {
+        let edit = {
+            let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(view) = tasks.get_mut(task_id) else { return };
+            view.flush_scheduled = false;
+            let text = view.text();
+            if text == view.shown {
+                return;
+            }
+            view.shown = text.clone();
+            view.last_edit = Instant::now();
+            view.message_id.map(|id| (view.chat_id, id, text))
+        };
+        if let Some((chat_id, message_id, text)) = edit {
+            if let Err(e) = self.edit_text(chat_id, message_id, &text).await {
+                tracing::debug!(chat_id, error = %e, "cannot edit a task's progress message");
+            }
+        }
+    }
+}
+
+fn telegram_chat(chat: &ChatRef) -> Result<i64, ChannelError> {
+    match chat {
+        ChatRef::Telegram(id) => Ok(*id),
+        other => Err(ChannelError::Failed(format!("{other} is not a Telegram chat"))),
+    }
+}
+
+impl Channel for Telegram {
+    fn send(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let chat_id = telegram_chat(&message.chat)?;
+            let update_id = message.reply_to.map(|id| id as i64);
+            match message.kind {
+                OutboundKind::Progress => {
+                    let ids = inner
+                        .deliver(chat_id, &message.text, None)
+                        .await
+                        .map_err(|e| ChannelError::Failed(e.to_string()))?;
+                    Ok(ids.last().map(|id| MessageId(i64::from(*id))))
+                }
+                OutboundKind::Taken => {
+                    if let Some(update_id) = update_id {
+                        inner.finish_inflight(update_id);
+                        inner
+                            .settle(update_id, Settlement::Answered { message_ids: Vec::new() })
+                            .await;
+                    }
+                    Ok(None)
+                }
+                OutboundKind::Final => {
+                    let flight = update_id.and_then(|id| inner.finish_inflight(id));
+                    // In a group the answer quotes the message it answers.
+                    let reply_to = flight
+                        .filter(|f| f.group && f.chat_id == chat_id)
+                        .and_then(|f| f.message_id);
+                    let result = inner.deliver(chat_id, &message.text, reply_to).await;
+                    if let Some(update_id) = update_id {
+                        let settlement = match &result {
+                            Ok(ids) => Settlement::Answered { message_ids: ids.clone() },
+                            Err(e) => Settlement::Failed { error: e.to_string() },
+                        };
+                        inner.settle(update_id, settlement).await;
+                    }
+                    let ids = result.map_err(|e| ChannelError::Failed(e.to_string()))?;
+                    Ok(ids.last().map(|id| MessageId(i64::from(*id))))
+                }
+            }
+        })
+    }
+
+    fn send_file(
+        &self,
+        file: OutboundFile,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move {
+            let chat_id = telegram_chat(&file.chat)?;
+            let mut request =
+                self.inner.bot.send_document(ChatId(chat_id), InputFile::file(file.path));
+            if let Some(caption) = file.caption {
+                request = request.caption(caption);
+            }
+            let message: Message =
+                request.send().await.map_err(|e| ChannelError::Failed(e.to_string()))?;
+            Ok(Some(MessageId(i64::from(message.id.0))))
+        })
+    }
+
+    fn edit<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        message: MessageId,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            let chat_id = telegram_chat(chat)?;
+            let id = i32::try_from(message.0)
+                .map_err(|_| ChannelError::Failed(format!("no such message {}", message.0)))?;
+            self.inner.edit_text(chat_id, id, text).await.map_err(ChannelError::Failed)
+        })
+    }
+
+    fn delete<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        message: MessageId,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            let chat_id = telegram_chat(chat)?;
+            let id = i32::try_from(message.0)
+                .map_err(|_| ChannelError::Failed(format!("no such message {}", message.0)))?;
+            self.inner
+                .bot
+                .delete_message(ChatId(chat_id), TgMessageId(id))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| ChannelError::Failed(e.to_string()))
+        })
+    }
+
+    fn task_update<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        task_id: &'a str,
+        update: TaskUpdate,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let ChatRef::Telegram(chat_id) = chat {
+                self.inner.task_update(*chat_id, task_id, update).await;
+            }
+        })
+    }
+}
+
+/// The channel kind this crate serves.
+pub const KIND: ChannelKind = ChannelKind::Telegram;
+
+/// A Bot API error that is the server's trouble, not the request's (worth another try).
+fn server_error(text: &str) -> bool {
+    ["Internal Server Error", "Bad Gateway", "Service Unavailable", "Gateway Timeout"]
+        .iter()
+        .any(|phrase| text.contains(phrase))
+}
+
+fn next_backoff(current: Duration) -> Duration {
+    if current.is_zero() {
+        Duration::from_secs(1)
+    } else {
+        (current * 2).min(MAX_BACKOFF)
+    }
+}
+
+/// `d` ± 25 %, so many bots (or retries) do not hit the server in step.
+fn jitter(d: Duration) -> Duration {
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    let factor = 0.75 + (random % 1000) as f64 / 2000.0;
+    d.mul_f64(factor)
+}
+
+fn one_line(text: &str, max_chars: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= max_chars {
+        line
+    } else {
+        let cut: String = line.chars().take(max_chars.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+fn short(text: &str) -> String {
+    one_line(text, 160)
+}
+
+/// A part sent without formatting (an empty `html` means plain text).
+fn plain_part(text: &str) -> Part {
+    Part { html: String::new(), plain: text.to_owned() }
+}

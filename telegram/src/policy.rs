@@ -1,0 +1,338 @@
+//! What the channel does with an update before anything else sees it: who may talk to the
+//! bot, when it answers in a group, what it cannot read yet, and `/secret` messages, which
+//! are recognised here so their value is never recorded or logged.
+//!
+//! Pure functions over teloxide's types, so every rule is tested without a network.
+
+use teloxide_core::types::{Message, MessageEntityKind, Update, UpdateKind};
+
+use crate::config::TelegramConfig;
+
+/// Who the bot is, as far as `getMe` told (a failed `getMe` leaves both unknown: the bot then
+/// answers in groups only to commands).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BotIdentity {
+    pub id: Option<u64>,
+    pub username: Option<String>,
+}
+
+/// The decision about one update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Hand `text` to the bus as a message of chat `chat_id`.
+    Handle { chat_id: i64, user_id: i64, message_id: i32, text: String, ledger_text: String },
+    /// Do not handle it: `rule` says why; `reply` (if any) is sent to `chat_id`.
+    Refuse {
+        chat_id: Option<i64>,
+        user_id: Option<i64>,
+        message_id: Option<i32>,
+        rule: String,
+        reply: Option<String>,
+        ledger_text: String,
+    },
+}
+
+/// The text the ledger keeps of a message: a `/secret` command keeps its sub-command and
+/// name but never the value.
+pub fn ledger_text(text: &str) -> String {
+    if !is_secret_command(text) {
+        return text.to_owned();
+    }
+    let mut words = text.split_whitespace();
+    let command = words.next().unwrap_or("/secret");
+    let kept: Vec<&str> = words.take(2).collect();
+    let mut out = command.to_owned();
+    for word in &kept {
+        out.push(' ');
+        out.push_str(word);
+    }
+    out.push_str(" [value redacted]");
+    out
+}
+
+/// Whether `text` is the `/secret` command (also `/secret@bot`).
+pub fn is_secret_command(text: &str) -> bool {
+    let first = text.split_whitespace().next().unwrap_or("");
+    let name = first.split('@').next().unwrap_or("");
+    name.eq_ignore_ascii_case("/secret")
+}
+
+pub const REFUSAL: &str = "Sorry, this is a private bot and you are not on its allow-list.";
+
+/// Decides what to do with `update`.
+pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Decision {
+    let message = match &update.kind {
+        UpdateKind::Message(message) => message,
+        other => {
+            return Decision::Refuse {
+                chat_id: update.chat().map(|c| c.id.0),
+                user_id: update.from().map(|u| u.id.0 as i64),
+                message_id: None,
+                rule: format!("unsupported-update:{}", update_kind_name(other)),
+                reply: None,
+                ledger_text: String::new(),
+            }
+        }
+    };
+    let chat_id = message.chat.id.0;
+    let private = message.chat.is_private();
+    let refuse = |rule: &str, reply: Option<String>, ledger_text: String| Decision::Refuse {
+        chat_id: Some(chat_id),
+        user_id: message.from.as_ref().map(|u| u.id.0 as i64),
+        message_id: Some(message.id.0),
+        rule: rule.to_owned(),
+        reply,
+        ledger_text,
+    };
+    let text = message.text().or(message.caption()).unwrap_or("");
+    let ledger = ledger_text(text);
+    let Some(from) = &message.from else {
+        return refuse("no-sender", None, ledger);
+    };
+    let user_id = from.id.0 as i64;
+    if from.is_bot {
+        return refuse("from-a-bot", None, ledger);
+    }
+    if !config.allows(user_id, chat_id) {
+        let reply = Some(format!("{REFUSAL} (Your user id is {user_id}.)"));
+        return refuse("not-allowed", reply, ledger);
+    }
+    let addressed = private || addressed_in_group(message, me);
+    if !addressed {
+        return refuse("group-not-addressed", None, ledger);
+    }
+    if let Some(kind) = unsupported_content(message) {
+        let reply = Some(format!("I cannot read {kind} yet; please send me text instead."));
+        return refuse(&format!("unsupported-content:{kind}"), reply, ledger);
+    }
+    let Some(text) = message.text() else {
+        return refuse("no-text", Some("I can only read text messages.".to_owned()), ledger);
+    };
+    if is_secret_command(text) && !private {
+        let reply = Some(
+            "/secret works only in a private chat with me. Delete your message from this group \
+             if it held a value, and consider that value exposed."
+                .to_owned(),
+        );
+        return refuse("secret-in-group", reply, ledger);
+    }
+    let text = if private { text.to_owned() } else { strip_mention(text, me) };
+    Decision::Handle { chat_id, user_id, message_id: message.id.0, text, ledger_text: ledger }
+}
+
+/// In a group the bot answers a command, a mention of its name, or a reply to its message.
+fn addressed_in_group(message: &Message, me: &BotIdentity) -> bool {
+    let text = message.text().unwrap_or("");
+    let entities = message.entities().unwrap_or(&[]);
+    let username = me.username.as_deref();
+    for entity in entities {
+        let word = utf16_slice(text, entity.offset, entity.length);
+        match entity.kind {
+            MessageEntityKind::BotCommand if entity.offset == 0 => {
+                // `/cmd@otherbot` is for another bot.
+                match (word.split_once('@'), username) {
+                    (Some((_, target)), Some(me)) => return target.eq_ignore_ascii_case(me),
+                    (Some(_), None) => return false,
+                    (None, _) => return true,
+                }
+            }
+            MessageEntityKind::Mention => {
+                if let Some(me) = username {
+                    if word.trim_start_matches('@').eq_ignore_ascii_case(me) {
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if let (Some(reply), Some(id)) = (message.reply_to_message(), me.id) {
+        if reply.from.as_ref().is_some_and(|u| u.id.0 == id) {
+            return true;
+        }
+    }
+    // No entities (some clients, the emulator): a leading command or a written mention.
+    if entities.is_empty() {
+        if text.starts_with('/') {
+            return true;
+        }
+        if let Some(me) = username {
+            return text.to_lowercase().contains(&format!("@{}", me.to_lowercase()));
+        }
+    }
+    false
+}
+
+/// The text without the bot's `@name` (a mention is how it was called, not what was said).
+fn strip_mention(text: &str, me: &BotIdentity) -> String {
+    let Some(name) = &me.username else { return text.to_owned() };
+    let mention = format!("@{name}");
+    let lower = text.to_lowercase();
+    match lower.find(&mention.to_lowercase()) {
+        // A command's `/cmd@bot` is left for the command parser, which understands it.
+        Some(at) if !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') => {
+            let mut out = String::with_capacity(text.len());
+            out.push_str(&text[..at]);
+            out.push_str(&text[at + mention.len()..]);
+            out.split_whitespace().collect::<Vec<_>>().join(" ")
+        }
+        _ => text.to_owned(),
+    }
+}
+
+/// Telegram counts entity offsets in UTF-16 code units.
+fn utf16_slice(text: &str, offset: usize, length: usize) -> String {
+    let units: Vec<u16> = text.encode_utf16().skip(offset).take(length).collect();
+    String::from_utf16_lossy(&units)
+}
+
+fn unsupported_content(message: &Message) -> Option<&'static str> {
+    if message.photo().is_some() {
+        Some("photos")
+    } else if message.voice().is_some() {
+        Some("voice messages")
+    } else if message.document().is_some() {
+        Some("documents")
+    } else if message.audio().is_some() {
+        Some("audio")
+    } else if message.video().is_some() {
+        Some("videos")
+    } else if message.sticker().is_some() {
+        Some("stickers")
+    } else {
+        None
+    }
+}
+
+fn update_kind_name(kind: &UpdateKind) -> &'static str {
+    match kind {
+        UpdateKind::Message(_) => "message",
+        UpdateKind::EditedMessage(_) => "edited_message",
+        UpdateKind::ChannelPost(_) => "channel_post",
+        UpdateKind::EditedChannelPost(_) => "edited_channel_post",
+        UpdateKind::CallbackQuery(_) => "callback_query",
+        UpdateKind::InlineQuery(_) => "inline_query",
+        UpdateKind::MyChatMember(_) => "my_chat_member",
+        UpdateKind::ChatMember(_) => "chat_member",
+        UpdateKind::Error(_) => "unparsed",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn update(message: serde_json::Value) -> Update {
+        // From text, as updates arrive (teloxide's `Update` does not read a `Value`).
+        serde_json::from_str(&json!({"update_id": 7, "message": message}).to_string()).unwrap()
+    }
+
+    fn message(chat: serde_json::Value, from: i64, text: &str) -> serde_json::Value {
+        let mut m = json!({
+            "message_id": 3, "date": 1_700_000_000, "chat": chat,
+            "from": {"id": from, "is_bot": false, "first_name": "U"}, "text": text
+        });
+        if text.starts_with('/') {
+            let len = text.split_whitespace().next().unwrap().encode_utf16().count();
+            m["entities"] = json!([{"type": "bot_command", "offset": 0, "length": len}]);
+        }
+        m
+    }
+
+    fn private(id: i64) -> serde_json::Value {
+        json!({"id": id, "type": "private", "first_name": "U"})
+    }
+
+    fn group(id: i64) -> serde_json::Value {
+        json!({"id": id, "type": "group", "title": "G"})
+    }
+
+    fn config() -> TelegramConfig {
+        TelegramConfig {
+            owner: Some(1),
+            allowed_users: vec![2],
+            allowed_chats: vec![-100],
+            ..TelegramConfig::default()
+        }
+    }
+
+    fn me() -> BotIdentity {
+        BotIdentity { id: Some(999), username: Some("nexbot_bot".into()) }
+    }
+
+    fn rule(d: &Decision) -> &str {
+        match d {
+            Decision::Refuse { rule, .. } => rule,
+            Decision::Handle { .. } => "handle",
+        }
+    }
+
+    #[test]
+    fn only_allowed_users_and_chats_reach_the_agent() {
+        let c = config();
+        assert_eq!(rule(&decide(&c, &me(), &update(message(private(1), 1, "hi")))), "handle");
+        assert_eq!(rule(&decide(&c, &me(), &update(message(private(2), 2, "hi")))), "handle");
+        let stranger = decide(&c, &me(), &update(message(private(3), 3, "hi")));
+        assert_eq!(rule(&stranger), "not-allowed");
+        let Decision::Refuse { reply: Some(reply), .. } = stranger else { panic!() };
+        assert!(reply.contains("3"), "{reply}");
+        // In an allowed group anyone may address the bot.
+        let g = decide(&c, &me(), &update(message(group(-100), 3, "@nexbot_bot what time?")));
+        let Decision::Handle { text, .. } = g else { panic!("{g:?}") };
+        assert_eq!(text, "what time?");
+        assert_eq!(
+            rule(&decide(&c, &me(), &update(message(group(-200), 3, "/help")))),
+            "not-allowed"
+        );
+    }
+
+    #[test]
+    fn in_groups_the_bot_answers_only_when_addressed() {
+        let c = config();
+        let said = |text: &str| {
+            rule(&decide(&c, &me(), &update(message(group(-100), 2, text)))).to_owned()
+        };
+        assert_eq!(said("talking among ourselves"), "group-not-addressed");
+        assert_eq!(said("/status"), "handle");
+        assert_eq!(said("/status@nexbot_bot"), "handle");
+        assert_eq!(said("/status@other_bot"), "group-not-addressed");
+        assert_eq!(said("hey @nexbot_bot look"), "handle");
+        let mut reply = message(group(-100), 2, "and this?");
+        reply["reply_to_message"] = json!({"message_id": 1, "date": 1, "chat": group(-100),
+            "from": {"id": 999, "is_bot": true, "first_name": "Bot"}, "text": "earlier"});
+        assert_eq!(rule(&decide(&c, &me(), &update(reply))), "handle");
+    }
+
+    #[test]
+    fn secrets_are_redacted_for_the_ledger_and_refused_in_groups() {
+        let text = "/secret set GITHUB_TOKEN ghp_abcdefghijklmnop --host api.github.com";
+        assert_eq!(ledger_text(text), "/secret set GITHUB_TOKEN [value redacted]");
+        assert!(!ledger_text(text).contains("ghp_"));
+        assert_eq!(
+            ledger_text("/secret@nexbot_bot set A b"),
+            "/secret@nexbot_bot set A [value redacted]"
+        );
+        let c = config();
+        let d = decide(&c, &me(), &update(message(group(-100), 2, text)));
+        assert_eq!(rule(&d), "secret-in-group");
+        let Decision::Refuse { ledger_text, .. } = d else { panic!() };
+        assert!(!ledger_text.contains("ghp_"));
+        let d = decide(&c, &me(), &update(message(private(1), 1, text)));
+        let Decision::Handle { ledger_text, text: handled, .. } = d else { panic!() };
+        assert!(!ledger_text.contains("ghp_") && handled.contains("ghp_"));
+    }
+
+    #[test]
+    fn photos_and_voice_get_a_clear_answer() {
+        let c = config();
+        let mut m = message(private(1), 1, "");
+        m.as_object_mut().unwrap().remove("text");
+        m["photo"] = json!([{"file_id": "a", "file_unique_id": "b", "width": 1, "height": 1}]);
+        let d = decide(&c, &me(), &update(m));
+        assert_eq!(rule(&d), "unsupported-content:photos");
+        let Decision::Refuse { reply: Some(reply), .. } = d else { panic!() };
+        assert!(reply.contains("cannot read photos"));
+    }
+}
