@@ -24,3 +24,4 @@ mod pool_recycling;
 mod pool_tasks;
 mod scripted_llm;
 mod subagent_image;
+mod telegram_fixture;

@@ -1,0 +1,240 @@
+//! `make bench`: the Telegram channel measured end to end on the release `nexbot serve`,
+//! through the tests' Bot API fixture in front of the third-party emulator, with an instant
+//! scripted LLM and a pool of 4:
+//! - the answer's latency, from the user's message entering the emulator to the bot's
+//!   `sendMessage` being recorded (p50, p99), next to the measurement's own floor (inject a
+//!   message and see a recorded call, no bot involved);
+//! - `/stop` to the cancelled turn's "Stopped." (p50, p99);
+//! - updates handled per second across 20 chats;
+//! - host RSS with the channel running, after the runs.
+//!
+//! Prints figures; asserts nothing about speed.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nexbot_tests::bench::{record, DockerCleanup, Figure, Stats, Target};
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::telegram::TelegramFixture;
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+const LIMIT: Duration = Duration::from_secs(120);
+const OWNER: i64 = 7001;
+const ROUNDS: usize = 100;
+const STOPS: usize = 20;
+const CHATS: i64 = 20;
+const PER_CHAT: usize = 10;
+
+fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the fixture has recorded more than `seen` `sendMessage` calls.
+async fn wait_sends(tg: &TelegramFixture, seen: usize) -> usize {
+    let start = Instant::now();
+    loop {
+        let n = tg.calls("sendMessage").await.len();
+        if n > seen {
+            return n;
+        }
+        assert!(start.elapsed() < LIMIT, "no answer within {LIMIT:?}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let docker = bollard::Docker::connect_with_local_defaults().expect("Docker engine");
+    docker.ping().await.expect("the Docker engine answers (is dockerd running?)");
+    let run = format!("nxb-tg-{}", std::process::id());
+    let _cleanup =
+        DockerCleanup::default().label(nexbot_docker::spec::LABEL_POOL, &run).network(&run);
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let text = last_user(body);
+        if text.starts_with("hang") {
+            Step::text("late").delayed(Duration::from_secs(600))
+        } else {
+            Step::text(&format!("echo: {text}"))
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("{run}-workspace"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let init = std::process::Command::new(NEXBOT).args(["init", "--dir"]).arg(&dir).output();
+    assert!(init.expect("run nexbot init").status.success(), "nexbot init failed");
+
+    let users: Vec<String> = (0..CHATS).map(|i| (8000 + i).to_string()).collect();
+    let mut command = tokio::process::Command::new(NEXBOT);
+    command.arg("serve").arg("--config").arg(dir.join("config.toml")).kill_on_drop(true);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
+            command.env_remove(key);
+        }
+    }
+    command.envs([
+        ("NEXBOT_LLM__BASE_URL", llm.base_url()),
+        ("NEXBOT_LLM__MODEL", "scripted".into()),
+        ("NEXBOT_SUBAGENT__ENABLED", "true".into()),
+        ("NEXBOT_SUBAGENT__POOL_SIZE", "4".into()),
+        ("NEXBOT_SUBAGENT__POOL_NAME", run.clone()),
+        ("NEXBOT_SUBAGENT__NETWORK", run.clone()),
+        ("NEXBOT_EGRESS__PORT", "0".into()),
+        ("NEXBOT_TELEGRAM_TOKEN", tg.token().to_owned()),
+        ("NEXBOT_TELEGRAM__API_URL", tg.api_url().to_owned()),
+        ("NEXBOT_TELEGRAM__OWNER", OWNER.to_string()),
+        ("NEXBOT_TELEGRAM__ALLOWED_USERS", format!("[{}]", users.join(","))),
+        ("NEXBOT_BUS__MAX_PARALLEL_TURNS", "20".into()),
+    ]);
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start nexbot serve");
+    let pid = child.id().expect("pid");
+    let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("the Telegram channel is on") {
+                let _ = ready_tx.send(true);
+            }
+        }
+    });
+    let ready = tokio::time::timeout(LIMIT, ready_rx.wait_for(|r| *r)).await;
+    assert!(matches!(ready, Ok(Ok(_))), "nexbot serve did not start its Telegram channel");
+    println!("Telegram through the emulator: release {NEXBOT}, pool of 4, instant scripted LLM");
+
+    // Warm up (first turn opens the database session, the first connections).
+    let before = tg.calls("sendMessage").await.len();
+    tg.user_says(OWNER, OWNER, "warm up").await;
+    wait_sends(&tg, before).await;
+
+    // The measurement's floor: inject a message and see a recorded call, no bot involved.
+    let mut floor = Vec::new();
+    for _ in 0..ROUNDS {
+        let start = Instant::now();
+        tg.user_says(9, 9, "floor").await; // a stranger: refused once, then recorded only
+        let _ = tg.calls("getMe").await;
+        floor.push(start.elapsed());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut sends = tg.calls("sendMessage").await.len();
+
+    let mut latency = Vec::new();
+    for i in 0..ROUNDS {
+        let start = Instant::now();
+        tg.user_says(OWNER, OWNER, &format!("ping {i}")).await;
+        sends = wait_sends(&tg, sends).await;
+        latency.push(start.elapsed());
+    }
+    let latency = Stats::of(latency);
+    let floor = Stats::of(floor);
+    println!("  {}", latency.line("answer latency (message in → sendMessage recorded)"));
+    println!("  {}", floor.line("measurement floor (inject + one fixture query)"));
+
+    // /stop: a turn waiting on the model, stopped.
+    let mut stops = Vec::new();
+    for i in 0..STOPS {
+        tg.user_says(OWNER, OWNER, &format!("hang {i}")).await;
+        let asked = Instant::now();
+        while !llm.chat_requests().iter().any(|r| last_user(&r.body) == format!("hang {i}")) {
+            assert!(asked.elapsed() < LIMIT, "the hanging turn never reached the model");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let before = tg.bot_messages(OWNER).await.len();
+        let start = Instant::now();
+        tg.user_says(OWNER, OWNER, "/stop").await;
+        loop {
+            let messages = tg.bot_messages(OWNER).await;
+            if messages[before..].iter().any(|m| m.text == "Stopped.") {
+                break;
+            }
+            assert!(start.elapsed() < LIMIT, "the turn was not stopped");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        stops.push(start.elapsed());
+    }
+    let stops = Stats::of(stops);
+    println!("  {}", stops.line("/stop → \"Stopped.\" (turn cancelled)"));
+
+    // 20 chats at once.
+    sends = tg.calls("sendMessage").await.len();
+    let start = Instant::now();
+    for round in 0..PER_CHAT {
+        for user in 0..CHATS {
+            let id = 8000 + user;
+            tg.user_says(id, id, &format!("burst {round}")).await;
+        }
+    }
+    let total = CHATS as usize * PER_CHAT;
+    loop {
+        let n = tg.calls("sendMessage").await.len();
+        if n >= sends + total {
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "only {} of {total} answered", n - sends);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let per_sec = total as f64 / start.elapsed().as_secs_f64();
+    println!(
+        "  {total} messages across {CHATS} chats answered in {:.2} s: {per_sec:.1}/s",
+        start.elapsed().as_secs_f64()
+    );
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss = rss_kib(pid) as f64 * 1024.0 / 1e6;
+    println!("  host RSS with the Telegram channel and a pool of 4, after the runs: {rss:.2} MB");
+    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let _ = tokio::time::timeout(LIMIT, child.wait()).await;
+    let _ = nexbot_docker::remove_network(&docker, &run).await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    record(Figure::promised(
+        "Telegram answer via emulator, instant model, p50",
+        nexbot_tests::bench::ms(latency.p50),
+        "ms",
+        Target::AtMost(50.0),
+    ));
+    record(Figure::reference(
+        "  p99 / measurement floor p50",
+        &format!(
+            "{:.1} / {:.1} ms",
+            nexbot_tests::bench::ms(latency.p99),
+            nexbot_tests::bench::ms(floor.p50)
+        ),
+        "(floor: inject + one fixture query, no bot)",
+    ));
+    record(Figure::reference(
+        "Telegram /stop → cancelled, p50 / p99",
+        &format!(
+            "{:.1} / {:.1} ms",
+            nexbot_tests::bench::ms(stops.p50),
+            nexbot_tests::bench::ms(stops.p99)
+        ),
+        "(a turn waiting on the model)",
+    ));
+    record(Figure::reference(
+        "Telegram updates handled, 20 chats",
+        &format!("{per_sec:.1}/s"),
+        &format!("({total} messages, answered)"),
+    ));
+    record(Figure::promised("host RSS with Telegram + pool of 4", rss, "MB", Target::AtMost(20.0)));
+}
