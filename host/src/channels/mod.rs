@@ -1,4 +1,5 @@
-//! The channels users talk through (the console now, Telegram next) and the outbound
+//! The channels users talk through (the console; Telegram lives in `nexbot-telegram` and is wired
+//! in [`telegram`]) and the outbound
 //! [`Router`] that sends everything for a chat back to the channel the chat lives on.
 //!
 //! Why a router: answers, progress, questions and whatever a tool sends name a [`ChatRef`];

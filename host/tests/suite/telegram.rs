@@ -471,6 +471,9 @@ async fn a_delegated_task_shows_edited_progress_and_ends_with_a_receipt() {
     assert!(receipt.contains("web_fetch"), "{receipt}");
     let sent = messages.iter().filter(|m| m.raw.contains("Working on")).count();
     assert_eq!(sent, 1, "one progress message, edited, not re-sent");
+    // "typing…" was shown while the turn ran.
+    let typing = tg.calls("sendChatAction").await;
+    assert!(typing.iter().any(|c| c.params["action"] == "typing"), "{typing:?}");
     serving.stop(LIMIT).await;
 }
 

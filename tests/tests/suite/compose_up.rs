@@ -28,6 +28,36 @@ const SUBAGENT_IMAGE: &str = "nexbot-subagent:dev";
 const POOL_LABEL: &str = "nexbot.pool";
 const PROJECT_LABEL: &str = "com.docker.compose.project";
 const POOL_SIZE: usize = 2;
+/// The Telegram user who owns the bot in the compose test.
+const TELEGRAM_OWNER: i64 = 4242;
+
+/// The scripted provider: a plain hello for the console; through Telegram, the main agent
+/// delegates and the subagent answers.
+fn compose_responder(body: &serde_json::Value) -> Step {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let main = body["tools"].as_array().is_some_and(|tools| {
+        tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent")
+    });
+    let last = messages.last().cloned().unwrap_or_default();
+    let content = last["content"].as_str().unwrap_or_default();
+    if !main
+        && messages
+            .iter()
+            .any(|m| m["content"].as_str().is_some_and(|c| c.contains("say the word")))
+    {
+        return Step::text("SUBAGENT-COMPOSE-OK");
+    }
+    match (last["role"].as_str(), content) {
+        (Some("user"), "delegate via telegram") => {
+            Step::tool_call("delegate_to_sub_agent", serde_json::json!({"task": "say the word"}))
+        }
+        (Some("tool"), result) if result.contains("SUBAGENT-COMPOSE-OK") => {
+            Step::text("compose delegated: SUBAGENT-COMPOSE-OK")
+        }
+        (Some("tool"), result) => Step::text(&format!("compose delegation failed: {result}")),
+        _ => Step::text("compose says hello"),
+    }
+}
 /// Bound of every single compose or docker command.
 const COMMAND_LIMIT: Duration = Duration::from_secs(120);
 
@@ -283,7 +313,10 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     reap_dead_runs(&docker, &compose).await;
 
     let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(|_| Step::text("compose says hello"));
+    llm.set_responder(compose_responder);
+    // The bot's Telegram side: the Bot API fixture (host networking: its loopback address
+    // is the daemon's too).
+    let tg = nexbot_tests::telegram::TelegramFixture::start().await;
     let run = format!(
         "{}-{}",
         std::process::id(),
@@ -302,6 +335,9 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             ("NEXBOT_MASTER_KEY", planted_master.as_str()),
             ("NEXBOT_LLM_BASE_URL", &llm.base_url()),
             ("NEXBOT_LLM_MODEL", "scripted"),
+            ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+            ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
+            ("NEXBOT_TELEGRAM__OWNER", &TELEGRAM_OWNER.to_string()),
         ],
     );
 
@@ -360,10 +396,7 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     };
     assert_eq!(holding(&planted_key), vec![format!("NEXBOT_LLM_API_KEY={planted_key}")]);
     assert_eq!(holding(&planted_master), vec![format!("NEXBOT_MASTER_KEY={planted_master}")]);
-    assert!(
-        !env.iter().any(|e| e.starts_with("NEXBOT_TELEGRAM_TOKEN=")),
-        "a secret the test did not pass is set: {env:?}"
-    );
+    assert_eq!(holding(tg.token()), vec![format!("NEXBOT_TELEGRAM_TOKEN={}", tg.token())]);
     let image = docker.inspect_image(HOST_IMAGE).await.unwrap();
     let image_env = image.config.and_then(|c| c.env).unwrap_or_default();
     for name in ["NEXBOT_LLM_API_KEY", "NEXBOT_TELEGRAM_TOKEN", "NEXBOT_MASTER_KEY"] {
@@ -421,6 +454,19 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     for planted in [&planted_key, &planted_master] {
         assert!(!host_log.contains(planted.as_str()), "a secret in the host's log");
     }
+
+    // A Telegram message to the bot in the stack gets a delegated answer.
+    tg.user_says(TELEGRAM_OWNER, TELEGRAM_OWNER, "delegate via telegram").await;
+    let answered = tg
+        .wait_bot_messages(
+            TELEGRAM_OWNER,
+            |m| m.iter().any(|m| m.text.contains("compose delegated: SUBAGENT-COMPOSE-OK")),
+            Duration::from_secs(120),
+        )
+        .await;
+    assert!(answered.iter().any(|m| m.raw.contains("Working on")), "{answered:#?}");
+    let host_log = logs(&docker, &host).await;
+    assert!(!host_log.contains(tg.token()), "the Telegram token is in the host's log");
 
     // Stopping the service: the daemon's own shutdown removes the pool's containers.
     deployment.compose(&["stop", "host"]).await;
