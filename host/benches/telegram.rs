@@ -14,9 +14,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nexbot_tests::bench::{record, DockerCleanup, Figure, Stats, Target};
-use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
 use nexbot_tests::telegram::TelegramFixture;
-use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
 const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
@@ -26,15 +25,6 @@ const ROUNDS: usize = 100;
 const STOPS: usize = 20;
 const CHATS: i64 = 20;
 const PER_CHAT: usize = 10;
-
-fn last_user(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
 
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -519,27 +519,26 @@ impl Store {
 
     /// Telegram updates of `state` (`pending`, `answered`, `refused`, `failed`), oldest first.
     pub async fn updates(&self, state: &str) -> Result<Vec<LedgerRow>, StoreError> {
-        let state = state.to_owned();
-        self.call(move |c| {
-            let mut stmt = c.prepare(
-                "SELECT update_id, chat_id, user_id, message_id, text, state, detail
-                 FROM telegram_updates WHERE state = ?1 ORDER BY update_id",
-            )?;
-            let rows = stmt.query_map([state], LedgerRow::from_row)?;
-            rows.collect()
-        })
-        .await
+        self.ledger_rows("state", state.to_owned()).await
     }
 
     /// Every Telegram update of `chat`, oldest first (for tests and the control API).
     pub async fn chat_updates(&self, chat: &ChatRef) -> Result<Vec<LedgerRow>, StoreError> {
-        let chat = chat.to_string();
+        self.ledger_rows("chat_id", chat.to_string()).await
+    }
+
+    /// Ledger rows whose `column` (a fixed name, never input) equals `value`.
+    async fn ledger_rows(
+        &self,
+        column: &'static str,
+        value: String,
+    ) -> Result<Vec<LedgerRow>, StoreError> {
         self.call(move |c| {
-            let mut stmt = c.prepare(
+            let mut stmt = c.prepare(&format!(
                 "SELECT update_id, chat_id, user_id, message_id, text, state, detail
-                 FROM telegram_updates WHERE chat_id = ?1 ORDER BY update_id",
-            )?;
-            let rows = stmt.query_map([chat], LedgerRow::from_row)?;
+                 FROM telegram_updates WHERE {column} = ?1 ORDER BY update_id"
+            ))?;
+            let rows = stmt.query_map([value], LedgerRow::from_row)?;
             rows.collect()
         })
         .await

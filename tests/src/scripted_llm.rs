@@ -137,6 +137,16 @@ struct Shared {
     recorded: Mutex<Vec<Recorded>>,
 }
 
+/// The text of the last user message of a chat-completion request body (empty if none).
+pub fn last_user(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The running server; stops when dropped.
 pub struct ScriptedLlm {
     addr: SocketAddr,

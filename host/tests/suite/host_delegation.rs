@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptionsBuilder;
-use common::{base_env, chat, text, ChatSession, TempWorkspace};
+use common::{base_env, chat, text, ChatSession, Leftovers, TempWorkspace};
 use egress_support::docker::host_address_off_network;
 use egress_support::{http_server_at, read_audit, wait_audit};
 use futures_util::FutureExt as _;
@@ -110,54 +110,6 @@ async fn image_present(docker: &bollard::Docker) {
     }
 }
 
-/// Removes what a test's pool left, however the test ended (the CLI, because `Drop` cannot
-/// await). Each test's daemon gets a network of its own: a pool network belongs to one
-/// daemon (another live one's is refused), and these daemons are separate processes.
-struct Leftovers {
-    pool: String,
-    network: String,
-}
-
-impl Leftovers {
-    fn new(tag: &str) -> Self {
-        let id = std::process::id();
-        Self { pool: format!("nxw-{tag}-{id}"), network: format!("nxw-{tag}-{id}") }
-    }
-
-    /// The environment that puts the daemon's pool and network on these names.
-    fn env(&self) -> Vec<(String, String)> {
-        [
-            ("NEXBOT_SUBAGENT__ENABLED", "true"),
-            ("NEXBOT_SUBAGENT__POOL_SIZE", "1"),
-            ("NEXBOT_SUBAGENT__POOL_NAME", &self.pool),
-            ("NEXBOT_SUBAGENT__NETWORK", &self.network),
-            ("NEXBOT_EGRESS__PORT", "0"),
-            ("NEXBOT_LLM_API_KEY", PLANTED_KEY),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .into()
-    }
-}
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        let docker = |args: &[&str]| {
-            std::process::Command::new("docker")
-                .args(args)
-                .output()
-                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-                .unwrap_or_default()
-        };
-        let filter = format!("label=nexbot.pool={}", self.pool);
-        for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
-            docker(&["rm", "-f", id]);
-        }
-        // The daemon removed its firewall rules when it stopped (a daemon killed mid-test
-        // leaves the bridge's DROP behind: closed, not open, by design); the network goes.
-        docker(&["network", "rm", &self.network]);
-    }
-}
-
 /// `docker inspect` of every container of `pool`, as JSON text.
 async fn inspect_pool(docker: &bollard::Docker, pool: &str) -> Vec<String> {
     let filters = HashMap::from([("label", vec![format!("nexbot.pool={pool}")])]);
@@ -203,6 +155,7 @@ async fn chat_delegates_through_the_relay_and_the_proxy_and_the_key_stays_on_the
     let ws = TempWorkspace::init("nxw-relay");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     env.push(allow(allowed));
     env.push(("RUST_LOG".into(), "debug".into()));
     let mut session = ChatSession::start(&ws.config(), &env);
@@ -312,6 +265,7 @@ async fn the_provider_key_opt_in_hands_the_key_to_the_subagent_which_goes_throug
     let ws = TempWorkspace::init("nxw-optin");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     env.push(allow(llm.addr()));
     env.push(("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS".into(), "true".into()));
     env.push(("RUST_LOG".into(), "debug".into()));
@@ -490,6 +444,7 @@ async fn stopping_a_turn_cancels_the_subagent_and_its_relay_token() {
     let ws = TempWorkspace::init("nxw-stop");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     let mut host = InProcess::start(&ws, env).await;
 
     // Checks run inside; the orderly shutdown runs after whatever they found.
@@ -533,6 +488,7 @@ async fn a_subagent_dying_mid_task_revokes_its_token_and_records_its_relay_usage
     let ws = TempWorkspace::init("nxw-die");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     let mut host = InProcess::start(&ws, env).await;
 
     let checks = async {
@@ -586,6 +542,7 @@ async fn delegation_refuses_blocked_tools_and_unknown_secrets_before_any_contain
     let ws = TempWorkspace::init("nxw-refuse");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     let out = chat(&ws.config(), &env, &["try it"], LIMIT).await;
     assert_eq!(text(&out.stdout).trim(), "ok", "{}", text(&out.stderr));
     let replies: Vec<String> = llm.chat_requests()[1].body["messages"]

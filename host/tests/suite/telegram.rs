@@ -8,8 +8,8 @@ use crate::egress_support;
 
 use std::time::Duration;
 
-use common::{base_env, Serving, TempWorkspace};
-use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use common::{base_env, Leftovers, Serving, TempWorkspace};
+use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
 use nexbot_tests::telegram::{
     BotMessage, ChatType, Fault, MessageKind, TelegramFixture, UserMessage,
 };
@@ -38,16 +38,6 @@ fn telegram_env(llm: &ScriptedLlm, tg: &TelegramFixture) -> Vec<(String, String)
         .map(|(k, v)| (k.to_owned(), v.to_owned())),
     );
     env
-}
-
-/// The last user message of a chat-completion request.
-fn last_user(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
 }
 
 fn system_prompt(body: &Value) -> String {
@@ -348,48 +338,6 @@ async fn an_invalid_token_stops_the_channel_and_the_daemon_serves_on() {
 
 // --- delegation through the real pool ---------------------------------------------------
 
-/// Removes the pool and network a daemon left (by name), however the test ended.
-struct PoolNames {
-    pool: String,
-    network: String,
-}
-
-impl PoolNames {
-    fn new(tag: &str) -> Self {
-        let id = std::process::id();
-        Self { pool: format!("nxt-{tag}-{id}"), network: format!("nxt-{tag}-{id}") }
-    }
-
-    fn env(&self) -> Vec<(String, String)> {
-        [
-            ("NEXBOT_SUBAGENT__ENABLED", "true"),
-            ("NEXBOT_SUBAGENT__POOL_SIZE", "1"),
-            ("NEXBOT_SUBAGENT__POOL_NAME", &self.pool),
-            ("NEXBOT_SUBAGENT__NETWORK", &self.network),
-            ("NEXBOT_EGRESS__PORT", "0"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .into()
-    }
-}
-
-impl Drop for PoolNames {
-    fn drop(&mut self) {
-        let docker = |args: &[&str]| {
-            std::process::Command::new("docker")
-                .args(args)
-                .output()
-                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-                .unwrap_or_default()
-        };
-        let filter = format!("label=nexbot.pool={}", self.pool);
-        for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
-            docker(&["rm", "-f", id]);
-        }
-        docker(&["network", "rm", &self.network]);
-    }
-}
-
 fn is_main(body: &Value) -> bool {
     body["tools"]
         .as_array()
@@ -439,7 +387,7 @@ async fn a_delegated_task_shows_edited_progress_and_ends_with_a_receipt() {
         }
     });
     let ws = TempWorkspace::init("tg-progress");
-    let names = PoolNames::new("tgprog");
+    let names = Leftovers::new("tgprog");
     let mut env = telegram_env(&llm, &tg);
     env.extend(names.env());
     let allow = format!(r#"[{{ cidr = "{}", ports = [{}] }}]"#, allowed.ip(), allowed.port());
@@ -498,7 +446,7 @@ async fn stop_during_a_delegated_task_cancels_it_and_frees_the_container() {
         }
     });
     let ws = TempWorkspace::init("tg-stop");
-    let names = PoolNames::new("tgstop");
+    let names = Leftovers::new("tgstop");
     let mut env = telegram_env(&llm, &tg);
     env.extend(names.env());
     let serving = start(&ws, &env).await;

@@ -235,3 +235,50 @@ impl Serving {
         log
     }
 }
+
+/// Removes what a test's pool left, however the test ended (the CLI, because `Drop` cannot
+/// await). Each test's daemon gets a network of its own: a pool network belongs to one
+/// daemon (another live one's is refused), and these daemons are separate processes.
+pub struct Leftovers {
+    pub pool: String,
+    pub network: String,
+}
+
+impl Leftovers {
+    pub fn new(tag: &str) -> Self {
+        let id = std::process::id();
+        Self { pool: format!("nxw-{tag}-{id}"), network: format!("nxw-{tag}-{id}") }
+    }
+
+    /// The environment that puts the daemon's pool and network on these names.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("NEXBOT_SUBAGENT__ENABLED", "true"),
+            ("NEXBOT_SUBAGENT__POOL_SIZE", "1"),
+            ("NEXBOT_SUBAGENT__POOL_NAME", &self.pool),
+            ("NEXBOT_SUBAGENT__NETWORK", &self.network),
+            ("NEXBOT_EGRESS__PORT", "0"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into()
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            std::process::Command::new("docker")
+                .args(args)
+                .output()
+                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+                .unwrap_or_default()
+        };
+        let filter = format!("label=nexbot.pool={}", self.pool);
+        for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
+            docker(&["rm", "-f", id]);
+        }
+        // The daemon removed its firewall rules when it stopped (a daemon killed mid-test
+        // leaves the bridge's DROP behind: closed, not open, by design); the network goes.
+        docker(&["network", "rm", &self.network]);
+    }
+}
