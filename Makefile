@@ -43,7 +43,7 @@ image: subagent-image host-image
 # no-op.
 image-bins:
 	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) \
-	  -p nexbot-subagent -p nexbot-host
+	  -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 
 subagent-image: image-bins
 	@file -L $(BUSYBOX) 2>/dev/null | grep -q 'statically linked' || ldd $(BUSYBOX) 2>&1 | grep -q 'not a dynamic' || \

@@ -1,0 +1,19 @@
+//! The control plane's shared vocabulary: the request and response types of the daemon's
+//! control API (HTTP + JSON over `<data dir>/nexbot.sock`), and [`Client`], the small client
+//! `nexbot-ctl` uses.
+//!
+//! Why a crate of its own: the daemon's server and `nexbot-ctl` must agree on every field, and
+//! `nexbot-ctl` must stay a small, fast binary that links neither the daemon, nor Docker's
+//! client, nor axum. Types mirror the daemon's own (the pool's snapshot, task records, the
+//! Telegram ledger) instead of reusing them, so this crate depends on nothing of Nexbot.
+
+mod client;
+pub mod types;
+
+pub use client::{Client, ClientError};
+pub use types::*;
+
+/// The socket's file name in the data directory.
+pub const SOCKET_FILE: &str = "nexbot.sock";
+/// The variable that names the socket (`nexbot-ctl --socket` wins over it).
+pub const SOCKET_ENV: &str = "NEXBOT_SOCKET";

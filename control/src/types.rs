@@ -1,0 +1,189 @@
+//! Request and response bodies, one per endpoint. Paths are in [`paths`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Every endpoint's path (all JSON but `/metrics`).
+pub mod paths {
+    pub const STATUS: &str = "/v1/status";
+    pub const SUBAGENTS: &str = "/v1/subagents";
+    /// `/v1/subagents/{id}/logs?n=N`, `…/restart` (POST), `…/kill` (POST).
+    pub fn subagent(id: &str, action: &str) -> String {
+        format!("/v1/subagents/{id}/{action}")
+    }
+    pub const TASKS: &str = "/v1/tasks";
+    /// `/v1/tasks/{id}`.
+    pub fn task(id: &str) -> String {
+        format!("/v1/tasks/{id}")
+    }
+    pub const MESSAGES: &str = "/v1/messages";
+    pub const RELOAD: &str = "/v1/reload";
+    pub const BACKUP: &str = "/v1/backup";
+    pub const METRICS: &str = "/metrics";
+}
+
+/// Every error answer: a message for the operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_secs: u64,
+    pub model: String,
+    pub data_dir: String,
+    /// The pool, or why delegation is off.
+    pub pool: Option<PoolSummary>,
+    pub delegation_off: Option<String>,
+    /// Each running channel and its health line.
+    pub channels: Vec<ChannelStatus>,
+    /// Parts not built yet say so (`"not built yet"`), never fake data.
+    pub scheduler: String,
+    pub vault: String,
+    /// LLM tokens recorded today (UTC) by the main agent's turns.
+    pub tokens_today: TokenCount,
+    pub database_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCount {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelStatus {
+    pub name: String,
+    pub health: String,
+}
+
+/// The pool as a whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSummary {
+    pub name: String,
+    pub size: usize,
+    /// Containers by state (`idle`, `busy`, `starting`, …).
+    pub states: BTreeMap<String, usize>,
+    pub queue_depth: usize,
+    /// Tasks by outcome since the daemon started.
+    pub tasks: BTreeMap<String, u64>,
+    pub unplanned_restarts: u64,
+    pub planned_replacements: u64,
+}
+
+/// One pool slot and its current container, for `subagents ps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Subagent {
+    /// Stable slot id (`<pool>-<index>`), survives replacement.
+    pub id: String,
+    /// Short container id.
+    pub container: Option<String>,
+    pub state: String,
+    pub uptime_secs: Option<u64>,
+    pub tasks_served: u64,
+    pub current_task: Option<String>,
+    pub current_task_age_ms: Option<u64>,
+    /// Round trip of the last health ping, microseconds.
+    pub last_ping_us: Option<u64>,
+    /// Unplanned replacements, and why the last replacement happened.
+    pub restarts: u64,
+    pub last_restart: Option<String>,
+    pub planned_replacements: u64,
+    pub memory_bytes: Option<u64>,
+    pub last_error: Option<String>,
+}
+
+/// `GET /v1/subagents`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentList {
+    pub subagents: Vec<Subagent>,
+}
+
+/// `GET /v1/subagents/{id}/logs`: the container's stderr JSON log lines, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLines {
+    pub id: String,
+    pub lines: Vec<String>,
+}
+
+/// What an action did, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Done {
+    pub message: String,
+}
+
+/// One delegated task's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRow {
+    pub id: String,
+    pub chat: String,
+    /// `running`, `success`, `error`, `timeout`, `cancelled`.
+    pub status: String,
+    /// Unix seconds.
+    pub started_at: i64,
+    pub duration_ms: Option<i64>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub container: Option<String>,
+    pub error: Option<String>,
+}
+
+/// `GET /v1/tasks?limit=N&chat=CHATREF`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskList {
+    pub tasks: Vec<TaskRow>,
+}
+
+/// `GET /v1/tasks/{id}`: the whole record, with the egress's per-task summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDetail {
+    #[serde(flatten)]
+    pub row: TaskRow,
+    pub task: String,
+    pub egress: Option<serde_json::Value>,
+}
+
+/// One Telegram update of the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageRow {
+    pub update_id: i64,
+    pub chat: String,
+    pub user_id: Option<i64>,
+    /// `pending`, `answered`, `refused`, `failed`.
+    pub state: String,
+    /// Message ids sent, the rule, or the error.
+    pub detail: Option<String>,
+    /// As the ledger keeps it (a `/secret` value is never there).
+    pub text: String,
+}
+
+/// `GET /v1/messages?failed=true&limit=N`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageList {
+    pub messages: Vec<MessageRow>,
+}
+
+/// `POST /v1/reload`: what changed, and what needs a restart to take effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    pub applied: Vec<String>,
+    pub needs_restart: Vec<String>,
+}
+
+/// `POST /v1/backup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupRequest {
+    /// Where to write the copy (absolute, on the daemon's machine).
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupReport {
+    pub path: String,
+    pub bytes: u64,
+}
