@@ -250,6 +250,13 @@ impl Egress {
         self.shared.audit.metrics().snapshot()
     }
 
+    /// Reads [`Egress::metrics`] later, without holding the listener (for a metrics endpoint
+    /// that outlives a borrow of it).
+    pub fn metrics_source(&self) -> impl Fn() -> MetricsSnapshot + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.audit.metrics().snapshot()
+    }
+
     pub fn audit_path(&self) -> &Path {
         self.shared.audit.path()
     }

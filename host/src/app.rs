@@ -95,6 +95,7 @@ pub struct App {
     /// Cancels running turns when the daemon stops.
     turns: CancellationToken,
     status: StatusBoard,
+    started: std::time::Instant,
     parts: Vec<Part>,
     channels: Vec<ChannelKind>,
 }
@@ -162,9 +163,15 @@ impl App {
             bus,
             turns,
             status,
+            started: std::time::Instant::now(),
             parts: Vec::new(),
             channels: Vec::new(),
         })
+    }
+
+    /// When the app started.
+    pub fn started(&self) -> std::time::Instant {
+        self.started
     }
 
     /// The lines `/status` shows: parts add theirs here.

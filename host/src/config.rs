@@ -48,6 +48,8 @@ pub struct Config {
     pub egress: EgressConfig,
     /// The Telegram channel (it runs when `NEXBOT_TELEGRAM_TOKEN` is set).
     pub telegram: TelegramConfig,
+    /// The control API and metrics.
+    pub control: ControlConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -124,11 +126,52 @@ impl Default for LlmConfig {
 pub struct StorageConfig {
     /// SQLite file; relative paths are relative to the workspace.
     pub database: PathBuf,
+    /// Days before a settled Telegram update leaves the ledger (0 keeps them forever).
+    pub telegram_updates_days: u32,
+    /// Days before a finished task record is deleted (0 keeps them forever).
+    pub task_records_days: u32,
+    /// Days before a history message is deleted (0, the default, keeps the history).
+    pub history_days: u32,
 }
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        Self { database: PathBuf::from("nexbot.db") }
+        Self {
+            database: PathBuf::from("nexbot.db"),
+            telegram_updates_days: 30,
+            task_records_days: 90,
+            history_days: 0,
+        }
+    }
+}
+
+impl StorageConfig {
+    /// What the daily pruning keeps.
+    pub fn retention(&self) -> crate::store::Retention {
+        crate::store::Retention {
+            telegram_updates_days: self.telegram_updates_days,
+            task_records_days: self.task_records_days,
+            history_days: self.history_days,
+        }
+    }
+}
+
+/// `[control]`: the operator's control API (`nexbot-ctl`) and metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControlConfig {
+    /// Serve the control API (HTTP + JSON on a Unix socket, mode 0600).
+    pub enabled: bool,
+    /// The socket; relative paths are relative to the data directory (the database's).
+    pub socket: PathBuf,
+    /// A TCP address serving `GET /metrics` only (e.g. `127.0.0.1:9464`); unset: off. The
+    /// control endpoints are never served on TCP.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        Self { enabled: true, socket: PathBuf::from("nexbot.sock"), metrics_addr: None }
     }
 }
 
@@ -333,6 +376,11 @@ impl Config {
     pub fn data_dir(&self) -> PathBuf {
         let database = self.database_path();
         database.parent().map(Path::to_path_buf).unwrap_or_else(|| self.workspace.dir.clone())
+    }
+
+    /// The control API's socket (`control.socket` in [`Config::data_dir`]).
+    pub fn control_socket(&self) -> PathBuf {
+        self.data_dir().join(&self.control.socket)
     }
 
     /// The egress audit log (`egress.audit_file` in [`Config::data_dir`]).

@@ -18,6 +18,8 @@
 //! - [`egress`] (the `nexbot-egress` crate): the sandbox's only way out — forward proxy and LLM
 //!   relay with per-task tokens.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
+//! - [`control_api`]: the operator's API for `nexbot-ctl` on a Unix socket, and `/metrics`;
+//!   [`instance`]: one daemon per data directory.
 //! - [`app`]: the daemon's life cycle (start and stop order). [`runtime`]: builds the agent.
 //!   [`doctor`]: checks.
 
@@ -27,9 +29,11 @@ pub mod bus;
 pub mod channels;
 pub mod commands;
 pub mod config;
+pub mod control_api;
 pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
+pub mod instance;
 pub mod llm;
 pub mod pool_runner;
 pub mod runtime;

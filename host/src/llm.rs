@@ -8,6 +8,8 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
@@ -167,6 +169,18 @@ pub struct LlmClient {
     retry_max_wait: Duration,
     max_tokens: Option<u32>,
     temperature: Option<f32>,
+    stats: Arc<LlmStats>,
+}
+
+/// What the client did since it was built, for the metrics: calls, failed calls (after their
+/// retries), HTTP attempts, and the tokens the provider reported.
+#[derive(Debug, Default)]
+pub struct LlmStats {
+    pub calls: AtomicU64,
+    pub errors: AtomicU64,
+    pub attempts: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub completion_tokens: AtomicU64,
 }
 
 impl fmt::Debug for LlmClient {
@@ -195,7 +209,17 @@ impl LlmClient {
             retry_max_wait: Duration::from_secs(config.retry_max_wait_secs),
             max_tokens: config.max_tokens,
             temperature: config.temperature,
+            stats: Arc::default(),
         })
+    }
+
+    /// The provider's base URL and the model, as the metrics label them.
+    pub fn target(&self) -> (&str, &str) {
+        (self.url.trim_end_matches("/chat/completions"), &self.model)
+    }
+
+    pub fn stats(&self) -> &Arc<LlmStats> {
+        &self.stats
     }
 
     /// One completion, with retries; `cancel` stops both the request and the waits.
@@ -216,13 +240,35 @@ impl LlmClient {
         if let Some(t) = self.temperature {
             body["temperature"] = t.into();
         }
+        self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        let result = self.complete_body(&body, cancel).await;
+        match &result {
+            Ok(completion) => {
+                let usage = completion.usage;
+                self.stats.prompt_tokens.fetch_add(usage.prompt_tokens, Ordering::Relaxed);
+                self.stats.completion_tokens.fetch_add(usage.completion_tokens, Ordering::Relaxed);
+            }
+            Err(LlmError::Cancelled) => {}
+            Err(_) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+
+    async fn complete_body(
+        &self,
+        body: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Completion, LlmError> {
         let attempts = self.max_retries + 1;
         let mut attempt = 0;
         loop {
+            self.stats.attempts.fetch_add(1, Ordering::Relaxed);
             attempt += 1;
             let outcome = tokio::select! {
                 () = cancel.cancelled() => return Err(LlmError::Cancelled),
-                outcome = self.attempt(&body) => outcome,
+                outcome = self.attempt(body) => outcome,
             };
             let (reason, retry_after) = match outcome {
                 Ok(completion) => return Ok(completion),

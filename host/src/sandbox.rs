@@ -40,6 +40,13 @@ pub enum SandboxError {
     Pool(PoolError),
 }
 
+/// Per-task relay tokens issued and revoked since the start, for the metrics.
+#[derive(Debug, Default)]
+pub struct RelayCounters {
+    pub issued: std::sync::atomic::AtomicU64,
+    pub revoked: std::sync::atomic::AtomicU64,
+}
+
 /// The running sandbox. Call [`Sandbox::shutdown`]; dropping it stops the listener and leaves
 /// the containers for the next start to reap.
 pub struct Sandbox {
@@ -109,6 +116,11 @@ impl Sandbox {
         &self.egress
     }
 
+    /// Relay tokens issued and revoked, for the metrics.
+    pub fn relay_counters(&self) -> Arc<RelayCounters> {
+        self.tokens.counters.clone()
+    }
+
     /// Drains the pool (running tasks finish, still served by the proxy and relay), revokes
     /// every token left, then stops the listener and removes its firewall rules.
     pub async fn shutdown(self) {
@@ -155,6 +167,7 @@ impl Attribution for PoolAttribution {
 /// it hands out the provider's URL and key instead (the seed's `llm_api_key`).
 #[derive(Debug)]
 pub struct RelayAccess {
+    counters: Arc<RelayCounters>,
     tokens: Arc<egress::TaskTokens>,
     relay_base_url: String,
     budget: u64,
@@ -186,6 +199,7 @@ impl RelayAccess {
             }
         });
         Self {
+            counters: Arc::default(),
             tokens: egress.tokens(),
             relay_base_url: egress.relay_base_url(),
             budget: relay.default_token_budget,
@@ -203,6 +217,7 @@ impl LlmAccess for RelayAccess {
             });
         }
         let token = self.tokens.issue(task_id, self.budget).map_err(|e| e.to_string())?;
+        self.counters.issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(task_id, budget = self.budget, "relay token issued");
         Ok(TaskLlm::Relay { base_url: self.relay_base_url.clone(), token })
     }
@@ -210,6 +225,9 @@ impl LlmAccess for RelayAccess {
     fn revoke(&self, task_id: &str) -> AccessEnd {
         // Ends the task for the whole egress: token, open tunnels, and its summary.
         let finished = self.tokens.finish(task_id);
+        if self.provider_key.is_none() {
+            self.counters.revoked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let (egress, totals) = (&finished.egress, finished.egress.totals());
         tracing::info!(
             task_id,

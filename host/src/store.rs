@@ -109,6 +109,37 @@ pub enum StoreError {
     Other { path: PathBuf, reason: String },
 }
 
+/// How old (days) rows may get before [`Store::prune`] deletes them; 0 keeps them forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub telegram_updates_days: u32,
+    pub task_records_days: u32,
+    pub history_days: u32,
+}
+
+const TASK_COLUMNS: &str = "id, chat_id, session_id, task, container, status, started_at, \
+    duration_ms, prompt_tokens, completion_tokens, error, egress";
+
+fn task_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
+    Ok(TaskRecord {
+        id: r.get(0)?,
+        chat: r
+            .get::<_, String>(1)?
+            .parse()
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, Type::Text, Box::new(e)))?,
+        session_id: r.get(2)?,
+        task: r.get(3)?,
+        container: r.get(4)?,
+        status: r.get(5)?,
+        started_at: r.get(6)?,
+        duration_ms: r.get(7)?,
+        prompt_tokens: r.get(8)?,
+        completion_tokens: r.get(9)?,
+        error: r.get(10)?,
+        egress: r.get(11)?,
+    })
+}
+
 /// The per-chat setting `/agent` keeps: `on` (the default) or `off`.
 pub const AGENT_MODE_SETTING: &str = "agent_mode";
 
@@ -589,32 +620,165 @@ impl Store {
 
     /// The chat's task records, newest first.
     pub async fn tasks(&self, chat: &ChatRef) -> Result<Vec<TaskRecord>, StoreError> {
-        let chat = chat.to_string();
+        self.recent_tasks(Some(chat), i64::MAX).await
+    }
+
+    /// The newest `limit` task records, of `chat` or of every chat, newest first.
+    pub async fn recent_tasks(
+        &self,
+        chat: Option<&ChatRef>,
+        limit: i64,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        let chat = chat.map(ChatRef::to_string);
+        self.call(move |c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {TASK_COLUMNS} FROM task_records
+                 WHERE ?1 IS NULL OR chat_id = ?1 ORDER BY started_at DESC, rowid DESC LIMIT ?2"
+            ))?;
+            let rows = stmt.query_map(params![chat, limit], task_record)?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// The task record `id`, if there is one.
+    pub async fn task(&self, id: &str) -> Result<Option<TaskRecord>, StoreError> {
+        let id = id.to_owned();
+        self.call(move |c| {
+            c.query_row(
+                &format!("SELECT {TASK_COLUMNS} FROM task_records WHERE id = ?1"),
+                [id],
+                task_record,
+            )
+            .optional()
+        })
+        .await
+    }
+
+    /// The newest `limit` Telegram updates (only `failed` ones with `failed_only`), newest
+    /// first.
+    pub async fn recent_updates(
+        &self,
+        failed_only: bool,
+        limit: i64,
+    ) -> Result<Vec<LedgerRow>, StoreError> {
         self.call(move |c| {
             let mut stmt = c.prepare(
-                "SELECT id, chat_id, session_id, task, container, status, started_at, duration_ms,
-                 prompt_tokens, completion_tokens, error, egress FROM task_records
-                 WHERE chat_id = ?1 ORDER BY started_at DESC, rowid DESC",
+                "SELECT update_id, chat_id, user_id, message_id, text, state, detail
+                 FROM telegram_updates WHERE ?1 = 0 OR state = 'failed'
+                 ORDER BY update_id DESC LIMIT ?2",
             )?;
-            let rows = stmt.query_map([&chat], |r| {
-                Ok(TaskRecord {
-                    id: r.get(0)?,
-                    chat: r.get::<_, String>(1)?.parse().map_err(|e| {
-                        rusqlite::Error::FromSqlConversionFailure(1, Type::Text, Box::new(e))
-                    })?,
-                    session_id: r.get(2)?,
-                    task: r.get(3)?,
-                    container: r.get(4)?,
-                    status: r.get(5)?,
-                    started_at: r.get(6)?,
-                    duration_ms: r.get(7)?,
-                    prompt_tokens: r.get(8)?,
-                    completion_tokens: r.get(9)?,
-                    error: r.get(10)?,
-                    egress: r.get(11)?,
-                })
-            })?;
+            let rows = stmt.query_map(params![failed_only, limit], LedgerRow::from_row)?;
             rows.collect()
+        })
+        .await
+    }
+
+    /// Telegram updates by state, for metrics.
+    pub async fn update_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.grouped_counts("SELECT state, COUNT(*) FROM telegram_updates GROUP BY state").await
+    }
+
+    /// Task records by status, for metrics.
+    pub async fn task_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.grouped_counts("SELECT status, COUNT(*) FROM task_records GROUP BY status").await
+    }
+
+    /// The durations (ms) of finished tasks, for the metrics' histogram.
+    pub async fn task_durations_ms(&self) -> Result<Vec<i64>, StoreError> {
+        self.call(|c| {
+            let mut stmt =
+                c.prepare("SELECT duration_ms FROM task_records WHERE duration_ms IS NOT NULL")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    async fn grouped_counts(&self, sql: &'static str) -> Result<Vec<(String, u64)>, StoreError> {
+        self.call(move |c| {
+            let mut stmt = c.prepare(sql)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// LLM tokens of the main agent's turns recorded since `since` (unix seconds).
+    pub async fn tokens_since(&self, since: i64) -> Result<TokenUsage, StoreError> {
+        self.call(move |c| {
+            c.query_row(
+                "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0)
+                 FROM history WHERE created_at >= ?1",
+                [since],
+                |r| {
+                    Ok(TokenUsage {
+                        prompt_tokens: r.get::<_, i64>(0)? as u64,
+                        completion_tokens: r.get::<_, i64>(1)? as u64,
+                    })
+                },
+            )
+        })
+        .await
+    }
+
+    /// The database's size in bytes (pages in use and free).
+    pub async fn size_bytes(&self) -> Result<u64, StoreError> {
+        self.call(|c| {
+            let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            let size: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+            Ok((pages * size) as u64)
+        })
+        .await
+    }
+
+    /// A consistent copy of the database at `path` while the daemon runs (SQLite's online
+    /// backup); refuses to overwrite an existing file. Returns the copy's size.
+    pub async fn backup(&self, path: &Path) -> Result<u64, StoreError> {
+        let target = path.to_owned();
+        if target.exists() {
+            return Err(StoreError::Other {
+                path: target,
+                reason: "exists already; choose a new file name".into(),
+            });
+        }
+        let written = target.clone();
+        self.call(move |c| {
+            let mut copy = Connection::open(&written)?;
+            let backup = rusqlite::backup::Backup::new(c, &mut copy)?;
+            backup.run_to_completion(256, Duration::from_millis(0), None)?;
+            Ok(())
+        })
+        .await?;
+        std::fs::metadata(&target)
+            .map(|m| m.len())
+            .map_err(|e| StoreError::Other { path: target, reason: e.to_string() })
+    }
+
+    /// Deletes what is older than its age (days; 0 keeps forever): settled Telegram updates,
+    /// finished task records, and history messages. Returns the rows deleted of each.
+    pub async fn prune(&self, ages: Retention, now: i64) -> Result<[usize; 3], StoreError> {
+        let cutoff = move |days: u32| (days > 0).then(|| now - i64::from(days) * 86_400);
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let mut deleted = [0; 3];
+            if let Some(t) = cutoff(ages.telegram_updates_days) {
+                deleted[0] = tx.execute(
+                    "DELETE FROM telegram_updates WHERE state != 'pending' AND received_at < ?1",
+                    [t],
+                )?;
+            }
+            if let Some(t) = cutoff(ages.task_records_days) {
+                deleted[1] = tx.execute(
+                    "DELETE FROM task_records WHERE status != 'running' AND started_at < ?1",
+                    [t],
+                )?;
+            }
+            if let Some(t) = cutoff(ages.history_days) {
+                deleted[2] = tx.execute("DELETE FROM history WHERE created_at < ?1", [t])?;
+            }
+            tx.commit()?;
+            Ok(deleted)
         })
         .await
     }

@@ -77,6 +77,8 @@ impl std::fmt::Debug for Telegram {
 struct Inner {
     bot: Bot,
     config: TelegramConfig,
+    /// Who may talk to the bot: the config's lists, replaced by [`Telegram::set_access`].
+    access: RwLock<TelegramConfig>,
     ledger: Arc<dyn Ledger>,
     health: Health,
     me: RwLock<BotIdentity>,
@@ -149,6 +151,7 @@ impl Telegram {
         Ok(Self {
             inner: Arc::new(Inner {
                 bot,
+                access: RwLock::new(config.clone()),
                 config,
                 ledger,
                 health: Health::default(),
@@ -159,6 +162,19 @@ impl Telegram {
                 refused: Mutex::new(HashSet::new()),
             }),
         })
+    }
+
+    /// Takes new allow-lists (`allowed_users`, `allowed_chats`) at once, for the next update
+    /// (a config reload). The owner and everything else stay as started.
+    pub fn set_access(&self, config: &TelegramConfig) {
+        let mut access = self.inner.access.write().unwrap_or_else(|p| p.into_inner());
+        access.allowed_users = config.allowed_users.clone();
+        access.allowed_chats = config.allowed_chats.clone();
+        tracing::info!(
+            users = access.allowed_users.len(),
+            chats = access.allowed_chats.len(),
+            "Telegram allow-lists replaced"
+        );
     }
 
     /// How the channel is doing.
@@ -385,7 +401,8 @@ impl Inner {
     ) -> Result<(), LedgerError> {
         let update_id = i64::from(update.id.0);
         let me = self.me.read().unwrap_or_else(|p| p.into_inner()).clone();
-        match policy::decide(&self.config, &me, &update) {
+        let access = self.access.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match policy::decide(&access, &me, &update) {
             Decision::Handle { chat_id, user_id, message_id, text, ledger_text } => {
                 let record = ReceivedUpdate {
                     update_id,

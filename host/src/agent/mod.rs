@@ -140,6 +140,11 @@ impl Agent {
         &self.tools
     }
 
+    /// The main agent's LLM client (its target and counters, for the metrics).
+    pub fn llm(&self) -> &LlmClient {
+        &self.llm
+    }
+
     /// Makes the Telegram user `owner` the owner: their private chat (whose id is their user
     /// id) gets USER.md and MEMORY.md. Console chats are the operator's, so always the owner's.
     pub fn with_owner(mut self, owner: Option<i64>) -> Self {

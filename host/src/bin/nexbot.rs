@@ -12,7 +12,9 @@ use nexbot_core::{ChannelKind, ChatRef};
 use nexbot_host::app::App;
 use nexbot_host::channels::console::{self, ConsoleChannel};
 use nexbot_host::config::Config;
+use nexbot_host::control_api::{self, Reloader};
 use nexbot_host::doctor::{self, CheckStatus};
+use nexbot_host::instance::DataDirLock;
 use nexbot_host::workspace;
 use tokio_util::sync::CancellationToken;
 
@@ -131,16 +133,42 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     if let Some(report) = written {
         tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
+    // One daemon per data directory, held until the process ends.
+    let _lock = DataDirLock::acquire(&config.data_dir())?;
     let mut app = App::start(&config).await?;
     if let Some(why) = app.delegation_off() {
         tracing::warn!("delegation to subagents is off: {why}");
     }
-    match nexbot_host::channels::telegram::attach(&mut app, &config) {
-        Ok(_) => tracing::info!(api = %config.telegram.api_url, "the Telegram channel is on"),
-        Err(why) => tracing::warn!("the Telegram channel is off: {why}; nobody can reach the bot"),
+    let telegram = match nexbot_host::channels::telegram::attach(&mut app, &config) {
+        Ok(telegram) => {
+            tracing::info!(api = %config.telegram.api_url, "the Telegram channel is on");
+            Some(telegram)
+        }
+        Err(why) => {
+            tracing::warn!("the Telegram channel is off: {why}; nobody can reach the bot");
+            None
+        }
+    };
+    let reloader = Arc::new(Reloader::new(path.to_owned(), config.clone(), telegram));
+    match control_api::attach(&mut app, &config, Some(reloader.clone())) {
+        Ok(socket) => {
+            tracing::info!(socket = %socket.display(), "the control API is on (nexbot-ctl)")
+        }
+        Err(why) => tracing::warn!("the control API is off: {why}"),
     }
     tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
-    signals.await;
+    let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot listen for SIGHUP")?;
+    tokio::pin!(signals);
+    loop {
+        tokio::select! {
+            () = &mut signals => break,
+            _ = hangups.recv() => match reloader.reload().await {
+                Ok(report) => tracing::info!(applied = ?report.applied, needs_restart = ?report.needs_restart, "SIGHUP: settings reloaded"),
+                Err(e) => tracing::error!("SIGHUP: {e}"),
+            },
+        }
+    }
     tracing::info!("shutting down");
     app.stop().await;
     tracing::info!("stopped");

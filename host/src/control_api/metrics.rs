@@ -1,0 +1,230 @@
+//! `GET /metrics`: the daemon in Prometheus' (OpenMetrics) text format, from
+//! `prometheus-client`. Every value is read at scrape time from the part that owns it — the
+//! pool's snapshot and counters, the store's records and ledger, the LLM client's and the
+//! egress' counters — so nothing is counted twice and a scrape costs a few queries.
+//!
+//! Names follow Prometheus conventions: `nexbot_` prefix, `_total` on counters (added by the
+//! encoder), `_seconds` and `_bytes` units.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::ops::state_name;
+use super::ControlState;
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let c: Counter<u64, AtomicU64> = Counter::default();
+    c.inc_by(value);
+    registry.register(name, help, c);
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+    let g: Gauge = Gauge::default();
+    g.set(value);
+    registry.register(name, help, g);
+}
+
+fn counter_family(registry: &mut Registry, name: &str, help: &str, rows: &[(Labels, u64)]) {
+    let family = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for (labels, value) in rows {
+        family.get_or_create(labels).inc_by(*value);
+    }
+    registry.register(name, help, family);
+}
+
+fn gauge_family(registry: &mut Registry, name: &str, help: &str, rows: &[(Labels, i64)]) {
+    let family = Family::<Labels, Gauge>::default();
+    for (labels, value) in rows {
+        family.get_or_create(labels).set(*value);
+    }
+    registry.register(name, help, family);
+}
+
+/// The metrics text of this moment.
+pub async fn render(state: &ControlState) -> Result<String, String> {
+    let inner = &state.0;
+    let mut registry = Registry::with_prefix("nexbot");
+    gauge(
+        &mut registry,
+        "uptime_seconds",
+        "Seconds since the daemon started",
+        inner.started.elapsed().as_secs() as i64,
+    );
+
+    if let Some(pool) = &inner.pool {
+        let snapshot = pool.snapshot();
+        gauge(
+            &mut registry,
+            "pool_size",
+            "Containers the pool keeps warm (configured)",
+            pool.config().size as i64,
+        );
+        let mut by_state = std::collections::BTreeMap::new();
+        for slot in &snapshot {
+            *by_state.entry(state_name(slot.state)).or_insert(0i64) += 1;
+        }
+        let rows: Vec<(Labels, i64)> =
+            by_state.iter().map(|(s, n)| (labels(&[("state", s)]), *n)).collect();
+        gauge_family(&mut registry, "pool_containers", "Pool containers by state", &rows);
+        let pings: Vec<(Labels, i64)> = snapshot
+            .iter()
+            .filter_map(|s| Some((labels(&[("slot", &s.id)]), s.last_ping_us? as i64)))
+            .collect();
+        gauge_family(
+            &mut registry,
+            "pool_ping_rtt_microseconds",
+            "Round trip of each container's last health ping",
+            &pings,
+        );
+        let restarts: Vec<(Labels, u64)> =
+            snapshot.iter().map(|s| (labels(&[("slot", &s.id)]), s.restarts)).collect();
+        counter_family(
+            &mut registry,
+            "pool_restarts",
+            "Unplanned container replacements, by slot",
+            &restarts,
+        );
+        let memory: Vec<(Labels, i64)> = snapshot
+            .iter()
+            .filter_map(|s| Some((labels(&[("slot", &s.id)]), s.memory_bytes? as i64)))
+            .collect();
+        gauge_family(
+            &mut registry,
+            "pool_memory_bytes",
+            "Memory in use by each container",
+            &memory,
+        );
+    }
+
+    let store = &inner.store;
+    let counts = store.task_counts().await.map_err(|e| e.to_string())?;
+    let started: u64 = counts.iter().map(|(_, n)| n).sum();
+    counter(&mut registry, "tasks_started", "Delegated tasks started (kept records)", started);
+    let finished: Vec<(Labels, u64)> = counts
+        .iter()
+        .filter(|(status, _)| status != "running")
+        .map(|(status, n)| (labels(&[("outcome", status)]), *n))
+        .collect();
+    counter_family(
+        &mut registry,
+        "tasks_finished",
+        "Delegated tasks finished, by outcome (kept records)",
+        &finished,
+    );
+    let running = counts.iter().find(|(s, _)| s == "running").map_or(0, |(_, n)| *n);
+    gauge(&mut registry, "tasks_running", "Delegated tasks running now", running as i64);
+    let histogram =
+        Histogram::new([0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0]);
+    for ms in store.task_durations_ms().await.map_err(|e| e.to_string())? {
+        histogram.observe(ms as f64 / 1000.0);
+    }
+    registry.register("task_duration_seconds", "Duration of finished delegated tasks", histogram);
+
+    let updates: Vec<(Labels, u64)> = store
+        .update_counts()
+        .await
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|(state, n)| (labels(&[("outcome", state)]), *n))
+        .collect();
+    counter_family(
+        &mut registry,
+        "telegram_updates",
+        "Telegram updates by outcome (kept ledger rows)",
+        &updates,
+    );
+
+    let (provider, model) = (&inner.llm_target.0, &inner.llm_target.1);
+    let stats = &inner.llm_stats;
+    let target = labels(&[("provider", provider), ("model", model)]);
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    counter_family(
+        &mut registry,
+        "llm_requests",
+        "Main agent LLM calls",
+        &[(target.clone(), load(&stats.calls))],
+    );
+    counter_family(
+        &mut registry,
+        "llm_errors",
+        "Main agent LLM calls that failed after their retries",
+        &[(target.clone(), load(&stats.errors))],
+    );
+    let mut tokens = target.clone();
+    tokens.push(("kind".into(), "prompt".into()));
+    let mut completion = target;
+    completion.push(("kind".into(), "completion".into()));
+    counter_family(
+        &mut registry,
+        "llm_tokens",
+        "LLM tokens the provider reported for the main agent",
+        &[(tokens, load(&stats.prompt_tokens)), (completion, load(&stats.completion_tokens))],
+    );
+
+    if let Some(egress) = &inner.egress {
+        let m = egress();
+        let verdicts = [("allowed", m.allowed), ("denied", m.denied), ("error", m.errors)];
+        let rows: Vec<(Labels, u64)> =
+            verdicts.iter().map(|(v, n)| (labels(&[("verdict", v)]), *n)).collect();
+        counter_family(
+            &mut registry,
+            "egress_connections",
+            "Egress proxy connections by verdict",
+            &rows,
+        );
+        counter(
+            &mut registry,
+            "egress_relay_calls",
+            "LLM relay calls forwarded for subagents",
+            m.relay_calls,
+        );
+        counter(
+            &mut registry,
+            "egress_relay_refused",
+            "LLM relay calls refused (token, budget, request)",
+            m.relay_refused,
+        );
+        counter(
+            &mut registry,
+            "egress_relay_tokens",
+            "LLM tokens charged to subagent tasks by the relay",
+            m.relay_tokens,
+        );
+        counter(
+            &mut registry,
+            "egress_firewall_rules_reinserted",
+            "Firewall rules put back after something removed them",
+            crate::egress::firewall_rules_reinserted(),
+        );
+    }
+    if let Some(relay) = &inner.relay {
+        counter(
+            &mut registry,
+            "relay_task_tokens_issued",
+            "Per-task relay tokens issued",
+            relay.issued.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut registry,
+            "relay_task_tokens_revoked",
+            "Per-task relay tokens revoked",
+            relay.revoked.load(Ordering::Relaxed),
+        );
+    }
+    let mut text = String::new();
+    encode(&mut text, &registry).map_err(|e| e.to_string())?;
+    Ok(text)
+}

@@ -1,0 +1,305 @@
+//! The control API: HTTP + JSON on a Unix socket (`<data dir>/nexbot.sock`, mode 0600) for
+//! `nexbot-ctl`, and `GET /metrics` (also on an optional TCP address, metrics only).
+//!
+//! Why this shape: handlers are thin (axum extracts, a plain function of [`ops`] answers),
+//! so each answer is testable without HTTP and nothing here knows more than the pool's,
+//! store's and status board's own APIs. Types are `nexbot_control`'s, shared with the client.
+//! A bad request gets a JSON error naming what was wrong; nothing an operator sends can panic
+//! the daemon (a handler that panicked would still only end that request).
+
+pub mod metrics;
+pub mod ops;
+pub mod reload;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use nexbot_control::{paths, BackupRequest, ErrorBody};
+use nexbot_docker::Pool;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::{App, Stage};
+use crate::config::Config;
+use crate::status::StatusBoard;
+use crate::store::Store;
+
+pub use reload::Reloader;
+
+/// What the control API reads and acts on. Cheap to clone.
+#[derive(Clone)]
+pub struct ControlState(pub(crate) Arc<Inner>);
+
+pub(crate) struct Inner {
+    pub store: Store,
+    pub pool: Option<Arc<Pool>>,
+    pub egress: Option<Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>>,
+    pub relay: Option<Arc<crate::sandbox::RelayCounters>>,
+    pub delegation_off: Option<String>,
+    pub status: StatusBoard,
+    /// The main agent's provider and model, and its LLM client's counters.
+    pub llm_target: (String, String),
+    pub llm_stats: Arc<crate::llm::LlmStats>,
+    pub data_dir: PathBuf,
+    pub started: Instant,
+    pub reloader: Option<Arc<Reloader>>,
+}
+
+impl std::fmt::Debug for ControlState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlState").field("data_dir", &self.0.data_dir).finish_non_exhaustive()
+    }
+}
+
+/// An answer that is not a success: a status and a message for the operator.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self { status, message: message.into() }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorBody { error: self.message })).into_response()
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        Self::bad_request(format!("bad query: {}", e.body_text()))
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(e: JsonRejection) -> Self {
+        Self::bad_request(format!("bad JSON body: {}", e.body_text()))
+    }
+}
+
+type Answer<T> = Result<Json<T>, ApiError>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsQuery {
+    n: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TasksQuery {
+    limit: Option<i64>,
+    chat: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessagesQuery {
+    failed: Option<bool>,
+    limit: Option<i64>,
+}
+
+/// Every endpoint of the control API.
+pub fn router(state: ControlState) -> Router {
+    Router::new()
+        .route(
+            paths::STATUS,
+            get(|State(s): State<ControlState>| async move {
+                Ok::<_, ApiError>(Json(ops::status(&s).await))
+            }),
+        )
+        .route(
+            paths::SUBAGENTS,
+            get(|State(s): State<ControlState>| async move { ops::subagents(&s).map(Json) }),
+        )
+        .route("/v1/subagents/{id}/logs", get(logs))
+        .route(
+            "/v1/subagents/{id}/restart",
+            post(|State(s): State<ControlState>, UrlPath(id): UrlPath<String>| async move {
+                ops::restart(&s, &id).map(Json)
+            }),
+        )
+        .route(
+            "/v1/subagents/{id}/kill",
+            post(|State(s): State<ControlState>, UrlPath(id): UrlPath<String>| async move {
+                ops::kill(&s, &id).await.map(Json)
+            }),
+        )
+        .route(paths::TASKS, get(tasks))
+        .route(
+            "/v1/tasks/{id}",
+            get(|State(s): State<ControlState>, UrlPath(id): UrlPath<String>| async move {
+                ops::task(&s, &id).await.map(Json)
+            }),
+        )
+        .route(paths::MESSAGES, get(messages))
+        .route(
+            paths::RELOAD,
+            post(|State(s): State<ControlState>| async move { ops::reload(&s).await.map(Json) }),
+        )
+        .route(paths::BACKUP, post(backup))
+        .route(paths::METRICS, get(metrics_text))
+        .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
+        .with_state(state)
+}
+
+async fn logs(
+    State(s): State<ControlState>,
+    UrlPath(id): UrlPath<String>,
+    query: Result<Query<LogsQuery>, QueryRejection>,
+) -> Answer<nexbot_control::LogLines> {
+    let Query(query) = query?;
+    ops::logs(&s, &id, query.n).map(Json)
+}
+
+async fn tasks(
+    State(s): State<ControlState>,
+    query: Result<Query<TasksQuery>, QueryRejection>,
+) -> Answer<nexbot_control::TaskList> {
+    let Query(query) = query?;
+    ops::tasks(&s, query.limit, query.chat.as_deref()).await.map(Json)
+}
+
+async fn messages(
+    State(s): State<ControlState>,
+    query: Result<Query<MessagesQuery>, QueryRejection>,
+) -> Answer<nexbot_control::MessageList> {
+    let Query(query) = query?;
+    ops::messages(&s, query.failed.unwrap_or(false), query.limit).await.map(Json)
+}
+
+async fn backup(
+    State(s): State<ControlState>,
+    body: Result<Json<BackupRequest>, JsonRejection>,
+) -> Answer<nexbot_control::BackupReport> {
+    let Json(request) = body?;
+    ops::backup(&s, Path::new(&request.path)).await.map(Json)
+}
+
+async fn metrics_text(State(s): State<ControlState>) -> Result<Response, ApiError> {
+    let text = metrics::render(&s).await.map_err(ApiError::internal)?;
+    Ok(([(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// Binds the control API's Unix socket at `path`, mode 0600 from the start (no window where
+/// another user could connect). A socket file left by a dead daemon is replaced: the data
+/// directory's lock says no live daemon owns it.
+pub fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if path.symlink_metadata().is_ok() {
+        std::fs::remove_file(path)?;
+    }
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = tokio::net::UnixListener::bind(path);
+    rustix::process::umask(old);
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Starts the control API (and the metrics-only TCP listener when `control.metrics_addr` is
+/// set) as `Stage::Service` parts of `app`, and the daily pruning of old records. Returns the
+/// socket's path; an error says why the control API is off (the daemon serves on without it).
+pub fn attach(
+    app: &mut App,
+    config: &Config,
+    reloader: Option<Arc<Reloader>>,
+) -> Result<PathBuf, String> {
+    let retention = config.storage.retention();
+    let store = app.store().clone();
+    app.spawn("retention", Stage::Service, move |stop| prune_daily(store, retention, stop));
+    if !config.control.enabled {
+        return Err("control.enabled = false".to_owned());
+    }
+    let agent = app.agent().clone();
+    let (provider, model) = agent.llm().target();
+    let state = ControlState(Arc::new(Inner {
+        store: app.store().clone(),
+        pool: app.sandbox().map(|s| s.pool().clone()),
+        egress: app.sandbox().map(|s| {
+            let source = s.egress().metrics_source();
+            Arc::new(source) as Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>
+        }),
+        relay: app.sandbox().map(|s| s.relay_counters()),
+        delegation_off: app.delegation_off().map(str::to_owned),
+        status: app.status().clone(),
+        llm_target: (provider.to_owned(), model.to_owned()),
+        llm_stats: agent.llm().stats().clone(),
+        data_dir: config.data_dir(),
+        started: app.started(),
+        reloader,
+    }));
+    let path = config.control_socket();
+    let listener =
+        bind_unix(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let socket = path.clone();
+    let api_state = state.clone();
+    app.spawn("control API", Stage::Service, move |stop| async move {
+        let served = axum::serve(listener, router(api_state))
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the control API stopped");
+        }
+        let _ = std::fs::remove_file(&socket);
+    });
+    if let Some(addr) = config.control.metrics_addr {
+        let listener = std::net::TcpListener::bind(addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .and_then(tokio::net::TcpListener::from_std)
+            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        tracing::info!(%addr, "metrics listening (GET /metrics only)");
+        app.spawn("metrics", Stage::Service, move |stop| async move {
+            let app = Router::new()
+                .route(paths::METRICS, get(metrics_text))
+                .fallback(|| async { ApiError::not_found("only /metrics is served here") })
+                .with_state(state);
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
+    Ok(path)
+}
+
+/// Deletes old records a minute after the start, then daily.
+async fn prune_daily(store: Store, retention: crate::store::Retention, stop: CancellationToken) {
+    let mut wait = std::time::Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        match store.prune(retention, crate::store::unix_now()).await {
+            Ok([updates, tasks, history]) => {
+                tracing::info!(updates, tasks, history, "old records pruned")
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot prune old records"),
+        }
+        wait = std::time::Duration::from_secs(86_400);
+    }
+}

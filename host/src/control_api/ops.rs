@@ -1,0 +1,211 @@
+//! The control API's answers as plain functions of the daemon's parts (what the handlers in
+//! `mod.rs` call).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use axum::http::StatusCode;
+use nexbot_control::{
+    BackupReport, ChannelStatus, Done, LogLines, MessageList, MessageRow, PoolSummary,
+    ReloadReport, Status, Subagent, SubagentList, TaskDetail, TaskList, TaskRow, TokenCount,
+};
+use nexbot_core::ChatRef;
+use nexbot_docker::{ContainerSnapshot, Pool, PoolError};
+
+use super::{ApiError, ControlState};
+use crate::store::{unix_now, TaskRecord};
+
+/// Most rows one listing returns.
+const MAX_ROWS: i64 = 1000;
+
+fn pool(state: &ControlState) -> Result<&Pool, ApiError> {
+    state.0.pool.as_deref().ok_or_else(|| {
+        let why = state.0.delegation_off.as_deref().unwrap_or("no pool");
+        ApiError::new(
+            StatusCode::CONFLICT,
+            format!("there is no subagent pool: delegation is off ({why})"),
+        )
+    })
+}
+
+fn pool_error(e: PoolError) -> ApiError {
+    match e {
+        PoolError::UnknownContainer(_) => ApiError::not_found(e.to_string()),
+        PoolError::NoContainer(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        other => ApiError::internal(other),
+    }
+}
+
+pub fn state_name(state: nexbot_docker::SlotState) -> String {
+    format!("{state:?}").to_lowercase()
+}
+
+pub fn subagent(s: &ContainerSnapshot) -> Subagent {
+    Subagent {
+        id: s.id.clone(),
+        container: s.container.clone(),
+        state: state_name(s.state),
+        uptime_secs: s.uptime_secs,
+        tasks_served: s.tasks_served,
+        current_task: s.current_task.clone(),
+        current_task_age_ms: s.current_task_age_ms,
+        last_ping_us: s.last_ping_us,
+        restarts: s.restarts,
+        last_restart: s.last_error.clone(),
+        planned_replacements: 0,
+        memory_bytes: s.memory_bytes,
+        last_error: s.last_error.clone(),
+    }
+}
+
+pub fn pool_summary(pool: &Pool) -> PoolSummary {
+    let snapshot = pool.snapshot();
+    let mut states = BTreeMap::new();
+    for slot in &snapshot {
+        *states.entry(state_name(slot.state)).or_insert(0) += 1;
+    }
+    PoolSummary {
+        name: pool.config().name.clone(),
+        size: pool.config().size,
+        states,
+        queue_depth: 0,
+        tasks: BTreeMap::new(),
+        unplanned_restarts: snapshot.iter().map(|s| s.restarts).sum(),
+        planned_replacements: 0,
+    }
+}
+
+pub async fn status(state: &ControlState) -> Status {
+    let inner = &state.0;
+    let midnight = unix_now() - unix_now().rem_euclid(86_400);
+    let tokens = inner.store.tokens_since(midnight).await.unwrap_or_default();
+    Status {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        pid: std::process::id(),
+        uptime_secs: inner.started.elapsed().as_secs(),
+        model: inner.llm_target.1.clone(),
+        data_dir: inner.data_dir.display().to_string(),
+        pool: inner.pool.as_deref().map(pool_summary),
+        delegation_off: inner.delegation_off.clone(),
+        channels: inner
+            .status
+            .lines()
+            .into_iter()
+            .filter(|(name, _)| *name != "pool")
+            .map(|(name, health)| ChannelStatus { name: name.to_owned(), health })
+            .collect(),
+        scheduler: "not built yet".to_owned(),
+        vault: "not built yet (secrets cannot be stored)".to_owned(),
+        tokens_today: TokenCount {
+            prompt: tokens.prompt_tokens,
+            completion: tokens.completion_tokens,
+        },
+        database_bytes: inner.store.size_bytes().await.unwrap_or(0),
+    }
+}
+
+pub fn subagents(state: &ControlState) -> Result<SubagentList, ApiError> {
+    Ok(SubagentList { subagents: pool(state)?.snapshot().iter().map(subagent).collect() })
+}
+
+pub fn logs(state: &ControlState, id: &str, n: Option<usize>) -> Result<LogLines, ApiError> {
+    let mut lines = pool(state)?.logs(id).map_err(pool_error)?;
+    if let Some(n) = n {
+        let skip = lines.len().saturating_sub(n);
+        lines.drain(..skip);
+    }
+    Ok(LogLines { id: id.to_owned(), lines })
+}
+
+pub fn restart(state: &ControlState, id: &str) -> Result<Done, ApiError> {
+    let container = pool(state)?.restart(id).map_err(pool_error)?;
+    tracing::info!(slot = id, container, "container restarted by the operator");
+    Ok(Done { message: format!("restarting {id} (container {container} is being replaced)") })
+}
+
+pub async fn kill(state: &ControlState, id: &str) -> Result<Done, ApiError> {
+    let container = pool(state)?.kill(id).await.map_err(pool_error)?;
+    tracing::warn!(slot = id, container, "container killed by the operator");
+    Ok(Done { message: format!("killed container {container} of {id}; a new one replaces it") })
+}
+
+fn task_row(record: &TaskRecord) -> TaskRow {
+    TaskRow {
+        id: record.id.clone(),
+        chat: record.chat.to_string(),
+        status: record.status.clone(),
+        started_at: record.started_at,
+        duration_ms: record.duration_ms,
+        prompt_tokens: record.prompt_tokens,
+        completion_tokens: record.completion_tokens,
+        container: record.container.clone(),
+        error: record.error.clone(),
+    }
+}
+
+pub async fn tasks(
+    state: &ControlState,
+    limit: Option<i64>,
+    chat: Option<&str>,
+) -> Result<TaskList, ApiError> {
+    let chat = chat
+        .map(|c| c.parse::<ChatRef>())
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("chat: {e}")))?;
+    let limit = limit.unwrap_or(20).clamp(1, MAX_ROWS);
+    let records =
+        state.0.store.recent_tasks(chat.as_ref(), limit).await.map_err(ApiError::internal)?;
+    Ok(TaskList { tasks: records.iter().map(task_row).collect() })
+}
+
+pub async fn task(state: &ControlState, id: &str) -> Result<TaskDetail, ApiError> {
+    let record = state.0.store.task(id).await.map_err(ApiError::internal)?;
+    let record = record.ok_or_else(|| ApiError::not_found(format!("no task {id}")))?;
+    Ok(TaskDetail {
+        row: task_row(&record),
+        task: record.task.clone(),
+        egress: record.egress.as_deref().and_then(|e| serde_json::from_str(e).ok()),
+    })
+}
+
+pub async fn messages(
+    state: &ControlState,
+    failed: bool,
+    limit: Option<i64>,
+) -> Result<MessageList, ApiError> {
+    let limit = limit.unwrap_or(50).clamp(1, MAX_ROWS);
+    let rows = state.0.store.recent_updates(failed, limit).await.map_err(ApiError::internal)?;
+    Ok(MessageList {
+        messages: rows
+            .into_iter()
+            .map(|r| MessageRow {
+                update_id: r.update_id,
+                chat: r.chat,
+                user_id: r.user_id,
+                state: r.state,
+                detail: r.detail,
+                text: r.text,
+            })
+            .collect(),
+    })
+}
+
+pub async fn reload(state: &ControlState) -> Result<ReloadReport, ApiError> {
+    let reloader = state.0.reloader.as_ref().ok_or_else(|| {
+        ApiError::new(StatusCode::CONFLICT, "this process cannot reload its settings")
+    })?;
+    reloader.reload().await.map_err(ApiError::bad_request)
+}
+
+pub async fn backup(state: &ControlState, path: &Path) -> Result<BackupReport, ApiError> {
+    if !path.is_absolute() {
+        return Err(ApiError::bad_request(format!(
+            "{}: the backup path must be absolute (it is written by the daemon)",
+            path.display()
+        )));
+    }
+    let bytes =
+        state.0.store.backup(path).await.map_err(|e| ApiError::bad_request(e.to_string()))?;
+    tracing::info!(path = %path.display(), bytes, "database backed up");
+    Ok(BackupReport { path: path.display().to_string(), bytes })
+}
