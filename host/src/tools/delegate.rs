@@ -260,13 +260,24 @@ impl TypedTool for Delegate {
             secrets: secret_names,
         };
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
-        tracing::info!(
-            task_id = %id,
-            status = %end.status,
-            duration_ms = end.duration_ms,
-            relay_tokens = relay_tokens.unwrap_or(0),
-            "subagent task ended and its LLM access revoked"
-        );
+        match &end.error {
+            // The reason is in the log, not only in the task record.
+            Some(error) => tracing::warn!(
+                task_id = %id,
+                status = %end.status,
+                duration_ms = end.duration_ms,
+                relay_tokens = relay_tokens.unwrap_or(0),
+                %error,
+                "subagent task failed; its LLM access is revoked"
+            ),
+            None => tracing::info!(
+                task_id = %id,
+                status = %end.status,
+                duration_ms = end.duration_ms,
+                relay_tokens = relay_tokens.unwrap_or(0),
+                "subagent task ended and its LLM access revoked"
+            ),
+        }
         if let Err(e) = self.store.finish_task(&id, end).await {
             tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
         }

@@ -8,6 +8,7 @@
 mod common;
 mod egress_support;
 
+mod control;
 mod egress_docker;
 mod egress_pool;
 mod host_bus;
