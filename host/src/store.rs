@@ -914,6 +914,46 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn pruning_deletes_only_what_is_older_than_its_age_and_keeps_pending_work() {
+        let store = Store::open(&temp_db("prune")).await.unwrap();
+        let chat = ChatRef::Telegram(5);
+        let row = |id: i64| LedgerRow {
+            update_id: id,
+            chat: chat.to_string(),
+            user_id: Some(5),
+            message_id: None,
+            text: "t".into(),
+            state: String::new(),
+            detail: None,
+        };
+        let answered = Some(("answered".to_owned(), String::new()));
+        store.receive_update(row(1), answered.clone()).await.unwrap();
+        store.receive_update(row(2), None).await.unwrap(); // pending: never pruned
+        store.start_task("old", &chat, None, "x").await.unwrap();
+        store
+            .finish_task("old", TaskEnd { status: "success".into(), ..TaskEnd::default() })
+            .await
+            .unwrap();
+        store.start_task("running", &chat, None, "y").await.unwrap();
+        let session = store.active_session(&chat).await.unwrap();
+        store.append_turn(session, "q", "a", TokenUsage::default()).await.unwrap();
+        let ages = Retention { telegram_updates_days: 30, task_records_days: 90, history_days: 0 };
+        // Nothing is old yet.
+        assert_eq!(store.prune(ages, unix_now()).await.unwrap(), [0, 0, 0]);
+        // A year later: the settled update and the finished task go; pending work and the
+        // history (kept forever by 0) stay.
+        let later = unix_now() + 365 * 86_400;
+        assert_eq!(store.prune(ages, later).await.unwrap(), [1, 1, 0]);
+        assert_eq!(store.chat_updates(&chat).await.unwrap().len(), 1);
+        let left: Vec<String> =
+            store.tasks(&chat).await.unwrap().into_iter().map(|t| t.id).collect();
+        assert_eq!(left, ["running"]);
+        assert_eq!(store.history(session, 10).await.unwrap().len(), 2);
+        let all = Retention { history_days: 30, ..ages };
+        assert_eq!(store.prune(all, later).await.unwrap(), [0, 0, 2]);
+    }
+
     fn temp_db(tag: &str) -> PathBuf {
         std::env::temp_dir().join(format!("nxh-store-{tag}-{}", uuid::Uuid::new_v4())).join("t.db")
     }
