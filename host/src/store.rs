@@ -736,11 +736,20 @@ impl Store {
     /// backup); refuses to overwrite an existing file. Returns the copy's size.
     pub async fn backup(&self, path: &Path) -> Result<u64, StoreError> {
         let target = path.to_owned();
-        if target.exists() {
-            return Err(StoreError::Other {
-                path: target,
-                reason: "exists already; choose a new file name".into(),
-            });
+        // Created new and private (0600): the copy holds the whole database.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let created =
+                std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&target);
+            if let Err(e) = created {
+                let reason = match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => {
+                        "exists already; choose a new file name".to_owned()
+                    }
+                    _ => e.to_string(),
+                };
+                return Err(StoreError::Other { path: target, reason });
+            }
         }
         let written = target.clone();
         self.call(move |c| {

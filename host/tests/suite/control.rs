@@ -102,6 +102,8 @@ async fn the_control_api_answers_on_a_private_socket_and_bad_requests_get_json_e
     let report: BackupReport =
         api.post(paths::BACKUP, &json!({"path": copy.display().to_string()})).await.unwrap();
     assert!(report.bytes > 0);
+    let mode = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the backup is private");
     let db = rusqlite::Connection::open(&copy).unwrap();
     let history: String =
         db.query_row("SELECT content FROM history WHERE role = 'user'", [], |r| r.get(0)).unwrap();

@@ -1,0 +1,175 @@
+//! The command line, declared with clap's derive API so that `--help` documents every command
+//! and a usage error exits 2 (clap's own code, which the exit-code contract keeps).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The long help's footer: the exit codes scripts rely on, and where the socket comes from.
+const AFTER_HELP: &str = "\
+Socket: --socket, else $NEXBOT_SOCKET, else nexbot.sock in the directory of $NEXBOT_CONFIG
+(the daemon's own default config), else ./nexbot.sock (the data directory of ./config.toml).
+
+Exit codes: 0 ok, 1 the daemon answered an error (its message is printed), 2 usage error,
+3 the daemon is not running (nothing listens on the socket).";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nexbot-ctl",
+    version,
+    about = "Operate a running Nexbot daemon over its control socket",
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    /// The daemon's control socket [default: $NEXBOT_SOCKET, else <dir of $NEXBOT_CONFIG or
+    /// ./config.toml>/nexbot.sock]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Print the daemon's JSON answer (pretty) instead of a table; raw lines for `logs`
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The daemon at a glance: version, uptime, model, pool, channels, tokens, database
+    Status,
+    /// The subagent pool: list containers, read their logs, restart or kill one
+    #[command(subcommand)]
+    Subagents(SubagentsCommand),
+    /// Delegated tasks, newest first; `tasks show ID` for one task in full
+    Tasks(TasksArgs),
+    /// The Telegram update ledger, newest first
+    Messages {
+        /// Only updates whose handling failed
+        #[arg(long)]
+        failed: bool,
+        /// How many rows at most
+        #[arg(long, short = 'n', default_value_t = 20)]
+        limit: u32,
+    },
+    /// Re-read config.toml; prints what was applied and what needs a restart
+    Reload,
+    /// Write a consistent copy of the database to FILE (on the daemon's machine)
+    Backup {
+        /// Destination; a relative path is taken from the current directory
+        file: PathBuf,
+    },
+    /// Print the daemon's Prometheus metrics (text)
+    Metrics,
+    /// Manage the secrets vault (not built yet in this version)
+    Secrets(NotBuiltArgs),
+    /// Manage skills (not built yet in this version)
+    Skills(NotBuiltArgs),
+    /// Manage scheduled jobs (not built yet in this version)
+    Cron(NotBuiltArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SubagentsCommand {
+    /// One line per pool slot, like `docker ps`
+    Ps {
+        /// Refresh until Ctrl-C (in place on a terminal)
+        #[arg(long, short = 'w')]
+        watch: bool,
+        /// Seconds between refreshes with --watch
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..),
+              requires = "watch")]
+        interval: u64,
+    },
+    /// A container's stderr log lines (JSON from the subagent's logger), pretty-printed
+    Logs {
+        /// Slot id, as `subagents ps` shows it
+        id: String,
+        /// How many of the last lines
+        #[arg(short = 'n', long = "lines", default_value_t = 100)]
+        lines: u32,
+        /// Keep polling every second and print new lines until Ctrl-C
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+    /// Replace a slot's container with a fresh one
+    Restart {
+        /// Slot id, as `subagents ps` shows it
+        id: String,
+    },
+    /// Kill a slot's container now (the pool starts a replacement)
+    Kill {
+        /// Slot id, as `subagents ps` shows it
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct TasksArgs {
+    #[command(subcommand)]
+    pub command: Option<TasksCommand>,
+    /// How many rows at most
+    #[arg(long, short = 'n', default_value_t = 20)]
+    pub limit: u32,
+    /// Only tasks of this chat (`telegram:<id>`, `console:<name>`)
+    #[arg(long, value_name = "CHATREF")]
+    pub chat: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// Every field of one task, its text and its egress summary
+    Show {
+        /// Task id, or a unique prefix of one (as the table shows it)
+        id: String,
+    },
+}
+
+/// Whatever follows a command that is not built yet: accepted, so that `secrets list` says
+/// "not built" rather than a usage error.
+#[derive(Debug, Args)]
+pub struct NotBuiltArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn tasks_takes_flags_or_show() {
+        let cli = Cli::try_parse_from(["nexbot-ctl", "tasks", "--limit", "5"]).unwrap();
+        assert!(matches!(cli.command, Command::Tasks(TasksArgs { limit: 5, command: None, .. })));
+        let cli = Cli::try_parse_from(["nexbot-ctl", "tasks", "show", "abc"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Tasks(TasksArgs { command: Some(TasksCommand::Show { .. }), .. })
+        ));
+    }
+
+    #[test]
+    fn interval_needs_watch_and_is_positive() {
+        assert!(Cli::try_parse_from(["nexbot-ctl", "subagents", "ps", "--interval", "3"]).is_err());
+        assert!(Cli::try_parse_from(["x", "subagents", "ps", "-w", "--interval", "0"]).is_err());
+        assert!(Cli::try_parse_from(["x", "subagents", "ps", "-w", "--interval", "3"]).is_ok());
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let cli = Cli::try_parse_from(["x", "tasks", "--json", "--socket", "/s"]).unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.socket.as_deref(), Some(std::path::Path::new("/s")));
+    }
+
+    #[test]
+    fn not_built_commands_accept_anything() {
+        assert!(Cli::try_parse_from(["x", "secrets", "set", "--force", "A"]).is_ok());
+    }
+}

@@ -1,0 +1,412 @@
+//! The human form of each answer of the daemon: pure functions from a control type to text,
+//! so that every view is unit-tested without a daemon.
+
+use std::collections::BTreeMap;
+
+use nexbot_control::{
+    BackupReport, MessageRow, ReloadReport, Status, Subagent, TaskDetail, TaskRow,
+};
+
+use crate::render::{
+    cut, human_bytes, human_ms, human_secs, key_values, one_line, or_dash, safe_block, short_id,
+    utc_time, Table,
+};
+
+/// How many chars of an error or a message text a table shows.
+const ERROR_CELL: usize = 40;
+const TEXT_CELL: usize = 50;
+
+/// `status`: aligned `key: value` lines.
+pub fn status(s: &Status) -> String {
+    let mut pairs: Vec<(String, String)> = vec![
+        ("version".into(), s.version.clone()),
+        ("pid".into(), s.pid.to_string()),
+        ("uptime".into(), human_secs(s.uptime_secs)),
+        ("model".into(), s.model.clone()),
+        ("data dir".into(), s.data_dir.clone()),
+    ];
+    match &s.pool {
+        Some(pool) => {
+            pairs.push((
+                "pool".into(),
+                format!(
+                    "{}: {} container{} ({}), queue {}",
+                    pool.name,
+                    pool.size,
+                    if pool.size == 1 { "" } else { "s" },
+                    counts(&pool.states, "none"),
+                    pool.queue_depth
+                ),
+            ));
+            pairs.push(("tasks".into(), counts(&pool.tasks, "none yet")));
+            pairs.push((
+                "restarts".into(),
+                format!(
+                    "{} unplanned, {} planned replacements",
+                    pool.unplanned_restarts, pool.planned_replacements
+                ),
+            ));
+        }
+        None => pairs.push(("pool".into(), "none".into())),
+    }
+    let delegation = match (&s.delegation_off, &s.pool) {
+        (Some(reason), _) => format!("off: {reason}"),
+        (None, Some(_)) => "on".into(),
+        (None, None) => "off".into(),
+    };
+    pairs.push(("delegation".into(), delegation));
+    if s.channels.is_empty() {
+        pairs.push(("channels".into(), "none".into()));
+    }
+    for channel in &s.channels {
+        pairs.push((format!("channel {}", channel.name), channel.health.clone()));
+    }
+    pairs.push(("scheduler".into(), s.scheduler.clone()));
+    pairs.push(("vault".into(), s.vault.clone()));
+    let t = s.tokens_today;
+    pairs.push((
+        "tokens today".into(),
+        format!(
+            "{} ({} prompt + {} completion)",
+            t.prompt.saturating_add(t.completion),
+            t.prompt,
+            t.completion
+        ),
+    ));
+    pairs.push((
+        "database".into(),
+        format!("{} ({} bytes)", human_bytes(s.database_bytes), s.database_bytes),
+    ));
+    key_values(&pairs)
+}
+
+/// `idle 3, busy 1`, or `empty` when there is nothing to count.
+fn counts<N: std::fmt::Display>(map: &BTreeMap<String, N>, empty: &str) -> String {
+    if map.is_empty() {
+        return empty.to_owned();
+    }
+    map.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+/// `subagents ps`: one row per slot.
+pub fn subagents(list: &[Subagent]) -> String {
+    let mut t = Table::new(&[
+        "id",
+        "container",
+        "state",
+        "uptime",
+        "tasks",
+        "current",
+        "ping",
+        "restarts",
+        "memory",
+    ]);
+    for s in list {
+        let current = or_dash(s.current_task.as_deref(), |task| match s.current_task_age_ms {
+            Some(ms) => format!("{} {}", short_id(task), human_ms(ms)),
+            None => short_id(task),
+        });
+        let restarts = match &s.last_restart {
+            Some(reason) => format!("{} ({reason})", s.restarts),
+            None => s.restarts.to_string(),
+        };
+        t.row(vec![
+            s.id.clone(),
+            or_dash(s.container.clone(), |c| c),
+            s.state.clone(),
+            or_dash(s.uptime_secs, human_secs),
+            s.tasks_served.to_string(),
+            current,
+            or_dash(s.last_ping_us, |us| format!("{:.2}ms", us as f64 / 1000.0)),
+            restarts,
+            or_dash(s.memory_bytes, |b| format!("{:.1}MiB", b as f64 / (1024.0 * 1024.0))),
+        ]);
+    }
+    t.render()
+}
+
+/// `tasks`: one row per task, newest first as the daemon sends them.
+pub fn tasks(list: &[TaskRow]) -> String {
+    let mut t = Table::new(&[
+        "id",
+        "chat",
+        "status",
+        "started",
+        "duration",
+        "tokens",
+        "container",
+        "error",
+    ]);
+    for task in list {
+        t.row(vec![
+            short_id(&task.id),
+            task.chat.clone(),
+            task.status.clone(),
+            utc_time(task.started_at),
+            duration(task.duration_ms),
+            task.prompt_tokens.saturating_add(task.completion_tokens).to_string(),
+            or_dash(task.container.clone(), |c| c),
+            or_dash(task.error.as_deref(), |e| cut(&one_line(e), ERROR_CELL)),
+        ]);
+    }
+    t.render()
+}
+
+fn duration(ms: Option<i64>) -> String {
+    or_dash(ms, |ms| human_ms(ms.max(0) as u64))
+}
+
+/// `tasks show ID`: every field, then the task's text and the egress summary as blocks.
+pub fn task_detail(d: &TaskDetail) -> String {
+    let r = &d.row;
+    let pairs: Vec<(String, String)> = vec![
+        ("id".into(), r.id.clone()),
+        ("chat".into(), r.chat.clone()),
+        ("status".into(), r.status.clone()),
+        ("started".into(), format!("{} UTC", utc_time(r.started_at))),
+        ("duration".into(), duration(r.duration_ms)),
+        (
+            "tokens".into(),
+            format!(
+                "{} ({} prompt + {} completion)",
+                r.prompt_tokens.saturating_add(r.completion_tokens),
+                r.prompt_tokens,
+                r.completion_tokens
+            ),
+        ),
+        ("container".into(), or_dash(r.container.clone(), |c| c)),
+        ("error".into(), or_dash(r.error.clone(), |e| e)),
+    ];
+    let mut out = key_values(&pairs);
+    out.push_str("\ntask:\n");
+    out.push_str(&indent(&safe_block(&d.task)));
+    out.push_str("\negress:\n");
+    let egress = match &d.egress {
+        Some(value) => serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string()),
+        None => "none recorded".to_owned(),
+    };
+    out.push_str(&indent(&safe_block(&egress)));
+    out
+}
+
+/// Every line of `text` indented by two spaces, with a final newline.
+fn indent(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    if out.is_empty() {
+        out.push_str("  (empty)\n");
+    }
+    out
+}
+
+/// `messages`: the Telegram ledger, one row per update.
+pub fn messages(list: &[MessageRow]) -> String {
+    let mut t = Table::new(&["update", "chat", "user", "state", "detail", "text"]);
+    for m in list {
+        t.row(vec![
+            m.update_id.to_string(),
+            m.chat.clone(),
+            or_dash(m.user_id, |u| u.to_string()),
+            m.state.clone(),
+            or_dash(m.detail.as_deref(), |d| cut(&one_line(d), ERROR_CELL)),
+            cut(&one_line(&m.text), TEXT_CELL),
+        ]);
+    }
+    t.render()
+}
+
+/// `reload`: what was applied, and what waits for a restart.
+pub fn reload(r: &ReloadReport) -> String {
+    let mut out = String::new();
+    for (title, items, none) in [
+        ("applied", &r.applied, "nothing changed"),
+        ("needs a restart", &r.needs_restart, "nothing"),
+    ] {
+        if items.is_empty() {
+            out.push_str(&format!("{title}: {none}\n"));
+        } else {
+            out.push_str(&format!("{title}:\n"));
+            for item in items {
+                out.push_str(&format!("  - {}\n", one_line(item)));
+            }
+        }
+    }
+    out
+}
+
+/// `backup`: where the copy is and how big.
+pub fn backup(b: &BackupReport) -> String {
+    format!("backup written to {} ({}, {} bytes)\n", b.path, human_bytes(b.bytes), b.bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use nexbot_control::{ChannelStatus, PoolSummary, TokenCount};
+
+    use super::*;
+
+    fn subagent(id: &str) -> Subagent {
+        Subagent {
+            id: id.into(),
+            container: Some("3f2a1b0c9d8e".into()),
+            state: "busy".into(),
+            uptime_secs: Some(192),
+            tasks_served: 7,
+            current_task: Some("1a2b3c4d-0000-4000-8000-000000000000".into()),
+            current_task_age_ms: Some(4200),
+            last_ping_us: Some(1234),
+            restarts: 1,
+            last_restart: Some("oom".into()),
+            planned_replacements: 0,
+            memory_bytes: Some(50 * 1024 * 1024),
+            last_error: None,
+        }
+    }
+
+    #[test]
+    fn subagents_table() {
+        let idle = Subagent {
+            id: "main-1".into(),
+            container: None,
+            state: "starting".into(),
+            uptime_secs: None,
+            current_task: None,
+            current_task_age_ms: None,
+            last_ping_us: None,
+            restarts: 0,
+            last_restart: None,
+            memory_bytes: None,
+            ..subagent("x")
+        };
+        assert_eq!(
+            subagents(&[subagent("main-0"), idle]),
+            "ID      CONTAINER     STATE     UPTIME  TASKS  CURRENT        PING    RESTARTS  MEMORY\n\
+             main-0  3f2a1b0c9d8e  busy      3m12s   7      1a2b3c4d 4.2s  1.23ms  1 (oom)   50.0MiB\n\
+             main-1  -             starting  -       7      -              -       0         -\n"
+        );
+        assert_eq!(
+            subagents(&[]),
+            "ID  CONTAINER  STATE  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n"
+        );
+    }
+
+    fn task_row() -> TaskRow {
+        TaskRow {
+            id: "1a2b3c4d-0000-4000-8000-000000000000".into(),
+            chat: "telegram:42".into(),
+            status: "error".into(),
+            started_at: 1_700_000_000,
+            duration_ms: Some(12_340),
+            prompt_tokens: 100,
+            completion_tokens: 23,
+            container: Some("3f2a1b0c9d8e".into()),
+            error: Some("x".repeat(60)),
+        }
+    }
+
+    #[test]
+    fn tasks_table_cuts_errors() {
+        let text = tasks(&[task_row()]);
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "ID        CHAT         STATUS  STARTED              DURATION  TOKENS  CONTAINER     ERROR"
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            format!(
+                "1a2b3c4d  telegram:42  error   2023-11-14 22:13:20  12.3s     123     3f2a1b0c9d8e  {}…",
+                "x".repeat(39)
+            )
+        );
+    }
+
+    #[test]
+    fn task_detail_has_every_field_and_blocks() {
+        let d = TaskDetail {
+            row: TaskRow { error: None, ..task_row() },
+            task: "line one\nline two".into(),
+            egress: Some(serde_json::json!({"requests": 2})),
+        };
+        let text = task_detail(&d);
+        for needle in [
+            "id:         1a2b3c4d-0000-4000-8000-000000000000\n",
+            "started:    2023-11-14 22:13:20 UTC\n",
+            "tokens:     123 (100 prompt + 23 completion)\n",
+            "error:      -\n",
+            "task:\n  line one\n  line two\n",
+            "egress:\n  {\n    \"requests\": 2\n  }\n",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn messages_table() {
+        let m = MessageRow {
+            update_id: 9,
+            chat: "telegram:42".into(),
+            user_id: None,
+            state: "failed".into(),
+            detail: Some("send: 400".into()),
+            text: "hi\nthere".into(),
+        };
+        assert_eq!(
+            messages(&[m]),
+            "UPDATE  CHAT         USER  STATE   DETAIL     TEXT\n\
+             9       telegram:42  -     failed  send: 400  hi there\n"
+        );
+    }
+
+    #[test]
+    fn status_lines() {
+        let s = Status {
+            version: "0.1.0".into(),
+            pid: 7,
+            uptime_secs: 3700,
+            model: "m".into(),
+            data_dir: "/data".into(),
+            pool: Some(PoolSummary {
+                name: "main".into(),
+                size: 2,
+                states: [("busy".to_owned(), 1), ("idle".to_owned(), 1)].into(),
+                queue_depth: 0,
+                tasks: BTreeMap::new(),
+                unplanned_restarts: 1,
+                planned_replacements: 2,
+            }),
+            delegation_off: None,
+            channels: vec![ChannelStatus { name: "telegram".into(), health: "ok".into() }],
+            scheduler: "not built yet".into(),
+            vault: "not built yet".into(),
+            tokens_today: TokenCount { prompt: 10, completion: 5 },
+            database_bytes: 2048,
+        };
+        let text = status(&s);
+        for needle in [
+            "uptime:            1h01m\n",
+            "pool:              main: 2 containers (busy 1, idle 1), queue 0\n",
+            "tasks:             none yet\n",
+            "delegation:        on\n",
+            "channel telegram:  ok\n",
+            "tokens today:      15 (10 prompt + 5 completion)\n",
+            "database:          2.0KiB (2048 bytes)\n",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
+        }
+        let off = Status { pool: None, delegation_off: Some("disabled".into()), ..s };
+        let text = status(&off);
+        assert!(text.contains("pool:              none\n"), "{text}");
+        assert!(text.contains("delegation:        off: disabled\n"), "{text}");
+    }
+
+    #[test]
+    fn reload_lists() {
+        let r = ReloadReport { applied: vec!["llm.model".into()], needs_restart: vec![] };
+        assert_eq!(reload(&r), "applied:\n  - llm.model\nneeds a restart: nothing\n");
+    }
+}
