@@ -23,6 +23,7 @@ use crate::link::{Link, LinkError};
 use crate::logs::LogRing;
 use crate::member::Member;
 use crate::owner::{self, Liveness, Owner};
+use crate::restart::RestartReason;
 use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
 
 /// How long the engine gets to remove a container before the pool stops waiting.
@@ -145,16 +146,21 @@ impl Engine {
         let engine = self.clone();
         tokio::spawn(async move {
             let stop = engine.stop.clone();
-            let reason = match link.read_output(output, &logs, &stop).await {
+            let (cause, reason) = match link.read_output(output, &logs, &stop).await {
                 Some(ended) => engine.explain_death(&id, &ended).await,
-                None => "the pool was shut down".to_owned(),
+                None => (None, "the pool was shut down".to_owned()),
             };
-            link.fail(&reason);
+            link.fail_because(cause, &reason);
         });
     }
 
-    /// "was OOM-killed", "exited with code N", or `fallback` when the engine cannot say.
-    pub(crate) async fn explain_death(&self, id: &str, fallback: &str) -> String {
+    /// "was OOM-killed", "exited with code N", or `fallback` when the engine cannot say; with
+    /// the cause as a value when the engine could tell.
+    pub(crate) async fn explain_death(
+        &self,
+        id: &str,
+        fallback: &str,
+    ) -> (Option<RestartReason>, String) {
         let wait_options = WaitContainerOptionsBuilder::default().condition("not-running").build();
         let mut wait = self.docker.wait_container(id, Some(wait_options));
         // A non-zero exit arrives as an error item; either way the container is down.
@@ -162,18 +168,22 @@ impl Engine {
         let inspect =
             tokio::time::timeout(INSPECT_TIMEOUT, self.docker.inspect_container(id, None));
         match inspect.await {
-            Err(_) => fallback.to_owned(),
+            Err(_) => (None, fallback.to_owned()),
             Ok(Ok(info)) => {
                 let state = info.state.unwrap_or_default();
                 if state.oom_killed == Some(true) {
-                    self.oom_reason()
+                    (Some(RestartReason::OomKilled), self.oom_reason())
                 } else if state.running == Some(true) {
-                    fallback.to_owned()
+                    (None, fallback.to_owned())
                 } else {
-                    format!("container exited with code {}", state.exit_code.unwrap_or(-1))
+                    let code = state.exit_code.unwrap_or(-1);
+                    (
+                        Some(RestartReason::Exited { code }),
+                        format!("container exited with code {code}"),
+                    )
                 }
             }
-            Ok(Err(_)) => format!("{fallback} (container is gone)"),
+            Ok(Err(_)) => (None, format!("{fallback} (container is gone)")),
         }
     }
 

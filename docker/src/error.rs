@@ -47,6 +47,15 @@ pub enum PoolError {
     #[error("task {task_id} was cancelled")]
     Cancelled { task_id: String },
 
+    /// The operator killed the container serving the task (`Pool::kill`): the task's
+    /// processes died with it, and the slot gets a new container.
+    #[error(
+        "task {task_id} was stopped: its container {container} was killed by operator; \
+         nothing of the task kept running (the slot gets a fresh container), so submit it again \
+         if it is still wanted"
+    )]
+    KilledByOperator { task_id: String, container: String },
+
     #[error("container {container} failed while serving {request}: {reason}")]
     ContainerFailed { container: String, request: String, reason: String },
 

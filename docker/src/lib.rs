@@ -5,9 +5,10 @@
 //! replaces them, and removes them on shutdown. Nothing in here decides *what* a task is; the
 //! host does that.
 //!
-//! The API in one breath: [`Pool::start`] with a [`PoolConfig`], then [`Pool::execute`] (or
-//! [`Pool::execute_with_progress`]) per task, [`Pool::snapshot`] / [`Pool::logs`] /
-//! [`Pool::restart`] / [`Pool::kill`] / [`Pool::ping`] / [`Pool::ping_all`] for the operator,
+//! The API in one breath: [`Pool::start`] with a [`PoolConfig`], then [`Pool::run_task`] (which
+//! says which container ran the task) or [`Pool::execute`] / [`Pool::execute_with_progress`]
+//! per task, [`Pool::snapshot`] / [`Pool::stats`] / [`Pool::logs`] / [`Pool::restart`] /
+//! [`Pool::kill`] / [`Pool::ping`] / [`Pool::ping_all`] for the operator,
 //! [`Pool::container_for_address`] for the egress proxy, and [`Pool::shutdown`] at the end.
 //! [`ensure_internal_network`] (and [`ensure_pool_network`]) and [`spec::container_spec`] are
 //! public for the parts that need to see the network and the container spec (egress proxy,
@@ -27,8 +28,10 @@ mod member;
 pub mod network;
 pub mod owner;
 mod pool;
+mod restart;
 mod slot;
 pub mod spec;
+mod stats;
 mod supervisor;
 
 pub use config::PoolConfig;
@@ -42,5 +45,7 @@ pub use network::{
     NetworkInfo,
 };
 pub use owner::Owner;
-pub use pool::{PingResult, Pool, MAX_TASK_TIMEOUT_SECS};
+pub use pool::{PingResult, Pool, TaskRun, MAX_TASK_TIMEOUT_SECS};
+pub use restart::RestartReason;
 pub use slot::{ContainerSnapshot, SlotState};
+pub use stats::{PoolStats, SlotBackoff, TaskCounts};

@@ -24,6 +24,7 @@ use zeroize::Zeroizing;
 
 use crate::lines::LineSplitter;
 use crate::logs::{self, LogRing};
+use crate::restart::RestartReason;
 
 pub(crate) type Input = Pin<Box<dyn AsyncWrite + Send>>;
 pub(crate) type Output =
@@ -49,6 +50,8 @@ pub(crate) enum LinkError {
 struct Waiters {
     senders: HashMap<String, mpsc::UnboundedSender<Response>>,
     reason: Option<String>,
+    /// What killed the link, when whoever failed it knew (the engine's account of a death).
+    cause: Option<RestartReason>,
 }
 
 /// One container's attached stdio.
@@ -154,10 +157,17 @@ impl Link {
 
     /// Marks the link dead with `reason` (the first reason wins) and wakes every waiter.
     pub(crate) fn fail(&self, reason: &str) {
+        self.fail_because(None, reason);
+    }
+
+    /// [`Link::fail`], also recording what killed the link, so that the replacement can be
+    /// counted by its cause (see [`RestartReason`]) rather than by parsing the text.
+    pub(crate) fn fail_because(&self, cause: Option<RestartReason>, reason: &str) {
         let senders = {
             let mut waiters = self.waiters();
             if waiters.reason.is_none() {
                 waiters.reason = Some(reason.to_owned());
+                waiters.cause = cause;
             }
             std::mem::take(&mut waiters.senders)
         };
@@ -168,6 +178,11 @@ impl Link {
     /// Why the link died ("" while it is alive).
     pub(crate) fn reason(&self) -> String {
         self.waiters().reason.clone().unwrap_or_default()
+    }
+
+    /// What killed the link, if it is dead and whoever failed it knew.
+    pub(crate) fn cause(&self) -> Option<RestartReason> {
+        self.waiters().cause.clone()
     }
 
     pub(crate) fn is_closed(&self) -> bool {

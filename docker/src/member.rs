@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::link::Link;
+use crate::restart::RestartReason;
 
 /// The task a member is serving.
 #[derive(Debug, Clone)]
@@ -21,10 +22,22 @@ pub(crate) struct CurrentTask {
 /// Why a member is being replaced.
 #[derive(Debug, Clone)]
 pub(crate) struct Retirement {
+    /// The cause, as counted (planned or not) and shown in `ps`.
+    pub(crate) cause: RestartReason,
+    /// The sentence for the log and `last_error` (exit code, which task, ...).
     pub(crate) reason: String,
-    /// A failure (crash, OOM, unanswered ping) counts towards the replacement back-off; a
-    /// planned recycle (task count, timeout, operator restart) does not.
-    pub(crate) failure: bool,
+}
+
+impl Retirement {
+    pub(crate) fn new(cause: RestartReason, reason: impl Into<String>) -> Self {
+        Self { cause, reason: reason.into() }
+    }
+
+    /// A failure (crash, OOM, unanswered ping, operator kill) counts towards the replacement
+    /// back-off; a planned recycle (task count, timeout, operator restart) does not.
+    pub(crate) fn failure(&self) -> bool {
+        !self.cause.is_planned()
+    }
 }
 
 #[derive(Debug)]
@@ -75,15 +88,25 @@ impl Member {
     }
 
     /// Condemns the member (the first call wins) and fails its link so that anyone waiting on
-    /// it hears `reason` now, not after the replacement.
-    pub(crate) fn retire(&self, reason: &str, failure: bool) -> bool {
+    /// it hears the reason now, not after the replacement.
+    pub(crate) fn retire(&self, retirement: Retirement) -> bool {
+        let reason = retirement.reason.clone();
+        let cause = retirement.cause.clone();
+        if !self.condemn(retirement) {
+            return false;
+        }
+        self.link.fail_because(Some(cause), &reason);
+        true
+    }
+
+    /// Condemns the member (the first call wins) without failing its link yet: for a kill,
+    /// whose waiter must learn the cause from the retirement however the link then dies.
+    pub(crate) fn condemn(&self, retirement: Retirement) -> bool {
         let mut slot = self.retirement.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_some() {
             return false;
         }
-        *slot = Some(Retirement { reason: reason.to_owned(), failure });
-        drop(slot);
-        self.link.fail(reason);
+        *slot = Some(retirement);
         true
     }
 

@@ -29,10 +29,12 @@ use crate::connect::image_present;
 use crate::engine::Engine;
 use crate::error::PoolError;
 use crate::link::LinkError;
-use crate::member::{CurrentTask, Member};
+use crate::member::{CurrentTask, Member, Retirement};
 use crate::network::{ensure_pool_network_owned, NetworkInfo};
 use crate::owner::{Owner, RunRegistration};
+use crate::restart::RestartReason;
 use crate::slot::{ContainerSnapshot, Slot, SlotState};
+use crate::stats::{PoolStats, SlotBackoff, TaskCounters};
 use crate::supervisor;
 
 /// How long writing one request to a container's stdin may take.
@@ -50,6 +52,21 @@ pub struct PingResult {
     /// Short id of the container pinged (none while the slot has no container).
     pub container: Option<String>,
     pub round_trip: Result<Duration, PoolError>,
+}
+
+/// One task's answer, and the container that produced it ([`Pool::run_task`]): the task
+/// record and the operator's `ps`/`logs` need to know where a task ran, and only the pool
+/// knows for sure.
+#[derive(Debug)]
+pub struct TaskRun {
+    /// The subagent's final answer (or the host's `timeout` answer at the hard limit).
+    pub response: Response,
+    /// Id of the slot that served the task (`<pool>-<index>`).
+    pub slot: String,
+    /// Full id of the container that served the task.
+    pub container_id: String,
+    /// Its short (12-character) id, as `ps` shows it.
+    pub short_id: String,
 }
 
 /// A warm pool of hardened subagent containers. Not `Clone`: share it behind an `Arc`.
@@ -74,6 +91,8 @@ pub(crate) struct Inner {
     /// Signalled whenever a task ends, so that shutdown can stop waiting.
     drained: Notify,
     ping_seq: AtomicU64,
+    /// How tasks ended, for [`Pool::stats`].
+    counts: TaskCounters,
 }
 
 #[derive(Debug, Default)]
@@ -145,6 +164,7 @@ impl Pool {
             dispatch: Mutex::new(Dispatch::default()),
             drained: Notify::new(),
             ping_seq: AtomicU64::new(0),
+            counts: TaskCounters::default(),
         });
         let mut tasks = Vec::with_capacity(members.len() + 1);
         for (slot, member) in inner.slots.iter().zip(members) {
@@ -162,7 +182,30 @@ impl Pool {
         Ok(Pool { inner, tasks: Mutex::new(tasks), run: Mutex::new(Some(run)) })
     }
 
-    /// Runs one `execute` request on a container and returns its final response.
+    /// Runs one `execute` request on a container and returns its final response: a
+    /// [`Pool::run_task`] that does not say where it ran.
+    pub async fn execute(
+        &self,
+        request: Request,
+        cancel: CancellationToken,
+    ) -> Result<Response, PoolError> {
+        self.run_task(request, cancel, None).await.map(|run| run.response)
+    }
+
+    /// [`Pool::execute`], also forwarding `progress` responses to `progress`: a
+    /// [`Pool::run_task`] that does not say where it ran.
+    pub async fn execute_with_progress(
+        &self,
+        request: Request,
+        cancel: CancellationToken,
+        progress: Option<mpsc::Sender<Response>>,
+    ) -> Result<Response, PoolError> {
+        self.run_task(request, cancel, progress).await.map(|run| run.response)
+    }
+
+    /// Runs one `execute` request on a container and returns its final response with the
+    /// slot and container that served it. `progress` responses go to `progress`; a full
+    /// channel drops progress lines rather than slow the pool down.
     ///
     /// - A request without `timeout` gets the configured default. The host's hard limit is
     ///   `timeout + hard_limit_grace_secs`: past it the result is a `timeout` response with a
@@ -172,23 +215,29 @@ impl Pool {
     /// - Cancelling `cancel` sends `cancel` to the container and returns its answer; without
     ///   an answer within `cancel_grace_ms` the container is recycled and the result is
     ///   [`PoolError::Cancelled`].
-    /// - A container that dies or stops answering gives [`PoolError::ContainerFailed`] at once.
-    pub async fn execute(
+    /// - A container that dies or stops answering gives [`PoolError::ContainerFailed`] at once;
+    ///   one the operator kills ([`Pool::kill`]) gives [`PoolError::KilledByOperator`].
+    ///
+    /// Every task is counted by how it ended in [`Pool::stats`].
+    pub async fn run_task(
         &self,
         request: Request,
         cancel: CancellationToken,
-    ) -> Result<Response, PoolError> {
-        self.execute_with_progress(request, cancel, None).await
+        progress: Option<mpsc::Sender<Response>>,
+    ) -> Result<TaskRun, PoolError> {
+        let cancelled = cancel.clone();
+        let result = self.dispatch_task(request, cancel, progress).await;
+        let outcome = result.as_ref().map(|run| &run.response);
+        self.inner.counts.record(outcome, cancelled.is_cancelled());
+        result
     }
 
-    /// [`Pool::execute`], also forwarding `progress` responses to `progress`. A full channel
-    /// drops progress lines rather than slow the pool down.
-    pub async fn execute_with_progress(
+    async fn dispatch_task(
         &self,
         mut request: Request,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
-    ) -> Result<Response, PoolError> {
+    ) -> Result<TaskRun, PoolError> {
         let config = &self.inner.engine.config;
         if request.kind != RequestType::Execute {
             return Err(PoolError::InvalidRequest(format!(
@@ -211,7 +260,11 @@ impl Pool {
         check_line_size(&request)?;
         let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
         let lease = self.inner.acquire(&request.id, &cancel).await?;
-        lease.run(request, cancel, progress, timeout, hard_limit).await
+        let slot = self.inner.slots[lease.index].id.clone();
+        let (container_id, short_id) =
+            (lease.member.container_id.clone(), lease.member.short_id.clone());
+        let response = lease.run(request, cancel, progress, timeout, hard_limit).await?;
+        Ok(TaskRun { response, slot, container_id, short_id })
     }
 
     /// Pings every container (busy ones too) and reports each round trip.
@@ -241,6 +294,40 @@ impl Pool {
         self.inner.slots.iter().map(Slot::snapshot).collect()
     }
 
+    /// The pool in numbers: containers up, queue depth, tasks by outcome, slots backing off,
+    /// replacements. Cheap, like [`Pool::snapshot`]; the counters only grow.
+    pub fn stats(&self) -> PoolStats {
+        let queue_depth = self.inner.dispatch().queue.iter().filter(|tx| !tx.is_closed()).count();
+        let now = Instant::now();
+        let mut stats = PoolStats {
+            size: self.inner.engine.config.size,
+            warm: 0,
+            busy: 0,
+            queue_depth,
+            tasks: self.inner.counts.sample(),
+            backoff: Vec::new(),
+            unplanned_restarts_total: 0,
+            planned_replacements_total: 0,
+        };
+        for slot in &self.inner.slots {
+            let s = slot.lock();
+            let up = s.member.as_ref().is_some_and(|m| !m.is_retired() && !m.link.is_closed());
+            stats.warm += usize::from(up);
+            stats.busy += usize::from(up && s.state == SlotState::Busy);
+            stats.unplanned_restarts_total += s.restarts;
+            stats.planned_replacements_total += s.planned;
+            if let Some(backoff) = s.backoff.filter(|b| b.until > now) {
+                stats.backoff.push(SlotBackoff {
+                    slot: slot.id.clone(),
+                    failures: backoff.failures,
+                    wait_ms: backoff.until.duration_since(now).as_millis() as u64,
+                    last_error: s.last_error.clone(),
+                });
+            }
+        }
+        stats
+    }
+
     /// The last log lines (JSON, oldest first) of the slot named by `target`: slot id, slot
     /// index, or container id (prefix of at least 4). Lines of replaced containers are kept,
     /// followed by the pool's note of why they were replaced.
@@ -249,27 +336,41 @@ impl Pool {
     }
 
     /// Replaces the container named by `target` (see [`Pool::logs`]); a task it was running
-    /// gets an error. Returns the short id of the container being replaced.
+    /// gets an error. Returns the short id of the container being replaced. A planned
+    /// replacement ([`RestartReason::RestartedByOperator`]): it does not count as a restart.
     pub fn restart(&self, target: &str) -> Result<String, PoolError> {
         let slot = self.inner.find(target)?;
         let member = slot.member().ok_or_else(|| PoolError::NoContainer(slot.id.clone()))?;
-        member.retire("restarted by the operator", false);
+        member.retire(Retirement::new(
+            RestartReason::RestartedByOperator,
+            "restarted by the operator",
+        ));
         slot.wake.notify_one();
         Ok(member.short_id.clone())
     }
 
-    /// Sends SIGKILL to the container named by `target`; the pool treats it as a crash and
-    /// replaces it. Returns the short id of the killed container.
+    /// Sends SIGKILL to the container named by `target`, which stops every process of the
+    /// task it was running; the pool replaces it (an unplanned restart,
+    /// [`RestartReason::KilledByOperator`]). The task's caller gets
+    /// [`PoolError::KilledByOperator`], once the signal was sent. Returns the short id of the
+    /// killed container.
+    ///
+    /// Should the engine refuse the signal, the container is still retired: its supervisor
+    /// removes it by force and starts a new one; the error says what the engine answered.
     pub async fn kill(&self, target: &str) -> Result<String, PoolError> {
+        const WHY: &str = "killed by the operator (SIGKILL)";
         let slot = self.inner.find(target)?;
         let member = slot.member().ok_or_else(|| PoolError::NoContainer(slot.id.clone()))?;
+        // Condemned before the signal: whoever then sees the container die (its waiter, the
+        // supervisor) learns the operator did it, not only "exited with code 137".
+        member.condemn(Retirement::new(RestartReason::KilledByOperator, WHY));
         let options = KillContainerOptionsBuilder::default().signal("SIGKILL").build();
-        self.inner
-            .engine
-            .docker
-            .kill_container(&member.container_id, Some(options))
-            .await
-            .map_err(|e| PoolError::docker(format!("kill container {}", member.short_id), e))?;
+        let killed =
+            self.inner.engine.docker.kill_container(&member.container_id, Some(options)).await;
+        // Only now is the waiter woken (if the attach stream has not already ended): a caller
+        // told of the kill can rely on the task's processes having been signalled.
+        member.link.fail_because(Some(RestartReason::KilledByOperator), WHY);
+        killed.map_err(|e| PoolError::docker(format!("kill container {}", member.short_id), e))?;
         Ok(member.short_id.clone())
     }
 
@@ -348,7 +449,10 @@ impl Inner {
             Ok(_) => {
                 let rtt = started.elapsed();
                 member.mark_proven();
-                slot.lock().last_ping = Some(rtt);
+                let mut s = slot.lock();
+                s.last_ping = Some(rtt);
+                s.last_ping_at = Some(Instant::now());
+                drop(s);
                 Ok(rtt)
             }
             Err(LinkError::Timeout) => Err(PoolError::PingTimeout {
@@ -444,11 +548,11 @@ impl Inner {
 
     /// Called when a lease ends: recycle the container, leave it to its supervisor (it
     /// died), or put it back in service.
-    fn finish(self: &Arc<Self>, index: usize, member: &Arc<Member>, recycle: Option<String>) {
+    fn finish(self: &Arc<Self>, index: usize, member: &Arc<Member>, recycle: Option<Retirement>) {
         member.set_current_task(None);
         let slot = &self.slots[index];
-        if let Some(reason) = recycle {
-            member.retire(&reason, false);
+        if let Some(retirement) = recycle {
+            member.retire(retirement);
             slot.wake.notify_one();
         } else if member.is_retired() || member.link.is_closed() {
             slot.wake.notify_one();
@@ -508,8 +612,8 @@ struct Lease {
     used: bool,
     /// Set when `run` saw the task to its end (answer, timeout, failure or cancel).
     done: bool,
-    /// `Some(reason)` to recycle the container when the lease ends.
-    recycle: Option<String>,
+    /// `Some(why)` to recycle the container when the lease ends.
+    recycle: Option<Retirement>,
 }
 
 impl Lease {
@@ -539,10 +643,17 @@ impl Lease {
             started,
             hard_deadline: started + hard_limit,
         }));
-        let failed = |reason: String| PoolError::ContainerFailed {
-            container: member.short_id.clone(),
-            request: format!("task {task_id}"),
-            reason,
+        // The retirement, set before the link dies, tells an operator's kill from a crash.
+        let failed = |reason: String| match member.retirement() {
+            Some(r) if r.cause == RestartReason::KilledByOperator => PoolError::KilledByOperator {
+                task_id: task_id.clone(),
+                container: member.short_id.clone(),
+            },
+            _ => PoolError::ContainerFailed {
+                container: member.short_id.clone(),
+                request: format!("task {task_id}"),
+                reason,
+            },
         };
         let mut answers = member.link.register(&task_id).map_err(|e| match e {
             LinkError::Closed(reason) => failed(reason),
@@ -576,20 +687,29 @@ impl Lease {
                     Some(response) => {
                         member.mark_proven();
                         if matches!(response.body, ResponseBody::Timeout { .. }) {
-                            self.recycle = Some("recycled after its task timed out".into());
+                            self.recycle = Some(Retirement::new(
+                                RestartReason::TaskTimedOut,
+                                "recycled after its task timed out",
+                            ));
                         } else if let Some(why) = not_clean(&response) {
                             // A task never sees anything of another: a container the subagent
                             // could not scrub (or that does not say) serves no further task.
-                            self.recycle = Some(format!("recycled: {why}"));
+                            self.recycle = Some(Retirement::new(
+                                RestartReason::NotClean,
+                                format!("recycled: {why}"),
+                            ));
                         }
                         break Ok(response);
                     }
                     None => break Err(failed(member.link.reason())),
                 },
                 _ = tokio::time::sleep_until(hard_deadline) => {
-                    self.recycle = Some(format!(
-                        "recycled after task {task_id} passed the host's hard limit of {} s",
-                        hard_limit.as_secs()
+                    self.recycle = Some(Retirement::new(
+                        RestartReason::TaskTimedOut,
+                        format!(
+                            "recycled after task {task_id} passed the host's hard limit of {} s",
+                            hard_limit.as_secs()
+                        ),
                     ));
                     break Ok(hard_timeout_response(
                         &task_id,
@@ -605,7 +725,10 @@ impl Lease {
                     let _ = member.link.send(&Request::cancel(task_id.clone()), SEND_TIMEOUT).await;
                 }
                 _ = cancel_wait => {
-                    self.recycle = Some(format!("recycled: task {task_id} did not stop after cancel"));
+                    self.recycle = Some(Retirement::new(
+                        RestartReason::TaskAbandoned,
+                        format!("recycled: task {task_id} did not stop after cancel"),
+                    ));
                     break Err(PoolError::Cancelled { task_id: task_id.clone() });
                 }
             }
@@ -615,7 +738,10 @@ impl Lease {
         if outcome.is_ok() && self.recycle.is_none() {
             let served = member.count_task();
             if served >= member.task_budget {
-                self.recycle = Some(format!("recycled after serving {served} tasks"));
+                self.recycle = Some(Retirement::new(
+                    RestartReason::Recycled,
+                    format!("recycled after serving {served} tasks"),
+                ));
             }
         }
         outcome
@@ -629,7 +755,13 @@ impl Drop for Lease {
         }
         let recycle = self.recycle.take().or_else(|| {
             // The caller dropped the future mid-task: the container's state is unknown.
-            (self.used && !self.done).then(|| "recycled: its task was abandoned mid-run".into())
+            (self.used && !self.done).then(|| {
+                self.inner.counts.record_abandoned();
+                Retirement::new(
+                    RestartReason::TaskAbandoned,
+                    "recycled: its task was abandoned mid-run",
+                )
+            })
         });
         self.inner.finish(self.index, &self.member, recycle);
     }

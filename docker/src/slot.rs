@@ -1,6 +1,6 @@
 //! A pool slot: one place in the pool, filled by a succession of containers (members). The
-//! slot carries what must survive a replacement — its state for `ps`, the restart count, the
-//! recent log lines — and the snapshot type the operator sees.
+//! slot carries what must survive a replacement — its state for `ps`, the replacement counts
+//! and their last reason, the recent log lines — and the snapshot type the operator sees.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 
 use crate::logs::LogRing;
 use crate::member::Member;
+use crate::restart::RestartReason;
 
 /// What a slot is doing, as `ps` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -52,22 +53,45 @@ pub struct ContainerSnapshot {
     pub current_task_age_ms: Option<u64>,
     /// Round trip of the last health ping, microseconds.
     pub last_ping_us: Option<u64>,
-    /// Containers this slot has replaced since the pool started.
+    /// Seconds since the last health ping was answered (a busy container answers too); a
+    /// value well above the ping interval means the pings are not getting through.
+    pub last_ping_age_secs: Option<u64>,
+    /// Unplanned replacements of this slot's container since the pool started: deaths, OOM
+    /// kills, unanswered pings, operator kills. Routine recycling is not counted here (see
+    /// `planned_replacements`), so a non-zero value always deserves a look.
     pub restarts: u64,
+    /// Planned replacements since the pool started: task budget spent, not clean after a
+    /// task, a task timed out or abandoned, operator restart.
+    pub planned_replacements: u64,
+    /// Why the last container of this slot was replaced (planned or not).
+    pub last_restart: Option<RestartReason>,
     /// Memory in use (bytes, page cache excluded) at the last health check.
     pub memory_bytes: Option<u64>,
     /// The container's address on the internal network.
     pub ip: Option<IpAddr>,
-    /// Why the last container was replaced or the last attempt failed.
+    /// Why the last container was replaced or the last attempt failed, in words.
     pub last_error: Option<String>,
+}
+
+/// A slot waiting before its next attempt to start a container, because the last ones failed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub(crate) until: Instant,
+    /// Consecutive failures so far.
+    pub(crate) failures: u32,
 }
 
 #[derive(Debug)]
 pub(crate) struct SlotInner {
     pub(crate) state: SlotState,
     pub(crate) member: Option<Arc<Member>>,
+    /// Unplanned replacements.
     pub(crate) restarts: u64,
+    pub(crate) planned: u64,
+    pub(crate) last_restart: Option<RestartReason>,
     pub(crate) last_ping: Option<Duration>,
+    pub(crate) last_ping_at: Option<Instant>,
+    pub(crate) backoff: Option<Backoff>,
     pub(crate) memory: Option<u64>,
     pub(crate) last_error: Option<String>,
 }
@@ -97,7 +121,11 @@ impl Slot {
                 state: SlotState::Starting,
                 member: None,
                 restarts: 0,
+                planned: 0,
+                last_restart: None,
                 last_ping: None,
+                last_ping_at: None,
+                backoff: None,
                 memory: None,
                 last_error: None,
             }),
@@ -117,6 +145,18 @@ impl Slot {
         target == self.id
             || target == self.index.to_string()
             || self.member().is_some_and(|m| m.matches(target))
+    }
+
+    /// Counts a replacement of this slot's container, planned or not, and remembers why.
+    pub(crate) fn count_replacement(&self, cause: &RestartReason, reason: &str) {
+        let mut s = self.lock();
+        if cause.is_planned() {
+            s.planned += 1;
+        } else {
+            s.restarts += 1;
+        }
+        s.last_restart = Some(cause.clone());
+        s.last_error = Some(reason.to_owned());
     }
 
     pub(crate) fn snapshot(&self) -> ContainerSnapshot {
@@ -139,7 +179,10 @@ impl Slot {
                 .map(|t| now.duration_since(t.started).as_millis() as u64),
             current_task: task.map(|t| t.id),
             last_ping_us: inner.last_ping.map(|d| d.as_micros() as u64),
+            last_ping_age_secs: inner.last_ping_at.map(|at| now.duration_since(at).as_secs()),
             restarts: inner.restarts,
+            planned_replacements: inner.planned,
+            last_restart: inner.last_restart.clone(),
             memory_bytes: inner.memory,
             ip: member.and_then(|m| m.ip),
             last_error: inner.last_error.clone(),

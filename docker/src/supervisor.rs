@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures_util::StreamExt;
@@ -16,7 +16,8 @@ use crate::engine::Engine;
 use crate::error::PoolError;
 use crate::member::{Member, Retirement};
 use crate::pool::Inner;
-use crate::slot::SlotState;
+use crate::restart::RestartReason;
+use crate::slot::{Backoff, SlotState};
 use crate::spec::{LABEL_INSTANCE, LABEL_POOL};
 
 /// Delay before the next attempt after `failures` consecutive failures: none for the first
@@ -53,27 +54,23 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
             }
             return;
         };
-        member.retire(&retirement.reason, retirement.failure);
+        member.retire(retirement.clone());
         let retirement = member.retirement().unwrap_or(retirement);
-        failures =
-            match (retirement.failure, member.proven.load(std::sync::atomic::Ordering::Relaxed)) {
-                (false, _) => 0,
-                (true, true) => 1,
-                (true, false) => failures + 1,
-            };
-        {
-            let mut s = slot.lock();
-            s.state = if retirement.failure { SlotState::Unhealthy } else { SlotState::Restarting };
-            s.restarts += 1;
-            s.last_error = Some(retirement.reason.clone());
-        }
-        let level = if retirement.failure { "warn" } else { "info" };
+        let failure = retirement.failure();
+        failures = match (failure, member.proven.load(std::sync::atomic::Ordering::Relaxed)) {
+            (false, _) => 0,
+            (true, true) => 1,
+            (true, false) => failures + 1,
+        };
+        slot.count_replacement(&retirement.cause, &retirement.reason);
+        slot.lock().state = if failure { SlotState::Unhealthy } else { SlotState::Restarting };
+        let level = if failure { "warn" } else { "info" };
         slot.logs.note(
             level,
             &member.short_id,
             &format!("replacing container: {}", retirement.reason),
         );
-        if retirement.failure {
+        if failure {
             tracing::warn!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
         } else {
             tracing::info!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
@@ -111,13 +108,21 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
         member = loop {
             let delay = backoff(failures, config.backoff_initial_ms, config.backoff_max_ms);
             if !delay.is_zero() {
-                slot.lock().state = SlotState::Unhealthy;
+                {
+                    let mut s = slot.lock();
+                    s.state = SlotState::Unhealthy;
+                    s.backoff = Some(Backoff { until: Instant::now() + delay, failures });
+                }
                 tokio::select! {
                     _ = engine.stop.cancelled() => return,
                     _ = tokio::time::sleep(delay) => {}
                 }
             }
-            slot.lock().state = SlotState::Restarting;
+            {
+                let mut s = slot.lock();
+                s.backoff = None;
+                s.state = SlotState::Restarting;
+            }
             let startup = Duration::from_secs(config.startup_timeout_secs);
             // The engine itself may hang; the attempt is bounded like the pool's start-up.
             let bounded =
@@ -185,9 +190,13 @@ async fn watch(
             biased;
             _ = engine.stop.cancelled() => return None,
             _ = member.link.closed() => {
-                return Some(member.retirement().unwrap_or(Retirement {
-                    reason: member.link.reason(),
-                    failure: true,
+                return Some(member.retirement().unwrap_or_else(|| {
+                    let reason = member.link.reason();
+                    let cause = member
+                        .link
+                        .cause()
+                        .unwrap_or_else(|| RestartReason::Other { detail: reason.clone() });
+                    Retirement::new(cause, reason)
                 }));
             }
             _ = slot.wake.notified() => {
@@ -206,10 +215,10 @@ async fn watch(
                 match inner.ping(slot, member).await {
                     Ok(_) => sample_memory(inner.clone(), index, member.clone()),
                     Err(crate::PoolError::PingTimeout { timeout_ms, .. }) => {
-                        return Some(Retirement {
-                            reason: format!("container stopped answering: no pong within {timeout_ms} ms"),
-                            failure: true,
-                        });
+                        return Some(Retirement::new(
+                            RestartReason::Hung,
+                            format!("container stopped answering: no pong within {timeout_ms} ms"),
+                        ));
                     }
                     // The link is closed: the next turn of the loop says why.
                     Err(_) => {}
@@ -269,14 +278,17 @@ pub(crate) async fn watch_events(inner: Arc<Inner>) {
                 continue;
             };
             match event.action.as_deref() {
-                Some("oom") if member.retire(&engine.oom_reason(), true) => {
+                Some("oom")
+                    if member
+                        .retire(Retirement::new(RestartReason::OomKilled, engine.oom_reason())) =>
+                {
                     inner.slots[index].wake.notify_one();
                 }
                 Some("die") if !member.link.is_closed() => {
                     let engine = engine.clone();
                     tokio::spawn(async move {
-                        let reason = engine.explain_death(&id, "container died").await;
-                        member.link.fail(&reason);
+                        let (cause, reason) = engine.explain_death(&id, "container died").await;
+                        member.link.fail_because(cause, &reason);
                     });
                 }
                 _ => {}

@@ -1,10 +1,10 @@
 //! The real [`SubagentRunner`]: tasks run on the warm container pool of `nexbot-docker`.
 //!
-//! Why a wrapper: the pool's answer does not say which container served the task, and the
-//! task record wants it. The pool itself is started with the egress listener in `sandbox.rs`.
+//! A thin adapter: the pool's [`Pool::run_task`] names the container that served the task,
+//! which the task record wants. The pool itself is started with the egress listener in
+//! `sandbox.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use nexbot_docker::{Pool, PoolConfig};
 use nexbot_protocol::{Request, Response};
@@ -50,31 +50,14 @@ impl SubagentRunner for PoolRunner {
         progress: Option<mpsc::Sender<Response>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         Box::pin(async move {
-            let id = request.id.clone();
-            let run = self.pool.execute_with_progress(request, cancel, progress);
-            tokio::pin!(run);
-            // The pool's answer does not name the container; its snapshot does while the
-            // task runs, so look there until found.
-            let mut container = None;
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
-            loop {
-                tokio::select! {
-                    biased;
-                    result = &mut run => {
-                        return result
-                            .map(|response| SubagentOutcome { response, container })
-                            .map_err(|e| SubagentError(e.to_string()));
-                    }
-                    _ = tick.tick(), if container.is_none() => {
-                        container = self
-                            .pool
-                            .snapshot()
-                            .into_iter()
-                            .find(|s| s.current_task.as_deref() == Some(id.as_str()))
-                            .and_then(|s| s.container_id.or(s.container));
-                    }
-                }
-            }
+            self.pool
+                .run_task(request, cancel, progress)
+                .await
+                .map(|run| SubagentOutcome {
+                    response: run.response,
+                    container: Some(run.container_id),
+                })
+                .map_err(|e| SubagentError(e.to_string()))
         })
     }
 }

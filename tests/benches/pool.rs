@@ -470,7 +470,11 @@ struct ExecuteRun {
 }
 
 async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> ExecuteRun {
-    let restarts_before: u64 = pool.snapshot().iter().map(|s| s.restarts).sum();
+    // Every replacement, planned (the task budget) or not.
+    let replaced = |pool: &Pool| -> u64 {
+        pool.snapshot().iter().map(|s| s.restarts + s.planned_replacements).sum()
+    };
+    let restarts_before = replaced(pool);
     let mut end_to_end = Vec::with_capacity(EXECUTES);
     let mut llm_time = Vec::with_capacity(EXECUTES);
     let mut overhead = Vec::with_capacity(EXECUTES);
@@ -507,7 +511,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
             }
         }
     }
-    let recycled = pool.snapshot().iter().map(|s| s.restarts).sum::<u64>() - restarts_before;
+    let recycled = replaced(pool) - restarts_before;
     ExecuteRun {
         end_to_end: Stats::of(end_to_end),
         llm: Stats::of(llm_time),

@@ -18,6 +18,7 @@ mod pool_isolation;
 mod pool_lifecycle;
 mod pool_limits;
 mod pool_network;
+mod pool_operator;
 mod pool_ownership;
 mod pool_recovery;
 mod pool_recycling;

@@ -7,7 +7,7 @@ use crate::pool_common;
 
 use std::time::{Duration, Instant};
 
-use nexbot_docker::{Pool, SlotState};
+use nexbot_docker::{Pool, RestartReason, SlotState};
 use nexbot_protocol::{Request, ResponseBody};
 use pool_common::{containers_of, eventually, exec, setup};
 use tokio_util::sync::CancellationToken;
@@ -33,7 +33,8 @@ async fn a_frozen_container_is_detected_by_ping_and_replaced() {
         eventually(Duration::from_secs(15), || async { replaced(&pool, 0, &old).is_some() }).await;
     assert!(healed, "frozen container not replaced: {:?}", pool.snapshot());
     let s = &pool.snapshot()[0];
-    assert_eq!(s.restarts, 1);
+    assert_eq!((s.restarts, s.planned_replacements), (1, 0), "{s:?}");
+    assert_eq!(s.last_restart, Some(RestartReason::Hung), "{s:?}");
     assert!(s.last_error.as_deref().unwrap().contains("stopped answering"), "{s:?}");
     assert!(
         docker.inspect_container(&old, None).await.is_err(),
@@ -105,7 +106,12 @@ async fn operator_restart_and_kill_replace_the_container() {
     assert!(healed, "not replaced: {:?}", pool.snapshot());
     let snap = pool.snapshot();
     assert!(snap[0].last_error.as_deref().unwrap().contains("restarted by the operator"));
-    assert!(snap[1].last_error.as_deref().unwrap().contains("exited with code 137"), "{snap:?}");
+    assert_eq!(snap[0].last_restart, Some(RestartReason::RestartedByOperator));
+    assert_eq!((snap[0].restarts, snap[0].planned_replacements), (0, 1), "{snap:?}");
+    // A kill is unplanned, and says who did it rather than only "exited with code 137".
+    assert!(snap[1].last_error.as_deref().unwrap().contains("killed by the operator"), "{snap:?}");
+    assert_eq!(snap[1].last_restart, Some(RestartReason::KilledByOperator));
+    assert_eq!((snap[1].restarts, snap[1].planned_replacements), (1, 0), "{snap:?}");
     assert_eq!(containers_of(&docker, &pool.config().name).await.len(), 2);
     pool.shutdown().await.unwrap();
 }

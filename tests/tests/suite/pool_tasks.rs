@@ -8,7 +8,7 @@ use crate::pool_common;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use nexbot_docker::{Pool, PoolError, SlotState};
+use nexbot_docker::{Pool, PoolError, RestartReason, SlotState};
 use nexbot_protocol::ResponseBody;
 use nexbot_tests::scripted_llm::Step;
 use pool_common::{eventually, llm_on, setup, task};
@@ -186,6 +186,10 @@ async fn killing_a_busy_container_fails_its_waiter_fast_and_the_pool_recovers() 
     assert!(waited <= Duration::from_secs(2), "the error took {waited:?}");
     assert!(full_strength(&pool, Duration::from_secs(10)).await, "{:?}", pool.snapshot());
     assert!(pool.snapshot().iter().all(|s| s.container_id.as_deref() != Some(container.as_str())));
+    // Killed behind the pool's back: a crash, not an operator kill.
+    let slot = pool.snapshot().into_iter().find(|s| s.restarts == 1).expect("one restart");
+    assert_eq!(slot.last_restart, Some(RestartReason::Exited { code: 137 }), "{slot:?}");
+    assert_eq!(pool.stats().tasks.container_failed, 1, "{:?}", pool.stats());
     assert!(pool.ping_all().await.iter().all(|p| p.round_trip.is_ok()));
     pool.shutdown().await.unwrap();
 }
@@ -224,6 +228,8 @@ async fn a_memory_hog_inside_a_task_is_oom_killed_and_replaced() {
     .await;
     assert!(replaced, "{:?}", pool.snapshot());
     assert!(pool.snapshot()[0].last_error.as_deref().unwrap().contains("OOM"));
+    assert_eq!(pool.snapshot()[0].last_restart, Some(RestartReason::OomKilled));
+    assert_eq!(pool.snapshot()[0].restarts, 1);
     pool.shutdown().await.unwrap();
 }
 
@@ -269,6 +275,11 @@ async fn soft_timeouts_and_the_task_count_recycle_the_container() {
     assert!(full_strength(&pool, Duration::from_secs(15)).await);
     assert_ne!(container(), second, "recycled after a timeout");
     assert!(pool.snapshot()[0].last_error.as_deref().unwrap().contains("timed out"));
+    // Both recycles were planned: no restart.
+    let slot = &pool.snapshot()[0];
+    assert_eq!((slot.restarts, slot.planned_replacements), (0, 2), "{slot:?}");
+    assert_eq!(slot.last_restart, Some(RestartReason::TaskTimedOut));
+    assert_eq!((pool.stats().tasks.succeeded, pool.stats().tasks.timed_out), (2, 1));
     pool.shutdown().await.unwrap();
 }
 
