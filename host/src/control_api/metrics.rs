@@ -53,6 +53,14 @@ fn gauge_family(registry: &mut Registry, name: &str, help: &str, rows: &[(Labels
     registry.register(name, help, family);
 }
 
+/// The kind of a restart reason, as a label value (`exited`, `oom_killed`, …).
+fn restart_kind(reason: &nexbot_docker::RestartReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v["kind"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "other".to_owned())
+}
+
 /// The metrics text of this moment.
 pub async fn render(state: &ControlState) -> Result<String, String> {
     let inner = &state.0;
@@ -89,13 +97,55 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             "Round trip of each container's last health ping",
             &pings,
         );
-        let restarts: Vec<(Labels, u64)> =
-            snapshot.iter().map(|s| (labels(&[("slot", &s.id)]), s.restarts)).collect();
+        let stats = pool.stats();
+        gauge(
+            &mut registry,
+            "pool_queue_depth",
+            "Tasks waiting for a container",
+            stats.queue_depth as i64,
+        );
+        gauge(
+            &mut registry,
+            "pool_backoff_slots",
+            "Slots waiting (back-off) before their next container",
+            stats.backoff.len() as i64,
+        );
+        let outcomes: Vec<(Labels, u64)> = super::ops::task_outcomes(&stats.tasks)
+            .iter()
+            .map(|(outcome, n)| (labels(&[("outcome", outcome)]), *n))
+            .collect();
         counter_family(
             &mut registry,
+            "pool_tasks",
+            "Tasks the pool ran since the start, by outcome",
+            &outcomes,
+        );
+        counter(
+            &mut registry,
             "pool_restarts",
-            "Unplanned container replacements, by slot",
-            &restarts,
+            "Unplanned container replacements (exit, OOM, hung, operator kill)",
+            stats.unplanned_restarts_total,
+        );
+        counter(
+            &mut registry,
+            "pool_planned_replacements",
+            "Planned container replacements (recycling, not clean, operator restart, timeouts)",
+            stats.planned_replacements_total,
+        );
+        let last: Vec<(Labels, i64)> = snapshot
+            .iter()
+            .filter_map(|s| {
+                let reason = s.last_restart.as_ref()?;
+                let kind = restart_kind(reason);
+                let planned = if reason.is_planned() { "true" } else { "false" };
+                Some((labels(&[("slot", &s.id), ("reason", &kind), ("planned", planned)]), 1))
+            })
+            .collect();
+        gauge_family(
+            &mut registry,
+            "pool_last_restart_info",
+            "Why each slot's container was last replaced",
+            &last,
         );
         let memory: Vec<(Labels, i64)> = snapshot
             .iter()

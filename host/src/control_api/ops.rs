@@ -51,8 +51,8 @@ pub fn subagent(s: &ContainerSnapshot) -> Subagent {
         current_task_age_ms: s.current_task_age_ms,
         last_ping_us: s.last_ping_us,
         restarts: s.restarts,
-        last_restart: s.last_error.clone(),
-        planned_replacements: 0,
+        last_restart: s.last_restart.as_ref().map(ToString::to_string),
+        planned_replacements: s.planned_replacements,
         memory_bytes: s.memory_bytes,
         last_error: s.last_error.clone(),
     }
@@ -60,6 +60,7 @@ pub fn subagent(s: &ContainerSnapshot) -> Subagent {
 
 pub fn pool_summary(pool: &Pool) -> PoolSummary {
     let snapshot = pool.snapshot();
+    let stats = pool.stats();
     let mut states = BTreeMap::new();
     for slot in &snapshot {
         *states.entry(state_name(slot.state)).or_insert(0) += 1;
@@ -68,11 +69,20 @@ pub fn pool_summary(pool: &Pool) -> PoolSummary {
         name: pool.config().name.clone(),
         size: pool.config().size,
         states,
-        queue_depth: 0,
-        tasks: BTreeMap::new(),
-        unplanned_restarts: snapshot.iter().map(|s| s.restarts).sum(),
-        planned_replacements: 0,
+        queue_depth: stats.queue_depth,
+        tasks: task_outcomes(&stats.tasks),
+        unplanned_restarts: stats.unplanned_restarts_total,
+        planned_replacements: stats.planned_replacements_total,
     }
+}
+
+/// The pool's task counters by outcome name.
+pub fn task_outcomes(tasks: &nexbot_docker::TaskCounts) -> BTreeMap<String, u64> {
+    let value = serde_json::to_value(tasks).unwrap_or_default();
+    value
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default()
 }
 
 pub async fn status(state: &ControlState) -> Status {

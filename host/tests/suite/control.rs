@@ -349,7 +349,7 @@ async fn subagents_ps_restart_kill_logs_and_metrics_match_the_pool_and_the_recor
         };
         let long = tasks.tasks.iter().find(|t| t.status != "success");
         if let Some(task) = long.filter(|t| t.status != "running") {
-            assert!(task.error.as_deref().unwrap_or("").contains("killed"), "{task:?}");
+            assert!(task.error.as_deref().unwrap_or("").contains("killed by operator"), "{task:?}");
             break;
         }
         assert!(start.elapsed() < LIMIT, "the killed task did not end: {tasks:?}");
