@@ -116,11 +116,25 @@ impl Default for PoolConfig {
 const SECRET_NAME_WORDS: &[&str] =
     &["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE"];
 
+/// A pool setting that cannot be used: the field's name and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidField {
+    pub field: String,
+    pub reason: String,
+}
+
 impl PoolConfig {
     /// Refuses configurations that are invalid or would weaken the sandbox, naming the field.
     pub fn validate(&self) -> Result<(), PoolError> {
+        self.check().map_err(|e| PoolError::InvalidConfig(e.to_string()))
+    }
+
+    /// [`PoolConfig::validate`] as a typed answer: which field, and why. A caller that maps
+    /// fields to its own config keys reads `field`, never the error's text.
+    pub fn check(&self) -> Result<(), InvalidField> {
         let bad =
-            |field: &str, why: String| Err(PoolError::InvalidConfig(format!("{field}: {why}")));
+            |field: &str, why: String| Err(InvalidField { field: field.to_owned(), reason: why });
         if !valid_name(&self.name) {
             return bad(
                 "name",
@@ -136,7 +150,9 @@ impl PoolConfig {
         if self.size == 0 {
             return bad("size", "a pool needs at least one container".into());
         }
-        self.uid_gid()?;
+        if let Err(e) = self.uid_gid() {
+            return bad("user", e.to_string());
+        }
         if self.memory_bytes < 6 * 1024 * 1024 {
             return bad(
                 "memory_bytes",
@@ -199,8 +215,9 @@ impl PoolConfig {
             }
         }
         for (name, value) in &self.env {
-            check_env(name, value)
-                .map_err(|why| PoolError::InvalidConfig(format!("env.{name}: {why}")))?;
+            if let Err(why) = check_env(name, value) {
+                return bad(&format!("env.{name}"), why.to_string());
+            }
         }
         Ok(())
     }

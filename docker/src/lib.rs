@@ -34,7 +34,7 @@ pub mod spec;
 mod stats;
 mod supervisor;
 
-pub use config::PoolConfig;
+pub use config::{InvalidField, PoolConfig};
 pub use connect::{
     connect, engine_version, image_present, network_gateway, Docker, EngineUnreachable,
     ENGINE_TIMEOUT,

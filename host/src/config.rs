@@ -461,18 +461,22 @@ impl Config {
         }
         range("subagent.pool_size", s.pool_size, 1, 64)?;
         range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
-        if let Err(nexbot_docker::PoolError::InvalidConfig(text)) =
-            crate::pool_runner::pool_config(self).validate()
-        {
-            let (field, why) = text.split_once(": ").unwrap_or(("", text.as_str()));
-            let key = match field {
-                "name" => "subagent.pool_name",
-                "size" => "subagent.pool_size",
-                "network" => "subagent.network",
-                "image" => "subagent.image",
-                _ => "subagent",
+        if let Err(invalid) = crate::pool_runner::pool_config(self).check() {
+            // The pool's fields that `[subagent]` sets have their own key names there.
+            let key = match invalid.field.as_str() {
+                "name" => Some("subagent.pool_name"),
+                "size" => Some("subagent.pool_size"),
+                "network" => Some("subagent.network"),
+                "image" => Some("subagent.image"),
+                "skills_dir" => Some("subagent.skills_dir"),
+                "default_task_timeout_secs" => Some("subagent.task_timeout_secs"),
+                _ => None,
             };
-            return Err((key, why.to_owned()));
+            return Err(match key {
+                Some(key) => (key, invalid.reason),
+                // A pool field `[subagent]` does not set (a default): named as the pool's.
+                None => ("subagent", invalid.to_string()),
+            });
         }
         if !matches!(self.logging.format.as_str(), "text" | "json") {
             return Err((
@@ -603,6 +607,20 @@ mod tests {
     fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         Config::from_parts(text, Path::new("test.toml"), Path::new("/base"), env)
+    }
+
+    #[test]
+    fn an_invalid_pool_setting_names_its_subagent_key_and_its_variable() {
+        let err = load("[subagent]\npool_name = \"bad name!\"\n", &[]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("subagent.pool_name") && text.contains("bad name!"), "{text}");
+        let err = load("", &[("NEXBOT_SUBAGENT__POOL_SIZE", "0")]).unwrap_err().to_string();
+        assert!(
+            err.contains("subagent.pool_size") && err.contains("NEXBOT_SUBAGENT__POOL_SIZE"),
+            "{err}"
+        );
+        let err = load("[subagent]\nskills_dir = \"relative/skills\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("subagent.skills_dir"), "{err}");
     }
 
     #[test]
