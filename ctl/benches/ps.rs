@@ -77,6 +77,8 @@ async fn main() {
         assert!(start.elapsed() < LIMIT, "the pool of {POOL} did not become ready");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Let the health checks record a ping and the memory of each container.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     println!("nexbot-ctl subagents ps: release {CTL}, pool of {POOL}, {ROUNDS} runs each");
 
     let ctl = || {

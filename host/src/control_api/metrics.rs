@@ -87,15 +87,16 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         let rows: Vec<(Labels, i64)> =
             by_state.iter().map(|(s, n)| (labels(&[("state", s)]), *n)).collect();
         gauge_family(&mut registry, "pool_containers", "Pool containers by state", &rows);
-        let pings: Vec<(Labels, i64)> = snapshot
-            .iter()
-            .filter_map(|s| Some((labels(&[("slot", &s.id)]), s.last_ping_us? as i64)))
-            .collect();
-        gauge_family(
-            &mut registry,
-            "pool_ping_rtt_microseconds",
+        let pings = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        for slot in &snapshot {
+            if let Some(us) = slot.last_ping_us {
+                pings.get_or_create(&labels(&[("slot", &slot.id)])).set(us as f64 / 1e6);
+            }
+        }
+        registry.register(
+            "pool_ping_rtt_seconds",
             "Round trip of each container's last health ping",
-            &pings,
+            pings,
         );
         let stats = pool.stats();
         gauge(

@@ -468,6 +468,16 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     let host_log = logs(&docker, &host).await;
     assert!(!host_log.contains(tg.token()), "the Telegram token is in the host's log");
 
+    // The operator's client in the image reaches the daemon through its socket in /data.
+    let ps = tokio::process::Command::new("docker")
+        .args(["exec", &host, "nexbot-ctl", "--json", "subagents", "ps"])
+        .output()
+        .await
+        .expect("docker exec nexbot-ctl");
+    assert!(ps.status.success(), "nexbot-ctl in the image: {}", text(&ps.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&ps.stdout).expect("ps --json");
+    assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(POOL_SIZE), "{listed}");
+
     // Stopping the service: the daemon's own shutdown removes the pool's containers.
     deployment.compose(&["stop", "host"]).await;
     let stopped_log = logs(&docker, &host).await;
