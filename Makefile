@@ -95,23 +95,22 @@ host-image: image-bins
 
 # `make up` / `make down`: the compose deployment. Debian's docker-compose 1.29 when present,
 # else the `docker compose` plugin. The project name is compose's own default (this directory's
-# name, or COMPOSE_PROJECT_NAME), so plain `docker-compose ...` here means the same project.
-# The variables below are passed to compose.yaml; the pool name and network must match what
-# compose.yaml gives the daemon, so `down` finds them.
+# name, or COMPOSE_PROJECT_NAME), so plain `docker-compose ...` here means the same project, and
+# the daemon names its pool and network after it (`<project>`, `<project>-subagents`). Settings
+# come from the shell or `.env` (see .env.example); none is required.
 COMPOSE ?= $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
-export NEXBOT_POOL_NAME ?= nexbot
-export NEXBOT_POOL_NETWORK ?= nexbot-subagents
-export NEXBOT_SKILLS_DIR ?= $(CURDIR)/skills
-UP_TIMEOUT ?= 120
+UP_TIMEOUT ?= 180
 
+# Builds what is missing (a no-op when the images are current), starts the stack, waits until
+# the host service is healthy (store open, pool warm) and says what is degraded.
 up: image
 	$(COMPOSE) up -d --no-build
 	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
 	@echo "logs:   make logs"
-	@echo "pool:   docker ps --filter label=nexbot.pool=$(NEXBOT_POOL_NAME)"
-	@echo "stop:   make down   (the data volume is kept; 'make down' then 'NEXBOT_SKILLS_DIR=$(NEXBOT_SKILLS_DIR) $(COMPOSE) down -v' deletes it)"
+	@echo "pool:   $(COMPOSE) exec host nexbot-ctl subagents ps"
+	@echo "stop:   make down   (the data volume is kept; '$(COMPOSE) down -v' deletes it)"
 
-# The daemon's log, followed (compose.yaml needs NEXBOT_SKILLS_DIR even to read logs; make sets it).
+# The daemon's log, followed.
 logs:
 	$(COMPOSE) logs -f host
 
@@ -121,9 +120,11 @@ logs:
 # closed, not open), the network — only what its owner, a daemon that is gone, created: a pool
 # or network of the same name that a running daemon owns is left alone (and said so).
 down:
-	$(COMPOSE) down --remove-orphans
-	@docker/reap-leftovers.sh $(NEXBOT_POOL_NAME) $(NEXBOT_POOL_NETWORK)
-	@echo "nexbot is down"
+	@project=$$(docker inspect -f '{{ index .Config.Labels "com.docker.compose.project" }}' \
+	    $$($(COMPOSE) ps -q host 2>/dev/null) 2>/dev/null | head -n 1); \
+	  [ -n "$$project" ] || project=$${COMPOSE_PROJECT_NAME:-$$(basename "$(CURDIR)" | tr 'A-Z' 'a-z' | tr -cd 'a-z0-9_-')}; \
+	  $(COMPOSE) down --remove-orphans && \
+	  docker/reap-leftovers.sh "$$project" "$$project-subagents" && echo "nexbot is down"
 
 # Fuzzing (not part of CI): each cargo-fuzz target of fuzz/ runs for FUZZ_SECS seconds, one
 # after the other, on this machine's stable toolchain (RUSTC_BOOTSTRAP=1 lets it take the

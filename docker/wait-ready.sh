@@ -1,10 +1,10 @@
 #!/bin/sh
-# Waits until the compose service's daemon says it is serving, for `make up`.
+# Waits until the compose service is healthy, for `make up`, then says what is degraded.
 #
-# Why the log line: `nexbot serve` logs "nexbot is serving" only after the store is open and
-# the whole warm pool answered its first ping, and the image has no shell for a healthcheck.
-# Only the log since the container's current start counts, so an earlier run cannot fake it;
-# a container that stops, restarts or crash-loops meanwhile fails the wait at once, with its log.
+# Healthy is the service's own healthcheck (`nexbot-ctl health`: store open, pool warm). A
+# container that stops, restarts or turns unhealthy meanwhile fails the wait at once, with its
+# log. Once healthy, `nexbot-ctl health` lists what works less than it could (no model key, the
+# model unreachable, no Telegram token, delegation off): `make up` says "up, degraded" then.
 #
 # Usage: docker/wait-ready.sh "COMPOSE COMMAND" SERVICE TIMEOUT_SECS
 set -eu
@@ -28,17 +28,24 @@ fail() {
 started=$(docker inspect -f '{{.State.StartedAt}}' "$cid")
 deadline=$(( $(date +%s) + timeout ))
 while :; do
-  state=$(docker inspect -f '{{.State.Status}} {{.State.StartedAt}}' "$cid") ||
+  state=$(docker inspect -f '{{.State.Status}} {{.State.StartedAt}} {{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$cid") ||
     fail "the container $cid disappeared"
-  status=${state%% *}
-  [ "$status" = running ] || fail "the host container is $status"
-  [ "${state#* }" = "$started" ] || fail "the host container restarted"
-  if docker logs --since "$started" "$cid" 2>&1 | grep -q 'nexbot is serving'; then
-    break
-  fi
-  [ "$(date +%s)" -lt "$deadline" ] || fail "the host did not report ready within ${timeout}s"
+  set -- $state
+  [ "$1" = running ] || fail "the host container is $1"
+  [ "$2" = "$started" ] || fail "the host container restarted"
+  case "$3" in
+    healthy) break ;;
+    unhealthy) fail "the host container is unhealthy" ;;
+    none) fail "the host container has no health check (an older image? run make image)" ;;
+  esac
+  [ "$(date +%s)" -lt "$deadline" ] || fail "the host did not become healthy within ${timeout}s"
   sleep 1
 done
 
-pool=$(docker ps -q --filter "label=nexbot.pool=${NEXBOT_POOL_NAME:-nexbot}" | wc -l)
-echo "nexbot is up: host container ${cid%"${cid#????????????}"} serving, $pool subagent container(s) warm"
+report=$(docker exec "$cid" /bin/nexbot-ctl health 2>&1 || true)
+if echo "$report" | grep -q 'degraded:'; then
+  echo "nexbot is up, DEGRADED:"
+  echo "$report" | grep 'degraded:' | sed 's/^ *degraded: /  - /'
+else
+  echo "nexbot is up"
+fi

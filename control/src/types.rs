@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Every endpoint's path (all JSON but `/metrics`).
 pub mod paths {
     pub const STATUS: &str = "/v1/status";
+    pub const HEALTH: &str = "/v1/health";
     pub const SUBAGENTS: &str = "/v1/subagents";
     /// `/v1/subagents/{id}/logs?n=N`, `…/restart` (POST), `…/kill` (POST).
     pub fn subagent(id: &str, action: &str) -> String {
@@ -27,6 +28,17 @@ pub mod paths {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
+}
+
+/// `GET /v1/health`: whether the daemon serves (store open, pool warm), and what works less
+/// than it could (no model key, model unreachable, no Telegram token, delegation off).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub ready: bool,
+    /// Why it is not ready, when it is not.
+    pub problems: Vec<String>,
+    /// Serving, but degraded: each reason in a sentence.
+    pub degraded: Vec<String>,
 }
 
 /// `GET /v1/status`.

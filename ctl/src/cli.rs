@@ -36,6 +36,9 @@ pub struct Cli {
 pub enum Command {
     /// The daemon at a glance: version, uptime, model, pool, channels, tokens, database
     Status,
+    /// Ready or not (store open, pool warm) and what is degraded; exits 1 when not ready (for
+    /// health checks: compose's `healthcheck` runs it)
+    Health,
     /// The subagent pool: list containers, read their logs, restart or kill one
     #[command(subcommand)]
     Subagents(SubagentsCommand),

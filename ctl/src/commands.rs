@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use nexbot_control::{
-    paths, BackupReport, BackupRequest, Client, ClientError, Done, LogLines, MessageList,
+    paths, BackupReport, BackupRequest, Client, ClientError, Done, Health, LogLines, MessageList,
     ReloadReport, Status, SubagentList, TaskDetail, TaskList,
 };
 use serde::de::DeserializeOwned;
@@ -43,6 +43,16 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Status => {
             let value = get(ctx, paths::STATUS).await?;
             show(ctx, value, |s: Status| views::status(&s))
+        }
+        Command::Health => {
+            let value = get(ctx, paths::HEALTH).await?;
+            let health: Health =
+                serde_json::from_value(value.clone()).context("unexpected health answer")?;
+            show(ctx, value, |h: Health| views::health(&h))?;
+            if !health.ready {
+                anyhow::bail!("the daemon is not ready");
+            }
+            Ok(())
         }
         Command::Subagents(SubagentsCommand::Ps { watch: false, .. }) => {
             let value = get(ctx, paths::SUBAGENTS).await?;

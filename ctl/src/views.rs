@@ -89,6 +89,19 @@ fn counts<N: std::fmt::Display>(map: &BTreeMap<String, N>, empty: &str) -> Strin
 }
 
 /// `subagents ps`: one row per slot.
+/// `health`: ready or not, then each problem and each degraded part on its own line.
+pub fn health(h: &nexbot_control::Health) -> String {
+    let mut out = String::from(if h.ready { "ready" } else { "NOT READY" });
+    for problem in &h.problems {
+        out.push_str(&format!("\n  problem: {problem}"));
+    }
+    for reason in &h.degraded {
+        out.push_str(&format!("\n  degraded: {reason}"));
+    }
+    out.push('\n');
+    out
+}
+
 pub fn subagents(list: &[Subagent]) -> String {
     let mut t = Table::new(&[
         "id",

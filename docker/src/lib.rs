@@ -26,6 +26,7 @@ mod link;
 mod logs;
 mod member;
 pub mod network;
+mod own;
 pub mod owner;
 mod pool;
 mod restart;
@@ -44,6 +45,7 @@ pub use network::{
     ensure_internal_network, ensure_pool_network, ensure_pool_network_owned, remove_network,
     NetworkInfo,
 };
+pub use own::{find_own_container, mount_root, OwnContainer};
 pub use owner::Owner;
 pub use pool::{PingResult, Pool, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use restart::RestartReason;

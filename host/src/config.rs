@@ -566,7 +566,9 @@ fn apply_override(
     value: &str,
 ) -> Result<Option<String>, ConfigError> {
     let Some(rest) = var.strip_prefix(ENV_PREFIX) else { return Ok(None) };
-    if !rest.contains("__") {
+    // An empty override is no override: compose passes `${NAME:-}` for settings the operator
+    // left unset, and the file's value (or the default) must stay.
+    if !rest.contains("__") || value.is_empty() {
         return Ok(None);
     }
     let parts: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
@@ -621,6 +623,15 @@ mod tests {
         );
         let err = load("[subagent]\nskills_dir = \"relative/skills\"\n", &[]).unwrap_err();
         assert!(err.to_string().contains("subagent.skills_dir"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_override_keeps_the_files_value() {
+        let config = load("[llm]\nmodel = \"from-file\"\n", &[("NEXBOT_LLM__MODEL", "")]).unwrap();
+        assert_eq!(config.llm.model, "from-file");
+        let config = load("[telegram]\nowner = 42\n", &[("NEXBOT_TELEGRAM__OWNER", "")]).unwrap();
+        assert_eq!(config.telegram.owner, Some(42));
+        assert!(load("", &[("NEXBOT_LLM_API_KEY", "")]).unwrap().secrets.llm_api_key.is_none());
     }
 
     #[test]

@@ -105,7 +105,8 @@ async fn database(config: &Config) -> Check {
     }
 }
 
-async fn llm(config: &Config) -> Vec<Check> {
+/// Whether the model answers (`GET /models` with the key) and a key is set.
+pub async fn llm(config: &Config) -> Vec<Check> {
     let mut checks = Vec::new();
     let key = config.secrets.llm_api_key.as_ref();
     if key.is_none() {

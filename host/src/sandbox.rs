@@ -8,6 +8,7 @@
 //! drain while the proxy and relay still serve them, then the tokens die, then the listener.
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +41,36 @@ pub enum SandboxError {
     Pool(PoolError),
 }
 
+/// The pool's defaults a daemon running as a compose service takes from its own container:
+/// pool name and network from the compose project (so two deployments on one engine never
+/// share a pool), and the skills folder's path on the Docker host from its `/skills` mount
+/// (subagent containers get it by that path). Settings the operator gave win; `None` when
+/// nothing changes (not in a container, or everything set).
+async fn in_compose(config: &Config, docker: &nexbot_docker::Docker) -> Option<Config> {
+    let own = nexbot_docker::find_own_container(docker, "nexbot.role=host", "/data").await?;
+    let mut derived = config.clone();
+    let defaults = crate::config::SubagentConfig::default();
+    if let Some(project) = own.compose_project() {
+        if config.subagent.pool_name == defaults.pool_name {
+            derived.subagent.pool_name = project.to_owned();
+        }
+        if config.subagent.network == defaults.network {
+            derived.subagent.network = format!("{project}-subagents");
+        }
+    }
+    if config.subagent.skills_dir.is_none() {
+        derived.subagent.skills_dir = own.mount_source("/skills").map(Path::to_path_buf);
+    }
+    tracing::info!(
+        project = own.compose_project().unwrap_or("-"),
+        pool = %derived.subagent.pool_name,
+        network = %derived.subagent.network,
+        skills = ?derived.subagent.skills_dir,
+        "running as a compose service: pool settings from the deployment"
+    );
+    Some(derived)
+}
+
 /// Per-task relay tokens issued and revoked since the start, for the metrics.
 #[derive(Debug, Default)]
 pub struct RelayCounters {
@@ -51,6 +82,9 @@ pub struct RelayCounters {
 /// the containers for the next start to reap.
 pub struct Sandbox {
     pool: Arc<Pool>,
+    /// The engine and the pool's network, removed at shutdown once the pool is gone.
+    docker: nexbot_docker::Docker,
+    network: String,
     egress: Egress,
     tokens: Arc<RelayAccess>,
     /// The pool as the listener's attribution: the listener holds it only weakly.
@@ -71,6 +105,8 @@ impl Sandbox {
     /// environment, then the listener's attribution bound to the pool.
     pub async fn start(config: &Config) -> Result<Self, SandboxError> {
         let docker = nexbot_docker::connect().await?;
+        let derived = in_compose(config, &docker).await;
+        let config = derived.as_ref().unwrap_or(config);
         let network = ensure_pool_network(&docker, &config.subagent.network)
             .await
             .map_err(SandboxError::Network)?;
@@ -85,6 +121,7 @@ impl Sandbox {
         .await?;
         let mut pool_config = pool_config(config);
         pool_config.env.extend(egress.container_env());
+        let engine = docker.clone();
         let pool = match Pool::start(docker, pool_config).await {
             Ok(pool) => Arc::new(pool),
             Err(e) => {
@@ -95,7 +132,8 @@ impl Sandbox {
         let attribution: Arc<dyn Attribution> = Arc::new(PoolAttribution(pool.clone()));
         late.bind(&attribution);
         let tokens = Arc::new(RelayAccess::new(config, &egress));
-        Ok(Self { pool, egress, tokens, _attribution: attribution })
+        let network = network.name.clone();
+        Ok(Self { pool, docker: engine, network, egress, tokens, _attribution: attribution })
     }
 
     /// What the delegation tool runs tasks on.
@@ -141,6 +179,12 @@ impl Sandbox {
         }
         self.egress.shutdown(EGRESS_GRACE).await;
         tracing::info!(%local, "egress listener stopped");
+        // The pool's containers are gone: its network goes too, so a stopped deployment leaves
+        // nothing behind (the engine refuses while anything is still attached).
+        match nexbot_docker::remove_network(&self.docker, &self.network).await {
+            Ok(()) => tracing::info!(network = %self.network, "pool network removed"),
+            Err(e) => tracing::debug!(network = %self.network, error = %e, "pool network kept"),
+        }
     }
 }
 

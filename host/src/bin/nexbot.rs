@@ -104,6 +104,7 @@ fn init(dir: &Path, force: bool) -> anyhow::Result<()> {
 fn init_logging(config: &Config, default_level: Option<&str>) {
     let filter = std::env::var("RUST_LOG")
         .ok()
+        .filter(|f| !f.is_empty())
         .or(default_level.map(str::to_owned))
         .unwrap_or_else(|| config.logging.level.clone());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
@@ -139,18 +140,22 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     if let Some(why) = app.delegation_off() {
         tracing::warn!("delegation to subagents is off: {why}");
     }
+    let mut degraded = Vec::new();
     let telegram = match nexbot_host::channels::telegram::attach(&mut app, &config) {
         Ok(telegram) => {
             tracing::info!(api = %config.telegram.api_url, "the Telegram channel is on");
             Some(telegram)
         }
         Err(why) => {
-            tracing::warn!("the Telegram channel is off: {why}; nobody can reach the bot");
+            tracing::warn!(
+                "degraded: the Telegram channel is off: {why}; nobody can reach the bot"
+            );
+            degraded.push(format!("the Telegram channel is off: {why}"));
             None
         }
     };
     let reloader = Arc::new(Reloader::new(path.to_owned(), config.clone(), telegram));
-    match control_api::attach(&mut app, &config, Some(reloader.clone())) {
+    match control_api::attach(&mut app, &config, Some(reloader.clone()), degraded) {
         Ok(socket) => {
             tracing::info!(socket = %socket.display(), "the control API is on (nexbot-ctl)")
         }

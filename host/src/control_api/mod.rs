@@ -50,6 +50,10 @@ pub(crate) struct Inner {
     pub data_dir: PathBuf,
     pub started: Instant,
     pub reloader: Option<Arc<Reloader>>,
+    /// Degraded from the start (e.g. the Telegram channel off), and what the model probe
+    /// last found wrong.
+    pub degraded: Vec<String>,
+    pub model_problem: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -225,6 +229,7 @@ pub fn attach(
     app: &mut App,
     config: &Config,
     reloader: Option<Arc<Reloader>>,
+    degraded: Vec<String>,
 ) -> Result<PathBuf, String> {
     let retention = config.storage.retention();
     let store = app.store().clone();
@@ -249,7 +254,12 @@ pub fn attach(
         data_dir: config.data_dir(),
         started: app.started(),
         reloader,
+        degraded,
+        model_problem: std::sync::Mutex::new(None),
     }));
+    let probed = state.clone();
+    let probe_config = config.clone();
+    app.spawn("model probe", Stage::Service, move |stop| probe_model(probed, probe_config, stop));
     let path = config.control_socket();
     let listener =
         bind_unix(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
@@ -284,6 +294,34 @@ pub fn attach(
         });
     }
     Ok(path)
+}
+
+/// Asks the model (`GET /models`) at start and every five minutes, so health can say
+/// "model unreachable" (and the log says it once when it changes).
+async fn probe_model(state: ControlState, config: Config, stop: CancellationToken) {
+    loop {
+        let checks = crate::doctor::llm(&config).await;
+        let problem = checks
+            .iter()
+            .filter(|c| c.status != crate::doctor::CheckStatus::Ok)
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect::<Vec<_>>();
+        let problem = (!problem.is_empty()).then(|| problem.join("; "));
+        {
+            let mut last = state.0.model_problem.lock().unwrap_or_else(|p| p.into_inner());
+            if *last != problem {
+                match &problem {
+                    Some(p) => tracing::warn!("degraded: the model: {p}"),
+                    None => tracing::info!("the model answers"),
+                }
+                *last = problem;
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(300)) => {}
+        }
+    }
 }
 
 /// Deletes old records a minute after the start, then daily.

@@ -85,6 +85,39 @@ pub fn task_outcomes(tasks: &nexbot_docker::TaskCounts) -> BTreeMap<String, u64>
         .unwrap_or_default()
 }
 
+pub async fn health(state: &ControlState) -> nexbot_control::Health {
+    let inner = &state.0;
+    let mut problems = Vec::new();
+    if let Err(e) = inner.store.size_bytes().await {
+        problems.push(format!("the database does not answer: {e}"));
+    }
+    if let Some(pool) = &inner.pool {
+        let snapshot = pool.snapshot();
+        let warm = snapshot
+            .iter()
+            .filter(|s| {
+                matches!(s.state, nexbot_docker::SlotState::Idle | nexbot_docker::SlotState::Busy)
+            })
+            .count();
+        if warm == 0 {
+            problems.push(format!("no subagent container is warm yet (0 of {})", snapshot.len()));
+        }
+    }
+    let mut degraded = inner.degraded.clone();
+    if let Some(why) = &inner.delegation_off {
+        degraded.push(format!("delegation to subagents is off: {why}"));
+    }
+    if let Some(problem) = inner.model_problem.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        degraded.push(format!("the model: {problem}"));
+    }
+    for (name, line) in inner.status.lines() {
+        if name == "telegram" && line.contains("STOPPED") {
+            degraded.push(format!("telegram: {line}"));
+        }
+    }
+    nexbot_control::Health { ready: problems.is_empty(), problems, degraded }
+}
+
 pub async fn status(state: &ControlState) -> Status {
     let inner = &state.0;
     let midnight = unix_now() - unix_now().rem_euclid(86_400);

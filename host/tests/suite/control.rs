@@ -63,6 +63,14 @@ async fn the_control_api_answers_on_a_private_socket_and_bad_requests_get_json_e
     assert!(status.channels.iter().any(|c| c.name == "telegram"), "{status:?}");
     assert_eq!(status.scheduler, "not built yet");
     assert!(status.database_bytes > 0);
+    // Ready (store open; no pool to warm), and it says what is degraded.
+    let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
+    assert!(health.ready, "{health:?}");
+    assert!(
+        health.degraded.iter().any(|d| d.contains("delegation to subagents is off")),
+        "{health:?}"
+    );
+    assert!(!health.degraded.iter().any(|d| d.contains("Telegram")), "{health:?}");
     // No pool: a clear error, not an empty list.
     let err = api.get::<SubagentList>(paths::SUBAGENTS).await.unwrap_err();
     assert!(matches!(err, ClientError::Daemon { status: 409, .. }), "{err}");

@@ -1,14 +1,16 @@
-//! The deployment for real: the repository's `compose.yaml` brought up with docker-compose
-//! (under a project, pool and network name of this test's own), against the real engine and
-//! the real images `make test` builds, with a scripted LLM on 127.0.0.1 that the host container
-//! reaches through host networking.
+//! The deployment for real, as its users run it: the repository's `compose.yaml` brought up
+//! with docker-compose under a project of this test's own, with nothing in the environment but
+//! the model and Telegram settings, against the real engine and the images `make test` builds;
+//! a scripted LLM on 127.0.0.1 and the Telegram fixture, which the host container reaches
+//! through host networking.
 //!
-//! What it proves: the host container starts from an empty data volume and warms the pool;
-//! the secrets it was given by name are where they were put and nowhere else (not in the
-//! image, not in any pool container, not in a log); the daemon inside the image reaches the
-//! LLM with the key, the Docker socket and the subagent image (`nexbot doctor`, `nexbot chat`);
-//! stopping the service makes the daemon itself remove the pool's containers; `down` leaves
-//! no container of the project or the pool, and no volume.
+//! What it proves: the host container becomes healthy (store open, pool warm) with its pool
+//! named after the project and the skills folder found by the daemon itself; an upgrade reads a
+//! database of today's schema left in the volume; secrets are where they were put and nowhere
+//! else; `doctor`, `chat` and `nexbot-ctl` work inside the image; a skill dropped into
+//! `./skills` reaches the pool; a Telegram message gets a delegated answer; a second project
+//! runs beside it without touching its pool; `restart` keeps the data; stopping removes the
+//! pool, its network and its firewall rules; `down -v` leaves no container and no volume.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,8 @@ const HOST_IMAGE: &str = "nexbot-host:dev";
 const SUBAGENT_IMAGE: &str = "nexbot-subagent:dev";
 const POOL_LABEL: &str = "nexbot.pool";
 const PROJECT_LABEL: &str = "com.docker.compose.project";
-const POOL_SIZE: usize = 2;
+/// The default pool size (compose passes none).
+const POOL_SIZE: usize = 4;
 /// The Telegram user who owns the bot in the compose test.
 const TELEGRAM_OWNER: i64 = 4242;
 
@@ -97,22 +100,42 @@ struct Deployment {
 const PROJECT_PREFIX: &str = "nxd-compose-";
 
 impl Deployment {
-    /// The deployment named `project`, with the environment compose.yaml needs (`extra` adds
-    /// the secrets and the LLM); pool and network are named after the project.
+    /// The deployment named `project`, with only `extra` in its environment (the model and
+    /// Telegram settings, as a user would set them): the daemon names its pool after the
+    /// project and its network `<project>-subagents`, and finds the skills folder itself.
     fn new(compose: Vec<String>, project: &str, extra: &[(&str, &str)]) -> Self {
-        let network = format!("{project}-net");
-        let skills = repo().join("skills");
-        let env: Vec<(String, String)> = [
-            ("NEXBOT_POOL_NAME", project),
-            ("NEXBOT_POOL_NETWORK", network.as_str()),
-            ("NEXBOT_POOL_SIZE", &POOL_SIZE.to_string()),
-            ("NEXBOT_SKILLS_DIR", skills.to_str().unwrap()),
-        ]
-        .iter()
-        .chain(extra)
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+        let env: Vec<(String, String)> =
+            extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let network = format!("{project}-subagents");
         Self { compose, project: project.to_owned(), pool: project.to_owned(), network, env }
+    }
+
+    /// Waits until compose's health check says healthy; the pool's running containers then.
+    async fn wait_healthy(&self, docker: &Docker) -> (String, Vec<String>) {
+        let ps = self.compose(&["ps", "-q", "host"]).await;
+        let host = text(&ps.stdout).trim().to_owned();
+        assert!(!host.is_empty(), "compose has no host container");
+        let pool_label = format!("{POOL_LABEL}={}", self.pool);
+        let ready = wait_for(Duration::from_secs(180), || async {
+            let state = inspect(docker, &host).await.state.unwrap_or_default();
+            assert_eq!(state.restarting, Some(false), "the host container restarts");
+            let health = state.health.and_then(|h| h.status).map(|s| s.to_string());
+            if health.as_deref() != Some("healthy") {
+                return None;
+            }
+            let pool = containers(docker, &pool_label, false).await;
+            (pool.len() == POOL_SIZE).then_some(pool)
+        })
+        .await;
+        let Some(pool) = ready else {
+            panic!(
+                "{} not healthy in 180 s: pool {:?}; host log:\n{}",
+                self.project,
+                containers(docker, &pool_label, true).await,
+                logs(docker, &host).await
+            );
+        };
+        (host, pool)
     }
 
     /// `compose -p <project> -f compose.yaml <args>` with this deployment's environment only:
@@ -289,6 +312,65 @@ async fn exec_nexbot(container: &str, env: &[&str], args: &[&str], stdin: &str) 
         .expect("docker exec output")
 }
 
+/// Removes a skill folder the test added to `./skills`, however the test ends.
+struct AddedSkill(PathBuf);
+
+impl Drop for AddedSkill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The named volume compose would create for `project`, made first and holding the database
+/// fixture of today's schema: what an upgrade finds in the volume.
+fn seed_volume(project: &str) {
+    let volume = format!("{project}_data");
+    let created = docker_cli(&[
+        "volume",
+        "create",
+        "--label",
+        &format!("com.docker.compose.project={project}"),
+        "--label",
+        "com.docker.compose.volume=data",
+        &volume,
+    ])
+    .output()
+    .expect("docker volume create");
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let fixtures = repo().join("tests/tests/fixtures");
+    let copied = docker_cli(&[
+        "run",
+        "--rm",
+        "--user",
+        "0",
+        "--network",
+        "none",
+        "-v",
+        &format!("{volume}:/data"),
+        "-v",
+        &format!("{}:/fixtures:ro", fixtures.display()),
+        "--entrypoint",
+        "/bin/cp",
+        SUBAGENT_IMAGE,
+        "/fixtures/nexbot-schema-4.db",
+        "/data/nexbot.db",
+    ])
+    .output()
+    .expect("docker run cp");
+    assert!(copied.status.success(), "seeding the volume: {}", text(&copied.stderr));
+}
+
+async fn ctl(host: &str, args: &[&str]) -> serde_json::Value {
+    let out = tokio::process::Command::new("docker")
+        .args(["exec", host, "nexbot-ctl", "--json"])
+        .args(args)
+        .output()
+        .await
+        .expect("docker exec nexbot-ctl");
+    assert!(out.status.success(), "nexbot-ctl {args:?} in the image: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("nexbot-ctl --json")
+}
+
 #[tokio::test]
 async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     let test = "compose_up";
@@ -327,45 +409,25 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     let planted_key = format!("sk-nxd-planted-llm-key-{run}");
     let planted_master = format!("nxd-planted-master-key-{run}");
     let skills = repo().join("skills");
-    let deployment = Deployment::new(
-        compose,
-        &project,
-        &[
-            ("NEXBOT_LLM_API_KEY", planted_key.as_str()),
-            ("NEXBOT_MASTER_KEY", planted_master.as_str()),
-            ("NEXBOT_LLM_BASE_URL", &llm.base_url()),
-            ("NEXBOT_LLM_MODEL", "scripted"),
-            ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
-            ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
-            ("NEXBOT_TELEGRAM__OWNER", &TELEGRAM_OWNER.to_string()),
-        ],
-    );
+    // Only what a user sets: the model and Telegram (no pool, network or skills variable).
+    let owner = TELEGRAM_OWNER.to_string();
+    let base_url = llm.base_url();
+    let user_env = [
+        ("NEXBOT_LLM_API_KEY", planted_key.as_str()),
+        ("NEXBOT_MASTER_KEY", planted_master.as_str()),
+        ("NEXBOT_LLM_BASE_URL", base_url.as_str()),
+        ("NEXBOT_LLM_MODEL", "scripted"),
+        ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+        ("NEXBOT_TELEGRAM_API_URL", tg.api_url()),
+        ("NEXBOT_TELEGRAM_OWNER", owner.as_str()),
+    ];
+    let deployment = Deployment::new(compose.clone(), &project, &user_env);
+    // An upgrade: the volume already holds a database of today's schema.
+    seed_volume(&project);
 
     deployment.compose(&["up", "-d", "--no-build"]).await;
-    let ps = deployment.compose(&["ps", "-q", "host"]).await;
-    let host = text(&ps.stdout).trim().to_owned();
-    assert!(!host.is_empty(), "compose has no host container");
-
-    // Ready: the daemon says so, and the pool's containers run.
+    let (host, pool) = deployment.wait_healthy(&docker).await;
     let pool_label = format!("{POOL_LABEL}={project}");
-    let ready = wait_for(Duration::from_secs(90), || async {
-        let state = inspect(&docker, &host).await.state.unwrap_or_default();
-        assert_eq!(state.restarting, Some(false), "the host container restarts");
-        if state.running != Some(true) {
-            return None;
-        }
-        let serving = logs(&docker, &host).await.contains("nexbot is serving");
-        let pool = containers(&docker, &pool_label, false).await;
-        (serving && pool.len() == POOL_SIZE).then_some(pool)
-    })
-    .await;
-    let Some(pool) = ready else {
-        panic!(
-            "not ready in 90 s: pool {:?}; host log:\n{}",
-            containers(&docker, &pool_label, true).await,
-            logs(&docker, &host).await
-        );
-    };
 
     // How the host container runs.
     let host_inspect = inspect(&docker, &host).await;
@@ -389,7 +451,7 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     assert_eq!(mount("/data").name.as_deref(), Some(format!("{project}_data").as_str()));
     assert_eq!(mount("/var/run/docker.sock").source.as_deref(), Some("/var/run/docker.sock"));
 
-    // Secrets: exactly where the test put them (by name, in the host's env), nowhere else.
+    // Secrets: exactly where the test put them (in the host's env), nowhere else.
     let env = config.env.clone().unwrap_or_default();
     let holding = |value: &str| -> Vec<String> {
         env.iter().filter(|e| e.contains(value)).cloned().collect()
@@ -407,8 +469,8 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     }
     let compose_file = std::fs::read_to_string(repo().join("compose.yaml")).unwrap();
     for name in ["NEXBOT_LLM_API_KEY", "NEXBOT_TELEGRAM_TOKEN", "NEXBOT_MASTER_KEY"] {
-        assert!(compose_file.contains(&format!("- {name}\n")), "{name} not passed by name");
-        assert!(!compose_file.contains(&format!("{name}=")), "compose.yaml sets {name}");
+        // Named, its value taken from the shell or `.env`, never written in the file.
+        assert!(compose_file.contains(&format!("- {name}=${{{name}:-}}\n")), "{name} not passed");
     }
     for id in &pool {
         let inspected = serde_json::to_string(&inspect(&docker, id).await).unwrap();
@@ -417,7 +479,7 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             assert!(!inspected.contains(planted.as_str()), "a secret in pool container {id}");
             assert!(!log.contains(planted.as_str()), "a secret in the log of {id}");
         }
-        // The bundled skills reach every subagent, read-only, through the daemon's config.
+        // The bundled skills reach every subagent, read-only, by the path the daemon found.
         let (code, listing) = nexbot_tests::exec_in(
             &docker,
             id,
@@ -432,6 +494,24 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         assert_eq!(code, 0, "skills not mounted read-only in pool container {id}: {listing}");
         assert!(listing.contains("name: web-research"), "{listing}");
     }
+    // A skill dropped into ./skills is visible in a pool container at once.
+    let skill_name = format!("zz-compose-test-{run}");
+    let added = AddedSkill(skills.join(&skill_name));
+    std::fs::create_dir_all(&added.0).unwrap();
+    std::fs::write(
+        added.0.join("SKILL.md"),
+        format!("---\nname: {skill_name}\ndescription: added by the compose test\n---\nHello.\n"),
+    )
+    .unwrap();
+    let (code, seen) = nexbot_tests::exec_in(
+        &docker,
+        &pool[0],
+        &["/bin/cat", &format!("/workspace/skills/{skill_name}/SKILL.md")],
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(code, 0, "the added skill is not visible: {seen}");
+    drop(added);
 
     // The daemon in the image reaches the LLM (with the key), Docker and the subagent image.
     let doctor = exec_nexbot(&host, &[], &["doctor"], "").await;
@@ -439,21 +519,18 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     assert!(doctor.status.success(), "doctor failed:\n{report}{}", text(&doctor.stderr));
     assert!(report.contains("[ok]   llm:"), "{report}");
     assert!(report.contains("[ok]   subagent image: nexbot-subagent:dev"), "{report}");
-    let chat =
-        exec_nexbot(&host, &["NEXBOT_SUBAGENT__ENABLED=false"], &["chat"], "hello from compose\n")
-            .await;
-    assert!(chat.status.success(), "chat failed: {}", text(&chat.stderr));
-    assert!(text(&chat.stdout).contains("compose says hello"), "{}", text(&chat.stdout));
-    let asked = llm
-        .chat_requests()
-        .into_iter()
-        .find(|r| r.to_text().contains("hello from compose"))
-        .expect("the chat reached the scripted LLM");
-    assert_eq!(asked.header("authorization"), Some(format!("Bearer {planted_key}").as_str()));
-    let host_log = logs(&docker, &host).await;
-    for planted in [&planted_key, &planted_master] {
-        assert!(!host_log.contains(planted.as_str()), "a secret in the host's log");
-    }
+    let health = ctl(&host, &["health"]).await;
+    assert_eq!(health["ready"], true, "{health}");
+
+    // The upgrade: the fixture's records are read by the new image.
+    let tasks = ctl(&host, &["tasks"]).await;
+    assert!(tasks.to_string().contains("fixture-task-0001"), "{tasks}");
+    let messages = ctl(&host, &["messages"]).await;
+    assert!(messages.to_string().contains("FIXTURE-LEDGER"), "{messages}");
+
+    // The operator's client in the image reaches the daemon through its socket in /data.
+    let listed = ctl(&host, &["subagents", "ps"]).await;
+    assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(POOL_SIZE), "{listed}");
 
     // A Telegram message to the bot in the stack gets a delegated answer.
     tg.user_says(TELEGRAM_OWNER, TELEGRAM_OWNER, "delegate via telegram").await;
@@ -465,20 +542,53 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         )
         .await;
     assert!(answered.iter().any(|m| m.raw.contains("Working on")), "{answered:#?}");
+    let chat =
+        exec_nexbot(&host, &["NEXBOT_SUBAGENT__ENABLED=false"], &["chat"], "hello from compose\n")
+            .await;
+    assert!(chat.status.success(), "chat failed: {}", text(&chat.stderr));
+    assert!(text(&chat.stdout).contains("compose says hello"), "{}", text(&chat.stdout));
+    let asked = llm
+        .chat_requests()
+        .into_iter()
+        .find(|r| r.to_text().contains("hello from compose"))
+        .expect("the chat reached the scripted LLM");
+    assert_eq!(asked.header("authorization"), Some(format!("Bearer {planted_key}").as_str()));
+
+    // A second deployment on the same engine: its own pool and network; the first is untouched.
+    let other_project = format!("{project}-b");
+    let other = Deployment::new(compose.clone(), &other_project, &user_env[..4]);
+    other.compose(&["up", "-d", "--no-build"]).await;
+    let (_, other_pool) = other.wait_healthy(&docker).await;
+    assert!(other_pool.iter().all(|id| !pool.contains(id)));
+    other.compose(&["down", "-v"]).await;
+    let mut still: Vec<String> = containers(&docker, &pool_label, false).await;
+    let mut before = pool.clone();
+    still.sort();
+    before.sort();
+    assert_eq!(still, before, "the other deployment touched this one's pool");
+    assert!(
+        docker.inspect_network(&other.network, None).await.is_err(),
+        "the other's network stays"
+    );
+    drop(other);
+
+    // `restart` keeps the data: the Telegram message and the fixture's records are still there.
+    deployment.compose(&["restart", "host"]).await;
+    let (host, _) = deployment.wait_healthy(&docker).await;
+    let messages = ctl(&host, &["messages"]).await.to_string();
+    assert!(
+        messages.contains("FIXTURE-LEDGER") && messages.contains("delegate via telegram"),
+        "{messages}"
+    );
     let host_log = logs(&docker, &host).await;
+    for planted in [&planted_key, &planted_master] {
+        assert!(!host_log.contains(planted.as_str()), "a secret in the host's log");
+    }
     assert!(!host_log.contains(tg.token()), "the Telegram token is in the host's log");
 
-    // The operator's client in the image reaches the daemon through its socket in /data.
-    let ps = tokio::process::Command::new("docker")
-        .args(["exec", &host, "nexbot-ctl", "--json", "subagents", "ps"])
-        .output()
-        .await
-        .expect("docker exec nexbot-ctl");
-    assert!(ps.status.success(), "nexbot-ctl in the image: {}", text(&ps.stderr));
-    let listed: serde_json::Value = serde_json::from_slice(&ps.stdout).expect("ps --json");
-    assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(POOL_SIZE), "{listed}");
-
     // Stopping the service: the daemon's own shutdown removes the pool's containers.
+    let network = docker.inspect_network(&deployment.network, None).await.expect("pool network");
+    let bridge = format!("br-{}", &network.id.unwrap()[..12]);
     deployment.compose(&["stop", "host"]).await;
     let stopped_log = logs(&docker, &host).await;
     assert!(stopped_log.contains("nexbot: stopped"), "no clean shutdown:\n{stopped_log}");
@@ -496,10 +606,8 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         docker.inspect_volume(&format!("{project}_data")).await.is_err(),
         "the data volume remains after down -v"
     );
-    // The pool network is the daemon's, not compose's: it outlives `down` (`make down` removes
-    // it), but no firewall rule of the daemon on its bridge may.
-    let network = docker.inspect_network(&deployment.network, None).await.expect("pool network");
-    let bridge = format!("br-{}", &network.id.unwrap()[..12]);
+    // The daemon removed its network when it stopped, and no firewall rule of it remains.
+    assert!(docker.inspect_network(&deployment.network, None).await.is_err(), "network remains");
     match std::process::Command::new("iptables").args(["-w", "5", "-S", "INPUT"]).output() {
         Ok(out) if out.status.success() => {
             let rules = text(&out.stdout);
