@@ -134,6 +134,12 @@ pub fn router(state: ControlState) -> Router {
             }),
         )
         .route(
+            paths::HEALTH,
+            get(|State(s): State<ControlState>| async move {
+                Ok::<_, ApiError>(Json(ops::health(&s).await))
+            }),
+        )
+        .route(
             paths::SUBAGENTS,
             get(|State(s): State<ControlState>| async move { ops::subagents(&s).map(Json) }),
         )

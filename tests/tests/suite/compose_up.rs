@@ -495,14 +495,27 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         assert!(listing.contains("name: web-research"), "{listing}");
     }
     // A skill dropped into ./skills is visible in a pool container at once.
+    // Well formed (the bundled-skills test may list it meanwhile), and moved in whole.
     let skill_name = format!("zz-compose-test-{run}");
-    let added = AddedSkill(skills.join(&skill_name));
-    std::fs::create_dir_all(&added.0).unwrap();
+    let staged = std::env::temp_dir().join(&skill_name);
+    std::fs::create_dir_all(&staged).unwrap();
+    let body = "This skill exists only while the compose test runs. ".repeat(12);
     std::fs::write(
-        added.0.join("SKILL.md"),
-        format!("---\nname: {skill_name}\ndescription: added by the compose test\n---\nHello.\n"),
+        staged.join("SKILL.md"),
+        format!(
+            "---\nname: {skill_name}\ndescription: added by the compose test\ntools: [web_fetch]\n---\n{body}\n"
+        ),
     )
     .unwrap();
+    let added = AddedSkill(skills.join(&skill_name));
+    if std::fs::rename(&staged, &added.0).is_err() {
+        // Another filesystem: copy, then the folder appears in one rename within skills/.
+        let near = skills.join(format!(".{skill_name}"));
+        std::fs::create_dir_all(&near).unwrap();
+        std::fs::copy(staged.join("SKILL.md"), near.join("SKILL.md")).unwrap();
+        std::fs::rename(&near, &added.0).unwrap();
+        let _ = std::fs::remove_dir_all(&staged);
+    }
     let (code, seen) = nexbot_tests::exec_in(
         &docker,
         &pool[0],
