@@ -27,10 +27,15 @@ const CHATS: i64 = 20;
 const PER_CHAT: usize = 10;
 
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `kB` field of `/proc/<pid>/status`.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
@@ -120,7 +125,13 @@ async fn main() {
     // Idle, with the channel polling, the control API listening and the pool warm.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle_rss = rss_kib(pid) as f64 * 1024.0 / 1e6;
-    println!("  host RSS idle (Telegram polling, control API, pool of 4): {idle_rss:.2} MB");
+    let (anon, file) = (status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:"));
+    println!(
+        "  host RSS idle (Telegram polling, control API, pool of 4): {idle_rss:.2} MB \
+         ({:.2} MB private, {:.2} MB file-backed)",
+        anon as f64 * 1024.0 / 1e6,
+        file as f64 * 1024.0 / 1e6
+    );
 
     // The measurement's floor: inject a message and see a recorded call, no bot involved.
     let mut floor = Vec::new();

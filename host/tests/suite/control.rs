@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::{base_env, Leftovers, Serving, TempWorkspace};
+use common::{base_env, echo, is_main, tool_results, Leftovers, Serving, TempWorkspace};
 use nexbot_control::{
     paths, BackupReport, Client, ClientError, Done, MessageList, ReloadReport, Status,
     SubagentList, TaskDetail, TaskList,
@@ -20,10 +20,6 @@ use serde_json::{json, Value};
 const OWNER: i64 = 6001;
 const LATECOMER: i64 = 6002;
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn echo(body: &Value) -> Step {
-    Step::text(&format!("echo: {}", last_user(body)))
-}
 
 fn telegram_env(env: &mut Vec<(String, String)>, tg: &TelegramFixture) {
     env.extend(
@@ -218,16 +214,6 @@ async fn docker_ps(label: &str) -> Vec<String> {
         String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect();
     ids.sort();
     ids
-}
-
-fn is_main(body: &Value) -> bool {
-    body["tools"]
-        .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
-}
-
-fn tool_results(body: &Value) -> usize {
-    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptionsBuilder;
-use common::{base_env, chat, text, ChatSession, Leftovers, TempWorkspace};
+use common::{base_env, chat, is_main, text, ChatSession, Leftovers, TempWorkspace};
 use egress_support::docker::host_address_off_network;
 use egress_support::{http_server_at, read_audit, wait_audit};
 use futures_util::FutureExt as _;
@@ -44,13 +44,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// A metadata-service URL the subagent's own screen lets through (it knows only the usual
 /// spellings), so the proxy is what must refuse it: 169.254.169.254, IPv4-mapped.
 const METADATA_URL: &str = "http://[::ffff:169.254.169.254]/latest/meta-data/";
-
-/// Main-agent requests offer the delegation tool; subagent requests do not.
-fn is_main(body: &Value) -> bool {
-    body["tools"]
-        .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
-}
 
 fn contents<'a>(messages: &'a [Value], role: &str) -> Vec<&'a str> {
     messages.iter().filter(|m| m["role"] == role).filter_map(|m| m["content"].as_str()).collect()

@@ -8,7 +8,7 @@ use crate::egress_support;
 
 use std::time::Duration;
 
-use common::{base_env, Leftovers, Serving, TempWorkspace};
+use common::{base_env, echo, is_main, tool_results, Leftovers, Serving, TempWorkspace};
 use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
 use nexbot_tests::telegram::{
     BotMessage, ChatType, Fault, MessageKind, TelegramFixture, UserMessage,
@@ -42,11 +42,6 @@ fn telegram_env(llm: &ScriptedLlm, tg: &TelegramFixture) -> Vec<(String, String)
 
 fn system_prompt(body: &Value) -> String {
     body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
-}
-
-/// Echoes the user's words, so each answer names its message.
-fn echo(body: &Value) -> Step {
-    Step::text(&format!("echo: {}", last_user(body)))
 }
 
 async fn start(ws: &TempWorkspace, env: &[(String, String)]) -> Serving {
@@ -337,16 +332,6 @@ async fn an_invalid_token_stops_the_channel_and_the_daemon_serves_on() {
 }
 
 // --- delegation through the real pool ---------------------------------------------------
-
-fn is_main(body: &Value) -> bool {
-    body["tools"]
-        .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
-}
-
-fn tool_results(body: &Value) -> usize {
-    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
-}
 
 /// Task record rows: (status, container).
 fn task_records(ws: &TempWorkspace) -> Vec<(String, Option<String>)> {

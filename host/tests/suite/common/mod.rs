@@ -282,3 +282,21 @@ impl Drop for Leftovers {
         docker(&["network", "rm", &self.network]);
     }
 }
+
+/// Main-agent requests offer the delegation tool; subagent requests do not.
+pub fn is_main(body: &serde_json::Value) -> bool {
+    body["tools"]
+        .as_array()
+        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
+}
+
+/// How many tool results the request's conversation holds (which step of a script this is).
+pub fn tool_results(body: &serde_json::Value) -> usize {
+    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
+}
+
+/// Echoes the user's words, so each answer names its message.
+pub fn echo(body: &serde_json::Value) -> nexbot_tests::scripted_llm::Step {
+    let text = nexbot_tests::scripted_llm::last_user(body);
+    nexbot_tests::scripted_llm::Step::text(&format!("echo: {text}"))
+}
