@@ -635,3 +635,43 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     }
     drop(deployment);
 }
+
+/// Settings come from a `.env` file beside the compose file as well as from the shell, and a
+/// compose command needs no variable at all (`config` resolves the file as `up` would).
+#[tokio::test]
+async fn compose_reads_settings_from_a_dot_env_file_and_needs_no_variable() {
+    let test = "compose_dot_env";
+    let Some(compose) = compose_program() else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{test}: docker-compose is required under CI=true");
+        }
+        eprintln!("\n!!! SKIPPED {test}: neither docker-compose nor `docker compose` works !!!\n");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("nxd-dotenv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(repo().join("compose.yaml"), dir.join("compose.yaml")).unwrap();
+    let config = |env_file: Option<&str>| {
+        match env_file {
+            Some(text) => std::fs::write(dir.join(".env"), text).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(dir.join(".env"));
+            }
+        }
+        let mut cmd = std::process::Command::new(&compose[0]);
+        cmd.args(&compose[1..]).args(["-p", "nxd-dotenv", "config"]).current_dir(&dir);
+        cmd.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        let out = cmd.output().expect("compose config");
+        assert!(out.status.success(), "compose config failed: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    // An empty environment works, and leaves every setting empty (= unset for the daemon).
+    let bare = config(None);
+    assert!(bare.contains("NEXBOT_LLM__MODEL: ''"), "{bare}");
+    assert!(bare.contains(&format!("{}:/skills:ro", dir.join("skills").display())), "{bare}");
+    let from_file = config(Some("NEXBOT_LLM_MODEL=from-dotenv\nNEXBOT_TELEGRAM_OWNER=777\n"));
+    assert!(from_file.contains("NEXBOT_LLM__MODEL: from-dotenv"), "{from_file}");
+    assert!(from_file.contains("NEXBOT_TELEGRAM__OWNER: '777'"), "{from_file}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
