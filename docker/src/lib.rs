@@ -49,5 +49,5 @@ pub use own::{find_own_container, mount_root, OwnContainer};
 pub use owner::Owner;
 pub use pool::{PingResult, Pool, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use restart::RestartReason;
-pub use slot::{ContainerSnapshot, SlotState};
+pub use slot::{count_by_state, ContainerSnapshot, SlotState};
 pub use stats::{PoolStats, SlotBackoff, TaskCounts};

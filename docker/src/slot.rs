@@ -31,6 +31,31 @@ pub enum SlotState {
     Draining,
 }
 
+impl SlotState {
+    /// The state's name, as `ps`, `/status` and the metrics show it (and serde writes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Idle => "idle",
+            Self::Busy => "busy",
+            Self::Unhealthy => "unhealthy",
+            Self::Restarting => "restarting",
+            Self::Draining => "draining",
+        }
+    }
+}
+
+/// How many slots of `snapshot` are in each state, by [`SlotState::as_str`].
+pub fn count_by_state(
+    snapshot: &[ContainerSnapshot],
+) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut states = std::collections::BTreeMap::new();
+    for slot in snapshot {
+        *states.entry(slot.state.as_str()).or_default() += 1;
+    }
+    states
+}
+
 /// One line of `nexbot-ctl subagents ps`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ContainerSnapshot {
@@ -186,6 +211,18 @@ impl Slot {
             memory_bytes: inner.memory,
             ip: member.and_then(|m| m.ip),
             last_error: inner.last_error.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlotState::*;
+
+    #[test]
+    fn state_names_are_the_serde_names() {
+        for state in [Starting, Idle, Busy, Unhealthy, Restarting, Draining] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
         }
     }
 }

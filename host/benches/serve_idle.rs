@@ -7,7 +7,9 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nexbot_tests::bench::{containers_labelled, record, DockerCleanup, Figure, Target};
+use nexbot_tests::bench::{
+    containers_labelled, proc_status_kib, record, DockerCleanup, Figure, Target,
+};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use tokio::io::AsyncBufReadExt;
 
@@ -30,13 +32,7 @@ struct Memory {
 }
 
 fn memory(pid: u32) -> Option<Memory> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> Option<u64> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-    };
+    let field = |name: &str| proc_status_kib(pid, name);
     Some(Memory {
         rss: field("VmRSS:")?,
         anon: field("RssAnon:")?,

@@ -13,7 +13,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nexbot_tests::bench::{record, DockerCleanup, Figure, Stats, Target};
+use nexbot_tests::bench::{proc_status_kib, record, DockerCleanup, Figure, Stats, Target};
 use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
 use nexbot_tests::telegram::TelegramFixture;
 use tokio::io::AsyncBufReadExt;
@@ -30,14 +30,8 @@ fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
 }
 
-/// A `kB` field of `/proc/<pid>/status`.
 fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    proc_status_kib(pid, field).unwrap_or(0)
 }
 
 /// Waits until the fixture has recorded more than `seen` `sendMessage` calls.

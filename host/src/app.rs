@@ -253,11 +253,8 @@ impl App {
 
 /// The pool in one line: containers by state, and the tasks running.
 fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot]) -> String {
-    let mut states: std::collections::BTreeMap<String, usize> = Default::default();
-    for slot in snapshot {
-        *states.entry(format!("{:?}", slot.state).to_lowercase()).or_default() += 1;
-    }
-    let states: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let states: Vec<String> =
+        nexbot_docker::count_by_state(snapshot).iter().map(|(s, n)| format!("{n} {s}")).collect();
     let running: Vec<String> = snapshot
         .iter()
         .filter_map(|s| {

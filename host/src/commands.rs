@@ -97,6 +97,11 @@ impl CommandRegistry {
         self.commands.iter().map(|c| (c.name(), c.summary())).collect()
     }
 
+    /// One `/name — summary` line per command, as `/help` and `/start` show them.
+    pub fn lines(&self) -> Vec<String> {
+        self.list().iter().map(|(name, summary)| format!("/{name} — {summary}")).collect()
+    }
+
     /// The command `text` invokes, if it has command syntax.
     pub fn parse<'t>(&self, text: &'t str) -> Option<Parsed<'t>> {
         let text = text.trim();
@@ -134,12 +139,7 @@ impl ChatCommand for Start {
         "say hello and show what I can do"
     }
     fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
-        let commands: Vec<String> = ctx
-            .commands
-            .list()
-            .iter()
-            .map(|(name, summary)| format!("/{name} — {summary}"))
-            .collect();
+        let commands = ctx.commands.lines();
         Box::pin(async move {
             format!(
                 "Hi! I am Nexbot, your personal agent. Write to me as to a person: I can \
@@ -161,12 +161,7 @@ impl ChatCommand for Help {
         "list the commands"
     }
     fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
-        let lines: Vec<String> = ctx
-            .commands
-            .list()
-            .iter()
-            .map(|(name, summary)| format!("/{name} — {summary}"))
-            .collect();
+        let lines = ctx.commands.lines();
         Box::pin(async move { lines.join("\n") })
     }
 }

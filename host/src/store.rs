@@ -120,6 +120,14 @@ pub struct Retention {
 const TASK_COLUMNS: &str = "id, chat_id, session_id, task, container, status, started_at, \
     duration_ms, prompt_tokens, completion_tokens, error, egress";
 
+/// Token usage from a row of two sums (prompt, completion).
+fn usage_sums(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenUsage> {
+    Ok(TokenUsage {
+        prompt_tokens: r.get::<_, i64>(0)? as u64,
+        completion_tokens: r.get::<_, i64>(1)? as u64,
+    })
+}
+
 fn task_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
     Ok(TaskRecord {
         id: r.get(0)?,
@@ -379,12 +387,7 @@ impl Store {
                 "SELECT COALESCE(SUM(h.prompt_tokens), 0), COALESCE(SUM(h.completion_tokens), 0)
                  FROM history h JOIN sessions s ON s.id = h.session_id WHERE s.chat_id = ?1",
                 [&chat],
-                |r| {
-                    Ok(TokenUsage {
-                        prompt_tokens: r.get::<_, i64>(0)? as u64,
-                        completion_tokens: r.get::<_, i64>(1)? as u64,
-                    })
-                },
+                usage_sums,
             )
         })
         .await
@@ -711,12 +714,7 @@ impl Store {
                 "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0)
                  FROM history WHERE created_at >= ?1",
                 [since],
-                |r| {
-                    Ok(TokenUsage {
-                        prompt_tokens: r.get::<_, i64>(0)? as u64,
-                        completion_tokens: r.get::<_, i64>(1)? as u64,
-                    })
-                },
+                usage_sums,
             )
         })
         .await

@@ -273,12 +273,13 @@ impl Inner {
                 // Its value was never kept, so it cannot be handled again.
                 let notice = "Your /secret message was interrupted by a restart and its value \
                               was not kept: please send it again.";
-                let sent = self.deliver(chat_id, notice, None).await;
+                if let Err(e) = self.deliver(chat_id, notice, None).await {
+                    tracing::warn!(chat_id, error = %e, "cannot ask for an interrupted /secret again");
+                }
                 let settlement = Settlement::Failed {
                     error: "interrupted by a restart; the value is not kept".into(),
                 };
                 self.settle(update.update_id, settlement).await;
-                drop(sent);
                 continue;
             }
             let group = chat_id < 0;

@@ -88,6 +88,15 @@ impl Target {
     }
 }
 
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS:`, `RssAnon:`, …), in KiB.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
 /// One row of the summary table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Figure {

@@ -14,7 +14,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::ops::state_name;
 use super::ControlState;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -80,12 +79,10 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             "Containers the pool keeps warm (configured)",
             pool.config().size as i64,
         );
-        let mut by_state = std::collections::BTreeMap::new();
-        for slot in &snapshot {
-            *by_state.entry(state_name(slot.state)).or_insert(0i64) += 1;
-        }
-        let rows: Vec<(Labels, i64)> =
-            by_state.iter().map(|(s, n)| (labels(&[("state", s)]), *n)).collect();
+        let rows: Vec<(Labels, i64)> = nexbot_docker::count_by_state(&snapshot)
+            .iter()
+            .map(|(s, n)| (labels(&[("state", s)]), *n as i64))
+            .collect();
         gauge_family(&mut registry, "pool_containers", "Pool containers by state", &rows);
         let pings = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         for slot in &snapshot {

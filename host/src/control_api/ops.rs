@@ -36,15 +36,11 @@ fn pool_error(e: PoolError) -> ApiError {
     }
 }
 
-pub fn state_name(state: nexbot_docker::SlotState) -> String {
-    format!("{state:?}").to_lowercase()
-}
-
 pub fn subagent(s: &ContainerSnapshot) -> Subagent {
     Subagent {
         id: s.id.clone(),
         container: s.container.clone(),
-        state: state_name(s.state),
+        state: s.state.as_str().to_owned(),
         uptime_secs: s.uptime_secs,
         tasks_served: s.tasks_served,
         current_task: s.current_task.clone(),
@@ -61,10 +57,10 @@ pub fn subagent(s: &ContainerSnapshot) -> Subagent {
 pub fn pool_summary(pool: &Pool) -> PoolSummary {
     let snapshot = pool.snapshot();
     let stats = pool.stats();
-    let mut states = BTreeMap::new();
-    for slot in &snapshot {
-        *states.entry(state_name(slot.state)).or_insert(0) += 1;
-    }
+    let states = nexbot_docker::count_by_state(&snapshot)
+        .into_iter()
+        .map(|(state, n)| (state.to_owned(), n))
+        .collect();
     PoolSummary {
         name: pool.config().name.clone(),
         size: pool.config().size,

@@ -1,13 +1,12 @@
 //! The `nexbot` command line: `init`, precise config errors, `doctor`, and `serve` shutting
 //! down cleanly on SIGTERM.
 
-use crate::{common, egress_support};
+use crate::common;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{base_env, nexbot, text, TempWorkspace, NEXBOT};
-use egress_support::docker::NETWORK;
+use common::{base_env, nexbot, text, Leftovers, TempWorkspace, NEXBOT};
 use nexbot_tests::scripted_llm::ScriptedLlm;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -154,33 +153,7 @@ async fn serve_runs_until_sigterm_and_exits_cleanly() {
     assert!(rest.contains("stopped"), "{rest}");
 }
 
-/// Removes the test's pool's containers (and its own network, unless it is the binary's
-/// shared one) however the test ended.
-struct NetworkLeftover {
-    network: String,
-    pool: String,
-}
-
-impl Drop for NetworkLeftover {
-    fn drop(&mut self) {
-        let docker = |args: &[&str]| {
-            std::process::Command::new("docker")
-                .args(args)
-                .output()
-                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-                .unwrap_or_default()
-        };
-        let filter = format!("label=nexbot.pool={}", self.pool);
-        for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
-            docker(&["rm", "-f", id]);
-        }
-        if self.network != NETWORK {
-            docker(&["network", "rm", &self.network]);
-        }
-    }
-}
-
-fn delegation_env(llm: &ScriptedLlm, leftover: &NetworkLeftover) -> Vec<(String, String)> {
+fn delegation_env(llm: &ScriptedLlm, leftover: &Leftovers) -> Vec<(String, String)> {
     let mut env = base_env(&llm.base_url());
     env.extend(
         [
@@ -199,11 +172,7 @@ async fn doctor_checks_the_egress_listener_and_firewall_prerequisites() {
     let Some(docker) = nexbot_tests::docker_or_skip("doctor_egress").await else { return };
     let ws = TempWorkspace::init("nxw-doctor");
     let llm = ScriptedLlm::start(vec![]).await;
-    let id = std::process::id();
-    let leftover = NetworkLeftover {
-        network: format!("nxw-net-doctor-{id}"),
-        pool: format!("nxw-doctor-{id}"),
-    };
+    let leftover = Leftovers::new("doctor");
     let run = |extra: &[(&str, &str)]| {
         let mut env = delegation_env(&llm, &leftover);
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -276,12 +245,10 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
     }
     let ws = TempWorkspace::init("nxw-serve");
     let llm = ScriptedLlm::start(vec![]).await;
-    let id = std::process::id();
     // A network of its own: a pool network belongs to one daemon, and this one is a separate
     // process. Other listeners never share the bridge, yet only this listener's own rule is
     // checked, as before.
-    let leftover =
-        NetworkLeftover { network: format!("nxw-serve-{id}"), pool: format!("nxw-serve-{id}") };
+    let leftover = Leftovers::new("serve");
     let mut env = delegation_env(&llm, &leftover);
     env.push(("NEXBOT_EGRESS__PORT".into(), "0".into()));
     let mut child = nexbot(&["serve"], &ws.config(), &env).stderr(Stdio::piped()).spawn().unwrap();
