@@ -1,0 +1,171 @@
+//! Fitting a conversation into a model's context window, without a tokenizer.
+//!
+//! Sizes are estimated as bytes ÷ 3 ([`estimate_tokens`]): no tokenizer in common use packs
+//! fewer than 3 bytes of English, code or JSON into a token on average, and languages in
+//! other scripts take more bytes per character, so the estimate errs on the large side —
+//! which is the safe side for both fitting and budgets.
+
+use crate::wire::ChatMessage;
+
+/// The token estimate of `bytes` bytes.
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(3)
+}
+
+/// Per-message framing the wire adds (role, separators), in tokens.
+const MESSAGE_OVERHEAD: u64 = 4;
+
+/// The bytes a message contributes: content, tool calls' names and arguments.
+pub fn message_bytes(message: &ChatMessage) -> usize {
+    message.content_str().len()
+        + message
+            .tool_calls
+            .iter()
+            .map(|c| c.id.len() + c.function.name.len() + c.function.arguments.len())
+            .sum::<usize>()
+}
+
+pub fn message_tokens(message: &ChatMessage) -> u64 {
+    estimate_tokens(message_bytes(message)) + MESSAGE_OVERHEAD
+}
+
+/// Cuts `text` to at most `max_bytes` bytes (at a character boundary) and appends a note
+/// saying how much was left out. Unchanged when it fits.
+pub fn cut_text(text: &str, max_bytes: usize, what: &str) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    let mut end = max_bytes;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n[{what} cut: {} of {} bytes shown]", &text[..end], end, text.len())
+}
+
+/// What [`fit`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Fitted {
+    /// Messages dropped from the oldest end.
+    pub dropped: usize,
+    /// Messages whose content was cut.
+    pub cut: usize,
+    /// The estimate after fitting.
+    pub tokens: u64,
+}
+
+/// Fits `messages` into `budget` tokens (estimated). Keeps the leading system messages and the
+/// last message; first cuts tool results and other long contents down to a quarter of the
+/// budget each (with a note), then drops the oldest messages in between — an assistant
+/// message with tool calls goes together with its tool results, so no result is orphaned. As
+/// a last resort the kept messages themselves are cut.
+pub fn fit(messages: &mut Vec<ChatMessage>, budget: u64) -> Fitted {
+    let mut fitted = Fitted::default();
+    let total = |m: &[ChatMessage]| m.iter().map(message_tokens).sum::<u64>();
+    if total(messages) <= budget || messages.is_empty() {
+        fitted.tokens = total(messages);
+        return fitted;
+    }
+    let head = messages.iter().take_while(|m| m.role == "system").count();
+    let per_message = (budget / 4).max(64) as usize * 3;
+    let last = messages.len() - 1;
+    for (i, message) in messages.iter_mut().enumerate() {
+        if i < head || i == last {
+            continue;
+        }
+        if message.content_str().len() > per_message {
+            let what = if message.role == "tool" { "tool result" } else { "message" };
+            message.content = Some(cut_text(message.content_str(), per_message, what));
+            fitted.cut += 1;
+        }
+    }
+    // Drop the oldest middle messages until it fits; tool results right after a dropped
+    // message go with it (they belong to its calls, or would be orphans).
+    while total(messages) > budget && messages.len() > head + 1 {
+        let mut end = head + 1;
+        while end < messages.len() - 1 && messages[end].role == "tool" {
+            end += 1;
+        }
+        fitted.dropped += end - head;
+        messages.drain(head..end);
+    }
+    // Still too big: the system prompt and the last message share what is left.
+    if total(messages) > budget {
+        let share = (budget as usize * 3 / messages.len().max(1)).saturating_sub(96).max(256);
+        for message in messages.iter_mut() {
+            if message.content_str().len() > share {
+                message.content = Some(cut_text(message.content_str(), share, "message"));
+                fitted.cut += 1;
+            }
+        }
+    }
+    fitted.tokens = total(messages);
+    fitted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{FunctionCall, ToolCall};
+
+    fn call(id: &str) -> ChatMessage {
+        ChatMessage {
+            role: "assistant".into(),
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: id.into(),
+                kind: "function".into(),
+                function: FunctionCall { name: "f".into(), arguments: "{}".into() },
+            }],
+            tool_call_id: None,
+        }
+    }
+
+    #[test]
+    fn small_conversations_are_untouched() {
+        let mut m = vec![ChatMessage::system("s"), ChatMessage::user("u")];
+        let before = m.clone();
+        assert_eq!(fit(&mut m, 1000).dropped, 0);
+        assert_eq!(m, before);
+    }
+
+    #[test]
+    fn oldest_turns_go_first_and_tool_results_go_with_their_call() {
+        let mut m = vec![ChatMessage::system("sys")];
+        for i in 0..20 {
+            m.push(ChatMessage::user(format!("question {i} {}", "x".repeat(300))));
+            m.push(call(&format!("c{i}")));
+            m.push(ChatMessage::tool(&format!("c{i}"), "y".repeat(300)));
+            m.push(ChatMessage::assistant(format!("answer {i}")));
+        }
+        m.push(ChatMessage::user("last"));
+        let f = fit(&mut m, 1_000);
+        assert!(f.tokens <= 1_000 && f.dropped > 0, "{f:?}");
+        assert_eq!(m[0].content_str(), "sys");
+        assert_eq!(m.last().unwrap().content_str(), "last");
+        assert_ne!(m[1].role, "tool");
+        for (i, msg) in m.iter().enumerate() {
+            if msg.role == "tool" {
+                assert!(!m[i - 1].tool_calls.is_empty() || m[i - 1].role == "tool");
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_result_is_cut_with_a_note() {
+        let mut m = vec![
+            ChatMessage::system("sys"),
+            ChatMessage::user("q"),
+            call("c"),
+            ChatMessage::tool("c", "z".repeat(1 << 20)),
+            ChatMessage::user("next"),
+        ];
+        let f = fit(&mut m, 8_000);
+        assert!(f.tokens <= 8_000, "{f:?}");
+        assert!(m.iter().any(|x| x.content_str().contains("[tool result cut:")), "{m:?}");
+        // Even a huge last message and system prompt end up within the window.
+        let mut m =
+            vec![ChatMessage::system("s".repeat(100_000)), ChatMessage::user("u".repeat(100_000))];
+        assert!(fit(&mut m, 4_000).tokens <= 4_000);
+        assert_eq!(cut_text("héllo", 2, "x"), "h\n[x cut: 1 of 6 bytes shown]");
+    }
+}
