@@ -205,6 +205,23 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         let _ = (chat, task_id, update);
         Box::pin(async {})
     }
+
+    /// The answer of a turn in `chat` as the model streams it, before the final message.
+    /// Best effort; the default shows nothing (Telegram shows typing, then the answer), the
+    /// console prints it as it grows.
+    fn draft<'a>(&'a self, chat: &'a ChatRef, draft: Draft) -> BoxFuture<'a, ()> {
+        let _ = (chat, draft);
+        Box::pin(async {})
+    }
+}
+
+/// A piece of a streamed answer ([`Channel::draft`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Draft {
+    /// More text.
+    Text(String),
+    /// The text so far is void: the model is asked again (a cut stream, a fallback).
+    Restart,
 }
 
 /// The answer of an operation a channel does not support.

@@ -91,20 +91,52 @@ impl Default for AgentConfig {
     }
 }
 
+/// The model side. Either today's single provider (`base_url`, `model`, key in
+/// `NEXBOT_LLM_API_KEY`), or an ordered `[[llm.providers]]` list, the first being primary and
+/// the rest fallbacks; the retry, timeout and streaming settings apply to all of them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
+    /// The single provider's base URL (used when `providers` is empty).
     pub base_url: String,
+    /// The single provider's model (used when `providers` is empty).
     pub model: String,
+    /// One attempt's limit: the whole answer (non-streamed), or the longest silence between
+    /// two chunks of a streamed one.
     pub timeout_secs: u64,
+    /// Retries on one provider after its first attempt, for retryable failures.
     pub max_retries: u32,
     pub retry_initial_ms: u64,
+    /// The longest wait between retries; a provider asking (`Retry-After`) for longer is left
+    /// for the next one when there is one.
     pub retry_max_wait_secs: u64,
+    /// The completion limit of every call; [`DEFAULT_MAX_TOKENS`] when unset. Budgets reserve
+    /// it as a call's worst case.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Stream answers (SSE): the console shows them as they grow, and a stalled stream is
+    /// noticed after `timeout_secs`. Turn off for a server that cannot stream.
+    pub stream: bool,
+    /// The total time one model call may take — every retry, wait and fallback included.
+    pub total_timeout_secs: u64,
+    /// Failed attempts in a row after which a provider is skipped (its breaker opens).
+    pub breaker_failures: u32,
+    /// How long an open breaker skips its provider before one call probes it.
+    pub breaker_cooldown_secs: u64,
+    /// The single provider's context window in tokens (used when `providers` is empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
+    /// Providers in order of preference (`[[llm.providers]]`); empty: `base_url`/`model`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<nexbot_llm::ProviderSpec>,
+    /// Spending caps (`[llm.caps]`).
+    pub caps: CapsConfig,
 }
+
+/// The completion limit when `llm.max_tokens` is unset.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 impl Default for LlmConfig {
     fn default() -> Self {
@@ -117,8 +149,84 @@ impl Default for LlmConfig {
             retry_max_wait_secs: 30,
             max_tokens: None,
             temperature: None,
+            stream: true,
+            total_timeout_secs: 300,
+            breaker_failures: 5,
+            breaker_cooldown_secs: 30,
+            context_window: None,
+            providers: Vec::new(),
+            caps: CapsConfig::default(),
         }
     }
+}
+
+impl LlmConfig {
+    /// The providers in order: `providers`, or the single `base_url`/`model` one.
+    pub fn provider_list(&self) -> Vec<nexbot_llm::ProviderSpec> {
+        if !self.providers.is_empty() {
+            return self.providers.clone();
+        }
+        let mut single = nexbot_llm::ProviderSpec::new(&self.base_url, &self.model);
+        single.api_key_env = Some(LLM_API_KEY_ENV.to_owned());
+        single.context_window = self.context_window;
+        vec![single]
+    }
+
+    /// The primary provider's base URL and model.
+    pub fn primary(&self) -> (String, String) {
+        let first = self.provider_list().swap_remove(0);
+        (first.base_url, first.model)
+    }
+
+    pub fn max_tokens(&self) -> u32 {
+        self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+    }
+}
+
+/// Spending caps; 0 means no cap. Days and months are those of `time_zone`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CapsConfig {
+    /// LLM tokens per day, all chats and delegated tasks together.
+    pub tokens_per_day: u64,
+    /// LLM tokens per day for one chat (its delegated tasks included).
+    pub chat_tokens_per_day: u64,
+    /// USD per day, from the providers' prices.
+    pub cost_per_day_usd: f64,
+    /// USD per calendar month.
+    pub cost_per_month_usd: f64,
+    /// Under a cost cap, a call to a provider without prices: `"refuse"` (the default) or
+    /// `"allow"` (its tokens are still counted and shown as unpriced, never as $0).
+    pub unpriced: Unpriced,
+    /// IANA time zone the days and months are counted in, e.g. `"Europe/Berlin"`.
+    pub time_zone: String,
+}
+
+impl Default for CapsConfig {
+    fn default() -> Self {
+        Self {
+            tokens_per_day: 0,
+            chat_tokens_per_day: 0,
+            cost_per_day_usd: 0.0,
+            cost_per_month_usd: 0.0,
+            unpriced: Unpriced::Refuse,
+            time_zone: "UTC".into(),
+        }
+    }
+}
+
+impl CapsConfig {
+    /// Whether any cost cap is set.
+    pub fn has_cost_cap(&self) -> bool {
+        self.cost_per_day_usd > 0.0 || self.cost_per_month_usd > 0.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unpriced {
+    Refuse,
+    Allow,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -255,6 +363,8 @@ pub struct Secrets {
     /// The key the LLM relay adds for subagents: the variable `egress.relay.api_key_env`
     /// names, which by default is [`LLM_API_KEY_ENV`] (then this equals `llm_api_key`).
     pub relay_provider_key: Option<SecretString>,
+    /// One key per [`LlmConfig::provider_list`] entry, from the variable it names.
+    pub provider_keys: Vec<Option<SecretString>>,
 }
 
 impl fmt::Debug for Secrets {
@@ -265,6 +375,7 @@ impl fmt::Debug for Secrets {
             .field("telegram_token", &set(&self.telegram_token))
             .field("master_key", &set(&self.master_key))
             .field("relay_provider_key", &set(&self.relay_provider_key))
+            .field("provider_keys", &self.provider_keys.iter().map(set).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -354,6 +465,21 @@ impl Config {
                 .transpose()?
                 .flatten(),
         };
+        let mut provider_keys = Vec::new();
+        for spec in config.llm.provider_list() {
+            let key = match spec.api_key_env.as_deref() {
+                None => None,
+                Some(LLM_API_KEY_ENV) => secrets.llm_api_key.clone(),
+                Some(name) => env
+                    .iter()
+                    .find(|(var, _)| var == name)
+                    .map(|(var, value)| secret_from(var, value.clone()))
+                    .transpose()?
+                    .flatten(),
+            };
+            provider_keys.push(key);
+        }
+        secrets.provider_keys = provider_keys;
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
             origin: origin(&key),
@@ -392,18 +518,18 @@ impl Config {
     /// `egress.relay.provider_base_url` names another provider.
     pub fn egress_config(&self) -> EgressConfig {
         let mut egress = self.egress.clone();
-        egress.relay.provider_base_url.get_or_insert_with(|| self.llm.base_url.clone());
+        egress.relay.provider_base_url.get_or_insert_with(|| self.llm.primary().0);
         egress
     }
 
     /// The provider URL subagents' LLM calls end up at (through the relay, or directly with
     /// the opt-in `egress.relay.send_provider_key_to_subagents`).
     pub fn subagent_provider_base_url(&self) -> String {
-        self.egress.relay.provider_base_url.clone().unwrap_or_else(|| self.llm.base_url.clone())
+        self.egress.relay.provider_base_url.clone().unwrap_or_else(|| self.llm.primary().0)
     }
 
-    pub fn subagent_llm_model(&self) -> &str {
-        self.subagent.llm_model.as_deref().unwrap_or(&self.llm.model)
+    pub fn subagent_llm_model(&self) -> String {
+        self.subagent.llm_model.clone().unwrap_or_else(|| self.llm.primary().1)
     }
 
     /// Value checks serde cannot express; the error is (key, reason).
@@ -434,9 +560,37 @@ impl Config {
         range("agent.context_max_chars", a.context_max_chars, 1_000, 1_000_000)?;
         range("agent.history_max_messages", a.history_max_messages, 0, 1_000)?;
         let l = &self.llm;
-        check_url("llm.base_url", &l.base_url)?;
-        if l.model.trim().is_empty() {
-            return Err(("llm.model", "must not be empty".into()));
+        if l.providers.is_empty() {
+            check_url("llm.base_url", &l.base_url)?;
+            if l.model.trim().is_empty() {
+                return Err(("llm.model", "must not be empty".into()));
+            }
+        }
+        for (i, spec) in l.providers.iter().enumerate() {
+            spec.check(&format!("llm.providers[{i}]"))
+                .map_err(|reason| ("llm.providers", reason))?;
+        }
+        range("llm.total_timeout_secs", l.total_timeout_secs, 1, 86_400)?;
+        range("llm.breaker_failures", l.breaker_failures, 1, 1_000)?;
+        range("llm.breaker_cooldown_secs", l.breaker_cooldown_secs, 1, 86_400)?;
+        range("llm.max_tokens", l.max_tokens(), 1, 1_000_000)?;
+        let caps = &l.caps;
+        for (key, usd) in [
+            ("llm.caps.cost_per_day_usd", caps.cost_per_day_usd),
+            ("llm.caps.cost_per_month_usd", caps.cost_per_month_usd),
+        ] {
+            if !usd.is_finite() || usd < 0.0 {
+                return Err((key, format!("{usd} must be a number ≥ 0")));
+            }
+        }
+        if caps.time_zone.parse::<chrono_tz::Tz>().is_err() {
+            return Err((
+                "llm.caps.time_zone",
+                format!(
+                    "{:?} is not an IANA time zone (e.g. \"UTC\", \"Europe/Berlin\")",
+                    caps.time_zone
+                ),
+            ));
         }
         range("llm.timeout_secs", l.timeout_secs, 1, 3600)?;
         range("llm.max_retries", l.max_retries, 0, 10)?;

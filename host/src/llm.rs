@@ -1,427 +1,188 @@
-//! The LLM provider: OpenAI-compatible chat completions with tools, over reqwest + rustls.
+//! The main agent's way to the model: the provider chain of `nexbot-llm`, the spending caps,
+//! and context fitting, behind one call ([`Model::complete`]).
 //!
-//! Why its own module: providers fail in many small ways (429 with `Retry-After`, 5xx,
-//! timeouts, dropped connections, bodies that are not JSON). All of that is absorbed here with
-//! bounded retries, exponential back-off and jitter, so the agent loop sees either a
-//! completion or one [`LlmError`] whose [`LlmError::user_message`] can be shown as is. The API
-//! key is a `SecretString`, sent only in a sensitive `Authorization` header.
+//! Why here and not in the agent loop: a call must (1) fit the conversation into the smallest
+//! context window of the chain, (2) reserve its worst case on every cap before it is sent,
+//! (3) go through retries, fallback and breakers, (4) on "context too long" fit harder once
+//! and ask again, and (5) settle and record what it cost and who answered. The agent loop
+//! sees a completion or one [`LlmError`] whose [`LlmError::user_message`] can be shown as is.
 
-use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::{HeaderValue, AUTHORIZATION, RETRY_AFTER};
-use reqwest::StatusCode;
-use secrecy::{ExposeSecret, SecretString};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use thiserror::Error;
+use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
+use nexbot_core::ChatRef;
+use nexbot_llm::chain::ChainStats;
+use nexbot_llm::context::{estimate_tokens, fit};
+use nexbot_llm::provider::Timeouts;
+use nexbot_llm::{Chain, ChatRequest, Provider, RetryPolicy};
+pub use nexbot_llm::{
+    ChatMessage, Completion, ErrorClass, FunctionCall, LlmError, StreamEvent, ToolCall, ToolSpec,
+    Usage as TokenUsage,
+};
+
 use crate::config::LlmConfig;
+use crate::spend::Spend;
 
-/// One chat message in the OpenAI shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    #[serde(default)]
-    pub content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<ToolCall>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl ChatMessage {
-    pub fn system(text: impl Into<String>) -> Self {
-        Self::plain("system", text)
-    }
-    pub fn user(text: impl Into<String>) -> Self {
-        Self::plain("user", text)
-    }
-    pub fn assistant(text: impl Into<String>) -> Self {
-        Self::plain("assistant", text)
-    }
-    pub fn tool(call_id: &str, text: impl Into<String>) -> Self {
-        Self { tool_call_id: Some(call_id.to_owned()), ..Self::plain("tool", text) }
-    }
-    fn plain(role: &str, text: impl Into<String>) -> Self {
-        Self { role: role.into(), content: Some(text.into()), tool_calls: None, tool_call_id: None }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub id: String,
-    #[serde(rename = "type", default = "function_type")]
-    pub kind: String,
-    pub function: FunctionCall,
-}
-
-fn function_type() -> String {
-    "function".into()
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FunctionCall {
-    pub name: String,
-    /// A JSON document as a string, exactly as the model produced it (may be invalid).
-    #[serde(default)]
-    pub arguments: String,
-}
-
-/// A tool offered to the model.
-#[derive(Debug, Clone, Serialize)]
-pub struct ToolSpec {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub function: FunctionSpec,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct FunctionSpec {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub parameters: Value,
-}
-
-/// Tokens used, as the provider reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub struct TokenUsage {
-    #[serde(default)]
-    pub prompt_tokens: u64,
-    #[serde(default)]
-    pub completion_tokens: u64,
-}
-
-impl std::ops::AddAssign for TokenUsage {
-    fn add_assign(&mut self, other: Self) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-    }
-}
-
-/// The assistant's message and what it cost.
-#[derive(Debug, Clone)]
-pub struct Completion {
-    pub message: ChatMessage,
-    pub usage: TokenUsage,
-}
-
-#[derive(Deserialize)]
-struct RawCompletion {
-    choices: Vec<RawChoice>,
-    #[serde(default)]
-    usage: Option<TokenUsage>,
-}
-
-#[derive(Deserialize)]
-struct RawChoice {
-    message: ChatMessage,
-}
-
-/// Why no completion came back.
-#[derive(Debug, Error)]
-pub enum LlmError {
-    /// Transient failures outlasted every retry.
-    #[error("the language model is unavailable after {attempts} attempts: {last}")]
-    Unavailable { attempts: u32, last: String },
-    /// The provider refused the request (bad key, bad model, bad request): retrying won't help.
-    #[error("the language model provider refused the request (HTTP {status}): {message}")]
-    Rejected { status: u16, message: String },
-    #[error("the request to the language model was cancelled")]
-    Cancelled,
-}
-
-impl LlmError {
-    /// The text the user sees instead of an answer.
-    pub fn user_message(&self) -> String {
-        match self {
-            Self::Unavailable { .. } => format!(
-                "Sorry, I could not reach the language model ({self}). Please try again in a \
-                 little while."
-            ),
-            Self::Rejected { .. } => format!(
-                "Sorry, the language model refused the request ({self}). The operator should \
-                 check the LLM settings (nexbot doctor)."
-            ),
-            Self::Cancelled => "Stopped.".into(),
-        }
-    }
-}
-
-/// How one attempt failed.
-enum AttemptError {
-    Retry { reason: String, retry_after: Option<Duration> },
-    Fatal(LlmError),
-}
-
-/// A client for one OpenAI-compatible endpoint and model.
-pub struct LlmClient {
-    http: reqwest::Client,
-    url: String,
-    model: String,
-    key: Option<SecretString>,
-    max_retries: u32,
-    retry_initial: Duration,
-    retry_max_wait: Duration,
-    max_tokens: Option<u32>,
+/// The model as the main agent uses it.
+#[derive(Debug)]
+pub struct Model {
+    chain: Chain,
+    spend: Arc<Spend>,
+    max_tokens: u32,
     temperature: Option<f32>,
-    stats: Arc<LlmStats>,
+    stream: bool,
+    /// The smallest context window of the chain: what every provider can take.
+    window: u32,
 }
 
-/// What the client did since it was built, for the metrics: calls, failed calls (after their
-/// retries), HTTP attempts, and the tokens the provider reported.
-#[derive(Debug, Default)]
-pub struct LlmStats {
-    pub calls: AtomicU64,
-    pub errors: AtomicU64,
-    pub attempts: AtomicU64,
-    pub prompt_tokens: AtomicU64,
-    pub completion_tokens: AtomicU64,
-}
-
-impl fmt::Debug for LlmClient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LlmClient")
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("key", &self.key.as_ref().map(|_| "[set]"))
-            .finish_non_exhaustive()
-    }
-}
-
-impl LlmClient {
-    pub fn new(config: &LlmConfig, key: Option<SecretString>) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(config.timeout_secs))
-            .connect_timeout(Duration::from_secs(config.timeout_secs.min(10)))
-            .build()?;
-        Ok(Self {
-            http,
-            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
-            model: config.model.clone(),
-            key,
+impl Model {
+    /// `keys` are the providers' keys in `config.provider_list()` order.
+    pub fn new(
+        config: &LlmConfig,
+        keys: &[Option<SecretString>],
+        spend: Arc<Spend>,
+    ) -> Result<Self, LlmError> {
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(config.timeout_secs.min(10)),
+            call: Duration::from_secs(config.timeout_secs),
+            stall: Duration::from_secs(config.timeout_secs),
+        };
+        let specs = config.provider_list();
+        let window = specs.iter().map(|s| s.context_window()).min().unwrap_or(u32::MAX);
+        let providers = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| Provider::new(spec, keys.get(i).cloned().flatten(), timeouts))
+            .collect::<Result<Vec<_>, _>>()?;
+        let policy = RetryPolicy {
             max_retries: config.max_retries,
-            retry_initial: Duration::from_millis(config.retry_initial_ms),
-            retry_max_wait: Duration::from_secs(config.retry_max_wait_secs),
-            max_tokens: config.max_tokens,
+            initial: Duration::from_millis(config.retry_initial_ms),
+            max_wait: Duration::from_secs(config.retry_max_wait_secs),
+            total: Duration::from_secs(config.total_timeout_secs),
+            breaker_failures: config.breaker_failures,
+            breaker_cooldown: Duration::from_secs(config.breaker_cooldown_secs),
+        };
+        Ok(Self {
+            chain: Chain::new(providers, policy),
+            spend,
+            max_tokens: config.max_tokens(),
             temperature: config.temperature,
-            stats: Arc::default(),
+            stream: config.stream,
+            window,
         })
     }
 
-    /// The provider's base URL and the model, as the metrics label them.
+    pub fn chain(&self) -> &Chain {
+        &self.chain
+    }
+
+    pub fn stats(&self) -> &Arc<ChainStats> {
+        self.chain.stats()
+    }
+
+    pub fn spend(&self) -> &Arc<Spend> {
+        &self.spend
+    }
+
+    /// The primary provider's base URL and model, as the metrics label them.
     pub fn target(&self) -> (&str, &str) {
-        (self.url.trim_end_matches("/chat/completions"), &self.model)
+        let primary = self.chain.primary();
+        (primary.spec().base_url.trim_end_matches('/'), &primary.spec().model)
     }
 
-    pub fn stats(&self) -> &Arc<LlmStats> {
-        &self.stats
+    /// Tokens a prompt may take: the window less the answer's room.
+    fn prompt_room(&self) -> u64 {
+        u64::from(self.window)
+            .saturating_sub(u64::from(self.max_tokens))
+            .max(u64::from(self.window) / 2)
     }
 
-    /// One completion, with retries; `cancel` stops both the request and the waits.
+    /// The most one answer may hold when it is kept in the history: a quarter of the window.
+    pub fn history_room_bytes(&self) -> usize {
+        (self.window as usize / 4) * 3
+    }
+
+    /// The dearest price of the chain for `prompt` + `completion` tokens; `None` when a
+    /// provider has no prices.
+    fn worst_cost(&self, prompt: u64, completion: u64) -> Option<u64> {
+        self.chain
+            .providers()
+            .iter()
+            .map(|p| p.spec().cost_micros(prompt, completion))
+            .try_fold(0, |max: u64, cost| cost.map(|c| max.max(c)))
+    }
+
+    /// One completion for `chat`. `messages` are fitted to the window in place (so later
+    /// iterations start from the fitted list); `on_event` sees a streamed answer grow.
     pub async fn complete(
         &self,
-        messages: &[ChatMessage],
+        chat: &ChatRef,
+        messages: &mut Vec<ChatMessage>,
         tools: &[ToolSpec],
         cancel: &CancellationToken,
+        on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
     ) -> Result<Completion, LlmError> {
-        let mut body = serde_json::json!({"model": self.model, "messages": messages});
-        if !tools.is_empty() {
-            body["tools"] = serde_json::to_value(tools).unwrap_or_default();
-            body["tool_choice"] = "auto".into();
-        }
-        if let Some(max) = self.max_tokens {
-            body["max_tokens"] = max.into();
-        }
-        if let Some(t) = self.temperature {
-            body["temperature"] = t.into();
-        }
-        self.stats.calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.complete_body(&body, cancel).await;
-        match &result {
-            Ok(completion) => {
-                let usage = completion.usage;
-                self.stats.prompt_tokens.fetch_add(usage.prompt_tokens, Ordering::Relaxed);
-                self.stats.completion_tokens.fetch_add(usage.completion_tokens, Ordering::Relaxed);
-            }
-            Err(LlmError::Cancelled) => {}
-            Err(_) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        result
-    }
-
-    async fn complete_body(
-        &self,
-        body: &Value,
-        cancel: &CancellationToken,
-    ) -> Result<Completion, LlmError> {
-        let attempts = self.max_retries + 1;
-        let mut attempt = 0;
+        let tool_tokens = estimate_tokens(serde_json::to_vec(tools).map_or(0, |v| v.len()));
+        let mut room = self.prompt_room().saturating_sub(tool_tokens);
+        let mut fitted_harder = false;
         loop {
-            self.stats.attempts.fetch_add(1, Ordering::Relaxed);
-            attempt += 1;
-            let outcome = tokio::select! {
-                () = cancel.cancelled() => return Err(LlmError::Cancelled),
-                outcome = self.attempt(body) => outcome,
-            };
-            let (reason, retry_after) = match outcome {
-                Ok(completion) => return Ok(completion),
-                Err(AttemptError::Fatal(err)) => return Err(err),
-                Err(AttemptError::Retry { reason, retry_after }) => (reason, retry_after),
-            };
-            if attempt >= attempts {
-                return Err(LlmError::Unavailable { attempts, last: reason });
+            let fitted = fit(messages, room);
+            if fitted.dropped > 0 || fitted.cut > 0 {
+                tracing::info!(%chat, dropped = fitted.dropped, cut = fitted.cut, tokens = fitted.tokens, "context fitted to the model's window");
             }
-            let wait = backoff(attempt, retry_after, self.retry_initial, self.retry_max_wait);
-            tracing::warn!(attempt, wait_ms = wait.as_millis() as u64, %reason, "LLM call failed, retrying");
-            tokio::select! {
-                () = cancel.cancelled() => return Err(LlmError::Cancelled),
-                () = tokio::time::sleep(wait) => {}
+            let mut request = ChatRequest::new(messages, tools);
+            request.max_tokens = Some(self.max_tokens);
+            request.temperature = self.temperature;
+            request.stream = self.stream;
+            let prompt = estimate_tokens(request.prompt_bytes());
+            let worst = prompt + u64::from(self.max_tokens);
+            let reservation = self
+                .spend
+                .reserve(chat, worst, self.worst_cost(prompt, u64::from(self.max_tokens)))
+                .await
+                .map_err(|reason| LlmError::new(ErrorClass::Budget, "caps", reason))?;
+            match self.chain.complete(&request, cancel, on_event).await {
+                Ok(mut completion) => {
+                    let usage = completion.usage.unwrap_or(TokenUsage {
+                        prompt_tokens: prompt,
+                        completion_tokens: estimate_tokens(nexbot_llm::context::message_bytes(
+                            &completion.message,
+                        )),
+                    });
+                    let spec = self
+                        .chain
+                        .providers()
+                        .iter()
+                        .find(|p| p.name() == completion.provider)
+                        .map(|p| {
+                            p.spec().cost_micros(usage.prompt_tokens, usage.completion_tokens)
+                        });
+                    self.spend
+                        .settle(reservation, &completion.provider, usage, spec.flatten())
+                        .await;
+                    // What was charged, reported or estimated.
+                    completion.usage = Some(usage);
+                    return Ok(completion);
+                }
+                Err(e) if e.class == ErrorClass::ContextTooLong && !fitted_harder => {
+                    reservation.release();
+                    tracing::warn!(%chat, error = %e, "the provider says the context is too long: fitting harder");
+                    fitted_harder = true;
+                    room /= 2;
+                }
+                Err(e) => {
+                    // Providers do not bill failed calls; a cancelled one may have been.
+                    if e.class == ErrorClass::Cancelled {
+                        drop(reservation);
+                    } else {
+                        reservation.release();
+                    }
+                    return Err(e);
+                }
             }
         }
-    }
-
-    async fn attempt(&self, body: &Value) -> Result<Completion, AttemptError> {
-        let mut request = self.http.post(&self.url).json(body);
-        if let Some(key) = &self.key {
-            if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose_secret()))
-            {
-                value.set_sensitive(true);
-                request = request.header(AUTHORIZATION, value);
-            }
-        }
-        let response = request.send().await.map_err(|e| AttemptError::Retry {
-            reason: describe_transport_error(e),
-            retry_after: None,
-        })?;
-        let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let bytes = response.bytes().await.map_err(|e| AttemptError::Retry {
-            reason: describe_transport_error(e),
-            retry_after: None,
-        })?;
-        if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-            return Err(AttemptError::Retry {
-                reason: format!("HTTP {}{}", status.as_u16(), provider_message(&bytes)),
-                retry_after,
-            });
-        }
-        if !status.is_success() {
-            return Err(AttemptError::Fatal(LlmError::Rejected {
-                status: status.as_u16(),
-                message: provider_message(&bytes).trim_start_matches(": ").to_owned(),
-            }));
-        }
-        let raw: RawCompletion =
-            serde_json::from_slice(&bytes).map_err(|e| AttemptError::Retry {
-                reason: format!("malformed JSON from the provider: {e}"),
-                retry_after: None,
-            })?;
-        let Some(choice) = raw.choices.into_iter().next() else {
-            return Err(AttemptError::Retry {
-                reason: "malformed reply from the provider: no choices".into(),
-                retry_after: None,
-            });
-        };
-        Ok(Completion { message: choice.message, usage: raw.usage.unwrap_or_default() })
-    }
-}
-
-/// `: <error.message>` from an OpenAI-style error body, short; empty when there is none.
-fn provider_message(bytes: &[u8]) -> String {
-    let Ok(value) = serde_json::from_slice::<Value>(bytes) else { return String::new() };
-    let message = value["error"]["message"].as_str().or_else(|| value["error"].as_str());
-    match message {
-        Some(m) => format!(": {}", m.chars().take(300).collect::<String>()),
-        None => String::new(),
-    }
-}
-
-fn describe_transport_error(e: reqwest::Error) -> String {
-    if e.is_timeout() {
-        "the request timed out".into()
-    } else if e.is_connect() {
-        "cannot connect to the provider".into()
-    } else {
-        format!("transport error: {}", e.without_url())
-    }
-}
-
-/// Wait before retry number `attempt` (1-based): `Retry-After` when the provider sent one,
-/// else `initial * 2^(attempt-1)`; capped at `max`, plus up to 20 % jitter (within the cap)
-/// so that many clients do not retry in lockstep.
-pub fn backoff(
-    attempt: u32,
-    retry_after: Option<Duration>,
-    initial: Duration,
-    max: Duration,
-) -> Duration {
-    let base = retry_after
-        .unwrap_or_else(|| initial.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1))));
-    let base = base.min(max);
-    let jitter_ms = (base.as_millis() as u64) / 5;
-    let jitter = if jitter_ms == 0 { 0 } else { random_u64() % (jitter_ms + 1) };
-    (base + Duration::from_millis(jitter)).min(max.max(base))
-}
-
-/// A random number without a dependency: std's per-process random hash keys.
-fn random_u64() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_is_capped_and_honours_retry_after() {
-        let ms = Duration::from_millis;
-        for _ in 0..50 {
-            let first = backoff(1, None, ms(100), ms(10_000));
-            assert!(first >= ms(100) && first <= ms(120), "{first:?}");
-            let third = backoff(3, None, ms(100), ms(10_000));
-            assert!(third >= ms(400) && third <= ms(480), "{third:?}");
-            let capped = backoff(20, None, ms(100), ms(1_000));
-            assert!(capped <= ms(1_000), "{capped:?}");
-            assert!(capped >= ms(1_000), "{capped:?}");
-            let after = backoff(1, Some(Duration::from_secs(2)), ms(100), ms(10_000));
-            assert!(after >= ms(2_000) && after <= ms(2_400), "{after:?}");
-            let after_capped = backoff(1, Some(Duration::from_secs(3600)), ms(100), ms(5_000));
-            assert_eq!(after_capped, ms(5_000));
-        }
-    }
-
-    #[test]
-    fn debug_hides_the_key() {
-        let client =
-            LlmClient::new(&LlmConfig::default(), Some(SecretString::from("sk-planted-dbg")))
-                .unwrap();
-        let debug = format!("{client:?}");
-        assert!(!debug.contains("sk-planted-dbg") && debug.contains("[set]"), "{debug}");
-    }
-
-    #[test]
-    fn provider_error_message_is_extracted_and_short() {
-        let long = "x".repeat(1_000);
-        let body = serde_json::json!({"error": {"message": long}}).to_string();
-        assert_eq!(provider_message(body.as_bytes()).len(), 302);
-        assert_eq!(provider_message(b"<html>"), "");
     }
 }

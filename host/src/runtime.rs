@@ -10,8 +10,9 @@ use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::delegation::{LlmAccess, SubagentRunner};
-use crate::llm::LlmClient;
+use crate::llm::Model;
 use crate::sandbox::Sandbox;
+use crate::spend::Spend;
 use crate::store::Store;
 use crate::tools::delegate::{Delegate, DelegateSettings};
 use crate::tools::files::{file_tools, Confinement};
@@ -94,12 +95,13 @@ pub fn build_agent_with_hooks(
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
             longest: crate::deadlines::TaskDeadlines::plan(config, None),
-            llm_model: config.subagent_llm_model().to_owned(),
+            llm_model: config.subagent_llm_model(),
         };
         tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
     }
-    let llm = LlmClient::new(&config.llm, config.secrets.llm_api_key.clone())
-        .context("cannot build the HTTP client for the LLM")?;
+    let spend = Spend::new(config.llm.caps.clone(), store.clone());
+    let llm = Model::new(&config.llm, &config.secrets.provider_keys, spend)
+        .context("cannot set up the LLM providers")?;
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
     hooks.extend(extra);
     Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())

@@ -92,7 +92,44 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX telegram_updates_state ON telegram_updates(state, update_id);
     CREATE TABLE channel_offsets (channel TEXT PRIMARY KEY, next_offset INTEGER NOT NULL);",
+    // 5: what the model cost, per day (in the caps' time zone), chat, provider and source
+    // (`agent` turns, delegated `task`s), for the spending caps and `/status`.
+    "CREATE TABLE llm_usage (
+        day TEXT NOT NULL,
+        chat_id TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        source TEXT NOT NULL,
+        calls INTEGER NOT NULL DEFAULT 0,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        cost_micros INTEGER NOT NULL DEFAULT 0,
+        unpriced_calls INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (day, chat_id, provider, source)
+    );",
 ];
+
+/// One model call (or one delegated task) to count in `llm_usage`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRow {
+    /// `YYYY-MM-DD` in the caps' time zone.
+    pub day: String,
+    pub chat: String,
+    pub provider: String,
+    /// `agent` or `task`.
+    pub source: &'static str,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// `None`: the provider has no prices.
+    pub cost_micros: Option<u64>,
+}
+
+/// Sums over `llm_usage` rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageSums {
+    pub tokens: u64,
+    pub cost_micros: u64,
+    pub unpriced_calls: u64,
+}
 
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -715,6 +752,61 @@ impl Store {
                  FROM history WHERE created_at >= ?1",
                 [since],
                 usage_sums,
+            )
+        })
+        .await
+    }
+
+    /// Counts one call (or task) in `llm_usage`.
+    pub async fn record_usage(&self, row: UsageRow) -> Result<(), StoreError> {
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO llm_usage (day, chat_id, provider, source, calls, prompt_tokens,
+                     completion_tokens, cost_micros, unpriced_calls)
+                 VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (day, chat_id, provider, source) DO UPDATE SET
+                     calls = calls + 1,
+                     prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+                     completion_tokens = completion_tokens + excluded.completion_tokens,
+                     cost_micros = cost_micros + excluded.cost_micros,
+                     unpriced_calls = unpriced_calls + excluded.unpriced_calls",
+                rusqlite::params![
+                    row.day,
+                    row.chat,
+                    row.provider,
+                    row.source,
+                    row.prompt_tokens as i64,
+                    row.completion_tokens as i64,
+                    row.cost_micros.unwrap_or(0) as i64,
+                    i64::from(row.cost_micros.is_none()),
+                ],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// Sums of `llm_usage` for days in `from..=to` (`YYYY-MM-DD`), for one chat or all.
+    pub async fn usage_between(
+        &self,
+        from: &str,
+        to: &str,
+        chat: Option<&str>,
+    ) -> Result<UsageSums, StoreError> {
+        let (from, to, chat) = (from.to_owned(), to.to_owned(), chat.map(str::to_owned));
+        self.call(move |c| {
+            c.query_row(
+                "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0),
+                        COALESCE(SUM(cost_micros), 0), COALESCE(SUM(unpriced_calls), 0)
+                 FROM llm_usage WHERE day >= ?1 AND day <= ?2 AND (?3 IS NULL OR chat_id = ?3)",
+                rusqlite::params![from, to, chat],
+                |r| {
+                    Ok(UsageSums {
+                        tokens: r.get::<_, i64>(0)? as u64,
+                        cost_micros: r.get::<_, i64>(1)? as u64,
+                        unpriced_calls: r.get::<_, i64>(2)? as u64,
+                    })
+                },
             )
         })
         .await

@@ -236,6 +236,7 @@ impl Chain {
         let started = Instant::now();
         let plan = self.plan();
         let mut last: Option<LlmError> = None;
+        let mut attempts_made = 0u32;
         let streamed = std::sync::atomic::AtomicBool::new(false);
         let on_text = |text: &str| {
             streamed.store(true, Ordering::Relaxed);
@@ -253,8 +254,9 @@ impl Chain {
             let attempts = if last_resort { 1 } else { self.policy.max_retries + 1 };
             for attempt in 1..=attempts {
                 let Some(remaining) = self.policy.total.checked_sub(started.elapsed()) else {
-                    return Err(self.fail(last, started));
+                    return Err(self.fail(last, started, attempts_made));
                 };
+                attempts_made += 1;
                 if streamed.swap(false, Ordering::Relaxed) {
                     on_event(StreamEvent::Restart);
                 }
@@ -308,17 +310,22 @@ impl Chain {
                 }
             }
         }
-        Err(self.fail(last, started))
+        Err(self.fail(last, started, attempts_made))
     }
 
-    fn fail(&self, last: Option<LlmError>, started: Instant) -> LlmError {
+    fn fail(&self, last: Option<LlmError>, started: Instant, attempts: u32) -> LlmError {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
         let tried = self.providers.len();
         match last {
             Some(mut err) => {
-                if tried > 1 {
-                    err.message = format!("{} (all {tried} providers failed)", err.message);
-                }
+                let providers = if tried > 1 {
+                    format!(", all {tried} providers failed")
+                } else {
+                    String::new()
+                };
+                let plural = if attempts == 1 { "" } else { "s" };
+                err.message =
+                    format!("{} (after {attempts} attempt{plural}{providers})", err.message);
                 err
             }
             None => LlmError::new(

@@ -235,7 +235,13 @@ impl Provider {
         let response = match tokio::time::timeout(self.timeouts.call, http.send()).await {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => return Err(self.transport_error(&e)),
-            Err(_) => return Err(self.error(ErrorClass::Timeout, "no answer in time")),
+            Err(_) => {
+                let secs = self.timeouts.call.as_secs();
+                return Err(self.error(
+                    ErrorClass::Timeout,
+                    format!("the request timed out (no answer within {secs}s)"),
+                ));
+            }
         };
         let status = response.status();
         let retry_after = response
@@ -282,7 +288,9 @@ impl Provider {
                 }
                 Ok(Ok(None)) => return Ok(body),
                 Ok(Err(e)) => return Err(self.transport_error(&e)),
-                Err(_) => return Err(self.error(ErrorClass::Timeout, "the answer stalled")),
+                Err(_) => {
+                    return Err(self.error(ErrorClass::Timeout, "the request timed out mid-answer"))
+                }
             }
         }
     }
@@ -313,7 +321,7 @@ impl Provider {
                     return Err(self.error(
                         ErrorClass::Timeout,
                         format!(
-                            "the stream stalled (nothing for {}s)",
+                            "the stream timed out (nothing for {}s)",
                             self.timeouts.stall.as_secs()
                         ),
                     ))

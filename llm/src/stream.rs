@@ -100,6 +100,9 @@ struct Chunk {
 struct ChunkChoice {
     #[serde(default)]
     delta: Option<Delta>,
+    /// A whole message where a delta belongs (some servers stream one chunk that way).
+    #[serde(default)]
+    message: Option<Delta>,
     #[serde(default)]
     finish_reason: Option<String>,
 }
@@ -171,7 +174,7 @@ impl Accumulator {
             if let Some(reason) = choice.finish_reason {
                 self.finish_reason = Some(reason);
             }
-            let Some(delta) = choice.delta else { continue };
+            let Some(delta) = choice.delta.or(choice.message) else { continue };
             if let Some(role) = delta.role.filter(|r| !r.is_empty()) {
                 self.role = Some(role);
             }

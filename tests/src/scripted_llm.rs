@@ -33,6 +33,9 @@ pub enum Step {
     Malformed(String),
     /// Waits, then does the inner step.
     Delay(Duration, Box<Step>),
+    /// This completion, cut off halfway: streamed, the chunks stop before the finish reason
+    /// and `[DONE]`; otherwise the JSON body ends in the middle.
+    Truncated(Value),
 }
 
 impl Step {
@@ -101,6 +104,48 @@ pub fn completion(message: Value, finish_reason: &str) -> Value {
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     })
+}
+
+/// A completion body as an OpenAI stream: the content in two deltas, each tool call as a
+/// delta with its index, then (when `complete`) the finish reason, the usage and `[DONE]`.
+/// Incomplete, the stream stops after the first half of the content.
+pub fn sse_chunks(body: &Value, complete: bool) -> String {
+    let choice = &body["choices"][0];
+    let message = &choice["message"];
+    let chunk = |delta: Value, finish: Value| {
+        let c = json!({"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null});
+        format!("data: {c}\n\n")
+    };
+    let mut out = chunk(json!({"role": "assistant"}), Value::Null);
+    if let Some(content) = message["content"].as_str() {
+        let mut mid = content.len() / 2;
+        while !content.is_char_boundary(mid) {
+            mid -= 1;
+        }
+        out.push_str(&chunk(json!({"content": &content[..mid]}), Value::Null));
+        if !complete {
+            return out;
+        }
+        out.push_str(&chunk(json!({"content": &content[mid..]}), Value::Null));
+    } else if !complete {
+        return out;
+    }
+    if let Some(calls) = message["tool_calls"].as_array() {
+        for (i, call) in calls.iter().enumerate() {
+            let mut call = call.clone();
+            call["index"] = i.into();
+            out.push_str(&chunk(json!({"tool_calls": [call]}), Value::Null));
+        }
+    }
+    out.push_str(&chunk(json!({}), choice["finish_reason"].clone()));
+    if !body["usage"].is_null() {
+        let usage =
+            json!({"object": "chat.completion.chunk", "choices": [], "usage": body["usage"]});
+        out.push_str(&format!("data: {usage}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out
 }
 
 /// One request the server received.
@@ -310,8 +355,17 @@ async fn play(mut step: Step, streaming: bool) -> Response {
                 step = *inner;
             }
             Step::Reply(body) if streaming => {
-                let sse = format!("data: {body}\n\ndata: [DONE]\n\n");
+                let sse = sse_chunks(&body, true);
                 return ([("content-type", "text/event-stream")], sse).into_response();
+            }
+            Step::Truncated(body) if streaming => {
+                let sse = sse_chunks(&body, false);
+                return ([("content-type", "text/event-stream")], sse).into_response();
+            }
+            Step::Truncated(body) => {
+                let text = body.to_string();
+                let half = text[..text.len() / 2].to_owned();
+                return ([("content-type", "application/json")], half).into_response();
             }
             Step::Reply(body) => return axum::Json(body).into_response(),
             Step::Malformed(text) => {

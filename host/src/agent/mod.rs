@@ -24,7 +24,7 @@ use nexbot_core::ChatRef;
 
 use self::channel::Channel;
 use crate::config::AgentConfig;
-use crate::llm::{ChatMessage, LlmClient, LlmError, TokenUsage, ToolCall};
+use crate::llm::{ChatMessage, ErrorClass, Model, StreamEvent, TokenUsage, ToolCall};
 use crate::store::Store;
 use crate::tools::{failure, ToolContext, ToolRegistry};
 use crate::workspace::assemble_context;
@@ -101,7 +101,9 @@ enum ToolStep {
 /// Everything a turn needs that does not change between turns.
 #[derive(Debug)]
 pub struct Agent {
-    llm: LlmClient,
+    model: Model,
+    /// Chats told that a fallback provider answers them (told once per episode).
+    told_fallback: std::sync::Mutex<std::collections::HashSet<ChatRef>>,
     tools: ToolRegistry,
     hooks: Vec<Arc<dyn Hook>>,
     store: Store,
@@ -126,23 +128,32 @@ struct Turn<'a> {
 
 impl Agent {
     pub fn new(
-        llm: LlmClient,
+        model: Model,
         tools: ToolRegistry,
         hooks: Vec<Arc<dyn Hook>>,
         store: Store,
         workspace: PathBuf,
         config: AgentConfig,
     ) -> Self {
-        Self { llm, tools, hooks, store, workspace, config, owner: None }
+        Self {
+            model,
+            told_fallback: Default::default(),
+            tools,
+            hooks,
+            store,
+            workspace,
+            config,
+            owner: None,
+        }
     }
 
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
     }
 
-    /// The main agent's LLM client (its target and counters, for the metrics).
-    pub fn llm(&self) -> &LlmClient {
-        &self.llm
+    /// The main agent's model (its providers, counters and spending, for the metrics).
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// Makes the Telegram user `owner` the owner: their private chat (whose id is their user
@@ -231,7 +242,10 @@ impl Agent {
         }
         let usage = meter.usage();
         if status == TurnStatus::Answered {
-            if let Err(e) = self.store.append_turn(session_id, text, &answer, usage).await {
+            // An answer too large for the window is kept cut: it is in every later prompt.
+            let kept =
+                nexbot_llm::context::cut_text(&answer, self.model.history_room_bytes(), "answer");
+            if let Err(e) = self.store.append_turn(session_id, text, &kept, usage).await {
                 tracing::error!(%chat, error = %e, "cannot save the turn to the history");
             }
         }
@@ -273,12 +287,7 @@ impl Agent {
             .await
             .map_err(|e| e.to_string())?;
         let mut messages = vec![ChatMessage::system(system)];
-        messages.extend(history.into_iter().map(|h| ChatMessage {
-            role: h.role,
-            content: Some(h.content),
-            tool_calls: None,
-            tool_call_id: None,
-        }));
+        messages.extend(history.into_iter().map(|h| ChatMessage::text(&h.role, h.content)));
         messages.push(ChatMessage::user(text));
         Ok(messages)
     }
@@ -312,17 +321,20 @@ impl Agent {
                 HookResult::InjectContext(text) => messages.push(ChatMessage::system(text)),
                 HookResult::Continue => {}
             }
-            let completion = match self.llm.complete(&messages, &specs, turn.cancel).await {
+            let completion = match self.call_model(turn, &mut messages, &specs).await {
                 Ok(completion) => completion,
-                Err(LlmError::Cancelled) => return Ending::new(TurnStatus::Cancelled, "Stopped."),
+                Err(e) if e.class == ErrorClass::Cancelled => {
+                    return Ending::new(TurnStatus::Cancelled, "Stopped.")
+                }
                 Err(e) => {
                     tracing::warn!(chat = %turn.chat, error = %e, "LLM call failed");
                     return Ending::new(TurnStatus::LlmFailed, e.user_message());
                 }
             };
-            turn.meter.add(completion.usage);
+            turn.meter.add(completion.usage.unwrap_or_default());
+            let notice = self.fallback_notice(turn.chat, &completion);
             let message = completion.message;
-            let calls = message.tool_calls.clone().unwrap_or_default();
+            let calls = message.tool_calls.clone();
             if calls.is_empty() {
                 let answer = message.content.unwrap_or_default();
                 let answer = if answer.trim().is_empty() {
@@ -330,12 +342,16 @@ impl Agent {
                 } else {
                     answer
                 };
+                let answer = match notice {
+                    Some(notice) => format!("{answer}\n\n{notice}"),
+                    None => answer,
+                };
                 return Ending::new(TurnStatus::Answered, answer);
             }
             messages.push(ChatMessage {
                 role: "assistant".into(),
                 content: message.content,
-                tool_calls: Some(calls.clone()),
+                tool_calls: calls.clone(),
                 tool_call_id: None,
             });
             for call in &calls {
@@ -361,6 +377,59 @@ impl Agent {
                 self.config.max_iterations
             ),
         )
+    }
+
+    /// One model call; a streamed answer is shown as a draft in the chat as it grows.
+    async fn call_model(
+        &self,
+        turn: &Turn<'_>,
+        messages: &mut Vec<ChatMessage>,
+        specs: &[crate::llm::ToolSpec],
+    ) -> Result<crate::llm::Completion, crate::llm::LlmError> {
+        use self::channel::Draft;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Draft>();
+        let channel = turn.channel.clone();
+        let chat = turn.chat.clone();
+        // Drafts reach the chat in order and before the answer (the turn awaits this).
+        let forward = tokio::spawn(async move {
+            while let Some(draft) = rx.recv().await {
+                channel.draft(&chat, draft).await;
+            }
+        });
+        let on_event = move |event: StreamEvent<'_>| {
+            let _ = tx.send(match event {
+                StreamEvent::Text(text) => Draft::Text(text.to_owned()),
+                StreamEvent::Restart => Draft::Restart,
+            });
+        };
+        let result = self.model.complete(turn.chat, messages, specs, turn.cancel, &on_event).await;
+        drop(on_event);
+        let _ = forward.await;
+        // Tool calls follow: the streamed text (if any) was not the answer.
+        if result.as_ref().is_ok_and(|c| !c.message.tool_calls.is_empty()) {
+            turn.channel.draft(turn.chat, Draft::Restart).await;
+        }
+        result
+    }
+
+    /// The line that tells `chat` once that a fallback provider answered, until the primary
+    /// answers it again.
+    fn fallback_notice(
+        &self,
+        chat: &ChatRef,
+        completion: &crate::llm::Completion,
+    ) -> Option<String> {
+        let mut told = self.told_fallback.lock().unwrap_or_else(|p| p.into_inner());
+        if !completion.fallback {
+            told.remove(chat);
+            return None;
+        }
+        told.insert(chat.clone()).then(|| {
+            format!(
+                "(The main model is not answering right now; {} answered instead.)",
+                completion.provider
+            )
+        })
     }
 
     async fn run_tool(&self, turn: &Turn<'_>, call: &ToolCall) -> ToolStep {

@@ -204,7 +204,8 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         // Once, before the conversation, on stderr (stdout carries only answers).
         eprintln!("nexbot: delegation to subagents is off: {why}");
     }
-    let (channel, outbound) = ConsoleChannel::new(config.bus.outbound_capacity);
+    let (mut channel, outbound) = ConsoleChannel::new(config.bus.outbound_capacity);
+    let drafts = channel.drafts(config.bus.outbound_capacity);
     app.add_channel(ChannelKind::Console, Arc::new(channel));
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let in_flight = config.bus.per_chat_queue;
@@ -214,7 +215,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         stdin,
         tokio::io::stdout(),
         app.inbound(),
-        outbound,
+        (outbound, Some(drafts)),
         in_flight,
         stop.clone(),
     );

@@ -19,7 +19,9 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::channel::{Channel, ChannelError, MessageId, OutboundKind, OutboundMessage};
+use crate::agent::channel::{
+    Channel, ChannelError, Draft, MessageId, OutboundKind, OutboundMessage,
+};
 use crate::bus::InboundMessage;
 use crate::BoxFuture;
 
@@ -28,13 +30,22 @@ use crate::BoxFuture;
 #[derive(Debug, Clone)]
 pub struct ConsoleChannel {
     tx: mpsc::Sender<OutboundMessage>,
+    /// Streamed answers, when [`ConsoleChannel::drafts`] asked for them.
+    drafts: Option<mpsc::Sender<Draft>>,
 }
 
 impl ConsoleChannel {
     /// The channel and the queue [`run`] prints from.
     pub fn new(capacity: usize) -> (Self, mpsc::Receiver<OutboundMessage>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        (Self { tx }, rx)
+        (Self { tx, drafts: None }, rx)
+    }
+
+    /// Shows answers as the model streams them: the queue [`run`] prints drafts from.
+    pub fn drafts(&mut self, capacity: usize) -> mpsc::Receiver<Draft> {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        self.drafts = Some(tx);
+        rx
     }
 }
 
@@ -48,6 +59,14 @@ impl Channel for ConsoleChannel {
             Ok(None)
         })
     }
+
+    fn draft<'a>(&'a self, _chat: &'a ChatRef, draft: Draft) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(drafts) = &self.drafts {
+                let _ = drafts.send(draft).await;
+            }
+        })
+    }
 }
 
 /// Pumps lines from `input` into the bus as messages of `chat` (of the console kind), and
@@ -58,7 +77,7 @@ pub async fn run(
     input: impl AsyncBufRead + Unpin,
     mut output: impl AsyncWrite + Unpin,
     inbound: mpsc::Sender<InboundMessage>,
-    mut outbound: mpsc::Receiver<OutboundMessage>,
+    (mut outbound, mut drafts): (mpsc::Receiver<OutboundMessage>, Option<mpsc::Receiver<Draft>>),
     max_in_flight: usize,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
@@ -66,9 +85,29 @@ pub async fn run(
     let mut pending = 0usize;
     let mut next_id = 0u64;
     let mut eof = false;
+    // What was printed of the answer being streamed.
+    let mut drafted = String::new();
     while !(eof && pending == 0) {
         tokio::select! {
+            // Drafts first: a turn's drafts are queued before its answer.
+            biased;
             () = shutdown.cancelled() => break,
+            draft = async { drafts.as_mut()?.recv().await }, if drafts.is_some() => {
+                match draft {
+                    Some(Draft::Text(text)) => {
+                        output.write_all(printable(&text).as_bytes()).await?;
+                        output.flush().await?;
+                        drafted.push_str(&text);
+                    }
+                    Some(Draft::Restart) => {
+                        if !drafted.is_empty() {
+                            output.write_all(b"\n").await?;
+                            drafted.clear();
+                        }
+                    }
+                    None => drafts = None,
+                }
+            }
             line = lines.next_line(), if !eof && pending < max_in_flight => {
                 let Some(line) = line? else {
                     eof = true;
@@ -86,7 +125,17 @@ pub async fn run(
             }
             message = outbound.recv() => {
                 let Some(message) = message else { break };
-                if message.kind != OutboundKind::Taken {
+                if message.kind == OutboundKind::Final && !drafted.is_empty() {
+                    // The draft already shows the answer's start; print what it lacks.
+                    let text = std::mem::take(&mut drafted);
+                    let rest = match message.text.strip_prefix(&text) {
+                        Some(rest) => rest.to_owned(),
+                        None => format!("\n{}", message.text),
+                    };
+                    output.write_all(printable(&rest).as_bytes()).await?;
+                    output.write_all(b"\n").await?;
+                    output.flush().await?;
+                } else if message.kind != OutboundKind::Taken {
                     output.write_all(printable(&message.text).as_bytes()).await?;
                     output.write_all(b"\n").await?;
                     output.flush().await?;
@@ -198,8 +247,15 @@ mod tests {
         let (inbound, mut inbound_rx) = mpsc::channel(4);
         let answer = OutboundMessage::answer(&chat, 1, "\x1b[31mred\x1b[0m\rok".into());
         let mut output = Vec::new();
-        let run =
-            run(chat, &b"hi\n"[..], &mut output, inbound, outbound, 4, CancellationToken::new());
+        let run = run(
+            chat,
+            &b"hi\n"[..],
+            &mut output,
+            inbound,
+            (outbound, None),
+            4,
+            CancellationToken::new(),
+        );
         let answer_it = async {
             let question = inbound_rx.recv().await.unwrap();
             assert_eq!(question.text, "hi");

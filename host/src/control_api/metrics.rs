@@ -221,6 +221,50 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         "LLM tokens the provider reported for the main agent",
         &[(tokens, load(&stats.prompt_tokens)), (completion, load(&stats.completion_tokens))],
     );
+    counter(
+        &mut registry,
+        "llm_fallbacks",
+        "Main agent LLM calls answered by a provider other than the first",
+        load(&stats.fallbacks),
+    );
+    let by_provider =
+        |pick: &dyn Fn(&nexbot_llm::chain::ProviderStats) -> u64| -> Vec<(Labels, u64)> {
+            inner
+                .llm_providers
+                .iter()
+                .zip(&stats.providers)
+                .map(|(name, p)| (labels(&[("provider", name)]), pick(p)))
+                .collect()
+        };
+    counter_family(
+        &mut registry,
+        "llm_provider_answers",
+        "Main agent LLM calls each provider answered",
+        &by_provider(&|p| load(&p.answered)),
+    );
+    let mut failures = Vec::new();
+    for (name, p) in inner.llm_providers.iter().zip(&stats.providers) {
+        for (class, count) in nexbot_llm::ErrorClass::ALL.iter().zip(&p.failures) {
+            let count = load(count);
+            if count > 0 {
+                failures.push((labels(&[("provider", name), ("class", class.as_str())]), count));
+            }
+        }
+    }
+    counter_family(
+        &mut registry,
+        "llm_provider_failures",
+        "Failed LLM attempts by provider and error class",
+        &failures,
+    );
+    let open: Vec<(Labels, i64)> =
+        by_provider(&|p| load(&p.breaker_open)).into_iter().map(|(l, v)| (l, v as i64)).collect();
+    gauge_family(
+        &mut registry,
+        "llm_provider_breaker_open",
+        "1 while a provider's circuit breaker is open (skipped until a probe)",
+        &open,
+    );
 
     if let Some(egress) = &inner.egress {
         let m = egress();

@@ -46,7 +46,9 @@ pub(crate) struct Inner {
     pub status: StatusBoard,
     /// The main agent's provider and model, and its LLM client's counters.
     pub llm_target: (String, String),
-    pub llm_stats: Arc<crate::llm::LlmStats>,
+    pub llm_stats: Arc<nexbot_llm::ChainStats>,
+    /// The providers' names, in the order of `llm_stats.providers`.
+    pub llm_providers: Vec<String>,
     pub data_dir: PathBuf,
     pub started: Instant,
     pub reloader: Option<Arc<Reloader>>,
@@ -244,7 +246,9 @@ pub fn attach(
         return Err("control.enabled = false".to_owned());
     }
     let agent = app.agent().clone();
-    let (provider, model) = agent.llm().target();
+    let (provider, model) = agent.model().target();
+    let llm_providers =
+        agent.model().chain().providers().iter().map(|p| p.name().to_owned()).collect();
     let state = ControlState(Arc::new(Inner {
         store: app.store().clone(),
         pool: app.sandbox().map(|s| s.pool().clone()),
@@ -256,7 +260,8 @@ pub fn attach(
         delegation_off: app.delegation_off().map(str::to_owned),
         status: app.status().clone(),
         llm_target: (provider.to_owned(), model.to_owned()),
-        llm_stats: agent.llm().stats().clone(),
+        llm_stats: agent.model().stats().clone(),
+        llm_providers,
         data_dir: config.data_dir(),
         started: app.started(),
         reloader,

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::channel::Channel;
-use crate::llm::{FunctionSpec, ToolSpec};
+use crate::llm::ToolSpec;
 use crate::BoxFuture;
 
 /// What a tool knows about the turn that called it.
@@ -179,14 +179,7 @@ impl ToolRegistry {
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools
             .iter()
-            .map(|t| ToolSpec {
-                kind: "function",
-                function: FunctionSpec {
-                    name: t.name(),
-                    description: t.description(),
-                    parameters: t.parameters(),
-                },
-            })
+            .map(|t| ToolSpec::function(t.name(), t.description(), t.parameters()))
             .collect()
     }
 }

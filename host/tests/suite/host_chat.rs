@@ -157,6 +157,8 @@ async fn llm_faults_are_retried_then_reported_and_the_chat_keeps_serving() {
     let mut env = base_env(&llm.base_url());
     env.push(("NEXBOT_LLM__MAX_RETRIES".into(), "2".into()));
     env.push(("NEXBOT_LLM__TIMEOUT_SECS".into(), "1".into()));
+    // Retries are under test here, not the breaker (which would cut them to one attempt).
+    env.push(("NEXBOT_LLM__BREAKER_FAILURES".into(), "100".into()));
     let started = Instant::now();
     let out =
         chat(&ws.config(), &env, &["one", "two", "three", "four", "five", "six"], LIMIT).await;
@@ -204,7 +206,11 @@ async fn a_provider_refusal_is_not_retried_and_is_explained() {
     let out = chat(&ws.config(), &base_env(&llm.base_url()), &["a", "b"], LIMIT).await;
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines[0].contains("refused the request (HTTP 401): invalid api key"), "{stdout}");
+    assert!(
+        lines[0].contains("refused the request")
+            && lines[0].contains("(HTTP 401): invalid api key"),
+        "{stdout}"
+    );
     assert_eq!(lines[1], "ok now");
     assert_eq!(llm.chat_requests().len(), 2);
 }
