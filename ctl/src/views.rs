@@ -73,6 +73,7 @@ pub fn status(s: &Status) -> String {
             t.completion
         ),
     ));
+    pairs.push(("spend".into(), s.spend.render()));
     pairs.push((
         "database".into(),
         format!("{} ({} bytes)", human_bytes(s.database_bytes), s.database_bytes),
@@ -258,7 +259,7 @@ pub fn backup(b: &BackupReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use nexbot_control::{ChannelStatus, PoolSummary, TokenCount};
+    use nexbot_control::{ChannelStatus, PoolSummary, SpendSummary, TokenCount};
 
     use super::*;
 
@@ -398,6 +399,12 @@ mod tests {
             vault: "not built yet".into(),
             tokens_today: TokenCount { prompt: 10, completion: 5 },
             database_bytes: 2048,
+            spend: SpendSummary {
+                day: "2026-11-23".into(),
+                tokens_today: 15,
+                tokens_per_day_cap: Some(1000),
+                ..SpendSummary::default()
+            },
         };
         let text = status(&s);
         for needle in [
@@ -407,6 +414,7 @@ mod tests {
             "delegation:        on\n",
             "channel telegram:  ok\n",
             "tokens today:      15 (10 prompt + 5 completion)\n",
+            "spend:             Spend today (2026-11-23): 15 tokens of 1000; $0.0000 today, $0.0000 this month\n",
             "database:          2.0KiB (2048 bytes)\n",
         ] {
             assert!(text.contains(needle), "{needle:?} missing from:\n{text}");

@@ -148,8 +148,12 @@ impl App {
             let why = why.clone();
             status.add("pool", move || format!("off ({why})"));
         }
-        let commands =
-            CommandRegistry::builtin(store.clone(), config.llm.model.clone(), status.clone());
+        let commands = CommandRegistry::builtin(
+            store.clone(),
+            config.llm.primary().1,
+            agent.model().spend().clone(),
+            status.clone(),
+        );
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use nexbot_core::ChatRef;
 
+use crate::spend::Spend;
 use crate::status::StatusBoard;
 use crate::store::{Store, AGENT_MODE_SETTING};
 use crate::BoxFuture;
@@ -74,13 +75,13 @@ pub struct CommandRegistry {
 
 impl CommandRegistry {
     /// `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent` and `/secret`.
-    pub fn builtin(store: Store, model: String, board: StatusBoard) -> Self {
+    pub fn builtin(store: Store, model: String, spend: Arc<Spend>, board: StatusBoard) -> Self {
         let mut registry = Self::default();
         registry.add(Arc::new(Start));
         registry.add(Arc::new(Help));
         registry.add(Arc::new(NewSession { store: store.clone() }));
         registry.add(Arc::new(Stop));
-        registry.add(Arc::new(Status { store: store.clone(), model, board }));
+        registry.add(Arc::new(Status { store: store.clone(), model, spend, board }));
         registry.add(Arc::new(AgentModeCommand { store }));
         registry.add(Arc::new(SecretCommand));
         registry
@@ -210,6 +211,7 @@ impl ChatCommand for NewSession {
 struct Status {
     store: Store,
     model: String,
+    spend: Arc<Spend>,
     board: StatusBoard,
 }
 
@@ -235,6 +237,7 @@ impl ChatCommand for Status {
             for (name, line) in self.board.lines() {
                 lines.push(format!("{}: {line}", capitalized(name)));
             }
+            lines.push(self.spend.summary(Some(ctx.chat)).await.render());
             lines.join("\n")
         })
     }

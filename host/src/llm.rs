@@ -171,7 +171,8 @@ impl Model {
                     reservation.release();
                     tracing::warn!(%chat, error = %e, "the provider says the context is too long: fitting harder");
                     fitted_harder = true;
-                    room /= 2;
+                    // The provider's window is smaller than configured: halve what was sent.
+                    room = fitted.tokens.min(room) / 2;
                 }
                 Err(e) => {
                     // Providers do not bill failed calls; a cancelled one may have been.

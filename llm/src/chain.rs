@@ -173,6 +173,10 @@ impl Chain {
         ready
     }
 
+    fn is_open(&self, i: usize) -> bool {
+        self.breaker(i).open_until.is_some_and(|until| Instant::now() < until)
+    }
+
     /// Records an attempt's outcome on provider `i` (its breaker and counters).
     pub fn record(&self, i: usize, outcome: Result<(), ErrorClass>) {
         self.stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -296,7 +300,7 @@ impl Chain {
                     self.stats.errors.fetch_add(1, Ordering::Relaxed);
                     return Err(last.take().expect("just set"));
                 }
-                if attempt == attempts {
+                if attempt == attempts || self.is_open(i) {
                     break;
                 }
                 if retry_after.is_some_and(|wait| wait > self.policy.max_wait) && more_providers {

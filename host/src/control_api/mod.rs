@@ -49,6 +49,8 @@ pub(crate) struct Inner {
     pub llm_stats: Arc<nexbot_llm::ChainStats>,
     /// The providers' names, in the order of `llm_stats.providers`.
     pub llm_providers: Vec<String>,
+    /// The spending caps and counts, for `status`.
+    pub spend: Arc<crate::spend::Spend>,
     pub data_dir: PathBuf,
     pub started: Instant,
     pub reloader: Option<Arc<Reloader>>,
@@ -262,6 +264,7 @@ pub fn attach(
         llm_target: (provider.to_owned(), model.to_owned()),
         llm_stats: agent.model().stats().clone(),
         llm_providers,
+        spend: agent.model().spend().clone(),
         data_dir: config.data_dir(),
         started: app.started(),
         reloader,

@@ -140,6 +140,7 @@ pub async fn status(state: &ControlState) -> Status {
             completion: tokens.completion_tokens,
         },
         database_bytes: inner.store.size_bytes().await.unwrap_or(0),
+        spend: inner.spend.summary(None).await,
     }
 }
 

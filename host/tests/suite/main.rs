@@ -17,4 +17,5 @@ mod host_cli;
 mod host_delegation;
 mod host_deploy;
 mod host_hooks;
+mod host_llm;
 mod telegram;
