@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use nexbot_docker::Docker;
-use secrecy::ExposeSecret;
 
 use crate::config::{Config, LLM_API_KEY_ENV};
 use crate::store::Store;
@@ -25,7 +24,7 @@ pub enum CheckStatus {
 
 #[derive(Debug, Clone)]
 pub struct Check {
-    pub name: &'static str,
+    pub name: String,
     pub status: CheckStatus,
     pub detail: String,
     /// What to do, for warnings and failures.
@@ -33,16 +32,16 @@ pub struct Check {
 }
 
 impl Check {
-    fn ok(name: &'static str, detail: impl Into<String>) -> Self {
-        Self { name, status: CheckStatus::Ok, detail: detail.into(), fix: None }
+    fn ok(name: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { name: name.into(), status: CheckStatus::Ok, detail: detail.into(), fix: None }
     }
     fn bad(
-        name: &'static str,
+        name: impl Into<String>,
         status: CheckStatus,
         detail: impl Into<String>,
         fix: impl Into<String>,
     ) -> Self {
-        Self { name, status, detail: detail.into(), fix: Some(fix.into()) }
+        Self { name: name.into(), status, detail: detail.into(), fix: Some(fix.into()) }
     }
 
     /// One line (two with a fix) for the terminal.
@@ -105,66 +104,75 @@ async fn database(config: &Config) -> Check {
     }
 }
 
-/// Whether the model answers (`GET /models` with the key) and a key is set.
+/// Whether each provider answers (`GET /models` with its key) and lists its model.
 pub async fn llm(config: &Config) -> Vec<Check> {
     let mut checks = Vec::new();
-    let key = config.secrets.llm_api_key.as_ref();
-    if key.is_none() {
-        checks.push(Check::bad(
-            "llm key",
-            CheckStatus::Warn,
-            format!("{LLM_API_KEY_ENV} is not set"),
-            format!("export {LLM_API_KEY_ENV}=... (not needed for a local Ollama/vLLM)"),
-        ));
-    }
-    let url = format!("{}/models", config.llm.base_url.trim_end_matches('/'));
-    let client = match reqwest::Client::builder().timeout(Duration::from_secs(10)).build() {
-        Ok(client) => client,
-        Err(e) => {
-            checks.push(Check::bad("llm", CheckStatus::Fail, e.to_string(), "report a bug"));
-            return checks;
-        }
+    let timeouts = nexbot_llm::provider::Timeouts {
+        connect: Duration::from_secs(10),
+        call: Duration::from_secs(10),
+        stall: Duration::from_secs(10),
     };
-    let mut request = client.get(&url);
-    if let Some(key) = key {
-        request = request.bearer_auth(key.expose_secret());
-    }
-    checks.push(match request.send().await {
-        Ok(response) if response.status().is_success() => {
-            let body: serde_json::Value = response.json().await.unwrap_or_default();
-            let listed = body["data"]
-                .as_array()
-                .is_some_and(|models| models.iter().any(|m| m["id"] == config.llm.model.as_str()));
-            if listed {
-                Check::ok("llm", format!("{url} answers and lists {}", config.llm.model))
-            } else {
-                Check::bad(
-                    "llm",
+    let specs = config.llm.provider_list();
+    let several = specs.len() > 1;
+    for (i, spec) in specs.into_iter().enumerate() {
+        let name = if several { format!("llm {}", spec.display_name()) } else { "llm".to_owned() };
+        let key_env = spec.api_key_env.clone();
+        let key = config.secrets.provider_keys.get(i).cloned().flatten();
+        if key.is_none() {
+            if let Some(var) = &key_env {
+                checks.push(Check::bad(
+                    format!("{name} key"),
                     CheckStatus::Warn,
-                    format!("{url} answers but does not list the model {}", config.llm.model),
-                    "check llm.model (some providers do not list every model)",
-                )
+                    format!("{var} is not set"),
+                    format!("export {var}=... (not needed for a local Ollama/vLLM)"),
+                ));
             }
         }
-        Ok(response) if matches!(response.status().as_u16(), 401 | 403) => Check::bad(
-            "llm",
-            CheckStatus::Fail,
-            format!("{url} refused the key (HTTP {})", response.status().as_u16()),
-            format!("set a valid {LLM_API_KEY_ENV}"),
-        ),
-        Ok(response) => Check::bad(
-            "llm",
-            CheckStatus::Fail,
-            format!("{url} answered HTTP {}", response.status().as_u16()),
-            "check llm.base_url (it should end before /chat/completions, e.g. .../v1)",
-        ),
-        Err(e) => Check::bad(
-            "llm",
-            CheckStatus::Fail,
-            format!("cannot reach {url}: {}", e.without_url()),
-            "check llm.base_url and the network",
-        ),
-    });
+        let model = spec.model.clone();
+        let (url_key, model_key) = if config.llm.providers.is_empty() {
+            ("llm.base_url".to_owned(), "llm.model".to_owned())
+        } else {
+            (format!("llm.providers[{i}].base_url"), format!("llm.providers[{i}].model"))
+        };
+        let url = format!("{}/models", spec.base_url.trim_end_matches('/'));
+        let provider = match nexbot_llm::Provider::new(spec, key, timeouts) {
+            Ok(provider) => provider,
+            Err(e) => {
+                checks.push(Check::bad(&name, CheckStatus::Fail, e.to_string(), "fix the key"));
+                continue;
+            }
+        };
+        let set_key = key_env.unwrap_or_else(|| LLM_API_KEY_ENV.to_owned());
+        checks.push(match provider.list_models().await {
+            Ok(models) if models.contains(&model) => {
+                Check::ok(&name, format!("{url} answers and lists {model}"))
+            }
+            Ok(_) => Check::bad(
+                &name,
+                CheckStatus::Warn,
+                format!("{url} answers but does not list the model {model}"),
+                format!("check {model_key} (some providers do not list every model)"),
+            ),
+            Err(e) if e.class == nexbot_llm::ErrorClass::Auth => Check::bad(
+                &name,
+                CheckStatus::Fail,
+                format!("{url} refused the key (HTTP {})", e.status.unwrap_or(0)),
+                format!("set a valid {set_key}"),
+            ),
+            Err(e) if e.status.is_some() => Check::bad(
+                &name,
+                CheckStatus::Fail,
+                format!("{url} answered HTTP {}", e.status.unwrap_or(0)),
+                format!("check {url_key} (it should end before /chat/completions, e.g. .../v1)"),
+            ),
+            Err(e) => Check::bad(
+                &name,
+                CheckStatus::Fail,
+                format!("cannot reach {url}: {}", e.message),
+                format!("check {url_key} and the network"),
+            ),
+        });
+    }
     checks
 }
 

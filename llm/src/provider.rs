@@ -268,6 +268,34 @@ impl Provider {
         parse_completion(&body, &self.name).map_err(|e| self.error(e.class, e.message))
     }
 
+    /// The models the provider lists (`GET {base}/models`), with its key: the cheap probe
+    /// `nexbot doctor` and the daemon's health use.
+    pub async fn list_models(&self) -> Result<Vec<String>, LlmError> {
+        let url = format!("{}/models", self.url.trim_end_matches("/chat/completions"));
+        let mut request =
+            self.http.get(&url).timeout(self.timeouts.call.min(Duration::from_secs(10)));
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        let status = response.status();
+        let body = self.read_limited(response, MAX_ERROR_BYTES * 16).await?;
+        if !status.is_success() {
+            let mut err = self.error(classify(status.as_u16(), &body), excerpt(&body));
+            err.status = Some(status.as_u16());
+            return Err(err);
+        }
+        let value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+            self.error(ErrorClass::Malformed, format!("the model list is not JSON: {e}"))
+        })?;
+        Ok(value["data"]
+            .as_array()
+            .map(|models| {
+                models.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
+            })
+            .unwrap_or_default())
+    }
+
     async fn read_limited(
         &self,
         mut response: reqwest::Response,
