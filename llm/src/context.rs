@@ -59,13 +59,24 @@ pub struct Fitted {
 /// message with tool calls goes together with its tool results, so no result is orphaned. As
 /// a last resort the kept messages themselves are cut.
 pub fn fit(messages: &mut Vec<ChatMessage>, budget: u64) -> Fitted {
+    fit_keeping(messages, budget, 0)
+}
+
+/// [`fit`] that also keeps the first `keep` messages (at least the leading system messages),
+/// e.g. a task statement that must survive however long the work on it gets.
+///
+/// The end of the conversation is kept whole too: the last message, and when it is a tool
+/// result, the results before it and the assistant message that called them — a result
+/// without its call is refused by the API.
+pub fn fit_keeping(messages: &mut Vec<ChatMessage>, budget: u64, keep: usize) -> Fitted {
     let mut fitted = Fitted::default();
     let total = |m: &[ChatMessage]| m.iter().map(message_tokens).sum::<u64>();
     if total(messages) <= budget || messages.is_empty() {
         fitted.tokens = total(messages);
         return fitted;
     }
-    let head = messages.iter().take_while(|m| m.role == "system").count();
+    let system = messages.iter().take_while(|m| m.role == "system").count();
+    let head = keep.max(system).min(messages.len() - 1);
     let per_message = (budget / 4).max(64) as usize * 3;
     let last = messages.len() - 1;
     for (i, message) in messages.iter_mut().enumerate() {
@@ -80,26 +91,45 @@ pub fn fit(messages: &mut Vec<ChatMessage>, budget: u64) -> Fitted {
     }
     // Drop the oldest middle messages until it fits; tool results right after a dropped
     // message go with it (they belong to its calls, or would be orphans).
-    while total(messages) > budget && messages.len() > head + 1 {
+    while total(messages) > budget {
+        let tail = tail_start(messages).max(head);
+        if tail <= head {
+            break;
+        }
         let mut end = head + 1;
-        while end < messages.len() - 1 && messages[end].role == "tool" {
+        while end < tail && messages[end].role == "tool" {
             end += 1;
         }
         fitted.dropped += end - head;
         messages.drain(head..end);
     }
-    // Still too big: the system prompt and the last message share what is left.
+    // Still too big: the kept messages share what is left.
     if total(messages) > budget {
         let share = (budget as usize * 3 / messages.len().max(1)).saturating_sub(96).max(256);
         for message in messages.iter_mut() {
             if message.content_str().len() > share {
-                message.content = Some(cut_text(message.content_str(), share, "message"));
+                let what = if message.role == "tool" { "tool result" } else { "message" };
+                message.content = Some(cut_text(message.content_str(), share, what));
                 fitted.cut += 1;
             }
         }
     }
     fitted.tokens = total(messages);
     fitted
+}
+
+/// Where the end that must stay whole begins: the last message, or, when the conversation
+/// ends in tool results, the assistant message that called them.
+fn tail_start(messages: &[ChatMessage]) -> usize {
+    let mut start = messages.len().saturating_sub(1);
+    while start > 0 && messages[start].role == "tool" {
+        start -= 1;
+    }
+    if messages.last().is_some_and(|m| m.role == "tool") && !messages[start].tool_calls.is_empty() {
+        start
+    } else {
+        messages.len().saturating_sub(1)
+    }
 }
 
 #[cfg(test)]
@@ -167,5 +197,42 @@ mod tests {
             vec![ChatMessage::system("s".repeat(100_000)), ChatMessage::user("u".repeat(100_000))];
         assert!(fit(&mut m, 4_000).tokens <= 4_000);
         assert_eq!(cut_text("héllo", 2, "x"), "h\n[x cut: 1 of 6 bytes shown]");
+    }
+
+    #[test]
+    fn the_kept_head_and_the_last_calls_results_survive() {
+        // A task statement, then many rounds of tool work, ending in two results of one call.
+        let mut m = vec![ChatMessage::system("sys"), ChatMessage::user("the task")];
+        for i in 0..30 {
+            m.push(call(&format!("c{i}")));
+            m.push(ChatMessage::tool(&format!("c{i}"), "r".repeat(2_000)));
+        }
+        let mut both = call("x1");
+        both.tool_calls.extend(call("x2").tool_calls);
+        m.push(both);
+        m.push(ChatMessage::tool("x1", "first result"));
+        m.push(ChatMessage::tool("x2", "second result"));
+        let f = fit_keeping(&mut m, 2_000, 2);
+        assert!(f.tokens <= 2_000 && f.dropped > 0, "{f:?}");
+        assert_eq!(m[1].content_str(), "the task");
+        let n = m.len();
+        assert_eq!(m[n - 3].tool_calls.len(), 2, "the call of the last results is kept: {m:?}");
+        assert_eq!(m[n - 2].content_str(), "first result");
+        assert_eq!(m[n - 1].content_str(), "second result");
+        // Every tool result follows its call or another result.
+        for i in 1..n {
+            if m[i].role == "tool" {
+                assert!(!m[i - 1].tool_calls.is_empty() || m[i - 1].role == "tool", "{m:?}");
+            }
+        }
+        // Plain `fit` drops the task statement first; `fit_keeping` keeps it.
+        let mut plain = vec![ChatMessage::system("sys"), ChatMessage::user("the task")];
+        plain.extend((0..20).map(|_| ChatMessage::assistant("a".repeat(500))));
+        plain.push(ChatMessage::user("last"));
+        let mut kept = plain.clone();
+        assert!(fit(&mut plain, 1_000).dropped > 0);
+        assert!(plain.iter().all(|x| x.content_str() != "the task"), "{plain:?}");
+        assert!(fit_keeping(&mut kept, 1_000, 2).dropped > 0);
+        assert_eq!(kept[1].content_str(), "the task");
     }
 }

@@ -10,20 +10,25 @@
 //! - [`secrets`]: per-task secrets — never printed, zeroized on drop, validated per the spec —
 //!   and the redactor that scrubs their values out of text.
 //! - [`codec`]: JSON lines with a per-line size limit whose violation is recoverable.
+//! - [`tools`]: the names of a subagent's tools, the one list the host and the subagent read.
 
 pub mod codec;
 pub mod report;
 pub mod request;
 pub mod response;
 pub mod secrets;
+pub mod tools;
 pub mod version;
 
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
-pub use request::{Request, RequestError, RequestType, BLOCKED_TOOLS};
+pub use request::{Request, RequestError, RequestType};
 pub use response::{
     truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,
     MAX_RESULT_BYTES,
 };
 pub use secrets::{Redactor, SecretMap, SecretsError, StreamRedactor};
+pub use tools::{
+    closest_tool, is_subagent_tool, unknown_tools, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+};
 pub use version::{negotiate, VersionError, VersionStatus, PROTOCOL_VERSION};

@@ -11,10 +11,6 @@ use thiserror::Error;
 use crate::secrets::{serialize_opt_secret, SecretMap, SecretsError};
 use crate::version::{negotiate, VersionError, VersionStatus};
 
-/// Tools a subagent can never be granted: no recursive delegation, no direct contact with the
-/// user (`docs/protocol.md#limits`).
-pub const BLOCKED_TOOLS: &[&str] = &["delegate_to_sub_agent", "spawn", "send_file_to_user"];
-
 /// The `type` of a request. Unknown types are kept so that the answer can name them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum RequestType {
@@ -96,6 +92,10 @@ pub struct Request {
         serialize_with = "serialize_opt_secret"
     )]
     pub llm_token: Option<SecretString>,
+    /// The model's context window in tokens, when the host knows it: the subagent fits its
+    /// conversation into it before every call (default 32,768). Additive; not remembered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm_context_window: Option<u32>,
 }
 
 impl fmt::Debug for Request {
@@ -116,6 +116,7 @@ impl fmt::Debug for Request {
             .field("llm_base_url", &self.llm_base_url)
             .field("llm_model", &self.llm_model)
             .field("llm_token", &self.llm_token.as_ref().map(|_| "[set]"))
+            .field("llm_context_window", &self.llm_context_window)
             .finish()
     }
 }

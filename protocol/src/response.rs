@@ -27,6 +27,12 @@ pub struct Response {
     /// a host must treat its absence as "not known to be clean".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub: Option<Scrub>,
+    /// On a final answer to an `execute` that ran: the names in the request's `tools` that
+    /// this subagent does not offer, so it ran without them. Added in 1.0 (additive,
+    /// docs/protocol.md "Version history"); absent means none were dropped (or an older
+    /// subagent that does not say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_tools: Vec<String>,
 }
 
 /// The subagent's account of the clean-up after a task: every other process it could
@@ -125,6 +131,7 @@ impl Response {
             version: PROTOCOL_VERSION.to_owned(),
             body,
             scrub: None,
+            dropped_tools: Vec::new(),
         }
     }
 
@@ -286,6 +293,20 @@ mod tests {
             ResponseBody::Success { result, .. } => assert!(result.ends_with(TRUNCATED_MARKER)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn dropped_tools_are_sent_only_when_there_are_some() {
+        let mut r = Response::success("a", None, "ok".into(), Usage::default(), 1, 1);
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("dropped_tools").is_none(), "{v}");
+        r.dropped_tools = vec!["web_search".into()];
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""dropped_tools":["web_search"]"#), "{text}");
+        assert_eq!(serde_json::from_str::<Response>(&text).unwrap(), r);
+        let old: Response =
+            serde_json::from_str(r#"{"id":"a","status":"success","result":"ok"}"#).unwrap();
+        assert!(old.dropped_tools.is_empty());
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The agent loop: the model thinks, calls tools, reads their (sanitized, redacted) results,
 //! and finally answers — within the subagent limits of `docs/protocol.md#limits` (60
 //! iterations, 64,000 tokens of context, blocked tools refused) and the task's soft timeout.
+//! The model is reached through `nexbot-llm` (a chain of one provider, see [`crate::llm`]),
+//! and before every call the conversation is fitted into the model's context window, so a
+//! long run of big tool results shortens the conversation instead of failing the call.
 //!
 //! Every way a task can end becomes exactly one response: `success`; `timeout` with the
 //! partial-results report (`docs/protocol.md#reports`) when the soft limit hits; `error` with
@@ -11,6 +14,8 @@
 
 use std::time::Instant;
 
+use nexbot_llm::context::{estimate_tokens, fit_keeping, message_tokens};
+use nexbot_llm::{Chain, ChatMessage, ChatRequest, Completion, LlmError, ToolCall, ToolSpec};
 use nexbot_protocol::{
     ProgressEvent, Redactor, Report, ReportStatus, Response, Todo, Usage, BLOCKED_TOOLS,
 };
@@ -18,7 +23,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use crate::chat::{ChatMessage, Completion, LlmClient, ToolCall};
 use crate::output::{redact_response, Output};
 use crate::sanitizer::{neutralize, wrap_external};
 use crate::secrets::{SecretStore, SECRET_TTL};
@@ -28,7 +32,9 @@ use crate::tools::{self, ToolEnv};
 pub const MAX_ITERATIONS: u32 = 60;
 pub const MAX_CONTEXT_TOKENS: u64 = 64_000;
 /// The always-available planning tool whose list the report carries.
-pub const TODO_TOOL: &str = "update_todos";
+pub const TODO_TOOL: &str = nexbot_protocol::PLANNING_TOOL;
+/// The messages fitting never drops: the system prompt and the task.
+const KEPT_MESSAGES: usize = 2;
 /// A `progress` detail is at most this many characters.
 const DETAIL_CHARS: usize = 160;
 
@@ -48,13 +54,17 @@ struct TaskLoop {
     id: String,
     correlation_id: Option<String>,
     tools: Vec<&'static str>,
-    tool_specs: Vec<Value>,
+    dropped_tools: Vec<String>,
+    tool_specs: Vec<ToolSpec>,
+    /// What the messages may take of the context window, in estimated tokens.
+    prompt_budget: u64,
     timeout_secs: u64,
     deadline: tokio::time::Instant,
     redactor: std::sync::Arc<Redactor>,
     secrets: SecretStore,
     env: ToolEnv,
-    client: LlmClient,
+    llm: Result<Chain, LlmError>,
+    model: String,
     out: Output,
     cancel: Cancel,
     messages: Vec<ChatMessage>,
@@ -72,6 +82,7 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let secrets = SecretStore::new(spec.secrets, SECRET_TTL);
     let mut tool_specs = tools::specs(&spec.tools);
     tool_specs.push(todo_spec());
+    let prompt_budget = prompt_budget(spec.llm.context_window(), &tool_specs);
     let system = system_prompt(&spec.tools, &secrets.names(), &env, spec.timeout.as_secs());
     let mut user = format!("Task:\n{}", neutralize(&spec.redactor.redact(&spec.task)).text);
     if let Some(context) = spec.context.as_deref().filter(|c| !c.trim().is_empty()) {
@@ -82,23 +93,31 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         id: spec.id,
         correlation_id: spec.correlation_id,
         tools: spec.tools,
+        dropped_tools: spec.dropped_tools,
         tool_specs,
+        prompt_budget,
         timeout_secs: spec.timeout.as_secs(),
         deadline: tokio::time::Instant::now() + spec.timeout,
         redactor: spec.redactor,
         secrets,
         env,
-        client: LlmClient::new(spec.llm),
+        llm: spec.llm.chain(),
+        model: spec.llm.model.clone(),
         out,
         cancel,
-        messages: vec![ChatMessage::new("system", system), ChatMessage::new("user", user)],
+        messages: vec![ChatMessage::system(system), ChatMessage::user(user)],
         todos: Vec::new(),
         usage: Usage::default(),
         context_tokens: 0,
         iterations: 0,
     };
-    agent.context_tokens = estimate_tokens(&agent.messages);
-    info!(event = "task", model = agent.client.model(), "agent loop started");
+    agent.context_tokens = conversation_tokens(&agent.messages);
+    info!(
+        event = "task",
+        model = %agent.model,
+        context_window = spec.llm.context_window(),
+        "agent loop started"
+    );
     let ending = agent.run_loop().await;
     let response = agent.respond(ending, started.elapsed().as_millis() as u64);
     // Secrets go now, before the answer is even written.
@@ -110,6 +129,7 @@ impl TaskLoop {
     async fn run_loop(&mut self) -> Ending {
         for iteration in 1..=MAX_ITERATIONS {
             self.iterations = iteration;
+            self.fit_context();
             if self.context_tokens >= MAX_CONTEXT_TOKENS {
                 return Ending::Failed(format!(
                     "Sub-agent token limit reached ({MAX_CONTEXT_TOKENS})"
@@ -117,20 +137,19 @@ impl TaskLoop {
             }
             self.progress(ProgressEvent::Iteration, None, Some(format!("iteration {iteration}")))
                 .await;
-            let before = estimate_tokens(&self.messages);
-            let completion =
-                match self.guard(self.client.complete(&self.messages, &self.tool_specs)).await {
-                    Ok(Ok(completion)) => completion,
-                    Ok(Err(err)) => {
-                        warn!(event = "llm", error = %err, "LLM call failed");
-                        return Ending::Failed(err.to_string());
-                    }
-                    Err(interrupt) => return Ending::Interrupted(interrupt),
-                };
-            let Completion { mut message, usage } = completion;
+            let before = conversation_tokens(&self.messages);
+            let completion = match self.complete().await {
+                Ok(Ok(completion)) => completion,
+                Ok(Err(err)) => {
+                    warn!(event = "llm", error = %err, class = %err.class, "LLM call failed");
+                    return Ending::Failed(format!("LLM call failed: {err}"));
+                }
+                Err(interrupt) => return Ending::Interrupted(interrupt),
+            };
+            let Completion { mut message, usage, .. } = completion;
             message.role = "assistant".to_owned();
             message.content = message.content.map(|c| self.redactor.redact(&c));
-            let reply_tokens = estimate_tokens(std::slice::from_ref(&message));
+            let reply_tokens = message_tokens(&message);
             let usage =
                 usage.unwrap_or(Usage { prompt_tokens: before, completion_tokens: reply_tokens });
             self.usage.prompt_tokens += usage.prompt_tokens;
@@ -147,11 +166,40 @@ impl TaskLoop {
                     Ok(text) => text,
                     Err(interrupt) => return Ending::Interrupted(interrupt),
                 };
-                self.context_tokens += estimate_text(&result);
-                self.messages.push(ChatMessage::tool(&call.id, result));
+                let result = ChatMessage::tool(&call.id, result);
+                self.context_tokens += message_tokens(&result);
+                self.messages.push(result);
             }
         }
         Ending::Failed(format!("Sub-agent iteration limit reached ({MAX_ITERATIONS})"))
+    }
+
+    /// One LLM call with the conversation as it stands, unless the task is stopped first.
+    async fn complete(&self) -> Result<Result<Completion, LlmError>, Interrupt> {
+        let chain = match &self.llm {
+            Ok(chain) => chain,
+            Err(err) => return Ok(Err(err.clone())),
+        };
+        let request = ChatRequest::new(&self.messages, &self.tool_specs);
+        self.guard(chain.complete(&request, self.cancel.token(), &|_| {})).await
+    }
+
+    /// Fits the conversation into the prompt budget before a call. When anything had to go,
+    /// the conversation's size is the estimate of what is left (the last call's figure no
+    /// longer describes it).
+    fn fit_context(&mut self) {
+        let fitted = fit_keeping(&mut self.messages, self.prompt_budget, KEPT_MESSAGES);
+        if fitted.dropped > 0 || fitted.cut > 0 {
+            self.context_tokens = fitted.tokens + tools_tokens(&self.tool_specs);
+            info!(
+                event = "llm",
+                dropped = fitted.dropped,
+                cut = fitted.cut,
+                tokens = self.context_tokens,
+                budget = self.prompt_budget,
+                "conversation fitted into the context window"
+            );
+        }
     }
 
     /// Awaits `work` unless the task is cancelled or its soft time limit passes first.
@@ -301,7 +349,10 @@ impl TaskLoop {
                 Response::error(id, correlation, error, Some(report))
             }
         };
-        redact_response(response, |text| neutralize(&self.redactor.redact(text)).text)
+        let mut response =
+            redact_response(response, |text| neutralize(&self.redactor.redact(text)).text);
+        response.dropped_tools = self.dropped_tools.clone();
+        response
     }
 
     fn report(&self, status: ReportStatus, error: &str) -> Report {
@@ -357,37 +408,39 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-/// About four characters a token: used when the API reports no usage.
-fn estimate_text(text: &str) -> u64 {
-    (text.len() as u64).div_ceil(4)
+/// The estimated size of `messages` (`nexbot-llm`'s estimate), used when the API reports no
+/// usage.
+fn conversation_tokens(messages: &[ChatMessage]) -> u64 {
+    messages.iter().map(message_tokens).sum()
 }
 
-fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
-    messages
-        .iter()
-        .map(|m| {
-            4 + m.content.as_deref().map_or(0, estimate_text)
-                + m.tool_calls
-                    .iter()
-                    .map(|c| estimate_text(&c.function.name) + estimate_text(&c.function.arguments))
-                    .sum::<u64>()
-        })
-        .sum()
+/// The estimated size of the tool specs, sent with every call.
+fn tools_tokens(specs: &[ToolSpec]) -> u64 {
+    estimate_tokens(serde_json::to_vec(specs).map_or(0, |v| v.len()))
 }
 
-fn todo_spec() -> Value {
-    json!({"type": "function", "function": {
-        "name": TODO_TOOL,
-        "description": "Keep your plan for this task: replaces the whole todo list. If the task stops early, the list is reported back.",
-        "parameters": {"type": "object", "properties": {"todos": {"type": "array", "items": {
+/// What the messages may take of a `window`-token context: the window (at most the task's
+/// token limit) minus the tool specs and room for the answer; never less than 2,048.
+fn prompt_budget(window: u32, specs: &[ToolSpec]) -> u64 {
+    let window = u64::from(window).min(MAX_CONTEXT_TOKENS);
+    let answer = (window / 8).clamp(1_024, 8_192);
+    window.saturating_sub(answer + tools_tokens(specs)).max(2_048)
+}
+
+fn todo_spec() -> ToolSpec {
+    ToolSpec::function(
+        TODO_TOOL,
+        "Keep your plan for this task: replaces the whole todo list. If the task stops early, \
+         the list is reported back.",
+        json!({"type": "object", "properties": {"todos": {"type": "array", "items": {
             "type": "object",
             "properties": {
                 "content": {"type": "string"},
                 "status": {"type": "string", "enum": ["pending", "in_progress", "done"]}
             },
             "required": ["content", "status"]
-        }}}, "required": ["todos"]}
-    }})
+        }}}, "required": ["todos"]}),
+    )
 }
 
 fn system_prompt(
@@ -431,6 +484,17 @@ mod tests {
         assert!(parse_arguments("{\"a\":1}").is_ok());
         assert_eq!(parse_arguments("[1]").unwrap_err(), "expected a JSON object, got an array");
         assert!(parse_arguments("{oops").is_err());
+    }
+
+    #[test]
+    fn the_prompt_budget_leaves_room_for_tools_and_answer() {
+        let specs = tools::specs(nexbot_protocol::SUBAGENT_TOOLS);
+        let tools = tools_tokens(&specs);
+        assert!(tools > 100, "the specs are counted: {tools}");
+        assert_eq!(prompt_budget(32_768, &specs), 32_768 - 4_096 - tools);
+        // Beyond the task's token limit a window does not widen the budget.
+        assert_eq!(prompt_budget(200_000, &specs), MAX_CONTEXT_TOKENS - 8_000 - tools);
+        assert_eq!(prompt_budget(1_000, &specs), 2_048, "a floor for tiny windows");
     }
 
     #[test]

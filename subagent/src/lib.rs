@@ -10,10 +10,10 @@
 //! - [`output`]: the single stdout writer, so response lines never interleave.
 //! - [`logging`]: the JSON log layer for `tracing` (stderr), with secret redaction.
 //! - [`redaction`]: the process-wide "what must never be printed" set shared by both.
-//! - [`llm`]: where the LLM settings come from (request fields, then environment).
+//! - [`llm`]: where the LLM settings come from (request fields, then environment), and the
+//!   `nexbot-llm` client they make.
 
 pub mod agent;
-pub mod chat;
 pub mod llm;
 pub mod logging;
 pub mod net;

@@ -4,13 +4,29 @@
 //! keeps it for later requests. On top of that a request may name the endpoint and model
 //! (`llm_base_url`, `llm_model`, falling back to `NEXBOT_LLM_BASE_URL` / `NEXBOT_LLM_MODEL`)
 //! and carry a per-task `llm_token` for the host's relay, used as the bearer instead of a key.
+//!
+//! A task reaches its model through `nexbot-llm`: a [`Chain`] of the one provider these
+//! settings name, with the retry policy below.
 
+use std::time::Duration;
+
+use nexbot_llm::provider::{Timeouts, DEFAULT_CONTEXT_WINDOW};
+use nexbot_llm::{Chain, LlmError, Provider, ProviderSpec, RetryPolicy};
 use secrecy::SecretString;
 
 use nexbot_protocol::Request;
 
 pub const BASE_URL_ENV: &str = "NEXBOT_LLM_BASE_URL";
 pub const MODEL_ENV: &str = "NEXBOT_LLM_MODEL";
+
+/// One attempt at an LLM call may take this long.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(180);
+/// Attempts per call: transient failures (connection, timeout, 429, 5xx, a malformed answer)
+/// are retried.
+pub const ATTEMPTS: u32 = 3;
+/// The longest wait between attempts; a longer `Retry-After` is cut to it.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(20);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one task uses to reach its LLM.
 #[derive(Debug, Clone)]
@@ -19,6 +35,39 @@ pub struct LlmSettings {
     pub model: String,
     /// `llm_token` when the request has one, else the remembered `llm_api_key`.
     pub bearer: SecretString,
+    /// The request's `llm_context_window` (0 or absent: not known).
+    pub context_window: Option<u32>,
+}
+
+impl LlmSettings {
+    /// The model's context window: the request's, else `nexbot-llm`'s default.
+    pub fn context_window(&self) -> u32 {
+        self.context_window.filter(|w| *w > 0).unwrap_or(DEFAULT_CONTEXT_WINDOW)
+    }
+
+    /// The client for these settings: one provider, bearer and all; it lives as long as the
+    /// task, so no connection of it outlives the task.
+    pub fn chain(&self) -> Result<Chain, LlmError> {
+        let mut spec = ProviderSpec::new(&self.base_url, &self.model);
+        spec.context_window = Some(self.context_window());
+        let timeouts =
+            Timeouts { connect: CONNECT_TIMEOUT, call: CALL_TIMEOUT, stall: CALL_TIMEOUT };
+        let provider = Provider::new(spec, Some(self.bearer.clone()), timeouts)?;
+        Ok(Chain::new(vec![provider], retry_policy()))
+    }
+}
+
+/// [`ATTEMPTS`] attempts, 1 s then 2 s apart unless the provider asks for longer (up to
+/// [`MAX_RETRY_AFTER`]); the breaker never skips the only provider there is.
+pub fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: ATTEMPTS - 1,
+        initial: Duration::from_secs(1),
+        max_wait: MAX_RETRY_AFTER,
+        total: CALL_TIMEOUT * ATTEMPTS + MAX_RETRY_AFTER * (ATTEMPTS - 1),
+        breaker_failures: u32::MAX,
+        breaker_cooldown: Duration::ZERO,
+    }
 }
 
 /// The settings remembered across requests (the seed's lazy initialisation).
@@ -58,7 +107,7 @@ impl LlmState {
         let base_url = pick(&req.llm_base_url, &self.base_url, BASE_URL_ENV)
             .ok_or(LlmConfigError::NoBaseUrl)?;
         let model = pick(&req.llm_model, &self.model, MODEL_ENV).ok_or(LlmConfigError::NoModel)?;
-        Ok(LlmSettings { base_url, model, bearer })
+        Ok(LlmSettings { base_url, model, bearer, context_window: req.llm_context_window })
     }
 
     /// Keeps the key, endpoint and model a request sent, for the requests after it.
@@ -112,5 +161,36 @@ mod tests {
         assert_eq!((s.base_url.as_str(), s.model.as_str()), ("http://x/v1", "m"));
         let with_token = req(r#"{"type":"execute","id":"c","task":"t","llm_token":"tok"}"#);
         assert_eq!(state.resolve(&with_token).unwrap().bearer.expose_secret(), "tok");
+    }
+
+    #[test]
+    fn the_context_window_comes_from_the_request_and_is_not_remembered() {
+        let mut state = LlmState::default();
+        let first = req(r#"{"type":"execute","id":"a","task":"t","llm_api_key":"k1",
+                "llm_base_url":"http://x/v1","llm_model":"m","llm_context_window":8192}"#);
+        assert_eq!(state.resolve(&first).unwrap().context_window(), 8192);
+        state.remember(&first);
+        let later = req(r#"{"type":"execute","id":"b","task":"t"}"#);
+        assert_eq!(state.resolve(&later).unwrap().context_window(), DEFAULT_CONTEXT_WINDOW);
+        let zero = req(r#"{"type":"execute","id":"c","task":"t","llm_context_window":0}"#);
+        assert_eq!(state.resolve(&zero).unwrap().context_window(), DEFAULT_CONTEXT_WINDOW);
+    }
+
+    #[test]
+    fn the_chain_is_one_provider_at_the_settings_endpoint() {
+        let settings = LlmSettings {
+            base_url: "http://relay:3128/v1/".into(),
+            model: "m".into(),
+            bearer: SecretString::from("tok-123456"),
+            context_window: None,
+        };
+        let chain = settings.chain().unwrap();
+        assert_eq!(chain.providers().len(), 1);
+        assert_eq!(chain.primary().url(), "http://relay:3128/v1/chat/completions");
+        assert_eq!(chain.primary().spec().model, "m");
+        assert_eq!(chain.policy().max_retries + 1, ATTEMPTS);
+        assert_eq!(chain.policy().max_wait, MAX_RETRY_AFTER);
+        let bad = LlmSettings { bearer: SecretString::from("tok\nsplit"), ..settings };
+        assert_eq!(bad.chain().unwrap_err().class, nexbot_llm::ErrorClass::Auth);
     }
 }

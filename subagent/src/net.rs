@@ -1,4 +1,5 @@
-//! The process's one HTTP client, shared by the LLM client and the network tools.
+//! The HTTP client of the network tools (`web_fetch`, `http_request`). The LLM client is
+//! `nexbot-llm`'s, built per task with the same rustls, proxy and resolver features.
 //!
 //! `reqwest` with rustls and the webpki built-in roots: no OpenSSL, no CA bundle in the image.
 //! It honours `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` from the environment: in production the

@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use nexbot_protocol::request::unix_now;
 use nexbot_protocol::{
     Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response, Scrub,
-    SecretMap, VersionStatus, PROTOCOL_VERSION,
+    SecretMap, VersionStatus, PROTOCOL_VERSION, SUBAGENT_TOOLS,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
@@ -76,7 +76,7 @@ pub async fn serve<R, W>(
         Server { out, redaction, llm: LlmState::default(), slot: Arc::new(Mutex::new(None)) };
     let mut lines = FramedRead::new(input, JsonLinesCodec::<Request, Response>::new());
     tokio::pin!(shutdown);
-    info!(event = "init", version = PROTOCOL_VERSION, tools = %tools::TOOL_NAMES.join(","), "subagent ready");
+    info!(event = "init", version = PROTOCOL_VERSION, tools = %SUBAGENT_TOOLS.join(","), "subagent ready");
 
     let stop = loop {
         tokio::select! {
@@ -169,7 +169,7 @@ impl Server {
                 debug!(event = "protocol", "ping");
                 let running = self.running_id();
                 let capabilities = Capabilities {
-                    tools: tools::TOOL_NAMES.iter().map(|t| t.to_string()).collect(),
+                    tools: SUBAGENT_TOOLS.iter().map(|t| t.to_string()).collect(),
                     busy: running.is_some(),
                     task_id: running,
                 };
@@ -225,8 +225,8 @@ impl Server {
             self.out.send(refuse(text)).await;
             return;
         }
-        let tools = match tools::select(request.tools.as_deref()) {
-            Ok(tools) => tools,
+        let selection = match tools::select(request.tools.as_deref()) {
+            Ok(selection) => selection,
             Err(text) => {
                 warn!(event = "task", task_id = %request.id, error = %text, "refused: tools");
                 self.out.send(refuse(text)).await;
@@ -261,7 +261,8 @@ impl Server {
             correlation_id: correlation.clone(),
             task: request.task.clone().unwrap_or_default(),
             context: request.context.clone(),
-            tools,
+            tools: selection.tools,
+            dropped_tools: selection.dropped,
             timeout: task::soft_timeout(request.timeout),
             secrets,
             llm,
@@ -276,6 +277,14 @@ impl Server {
             timeout_secs = spec.timeout.as_secs(),
             "task started"
         );
+        if !spec.dropped_tools.is_empty() {
+            warn!(
+                event = "task",
+                task_id = %spec.id,
+                dropped_tools = %spec.dropped_tools.join(","),
+                "requested tools this subagent does not offer were dropped"
+            );
+        }
         let cancel = Cancel::default();
         let span = tracing::info_span!(
             "task",

@@ -30,6 +30,9 @@ pub struct TaskSpec {
     pub task: String,
     pub context: Option<String>,
     pub tools: Vec<&'static str>,
+    /// Names the request's `tools` granted that this program does not offer; the final
+    /// answer reports them.
+    pub dropped_tools: Vec<String>,
     pub timeout: Duration,
     /// Dropped (so zeroized) when the task ends, whatever its outcome.
     pub secrets: SecretMap,
@@ -50,6 +53,11 @@ impl Cancel {
     pub fn cancel(&self, reason: impl Into<String>) {
         let _ = self.reason.set(reason.into());
         self.token.cancel();
+    }
+
+    /// The token behind it, for calls that take one.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
     }
 
     /// Resolves once the task was asked to stop.

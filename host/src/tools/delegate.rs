@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use nexbot_core::channel::{TaskReceipt, TaskUpdate};
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
-use nexbot_protocol::{ProgressEvent, Request, Response, ResponseBody, SecretMap, BLOCKED_TOOLS};
+use nexbot_protocol::{
+    closest_tool, unknown_tools, ProgressEvent, Request, Response, ResponseBody, SecretMap,
+    BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -106,16 +109,17 @@ pub struct Args {
 impl TypedTool for Delegate {
     type Args = Args;
     const NAME: &'static str = TOOL_NAME;
+    // The names in it are checked against the protocol's list (tools::names_tests).
     const DESCRIPTION: &'static str =
         "Run a task in an isolated sub-agent container that can run shell commands, fetch web \
          pages and call HTTP APIs. Give a complete, self-contained `task`; optionally `tools` \
-         (whitelist, e.g. [\"run_command\", \"fetch_url\"]), `context`, `secrets` (names of \
-         stored secrets the task may use as $NAME) and `timeout_secs`. Returns the result, or \
-         a report of partial progress.";
+         (whitelist of the sub-agent's tools, e.g. [\"run_command\", \"web_fetch\"]; the \
+         schema lists them all), `context`, `secrets` (names of stored secrets the task may use \
+         as $NAME) and `timeout_secs`. Returns the result, or a report of partial progress.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
-            "tools": {"type": "array", "items": {"type": "string"}},
+            "tools": {"type": "array", "items": {"type": "string", "enum": grantable()}},
             "context": {"type": "string"},
             "secrets": {"type": "array", "items": {"type": "string"}},
             "timeout_secs": {"type": "integer", "minimum": 1}},
@@ -128,13 +132,7 @@ impl TypedTool for Delegate {
         if args.task.trim().is_empty() {
             return Err(ToolError::new("task is empty"));
         }
-        if let Some(blocked) =
-            args.tools.iter().flatten().find(|t| BLOCKED_TOOLS.contains(&t.as_str()))
-        {
-            return Err(ToolError::new(format!(
-                "the tool {blocked} can never be granted to a sub-agent"
-            )));
-        }
+        check_tools(args.tools.as_deref().unwrap_or_default())?;
         let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
@@ -204,6 +202,7 @@ impl TypedTool for Delegate {
         };
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
+        let mut dropped = Vec::new();
         let answer = match outcome {
             None => {
                 end.status = "timeout".into();
@@ -217,6 +216,14 @@ impl TypedTool for Delegate {
             }
             Some(Ok(outcome)) => {
                 end.container = outcome.container;
+                dropped = outcome.response.dropped_tools;
+                if !dropped.is_empty() {
+                    tracing::warn!(
+                        task_id = %id,
+                        dropped_tools = %dropped.join(","),
+                        "the subagent does not offer tools the task was granted; it ran without them"
+                    );
+                }
                 match outcome.response.body {
                     ResponseBody::Success { result, usage, .. } => {
                         end.status = "success".into();
@@ -281,8 +288,60 @@ impl TypedTool for Delegate {
         if let Err(e) = self.store.finish_task(&id, end).await {
             tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
         }
-        Ok(answer)
+        Ok(mention_dropped(answer, &dropped))
     }
+}
+
+/// The names the `tools` argument may hold: every tool a sub-agent can be granted, and the
+/// planning tool every task has anyway.
+fn grantable() -> Vec<&'static str> {
+    SUBAGENT_TOOLS.iter().copied().chain([PLANNING_TOOL]).collect()
+}
+
+/// Refuses a grant of a blocked tool, or of a name no sub-agent has (`fetch_url` for
+/// `web_fetch`), before anything runs: the error names the wrong names and lists the real ones.
+fn check_tools(tools: &[String]) -> Result<(), ToolError> {
+    if let Some(blocked) = tools.iter().find(|t| BLOCKED_TOOLS.contains(&t.as_str())) {
+        return Err(ToolError::new(format!(
+            "the tool {blocked} can never be granted to a sub-agent"
+        )));
+    }
+    let unknown = unknown_tools(tools);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<String> = unknown
+        .iter()
+        .map(|name| match closest_tool(name) {
+            Some(tool) => format!("{name} (did you mean {tool}?)"),
+            None => (*name).to_owned(),
+        })
+        .collect();
+    Err(ToolError::new(format!(
+        "no sub-agent tool is named {}; the tools a sub-agent can be given are {} ({PLANNING_TOOL} \
+         is always on); nothing was run",
+        named.join(", "),
+        SUBAGENT_TOOLS.join(", ")
+    )))
+}
+
+/// The answer for the model, telling it which granted tools the sub-agent did not have (the
+/// answer's `dropped_tools`: a subagent image older than this host's list of tools).
+fn mention_dropped(answer: String, dropped: &[String]) -> String {
+    if dropped.is_empty() {
+        return answer;
+    }
+    let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(&answer) else {
+        return answer;
+    };
+    let note = format!(
+        "The sub-agent does not offer {}, so the task ran without {}.",
+        dropped.join(", "),
+        if dropped.len() == 1 { "it" } else { "them" }
+    );
+    fields.insert("dropped_tools".into(), json!(dropped));
+    fields.insert("note".into(), note.into());
+    Value::Object(fields).to_string()
 }
 
 /// Passes the task's progress to the chat until the task ends; returns the tools it called,
@@ -478,5 +537,150 @@ mod tests {
         assert_eq!(access.end().relay_tokens, Some(3));
         assert_eq!(tokens.0.authorize(&token), Err(egress::TokenError::Invalid));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A runner that answers every task with `response` and counts the tasks it got.
+    #[derive(Debug)]
+    struct Canned {
+        response: Response,
+        requests: std::sync::Mutex<Vec<Request>>,
+    }
+
+    impl SubagentRunner for Canned {
+        fn execute(
+            &self,
+            request: Request,
+            _cancel: tokio_util::sync::CancellationToken,
+            _progress: Option<mpsc::Sender<Response>>,
+        ) -> BoxFuture<
+            '_,
+            Result<crate::delegation::SubagentOutcome, crate::delegation::SubagentError>,
+        > {
+            let response = Response { id: request.id.clone(), ..self.response.clone() };
+            self.requests.lock().unwrap().push(request);
+            Box::pin(
+                async move { Ok(crate::delegation::SubagentOutcome { response, container: None }) },
+            )
+        }
+    }
+
+    struct Fixture {
+        dir: std::path::PathBuf,
+        store: Store,
+        runner: Arc<Canned>,
+        tokens: Arc<Table>,
+        delegate: Delegate,
+    }
+
+    impl Fixture {
+        async fn new(response: Response) -> Self {
+            let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
+            let store = Store::open(&dir.join("t.db")).await.unwrap();
+            let config = crate::config::Config::from_parts(
+                "",
+                &dir.join("config.toml"),
+                &dir,
+                Vec::<(String, String)>::new(),
+            )
+            .unwrap();
+            let runner = Arc::new(Canned { response, requests: Default::default() });
+            let tokens = Arc::new(Table::default());
+            let settings = DelegateSettings {
+                longest: TaskDeadlines::plan(&config, None),
+                llm_model: "m".into(),
+            };
+            let delegate =
+                Delegate::new(runner.clone(), store.clone(), None, tokens.clone(), settings);
+            Self { dir, store, runner, tokens, delegate }
+        }
+
+        async fn call(&self, args: Value) -> ToolResult {
+            use crate::tools::Tool as _;
+            self.delegate.call(args, &ToolContext::for_tests()).await
+        }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn answer(result: &str, dropped: &[&str]) -> Response {
+        let mut r = Response::success("x", None, result.into(), Default::default(), 1, 1);
+        r.dropped_tools = dropped.iter().map(|d| d.to_string()).collect();
+        r
+    }
+
+    #[tokio::test]
+    async fn a_tool_no_subagent_has_is_refused_before_anything_runs() {
+        let f = Fixture::new(answer("never", &[])).await;
+        let err = f
+            .call(
+                json!({"task": "get the page", "tools": ["run_command", "fetch_url", "web_serch"]}),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no sub-agent tool is named fetch_url (did you mean web_fetch?)"),
+            "{err}"
+        );
+        assert!(err.contains("web_serch"), "every unknown name is named: {err}");
+        for tool in SUBAGENT_TOOLS {
+            assert!(err.contains(tool), "{tool} is listed: {err}");
+        }
+        assert!(f.runner.requests.lock().unwrap().is_empty(), "nothing was sent");
+        assert!(f.store.tasks(&ToolContext::for_tests().chat).await.unwrap().is_empty());
+        assert_eq!(f.tokens.0.revoke_all(), 0, "no token was issued");
+
+        let err = f.call(json!({"task": "t", "tools": ["spawn"]})).await.unwrap_err();
+        assert_eq!(err.to_string(), "the tool spawn can never be granted to a sub-agent");
+
+        // Real names (the planning tool too) go through, as the whitelist.
+        let tools = json!(["web_fetch", "update_todos"]);
+        let out = f.call(json!({"task": "t", "tools": tools})).await.unwrap();
+        assert!(out.contains(r#""success":true"#), "{out}");
+        let sent = f.runner.requests.lock().unwrap();
+        assert_eq!(
+            sent[0].tools.as_deref(),
+            Some(&["web_fetch".into(), "update_todos".into()][..])
+        );
+    }
+
+    #[tokio::test]
+    async fn tools_the_subagent_dropped_are_told_to_the_model() {
+        let f = Fixture::new(answer("the page says hi", &["web_fetch"])).await;
+        let out =
+            f.call(json!({"task": "t", "tools": ["web_fetch", "run_command"]})).await.unwrap();
+        let out: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(out["success"], true);
+        assert!(out["output"].as_str().unwrap().contains("the page says hi"));
+        assert_eq!(out["dropped_tools"], json!(["web_fetch"]));
+        assert_eq!(
+            out["note"],
+            "The sub-agent does not offer web_fetch, so the task ran without it."
+        );
+
+        // Nothing dropped: nothing said.
+        let f = Fixture::new(answer("fine", &[])).await;
+        let out: Value =
+            serde_json::from_str(&f.call(json!({"task": "t"})).await.unwrap()).unwrap();
+        assert!(out.get("dropped_tools").is_none() && out.get("note").is_none(), "{out}");
+
+        // A failed task says it too, next to its error.
+        let mut failed = Response::error("x", None, "LLM call failed", None);
+        failed.dropped_tools = vec!["a_tool".into(), "b_tool".into()];
+        let f = Fixture::new(failed).await;
+        let out: Value =
+            serde_json::from_str(&f.call(json!({"task": "t"})).await.unwrap()).unwrap();
+        assert_eq!(
+            (out["success"].clone(), out["error"].clone()),
+            (json!(false), json!("LLM call failed"))
+        );
+        assert!(out["note"]
+            .as_str()
+            .unwrap()
+            .contains("a_tool, b_tool, so the task ran without them"));
     }
 }

@@ -12,6 +12,9 @@ pub mod memory;
 pub mod send_message;
 pub mod tasks;
 
+#[cfg(test)]
+mod names_tests;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -103,3 +103,20 @@ fn timeout_response_with_report_round_trips() {
     let progress = r#"{"id":"p","version":"1.0","status":"progress","event":"tool_call","tool":"web_fetch","detail":"GET"}"#;
     assert_round_trip::<Response>(progress);
 }
+
+#[test]
+fn dropped_tools_on_a_final_answer_round_trip_and_old_answers_still_parse() {
+    // The additive field (docs/protocol.md, Version history): names the request granted that
+    // the subagent does not offer.
+    let json = r#"{"id":"t","version":"1.0","status":"success","result":"ok",
+      "scrub":{"clean":true,"killed":0,"removed":1},"dropped_tools":["web_search","fetch_url"]}"#;
+    let r: Response = assert_round_trip(json);
+    assert_eq!(r.dropped_tools, ["web_search", "fetch_url"]);
+    let error = r#"{"id":"t","version":"1.0","status":"error","error":"x","dropped_tools":["a"]}"#;
+    assert_eq!(assert_round_trip::<Response>(error).dropped_tools, ["a"]);
+    // Without the field (every older subagent): none dropped, and nothing is added on the way
+    // back out.
+    let old: Response =
+        assert_round_trip(r#"{"id":"t","version":"1.0","status":"success","result":"ok"}"#);
+    assert!(old.dropped_tools.is_empty());
+}

@@ -1,4 +1,5 @@
-//! The tools the subagent offers the model: their JSON schemas, the per-task whitelist, and
+//! The tools the subagent offers the model: one registry of specs and handlers whose names
+//! are the protocol's list (`nexbot_protocol::SUBAGENT_TOOLS`), the per-task whitelist, and
 //! one entry point that runs a call with its own timeout and turns every failure into text
 //! the model can read (a failing tool never ends the task).
 
@@ -7,25 +8,18 @@ pub mod files;
 pub mod skills;
 pub mod web;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use nexbot_protocol::BLOCKED_TOOLS;
+use nexbot_llm::ToolSpec;
+use nexbot_protocol::{Redactor, BLOCKED_TOOLS, SUBAGENT_TOOLS};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use crate::secrets::SecretStore;
-
-/// Every tool this program implements, in the order the model sees them.
-pub const TOOL_NAMES: &[&str] = &[
-    "web_fetch",
-    "http_request",
-    "run_command",
-    "read_file",
-    "write_file",
-    "list_dir",
-    "read_skill",
-];
 
 /// What one tool result may put into the conversation, in bytes.
 pub const MAX_TOOL_OUTPUT: usize = 24 * 1024;
@@ -87,27 +81,43 @@ impl ToolEnv {
     }
 }
 
+/// The tools a task gets, and the names it asked for that it does not get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// Granted, in the registry's order.
+    pub tools: Vec<&'static str>,
+    /// Asked for but not offered by this program (blocked ones included), each once, in the
+    /// order asked; the answer reports them (`dropped_tools`). The planning tool is not
+    /// among them: every task has it.
+    pub dropped: Vec<String>,
+}
+
 /// The tools a task may use: the request's whitelist (or all when absent) minus the
 /// always-blocked ones, minus names this program does not offer. Empty is an error, naming
 /// what was asked for and what exists.
-pub fn select(requested: Option<&[String]>) -> Result<Vec<&'static str>, String> {
-    let chosen: Vec<&'static str> = match requested {
-        None => TOOL_NAMES.to_vec(),
-        Some(names) => TOOL_NAMES
-            .iter()
-            .copied()
-            .filter(|tool| names.iter().any(|n| n == tool) && !BLOCKED_TOOLS.contains(tool))
-            .collect(),
+pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
+    let Some(names) = requested else {
+        return Ok(Selection { tools: SUBAGENT_TOOLS.to_vec(), dropped: Vec::new() });
     };
-    if chosen.is_empty() {
+    let tools: Vec<&'static str> = SUBAGENT_TOOLS
+        .iter()
+        .copied()
+        .filter(|tool| names.iter().any(|n| n == tool) && !BLOCKED_TOOLS.contains(tool))
+        .collect();
+    if tools.is_empty() {
         return Err(format!(
-            "no usable tools: requested {:?}; this subagent offers {:?} ({:?} are never granted)",
-            requested.unwrap_or_default(),
-            TOOL_NAMES,
-            BLOCKED_TOOLS
+            "no usable tools: requested {names:?}; this subagent offers {SUBAGENT_TOOLS:?} \
+             ({BLOCKED_TOOLS:?} are never granted)"
         ));
     }
-    Ok(chosen)
+    let mut dropped: Vec<String> = Vec::new();
+    for name in names {
+        let granted = tools.contains(&name.as_str()) || name == crate::agent::TODO_TOOL;
+        if !granted && !dropped.contains(name) {
+            dropped.push(name.clone());
+        }
+    }
+    Ok(Selection { tools, dropped })
 }
 
 /// The time limit of one call of `name`, given its arguments. Tools with their own timeout
@@ -131,24 +141,14 @@ pub async fn call(
     args: Value,
     env: &ToolEnv,
     secrets: &SecretStore,
-    redactor: &std::sync::Arc<nexbot_protocol::Redactor>,
+    redactor: &Arc<Redactor>,
 ) -> Result<ToolOutput, ToolError> {
-    let limit = time_limit(name, &args);
-    let run = async {
-        match name {
-            "web_fetch" => web::web_fetch(secrets, parse(name, args)?).await,
-            "http_request" => web::http_request(secrets, parse(name, args)?).await,
-            "run_command" => {
-                command::run_command(&env.scratch, secrets, redactor, parse(name, args)?).await
-            }
-            "read_file" => files::read_file(&env.scratch, parse(name, args)?).await,
-            "write_file" => files::write_file(&env.scratch, parse(name, args)?).await,
-            "list_dir" => files::list_dir(&env.scratch, parse(name, args)?).await,
-            "read_skill" => skills::read_skill(&env.skills, parse(name, args)?).await,
-            other => Err(ToolError::Invalid(format!("unknown tool {other:?}"))),
-        }
+    let Some(tool) = find(name) else {
+        return Err(ToolError::Invalid(format!("unknown tool {name:?}")));
     };
-    match tokio::time::timeout(limit, run).await {
+    let limit = time_limit(name, &args);
+    let cx = Cx { env, secrets, redactor };
+    match tokio::time::timeout(limit, (tool.run)(args, &cx)).await {
         // Redacted whole, then cut: a secret the cut would split never shows half of itself
         // (run_command's output is redacted as it streams, before its own cut).
         Ok(result) => result.map(|mut output| {
@@ -164,71 +164,154 @@ fn parse<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
         .map_err(|e| ToolError::Invalid(format!("invalid arguments for {tool}: {e}")))
 }
 
-/// The OpenAI `tools` entries for `names`.
-pub fn specs(names: &[&str]) -> Vec<Value> {
-    names.iter().filter_map(|name| spec(name)).collect()
+/// The OpenAI `tools` entries for `names` (names without a tool are skipped).
+pub fn specs(names: &[&str]) -> Vec<ToolSpec> {
+    names.iter().filter_map(|name| find(name)).map(Tool::spec).collect()
 }
 
-fn function(name: &str, description: &str, parameters: Value) -> Value {
-    json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+/// What a handler gets besides its arguments.
+struct Cx<'a> {
+    env: &'a ToolEnv,
+    secrets: &'a SecretStore,
+    redactor: &'a Arc<Redactor>,
 }
 
-fn spec(name: &str) -> Option<Value> {
-    let secrets_note = "Secrets are referenced by placeholder ($NAME or {{secret:NAME}}) and filled in when the call runs; never ask for their values.";
-    Some(match name {
-        "web_fetch" => function(
-            name,
-            "GET a web page or document and return it as readable text (HTML is converted). Non-text content is only described.",
+type Run = for<'a> fn(
+    Value,
+    &'a Cx<'a>,
+) -> Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'a>>;
+
+/// One tool: what the model is told about it and what runs it.
+struct Tool {
+    name: &'static str,
+    description: &'static str,
+    parameters: fn() -> Value,
+    run: Run,
+}
+
+impl Tool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::function(self.name, self.description, (self.parameters)())
+    }
+}
+
+fn find(name: &str) -> Option<&'static Tool> {
+    REGISTRY.iter().find(|tool| tool.name == name)
+}
+
+macro_rules! secrets_note {
+    () => {
+        " Secrets are referenced by placeholder ($NAME or {{secret:NAME}}) and filled in when \
+         the call runs; never ask for their values."
+    };
+}
+
+/// Every tool this program implements, in the order of [`SUBAGENT_TOOLS`] (a test holds the
+/// two equal).
+const REGISTRY: &[Tool] = &[
+    Tool {
+        name: "web_fetch",
+        description: "GET a web page or document and return it as readable text (HTML is \
+                      converted). Non-text content is only described.",
+        parameters: || {
             json!({"type": "object", "properties": {
                 "url": {"type": "string", "description": "http or https URL"}
-            }, "required": ["url"]}),
+            }, "required": ["url"]})
+        },
+        run: |args, cx| {
+            Box::pin(async move { web::web_fetch(cx.secrets, parse("web_fetch", args)?).await })
+        },
+    },
+    Tool {
+        name: "http_request",
+        description: concat!(
+            "Make an HTTP request (e.g. to an API) and return the status, content type and body.",
+            secrets_note!()
         ),
-        "http_request" => function(
-            name,
-            &format!("Make an HTTP request (e.g. to an API) and return the status, content type and body. {secrets_note}"),
+        parameters: || {
             json!({"type": "object", "properties": {
                 "method": {"type": "string", "description": "GET, POST, PUT, PATCH, DELETE, HEAD; default GET"},
                 "url": {"type": "string"},
                 "headers": {"type": "object", "additionalProperties": {"type": "string"}},
                 "body": {"type": "string"},
                 "timeout_secs": {"type": "integer", "minimum": 1, "maximum": 120}
-            }, "required": ["url"]}),
+            }, "required": ["url"]})
+        },
+        run: |args, cx| {
+            Box::pin(
+                async move { web::http_request(cx.secrets, parse("http_request", args)?).await },
+            )
+        },
+    },
+    Tool {
+        name: "run_command",
+        description: concat!(
+            "Run a shell command with /bin/sh -c in the scratch directory and return its exit \
+             code and (capped) output. Busybox tools are available.",
+            secrets_note!()
         ),
-        "run_command" => function(
-            name,
-            &format!("Run a shell command with /bin/sh -c in the scratch directory and return its exit code and (capped) output. Busybox tools are available. {secrets_note}"),
+        parameters: || {
             json!({"type": "object", "properties": {
                 "command": {"type": "string"},
                 "timeout_secs": {"type": "integer", "minimum": 1, "maximum": 600, "description": "default 60"}
-            }, "required": ["command"]}),
-        ),
-        "read_file" => function(
-            name,
-            "Read a text file from the scratch directory (paths are relative to it).",
-            json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
-        ),
-        "write_file" => function(
-            name,
-            "Write (or append to) a file in the scratch directory, creating parent directories.",
+            }, "required": ["command"]})
+        },
+        run: |args, cx| {
+            Box::pin(async move {
+                let args = parse("run_command", args)?;
+                command::run_command(&cx.env.scratch, cx.secrets, cx.redactor, args).await
+            })
+        },
+    },
+    Tool {
+        name: "read_file",
+        description: "Read a text file from the scratch directory (paths are relative to it).",
+        parameters: || json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        run: |args, cx| {
+            Box::pin(
+                async move { files::read_file(&cx.env.scratch, parse("read_file", args)?).await },
+            )
+        },
+    },
+    Tool {
+        name: "write_file",
+        description: "Write (or append to) a file in the scratch directory, creating parent \
+                      directories.",
+        parameters: || {
             json!({"type": "object", "properties": {
                 "path": {"type": "string"},
                 "content": {"type": "string"},
                 "append": {"type": "boolean", "description": "append instead of replacing; default false"}
-            }, "required": ["path", "content"]}),
-        ),
-        "list_dir" => function(
-            name,
-            "List a directory of the scratch directory (default: its root).",
-            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        ),
-        "read_skill" => function(
-            name,
-            "Without a name: list the available skills. With a name: read that skill's SKILL.md instructions.",
-            json!({"type": "object", "properties": {"name": {"type": "string"}}}),
-        ),
-        _ => return None,
-    })
-}
+            }, "required": ["path", "content"]})
+        },
+        run: |args, cx| {
+            Box::pin(
+                async move { files::write_file(&cx.env.scratch, parse("write_file", args)?).await },
+            )
+        },
+    },
+    Tool {
+        name: "list_dir",
+        description: "List a directory of the scratch directory (default: its root).",
+        parameters: || json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        run: |args, cx| {
+            Box::pin(
+                async move { files::list_dir(&cx.env.scratch, parse("list_dir", args)?).await },
+            )
+        },
+    },
+    Tool {
+        name: "read_skill",
+        description: "Without a name: list the available skills. With a name: read that \
+                      skill's SKILL.md instructions.",
+        parameters: || json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+        run: |args, cx| {
+            Box::pin(
+                async move { skills::read_skill(&cx.env.skills, parse("read_skill", args)?).await },
+            )
+        },
+    },
+];
 
 /// Cuts `text` to about `max` bytes, keeping its head and its tail (where errors and
 /// summaries usually are) and saying how much was left out.
@@ -254,11 +337,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn whitelist_drops_unknown_and_blocked_names() {
+    fn whitelist_drops_unknown_and_blocked_names_and_says_which() {
         let asked: Vec<String> =
-            ["run_command", "spawn", "delegate_to_sub_agent", "nope"].map(String::from).to_vec();
-        assert_eq!(select(Some(&asked)).unwrap(), ["run_command"]);
-        assert_eq!(select(None).unwrap(), TOOL_NAMES);
+            ["run_command", "spawn", "delegate_to_sub_agent", "nope", "update_todos", "nope"]
+                .map(String::from)
+                .to_vec();
+        let selection = select(Some(&asked)).unwrap();
+        assert_eq!(selection.tools, ["run_command"]);
+        assert_eq!(selection.dropped, ["spawn", "delegate_to_sub_agent", "nope"]);
+        let all = select(None).unwrap();
+        assert_eq!((all.tools.as_slice(), all.dropped.len()), (SUBAGENT_TOOLS, 0));
+        let exact = select(Some(&["read_file".to_owned(), "list_dir".to_owned()])).unwrap();
+        assert_eq!((exact.tools, exact.dropped.len()), (vec!["read_file", "list_dir"], 0));
     }
 
     #[test]
@@ -270,14 +360,46 @@ mod tests {
     }
 
     #[test]
-    fn every_tool_has_a_schema_and_blocked_ones_none() {
-        let all = specs(TOOL_NAMES);
-        assert_eq!(all.len(), TOOL_NAMES.len());
-        for s in &all {
-            assert_eq!(s["type"], "function");
-            assert_eq!(s["function"]["parameters"]["type"], "object");
+    fn the_registry_is_the_protocol_list_each_with_a_schema() {
+        let names: Vec<&str> = REGISTRY.iter().map(|t| t.name).collect();
+        assert_eq!(names, SUBAGENT_TOOLS, "the registry and nexbot_protocol::SUBAGENT_TOOLS");
+        let all = specs(SUBAGENT_TOOLS);
+        assert_eq!(all.len(), SUBAGENT_TOOLS.len());
+        for (spec, name) in all.iter().zip(SUBAGENT_TOOLS) {
+            assert_eq!((spec.kind.as_str(), spec.function.name.as_str()), ("function", *name));
+            assert_eq!(spec.function.parameters["type"], "object", "{name}");
+            assert!(!spec.function.description.is_empty(), "{name}");
         }
         assert!(specs(BLOCKED_TOOLS).is_empty());
+        assert!(specs(&[crate::agent::TODO_TOOL]).is_empty(), "the planning tool is the loop's");
+    }
+
+    #[tokio::test]
+    async fn every_listed_name_reaches_its_own_handler_and_no_other_name_does() {
+        let dir = std::env::temp_dir().join(format!("nxs-registry-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = ToolEnv { scratch: dir.clone(), skills: dir.join("no-skills") };
+        let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
+        let none = Arc::new(Redactor::new(&Default::default()));
+        for name in SUBAGENT_TOOLS {
+            // A bad argument: the tool's own parser answers, naming the tool.
+            let err = call(
+                name,
+                json!({"path": 7, "url": 7, "command": 7, "name": 7}),
+                &env,
+                &secrets,
+                &none,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+            assert!(err.starts_with(&format!("invalid arguments for {name}:")), "{name}: {err}");
+        }
+        for name in ["fetch_url", "update_todos", "spawn", ""] {
+            let err = call(name, json!({}), &env, &secrets, &none).await.unwrap_err();
+            assert_eq!(err.to_string(), format!("unknown tool {name:?}"));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -300,7 +422,7 @@ mod tests {
         std::fs::write(dir.join("big.txt"), text).unwrap();
         let mut map = nexbot_protocol::SecretMap::new();
         map.insert("S", SecretString::from(secret.to_owned()));
-        let redactor = std::sync::Arc::new(nexbot_protocol::Redactor::new(&map));
+        let redactor = Arc::new(Redactor::new(&map));
         let env = ToolEnv { scratch: dir.clone(), skills: dir.clone() };
         let secrets = SecretStore::new(map, crate::secrets::SECRET_TTL);
         let out =
@@ -314,7 +436,7 @@ mod tests {
     async fn bad_arguments_and_unknown_tools_are_errors_not_panics() {
         let env = ToolEnv { scratch: std::env::temp_dir(), skills: std::env::temp_dir() };
         let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
-        let none = std::sync::Arc::new(nexbot_protocol::Redactor::new(&Default::default()));
+        let none = Arc::new(Redactor::new(&Default::default()));
         let err = call("read_file", json!({"nope": 1}), &env, &secrets, &none).await.unwrap_err();
         assert!(err
             .to_string()

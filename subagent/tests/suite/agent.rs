@@ -287,7 +287,9 @@ async fn llm_failures_end_the_task_with_an_error_report() {
     sub.send(&execute("denied", "anything", &llm)).await;
     let (done, _) = sub.recv_final().await;
     assert_eq!(done["status"], "error");
-    assert!(done["error"].as_str().unwrap().starts_with("LLM answered HTTP 401"), "{done}");
+    let error = done["error"].as_str().unwrap();
+    assert!(error.starts_with("LLM call failed: ") && error.contains("auth (HTTP 401)"), "{done}");
+    assert!(error.contains("bad key"), "the provider's words are kept: {error}");
     assert_eq!(done["report"]["task_id"], "denied");
     assert_eq!(llm.chat_requests().len(), 1, "a 401 is not retried");
 }
@@ -393,4 +395,139 @@ async fn eof_lets_the_task_finish_and_sigterm_cancels_it() {
     assert_eq!(last["id"], "term");
     assert_eq!(last["status"], "error");
     assert!(last["error"].as_str().unwrap().contains("cancelled"), "{last}");
+}
+
+#[tokio::test]
+async fn an_answer_with_tool_calls_null_absent_or_empty_ends_the_task() {
+    let answer = |content: &str, calls: Option<Value>| {
+        let mut message = json!({"role": "assistant", "content": content});
+        if let Some(calls) = calls {
+            message["tool_calls"] = calls;
+        }
+        Step::Reply(completion(message, "stop"))
+    };
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("list_dir", json!({})),
+        answer("null calls", Some(Value::Null)),
+        Step::tool_call("list_dir", json!({})),
+        answer("no calls field", None),
+        Step::tool_call("list_dir", json!({})),
+        answer("empty calls", Some(json!([]))),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    for (id, expected) in
+        [("null", "null calls"), ("absent", "no calls field"), ("empty", "empty calls")]
+    {
+        sub.send(&execute(id, "list the scratch folder", &llm)).await;
+        let (done, _) = sub.recv_final().await;
+        assert_eq!(done["status"], "success", "{id}: {done}");
+        assert_eq!(done["id"], id);
+        assert_eq!(done["result"], expected, "{id}");
+        assert_eq!(done["iterations"], 2, "{id}: one tool round, then the answer");
+    }
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 6);
+    // What the subagent sends back never carries a `tool_calls` of null or [].
+    for chat in &chats {
+        for message in chat.body["messages"].as_array().unwrap() {
+            if let Some(calls) = message.get("tool_calls") {
+                assert!(calls.as_array().is_some_and(|c| !c.is_empty()), "{message}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn tools_the_subagent_does_not_offer_are_dropped_and_reported() {
+    let llm = ScriptedLlm::start(vec![Step::text("done"), Step::text("done again")]).await;
+    let mut sub = Subagent::spawn(&[]);
+    let mut request = execute("dropped", "do it", &llm);
+    request["tools"] = json!(["read_file", "web_search", "spawn", "update_todos", "web_search"]);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert_eq!(done["dropped_tools"], json!(["web_search", "spawn"]), "{done}");
+    let mut offered = offered_tools(&llm.chat_requests()[0].body);
+    offered.sort();
+    assert_eq!(offered, ["read_file", "update_todos"]);
+    let log = sub.wait_log(|l| l["metadata"]["dropped_tools"].is_string()).await;
+    assert_eq!(log["metadata"]["dropped_tools"], "web_search,spawn");
+
+    // Nothing dropped: no field at all.
+    let mut request = execute("exact", "do it", &llm);
+    request["tools"] = json!(["read_file"]);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert!(done.get("dropped_tools").is_none(), "{done}");
+}
+
+/// The size of a chat request's messages the way `nexbot-llm` estimates it (bytes ÷ 3, plus
+/// a little per message), for checking that a request fits a window.
+fn estimated_tokens(request: &Value) -> u64 {
+    let mut bytes = 0;
+    let messages = request["messages"].as_array().unwrap();
+    for m in messages {
+        bytes += m["content"].as_str().map_or(0, str::len);
+        for call in m["tool_calls"].as_array().into_iter().flatten() {
+            bytes += call["id"].as_str().unwrap().len()
+                + call["function"]["name"].as_str().unwrap().len()
+                + call["function"]["arguments"].as_str().unwrap().len();
+        }
+    }
+    (bytes as u64).div_ceil(3) + 4 * messages.len() as u64
+}
+
+#[tokio::test]
+async fn big_tool_results_are_fitted_into_the_context_window_and_the_task_goes_on() {
+    // Six reads of a file far over a tool result's cap, in one turn, three turns running:
+    // ~440 KiB of results against the default window of 32,768 tokens.
+    let reads: Vec<(&str, Value)> =
+        (0..6).map(|_| ("read_file", json!({"path": "big.txt"}))).collect();
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_calls(&reads),
+        Step::tool_calls(&reads),
+        Step::tool_calls(&reads),
+        Step::text("read it all"),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    std::fs::write(sub.scratch.join("big.txt"), "line of the big file\n".repeat(20_000)).unwrap();
+    sub.send(&execute("big", "read big.txt six times, thrice", &llm)).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert_eq!(done["result"], "read it all");
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 4);
+    for chat in &chats {
+        let tokens = estimated_tokens(&chat.body);
+        assert!(tokens <= 32_768, "a request of ~{tokens} tokens does not fit the window");
+        // The task statement is never dropped.
+        assert!(chat.body["messages"][1]["content"].as_str().unwrap().starts_with("Task:\n"));
+    }
+    let last = &chats[3].body;
+    assert!(estimated_tokens(last) > 12_000, "the window is used, not emptied");
+    assert!(last["messages"].as_array().unwrap().len() < 2 + 3 * 7, "older rounds were dropped");
+    // First the results are cut; later turns drop older rounds whole.
+    let fitted = |l: &Value| l["message"] == "conversation fitted into the context window";
+    let first = sub.wait_log(fitted).await;
+    assert!(first["metadata"]["cut"].as_u64().unwrap() > 0, "{first}");
+    let log = sub.wait_log(|l| fitted(l) && l["metadata"]["dropped"].as_u64() > Some(0)).await;
+    assert!(log["metadata"]["tokens"].as_u64() <= log["metadata"]["budget"].as_u64(), "{log}");
+
+    // A window the request names is the one used.
+    let llm =
+        ScriptedLlm::start(vec![Step::tool_calls(&reads[..2]), Step::text("small window")]).await;
+    let mut request = execute("small", "read big.txt twice", &llm);
+    request["llm_context_window"] = json!(4_096);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    let second = &llm.chat_requests()[1].body;
+    // The messages leave room for the tool specs and the answer (at least 1,024 tokens).
+    assert!(estimated_tokens(second) <= 4_096 - 1_024, "{}", estimated_tokens(second));
+    let results = tool_messages(second);
+    assert_eq!(results.len(), 2, "both results stay, cut");
+    assert!(results.iter().all(|r| r.contains("[tool result cut:")), "{results:?}");
 }

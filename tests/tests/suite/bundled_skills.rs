@@ -68,7 +68,7 @@ fn every_bundled_skill_is_well_formed() {
         let tools = tools.strip_prefix('[').and_then(|t| t.strip_suffix(']')).expect("[a, b]");
         for tool in tools.split(',').map(str::trim) {
             assert!(
-                nexbot_subagent::tools::TOOL_NAMES.contains(&tool),
+                nexbot_protocol::SUBAGENT_TOOLS.contains(&tool),
                 "{name}: `{tool}` is not a subagent tool"
             );
         }
