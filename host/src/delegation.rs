@@ -70,8 +70,9 @@ pub struct AccessEnd {
 
 /// Grants each delegated task its LLM access while it runs.
 pub trait LlmAccess: Send + Sync + std::fmt::Debug {
-    /// Called before the task is sent to a container.
-    fn issue(&self, task_id: &str) -> Result<TaskLlm, String>;
+    /// Called before the task is sent to a container. `budget_cap`: the most the task may
+    /// use (what the chat's caps have left today), below the configured task budget.
+    fn issue(&self, task_id: &str, budget_cap: Option<u64>) -> Result<TaskLlm, String>;
     /// Called however the task ended (answer, error, timeout, cancellation, abandonment):
     /// ends its access (and its open connections) and hands over what it used.
     fn revoke(&self, task_id: &str) -> AccessEnd;

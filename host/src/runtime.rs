@@ -92,14 +92,16 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
+    let spend = Spend::new(config.llm.caps.clone(), store.clone());
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
             longest: crate::deadlines::TaskDeadlines::plan(config, None),
             llm_model: config.subagent_llm_model(),
+            llm_context_window: config.llm.provider_list().iter().map(|p| p.context_window()).min(),
+            spend: Some(spend.clone()),
         };
         tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
     }
-    let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let llm = Model::new(&config.llm, &config.secrets.provider_keys, spend)
         .context("cannot set up the LLM providers")?;
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];

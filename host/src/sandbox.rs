@@ -253,16 +253,17 @@ impl RelayAccess {
 }
 
 impl LlmAccess for RelayAccess {
-    fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
+    fn issue(&self, task_id: &str, budget_cap: Option<u64>) -> Result<TaskLlm, String> {
         if let Some(direct) = &self.provider_key {
             return Ok(TaskLlm::ProviderKey {
                 base_url: direct.base_url.clone(),
                 key: direct.key.clone(),
             });
         }
-        let token = self.tokens.issue(task_id, self.budget).map_err(|e| e.to_string())?;
+        let budget = budget_cap.map_or(self.budget, |cap| cap.min(self.budget));
+        let token = self.tokens.issue(task_id, budget).map_err(|e| e.to_string())?;
         self.counters.issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::debug!(task_id, budget = self.budget, "relay token issued");
+        tracing::debug!(task_id, budget, "relay token issued");
         Ok(TaskLlm::Relay { base_url: self.relay_base_url.clone(), token })
     }
 
@@ -322,7 +323,7 @@ mod tests {
         let config = config_with(&[]);
         let egress = listener(&config, &dir).await;
         let tokens = RelayAccess::new(&config, &egress);
-        let TaskLlm::Relay { base_url, token } = tokens.issue("t1").unwrap() else {
+        let TaskLlm::Relay { base_url, token } = tokens.issue("t1", None).unwrap() else {
             panic!("the default is the relay")
         };
         assert_eq!(base_url, egress.relay_base_url());
@@ -335,11 +336,15 @@ mod tests {
         assert_eq!(tokens.revoke("t1").relay_tokens, Some(12));
         assert!(egress.tokens().authorize(&token).is_err(), "dead after the task");
         assert_eq!(tokens.revoke("t1").relay_tokens, None);
+        // What the chat's caps leave today caps the task's budget.
+        tokens.issue("t3", Some(50)).unwrap();
+        assert_eq!(egress.tokens().usage("t3").unwrap().budget, 50);
+        tokens.revoke("t3");
 
         let config =
             config_with(&[("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS", "true")]);
         let tokens = RelayAccess::new(&config, &egress);
-        let TaskLlm::ProviderKey { base_url, key } = tokens.issue("t2").unwrap() else {
+        let TaskLlm::ProviderKey { base_url, key } = tokens.issue("t2", None).unwrap() else {
             panic!("opted in")
         };
         assert_eq!(base_url, "http://provider.example/v1");

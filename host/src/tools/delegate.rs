@@ -42,6 +42,11 @@ pub struct DelegateSettings {
     /// ([`TaskDeadlines::plan`]); a task's own come from [`TaskDeadlines::for_request`].
     pub longest: TaskDeadlines,
     pub llm_model: String,
+    /// The smallest context window of the providers, for the subagent to fit its history.
+    pub llm_context_window: Option<u32>,
+    /// The spending caps: a task's relay budget is cut to what its chat has left, and what
+    /// it used is charged to the chat.
+    pub spend: Option<Arc<crate::spend::Spend>>,
 }
 
 #[derive(Debug)]
@@ -136,9 +141,15 @@ impl TypedTool for Delegate {
         let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
+        let budget_cap = match &self.settings.spend {
+            Some(spend) => {
+                Some(spend.task_budget(&ctx.chat, u64::MAX).await.map_err(ToolError::new)?)
+            }
+            None => None,
+        };
         let llm = self
             .tokens
-            .issue(&id)
+            .issue(&id, budget_cap)
             .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
         // From here on the token dies however this future ends, dropped included.
         let access = Access::new(self.tokens.as_ref(), &self.store, &id);
@@ -152,6 +163,7 @@ impl TypedTool for Delegate {
         request.timeout = Some(deadlines.soft_secs());
         request.secrets = (!secrets.is_empty()).then_some(secrets);
         request.llm_model = Some(self.settings.llm_model.clone());
+        request.llm_context_window = self.settings.llm_context_window;
         match llm {
             // The default: a per-task token the LLM relay accepts while the task lives.
             TaskLlm::Relay { base_url, token } => {
@@ -250,6 +262,12 @@ impl TypedTool for Delegate {
             }
         };
         let AccessEnd { relay_tokens, egress } = access.end();
+        if let Some(spend) = &self.settings.spend {
+            // The relay saw every call; the subagent's own count is the fallback.
+            let used =
+                relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
+            spend.charge_task(&ctx.chat, used).await;
+        }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
         end.egress = egress.map(|e| e.to_string());
         if end.usage == TokenUsage::default() {
@@ -491,13 +509,17 @@ mod tests {
         assert_eq!(wrapped.matches("<<<").count(), 2, "only the envelope's own markers: {wrapped}");
     }
 
-    /// The relay's real token table, as the delegation tool sees it.
+    /// The relay's real token table, as the delegation tool sees it; remembers each budget it issued, and charges each task
+    /// `.2` tokens at once (as if the task's calls had gone through the relay).
     #[derive(Debug, Default)]
-    struct Table(egress::TaskTokens);
+    struct Table(egress::TaskTokens, std::sync::Mutex<Vec<u64>>, u64);
 
     impl LlmAccess for Table {
-        fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
-            let token = self.0.issue(task_id, 100).map_err(|e| e.to_string())?;
+        fn issue(&self, task_id: &str, cap: Option<u64>) -> Result<TaskLlm, String> {
+            self.1.lock().unwrap().push(cap.unwrap_or(100).min(100));
+            let token =
+                self.0.issue(task_id, cap.unwrap_or(100).min(100)).map_err(|e| e.to_string())?;
+            self.0.charge(task_id, self.2);
             Ok(TaskLlm::Relay { base_url: "http://relay/v1".into(), token })
         }
         fn revoke(&self, task_id: &str) -> AccessEnd {
@@ -510,7 +532,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
         let store = Store::open(&dir.join("t.db")).await.unwrap();
         let tokens = Table::default();
-        let TaskLlm::Relay { token, .. } = tokens.issue("t1").unwrap() else { panic!() };
+        let TaskLlm::Relay { token, .. } = tokens.issue("t1", None).unwrap() else { panic!() };
         store.start_task("t1", &ChatRef::Telegram(1), None, "work").await.unwrap();
         tokens.0.charge("t1", 7);
         let access = Access::new(&tokens, &store, "t1");
@@ -531,7 +553,7 @@ mod tests {
         assert!(record.error.is_some_and(|e| e.starts_with("abandoned")));
 
         // A task that ends normally is revoked once, by `end`, and keeps its usage.
-        let TaskLlm::Relay { token, .. } = tokens.issue("t2").unwrap() else { panic!() };
+        let TaskLlm::Relay { token, .. } = tokens.issue("t2", None).unwrap() else { panic!() };
         tokens.0.charge("t2", 3);
         let access = Access::new(&tokens, &store, "t2");
         assert_eq!(access.end().relay_tokens, Some(3));
@@ -570,10 +592,15 @@ mod tests {
         runner: Arc<Canned>,
         tokens: Arc<Table>,
         delegate: Delegate,
+        spend: Option<Arc<crate::spend::Spend>>,
     }
 
     impl Fixture {
         async fn new(response: Response) -> Self {
+            Self::with_caps(response, None).await
+        }
+
+        async fn with_caps(response: Response, caps: Option<crate::config::CapsConfig>) -> Self {
             let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
             let store = Store::open(&dir.join("t.db")).await.unwrap();
             let config = crate::config::Config::from_parts(
@@ -584,14 +611,17 @@ mod tests {
             )
             .unwrap();
             let runner = Arc::new(Canned { response, requests: Default::default() });
-            let tokens = Arc::new(Table::default());
+            let tokens = Arc::new(Table(Default::default(), Default::default(), 7));
+            let spend = caps.map(|caps| crate::spend::Spend::new(caps, store.clone()));
             let settings = DelegateSettings {
                 longest: TaskDeadlines::plan(&config, None),
                 llm_model: "m".into(),
+                llm_context_window: Some(8192),
+                spend: spend.clone(),
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), None, tokens.clone(), settings);
-            Self { dir, store, runner, tokens, delegate }
+            Self { dir, store, runner, tokens, delegate, spend }
         }
 
         async fn call(&self, args: Value) -> ToolResult {
@@ -646,6 +676,26 @@ mod tests {
             sent[0].tools.as_deref(),
             Some(&["web_fetch".into(), "update_todos".into()][..])
         );
+    }
+
+    #[tokio::test]
+    async fn a_task_budget_is_cut_to_what_the_chat_has_left_and_its_use_is_charged() {
+        let caps = crate::config::CapsConfig { chat_tokens_per_day: 1_000, ..Default::default() };
+        let f = Fixture::with_caps(answer("done", &[]), Some(caps)).await;
+        let spend = f.spend.clone().unwrap();
+        let chat = ToolContext::for_tests().chat;
+        spend.charge_task(&chat, 990).await;
+        f.call(json!({"task": "t"})).await.unwrap();
+        // The relay budget was what the chat had left; the window went with the request.
+        assert_eq!(*f.tokens.1.lock().unwrap(), [10]);
+        assert_eq!(f.runner.requests.lock().unwrap()[0].llm_context_window, Some(8192));
+        // What the relay charged the task (7) counts against the chat.
+        assert_eq!(spend.summary(Some(&chat)).await.chat_tokens_today, Some(997));
+        spend.charge_task(&chat, 3).await;
+        let err = f.call(json!({"task": "t"})).await.unwrap_err().to_string();
+        assert!(err.contains("token cap is used up"), "{err}");
+        assert_eq!(f.runner.requests.lock().unwrap().len(), 1, "nothing more was sent");
+        assert_eq!(f.tokens.1.lock().unwrap().len(), 1, "no token was issued");
     }
 
     #[tokio::test]

@@ -45,7 +45,7 @@ impl SubagentRunner for NoPool {
 }
 
 impl LlmAccess for NoPool {
-    fn issue(&self, _: &str) -> Result<TaskLlm, String> {
+    fn issue(&self, _: &str, _: Option<u64>) -> Result<TaskLlm, String> {
         Err("no relay in this test".into())
     }
     fn revoke(&self, _: &str) -> AccessEnd {

@@ -295,8 +295,8 @@ struct Watched {
 }
 
 impl LlmAccess for Watched {
-    fn issue(&self, task_id: &str) -> Result<TaskLlm, String> {
-        let llm = self.inner.issue(task_id)?;
+    fn issue(&self, task_id: &str, budget_cap: Option<u64>) -> Result<TaskLlm, String> {
+        let llm = self.inner.issue(task_id, budget_cap)?;
         if let TaskLlm::Relay { token, .. } = &llm {
             self.issued.lock().unwrap().push((task_id.to_owned(), token.clone()));
         }
