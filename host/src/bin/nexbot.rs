@@ -204,8 +204,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         // Once, before the conversation, on stderr (stdout carries only answers).
         eprintln!("nexbot: delegation to subagents is off: {why}");
     }
-    let (mut channel, outbound) = ConsoleChannel::new(config.bus.outbound_capacity);
-    let drafts = channel.drafts(config.bus.outbound_capacity);
+    let (channel, outbound) = ConsoleChannel::terminal(config.bus.outbound_capacity);
     app.add_channel(ChannelKind::Console, Arc::new(channel));
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     let in_flight = config.bus.per_chat_queue;
@@ -215,7 +214,7 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
         stdin,
         tokio::io::stdout(),
         app.inbound(),
-        (outbound, Some(drafts)),
+        outbound,
         in_flight,
         stop.clone(),
     );

@@ -29,23 +29,35 @@ use crate::BoxFuture;
 /// [`run`] to print. Bounded, so a flood of progress waits instead of growing memory.
 #[derive(Debug, Clone)]
 pub struct ConsoleChannel {
-    tx: mpsc::Sender<OutboundMessage>,
-    /// Streamed answers, when [`ConsoleChannel::drafts`] asked for them.
-    drafts: Option<mpsc::Sender<Draft>>,
+    sink: Sink,
+}
+
+#[derive(Debug, Clone)]
+enum Sink {
+    /// Messages only (what tests read).
+    Messages(mpsc::Sender<OutboundMessage>),
+    /// Messages and drafts, in one queue so a draft never overtakes an earlier answer.
+    Terminal(mpsc::Sender<ConsoleOut>),
+}
+
+/// What [`run`] prints: a message, or a piece of a streamed answer.
+#[derive(Debug, Clone)]
+pub enum ConsoleOut {
+    Message(OutboundMessage),
+    Draft(Draft),
 }
 
 impl ConsoleChannel {
-    /// The channel and the queue [`run`] prints from.
+    /// The channel and the queue of what it is sent (drafts are not queued).
     pub fn new(capacity: usize) -> (Self, mpsc::Receiver<OutboundMessage>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        (Self { tx, drafts: None }, rx)
+        (Self { sink: Sink::Messages(tx) }, rx)
     }
 
-    /// Shows answers as the model streams them: the queue [`run`] prints drafts from.
-    pub fn drafts(&mut self, capacity: usize) -> mpsc::Receiver<Draft> {
+    /// The channel of a terminal and the queue [`run`] prints from, streamed drafts included.
+    pub fn terminal(capacity: usize) -> (Self, mpsc::Receiver<ConsoleOut>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
-        self.drafts = Some(tx);
-        rx
+        (Self { sink: Sink::Terminal(tx) }, rx)
     }
 }
 
@@ -55,15 +67,21 @@ impl Channel for ConsoleChannel {
         message: OutboundMessage,
     ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
         Box::pin(async move {
-            self.tx.send(message).await.map_err(|_| ChannelError::Closed(ChannelKind::Console))?;
+            let sent = match &self.sink {
+                Sink::Messages(tx) => tx.send(message).await.is_ok(),
+                Sink::Terminal(tx) => tx.send(ConsoleOut::Message(message)).await.is_ok(),
+            };
+            if !sent {
+                return Err(ChannelError::Closed(ChannelKind::Console));
+            }
             Ok(None)
         })
     }
 
     fn draft<'a>(&'a self, _chat: &'a ChatRef, draft: Draft) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            if let Some(drafts) = &self.drafts {
-                let _ = drafts.send(draft).await;
+            if let Sink::Terminal(tx) = &self.sink {
+                let _ = tx.send(ConsoleOut::Draft(draft)).await;
             }
         })
     }
@@ -77,7 +95,7 @@ pub async fn run(
     input: impl AsyncBufRead + Unpin,
     mut output: impl AsyncWrite + Unpin,
     inbound: mpsc::Sender<InboundMessage>,
-    (mut outbound, mut drafts): (mpsc::Receiver<OutboundMessage>, Option<mpsc::Receiver<Draft>>),
+    mut outbound: mpsc::Receiver<ConsoleOut>,
     max_in_flight: usize,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
@@ -89,25 +107,7 @@ pub async fn run(
     let mut drafted = String::new();
     while !(eof && pending == 0) {
         tokio::select! {
-            // Drafts first: a turn's drafts are queued before its answer.
-            biased;
             () = shutdown.cancelled() => break,
-            draft = async { drafts.as_mut()?.recv().await }, if drafts.is_some() => {
-                match draft {
-                    Some(Draft::Text(text)) => {
-                        output.write_all(printable(&text).as_bytes()).await?;
-                        output.flush().await?;
-                        drafted.push_str(&text);
-                    }
-                    Some(Draft::Restart) => {
-                        if !drafted.is_empty() {
-                            output.write_all(b"\n").await?;
-                            drafted.clear();
-                        }
-                    }
-                    None => drafts = None,
-                }
-            }
             line = lines.next_line(), if !eof && pending < max_in_flight => {
                 let Some(line) = line? else {
                     eof = true;
@@ -123,8 +123,24 @@ pub async fn run(
                 }
                 pending += 1;
             }
-            message = outbound.recv() => {
-                let Some(message) = message else { break };
+            out = outbound.recv() => {
+                let message = match out {
+                    None => break,
+                    Some(ConsoleOut::Draft(Draft::Text(text))) => {
+                        output.write_all(printable(&text).as_bytes()).await?;
+                        output.flush().await?;
+                        drafted.push_str(&text);
+                        continue;
+                    }
+                    Some(ConsoleOut::Draft(Draft::Restart)) => {
+                        if !drafted.is_empty() {
+                            output.write_all(b"\n").await?;
+                            drafted.clear();
+                        }
+                        continue;
+                    }
+                    Some(ConsoleOut::Message(message)) => message,
+                };
                 if message.kind == OutboundKind::Final && !drafted.is_empty() {
                     // The draft already shows the answer's start; print what it lacks.
                     let text = std::mem::take(&mut drafted);
@@ -243,7 +259,7 @@ mod tests {
     #[tokio::test]
     async fn run_prints_answers_escaped() {
         let chat = ChatRef::console("test").unwrap();
-        let (channel, outbound) = ConsoleChannel::new(4);
+        let (channel, outbound) = ConsoleChannel::terminal(4);
         let (inbound, mut inbound_rx) = mpsc::channel(4);
         let answer = OutboundMessage::answer(&chat, 1, "\x1b[31mred\x1b[0m\rok".into());
         let mut output = Vec::new();
@@ -252,7 +268,7 @@ mod tests {
             &b"hi\n"[..],
             &mut output,
             inbound,
-            (outbound, None),
+            outbound,
             4,
             CancellationToken::new(),
         );
@@ -264,5 +280,41 @@ mod tests {
         let (result, ()) = tokio::join!(run, answer_it);
         result.unwrap();
         assert_eq!(String::from_utf8(output).unwrap(), "\\e[31mred\\e[0m\\rok\n");
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_is_printed_as_it_grows_and_not_twice() {
+        let chat = ChatRef::console("test").unwrap();
+        let (channel, outbound) = ConsoleChannel::terminal(8);
+        let (inbound, mut inbound_rx) = mpsc::channel(4);
+        let mut output = Vec::new();
+        let run = run(
+            chat.clone(),
+            &b"hi\nagain\n"[..],
+            &mut output,
+            inbound,
+            outbound,
+            4,
+            CancellationToken::new(),
+        );
+        let answer_it = async {
+            inbound_rx.recv().await.unwrap();
+            // A cut stream, asked again, then the whole answer.
+            channel.draft(&chat, Draft::Text("Hel".into())).await;
+            channel.draft(&chat, Draft::Restart).await;
+            channel.draft(&chat, Draft::Text("Hello ".into())).await;
+            channel.draft(&chat, Draft::Text("\x1b[2Jworld".into())).await;
+            channel
+                .send(OutboundMessage::answer(&chat, 1, "Hello \x1b[2Jworld".into()))
+                .await
+                .unwrap();
+            // An answer that differs from its draft (a hook changed it) is printed whole.
+            inbound_rx.recv().await.unwrap();
+            channel.draft(&chat, Draft::Text("draft".into())).await;
+            channel.send(OutboundMessage::answer(&chat, 2, "final".into())).await.unwrap();
+        };
+        let (result, ()) = tokio::join!(run, answer_it);
+        result.unwrap();
+        assert_eq!(String::from_utf8(output).unwrap(), "Hel\nHello \\e[2Jworld\ndraft\nfinal\n");
     }
 }
