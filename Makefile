@@ -132,7 +132,7 @@ down:
 # only; what the fuzzer adds goes to FUZZ_WORK, crashes to FUZZ_WORK/artifacts/<target>.
 # `make fuzz FUZZ_TARGETS=redactor FUZZ_SECS=60` runs one target for a minute.
 FUZZ_SECS ?= 300
-FUZZ_TARGETS ?= protocol_decoder sanitizer redactor egress_policy_parse
+FUZZ_TARGETS ?= protocol_decoder sanitizer redactor egress_policy_parse llm_stream
 FUZZ_WORK ?= $(CURDIR)/target/fuzz
 FUZZ_ARGS ?=
 
