@@ -1,7 +1,7 @@
 //! `nexbot-egress` has one job: it is the sandbox's only way out — a forward proxy and an
 //! LLM relay with per-task tokens, an audit line per connection, and the firewall rules that
 //! leave the proxy port as the only thing the pool's bridge reaches on the host. It is also the
-//! only holder of the LLM provider key. It knows nothing of Docker: the caller says where to
+//! only holder of the LLM provider keys. It knows nothing of Docker: the caller says where to
 //! listen ([`Network`]) and who sits behind a source address ([`Attribution`]).
 //!
 //! Subagent containers sit on an internal Docker network: nothing beyond the host, and on the
