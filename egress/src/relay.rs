@@ -339,6 +339,8 @@ pub(crate) async fn handle(
 /// does better: the container then gets it as it was.
 struct Answered {
     i: usize,
+    /// Its place in the list of failed attempts (`None`: it did not fail).
+    noted: Option<usize>,
     status: StatusCode,
     headers: HeaderMap,
     body: Bytes,
@@ -425,17 +427,20 @@ async fn forward(
         if !(class.is_retryable() || class.skips_provider()) {
             // The call itself is wrong (bad request, too long): the provider is fine, and
             // another one would say the same.
-            let answer = Answered { i, status, headers, body };
+            let answer = Answered { i, noted: None, status, headers, body };
             return buffered(shared, upstream, answer, failed, meter, audit);
         }
         chain.record(i, Err(class));
         tracing::warn!(provider = %upstream.name, class = %class, status = status.as_u16(), "LLM relay: provider failed; trying the next one if any");
+        let noted = Some(failed.len());
         failed.push(format!("{}: {class} (HTTP {})", upstream.name, status.as_u16()));
-        answered = Some(Answered { i, status, headers, body });
+        answered = Some(Answered { i, noted, status, headers, body });
     }
     if let Some(last) = answered {
         // Every provider failed; the last HTTP answer says best what to do (e.g. Retry-After).
-        failed.pop();
+        if let Some(noted) = last.noted {
+            failed.remove(noted);
+        }
         let upstream = &relay.upstreams[last.i];
         return buffered(shared, upstream, last, failed, meter, audit);
     }

@@ -197,3 +197,24 @@ async fn a_primary_that_keeps_failing_is_skipped_until_its_breaker_cools_down() 
         lines.iter().filter(|l| l["reason"].as_str().unwrap().contains("after alpha")).count();
     assert_eq!(fallbacks, 5, "the last two never tried the primary");
 }
+
+#[tokio::test]
+async fn when_the_fallback_is_unreachable_the_primarys_own_answer_goes_back() {
+    let primary = ScriptedLlm::start(vec![Step::Status {
+        code: 503,
+        headers: vec![("Retry-After".into(), "4".into())],
+        body: r#"{"error":{"message":"primary overloaded"}}"#.into(),
+    }])
+    .await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let started = start_chain(&primary.base_url(), &format!("http://{closed}/v1")).await;
+    let token = started.egress.tokens().issue("t-1", 100_000).unwrap();
+    let (status, body) = chat(&started, token.expose_secret()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["message"], "primary overloaded");
+    let line = &started.audit_lines(1).await[0];
+    assert_eq!(line["provider"], "alpha");
+    assert!(line.get("fallback").is_none(), "{line}");
+    assert_eq!(line["reason"], "status 503 from alpha after beta: cannot be reached");
+    assert_eq!(line["tokens"], 0);
+}
