@@ -56,6 +56,13 @@ pub struct AuditRecord {
     /// LLM tokens charged (relay calls only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
+    /// The provider whose answer the container got (relay calls only; `host` and `port`
+    /// are that provider's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The answer came from a provider after the first one failed (relay calls only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fallback: bool,
     /// The destination was one of this host's own addresses, opened by an explicit
     /// `ip:port` entry of `egress.proxy.allow_internal`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -73,6 +80,7 @@ pub struct Metrics {
     relay_calls: AtomicU64,
     relay_refused: AtomicU64,
     relay_tokens: AtomicU64,
+    relay_fallbacks: AtomicU64,
     audit_write_failures: AtomicU64,
     audit_lines_suppressed: AtomicU64,
 }
@@ -94,6 +102,8 @@ pub struct MetricsSnapshot {
     pub relay_refused: u64,
     /// LLM tokens charged to tasks.
     pub relay_tokens: u64,
+    /// Relay calls answered by a provider after the first one failed.
+    pub relay_fallbacks: u64,
     /// Audit lines that could not be written to the file (they still went to tracing).
     pub audit_write_failures: u64,
     /// Audit lines left out by the caps (`egress.audit_max_lines_per_task`,
@@ -113,6 +123,7 @@ impl Metrics {
             relay_calls: get(&self.relay_calls),
             relay_refused: get(&self.relay_refused),
             relay_tokens: get(&self.relay_tokens),
+            relay_fallbacks: get(&self.relay_fallbacks),
             audit_write_failures: get(&self.audit_write_failures),
             audit_lines_suppressed: get(&self.audit_lines_suppressed),
         }
@@ -130,6 +141,7 @@ impl Metrics {
         add(&self.bytes_up, record.bytes_up);
         add(&self.bytes_down, record.bytes_down);
         add(&self.relay_tokens, record.tokens.unwrap_or(0));
+        add(&self.relay_fallbacks, u64::from(record.fallback));
     }
 }
 
@@ -242,6 +254,11 @@ impl AuditLog {
         &self.metrics
     }
 
+    /// `text` with the provider keys and relay tokens replaced by labels (no length cap).
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        self.scrubber.scrub(text)
+    }
+
     /// Text from a container as it may be kept: secrets scrubbed, length capped.
     pub(crate) fn clean(&self, text: &str, max: usize) -> String {
         self.scrubber.scrub(&clip(text, max))
@@ -302,6 +319,8 @@ impl AuditLog {
             bytes_down = record.bytes_down,
             duration_ms = record.duration_ms,
             tokens = record.tokens,
+            provider = record.provider.as_deref(),
+            fallback = record.fallback,
             host_address = record.host_address,
             "egress",
         );
@@ -462,8 +481,9 @@ pub struct ConnAudit {
     started: Instant,
     kind: &'static str,
     origin: Origin,
-    host: String,
-    port: u16,
+    /// Where the connection goes (`host`, `port`); the relay moves it to the provider that
+    /// answered.
+    destination: Mutex<(String, u16)>,
     state: Mutex<State>,
     /// Bytes from the container ([`ConnAudit::count`] adds to them).
     up: AtomicU64,
@@ -501,6 +521,8 @@ struct State {
     verdict: Verdict,
     reason: String,
     tokens: Option<u64>,
+    provider: Option<String>,
+    fallback: bool,
     host_address: bool,
     /// Whether the task's summary has this connection's verdict already.
     summarised: bool,
@@ -519,14 +541,15 @@ impl ConnAudit {
             log,
             started: Instant::now(),
             kind,
-            host,
-            port,
+            destination: Mutex::new((host, port)),
             state: Mutex::new(State {
                 task_id: origin.task_id.clone(),
                 resolved: None,
                 verdict: Verdict::Error,
                 reason: "ended before a verdict".into(),
                 tokens: None,
+                provider: None,
+                fallback: false,
                 host_address: false,
                 summarised: false,
             }),
@@ -573,10 +596,28 @@ impl ConnAudit {
 
     /// `host:port` as the task's summary lists it.
     fn destination(&self) -> String {
-        let host = self.log.clean(&self.host, MAX_HOST_CHARS);
+        let (host, port) = self.destination.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let host = self.log.clean(&host, MAX_HOST_CHARS);
         match host.contains(':') {
-            true => format!("[{host}]:{}", self.port),
-            false => format!("{host}:{}", self.port),
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
+        }
+    }
+
+    /// The destination is another one (before the verdict): the relay's fallback provider.
+    pub fn redirect(&self, host: String, port: u16) {
+        *self.destination.lock().unwrap_or_else(|p| p.into_inner()) = (host, port);
+    }
+
+    /// Names the provider whose answer the container gets (a relay call), and whether that is
+    /// a fallback; the task's summary counts it.
+    pub fn provider(&self, name: &str, fallback: bool) {
+        if let Ok(mut state) = self.state.lock() {
+            state.provider = Some(name.to_owned());
+            state.fallback = fallback;
+        }
+        if let Some(stats) = self.task.get() {
+            stats.llm_answer(name, fallback);
         }
     }
 
@@ -669,14 +710,16 @@ impl Drop for ConnAudit {
             }
             stats.closed();
         }
+        let (host, port) =
+            std::mem::take(self.destination.get_mut().unwrap_or_else(|p| p.into_inner()));
         let mut record = AuditRecord {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             kind: self.kind,
             task_id: state.task_id.take(),
             container: self.origin.container.clone(),
             source: self.origin.source.unwrap_or(IpAddr::from([0, 0, 0, 0])),
-            host: std::mem::take(&mut self.host),
-            port: self.port,
+            host,
+            port,
             resolved: state.resolved,
             verdict: state.verdict,
             reason: std::mem::take(&mut state.reason),
@@ -684,6 +727,8 @@ impl Drop for ConnAudit {
             bytes_down: *self.down.get_mut(),
             duration_ms: self.started.elapsed().as_millis().try_into().unwrap_or(u64::MAX),
             tokens: state.tokens,
+            provider: state.provider.take(),
+            fallback: state.fallback,
             host_address: state.host_address,
         };
         self.log.write(&mut record, self.task.get().map(|stats| &**stats));
@@ -748,6 +793,8 @@ mod tests {
             bytes_down: 0,
             duration_ms: 0,
             tokens: None,
+            provider: None,
+            fallback: false,
             host_address: false,
         }
     }

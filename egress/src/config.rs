@@ -9,13 +9,14 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use nexbot_llm::ProviderSpec;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 use super::literal;
 
 /// The whole `[egress]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EgressConfig {
     /// Port of the one listener that serves both the proxy and the relay. `0` picks a free port.
@@ -170,20 +171,43 @@ pub struct PortRule {
     pub ports: Vec<u16>,
 }
 
-/// The `[egress.relay]` table: the OpenAI-compatible relay that holds the real provider key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The `[egress.relay]` table: the OpenAI-compatible relay that holds the real provider keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
-    /// The provider's OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`; calls to
-    /// `/v1/chat/completions` go to `{provider_base_url}/chat/completions`. Default: none, and
-    /// the relay answers 503 until it is set.
+    /// The providers in order of preference (`[[egress.relay.providers]]`, the same fields as
+    /// `[[llm.providers]]`: `name`, `base_url`, `model`, `api_key_env`, prices,
+    /// `context_window`). A call goes to the first; when it answers 429, 5xx, 401/403, "no
+    /// quota", or cannot be reached, the next one is tried — before any byte of an answer
+    /// goes back to the container (once an answer streams, there is no fallback). Each
+    /// provider is tried at most once per call, within `timeout_secs`; one that keeps failing
+    /// is skipped for a while (its breaker opens after 5 failures in a row, for 30 s). The
+    /// primary gets the container's `model`; a fallback gets its own `model`. Each provider's
+    /// key comes from its own `api_key_env` (none: a keyless local server).
+    ///
+    /// Default empty: the relay then forwards to `provider_base_url` with the key from
+    /// `api_key_env`, the container's `model` unchanged (a list of one).
+    pub providers: Vec<ProviderSpec>,
+    /// The provider's OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`, used when
+    /// `providers` is empty; calls to `/v1/chat/completions` go to
+    /// `{provider_base_url}/chat/completions`. Default: none, and with `providers` empty too
+    /// the relay answers 503.
     pub provider_base_url: Option<String>,
-    /// Name of the environment variable holding the provider key. Default `NEXBOT_LLM_API_KEY`.
-    /// The key itself is never read from a file.
+    /// Name of the environment variable holding the key of `provider_base_url`. Default
+    /// `NEXBOT_LLM_API_KEY`. The key itself is never read from a file.
     pub api_key_env: String,
     /// Token budget of a task when the caller does not give one. Default `200000`.
+    ///
+    /// A call reserves its worst case before it is sent — the prompt estimate (request bytes
+    /// ÷ 3) plus its `max_tokens` — and is refused (403 `task_budget_exhausted`) when that
+    /// would pass the budget with what is used and reserved by calls in flight; when its
+    /// answer ends the reservation becomes the tokens the provider reported.
     pub default_token_budget: u64,
-    /// Seconds one relayed call may take, streaming included. Default `600`.
+    /// The `max_tokens` the relay adds to a call that gives neither `max_tokens` nor
+    /// `max_completion_tokens`, so every call's worst case is bounded. Default `4096`.
+    pub default_max_tokens: u64,
+    /// Seconds one relayed call may take, every provider tried and streaming included.
+    /// Default `600`.
     pub timeout_secs: u64,
     /// Largest request body accepted from a container, in bytes. Default 8 MiB.
     pub max_request_bytes: usize,
@@ -199,15 +223,26 @@ pub struct RelayConfig {
 impl Default for RelayConfig {
     fn default() -> Self {
         Self {
+            providers: Vec::new(),
             provider_base_url: None,
             api_key_env: "NEXBOT_LLM_API_KEY".into(),
             default_token_budget: 200_000,
+            default_max_tokens: 4096,
             timeout_secs: 600,
             max_request_bytes: 8 << 20,
             request_stream_usage: true,
             send_provider_key_to_subagents: false,
         }
     }
+}
+
+/// A relay provider as the relay runs it: [`RelayConfig::chain`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayProvider {
+    pub spec: ProviderSpec,
+    /// Whether the relay puts `spec.model` into the calls it sends there. Not for the legacy
+    /// single provider (`provider_base_url`), which has no model of its own.
+    pub sets_model: bool,
 }
 
 impl RelayConfig {
@@ -219,6 +254,94 @@ impl RelayConfig {
 
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs)
+    }
+
+    /// The providers the relay forwards to, in order: `providers`, or else the one of
+    /// `provider_base_url` (keyed by `api_key_env`); empty when neither is set.
+    pub fn chain(&self) -> Vec<RelayProvider> {
+        if !self.providers.is_empty() {
+            return self
+                .providers
+                .iter()
+                .map(|spec| RelayProvider { spec: spec.clone(), sets_model: true })
+                .collect();
+        }
+        let Some(base_url) = &self.provider_base_url else { return Vec::new() };
+        let mut spec = ProviderSpec::new(base_url, "");
+        spec.api_key_env = Some(self.api_key_env.clone());
+        vec![RelayProvider { spec, sets_model: false }]
+    }
+
+    /// The environment variables holding the keys of [`RelayConfig::chain`], each once, in
+    /// order: what the host reads into [`ProviderKeys`].
+    pub fn key_envs(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for provider in self.chain() {
+            if let Some(name) = provider.spec.api_key_env.filter(|n| !n.is_empty()) {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        names
+    }
+}
+
+/// The relay's provider keys by the name of the environment variable they come from
+/// (`api_key_env`). `Debug` shows the names only.
+#[derive(Clone, Default)]
+pub struct ProviderKeys(std::collections::BTreeMap<String, SecretString>);
+
+impl fmt::Debug for ProviderKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+impl ProviderKeys {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the key read from the variable `env`; an empty key is left out (a keyless
+    /// provider).
+    pub fn insert(&mut self, env: impl Into<String>, key: SecretString) {
+        use secrecy::ExposeSecret;
+        if !key.expose_secret().is_empty() {
+            self.0.insert(env.into(), key);
+        }
+    }
+
+    /// The key of `provider_base_url` alone (what [`crate::Egress::start`] is given).
+    pub fn single(env: &str, key: Option<SecretString>) -> Self {
+        let mut keys = Self::new();
+        if let Some(key) = key {
+            keys.insert(env, key);
+        }
+        keys
+    }
+
+    /// Reads every variable of [`RelayConfig::key_envs`] from this process's environment.
+    pub fn from_env(config: &RelayConfig) -> Self {
+        let mut keys = Self::new();
+        for name in config.key_envs() {
+            if let Ok(value) = std::env::var(&name) {
+                keys.insert(name, SecretString::from(value));
+            }
+        }
+        keys
+    }
+
+    pub fn get(&self, env: &str) -> Option<&SecretString> {
+        self.0.get(env)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &SecretString> {
+        self.0.values()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -255,6 +378,7 @@ impl EgressConfig {
             ("proxy.host_addresses_refresh_secs", self.proxy.host_addresses_refresh_secs),
             ("relay.timeout_secs", self.relay.timeout_secs),
             ("relay.max_request_bytes", self.relay.max_request_bytes as u64),
+            ("relay.default_max_tokens", self.relay.default_max_tokens),
         ];
         for (field, value) in positive {
             if value == 0 {
@@ -291,27 +415,38 @@ impl EgressConfig {
             return Err(ConfigError { field: "relay.api_key_env", reason: "is empty".into() });
         }
         if let Some(url) = &self.relay.provider_base_url {
-            let parsed = reqwest::Url::parse(url).map_err(|e| ConfigError {
-                field: "relay.provider_base_url",
-                reason: format!("{url:?} is not a URL: {e}"),
-            })?;
-            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                return Err(ConfigError {
-                    field: "relay.provider_base_url",
-                    reason: format!("{url:?} must be an http:// or https:// URL with a host"),
-                });
-            }
-            if parsed.query().is_some() || !parsed.username().is_empty() {
-                return Err(ConfigError {
-                    field: "relay.provider_base_url",
-                    reason: "must not carry credentials or a query; the key comes from \
-                             relay.api_key_env"
-                        .into(),
-                });
+            check_base_url(url, "relay.api_key_env")
+                .map_err(|reason| ConfigError { field: "relay.provider_base_url", reason })?;
+        }
+        for (i, spec) in self.relay.providers.iter().enumerate() {
+            let field = format!("relay.providers[{i}]");
+            let invalid = |reason| ConfigError { field: "relay.providers", reason };
+            spec.check(&field).map_err(invalid)?;
+            check_base_url(&spec.base_url, &format!("{field}.api_key_env"))
+                .map_err(|reason| invalid(format!("{field}.base_url: {reason}")))?;
+            if spec.api_key_env.as_deref().is_some_and(|name| name.trim().is_empty()) {
+                return Err(invalid(format!(
+                    "{field}.api_key_env is empty; leave it out for a provider without a key"
+                )));
             }
         }
         Ok(())
     }
+}
+
+/// A provider URL: http(s) with a host, no credentials, no query (`key_field` is where the
+/// key belongs instead).
+fn check_base_url(url: &str, key_field: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(format!("{url:?} must be an http:// or https:// URL with a host"));
+    }
+    if parsed.query().is_some() || !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!(
+            "must not carry credentials or a query; the key comes from {key_field}"
+        ));
+    }
+    Ok(())
 }
 
 /// A host pattern of the allow/deny lists, validated when the config is read.
@@ -622,6 +757,83 @@ mod tests {
         assert!(config.validate().unwrap_err().to_string().contains("audit_max_bytes"));
         let config = parse("audit_max_files = 0").unwrap();
         assert!(config.validate().unwrap_err().to_string().contains("audit_max_files"));
+    }
+
+    #[test]
+    fn relay_providers_form_the_chain_and_the_old_fields_a_list_of_one() {
+        let config = parse("[relay]\nprovider_base_url = \"https://one.example/v1\"").unwrap();
+        let chain = config.relay.chain();
+        assert_eq!(chain.len(), 1);
+        assert_eq!(chain[0].spec.base_url, "https://one.example/v1");
+        assert_eq!(chain[0].spec.api_key_env.as_deref(), Some("NEXBOT_LLM_API_KEY"));
+        assert!(!chain[0].sets_model, "the container's model goes to the old single provider");
+        assert_eq!(config.relay.key_envs(), ["NEXBOT_LLM_API_KEY"]);
+        assert_eq!(config.relay.default_max_tokens, 4096);
+
+        let config = parse(
+            r#"
+            [relay]
+            provider_base_url = "https://ignored.example/v1"
+            default_max_tokens = 512
+            [[relay.providers]]
+            name = "main"
+            base_url = "https://api.example.com/v1"
+            model = "big"
+            api_key_env = "MAIN_KEY"
+            [[relay.providers]]
+            base_url = "http://localhost:11434/v1"
+            model = "small"
+            [[relay.providers]]
+            base_url = "https://backup.example/v1"
+            model = "other"
+            api_key_env = "MAIN_KEY"
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let chain = config.relay.chain();
+        let names: Vec<String> = chain.iter().map(|p| p.spec.display_name()).collect();
+        assert_eq!(names, ["main", "localhost", "backup.example"]);
+        assert!(chain.iter().all(|p| p.sets_model));
+        assert_eq!(config.relay.key_envs(), ["MAIN_KEY"], "each variable once; none for local");
+        assert_eq!(config.relay.default_max_tokens, 512);
+    }
+
+    #[test]
+    fn relay_provider_problems_are_named() {
+        let problem = |providers: &str| {
+            let text = format!("[relay]\n{providers}");
+            parse(&text).unwrap().validate().unwrap_err().to_string()
+        };
+        let err = problem("providers = [{ base_url = \"https://a.example/v1\", model = \"\" }]");
+        assert!(err.contains("relay.providers[0].model is empty"), "{err}");
+        let err = problem(
+            "providers = [{ base_url = \"https://a.example/v1\", model = \"m\" }, \
+             { base_url = \"https://k@b.example/v1\", model = \"m\" }]",
+        );
+        assert!(err.contains("relay.providers[1].base_url"), "{err}");
+        assert!(err.contains("relay.providers[1].api_key_env"), "{err}");
+        let err = problem(
+            "providers = [{ base_url = \"https://a.example/v1\", model = \"m\", api_key_env = \" \" }]",
+        );
+        assert!(err.contains("relay.providers[0].api_key_env is empty"), "{err}");
+        let err = parse(
+            "[relay]\nproviders = [{ base_url = \"https://a/v1\", model = \"m\", key = \"sk\" }]",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("key"), "a key is never read from the file: {err}");
+        let err = problem("default_max_tokens = 0");
+        assert!(err.contains("relay.default_max_tokens"), "{err}");
+    }
+
+    #[test]
+    fn provider_keys_show_names_only() {
+        let mut keys = ProviderKeys::single("A_KEY", Some(SecretString::from("sk-dbg-0123456789")));
+        keys.insert("EMPTY_KEY", SecretString::from(""));
+        assert!(keys.get("A_KEY").is_some() && keys.get("EMPTY_KEY").is_none());
+        let debug = format!("{keys:?}");
+        assert_eq!(debug, r#"{"A_KEY"}"#);
     }
 
     #[test]

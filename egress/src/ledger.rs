@@ -62,6 +62,16 @@ pub struct TaskSummary {
     pub cut_at_end: u64,
     /// Audit lines of the task left out by `egress.audit_max_lines_per_task`.
     pub audit_lines_suppressed: u64,
+    /// Relay calls by the provider (its configured name) whose answer the container got.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub llm_providers: BTreeMap<String, u64>,
+    /// Relay calls answered by a provider after the first one failed.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub llm_fallbacks: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl TaskSummary {
@@ -91,6 +101,8 @@ pub(crate) struct TaskStats {
     pub(crate) audit_lines: AtomicU64,
     pub(crate) audit_suppressed: AtomicU64,
     destinations: Mutex<(BTreeMap<String, DestinationCounts>, DestinationCounts)>,
+    /// Relay answers by provider name, and how many were fallbacks.
+    llm: Mutex<(BTreeMap<String, u64>, u64)>,
 }
 
 impl TaskStats {
@@ -105,6 +117,7 @@ impl TaskStats {
             audit_lines: AtomicU64::new(0),
             audit_suppressed: AtomicU64::new(0),
             destinations: Mutex::new((BTreeMap::new(), DestinationCounts::default())),
+            llm: Mutex::default(),
         }
     }
 
@@ -129,6 +142,14 @@ impl TaskStats {
         }
     }
 
+    /// A relay call of the task was answered by `provider` (configured names only, so the
+    /// map stays as small as the provider list).
+    pub(crate) fn llm_answer(&self, provider: &str, fallback: bool) {
+        let mut llm = self.llm.lock().unwrap_or_else(|p| p.into_inner());
+        *llm.0.entry(provider.to_owned()).or_default() += 1;
+        llm.1 += u64::from(fallback);
+    }
+
     /// A connection of the task opened; [`TaskStats::closed`] when it ends.
     pub(crate) fn opened(&self) {
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -140,6 +161,7 @@ impl TaskStats {
 
     fn summary(&self) -> TaskSummary {
         let guard = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
+        let llm = self.llm.lock().unwrap_or_else(|p| p.into_inner()).clone();
         TaskSummary {
             task_id: self.task_id.clone(),
             destinations: guard.0.clone(),
@@ -148,6 +170,8 @@ impl TaskStats {
             bytes_down: self.down.load(Ordering::Relaxed),
             cut_at_end: 0,
             audit_lines_suppressed: self.audit_suppressed.load(Ordering::Relaxed),
+            llm_providers: llm.0,
+            llm_fallbacks: llm.1,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `nexbot-egress` has one job: it is the sandbox's only way out — a forward proxy and an
 //! LLM relay with per-task tokens, an audit line per connection, and the firewall rules that
 //! leave the proxy port as the only thing the pool's bridge reaches on the host. It is also the
-//! only holder of the LLM provider key. It knows nothing of Docker: the caller says where to
+//! only holder of the LLM provider keys. It knows nothing of Docker: the caller says where to
 //! listen ([`Network`]) and who sits behind a source address ([`Attribution`]).
 //!
 //! Subagent containers sit on an internal Docker network: nothing beyond the host, and on the
@@ -13,7 +13,8 @@
 //!   audits every connection with the container and task it came from (in a bounded,
 //!   scrubbed log, `audit.rs`); and
 //! - an OpenAI-compatible LLM relay that accepts per-task tokens, adds the real key, streams
-//!   the answer back, and enforces each task's token budget.
+//!   the answer back, falls back to the next provider when one fails before answering, and
+//!   enforces each task's token budget by reserving a call's worst case before sending it.
 //!
 //! What each task did (destinations, verdicts, bytes) is kept per task and handed over when
 //! it ends ([`TaskTokens::finish`]), which also cuts the task's open connections.
@@ -35,7 +36,6 @@ mod proxy;
 mod relay;
 mod scrub;
 mod tokens;
-mod usage;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -50,7 +50,8 @@ use tokio_util::task::TaskTracker;
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
 pub use config::{
-    Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProxyConfig, RelayConfig,
+    Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProviderKeys,
+    ProxyConfig, RelayConfig, RelayProvider,
 };
 pub use firewall::{
     firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
@@ -123,8 +124,10 @@ impl std::fmt::Debug for Egress {
 impl Egress {
     /// Starts the listener on `config.listen_addr`, or else on the pool network's gateway, at
     /// `config.port`, and (with `config.firewall`) confines the network's bridge to it. The
-    /// audit log goes to `data_dir/config.audit_file`. `provider_key` is the real LLM key (see
-    /// [`RelayConfig::provider_key_from_env`]); `None` for a provider that needs none.
+    /// audit log goes to `data_dir/config.audit_file`. `provider_key` is the real LLM key of
+    /// the variable `relay.api_key_env` (see [`RelayConfig::provider_key_from_env`]); `None`
+    /// for a provider that needs none. With several `relay.providers`, each with its own key,
+    /// use [`Egress::start_with_keys`].
     pub async fn start(
         config: EgressConfig,
         network: &Network,
@@ -132,9 +135,23 @@ impl Egress {
         attribution: Arc<dyn Attribution>,
         provider_key: Option<SecretString>,
     ) -> Result<Self, EgressError> {
+        let keys = ProviderKeys::single(&config.relay.api_key_env, provider_key);
+        Self::start_with_keys(config, network, data_dir, attribution, keys).await
+    }
+
+    /// [`Egress::start`] with the key of every relay provider, by the name of the variable it
+    /// comes from (`api_key_env`; see [`RelayConfig::key_envs`] for the names needed). A
+    /// provider whose variable has no key here calls without one (a warning says so).
+    pub async fn start_with_keys(
+        config: EgressConfig,
+        network: &Network,
+        data_dir: &Path,
+        attribution: Arc<dyn Attribution>,
+        keys: ProviderKeys,
+    ) -> Result<Self, EgressError> {
         config.validate()?;
-        let scrubber = scrub::Scrubber::new(provider_key.as_ref());
-        let relay = relay::Relay::new(&config.relay, provider_key)?;
+        let scrubber = scrub::Scrubber::new(keys.values());
+        let relay = relay::Relay::new(&config.relay, &keys)?;
         let path = data_dir.join(&config.audit_file);
         let audit = std::fs::create_dir_all(data_dir)
             .and_then(|()| audit::AuditLog::open(&path, config.audit_limits(), scrubber))

@@ -1,6 +1,6 @@
 //! What a container writes into a request (a CONNECT host, a bad URL) can end up in an audit
-//! line, a `tracing` event and a task summary. This scrubs the two credentials the egress
-//! knows out of such text before it is kept anywhere: the provider key (by value, with
+//! line, a `tracing` event and a task summary. This scrubs the credentials the egress knows
+//! out of such text before it is kept anywhere: the provider keys (by value, with
 //! `nexbot_protocol::Redactor`, which also catches its base64 and URL-encoded forms, and in
 //! any letter case, since host names are lower-cased on the way) and relay tokens (by their
 //! shape, `nxr_` and the random part, so every task's token is caught, live or not).
@@ -11,7 +11,7 @@ use zeroize::Zeroizing;
 
 use super::tokens::TOKEN_PREFIX;
 
-/// The label a provider key is replaced with.
+/// The label a provider key is replaced with (every provider's).
 const KEY_LABEL: &str = "[REDACTED:LLM_PROVIDER_KEY]";
 /// The label a relay token is replaced with.
 const TOKEN_LABEL: &str = "[REDACTED:relay_token]";
@@ -22,35 +22,47 @@ const MIN_TOKEN_BODY: usize = 16;
 #[derive(Default)]
 pub(crate) struct Scrubber {
     redactor: Redactor,
-    /// The provider key in lower case, for a case-blind search.
-    key_lower: Option<Zeroizing<String>>,
+    /// The provider keys in lower case, for a case-blind search.
+    keys_lower: Vec<Zeroizing<String>>,
 }
 
 impl std::fmt::Debug for Scrubber {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scrubber").field("has_key", &self.key_lower.is_some()).finish()
+        f.debug_struct("Scrubber").field("keys", &self.keys_lower.len()).finish()
     }
 }
 
 impl Scrubber {
-    pub(crate) fn new(provider_key: Option<&SecretString>) -> Self {
-        let Some(key) = provider_key.filter(|k| !k.expose_secret().is_empty()) else {
+    pub(crate) fn new<'a>(provider_keys: impl IntoIterator<Item = &'a SecretString>) -> Self {
+        let keys: Vec<&SecretString> =
+            provider_keys.into_iter().filter(|k| !k.expose_secret().is_empty()).collect();
+        if keys.is_empty() {
             return Self::default();
-        };
+        }
         let mut secrets = SecretMap::new();
-        secrets.insert("LLM_PROVIDER_KEY", key.clone());
+        for (i, key) in keys.iter().enumerate() {
+            // One label for every provider's key; the map needs distinct names.
+            secrets.insert(format!("LLM_PROVIDER_KEY{i}"), (*key).clone());
+        }
         Self {
             redactor: Redactor::new(&secrets),
-            key_lower: Some(Zeroizing::new(key.expose_secret().to_ascii_lowercase())),
+            keys_lower: keys
+                .iter()
+                .map(|k| Zeroizing::new(k.expose_secret().to_ascii_lowercase()))
+                .collect(),
         }
     }
 
-    /// `text` with the provider key and every relay token replaced by a label.
+    /// `text` with the provider keys and every relay token replaced by a label.
     pub(crate) fn scrub(&self, text: &str) -> String {
         let mut out =
             if self.redactor.is_empty() { text.to_owned() } else { self.redactor.redact(text) };
-        if let Some(key) = &self.key_lower {
+        for key in &self.keys_lower {
             out = replace_ignoring_case(&out, key, KEY_LABEL);
+        }
+        // The redactor's own label names the map entry; every provider key reads the same.
+        for i in 0..self.keys_lower.len() {
+            out = out.replace(&format!("[REDACTED:LLM_PROVIDER_KEY{i}]"), KEY_LABEL);
         }
         replace_tokens(&out)
     }
@@ -106,7 +118,8 @@ mod tests {
     #[test]
     fn the_provider_key_and_relay_tokens_are_replaced_in_any_form() {
         let key = "sk-Test-PLANTED-0123456789abcdef";
-        let scrubber = Scrubber::new(Some(&SecretString::from(key)));
+        let other = SecretString::from("sk-other-SECOND-key-9876543210");
+        let scrubber = Scrubber::new([&SecretString::from(key), &other]);
         let token = format!("{TOKEN_PREFIX}{}", "A".repeat(43));
         let encoded = base64::engine::general_purpose::STANDARD.encode(key);
         let text = format!(
@@ -116,6 +129,8 @@ mod tests {
         );
         let clean = scrubber.scrub(&text);
         assert!(!clean.to_ascii_lowercase().contains("planted"), "{clean}");
+        let second = scrubber.scrub("x sk-other-SECOND-key-9876543210 y");
+        assert_eq!(second, format!("x {KEY_LABEL} y"));
         assert!(!clean.contains(&token[4..]), "{clean}");
         assert!(!clean.contains(&encoded), "{clean}");
         assert_eq!(clean.matches(KEY_LABEL).count(), 4, "{clean}");

@@ -5,6 +5,10 @@
 //! up to the task's budget. Tokens are stored as SHA-256 digests and looked up by digest, so
 //! checking a presented token compares no secret bytes and the table holds nothing usable.
 //!
+//! A task's budget is a [`nexbot_llm::Allowance`]: the relay reserves a call's worst case on it
+//! before the call is sent and settles the reservation with what the provider reported when
+//! the answer ends ([`TaskTokens::reserve`]), so concurrent calls cannot all pass the budget.
+//!
 //! The same table ends a task for the whole egress: [`TaskTokens::finish`] revokes the token,
 //! cuts the task's open tunnels and requests, and hands over what the task did
 //! ([`TaskSummary`], see `ledger.rs`).
@@ -13,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use nexbot_llm::{Allowance, Exceeded, Hold};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
@@ -26,6 +31,8 @@ pub const TOKEN_PREFIX: &str = "nxr_";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskUsage {
     pub budget: u64,
+    /// Tokens charged. While the task runs: calls whose answers have ended; when it ends
+    /// ([`TaskTokens::finish`]): calls still in flight too, at their reservation.
     pub used: u64,
 }
 
@@ -36,6 +43,9 @@ pub enum TokenError {
     Invalid,
     #[error("task {task_id} used {used} of its {budget} LLM tokens")]
     BudgetExhausted { task_id: String, used: u64, budget: u64 },
+    /// The call's worst case does not fit what is left of the task's budget.
+    #[error("{0}")]
+    WouldExceed(Exceeded),
     #[error("the system random number generator failed: {0}")]
     Random(String),
 }
@@ -51,7 +61,14 @@ struct Table {
 #[derive(Debug)]
 struct Entry {
     digest: Digest32,
-    usage: TaskUsage,
+    budget: u64,
+    allowance: Arc<Allowance>,
+}
+
+impl Entry {
+    fn usage(&self) -> TaskUsage {
+        TaskUsage { budget: self.budget, used: self.allowance.counts().used }
+    }
 }
 
 /// The live tokens, and the ledger of what each task did. Cheap to share behind an `Arc`.
@@ -70,6 +87,10 @@ pub struct FinishedTask {
     pub usage: Option<TaskUsage>,
     /// What the task did through the proxy and relay.
     pub egress: TaskSummary,
+}
+
+fn allowance(task_id: &str, budget: u64) -> Arc<Allowance> {
+    Allowance::new(Some(budget), format!("LLM tokens of task {task_id}"))
 }
 
 fn digest(token: &str) -> Digest32 {
@@ -93,15 +114,22 @@ impl TaskTokens {
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
         );
         let mut table = self.lock();
-        let used = match table.tasks.remove(task_id) {
+        let allowance = match table.tasks.remove(task_id) {
             Some(old) => {
                 table.by_digest.remove(&old.digest);
-                old.usage.used
+                if old.budget == token_budget {
+                    // Calls in flight settle where they reserved.
+                    old.allowance
+                } else {
+                    // A new cap: what is in flight counts as used in full.
+                    let counts = old.allowance.counts();
+                    allowance(task_id, token_budget)
+                        .with_used(counts.used.saturating_add(counts.reserved))
+                }
             }
-            None => 0,
+            None => allowance(task_id, token_budget),
         };
-        let entry =
-            Entry { digest: digest(&token), usage: TaskUsage { budget: token_budget, used } };
+        let entry = Entry { digest: digest(&token), budget: token_budget, allowance };
         table.by_digest.insert(entry.digest, task_id.to_owned());
         table.tasks.insert(task_id.to_owned(), entry);
         drop(table);
@@ -111,14 +139,19 @@ impl TaskTokens {
 
     /// Ends the task: revokes its token, cuts its open tunnels and requests, refuses later
     /// connections still attributed to it, and returns its relay usage (when it had a
-    /// token) with the summary of everything it did through the egress. Call it once when
-    /// the task ends, whether or not it had a token.
+    /// token) with the summary of everything it did through the egress. Calls still in
+    /// flight are charged their whole reservation (the provider may bill them). Call it once
+    /// when the task ends, whether or not it had a token.
     pub fn finish(&self, task_id: &str) -> FinishedTask {
         let usage = {
             let mut table = self.lock();
             table.tasks.remove(task_id).map(|entry| {
                 table.by_digest.remove(&entry.digest);
-                entry.usage
+                let counts = entry.allowance.counts();
+                TaskUsage {
+                    budget: entry.budget,
+                    used: counts.used.saturating_add(counts.reserved),
+                }
             })
         };
         let (egress, stats) = self.ledger.finish(task_id);
@@ -153,9 +186,14 @@ impl TaskTokens {
         count
     }
 
-    /// The usage of a task that holds a live token.
+    /// The usage of a task that holds a live token (calls in flight not included).
     pub fn usage(&self, task_id: &str) -> Option<TaskUsage> {
-        self.lock().tasks.get(task_id).map(|e| e.usage)
+        self.lock().tasks.get(task_id).map(Entry::usage)
+    }
+
+    /// Tokens reserved by the task's calls in flight.
+    pub fn reserved(&self, task_id: &str) -> Option<u64> {
+        self.lock().tasks.get(task_id).map(|e| e.allowance.counts().reserved)
     }
 
     /// Which task a presented token belongs to, if it is live and has budget left.
@@ -166,7 +204,7 @@ impl TaskTokens {
         }
         let table = self.lock();
         let task_id = table.by_digest.get(&digest(presented)).ok_or(TokenError::Invalid)?;
-        let usage = table.tasks.get(task_id).map(|e| e.usage).ok_or(TokenError::Invalid)?;
+        let usage = table.tasks.get(task_id).map(Entry::usage).ok_or(TokenError::Invalid)?;
         if usage.used >= usage.budget {
             return Err(TokenError::BudgetExhausted {
                 task_id: task_id.clone(),
@@ -177,10 +215,24 @@ impl TaskTokens {
         Ok(task_id.clone())
     }
 
+    /// Reserves `worst_case` tokens of the task's budget for a call about to be sent: refused
+    /// when what is used, what calls in flight reserved and this would pass the budget.
+    /// Settle the hold with what the call cost ([`Hold::settle`]); a hold dropped unsettled is
+    /// charged in full.
+    pub fn reserve(&self, task_id: &str, worst_case: u64) -> Result<Hold, TokenError> {
+        let allowance = self
+            .lock()
+            .tasks
+            .get(task_id)
+            .map(|e| e.allowance.clone())
+            .ok_or(TokenError::Invalid)?;
+        allowance.try_reserve(worst_case).map_err(TokenError::WouldExceed)
+    }
+
     /// Adds `tokens` to the task's usage (a no-op once the task's token is revoked).
     pub fn charge(&self, task_id: &str, tokens: u64) {
-        if let Some(entry) = self.lock().tasks.get_mut(task_id) {
-            entry.usage.used = entry.usage.used.saturating_add(tokens);
+        if let Some(entry) = self.lock().tasks.get(task_id) {
+            entry.allowance.charge(tokens);
         }
     }
 
@@ -227,6 +279,36 @@ mod tests {
         assert_eq!(tokens.revoke("t"), None);
         tokens.charge("t", 1);
         assert_eq!(tokens.usage("t"), None);
+    }
+
+    #[test]
+    fn reservations_hold_the_budget_and_calls_in_flight_are_charged_at_the_end() {
+        let tokens = TaskTokens::default();
+        let token = tokens.issue("t", 100).unwrap();
+        let first = tokens.reserve("t", 60).unwrap();
+        let err = tokens.reserve("t", 41).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("cap of 100 LLM tokens of task t"), "{message}");
+        assert!(message.contains("60 reserved by calls in flight"), "{message}");
+        let second = tokens.reserve("t", 40).unwrap();
+        assert_eq!(tokens.reserved("t"), Some(100));
+        first.settle(15);
+        assert_eq!(tokens.usage("t"), Some(TaskUsage { budget: 100, used: 15 }));
+        assert_eq!(tokens.authorize(&token).unwrap(), "t");
+        // Re-issued with the same budget: the call in flight still counts.
+        let _again = tokens.issue("t", 100).unwrap();
+        assert_eq!(tokens.reserved("t"), Some(40));
+        assert!(tokens.reserve("t", 46).is_err());
+        // The task ends with the call in flight: charged its whole reservation.
+        assert_eq!(tokens.finish("t").usage, Some(TaskUsage { budget: 100, used: 55 }));
+        second.settle(1);
+        assert!(matches!(tokens.reserve("t", 1), Err(TokenError::Invalid)));
+        // A new budget on re-issue counts what was in flight as used.
+        tokens.issue("u", 100).unwrap();
+        let hold = tokens.reserve("u", 30).unwrap();
+        tokens.issue("u", 50).unwrap();
+        assert_eq!(tokens.usage("u"), Some(TaskUsage { budget: 50, used: 30 }));
+        drop(hold);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nexbot_egress::{Attribution, AttributionTable, Egress, EgressConfig, Network};
+use nexbot_egress::{Attribution, AttributionTable, Egress, EgressConfig, Network, ProviderKeys};
 use secrecy::SecretString;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -94,6 +94,23 @@ pub async fn start(config: EgressConfig, key: Option<&str>) -> Started {
     Started { egress, table, dir }
 }
 
+/// [`start`] with a key per relay provider: `(variable name, key)` pairs, as the host reads
+/// them for `egress.relay.providers`.
+pub async fn start_with_keys(mut config: EgressConfig, keys: &[(&str, &str)]) -> Started {
+    config.firewall = false;
+    let table = Arc::new(AttributionTable::default());
+    let local: IpAddr = "127.0.0.1".parse().unwrap();
+    table.set_container(local, "c-test");
+    table.set_task(local, Some("t-1".into()));
+    let mut provider_keys = ProviderKeys::new();
+    for (env, key) in keys {
+        provider_keys.insert(*env, SecretString::from(key.to_string()));
+    }
+    let network = Network { gateway: local, bridge: String::new() };
+    let (egress, dir) = launch_keyed(config, &network, table.clone(), provider_keys).await;
+    Started { egress, table, dir }
+}
+
 /// Starts the listener on `ip` (no network to firewall) at a free port.
 pub async fn launch(
     mut config: EgressConfig,
@@ -108,16 +125,27 @@ pub async fn launch(
 
 /// Starts the listener on `network`'s gateway at a free port, with its own data directory.
 pub async fn launch_on(
-    mut config: EgressConfig,
+    config: EgressConfig,
     network: &Network,
     attribution: Arc<dyn Attribution>,
     key: Option<&str>,
 ) -> (Egress, DataDir) {
+    let key = key.map(|k| SecretString::from(k.to_owned()));
+    let keys = ProviderKeys::single(&config.relay.api_key_env, key);
+    launch_keyed(config, network, attribution, keys).await
+}
+
+async fn launch_keyed(
+    mut config: EgressConfig,
+    network: &Network,
+    attribution: Arc<dyn Attribution>,
+    keys: ProviderKeys,
+) -> (Egress, DataDir) {
     let dir = DataDir::new("egress");
     config.port = 0;
-    let key = key.map(|k| SecretString::from(k.to_owned()));
-    let egress =
-        Egress::start(config, network, &dir.0, attribution, key).await.expect("egress starts");
+    let egress = Egress::start_with_keys(config, network, &dir.0, attribution, keys)
+        .await
+        .expect("egress starts");
     (egress, dir)
 }
 

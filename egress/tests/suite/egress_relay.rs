@@ -14,9 +14,13 @@ use serde_json::{json, Value};
 
 const KEY: &str = "sk-nxe-PLANTED-provider-key-0123456789";
 
+/// The `max_tokens` the relay adds in these tests (small, so budgets of 1000 fit a call).
+const DEFAULT_MAX: u64 = 100;
+
 fn relay_config(base_url: &str) -> EgressConfig {
     let mut config = EgressConfig::default();
     config.relay.provider_base_url = Some(base_url.to_owned());
+    config.relay.default_max_tokens = DEFAULT_MAX;
     config
 }
 
@@ -110,21 +114,152 @@ async fn calls_beyond_the_budget_are_refused() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("ok"));
     let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
-    let token = started.egress.tokens().issue("task-d", 20).unwrap();
+    let tokens = started.egress.tokens();
+    // A call's worst case: its prompt estimate plus the max_tokens the relay added.
+    let worst = worst_case(&ask(), DEFAULT_MAX);
+    // Room for two calls' worst case after one answer's 15 tokens, not for a third.
+    let budget = 15 + worst + 14;
+    let token = tokens.issue("task-d", budget).unwrap();
 
     assert_eq!(chat(&started, Some(token.expose_secret()), ask()).await.0, 200);
     assert_eq!(chat(&started, Some(token.expose_secret()), ask()).await.0, 200);
+    assert_eq!(tokens.usage("task-d").unwrap().used, 30);
     let (status, body) = chat(&started, Some(token.expose_secret()), ask()).await;
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["type"], "insufficient_quota");
     assert_eq!(body["error"]["code"], "task_budget_exhausted");
-    assert!(body["error"]["message"].as_str().unwrap().contains("30 of its 20"), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("cap of {budget} LLM tokens of task task-d")), "{message}");
+    assert!(
+        message.contains(&format!(
+            "30 used, 0 reserved by calls in flight, this call needs up to {worst}"
+        )),
+        "{message}"
+    );
+    assert!(message.contains(&format!("max_tokens is {DEFAULT_MAX}")), "{message}");
     assert_eq!(llm.chat_requests().len(), 2);
-    let line = &started.audit_lines(3).await[2];
+    let sent = &llm.chat_requests()[0].body;
+    assert_eq!(sent["max_tokens"], DEFAULT_MAX, "the relay bounded the call: {sent}");
+
+    // A smaller max_tokens fits what is left; a spent budget is refused before the body.
+    let mut small = ask();
+    small["max_tokens"] = json!(5);
+    assert_eq!(chat(&started, Some(token.expose_secret()), small).await.0, 200);
+    tokens.charge("task-d", budget);
+    let (status, body) = chat(&started, Some(token.expose_secret()), ask()).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains(&format!("of its {budget}")));
+    assert_eq!(llm.chat_requests().len(), 3);
+    let line = &started.audit_lines(5).await[2];
     assert_eq!(
         (line["task_id"].as_str(), line["verdict"].as_str()),
         (Some("task-d"), Some("denied"))
     );
+}
+
+/// What the relay reserves for `body` (sent as `reqwest` serialises it): the bytes ÷ 3
+/// estimate of the body it forwards, plus its max_tokens (`added` when the body has none).
+fn worst_case(body: &Value, added: u64) -> u64 {
+    let mut forwarded = body.clone();
+    let max = match body.get("max_tokens").and_then(Value::as_u64) {
+        Some(max) => max,
+        None => {
+            forwarded["max_tokens"] = json!(added);
+            added
+        }
+    };
+    let bytes = serde_json::to_vec(&forwarded).unwrap().len() as u64;
+    bytes.div_ceil(3) + max
+}
+
+#[tokio::test]
+async fn concurrent_calls_at_the_edge_of_the_budget_pass_only_as_far_as_it_holds() {
+    let llm = ScriptedLlm::start(vec![]).await;
+    // Slow answers: the calls are in flight together.
+    llm.set_responder(|_| Step::text("slow").delayed(std::time::Duration::from_millis(1500)));
+    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let tokens = started.egress.tokens();
+    let mut body = ask();
+    body["max_tokens"] = json!(300);
+    let worst = worst_case(&body, DEFAULT_MAX);
+    // Exactly three worst cases: the third fits to the token, the fourth does not.
+    let token = tokens.issue("task-edge", 3 * worst).unwrap();
+    let calls = (0..4).map(|_| chat(&started, Some(token.expose_secret()), body.clone()));
+    let answers = futures_util::future::join_all(calls).await;
+    let passed = answers.iter().filter(|(status, _)| *status == 200).count();
+    let refused: Vec<&Value> =
+        answers.iter().filter(|(status, _)| *status == 403).map(|(_, body)| body).collect();
+    assert_eq!((passed, refused.len()), (3, 1), "{answers:?}");
+    assert_eq!(refused[0]["error"]["code"], "task_budget_exhausted");
+    let message = refused[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("{} reserved by calls in flight", 3 * worst)), "{message}");
+    assert_eq!(llm.chat_requests().len(), 3, "the refused call was never sent upstream");
+    assert_eq!(tokens.usage("task-edge").unwrap().used, 45, "settled at what was reported");
+    assert_eq!(tokens.reserved("task-edge"), Some(0));
+}
+
+#[tokio::test]
+async fn a_call_in_flight_when_its_task_ends_is_charged_its_reservation() {
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|_| Step::text("late").delayed(std::time::Duration::from_secs(3)));
+    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let token = started.egress.issue_token("t-1").unwrap();
+    let worst = worst_case(&ask(), DEFAULT_MAX);
+    let call = tokio::spawn({
+        let url = format!("{}/chat/completions", started.egress.relay_base_url());
+        let token = token.expose_secret().to_owned();
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(token)
+                .json(&ask())
+                .timeout(WAIT)
+                .send()
+                .await
+        }
+    });
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while llm.chat_requests().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the call never reached the provider");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let ended = std::time::Instant::now();
+    let finished = started.egress.finish_task("t-1");
+    assert_eq!(finished.usage.map(|u| u.used), Some(worst), "the call in flight is charged");
+    // The call is cut with its task, not left waiting for the provider.
+    let response = call.await.unwrap().unwrap();
+    assert!(ended.elapsed() < std::time::Duration::from_secs(2), "cut at once");
+    assert_eq!(response.status(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "task_ended", "{body}");
+    let line = &started.audit_lines(1).await[0];
+    assert_eq!(line["tokens"], worst, "{line}");
+}
+
+#[tokio::test]
+async fn n_other_than_one_and_bad_max_tokens_are_refused_unsent() {
+    let llm = ScriptedLlm::start(vec![Step::text("one")]).await;
+    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let token = started.egress.tokens().issue("task-n", 100_000).unwrap();
+    let mut body = ask();
+    body["n"] = json!(3);
+    let (status, answer) = chat(&started, Some(token.expose_secret()), body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], "unsupported_parameter");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("n must be 1"));
+    let mut body = ask();
+    body["max_completion_tokens"] = json!("lots");
+    let (status, answer) = chat(&started, Some(token.expose_secret()), body).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_max_tokens");
+    assert!(llm.chat_requests().is_empty());
+    let mut body = ask();
+    body["n"] = json!(1);
+    body["max_completion_tokens"] = json!(50);
+    assert_eq!(chat(&started, Some(token.expose_secret()), body).await.0, 200);
+    let sent = &llm.chat_requests()[0].body;
+    assert_eq!(sent["max_completion_tokens"], 50);
+    assert!(sent.get("max_tokens").is_none(), "a given bound is not doubled: {sent}");
 }
 
 #[tokio::test]

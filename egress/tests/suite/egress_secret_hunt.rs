@@ -8,17 +8,23 @@ use nexbot_tests::egress as egress_support;
 
 use std::sync::{Arc, Mutex};
 
-use egress_support::{start, Started, WAIT};
+use egress_support::{start, start_with_keys, Started, WAIT};
 use nexbot_egress::EgressConfig;
+use nexbot_llm::ProviderSpec;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
 const KEY: &str = "sk-nxe-PLANTED-provider-key-0123456789";
+/// The keys of a two-provider chain.
+const KEY_A: &str = "sk-nxe-PLANTED-primary-key-abcdef0123";
+const KEY_B: &str = "sk-nxe-PLANTED-fallback-key-456789abcd";
 
 fn relay_config(base_url: &str) -> EgressConfig {
     let mut config = EgressConfig::default();
     config.relay.provider_base_url = Some(base_url.to_owned());
+    // Small, so the task's budget of 1000 fits a call's worst case.
+    config.relay.default_max_tokens = 100;
     config
 }
 
@@ -72,14 +78,48 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
     answers.push(chat(&started, Some(token.expose_secret()), streamed).await.to_string());
     started.audit_lines(5).await;
 
+    // A chain whose providers echo their keys in their error answers: the primary's 401
+    // moves the call on, and the fallback's 500 (the last answer) goes back to the container.
+    let primary = ScriptedLlm::start(vec![Step::status(
+        401,
+        &format!(r#"{{"error":{{"message":"invalid key {KEY_A}"}}}}"#),
+    )])
+    .await;
+    let fallback = ScriptedLlm::start(vec![Step::status(
+        500,
+        &format!(r#"{{"error":{{"message":"failed for {KEY_B}"}}}}"#),
+    )])
+    .await;
+    let mut config = EgressConfig::default();
+    let mut a = ProviderSpec::new(&primary.base_url(), "model-a");
+    a.api_key_env = Some("NXE_HUNT_A".into());
+    let mut b = ProviderSpec::new(&fallback.base_url(), "model-b");
+    b.api_key_env = Some("NXE_HUNT_B".into());
+    config.relay.providers = vec![a, b];
+    let chained = start_with_keys(config, &[("NXE_HUNT_A", KEY_A), ("NXE_HUNT_B", KEY_B)]).await;
+    let chain_token = chained.egress.tokens().issue("task-chain", 1_000_000).unwrap();
+    let echoed = chat(&chained, Some(chain_token.expose_secret()), ask()).await;
+    assert!(
+        echoed["error"]["message"].as_str().unwrap().starts_with("failed for [REDACTED"),
+        "{echoed}"
+    );
+    answers.push(echoed.to_string());
+    chained.audit_lines(1).await;
+    assert_eq!(
+        fallback.chat_requests()[0].header("authorization"),
+        Some(format!("Bearer {KEY_B}").as_str())
+    );
+
     let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("nexbot::egress::audit"), "the capture works: {logs}");
-    let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap();
-    let debug = format!("{:?}", started.egress);
+    let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap()
+        + &std::fs::read_to_string(chained.egress.audit_path()).unwrap();
+    let debug = format!("{:?} {:?}", started.egress, chained.egress);
     for (place, text) in
         [("logs", &logs), ("audit", &audit), ("debug", &debug), ("answers", &answers.join("\n"))]
     {
         assert!(!text.contains(KEY), "the provider key leaked into {place}");
+        assert!(!text.contains(KEY_A) && !text.contains(KEY_B), "a chain key leaked into {place}");
         assert!(!text.contains("PLANTED"), "part of the provider key leaked into {place}");
         assert!(!text.contains(token.expose_secret()), "the task token leaked into {place}");
     }

@@ -8,5 +8,6 @@ mod egress_audit;
 mod egress_host;
 mod egress_proxy;
 mod egress_relay;
+mod egress_relay_chain;
 mod egress_secret_hunt;
 mod egress_tasks;
