@@ -365,6 +365,8 @@ pub struct Secrets {
     pub relay_provider_key: Option<SecretString>,
     /// One key per [`LlmConfig::provider_list`] entry, from the variable it names.
     pub provider_keys: Vec<Option<SecretString>>,
+    /// The relay's keys, by the variable each of its providers names.
+    pub relay_keys: nexbot_egress::ProviderKeys,
 }
 
 impl fmt::Debug for Secrets {
@@ -376,6 +378,7 @@ impl fmt::Debug for Secrets {
             .field("master_key", &set(&self.master_key))
             .field("relay_provider_key", &set(&self.relay_provider_key))
             .field("provider_keys", &self.provider_keys.iter().map(set).collect::<Vec<_>>())
+            .field("relay_keys", &self.relay_keys)
             .finish()
     }
 }
@@ -455,30 +458,41 @@ impl Config {
                 let reason = inner.lines().next().unwrap_or_default().to_owned();
                 ConfigError::Key { origin: origin(&key), key, reason }
             })?;
-        let key_env = &config.egress.relay.api_key_env;
-        secrets.relay_provider_key = match key_env.as_str() {
-            LLM_API_KEY_ENV => secrets.llm_api_key.clone(),
-            name => env
+        // A key by the name of the variable holding it.
+        let llm_api_key = secrets.llm_api_key.clone();
+        let key_of = |name: &str| -> Result<Option<SecretString>, ConfigError> {
+            if name == LLM_API_KEY_ENV {
+                return Ok(llm_api_key.clone());
+            }
+            Ok(env
                 .iter()
                 .find(|(var, _)| var == name)
                 .map(|(var, value)| secret_from(var, value.clone()))
                 .transpose()?
-                .flatten(),
+                .flatten())
         };
         let mut provider_keys = Vec::new();
         for spec in config.llm.provider_list() {
-            let key = match spec.api_key_env.as_deref() {
+            provider_keys.push(match spec.api_key_env.as_deref() {
                 None => None,
-                Some(LLM_API_KEY_ENV) => secrets.llm_api_key.clone(),
-                Some(name) => env
-                    .iter()
-                    .find(|(var, _)| var == name)
-                    .map(|(var, value)| secret_from(var, value.clone()))
-                    .transpose()?
-                    .flatten(),
-            };
-            provider_keys.push(key);
+                Some(name) => key_of(name)?,
+            });
         }
+        secrets.relay_provider_key = if !config.llm.providers.is_empty()
+            && config.egress.relay.provider_base_url.is_none()
+        {
+            // The relay's (and the opt-in key mode's) first provider is `[llm]`'s.
+            provider_keys.first().cloned().flatten()
+        } else {
+            key_of(&config.egress.relay.api_key_env)?
+        };
+        let mut relay_keys = nexbot_egress::ProviderKeys::new();
+        for name in config.egress_config().relay.key_envs() {
+            if let Some(key) = key_of(&name)? {
+                relay_keys.insert(name, key);
+            }
+        }
+        secrets.relay_keys = relay_keys;
         secrets.provider_keys = provider_keys;
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
@@ -518,6 +532,10 @@ impl Config {
     /// `egress.relay.provider_base_url` names another provider.
     pub fn egress_config(&self) -> EgressConfig {
         let mut egress = self.egress.clone();
+        if egress.relay.providers.is_empty() && egress.relay.provider_base_url.is_none() {
+            // The relay follows `[llm]`'s provider list for subagents, in the same order.
+            egress.relay.providers = self.llm.providers.clone();
+        }
         egress.relay.provider_base_url.get_or_insert_with(|| self.llm.primary().0);
         egress
     }
@@ -665,6 +683,13 @@ impl Config {
             ("relay.provider_base_url", None) => (
                 "llm.base_url".to_owned(),
                 format!("cannot be the LLM relay's provider: {}", e.reason),
+            ),
+            ("relay.providers", None) if relay.providers.is_empty() => (
+                "llm.providers".to_owned(),
+                format!(
+                    "cannot be the LLM relay's providers: {}",
+                    e.reason.replace("relay.providers", "llm.providers")
+                ),
             ),
             (field, _) => (format!("egress.{field}"), e.reason),
         })

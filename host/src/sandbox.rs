@@ -111,12 +111,12 @@ impl Sandbox {
             .await
             .map_err(SandboxError::Network)?;
         let late = Arc::new(LateAttribution::default());
-        let egress = Egress::start(
+        let egress = Egress::start_with_keys(
             config.egress_config(),
             &egress_network(&network),
             &config.data_dir(),
             late.clone(),
-            config.secrets.relay_provider_key.clone(),
+            config.secrets.relay_keys.clone(),
         )
         .await?;
         let mut pool_config = pool_config(config);
@@ -300,8 +300,8 @@ mod tests {
         let network =
             egress::Network { gateway: "127.0.0.1".parse().unwrap(), bridge: "lo".into() };
         let late: Arc<dyn Attribution> = Arc::new(LateAttribution::default());
-        let key = config.secrets.relay_provider_key.clone();
-        Egress::start(config.egress_config(), &network, dir, late, key).await.unwrap()
+        let keys = config.secrets.relay_keys.clone();
+        Egress::start_with_keys(config.egress_config(), &network, dir, late, keys).await.unwrap()
     }
 
     fn config_with(env: &[(&str, &str)]) -> Config {

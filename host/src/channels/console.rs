@@ -263,15 +263,8 @@ mod tests {
         let (inbound, mut inbound_rx) = mpsc::channel(4);
         let answer = OutboundMessage::answer(&chat, 1, "\x1b[31mred\x1b[0m\rok".into());
         let mut output = Vec::new();
-        let run = run(
-            chat,
-            &b"hi\n"[..],
-            &mut output,
-            inbound,
-            outbound,
-            4,
-            CancellationToken::new(),
-        );
+        let run =
+            run(chat, &b"hi\n"[..], &mut output, inbound, outbound, 4, CancellationToken::new());
         let answer_it = async {
             let question = inbound_rx.recv().await.unwrap();
             assert_eq!(question.text, "hi");

@@ -291,6 +291,12 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         );
         counter(
             &mut registry,
+            "egress_relay_fallbacks",
+            "LLM relay calls answered by a provider other than the first",
+            m.relay_fallbacks,
+        );
+        counter(
+            &mut registry,
             "egress_relay_tokens",
             "LLM tokens charged to subagent tasks by the relay",
             m.relay_tokens,

@@ -68,7 +68,8 @@ fn relay_call(relay: SocketAddr, token: &str, through_proxy: bool) -> String {
         "POST {target} HTTP/1.0\\r\\nHost: {relay}\\r\\nAuthorization: Bearer {token}\\r\\n\
          Content-Type: application/json\\r\\nContent-Length: %s\\r\\n\\r\\n%s"
     );
-    let body = r#"B='{"model":"m","messages":[]}'"#;
+    // max_tokens 1: each call reserves its worst case, the body / 3 + max_tokens (16 here).
+    let body = r#"B='{"model":"m","messages":[],"max_tokens":1}'"#;
     format!(
         r#"{body}; printf '{head}' "${{#B}}" "$B" | busybox nc -w 10 {} {}"#,
         relay.ip(),
@@ -202,7 +203,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
 
     // The relay: the task's token works (direct and through the proxy), others do not.
     let tokens = egress.tokens();
-    let token = tokens.issue("task-42", 20).unwrap();
+    let token = tokens.issue("task-42", 40).unwrap();
     let call = |token: &str, through_proxy: bool| relay_call(proxy, token, through_proxy);
     let (code, out) = exec(&docker, &id, &call(token.expose_secret(), false)).await;
     assert!(

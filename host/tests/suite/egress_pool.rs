@@ -44,7 +44,8 @@ fn relay_call(relay: std::net::SocketAddr, token: &str) -> String {
         "POST /v1/chat/completions HTTP/1.0\\r\\nHost: {relay}\\r\\nAuthorization: Bearer {token}\\r\\n\
          Content-Type: application/json\\r\\nContent-Length: %s\\r\\n\\r\\n%s"
     );
-    let body = r#"B='{"model":"m","messages":[]}'"#;
+    // max_tokens 1: each call reserves its worst case, the body / 3 + max_tokens (16 here).
+    let body = r#"B='{"model":"m","messages":[],"max_tokens":1}'"#;
     format!(
         r#"{body}; printf '{head}' "${{#B}}" "$B" | busybox nc -w 10 {} {}"#,
         relay.ip(),
@@ -149,7 +150,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     // The relay with per-task tokens.
     let relayed_before = llm.chat_requests().len();
     let tokens = egress.tokens();
-    let token = tokens.issue("pool-task-1", 20).unwrap();
+    let token = tokens.issue("pool-task-1", 40).unwrap();
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
     assert!(status(&out) == 200 && out.contains("relayed answer"), "{out}");
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
