@@ -526,7 +526,7 @@ async fn chat_call(
         Some(n) if n.as_u64() == Some(1) => {}
         Some(_) => {
             let message = "n must be 1: the relay bounds a call's cost by one answer; ask for \
-                           further choices with further calls"
+                           more answers with more calls"
                 .to_owned();
             return Err(bad(Verdict::Denied, "unsupported_parameter", message));
         }
