@@ -119,7 +119,8 @@ pub struct LlmConfig {
     /// Stream answers (SSE): the console shows them as they grow, and a stalled stream is
     /// noticed after `timeout_secs`. Turn off for a server that cannot stream.
     pub stream: bool,
-    /// The total time one model call may take — every retry, wait and fallback included.
+    /// The total time one turn may wait for the model — all its calls, with every retry, wait
+    /// and fallback.
     pub total_timeout_secs: u64,
     /// Failed attempts in a row after which a provider is skipped (its breaker opens).
     pub breaker_failures: u32,

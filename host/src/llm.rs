@@ -115,8 +115,15 @@ impl Model {
             .try_fold(0, |max: u64, cost| cost.map(|c| max.max(c)))
     }
 
+    /// How long one turn may wait for the model, all its calls together
+    /// (`llm.total_timeout_secs`).
+    pub fn turn_wait(&self) -> Duration {
+        self.chain.policy().total
+    }
+
     /// One completion for `chat`. `messages` are fitted to the window in place (so later
-    /// iterations start from the fitted list); `on_event` sees a streamed answer grow.
+    /// iterations start from the fitted list); `on_event` sees a streamed answer grow; the
+    /// call (retries, waits, fallbacks) takes at most `wait_left`.
     pub async fn complete(
         &self,
         chat: &ChatRef,
@@ -124,7 +131,18 @@ impl Model {
         tools: &[ToolSpec],
         cancel: &CancellationToken,
         on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+        wait_left: Duration,
     ) -> Result<Completion, LlmError> {
+        if wait_left.is_zero() {
+            return Err(LlmError::new(
+                ErrorClass::Timeout,
+                self.chain.primary().name(),
+                format!(
+                    "this turn waited {}s for the model, all it may (llm.total_timeout_secs)",
+                    self.turn_wait().as_secs()
+                ),
+            ));
+        }
         let tool_tokens = estimate_tokens(serde_json::to_vec(tools).map_or(0, |v| v.len()));
         let mut room = self.prompt_room().saturating_sub(tool_tokens);
         let mut fitted_harder = false;
@@ -144,7 +162,7 @@ impl Model {
                 .reserve(chat, worst, self.worst_cost(prompt, u64::from(self.max_tokens)))
                 .await
                 .map_err(|reason| LlmError::new(ErrorClass::Budget, "caps", reason))?;
-            match self.chain.complete(&request, cancel, on_event).await {
+            match self.chain.complete_within(&request, cancel, on_event, wait_left).await {
                 Ok(mut completion) => {
                     let usage = completion.usage.unwrap_or(TokenUsage {
                         prompt_tokens: prompt,

@@ -231,11 +231,23 @@ impl Chain {
     }
 
     /// One completion: retries, fallback, breakers; `cancel` stops the request and the waits.
+    /// The whole call takes at most the policy's `total`.
     pub async fn complete(
         &self,
         request: &ChatRequest<'_>,
         cancel: &CancellationToken,
         on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+    ) -> Result<Completion, LlmError> {
+        self.complete_within(request, cancel, on_event, self.policy.total).await
+    }
+
+    /// [`Chain::complete`] within `total` (e.g. what is left of a turn's time for the model).
+    pub async fn complete_within(
+        &self,
+        request: &ChatRequest<'_>,
+        cancel: &CancellationToken,
+        on_event: &(dyn Fn(StreamEvent<'_>) + Send + Sync),
+        total: Duration,
     ) -> Result<Completion, LlmError> {
         let started = Instant::now();
         let plan = self.plan();
@@ -257,7 +269,7 @@ impl Chain {
             }
             let attempts = if last_resort { 1 } else { self.policy.max_retries + 1 };
             for attempt in 1..=attempts {
-                let Some(remaining) = self.policy.total.checked_sub(started.elapsed()) else {
+                let Some(remaining) = total.checked_sub(started.elapsed()) else {
                     return Err(self.fail(last, started, attempts_made));
                 };
                 attempts_made += 1;
@@ -282,8 +294,9 @@ impl Chain {
                             ErrorClass::Timeout,
                             provider.name(),
                             format!(
-                                "no answer within the {}s a call may take (llm.total_timeout_secs)",
-                                self.policy.total.as_secs()
+                                "no answer within the {:.1}s left for the model \
+                                 (llm.total_timeout_secs)",
+                                total.as_secs_f64()
                             ),
                         ));
                     }
@@ -307,7 +320,7 @@ impl Chain {
                     break;
                 }
                 let wait = backoff(attempt, retry_after, self.policy.initial, self.policy.max_wait)
-                    .min(self.policy.total.saturating_sub(started.elapsed()));
+                    .min(total.saturating_sub(started.elapsed()));
                 tokio::select! {
                     () = cancel.cancelled() => return Err(LlmError::cancelled()),
                     () = tokio::time::sleep(wait) => {}

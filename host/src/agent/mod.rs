@@ -65,6 +65,8 @@ struct TurnMeter {
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     iterations: AtomicU32,
+    /// Milliseconds the turn has spent waiting for the model.
+    model_wait_ms: AtomicU64,
 }
 
 impl TurnMeter {
@@ -402,7 +404,14 @@ impl Agent {
                 StreamEvent::Restart => Draft::Restart,
             });
         };
-        let result = self.model.complete(turn.chat, messages, specs, turn.cancel, &on_event).await;
+        let waited = Duration::from_millis(turn.meter.model_wait_ms.load(Ordering::Relaxed));
+        let wait_left = self.model.turn_wait().saturating_sub(waited);
+        let started = std::time::Instant::now();
+        let result = self
+            .model
+            .complete(turn.chat, messages, specs, turn.cancel, &on_event, wait_left)
+            .await;
+        turn.meter.model_wait_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         drop(on_event);
         let _ = forward.await;
         // Tool calls follow: the streamed text (if any) was not the answer.

@@ -230,3 +230,28 @@ async fn an_unpriced_model_under_a_cost_cap_follows_the_policy() {
     assert!(stdout.contains("llm.caps.cost_per_day_usd") && stdout.contains('$'), "{stdout}");
     assert_eq!(llm.chat_requests().len(), 1);
 }
+
+#[tokio::test]
+async fn a_turn_waits_for_the_model_no_longer_than_the_setting_all_calls_together() {
+    let ws = TempWorkspace::init("turnwait");
+    let slow = |step: Step| step.delayed(Duration::from_millis(1_200));
+    let llm = ScriptedLlm::start(vec![
+        slow(Step::tool_call("list_dir", json!({"path": "."}))),
+        slow(Step::tool_call("list_dir", json!({"path": "."}))),
+        // The next turn has its own time.
+        Step::text("second turn"),
+    ])
+    .await;
+    let env = env_with(
+        &llm.base_url(),
+        &[("NEXBOT_LLM__TOTAL_TIMEOUT_SECS", "2"), ("NEXBOT_LLM__MAX_RETRIES", "0")],
+    );
+    let started = std::time::Instant::now();
+    let out = chat(&ws.config(), &env, &["work", "again"], LIMIT).await;
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    // Each call alone is under the per-attempt timeout (5 s); together they pass the turn's 2 s.
+    assert!(lines[0].contains("left for the model (llm.total_timeout_secs)"), "{stdout}");
+    assert_eq!(lines[1], "second turn", "{stdout}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
