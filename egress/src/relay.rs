@@ -189,6 +189,12 @@ fn refuse_budget(audit: &ConnAudit, message: String) -> Response<ResponseBody> {
     )
 }
 
+/// A missing, unknown or expired task token.
+fn refuse_token(audit: &ConnAudit, message: String) -> Response<ResponseBody> {
+    let kind = ("invalid_request_error", "invalid_api_key");
+    refuse(audit, Verdict::Denied, StatusCode::UNAUTHORIZED, kind, message)
+}
+
 fn bearer(request: &Request<Incoming>) -> Option<SecretString> {
     let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
@@ -284,13 +290,7 @@ pub(crate) async fn handle(
             return refuse_budget(&audit, err.to_string());
         }
         Err(err) => {
-            return refuse(
-                &audit,
-                Verdict::Denied,
-                StatusCode::UNAUTHORIZED,
-                ("invalid_request_error", "invalid_api_key"),
-                err.to_string(),
-            );
+            return refuse_token(&audit, err.to_string());
         }
     };
     audit.task(task_id.clone());
@@ -314,13 +314,7 @@ pub(crate) async fn handle(
                     return refuse_budget(&audit, message);
                 }
                 Err(err) => {
-                    return refuse(
-                        &audit,
-                        Verdict::Denied,
-                        StatusCode::UNAUTHORIZED,
-                        ("invalid_request_error", "invalid_api_key"),
-                        err.to_string(),
-                    );
+                    return refuse_token(&audit, err.to_string());
                 }
             }
         }
