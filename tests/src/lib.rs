@@ -1,12 +1,14 @@
 //! Shared helpers for the end-to-end tests in `tests/tests/`: reaching the Docker engine (and
 //! failing loudly under `CI=true` when it is missing), building throwaway images offline, and
-//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model, a
-//! started egress listener with local servers to be the "internet" ([`egress`]), the Telegram
-//! Bot API fixture that plays Telegram and its users ([`telegram`]), and the shared parts of
-//! the `make bench` benchmarks ([`bench`]).
+//! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model, the
+//! third-party mock LLMock run as a child process ([`llmock`]), a started egress listener
+//! with local servers to be the "internet" ([`egress`]), the Telegram Bot API fixture that
+//! plays Telegram and its users ([`telegram`]), and the shared parts of the `make bench`
+//! benchmarks ([`bench`]).
 
 pub mod bench;
 pub mod egress;
+pub mod llmock;
 pub mod scripted_llm;
 pub mod telegram;
 

@@ -18,4 +18,5 @@ mod host_delegation;
 mod host_deploy;
 mod host_hooks;
 mod host_llm;
+mod host_llmock;
 mod telegram;
