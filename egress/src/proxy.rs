@@ -72,6 +72,9 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        // Streamed answers and tunnels are many small writes: without TCP_NODELAY each waits
+        // on the peer's delayed ACK (tens of ms per SSE event).
+        let _ = stream.set_nodelay(true);
         let source = peer.ip().to_canonical();
         {
             let mut counts = per_source.lock().unwrap_or_else(|p| p.into_inner());

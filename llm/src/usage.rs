@@ -64,7 +64,7 @@ impl UsageTap {
     fn sse_line(&mut self, line: &[u8]) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(data) = line.strip_prefix(b"data:") else { return };
-        if memchr::memmem::find(data, b"\"usage\"").is_none() {
+        if !carries_usage(data) {
             return;
         }
         if let Some(tokens) =
@@ -89,6 +89,16 @@ impl UsageTap {
         }
         serde_json::from_slice::<Value>(&self.pending).ok().as_ref().and_then(tokens_of)
     }
+}
+
+/// Whether an event may carry usage: a `"usage"` key whose value is an object. OpenAI-style
+/// streams send `"usage":null` in every event; those are not worth parsing.
+fn carries_usage(data: &[u8]) -> bool {
+    memchr::memmem::find_iter(data, b"\"usage\"").any(|at| {
+        let rest = &data[at + 7..];
+        let rest = rest.trim_ascii_start();
+        rest.strip_prefix(b":").is_some_and(|value| value.trim_ascii_start().starts_with(b"{"))
+    })
 }
 
 /// `usage.total_tokens`, or prompt + completion when the total is missing.
@@ -148,6 +158,8 @@ mod tests {
         let mut tap = UsageTap::new(true);
         tap.feed(b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n");
         assert_eq!(tap.finish(), None);
+        assert!(carries_usage(br#"{"usage" : {"total_tokens":1}}"#));
+        assert!(!carries_usage(br#"{"usage":null,"x":"\"usage\""}"#));
         assert_eq!(estimate(10, 11), 7);
     }
 }
