@@ -297,7 +297,10 @@ impl Store {
     pub async fn finish_job_run(&self, run_id: i64, end: RunEnd) -> Result<(), StoreError> {
         self.call(move |c| {
             c.execute(
-                "UPDATE job_runs SET outcome = ?2, detail = ?3, prompt_tokens = ?4,
+                "UPDATE job_runs SET outcome = ?2,
+                     detail = CASE WHEN ?3 IS NULL THEN detail WHEN detail IS NULL THEN ?3
+                                   ELSE detail || '; ' || ?3 END,
+                     prompt_tokens = ?4,
                      completion_tokens = ?5, message = ?6, message_id = ?7, ended_at = ?8
                  WHERE id = ?1",
                 params![
@@ -416,7 +419,7 @@ mod tests {
         let job = store.add_job(new_job(&chat, 100)).await.unwrap();
         store.add_job_run(job, 90, "skipped", Some("daemon down".into())).await.unwrap();
         for tokens in [10, 30] {
-            let run = store.add_job_run(job, 100, "queued", None).await.unwrap();
+            let run = store.add_job_run(job, 100, "queued", Some("late".into())).await.unwrap();
             store.start_job_run(run).await.unwrap();
             let end = RunEnd {
                 outcome: "ok".into(),
@@ -435,6 +438,7 @@ mod tests {
         assert_eq!(runs[0].outcome, "cancelled");
         assert_eq!(runs[3].outcome, "skipped");
         assert!(runs[1].started_at.is_some() && runs[1].ended_at.is_some());
+        assert_eq!(runs[1].detail.as_deref(), Some("late"), "the queued note is kept");
         let cost = store.job_cost(job, 10).await.unwrap();
         assert_eq!(cost.runs, 2);
         assert!((cost.mean_tokens - 20.0).abs() < 1e-9);

@@ -168,6 +168,99 @@ pub fn job_schedule(job: &Job) -> Result<Schedule, schedule::ScheduleError> {
     }
 }
 
+/// Why a job cannot be created.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Schedule(#[from] schedule::ScheduleError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// A job as asked for (by `nexbot-ctl cron add` or the agent's `schedule_task`).
+#[derive(Debug, Clone, Default)]
+pub struct JobSpec {
+    pub name: Option<String>,
+    pub task: String,
+    /// Recurring: a cron expression (five fields, or six with seconds first).
+    pub cron: Option<String>,
+    /// One-shot: a time (RFC 3339 or local `YYYY-MM-DD HH:MM[:SS]`) or a delay (`in 10m`).
+    pub at: Option<String>,
+    /// An IANA zone; `None`: the configured default.
+    pub time_zone: Option<String>,
+    /// `skip` or `once`; `None`: `once` for one-shot jobs, `skip` for recurring ones.
+    pub missed: Option<String>,
+}
+
+/// The longest task a job may carry.
+pub const MAX_TASK_CHARS: usize = 4000;
+
+/// Checks `spec` and stores it as a job of `chat`.
+pub async fn create_job(
+    store: &Store,
+    chat: &ChatRef,
+    spec: JobSpec,
+    default_zone: Tz,
+) -> Result<Job, JobError> {
+    let task = spec.task.trim().to_owned();
+    if task.is_empty() {
+        return Err(JobError::Invalid("the task is empty".into()));
+    }
+    if task.chars().count() > MAX_TASK_CHARS {
+        return Err(JobError::Invalid(format!(
+            "the task is longer than {MAX_TASK_CHARS} characters"
+        )));
+    }
+    let zone = match spec.time_zone.as_deref().map(str::trim).filter(|z| !z.is_empty()) {
+        Some(name) => schedule::zone(name)?,
+        None => default_zone,
+    };
+    let now = unix_now();
+    let (schedule, cron, at) = match (spec.cron.as_deref(), spec.at.as_deref()) {
+        (Some(cron), None) => (Schedule::cron(cron, zone)?, Some(cron.trim().to_owned()), None),
+        (None, Some(at)) => {
+            let at = schedule::parse_at(at, zone, now)?;
+            if at < now - 1 {
+                return Err(JobError::Invalid(format!(
+                    "{} is in the past",
+                    schedule::local(at, zone)
+                )));
+            }
+            (Schedule::at(at, zone), None, Some(at))
+        }
+        _ => return Err(JobError::Invalid("give either a cron expression or a time (at)".into())),
+    };
+    let missed = match spec.missed.as_deref() {
+        Some(text) => Missed::parse(text.trim()).ok_or_else(|| {
+            JobError::Invalid(format!("missed must be skip or once, not {text:?}"))
+        })?,
+        None if schedule.is_recurring() => Missed::Skip,
+        None => Missed::Once,
+    };
+    let name = spec
+        .name
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| task.chars().take(40).collect());
+    let next_run = schedule.first_from(now + 1);
+    let id = store
+        .add_job(NewJob {
+            chat: chat.clone(),
+            name,
+            task,
+            cron,
+            at,
+            time_zone: zone.name().to_owned(),
+            missed,
+            next_run,
+            heartbeat: false,
+        })
+        .await?;
+    store.job(id).await?.ok_or_else(|| JobError::Invalid("the job vanished".into()))
+}
+
 /// One run handed to the workers.
 struct Work {
     job: Job,

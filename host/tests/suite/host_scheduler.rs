@@ -1,0 +1,269 @@
+//! The scheduler inside the real app (SQLite, agent, bus, console channel) against the
+//! scripted LLM: jobs fire and deliver to their chat, missed runs follow their policy across
+//! a restart, the heartbeat is silent on `HEARTBEAT_OK`, and a full queue drops runs as busy.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{base_env, TempWorkspace};
+use nexbot_core::{ChannelKind, ChatRef};
+use nexbot_host::agent::channel::{OutboundKind, OutboundMessage};
+use nexbot_host::app::App;
+use nexbot_host::channels::console::ConsoleChannel;
+use nexbot_host::config::Config;
+use nexbot_host::scheduler::jobs::JobRun;
+use nexbot_host::scheduler::{create_job, JobSpec};
+use nexbot_host::store::unix_now;
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// `quiet` checks answer HEARTBEAT_OK, `slow` tasks take 3 s, others get "done: <last line>".
+fn responder(body: &Value) -> Step {
+    let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+    let text = last["content"].as_str().unwrap_or("").to_owned();
+    if text.contains("quiet") {
+        return Step::text("  HEARTBEAT_OK\n");
+    }
+    let step = Step::text(&format!("done: {}", text.lines().next().unwrap_or("")));
+    if text.contains("slow") {
+        step.delayed(Duration::from_secs(3))
+    } else {
+        step
+    }
+}
+
+struct Harness {
+    app: App,
+    outbound: mpsc::Receiver<OutboundMessage>,
+    config: Config,
+}
+
+fn config(ws: &TempWorkspace, llm: &ScriptedLlm, extra: &[(&str, &str)]) -> Config {
+    let mut env = base_env(&llm.base_url());
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let text = std::fs::read_to_string(ws.config()).unwrap();
+    Config::from_parts(&text, &ws.config(), &ws.dir, env).unwrap()
+}
+
+async fn start(config: Config) -> Harness {
+    let mut app = App::start(&config).await.unwrap();
+    let (console, outbound) = ConsoleChannel::new(256);
+    app.add_channel(ChannelKind::Console, Arc::new(console));
+    Harness { app, outbound, config }
+}
+
+fn chat(name: &str) -> ChatRef {
+    ChatRef::console(name).unwrap()
+}
+
+impl Harness {
+    /// The next final message, within `secs`.
+    async fn next_final(&mut self, secs: u64) -> Option<OutboundMessage> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let m = tokio::time::timeout_at(deadline, self.outbound.recv()).await.ok()??;
+            if m.kind == OutboundKind::Final {
+                return Some(m);
+            }
+        }
+    }
+
+    async fn runs(&self, job: i64) -> Vec<JobRun> {
+        self.app.store().job_runs(Some(job), 10_000).await.unwrap()
+    }
+
+    async fn wait_runs(
+        &self,
+        job: i64,
+        secs: u64,
+        done: impl Fn(&[JobRun]) -> bool,
+    ) -> Vec<JobRun> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let runs = self.runs(job).await;
+            if done(&runs) {
+                return runs;
+            }
+            assert!(std::time::Instant::now() < deadline, "runs never got there: {runs:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn spec(task: &str, cron: Option<&str>, at: Option<&str>) -> JobSpec {
+    JobSpec {
+        task: task.into(),
+        cron: cron.map(str::to_owned),
+        at: at.map(str::to_owned),
+        ..JobSpec::default()
+    }
+}
+
+fn count(runs: &[JobRun], outcome: &str) -> usize {
+    runs.iter().filter(|r| r.outcome == outcome).count()
+}
+
+#[tokio::test]
+async fn an_every_second_job_fires_and_delivers_to_its_chat() {
+    let ws = TempWorkspace::init("sched-every");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let zone = chrono_tz::Tz::UTC;
+    let job =
+        create_job(h.app.store(), &chat("jobs"), spec("say tick", Some("* * * * * *"), None), zone)
+            .await
+            .unwrap();
+    assert_eq!(job.missed.as_str(), "skip", "recurring jobs skip missed runs by default");
+    for _ in 0..2 {
+        let m = h.next_final(15).await.expect("the job delivered nothing");
+        assert_eq!(m.chat, chat("jobs"));
+        assert!(m.text.starts_with("Scheduled «say tick»:"), "{}", m.text);
+        assert!(m.text.contains("done: Scheduled job #"), "{}", m.text);
+    }
+    let runs = h.wait_runs(job.id, 15, |r| count(r, "ok") >= 2).await;
+    let ok: Vec<&JobRun> = runs.iter().filter(|r| r.outcome == "ok").collect();
+    for run in &ok {
+        assert!(run.prompt_tokens + run.completion_tokens > 0, "{run:?}");
+        assert!(run.message.as_deref().unwrap_or("").contains("done:"), "{run:?}");
+        let (start, end) = (run.started_at.unwrap(), run.ended_at.unwrap());
+        assert!(run.scheduled_at <= start && start <= end, "{run:?}");
+    }
+    // One run per second: distinct scheduled times.
+    assert_ne!(ok[0].scheduled_at, ok[1].scheduled_at);
+    assert!(h.app.store().cancel_job(job.id, None).await.unwrap());
+    h.app.stop().await;
+}
+
+#[tokio::test]
+async fn a_one_shot_due_while_stopped_runs_once_after_restart_and_a_recurring_one_skips() {
+    let ws = TempWorkspace::init("sched-restart");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let cfg = config(&ws, &llm, &[("NEXBOT_SCHEDULER__LATE_SECS", "1")]);
+    let h = start(cfg.clone()).await;
+    let zone = chrono_tz::Tz::UTC;
+    let once = create_job(h.app.store(), &chat("r"), spec("remind me", None, Some("in 2s")), zone)
+        .await
+        .unwrap();
+    assert_eq!(once.missed.as_str(), "once");
+    let every =
+        create_job(h.app.store(), &chat("r"), spec("every", Some("* * * * * *"), None), zone)
+            .await
+            .unwrap();
+    // Stop at once: the one-shot is due while the daemon is down.
+    h.app.stop().await;
+    let stopped_at = unix_now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let restarted_at = unix_now();
+    let mut h = start(cfg).await;
+    let m = h.next_final(20).await.expect("the missed one-shot did not run");
+    let first = if m.text.contains("remind me") {
+        m
+    } else {
+        // The recurring job's on-time run may come first.
+        loop {
+            let m = h.next_final(20).await.expect("the missed one-shot did not run");
+            if m.text.contains("remind me") {
+                break m;
+            }
+        }
+    };
+    assert!(first.text.starts_with("Scheduled «remind me»:"), "{}", first.text);
+    let runs = h.wait_runs(once.id, 10, |r| count(r, "ok") == 1).await;
+    assert_eq!(runs.len(), 1, "exactly one run: {runs:#?}");
+    assert!(runs[0].detail.as_deref().unwrap_or("").contains("missed by"), "{runs:#?}");
+    let job = h.app.store().job(once.id).await.unwrap().unwrap();
+    assert_eq!(job.state, "done");
+    // The recurring job: the seconds it was down are recorded skipped, none of them ran.
+    let runs = h.wait_runs(every.id, 10, |r| count(r, "skipped") >= 3).await;
+    for run in &runs {
+        if run.scheduled_at > stopped_at && run.scheduled_at < restarted_at {
+            assert_eq!(run.outcome, "skipped", "a missed run ran late: {run:?}");
+        }
+    }
+    assert!(h.app.store().cancel_job(every.id, None).await.unwrap());
+    // Nothing more for the one-shot, ever.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.runs(once.id).await.len(), 1);
+    h.app.stop().await;
+}
+
+#[tokio::test]
+async fn the_heartbeat_is_silent_when_ok_and_delivers_anything_else_to_the_owner() {
+    let ws = TempWorkspace::init("sched-heartbeat");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let file = h.config.workspace.dir.join("HEARTBEAT.md");
+    std::fs::write(
+        &file,
+        "# Heartbeat\n\n### Quiet\n- Schedule: \"* * * * * *\"\n- Task: \"quiet check\"\n\n\
+         ### Loud\n- Schedule: \"* * * * * *\"\n- Task: \"disk check\"\n\n\
+         ### Bad\n- Schedule: \"sometimes\"\n- Task: \"x\"\n",
+    )
+    .unwrap();
+    let m = h.next_final(20).await.expect("the loud check delivered nothing");
+    assert_eq!(m.chat, ChatRef::default_console(), "the owner chat without Telegram");
+    assert!(m.text.starts_with("Heartbeat «Loud»:"), "{}", m.text);
+    let jobs = h.app.store().active_jobs(None).await.unwrap();
+    assert_eq!(jobs.len(), 2, "the bad entry is left out: {jobs:#?}");
+    assert!(jobs.iter().all(|j| j.heartbeat));
+    let quiet = jobs.iter().find(|j| j.name == "Quiet").unwrap().id;
+    let runs = h.wait_runs(quiet, 15, |r| count(r, "ok") >= 2).await;
+    for run in runs.iter().filter(|r| r.outcome == "ok") {
+        assert_eq!(run.message, None, "{run:?}");
+        assert!(run.detail.as_deref().unwrap_or("").contains("not sent"));
+        assert!(run.prompt_tokens > 0);
+    }
+    let problems = h.app.scheduler().unwrap().heartbeat_problems.lock().unwrap().clone();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    // Emptying the file turns the heartbeat off.
+    std::fs::write(&file, "# Heartbeat\n").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !h.app.store().active_jobs(None).await.unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "checks still active");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.app.stop().await;
+    // Nothing delivered ever said HEARTBEAT_OK.
+    while let Ok(m) = h.outbound.try_recv() {
+        assert!(!m.text.contains("HEARTBEAT_OK"), "{}", m.text);
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_records_runs_as_dropped_busy() {
+    let ws = TempWorkspace::init("sched-busy");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let h = start(config(
+        &ws,
+        &llm,
+        &[("NEXBOT_SCHEDULER__WORKERS", "1"), ("NEXBOT_SCHEDULER__QUEUE", "0")],
+    ))
+    .await;
+    let job = create_job(
+        h.app.store(),
+        &chat("busy"),
+        spec("slow work", Some("* * * * * *"), None),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    let runs =
+        h.wait_runs(job.id, 20, |r| count(r, "dropped: busy") >= 2 && count(r, "ok") >= 1).await;
+    // One worker, no queue: never two runs at once.
+    let running = runs.iter().filter(|r| r.outcome == "running" || r.outcome == "queued").count();
+    assert!(running <= 1, "{runs:#?}");
+    let stats = h.app.scheduler().unwrap();
+    assert!(stats.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    let store = h.app.store().clone();
+    h.app.stop().await;
+    // Stopping recorded the run it cut short; nothing is left open.
+    let runs = store.job_runs(Some(job.id), 10_000).await.unwrap();
+    assert!(runs.iter().all(|r| r.outcome != "running" && r.outcome != "queued"), "{runs:#?}");
+}
