@@ -46,7 +46,7 @@ const SKIPPED_ROWS: usize = 100;
 const COUNT_LIMIT: u64 = 10_000;
 
 /// Counters for the metrics and `/status`, monotonic for the daemon's life.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SchedulerStats {
     pub submitted: AtomicU64,
     pub completed: AtomicU64,
@@ -56,19 +56,33 @@ pub struct SchedulerStats {
     /// Runs queued or running now.
     pub pending: AtomicUsize,
     /// Seconds each finished run took.
-    pub durations: Mutex<Vec<f64>>,
+    pub duration: prometheus_client::metrics::histogram::Histogram,
     /// Valid heartbeat checks, and why the others were left out.
     pub heartbeat_checks: AtomicUsize,
     pub heartbeat_problems: Mutex<Vec<String>>,
 }
 
+impl Default for SchedulerStats {
+    fn default() -> Self {
+        Self {
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            duration: prometheus_client::metrics::histogram::Histogram::new([
+                0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+            ]),
+            heartbeat_checks: AtomicUsize::new(0),
+            heartbeat_problems: Mutex::new(Vec::new()),
+        }
+    }
+}
+
 impl SchedulerStats {
     fn observe(&self, seconds: f64) {
-        let mut d = self.durations.lock().unwrap_or_else(|p| p.into_inner());
-        if d.len() >= 4096 {
-            d.drain(..2048);
-        }
-        d.push(seconds);
+        self.duration.observe(seconds);
     }
 
     /// `/status`'s line.

@@ -267,3 +267,97 @@ async fn a_full_queue_records_runs_as_dropped_busy() {
     let runs = store.job_runs(Some(job.id), 10_000).await.unwrap();
     assert!(runs.iter().all(|r| r.outcome != "running" && r.outcome != "queued"), "{runs:#?}");
 }
+
+/// `nexbot serve` with the Telegram emulator: a job added through the control API (what
+/// `nexbot-ctl cron add` sends) delivers to its Telegram chat; `cron ls` shows its measured
+/// cost and a heartbeat check; `cron runs` the ledger with the message ids; the metrics count
+/// the runs; `cron rm` cancels.
+#[tokio::test]
+async fn cron_through_the_control_api_delivers_over_telegram() {
+    use nexbot_control::{
+        cron_paths, Client, ClientError, CronAdd, CronJob, CronJobList, CronRunList, Done,
+    };
+    use nexbot_tests::telegram::TelegramFixture;
+    const OWNER: i64 = 7001;
+    let limit = Duration::from_secs(60);
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let ws = TempWorkspace::init("sched-ctl");
+    let mut env = base_env(&llm.base_url());
+    for (k, v) in [
+        ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+        ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
+        ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
+        ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
+    ] {
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    std::fs::write(
+        ws.dir.join("HEARTBEAT.md"),
+        "### Nightly\n- Schedule: \"0 0 3 * * *\"\n- Task: \"quiet check\"\n",
+    )
+    .unwrap();
+    let serving = common::Serving::start(&ws.config(), &env, limit).await;
+    serving.wait_log("the control API is on", limit).await;
+    let api = Client::new(ws.dir.join("nexbot.sock"));
+    let bad = CronAdd {
+        chat: format!("telegram:{OWNER}"),
+        task: "x".into(),
+        cron: Some("every minute".into()),
+        ..CronAdd::default()
+    };
+    let err = api.post::<_, CronJob>(cron_paths::CRON, &bad).await.unwrap_err();
+    assert!(matches!(err, ClientError::Daemon { status: 400, .. }), "{err}");
+    assert!(err.to_string().contains("not a cron expression"), "{err}");
+    let add = CronAdd {
+        chat: format!("telegram:{OWNER}"),
+        task: "report the weather".into(),
+        name: Some("weather".into()),
+        cron: Some("* * * * * *".into()),
+        time_zone: Some("Europe/Berlin".into()),
+        ..CronAdd::default()
+    };
+    let job: CronJob = api.post(cron_paths::CRON, &add).await.unwrap();
+    assert_eq!((job.missed.as_str(), job.time_zone.as_str()), ("skip", "Europe/Berlin"));
+    assert_eq!(job.runs_per_day, 86_400);
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().filter(|m| m.text.contains("weather")).count() >= 2,
+        limit,
+    )
+    .await;
+    let runs: CronRunList =
+        api.get(&format!("{}?job={}&limit=50", cron_paths::CRON_RUNS, job.id)).await.unwrap();
+    let ok: Vec<_> = runs.runs.iter().filter(|r| r.outcome == "ok").collect();
+    assert!(ok.len() >= 2, "{runs:#?}");
+    assert!(ok.iter().all(|r| r.message_id.is_some() && r.tokens > 0), "{runs:#?}");
+    let list: CronJobList = api.get(cron_paths::CRON).await.unwrap();
+    let listed = list.jobs.iter().find(|j| j.id == job.id).unwrap();
+    assert!(listed.tokens_per_run.unwrap() > 0.0, "{listed:?}");
+    assert!(listed.tokens_per_day.unwrap() >= listed.tokens_per_run.unwrap() * 86_000.0);
+    let nightly = list.jobs.iter().find(|j| j.heartbeat).expect("the heartbeat check is listed");
+    assert_eq!((nightly.name.as_str(), nightly.runs_per_day), ("Nightly", 1));
+    assert_eq!(nightly.chat, format!("telegram:{OWNER}"), "the owner's chat");
+    let err = api
+        .post::<_, Done>(&cron_paths::cron_remove(nightly.id), &serde_json::json!({}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("HEARTBEAT.md"), "{err}");
+    let metrics = api.get_text(nexbot_control::paths::METRICS).await.unwrap();
+    assert!(metrics.contains("nexbot_scheduler_runs_submitted_total"), "{metrics}");
+    assert!(metrics.contains("nexbot_scheduler_run_duration_seconds_count"), "{metrics}");
+    let done: Done =
+        api.post(&cron_paths::cron_remove(job.id), &serde_json::json!({})).await.unwrap();
+    assert!(done.message.contains("cancelled"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before: CronRunList =
+        api.get(&format!("{}?job={}&limit=1000", cron_paths::CRON_RUNS, job.id)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after: CronRunList =
+        api.get(&format!("{}?job={}&limit=1000", cron_paths::CRON_RUNS, job.id)).await.unwrap();
+    assert_eq!(before.runs.len(), after.runs.len(), "a cancelled job ran");
+    let err = api.post::<_, Done>(&cron_paths::cron_remove(job.id), &serde_json::json!({})).await;
+    assert!(matches!(err, Err(ClientError::Daemon { status: 404, .. })));
+    serving.stop(limit).await;
+}
