@@ -138,6 +138,44 @@ async fn an_every_second_job_fires_and_delivers_to_its_chat() {
     h.app.stop().await;
 }
 
+/// The agent's own tool: a user asks, the model calls `schedule_task`, the job runs later as
+/// a turn of that chat and its answer arrives there.
+#[tokio::test]
+async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
+    let ws = TempWorkspace::init("sched-tool");
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "schedule_task",
+            serde_json::json!({"action": "create", "task": "remind about tea", "at": "in 2s", "name": "tea"}),
+        ),
+        Step::text("I will remind you."),
+    ])
+    .await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    h.app
+        .inbound()
+        .send(nexbot_host::bus::InboundMessage {
+            chat: chat("asker"),
+            id: 1,
+            text: "remind me about tea in 2 seconds".into(),
+        })
+        .await
+        .unwrap();
+    let first = h.next_final(15).await.unwrap();
+    assert_eq!((first.chat.clone(), first.text.as_str()), (chat("asker"), "I will remind you."));
+    let jobs = h.app.store().active_jobs(Some(&chat("asker"))).await.unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    assert_eq!((jobs[0].name.as_str(), jobs[0].missed.as_str()), ("tea", "once"));
+    let reminder = h.next_final(15).await.expect("the reminder never came");
+    assert_eq!(reminder.chat, chat("asker"));
+    assert!(reminder.text.starts_with("Scheduled «tea»:"), "{}", reminder.text);
+    assert!(reminder.text.contains("remind about tea"), "{}", reminder.text);
+    h.wait_runs(jobs[0].id, 10, |r| count(r, "ok") == 1).await;
+    assert_eq!(h.app.store().job(jobs[0].id).await.unwrap().unwrap().state, "done");
+    h.app.stop().await;
+}
+
 #[tokio::test]
 async fn a_one_shot_due_while_stopped_runs_once_after_restart_and_a_recurring_one_skips() {
     let ws = TempWorkspace::init("sched-restart");
