@@ -135,7 +135,8 @@ const MIGRATIONS: &[&str] = &[
         prompt_tokens INTEGER NOT NULL DEFAULT 0,
         completion_tokens INTEGER NOT NULL DEFAULT 0,
         message TEXT,
-        message_id INTEGER
+        message_id INTEGER,
+        handed_at_ms INTEGER
     );
     CREATE INDEX job_runs_job ON job_runs(job_id, id);",
 ];

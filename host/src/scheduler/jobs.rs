@@ -83,6 +83,8 @@ pub struct JobRun {
     pub message: Option<String>,
     /// The channel's id of that message, when it has one (Telegram).
     pub message_id: Option<i64>,
+    /// When the run was handed to the workers (unix milliseconds).
+    pub handed_at_ms: Option<i64>,
 }
 
 /// A job's cost over its last runs, for `cron ls`.
@@ -96,7 +98,7 @@ pub struct JobCost {
 const JOB_COLUMNS: &str =
     "id, chat_id, name, task, cron, at, time_zone, missed, next_run, heartbeat, state, created_at";
 const RUN_COLUMNS: &str = "id, job_id, scheduled_at, started_at, ended_at, outcome, detail, \
-    prompt_tokens, completion_tokens, message, message_id";
+    prompt_tokens, completion_tokens, message, message_id, handed_at_ms";
 
 fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
     use rusqlite::types::Type;
@@ -133,6 +135,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRun> {
         completion_tokens: r.get(8)?,
         message: r.get(9)?,
         message_id: r.get(10)?,
+        handed_at_ms: r.get(11)?,
     })
 }
 
@@ -271,11 +274,17 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let outcome = outcome.to_owned();
         self.call(move |c| {
-            let ended = (outcome != "queued").then(unix_now);
+            let queued = outcome == "queued";
+            let ended = (!queued).then(unix_now);
+            let handed = queued.then(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64)
+            });
             c.execute(
-                "INSERT INTO job_runs (job_id, scheduled_at, ended_at, outcome, detail)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![job_id, scheduled_at, ended, outcome, detail],
+                "INSERT INTO job_runs (job_id, scheduled_at, ended_at, outcome, detail, handed_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![job_id, scheduled_at, ended, outcome, detail, handed],
             )?;
             Ok(c.last_insert_rowid())
         })
@@ -438,6 +447,8 @@ mod tests {
         assert_eq!(runs[0].outcome, "cancelled");
         assert_eq!(runs[3].outcome, "skipped");
         assert!(runs[1].started_at.is_some() && runs[1].ended_at.is_some());
+        assert!(runs[1].handed_at_ms.unwrap() >= 100_000, "queued runs say when");
+        assert_eq!(runs[3].handed_at_ms, None, "a skipped run was never handed over");
         assert_eq!(runs[1].detail.as_deref(), Some("late"), "the queued note is kept");
         let cost = store.job_cost(job, 10).await.unwrap();
         assert_eq!(cost.runs, 2);
