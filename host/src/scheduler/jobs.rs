@@ -150,7 +150,73 @@ pub struct RunEnd {
     pub message_id: Option<i64>,
 }
 
+/// What one tick decided for one due job ([`Store::apply_tick`]).
+#[derive(Debug, Clone)]
+pub struct TickItem {
+    pub job_id: i64,
+    /// The job's next time; `None`: done.
+    pub next: Option<i64>,
+    /// The job cannot run any more (its schedule is unusable).
+    pub cancel: bool,
+    /// Runs that did not start: (scheduled time, outcome, detail).
+    pub rows: Vec<(i64, &'static str, Option<String>)>,
+    /// The run handed to the workers: (scheduled time, note).
+    pub fire: Option<(i64, Option<String>)>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 impl Store {
+    /// Writes one tick in one transaction: each job moved to its next time (or ended), its
+    /// rows recorded, its fired run recorded `queued`. Returns the queued runs' ids, in order.
+    pub async fn apply_tick(&self, items: Vec<TickItem>) -> Result<Vec<Option<i64>>, StoreError> {
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let mut ids = Vec::with_capacity(items.len());
+            {
+                let mut next = tx.prepare_cached(
+                    "UPDATE jobs SET next_run = ?2,
+                         state = CASE WHEN ?3 THEN 'cancelled'
+                                      WHEN ?2 IS NULL AND state = 'active' THEN 'done'
+                                      ELSE state END
+                     WHERE id = ?1",
+                )?;
+                let mut row = tx.prepare_cached(
+                    "INSERT INTO job_runs (job_id, scheduled_at, ended_at, outcome, detail,
+                         handed_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?;
+                let now = unix_now();
+                for item in items {
+                    next.execute(params![item.job_id, item.next, item.cancel])?;
+                    for (t, outcome, detail) in item.rows {
+                        row.execute(params![item.job_id, t, now, outcome, detail, None::<i64>])?;
+                    }
+                    ids.push(match item.fire {
+                        Some((t, note)) => {
+                            row.execute(params![
+                                item.job_id,
+                                t,
+                                None::<i64>,
+                                "queued",
+                                note,
+                                now_ms()
+                            ])?;
+                            Some(tx.last_insert_rowid())
+                        }
+                        None => None,
+                    });
+                }
+            }
+            tx.commit()?;
+            Ok(ids)
+        })
+        .await
+    }
+
     /// Stores a new job; returns its id.
     pub async fn add_job(&self, job: NewJob) -> Result<i64, StoreError> {
         self.call(move |c| {
@@ -276,11 +342,7 @@ impl Store {
         self.call(move |c| {
             let queued = outcome == "queued";
             let ended = (!queued).then(unix_now);
-            let handed = queued.then(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as i64)
-            });
+            let handed = queued.then(now_ms);
             c.execute(
                 "INSERT INTO job_runs (job_id, scheduled_at, ended_at, outcome, detail, handed_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -419,6 +481,50 @@ mod tests {
         store.set_next_run(j1, None).await.unwrap();
         assert_eq!(store.job(j1).await.unwrap().unwrap().state, "done");
         assert!(store.active_jobs(None).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_tick_moves_jobs_and_records_every_row_at_once() {
+        let store = store("tick").await;
+        let chat = ChatRef::console("a").unwrap();
+        let a = store.add_job(new_job(&chat, 100)).await.unwrap();
+        let b = store.add_job(new_job(&chat, 100)).await.unwrap();
+        let c = store.add_job(new_job(&chat, 100)).await.unwrap();
+        let items = vec![
+            TickItem {
+                job_id: a,
+                next: Some(200),
+                cancel: false,
+                rows: vec![(90, "skipped", Some("x".into()))],
+                fire: Some((100, None)),
+            },
+            TickItem {
+                job_id: b,
+                next: None,
+                cancel: false,
+                rows: vec![(100, "dropped: busy", None)],
+                fire: None,
+            },
+            TickItem {
+                job_id: c,
+                next: None,
+                cancel: true,
+                rows: vec![(100, "failed", Some("bad".into()))],
+                fire: None,
+            },
+        ];
+        let ids = store.apply_tick(items).await.unwrap();
+        assert!(ids[0].is_some() && ids[1].is_none() && ids[2].is_none());
+        assert_eq!(store.job(a).await.unwrap().unwrap().next_run, Some(200));
+        assert_eq!(store.job(b).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.job(c).await.unwrap().unwrap().state, "cancelled");
+        let runs = store.job_runs(Some(a), 10).await.unwrap();
+        assert_eq!(
+            runs.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+            ["queued", "skipped"]
+        );
+        assert!(runs[0].handed_at_ms.is_some() && runs[1].handed_at_ms.is_none());
+        assert_eq!(store.job_runs(Some(b), 10).await.unwrap()[0].outcome, "dropped: busy");
     }
 
     #[tokio::test]

@@ -28,7 +28,7 @@ use nexbot_core::ChatRef;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::jobs::{Job, Missed, NewJob, RunEnd};
+use self::jobs::{Job, Missed, NewJob, RunEnd, TickItem};
 use self::schedule::Schedule;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::{Agent, TurnStatus};
@@ -378,9 +378,7 @@ impl Scheduler {
                     continue;
                 }
             };
-            for job in due {
-                self.handle(job, now, &tx).await;
-            }
+            self.handle_all(due, now, &tx).await;
         }
         // Stop: no new runs; running turns cancelled; queued ones recorded as cancelled.
         cancel.cancel();
@@ -388,71 +386,81 @@ impl Scheduler {
         while workers.join_next().await.is_some() {}
     }
 
-    async fn handle(&self, job: Job, now: i64, tx: &mpsc::UnboundedSender<Work>) {
-        let Some(due) = job.next_run else { return };
-        let schedule = match job_schedule(&job) {
-            Ok(s) => s,
+    /// Plans every due job and writes the whole tick in one transaction (next times, skipped
+    /// and dropped runs, queued runs), then hands the queued runs to the workers.
+    async fn handle_all(&self, due: Vec<Job>, now: i64, tx: &mpsc::UnboundedSender<Work>) {
+        let cap = self.workers + self.queue;
+        let mut reserved = 0usize;
+        let mut items = Vec::with_capacity(due.len());
+        let mut jobs = Vec::with_capacity(due.len());
+        let (mut skipped, mut dropped) = (0u64, 0u64);
+        for job in due {
+            let Some(at) = job.next_run else { continue };
+            let mut item = TickItem {
+                job_id: job.id,
+                next: None,
+                cancel: false,
+                rows: Vec::new(),
+                fire: None,
+            };
+            match job_schedule(&job) {
+                Err(e) => {
+                    tracing::error!(job = job.id, error = %e, "a job's schedule is unusable; cancelled");
+                    item.cancel = true;
+                    item.rows.push((at, "failed", Some(e.to_string())));
+                }
+                Ok(schedule) => {
+                    let plan = plan(&schedule, job.missed, at, now, self.late, self.window);
+                    item.next = plan.next;
+                    skipped += plan.skipped.len() as u64 + plan.more_skipped;
+                    let last = plan.skipped.last().map_or(at, |s| s.0);
+                    for (t, why) in plan.skipped {
+                        item.rows.push((t, "skipped", Some(why)));
+                    }
+                    if plan.more_skipped > 0 {
+                        let why = format!(
+                            "missed: {} more runs while the daemon was not running",
+                            plan.more_skipped
+                        );
+                        item.rows.push((last, "skipped", Some(why)));
+                    }
+                    if let Some((t, note)) = plan.fire {
+                        if self.stats.pending.load(Ordering::Relaxed) + reserved >= cap {
+                            tracing::warn!(job = job.id, "scheduler queue full: run dropped");
+                            dropped += 1;
+                            item.rows.push((t, "dropped: busy", note));
+                        } else {
+                            reserved += 1;
+                            item.fire = Some((t, note));
+                        }
+                    }
+                }
+            }
+            items.push(item);
+            jobs.push(job);
+        }
+        if items.is_empty() {
+            return;
+        }
+        let run_ids = match self.store.apply_tick(items).await {
+            Ok(ids) => ids,
             Err(e) => {
-                tracing::error!(job = job.id, error = %e, "a job's schedule is unusable; cancelled");
-                let _ = self.store.add_job_run(job.id, due, "failed", Some(e.to_string())).await;
-                let _ = self.store.cancel_job(job.id, None).await;
+                tracing::error!(error = %e, "cannot record the due jobs; tried again next tick");
                 return;
             }
         };
-        let plan = plan(&schedule, job.missed, due, now, self.late, self.window);
-        // The next time first: whatever happens below, this due time is not planned again.
-        if let Err(e) = self.store.set_next_run(job.id, plan.next).await {
-            tracing::error!(job = job.id, error = %e, "cannot move a job to its next run");
-            return;
+        self.stats.skipped.fetch_add(skipped, Ordering::Relaxed);
+        self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+        if skipped > 0 {
+            tracing::info!(skipped, "missed runs recorded as skipped");
         }
-        for (t, why) in &plan.skipped {
-            self.stats.skipped.fetch_add(1, Ordering::Relaxed);
-            let _ = self.store.add_job_run(job.id, *t, "skipped", Some(why.clone())).await;
-        }
-        if plan.more_skipped > 0 {
-            self.stats.skipped.fetch_add(plan.more_skipped, Ordering::Relaxed);
-            let last = plan.skipped.last().map_or(due, |s| s.0);
-            let why =
-                format!("missed: {} more runs while the daemon was not running", plan.more_skipped);
-            let _ = self.store.add_job_run(job.id, last, "skipped", Some(why)).await;
-        }
-        if !plan.skipped.is_empty() {
-            tracing::info!(
-                job = job.id,
-                skipped = plan.skipped.len() as u64 + plan.more_skipped,
-                "missed runs recorded as skipped"
-            );
-        }
-        if let Some((at, note)) = plan.fire {
-            self.submit(job, at, note, tx).await;
-        }
-    }
-
-    async fn submit(
-        &self,
-        job: Job,
-        at: i64,
-        note: Option<String>,
-        tx: &mpsc::UnboundedSender<Work>,
-    ) {
-        let id = job.id;
-        if self.stats.pending.load(Ordering::Relaxed) >= self.workers + self.queue {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(job = id, "scheduler queue full: run dropped");
-            let _ = self.store.add_job_run(id, at, "dropped: busy", note).await;
-            return;
-        }
-        let run_id = match self.store.add_job_run(id, at, "queued", note).await {
-            Ok(run_id) => run_id,
-            Err(e) => {
-                tracing::error!(job = id, error = %e, "cannot record a job run; not run");
-                return;
+        for (job, run_id) in jobs.into_iter().zip(run_ids) {
+            let Some(run_id) = run_id else { continue };
+            self.stats.pending.fetch_add(1, Ordering::Relaxed);
+            self.stats.submitted.fetch_add(1, Ordering::Relaxed);
+            if tx.send(Work { job, run_id }).is_err() {
+                self.stats.pending.fetch_sub(1, Ordering::Relaxed);
             }
-        };
-        self.stats.pending.fetch_add(1, Ordering::Relaxed);
-        self.stats.submitted.fetch_add(1, Ordering::Relaxed);
-        if tx.send(Work { job, run_id }).is_err() {
-            self.stats.pending.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
