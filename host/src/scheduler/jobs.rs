@@ -430,6 +430,18 @@ impl Store {
         .await
     }
 
+    /// Deletes finished runs scheduled before `before` (unix seconds); returns how many.
+    pub async fn prune_job_runs(&self, before: i64) -> Result<usize, StoreError> {
+        self.call(move |c| {
+            c.execute(
+                "DELETE FROM job_runs WHERE scheduled_at < ?1
+                 AND outcome NOT IN ('queued', 'running')",
+                [before],
+            )
+        })
+        .await
+    }
+
     /// Runs by outcome, for the metrics.
     pub async fn job_run_counts(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.call(|c| {
@@ -546,6 +558,9 @@ mod tests {
             store.finish_job_run(run, end).await.unwrap();
         }
         let open = store.add_job_run(job, 110, "queued", None).await.unwrap();
+        let stale = store.add_job_run(job, 5, "ok", None).await.unwrap();
+        assert_eq!(store.prune_job_runs(80).await.unwrap(), 1, "only the finished old run");
+        assert!(store.job_runs(Some(job), 10).await.unwrap().iter().all(|r| r.id != stale));
         assert_eq!(store.settle_open_job_runs("stopped").await.unwrap(), 1);
         let runs = store.job_runs(Some(job), 10).await.unwrap();
         assert_eq!(runs.len(), 4);

@@ -40,6 +40,8 @@ use crate::store::{unix_now, Store};
 const TICK: Duration = Duration::from_millis(200);
 /// How often `HEARTBEAT.md` is looked at (re-read only when it changed).
 const HEARTBEAT_LOOK: Duration = Duration::from_secs(1);
+/// How often finished runs past `storage.task_records_days` are deleted.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Missed runs of one job recorded one by one after an outage; the rest in one row.
 const SKIPPED_ROWS: usize = 100;
 /// Occurrences counted one by one when planning (beyond, the count says "more than").
@@ -295,6 +297,9 @@ pub struct Scheduler {
     heartbeat_file: PathBuf,
     owner_chat: ChatRef,
     stats: Arc<SchedulerStats>,
+    /// Finished runs older than this many days are deleted (`storage.task_records_days`;
+    /// 0 keeps them).
+    keep_days: u32,
 }
 
 /// The chat heartbeat answers go to: the Telegram owner's, else the default console chat.
@@ -320,6 +325,7 @@ impl Scheduler {
             heartbeat_file: config.workspace.dir.join(heartbeat::FILE),
             owner_chat: owner_chat(config),
             stats: Arc::new(SchedulerStats::default()),
+            keep_days: config.storage.task_records_days,
         }
     }
 
@@ -361,10 +367,20 @@ impl Scheduler {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut watch = HeartbeatWatch::default();
+        let mut pruned: Option<Instant> = None;
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 _ = tick.tick() => {}
+            }
+            if self.keep_days > 0 && pruned.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                pruned = Some(Instant::now());
+                let before = unix_now() - i64::from(self.keep_days) * 86_400;
+                match self.store.prune_job_runs(before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(runs = n, "old job runs pruned"),
+                    Err(e) => tracing::warn!(error = %e, "cannot prune old job runs"),
+                }
             }
             if watch.looked.is_none_or(|t| t.elapsed() >= HEARTBEAT_LOOK) {
                 watch.looked = Some(Instant::now());
