@@ -630,14 +630,26 @@ impl Worker {
                 end.detail = Some(format!("turn ended {other:?}"));
             }
         }
+        if end.outcome == "ok" && outcome.tool_calls > 0 {
+            if outcome.tool_failures == outcome.tool_calls {
+                end.outcome = "failed".into();
+                end.detail = Some(format!("every tool call failed ({})", outcome.tool_calls));
+            } else if outcome.tool_failures > 0 {
+                end.detail = Some(format!(
+                    "{} of {} tool calls failed",
+                    outcome.tool_failures, outcome.tool_calls
+                ));
+            }
+        }
         if job.heartbeat && end.outcome == "ok" && heartbeat::is_ok(&outcome.answer) {
             end.detail = Some(format!("{}: not sent", heartbeat::OK));
             return end;
         }
+        let failed = if end.outcome == "failed" { " failed" } else { "" };
         let text = if job.heartbeat {
-            format!("Heartbeat «{}»:\n{}", job.name, outcome.answer)
+            format!("Heartbeat «{}»{failed}:\n{}", job.name, outcome.answer)
         } else {
-            format!("Scheduled «{}»:\n{}", job.name, outcome.answer)
+            format!("Scheduled «{}»{failed}:\n{}", job.name, outcome.answer)
         };
         let message = OutboundMessage {
             chat: job.chat.clone(),

@@ -24,6 +24,12 @@ use tokio::sync::mpsc;
 fn responder(body: &Value) -> Step {
     let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
     let text = last["content"].as_str().unwrap_or("").to_owned();
+    if last["role"] == "tool" {
+        return Step::text("I could not do it.");
+    }
+    if text.contains("broken tool") {
+        return Step::tool_call("read_file", serde_json::json!({"path": "/no/such/dir/file.txt"}));
+    }
     if text.contains("quiet") {
         return Step::text("  HEARTBEAT_OK\n");
     }
@@ -135,6 +141,31 @@ async fn an_every_second_job_fires_and_delivers_to_its_chat() {
     // One run per second: distinct scheduled times.
     assert_ne!(ok[0].scheduled_at, ok[1].scheduled_at);
     assert!(h.app.store().cancel_job(job.id, None).await.unwrap());
+    h.app.stop().await;
+}
+
+/// A run whose every tool call failed is recorded failed and says so in the chat, even though
+/// the model wrote an answer.
+#[tokio::test]
+async fn a_run_whose_tools_failed_is_failed_not_a_success() {
+    let ws = TempWorkspace::init("sched-toolfail");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let job = create_job(
+        h.app.store(),
+        &chat("tf"),
+        spec("use the broken tool", None, Some("in 1s")),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    let m = h.next_final(15).await.expect("nothing delivered");
+    assert!(m.text.starts_with("Scheduled «use the broken tool» failed:"), "{}", m.text);
+    let runs = h.wait_runs(job.id, 10, |r| r.iter().any(|r| r.ended_at.is_some())).await;
+    assert_eq!(runs[0].outcome, "failed", "{runs:#?}");
+    assert!(runs[0].detail.as_deref().unwrap_or("").contains("every tool call failed"));
+    assert_eq!(h.app.scheduler().unwrap().failed.load(std::sync::atomic::Ordering::Relaxed), 1);
     h.app.stop().await;
 }
 
