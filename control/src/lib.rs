@@ -8,9 +8,11 @@
 //! Telegram ledger) instead of reusing them, so this crate depends on nothing of Nexbot.
 
 mod client;
+pub mod cron;
 pub mod types;
 
 pub use client::{Client, ClientError};
+pub use cron::{cron_paths, CronAdd, CronJob, CronJobList, CronRun, CronRunList};
 pub use types::*;
 
 /// The socket's file name in the data directory.

@@ -66,8 +66,9 @@ pub enum Command {
     Secrets(NotBuiltArgs),
     /// Manage skills (not built yet in this version)
     Skills(NotBuiltArgs),
-    /// Manage scheduled jobs (not built yet in this version)
-    Cron(NotBuiltArgs),
+    /// Scheduled jobs and heartbeat checks: add, ls (with their token cost), rm, runs
+    #[command(subcommand)]
+    Cron(crate::cron::CronCommand),
 }
 
 #[derive(Debug, Subcommand)]

@@ -100,7 +100,8 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             let text = ctx.client.get_text(paths::METRICS).await?;
             print(&text)
         }
-        ref c @ (Command::Secrets(_) | Command::Skills(_) | Command::Cron(_)) => {
+        Command::Cron(command) => crate::cron::run(ctx, command).await,
+        ref c @ (Command::Secrets(_) | Command::Skills(_)) => {
             let feature = not_built(c).unwrap_or("this command");
             anyhow::bail!("{feature} is not built yet in this version of nexbot")
         }
@@ -114,22 +115,25 @@ pub fn not_built(command: &Command) -> Option<&'static str> {
     let feature = match command {
         Command::Secrets(_) => "secrets management (the vault)",
         Command::Skills(_) => "skills management",
-        Command::Cron(_) => "cron (the scheduler)",
         _ => return None,
     };
     Some(feature)
 }
 
-async fn get(ctx: &Ctx, path: &str) -> Result<Value, ClientError> {
+pub(crate) async fn get(ctx: &Ctx, path: &str) -> Result<Value, ClientError> {
     ctx.client.get::<Value>(path).await
 }
 
-async fn post<B: serde::Serialize>(ctx: &Ctx, path: &str, body: &B) -> Result<Value, ClientError> {
+pub(crate) async fn post<B: serde::Serialize>(
+    ctx: &Ctx,
+    path: &str,
+    body: &B,
+) -> Result<Value, ClientError> {
     ctx.client.post::<B, Value>(path, body).await
 }
 
 /// Prints `value` as pretty JSON with `--json`, else decoded as `T` through `view`.
-fn show<T: DeserializeOwned>(
+pub(crate) fn show<T: DeserializeOwned>(
     ctx: &Ctx,
     value: Value,
     view: impl FnOnce(T) -> String,

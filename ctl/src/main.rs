@@ -5,6 +5,7 @@
 
 mod cli;
 mod commands;
+mod cron;
 mod logs;
 mod render;
 mod socket;

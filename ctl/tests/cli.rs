@@ -138,7 +138,7 @@ fn usage_errors_exit_2() {
 fn commands_not_built_exit_1_without_a_daemon() {
     let dir = TempDir::new();
     let socket = dir.0.join("nexbot.sock");
-    for args in [&["secrets"][..], &["secrets", "set", "TOKEN"], &["skills", "list"], &["cron"]] {
+    for args in [&["secrets"][..], &["secrets", "set", "TOKEN"], &["skills", "list"]] {
         let mut all = vec!["--socket", socket.to_str().unwrap()];
         all.extend_from_slice(args);
         let out = run(&all);
@@ -384,4 +384,33 @@ fn watch_without_a_terminal_separates_refreshes_with_a_blank_line() {
     let header = "ID  CONTAINER  STATE  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n";
     assert!(stdout.starts_with(&format!("{header}\n{header}")), "{stdout:?}");
     assert!(!stdout.contains('\x1b'), "no escapes without a terminal: {stdout:?}");
+}
+
+#[test]
+fn cron_asks_the_daemon_and_checks_its_arguments_first() {
+    let dir = TempDir::new();
+    let socket = dir.0.join("nexbot.sock");
+    let s = socket.to_str().unwrap();
+    // Built: it needs the daemon (exit 3 when none runs), not "not built".
+    for args in [&["cron", "ls"][..], &["cron", "runs", "--job", "1"], &["cron", "rm", "4"]] {
+        let mut all = vec!["--socket", s];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
+        assert!(!stderr.contains("not built"), "{stderr}");
+    }
+    for args in [
+        &["cron"][..],
+        &["cron", "add", "--chat", "console:x", "no time given"],
+        &["cron", "add", "--chat", "console:x", "--cron", "* * * * * *", "--at", "in 1m", "t"],
+        &["cron", "add", "--chat", "console:x", "--at", "in 1m", "--missed", "sometimes", "t"],
+        &["cron", "add", "--chat", "console:x", "--at", "in 1m"],
+        &["cron", "rm", "one"],
+    ] {
+        let mut all = vec!["--socket", s];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+    }
 }

@@ -98,6 +98,8 @@ pub struct App {
     started: std::time::Instant,
     parts: Vec<Part>,
     channels: Vec<ChannelKind>,
+    /// The scheduler's counters, when it runs (`scheduler.enabled`).
+    scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
 }
 
 impl App {
@@ -157,7 +159,7 @@ impl App {
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
-        Ok(Self {
+        let mut app = Self {
             store,
             sandbox,
             delegation_off,
@@ -170,7 +172,29 @@ impl App {
             started: std::time::Instant::now(),
             parts: Vec::new(),
             channels: Vec::new(),
-        })
+            scheduler: None,
+        };
+        if config.scheduler.enabled {
+            let scheduler = crate::scheduler::Scheduler::new(
+                config,
+                app.store.clone(),
+                app.agent.clone(),
+                app.router.clone(),
+            );
+            let stats = scheduler.stats();
+            let line = stats.clone();
+            app.status.add("scheduler", move || line.line());
+            app.scheduler = Some(stats);
+            app.spawn("scheduler", Stage::Input, move |stop| scheduler.run(stop));
+        } else {
+            app.status.add("scheduler", || "off (scheduler.enabled = false)".to_owned());
+        }
+        Ok(app)
+    }
+
+    /// The scheduler's counters; `None` when it is off.
+    pub fn scheduler(&self) -> Option<&Arc<crate::scheduler::SchedulerStats>> {
+        self.scheduler.as_ref()
     }
 
     /// When the app started.

@@ -43,6 +43,8 @@ pub struct Config {
     pub llm: LlmConfig,
     pub storage: StorageConfig,
     pub bus: BusConfig,
+    /// Scheduled jobs and the heartbeat.
+    pub scheduler: SchedulerConfig,
     pub subagent: SubagentConfig,
     /// The sandbox's way out: egress proxy and LLM relay (used only with delegation on).
     pub egress: EgressConfig,
@@ -281,6 +283,46 @@ pub struct ControlConfig {
 impl Default for ControlConfig {
     fn default() -> Self {
         Self { enabled: true, socket: PathBuf::from("nexbot.sock"), metrics_addr: None }
+    }
+}
+
+/// `[scheduler]`: jobs (recurring and one-shot) and the `HEARTBEAT.md` checks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// Run due jobs and heartbeat checks.
+    pub enabled: bool,
+    /// The time zone of jobs created without one; empty: `llm.caps.time_zone`.
+    pub time_zone: String,
+    /// Job runs (agent turns) at once.
+    pub workers: usize,
+    /// Runs waiting for a worker; one more is recorded as `dropped: busy`.
+    pub queue: usize,
+    /// A run found this many seconds after its time counts as missed (the daemon was down
+    /// or stalled) and follows the job's policy (`skip` or `once`).
+    pub late_secs: u64,
+    /// `once`: a missed run older than this is skipped too.
+    pub missed_window_secs: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            time_zone: String::new(),
+            workers: 2,
+            queue: 32,
+            late_secs: 30,
+            missed_window_secs: 86_400,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The jobs' default time zone (validated with the config).
+    pub fn default_zone(&self, caps: &CapsConfig) -> chrono_tz::Tz {
+        let name = if self.time_zone.is_empty() { &caps.time_zone } else { &self.time_zone };
+        name.parse().unwrap_or(chrono_tz::Tz::UTC)
     }
 }
 
@@ -601,6 +643,20 @@ impl Config {
             if !usd.is_finite() || usd < 0.0 {
                 return Err((key, format!("{usd} must be a number ≥ 0")));
             }
+        }
+        let sch = &self.scheduler;
+        range("scheduler.workers", sch.workers, 1, 256)?;
+        range("scheduler.queue", sch.queue, 0, 100_000)?;
+        range("scheduler.late_secs", sch.late_secs, 1, 86_400)?;
+        range("scheduler.missed_window_secs", sch.missed_window_secs, 1, 365 * 86_400)?;
+        if !sch.time_zone.is_empty() && sch.time_zone.parse::<chrono_tz::Tz>().is_err() {
+            return Err((
+                "scheduler.time_zone",
+                format!(
+                    "{:?} is not an IANA time zone (e.g. \"UTC\", \"Europe/Berlin\")",
+                    sch.time_zone
+                ),
+            ));
         }
         if caps.time_zone.parse::<chrono_tz::Tz>().is_err() {
             return Err((

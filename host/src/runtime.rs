@@ -92,6 +92,10 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
+    if config.scheduler.enabled {
+        let zone = config.scheduler.default_zone(&config.llm.caps);
+        tools.add(Arc::new(crate::tools::schedule::ScheduleTask::new(store.clone(), zone)));
+    }
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {

@@ -106,6 +106,39 @@ const MIGRATIONS: &[&str] = &[
         unpriced_calls INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (day, chat_id, provider, source)
     );",
+    // 6: scheduled jobs (recurring `cron` or one-shot `at`, in `time_zone`) of a chat, the
+    // heartbeat's checks among them (`heartbeat` = 1), and the ledger of every run.
+    "CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        chat_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        task TEXT NOT NULL,
+        cron TEXT,
+        at INTEGER,
+        time_zone TEXT NOT NULL,
+        missed TEXT NOT NULL,
+        next_run INTEGER,
+        heartbeat INTEGER NOT NULL DEFAULT 0,
+        state TEXT NOT NULL DEFAULT 'active',
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX jobs_due ON jobs(state, next_run);
+    CREATE INDEX jobs_chat ON jobs(chat_id, state);
+    CREATE TABLE job_runs (
+        id INTEGER PRIMARY KEY,
+        job_id INTEGER NOT NULL,
+        scheduled_at INTEGER NOT NULL,
+        started_at INTEGER,
+        ended_at INTEGER,
+        outcome TEXT NOT NULL,
+        detail TEXT,
+        prompt_tokens INTEGER NOT NULL DEFAULT 0,
+        completion_tokens INTEGER NOT NULL DEFAULT 0,
+        message TEXT,
+        message_id INTEGER,
+        handed_at_ms INTEGER
+    );
+    CREATE INDEX job_runs_job ON job_runs(job_id, id);",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -308,7 +341,7 @@ impl Store {
     }
 
     /// Runs `f` with the connection on the blocking pool.
-    async fn call<T: Send + 'static>(
+    pub(crate) async fn call<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {

@@ -57,6 +57,10 @@ pub struct TurnOutcome {
     pub status: TurnStatus,
     pub usage: TokenUsage,
     pub iterations: u32,
+    /// Tool calls the turn made, and how many of them failed (the scheduler reports a run
+    /// whose every tool call failed as failed).
+    pub tool_calls: u32,
+    pub tool_failures: u32,
 }
 
 /// Counters a running turn updates, readable after it was cut short.
@@ -67,6 +71,8 @@ struct TurnMeter {
     iterations: AtomicU32,
     /// Milliseconds the turn has spent waiting for the model.
     model_wait_ms: AtomicU64,
+    tool_calls: AtomicU32,
+    tool_failures: AtomicU32,
 }
 
 impl TurnMeter {
@@ -196,6 +202,8 @@ impl Agent {
                     status: TurnStatus::Failed,
                     usage: TokenUsage::default(),
                     iterations: 0,
+                    tool_calls: 0,
+                    tool_failures: 0,
                 };
             }
         };
@@ -259,7 +267,14 @@ impl Agent {
             completion_tokens = usage.completion_tokens,
             "turn ended"
         );
-        TurnOutcome { answer, status, usage, iterations: meter.iterations.load(Ordering::Relaxed) }
+        TurnOutcome {
+            answer,
+            status,
+            usage,
+            iterations: meter.iterations.load(Ordering::Relaxed),
+            tool_calls: meter.tool_calls.load(Ordering::Relaxed),
+            tool_failures: meter.tool_failures.load(Ordering::Relaxed),
+        }
     }
 
     fn hook_context<'a>(&self, turn: &Turn<'a>) -> HookContext<'a> {
@@ -362,6 +377,12 @@ impl Agent {
                 }
                 match self.run_tool(turn, call).await {
                     ToolStep::Result(result) => {
+                        turn.meter.tool_calls.fetch_add(1, Ordering::Relaxed);
+                        let failed = serde_json::from_str::<Value>(&result)
+                            .is_ok_and(|v| v["success"] == Value::Bool(false));
+                        if failed {
+                            turn.meter.tool_failures.fetch_add(1, Ordering::Relaxed);
+                        }
                         messages.push(ChatMessage::tool(&call.id, cut(result)));
                     }
                     ToolStep::Finish(text) => return Ending::new(TurnStatus::Answered, text),

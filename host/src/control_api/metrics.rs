@@ -181,6 +181,30 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
     }
     registry.register("task_duration_seconds", "Duration of finished delegated tasks", histogram);
 
+    if let Some(sched) = &inner.scheduler {
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        for (name, help, value) in [
+            ("scheduler_runs_submitted", "Job runs handed to the workers", n(&sched.submitted)),
+            ("scheduler_runs_completed", "Job runs that ended ok", n(&sched.completed)),
+            ("scheduler_runs_failed", "Job runs that failed or were cancelled", n(&sched.failed)),
+            ("scheduler_runs_skipped", "Missed job runs recorded as skipped", n(&sched.skipped)),
+            ("scheduler_runs_dropped", "Job runs dropped: the queue was full", n(&sched.dropped)),
+        ] {
+            counter(&mut registry, name, help, value);
+        }
+        gauge(
+            &mut registry,
+            "scheduler_runs_pending",
+            "Job runs queued or running now",
+            sched.pending.load(Ordering::Relaxed) as i64,
+        );
+        registry.register(
+            "scheduler_run_duration_seconds",
+            "Duration of finished job runs",
+            sched.duration.clone(),
+        );
+    }
+
     let updates: Vec<(Labels, u64)> = store
         .update_counts()
         .await

@@ -7,6 +7,7 @@
 //! A bad request gets a JSON error naming what was wrong; nothing an operator sends can panic
 //! the daemon (a handler that panicked would still only end that request).
 
+pub mod cron;
 pub mod metrics;
 pub mod ops;
 pub mod reload;
@@ -58,6 +59,9 @@ pub(crate) struct Inner {
     /// last found wrong.
     pub degraded: Vec<String>,
     pub model_problem: std::sync::Mutex<Option<String>>,
+    /// The scheduler's counters (`None`: it is off) and its jobs' default time zone.
+    pub scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
+    pub scheduler_zone: chrono_tz::Tz,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -174,6 +178,7 @@ pub fn router(state: ControlState) -> Router {
         )
         .route(paths::BACKUP, post(backup))
         .route(paths::METRICS, get(metrics_text))
+        .merge(cron::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
         .with_state(state)
 }
@@ -270,6 +275,8 @@ pub fn attach(
         reloader,
         degraded,
         model_problem: std::sync::Mutex::new(None),
+        scheduler: app.scheduler().cloned(),
+        scheduler_zone: config.scheduler.default_zone(&config.llm.caps),
     }));
     let probed = state.clone();
     let probe_config = config.clone();

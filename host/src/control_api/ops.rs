@@ -130,10 +130,13 @@ pub async fn status(state: &ControlState) -> Status {
             .status
             .lines()
             .into_iter()
-            .filter(|(name, _)| *name != "pool")
+            .filter(|(name, _)| *name != "pool" && *name != "scheduler")
             .map(|(name, health)| ChannelStatus { name: name.to_owned(), health })
             .collect(),
-        scheduler: "not built yet".to_owned(),
+        scheduler: match &inner.scheduler {
+            Some(stats) => stats.line(),
+            None => "off (scheduler.enabled = false)".to_owned(),
+        },
         vault: "not built yet (secrets cannot be stored)".to_owned(),
         tokens_today: TokenCount {
             prompt: tokens.prompt_tokens,

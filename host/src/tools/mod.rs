@@ -9,6 +9,7 @@
 pub mod delegate;
 pub mod files;
 pub mod memory;
+pub mod schedule;
 pub mod send_message;
 pub mod tasks;
 

@@ -2,7 +2,7 @@
 //! and in the descriptions and schemas of the host's own tools, a name that looks like a tool
 //! must be a tool of the real registry (as `runtime::build_agent` assembles it, delegation
 //! on) or of a sub-agent (`nexbot_protocol::SUBAGENT_TOOLS`, `update_todos`). A prompt that
-//! names `fetch_url` or `schedule_task` teaches the model a call that cannot work.
+//! names `fetch_url` or `browse_web` teaches the model a call that cannot work.
 //!
 //! What "looks like a tool": a snake_case identifier quoted in backticks (the prompts' and the
 //! descriptions' convention), or, in a description, in double quotes (JSON examples). Words
@@ -210,7 +210,7 @@ async fn the_scan_catches_names_that_do_not_exist() {
         ),
         (
             "HEARTBEAT.md".to_owned(),
-            "use `schedule_task` or `ask_user`; `spawn` is fine, `Some Words` are prose".to_owned(),
+            "use `browse_web` or `ask_user`; `spawn` is fine, `Some Words` are prose".to_owned(),
             false,
         ),
     ];
@@ -222,7 +222,7 @@ async fn the_scan_catches_names_that_do_not_exist() {
         [
             ("AGENTS.md", "fetch_url"),
             ("delegate", "fetch_url"),
-            ("HEARTBEAT.md", "schedule_task"),
+            ("HEARTBEAT.md", "browse_web"),
             ("HEARTBEAT.md", "ask_user"),
         ]
     );

@@ -1,0 +1,741 @@
+//! The scheduler: jobs of a chat (recurring by cron, with seconds, or one-shot) and the
+//! `HEARTBEAT.md` checks, run as agent turns for their chat by a bounded pool of workers.
+//!
+//! Why it is shaped like this:
+//! - **Nothing is silently dropped, nothing fires N times.** Every due time ends up in the
+//!   run ledger (`job_runs`): run (`ok`/`failed`/`cancelled`), `skipped` (missed while the
+//!   daemon was down, by the job's policy) or `dropped: busy` (the queue was full). A job's
+//!   next time is moved *before* its run is handed over, so a crash never repeats a run;
+//!   after an outage a job runs at most once ([`plan`]).
+//! - **Bounded.** At most `workers` turns run and `queue` wait; one more is refused at once.
+//! - **A part of [`crate::app::App`] at `Stage::Input`**: it feeds turns like a channel, so it
+//!   stops first; runs still going are cancelled and recorded as such.
+//! - **The heartbeat is jobs too**: each valid check of `HEARTBEAT.md` is a job of the owner's
+//!   chat (`heartbeat` = 1) kept in step with the file, so the ledger, metrics and
+//!   `nexbot-ctl cron ls` see it; an answer of exactly `HEARTBEAT_OK` is not sent.
+
+pub mod heartbeat;
+pub mod jobs;
+pub mod schedule;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use chrono_tz::Tz;
+use nexbot_core::ChatRef;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::jobs::{Job, Missed, NewJob, RunEnd, TickItem};
+use self::schedule::Schedule;
+use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
+use crate::agent::{Agent, TurnStatus};
+use crate::channels::Router;
+use crate::config::Config;
+use crate::store::{unix_now, Store};
+
+/// How often due jobs are looked for.
+const TICK: Duration = Duration::from_millis(200);
+/// How often `HEARTBEAT.md` is looked at (re-read only when it changed).
+const HEARTBEAT_LOOK: Duration = Duration::from_secs(1);
+/// How often finished runs past `storage.task_records_days` are deleted.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Missed runs of one job recorded one by one after an outage; the rest in one row.
+const SKIPPED_ROWS: usize = 100;
+/// Occurrences counted one by one when planning (beyond, the count says "more than").
+const COUNT_LIMIT: u64 = 10_000;
+
+/// Counters for the metrics and `/status`, monotonic for the daemon's life.
+#[derive(Debug)]
+pub struct SchedulerStats {
+    pub submitted: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+    pub skipped: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Runs queued or running now.
+    pub pending: AtomicUsize,
+    /// Seconds each finished run took.
+    pub duration: prometheus_client::metrics::histogram::Histogram,
+    /// Valid heartbeat checks, and why the others were left out.
+    pub heartbeat_checks: AtomicUsize,
+    pub heartbeat_problems: Mutex<Vec<String>>,
+}
+
+impl Default for SchedulerStats {
+    fn default() -> Self {
+        Self {
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            duration: prometheus_client::metrics::histogram::Histogram::new([
+                0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+            ]),
+            heartbeat_checks: AtomicUsize::new(0),
+            heartbeat_problems: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl SchedulerStats {
+    fn observe(&self, seconds: f64) {
+        self.duration.observe(seconds);
+    }
+
+    /// `/status`'s line.
+    pub fn line(&self) -> String {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let problems = self.heartbeat_problems.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let mut line = format!(
+            "on: {} runs submitted, {} completed, {} failed, {} skipped, {} dropped (busy), {} \
+             pending; heartbeat: {} checks",
+            n(&self.submitted),
+            n(&self.completed),
+            n(&self.failed),
+            n(&self.skipped),
+            n(&self.dropped),
+            self.pending.load(Ordering::Relaxed),
+            self.heartbeat_checks.load(Ordering::Relaxed),
+        );
+        if problems > 0 {
+            line.push_str(&format!(", {problems} bad entries in {}", heartbeat::FILE));
+        }
+        line
+    }
+}
+
+/// What to do with a due job now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Run now: the scheduled time, and a note when it is a missed run run late.
+    pub fire: Option<(i64, Option<String>)>,
+    /// Times recorded as skipped, with why.
+    pub skipped: Vec<(i64, String)>,
+    /// Skipped beyond those rows (an outage longer than [`SKIPPED_ROWS`] runs).
+    pub more_skipped: u64,
+    /// The job's next time; `None`: it is done.
+    pub next: Option<i64>,
+}
+
+/// Plans a job due at `due` (≤ `now`): the latest due time runs if it is at most `late`
+/// seconds old, or, when it is older (missed), if the policy is `once` and it is at most
+/// `window` seconds old; every other due time is skipped.
+pub fn plan(
+    schedule: &Schedule,
+    missed: Missed,
+    due: i64,
+    now: i64,
+    late: i64,
+    window: i64,
+) -> Plan {
+    let mut earlier = Vec::new();
+    let mut more = 0u64;
+    let mut last = due;
+    let mut counted = 0u64;
+    while let Some(next) = schedule.next_after(last).filter(|n| *n <= now) {
+        counted += 1;
+        if earlier.len() < SKIPPED_ROWS {
+            earlier.push(last);
+        } else {
+            more += 1;
+        }
+        last = next;
+        if counted >= COUNT_LIMIT {
+            // Jump to the latest due time; the ones between are counted as one more.
+            if let Some(latest) = schedule.latest_at_or_before(now).filter(|l| *l > last) {
+                more += 1;
+                last = latest;
+            }
+            break;
+        }
+    }
+    let age = now - last;
+    let mut skipped: Vec<(i64, String)> = earlier
+        .into_iter()
+        .map(|t| (t, "missed: a later run of the job was due by then".to_owned()))
+        .collect();
+    let fire = if age <= late {
+        Some((last, None))
+    } else if missed == Missed::Once && age <= window {
+        Some((last, Some(format!("missed by {age}s (the daemon was not running); run once"))))
+    } else {
+        let why = match missed {
+            Missed::Skip => format!("missed by {age}s (the daemon was not running); policy skip"),
+            Missed::Once => format!("missed by {age}s, more than the {window}s window"),
+        };
+        skipped.push((last, why));
+        None
+    };
+    Plan { fire, skipped, more_skipped: more, next: schedule.next_after(now.max(last)) }
+}
+
+/// A job's schedule from its row.
+pub fn job_schedule(job: &Job) -> Result<Schedule, schedule::ScheduleError> {
+    let zone = schedule::zone(&job.time_zone)?;
+    match (&job.cron, job.at) {
+        (Some(cron), _) => Schedule::cron(cron, zone),
+        (None, Some(at)) => Ok(Schedule::at(at, zone)),
+        (None, None) => Err(schedule::ScheduleError::BadTime { text: String::new() }),
+    }
+}
+
+/// Why a job cannot be created.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Schedule(#[from] schedule::ScheduleError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// A job as asked for (by `nexbot-ctl cron add` or the agent's `schedule_task`).
+#[derive(Debug, Clone, Default)]
+pub struct JobSpec {
+    pub name: Option<String>,
+    pub task: String,
+    /// Recurring: a cron expression (five fields, or six with seconds first).
+    pub cron: Option<String>,
+    /// One-shot: a time (RFC 3339 or local `YYYY-MM-DD HH:MM[:SS]`) or a delay (`in 10m`).
+    pub at: Option<String>,
+    /// An IANA zone; `None`: the configured default.
+    pub time_zone: Option<String>,
+    /// `skip` or `once`; `None`: `once` for one-shot jobs, `skip` for recurring ones.
+    pub missed: Option<String>,
+}
+
+/// The longest task a job may carry.
+pub const MAX_TASK_CHARS: usize = 4000;
+
+/// Checks `spec` and stores it as a job of `chat`.
+pub async fn create_job(
+    store: &Store,
+    chat: &ChatRef,
+    spec: JobSpec,
+    default_zone: Tz,
+) -> Result<Job, JobError> {
+    let task = spec.task.trim().to_owned();
+    if task.is_empty() {
+        return Err(JobError::Invalid("the task is empty".into()));
+    }
+    if task.chars().count() > MAX_TASK_CHARS {
+        return Err(JobError::Invalid(format!(
+            "the task is longer than {MAX_TASK_CHARS} characters"
+        )));
+    }
+    let zone = match spec.time_zone.as_deref().map(str::trim).filter(|z| !z.is_empty()) {
+        Some(name) => schedule::zone(name)?,
+        None => default_zone,
+    };
+    let now = unix_now();
+    let (schedule, cron, at) = match (spec.cron.as_deref(), spec.at.as_deref()) {
+        (Some(cron), None) => (Schedule::cron(cron, zone)?, Some(cron.trim().to_owned()), None),
+        (None, Some(at)) => {
+            let at = schedule::parse_at(at, zone, now)?;
+            if at < now - 1 {
+                return Err(JobError::Invalid(format!(
+                    "{} is in the past",
+                    schedule::local(at, zone)
+                )));
+            }
+            (Schedule::at(at, zone), None, Some(at))
+        }
+        _ => return Err(JobError::Invalid("give either a cron expression or a time (at)".into())),
+    };
+    let missed = match spec.missed.as_deref() {
+        Some(text) => Missed::parse(text.trim()).ok_or_else(|| {
+            JobError::Invalid(format!("missed must be skip or once, not {text:?}"))
+        })?,
+        None if schedule.is_recurring() => Missed::Skip,
+        None => Missed::Once,
+    };
+    let name = spec
+        .name
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| task.chars().take(40).collect());
+    let next_run = schedule.first_from(now + 1);
+    let id = store
+        .add_job(NewJob {
+            chat: chat.clone(),
+            name,
+            task,
+            cron,
+            at,
+            time_zone: zone.name().to_owned(),
+            missed,
+            next_run,
+            heartbeat: false,
+        })
+        .await?;
+    store.job(id).await?.ok_or_else(|| JobError::Invalid("the job vanished".into()))
+}
+
+/// One run handed to the workers.
+struct Work {
+    job: Job,
+    run_id: i64,
+}
+
+/// The scheduler part; [`Scheduler::run`] until the app stops.
+#[derive(Debug)]
+pub struct Scheduler {
+    store: Store,
+    agent: Arc<Agent>,
+    router: Arc<Router>,
+    workers: usize,
+    queue: usize,
+    late: i64,
+    window: i64,
+    zone: Tz,
+    heartbeat_file: PathBuf,
+    owner_chat: ChatRef,
+    stats: Arc<SchedulerStats>,
+    /// Finished runs older than this many days are deleted (`storage.task_records_days`;
+    /// 0 keeps them).
+    keep_days: u32,
+}
+
+/// The chat heartbeat answers go to: the Telegram owner's, else the default console chat.
+pub fn owner_chat(config: &Config) -> ChatRef {
+    match config.telegram.owner {
+        Some(owner) => ChatRef::Telegram(owner),
+        None => ChatRef::default_console(),
+    }
+}
+
+impl Scheduler {
+    pub fn new(config: &Config, store: Store, agent: Arc<Agent>, router: Arc<Router>) -> Self {
+        let s = &config.scheduler;
+        Self {
+            store,
+            agent,
+            router,
+            workers: s.workers.max(1),
+            queue: s.queue,
+            late: s.late_secs as i64,
+            window: s.missed_window_secs as i64,
+            zone: s.default_zone(&config.llm.caps),
+            heartbeat_file: config.workspace.dir.join(heartbeat::FILE),
+            owner_chat: owner_chat(config),
+            stats: Arc::new(SchedulerStats::default()),
+            keep_days: config.storage.task_records_days,
+        }
+    }
+
+    pub fn stats(&self) -> Arc<SchedulerStats> {
+        self.stats.clone()
+    }
+
+    /// Runs until `stop` fires; then cancels running turns and waits for their records.
+    pub async fn run(self, stop: CancellationToken) {
+        match self.store.settle_open_job_runs("the daemon stopped before the run ended").await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                runs = n,
+                "job runs left open by the last daemon recorded as cancelled"
+            ),
+            Err(e) => tracing::error!(error = %e, "cannot settle open job runs"),
+        }
+        let (tx, rx) = mpsc::unbounded_channel::<Work>();
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let cancel = CancellationToken::new();
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..self.workers {
+            let worker = Worker {
+                store: self.store.clone(),
+                agent: self.agent.clone(),
+                router: self.router.clone(),
+                stats: self.stats.clone(),
+                cancel: cancel.clone(),
+            };
+            let rx = rx.clone();
+            workers.spawn(async move {
+                loop {
+                    let work = rx.lock().await.recv().await;
+                    let Some(work) = work else { break };
+                    worker.run(work).await;
+                }
+            });
+        }
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch = HeartbeatWatch::default();
+        let mut pruned: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            if self.keep_days > 0 && pruned.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                pruned = Some(Instant::now());
+                let before = unix_now() - i64::from(self.keep_days) * 86_400;
+                match self.store.prune_job_runs(before).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(runs = n, "old job runs pruned"),
+                    Err(e) => tracing::warn!(error = %e, "cannot prune old job runs"),
+                }
+            }
+            if watch.looked.is_none_or(|t| t.elapsed() >= HEARTBEAT_LOOK) {
+                watch.looked = Some(Instant::now());
+                self.sync_heartbeat(&mut watch).await;
+            }
+            let now = unix_now();
+            let due = match self.store.due_jobs(now).await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read due jobs");
+                    continue;
+                }
+            };
+            self.handle_all(due, now, &tx).await;
+        }
+        // Stop: no new runs; running turns cancelled; queued ones recorded as cancelled.
+        cancel.cancel();
+        drop(tx);
+        while workers.join_next().await.is_some() {}
+    }
+
+    /// Plans every due job and writes the whole tick in one transaction (next times, skipped
+    /// and dropped runs, queued runs), then hands the queued runs to the workers.
+    async fn handle_all(&self, due: Vec<Job>, now: i64, tx: &mpsc::UnboundedSender<Work>) {
+        let cap = self.workers + self.queue;
+        let mut reserved = 0usize;
+        let mut items = Vec::with_capacity(due.len());
+        let mut jobs = Vec::with_capacity(due.len());
+        let (mut skipped, mut dropped) = (0u64, 0u64);
+        for job in due {
+            let Some(at) = job.next_run else { continue };
+            let mut item = TickItem {
+                job_id: job.id,
+                next: None,
+                cancel: false,
+                rows: Vec::new(),
+                fire: None,
+            };
+            match job_schedule(&job) {
+                Err(e) => {
+                    tracing::error!(job = job.id, error = %e, "a job's schedule is unusable; cancelled");
+                    item.cancel = true;
+                    item.rows.push((at, "failed", Some(e.to_string())));
+                }
+                Ok(schedule) => {
+                    let plan = plan(&schedule, job.missed, at, now, self.late, self.window);
+                    item.next = plan.next;
+                    skipped += plan.skipped.len() as u64 + plan.more_skipped;
+                    let last = plan.skipped.last().map_or(at, |s| s.0);
+                    for (t, why) in plan.skipped {
+                        item.rows.push((t, "skipped", Some(why)));
+                    }
+                    if plan.more_skipped > 0 {
+                        let why = format!(
+                            "missed: {} more runs while the daemon was not running",
+                            plan.more_skipped
+                        );
+                        item.rows.push((last, "skipped", Some(why)));
+                    }
+                    if let Some((t, note)) = plan.fire {
+                        if self.stats.pending.load(Ordering::Relaxed) + reserved >= cap {
+                            tracing::warn!(job = job.id, "scheduler queue full: run dropped");
+                            dropped += 1;
+                            item.rows.push((t, "dropped: busy", note));
+                        } else {
+                            reserved += 1;
+                            item.fire = Some((t, note));
+                        }
+                    }
+                }
+            }
+            items.push(item);
+            jobs.push(job);
+        }
+        if items.is_empty() {
+            return;
+        }
+        let run_ids = match self.store.apply_tick(items).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot record the due jobs; tried again next tick");
+                return;
+            }
+        };
+        self.stats.skipped.fetch_add(skipped, Ordering::Relaxed);
+        self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
+        if skipped > 0 {
+            tracing::info!(skipped, "missed runs recorded as skipped");
+        }
+        for (job, run_id) in jobs.into_iter().zip(run_ids) {
+            let Some(run_id) = run_id else { continue };
+            self.stats.pending.fetch_add(1, Ordering::Relaxed);
+            self.stats.submitted.fetch_add(1, Ordering::Relaxed);
+            if tx.send(Work { job, run_id }).is_err() {
+                self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Keeps the heartbeat's jobs in step with `HEARTBEAT.md` when the file changed.
+    async fn sync_heartbeat(&self, watch: &mut HeartbeatWatch) {
+        let stamp = tokio::fs::metadata(&self.heartbeat_file)
+            .await
+            .ok()
+            .map(|m| (m.modified().ok(), m.len()));
+        if watch.synced && stamp == watch.stamp {
+            return;
+        }
+        let text = tokio::fs::read_to_string(&self.heartbeat_file).await.unwrap_or_default();
+        let parsed = heartbeat::parse(&text, self.zone);
+        for problem in &parsed.problems {
+            tracing::warn!("heartbeat entry left out: {problem}");
+        }
+        let existing = match self.store.active_jobs(None).await {
+            Ok(jobs) => jobs.into_iter().filter(|j| j.heartbeat).collect::<Vec<_>>(),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the heartbeat's jobs");
+                return;
+            }
+        };
+        let now = unix_now();
+        let zone = self.zone.name().to_owned();
+        for check in &parsed.checks {
+            let Ok(schedule) = Schedule::cron(&check.cron, self.zone) else { continue };
+            let next = schedule.next_after(now);
+            let found = existing.iter().find(|j| j.name == check.name);
+            let result = match found {
+                Some(j)
+                    if j.cron.as_deref() == Some(check.cron.as_str())
+                        && j.task == check.task
+                        && j.chat == self.owner_chat
+                        && j.time_zone == zone =>
+                {
+                    Ok(())
+                }
+                Some(j) => {
+                    self.store
+                        .update_job(j.id, &self.owner_chat, &check.cron, &check.task, &zone, next)
+                        .await
+                }
+                None => self
+                    .store
+                    .add_job(NewJob {
+                        chat: self.owner_chat.clone(),
+                        name: check.name.clone(),
+                        task: check.task.clone(),
+                        cron: Some(check.cron.clone()),
+                        at: None,
+                        time_zone: zone.clone(),
+                        missed: Missed::Skip,
+                        next_run: next,
+                        heartbeat: true,
+                    })
+                    .await
+                    .map(drop),
+            };
+            if let Err(e) = result {
+                tracing::error!(check = %check.name, error = %e, "cannot store a heartbeat check");
+            }
+        }
+        for gone in existing.iter().filter(|j| parsed.checks.iter().all(|c| c.name != j.name)) {
+            let _ = self.store.cancel_job(gone.id, None).await;
+        }
+        if !watch.synced
+            || parsed.checks.len() != self.stats.heartbeat_checks.load(Ordering::Relaxed)
+        {
+            tracing::info!(
+                checks = parsed.checks.len(),
+                problems = parsed.problems.len(),
+                "heartbeat read"
+            );
+        }
+        self.stats.heartbeat_checks.store(parsed.checks.len(), Ordering::Relaxed);
+        *self.stats.heartbeat_problems.lock().unwrap_or_else(|p| p.into_inner()) = parsed.problems;
+        watch.stamp = stamp;
+        watch.synced = true;
+    }
+}
+
+#[derive(Default)]
+struct HeartbeatWatch {
+    looked: Option<Instant>,
+    stamp: Option<(Option<SystemTime>, u64)>,
+    synced: bool,
+}
+
+struct Worker {
+    store: Store,
+    agent: Arc<Agent>,
+    router: Arc<Router>,
+    stats: Arc<SchedulerStats>,
+    cancel: CancellationToken,
+}
+
+impl Worker {
+    async fn run(&self, Work { job, run_id }: Work) {
+        let started = Instant::now();
+        let end = if self.cancel.is_cancelled() {
+            RunEnd {
+                outcome: "cancelled".into(),
+                detail: Some("the daemon stopped before the run started".into()),
+                ..RunEnd::default()
+            }
+        } else {
+            if let Err(e) = self.store.start_job_run(run_id).await {
+                tracing::warn!(job = job.id, error = %e, "cannot mark a job run started");
+            }
+            self.turn(&job).await
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        match end.outcome.as_str() {
+            "ok" => self.stats.completed.fetch_add(1, Ordering::Relaxed),
+            _ => self.stats.failed.fetch_add(1, Ordering::Relaxed),
+        };
+        self.stats.observe(seconds);
+        tracing::info!(job = job.id, run = run_id, outcome = %end.outcome, seconds, "job run ended");
+        if let Err(e) = self.store.finish_job_run(run_id, end).await {
+            tracing::error!(job = job.id, error = %e, "cannot record a job run's end");
+        }
+        self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    async fn turn(&self, job: &Job) -> RunEnd {
+        let prompt = if job.heartbeat {
+            heartbeat::prompt(&job.name, &job.task)
+        } else {
+            format!("Scheduled job #{} {:?} is due. Do this now: {}", job.id, job.name, job.task)
+        };
+        let channel: Arc<dyn Channel> = self.router.clone();
+        let outcome =
+            self.agent.run_turn(&job.chat, &prompt, self.cancel.child_token(), channel).await;
+        let mut end = RunEnd {
+            outcome: "ok".into(),
+            prompt_tokens: outcome.usage.prompt_tokens,
+            completion_tokens: outcome.usage.completion_tokens,
+            ..RunEnd::default()
+        };
+        match outcome.status {
+            TurnStatus::Answered => {}
+            TurnStatus::Cancelled => {
+                end.outcome = "cancelled".into();
+                end.detail = Some("the daemon stopped during the run".into());
+                return end;
+            }
+            other => {
+                end.outcome = "failed".into();
+                end.detail = Some(format!("turn ended {other:?}"));
+            }
+        }
+        if end.outcome == "ok" && outcome.tool_calls > 0 {
+            if outcome.tool_failures == outcome.tool_calls {
+                end.outcome = "failed".into();
+                end.detail = Some(format!("every tool call failed ({})", outcome.tool_calls));
+            } else if outcome.tool_failures > 0 {
+                end.detail = Some(format!(
+                    "{} of {} tool calls failed",
+                    outcome.tool_failures, outcome.tool_calls
+                ));
+            }
+        }
+        if job.heartbeat && end.outcome == "ok" && heartbeat::is_ok(&outcome.answer) {
+            end.detail = Some(format!("{}: not sent", heartbeat::OK));
+            return end;
+        }
+        let failed = if end.outcome == "failed" { " failed" } else { "" };
+        let text = if job.heartbeat {
+            format!("Heartbeat «{}»{failed}:\n{}", job.name, outcome.answer)
+        } else {
+            format!("Scheduled «{}»{failed}:\n{}", job.name, outcome.answer)
+        };
+        let message = OutboundMessage {
+            chat: job.chat.clone(),
+            text: text.clone(),
+            reply_to: None,
+            kind: OutboundKind::Final,
+        };
+        match self.router.send(message).await {
+            Ok(id) => {
+                end.message = Some(text);
+                end.message_id = id.map(|m| m.0);
+            }
+            Err(e) => {
+                end.outcome = "failed".into();
+                let why = format!("not delivered: {e}");
+                end.detail = Some(match end.detail {
+                    Some(d) => format!("{d}; {why}"),
+                    None => why,
+                });
+            }
+        }
+        end
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_second() -> Schedule {
+        Schedule::cron("* * * * * *", Tz::UTC).unwrap()
+    }
+
+    #[test]
+    fn an_on_time_run_fires_and_moves_on() {
+        let p = plan(&every_second(), Missed::Skip, 100, 100, 30, 3600);
+        assert_eq!(p.fire, Some((100, None)));
+        assert!(p.skipped.is_empty());
+        assert_eq!(p.next, Some(101));
+    }
+
+    #[test]
+    fn a_recurring_job_after_an_outage_records_skips_and_fires_nothing_late() {
+        let hourly = Schedule::cron("0 0 * * * *", Tz::UTC).unwrap();
+        // Due at 3600, the daemon back at 3 * 3600 + 120: 3600, 7200, 10800 missed.
+        let p = plan(&hourly, Missed::Skip, 3600, 3 * 3600 + 120, 30, 86_400);
+        assert_eq!(p.fire, None);
+        let times: Vec<i64> = p.skipped.iter().map(|s| s.0).collect();
+        assert_eq!(times, vec![3600, 7200, 10800]);
+        assert!(p.skipped[2].1.contains("policy skip"));
+        assert_eq!(p.next, Some(4 * 3600));
+    }
+
+    #[test]
+    fn once_runs_the_latest_missed_time_a_single_time() {
+        let hourly = Schedule::cron("0 0 * * * *", Tz::UTC).unwrap();
+        let p = plan(&hourly, Missed::Once, 3600, 3 * 3600 + 120, 30, 86_400);
+        assert_eq!(p.fire.as_ref().map(|f| f.0), Some(10800));
+        assert_eq!(p.skipped.len(), 2);
+        // Beyond the window: skipped too.
+        let p = plan(&hourly, Missed::Once, 3600, 3 * 3600 + 120, 30, 60);
+        assert_eq!(p.fire, None);
+        assert_eq!(p.skipped.len(), 3);
+    }
+
+    #[test]
+    fn a_one_shot_missed_runs_once_and_is_done() {
+        let at = Schedule::at(1000, Tz::UTC);
+        let p = plan(&at, Missed::Once, 1000, 1500, 30, 3600);
+        assert_eq!(p.fire.as_ref().map(|f| f.0), Some(1000));
+        assert!(p.fire.unwrap().1.unwrap().contains("missed by 500s"));
+        assert_eq!(p.next, None);
+        let p = plan(&at, Missed::Skip, 1000, 1500, 30, 3600);
+        assert_eq!(p.fire, None);
+        assert_eq!(p.skipped.len(), 1);
+    }
+
+    #[test]
+    fn a_long_outage_of_an_every_second_job_is_bounded() {
+        let day = 86_400;
+        let p = plan(&every_second(), Missed::Skip, 0, 30 * day, 30, 3600);
+        // The run of this very second is on time; the 2.6 million before it are skipped in
+        // a bounded number of rows.
+        assert_eq!(p.fire, Some((30 * day, None)));
+        assert_eq!(p.skipped.len(), SKIPPED_ROWS);
+        assert!(p.more_skipped > 0);
+        assert_eq!(p.next, Some(30 * day + 1));
+    }
+}

@@ -1,0 +1,432 @@
+//! The scheduler inside the real app (SQLite, agent, bus, console channel) against the
+//! scripted LLM: jobs fire and deliver to their chat, missed runs follow their policy across
+//! a restart, the heartbeat is silent on `HEARTBEAT_OK`, and a full queue drops runs as busy.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{base_env, TempWorkspace};
+use nexbot_core::{ChannelKind, ChatRef};
+use nexbot_host::agent::channel::{OutboundKind, OutboundMessage};
+use nexbot_host::app::App;
+use nexbot_host::channels::console::ConsoleChannel;
+use nexbot_host::config::Config;
+use nexbot_host::scheduler::jobs::JobRun;
+use nexbot_host::scheduler::{create_job, JobSpec};
+use nexbot_host::store::unix_now;
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// `quiet` checks answer HEARTBEAT_OK, `slow` tasks take 3 s, others get "done: <last line>".
+fn responder(body: &Value) -> Step {
+    let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+    let text = last["content"].as_str().unwrap_or("").to_owned();
+    if last["role"] == "tool" {
+        return Step::text("I could not do it.");
+    }
+    if text.contains("broken tool") {
+        return Step::tool_call("read_file", serde_json::json!({"path": "/no/such/dir/file.txt"}));
+    }
+    if text.contains("quiet") {
+        return Step::text("  HEARTBEAT_OK\n");
+    }
+    let step = Step::text(&format!("done: {}", text.lines().next().unwrap_or("")));
+    if text.contains("slow") {
+        step.delayed(Duration::from_secs(3))
+    } else {
+        step
+    }
+}
+
+struct Harness {
+    app: App,
+    outbound: mpsc::Receiver<OutboundMessage>,
+    config: Config,
+}
+
+fn config(ws: &TempWorkspace, llm: &ScriptedLlm, extra: &[(&str, &str)]) -> Config {
+    let mut env = base_env(&llm.base_url());
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let text = std::fs::read_to_string(ws.config()).unwrap();
+    Config::from_parts(&text, &ws.config(), &ws.dir, env).unwrap()
+}
+
+async fn start(config: Config) -> Harness {
+    let mut app = App::start(&config).await.unwrap();
+    let (console, outbound) = ConsoleChannel::new(256);
+    app.add_channel(ChannelKind::Console, Arc::new(console));
+    Harness { app, outbound, config }
+}
+
+fn chat(name: &str) -> ChatRef {
+    ChatRef::console(name).unwrap()
+}
+
+impl Harness {
+    /// The next final message, within `secs`.
+    async fn next_final(&mut self, secs: u64) -> Option<OutboundMessage> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let m = tokio::time::timeout_at(deadline, self.outbound.recv()).await.ok()??;
+            if m.kind == OutboundKind::Final {
+                return Some(m);
+            }
+        }
+    }
+
+    async fn runs(&self, job: i64) -> Vec<JobRun> {
+        self.app.store().job_runs(Some(job), 10_000).await.unwrap()
+    }
+
+    async fn wait_runs(
+        &self,
+        job: i64,
+        secs: u64,
+        done: impl Fn(&[JobRun]) -> bool,
+    ) -> Vec<JobRun> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let runs = self.runs(job).await;
+            if done(&runs) {
+                return runs;
+            }
+            assert!(std::time::Instant::now() < deadline, "runs never got there: {runs:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn spec(task: &str, cron: Option<&str>, at: Option<&str>) -> JobSpec {
+    JobSpec {
+        task: task.into(),
+        cron: cron.map(str::to_owned),
+        at: at.map(str::to_owned),
+        ..JobSpec::default()
+    }
+}
+
+fn count(runs: &[JobRun], outcome: &str) -> usize {
+    runs.iter().filter(|r| r.outcome == outcome).count()
+}
+
+#[tokio::test]
+async fn an_every_second_job_fires_and_delivers_to_its_chat() {
+    let ws = TempWorkspace::init("sched-every");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let zone = chrono_tz::Tz::UTC;
+    let job =
+        create_job(h.app.store(), &chat("jobs"), spec("say tick", Some("* * * * * *"), None), zone)
+            .await
+            .unwrap();
+    assert_eq!(job.missed.as_str(), "skip", "recurring jobs skip missed runs by default");
+    for _ in 0..2 {
+        let m = h.next_final(15).await.expect("the job delivered nothing");
+        assert_eq!(m.chat, chat("jobs"));
+        assert!(m.text.starts_with("Scheduled «say tick»:"), "{}", m.text);
+        assert!(m.text.contains("done: Scheduled job #"), "{}", m.text);
+    }
+    let runs = h.wait_runs(job.id, 15, |r| count(r, "ok") >= 2).await;
+    let ok: Vec<&JobRun> = runs.iter().filter(|r| r.outcome == "ok").collect();
+    for run in &ok {
+        assert!(run.prompt_tokens + run.completion_tokens > 0, "{run:?}");
+        assert!(run.message.as_deref().unwrap_or("").contains("done:"), "{run:?}");
+        let (start, end) = (run.started_at.unwrap(), run.ended_at.unwrap());
+        assert!(run.scheduled_at <= start && start <= end, "{run:?}");
+    }
+    // One run per second: distinct scheduled times.
+    assert_ne!(ok[0].scheduled_at, ok[1].scheduled_at);
+    assert!(h.app.store().cancel_job(job.id, None).await.unwrap());
+    h.app.stop().await;
+}
+
+/// A run whose every tool call failed is recorded failed and says so in the chat, even though
+/// the model wrote an answer.
+#[tokio::test]
+async fn a_run_whose_tools_failed_is_failed_not_a_success() {
+    let ws = TempWorkspace::init("sched-toolfail");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let job = create_job(
+        h.app.store(),
+        &chat("tf"),
+        spec("use the broken tool", None, Some("in 1s")),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    let m = h.next_final(15).await.expect("nothing delivered");
+    assert!(m.text.starts_with("Scheduled «use the broken tool» failed:"), "{}", m.text);
+    let runs = h.wait_runs(job.id, 10, |r| r.iter().any(|r| r.ended_at.is_some())).await;
+    assert_eq!(runs[0].outcome, "failed", "{runs:#?}");
+    assert!(runs[0].detail.as_deref().unwrap_or("").contains("every tool call failed"));
+    assert_eq!(h.app.scheduler().unwrap().failed.load(std::sync::atomic::Ordering::Relaxed), 1);
+    h.app.stop().await;
+}
+
+/// The agent's own tool: a user asks, the model calls `schedule_task`, the job runs later as
+/// a turn of that chat and its answer arrives there.
+#[tokio::test]
+async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
+    let ws = TempWorkspace::init("sched-tool");
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "schedule_task",
+            serde_json::json!({"action": "create", "task": "remind about tea", "at": "in 2s", "name": "tea"}),
+        ),
+        Step::text("I will remind you."),
+    ])
+    .await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    h.app
+        .inbound()
+        .send(nexbot_host::bus::InboundMessage {
+            chat: chat("asker"),
+            id: 1,
+            text: "remind me about tea in 2 seconds".into(),
+        })
+        .await
+        .unwrap();
+    let first = h.next_final(15).await.unwrap();
+    assert_eq!((first.chat.clone(), first.text.as_str()), (chat("asker"), "I will remind you."));
+    let jobs = h.app.store().active_jobs(Some(&chat("asker"))).await.unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    assert_eq!((jobs[0].name.as_str(), jobs[0].missed.as_str()), ("tea", "once"));
+    let reminder = h.next_final(15).await.expect("the reminder never came");
+    assert_eq!(reminder.chat, chat("asker"));
+    assert!(reminder.text.starts_with("Scheduled «tea»:"), "{}", reminder.text);
+    assert!(reminder.text.contains("remind about tea"), "{}", reminder.text);
+    h.wait_runs(jobs[0].id, 10, |r| count(r, "ok") == 1).await;
+    assert_eq!(h.app.store().job(jobs[0].id).await.unwrap().unwrap().state, "done");
+    h.app.stop().await;
+}
+
+#[tokio::test]
+async fn a_one_shot_due_while_stopped_runs_once_after_restart_and_a_recurring_one_skips() {
+    let ws = TempWorkspace::init("sched-restart");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let cfg = config(&ws, &llm, &[("NEXBOT_SCHEDULER__LATE_SECS", "1")]);
+    let h = start(cfg.clone()).await;
+    let zone = chrono_tz::Tz::UTC;
+    let once = create_job(h.app.store(), &chat("r"), spec("remind me", None, Some("in 2s")), zone)
+        .await
+        .unwrap();
+    assert_eq!(once.missed.as_str(), "once");
+    let every =
+        create_job(h.app.store(), &chat("r"), spec("every", Some("* * * * * *"), None), zone)
+            .await
+            .unwrap();
+    // Stop at once: the one-shot is due while the daemon is down.
+    h.app.stop().await;
+    let stopped_at = unix_now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let restarted_at = unix_now();
+    let mut h = start(cfg).await;
+    let m = h.next_final(20).await.expect("the missed one-shot did not run");
+    let first = if m.text.contains("remind me") {
+        m
+    } else {
+        // The recurring job's on-time run may come first.
+        loop {
+            let m = h.next_final(20).await.expect("the missed one-shot did not run");
+            if m.text.contains("remind me") {
+                break m;
+            }
+        }
+    };
+    assert!(first.text.starts_with("Scheduled «remind me»:"), "{}", first.text);
+    let runs = h.wait_runs(once.id, 10, |r| count(r, "ok") == 1).await;
+    assert_eq!(runs.len(), 1, "exactly one run: {runs:#?}");
+    assert!(runs[0].detail.as_deref().unwrap_or("").contains("missed by"), "{runs:#?}");
+    let job = h.app.store().job(once.id).await.unwrap().unwrap();
+    assert_eq!(job.state, "done");
+    // The recurring job: the seconds it was down are recorded skipped, none of them ran.
+    let runs = h.wait_runs(every.id, 10, |r| count(r, "skipped") >= 3).await;
+    for run in &runs {
+        if run.scheduled_at > stopped_at && run.scheduled_at < restarted_at {
+            assert_eq!(run.outcome, "skipped", "a missed run ran late: {run:?}");
+        }
+    }
+    assert!(h.app.store().cancel_job(every.id, None).await.unwrap());
+    // Nothing more for the one-shot, ever.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.runs(once.id).await.len(), 1);
+    h.app.stop().await;
+}
+
+#[tokio::test]
+async fn the_heartbeat_is_silent_when_ok_and_delivers_anything_else_to_the_owner() {
+    let ws = TempWorkspace::init("sched-heartbeat");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let file = h.config.workspace.dir.join("HEARTBEAT.md");
+    std::fs::write(
+        &file,
+        "# Heartbeat\n\n### Quiet\n- Schedule: \"* * * * * *\"\n- Task: \"quiet check\"\n\n\
+         ### Loud\n- Schedule: \"* * * * * *\"\n- Task: \"disk check\"\n\n\
+         ### Bad\n- Schedule: \"sometimes\"\n- Task: \"x\"\n",
+    )
+    .unwrap();
+    let m = h.next_final(20).await.expect("the loud check delivered nothing");
+    assert_eq!(m.chat, ChatRef::default_console(), "the owner chat without Telegram");
+    assert!(m.text.starts_with("Heartbeat «Loud»:"), "{}", m.text);
+    let jobs = h.app.store().active_jobs(None).await.unwrap();
+    assert_eq!(jobs.len(), 2, "the bad entry is left out: {jobs:#?}");
+    assert!(jobs.iter().all(|j| j.heartbeat));
+    let quiet = jobs.iter().find(|j| j.name == "Quiet").unwrap().id;
+    let runs = h.wait_runs(quiet, 15, |r| count(r, "ok") >= 2).await;
+    for run in runs.iter().filter(|r| r.outcome == "ok") {
+        assert_eq!(run.message, None, "{run:?}");
+        assert!(run.detail.as_deref().unwrap_or("").contains("not sent"));
+        assert!(run.prompt_tokens > 0);
+    }
+    let problems = h.app.scheduler().unwrap().heartbeat_problems.lock().unwrap().clone();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    // Emptying the file turns the heartbeat off.
+    std::fs::write(&file, "# Heartbeat\n").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !h.app.store().active_jobs(None).await.unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "checks still active");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.app.stop().await;
+    // Nothing delivered ever said HEARTBEAT_OK.
+    while let Ok(m) = h.outbound.try_recv() {
+        assert!(!m.text.contains("HEARTBEAT_OK"), "{}", m.text);
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_records_runs_as_dropped_busy() {
+    let ws = TempWorkspace::init("sched-busy");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let h = start(config(
+        &ws,
+        &llm,
+        &[("NEXBOT_SCHEDULER__WORKERS", "1"), ("NEXBOT_SCHEDULER__QUEUE", "0")],
+    ))
+    .await;
+    let job = create_job(
+        h.app.store(),
+        &chat("busy"),
+        spec("slow work", Some("* * * * * *"), None),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    let runs =
+        h.wait_runs(job.id, 20, |r| count(r, "dropped: busy") >= 2 && count(r, "ok") >= 1).await;
+    // One worker, no queue: never two runs at once.
+    let running = runs.iter().filter(|r| r.outcome == "running" || r.outcome == "queued").count();
+    assert!(running <= 1, "{runs:#?}");
+    let stats = h.app.scheduler().unwrap();
+    assert!(stats.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    let store = h.app.store().clone();
+    h.app.stop().await;
+    // Stopping recorded the run it cut short; nothing is left open.
+    let runs = store.job_runs(Some(job.id), 10_000).await.unwrap();
+    assert!(runs.iter().all(|r| r.outcome != "running" && r.outcome != "queued"), "{runs:#?}");
+}
+
+/// `nexbot serve` with the Telegram emulator: a job added through the control API (what
+/// `nexbot-ctl cron add` sends) delivers to its Telegram chat; `cron ls` shows its measured
+/// cost and a heartbeat check; `cron runs` the ledger with the message ids; the metrics count
+/// the runs; `cron rm` cancels.
+#[tokio::test]
+async fn cron_through_the_control_api_delivers_over_telegram() {
+    use nexbot_control::{
+        cron_paths, Client, ClientError, CronAdd, CronJob, CronJobList, CronRunList, Done,
+    };
+    use nexbot_tests::telegram::TelegramFixture;
+    const OWNER: i64 = 7001;
+    let limit = Duration::from_secs(60);
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let ws = TempWorkspace::init("sched-ctl");
+    let mut env = base_env(&llm.base_url());
+    for (k, v) in [
+        ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+        ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
+        ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
+        ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
+    ] {
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    std::fs::write(
+        ws.dir.join("HEARTBEAT.md"),
+        "### Nightly\n- Schedule: \"0 0 3 * * *\"\n- Task: \"quiet check\"\n",
+    )
+    .unwrap();
+    let serving = common::Serving::start(&ws.config(), &env, limit).await;
+    serving.wait_log("the control API is on", limit).await;
+    let api = Client::new(ws.dir.join("nexbot.sock"));
+    let bad = CronAdd {
+        chat: format!("telegram:{OWNER}"),
+        task: "x".into(),
+        cron: Some("every minute".into()),
+        ..CronAdd::default()
+    };
+    let err = api.post::<_, CronJob>(cron_paths::CRON, &bad).await.unwrap_err();
+    assert!(matches!(err, ClientError::Daemon { status: 400, .. }), "{err}");
+    assert!(err.to_string().contains("not a cron expression"), "{err}");
+    let add = CronAdd {
+        chat: format!("telegram:{OWNER}"),
+        task: "report the weather".into(),
+        name: Some("weather".into()),
+        cron: Some("* * * * * *".into()),
+        time_zone: Some("Europe/Berlin".into()),
+        ..CronAdd::default()
+    };
+    let job: CronJob = api.post(cron_paths::CRON, &add).await.unwrap();
+    assert_eq!((job.missed.as_str(), job.time_zone.as_str()), ("skip", "Europe/Berlin"));
+    assert_eq!(job.runs_per_day, 86_400);
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().filter(|m| m.text.contains("weather")).count() >= 2,
+        limit,
+    )
+    .await;
+    let runs: CronRunList =
+        api.get(&format!("{}?job={}&limit=50", cron_paths::CRON_RUNS, job.id)).await.unwrap();
+    let ok: Vec<_> = runs.runs.iter().filter(|r| r.outcome == "ok").collect();
+    assert!(ok.len() >= 2, "{runs:#?}");
+    assert!(ok.iter().all(|r| r.message_id.is_some() && r.tokens > 0), "{runs:#?}");
+    let list: CronJobList = api.get(cron_paths::CRON).await.unwrap();
+    let listed = list.jobs.iter().find(|j| j.id == job.id).unwrap();
+    assert!(listed.tokens_per_run.unwrap() > 0.0, "{listed:?}");
+    assert!(listed.tokens_per_day.unwrap() >= listed.tokens_per_run.unwrap() * 86_000.0);
+    let nightly = list.jobs.iter().find(|j| j.heartbeat).expect("the heartbeat check is listed");
+    assert_eq!((nightly.name.as_str(), nightly.runs_per_day), ("Nightly", 1));
+    assert_eq!(nightly.chat, format!("telegram:{OWNER}"), "the owner's chat");
+    let err = api
+        .post::<_, Done>(&cron_paths::cron_remove(nightly.id), &serde_json::json!({}))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("HEARTBEAT.md"), "{err}");
+    let metrics = api.get_text(nexbot_control::paths::METRICS).await.unwrap();
+    assert!(metrics.contains("nexbot_scheduler_runs_submitted_total"), "{metrics}");
+    assert!(metrics.contains("nexbot_scheduler_run_duration_seconds_count"), "{metrics}");
+    let done: Done =
+        api.post(&cron_paths::cron_remove(job.id), &serde_json::json!({})).await.unwrap();
+    assert!(done.message.contains("cancelled"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before: CronRunList =
+        api.get(&format!("{}?job={}&limit=1000", cron_paths::CRON_RUNS, job.id)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after: CronRunList =
+        api.get(&format!("{}?job={}&limit=1000", cron_paths::CRON_RUNS, job.id)).await.unwrap();
+    assert_eq!(before.runs.len(), after.runs.len(), "a cancelled job ran");
+    let err = api.post::<_, Done>(&cron_paths::cron_remove(job.id), &serde_json::json!({})).await;
+    assert!(matches!(err, Err(ClientError::Daemon { status: 404, .. })));
+    serving.stop(limit).await;
+}
