@@ -139,6 +139,22 @@ impl App {
                 return Err(e);
             }
         };
+        let mut parts = Vec::new();
+        if let Some(skills) = agent.skills().cloned() {
+            if let Some(sandbox) = &sandbox {
+                // Skills are judged against what the image says it has.
+                if let Some(caps) = sandbox.pool().capabilities().await {
+                    let skills = skills.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        skills.set_capabilities(Some(caps.tools), caps.programs)
+                    })
+                    .await;
+                }
+            }
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(skills.watch(stop.clone()));
+            parts.push(Part { name: "skills", stage: Stage::Service, stop, task });
+        }
         let router = Arc::new(Router::new());
         let status = StatusBoard::default();
         if let Some(sandbox) = &sandbox {
@@ -168,7 +184,7 @@ impl App {
             turns,
             status,
             started: std::time::Instant::now(),
-            parts: Vec::new(),
+            parts,
             channels: Vec::new(),
         })
     }

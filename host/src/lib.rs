@@ -38,6 +38,7 @@ pub mod llm;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
+pub mod skills;
 pub mod spend;
 pub mod status;
 pub mod store;

@@ -92,6 +92,8 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
+    let skills = crate::skills::Skills::from_config(config);
+    tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
@@ -107,7 +109,8 @@ pub fn build_agent_with_hooks(
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
     hooks.extend(extra);
     Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
-        .with_owner(config.telegram.owner))
+        .with_owner(config.telegram.owner)
+        .with_skills(skills))
 }
 
 /// Built-in hook: when a tool times out, tells the model how to recover instead of retrying
