@@ -58,6 +58,8 @@ pub(crate) struct Inner {
     /// last found wrong.
     pub degraded: Vec<String>,
     pub model_problem: std::sync::Mutex<Option<String>>,
+    /// The live skill set, for `skills ls`.
+    pub skills: Option<crate::skills::Skills>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -173,6 +175,10 @@ pub fn router(state: ControlState) -> Router {
             post(|State(s): State<ControlState>| async move { ops::reload(&s).await.map(Json) }),
         )
         .route(paths::BACKUP, post(backup))
+        .route(
+            paths::SKILLS,
+            get(|State(s): State<ControlState>| async move { Json(ops::skills(&s)) }),
+        )
         .route(paths::METRICS, get(metrics_text))
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
         .with_state(state)
@@ -270,6 +276,7 @@ pub fn attach(
         reloader,
         degraded,
         model_problem: std::sync::Mutex::new(None),
+        skills: agent.skills().cloned(),
     }));
     let probed = state.clone();
     let probe_config = config.clone();
