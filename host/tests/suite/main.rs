@@ -19,4 +19,5 @@ mod host_deploy;
 mod host_hooks;
 mod host_llm;
 mod host_llmock;
+mod host_skills;
 mod telegram;
