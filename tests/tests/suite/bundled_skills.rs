@@ -1,5 +1,6 @@
-//! The skills shipped in `skills/`: each is a well-formed skill folder (front matter with a
-//! `name` matching the folder, a `description`, and `tools` the subagent really has), and a
+//! The skills shipped in `skills/`: each is a well-formed skill folder as `nexbot-skill` reads
+//! it (front matter with a `name` matching the folder, a `description`, and `tools` the
+//! subagent really has; nothing the content screen flags), and a
 //! subagent in a hardened pool container, with the folder mounted read-only the way the
 //! deployment mounts it, lists them with their descriptions and reads one in full.
 
@@ -19,20 +20,6 @@ fn skills_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("skills")
 }
 
-/// The `key: value` lines of a `SKILL.md` front matter, or why there is none.
-fn front_matter(text: &str) -> Result<Vec<(String, String)>, String> {
-    let rest = text.strip_prefix("---\n").ok_or("does not start with a `---` line")?;
-    let end = rest.find("\n---\n").ok_or("front matter is not closed by a `---` line")?;
-    rest[..end]
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| {
-            let (key, value) = line.split_once(':').ok_or(format!("not `key: value`: {line}"))?;
-            Ok((key.trim().to_owned(), value.trim().trim_matches('"').to_owned()))
-        })
-        .collect()
-}
-
 /// Names of the bundled skill folders.
 fn bundled() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(skills_dir())
@@ -47,40 +34,25 @@ fn bundled() -> Vec<String> {
 
 #[test]
 fn every_bundled_skill_is_well_formed() {
+    // The one parser the host and the subagent use, with its strictness and content screen.
     let names = bundled();
     assert!(names.contains(&"web-research".to_owned()), "{names:?}");
-    for name in names {
-        let path = skills_dir().join(&name).join("SKILL.md");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let fields = front_matter(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let field = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-        assert_eq!(field("name"), Some(name.as_str()), "{name}: `name` must be the folder name");
+    let entries = nexbot_skill::scan_dir(&skills_dir(), &nexbot_skill::Environment::default())
+        .expect("skills/ reads");
+    assert_eq!(entries.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), names);
+    for entry in entries {
+        let name = &entry.name;
+        assert_eq!(entry.state, nexbot_skill::State::Ok, "{name}: {:?}", entry.reason);
         assert!(
             name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
-            "{name}: folder names are plain (a-z, 0-9, -) so read_skill accepts them"
+            "{name}: folder names are plain (a-z, 0-9, -)"
         );
-        let description = field("description").unwrap_or_default();
+        let description = entry.description().unwrap_or_default();
         assert!(
             !description.is_empty() && description.chars().count() <= 200,
             "{name}: description must be 1..=200 characters (read_skill shows 200)"
         );
-        let tools = field("tools").expect("tools listed");
-        let tools = tools.strip_prefix('[').and_then(|t| t.strip_suffix(']')).expect("[a, b]");
-        for tool in tools.split(',').map(str::trim) {
-            assert!(
-                nexbot_protocol::SUBAGENT_TOOLS.contains(&tool),
-                "{name}: `{tool}` is not a subagent tool"
-            );
-        }
-        assert!(text.len() > 500, "{name}: a skill should teach something");
     }
-}
-
-#[test]
-fn front_matter_errors_say_what_is_wrong() {
-    assert!(front_matter("# no front matter").unwrap_err().contains("`---`"));
-    assert!(front_matter("---\nname: x\n").unwrap_err().contains("not closed"));
-    assert!(front_matter("---\nname x\n---\n").unwrap_err().contains("name x"));
 }
 
 #[tokio::test]
