@@ -95,3 +95,58 @@ async fn a_pool_subagent_lists_and_reads_the_bundled_skills_read_only() {
     assert_ne!(code, 0, "the skills mount is writable: {output}");
     pool.shutdown().await.expect("clean shutdown");
 }
+
+/// A skill copied into the folder after the pool started is read by the next task through the
+/// mount (`/workspace/skills`): nothing is restarted, nothing copied into containers.
+#[tokio::test]
+async fn a_skill_copied_in_while_the_pool_runs_is_read_by_a_subagent() {
+    let Some((docker, config)) = setup("skills-live").await else { return };
+    let dir = std::env::temp_dir().join(format!("nxp-skills-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = PoolConfig { size: 1, skills_dir: Some(dir.clone()), ..config };
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+
+    // Built elsewhere, moved in whole, after the container is up.
+    let staging = dir.with_extension("staging");
+    std::fs::create_dir_all(staging.join("late-skill")).unwrap();
+    std::fs::write(
+        staging.join("late-skill/SKILL.md"),
+        "---\nname: late-skill\ndescription: \"Arrived while the pool ran\"\ntools: [read_file]\n---\n# Late\nThe secret word is marmalade.\n",
+    )
+    .unwrap();
+    std::fs::rename(staging.join("late-skill"), dir.join("late-skill")).unwrap();
+
+    let llm = llm_on(
+        gateway,
+        vec![
+            Step::tool_call("read_skill", json!({})),
+            Step::tool_call("read_skill", json!({"name": "late-skill"})),
+            Step::text("done"),
+        ],
+    )
+    .await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(90),
+        pool.execute(
+            task("skills-live-1", "Use the late skill", &llm, gateway),
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("answered in time")
+    .expect("task ran");
+    assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 3, "one call per step");
+    assert!(
+        chats[1].to_text().contains("late-skill: Arrived while the pool ran"),
+        "{}",
+        chats[1].to_text()
+    );
+    assert!(chats[2].to_text().contains("The secret word is marmalade."), "{}", chats[2].to_text());
+    pool.shutdown().await.expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&staging);
+}
