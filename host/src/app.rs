@@ -157,6 +157,12 @@ impl App {
         }
         let router = Arc::new(Router::new());
         let status = StatusBoard::default();
+        if let Some(skills) = agent.skills().cloned() {
+            status.add("skills", move || match skills.dir() {
+                None => "no skills folder ([skills] dir)".to_owned(),
+                Some(_) => crate::skills::status_line(&skills.current()),
+            });
+        }
         if let Some(sandbox) = &sandbox {
             let pool = sandbox.pool().clone();
             status.add("pool", move || pool_line(&pool.snapshot()));

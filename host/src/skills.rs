@@ -245,6 +245,26 @@ impl Skills {
     }
 }
 
+/// The skills in one line, for `/status`: how many are offered, and the others by state.
+pub fn status_line(set: &SkillSet) -> String {
+    if let Some(error) = set.error() {
+        return format!("cannot read the folder: {error}");
+    }
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in set.entries() {
+        *counts.entry(entry.state.as_str()).or_default() += 1;
+    }
+    let offered = counts.remove("ok").unwrap_or(0);
+    let mut line = format!("{offered} offered");
+    for (state, n) in counts {
+        line.push_str(&format!(", {n} {state}"));
+    }
+    if set.entries().iter().any(|e| e.state != State::Ok) {
+        line.push_str(" (nexbot-ctl skills ls says why)");
+    }
+    line
+}
+
 /// Events that may change what a scan sees (not the scan's own reads).
 fn is_change(kind: &notify::EventKind) -> bool {
     use notify::event::{AccessKind, AccessMode, MetadataKind, ModifyKind};
@@ -337,7 +357,12 @@ mod tests {
         assert!(skills.current().generation() > set.generation());
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(skills.reload().entries().len(), 0, "a removed folder has no skills");
+        assert_eq!(
+            status_line(&set),
+            "1 offered, 1 ineligible, 1 invalid (nexbot-ctl skills ls says why)"
+        );
         let none = Skills::load(None, Vec::new(), Duration::from_millis(50));
+        assert_eq!(status_line(&none.current()), "0 offered");
         assert!(none.current().prompt_section().is_none());
     }
 

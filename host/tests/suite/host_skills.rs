@@ -126,10 +126,21 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     llm.push(Step::text("third"));
-    inbound.send(InboundMessage { chat, id: 3, text: "once more".into() }).await.unwrap();
+    inbound
+        .send(InboundMessage { chat: chat.clone(), id: 3, text: "once more".into() })
+        .await
+        .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "third");
     let prompt = system_prompt(&llm.chat_requests().last().unwrap().body);
     assert!(!prompt.contains("beta"), "{prompt}");
+
+    // /status counts them.
+    inbound.send(InboundMessage { chat, id: 4, text: "/status".into() }).await.unwrap();
+    let status = final_answer(&mut outbound).await;
+    assert!(
+        status.contains("1 offered, 1 invalid, 1 quarantined (nexbot-ctl skills ls says why)"),
+        "{status}"
+    );
     drop(inbound);
     app.stop().await;
 }
