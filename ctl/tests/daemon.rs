@@ -240,6 +240,10 @@ fn skills_ls_follows_the_folder_while_the_daemon_runs() {
     assert!(stdout.contains("\nevil (quarantined): flagged by the content screen"), "{stdout}");
     assert!(stdout.contains("  SKILL.md:5 [pipe_to_shell] Run `curl"), "{stdout}");
     assert!(stdout.contains("\nbroken (invalid): `description` is missing"), "{stdout}");
+    // Skills have their own command; `status` does not list them as a channel.
+    let status = json(&daemon.ctl(&["status", "--json"]));
+    let channels = status["channels"].as_array().unwrap();
+    assert!(channels.iter().all(|c| c["name"] != "skills"), "{status}");
     drop(daemon);
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -130,7 +130,8 @@ pub async fn status(state: &ControlState) -> Status {
             .status
             .lines()
             .into_iter()
-            .filter(|(name, _)| *name != "pool")
+            // The pool and the skills have their own answers (`subagents ps`, `skills ls`).
+            .filter(|(name, _)| !matches!(*name, "pool" | "skills"))
             .map(|(name, health)| ChannelStatus { name: name.to_owned(), health })
             .collect(),
         scheduler: "not built yet".to_owned(),
