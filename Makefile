@@ -70,7 +70,7 @@ subagent-image: image-bins
 BENCH_FIGURES := $(CURDIR)/target/bench/figures.tsv
 BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench pool" \
   "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench telegram" \
-  "-p nexbot-host --bench scheduler" "-p nexbot-ctl --bench ps" \
+  "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \
   "-p nexbot-tests --bench summary"
 

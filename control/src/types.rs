@@ -22,6 +22,8 @@ pub mod paths {
     pub const RELOAD: &str = "/v1/reload";
     pub const BACKUP: &str = "/v1/backup";
     pub const METRICS: &str = "/metrics";
+    /// `GET`: every skill folder with its state.
+    pub const SKILLS: &str = "/v1/skills";
 }
 
 /// Every error answer: a message for the operator.
@@ -246,4 +248,41 @@ pub struct BackupRequest {
 pub struct BackupReport {
     pub path: String,
     pub bytes: u64,
+}
+
+/// `GET /v1/skills`: every folder of the skills directory as the daemon's last scan saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillList {
+    /// The folder the daemon reads; `None` when none is configured.
+    pub dir: Option<String>,
+    /// Why the folder could not be read at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub skills: Vec<SkillRow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillRow {
+    pub name: String,
+    /// `ok` (offered to the model), `invalid`, `ineligible` or `quarantined`.
+    pub state: String,
+    /// Why it is not offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `sha256:<hex>` of its files, what `[skills] allow_hashes` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The lines the content screen flagged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<SkillFinding>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillFinding {
+    pub file: String,
+    pub line: usize,
+    pub rule: String,
+    pub text: String,
 }

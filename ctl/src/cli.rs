@@ -64,8 +64,9 @@ pub enum Command {
     Metrics,
     /// Manage the secrets vault (not built yet in this version)
     Secrets(NotBuiltArgs),
-    /// Manage skills (not built yet in this version)
-    Skills(NotBuiltArgs),
+    /// Skills: each folder's state (ok, invalid, ineligible, quarantined), reason and hash
+    #[command(subcommand)]
+    Skills(SkillsCommand),
     /// Scheduled jobs and heartbeat checks: add, ls (with their token cost), rm, runs
     #[command(subcommand)]
     Cron(crate::cron::CronCommand),
@@ -104,6 +105,14 @@ pub enum SubagentsCommand {
         /// Slot id, as `subagents ps` shows it
         id: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// Every skill folder: name, state, content hash, reason; the flagged lines of a
+    /// quarantined one (allow it with `[skills] allow_hashes`)
+    #[command(visible_alias = "list")]
+    Ls,
 }
 
 #[derive(Debug, Args)]

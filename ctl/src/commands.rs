@@ -12,12 +12,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use nexbot_control::{
     paths, BackupReport, BackupRequest, Client, ClientError, Done, Health, LogLines, MessageList,
-    ReloadReport, Status, SubagentList, TaskDetail, TaskList,
+    ReloadReport, SkillList, Status, SubagentList, TaskDetail, TaskList,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::cli::{Command, SubagentsCommand, TasksArgs, TasksCommand};
+use crate::cli::{Command, SkillsCommand, SubagentsCommand, TasksArgs, TasksCommand};
 use crate::{logs, render, views};
 
 /// Clears a terminal and puts the cursor home, for `--watch` refreshes.
@@ -101,7 +101,11 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             print(&text)
         }
         Command::Cron(command) => crate::cron::run(ctx, command).await,
-        ref c @ (Command::Secrets(_) | Command::Skills(_)) => {
+        Command::Skills(SkillsCommand::Ls) => {
+            let value = get(ctx, paths::SKILLS).await?;
+            show(ctx, value, |l: SkillList| views::skills(&l))
+        }
+        ref c @ Command::Secrets(_) => {
             let feature = not_built(c).unwrap_or("this command");
             anyhow::bail!("{feature} is not built yet in this version of nexbot")
         }
@@ -114,7 +118,6 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
 pub fn not_built(command: &Command) -> Option<&'static str> {
     let feature = match command {
         Command::Secrets(_) => "secrets management (the vault)",
-        Command::Skills(_) => "skills management",
         _ => return None,
     };
     Some(feature)

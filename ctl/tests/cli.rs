@@ -138,7 +138,7 @@ fn usage_errors_exit_2() {
 fn commands_not_built_exit_1_without_a_daemon() {
     let dir = TempDir::new();
     let socket = dir.0.join("nexbot.sock");
-    for args in [&["secrets"][..], &["secrets", "set", "TOKEN"], &["skills", "list"]] {
+    for args in [&["secrets"][..], &["secrets", "set", "TOKEN"]] {
         let mut all = vec!["--socket", socket.to_str().unwrap()];
         all.extend_from_slice(args);
         let out = run(&all);
@@ -148,6 +148,19 @@ fn commands_not_built_exit_1_without_a_daemon() {
         assert!(stderr.contains("is not built yet in this version of nexbot"), "{stderr}");
         assert!(out.stdout.is_empty());
     }
+}
+
+#[test]
+fn skills_ls_is_built_and_asks_the_daemon() {
+    let dir = TempDir::new();
+    let socket = dir.0.join("nexbot.sock");
+    for verb in ["ls", "list"] {
+        let out = run(&["--socket", socket.to_str().unwrap(), "skills", verb]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "no daemon listens: {stderr}");
+        assert!(!stderr.contains("not built"), "{stderr}");
+    }
+    assert_eq!(run(&["skills", "frobnicate"]).status.code(), Some(2));
 }
 
 #[test]

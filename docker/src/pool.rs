@@ -289,6 +289,24 @@ impl Pool {
         self.inner.ping(slot, &member).await
     }
 
+    /// What the image says it offers (tools, programs): the capabilities of a fresh pong
+    /// from the first container that answers. `None` when none answers, or the image's
+    /// subagent sends none.
+    pub async fn capabilities(&self) -> Option<nexbot_protocol::Capabilities> {
+        let timeout = self.inner.engine.config.ping_timeout();
+        for slot in &self.inner.slots {
+            let Some(member) = slot.member() else { continue };
+            let id =
+                format!("nexbot-pool-caps-{}", self.inner.ping_seq.fetch_add(1, Ordering::Relaxed));
+            if let Ok(pong) = member.link.roundtrip(&Request::ping(id), timeout).await {
+                if let ResponseBody::Pong { capabilities } = pong.body {
+                    return capabilities;
+                }
+            }
+        }
+        None
+    }
+
     /// One entry per slot, for `ps`. Cheap: reads what the supervisors last recorded.
     pub fn snapshot(&self) -> Vec<ContainerSnapshot> {
         self.inner.slots.iter().map(Slot::snapshot).collect()

@@ -141,8 +141,30 @@ impl App {
                 return Err(e);
             }
         };
+        let mut parts = Vec::new();
+        if let Some(skills) = agent.skills().cloned() {
+            if let Some(sandbox) = &sandbox {
+                // Skills are judged against what the image says it has.
+                if let Some(caps) = sandbox.pool().capabilities().await {
+                    let skills = skills.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        skills.set_capabilities(Some(caps.tools), caps.programs)
+                    })
+                    .await;
+                }
+            }
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(skills.watch(stop.clone()));
+            parts.push(Part { name: "skills", stage: Stage::Service, stop, task });
+        }
         let router = Arc::new(Router::new());
         let status = StatusBoard::default();
+        if let Some(skills) = agent.skills().cloned() {
+            status.add("skills", move || match skills.dir() {
+                None => "no skills folder ([skills] dir)".to_owned(),
+                Some(_) => crate::skills::status_line(&skills.current()),
+            });
+        }
         if let Some(sandbox) = &sandbox {
             let pool = sandbox.pool().clone();
             status.add("pool", move || pool_line(&pool.snapshot()));
@@ -170,7 +192,7 @@ impl App {
             turns,
             status,
             started: std::time::Instant::now(),
-            parts: Vec::new(),
+            parts,
             channels: Vec::new(),
             scheduler: None,
         };

@@ -52,6 +52,8 @@ pub struct Config {
     pub telegram: TelegramConfig,
     /// The control API and metrics.
     pub control: ControlConfig,
+    /// Skills: where the daemon reads them, and content the operator allowed.
+    pub skills: SkillsConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -382,6 +384,35 @@ impl Default for SubagentConfig {
     }
 }
 
+/// `[skills]`: the folder the daemon watches (the same one subagents see, read-only, at
+/// `/workspace/skills`) and what the operator allowed despite the content screen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsConfig {
+    /// The skills folder as this process sees it (absolute); unset: `subagent.skills_dir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// Content hashes (`sha256:<64 hex>`, as `nexbot-ctl skills ls` shows them) of flagged
+    /// skills the operator read and allows.
+    pub allow_hashes: Vec<String>,
+    /// Quiet time after the last change in the folder before it is read again.
+    pub debounce_ms: u64,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        Self { dir: None, allow_hashes: Vec::new(), debounce_ms: 200 }
+    }
+}
+
+impl Config {
+    /// The skills folder the daemon reads: `skills.dir`, else `subagent.skills_dir` (the same
+    /// path when the daemon runs on the Docker host itself).
+    pub fn skills_dir(&self) -> Option<PathBuf> {
+        self.skills.dir.clone().or_else(|| self.subagent.skills_dir.clone())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoggingConfig {
@@ -707,6 +738,21 @@ impl Config {
                 None => ("subagent", invalid.to_string()),
             });
         }
+        let k = &self.skills;
+        if k.dir.as_ref().is_some_and(|dir| !dir.is_absolute()) {
+            return Err(("skills.dir", "must be an absolute path".into()));
+        }
+        if let Some(bad) = k.allow_hashes.iter().find(|h| {
+            !h.strip_prefix("sha256:").is_some_and(|hex| {
+                hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            })
+        }) {
+            return Err((
+                "skills.allow_hashes",
+                format!("{bad:?} is not \"sha256:<64 lower-case hex>\""),
+            ));
+        }
+        range("skills.debounce_ms", k.debounce_ms, 10, 10_000)?;
         if !matches!(self.logging.format.as_str(), "text" | "json") {
             return Err((
                 "logging.format",
@@ -904,10 +950,28 @@ mod tests {
             documented(template, section, keys.as_table().unwrap());
         }
         let optional =
-            ["max_tokens", "temperature", "llm_model", "listen_addr", "provider_base_url"];
+            ["max_tokens", "temperature", "llm_model", "listen_addr", "provider_base_url", "dir"];
         for key in optional {
             assert!(template.contains(&format!("# {key} = ")), "{key} undocumented");
         }
+    }
+
+    #[test]
+    fn skills_settings_are_checked_and_the_folder_falls_back_to_the_subagents() {
+        let hash = format!("sha256:{}", "ab".repeat(32));
+        let config = load(&format!("[skills]\nallow_hashes = [\"{hash}\"]\n"), &[]).unwrap();
+        assert_eq!(config.skills.allow_hashes, vec![hash.clone()]);
+        assert_eq!(config.skills_dir(), None);
+        let pool = crate::pool_runner::pool_config(&config);
+        assert_eq!(pool.env.get("NEXBOT_SKILLS_ALLOW"), Some(&hash));
+        let err = load("[skills]\nallow_hashes = [\"sha256:XYZ\"]\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("skills.allow_hashes"), "{err}");
+        let err = load("[skills]\ndir = \"rel\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("skills.dir"), "{err}");
+        let config = load("[subagent]\nskills_dir = \"/srv/skills\"\n", &[]).unwrap();
+        assert_eq!(config.skills_dir(), Some(PathBuf::from("/srv/skills")));
+        let config = load("", &[("NEXBOT_SKILLS__DIR", "/skills")]).unwrap();
+        assert_eq!(config.skills_dir(), Some(PathBuf::from("/skills")));
     }
 
     #[test]

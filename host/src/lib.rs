@@ -39,6 +39,7 @@ pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
 pub mod scheduler;
+pub mod skills;
 pub mod spend;
 pub mod status;
 pub mod store;

@@ -28,6 +28,10 @@ pub fn pool_config(config: &Config) -> PoolConfig {
         ..PoolConfig::default()
     };
     pool.queue_timeout_secs = crate::deadlines::queue_wait(config, &pool).as_secs();
+    if !config.skills.allow_hashes.is_empty() {
+        // The subagent's read_skill applies the same allowances (it knows no config).
+        pool.env.insert("NEXBOT_SKILLS_ALLOW".into(), config.skills.allow_hashes.join(","));
+    }
     pool
 }
 

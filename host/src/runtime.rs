@@ -96,6 +96,8 @@ pub fn build_agent_with_hooks(
         let zone = config.scheduler.default_zone(&config.llm.caps);
         tools.add(Arc::new(crate::tools::schedule::ScheduleTask::new(store.clone(), zone)));
     }
+    let skills = crate::skills::Skills::from_config(config);
+    tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
@@ -111,7 +113,8 @@ pub fn build_agent_with_hooks(
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
     hooks.extend(extra);
     Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
-        .with_owner(config.telegram.owner))
+        .with_owner(config.telegram.owner)
+        .with_skills(skills))
 }
 
 /// Built-in hook: when a tool times out, tells the model how to recover instead of retrying

@@ -94,6 +94,11 @@ pub struct Capabilities {
     pub busy: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
+    /// The programs on the image's `PATH` (sorted), against which the host checks a skill's
+    /// `requires`. Added in 1.0 without a version change: older subagents leave it out, and
+    /// the host then treats every skill with `requires` as ineligible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub programs: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

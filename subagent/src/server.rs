@@ -172,6 +172,7 @@ impl Server {
                     tools: SUBAGENT_TOOLS.iter().map(|t| t.to_string()).collect(),
                     busy: running.is_some(),
                     task_id: running,
+                    programs: Some(crate::tools::skills::programs().to_vec()),
                 };
                 let pong = Response::pong(&request.id, correlation.as_deref(), Some(capabilities));
                 self.out.send(pong).await;

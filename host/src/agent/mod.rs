@@ -119,6 +119,8 @@ pub struct Agent {
     config: AgentConfig,
     /// The owner's Telegram user id ([`Agent::with_owner`]).
     owner: Option<i64>,
+    /// The live skills listed in the system prompt ([`Agent::with_skills`]).
+    skills: Option<crate::skills::Skills>,
 }
 
 /// The turn being run: who asked, and the per-turn handles.
@@ -152,7 +154,19 @@ impl Agent {
             workspace,
             config,
             owner: None,
+            skills: None,
         }
+    }
+
+    /// Lists the offered skills in every turn's system prompt (the set as it is when the turn
+    /// starts).
+    pub fn with_skills(mut self, skills: crate::skills::Skills) -> Self {
+        self.skills = Some(skills);
+        self
+    }
+
+    pub fn skills(&self) -> Option<&crate::skills::Skills> {
+        self.skills.as_ref()
     }
 
     pub fn tools(&self) -> &ToolRegistry {
@@ -294,10 +308,14 @@ impl Agent {
         let dir = self.workspace.clone();
         let cap = self.config.context_max_chars;
         let personal = turn.owner;
-        let system = tokio::task::spawn_blocking(move || assemble_context(&dir, cap, personal))
+        let mut system = tokio::task::spawn_blocking(move || assemble_context(&dir, cap, personal))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot read the workspace: {e}"))?;
+        if let Some(section) = self.skills.as_ref().and_then(|s| s.current().prompt_section()) {
+            system.push_str("\n\n");
+            system.push_str(&section);
+        }
         let history = self
             .store
             .history(turn.session_id, self.config.history_max_messages)

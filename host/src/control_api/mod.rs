@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     /// The scheduler's counters (`None`: it is off) and its jobs' default time zone.
     pub scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
     pub scheduler_zone: chrono_tz::Tz,
+    /// The live skill set, for `skills ls`.
+    pub skills: Option<crate::skills::Skills>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -177,6 +179,10 @@ pub fn router(state: ControlState) -> Router {
             post(|State(s): State<ControlState>| async move { ops::reload(&s).await.map(Json) }),
         )
         .route(paths::BACKUP, post(backup))
+        .route(
+            paths::SKILLS,
+            get(|State(s): State<ControlState>| async move { Json(ops::skills(&s)) }),
+        )
         .route(paths::METRICS, get(metrics_text))
         .merge(cron::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
@@ -277,6 +283,7 @@ pub fn attach(
         model_problem: std::sync::Mutex::new(None),
         scheduler: app.scheduler().cloned(),
         scheduler_zone: config.scheduler.default_zone(&config.llm.caps),
+        skills: agent.skills().cloned(),
     }));
     let probed = state.clone();
     let probe_config = config.clone();

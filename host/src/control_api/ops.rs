@@ -130,7 +130,9 @@ pub async fn status(state: &ControlState) -> Status {
             .status
             .lines()
             .into_iter()
-            .filter(|(name, _)| *name != "pool" && *name != "scheduler")
+            // The pool, the scheduler and the skills have their own answers (`subagents ps`,
+            // `cron ls`, `skills ls`).
+            .filter(|(name, _)| !matches!(*name, "pool" | "scheduler" | "skills"))
             .map(|(name, health)| ChannelStatus { name: name.to_owned(), health })
             .collect(),
         scheduler: match &inner.scheduler {
@@ -251,4 +253,37 @@ pub async fn backup(state: &ControlState, path: &Path) -> Result<BackupReport, A
         state.0.store.backup(path).await.map_err(|e| ApiError::bad_request(e.to_string()))?;
     tracing::info!(path = %path.display(), bytes, "database backed up");
     Ok(BackupReport { path: path.display().to_string(), bytes })
+}
+
+/// Every skill folder as the last scan saw it (the set the next turn uses).
+pub fn skills(state: &ControlState) -> nexbot_control::SkillList {
+    let Some(skills) = &state.0.skills else {
+        return nexbot_control::SkillList { dir: None, error: None, skills: Vec::new() };
+    };
+    let set = skills.current();
+    nexbot_control::SkillList {
+        dir: skills.dir().map(|d| d.display().to_string()),
+        error: set.error().map(str::to_owned),
+        skills: set
+            .entries()
+            .iter()
+            .map(|e| nexbot_control::SkillRow {
+                name: e.name.clone(),
+                state: e.state.as_str().to_owned(),
+                reason: e.reason.clone(),
+                hash: e.hash().map(str::to_owned),
+                description: e.description().map(str::to_owned),
+                findings: e
+                    .findings()
+                    .iter()
+                    .map(|f| nexbot_control::SkillFinding {
+                        file: f.file.clone(),
+                        line: f.line,
+                        rule: f.rule.as_str().to_owned(),
+                        text: f.text.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }

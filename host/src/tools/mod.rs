@@ -11,6 +11,7 @@ pub mod files;
 pub mod memory;
 pub mod schedule;
 pub mod send_message;
+pub mod skills;
 pub mod tasks;
 
 #[cfg(test)]

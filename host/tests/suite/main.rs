@@ -20,4 +20,5 @@ mod host_hooks;
 mod host_llm;
 mod host_llmock;
 mod host_scheduler;
+mod host_skills;
 mod telegram;

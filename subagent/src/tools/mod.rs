@@ -303,8 +303,14 @@ const REGISTRY: &[Tool] = &[
     Tool {
         name: "read_skill",
         description: "Without a name: list the available skills. With a name: read that \
-                      skill's SKILL.md instructions.",
-        parameters: || json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+                      skill's SKILL.md instructions and list its other files; with a name and \
+                      a file: read that file of the skill.",
+        parameters: || {
+            json!({"type": "object", "properties": {
+                "name": {"type": "string"},
+                "file": {"type": "string", "description": "a file of the skill, relative to its folder"}
+            }})
+        },
         run: |args, cx| {
             Box::pin(
                 async move { skills::read_skill(&cx.env.skills, parse("read_skill", args)?).await },

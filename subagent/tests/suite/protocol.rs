@@ -34,6 +34,10 @@ async fn ping_is_answered_with_version_ids_and_capabilities() {
     for blocked in nexbot_protocol::BLOCKED_TOOLS {
         assert!(!tools.contains(blocked));
     }
+    // The programs on its PATH (additive, for skills' `requires`): the test's PATH has `sh`.
+    let programs: Vec<&str> =
+        caps["programs"].as_array().unwrap().iter().map(|p| p.as_str().unwrap()).collect();
+    assert!(programs.contains(&"sh"), "{programs:?}");
 }
 
 #[tokio::test]

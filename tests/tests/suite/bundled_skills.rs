@@ -1,5 +1,6 @@
-//! The skills shipped in `skills/`: each is a well-formed skill folder (front matter with a
-//! `name` matching the folder, a `description`, and `tools` the subagent really has), and a
+//! The skills shipped in `skills/`: each is a well-formed skill folder as `nexbot-skill` reads
+//! it (front matter with a `name` matching the folder, a `description`, and `tools` the
+//! subagent really has; nothing the content screen flags), and a
 //! subagent in a hardened pool container, with the folder mounted read-only the way the
 //! deployment mounts it, lists them with their descriptions and reads one in full.
 
@@ -19,20 +20,6 @@ fn skills_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("skills")
 }
 
-/// The `key: value` lines of a `SKILL.md` front matter, or why there is none.
-fn front_matter(text: &str) -> Result<Vec<(String, String)>, String> {
-    let rest = text.strip_prefix("---\n").ok_or("does not start with a `---` line")?;
-    let end = rest.find("\n---\n").ok_or("front matter is not closed by a `---` line")?;
-    rest[..end]
-        .lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| {
-            let (key, value) = line.split_once(':').ok_or(format!("not `key: value`: {line}"))?;
-            Ok((key.trim().to_owned(), value.trim().trim_matches('"').to_owned()))
-        })
-        .collect()
-}
-
 /// Names of the bundled skill folders.
 fn bundled() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(skills_dir())
@@ -47,40 +34,25 @@ fn bundled() -> Vec<String> {
 
 #[test]
 fn every_bundled_skill_is_well_formed() {
+    // The one parser the host and the subagent use, with its strictness and content screen.
     let names = bundled();
     assert!(names.contains(&"web-research".to_owned()), "{names:?}");
-    for name in names {
-        let path = skills_dir().join(&name).join("SKILL.md");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let fields = front_matter(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let field = |key: &str| fields.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-        assert_eq!(field("name"), Some(name.as_str()), "{name}: `name` must be the folder name");
+    let entries = nexbot_skill::scan_dir(&skills_dir(), &nexbot_skill::Environment::default())
+        .expect("skills/ reads");
+    assert_eq!(entries.iter().map(|e| e.name.clone()).collect::<Vec<_>>(), names);
+    for entry in entries {
+        let name = &entry.name;
+        assert_eq!(entry.state, nexbot_skill::State::Ok, "{name}: {:?}", entry.reason);
         assert!(
             name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
-            "{name}: folder names are plain (a-z, 0-9, -) so read_skill accepts them"
+            "{name}: folder names are plain (a-z, 0-9, -)"
         );
-        let description = field("description").unwrap_or_default();
+        let description = entry.description().unwrap_or_default();
         assert!(
             !description.is_empty() && description.chars().count() <= 200,
             "{name}: description must be 1..=200 characters (read_skill shows 200)"
         );
-        let tools = field("tools").expect("tools listed");
-        let tools = tools.strip_prefix('[').and_then(|t| t.strip_suffix(']')).expect("[a, b]");
-        for tool in tools.split(',').map(str::trim) {
-            assert!(
-                nexbot_protocol::SUBAGENT_TOOLS.contains(&tool),
-                "{name}: `{tool}` is not a subagent tool"
-            );
-        }
-        assert!(text.len() > 500, "{name}: a skill should teach something");
     }
-}
-
-#[test]
-fn front_matter_errors_say_what_is_wrong() {
-    assert!(front_matter("# no front matter").unwrap_err().contains("`---`"));
-    assert!(front_matter("---\nname: x\n").unwrap_err().contains("not closed"));
-    assert!(front_matter("---\nname x\n---\n").unwrap_err().contains("name x"));
 }
 
 #[tokio::test]
@@ -122,4 +94,59 @@ async fn a_pool_subagent_lists_and_reads_the_bundled_skills_read_only() {
     let (code, output) = exec(&docker, &id, "touch /workspace/skills/x 2>&1").await;
     assert_ne!(code, 0, "the skills mount is writable: {output}");
     pool.shutdown().await.expect("clean shutdown");
+}
+
+/// A skill copied into the folder after the pool started is read by the next task through the
+/// mount (`/workspace/skills`): nothing is restarted, nothing copied into containers.
+#[tokio::test]
+async fn a_skill_copied_in_while_the_pool_runs_is_read_by_a_subagent() {
+    let Some((docker, config)) = setup("skills-live").await else { return };
+    let dir = std::env::temp_dir().join(format!("nxp-skills-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = PoolConfig { size: 1, skills_dir: Some(dir.clone()), ..config };
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+
+    // Built elsewhere, moved in whole, after the container is up.
+    let staging = dir.with_extension("staging");
+    std::fs::create_dir_all(staging.join("late-skill")).unwrap();
+    std::fs::write(
+        staging.join("late-skill/SKILL.md"),
+        "---\nname: late-skill\ndescription: \"Arrived while the pool ran\"\ntools: [read_file]\n---\n# Late\nThe secret word is marmalade.\n",
+    )
+    .unwrap();
+    std::fs::rename(staging.join("late-skill"), dir.join("late-skill")).unwrap();
+
+    let llm = llm_on(
+        gateway,
+        vec![
+            Step::tool_call("read_skill", json!({})),
+            Step::tool_call("read_skill", json!({"name": "late-skill"})),
+            Step::text("done"),
+        ],
+    )
+    .await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(90),
+        pool.execute(
+            task("skills-live-1", "Use the late skill", &llm, gateway),
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("answered in time")
+    .expect("task ran");
+    assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 3, "one call per step");
+    assert!(
+        chats[1].to_text().contains("late-skill: Arrived while the pool ran"),
+        "{}",
+        chats[1].to_text()
+    );
+    assert!(chats[2].to_text().contains("The secret word is marmalade."), "{}", chats[2].to_text());
+    pool.shutdown().await.expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&staging);
 }
