@@ -112,6 +112,9 @@ pub struct Agent {
     model: Model,
     /// Chats told that a fallback provider answers them (told once per episode).
     told_fallback: std::sync::Mutex<std::collections::HashSet<ChatRef>>,
+    /// One turn at a time per chat, whoever starts it (the bus, the scheduler): two turns of
+    /// one chat at once would interleave its history.
+    turn_locks: std::sync::Mutex<std::collections::HashMap<ChatRef, Arc<tokio::sync::Mutex<()>>>>,
     tools: ToolRegistry,
     hooks: Vec<Arc<dyn Hook>>,
     store: Store,
@@ -148,6 +151,7 @@ impl Agent {
         Self {
             model,
             told_fallback: Default::default(),
+            turn_locks: Default::default(),
             tools,
             hooks,
             store,
@@ -206,6 +210,21 @@ impl Agent {
         cancel: CancellationToken,
         channel: Arc<dyn Channel>,
     ) -> TurnOutcome {
+        let lock = {
+            let mut locks = self.turn_locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(chat.clone()).or_default().clone()
+        };
+        let _one_turn_per_chat = tokio::select! {
+            guard = lock.lock_owned() => guard,
+            () = cancel.cancelled() => return TurnOutcome {
+                answer: "Stopped.".into(),
+                status: TurnStatus::Cancelled,
+                usage: TokenUsage::default(),
+                iterations: 0,
+                tool_calls: 0,
+                tool_failures: 0,
+            },
+        };
         let meter = TurnMeter::default();
         let session_id = match self.store.active_session(chat).await {
             Ok(id) => id,

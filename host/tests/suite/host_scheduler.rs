@@ -430,3 +430,33 @@ async fn cron_through_the_control_api_delivers_over_telegram() {
     assert!(matches!(err, Err(ClientError::Daemon { status: 404, .. })));
     serving.stop(limit).await;
 }
+
+/// A job of a chat whose user turn is running waits for it: one turn at a time per chat,
+/// whoever starts it, so a chat's history never interleaves.
+#[tokio::test]
+async fn a_job_waits_for_the_running_turn_of_its_chat() {
+    let ws = TempWorkspace::init("sched-oneturn");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let message = nexbot_host::bus::InboundMessage {
+        chat: chat("shared"),
+        id: 1,
+        text: "a slow question".into(),
+    };
+    h.app.inbound().send(message).await.unwrap();
+    // Due in a second, while the user's turn (3 s) still runs.
+    create_job(
+        h.app.store(),
+        &chat("shared"),
+        spec("note it", None, Some("in 1s")),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    let first = h.next_final(20).await.expect("no answer");
+    assert_eq!(first.text, "done: a slow question", "the job ran inside the user's turn");
+    let second = h.next_final(20).await.expect("the job delivered nothing");
+    assert!(second.text.starts_with("Scheduled «note it»:"), "{}", second.text);
+    h.app.stop().await;
+}
