@@ -20,7 +20,7 @@ use nexbot_llm::provider::Timeouts;
 use nexbot_llm::{Chain, ChatRequest, Provider, RetryPolicy};
 pub use nexbot_llm::{
     ChatMessage, Completion, ErrorClass, FunctionCall, LlmError, StreamEvent, ToolCall, ToolSpec,
-    Usage as TokenUsage,
+    Usage,
 };
 
 use crate::config::LlmConfig;
@@ -164,7 +164,7 @@ impl Model {
                 .map_err(|reason| LlmError::new(ErrorClass::Budget, "caps", reason))?;
             match self.chain.complete_within(&request, cancel, on_event, wait_left).await {
                 Ok(mut completion) => {
-                    let usage = completion.usage.unwrap_or(TokenUsage {
+                    let usage = completion.usage.unwrap_or(Usage {
                         prompt_tokens: prompt,
                         completion_tokens: estimate_tokens(nexbot_llm::context::message_bytes(
                             &completion.message,

@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use nexbot_core::ChatRef;
 
-use crate::llm::TokenUsage;
+use crate::llm::Usage;
 
 /// Migrations in order; `user_version` is the number applied.
 const MIGRATIONS: &[&str] = &[
@@ -191,8 +191,8 @@ const TASK_COLUMNS: &str = "id, chat_id, session_id, task, container, status, st
     duration_ms, prompt_tokens, completion_tokens, error, egress";
 
 /// Token usage from a row of two sums (prompt, completion).
-fn usage_sums(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenUsage> {
-    Ok(TokenUsage {
+fn usage_sums(r: &rusqlite::Row<'_>) -> rusqlite::Result<Usage> {
+    Ok(Usage {
         prompt_tokens: r.get::<_, i64>(0)? as u64,
         completion_tokens: r.get::<_, i64>(1)? as u64,
     })
@@ -289,7 +289,7 @@ pub struct TaskEnd {
     pub status: String,
     pub container: Option<String>,
     pub duration_ms: i64,
-    pub usage: TokenUsage,
+    pub usage: Usage,
     pub error: Option<String>,
     /// The egress's summary of the task (JSON).
     pub egress: Option<String>,
@@ -422,7 +422,7 @@ impl Store {
         session_id: i64,
         user: &str,
         assistant: &str,
-        usage: TokenUsage,
+        usage: Usage,
     ) -> Result<(), StoreError> {
         let (user, assistant) = (user.to_owned(), assistant.to_owned());
         self.call(move |c| {
@@ -450,7 +450,7 @@ impl Store {
     }
 
     /// Tokens spent by the chat across all its sessions (prompt, completion).
-    pub async fn chat_usage(&self, chat: &ChatRef) -> Result<TokenUsage, StoreError> {
+    pub async fn chat_usage(&self, chat: &ChatRef) -> Result<Usage, StoreError> {
         let chat = chat.to_string();
         self.call(move |c| {
             c.query_row(
@@ -778,7 +778,7 @@ impl Store {
     }
 
     /// LLM tokens of the main agent's turns recorded since `since` (unix seconds).
-    pub async fn tokens_since(&self, since: i64) -> Result<TokenUsage, StoreError> {
+    pub async fn tokens_since(&self, since: i64) -> Result<Usage, StoreError> {
         self.call(move |c| {
             c.query_row(
                 "SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0)
@@ -1069,7 +1069,7 @@ mod tests {
             .unwrap();
         store.start_task("running", &chat, None, "y").await.unwrap();
         let session = store.active_session(&chat).await.unwrap();
-        store.append_turn(session, "q", "a", TokenUsage::default()).await.unwrap();
+        store.append_turn(session, "q", "a", Usage::default()).await.unwrap();
         let ages = Retention { telegram_updates_days: 30, task_records_days: 90, history_days: 0 };
         // Nothing is old yet.
         assert_eq!(store.prune(ages, unix_now()).await.unwrap(), [0, 0, 0]);
@@ -1096,7 +1096,7 @@ mod tests {
         let c1 = ChatRef::console("c1").unwrap();
         let store = Store::open(&path).await.unwrap();
         let session = store.active_session(&c1).await.unwrap();
-        let usage = TokenUsage { prompt_tokens: 10, completion_tokens: 5 };
+        let usage = Usage { prompt_tokens: 10, completion_tokens: 5 };
         store.append_turn(session, "hi", "hello", usage).await.unwrap();
         store.append_turn(session, "again", "yes", usage).await.unwrap();
         drop(store);
@@ -1108,7 +1108,7 @@ mod tests {
         assert_eq!(history[2].content, "yes");
         assert_eq!(
             store.chat_usage(&c1).await.unwrap(),
-            TokenUsage { prompt_tokens: 20, completion_tokens: 10 }
+            Usage { prompt_tokens: 20, completion_tokens: 10 }
         );
         let mode: String =
             store.call(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0))).await.unwrap();
@@ -1144,7 +1144,7 @@ mod tests {
             status: "success".into(),
             container: Some("abc".into()),
             duration_ms: 12,
-            usage: TokenUsage { prompt_tokens: 3, completion_tokens: 4 },
+            usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
             error: None,
             egress: Some("{\"bytes_up\":1}".into()),
         };

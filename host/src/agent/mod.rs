@@ -24,7 +24,7 @@ use nexbot_core::ChatRef;
 
 use self::channel::Channel;
 use crate::config::AgentConfig;
-use crate::llm::{ChatMessage, ErrorClass, Model, StreamEvent, TokenUsage, ToolCall};
+use crate::llm::{ChatMessage, ErrorClass, Model, StreamEvent, ToolCall, Usage};
 use crate::store::Store;
 use crate::tools::{failure, ToolContext, ToolRegistry};
 use crate::workspace::assemble_context;
@@ -55,7 +55,7 @@ pub enum TurnStatus {
 pub struct TurnOutcome {
     pub answer: String,
     pub status: TurnStatus,
-    pub usage: TokenUsage,
+    pub usage: Usage,
     pub iterations: u32,
     /// Tool calls the turn made, and how many of them failed (the scheduler reports a run
     /// whose every tool call failed as failed).
@@ -76,12 +76,12 @@ struct TurnMeter {
 }
 
 impl TurnMeter {
-    fn add(&self, usage: TokenUsage) {
+    fn add(&self, usage: Usage) {
         self.prompt_tokens.fetch_add(usage.prompt_tokens, Ordering::Relaxed);
         self.completion_tokens.fetch_add(usage.completion_tokens, Ordering::Relaxed);
     }
-    fn usage(&self) -> TokenUsage {
-        TokenUsage {
+    fn usage(&self) -> Usage {
+        Usage {
             prompt_tokens: self.prompt_tokens.load(Ordering::Relaxed),
             completion_tokens: self.completion_tokens.load(Ordering::Relaxed),
         }
@@ -219,7 +219,7 @@ impl Agent {
             () = cancel.cancelled() => return TurnOutcome {
                 answer: "Stopped.".into(),
                 status: TurnStatus::Cancelled,
-                usage: TokenUsage::default(),
+                usage: Usage::default(),
                 iterations: 0,
                 tool_calls: 0,
                 tool_failures: 0,
@@ -233,7 +233,7 @@ impl Agent {
                 return TurnOutcome {
                     answer: format!("Sorry, I cannot reach my memory right now: {e}"),
                     status: TurnStatus::Failed,
-                    usage: TokenUsage::default(),
+                    usage: Usage::default(),
                     iterations: 0,
                     tool_calls: 0,
                     tool_failures: 0,

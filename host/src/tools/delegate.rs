@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::deadlines::TaskDeadlines;
 use crate::delegation::{AccessEnd, BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
-use crate::llm::TokenUsage;
+use crate::llm::Usage;
 use crate::store::{Store, TaskEnd};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
@@ -240,7 +240,7 @@ impl TypedTool for Delegate {
                     ResponseBody::Success { result, usage, .. } => {
                         end.status = "success".into();
                         end.usage = usage
-                            .map(|u| TokenUsage {
+                            .map(|u| Usage {
                                 prompt_tokens: u.prompt_tokens,
                                 completion_tokens: u.completion_tokens,
                             })
@@ -270,7 +270,7 @@ impl TypedTool for Delegate {
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
         end.egress = egress.map(|e| e.to_string());
-        if end.usage == TokenUsage::default() {
+        if end.usage == Usage::default() {
             // No usage in the answer (a failure, a timeout, a bare report): what the relay
             // charged is the best count there is; kept as completion tokens, like a report.
             end.usage.completion_tokens = relay_tokens.unwrap_or(0);
@@ -444,7 +444,7 @@ impl Drop for Access<'_> {
         let end = TaskEnd {
             status: "cancelled".into(),
             duration_ms: self.started.elapsed().as_millis() as i64,
-            usage: TokenUsage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
+            usage: Usage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
             error: Some("abandoned: the turn stopped waiting for the subagent".into()),
             egress: egress.map(|e| e.to_string()),
             ..TaskEnd::default()
