@@ -55,27 +55,28 @@ fn every_bundled_skill_is_well_formed() {
     }
 }
 
-#[tokio::test]
-async fn a_pool_subagent_lists_and_reads_the_bundled_skills_read_only() {
-    let Some((docker, config)) = setup("skills").await else { return };
-    let config = PoolConfig { size: 1, skills_dir: Some(skills_dir()), ..config };
-    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+/// Runs one task in `pool` whose model lists the skills, then reads `skill` with `read_skill`;
+/// returns the three chat requests the scripted model received (the listing is in the second,
+/// the skill's body in the third).
+async fn list_then_read(
+    pool: &Pool,
+    id: &str,
+    text: &str,
+    skill: &str,
+) -> Vec<nexbot_tests::scripted_llm::Recorded> {
     let gateway = pool.network().gateway;
     let llm = llm_on(
         gateway,
         vec![
             Step::tool_call("read_skill", json!({})),
-            Step::tool_call("read_skill", json!({"name": "web-research"})),
-            Step::text("read them"),
+            Step::tool_call("read_skill", json!({"name": skill})),
+            Step::text("done"),
         ],
     )
     .await;
     let answer = tokio::time::timeout(
         Duration::from_secs(90),
-        pool.execute(
-            task("skills-1", "Which skills are there?", &llm, gateway),
-            CancellationToken::new(),
-        ),
+        pool.execute(task(id, text, &llm, gateway), CancellationToken::new()),
     )
     .await
     .expect("answered in time")
@@ -83,6 +84,15 @@ async fn a_pool_subagent_lists_and_reads_the_bundled_skills_read_only() {
     assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
     let chats = llm.chat_requests();
     assert_eq!(chats.len(), 3, "one call per step");
+    chats
+}
+
+#[tokio::test]
+async fn a_pool_subagent_lists_and_reads_the_bundled_skills_read_only() {
+    let Some((docker, config)) = setup("skills").await else { return };
+    let config = PoolConfig { size: 1, skills_dir: Some(skills_dir()), ..config };
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let chats = list_then_read(&pool, "skills-1", "Which skills are there?", "web-research").await;
     let listing = chats[1].to_text();
     for name in bundled() {
         assert!(listing.contains(&format!("{name}: ")), "{name} not listed with a description");
@@ -106,7 +116,6 @@ async fn a_skill_copied_in_while_the_pool_runs_is_read_by_a_subagent() {
     std::fs::create_dir_all(&dir).unwrap();
     let config = PoolConfig { size: 1, skills_dir: Some(dir.clone()), ..config };
     let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
-    let gateway = pool.network().gateway;
 
     // Built elsewhere, moved in whole, after the container is up.
     let staging = dir.with_extension("staging");
@@ -118,28 +127,7 @@ async fn a_skill_copied_in_while_the_pool_runs_is_read_by_a_subagent() {
     .unwrap();
     std::fs::rename(staging.join("late-skill"), dir.join("late-skill")).unwrap();
 
-    let llm = llm_on(
-        gateway,
-        vec![
-            Step::tool_call("read_skill", json!({})),
-            Step::tool_call("read_skill", json!({"name": "late-skill"})),
-            Step::text("done"),
-        ],
-    )
-    .await;
-    let answer = tokio::time::timeout(
-        Duration::from_secs(90),
-        pool.execute(
-            task("skills-live-1", "Use the late skill", &llm, gateway),
-            CancellationToken::new(),
-        ),
-    )
-    .await
-    .expect("answered in time")
-    .expect("task ran");
-    assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
-    let chats = llm.chat_requests();
-    assert_eq!(chats.len(), 3, "one call per step");
+    let chats = list_then_read(&pool, "skills-live-1", "Use the late skill", "late-skill").await;
     assert!(
         chats[1].to_text().contains("late-skill: Arrived while the pool ran"),
         "{}",
