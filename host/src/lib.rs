@@ -33,6 +33,7 @@ pub mod control_api;
 pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
+pub mod exits;
 pub mod instance;
 pub mod llm;
 pub mod pool_runner;
@@ -44,6 +45,7 @@ pub mod spend;
 pub mod status;
 pub mod store;
 pub mod tools;
+pub mod vault;
 pub mod workspace;
 
 pub use nexbot_core::BoxFuture;

@@ -139,6 +139,28 @@ const MIGRATIONS: &[&str] = &[
         handed_at_ms INTEGER
     );
     CREATE INDEX job_runs_job ON job_runs(job_id, id);",
+    // 7: the secrets vault (`vault/`): values encrypted with XChaCha20-Poly1305 under a key
+    // derived from NEXBOT_MASTER_KEY with the KDF and salt of `vault_meta`; `scope` is a
+    // chat (`telegram:42`) or `operator`. Names, hosts and mode are not secret.
+    "CREATE TABLE vault_meta (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        kdf TEXT NOT NULL,
+        salt BLOB NOT NULL,
+        check_nonce BLOB NOT NULL,
+        check_sealed BLOB NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE secrets (
+        scope TEXT NOT NULL,
+        name TEXT NOT NULL,
+        nonce BLOB NOT NULL,
+        sealed BLOB NOT NULL,
+        hosts TEXT NOT NULL DEFAULT '[]',
+        mode TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (scope, name)
+    );",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.

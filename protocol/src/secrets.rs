@@ -317,6 +317,8 @@ pub struct Redactor {
     /// needles).
     by_first: Vec<Vec<u32>>,
     labels: Vec<String>,
+    /// Each secret's name (what [`Redactor::redact_found`] reports), by label index.
+    names: Vec<String>,
     /// Index into [`BRACKETS`] of this redactor's labels.
     brackets: usize,
     /// The last-resort label `[X]` is in use, and counts as a marker.
@@ -333,17 +335,26 @@ pub struct Redactor {
 
 impl Redactor {
     pub fn new(secrets: &SecretMap) -> Self {
+        Self::from_pairs(secrets.iter())
+    }
+
+    /// A redactor over `(name, value)` pairs. Unlike a [`SecretMap`], names may repeat: the
+    /// host's exits scan the secrets of every chat at once, and two chats may both hold a
+    /// `GITHUB_TOKEN`.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a SecretString)>) -> Self {
+        let pairs: Vec<(&str, &SecretString)> = pairs.into_iter().collect();
         let mut redactor = Self::default();
         let contains = |value: &str, (open, close): (&str, &str)| {
             value.contains(open) || value.contains(close)
         };
-        let used = |pair| secrets.iter().any(|(_, v)| contains(v.expose_secret(), pair));
+        let used = |pair| pairs.iter().any(|(_, v)| contains(v.expose_secret(), pair));
         match BRACKETS.iter().position(|pair| !used(*pair)) {
             Some(index) => redactor.brackets = index,
             None => redactor.settle = true,
         }
-        for (index, (name, value)) in secrets.iter().enumerate() {
+        for (index, (name, value)) in pairs.into_iter().enumerate() {
             redactor.labels.push(redactor.named_label(name));
+            redactor.names.push(name.to_owned());
             let value = value.expose_secret().as_bytes();
             if value.is_empty() {
                 continue;
@@ -405,6 +416,28 @@ impl Redactor {
             // Spans start and end on character boundaries; this is only a safety net.
             Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
         }
+    }
+
+    /// The text redacted and the names of the secrets found in it (each once, sorted), or
+    /// `None` when no secret is in it: for exits that audit which secret they stopped.
+    pub fn redact_found(&self, text: &str) -> Option<(String, Vec<String>)> {
+        if self.is_empty() {
+            return None;
+        }
+        let scan = self.scan(text.as_bytes(), true);
+        if scan.spans.is_empty() {
+            return None;
+        }
+        let mut names: Vec<String> =
+            scan.spans.iter().map(|span| self.names[span.secret].clone()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let bytes = self.settle(self.render(text.as_bytes(), &scan.spans));
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+        };
+        Some((text, names))
     }
 
     /// [`Redactor::redact`] for bytes that need not be UTF-8 (a whole line, a whole output).
@@ -985,6 +1018,25 @@ mod tests {
 
     fn redactor(pairs: &[(&str, &str)]) -> Redactor {
         Redactor::new(&map(pairs))
+    }
+
+    #[test]
+    fn pairs_may_repeat_a_name_and_redact_found_names_what_it_stopped() {
+        let a = SecretString::from("first-chat-token-1234".to_owned());
+        let b = SecretString::from("second-chat-token-5678".to_owned());
+        let c = SecretString::from("operator-search-key-90".to_owned());
+        let r = Redactor::from_pairs([("TOKEN", &a), ("TOKEN", &b), ("SEARCH", &c)]);
+        let text = format!(
+            "a={} b={} c={}",
+            "first-chat-token-1234",
+            STANDARD.encode("second-chat-token-5678"),
+            "operator-search-key-90"
+        );
+        let (redacted, names) = r.redact_found(&text).unwrap();
+        assert_eq!(redacted, "a=[REDACTED:TOKEN] b=[REDACTED:TOKEN] c=[REDACTED:SEARCH]");
+        assert_eq!(names, ["SEARCH", "TOKEN"]);
+        assert!(r.redact_found("nothing secret here").is_none());
+        assert!(Redactor::default().redact_found("first-chat-token-1234").is_none());
     }
 
     /// `application/x-www-form-urlencoded` (space as `+`), which query strings often use.

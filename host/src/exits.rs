@@ -1,0 +1,279 @@
+//! The exit scan: every text that leaves the host is checked for secret values first.
+//!
+//! Why one scanner for every exit: a secret leaks through whichever door nobody watched — a
+//! provider's 401 that echoed the API key into a chat message, a model that pasted a token
+//! into its answer, a log line with a request body. So the host keeps one [`Redactor`] over
+//! every value it must never emit — the vault's secrets of every chat and of the operator,
+//! and the daemon's own keys (LLM provider keys, the Telegram token, the master key) — and
+//! the exits run text through [`Exits::scan`]: chat messages and drafts (`channels::Router`),
+//! the main agent's LLM requests (`llm.rs`), task records (`tools/delegate.rs`) and log lines
+//! ([`RedactingWriter`]). A hit is replaced by `[REDACTED:NAME]` in every form the redactor
+//! knows (raw, base64, hex, percent- and JSON-escaped) and audited by name and exit, never by
+//! value.
+//!
+//! Scanning every chat's secrets at every exit is deliberate: a value of chat A has no
+//! business in chat B's message either.
+
+use std::borrow::Cow;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use nexbot_core::ChatRef;
+use nexbot_protocol::secrets::Redactor;
+use secrecy::SecretString;
+
+/// Where a text was leaving through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// A message, draft, caption or task update shown in a chat.
+    Chat,
+    /// A request to the LLM provider from the main agent.
+    Llm,
+    /// A task record written to the store.
+    TaskRecord,
+    /// A log line.
+    Log,
+}
+
+impl Exit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Llm => "llm",
+            Self::TaskRecord => "task_record",
+            Self::Log => "log",
+        }
+    }
+}
+
+/// The values to scan for and the counter of what was stopped. Cheap to share.
+#[derive(Default)]
+pub struct Exits {
+    /// The daemon's own keys, by the name they are labelled with.
+    daemon: Vec<(String, SecretString)>,
+    redactor: RwLock<Arc<Redactor>>,
+    hits: AtomicU64,
+}
+
+impl std::fmt::Debug for Exits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.daemon.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Exits").field("daemon_keys", &names).field("hits", &self.hits()).finish()
+    }
+}
+
+impl Exits {
+    /// A scanner for the daemon's own keys (`(label, value)`; unset ones are skipped); the
+    /// vault adds its values with [`Exits::refresh`].
+    pub fn new(daemon: impl IntoIterator<Item = (String, Option<SecretString>)>) -> Arc<Self> {
+        let daemon: Vec<(String, SecretString)> =
+            daemon.into_iter().filter_map(|(name, value)| Some((name, value?))).collect();
+        let exits = Self { daemon, ..Self::default() };
+        exits.refresh(std::iter::empty());
+        Arc::new(exits)
+    }
+
+    /// Rebuilds the scanner from the daemon's keys and `secrets` (the vault's values of every
+    /// scope, names may repeat). Called whenever a secret is set, deleted or rotated.
+    pub fn refresh<'a>(&self, secrets: impl Iterator<Item = (&'a str, &'a SecretString)>) {
+        let mut pairs: Vec<(&str, &SecretString)> =
+            self.daemon.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        for (name, value) in secrets {
+            pairs.push((name, value));
+        }
+        let redactor = Arc::new(Redactor::from_pairs(pairs));
+        *self.redactor.write().unwrap_or_else(|p| p.into_inner()) = redactor;
+    }
+
+    /// The current redactor (for stream scanning).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        self.redactor.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Secrets stopped at an exit since start.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// `text` with every known secret redacted; a hit is audited (names, exit, chat).
+    pub fn scan<'t>(&self, exit: Exit, chat: Option<&ChatRef>, text: &'t str) -> Cow<'t, str> {
+        let Some((clean, names)) = self.redactor().redact_found(text) else {
+            return Cow::Borrowed(text);
+        };
+        self.hits.fetch_add(names.len() as u64, Ordering::Relaxed);
+        let chat = chat.map(ToString::to_string).unwrap_or_default();
+        for name in &names {
+            tracing::warn!(
+                target: "nexbot::exits",
+                secret = %name,
+                exit = exit.name(),
+                chat = %chat,
+                "a secret value was about to leave the host; it was redacted"
+            );
+        }
+        Cow::Owned(clean)
+    }
+
+    /// [`Exits::scan`] in place.
+    pub fn scan_string(&self, exit: Exit, chat: Option<&ChatRef>, text: &mut String) {
+        if let Cow::Owned(clean) = self.scan(exit, chat, text) {
+            *text = clean;
+        }
+    }
+}
+
+/// A `tracing-subscriber` writer that scans each formatted log line before it is written.
+///
+/// A hit is redacted and followed by one JSON audit line naming the secret — written here,
+/// not through `tracing`, which would re-enter the writer.
+#[derive(Clone, Debug)]
+pub struct RedactingWriter<W> {
+    exits: Arc<Exits>,
+    make: W,
+}
+
+impl<W> RedactingWriter<W> {
+    pub fn new(exits: Arc<Exits>, make: W) -> Self {
+        Self { exits, make }
+    }
+}
+
+/// One log line being formatted.
+pub struct LineWriter<W: Write> {
+    exits: Arc<Exits>,
+    inner: W,
+    line: Vec<u8>,
+}
+
+impl<W: Write> std::fmt::Debug for LineWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LineWriter").field("buffered", &self.line.len()).finish()
+    }
+}
+
+impl<W: Write> Write for LineWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.line.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.emit()?;
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> LineWriter<W> {
+    fn emit(&mut self) -> std::io::Result<()> {
+        if self.line.is_empty() {
+            return Ok(());
+        }
+        let line = std::mem::take(&mut self.line);
+        let text = String::from_utf8_lossy(&line);
+        match self.exits.redactor().redact_found(&text) {
+            None => self.inner.write_all(&line),
+            Some((clean, names)) => {
+                self.exits.hits.fetch_add(names.len() as u64, Ordering::Relaxed);
+                self.inner.write_all(clean.as_bytes())?;
+                let audit = serde_json::json!({
+                    "level": "WARN",
+                    "target": "nexbot::exits",
+                    "fields": {
+                        "message": "a secret value was about to be logged; it was redacted",
+                        "secret": names.join(","),
+                        "exit": Exit::Log.name(),
+                    }
+                });
+                writeln!(self.inner, "{audit}")
+            }
+        }
+    }
+}
+
+impl<W: Write> Drop for LineWriter<W> {
+    fn drop(&mut self) {
+        let _ = self.emit();
+    }
+}
+
+impl<'a, M> tracing_subscriber::fmt::MakeWriter<'a> for RedactingWriter<M>
+where
+    M: tracing_subscriber::fmt::MakeWriter<'a>,
+{
+    type Writer = LineWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter { exits: self.exits.clone(), inner: self.make.make_writer(), line: Vec::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    const KEY: &str = "sk-daemon-PLANTED-llm-key-000111";
+    const TOKEN: &str = "ghp_chat_PLANTED_token_222333";
+
+    fn exits() -> Arc<Exits> {
+        let exits = Exits::new([
+            ("NEXBOT_LLM_API_KEY".to_owned(), Some(SecretString::from(KEY.to_owned()))),
+            ("NEXBOT_TELEGRAM_TOKEN".to_owned(), None),
+        ]);
+        let token = SecretString::from(TOKEN.to_owned());
+        exits.refresh([("GITHUB_TOKEN", &token)].into_iter());
+        exits
+    }
+
+    #[test]
+    fn daemon_keys_and_vault_values_are_stopped_in_any_form() {
+        let exits = exits();
+        let chat = ChatRef::Telegram(7);
+        let text = format!("key {KEY} and {}", hex_of(TOKEN));
+        let clean = exits.scan(Exit::Chat, Some(&chat), &text);
+        assert_eq!(clean, "key [REDACTED:NEXBOT_LLM_API_KEY] and [REDACTED:GITHUB_TOKEN]");
+        assert_eq!(exits.hits(), 2);
+        assert!(matches!(exits.scan(Exit::Chat, Some(&chat), "plain text"), Cow::Borrowed(_)));
+        // A refresh without the value: it is no longer scanned for (deleted secret).
+        exits.refresh(std::iter::empty());
+        assert_eq!(exits.scan(Exit::Llm, None, TOKEN), TOKEN);
+        assert!(!format!("{exits:?}").contains(KEY));
+    }
+
+    fn hex_of(text: &str) -> String {
+        text.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn log_lines_are_scanned_and_the_hit_is_audited_by_name() {
+        let exits = exits();
+        let sink = Sink::default();
+        let out = sink.clone();
+        let writer = RedactingWriter::new(exits.clone(), move || out.clone());
+        let subscriber = tracing_subscriber::fmt().json().with_writer(writer).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(body = %format!("Authorization: Bearer {TOKEN}"), "sending");
+            tracing::info!("nothing to see");
+        });
+        let logged = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        assert!(!logged.contains(TOKEN), "{logged}");
+        assert!(logged.contains("[REDACTED:GITHUB_TOKEN]"), "{logged}");
+        assert!(logged.contains("\"secret\":\"GITHUB_TOKEN\""), "{logged}");
+        assert!(logged.contains("nothing to see"), "{logged}");
+        assert_eq!(exits.hits(), 1);
+    }
+}

@@ -1,0 +1,645 @@
+//! The secrets vault: each chat's secrets, and the operator's, encrypted at rest in the store.
+//!
+//! Why here and not in a crate: the vault is the host's state (its SQLite store, its master
+//! key); the egress gets proxy-mode credentials through its own `Credential` type and never
+//! sees a vault type. The cryptography is in `crypto.rs`.
+//!
+//! Invariants:
+//! - A value is stored only sealed (XChaCha20-Poly1305, a random nonce per value, its scope
+//!   and name bound as associated data) under a key derived from `NEXBOT_MASTER_KEY`; names,
+//!   hosts and mode are plain (listing needs no key).
+//! - Values are decrypted once, at start-up and when set, into `secrecy` types, so every exit
+//!   can be scanned for them ([`crate::exits::Exits`]); they never reach a log, a prompt, an
+//!   error or `Debug`.
+//! - A wrong master key, a corrupt or moved row: that secret is unreadable with an error that
+//!   says which and why; the daemon goes on, nothing is replaced by an empty value.
+//! - Without a (long enough) master key the vault is off and says so; listing and deleting
+//!   still work.
+
+mod crypto;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use nexbot_core::ChatRef;
+use nexbot_egress::HostPattern;
+use nexbot_protocol::secrets::{is_valid_secret_name, MIN_SECRET_VALUE_BYTES};
+use rusqlite::{params, OptionalExtension};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::exits::Exits;
+use crate::store::{unix_now, Store, StoreError};
+use crypto::{CryptoError, VaultKey};
+
+pub use crypto::MIN_MASTER_KEY_CHARS;
+
+/// A value is at most this many bytes.
+pub const MAX_VALUE_BYTES: usize = 8 * 1024;
+/// At most this many hosts are bound to one secret.
+pub const MAX_HOSTS: usize = 16;
+
+/// Whose secret: a chat's, or the operator's (the daemon's own tool backends).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    Chat(ChatRef),
+    Operator,
+}
+
+impl Scope {
+    /// The stored form: the chat reference (`telegram:42`) or `operator`.
+    pub fn key(&self) -> String {
+        match self {
+            Self::Chat(chat) => chat.to_string(),
+            Self::Operator => "operator".to_owned(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "operator" {
+            return Ok(Self::Operator);
+        }
+        text.parse::<ChatRef>().map(Self::Chat).map_err(|e| e.to_string())
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Chat(chat) => write!(f, "chat {chat}"),
+            Self::Operator => f.write_str("the operator scope"),
+        }
+    }
+}
+
+/// How a subagent uses a secret (`docs/product.md` §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The container holds only the placeholder; the egress proxy fills the value in for
+    /// the bound hosts. The default for a secret bound to at least one host.
+    Proxy,
+    /// The value travels to the container in the `execute` request (attached stdin) and is
+    /// filled in there. The only mode for a secret bound to no host.
+    Stdin,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proxy => "proxy",
+            Self::Stdin => "stdin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<Self, VaultError> {
+        match text {
+            "proxy" => Ok(Self::Proxy),
+            "stdin" => Ok(Self::Stdin),
+            other => Err(VaultError::BadMode(other.to_owned())),
+        }
+    }
+}
+
+/// What is known of a secret without its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretInfo {
+    pub scope: Scope,
+    pub name: String,
+    pub hosts: Vec<String>,
+    pub mode: Mode,
+    /// Unix seconds.
+    pub updated_at: i64,
+    /// Why the value cannot be used, if it cannot (wrong master key, corrupt row).
+    pub unreadable: Option<String>,
+}
+
+/// A secret a task may use: its value and where it may go.
+pub struct Resolved {
+    pub name: String,
+    pub value: SecretString,
+    pub hosts: Vec<String>,
+    pub mode: Mode,
+}
+
+impl fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolved")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether the vault can be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VaultState {
+    On,
+    /// No usable master key: the reason, for `/status`, doctor and errors.
+    Off(String),
+    /// The master key does not open this vault.
+    WrongKey,
+}
+
+/// Why a vault operation failed. Never holds a value.
+#[derive(Debug, thiserror::Error)]
+pub enum VaultError {
+    #[error("the secrets vault is off: {0}")]
+    Off(String),
+    #[error(
+        "NEXBOT_MASTER_KEY is not the key this vault was written with, so no secret can be \
+         read or stored; start with the right key (or, to start over, delete the secrets with \
+         `nexbot-ctl secrets rm`)"
+    )]
+    WrongKey,
+    #[error("invalid secret name {0:?}: use [A-Z_][A-Z0-9_]*, at most 64 characters")]
+    BadName(String),
+    #[error(
+        "a secret's value must be {MIN_SECRET_VALUE_BYTES} bytes to {max} KiB; this one is {0} bytes",
+        max = MAX_VALUE_BYTES / 1024
+    )]
+    BadValue(usize),
+    #[error("invalid host {0:?}: give a host name such as api.github.com or *.example.com")]
+    BadHost(String),
+    #[error("at most {MAX_HOSTS} hosts can be bound to one secret")]
+    TooManyHosts,
+    #[error("invalid mode {0:?}: use proxy or stdin")]
+    BadMode(String),
+    #[error(
+        "secret {0} is bound to no host, so it cannot be used in proxy mode: add --host HOST, \
+         or use --mode stdin"
+    )]
+    ProxyNeedsHost(String),
+    #[error("no secret named {name} in {scope}{}", available_names(available))]
+    NotFound { name: String, scope: Scope, available: Vec<String> },
+    #[error(
+        "secret {name} of {scope} cannot be decrypted: the stored row was altered, moved to \
+         another chat or name, or is corrupt; set it again"
+    )]
+    Corrupt { name: String, scope: Scope },
+    #[error("the vault's key cannot be made: {0}")]
+    Crypto(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn available_names(names: &[String]) -> String {
+    if names.is_empty() {
+        " (none is stored)".to_owned()
+    } else {
+        format!(" (stored: {})", names.join(", "))
+    }
+}
+
+#[derive(Clone)]
+struct Entry {
+    value: Result<SecretString, Unreadable>,
+    hosts: Vec<String>,
+    mode: Mode,
+    updated_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unreadable {
+    WrongKey,
+    Corrupt,
+    Off,
+}
+
+type Key = (Scope, String);
+
+/// The vault. Share it behind an `Arc`.
+pub struct Vault {
+    store: Store,
+    key: Option<VaultKey>,
+    state: VaultState,
+    entries: RwLock<BTreeMap<Key, Entry>>,
+    exits: Option<Arc<Exits>>,
+}
+
+impl fmt::Debug for Vault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let names: Vec<String> = entries.keys().map(|(s, n)| format!("{}/{n}", s.key())).collect();
+        f.debug_struct("Vault").field("state", &self.state).field("secrets", &names).finish()
+    }
+}
+
+/// A stored row, as read.
+struct Row {
+    scope: String,
+    name: String,
+    nonce: Vec<u8>,
+    sealed: Vec<u8>,
+    hosts: String,
+    mode: String,
+    updated_at: i64,
+}
+
+fn read_rows(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Row>> {
+    let mut stmt = conn.prepare(
+        "SELECT scope, name, nonce, sealed, hosts, mode, updated_at FROM secrets ORDER BY scope, name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Row {
+            scope: r.get(0)?,
+            name: r.get(1)?,
+            nonce: r.get(2)?,
+            sealed: r.get(3)?,
+            hosts: r.get(4)?,
+            mode: r.get(5)?,
+            updated_at: r.get(6)?,
+        })
+    })?;
+    rows.collect()
+}
+
+struct Meta {
+    kdf: String,
+    salt: Vec<u8>,
+    check_nonce: Vec<u8>,
+    check_sealed: Vec<u8>,
+}
+
+fn read_meta(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Meta>> {
+    conn.query_row(
+        "SELECT kdf, salt, check_nonce, check_sealed FROM vault_meta WHERE id = 1",
+        [],
+        |r| {
+            Ok(Meta {
+                kdf: r.get(0)?,
+                salt: r.get(1)?,
+                check_nonce: r.get(2)?,
+                check_sealed: r.get(3)?,
+            })
+        },
+    )
+    .optional()
+}
+
+/// Why a master key is not used, if it is not.
+fn master_key_problem(master: Option<&SecretString>) -> Option<String> {
+    match master {
+        None => Some(
+            "NEXBOT_MASTER_KEY is not set; set it (e.g. `openssl rand -base64 32`) and restart \
+             to store secrets"
+                .to_owned(),
+        ),
+        Some(key) if key.expose_secret().chars().count() < MIN_MASTER_KEY_CHARS => Some(format!(
+            "NEXBOT_MASTER_KEY is shorter than {MIN_MASTER_KEY_CHARS} characters; use a \
+             random one (e.g. `openssl rand -base64 32`) and restart"
+        )),
+        Some(_) => None,
+    }
+}
+
+/// A fresh key, salt and check value for a vault (new or rotated).
+fn fresh_meta(master: &SecretString) -> Result<(VaultKey, Meta), VaultError> {
+    let crypto = |e: CryptoError| VaultError::Crypto(e.to_string());
+    let salt = crypto::random::<{ crypto::SALT_BYTES }>().map_err(crypto)?.to_vec();
+    let kdf = crypto::KDF.to_owned();
+    let key = VaultKey::derive(master, &kdf, &salt).map_err(crypto)?;
+    let (check_nonce, check_sealed) = key.seal_check().map_err(crypto)?;
+    Ok((key, Meta { kdf, salt, check_nonce, check_sealed }))
+}
+
+fn validate(
+    name: &str,
+    value: &SecretString,
+    hosts: &[String],
+    mode: Option<Mode>,
+) -> Result<(Vec<String>, Mode), VaultError> {
+    if !is_valid_secret_name(name) {
+        return Err(VaultError::BadName(name.to_owned()));
+    }
+    let len = value.expose_secret().len();
+    if !(MIN_SECRET_VALUE_BYTES..=MAX_VALUE_BYTES).contains(&len) {
+        return Err(VaultError::BadValue(len));
+    }
+    if hosts.len() > MAX_HOSTS {
+        return Err(VaultError::TooManyHosts);
+    }
+    let mut bound = Vec::new();
+    for host in hosts {
+        let pattern =
+            HostPattern::try_from(host.clone()).map_err(|_| VaultError::BadHost(host.clone()))?;
+        let text = pattern.to_string();
+        // `*` would send the value anywhere: that is no binding at all.
+        if text == "*" {
+            return Err(VaultError::BadHost(host.clone()));
+        }
+        if !bound.contains(&text) {
+            bound.push(text);
+        }
+    }
+    let mode = match mode {
+        Some(Mode::Proxy) if bound.is_empty() => {
+            return Err(VaultError::ProxyNeedsHost(name.to_owned()))
+        }
+        Some(mode) => mode,
+        None if bound.is_empty() => Mode::Stdin,
+        None => Mode::Proxy,
+    };
+    Ok((bound, mode))
+}
+
+impl Vault {
+    /// Opens the vault of `store` with `master` (the `NEXBOT_MASTER_KEY`). Only a store
+    /// failure is an error: a missing, short or wrong key leaves the vault off (or its
+    /// secrets unreadable) with the reason logged, and the daemon goes on.
+    pub async fn open(
+        store: Store,
+        master: Option<&SecretString>,
+        exits: Option<Arc<Exits>>,
+    ) -> Result<Arc<Self>, VaultError> {
+        let (meta, rows) = store.call(|c| Ok((read_meta(c)?, read_rows(c)?))).await?;
+        let problem = master_key_problem(master);
+        let (key, state) = match (problem, master) {
+            (Some(reason), _) => {
+                if !rows.is_empty() {
+                    tracing::warn!(secrets = rows.len(), "the secrets vault is off: {reason}");
+                }
+                (None, VaultState::Off(reason))
+            }
+            (None, None) => (None, VaultState::Off("no master key".to_owned())),
+            (None, Some(master)) => match meta {
+                Some(meta) => {
+                    let master = master.clone();
+                    let derived = tokio::task::spawn_blocking(move || {
+                        VaultKey::derive(&master, &meta.kdf, &meta.salt).map(|key| {
+                            (key.opens_check(&meta.check_nonce, &meta.check_sealed), key)
+                        })
+                    })
+                    .await
+                    .map_err(|e| VaultError::Crypto(e.to_string()))?
+                    .map_err(|e| VaultError::Crypto(e.to_string()))?;
+                    match derived {
+                        (true, key) => (Some(key), VaultState::On),
+                        (false, _) => {
+                            tracing::error!(
+                                secrets = rows.len(),
+                                "NEXBOT_MASTER_KEY does not open the secrets vault: it is not the \
+                                 key the vault was written with; its secrets cannot be used"
+                            );
+                            (None, VaultState::WrongKey)
+                        }
+                    }
+                }
+                None => {
+                    let master = master.clone();
+                    let (key, meta) = tokio::task::spawn_blocking(move || fresh_meta(&master))
+                        .await
+                        .map_err(|e| VaultError::Crypto(e.to_string()))??;
+                    store
+                        .call(move |c| {
+                            c.execute(
+                                "INSERT INTO vault_meta (id, kdf, salt, check_nonce, check_sealed, created_at)
+                                 VALUES (1, ?1, ?2, ?3, ?4, ?5)",
+                                params![meta.kdf, meta.salt, meta.check_nonce, meta.check_sealed, unix_now()],
+                            )
+                        })
+                        .await?;
+                    (Some(key), VaultState::On)
+                }
+            },
+        };
+        let mut entries = BTreeMap::new();
+        for row in rows {
+            let Ok(scope) = Scope::parse(&row.scope) else {
+                tracing::warn!(scope = %row.scope, name = %row.name, "a stored secret has an unknown scope; skipped");
+                continue;
+            };
+            let value = match (&key, &state) {
+                (Some(key), _) => key.open(&row.scope, &row.name, &row.nonce, &row.sealed).map_err(|_| {
+                    tracing::error!(%scope, name = %row.name, "a stored secret cannot be decrypted (altered, moved or corrupt row)");
+                    Unreadable::Corrupt
+                }),
+                (None, VaultState::WrongKey) => Err(Unreadable::WrongKey),
+                (None, _) => Err(Unreadable::Off),
+            };
+            let hosts = serde_json::from_str(&row.hosts).unwrap_or_default();
+            let mode = Mode::parse(&row.mode).unwrap_or(Mode::Stdin);
+            entries.insert(
+                (scope, row.name),
+                Entry { value, hosts, mode, updated_at: row.updated_at },
+            );
+        }
+        let vault = Arc::new(Self { store, key, state, entries: RwLock::new(entries), exits });
+        vault.refresh_exits();
+        Ok(vault)
+    }
+
+    pub fn state(&self) -> &VaultState {
+        &self.state
+    }
+
+    fn usable(&self) -> Result<&VaultKey, VaultError> {
+        match (&self.state, &self.key) {
+            (VaultState::On, Some(key)) => Ok(key),
+            (VaultState::WrongKey, _) => Err(VaultError::WrongKey),
+            (VaultState::Off(reason), _) => Err(VaultError::Off(reason.clone())),
+            (VaultState::On, None) => Err(VaultError::Off("no key".into())),
+        }
+    }
+
+    fn refresh_exits(&self) {
+        let Some(exits) = &self.exits else { return };
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        exits.refresh(
+            entries
+                .iter()
+                .filter_map(|((_, name), e)| Some((name.as_str(), e.value.as_ref().ok()?))),
+        );
+    }
+
+    /// Stores (or replaces) `name` in `scope`. `mode`: `None` picks proxy for a secret bound
+    /// to a host, stdin otherwise.
+    pub async fn set(
+        &self,
+        scope: &Scope,
+        name: &str,
+        value: SecretString,
+        hosts: &[String],
+        mode: Option<Mode>,
+    ) -> Result<SecretInfo, VaultError> {
+        let (hosts, mode) = validate(name, &value, hosts, mode)?;
+        let key = self.usable()?;
+        let scope_key = scope.key();
+        let (nonce, sealed) = key
+            .seal(&scope_key, name, value.expose_secret().as_bytes())
+            .map_err(|e| VaultError::Crypto(e.to_string()))?;
+        let now = unix_now();
+        let hosts_json = serde_json::to_string(&hosts).unwrap_or_else(|_| "[]".into());
+        let owned_name = name.to_owned();
+        self.store
+            .call(move |c| {
+                c.execute(
+                    "INSERT INTO secrets (scope, name, nonce, sealed, hosts, mode, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+                     ON CONFLICT (scope, name) DO UPDATE SET nonce = excluded.nonce,
+                        sealed = excluded.sealed, hosts = excluded.hosts, mode = excluded.mode,
+                        updated_at = excluded.updated_at",
+                    params![scope_key, owned_name, nonce, sealed, hosts_json, mode.as_str(), now],
+                )
+            })
+            .await?;
+        self.entries.write().unwrap_or_else(|p| p.into_inner()).insert(
+            (scope.clone(), name.to_owned()),
+            Entry { value: Ok(value), hosts: hosts.clone(), mode, updated_at: now },
+        );
+        self.refresh_exits();
+        tracing::info!(%scope, name, mode = mode.as_str(), hosts = ?hosts, "secret stored");
+        Ok(SecretInfo {
+            scope: scope.clone(),
+            name: name.to_owned(),
+            hosts,
+            mode,
+            updated_at: now,
+            unreadable: None,
+        })
+    }
+
+    /// Deletes `name` from `scope`; false if there was none.
+    pub async fn delete(&self, scope: &Scope, name: &str) -> Result<bool, VaultError> {
+        let (scope_key, owned) = (scope.key(), name.to_owned());
+        let deleted = self
+            .store
+            .call(move |c| {
+                c.execute(
+                    "DELETE FROM secrets WHERE scope = ?1 AND name = ?2",
+                    params![scope_key, owned],
+                )
+            })
+            .await?;
+        self.entries
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(scope.clone(), name.to_owned()));
+        self.refresh_exits();
+        if deleted > 0 {
+            tracing::info!(%scope, name, "secret deleted");
+        }
+        Ok(deleted > 0)
+    }
+
+    /// The secrets of `scope` (every scope with `None`), names and bindings only.
+    pub fn list(&self, scope: Option<&Scope>) -> Vec<SecretInfo> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries
+            .iter()
+            .filter(|((s, _), _)| scope.is_none_or(|scope| scope == s))
+            .map(|((scope, name), e)| SecretInfo {
+                scope: scope.clone(),
+                name: name.clone(),
+                hosts: e.hosts.clone(),
+                mode: e.mode,
+                updated_at: e.updated_at,
+                unreadable: e
+                    .value
+                    .as_ref()
+                    .err()
+                    .map(|u| self.unreadable(*u, scope, name).to_string()),
+            })
+            .collect()
+    }
+
+    fn unreadable(&self, why: Unreadable, scope: &Scope, name: &str) -> VaultError {
+        match why {
+            Unreadable::WrongKey => VaultError::WrongKey,
+            Unreadable::Corrupt => {
+                VaultError::Corrupt { name: name.to_owned(), scope: scope.clone() }
+            }
+            Unreadable::Off => VaultError::Off(match &self.state {
+                VaultState::Off(reason) => reason.clone(),
+                _ => "no key".to_owned(),
+            }),
+        }
+    }
+
+    /// The secret `name` of `scope`, to hand to a task or a tool backend. An unknown name is an
+    /// error listing the names that exist.
+    pub fn resolve(&self, scope: &Scope, name: &str) -> Result<Resolved, VaultError> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = entries.get(&(scope.clone(), name.to_owned())) else {
+            let available =
+                entries.keys().filter(|(s, _)| s == scope).map(|(_, n)| n.clone()).collect();
+            return Err(VaultError::NotFound {
+                name: name.to_owned(),
+                scope: scope.clone(),
+                available,
+            });
+        };
+        match &entry.value {
+            Ok(value) => Ok(Resolved {
+                name: name.to_owned(),
+                value: value.clone(),
+                hosts: entry.hosts.clone(),
+                mode: entry.mode,
+            }),
+            Err(why) => Err(self.unreadable(*why, scope, name)),
+        }
+    }
+}
+
+/// Re-encrypts every secret of `store` from `old` to `new` master key in one transaction:
+/// a fresh salt and check value, a fresh nonce for each value. Nothing changes unless every
+/// secret opens with `old`. The daemon must not be running (the caller holds the data
+/// directory's lock), or it would go on with the old key. Returns how many were re-encrypted.
+pub async fn rotate_master_key(
+    store: &Store,
+    old: &SecretString,
+    new: &SecretString,
+) -> Result<usize, VaultError> {
+    if let Some(problem) = master_key_problem(Some(new)) {
+        return Err(VaultError::Off(format!("the new key: {problem}")));
+    }
+    let (meta, rows) = store.call(|c| Ok((read_meta(c)?, read_rows(c)?))).await?;
+    let Some(meta) = meta else {
+        return Err(VaultError::Off("this database has no vault yet; nothing to rotate".into()));
+    };
+    let (old, new) = (old.clone(), new.clone());
+    let rewritten = tokio::task::spawn_blocking(move || -> Result<_, VaultError> {
+        let crypto = |e: CryptoError| VaultError::Crypto(e.to_string());
+        let old_key = VaultKey::derive(&old, &meta.kdf, &meta.salt).map_err(crypto)?;
+        if !old_key.opens_check(&meta.check_nonce, &meta.check_sealed) {
+            return Err(VaultError::WrongKey);
+        }
+        let (new_key, new_meta) = fresh_meta(&new)?;
+        let mut rewritten = Vec::new();
+        for row in rows {
+            let scope = Scope::parse(&row.scope).unwrap_or(Scope::Operator);
+            let value = old_key
+                .open(&row.scope, &row.name, &row.nonce, &row.sealed)
+                .map_err(|_| VaultError::Corrupt { name: row.name.clone(), scope })?;
+            let (nonce, sealed) = new_key
+                .seal(&row.scope, &row.name, value.expose_secret().as_bytes())
+                .map_err(crypto)?;
+            rewritten.push((row.scope, row.name, nonce, sealed));
+        }
+        Ok((new_meta, rewritten))
+    })
+    .await
+    .map_err(|e| VaultError::Crypto(e.to_string()))??;
+    let (new_meta, rows) = rewritten;
+    let count = rows.len();
+    store
+        .call(move |c| {
+            let tx = c.transaction()?;
+            tx.execute(
+                "UPDATE vault_meta SET kdf = ?1, salt = ?2, check_nonce = ?3, check_sealed = ?4 WHERE id = 1",
+                params![new_meta.kdf, new_meta.salt, new_meta.check_nonce, new_meta.check_sealed],
+            )?;
+            for (scope, name, nonce, sealed) in &rows {
+                tx.execute(
+                    "UPDATE secrets SET nonce = ?1, sealed = ?2 WHERE scope = ?3 AND name = ?4",
+                    params![nonce, sealed, scope, name],
+                )?;
+            }
+            tx.commit()
+        })
+        .await?;
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! The vault against a real SQLite file: what is on disk, wrong keys, moved rows, rotation.
+
+use super::*;
+
+const VALUE: &str = "ghp_PLANTED_vault_value_0123456789";
+const MASTER: &str = "master-key-for-tests-0123456789";
+
+fn secret(text: &str) -> SecretString {
+    SecretString::from(text.to_owned())
+}
+
+fn chat(id: i64) -> Scope {
+    Scope::Chat(ChatRef::Telegram(id))
+}
+
+fn temp_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nxh-vault-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn store(dir: &std::path::Path) -> Store {
+    Store::open(&dir.join("nexbot.db")).await.unwrap()
+}
+
+/// Every byte of the database file, its WAL and shared memory.
+fn database_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        all.extend(std::fs::read(entry.unwrap().path()).unwrap_or_default());
+    }
+    all
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test]
+async fn values_are_stored_sealed_and_read_back_after_a_restart() {
+    let dir = temp_dir();
+    let master = secret(MASTER);
+    let vault = Vault::open(store(&dir).await, Some(&master), None).await.unwrap();
+    assert_eq!(vault.state(), &VaultState::On);
+    let info = vault
+        .set(&chat(1), "GITHUB_TOKEN", secret(VALUE), &["API.github.com".into()], None)
+        .await
+        .unwrap();
+    assert_eq!(info.hosts, ["api.github.com"]);
+    assert_eq!(info.mode, Mode::Proxy);
+    let stdin = vault.set(&chat(1), "PLAIN", secret("another-value-42"), &[], None).await.unwrap();
+    assert_eq!(stdin.mode, Mode::Stdin);
+    drop(vault);
+
+    let bytes = database_bytes(&dir);
+    assert!(!contains(&bytes, VALUE), "the database holds the value in plain text");
+    assert!(!contains(&bytes, MASTER));
+    assert!(contains(&bytes, "GITHUB_TOKEN"), "positive control: names are stored plain");
+
+    let vault = Vault::open(store(&dir).await, Some(&master), None).await.unwrap();
+    let resolved = vault.resolve(&chat(1), "GITHUB_TOKEN").unwrap();
+    assert_eq!(resolved.value.expose_secret(), VALUE);
+    assert_eq!(resolved.mode, Mode::Proxy);
+    assert!(!format!("{resolved:?}{vault:?}").contains(VALUE));
+    // Another chat has none, and the error lists what that chat has (nothing).
+    let err = vault.resolve(&chat(2), "GITHUB_TOKEN").unwrap_err().to_string();
+    assert!(
+        err.contains("no secret named GITHUB_TOKEN in chat telegram:2 (none is stored)"),
+        "{err}"
+    );
+    let err = vault.resolve(&chat(1), "NOPE").unwrap_err().to_string();
+    assert!(err.contains("(stored: GITHUB_TOKEN, PLAIN)"), "{err}");
+    assert!(vault.delete(&chat(1), "PLAIN").await.unwrap());
+    assert!(!vault.delete(&chat(1), "PLAIN").await.unwrap());
+    assert_eq!(vault.list(Some(&chat(1))).len(), 1);
+}
+
+#[tokio::test]
+async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
+    let dir = temp_dir();
+    let store = store(&dir).await;
+    let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
+    vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap();
+    vault.set(&chat(2), "OTHER", secret("chat-two-value-99"), &[], None).await.unwrap();
+    drop(vault);
+
+    let wrong = Vault::open(store.clone(), Some(&secret("a-different-master-key-000")), None)
+        .await
+        .unwrap();
+    assert_eq!(wrong.state(), &VaultState::WrongKey);
+    let err = wrong.resolve(&chat(1), "TOKEN").unwrap_err().to_string();
+    assert!(err.contains("NEXBOT_MASTER_KEY is not the key this vault was written with"), "{err}");
+    assert!(!err.contains(VALUE));
+    // Storing with the wrong key would mix two keys in one vault: refused.
+    let err = wrong.set(&chat(1), "NEW", secret("new-value-123"), &[], None).await.unwrap_err();
+    assert!(matches!(err, VaultError::WrongKey), "{err}");
+    // Listing still works, and says why the value is unusable.
+    let listed = wrong.list(Some(&chat(1)));
+    assert!(listed[0].unreadable.as_deref().unwrap().contains("NEXBOT_MASTER_KEY"));
+
+    // Chat 2's row moved to chat 1 (an attacker with the database file): does not open.
+    store
+        .call(|c| {
+            c.execute(
+                "UPDATE secrets SET scope = 'telegram:1', name = 'STOLEN' WHERE name = 'OTHER'",
+                [],
+            )
+        })
+        .await
+        .unwrap();
+    let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
+    assert_eq!(vault.resolve(&chat(1), "TOKEN").unwrap().value.expose_secret(), VALUE);
+    let err = vault.resolve(&chat(1), "STOLEN").unwrap_err().to_string();
+    assert!(err.contains("altered, moved to another chat or name, or is corrupt"), "{err}");
+    // A flipped byte: the same.
+    store
+        .call(|c| c.execute("UPDATE secrets SET sealed = zeroblob(40) WHERE name = 'TOKEN'", []))
+        .await
+        .unwrap();
+    let vault = Vault::open(store, Some(&secret(MASTER)), None).await.unwrap();
+    assert!(matches!(vault.resolve(&chat(1), "TOKEN"), Err(VaultError::Corrupt { .. })));
+}
+
+#[tokio::test]
+async fn without_a_usable_master_key_the_vault_is_off_and_says_why() {
+    let dir = temp_dir();
+    for (master, says) in
+        [(None, "NEXBOT_MASTER_KEY is not set"), (Some(secret("short")), "shorter than 16")]
+    {
+        let vault = Vault::open(store(&dir).await, master.as_ref(), None).await.unwrap();
+        let err =
+            vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap_err().to_string();
+        assert!(err.starts_with("the secrets vault is off") && err.contains(says), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn bad_names_values_hosts_and_modes_are_refused_by_name() {
+    let dir = temp_dir();
+    let vault = Vault::open(store(&dir).await, Some(&secret(MASTER)), None).await.unwrap();
+    let set = |name: &'static str, value: &'static str, hosts: Vec<&'static str>, mode| {
+        let vault = vault.clone();
+        async move {
+            let hosts: Vec<String> = hosts.into_iter().map(str::to_owned).collect();
+            vault.set(&chat(1), name, secret(value), &hosts, mode).await.unwrap_err().to_string()
+        }
+    };
+    assert!(set("lower", VALUE, vec![], None).await.contains("invalid secret name \"lower\""));
+    assert!(set("SHORT", "1234567", vec![], None).await.contains("this one is 7 bytes"));
+    let long: &'static str = Box::leak("x".repeat(8 * 1024 + 1).into_boxed_str());
+    assert!(set("LONG", long, vec![], None).await.contains("8 KiB"));
+    assert!(set("HOST", VALUE, vec!["*"], None).await.contains("invalid host \"*\""));
+    assert!(set("HOST", VALUE, vec!["not a host"], None).await.contains("invalid host"));
+    assert!(set("PROXY", VALUE, vec![], Some(Mode::Proxy)).await.contains("--mode stdin"));
+}
+
+#[tokio::test]
+async fn rotating_the_master_key_re_encrypts_everything_or_nothing() {
+    let dir = temp_dir();
+    let store = store(&dir).await;
+    let (old, new) = (secret(MASTER), secret("the-new-master-key-abcdefgh"));
+    let vault = Vault::open(store.clone(), Some(&old), None).await.unwrap();
+    vault.set(&chat(1), "A_TOKEN", secret(VALUE), &[], None).await.unwrap();
+    vault
+        .set(
+            &Scope::Operator,
+            "SEARCH_KEY",
+            secret("operator-search-key-1"),
+            &["search.example.com".into()],
+            None,
+        )
+        .await
+        .unwrap();
+    drop(vault);
+    let before = store
+        .call(|c| {
+            c.query_row("SELECT sealed FROM secrets WHERE name = 'A_TOKEN'", [], |r| {
+                r.get::<_, Vec<u8>>(0)
+            })
+        })
+        .await
+        .unwrap();
+
+    // A wrong "old" key changes nothing.
+    let err = rotate_master_key(&store, &secret("not-the-old-key-at-all"), &new).await.unwrap_err();
+    assert!(matches!(err, VaultError::WrongKey));
+    assert_eq!(rotate_master_key(&store, &old, &new).await.unwrap(), 2);
+    let after = store
+        .call(|c| {
+            c.query_row("SELECT sealed FROM secrets WHERE name = 'A_TOKEN'", [], |r| {
+                r.get::<_, Vec<u8>>(0)
+            })
+        })
+        .await
+        .unwrap();
+    assert_ne!(before, after);
+
+    let vault = Vault::open(store.clone(), Some(&new), None).await.unwrap();
+    assert_eq!(vault.resolve(&chat(1), "A_TOKEN").unwrap().value.expose_secret(), VALUE);
+    assert_eq!(
+        vault.resolve(&Scope::Operator, "SEARCH_KEY").unwrap().hosts,
+        ["search.example.com"]
+    );
+    let stale = Vault::open(store, Some(&old), None).await.unwrap();
+    assert_eq!(stale.state(), &VaultState::WrongKey);
+}
+
+#[tokio::test]
+async fn the_exit_scanner_follows_what_the_vault_holds() {
+    let dir = temp_dir();
+    let exits = Exits::new([]);
+    let vault =
+        Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(exits.clone())).await.unwrap();
+    vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap();
+    let text = format!("here: {VALUE}");
+    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
+    vault.delete(&chat(1), "TOKEN").await.unwrap();
+    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), text);
+}
