@@ -96,7 +96,29 @@ pub struct Request {
     /// conversation into it before every call (default 32,768). Additive; not remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm_context_window: Option<u32>,
+    /// Secrets the host's egress proxy fills in, by name and bound hosts; their values never
+    /// enter the container. `http_request` sends a request that uses one to the proxy in
+    /// absolute form with the placeholder `{{secret:NAME}}` ([`PROXY_PLACEHOLDER`]).
+    /// Additive (`docs/protocol.md#secrets`); not remembered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_secrets: Option<Vec<ProxySecret>>,
 }
+
+/// A secret the egress proxy fills in for its hosts (`Request::proxy_secrets`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxySecret {
+    pub name: String,
+    /// Host patterns (`api.github.com`, `*.example.com`) the value may be sent to.
+    pub hosts: Vec<String>,
+}
+
+/// The placeholder of a proxy-mode secret as it goes to the egress proxy: `{{secret:NAME}}`.
+pub fn proxy_placeholder(name: &str) -> String {
+    format!("{{{{secret:{name}}}}}")
+}
+
+/// [`proxy_placeholder`]'s form, for documentation.
+pub const PROXY_PLACEHOLDER: &str = "{{secret:NAME}}";
 
 impl fmt::Debug for Request {
     /// Secrets and keys show as present/absent (names only for secrets), never as values.
@@ -117,6 +139,7 @@ impl fmt::Debug for Request {
             .field("llm_model", &self.llm_model)
             .field("llm_token", &self.llm_token.as_ref().map(|_| "[set]"))
             .field("llm_context_window", &self.llm_context_window)
+            .field("proxy_secrets", &self.proxy_secrets)
             .finish()
     }
 }
@@ -144,6 +167,8 @@ pub enum RequestErrorKind {
     Expired,
     #[error("secrets validation: {0}")]
     Secrets(#[from] SecretsError),
+    #[error("{0}")]
+    ProxySecret(String),
 }
 
 impl Request {
@@ -204,6 +229,23 @@ impl Request {
         }
         if let Some(secrets) = &self.secrets {
             secrets.validate().map_err(|e| fail(e.into()))?;
+        }
+        for proxied in self.proxy_secrets.iter().flatten() {
+            let problem = if !crate::secrets::is_valid_secret_name(&proxied.name) {
+                Some("its name is not [A-Z_][A-Z0-9_]*")
+            } else if proxied.hosts.is_empty() {
+                Some("it is bound to no host")
+            } else if self.secrets.as_ref().is_some_and(|s| s.get(&proxied.name).is_some()) {
+                Some("it is also in `secrets`")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(fail(RequestErrorKind::ProxySecret(format!(
+                    "proxy secret {:?}: {problem}",
+                    proxied.name
+                ))));
+            }
         }
         Ok(status)
     }

@@ -79,11 +79,11 @@ struct TaskLoop {
 pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let started = Instant::now();
     let env = ToolEnv::from_env();
-    let secrets = SecretStore::new(spec.secrets, SECRET_TTL);
+    let secrets = SecretStore::new(spec.secrets, SECRET_TTL).with_proxied(spec.proxy_secrets);
     let mut tool_specs = tools::specs(&spec.tools);
     tool_specs.push(todo_spec());
     let prompt_budget = prompt_budget(spec.llm.context_window(), &tool_specs);
-    let system = system_prompt(&spec.tools, &secrets.names(), &env, spec.timeout.as_secs());
+    let system = system_prompt(&spec.tools, &secrets.described(), &env, spec.timeout.as_secs());
     let mut user = format!("Task:\n{}", neutralize(&spec.redactor.redact(&spec.task)).text);
     if let Some(context) = spec.context.as_deref().filter(|c| !c.trim().is_empty()) {
         let context = neutralize(&spec.redactor.redact(context));

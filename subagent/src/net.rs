@@ -11,20 +11,57 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+pub const USER_AGENT: &str = concat!("nexbot-subagent/", env!("CARGO_PKG_VERSION"));
+
+/// At most this many redirects are followed.
+const MAX_REDIRECTS: usize = 5;
+
 /// The shared client, built on first use (an idle subagent never builds it).
 pub fn http_client() -> Result<&'static reqwest::Client, String> {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
+    build(&CLIENT, reqwest::redirect::Policy::limited(MAX_REDIRECTS))
+}
+
+/// The client for a request that carries a secret's value: it follows a redirect only to
+/// the host the request was sent to, so a server cannot bounce the value elsewhere (the 3xx
+/// comes back to the model instead).
+pub fn same_host_client() -> Result<&'static reqwest::Client, String> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().and_then(|u| u.host_str()).map(str::to_owned);
+        if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error("too many redirects")
+        } else if attempt.url().host_str().map(str::to_owned) != first {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    });
+    build(&CLIENT, policy)
+}
+
+/// The egress proxy's `host:port`, from `HTTP_PROXY` (or `http_proxy`).
+pub fn proxy_address() -> Option<String> {
+    let raw = std::env::var("HTTP_PROXY").or_else(|_| std::env::var("http_proxy")).ok()?;
+    let url = reqwest::Url::parse(raw.trim()).ok()?;
+    Some(format!("{}:{}", url.host_str()?, url.port_or_known_default()?))
+}
+
+fn build(
+    cell: &'static OnceLock<reqwest::Client>,
+    policy: reqwest::redirect::Policy,
+) -> Result<&'static reqwest::Client, String> {
+    if let Some(client) = cell.get() {
         return Ok(client);
     }
     let client = reqwest::Client::builder()
-        .user_agent(concat!("nexbot-subagent/", env!("CARGO_PKG_VERSION")))
+        .user_agent(USER_AGENT)
         .connect_timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::limited(5))
+        .redirect(policy)
         // No connection outlives the request that opened it: a pooled keep-alive (or proxy
         // tunnel) would carry one task's connection into the next.
         .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-    Ok(CLIENT.get_or_init(|| client))
+    Ok(cell.get_or_init(|| client))
 }

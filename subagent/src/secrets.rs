@@ -8,7 +8,9 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use nexbot_protocol::SecretMap;
+use std::collections::BTreeMap;
+
+use nexbot_protocol::{proxy_placeholder, ProxySecret, SecretMap};
 use regex::{Captures, Regex};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
@@ -33,23 +35,75 @@ pub enum SecretError {
 }
 
 /// One task's secrets with their expiry.
+///
+/// Two kinds (`docs/protocol.md#secrets`): values that came in the request (stdin mode),
+/// filled in here; and proxy-mode secrets, of which this process knows only the name and the
+/// hosts — their placeholders become `{{secret:NAME}}` for the egress proxy to fill in.
 #[derive(Debug)]
 pub struct SecretStore {
     secrets: SecretMap,
+    /// Proxy-mode secrets: name → bound hosts.
+    proxied: BTreeMap<String, Vec<String>>,
     expires_at: Instant,
+}
+
+/// What a placeholder stands for.
+enum Filling<'a> {
+    Value(&'a SecretString),
+    /// Left for the egress proxy, as `{{secret:NAME}}`.
+    Proxied,
 }
 
 impl SecretStore {
     pub fn new(secrets: SecretMap, ttl: Duration) -> Self {
-        Self { secrets, expires_at: Instant::now() + ttl }
+        Self { secrets, proxied: BTreeMap::new(), expires_at: Instant::now() + ttl }
+    }
+
+    /// Adds the task's proxy-mode secrets.
+    pub fn with_proxied(mut self, proxied: Vec<ProxySecret>) -> Self {
+        self.proxied = proxied.into_iter().map(|p| (p.name, p.hosts)).collect();
+        self
     }
 
     /// The names the model may use in placeholders.
     pub fn names(&self) -> Vec<String> {
-        self.secrets.names().map(str::to_owned).collect()
+        let mut names: Vec<String> = self.secrets.names().map(str::to_owned).collect();
+        names.extend(self.proxied.keys().cloned());
+        names.sort();
+        names
     }
 
-    fn get(&self, name: &str) -> Result<&SecretString, SecretError> {
+    /// The names for the system prompt: a proxy-mode secret with the hosts it works for.
+    pub fn described(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.secrets.names().map(str::to_owned).collect();
+        names.extend(
+            self.proxied
+                .iter()
+                .map(|(name, hosts)| format!("{name} (http_request to {} only)", hosts.join(", "))),
+        );
+        names.sort();
+        names
+    }
+
+    /// Whether the task has proxy-mode secrets: then its HTTP requests go to the egress
+    /// proxy in absolute form (the proxy fills in and scrubs), never through a tunnel.
+    pub fn has_proxied(&self) -> bool {
+        !self.proxied.is_empty()
+    }
+
+    /// Whether `text` has a placeholder that this process fills with a value (stdin mode): a
+    /// request carrying one must not follow a redirect to another host.
+    pub fn fills_a_value(&self, text: &str) -> bool {
+        PLACEHOLDER.captures_iter(text).any(|caps| {
+            let (name, _) = placeholder_name(&caps);
+            self.secrets.get(name).is_some()
+        })
+    }
+
+    fn get(&self, name: &str) -> Result<Filling<'_>, SecretError> {
+        if self.proxied.contains_key(name) {
+            return Ok(Filling::Proxied);
+        }
         let value = self.secrets.get(name).ok_or_else(|| SecretError::Unknown {
             name: name.to_owned(),
             available: self.names().join(", "),
@@ -57,7 +111,7 @@ impl SecretStore {
         if Instant::now() >= self.expires_at {
             return Err(SecretError::Expired { name: name.to_owned() });
         }
-        Ok(value)
+        Ok(Filling::Value(value))
     }
 
     /// `text` with every placeholder of a known secret replaced by its value. `$NAME` of an
@@ -68,7 +122,8 @@ impl SecretStore {
         let out = PLACEHOLDER.replace_all(text, |caps: &Captures<'_>| {
             let (name, explicit) = placeholder_name(caps);
             match self.get(name) {
-                Ok(value) => value.expose_secret().to_owned(),
+                Ok(Filling::Value(value)) => value.expose_secret().to_owned(),
+                Ok(Filling::Proxied) => proxy_placeholder(name),
                 Err(SecretError::Unknown { .. }) if !explicit => caps[0].to_owned(),
                 Err(err) => {
                     failure.get_or_insert(err);
@@ -95,12 +150,15 @@ impl SecretStore {
         let rewritten = PLACEHOLDER.replace_all(command, |caps: &Captures<'_>| {
             let (name, explicit) = placeholder_name(caps);
             match self.get(name) {
-                Ok(value) => {
+                Ok(filling) => {
                     if !env.iter().any(|(n, _)| n == name) {
-                        env.push((
-                            name.to_owned(),
-                            Zeroizing::new(value.expose_secret().to_owned()),
-                        ));
+                        // A proxy-mode secret's variable holds its placeholder: a plain
+                        // `http://` request through the proxy gets it filled in there.
+                        let value = match filling {
+                            Filling::Value(value) => value.expose_secret().to_owned(),
+                            Filling::Proxied => proxy_placeholder(name),
+                        };
+                        env.push((name.to_owned(), Zeroizing::new(value)));
                     }
                     if explicit {
                         format!("\"${{{name}}}\"")
@@ -142,6 +200,27 @@ mod tests {
         map.insert("TOKEN", SecretString::from("tok-123".to_owned()));
         map.insert("API_KEY", SecretString::from("key-456".to_owned()));
         SecretStore::new(map, ttl)
+    }
+
+    #[test]
+    fn proxy_mode_secrets_become_the_proxy_placeholder_and_never_a_value() {
+        let store = store(Duration::from_secs(60)).with_proxied(vec![ProxySecret {
+            name: "GH".into(),
+            hosts: vec!["api.github.com".into()],
+        }]);
+        assert!(store.has_proxied());
+        assert_eq!(store.names(), ["API_KEY", "GH", "TOKEN"]);
+        assert!(store.described().contains(&"GH (http_request to api.github.com only)".to_owned()));
+        let filled = store.substitute("Bearer $GH ${GH} {{secret:GH}} $TOKEN").unwrap();
+        assert_eq!(filled.as_str(), "Bearer {{secret:GH}} {{secret:GH}} {{secret:GH}} tok-123");
+        assert!(!store.fills_a_value("Bearer $GH"), "a proxied name carries no value");
+        assert!(store.fills_a_value("Bearer $TOKEN"));
+        // In a command the variable holds the placeholder, so plain-http requests through
+        // the proxy get it filled in there.
+        let (command, env) = store.for_command("curl -H \"x: $GH\" http://h/").unwrap();
+        assert_eq!(command, "curl -H \"x: $GH\" http://h/");
+        assert_eq!(env[0].0, "GH");
+        assert_eq!(env[0].1.as_str(), "{{secret:GH}}");
     }
 
     #[test]

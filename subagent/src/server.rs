@@ -266,6 +266,7 @@ impl Server {
             dropped_tools: selection.dropped,
             timeout: task::soft_timeout(request.timeout),
             secrets,
+            proxy_secrets: request.proxy_secrets.clone().unwrap_or_default(),
             llm,
             redactor: redactor.clone(),
         };

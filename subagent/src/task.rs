@@ -36,6 +36,8 @@ pub struct TaskSpec {
     pub timeout: Duration,
     /// Dropped (so zeroized) when the task ends, whatever its outcome.
     pub secrets: SecretMap,
+    /// Proxy-mode secrets (names and hosts only; the egress proxy holds the values).
+    pub proxy_secrets: Vec<nexbot_protocol::ProxySecret>,
     pub llm: LlmSettings,
     /// Scrubs the task's secrets and LLM credentials from everything it emits.
     pub redactor: Arc<Redactor>,

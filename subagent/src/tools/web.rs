@@ -8,13 +8,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
+use zeroize::Zeroizing;
 
 use super::{ToolError, ToolOutput};
 use crate::secrets::SecretStore;
-
-fn client() -> Result<&'static reqwest::Client, ToolError> {
-    crate::net::http_client().map_err(ToolError::Failed)
-}
 
 /// At most this much of a response body is read.
 pub const MAX_BODY: usize = 5 * 1024 * 1024;
@@ -54,22 +51,22 @@ pub struct FetchArgs {
 
 pub async fn web_fetch(secrets: &SecretStore, args: FetchArgs) -> Result<ToolOutput, ToolError> {
     let url = secrets.substitute(&args.url).map_err(|e| ToolError::Invalid(e.to_string()))?;
+    let carries_value = secrets.fills_a_value(&args.url);
     let url = check_url(&url)?;
-    let response = client()?
-        .get(url)
-        .timeout(FETCH_TIMEOUT)
-        .send()
-        .await
-        .map_err(|e| request_error("web_fetch", e))?;
-    let status = response.status();
-    let content_type = content_type(&response);
-    let body = read_limited(response).await?;
-    let mut text = describe_body(&content_type, &body.bytes, true);
-    if body.truncated {
+    let outgoing = Outgoing {
+        method: reqwest::Method::GET,
+        url,
+        headers: Vec::new(),
+        body: None,
+        timeout: FETCH_TIMEOUT,
+    };
+    let fetched = send(secrets, outgoing, carries_value, "web_fetch").await?;
+    let mut text = describe_body(&fetched.content_type, &fetched.body.bytes, true);
+    if fetched.body.truncated {
         text.push_str(&format!("\n[body cut at {MAX_BODY} bytes]"));
     }
-    if !status.is_success() {
-        text = format!("HTTP {status}\n{text}");
+    if !fetched.status.is_success() {
+        text = format!("HTTP {}{}\n{text}", fetched.status, fetched.redirect_note());
     }
     Ok(ToolOutput::external(format!("web_fetch {}", args.url), text))
 }
@@ -100,29 +97,158 @@ pub async fn http_request(
         .timeout_secs
         .map_or(FETCH_TIMEOUT, Duration::from_secs)
         .clamp(Duration::from_secs(1), MAX_REQUEST_TIMEOUT);
-    let mut request = client()?.request(method, url).timeout(timeout);
+    let mut carries_value = secrets.fills_a_value(&args.url);
+    let mut headers = Vec::new();
     for (name, value) in &args.headers {
+        carries_value |= secrets.fills_a_value(value);
         let value = fill(value)?;
         let name = reqwest::header::HeaderName::from_bytes(name.trim().as_bytes())
             .map_err(|_| ToolError::Invalid(format!("invalid header name {name:?}")))?;
         let mut value = reqwest::header::HeaderValue::from_str(value.as_str())
             .map_err(|_| ToolError::Invalid(format!("invalid value for header {name}")))?;
         value.set_sensitive(true);
-        request = request.header(name, value);
+        headers.push((name, value));
     }
-    if let Some(body) = &args.body {
-        request = request.body(fill(body)?.as_str().to_owned());
+    let body = match &args.body {
+        Some(body) => {
+            carries_value |= secrets.fills_a_value(body);
+            Some(Zeroizing::new(fill(body)?.as_bytes().to_vec()))
+        }
+        None => None,
+    };
+    let outgoing = Outgoing { method, url, headers, body, timeout };
+    let fetched = send(secrets, outgoing, carries_value, "http_request").await?;
+    let mut text = format!(
+        "HTTP {}{}\ncontent-type: {}\n",
+        fetched.status,
+        fetched.redirect_note(),
+        fetched.content_type
+    );
+    if let Some(location) = &fetched.location {
+        text.push_str(&format!("location: {location}\n"));
     }
-    let response = request.send().await.map_err(|e| request_error("http_request", e))?;
-    let status = response.status();
-    let content_type = content_type(&response);
-    let body = read_limited(response).await?;
-    let mut text = format!("HTTP {status}\ncontent-type: {content_type}\n\n");
-    text.push_str(&describe_body(&content_type, &body.bytes, false));
-    if body.truncated {
+    text.push('\n');
+    text.push_str(&describe_body(&fetched.content_type, &fetched.body.bytes, false));
+    if fetched.body.truncated {
         text.push_str(&format!("\n[body cut at {MAX_BODY} bytes]"));
     }
     Ok(ToolOutput::external(format!("http_request {method_name} {}", args.url), text))
+}
+
+/// A request ready to go, secrets filled in (or left as `{{secret:NAME}}` for the proxy).
+struct Outgoing {
+    method: reqwest::Method,
+    url: reqwest::Url,
+    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    body: Option<Zeroizing<Vec<u8>>>,
+    timeout: Duration,
+}
+
+/// What came back.
+struct Fetched {
+    status: reqwest::StatusCode,
+    content_type: String,
+    location: Option<String>,
+    body: Body,
+}
+
+impl Fetched {
+    /// A redirect is never followed when the request carried a secret (nor ever on the
+    /// proxy path): say so, with where it pointed.
+    fn redirect_note(&self) -> &'static str {
+        if self.status.is_redirection() && self.location.is_some() {
+            " (redirect not followed: the request carried a secret)"
+        } else {
+            ""
+        }
+    }
+}
+
+/// Sends `outgoing`. A task with proxy-mode secrets sends every request to the egress proxy
+/// in absolute form (`https://` too: the proxy makes the TLS connection, fills in the
+/// secrets for their bound hosts and scrubs the answer); otherwise reqwest, through the
+/// proxy's tunnel. A request that carries a value filled in here follows no redirect to
+/// another host.
+async fn send(
+    secrets: &SecretStore,
+    outgoing: Outgoing,
+    carries_value: bool,
+    tool: &str,
+) -> Result<Fetched, ToolError> {
+    if secrets.has_proxied() {
+        return tokio::time::timeout(outgoing.timeout, via_proxy(outgoing, tool)).await.map_err(
+            |_| ToolError::Timeout(format!("{tool}: the server did not answer in time")),
+        )?;
+    }
+    let client =
+        if carries_value { crate::net::same_host_client() } else { crate::net::http_client() };
+    let client = client.map_err(ToolError::Failed)?;
+    let mut request = client.request(outgoing.method, outgoing.url).timeout(outgoing.timeout);
+    for (name, value) in outgoing.headers {
+        request = request.header(name, value);
+    }
+    if let Some(body) = outgoing.body {
+        request = request.body(body.to_vec());
+    }
+    let response = request.send().await.map_err(|e| request_error(tool, e))?;
+    let (status, content_type, location) = head(response.status(), response.headers());
+    let body = read_limited(response.bytes_stream()).await?;
+    Ok(Fetched { status, content_type, location: location.filter(|_| carries_value), body })
+}
+
+fn head(
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+) -> (reqwest::StatusCode, String, Option<String>) {
+    let get = |name| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let content_type = get(reqwest::header::CONTENT_TYPE).unwrap_or_default().to_ascii_lowercase();
+    let location = get(reqwest::header::LOCATION).filter(|_| status.is_redirection());
+    (status, content_type, location)
+}
+
+/// One request to the egress proxy in absolute form over a fresh connection (none outlives
+/// its request, as with the shared client).
+async fn via_proxy(outgoing: Outgoing, tool: &str) -> Result<Fetched, ToolError> {
+    use http_body_util::{BodyDataStream, Full};
+    let failed = |what: &str, err: &dyn std::fmt::Display| {
+        ToolError::Failed(format!("{tool}: {what}: {err}"))
+    };
+    let proxy = crate::net::proxy_address().ok_or_else(|| {
+        ToolError::Failed(format!(
+            "{tool}: this task's secrets are filled in by the egress proxy, but no HTTP_PROXY \
+             is set"
+        ))
+    })?;
+    let stream = tokio::net::TcpStream::connect(&proxy)
+        .await
+        .map_err(|e| failed("cannot reach the egress proxy", &e))?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| failed("egress proxy", &e))?;
+    tokio::spawn(conn);
+    let authority = match outgoing.url.port() {
+        Some(port) => format!("{}:{port}", outgoing.url.host_str().unwrap_or_default()),
+        None => outgoing.url.host_str().unwrap_or_default().to_owned(),
+    };
+    let mut builder = http::Request::builder()
+        .method(outgoing.method)
+        .uri(outgoing.url.as_str())
+        .header(http::header::HOST, authority)
+        .header(http::header::USER_AGENT, crate::net::USER_AGENT);
+    for (name, value) in outgoing.headers {
+        builder = builder.header(name, value);
+    }
+    let body = outgoing.body.map(|b| bytes::Bytes::from(b.to_vec())).unwrap_or_default();
+    let request = builder
+        .body(Full::new(body))
+        .map_err(|e| ToolError::Invalid(format!("{tool}: cannot build the request: {e}")))?;
+    let response = sender.send_request(request).await.map_err(|e| failed("request", &e))?;
+    let (status, content_type, location) = head(response.status(), response.headers());
+    let stream = BodyDataStream::new(response.into_body());
+    let body = read_limited(stream).await?;
+    Ok(Fetched { status, content_type, location, body })
 }
 
 /// A request error without its URL (which may hold a substituted secret).
@@ -138,27 +264,20 @@ fn request_error(tool: &str, err: reqwest::Error) -> ToolError {
     ToolError::Failed(format!("{tool}: {text}"))
 }
 
-fn content_type(response: &reqwest::Response) -> String {
-    response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase()
-}
-
 struct Body {
     bytes: Vec<u8>,
     truncated: bool,
 }
 
-async fn read_limited(mut response: reqwest::Response) -> Result<Body, ToolError> {
+/// Reads a body of chunks up to [`MAX_BODY`].
+async fn read_limited<E: std::fmt::Display>(
+    stream: impl futures_util::Stream<Item = Result<bytes::Bytes, E>>,
+) -> Result<Body, ToolError> {
+    use futures_util::StreamExt;
+    let mut stream = std::pin::pin!(stream);
     let mut bytes = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| ToolError::Failed(format!("reading the response: {}", e.without_url())))?
-    {
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ToolError::Failed(format!("reading the response: {e}")))?;
         let room = MAX_BODY - bytes.len();
         if chunk.len() > room {
             bytes.extend_from_slice(&chunk[..room]);
