@@ -252,15 +252,14 @@ pub(crate) fn body_escape(headers: &HeaderMap) -> Escape {
 /// The content coding of a response other than `identity`, if any: a compressed body could
 /// carry a value the scrubber cannot see.
 pub(crate) fn content_coding(headers: &HeaderMap) -> Option<String> {
-    let codings = headers
+    headers
         .get_all(header::CONTENT_ENCODING)
         .iter()
         .chain(headers.get_all(header::TRANSFER_ENCODING).iter())
-        .filter_map(|v| Some(v.to_str().unwrap_or("(not text)")))
+        .map(|v| v.to_str().unwrap_or("(not text)"))
         .flat_map(|v| v.split(','))
         .map(|c| c.trim().to_ascii_lowercase())
-        .find(|c| !c.is_empty() && c != "identity" && c != "chunked");
-    codings
+        .find(|c| !c.is_empty() && c != "identity" && c != "chunked")
 }
 
 /// Scrubs a response head for a task with credentials: every header value with a secret form
