@@ -16,6 +16,11 @@
 //!   the answer back, falls back to the next provider when one fails before answering, and
 //!   enforces each task's token budget by reserving a call's worst case before sending it.
 //!
+//! A task may hold proxy-mode secrets ([`TaskCredentials`]): its absolute-form requests
+//! (`https://` too, with TLS made by the proxy) get `{{secret:NAME}}` placeholders filled in
+//! for the hosts each secret is bound to, every answer it gets is scrubbed of the values, a
+//! CONNECT to a bound host is refused, and its LLM calls are scrubbed before they go out.
+//!
 //! What each task did (destinations, verdicts, bytes) is kept per task and handed over when
 //! it ends ([`TaskTokens::finish`]), which also cuts the task's open connections.
 //!
