@@ -1,18 +1,22 @@
 //! `cargo bench -p nexbot-egress --bench egress`: what the egress listener costs, in-process on
 //! loopback (no Docker): CONNECT set-up and plain-HTTP round trips through the proxy against
 //! direct ones, tunnel throughput, and a relay call against a direct call to the same scripted
-//! provider. Prints figures (the relay's one goes to the `make bench` summary); asserts nothing
-//! about speed.
+//! provider, and what a proxy-injected secret adds to a request (the body read whole, the
+//! placeholder filled in, the answer scrubbed as it streams). Prints figures (the relay's one
+//! goes to the `make bench` summary); asserts nothing about speed.
+//!
+//! One section only: `cargo bench -p nexbot-egress --bench egress -- secrets` (any part of a
+//! section's name: `tunnel`, `http`, `throughput`, `secrets`, `relay`).
 
 use nexbot_tests::egress as egress_support;
 
 use std::time::{Duration, Instant};
 
-use egress_support::{connect, echo_server, firehose_server, http_server, start};
-use nexbot_egress::{Cidr, EgressConfig, InternalAllow};
+use egress_support::{connect, echo_server, firehose_server, http_server, start, web_echo_server};
+use nexbot_egress::{Cidr, Credential, EgressConfig, HostPattern, InternalAllow};
 use nexbot_tests::bench::{record, Figure, Stats};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -41,7 +45,11 @@ async fn timed<F: std::future::Future<Output = ()>>(f: impl Fn() -> F) -> Vec<Du
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // `cargo bench` passes `--bench`; the first other argument picks the sections to run.
+    let only = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let run = |section: &str| only.as_deref().is_none_or(|f| section.contains(f));
     let (echo, _) = echo_server().await;
+    let (web_echo, _) = web_echo_server("127.0.0.1".parse().unwrap()).await;
     let (web, _) = http_server().await;
     let firehose = firehose_server(TUNNEL_BYTES).await;
     let llm = ScriptedLlm::start(vec![]).await;
@@ -51,7 +59,7 @@ async fn main() {
         ports: vec![addr.port()],
     };
     let mut config = EgressConfig::default();
-    config.proxy.allow_internal = vec![allow(echo), allow(web), allow(firehose)];
+    config.proxy.allow_internal = vec![allow(echo), allow(web), allow(firehose), allow(web_echo)];
     config.proxy.max_bytes_down = u64::MAX;
     config.relay.provider_base_url = Some(llm.base_url());
     config.max_connections_per_source = 1024;
@@ -59,54 +67,33 @@ async fn main() {
     let proxy = started.egress.local_addr();
 
     println!("egress listener, in-process on loopback, {ROUNDS} rounds each");
-    let direct = timed(|| async {
-        let mut s = tokio::net::TcpStream::connect(echo).await.unwrap();
-        s.write_all(b"x").await.unwrap();
-        s.read_exact(&mut [0u8; 1]).await.unwrap();
-    })
-    .await;
-    println!("  TCP connect + 1-byte echo, direct       {}", percentiles(direct));
-    let tunnel = timed(|| async {
-        let (code, mut s) = connect(proxy, &echo.to_string()).await;
-        assert_eq!(code, 200);
-        s.write_all(b"x").await.unwrap();
-        s.read_exact(&mut [0u8; 1]).await.unwrap();
-    })
-    .await;
-    println!("  CONNECT + 1-byte echo, through proxy    {}", percentiles(tunnel));
-
+    if run("tunnel") {
+        tunnel_figures(echo, proxy).await;
+    }
     let direct_client = reqwest::Client::new();
     let url = format!("http://{web}/hello");
-    let direct = timed(|| async {
-        direct_client.get(&url).send().await.unwrap().bytes().await.unwrap();
-    })
-    .await;
-    println!("  HTTP GET (keep-alive), direct           {}", percentiles(direct));
-    let proxied_client = started.proxy_client();
-    let proxied = timed(|| async {
-        proxied_client.get(&url).send().await.unwrap().bytes().await.unwrap();
-    })
-    .await;
-    println!("  HTTP GET (keep-alive), through proxy    {}", percentiles(proxied));
-
-    let (code, mut s) = connect(proxy, &firehose.to_string()).await;
-    assert_eq!(code, 200);
-    let start = Instant::now();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut total = 0;
-    loop {
-        let n = s.read(&mut buf).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        total += n;
+    if run("http") {
+        let direct = timed(|| async {
+            direct_client.get(&url).send().await.unwrap().bytes().await.unwrap();
+        })
+        .await;
+        println!("  HTTP GET (keep-alive), direct           {}", percentiles(direct));
+        let proxied_client = started.proxy_client();
+        let proxied = timed(|| async {
+            proxied_client.get(&url).send().await.unwrap().bytes().await.unwrap();
+        })
+        .await;
+        println!("  HTTP GET (keep-alive), through proxy    {}", percentiles(proxied));
     }
-    let secs = start.elapsed().as_secs_f64();
-    println!(
-        "  tunnel throughput                       {:.0} MiB/s ({} MiB)",
-        total as f64 / secs / (1 << 20) as f64,
-        total >> 20
-    );
+    if run("throughput") {
+        throughput(proxy, firehose).await;
+    }
+    if run("secrets") {
+        secret_figures(&started, web_echo).await;
+    }
+    if !run("relay") {
+        return;
+    }
 
     let token = started.egress.tokens().issue("bench", u64::MAX).unwrap();
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
@@ -150,4 +137,78 @@ async fn main() {
 
 fn p50(samples: &[Duration]) -> Duration {
     Stats::of(samples.to_vec()).p50
+}
+
+async fn tunnel_figures(echo: std::net::SocketAddr, proxy: std::net::SocketAddr) {
+    let direct = timed(|| async {
+        let mut s = tokio::net::TcpStream::connect(echo).await.unwrap();
+        s.write_all(b"x").await.unwrap();
+        s.read_exact(&mut [0u8; 1]).await.unwrap();
+    })
+    .await;
+    println!("  TCP connect + 1-byte echo, direct       {}", percentiles(direct));
+    let tunnel = timed(|| async {
+        let (code, mut s) = connect(proxy, &echo.to_string()).await;
+        assert_eq!(code, 200);
+        s.write_all(b"x").await.unwrap();
+        s.read_exact(&mut [0u8; 1]).await.unwrap();
+    })
+    .await;
+    println!("  CONNECT + 1-byte echo, through proxy    {}", percentiles(tunnel));
+}
+
+async fn throughput(proxy: std::net::SocketAddr, firehose: std::net::SocketAddr) {
+    let (code, mut s) = connect(proxy, &firehose.to_string()).await;
+    assert_eq!(code, 200);
+    let start = Instant::now();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "  tunnel throughput                       {:.0} MiB/s ({} MiB)",
+        total as f64 / secs / (1 << 20) as f64,
+        total >> 20
+    );
+}
+
+/// The same request to an echo server (which sends back what it got, the value included)
+/// through the proxy, from the task without credentials and then with its token in a
+/// placeholder the proxy fills in: what the secret adds.
+async fn secret_figures(started: &egress_support::Started, web_echo: std::net::SocketAddr) {
+    let client = started.proxy_client();
+    let url = format!("http://{web_echo}/echo?q=1");
+    let send = |authorization: &'static str| {
+        let request = client.get(&url).header("authorization", authorization);
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.bytes().await.unwrap();
+        }
+    };
+    let plain = timed(|| send("Bearer bench-PLAIN-token-0123456789")).await;
+    let credentials = started.egress.credentials();
+    let bound = vec![HostPattern::try_from(web_echo.ip().to_string()).unwrap()];
+    let token = SecretString::from("bench-SECRET-token-0123456789");
+    credentials.grant("t-1", vec![Credential::new("BENCH_TOKEN", token, bound)]).unwrap();
+    let injected = timed(|| send("Bearer {{secret:BENCH_TOKEN}}")).await;
+    credentials.revoke("t-1");
+    let (plain, injected) = (Stats::of(plain), Stats::of(injected));
+    println!("  HTTP GET echo, through proxy, no secret {}", stats(&plain));
+    println!("  HTTP GET echo, proxy-injected secret    {}", stats(&injected));
+    println!(
+        "  added by the secret (inject + scrub)    p50 {:>+8.3} ms  p99 {:>+8.3} ms",
+        ms(injected.p50) - ms(plain.p50),
+        ms(injected.p99) - ms(plain.p99)
+    );
+}
+
+fn stats(stats: &Stats) -> String {
+    format!("p50 {:>8.3} ms  p99 {:>8.3} ms", ms(stats.p50), ms(stats.p99))
 }

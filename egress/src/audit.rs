@@ -18,6 +18,8 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use nexbot_protocol::secrets::Redactor;
+
 use super::ledger::{Attach, Ledger, TaskStats};
 use super::scrub::Scrubber;
 
@@ -38,7 +40,8 @@ pub enum Verdict {
 pub struct AuditRecord {
     /// RFC 3339, UTC, when the connection ended.
     pub time: String,
-    /// `connect` (CONNECT tunnel), `http` (plain HTTP request) or `relay` (LLM call).
+    /// `connect` (CONNECT tunnel), `http` (plain HTTP request), `https` (absolute-form
+    /// `https://` request, TLS made by the proxy) or `relay` (LLM call).
     pub kind: &'static str,
     pub task_id: Option<String>,
     pub container: Option<String>,
@@ -67,6 +70,10 @@ pub struct AuditRecord {
     /// `ip:port` entry of `egress.proxy.allow_internal`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub host_address: bool,
+    /// Proxy-mode secrets, by name only: those put into an allowed request, the one that
+    /// refused a denied one, or those scrubbed out of a relay call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// Counters for metrics; read them with [`Metrics::snapshot`].
@@ -322,6 +329,7 @@ impl AuditLog {
             provider = record.provider.as_deref(),
             fallback = record.fallback,
             host_address = record.host_address,
+            secrets = ?record.secrets,
             "egress",
         );
         self.append(serde_json::to_vec(record));
@@ -493,6 +501,8 @@ pub struct ConnAudit {
     task: OnceLock<Arc<TaskStats>>,
     /// Set when the connection is attributed to a task that has ended.
     ended: Mutex<Option<String>>,
+    /// The task's secrets, scrubbed out of the line (and out of refusals sent back).
+    redactor: OnceLock<Arc<Redactor>>,
 }
 
 /// Which way the bytes go, to pick the counter and name the limit.
@@ -524,6 +534,7 @@ struct State {
     provider: Option<String>,
     fallback: bool,
     host_address: bool,
+    secrets: Vec<String>,
     /// Whether the task's summary has this connection's verdict already.
     summarised: bool,
 }
@@ -551,6 +562,7 @@ impl ConnAudit {
                 provider: None,
                 fallback: false,
                 host_address: false,
+                secrets: Vec::new(),
                 summarised: false,
             }),
             origin,
@@ -558,6 +570,7 @@ impl ConnAudit {
             down: AtomicU64::new(0),
             task: OnceLock::new(),
             ended: Mutex::new(None),
+            redactor: OnceLock::new(),
         });
         if let Some(task_id) = task_id {
             audit.attach(&task_id);
@@ -695,6 +708,39 @@ impl ConnAudit {
     pub fn origin(&self) -> &Origin {
         &self.origin
     }
+
+    /// Scrubs the task's secrets (every form `redactor` knows) out of this line, and out of
+    /// [`ConnAudit::scrub_text`]: text from upstream (an error, a host) could carry a value.
+    pub(crate) fn scrub_with(&self, redactor: Arc<Redactor>) {
+        let _ = self.redactor.set(redactor);
+    }
+
+    /// `text` with the task's secrets scrubbed, when [`ConnAudit::scrub_with`] was called.
+    pub(crate) fn scrub_text(&self, text: &str) -> String {
+        match self.redactor.get() {
+            Some(redactor) => redactor.redact(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// Names the proxy-mode secrets of this connection: put in (`injected`) or the one that
+    /// refused it; the task's summary counts them.
+    pub(crate) fn secrets(&self, names: Vec<String>, injected: bool) {
+        if let Some(stats) = self.task.get() {
+            stats.secrets(names.len() as u64, injected);
+        }
+        if let Ok(mut state) = self.state.lock() {
+            state.secrets = names;
+        }
+    }
+
+    /// Names secrets of this connection without counting them: those scrubbed out of a relay
+    /// call, the one that refused a tunnel.
+    pub(crate) fn mention_secrets(&self, names: Vec<String>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.secrets = names;
+        }
+    }
 }
 
 impl Drop for ConnAudit {
@@ -730,7 +776,12 @@ impl Drop for ConnAudit {
             provider: state.provider.take(),
             fallback: state.fallback,
             host_address: state.host_address,
+            secrets: std::mem::take(&mut state.secrets),
         };
+        if let Some(redactor) = self.redactor.get() {
+            record.host = redactor.redact(&record.host);
+            record.reason = redactor.redact(&record.reason);
+        }
         self.log.write(&mut record, self.task.get().map(|stats| &**stats));
     }
 }
@@ -796,6 +847,7 @@ mod tests {
             provider: None,
             fallback: false,
             host_address: false,
+            secrets: Vec::new(),
         }
     }
 

@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -121,6 +122,12 @@ pub struct ProxyConfig {
     pub max_bytes_up: u64,
     /// Most bytes a container may receive through one connection. Default 512 MiB.
     pub max_bytes_down: u64,
+    /// PEM files of CA certificates trusted for `https://` destinations of absolute-form
+    /// requests, besides the public web roots (the proxy makes those TLS connections itself,
+    /// to put secrets in): for self-hosted HTTPS backends with a private CA. Each file must
+    /// hold at least one certificate; the config is refused otherwise, naming the file.
+    /// Default empty.
+    pub extra_ca_files: Vec<PathBuf>,
 }
 
 impl Default for ProxyConfig {
@@ -136,6 +143,7 @@ impl Default for ProxyConfig {
             max_duration_secs: 300,
             max_bytes_up: 64 << 20,
             max_bytes_down: 512 << 20,
+            extra_ca_files: Vec::new(),
         }
     }
 }
@@ -411,6 +419,7 @@ impl EgressConfig {
                 reason: format!("{:?} must be a plain file name", self.audit_file),
             });
         }
+        crate::tls::client_config(&self.proxy.extra_ca_files)?;
         if self.relay.api_key_env.is_empty() {
             return Err(ConfigError { field: "relay.api_key_env", reason: "is empty".into() });
         }

@@ -68,6 +68,12 @@ pub struct TaskSummary {
     /// Relay calls answered by a provider after the first one failed.
     #[serde(skip_serializing_if = "is_zero")]
     pub llm_fallbacks: u64,
+    /// Proxy-mode secrets put into the task's requests (one per secret per request).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub secrets_injected: u64,
+    /// Requests refused because they named a secret for a host it is not bound to.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub secrets_refused: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -103,6 +109,8 @@ pub(crate) struct TaskStats {
     destinations: Mutex<(BTreeMap<String, DestinationCounts>, DestinationCounts)>,
     /// Relay answers by provider name, and how many were fallbacks.
     llm: Mutex<(BTreeMap<String, u64>, u64)>,
+    secrets_injected: AtomicU64,
+    secrets_refused: AtomicU64,
 }
 
 impl TaskStats {
@@ -118,6 +126,8 @@ impl TaskStats {
             audit_suppressed: AtomicU64::new(0),
             destinations: Mutex::new((BTreeMap::new(), DestinationCounts::default())),
             llm: Mutex::default(),
+            secrets_injected: AtomicU64::new(0),
+            secrets_refused: AtomicU64::new(0),
         }
     }
 
@@ -150,6 +160,12 @@ impl TaskStats {
         llm.1 += u64::from(fallback);
     }
 
+    /// `count` secrets were put into a request of the task (`injected`), or refused one.
+    pub(crate) fn secrets(&self, count: u64, injected: bool) {
+        let counter = if injected { &self.secrets_injected } else { &self.secrets_refused };
+        counter.fetch_add(count, Ordering::Relaxed);
+    }
+
     /// A connection of the task opened; [`TaskStats::closed`] when it ends.
     pub(crate) fn opened(&self) {
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -172,6 +188,8 @@ impl TaskStats {
             audit_lines_suppressed: self.audit_suppressed.load(Ordering::Relaxed),
             llm_providers: llm.0,
             llm_fallbacks: llm.1,
+            secrets_injected: self.secrets_injected.load(Ordering::Relaxed),
+            secrets_refused: self.secrets_refused.load(Ordering::Relaxed),
         }
     }
 }

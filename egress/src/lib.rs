@@ -16,6 +16,11 @@
 //!   the answer back, falls back to the next provider when one fails before answering, and
 //!   enforces each task's token budget by reserving a call's worst case before sending it.
 //!
+//! A task may hold proxy-mode secrets ([`TaskCredentials`]): its absolute-form requests
+//! (`https://` too, with TLS made by the proxy) get `{{secret:NAME}}` placeholders filled in
+//! for the hosts each secret is bound to, every answer it gets is scrubbed of the values, a
+//! CONNECT to a bound host is refused, and its LLM calls are scrubbed before they go out.
+//!
 //! What each task did (destinations, verdicts, bytes) is kept per task and handed over when
 //! it ends ([`TaskTokens::finish`]), which also cuts the task's open connections.
 //!
@@ -26,8 +31,10 @@
 mod attribution;
 mod audit;
 mod config;
+mod credentials;
 mod firewall;
 mod host_addrs;
+mod inject;
 mod ledger;
 mod literal;
 mod meter;
@@ -35,6 +42,7 @@ mod policy;
 mod proxy;
 mod relay;
 mod scrub;
+mod tls;
 mod tokens;
 
 use std::collections::BTreeMap;
@@ -53,10 +61,12 @@ pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProviderKeys,
     ProxyConfig, RelayConfig, RelayProvider,
 };
+pub use credentials::{Credential, CredentialError, TaskCredentials};
 pub use firewall::{
     firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
     DEFAULT_FIREWALL_CHECK_PERIOD,
 };
+pub use inject::MAX_SECRET_BODY_BYTES;
 pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
@@ -98,6 +108,10 @@ pub(crate) struct Shared {
     host_addrs: Arc<host_addrs::HostAddrs>,
     audit: Arc<audit::AuditLog>,
     tokens: Arc<TaskTokens>,
+    /// The tasks' proxy-mode secrets (the same table `tokens` drops them from).
+    credentials: Arc<TaskCredentials>,
+    /// TLS to `https://` destinations of absolute-form requests.
+    tls: Arc<rustls::ClientConfig>,
     attribution: Arc<dyn Attribution>,
     relay: relay::Relay,
     local: SocketAddr,
@@ -150,6 +164,8 @@ impl Egress {
         keys: ProviderKeys,
     ) -> Result<Self, EgressError> {
         config.validate()?;
+        let tls = tls::client_config(&config.proxy.extra_ca_files)?;
+        let credentials = Arc::new(TaskCredentials::new(keys.values()));
         let scrubber = scrub::Scrubber::new(keys.values());
         let relay = relay::Relay::new(&config.relay, &keys)?;
         let path = data_dir.join(&config.audit_file);
@@ -178,7 +194,9 @@ impl Egress {
             policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
             host_addrs,
             config,
-            tokens: Arc::new(TaskTokens::with_audit(audit.clone())),
+            tokens: Arc::new(TaskTokens::with_audit(audit.clone(), credentials.clone())),
+            credentials,
+            tls,
             audit,
             attribution,
             relay,
@@ -229,8 +247,15 @@ impl Egress {
         self.shared.tokens.clone()
     }
 
-    /// Ends a task (see [`TaskTokens::finish`]): its token is revoked, its open tunnels and
-    /// requests are cut, and what it did through the egress is handed over.
+    /// The per-task proxy-mode secrets: [`TaskCredentials::grant`] when a task starts; they go
+    /// when it ends ([`TaskTokens::finish`]).
+    pub fn credentials(&self) -> Arc<TaskCredentials> {
+        self.shared.credentials.clone()
+    }
+
+    /// Ends a task (see [`TaskTokens::finish`]): its token is revoked, its credentials
+    /// dropped, its open tunnels and requests are cut, and what it did through the egress is
+    /// handed over.
     pub fn finish_task(&self, task_id: &str) -> FinishedTask {
         self.shared.tokens.finish(task_id)
     }

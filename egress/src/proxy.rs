@@ -1,26 +1,35 @@
 //! The listener and the forward proxy: how a container's request leaves the sandbox.
 //!
 //! One HTTP/1 listener (hyper) on the pool network's gateway serves three kinds of request:
-//! `CONNECT host:port` (a TLS tunnel), absolute-form `GET http://host/...` (plain HTTP,
-//! forwarded) and origin-form `POST /v1/...` (the LLM relay, see `relay.rs`). Proxied
-//! requests are attributed to a container, checked by the policy, dialled at the checked
-//! address only, metered, and audited.
+//! `CONNECT host:port` (a TLS tunnel), absolute-form `GET http://host/...` and
+//! `GET https://host/...` (forwarded; for `https://` the proxy makes the TLS connection, see
+//! `tls.rs`) and origin-form `POST /v1/...` (the LLM relay, see `relay.rs`). Proxied requests
+//! are attributed to a container, checked by the policy, dialled at the checked address only,
+//! metered, and audited.
+//!
+//! For a task with proxy-mode secrets (`credentials.rs`) absolute-form requests get the values
+//! put in for the hosts they are bound to and every answer is scrubbed (`inject.rs`); a
+//! CONNECT to such a host is refused, since a tunnel can be neither.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::audit::{ConnAudit, Direction, Origin, Verdict};
+use super::credentials::TaskSecrets;
+use super::inject::{self, ScrubbedBody, MAX_SECRET_BODY_BYTES};
 use super::meter::{full, pump, MeteredBody, PumpEnd, ResponseBody};
 use super::policy::{CheckedAddr, Refusal, Target};
 use super::{relay, Shared};
@@ -169,15 +178,17 @@ fn text(status: StatusCode, message: String) -> Response<ResponseBody> {
     response
 }
 
-/// Refuses with `status`, recording the verdict and reason in the audit line.
+/// Refuses with `status`, recording the verdict and reason in the audit line. For a task
+/// with secrets the reason is scrubbed on its way back too (it may quote an upstream error).
 fn refuse(
     audit: &ConnAudit,
     verdict: Verdict,
     status: StatusCode,
     reason: String,
 ) -> Response<ResponseBody> {
-    audit.verdict(verdict, reason.clone());
-    text(status, format!("nexbot egress proxy: {reason}"))
+    let message = format!("nexbot egress proxy: {}", audit.scrub_text(&reason));
+    audit.verdict(verdict, reason);
+    text(status, message)
 }
 
 /// Attribution, policy and dialling, shared by CONNECT and plain HTTP. Returns the connected
@@ -251,8 +262,23 @@ async fn connect(
             format!("bad_request: CONNECT needs host:port, got {:?}", req.uri().to_string());
         return refuse(&audit, Verdict::Error, StatusCode::BAD_REQUEST, reason);
     };
+    let target = Target::parse(&host, port);
+    let secrets = audit.origin().task_id.as_deref().and_then(|t| shared.credentials.for_task(t));
+    if let (Some(secrets), Ok(target)) = (&secrets, &target) {
+        if let Some(credential) = secrets.bound_to(&target.host) {
+            let reason = format!(
+                "secret_bound_host: CONNECT to {} is refused for this task: secret {} may be \
+                 sent there, and a tunnel can be neither filled in nor scrubbed (it could carry \
+                 the value back unseen); send the request through the proxy as an absolute-form \
+                 https:// URL instead (the http_request tool does)",
+                target.host, credential.name
+            );
+            audit.mention_secrets(vec![credential.name.clone()]);
+            return refuse(&audit, Verdict::Denied, StatusCode::FORBIDDEN, reason);
+        }
+    }
     let deadline = Instant::now() + shared.config.proxy.max_duration();
-    let stream = match open(Target::parse(&host, port), attributed, &audit, &shared).await {
+    let stream = match open(target, attributed, &audit, &shared).await {
         Ok(stream) => stream,
         Err(response) => return response,
     };
@@ -308,6 +334,9 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Forwards an absolute-form request: plain HTTP, or for `https://` over TLS the proxy makes
+/// itself to the checked address. For a task with credentials the values go in first (or the
+/// request is refused before anything is dialled) and the answer is scrubbed on its way back.
 async fn forward(
     req: Request<Incoming>,
     origin: Origin,
@@ -315,33 +344,24 @@ async fn forward(
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let uri = req.uri().clone();
+    let https = uri.scheme_str() == Some("https");
     let host = uri.host().unwrap_or_default().to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let audit = ConnAudit::new(shared.audit.clone(), "http", origin, host.clone(), port);
-    if uri.scheme_str() != Some("http") {
-        let reason = format!("bad_request: only http:// is forwarded; use CONNECT for {uri}");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let kind = if https { "https" } else { "http" };
+    let secrets = origin.task_id.as_deref().and_then(|t| shared.credentials.for_task(t));
+    let audit = ConnAudit::new(shared.audit.clone(), kind, origin, host.clone(), port);
+    if let Some(secrets) = &secrets {
+        audit.scrub_with(secrets.redactor().clone());
+    }
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        let reason = format!(
+            "bad_request: only http:// and https:// URLs are forwarded; use CONNECT for {uri}"
+        );
         return refuse(&audit, Verdict::Error, StatusCode::BAD_REQUEST, reason);
     }
     let deadline = Instant::now() + shared.config.proxy.max_duration();
-    let stream = match open(Target::parse(&host, port), attributed, &audit, &shared).await {
-        Ok(stream) => stream,
-        Err(response) => return response,
-    };
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
-    {
-        Ok(pair) => pair,
-        Err(err) => {
-            return refuse(
-                &audit,
-                Verdict::Error,
-                StatusCode::BAD_GATEWAY,
-                format!("upstream: {err}"),
-            )
-        }
-    };
-    shared.tracker.spawn(async move {
-        let _ = tokio::time::timeout_at(deadline, conn).await;
-    });
+    let target = Target::parse(&host, port);
+    let server_name = target.as_ref().map(|t| t.host.clone()).unwrap_or_default();
 
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -352,9 +372,176 @@ async fn forward(
     }
     parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap_or_default();
     let limits = &shared.config.proxy;
-    let body =
-        MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline));
+    let body = match (&secrets, &target) {
+        (Some(secrets), Ok(target)) => {
+            match prepare(&mut parts, body, secrets, &target.host, &audit, deadline, limits).await {
+                Ok(body) => body,
+                Err(response) => return response,
+            }
+        }
+        _ => MeteredBody::new(
+            body,
+            audit.clone(),
+            Direction::Up,
+            limits.max_bytes_up,
+            Some(deadline),
+        )
+        .boxed_unsync(),
+    };
     let upstream = Request::from_parts(parts, body);
+
+    let stream = match open(target, attributed, &audit, &shared).await {
+        Ok(stream) => stream,
+        Err(response) => return response,
+    };
+    let sent = if https {
+        let timeout = limits.connect_timeout();
+        match super::tls::connect(&shared.tls, &server_name, stream, timeout).await {
+            Ok(tls) => exchange(tls, upstream, &audit, &shared, deadline).await,
+            Err(reason) => return refuse(&audit, Verdict::Error, StatusCode::BAD_GATEWAY, reason),
+        }
+    } else {
+        exchange(stream, upstream, &audit, &shared, deadline).await
+    };
+    let response = match sent {
+        Ok(response) => response,
+        Err(response) => return response,
+    };
+    let (mut parts, body) = response.into_parts();
+    if secrets.is_some() {
+        if let Some(coding) = inject::content_coding(&parts.headers) {
+            let reason = format!(
+                "compressed_response: {server_name} answered with content coding {coding} \
+                 although the proxy asked for none; a compressed body could hide a secret's \
+                 value from the scrub, so it is not passed on"
+            );
+            return refuse(&audit, Verdict::Denied, StatusCode::BAD_GATEWAY, reason);
+        }
+    }
+    audit.verdict(Verdict::Allowed, format!("status {}", parts.status.as_u16()));
+    strip_hop_by_hop(&mut parts.headers);
+    let body = match &secrets {
+        Some(secrets) => {
+            inject::scrub_head(&mut parts, secrets.redactor());
+            let scrubbed = ScrubbedBody::new(body, secrets.redactor().clone());
+            MeteredBody::new(
+                scrubbed,
+                audit,
+                Direction::Down,
+                limits.max_bytes_down,
+                Some(deadline),
+            )
+            .boxed_unsync()
+        }
+        None => {
+            MeteredBody::new(body, audit, Direction::Down, limits.max_bytes_down, Some(deadline))
+                .boxed_unsync()
+        }
+    };
+    Response::from_parts(parts, body)
+}
+
+/// For a task with credentials, before anything is dialled: reads the body whole (at most
+/// [`MAX_SECRET_BODY_BYTES`]), puts the values into the target, the headers and the body for
+/// `host` — or refuses the request when one may not go there — fixes `Content-Length`, and
+/// asks for an uncompressed answer (which is scrubbed on its way back).
+async fn prepare(
+    parts: &mut http::request::Parts,
+    body: Incoming,
+    secrets: &TaskSecrets,
+    host: &str,
+    audit: &Arc<ConnAudit>,
+    deadline: Instant,
+    limits: &super::ProxyConfig,
+) -> Result<ResponseBody, Response<ResponseBody>> {
+    let too_large = || {
+        let reason = format!(
+            "secret_body_too_large: a request of a task with secrets is read whole to put them \
+             in, up to {MAX_SECRET_BODY_BYTES} bytes; this body is larger"
+        );
+        refuse(audit, Verdict::Denied, StatusCode::PAYLOAD_TOO_LARGE, reason)
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_SECRET_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let read =
+        tokio::time::timeout_at(deadline, Limited::new(body, MAX_SECRET_BODY_BYTES).collect());
+    let bytes = match read.await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(err)) if err.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(err)) => {
+            let reason = format!("bad_request: the request body could not be read: {err}");
+            return Err(refuse(audit, Verdict::Error, StatusCode::BAD_REQUEST, reason));
+        }
+        Err(_) => {
+            let reason = "cut: duration limit reached while reading the request body".to_owned();
+            return Err(refuse(audit, Verdict::Error, StatusCode::REQUEST_TIMEOUT, reason));
+        }
+    };
+    let mut used = BTreeSet::new();
+    let escape = inject::body_escape(&parts.headers);
+    let substituted = inject::substitute_head(parts, secrets, host, &mut used)
+        .and_then(|()| inject::substitute(&bytes, secrets, host, escape, &mut used));
+    let new_body = match substituted {
+        Ok(new_body) => new_body,
+        Err(refused) => {
+            audit.secrets(vec![refused.name().to_owned()], false);
+            let status = match refused {
+                inject::Refused::NotBound { .. } => StatusCode::FORBIDDEN,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return Err(refuse(audit, Verdict::Denied, status, refused.to_string()));
+        }
+    };
+    let had_body = !bytes.is_empty() || declared.is_some();
+    let bytes = match new_body {
+        Some(new_body) => Bytes::from(new_body.to_vec()),
+        None => bytes,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    if had_body {
+        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    }
+    // The body is all here: nothing to wait for a 100 Continue about.
+    parts.headers.remove(header::EXPECT);
+    // Without it any coding is acceptable (RFC 9110 §12.5.3), and a compressed answer could
+    // hide a value from the scrub.
+    parts.headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    if !used.is_empty() {
+        audit.secrets(used.into_iter().collect(), true);
+    }
+    let body = http_body_util::Full::new(bytes);
+    Ok(MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline))
+        .boxed_unsync())
+}
+
+/// Sends `request` over `io` (a connection to the checked address, TLS or not) and waits for
+/// the answer's head, within the deadline and while the task runs.
+async fn exchange<S>(
+    io: S,
+    request: Request<ResponseBody>,
+    audit: &Arc<ConnAudit>,
+    shared: &Shared,
+    deadline: Instant,
+) -> Result<Response<Incoming>, Response<ResponseBody>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
+        Ok(pair) => pair,
+        Err(err) => {
+            let reason = format!("upstream: {err}");
+            return Err(refuse(audit, Verdict::Error, StatusCode::BAD_GATEWAY, reason));
+        }
+    };
+    shared.tracker.spawn(async move {
+        let _ = tokio::time::timeout_at(deadline, conn).await;
+    });
     let task_cut = audit.task_cut();
     let task_end = async {
         match &task_cut {
@@ -363,34 +550,21 @@ async fn forward(
         }
     };
     let sent = tokio::select! {
-        sent = tokio::time::timeout_at(deadline, sender.send_request(upstream)) => sent,
+        sent = tokio::time::timeout_at(deadline, sender.send_request(request)) => sent,
         () = task_end => {
-            return refuse(&audit, Verdict::Allowed, StatusCode::BAD_GATEWAY, "cut: task ended before a response".into());
+            let reason = "cut: task ended before a response".to_owned();
+            return Err(refuse(audit, Verdict::Allowed, StatusCode::BAD_GATEWAY, reason));
         }
     };
-    let response = match sent {
-        Ok(Ok(response)) => response,
+    match sent {
+        Ok(Ok(response)) => Ok(response),
         Ok(Err(err)) => {
-            return refuse(
-                &audit,
-                Verdict::Allowed,
-                StatusCode::BAD_GATEWAY,
-                format!("upstream: {err}"),
-            )
+            let reason = format!("upstream: {err}");
+            Err(refuse(audit, Verdict::Allowed, StatusCode::BAD_GATEWAY, reason))
         }
         Err(_) => {
-            return refuse(
-                &audit,
-                Verdict::Allowed,
-                StatusCode::GATEWAY_TIMEOUT,
-                "cut: duration limit reached before a response".into(),
-            )
+            let reason = "cut: duration limit reached before a response".to_owned();
+            Err(refuse(audit, Verdict::Allowed, StatusCode::GATEWAY_TIMEOUT, reason))
         }
-    };
-    audit.verdict(Verdict::Allowed, format!("status {}", response.status().as_u16()));
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let body =
-        MeteredBody::new(body, audit, Direction::Down, limits.max_bytes_down, Some(deadline));
-    Response::from_parts(parts, body.boxed_unsync())
+    }
 }

@@ -13,7 +13,13 @@
 //! answer streams back as it arrives, and when it ends the reservation is settled with the
 //! tokens the provider reported (or the bytes ÷ 3 estimate; an error answer costs nothing).
 //! Refusals are OpenAI-style error JSON so any client shows them sensibly.
+//!
+//! A chat call of a task with proxy-mode secrets is scanned for their values (bound or not, in
+//! every form the task's redactor knows): a subagent may have been given a value over stdin
+//! and the model may echo it into its next call. A hit is replaced by its label before the
+//! call goes to the provider, and named (never shown) in a warning and the audit line.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -32,6 +38,7 @@ use tokio::time::Instant;
 
 use super::audit::{ConnAudit, Direction, Origin, Verdict};
 use super::config::{ProviderKeys, RelayConfig};
+use super::credentials::TaskSecrets;
 use super::meter::{full, BoxError, MeteredBody, ResponseBody};
 use super::tokens::TokenError;
 use super::Shared;
@@ -297,7 +304,9 @@ pub(crate) async fn handle(
     let (mut call, hold) = match route {
         Route::Models => (None, None),
         Route::Chat => {
-            let call = match chat_call(req, relay, &audit).await {
+            let secrets = shared.credentials.for_task(&task_id);
+            let scan = secrets.as_deref().map(|s| (task_id.as_str(), s));
+            let call = match chat_call(req, relay, &audit, scan).await {
                 Ok(call) => call,
                 Err(response) => return response,
             };
@@ -473,11 +482,13 @@ async fn read_error_body(mut response: reqwest::Response, deadline: Instant) -> 
 }
 
 /// Reads and checks the container's request: a JSON object, `n` of 1, `max_tokens` bounded
-/// (added when missing); asks for streamed usage when configured.
+/// (added when missing); asks for streamed usage when configured. With `secrets` (the task's
+/// id and credentials) every value found in it is replaced by its label first.
 async fn chat_call(
     req: Request<Incoming>,
     relay: &Relay,
     audit: &ConnAudit,
+    secrets: Option<(&str, &TaskSecrets)>,
 ) -> Result<ChatCall, Response<ResponseBody>> {
     let limit = relay.config.max_request_bytes;
     let read = tokio::time::timeout(
@@ -515,6 +526,25 @@ async fn chat_call(
             return Err(bad(Verdict::Denied, "bad_body", message));
         }
     };
+    if let Some((task_id, secrets)) = secrets {
+        let mut found = BTreeSet::new();
+        let mut whole = Value::Object(std::mem::take(&mut body));
+        scrub_value(&mut whole, secrets, &mut found);
+        if let Value::Object(map) = whole {
+            body = map;
+        }
+        if !found.is_empty() {
+            let names: Vec<String> = found.into_iter().collect();
+            tracing::warn!(
+                task_id,
+                secrets = ?names,
+                path = "relay",
+                "egress: a task's LLM call carried secret values; they were redacted before it \
+                 went to the provider"
+            );
+            audit.mention_secrets(names);
+        }
+    }
     match body.get("n") {
         None | Some(Value::Null) => {}
         Some(n) if n.as_u64() == Some(1) => {}
@@ -539,6 +569,38 @@ async fn chat_call(
     let payload = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     audit.count(Direction::Up, payload.len());
     Ok(ChatCall { model: body.get("model").cloned(), body, payload, max_tokens })
+}
+
+/// Replaces every secret value in the strings (keys included) and numbers of `value` with its
+/// label, adding the names found to `found`. Walking the parsed call keeps it valid JSON
+/// whatever a label replaces.
+fn scrub_value(value: &mut Value, secrets: &TaskSecrets, found: &mut BTreeSet<String>) {
+    match value {
+        Value::String(text) => {
+            let (clean, names) = secrets.scrub(text);
+            if !names.is_empty() {
+                *text = clean;
+                found.extend(names);
+            }
+        }
+        Value::Number(number) => {
+            let (clean, names) = secrets.scrub(&number.to_string());
+            if !names.is_empty() {
+                *value = Value::String(clean);
+                found.extend(names);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| scrub_value(item, secrets, found)),
+        Value::Object(map) => {
+            for (key, mut item) in std::mem::take(map) {
+                scrub_value(&mut item, secrets, found);
+                let (key, names) = secrets.scrub(&key);
+                found.extend(names);
+                map.insert(key, item);
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
+    }
 }
 
 /// The most completion tokens the call may produce: the larger of `max_tokens` and

@@ -10,8 +10,8 @@
 //! the answer ends ([`TaskTokens::reserve`]), so concurrent calls cannot all pass the budget.
 //!
 //! The same table ends a task for the whole egress: [`TaskTokens::finish`] revokes the token,
-//! cuts the task's open tunnels and requests, and hands over what the task did
-//! ([`TaskSummary`], see `ledger.rs`).
+//! drops the task's proxy-mode secrets ([`TaskCredentials`]), cuts the task's open tunnels and
+//! requests, and hands over what the task did ([`TaskSummary`], see `ledger.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 
 use super::audit::AuditLog;
+use super::credentials::TaskCredentials;
 use super::ledger::{Ledger, TaskSummary};
 
 /// Prefix of every relay token, so a leaked one is recognisable in a scan.
@@ -78,6 +79,8 @@ pub struct TaskTokens {
     ledger: Arc<Ledger>,
     /// The listener's audit log, told when a task ends (for its suppressed-lines line).
     audit: Option<Arc<AuditLog>>,
+    /// The tasks' proxy-mode secrets, dropped with the task.
+    credentials: Arc<TaskCredentials>,
 }
 
 /// What the egress hands over when a task ends ([`TaskTokens::finish`]).
@@ -98,9 +101,20 @@ fn digest(token: &str) -> Digest32 {
 }
 
 impl TaskTokens {
-    /// Tokens whose tasks count into the listener's ledger and audit log.
-    pub(crate) fn with_audit(audit: Arc<AuditLog>) -> Self {
-        Self { table: Mutex::default(), ledger: audit.ledger().clone(), audit: Some(audit) }
+    /// Tokens whose tasks count into the listener's ledger and audit log, and end with their
+    /// credentials.
+    pub(crate) fn with_audit(audit: Arc<AuditLog>, credentials: Arc<TaskCredentials>) -> Self {
+        Self {
+            table: Mutex::default(),
+            ledger: audit.ledger().clone(),
+            audit: Some(audit),
+            credentials,
+        }
+    }
+
+    /// The tasks' proxy-mode secrets (see [`TaskCredentials::grant`]).
+    pub fn credentials(&self) -> &Arc<TaskCredentials> {
+        &self.credentials
     }
 
     /// Issues a fresh token (256 random bits from the OS CSPRNG) for `task_id` with a budget
@@ -137,12 +151,14 @@ impl TaskTokens {
         Ok(SecretString::from(token))
     }
 
-    /// Ends the task: revokes its token, cuts its open tunnels and requests, refuses later
+    /// Ends the task: revokes its token, drops its proxy-mode secrets (zeroized once no
+    /// request in flight holds them), cuts its open tunnels and requests, refuses later
     /// connections still attributed to it, and returns its relay usage (when it had a
     /// token) with the summary of everything it did through the egress. Calls still in
     /// flight are charged their whole reservation (the provider may bill them). Call it once
     /// when the task ends, whether or not it had a token.
     pub fn finish(&self, task_id: &str) -> FinishedTask {
+        self.credentials.revoke(task_id);
         let usage = {
             let mut table = self.lock();
             table.tasks.remove(task_id).map(|entry| {
@@ -180,6 +196,7 @@ impl TaskTokens {
             table.by_digest.clear();
             table.tasks.drain().count()
         };
+        self.credentials.revoke_all();
         for task_id in self.ledger.live_tasks() {
             self.finish(&task_id);
         }

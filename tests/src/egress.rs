@@ -241,3 +241,87 @@ pub async fn connect(proxy: SocketAddr, target: &str) -> (u16, TcpStream) {
     let code = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status line");
     (code, stream)
 }
+
+/// What [`web_echo_server`] got: method, request target (path and query, as sent), headers
+/// and body.
+#[derive(Debug, Clone)]
+pub struct Echoed {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Echoed {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// The app of [`web_echo_server`] (also served over TLS by tests that bring a certificate).
+/// Every request is recorded in `seen` and answered with what it got, as JSON
+/// (`method`, `target`, `headers`, `body`), with its `Authorization` repeated in the response
+/// header `x-echo-authorization`; and by path:
+/// - `/b64…`: the same JSON, base64-encoded (standard alphabet);
+/// - `/redirect…`: `302 Found` to `http://elsewhere.example/collect?<the request's query>`;
+/// - `/gzip…`: a body marked `Content-Encoding: gzip`.
+pub fn web_echo_app(seen: Arc<Mutex<Vec<Echoed>>>) -> axum::Router {
+    use axum::response::IntoResponse;
+    use base64::Engine;
+    axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let seen = seen.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = axum::body::to_bytes(body, 8 << 20).await.unwrap_or_default();
+            let echoed = Echoed {
+                method: parts.method.to_string(),
+                target: parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+                headers: parts
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v.as_bytes()).into()))
+                    .collect(),
+                body: String::from_utf8_lossy(&body).into_owned(),
+            };
+            seen.lock().unwrap().push(echoed.clone());
+            let json = serde_json::json!({
+                "method": echoed.method,
+                "target": echoed.target,
+                "headers": echoed.headers.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+                "body": echoed.body,
+            })
+            .to_string();
+            let authorization = echoed.header("authorization").unwrap_or_default().to_owned();
+            let path = parts.uri.path();
+            let mut response = if path.starts_with("/b64") {
+                base64::engine::general_purpose::STANDARD.encode(&json).into_response()
+            } else if path.starts_with("/redirect") {
+                let location = format!(
+                    "http://elsewhere.example/collect?{}",
+                    parts.uri.query().unwrap_or_default()
+                );
+                (axum::http::StatusCode::FOUND, [("location", location)], json).into_response()
+            } else if path.starts_with("/gzip") {
+                ([("content-encoding", "gzip")], json).into_response()
+            } else {
+                ([("content-type", "application/json")], json).into_response()
+            };
+            if let Ok(value) = axum::http::HeaderValue::from_str(&authorization) {
+                response.headers_mut().insert("x-echo-authorization", value);
+            }
+            response
+        }
+    })
+}
+
+/// An HTTP server on `ip` answering every request with what it got ([`web_echo_app`]).
+pub async fn web_echo_server(ip: IpAddr) -> (SocketAddr, Arc<Mutex<Vec<Echoed>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let app = web_echo_app(seen.clone());
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, seen)
+}

@@ -370,11 +370,11 @@ async fn bad_requests_get_clear_errors_and_the_listener_keeps_serving() {
     tokio::time::timeout(WAIT, raw.read_to_end(&mut answer)).await.unwrap().ok();
     assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 400"), "{answer:?}");
 
-    // CONNECT without a port, and https:// in absolute form.
+    // CONNECT without a port, and a scheme the proxy does not speak in absolute form.
     assert_eq!(connect(proxy, "example.com").await.0, 400);
     let mut raw = tokio::net::TcpStream::connect(proxy).await.unwrap();
     raw.write_all(
-        b"GET https://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
+        b"GET ftp://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
     )
     .await
     .unwrap();

@@ -10,4 +10,5 @@ mod egress_proxy;
 mod egress_relay;
 mod egress_relay_chain;
 mod egress_secret_hunt;
+mod egress_secrets;
 mod egress_tasks;

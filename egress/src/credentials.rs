@@ -1,0 +1,320 @@
+//! The secrets each task may have sent on its behalf ("proxy mode"), and what the proxy needs
+//! to keep them out of the task's container.
+//!
+//! A user's secret (say `GITHUB_TOKEN`) is bound to the hosts it is meant for
+//! (`api.github.com`). The container never holds it: it writes the placeholder
+//! `{{secret:GITHUB_TOKEN}}` into a request it sends through the proxy, and the proxy puts the
+//! value in only when the request goes to one of those hosts (`inject.rs`). A secret with no
+//! hosts was handed to the task some other way (over stdin): the proxy never sends it, but
+//! still scrubs it out of whatever comes back and out of the task's LLM calls.
+//!
+//! The table lives as long as the task: [`TaskCredentials::grant`] when it starts,
+//! [`crate::TaskTokens::finish`] (the one place a task ends for the egress) drops it. Values
+//! are [`SecretString`]s, zeroized when dropped, and never shown by `Debug`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use nexbot_protocol::secrets::{is_valid_secret_name, Redactor, SecretMap, SecretsError};
+use secrecy::{ExposeSecret, SecretString};
+
+use super::config::HostPattern;
+
+/// The label name the provider keys get in a task's redactor: lower case, so it can never be
+/// a secret's name (`[A-Z_][A-Z0-9_]*`).
+const PROVIDER_KEY_LABEL: &str = "llm_provider_key";
+
+/// One secret granted to a task.
+pub struct Credential {
+    /// `[A-Z_][A-Z0-9_]*`, at most 64 characters: what the placeholder names.
+    pub name: String,
+    pub value: SecretString,
+    /// The hosts the value may be sent to (patterns as in `egress.proxy.allow_domains`).
+    /// Empty: a secret the task got another way (stdin), never substituted, only scrubbed.
+    pub hosts: Vec<HostPattern>,
+}
+
+impl Credential {
+    pub fn new(name: impl Into<String>, value: SecretString, hosts: Vec<HostPattern>) -> Self {
+        Self { name: name.into(), value, hosts }
+    }
+
+    /// Whether the value may be sent to `host` (lower case, no trailing dot, no brackets).
+    pub fn bound_to(&self, host: &str) -> bool {
+        self.hosts.iter().any(|pattern| pattern.matches(host))
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential")
+            .field("name", &self.name)
+            .field("value", &"[hidden]")
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+/// Why a set of credentials was not granted. Never carries a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    #[error(
+        "invalid secret name {name:?}: must match [A-Z_][A-Z0-9_]* and be at most 64 characters"
+    )]
+    InvalidName { name: String },
+    #[error("secret {name} is granted twice to task {task_id}")]
+    Duplicate { task_id: String, name: String },
+    /// Count or value size out of the secrets spec's limits.
+    #[error(transparent)]
+    Limits(#[from] SecretsError),
+}
+
+/// The credentials of one running task, as the proxy and relay use them.
+pub(crate) struct TaskSecrets {
+    /// By name, in name order.
+    credentials: Vec<Credential>,
+    /// Every value of the task (bound or not) and the provider keys.
+    redactor: Arc<Redactor>,
+    /// The names the redactor labels (the task's and [`PROVIDER_KEY_LABEL`]).
+    labels: Vec<String>,
+}
+
+impl TaskSecrets {
+    pub(crate) fn get(&self, name: &str) -> Option<&Credential> {
+        self.credentials
+            .binary_search_by(|c| c.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.credentials[i])
+    }
+
+    pub(crate) fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
+    }
+
+    /// The first credential that may be sent to `host`: a tunnel there could carry its value
+    /// back unseen.
+    pub(crate) fn bound_to(&self, host: &str) -> Option<&Credential> {
+        self.credentials.iter().find(|c| c.bound_to(host))
+    }
+
+    /// `text` with every value (in any form the redactor knows) replaced by its label, and the
+    /// names of the secrets found (`llm_provider_key` for a provider key).
+    pub(crate) fn scrub(&self, text: &str) -> (String, BTreeSet<String>) {
+        let clean = self.redactor.redact(text);
+        if clean == text {
+            return (clean, BTreeSet::new());
+        }
+        let mut found = BTreeSet::new();
+        for name in &self.labels {
+            if count_labels(&clean, name) > count_labels(text, name) {
+                let reported = match name.starts_with(PROVIDER_KEY_LABEL) {
+                    true => PROVIDER_KEY_LABEL,
+                    false => name.as_str(),
+                };
+                found.insert(reported.to_owned());
+            }
+        }
+        if found.is_empty() {
+            // The labels carry no names (a value that reads like one): say that much.
+            found.insert("(unnamed)".to_owned());
+        }
+        (clean, found)
+    }
+}
+
+/// How often the label of `name` (`…REDACTED:NAME…`, whatever the brackets) occurs in `text`.
+fn count_labels(text: &str, name: &str) -> usize {
+    let needle = format!("REDACTED:{name}");
+    text.match_indices(&needle)
+        .filter(|(at, _)| {
+            let next = text.as_bytes().get(at + needle.len()).copied();
+            !next.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+        })
+        .count()
+}
+
+impl std::fmt::Debug for TaskSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSecrets").field("credentials", &self.credentials).finish()
+    }
+}
+
+/// Every running task's credentials. Cheap to share behind an `Arc`
+/// ([`crate::Egress::credentials`]).
+#[derive(Default)]
+pub struct TaskCredentials {
+    tasks: Mutex<HashMap<String, Arc<TaskSecrets>>>,
+    /// Scrubbed like a task's own values (a container never holds them either).
+    provider_keys: Vec<SecretString>,
+}
+
+impl std::fmt::Debug for TaskCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tasks = self.lock();
+        let mut map = f.debug_map();
+        for (task, secrets) in tasks.iter() {
+            let names: Vec<&str> = secrets.credentials.iter().map(|c| c.name.as_str()).collect();
+            map.entry(task, &names);
+        }
+        map.finish()
+    }
+}
+
+impl TaskCredentials {
+    /// A table whose redactors also scrub `provider_keys`.
+    pub(crate) fn new<'a>(provider_keys: impl IntoIterator<Item = &'a SecretString>) -> Self {
+        Self {
+            tasks: Mutex::default(),
+            provider_keys: provider_keys
+                .into_iter()
+                .filter(|k| !k.expose_secret().is_empty())
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Gives `task_id` these credentials, replacing any it had (an empty list takes them all
+    /// away). Names must be valid secret names, each once; count and value sizes are the
+    /// secrets spec's (at most 50, values of 8 bytes to 64 KiB — shorter values cannot be
+    /// scrubbed without wrecking what comes back).
+    pub fn grant(
+        &self,
+        task_id: &str,
+        credentials: Vec<Credential>,
+    ) -> Result<(), CredentialError> {
+        if credentials.is_empty() {
+            self.revoke(task_id);
+            return Ok(());
+        }
+        let mut map = SecretMap::new();
+        for credential in &credentials {
+            if !is_valid_secret_name(&credential.name) {
+                return Err(CredentialError::InvalidName { name: credential.name.clone() });
+            }
+            if map.get(&credential.name).is_some() {
+                return Err(CredentialError::Duplicate {
+                    task_id: task_id.to_owned(),
+                    name: credential.name.clone(),
+                });
+            }
+            map.insert(credential.name.clone(), credential.value.clone());
+        }
+        map.validate()?;
+        let mut labels: Vec<String> = credentials.iter().map(|c| c.name.clone()).collect();
+        for (i, key) in self.provider_keys.iter().enumerate() {
+            // Distinct map entries, one label: `llm_provider_key` never clashes with a name.
+            map.insert(format!("{PROVIDER_KEY_LABEL}_{i}"), key.clone());
+            labels.push(format!("{PROVIDER_KEY_LABEL}_{i}"));
+        }
+        let redactor = Arc::new(Redactor::new(&map));
+        drop(map);
+        let mut credentials = credentials;
+        credentials.sort_by(|a, b| a.name.cmp(&b.name));
+        let secrets = Arc::new(TaskSecrets { credentials, redactor, labels });
+        self.lock().insert(task_id.to_owned(), secrets);
+        Ok(())
+    }
+
+    /// Takes the task's credentials away (their values are zeroized once no request in flight
+    /// holds them); whether it had any. [`crate::TaskTokens::finish`] calls it.
+    pub fn revoke(&self, task_id: &str) -> bool {
+        self.lock().remove(task_id).is_some()
+    }
+
+    /// Takes every task's credentials away (at shutdown).
+    pub fn revoke_all(&self) {
+        self.lock().clear();
+    }
+
+    /// Whether the task holds credentials now.
+    pub fn has(&self, task_id: &str) -> bool {
+        self.lock().contains_key(task_id)
+    }
+
+    /// The names of the task's credentials, in order.
+    pub fn names(&self, task_id: &str) -> Vec<String> {
+        self.lock()
+            .get(task_id)
+            .map(|s| s.credentials.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The redactor of the task's values and the provider keys, for scrubbing elsewhere.
+    pub fn redactor(&self, task_id: &str) -> Option<Arc<Redactor>> {
+        self.lock().get(task_id).map(|s| s.redactor.clone())
+    }
+
+    pub(crate) fn for_task(&self, task_id: &str) -> Option<Arc<TaskSecrets>> {
+        self.lock().get(task_id).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TaskSecrets>>> {
+        // Every update is one insert or remove: the map stays consistent across a panic.
+        self.tasks.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(text: &str) -> HostPattern {
+        HostPattern::try_from(text.to_owned()).unwrap()
+    }
+
+    fn credential(name: &str, value: &str, hosts: &[&str]) -> Credential {
+        Credential::new(
+            name,
+            SecretString::from(value.to_owned()),
+            hosts.iter().map(|h| pattern(h)).collect(),
+        )
+    }
+
+    #[test]
+    fn grants_are_checked_bound_to_hosts_and_revoked() {
+        let key = SecretString::from("sk-provider-key-0123456789".to_owned());
+        let table = TaskCredentials::new([&key]);
+        let err = table.grant("t", vec![credential("bad-name", "value-123456", &[])]).unwrap_err();
+        assert!(matches!(err, CredentialError::InvalidName { .. }), "{err}");
+        let err = table
+            .grant(
+                "t",
+                vec![credential("A", "value-123456", &[]), credential("A", "x2345678", &[])],
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("granted twice"), "{err}");
+        let err = table.grant("t", vec![credential("SHORT", "abc", &[])]).unwrap_err();
+        assert!(err.to_string().contains("too short"), "{err}");
+        assert!(!table.has("t"));
+
+        table
+            .grant(
+                "t",
+                vec![
+                    credential("GITHUB_TOKEN", "ghp-value-PLANTED-1", &["api.github.com"]),
+                    credential("STDIN_ONLY", "stdin-value-PLANTED-2", &[]),
+                    credential("WILD", "wild-value-PLANTED-3", &["*.example.com"]),
+                ],
+            )
+            .unwrap();
+        let secrets = table.for_task("t").unwrap();
+        assert!(secrets.get("GITHUB_TOKEN").unwrap().bound_to("api.github.com"));
+        assert!(!secrets.get("GITHUB_TOKEN").unwrap().bound_to("github.com"));
+        assert!(!secrets.get("STDIN_ONLY").unwrap().bound_to("api.github.com"));
+        assert_eq!(secrets.bound_to("a.example.com").unwrap().name, "WILD");
+        assert!(secrets.bound_to("example.com").is_none());
+        assert_eq!(table.names("t"), ["GITHUB_TOKEN", "STDIN_ONLY", "WILD"]);
+
+        let (clean, found) =
+            secrets.scrub("a stdin-value-PLANTED-2 b sk-provider-key-0123456789 c");
+        assert!(!clean.contains("PLANTED") && !clean.contains("sk-provider"), "{clean}");
+        assert_eq!(found.into_iter().collect::<Vec<_>>(), ["STDIN_ONLY", PROVIDER_KEY_LABEL]);
+        let debug = format!("{table:?} {secrets:?}");
+        assert!(!debug.contains("PLANTED"), "{debug}");
+        assert!(debug.contains("GITHUB_TOKEN"), "{debug}");
+
+        assert!(table.revoke("t"));
+        assert!(!table.has("t") && table.redactor("t").is_none());
+        assert!(!table.revoke("t"));
+    }
+}
