@@ -182,6 +182,17 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         unsupported(chat.kind(), "delete messages")
     }
 
+    /// Deletes the user's message `inbound` (an [`InboundMessage::id`]) from the chat while
+    /// it is being handled: a `/secret set` message, whose value must not stay in the chat.
+    fn forget_inbound<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        inbound: u64,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        let _ = inbound;
+        unsupported(chat.kind(), "delete the user's messages")
+    }
+
     /// Asks the user `question` and waits up to `wait` for the next message of the chat,
     /// which is the answer (it starts no turn of its own).
     fn ask<'a>(

@@ -33,10 +33,12 @@ use crate::channels::Router;
 use crate::commands::CommandRegistry;
 use crate::config::Config;
 use crate::delegation::LlmAccess;
-use crate::runtime::{build_agent_with_hooks, open_store, Delegation};
+use crate::exits::Exits;
+use crate::runtime::{build_agent_with_hooks, open_store, Delegation, Guards};
 use crate::sandbox::Sandbox;
 use crate::status::StatusBoard;
 use crate::store::Store;
+use crate::vault::Vault;
 
 /// How long running turns get to end (and answer) once the daemon stops.
 pub const TURNS_GRACE: Duration = Duration::from_secs(30);
@@ -63,6 +65,9 @@ pub struct AppOptions {
     pub hooks: Vec<Arc<dyn Hook>>,
     /// Wraps the sandbox's per-task LLM access (a test watches the tokens it issues).
     pub llm_access: Option<LlmAccessLayer>,
+    /// The exit scanner the log writer already uses (`bin/nexbot.rs`); one is made from the
+    /// config's keys when absent.
+    pub exits: Option<Arc<Exits>>,
 }
 
 impl std::fmt::Debug for AppOptions {
@@ -70,6 +75,7 @@ impl std::fmt::Debug for AppOptions {
         f.debug_struct("AppOptions")
             .field("hooks", &self.hooks.len())
             .field("llm_access", &self.llm_access.is_some())
+            .field("exits", &self.exits.is_some())
             .finish()
     }
 }
@@ -88,6 +94,8 @@ pub struct App {
     store: Store,
     sandbox: Option<Sandbox>,
     delegation_off: Option<String>,
+    vault: Arc<Vault>,
+    exits: Arc<Exits>,
     agent: Arc<Agent>,
     router: Arc<Router>,
     commands: CommandRegistry,
@@ -117,6 +125,10 @@ impl App {
             tracing::warn!("{warning}");
         }
         let store = open_store(config).await?;
+        let exits = options.exits.unwrap_or_else(|| Exits::new(config.secrets.daemon_keys()));
+        let vault =
+            Vault::open(store.clone(), config.secrets.master_key.as_ref(), Some(exits.clone()))
+                .await?;
         let (sandbox, delegation_off) = if !config.subagent.enabled {
             (None, Some("subagent.enabled = false".to_owned()))
         } else {
@@ -132,7 +144,14 @@ impl App {
             }
             delegation
         });
-        let agent = match build_agent_with_hooks(config, store.clone(), delegation, options.hooks) {
+        let guards = Guards { vault: Some(vault.clone()), exits: Some(exits.clone()) };
+        let agent = match build_agent_with_hooks(
+            config,
+            store.clone(),
+            delegation,
+            options.hooks,
+            guards,
+        ) {
             Ok(agent) => Arc::new(agent),
             Err(e) => {
                 if let Some(sandbox) = sandbox {
@@ -157,7 +176,7 @@ impl App {
             let task = tokio::spawn(skills.watch(stop.clone()));
             parts.push(Part { name: "skills", stage: Stage::Service, stop, task });
         }
-        let router = Arc::new(Router::new());
+        let router = Arc::new(Router::new().with_exits(exits.clone()));
         let status = StatusBoard::default();
         if let Some(skills) = agent.skills().cloned() {
             status.add("skills", move || match skills.dir() {
@@ -177,7 +196,10 @@ impl App {
             config.llm.primary().1,
             agent.model().spend().clone(),
             status.clone(),
+            vault.clone(),
         );
+        let line = vault.clone();
+        status.add("secrets", move || crate::vault::status_line(&line));
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
@@ -185,6 +207,8 @@ impl App {
             store,
             sandbox,
             delegation_off,
+            vault,
+            exits,
             agent,
             router,
             commands,
@@ -240,6 +264,16 @@ impl App {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The secrets vault (off without a master key; it says why).
+    pub fn vault(&self) -> &Arc<Vault> {
+        &self.vault
+    }
+
+    /// The exit scanner every outbound text passes.
+    pub fn exits(&self) -> &Arc<Exits> {
+        &self.exits
     }
 
     pub fn sandbox(&self) -> Option<&Sandbox> {

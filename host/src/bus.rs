@@ -104,6 +104,8 @@ impl Dispatcher {
                     let ctx = CommandContext {
                         chat: &message.chat,
                         args,
+                        message: message.id,
+                        channel: &*self.router,
                         turns: &turns,
                         commands: &self.commands,
                     };

@@ -15,9 +15,11 @@ use std::sync::Arc;
 
 use nexbot_core::ChatRef;
 
+use crate::agent::channel::Channel;
 use crate::spend::Spend;
 use crate::status::StatusBoard;
 use crate::store::{Store, AGENT_MODE_SETTING};
+use crate::vault::Vault;
 use crate::BoxFuture;
 
 /// What a command may act on besides its own state.
@@ -25,6 +27,12 @@ pub struct CommandContext<'a> {
     pub chat: &'a ChatRef,
     /// The text after the command word, trimmed.
     pub args: &'a str,
+    /// The message's id as its channel gave it ([`InboundMessage::id`]), to delete it.
+    ///
+    /// [`InboundMessage::id`]: crate::bus::InboundMessage
+    pub message: u64,
+    /// The chats' channels (to delete the command's message, say).
+    pub channel: &'a dyn Channel,
     /// The running turns (to stop one).
     pub turns: &'a dyn TurnControl,
     /// Every registered command (for `/help`).
@@ -75,7 +83,13 @@ pub struct CommandRegistry {
 
 impl CommandRegistry {
     /// `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent` and `/secret`.
-    pub fn builtin(store: Store, model: String, spend: Arc<Spend>, board: StatusBoard) -> Self {
+    pub fn builtin(
+        store: Store,
+        model: String,
+        spend: Arc<Spend>,
+        board: StatusBoard,
+        vault: Arc<Vault>,
+    ) -> Self {
         let mut registry = Self::default();
         registry.add(Arc::new(Start));
         registry.add(Arc::new(Help));
@@ -83,7 +97,7 @@ impl CommandRegistry {
         registry.add(Arc::new(Stop));
         registry.add(Arc::new(Status { store: store.clone(), model, spend, board }));
         registry.add(Arc::new(AgentModeCommand { store }));
-        registry.add(Arc::new(SecretCommand));
+        registry.add(Arc::new(crate::vault::command::SecretCommand::new(vault)));
         registry
     }
 
@@ -284,26 +298,6 @@ impl ChatCommand for AgentModeCommand {
     }
 }
 
-/// `/secret`: the vault is not built yet; it says so and never pretends to store anything.
-#[derive(Debug)]
-struct SecretCommand;
-
-impl ChatCommand for SecretCommand {
-    fn name(&self) -> &'static str {
-        "secret"
-    }
-    fn summary(&self) -> &'static str {
-        "store a secret for tasks (not available yet)"
-    }
-    fn run<'a>(&'a self, _ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
-        Box::pin(async {
-            "Secrets are not available yet: nothing was stored. If your message held a \
-             value, delete it from this chat."
-                .to_owned()
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,7 +339,14 @@ mod tests {
         let chat = ChatRef::Telegram(1);
         match registry.parse(text)? {
             Parsed::Known { command, args } => {
-                let ctx = CommandContext { chat: &chat, args, turns: &NoTurns, commands: registry };
+                let ctx = CommandContext {
+                    chat: &chat,
+                    args,
+                    message: 0,
+                    channel: &crate::channels::Router::new(),
+                    turns: &NoTurns,
+                    commands: registry,
+                };
                 Some(command.run(ctx).await)
             }
             Parsed::Unknown { name } => Some(registry.unknown(name)),

@@ -457,6 +457,26 @@ impl fmt::Debug for Secrets {
     }
 }
 
+impl Secrets {
+    /// The daemon's own keys, labelled for the exit scanner (`exits.rs`): none of them may
+    /// leave the host in any text. Unset ones are `None`.
+    pub fn daemon_keys(&self) -> Vec<(String, Option<SecretString>)> {
+        let mut keys = vec![
+            (LLM_API_KEY_ENV.to_owned(), self.llm_api_key.clone()),
+            (TELEGRAM_TOKEN_ENV.to_owned(), self.telegram_token.clone()),
+            (MASTER_KEY_ENV.to_owned(), self.master_key.clone()),
+            ("LLM_RELAY_PROVIDER_KEY".to_owned(), self.relay_provider_key.clone()),
+        ];
+        keys.extend(self.provider_keys.iter().map(|k| ("LLM_PROVIDER_KEY".to_owned(), k.clone())));
+        keys.extend(
+            self.relay_keys
+                .values()
+                .map(|k| ("LLM_RELAY_PROVIDER_KEY".to_owned(), Some(k.clone()))),
+        );
+        keys
+    }
+}
+
 impl PartialEq for Secrets {
     /// Secrets never take part in comparing configurations.
     fn eq(&self, _: &Self) -> bool {

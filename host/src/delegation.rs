@@ -68,7 +68,24 @@ pub struct AccessEnd {
     pub egress: Option<serde_json::Value>,
 }
 
-/// Grants each delegated task its LLM access while it runs.
+/// A secret a task uses through the egress: proxy mode (bound `hosts`, the proxy fills the
+/// value in for them) or, with no hosts, a stdin-mode value the relay only scans for.
+pub struct TaskSecret {
+    pub name: String,
+    pub value: SecretString,
+    pub hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for TaskSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSecret")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Grants each delegated task its LLM access (and its secrets at the egress) while it runs.
 pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     /// Called before the task is sent to a container. `budget_cap`: the most the task may
     /// use (what the chat's caps have left today), below the configured task budget.
@@ -76,4 +93,16 @@ pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     /// Called however the task ended (answer, error, timeout, cancellation, abandonment):
     /// ends its access (and its open connections) and hands over what it used.
     fn revoke(&self, task_id: &str) -> AccessEnd;
+    /// Hands the egress the task's secrets, after [`LlmAccess::issue`]; [`LlmAccess::revoke`]
+    /// takes them back. Without an egress proxy, proxy-mode secrets cannot work.
+    fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
+        let _ = task_id;
+        if secrets.iter().any(|s| !s.hosts.is_empty()) {
+            return Err(
+                "proxy-mode secrets need the egress proxy, which this sandbox does not run"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
 }

@@ -24,6 +24,7 @@ pub use nexbot_llm::{
 };
 
 use crate::config::LlmConfig;
+use crate::exits::{Exit, Exits};
 use crate::spend::Spend;
 
 /// The model as the main agent uses it.
@@ -36,6 +37,7 @@ pub struct Model {
     stream: bool,
     /// The smallest context window of the chain: what every provider can take.
     window: u32,
+    exits: Option<Arc<Exits>>,
 }
 
 impl Model {
@@ -71,8 +73,15 @@ impl Model {
             max_tokens: config.max_tokens(),
             temperature: config.temperature,
             stream: config.stream,
+            exits: None,
             window,
         })
+    }
+
+    /// Scans every request to the provider at the `llm` exit.
+    pub fn with_exits(mut self, exits: Option<Arc<Exits>>) -> Self {
+        self.exits = exits;
+        self
     }
 
     pub fn chain(&self) -> &Chain {
@@ -146,6 +155,16 @@ impl Model {
         let tool_tokens = estimate_tokens(serde_json::to_vec(tools).map_or(0, |v| v.len()));
         let mut room = self.prompt_room().saturating_sub(tool_tokens);
         let mut fitted_harder = false;
+        if let Some(exits) = &self.exits {
+            for message in messages.iter_mut() {
+                if let Some(content) = message.content.as_mut() {
+                    exits.scan_string(Exit::Llm, Some(chat), content);
+                }
+                for call in &mut message.tool_calls {
+                    exits.scan_string(Exit::Llm, Some(chat), &mut call.function.arguments);
+                }
+            }
+        }
         loop {
             let fitted = fit(messages, room);
             if fitted.dropped > 0 || fitted.cut > 0 {

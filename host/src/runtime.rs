@@ -10,16 +10,18 @@ use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::delegation::{LlmAccess, SubagentRunner};
+use crate::exits::Exits;
 use crate::llm::Model;
 use crate::sandbox::Sandbox;
 use crate::spend::Spend;
 use crate::store::Store;
-use crate::tools::delegate::{Delegate, DelegateSettings};
+use crate::tools::delegate::{Delegate, DelegateSettings, SecretSource};
 use crate::tools::files::{file_tools, Confinement};
 use crate::tools::memory::Memory;
 use crate::tools::send_message::SendMessage;
 use crate::tools::tasks::ManageTasks;
 use crate::tools::ToolRegistry;
+use crate::vault::Vault;
 use crate::workspace::{CONFIG_FILE, CONTROL_SOCKET, MEMORY_FILE, OPERATOR_FILES};
 
 /// Opens the database named by the config.
@@ -41,21 +43,30 @@ impl Delegation {
     }
 }
 
+/// What keeps secrets in: the vault (delegated tasks take secrets from it by name) and the
+/// exit scanner (the model's requests and task records pass it).
+#[derive(Debug, Clone, Default)]
+pub struct Guards {
+    pub vault: Option<Arc<Vault>>,
+    pub exits: Option<Arc<Exits>>,
+}
+
 /// The agent with every tool; delegation is offered only when `delegation` is given.
 pub fn build_agent(
     config: &Config,
     store: Store,
     delegation: Option<Delegation>,
 ) -> anyhow::Result<Agent> {
-    build_agent_with_hooks(config, store, delegation, Vec::new())
+    build_agent_with_hooks(config, store, delegation, Vec::new(), Guards::default())
 }
 
-/// [`build_agent`] with `extra` hooks after the built-in ones.
+/// [`build_agent`] with `extra` hooks after the built-in ones, and `guards`.
 pub fn build_agent_with_hooks(
     config: &Config,
     store: Store,
     delegation: Option<Delegation>,
     extra: Vec<Arc<dyn Hook>>,
+    guards: Guards,
 ) -> anyhow::Result<Agent> {
     let workspace = &config.workspace.dir;
     if !workspace.is_dir() {
@@ -105,11 +116,14 @@ pub fn build_agent_with_hooks(
             llm_model: config.subagent_llm_model(),
             llm_context_window: config.llm.provider_list().iter().map(|p| p.context_window()).min(),
             spend: Some(spend.clone()),
+            exits: guards.exits.clone(),
         };
-        tools.add(Arc::new(Delegate::new(runner, store.clone(), None, tokens, settings)));
+        let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
+        tools.add(Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings)));
     }
     let llm = Model::new(&config.llm, &config.secrets.provider_keys, spend)
-        .context("cannot set up the LLM providers")?;
+        .context("cannot set up the LLM providers")?
+        .with_exits(guards.exits);
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
     hooks.extend(extra);
     Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())

@@ -19,7 +19,7 @@ use nexbot_egress::{
 use secrecy::SecretString;
 
 use crate::config::Config;
-use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm};
+use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::pool_runner::{pool_config, PoolRunner};
 
 /// How long the listener's open connections get to finish at shutdown.
@@ -265,6 +265,20 @@ impl LlmAccess for RelayAccess {
         self.counters.issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(task_id, budget, "relay token issued");
         Ok(TaskLlm::Relay { base_url: self.relay_base_url.clone(), token })
+    }
+
+    fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
+        let mut credentials = Vec::with_capacity(secrets.len());
+        for secret in secrets {
+            let hosts = secret
+                .hosts
+                .iter()
+                .map(|h| egress::HostPattern::try_from(h.clone()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("secret {}: {e}", secret.name))?;
+            credentials.push(egress::Credential::new(secret.name, secret.value, hosts));
+        }
+        self.tokens.credentials().grant(task_id, credentials).map_err(|e| e.to_string())
     }
 
     fn revoke(&self, task_id: &str) -> AccessEnd {

@@ -850,6 +850,29 @@ impl Channel for Telegram {
         })
     }
 
+    fn forget_inbound<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        inbound: u64,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move {
+            let chat_id = telegram_chat(chat)?;
+            let message_id = {
+                let inflight = self.inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                inflight
+                    .get(&(inbound as i64))
+                    .filter(|flight| flight.chat_id == chat_id)
+                    .and_then(|flight| flight.message_id)
+            };
+            let Some(message_id) = message_id else {
+                return Err(ChannelError::Failed(format!(
+                    "the message of update {inbound} is not being handled in this chat"
+                )));
+            };
+            self.delete(chat, MessageId(i64::from(message_id))).await
+        })
+    }
+
     fn task_update<'a>(
         &'a self,
         chat: &'a ChatRef,

@@ -1,4 +1,5 @@
-//! `nexbot`: the host daemon (`serve`), the terminal channel (`chat`), `init` and `doctor`.
+//! `nexbot`: the host daemon (`serve`), the terminal channel (`chat`), `init`, `doctor` and
+//! `secrets rotate-key`.
 //!
 //! The runtime is deliberately small (two worker threads, few blocking threads): the host
 //! mostly waits on the network, and its idle footprint matters on a small server.
@@ -9,11 +10,12 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use nexbot_core::{ChannelKind, ChatRef};
-use nexbot_host::app::App;
+use nexbot_host::app::{App, AppOptions};
 use nexbot_host::channels::console::{self, ConsoleChannel};
 use nexbot_host::config::Config;
 use nexbot_host::control_api::{self, Reloader};
 use nexbot_host::doctor::{self, CheckStatus};
+use nexbot_host::exits::{Exits, RedactingWriter};
 use nexbot_host::instance::DataDirLock;
 use nexbot_host::workspace;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +50,17 @@ enum Command {
     Chat(ConfigArg),
     /// Check config, workspace, database, LLM, Docker and the subagent image.
     Doctor(ConfigArg),
+    /// The secrets vault's offline operations (stored secrets: `nexbot-ctl secrets`).
+    #[command(subcommand)]
+    Secrets(SecretsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SecretsCommand {
+    /// Re-encrypt every stored secret under a new master key, in one transaction. The
+    /// current key comes from NEXBOT_MASTER_KEY, the new one from NEXBOT_NEW_MASTER_KEY or
+    /// the first line of stdin. The daemon must be stopped; start it again with the new key.
+    RotateKey(ConfigArg),
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,6 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Serve { config, init } => serve(&config.config, init).await,
             Command::Chat(arg) => chat(&arg.config).await,
             Command::Doctor(arg) => doctor(&arg.config).await,
+            Command::Secrets(SecretsCommand::RotateKey(arg)) => rotate_key(&arg.config).await,
         }
     })
 }
@@ -101,24 +115,53 @@ fn init(dir: &Path, force: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_logging(config: &Config, default_level: Option<&str>) {
+/// Logs go through the exit scan (`exits.rs`): returns the scanner, for the app to share.
+fn init_logging(config: &Config, default_level: Option<&str>) -> Arc<Exits> {
     let filter = std::env::var("RUST_LOG")
         .ok()
         .filter(|f| !f.is_empty())
         .or(default_level.map(str::to_owned))
         .unwrap_or_else(|| config.logging.level.clone());
+    let exits = Exits::new(config.secrets.daemon_keys());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(RedactingWriter::new(exits.clone(), std::io::stderr));
     if config.logging.format == "json" {
         builder.json().init();
     } else {
         builder.init();
     }
+    exits
+}
+
+async fn rotate_key(path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    let old = config
+        .secrets
+        .master_key
+        .clone()
+        .context("NEXBOT_MASTER_KEY is not set: it must hold the current key to rotate from")?;
+    let new = match std::env::var("NEXBOT_NEW_MASTER_KEY") {
+        Ok(key) if !key.is_empty() => key,
+        _ => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("cannot read the new key from stdin")?;
+            line.trim_end_matches(['\r', '\n']).to_owned()
+        }
+    };
+    let new = secrecy::SecretString::from(new);
+    let _lock = DataDirLock::acquire(&config.data_dir())?;
+    let store = nexbot_host::store::Store::open(&config.database_path()).await?;
+    let count = nexbot_host::vault::rotate_master_key(&store, &old, &new).await?;
+    println!(
+        "re-encrypted {count} secret(s) under the new master key; set NEXBOT_MASTER_KEY to it \
+         before the daemon starts again"
+    );
+    Ok(())
 }
 
 async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
@@ -129,14 +172,15 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
         None
     };
     let config = Config::load(path)?;
-    init_logging(&config, None);
+    let exits = init_logging(&config, None);
     let signals = shutdown_signals()?;
     if let Some(report) = written {
         tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
     // One daemon per data directory, held until the process ends.
     let _lock = DataDirLock::acquire(&config.data_dir())?;
-    let mut app = App::start(&config).await?;
+    let options = AppOptions { exits: Some(exits), ..AppOptions::default() };
+    let mut app = App::start_with(&config, options).await?;
     if let Some(why) = app.delegation_off() {
         tracing::warn!("delegation to subagents is off: {why}");
     }
@@ -197,9 +241,10 @@ fn shutdown_signals() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 
 async fn chat(path: &Path) -> anyhow::Result<()> {
     let config = Config::load(path)?;
-    init_logging(&config, Some("warn"));
+    let exits = init_logging(&config, Some("warn"));
     let signals = shutdown_signals()?;
-    let mut app = App::start(&config).await?;
+    let options = AppOptions { exits: Some(exits), ..AppOptions::default() };
+    let mut app = App::start_with(&config, options).await?;
     if let Some(why) = app.delegation_off() {
         // Once, before the conversation, on stderr (stdout carries only answers).
         eprintln!("nexbot: delegation to subagents is off: {why}");

@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use crate::agent::channel::{
     Channel, ChannelError, MessageId, OutboundFile, OutboundMessage, TaskUpdate,
 };
+use crate::exits::{Exit, Exits};
 use crate::BoxFuture;
 
 /// Hands channel operations to the channel of each chat's kind. Cheap to share (`Arc`).
@@ -33,11 +34,25 @@ pub struct Router {
     channels: RwLock<HashMap<ChannelKind, Arc<dyn Channel>>>,
     /// Questions waiting for the chat's next message.
     questions: Mutex<HashMap<ChatRef, oneshot::Sender<String>>>,
+    /// Every text passes the exit scan before it reaches a channel.
+    exits: Option<Arc<Exits>>,
 }
 
 impl Router {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Scans every text for secret values before a channel gets it (`exits.rs`).
+    pub fn with_exits(mut self, exits: Arc<Exits>) -> Self {
+        self.exits = Some(exits);
+        self
+    }
+
+    fn scan(&self, chat: &ChatRef, text: &mut String) {
+        if let Some(exits) = &self.exits {
+            exits.scan_string(Exit::Chat, Some(chat), text);
+        }
     }
 
     /// Makes `channel` the one that serves chats of `kind` (replacing an earlier one).
@@ -96,6 +111,9 @@ impl Channel for Router {
         &self,
         message: OutboundMessage,
     ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        let mut message = message;
+        let chat = message.chat.clone();
+        self.scan(&chat, &mut message.text);
         Box::pin(async move { self.channel(&message.chat)?.send(message).await })
     }
 
@@ -103,7 +121,20 @@ impl Channel for Router {
         &self,
         file: OutboundFile,
     ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        let mut file = file;
+        if let Some(caption) = file.caption.as_mut() {
+            let chat = file.chat.clone();
+            self.scan(&chat, caption);
+        }
         Box::pin(async move { self.channel(&file.chat)?.send_file(file).await })
+    }
+
+    fn forget_inbound<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        inbound: u64,
+    ) -> BoxFuture<'a, Result<(), ChannelError>> {
+        Box::pin(async move { self.channel(chat)?.forget_inbound(chat, inbound).await })
     }
 
     fn edit<'a>(
@@ -112,7 +143,11 @@ impl Channel for Router {
         message: MessageId,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), ChannelError>> {
-        Box::pin(async move { self.channel(chat)?.edit(chat, message, text).await })
+        Box::pin(async move {
+            let mut text = text.to_owned();
+            self.scan(chat, &mut text);
+            self.channel(chat)?.edit(chat, message, &text).await
+        })
     }
 
     fn delete<'a>(
@@ -129,6 +164,13 @@ impl Channel for Router {
         task_id: &'a str,
         update: TaskUpdate,
     ) -> BoxFuture<'a, ()> {
+        let mut update = update;
+        match &mut update {
+            TaskUpdate::Started { task: text } | TaskUpdate::Progress { line: text } => {
+                self.scan(chat, text)
+            }
+            TaskUpdate::Finished(_) => {}
+        }
         Box::pin(async move {
             if let Ok(channel) = self.channel(chat) {
                 channel.task_update(chat, task_id, update).await;

@@ -14,25 +14,44 @@ use nexbot_core::channel::{TaskReceipt, TaskUpdate};
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
-    closest_tool, unknown_tools, ProgressEvent, Request, Response, ResponseBody, SecretMap,
-    BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+    closest_tool, unknown_tools, ProgressEvent, ProxySecret, Request, Response, ResponseBody,
+    SecretMap, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
 };
-use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::deadlines::TaskDeadlines;
-use crate::delegation::{AccessEnd, BoxFuture, LlmAccess, SubagentRunner, TaskLlm};
+use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
+use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
 use crate::store::{Store, TaskEnd};
+use crate::vault::{Mode, Resolved, Scope, Vault};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
-/// Where secret values come from when a task names them (the per-chat secret store).
+/// Where secret values come from when a task names them (the vault's chat scope).
 pub trait SecretSource: Send + Sync + std::fmt::Debug {
-    fn get<'a>(&'a self, chat: &'a ChatRef, name: &'a str) -> BoxFuture<'a, Option<SecretString>>;
+    /// The chat's secret `name`; an unknown name's error lists the names that exist.
+    fn resolve(&self, chat: &ChatRef, name: &str) -> Result<Resolved, String>;
+}
+
+impl SecretSource for Vault {
+    fn resolve(&self, chat: &ChatRef, name: &str) -> Result<Resolved, String> {
+        Vault::resolve(self, &Scope::Chat(chat.clone()), name).map_err(|e| e.to_string())
+    }
+}
+
+/// The secrets a task was given, as the request and the egress take them.
+#[derive(Debug, Default)]
+struct TaskSecrets {
+    /// Stdin mode: the values go in the request.
+    stdin: SecretMap,
+    /// Proxy mode: names and hosts go in the request, the values to the egress only.
+    proxied: Vec<ProxySecret>,
+    /// Every one of them, for the egress (proxy filling and relay scanning).
+    egress: Vec<TaskSecret>,
 }
 
 /// What a delegated task is configured with.
@@ -47,6 +66,8 @@ pub struct DelegateSettings {
     /// The spending caps: a task's relay budget is cut to what its chat has left, and what
     /// it used is charged to the chat.
     pub spend: Option<Arc<crate::spend::Spend>>,
+    /// Scans what the task record keeps before it is written.
+    pub exits: Option<Arc<Exits>>,
 }
 
 #[derive(Debug)]
@@ -69,31 +90,39 @@ impl Delegate {
         Self { runner, store, secrets, tokens, settings }
     }
 
-    async fn collect_secrets(
-        &self,
-        chat: &ChatRef,
-        names: &[String],
-    ) -> Result<SecretMap, ToolError> {
-        let mut map = SecretMap::new();
+    fn collect_secrets(&self, chat: &ChatRef, names: &[String]) -> Result<TaskSecrets, ToolError> {
+        let mut secrets = TaskSecrets::default();
         for name in names {
             if !is_valid_secret_name(name) {
                 return Err(ToolError::new(format!(
                     "invalid secret name {name:?}: use [A-Z_][A-Z0-9_]*, at most 64 characters"
                 )));
             }
-            let value = match &self.secrets {
-                Some(source) => source.get(chat, name).await,
-                None => None,
-            };
-            let Some(value) = value else {
+            let Some(source) = &self.secrets else {
                 return Err(ToolError::new(format!(
-                    "no secret named {name} is stored for this chat; ask the user to store it \
-                     with /secret set {name} <value>"
+                    "no secret named {name} is stored for this chat (the secrets vault is not \
+                     set up); ask the operator to set NEXBOT_MASTER_KEY, then the user to store \
+                     it with /secret set {name} <value>"
                 )));
             };
-            map.insert(name.clone(), value);
+            let resolved = source.resolve(chat, name).map_err(|e| {
+                ToolError::new(format!(
+                    "{e}; ask the user to store it with /secret set {name} <value> [--host HOST]"
+                ))
+            })?;
+            match resolved.mode {
+                Mode::Stdin => secrets.stdin.insert(name.clone(), resolved.value.clone()),
+                Mode::Proxy => secrets
+                    .proxied
+                    .push(ProxySecret { name: name.clone(), hosts: resolved.hosts.clone() }),
+            }
+            let hosts = match resolved.mode {
+                Mode::Proxy => resolved.hosts,
+                Mode::Stdin => Vec::new(),
+            };
+            secrets.egress.push(TaskSecret { name: name.clone(), value: resolved.value, hosts });
         }
-        Ok(map)
+        Ok(secrets)
     }
 }
 
@@ -138,7 +167,7 @@ impl TypedTool for Delegate {
             return Err(ToolError::new("task is empty"));
         }
         check_tools(args.tools.as_deref().unwrap_or_default())?;
-        let secrets = self.collect_secrets(&ctx.chat, &args.secrets).await?;
+        let secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
         let budget_cap = match &self.settings.spend {
@@ -153,6 +182,11 @@ impl TypedTool for Delegate {
             .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
         // From here on the token dies however this future ends, dropped included.
         let access = Access::new(self.tokens.as_ref(), &self.store, &id);
+        if !secrets.egress.is_empty() {
+            self.tokens
+                .grant_secrets(&id, secrets.egress)
+                .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
+        }
         self.store
             .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
             .await
@@ -161,7 +195,8 @@ impl TypedTool for Delegate {
         request.context = args.context;
         request.tools = args.tools;
         request.timeout = Some(deadlines.soft_secs());
-        request.secrets = (!secrets.is_empty()).then_some(secrets);
+        request.secrets = (!secrets.stdin.is_empty()).then_some(secrets.stdin);
+        request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
         request.llm_model = Some(self.settings.llm_model.clone());
         request.llm_context_window = self.settings.llm_context_window;
         match llm {
@@ -302,6 +337,11 @@ impl TypedTool for Delegate {
                 relay_tokens = relay_tokens.unwrap_or(0),
                 "subagent task ended and its LLM access revoked"
             ),
+        }
+        if let Some(exits) = &self.settings.exits {
+            if let Some(error) = end.error.as_mut() {
+                exits.scan_string(Exit::TaskRecord, Some(&ctx.chat), error);
+            }
         }
         if let Err(e) = self.store.finish_task(&id, end).await {
             tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
@@ -512,7 +552,13 @@ mod tests {
     /// The relay's real token table, as the delegation tool sees it; remembers each budget it issued, and charges each task
     /// `.2` tokens at once (as if the task's calls had gone through the relay).
     #[derive(Debug, Default)]
-    struct Table(egress::TaskTokens, std::sync::Mutex<Vec<u64>>, u64);
+    struct Table(
+        egress::TaskTokens,
+        std::sync::Mutex<Vec<u64>>,
+        u64,
+        /// The secrets granted: (task, name, hosts).
+        std::sync::Mutex<Vec<(String, String, Vec<String>)>>,
+    );
 
     impl LlmAccess for Table {
         fn issue(&self, task_id: &str, cap: Option<u64>) -> Result<TaskLlm, String> {
@@ -524,6 +570,13 @@ mod tests {
         }
         fn revoke(&self, task_id: &str) -> AccessEnd {
             AccessEnd { relay_tokens: self.0.revoke(task_id).map(|u| u.used), egress: None }
+        }
+        fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
+            let mut granted = self.3.lock().unwrap();
+            for secret in secrets {
+                granted.push((task_id.to_owned(), secret.name, secret.hosts));
+            }
+            Ok(())
         }
     }
 
@@ -574,7 +627,7 @@ mod tests {
             request: Request,
             _cancel: tokio_util::sync::CancellationToken,
             _progress: Option<mpsc::Sender<Response>>,
-        ) -> BoxFuture<
+        ) -> crate::BoxFuture<
             '_,
             Result<crate::delegation::SubagentOutcome, crate::delegation::SubagentError>,
         > {
@@ -601,6 +654,14 @@ mod tests {
         }
 
         async fn with_caps(response: Response, caps: Option<crate::config::CapsConfig>) -> Self {
+            Self::build(response, caps, None).await
+        }
+
+        async fn build(
+            response: Response,
+            caps: Option<crate::config::CapsConfig>,
+            secrets: Option<Arc<dyn SecretSource>>,
+        ) -> Self {
             let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
             let store = Store::open(&dir.join("t.db")).await.unwrap();
             let config = crate::config::Config::from_parts(
@@ -611,16 +672,18 @@ mod tests {
             )
             .unwrap();
             let runner = Arc::new(Canned { response, requests: Default::default() });
-            let tokens = Arc::new(Table(Default::default(), Default::default(), 7));
+            let tokens =
+                Arc::new(Table(Default::default(), Default::default(), 7, Default::default()));
             let spend = caps.map(|caps| crate::spend::Spend::new(caps, store.clone()));
             let settings = DelegateSettings {
                 longest: TaskDeadlines::plan(&config, None),
                 llm_model: "m".into(),
                 llm_context_window: Some(8192),
                 spend: spend.clone(),
+                exits: None,
             };
             let delegate =
-                Delegate::new(runner.clone(), store.clone(), None, tokens.clone(), settings);
+                Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);
             Self { dir, store, runner, tokens, delegate, spend }
         }
 
@@ -640,6 +703,48 @@ mod tests {
         let mut r = Response::success("x", None, result.into(), Default::default(), 1, 1);
         r.dropped_tools = dropped.iter().map(|d| d.to_string()).collect();
         r
+    }
+
+    #[tokio::test]
+    async fn secrets_go_by_name_stdin_values_in_the_request_proxy_ones_to_the_egress_only() {
+        let dir = std::env::temp_dir().join(format!("nxw-vault-{}", uuid::Uuid::new_v4()));
+        let master = secrecy::SecretString::from("fixture-master-key-0123456789".to_owned());
+        let vault = Vault::open(Store::open(&dir.join("v.db")).await.unwrap(), Some(&master), None)
+            .await
+            .unwrap();
+        let chat = Scope::Chat(ToolContext::for_tests().chat);
+        let value = |v: &str| secrecy::SecretString::from(v.to_owned());
+        vault.set(&chat, "PLAIN_TOKEN", value("plain-value-123456"), &[], None).await.unwrap();
+        let hosts = ["api.github.com".to_owned()];
+        vault.set(&chat, "GH_TOKEN", value("ghp_proxied_value_123"), &hosts, None).await.unwrap();
+        let f = Fixture::build(answer("done", &[]), None, Some(vault)).await;
+
+        let err = f.call(json!({"task": "t", "secrets": ["NOPE"]})).await.unwrap_err().to_string();
+        assert!(
+            err.contains("no secret named NOPE") && err.contains("(stored: GH_TOKEN, PLAIN_TOKEN)"),
+            "{err}"
+        );
+        assert!(f.runner.requests.lock().unwrap().is_empty(), "nothing ran");
+
+        f.call(json!({"task": "t", "secrets": ["PLAIN_TOKEN", "GH_TOKEN"]})).await.unwrap();
+        let request = f.runner.requests.lock().unwrap().remove(0);
+        let stdin = request.secrets.as_ref().unwrap();
+        assert_eq!(stdin.names().collect::<Vec<_>>(), ["PLAIN_TOKEN"]);
+        assert_eq!(
+            request.proxy_secrets,
+            Some(vec![ProxySecret { name: "GH_TOKEN".into(), hosts: hosts.to_vec() }])
+        );
+        let wire = serde_json::to_string(&request).unwrap();
+        assert!(wire.contains("plain-value-123456"), "positive control: stdin values travel");
+        assert!(
+            !wire.contains("ghp_proxied_value_123"),
+            "a proxy-mode value never goes to the container"
+        );
+        let granted = f.tokens.3.lock().unwrap().clone();
+        assert_eq!(granted.len(), 2);
+        assert!(granted.iter().any(|(_, n, h)| n == "GH_TOKEN" && h == &hosts));
+        assert!(granted.iter().any(|(_, n, h)| n == "PLAIN_TOKEN" && h.is_empty()));
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@
 //! - Without a (long enough) master key the vault is off and says so; listing and deleting
 //!   still work.
 
+pub mod command;
 mod crypto;
 
 use std::collections::BTreeMap;
@@ -577,6 +578,18 @@ impl Vault {
                 mode: entry.mode,
             }),
             Err(why) => Err(self.unreadable(*why, scope, name)),
+        }
+    }
+}
+
+/// The vault's line of `/status` and `nexbot-ctl status`.
+pub fn status_line(vault: &Vault) -> String {
+    let count = vault.list(None).len();
+    match vault.state() {
+        VaultState::On => format!("vault on, {count} stored"),
+        VaultState::Off(why) => format!("vault off ({why}), {count} stored"),
+        VaultState::WrongKey => {
+            format!("vault LOCKED: NEXBOT_MASTER_KEY does not open it, {count} stored")
         }
     }
 }

@@ -305,6 +305,13 @@ impl LlmAccess for Watched {
     fn revoke(&self, task_id: &str) -> AccessEnd {
         self.inner.revoke(task_id)
     }
+    fn grant_secrets(
+        &self,
+        task_id: &str,
+        secrets: Vec<nexbot_host::delegation::TaskSecret>,
+    ) -> Result<(), String> {
+        self.inner.grant_secrets(task_id, secrets)
+    }
 }
 
 /// The chat of the in-process tests.

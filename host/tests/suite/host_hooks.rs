@@ -61,7 +61,8 @@ async fn agent(ws: &TempWorkspace, llm: &ScriptedLlm, extra: &[(&str, &str)]) ->
     let text = std::fs::read_to_string(ws.config()).unwrap();
     let config = Config::from_parts(&text, &ws.config(), &ws.dir, env).unwrap();
     let store = open_store(&config).await.unwrap();
-    build_agent_with_hooks(&config, store, None, vec![Arc::new(Policy)]).unwrap()
+    build_agent_with_hooks(&config, store, None, vec![Arc::new(Policy)], Default::default())
+        .unwrap()
 }
 
 #[tokio::test]

@@ -1,0 +1,192 @@
+//! `/secret set|list|delete`: the user's way to put secrets into the vault from a chat.
+//!
+//! Private chats only (a group would show the value to everyone; Telegram's policy refuses
+//! it before it gets here, and this checks again). The message holding a value is deleted
+//! right after it is handled, stored or not; when the channel cannot delete it the answer
+//! tells the user to. The Telegram ledger keeps the command with its value redacted
+//! (`nexbot_telegram::policy::ledger_text`), and commands never reach the history or a log.
+
+use std::sync::Arc;
+
+use nexbot_core::ChatRef;
+use secrecy::SecretString;
+
+use super::{Mode, Scope, SecretInfo, Vault, VaultState};
+use crate::commands::{ChatCommand, CommandContext};
+use crate::BoxFuture;
+
+const USAGE: &str = "Usage:\n\
+/secret set NAME value [--host HOST ...] [--mode proxy|stdin]\n\
+/secret list\n\
+/secret delete NAME\n\
+A secret bound to a host (--host api.github.com, --host *.example.com) is filled in by the \
+egress proxy for that host only and never enters a sandbox (proxy mode). One with no host is \
+handed to the task itself (stdin mode). Tasks get secrets by name; the model never sees a value.";
+
+#[derive(Debug)]
+pub struct SecretCommand {
+    vault: Arc<Vault>,
+}
+
+impl SecretCommand {
+    pub fn new(vault: Arc<Vault>) -> Self {
+        Self { vault }
+    }
+}
+
+/// `/secret set`'s arguments.
+struct SetArgs {
+    name: String,
+    value: SecretString,
+    hosts: Vec<String>,
+    mode: Option<Mode>,
+}
+
+fn parse_set(args: &str) -> Result<SetArgs, String> {
+    let mut words = args.split_whitespace();
+    let name = words.next().ok_or("give a name and a value")?.to_owned();
+    let value = words.next().ok_or("give a value after the name")?;
+    let value = SecretString::from(value.to_owned());
+    let (mut hosts, mut mode) = (Vec::new(), None);
+    while let Some(word) = words.next() {
+        match word {
+            "--host" => hosts.push(words.next().ok_or("--host needs a host")?.to_owned()),
+            "--mode" => {
+                let text = words.next().ok_or("--mode needs proxy or stdin")?;
+                mode = Some(Mode::parse(text).map_err(|e| e.to_string())?);
+            }
+            // Never echo the word: a value with a space in it would show its second half.
+            _ => {
+                return Err("unexpected words after the value (a value cannot contain spaces; \
+                             options are --host HOST and --mode proxy|stdin)"
+                    .to_owned())
+            }
+        }
+    }
+    Ok(SetArgs { name, value, hosts, mode })
+}
+
+/// One line of `/secret list` and `nexbot-ctl secrets ls`.
+pub fn describe(info: &SecretInfo) -> String {
+    let when = chrono::DateTime::from_timestamp(info.updated_at, 0)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_default();
+    let binding = match info.mode {
+        Mode::Proxy => format!("proxy → {}", info.hosts.join(", ")),
+        Mode::Stdin if info.hosts.is_empty() => "stdin".to_owned(),
+        Mode::Stdin => format!("stdin, hosts {}", info.hosts.join(", ")),
+    };
+    let mut line = format!("{} — {binding} — set {when}", info.name);
+    if let Some(why) = &info.unreadable {
+        line.push_str(&format!(" — UNUSABLE: {why}"));
+    }
+    line
+}
+
+impl ChatCommand for SecretCommand {
+    fn name(&self) -> &'static str {
+        "secret"
+    }
+    fn summary(&self) -> &'static str {
+        "store, list or delete a secret for tasks (private chats)"
+    }
+    fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
+        Box::pin(async move {
+            let (sub, rest) = ctx.args.split_once(char::is_whitespace).unwrap_or((ctx.args, ""));
+            let private = !matches!(ctx.chat, ChatRef::Telegram(id) if *id < 0);
+            let scope = Scope::Chat(ctx.chat.clone());
+            match sub.to_ascii_lowercase().as_str() {
+                "set" => {
+                    // Deleted whatever happens next: the message holds a value.
+                    let deleted = ctx.channel.forget_inbound(ctx.chat, ctx.message).await;
+                    let mut answer = if !private {
+                        "/secret works only in a private chat with me; nothing was stored."
+                            .to_owned()
+                    } else {
+                        match parse_set(rest) {
+                            Err(why) => format!("Nothing was stored: {why}.\n\n{USAGE}"),
+                            Ok(args) => match self
+                                .vault
+                                .set(&scope, &args.name, args.value, &args.hosts, args.mode)
+                                .await
+                            {
+                                Ok(info) => stored(&info),
+                                Err(e) => format!("Nothing was stored: {e}."),
+                            },
+                        }
+                    };
+                    match deleted {
+                        Ok(()) => answer.push_str("\nYour message with the value was deleted."),
+                        Err(e) => {
+                            tracing::warn!(chat = %ctx.chat, error = %e, "cannot delete a /secret message");
+                            answer.push_str(
+                                "\nI could not delete your message: delete it yourself now, it \
+                                 holds the value.",
+                            )
+                        }
+                    }
+                    answer
+                }
+                "list" | "ls" => {
+                    let listed = self.vault.list(Some(&scope));
+                    let mut lines = Vec::new();
+                    if let VaultState::Off(why) = self.vault.state() {
+                        lines.push(format!("The secrets vault is off: {why}"));
+                    }
+                    if listed.is_empty() {
+                        lines.push("No secrets are stored for this chat.".to_owned());
+                    } else {
+                        lines.push(format!("Secrets of this chat ({}):", listed.len()));
+                        lines.extend(listed.iter().map(describe));
+                    }
+                    lines.join("\n")
+                }
+                "delete" | "rm" => {
+                    let name = rest.trim();
+                    if name.is_empty() {
+                        return format!("Give the name to delete.\n\n{USAGE}");
+                    }
+                    match self.vault.delete(&scope, name).await {
+                        Ok(true) => format!("Deleted {name}."),
+                        Ok(false) => format!("No secret named {name} is stored for this chat."),
+                        Err(e) => format!("Could not delete {name}: {e}"),
+                    }
+                }
+                _ => USAGE.to_owned(),
+            }
+        })
+    }
+}
+
+fn stored(info: &SecretInfo) -> String {
+    match info.mode {
+        Mode::Proxy => format!(
+            "Stored {} (proxy mode): the egress proxy fills it in for {} only; it never enters a \
+             sandbox.",
+            info.name,
+            info.hosts.join(", ")
+        ),
+        Mode::Stdin => format!(
+            "Stored {} (stdin mode): tasks that are given it get the value in their sandbox.",
+            info.name
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    #[test]
+    fn set_arguments_are_parsed_and_never_echoed() {
+        let args = parse_set("GH ghp_abc123456 --host api.github.com --mode proxy").unwrap();
+        assert_eq!((args.name.as_str(), args.value.expose_secret()), ("GH", "ghp_abc123456"));
+        assert_eq!(args.hosts, ["api.github.com"]);
+        assert_eq!(args.mode, Some(Mode::Proxy));
+        let err = parse_set("GH first-half second-half").err().unwrap();
+        assert!(!err.contains("second-half") && !err.contains("first-half"), "{err}");
+        assert!(parse_set("GH").is_err());
+        assert!(parse_set("GH v --mode nope").err().unwrap().contains("invalid mode"));
+    }
+}
