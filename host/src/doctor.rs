@@ -12,6 +12,7 @@ use nexbot_docker::Docker;
 
 use crate::config::{Config, LLM_API_KEY_ENV};
 use crate::store::Store;
+use crate::vault::{Vault, VaultState};
 use crate::workspace::BOOTSTRAP_FILES;
 
 /// The status of one check.
@@ -60,7 +61,7 @@ impl Check {
 
 /// Runs every check that the (already loaded) config allows.
 pub async fn run(config: &Config) -> Vec<Check> {
-    let mut checks = vec![workspace(config), database(config).await];
+    let mut checks = vec![workspace(config), database(config).await, vault(config).await];
     checks.extend(llm(config).await);
     if config.subagent.enabled {
         let (docker_checks, engine) = docker(config).await;
@@ -101,6 +102,35 @@ async fn database(config: &Config) -> Check {
     match Store::open(&path).await {
         Ok(_) => Check::ok("database", path.display().to_string()),
         Err(e) => Check::bad("database", CheckStatus::Fail, e.to_string(), "see the message above"),
+    }
+}
+
+/// Whether the secrets vault opens with `NEXBOT_MASTER_KEY`.
+async fn vault(config: &Config) -> Check {
+    let Ok(store) = Store::open(&config.database_path()).await else {
+        return Check::bad("secrets vault", CheckStatus::Fail, "no database", "see above");
+    };
+    let vault = match Vault::open(store, config.secrets.master_key.as_ref(), None).await {
+        Ok(vault) => vault,
+        Err(e) => {
+            return Check::bad("secrets vault", CheckStatus::Fail, e.to_string(), "see above")
+        }
+    };
+    let count = vault.list(None).len();
+    match vault.state() {
+        VaultState::On => Check::ok("secrets vault", format!("on, {count} secret(s) stored")),
+        VaultState::Off(why) => Check::bad(
+            "secrets vault",
+            CheckStatus::Warn,
+            format!("off, {count} secret(s) stored: {why}"),
+            "export NEXBOT_MASTER_KEY=\"$(openssl rand -base64 32)\" (keep it: it opens the vault)",
+        ),
+        VaultState::WrongKey => Check::bad(
+            "secrets vault",
+            CheckStatus::Fail,
+            format!("NEXBOT_MASTER_KEY does not open it ({count} secret(s) stored)"),
+            "set the key the vault was written with",
+        ),
     }
 }
 

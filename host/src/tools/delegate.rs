@@ -187,8 +187,12 @@ impl TypedTool for Delegate {
                 .grant_secrets(&id, secrets.egress)
                 .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
         }
+        let recorded_task = match &self.settings.exits {
+            Some(exits) => exits.scan(Exit::TaskRecord, Some(&ctx.chat), &args.task).into_owned(),
+            None => args.task.clone(),
+        };
         self.store
-            .start_task(&id, &ctx.chat, Some(ctx.session_id), &args.task)
+            .start_task(&id, &ctx.chat, Some(ctx.session_id), &recorded_task)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
         let mut request = Request::execute(&id, args.task);

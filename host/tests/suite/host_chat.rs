@@ -195,6 +195,26 @@ async fn llm_faults_are_retried_then_reported_and_the_chat_keeps_serving() {
     assert_eq!(kept, 6);
 }
 
+/// A provider that echoes the API key in its refusal (some do): the key reaches neither the
+/// chat nor the log.
+#[tokio::test]
+async fn a_provider_echoing_the_api_key_never_shows_it() {
+    const KEY: &str = "sk-PLANTED-echoed-key-4e1b9d7c";
+    let ws = TempWorkspace::init("echoed-key");
+    let body = format!(r#"{{"error":{{"message":"invalid api key {KEY}"}}}}"#);
+    let llm = ScriptedLlm::start(vec![Step::status(401, &body)]).await;
+    let mut env = base_env(&llm.base_url());
+    env.push(("NEXBOT_LLM_API_KEY".into(), KEY.into()));
+    env.push(("RUST_LOG".into(), "debug".into()));
+    let out = chat(&ws.config(), &env, &["a"], LIMIT).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.contains("(HTTP 401): invalid api key"), "positive control: {stdout}");
+    assert!(stderr.contains("DEBUG"), "logs were captured");
+    assert!(!stdout.contains(KEY) && !stderr.contains(KEY), "{stdout}\n{stderr}");
+    let db = std::fs::read(ws.database()).unwrap();
+    assert!(!String::from_utf8_lossy(&db).contains(KEY));
+}
+
 #[tokio::test]
 async fn a_provider_refusal_is_not_retried_and_is_explained() {
     let ws = TempWorkspace::init("refused");

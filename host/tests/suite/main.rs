@@ -20,5 +20,6 @@ mod host_hooks;
 mod host_llm;
 mod host_llmock;
 mod host_scheduler;
+mod host_secrets;
 mod host_skills;
 mod telegram;

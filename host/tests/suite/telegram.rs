@@ -502,3 +502,58 @@ async fn an_answer_that_cannot_be_delivered_is_recorded_and_the_chat_is_told_lat
     assert!(messages >= 2);
     serving.stop(LIMIT).await;
 }
+
+/// `/secret` in a private chat: stored sealed, the user's message deleted, listed by name
+/// only, deleted; the value is in no message, no log and not in the database in clear.
+#[tokio::test]
+async fn secret_set_in_a_private_chat_is_stored_sealed_and_its_message_deleted() {
+    const VALUE: &str = "ghp_PLANTED_tg_secret_value_9d2c";
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-secret");
+    let mut env = telegram_env(&llm, &tg);
+    env.push(("NEXBOT_MASTER_KEY".into(), "tg-test-master-key-0123456789abcdef".into()));
+    let serving = start(&ws, &env).await;
+
+    let sent = tg
+        .user_says(OWNER, OWNER, &format!("/secret set GH_TOKEN {VALUE} --host api.github.com"))
+        .await;
+    let stored = tg.wait_bot_messages(OWNER, |m| has_text(m, "Stored GH_TOKEN"), LIMIT).await;
+    let answer = &stored.iter().find(|m| m.text.contains("Stored GH_TOKEN")).unwrap().text;
+    assert!(answer.contains("proxy mode") && answer.contains("api.github.com"), "{answer}");
+    assert!(answer.contains("Your message with the value was deleted"), "{answer}");
+    let deleted = tg.calls("deletemessage").await;
+    assert!(
+        deleted
+            .iter()
+            .any(|c| c.params["message_id"] == sent.message_id && c.params["chat_id"] == OWNER),
+        "the /secret message was not deleted: {deleted:?}"
+    );
+
+    tg.user_says(OWNER, OWNER, "/secret list").await;
+    let listed =
+        tg.wait_bot_messages(OWNER, |m| has_text(m, "Secrets of this chat (1)"), LIMIT).await;
+    let list = &listed.iter().find(|m| m.text.contains("Secrets of this chat")).unwrap().text;
+    assert!(list.contains("GH_TOKEN — proxy → api.github.com"), "{list}");
+    // Another chat sees none of it.
+    tg.user_says(FRIEND, FRIEND, "/secret list").await;
+    tg.wait_bot_messages(FRIEND, |m| has_text(m, "No secrets are stored for this chat"), LIMIT)
+        .await;
+    tg.user_says(OWNER, OWNER, "/secret delete GH_TOKEN").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "Deleted GH_TOKEN"), LIMIT).await;
+
+    let all: Vec<BotMessage> =
+        [tg.bot_messages(OWNER).await, tg.bot_messages(FRIEND).await].concat();
+    assert!(all.iter().all(|m| !m.text.contains(VALUE)), "{:?}", texts(&all));
+    assert!(llm.chat_requests().is_empty(), "a /secret command reached the model");
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains(VALUE), "the value in the daemon's log");
+    assert!(log.contains("secret stored"), "positive control: the store was logged\n{log}");
+    for suffix in ["", "-wal"] {
+        let mut path = ws.database().into_os_string();
+        path.push(suffix);
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&bytes).contains(VALUE), "plain value in {path:?}");
+    }
+}
