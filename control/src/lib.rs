@@ -9,10 +9,14 @@
 
 mod client;
 pub mod cron;
+pub mod secrets;
 pub mod types;
 
 pub use client::{Client, ClientError};
 pub use cron::{cron_paths, CronAdd, CronJob, CronJobList, CronRun, CronRunList};
+pub use secrets::{
+    secrets_paths, SecretEntry, SecretList, SecretRemove, SecretSet, SecretValue, OPERATOR_SCOPE,
+};
 pub use types::*;
 
 /// The socket's file name in the data directory.

@@ -62,8 +62,10 @@ pub enum Command {
     },
     /// Print the daemon's Prometheus metrics (text)
     Metrics,
-    /// Manage the secrets vault (not built yet in this version)
-    Secrets(NotBuiltArgs),
+    /// The secrets vault: set (value from stdin), ls, rm; a chat's secrets (--chat) or the
+    /// operator's (--operator)
+    #[command(subcommand)]
+    Secrets(crate::secrets::SecretsCommand),
     /// Skills: each folder's state (ok, invalid, ineligible, quarantined), reason and hash
     #[command(subcommand)]
     Skills(SkillsCommand),
@@ -137,14 +139,6 @@ pub enum TasksCommand {
     },
 }
 
-/// Whatever follows a command that is not built yet: accepted, so that `secrets list` says
-/// "not built" rather than a usage error.
-#[derive(Debug, Args)]
-pub struct NotBuiltArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub rest: Vec<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory as _;
@@ -182,7 +176,22 @@ mod tests {
     }
 
     #[test]
-    fn not_built_commands_accept_anything() {
-        assert!(Cli::try_parse_from(["x", "secrets", "set", "--force", "A"]).is_ok());
+    fn secrets_take_exactly_one_scope_to_set_or_remove_and_at_most_one_to_list() {
+        let ok = |args: &[&str]| Cli::try_parse_from(args).is_ok();
+        assert!(ok(&["x", "secrets", "set", "A", "--chat", "telegram:1"]));
+        assert!(ok(&["x", "secrets", "set", "A", "--operator", "--host", "a.b", "--host", "c.d"]));
+        assert!(ok(&["x", "secrets", "rm", "A", "--operator"]));
+        assert!(ok(&["x", "secrets", "ls"]));
+        assert!(ok(&["x", "secrets", "list", "--chat", "console:me"]));
+        for bad in [
+            &["x", "secrets", "set", "A"][..],
+            &["x", "secrets", "set", "A", "--operator", "--chat", "telegram:1"],
+            &["x", "secrets", "set", "A", "--operator", "--mode", "env"],
+            &["x", "secrets", "set", "A", "--operator", "the-value"],
+            &["x", "secrets", "rm", "A"],
+            &["x", "secrets", "ls", "--operator", "--chat", "telegram:1"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 }

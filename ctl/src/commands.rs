@@ -37,7 +37,7 @@ pub struct Ctx {
     pub json: bool,
 }
 
-/// Runs one command (the not-built ones are handled before, without a daemon).
+/// Runs one command.
 pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Status => {
@@ -105,22 +105,8 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             let value = get(ctx, paths::SKILLS).await?;
             show(ctx, value, |l: SkillList| views::skills(&l))
         }
-        ref c @ Command::Secrets(_) => {
-            let feature = not_built(c).unwrap_or("this command");
-            anyhow::bail!("{feature} is not built yet in this version of nexbot")
-        }
+        Command::Secrets(command) => crate::secrets::run(ctx, command).await,
     }
-}
-
-/// The feature a command that is not built yet stands for, if `command` is one. Such commands
-/// answer without connecting: there is nothing to ask the daemon, and the answer must not
-/// depend on whether it runs.
-pub fn not_built(command: &Command) -> Option<&'static str> {
-    let feature = match command {
-        Command::Secrets(_) => "secrets management (the vault)",
-        _ => return None,
-    };
-    Some(feature)
 }
 
 pub(crate) async fn get(ctx: &Ctx, path: &str) -> Result<Value, ClientError> {

@@ -8,6 +8,7 @@ mod commands;
 mod cron;
 mod logs;
 mod render;
+mod secrets;
 mod socket;
 mod views;
 

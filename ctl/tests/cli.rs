@@ -65,6 +65,9 @@ const DAEMON_COMMANDS: &[&[&str]] = &[
     &["reload"],
     &["backup", "copy.db"],
     &["metrics"],
+    &["secrets", "ls"],
+    &["secrets", "ls", "--chat", "telegram:42"],
+    &["secrets", "rm", "GITHUB_TOKEN", "--operator"],
 ];
 
 #[test]
@@ -128,6 +131,11 @@ fn usage_errors_exit_2() {
         &["subagents", "logs"],
         &["subagents", "ps", "--interval", "5"],
         &["backup"],
+        &["secrets"],
+        &["secrets", "set", "A"],
+        &["secrets", "set", "A", "--chat", "telegram:1", "--operator"],
+        &["secrets", "set", "A", "--operator", "value-as-argument"],
+        &["secrets", "rm", "A"],
     ] {
         let out = run(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
@@ -135,19 +143,16 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
-fn commands_not_built_exit_1_without_a_daemon() {
+fn secrets_set_refuses_an_empty_stdin_before_connecting() {
     let dir = TempDir::new();
     let socket = dir.0.join("nexbot.sock");
-    for args in [&["secrets"][..], &["secrets", "set", "TOKEN"]] {
-        let mut all = vec!["--socket", socket.to_str().unwrap()];
-        all.extend_from_slice(args);
-        let out = run(&all);
-        let stderr = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(stderr.starts_with("nexbot-ctl: error: "), "{stderr}");
-        assert!(stderr.contains("is not built yet in this version of nexbot"), "{stderr}");
-        assert!(out.stdout.is_empty());
-    }
+    // `output()` gives the child an empty stdin: no value, so nothing to send.
+    let out = run(&["--socket", socket.to_str().unwrap(), "secrets", "set", "A", "--operator"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("nexbot-ctl: error: no value on stdin"), "{stderr}");
+    assert!(stderr.contains("printf %s"), "says how to pipe it: {stderr}");
+    assert!(out.stdout.is_empty());
 }
 
 #[test]
@@ -426,4 +431,50 @@ fn cron_asks_the_daemon_and_checks_its_arguments_first() {
         let out = run(&all);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
     }
+}
+
+#[test]
+fn secrets_set_sends_the_piped_value_in_the_body_and_never_prints_it() {
+    const VALUE: &str = "piped-value-4f1c9a77";
+    let daemon = FakeDaemon::start(&[
+        (
+            "POST /v1/secrets",
+            200,
+            r#"{"scope":"telegram:42","name":"GH","mode":"proxy","hosts":["api.github.com"],"updated_at":0}"#,
+        ),
+        (
+            "GET /v1/secrets?scope=operator",
+            200,
+            r#"{"vault":"vault on, 0 stored","vault_on":true,"secrets":[]}"#,
+        ),
+    ]);
+    let mut child = ctl()
+        .args(["--socket", &daemon.socket(), "secrets", "set", "GH", "--chat", "telegram:42"])
+        .args(["--host", "api.github.com", "--mode", "proxy"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{VALUE}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "secret GH stored in telegram:42 (proxy mode, for api.github.com)\n");
+    assert!(!stdout.contains(VALUE) && !stderr.contains(VALUE));
+    let request = &daemon.requests()[0];
+    assert_eq!((request.method.as_str(), request.target.as_str()), ("POST", "/v1/secrets"));
+    let body: serde_json::Value = serde_json::from_str(&request.body).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"scope": "telegram:42", "name": "GH", "value": VALUE,
+                           "hosts": ["api.github.com"], "mode": "proxy"})
+    );
+
+    let out = daemon.run(&["secrets", "ls", "--operator"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "vault: vault on, 0 stored\nSCOPE  NAME  MODE  HOSTS  UPDATED  USABLE\n"
+    );
 }

@@ -11,6 +11,7 @@ pub mod cron;
 pub mod metrics;
 pub mod ops;
 pub mod reload;
+pub mod secrets;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +65,8 @@ pub(crate) struct Inner {
     pub scheduler_zone: chrono_tz::Tz,
     /// The live skill set, for `skills ls`.
     pub skills: Option<crate::skills::Skills>,
+    /// The secrets vault, for `secrets set|ls|rm` (off without a master key; it says why).
+    pub vault: Arc<crate::vault::Vault>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -185,6 +188,7 @@ pub fn router(state: ControlState) -> Router {
         )
         .route(paths::METRICS, get(metrics_text))
         .merge(cron::routes())
+        .merge(secrets::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
         .with_state(state)
 }
@@ -284,6 +288,7 @@ pub fn attach(
         scheduler: app.scheduler().cloned(),
         scheduler_zone: config.scheduler.default_zone(&config.llm.caps),
         skills: agent.skills().cloned(),
+        vault: app.vault().clone(),
     }));
     let probed = state.clone();
     let probe_config = config.clone();

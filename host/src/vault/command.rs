@@ -66,7 +66,7 @@ fn parse_set(args: &str) -> Result<SetArgs, String> {
     Ok(SetArgs { name, value, hosts, mode })
 }
 
-/// One line of `/secret list` and `nexbot-ctl secrets ls`.
+/// One line of `/secret list` (`nexbot-ctl secrets ls` shows the same fields as a table).
 pub fn describe(info: &SecretInfo) -> String {
     let when = chrono::DateTime::from_timestamp(info.updated_at, 0)
         .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())

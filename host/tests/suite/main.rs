@@ -14,6 +14,7 @@ mod egress_pool;
 mod host_bus;
 mod host_chat;
 mod host_cli;
+mod host_ctl_secrets;
 mod host_delegation;
 mod host_deploy;
 mod host_hooks;
