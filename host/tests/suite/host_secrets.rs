@@ -93,9 +93,11 @@ fn responder(api: SocketAddr, other: SocketAddr) -> impl Fn(&Value) -> Step + Se
                 (
                     "run_command",
                     json!({"command": "echo $GH_TOKEN; echo $GH_TOKEN | base64; \
-                                       echo $GH_TOKEN > leak.txt; env; ps; \
+                                       echo $GH_TOKEN > leak.txt; ps; \
                                        cat /proc/self/envir?n | tr '\\0' '\\n'"}),
                 ),
+                // Refused by the command screen (an environment dump), asked anyway.
+                ("run_command", json!({"command": "env; cat /proc/1/environ"})),
                 // Time for the test to read the container's memory and files.
                 ("run_command", json!({"command": "sleep 8; echo slept"})),
             ]),
