@@ -54,6 +54,8 @@ pub struct Config {
     pub control: ControlConfig,
     /// Skills: where the daemon reads them, and content the operator allowed.
     pub skills: SkillsConfig,
+    /// The web search backend of the subagents' `search_web`.
+    pub search: SearchConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -285,6 +287,35 @@ pub struct ControlConfig {
 impl Default for ControlConfig {
     fn default() -> Self {
         Self { enabled: true, socket: PathBuf::from("nexbot.sock"), metrics_addr: None }
+    }
+}
+
+/// `[search]`: the backend `search_web` queries, through the egress proxy like any request
+/// of a subagent. Empty `url`: `search_web` says it is not configured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SearchConfig {
+    /// `searxng` (default; a self-hosted SearXNG's JSON API, `format=json` enabled) or
+    /// `brave` (the Brave Search API, which needs `api_key_secret`).
+    pub kind: String,
+    /// The search endpoint, e.g. `http://searxng:8080/search` or
+    /// `https://api.search.brave.com/res/v1/web/search`. The egress must allow its host (a
+    /// SearXNG on this server needs an `egress.proxy.allow_internal` entry).
+    pub url: String,
+    /// The operator secret (`nexbot-ctl secrets set NAME --operator --host HOST`) holding the
+    /// backend's API key, bound to the backend's host: the proxy fills it in, no container
+    /// holds it.
+    pub api_key_secret: String,
+}
+
+impl SearchConfig {
+    /// The backend for the `execute` request, when one is configured.
+    pub fn backend(&self) -> Option<nexbot_protocol::SearchBackend> {
+        (!self.url.trim().is_empty()).then(|| nexbot_protocol::SearchBackend {
+            kind: if self.kind.is_empty() { "searxng".to_owned() } else { self.kind.clone() },
+            url: self.url.trim().to_owned(),
+            key_secret: (!self.api_key_secret.is_empty()).then(|| self.api_key_secret.clone()),
+        })
     }
 }
 
@@ -694,6 +725,28 @@ impl Config {
             if !usd.is_finite() || usd < 0.0 {
                 return Err((key, format!("{usd} must be a number ≥ 0")));
             }
+        }
+        let search = &self.search;
+        if !search.url.trim().is_empty() {
+            check_url("search.url", &search.url)?;
+        }
+        if !matches!(search.kind.as_str(), "" | "searxng" | "brave") {
+            return Err((
+                "search.kind",
+                format!("{:?}: use \"searxng\" or \"brave\"", search.kind),
+            ));
+        }
+        if search.kind == "brave" && search.api_key_secret.is_empty() && !search.url.is_empty() {
+            return Err((
+                "search.api_key_secret",
+                "the brave backend needs an API key: name an operator secret bound to its host"
+                    .into(),
+            ));
+        }
+        if !search.api_key_secret.is_empty()
+            && !nexbot_protocol::secrets::is_valid_secret_name(&search.api_key_secret)
+        {
+            return Err(("search.api_key_secret", "use a secret name, [A-Z_][A-Z0-9_]*".into()));
         }
         let sch = &self.scheduler;
         range("scheduler.workers", sch.workers, 1, 256)?;

@@ -117,6 +117,7 @@ pub fn build_agent_with_hooks(
             llm_context_window: config.llm.provider_list().iter().map(|p| p.context_window()).min(),
             spend: Some(spend.clone()),
             exits: guards.exits.clone(),
+            search: config.search.backend(),
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         tools.add(Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings)));

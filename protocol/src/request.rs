@@ -102,6 +102,23 @@ pub struct Request {
     /// Additive (`docs/protocol.md#secrets`); not remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_secrets: Option<Vec<ProxySecret>>,
+    /// The search backend `search_web` queries (the operator's `[search]`). Additive
+    /// (`docs/protocol.md#requests`); absent: `search_web` says it is not configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_backend: Option<SearchBackend>,
+}
+
+/// Where `search_web` sends its queries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchBackend {
+    /// `searxng` (a SearXNG instance's JSON API) or `brave` (the Brave Search API).
+    pub kind: String,
+    /// The backend's search endpoint, e.g. `http://searxng:8080/search`.
+    pub url: String,
+    /// The proxy-mode secret (one of `proxy_secrets`) that holds the backend's API key; the
+    /// subagent sends its placeholder and the egress proxy fills it in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_secret: Option<String>,
 }
 
 /// A secret the egress proxy fills in for its hosts (`Request::proxy_secrets`).
@@ -140,6 +157,7 @@ impl fmt::Debug for Request {
             .field("llm_token", &self.llm_token.as_ref().map(|_| "[set]"))
             .field("llm_context_window", &self.llm_context_window)
             .field("proxy_secrets", &self.proxy_secrets)
+            .field("search_backend", &self.search_backend)
             .finish()
     }
 }

@@ -78,7 +78,7 @@ struct TaskLoop {
 /// this returns.
 pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let started = Instant::now();
-    let env = ToolEnv::from_env();
+    let env = ToolEnv { search: spec.search_backend.clone(), ..ToolEnv::from_env() };
     let secrets = SecretStore::new(spec.secrets, SECRET_TTL).with_proxied(spec.proxy_secrets);
     let mut tool_specs = tools::specs(&spec.tools);
     tool_specs.push(todo_spec());
@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn system_prompt_names_secrets_but_has_no_values() {
-        let env = ToolEnv { scratch: "/s".into(), skills: "/k".into() };
+        let env = ToolEnv { scratch: "/s".into(), skills: "/k".into(), search: None };
         let prompt = system_prompt(&["run_command"], &["TOKEN".to_owned()], &env, 60);
         assert!(prompt.contains("Available secrets: TOKEN."));
         assert!(prompt.contains("{{secret:NAME}}"));

@@ -267,6 +267,7 @@ impl Server {
             timeout: task::soft_timeout(request.timeout),
             secrets,
             proxy_secrets: request.proxy_secrets.clone().unwrap_or_default(),
+            search_backend: request.search_backend.clone(),
             llm,
             redactor: redactor.clone(),
         };

@@ -38,6 +38,8 @@ pub struct TaskSpec {
     pub secrets: SecretMap,
     /// Proxy-mode secrets (names and hosts only; the egress proxy holds the values).
     pub proxy_secrets: Vec<nexbot_protocol::ProxySecret>,
+    /// Where `search_web` queries.
+    pub search_backend: Option<nexbot_protocol::SearchBackend>,
     pub llm: LlmSettings,
     /// Scrubs the task's secrets and LLM credentials from everything it emits.
     pub redactor: Arc<Redactor>,

@@ -15,7 +15,7 @@ use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
     closest_tool, unknown_tools, ProgressEvent, ProxySecret, Request, Response, ResponseBody,
-    SecretMap, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+    SearchBackend, SecretMap, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -35,11 +35,16 @@ pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 pub trait SecretSource: Send + Sync + std::fmt::Debug {
     /// The chat's secret `name`; an unknown name's error lists the names that exist.
     fn resolve(&self, chat: &ChatRef, name: &str) -> Result<Resolved, String>;
+    /// The operator's secret `name` (the daemon's own tool backends, e.g. a search API key).
+    fn resolve_operator(&self, name: &str) -> Result<Resolved, String>;
 }
 
 impl SecretSource for Vault {
     fn resolve(&self, chat: &ChatRef, name: &str) -> Result<Resolved, String> {
         Vault::resolve(self, &Scope::Chat(chat.clone()), name).map_err(|e| e.to_string())
+    }
+    fn resolve_operator(&self, name: &str) -> Result<Resolved, String> {
+        Vault::resolve(self, &Scope::Operator, name).map_err(|e| e.to_string())
     }
 }
 
@@ -68,6 +73,8 @@ pub struct DelegateSettings {
     pub spend: Option<Arc<crate::spend::Spend>>,
     /// Scans what the task record keeps before it is written.
     pub exits: Option<Arc<Exits>>,
+    /// `search_web`'s backend (`[search]`), handed to every task that may use it.
+    pub search: Option<SearchBackend>,
 }
 
 #[derive(Debug)]
@@ -124,6 +131,30 @@ impl Delegate {
         }
         Ok(secrets)
     }
+
+    /// The search backend's API key (an operator secret, proxy mode only: no container ever
+    /// holds the operator's key), added to the task's proxy-mode secrets.
+    fn add_search_key(&self, name: &str, secrets: &mut TaskSecrets) -> Result<(), ToolError> {
+        let source = self.secrets.as_ref().ok_or_else(|| {
+            ToolError::new("search_web needs its API key from the secrets vault, which is off")
+        })?;
+        let resolved = source
+            .resolve_operator(name)
+            .map_err(|e| ToolError::new(format!("search_web's API key: {e}")))?;
+        if resolved.mode != Mode::Proxy {
+            return Err(ToolError::new(format!(
+                "search_web's API key {name} must be bound to the search backend's host \
+                 (nexbot-ctl secrets set {name} --operator --host HOST)"
+            )));
+        }
+        secrets.proxied.push(ProxySecret { name: name.to_owned(), hosts: resolved.hosts.clone() });
+        secrets.egress.push(TaskSecret {
+            name: name.to_owned(),
+            value: resolved.value,
+            hosts: resolved.hosts,
+        });
+        Ok(())
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -167,7 +198,14 @@ impl TypedTool for Delegate {
             return Err(ToolError::new("task is empty"));
         }
         check_tools(args.tools.as_deref().unwrap_or_default())?;
-        let secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
+        let mut secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
+        let searches = args.tools.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
+        let search = self.settings.search.clone().filter(|_| searches);
+        if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
+            if !secrets.proxied.iter().any(|p| p.name == name) {
+                self.add_search_key(name, &mut secrets)?;
+            }
+        }
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
         let budget_cap = match &self.settings.spend {
@@ -201,6 +239,7 @@ impl TypedTool for Delegate {
         request.timeout = Some(deadlines.soft_secs());
         request.secrets = (!secrets.stdin.is_empty()).then_some(secrets.stdin);
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
+        request.search_backend = search;
         request.llm_model = Some(self.settings.llm_model.clone());
         request.llm_context_window = self.settings.llm_context_window;
         match llm {
@@ -685,6 +724,7 @@ mod tests {
                 llm_context_window: Some(8192),
                 spend: spend.clone(),
                 exits: None,
+                search: None,
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);

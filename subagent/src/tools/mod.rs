@@ -5,6 +5,7 @@
 
 pub mod command;
 pub mod files;
+pub mod search;
 pub mod skills;
 pub mod web;
 
@@ -66,6 +67,8 @@ impl ToolOutput {
 pub struct ToolEnv {
     pub scratch: PathBuf,
     pub skills: PathBuf,
+    /// The task's search backend (`execute.search_backend`), for `search_web`.
+    pub search: Option<nexbot_protocol::SearchBackend>,
 }
 
 impl ToolEnv {
@@ -77,6 +80,7 @@ impl ToolEnv {
         Self {
             scratch: PathBuf::from(var(SCRATCH_ENV, "/workspace/scratch")),
             skills: PathBuf::from(var(SKILLS_ENV, "/workspace/skills")),
+            search: None,
         }
     }
 }
@@ -130,7 +134,7 @@ pub fn time_limit(name: &str, args: &Value) -> Duration {
             asked.unwrap_or(command::DEFAULT_TIMEOUT).min(command::MAX_TIMEOUT) + slack
         }
         "http_request" => asked.unwrap_or(web::FETCH_TIMEOUT).min(web::MAX_REQUEST_TIMEOUT) + slack,
-        "web_fetch" => web::FETCH_TIMEOUT + slack,
+        "web_fetch" | "search_web" => web::FETCH_TIMEOUT + slack,
         _ => Duration::from_secs(20),
     }
 }
@@ -317,6 +321,22 @@ const REGISTRY: &[Tool] = &[
             )
         },
     },
+    Tool {
+        name: "search_web",
+        description: "Search the web with the operator's search backend; returns up to 10 \
+                      results, each a title, URL and snippet. Read a result with web_fetch.",
+        parameters: || {
+            json!({"type": "object", "properties": {
+                "query": {"type": "string"},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": 10, "description": "default 5"}
+            }, "required": ["query"]})
+        },
+        run: |args, cx| {
+            Box::pin(async move {
+                search::search_web(cx.env, cx.secrets, parse("search_web", args)?).await
+            })
+        },
+    },
 ];
 
 /// Cuts `text` to about `max` bytes, keeping its head and its tail (where errors and
@@ -384,7 +404,7 @@ mod tests {
     async fn every_listed_name_reaches_its_own_handler_and_no_other_name_does() {
         let dir = std::env::temp_dir().join(format!("nxs-registry-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let env = ToolEnv { scratch: dir.clone(), skills: dir.join("no-skills") };
+        let env = ToolEnv { scratch: dir.clone(), skills: dir.join("no-skills"), search: None };
         let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
         let none = Arc::new(Redactor::new(&Default::default()));
         for name in SUBAGENT_TOOLS {
@@ -429,7 +449,7 @@ mod tests {
         let mut map = nexbot_protocol::SecretMap::new();
         map.insert("S", SecretString::from(secret.to_owned()));
         let redactor = Arc::new(Redactor::new(&map));
-        let env = ToolEnv { scratch: dir.clone(), skills: dir.clone() };
+        let env = ToolEnv { scratch: dir.clone(), skills: dir.clone(), search: None };
         let secrets = SecretStore::new(map, crate::secrets::SECRET_TTL);
         let out =
             call("read_file", json!({"path": "big.txt"}), &env, &secrets, &redactor).await.unwrap();
@@ -440,7 +460,8 @@ mod tests {
 
     #[tokio::test]
     async fn bad_arguments_and_unknown_tools_are_errors_not_panics() {
-        let env = ToolEnv { scratch: std::env::temp_dir(), skills: std::env::temp_dir() };
+        let env =
+            ToolEnv { scratch: std::env::temp_dir(), skills: std::env::temp_dir(), search: None };
         let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
         let none = Arc::new(Redactor::new(&Default::default()));
         let err = call("read_file", json!({"nope": 1}), &env, &secrets, &none).await.unwrap_err();

@@ -136,20 +136,20 @@ pub async fn http_request(
 }
 
 /// A request ready to go, secrets filled in (or left as `{{secret:NAME}}` for the proxy).
-struct Outgoing {
-    method: reqwest::Method,
-    url: reqwest::Url,
-    headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
-    body: Option<Zeroizing<Vec<u8>>>,
-    timeout: Duration,
+pub(crate) struct Outgoing {
+    pub(crate) method: reqwest::Method,
+    pub(crate) url: reqwest::Url,
+    pub(crate) headers: Vec<(reqwest::header::HeaderName, reqwest::header::HeaderValue)>,
+    pub(crate) body: Option<Zeroizing<Vec<u8>>>,
+    pub(crate) timeout: Duration,
 }
 
 /// What came back.
-struct Fetched {
-    status: reqwest::StatusCode,
-    content_type: String,
-    location: Option<String>,
-    body: Body,
+pub(crate) struct Fetched {
+    pub(crate) status: reqwest::StatusCode,
+    pub(crate) content_type: String,
+    pub(crate) location: Option<String>,
+    pub(crate) body: Body,
 }
 
 impl Fetched {
@@ -169,7 +169,7 @@ impl Fetched {
 /// secrets for their bound hosts and scrubs the answer); otherwise reqwest, through the
 /// proxy's tunnel. A request that carries a value filled in here follows no redirect to
 /// another host.
-async fn send(
+pub(crate) async fn send(
     secrets: &SecretStore,
     outgoing: Outgoing,
     carries_value: bool,
@@ -264,9 +264,9 @@ fn request_error(tool: &str, err: reqwest::Error) -> ToolError {
     ToolError::Failed(format!("{tool}: {text}"))
 }
 
-struct Body {
-    bytes: Vec<u8>,
-    truncated: bool,
+pub(crate) struct Body {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) truncated: bool,
 }
 
 /// Reads a body of chunks up to [`MAX_BODY`].
