@@ -21,6 +21,7 @@ mod host_hooks;
 mod host_llm;
 mod host_llmock;
 mod host_scheduler;
+mod host_search;
 mod host_secrets;
 mod host_skills;
 mod telegram;
