@@ -23,17 +23,25 @@ async fn chat_answers_each_line_uses_tools_and_exits_at_eof() {
         Step::tool_call("write_file", json!({"path": "notes/today.md", "content": "buy milk"})),
         Step::tool_call("manage_tasks", json!({"action": "add", "text": "buy milk"})),
         Step::text("saved"),
+        Step::text("again"),
     ])
     .await;
-    let out =
-        chat(&ws.config(), &base_env(&llm.base_url()), &["hi", "note: buy milk"], LIMIT).await;
+    let lines = ["hi", "note: buy milk", "once more"];
+    let out = chat(&ws.config(), &base_env(&llm.base_url()), &lines, LIMIT).await;
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["hello there", "saved"]);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["hello there", "saved", "again"]);
+    // A ReAct turn's tool calls and results stay in the turn (seed 002): the next turn's
+    // history is user/assistant pairs only.
+    let next = messages(&llm.chat_requests()[4].body);
+    let roles: Vec<&str> = next.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user"]);
+    assert_eq!(next[4]["content"], "saved");
+    assert!(next.iter().all(|m| m.get("tool_calls").is_none_or(|c| c.is_null())), "{next:?}");
     assert_eq!(std::fs::read_to_string(ws.dir.join("notes/today.md")).unwrap(), "buy milk");
 
     let requests = llm.chat_requests();
-    assert_eq!(requests.len(), 4);
+    assert_eq!(requests.len(), 5);
     // The system prompt is the workspace, in order; tools are offered.
     let system = requests[0].body["messages"][0]["content"].as_str().unwrap().to_owned();
     let order: Vec<usize> =
@@ -85,7 +93,9 @@ async fn chat_answers_each_line_uses_tools_and_exits_at_eof() {
             ("user".into(), 0, 0),
             ("assistant".into(), 10, 5),
             ("user".into(), 0, 0),
-            ("assistant".into(), 30, 15)
+            ("assistant".into(), 30, 15),
+            ("user".into(), 0, 0),
+            ("assistant".into(), 10, 5)
         ]
     );
     let todos: i64 = db.query_row("SELECT COUNT(*) FROM todos", [], |r| r.get(0)).unwrap();
