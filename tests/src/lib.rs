@@ -93,3 +93,25 @@ pub fn local_image(reference: &str) -> testcontainers::GenericImage {
     let (name, tag) = reference.rsplit_once(':').unwrap_or((reference, "latest"));
     testcontainers::GenericImage::new(name, tag)
 }
+
+/// Collects everything written to it (a `tracing` subscriber's output, say), for a test to
+/// hunt through. Clones share one buffer.
+#[derive(Debug, Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// What was written so far, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -6,8 +6,6 @@
 
 use nexbot_tests::egress as egress_support;
 
-use std::sync::{Arc, Mutex};
-
 use egress_support::{start, start_with_keys, Started, WAIT};
 use nexbot_egress::EgressConfig;
 use nexbot_llm::ProviderSpec;
@@ -41,23 +39,9 @@ fn ask() -> Value {
     json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 }
 
-/// Collects everything `tracing` prints while the test runs.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() {
-    let capture = Capture::default();
+    let capture = nexbot_tests::LogCapture::default();
     let writer = capture.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -110,7 +94,7 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
         Some(format!("Bearer {KEY_B}").as_str())
     );
 
-    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     assert!(logs.contains("nexbot::egress::audit"), "the capture works: {logs}");
     let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap()
         + &std::fs::read_to_string(chained.egress.audit_path()).unwrap();

@@ -412,27 +412,13 @@ async fn a_stdin_mode_value_in_a_chat_call_reaches_the_provider_redacted() {
     assert_eq!(line["secrets"], json!(["STDIN_SECRET"]));
 }
 
-/// Collects everything `tracing` prints on this test's thread.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The values are hunted for in every `tracing` event (at TRACE, hyper's included) and the
 /// audit file while requests carry them out and answers carry them back. The capture is this
 /// thread's (a current-thread runtime runs the listener here too), so it does not clash with
 /// the process-wide one of `egress_secret_hunt`.
 #[tokio::test]
 async fn the_values_appear_in_no_log_or_audit_line() {
-    let capture = Capture::default();
+    let capture = nexbot_tests::LogCapture::default();
     let writer = capture.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -463,7 +449,7 @@ async fn the_values_appear_in_no_log_or_audit_line() {
     assert!(echo.seen()[0].body.starts_with(VALUE), "the value did go out");
     let debug = format!("{:?} {:?}", started.egress, started.egress.credentials());
     started.egress.finish_task("t-1");
-    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     assert!(logs.contains("nexbot::egress::audit"), "the capture works");
     let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap();
     for (place, text) in [("logs", &logs), ("audit", &audit), ("debug", &debug)] {
