@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::channel::{
-    Channel, ChannelError, Draft, MessageId, OutboundKind, OutboundMessage,
+    Channel, ChannelError, Draft, MessageId, OutboundFile, OutboundKind, OutboundMessage,
 };
 use crate::bus::InboundMessage;
 use crate::BoxFuture;
@@ -76,6 +76,20 @@ impl Channel for ConsoleChannel {
             }
             Ok(None)
         })
+    }
+
+    /// A terminal cannot receive a file, and the user sits at the machine that has it: the
+    /// console prints where the file is (and its caption).
+    fn send_file(
+        &self,
+        file: OutboundFile,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        let mut text = format!("[file] {}", file.path.display());
+        if let Some(caption) = &file.caption {
+            text.push_str(" — ");
+            text.push_str(caption);
+        }
+        self.send(OutboundMessage::progress(&file.chat, text))
     }
 
     fn draft<'a>(&'a self, _chat: &'a ChatRef, draft: Draft) -> BoxFuture<'a, ()> {
