@@ -324,4 +324,21 @@ mod tests {
         result.unwrap();
         assert_eq!(String::from_utf8(output).unwrap(), "Hel\nHello \\e[2Jworld\ndraft\nfinal\n");
     }
+
+    #[tokio::test]
+    async fn a_file_is_shown_as_its_place_with_its_caption() {
+        let chat = ChatRef::console("test").unwrap();
+        let (channel, mut sent) = ConsoleChannel::new(4);
+        let file = OutboundFile {
+            chat: chat.clone(),
+            path: "/srv/ws/report.csv".into(),
+            caption: Some("Q3".into()),
+        };
+        assert_eq!(channel.send_file(file).await.unwrap(), None, "the console has no ids");
+        let shown = sent.recv().await.unwrap();
+        assert_eq!(
+            (shown.text.as_str(), shown.kind),
+            ("[file] /srv/ws/report.csv — Q3", OutboundKind::Progress)
+        );
+    }
 }
