@@ -140,6 +140,13 @@ pub enum ChannelError {
     NoAnswer(Duration),
     #[error("a question is already waiting for an answer in {0}")]
     AlreadyAsking(ChatRef),
+    /// Edit and delete reach only messages the bot itself sent in the same chat (and recently
+    /// enough to be remembered): never a user's message, never another chat's.
+    #[error(
+        "message {message} is not one the bot sent in {chat} (or it is too old to be \
+         remembered): only the bot's own recent messages in this chat can be edited or deleted"
+    )]
+    NotOwnMessage { chat: ChatRef, message: i64 },
     #[error("{0}")]
     Failed(String),
 }

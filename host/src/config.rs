@@ -83,6 +83,10 @@ pub struct AgentConfig {
     pub turn_timeout_secs: u64,
     pub context_max_chars: usize,
     pub history_max_messages: usize,
+    /// How long `ask_user` waits for the chat's answer: its default and its maximum. A turn
+    /// waiting on a person holds the chat's worker, so the wait is bounded by the operator,
+    /// not by the model.
+    pub ask_timeout_secs: u64,
 }
 
 impl Default for AgentConfig {
@@ -93,6 +97,7 @@ impl Default for AgentConfig {
             turn_timeout_secs: 900,
             context_max_chars: 24_000,
             history_max_messages: 40,
+            ask_timeout_secs: 300,
         }
     }
 }
@@ -700,6 +705,7 @@ impl Config {
         range("agent.max_iterations", a.max_iterations, 1, 1000)?;
         range("agent.tool_timeout_secs", a.tool_timeout_secs, 1, 3600)?;
         range("agent.turn_timeout_secs", a.turn_timeout_secs, 1, 86_400)?;
+        range("agent.ask_timeout_secs", a.ask_timeout_secs, 1, 86_400)?;
         range("agent.context_max_chars", a.context_max_chars, 1_000, 1_000_000)?;
         range("agent.history_max_messages", a.history_max_messages, 0, 1_000)?;
         let l = &self.llm;
@@ -1067,6 +1073,8 @@ mod tests {
     fn bad_values_are_refused_naming_key_and_reason() {
         let err = load("[agent]\nmax_iterations = 0\n", &[]).unwrap_err().to_string();
         assert_eq!(err, "config key `agent.max_iterations`: 0 is out of range (allowed 1..=1000)");
+        let err = load("[agent]\nask_timeout_secs = 0\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("`agent.ask_timeout_secs`") && err.contains("out of range"), "{err}");
         let err = load("[llm]\nbase_url = \"ftp://x\"\n", &[]).unwrap_err().to_string();
         assert!(err.contains("`llm.base_url`") && err.contains("http://"), "{err}");
         let err = load("[llm]\nbase_url = \"https://u:p@x\"\n", &[]).unwrap_err().to_string();
@@ -1268,6 +1276,8 @@ mod tests {
         assert_eq!(config.workspace.dir, Path::new("/srv/nexbot/."));
         assert_eq!(config.database_path(), Path::new("/srv/nexbot/./nexbot.db"));
         assert_eq!(config.agent.max_iterations, 20);
+        // Added later: an old file without it gets the default.
+        assert_eq!(config.agent.ask_timeout_secs, 300);
         assert_eq!(config.llm.base_url, "https://api.z.ai/api/paas/v4");
         assert_eq!(config.llm.model, "glm-4.7-flash");
         assert_eq!((config.llm.max_tokens, config.llm.temperature), (None, None));

@@ -3,6 +3,7 @@
 //! assemble exactly the same thing.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 
@@ -15,9 +16,12 @@ use crate::llm::Model;
 use crate::sandbox::Sandbox;
 use crate::spend::Spend;
 use crate::store::Store;
+use crate::tools::ask_user::AskUser;
 use crate::tools::delegate::{Delegate, DelegateSettings, SecretSource};
 use crate::tools::files::{file_tools, Confinement};
+use crate::tools::manage_message::ManageMessage;
 use crate::tools::memory::Memory;
+use crate::tools::send_file::SendFile;
 use crate::tools::send_message::SendMessage;
 use crate::tools::tasks::ManageTasks;
 use crate::tools::ToolRegistry;
@@ -96,13 +100,17 @@ pub fn build_agent_with_hooks(
         OPERATOR_FILES.iter().chain([&MEMORY_FILE]).map(|name| workspace.join(name)).collect();
     let confinement = Confinement::new(workspace, &protected, &read_only)
         .with_context(|| format!("workspace {}", workspace.display()))?;
+    let confinement = Arc::new(confinement);
     let mut tools = ToolRegistry::default();
-    for tool in file_tools(Arc::new(confinement)) {
+    for tool in file_tools(confinement.clone()) {
         tools.add(tool);
     }
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
+    tools.add(Arc::new(SendFile::new(confinement)));
+    tools.add(Arc::new(ManageMessage));
+    tools.add(Arc::new(AskUser::new(Duration::from_secs(config.agent.ask_timeout_secs))));
     if config.scheduler.enabled {
         let zone = config.scheduler.default_zone(&config.llm.caps);
         tools.add(Arc::new(crate::tools::schedule::ScheduleTask::new(store.clone(), zone)));

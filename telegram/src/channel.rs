@@ -26,7 +26,7 @@ use teloxide_core::errors::{ApiError, RequestError};
 use teloxide_core::payloads::setters::*;
 use teloxide_core::requests::{Request, Requester};
 use teloxide_core::types::{
-    BotCommand, ChatAction, ChatId, InputFile, Message, MessageId as TgMessageId, ParseMode,
+    BotCommand, ChatAction, ChatId, InputFile, MessageId as TgMessageId, ParseMode,
     ReplyParameters, Update,
 };
 use teloxide_core::Bot;
@@ -610,6 +610,64 @@ impl Inner {
         }
     }
 
+    /// Uploads the file at `path` as a document (multipart `sendDocument`, named as the file),
+    /// with `caption` as plain text. A 429 is waited out as told (within the delivery
+    /// deadline) and a network failure tried again; what Telegram refuses (too large, a bad
+    /// chat) is the error. `Ok(None)` when the answer was unreadable (most likely sent).
+    async fn send_document(
+        &self,
+        chat_id: i64,
+        path: std::path::PathBuf,
+        caption: Option<String>,
+    ) -> Result<Option<i32>, DeliveryError> {
+        let deadline = Instant::now() + Duration::from_secs(self.config.delivery_deadline_secs);
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let mut request = self.bot.send_document(ChatId(chat_id), InputFile::file(&path));
+            if let Some(caption) = &caption {
+                request = request.caption(caption.clone());
+            }
+            let wait = match request.send().await {
+                Ok(message) => return Ok(Some(message.id.0)),
+                Err(RequestError::RetryAfter(wait)) => {
+                    self.health.count_rate_limited();
+                    wait.duration()
+                }
+                Err(RequestError::InvalidJson { .. }) => {
+                    tracing::warn!(
+                        chat_id,
+                        "Telegram's answer to sendDocument was unreadable; assuming it was sent"
+                    );
+                    return Ok(None);
+                }
+                Err(RequestError::Api(ApiError::Unknown(text))) if server_error(&text) => {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    wait
+                }
+                Err(RequestError::Api(e)) => {
+                    return Err(DeliveryError(format!("Telegram refused the file: {e}")))
+                }
+                Err(RequestError::Io(e)) => {
+                    return Err(DeliveryError(format!("cannot read the file: {e}")))
+                }
+                Err(e) => {
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    tracing::warn!(chat_id, error = %e, "cannot reach Telegram to send a file; retrying");
+                    wait
+                }
+            };
+            if Instant::now() + wait > deadline {
+                return Err(DeliveryError(format!(
+                    "not delivered within {}s",
+                    self.config.delivery_deadline_secs
+                )));
+            }
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     /// Replaces a message's text (one part; longer text is cut). "Not modified" is success.
     async fn edit_text(&self, chat_id: i64, message_id: i32, text: &str) -> Result<(), String> {
         let part = format::render(text).into_iter().next().unwrap_or_else(|| plain_part("…"));
@@ -806,14 +864,12 @@ impl Channel for Telegram {
     ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
         Box::pin(async move {
             let chat_id = telegram_chat(&file.chat)?;
-            let mut request =
-                self.inner.bot.send_document(ChatId(chat_id), InputFile::file(file.path));
-            if let Some(caption) = file.caption {
-                request = request.caption(caption);
-            }
-            let message: Message =
-                request.send().await.map_err(|e| ChannelError::Failed(e.to_string()))?;
-            Ok(Some(MessageId(i64::from(message.id.0))))
+            let id = self
+                .inner
+                .send_document(chat_id, file.path, file.caption)
+                .await
+                .map_err(|e| ChannelError::Failed(e.to_string()))?;
+            Ok(id.map(|id| MessageId(i64::from(id))))
         })
     }
 

@@ -38,7 +38,8 @@
  *     parse_mode Markdown/MarkdownV2 are NOT parsed (the text is taken as is); others -> 400.
  *   - deleteMessage -> true (400 `message to delete not found` for an unknown id).
  *   - sendDocument / sendPhoto / sendVoice / sendAudio / sendVideo / sendAnimation: the file
- *     (multipart upload, or a file_id / URL string) is recorded by name and size; the answer is
+ *     (multipart upload — under the field's name or as `attach://<part>` —, or a file_id / URL
+ *     string) is recorded by name and size; the answer is
  *     a Message with the matching field; caption <= 1024.
  *   - editMessageReplyMarkup -> the Message; getFile -> a File for files users sent;
  *     getChat -> the Chat; getWebhookInfo -> {url, has_custom_certificate:false,
@@ -239,6 +240,17 @@ async function parseParams(req, url) {
       const parsed = parseMultipart(body, b ? (b[1] || b[2]).trim() : '');
       Object.assign(params, parsed.fields);
       files = parsed.files;
+      // Telegram's `attach://<name>`: the file is the multipart part called <name> (how
+      // teloxide uploads every file); it is then the parameter's file, as if sent under it.
+      for (const [key, value] of Object.entries(params)) {
+        if (typeof value !== 'string' || !value.startsWith('attach://')) continue;
+        const part = value.slice('attach://'.length);
+        if (files[part]) {
+          files[key] = files[part];
+          delete files[part];
+          delete params[key];
+        }
+      }
     } else {
       Object.assign(params, Object.fromEntries(new URLSearchParams(body.toString('utf8'))));
     }

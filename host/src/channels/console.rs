@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::channel::{
-    Channel, ChannelError, Draft, MessageId, OutboundKind, OutboundMessage,
+    Channel, ChannelError, Draft, MessageId, OutboundFile, OutboundKind, OutboundMessage,
 };
 use crate::bus::InboundMessage;
 use crate::BoxFuture;
@@ -76,6 +76,20 @@ impl Channel for ConsoleChannel {
             }
             Ok(None)
         })
+    }
+
+    /// A terminal cannot receive a file, and the user sits at the machine that has it: the
+    /// console prints where the file is (and its caption).
+    fn send_file(
+        &self,
+        file: OutboundFile,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        let mut text = format!("[file] {}", file.path.display());
+        if let Some(caption) = &file.caption {
+            text.push_str(" — ");
+            text.push_str(caption);
+        }
+        self.send(OutboundMessage::progress(&file.chat, text))
     }
 
     fn draft<'a>(&'a self, _chat: &'a ChatRef, draft: Draft) -> BoxFuture<'a, ()> {
@@ -309,5 +323,22 @@ mod tests {
         let (result, ()) = tokio::join!(run, answer_it);
         result.unwrap();
         assert_eq!(String::from_utf8(output).unwrap(), "Hel\nHello \\e[2Jworld\ndraft\nfinal\n");
+    }
+
+    #[tokio::test]
+    async fn a_file_is_shown_as_its_place_with_its_caption() {
+        let chat = ChatRef::console("test").unwrap();
+        let (channel, mut sent) = ConsoleChannel::new(4);
+        let file = OutboundFile {
+            chat: chat.clone(),
+            path: "/srv/ws/report.csv".into(),
+            caption: Some("Q3".into()),
+        };
+        assert_eq!(channel.send_file(file).await.unwrap(), None, "the console has no ids");
+        let shown = sent.recv().await.unwrap();
+        assert_eq!(
+            (shown.text.as_str(), shown.kind),
+            ("[file] /srv/ws/report.csv — Q3", OutboundKind::Progress)
+        );
     }
 }

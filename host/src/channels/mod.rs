@@ -11,11 +11,16 @@
 //! question, and the bus hands the chat's next message to the waiting question
 //! ([`Router::answer_question`]) instead of starting a turn with it. So every channel that
 //! can send text can ask.
+//!
+//! Editing and deleting are the router's to allow: it remembers the ids of the messages it
+//! sent in each chat (bounded, [`SENT_PER_CHAT`] a chat) and refuses to edit or delete any
+//! other id, so a tool (or a model it obeys) can change the bot's own recent messages in the
+//! chat it serves and nothing else — not a user's message, not another chat's.
 
 pub mod console;
 pub mod telegram;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -36,6 +41,49 @@ pub struct Router {
     questions: Mutex<HashMap<ChatRef, oneshot::Sender<String>>>,
     /// Every text passes the exit scan before it reaches a channel.
     exits: Option<Arc<Exits>>,
+    /// The ids of the messages sent in each chat: what edit and delete may reach.
+    sent: Mutex<SentIds>,
+}
+
+/// How many of the bot's latest message ids are remembered per chat.
+pub const SENT_PER_CHAT: usize = 256;
+/// How many chats' ids are remembered; the chat that sent least recently is forgotten first.
+const SENT_CHATS: usize = 4096;
+
+/// The bot's recent message ids per chat, bounded both ways.
+#[derive(Debug, Default)]
+struct SentIds {
+    chats: HashMap<ChatRef, (u64, VecDeque<MessageId>)>,
+    clock: u64,
+}
+
+impl SentIds {
+    fn record(&mut self, chat: &ChatRef, id: MessageId) {
+        self.clock += 1;
+        if !self.chats.contains_key(chat) && self.chats.len() >= SENT_CHATS {
+            let oldest = self.chats.iter().min_by_key(|(_, (used, _))| *used).map(|(c, _)| c);
+            if let Some(oldest) = oldest.cloned() {
+                self.chats.remove(&oldest);
+            }
+        }
+        let (used, ids) = self.chats.entry(chat.clone()).or_default();
+        *used = self.clock;
+        ids.retain(|known| *known != id);
+        ids.push_back(id);
+        while ids.len() > SENT_PER_CHAT {
+            ids.pop_front();
+        }
+    }
+
+    fn contains(&self, chat: &ChatRef, id: MessageId) -> bool {
+        self.chats.get(chat).is_some_and(|(_, ids)| ids.contains(&id))
+    }
+
+    fn forget(&mut self, chat: &ChatRef, id: MessageId) {
+        if let Some((_, ids)) = self.chats.get_mut(chat) {
+            ids.retain(|known| *known != id);
+        }
+    }
 }
 
 impl Router {
@@ -92,6 +140,21 @@ impl Router {
             None => false,
         }
     }
+
+    fn record_sent(&self, chat: &ChatRef, id: Option<MessageId>) {
+        if let Some(id) = id {
+            self.sent.lock().unwrap_or_else(|p| p.into_inner()).record(chat, id);
+        }
+    }
+
+    /// Refuses `message` unless the bot sent it in `chat` (see the module's docs).
+    fn own_message(&self, chat: &ChatRef, message: MessageId) -> Result<(), ChannelError> {
+        if self.sent.lock().unwrap_or_else(|p| p.into_inner()).contains(chat, message) {
+            Ok(())
+        } else {
+            Err(ChannelError::NotOwnMessage { chat: chat.clone(), message: message.0 })
+        }
+    }
 }
 
 /// Removes a chat's question however `ask` ends (answer, timeout, the turn dropped).
@@ -114,7 +177,11 @@ impl Channel for Router {
         let mut message = message;
         let chat = message.chat.clone();
         self.scan(&chat, &mut message.text);
-        Box::pin(async move { self.channel(&message.chat)?.send(message).await })
+        Box::pin(async move {
+            let sent = self.channel(&message.chat)?.send(message).await?;
+            self.record_sent(&chat, sent);
+            Ok(sent)
+        })
     }
 
     fn send_file(
@@ -126,7 +193,12 @@ impl Channel for Router {
             let chat = file.chat.clone();
             self.scan(&chat, caption);
         }
-        Box::pin(async move { self.channel(&file.chat)?.send_file(file).await })
+        Box::pin(async move {
+            let chat = file.chat.clone();
+            let sent = self.channel(&chat)?.send_file(file).await?;
+            self.record_sent(&chat, sent);
+            Ok(sent)
+        })
     }
 
     fn forget_inbound<'a>(
@@ -144,6 +216,7 @@ impl Channel for Router {
         text: &'a str,
     ) -> BoxFuture<'a, Result<(), ChannelError>> {
         Box::pin(async move {
+            self.own_message(chat, message)?;
             let mut text = text.to_owned();
             self.scan(chat, &mut text);
             self.channel(chat)?.edit(chat, message, &text).await
@@ -155,7 +228,12 @@ impl Channel for Router {
         chat: &'a ChatRef,
         message: MessageId,
     ) -> BoxFuture<'a, Result<(), ChannelError>> {
-        Box::pin(async move { self.channel(chat)?.delete(chat, message).await })
+        Box::pin(async move {
+            self.own_message(chat, message)?;
+            self.channel(chat)?.delete(chat, message).await?;
+            self.sent.lock().unwrap_or_else(|p| p.into_inner()).forget(chat, message);
+            Ok(())
+        })
     }
 
     fn task_update<'a>(
@@ -254,7 +332,8 @@ mod tests {
         let (tx, _rx) = mpsc::unbounded_channel();
         router.register(ChannelKind::Telegram, Arc::new(Recorder(tx)));
         assert_eq!(router.kinds(), [ChannelKind::Telegram]);
-        // What the channel does not support says so.
+        // What the channel does not support says so (for a message it sent).
+        router.send(OutboundMessage::progress(&ChatRef::Telegram(9), "x".into())).await.unwrap();
         let err = router.edit(&ChatRef::Telegram(9), MessageId(1), "y").await.unwrap_err();
         assert_eq!(err.to_string(), "the telegram channel cannot edit messages");
         router.unregister(ChannelKind::Telegram);
@@ -286,5 +365,80 @@ mod tests {
         let err = router.ask(&chat, "Still there?", Duration::from_millis(50)).await.unwrap_err();
         assert!(matches!(err, ChannelError::NoAnswer(_)), "{err}");
         assert!(!router.answer_question(&chat, "late"), "a question that gave up takes nothing");
+    }
+
+    /// Numbers its messages per channel (as Telegram does per chat) and records edits and
+    /// deletes.
+    #[derive(Debug, Default)]
+    struct Numbered {
+        next: Mutex<i64>,
+        changed: Mutex<Vec<String>>,
+    }
+
+    impl Channel for Numbered {
+        fn send(
+            &self,
+            _: OutboundMessage,
+        ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+            let mut next = self.next.lock().unwrap();
+            *next += 1;
+            let id = *next;
+            Box::pin(async move { Ok(Some(MessageId(id))) })
+        }
+        fn edit<'a>(
+            &'a self,
+            chat: &'a ChatRef,
+            message: MessageId,
+            text: &'a str,
+        ) -> BoxFuture<'a, Result<(), ChannelError>> {
+            self.changed.lock().unwrap().push(format!("edit {chat} {} {text}", message.0));
+            Box::pin(async { Ok(()) })
+        }
+        fn delete<'a>(
+            &'a self,
+            chat: &'a ChatRef,
+            message: MessageId,
+        ) -> BoxFuture<'a, Result<(), ChannelError>> {
+            self.changed.lock().unwrap().push(format!("delete {chat} {}", message.0));
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_bots_own_recent_messages_of_the_same_chat_can_be_edited_or_deleted() {
+        let router = Router::new();
+        let channel = Arc::new(Numbered::default());
+        router.register(ChannelKind::Telegram, channel.clone());
+        let (mine, other) = (ChatRef::Telegram(1), ChatRef::Telegram(2));
+        let sent = router.send(OutboundMessage::progress(&mine, "a".into())).await.unwrap();
+        assert_eq!(sent, Some(MessageId(1)));
+        let theirs = router.send(OutboundMessage::progress(&other, "b".into())).await.unwrap();
+        assert_eq!(theirs, Some(MessageId(2)));
+
+        router.edit(&mine, MessageId(1), "a2").await.unwrap();
+        // Another chat's message, one never sent (a user's), and one of this chat's ids
+        // asked for in another chat: all refused, nothing reaches the channel.
+        for (chat, id) in [(&mine, 2), (&mine, 77), (&other, 1)] {
+            let err = router.edit(chat, MessageId(id), "x").await.unwrap_err();
+            assert!(matches!(err, ChannelError::NotOwnMessage { .. }), "{err}");
+            assert!(err.to_string().contains(&format!("message {id} is not one the bot sent")));
+            let err = router.delete(chat, MessageId(id)).await.unwrap_err();
+            assert!(matches!(err, ChannelError::NotOwnMessage { .. }), "{err}");
+        }
+        router.delete(&mine, MessageId(1)).await.unwrap();
+        // Deleted is gone: a second delete is refused before the channel sees it.
+        assert!(router.delete(&mine, MessageId(1)).await.is_err());
+        assert_eq!(
+            *channel.changed.lock().unwrap(),
+            ["edit telegram:1 1 a2", "delete telegram:1 1"]
+        );
+
+        // Bounded: the oldest ids of a chat are forgotten.
+        for _ in 0..SENT_PER_CHAT {
+            router.send(OutboundMessage::progress(&other, "c".into())).await.unwrap();
+        }
+        assert!(router.edit(&other, MessageId(2), "old").await.is_err());
+        let newest = MessageId(2 + SENT_PER_CHAT as i64);
+        router.edit(&other, newest, "new").await.unwrap();
     }
 }

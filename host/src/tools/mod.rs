@@ -6,10 +6,13 @@
 //! against each tool's own struct (`deny_unknown_fields`), so a wrong call gets an error that
 //! says what was wrong. None of these tools runs a shell command on the host.
 
+pub mod ask_user;
 pub mod delegate;
 pub mod files;
+pub mod manage_message;
 pub mod memory;
 pub mod schedule;
+pub mod send_file;
 pub mod send_message;
 pub mod skills;
 pub mod tasks;
@@ -160,7 +163,8 @@ pub fn failure(error: impl std::fmt::Display) -> String {
 }
 
 /// The tools offered to the model, by name; `spawn` is accepted as an alias of
-/// `delegate_to_sub_agent` (the seed's name for it).
+/// `delegate_to_sub_agent` (the seed's name for it), and `send_file_to_user` (the protocol's
+/// name) of `send_file`: one tool under one name, the other spelling still understood.
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
@@ -173,7 +177,11 @@ impl ToolRegistry {
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        let name = if name == "spawn" { delegate::TOOL_NAME } else { name };
+        let name = match name {
+            "spawn" => delegate::TOOL_NAME,
+            "send_file_to_user" => <send_file::SendFile as TypedTool>::NAME,
+            other => other,
+        };
         self.tools.iter().find(|t| t.name() == name)
     }
 

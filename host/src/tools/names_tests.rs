@@ -169,6 +169,12 @@ async fn every_tool_name_in_the_prompts_and_tool_descriptions_exists() {
     std::fs::create_dir_all(&dir).unwrap();
     let registry = real_registry(&dir).await;
     assert!(registry.get(super::delegate::TOOL_NAME).is_some(), "delegation is offered");
+    // The chat tools are offered, and the protocol's name of `send_file` is the same tool.
+    for name in ["ask_user", "send_file", "manage_message", "send_message"] {
+        assert!(registry.get(name).is_some(), "{name} is not offered: {:?}", registry.names());
+    }
+    assert_eq!(registry.get("send_file_to_user").map(|t| t.name()), Some("send_file"));
+    assert!(!registry.names().contains(&"send_file_to_user"), "offered once, under one name");
     let (unknown, seen) = unknown_names(&registry, &texts(&registry));
     assert!(
         unknown.is_empty(),
@@ -210,7 +216,7 @@ async fn the_scan_catches_names_that_do_not_exist() {
         ),
         (
             "HEARTBEAT.md".to_owned(),
-            "use `browse_web` or `ask_user`; `spawn` is fine, `Some Words` are prose".to_owned(),
+            "use `browse_web` or `ask_human`; `spawn` is fine, `Some Words` are prose".to_owned(),
             false,
         ),
     ];
@@ -223,7 +229,7 @@ async fn the_scan_catches_names_that_do_not_exist() {
             ("AGENTS.md", "fetch_url"),
             ("delegate", "fetch_url"),
             ("HEARTBEAT.md", "browse_web"),
-            ("HEARTBEAT.md", "ask_user"),
+            ("HEARTBEAT.md", "ask_human"),
         ]
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,5 +1,7 @@
 //! The `send_message` tool: lets the agent tell the user something before its final answer
-//! (progress on a long task), through the same outbound queue as answers.
+//! (progress on a long task), through the same outbound queue as answers. It returns the
+//! sent message's id (when the channel numbers messages) so the model can later change it
+//! with `manage_message`.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -20,7 +22,9 @@ impl TypedTool for SendMessage {
     type Args = Args;
     const NAME: &'static str = "send_message";
     const DESCRIPTION: &'static str =
-        "Send the user a message now (e.g. progress), before the final answer.";
+        "Send the user a message now (e.g. progress), before the final answer. Returns its \
+         `message_id` (null where the chat has no ids), which `manage_message` can edit or \
+         delete.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
     }
@@ -32,7 +36,7 @@ impl TypedTool for SendMessage {
         tokio::select! {
             () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),
             sent = ctx.channel.send(message) => sent
-                .map(|_| success("sent"))
+                .map(|id| success(json!({"sent": true, "message_id": id.map(|id| id.0)})))
                 .map_err(|e| ToolError::new(e.to_string())),
         }
     }

@@ -8,6 +8,7 @@
 mod common;
 mod egress_support;
 
+mod chat_tools;
 mod control;
 mod egress_docker;
 mod egress_pool;

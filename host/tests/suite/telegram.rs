@@ -15,14 +15,14 @@ use nexbot_tests::telegram::{
 };
 use serde_json::{json, Value};
 
-const OWNER: i64 = 1001;
-const FRIEND: i64 = 1002;
+pub(crate) const OWNER: i64 = 1001;
+pub(crate) const FRIEND: i64 = 1002;
 const STRANGER: i64 = 3003;
 const GROUP: i64 = -500;
-const LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 
 /// The environment that points the daemon at the fixture.
-fn telegram_env(llm: &ScriptedLlm, tg: &TelegramFixture) -> Vec<(String, String)> {
+pub(crate) fn telegram_env(llm: &ScriptedLlm, tg: &TelegramFixture) -> Vec<(String, String)> {
     let mut env = base_env(&llm.base_url());
     env.extend(
         [
@@ -44,14 +44,14 @@ fn system_prompt(body: &Value) -> String {
     body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()
 }
 
-async fn start(ws: &TempWorkspace, env: &[(String, String)]) -> Serving {
+pub(crate) async fn start(ws: &TempWorkspace, env: &[(String, String)]) -> Serving {
     let serving = Serving::start(&ws.config(), env, LIMIT).await;
     serving.wait_log("the Telegram channel is on", LIMIT).await;
     serving
 }
 
 /// The ledger's rows: (update id, chat, state, detail).
-fn ledger(ws: &TempWorkspace) -> Vec<(i64, String, String, Option<String>)> {
+pub(crate) fn ledger(ws: &TempWorkspace) -> Vec<(i64, String, String, Option<String>)> {
     let db = rusqlite::Connection::open(ws.database()).unwrap();
     let mut stmt = db
         .prepare(
@@ -62,11 +62,11 @@ fn ledger(ws: &TempWorkspace) -> Vec<(i64, String, String, Option<String>)> {
     rows.map(Result::unwrap).collect()
 }
 
-fn texts(messages: &[BotMessage]) -> Vec<String> {
+pub(crate) fn texts(messages: &[BotMessage]) -> Vec<String> {
     messages.iter().map(|m| m.text.clone()).collect()
 }
 
-fn has_text(messages: &[BotMessage], needle: &str) -> bool {
+pub(crate) fn has_text(messages: &[BotMessage], needle: &str) -> bool {
     messages.iter().any(|m| m.text.contains(needle))
 }
 
