@@ -268,6 +268,7 @@ impl Server {
             secrets,
             proxy_secrets: request.proxy_secrets.clone().unwrap_or_default(),
             llm,
+            max_blocked_commands: nexbot_protocol::block_limit(request.max_blocked_commands),
             redactor: redactor.clone(),
         };
         info!(

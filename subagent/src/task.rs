@@ -39,6 +39,9 @@ pub struct TaskSpec {
     /// Proxy-mode secrets (names and hosts only; the egress proxy holds the values).
     pub proxy_secrets: Vec<nexbot_protocol::ProxySecret>,
     pub llm: LlmSettings,
+    /// Commands the blocked-pattern screen may refuse before the task is ended
+    /// (`execute.max_blocked_commands`, default 3).
+    pub max_blocked_commands: u32,
     /// Scrubs the task's secrets and LLM credentials from everything it emits.
     pub redactor: Arc<Redactor>,
 }
