@@ -311,6 +311,15 @@ impl Walk {
     }
 }
 
+/// `n` and a noun, in the singular for one (`1 file`, `2 files`).
+fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n if noun.ends_with('h') => format!("{n} {noun}es"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 /// A path as the tools show it: relative to the root, `/`-separated.
 fn shown(relative: &Path) -> String {
     relative.to_string_lossy().replace('\\', "/")
@@ -341,7 +350,7 @@ impl FileMatches {
         }
         let mut notes = Vec::new();
         if self.symlinks_skipped > 0 {
-            notes.push(format!("{} symlinks not followed", self.symlinks_skipped));
+            notes.push(format!("{} not followed", count(self.symlinks_skipped, "symlink")));
         }
         if let Some(cutoff) = self.cutoff {
             notes.push(cutoff.describe());
@@ -426,10 +435,10 @@ impl TextMatches {
         }
         let files = self.matches.iter().map(|m| &m.path).collect::<std::collections::BTreeSet<_>>();
         let mut notes = vec![format!(
-            "{} matches in {} files; {} files searched",
-            self.matches.len(),
-            files.len(),
-            self.files_searched
+            "{} in {}; {} searched",
+            count(self.matches.len(), "match"),
+            count(files.len(), "file"),
+            count(self.files_searched, "file")
         )];
         if self.more {
             notes.push(format!(
@@ -438,16 +447,17 @@ impl TextMatches {
             ));
         }
         if self.binary_skipped > 0 {
-            notes.push(format!("{} binary files skipped", self.binary_skipped));
+            notes.push(format!("{} skipped", count(self.binary_skipped, "binary file")));
         }
         if self.files_cut > 0 {
             notes.push(format!(
-                "{} files searched only in their first {} bytes",
-                self.files_cut, limits.max_file_bytes
+                "{} searched only in the first {} bytes",
+                count(self.files_cut, "file"),
+                limits.max_file_bytes
             ));
         }
         if self.symlinks_skipped > 0 {
-            notes.push(format!("{} symlinks not followed", self.symlinks_skipped));
+            notes.push(format!("{} not followed", count(self.symlinks_skipped, "symlink")));
         }
         if let Some(cutoff) = self.cutoff {
             notes.push(cutoff.describe());

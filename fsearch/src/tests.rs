@@ -130,7 +130,7 @@ fn regex_literal_case_and_glob_filter() {
     assert_eq!(lines(&found), ["src/lib.rs:2:     \"hello world\""]);
     assert_eq!(found.files_searched, 1);
     let rendered = found.render(&Limits::default());
-    assert!(rendered.ends_with("[1 matches in 1 files; 1 files searched]"), "{rendered}");
+    assert!(rendered.ends_with("[1 match in 1 file; 1 file searched]"), "{rendered}");
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn limits_bound_names_matches_bytes_and_long_lines() {
     let found = search_text(&scope, &query, &small).unwrap();
     assert!(found.matches.is_empty());
     assert_eq!(found.files_cut, 1);
-    assert!(found.render(&small).contains("1 files searched only in their first 1000 bytes"));
+    assert!(found.render(&small).contains("1 file searched only in the first 1000 bytes"));
     assert_eq!(search_text(&scope, &query, &Limits::default()).unwrap().matches.len(), 1);
 
     // Bytes in total: the search stops and says so.
@@ -204,7 +204,7 @@ fn binary_files_are_skipped_and_counted() {
     assert_eq!(found.binary_skipped, 1);
     assert!(found.matches.iter().all(|m| m.path != "blob.bin"), "{:?}", lines(&found));
     assert!(found.matches.iter().any(|m| m.path == "late.dat"));
-    assert!(found.render(&Limits::default()).contains("1 binary files skipped"));
+    assert!(found.render(&Limits::default()).contains("1 binary file skipped"));
     // search_files lists names; content does not matter there.
     assert_eq!(files(&scope, "*.bin"), ["blob.bin"]);
 }

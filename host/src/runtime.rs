@@ -96,8 +96,12 @@ pub fn build_agent_with_hooks(
         OPERATOR_FILES.iter().chain([&MEMORY_FILE]).map(|name| workspace.join(name)).collect();
     let confinement = Confinement::new(workspace, &protected, &read_only)
         .with_context(|| format!("workspace {}", workspace.display()))?;
+    let confinement = Arc::new(confinement);
     let mut tools = ToolRegistry::default();
-    for tool in file_tools(Arc::new(confinement)) {
+    for tool in file_tools(confinement.clone()) {
+        tools.add(tool);
+    }
+    for tool in crate::tools::search::search_tools(confinement) {
         tools.add(tool);
     }
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
@@ -117,6 +121,7 @@ pub fn build_agent_with_hooks(
             llm_context_window: config.llm.provider_list().iter().map(|p| p.context_window()).min(),
             spend: Some(spend.clone()),
             exits: guards.exits.clone(),
+            max_blocked_commands: config.subagent.max_blocked_commands,
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         tools.add(Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings)));

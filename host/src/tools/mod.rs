@@ -10,6 +10,7 @@ pub mod delegate;
 pub mod files;
 pub mod memory;
 pub mod schedule;
+pub mod search;
 pub mod send_message;
 pub mod skills;
 pub mod tasks;

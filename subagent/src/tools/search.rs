@@ -146,7 +146,7 @@ mod tests {
         };
         let out = search_text(&root, args).await.unwrap();
         assert!(out.text.starts_with("(no matches)"), "{}", out.text);
-        assert!(out.text.contains("1 symlinks not followed"), "{}", out.text);
+        assert!(out.text.contains("1 symlink not followed"), "{}", out.text);
         let bad = FilesArgs { pattern: "[".into(), path: None };
         assert!(matches!(search_files(&root, bad).await, Err(ToolError::Invalid(_))));
         std::fs::remove_dir_all(&root).unwrap();
