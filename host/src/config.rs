@@ -403,6 +403,9 @@ pub struct SubagentConfig {
     /// host (the engine resolves bind paths there, not in this process's file system).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skills_dir: Option<PathBuf>,
+    /// Commands a task's blocked-pattern screen may refuse before the subagent ends the task
+    /// (sent as `execute.max_blocked_commands`): a model probing the screen stops there.
+    pub max_blocked_commands: u32,
 }
 
 impl Default for SubagentConfig {
@@ -416,6 +419,7 @@ impl Default for SubagentConfig {
             task_timeout_secs: 300,
             llm_model: None,
             skills_dir: None,
+            max_blocked_commands: nexbot_protocol::DEFAULT_MAX_BLOCKED_COMMANDS,
         }
     }
 }
@@ -800,6 +804,7 @@ impl Config {
         }
         range("subagent.pool_size", s.pool_size, 1, 64)?;
         range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
+        range("subagent.max_blocked_commands", s.max_blocked_commands, 1, 100)?;
         if let Err(invalid) = crate::pool_runner::pool_config(self).check() {
             // The pool's fields that `[subagent]` sets have their own key names there.
             let key = match invalid.field.as_str() {
@@ -970,6 +975,18 @@ mod tests {
     fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         Config::from_parts(text, Path::new("test.toml"), Path::new("/base"), env)
+    }
+
+    #[test]
+    fn the_block_limit_has_a_default_a_range_and_an_override() {
+        // Absent (an older config.toml): the protocol's default.
+        assert_eq!(load("", &[]).unwrap().subagent.max_blocked_commands, 3);
+        let config = load("[subagent]\nmax_blocked_commands = 5\n", &[]).unwrap();
+        assert_eq!(config.subagent.max_blocked_commands, 5);
+        let env = [("NEXBOT_SUBAGENT__MAX_BLOCKED_COMMANDS", "7")];
+        assert_eq!(load("", &env).unwrap().subagent.max_blocked_commands, 7);
+        let err = load("[subagent]\nmax_blocked_commands = 0\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("subagent.max_blocked_commands") && err.contains("0 is out of range"));
     }
 
     #[test]
@@ -1288,6 +1305,7 @@ mod tests {
         assert!(subagent.enabled);
         assert_eq!(subagent.pool_name, "nexbot");
         assert_eq!((subagent.pool_size, subagent.task_timeout_secs), (4, 300));
+        assert_eq!(subagent.max_blocked_commands, 3, "a key the v1 file lacks: its default");
         assert_eq!(
             (subagent.image.as_str(), subagent.network.as_str()),
             ("nexbot-subagent:dev", "nexbot-subagents")

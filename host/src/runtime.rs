@@ -105,6 +105,9 @@ pub fn build_agent_with_hooks(
     for tool in file_tools(confinement.clone()) {
         tools.add(tool);
     }
+    for tool in crate::tools::search::search_tools(confinement.clone()) {
+        tools.add(tool);
+    }
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
@@ -126,6 +129,7 @@ pub fn build_agent_with_hooks(
             spend: Some(spend.clone()),
             exits: guards.exits.clone(),
             search: config.search.backend(),
+            max_blocked_commands: config.subagent.max_blocked_commands,
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         tools.add(Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings)));

@@ -23,8 +23,8 @@ pub mod version;
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{
-    proxy_placeholder, ProxySecret, Request, RequestError, RequestType, SearchBackend,
-    PROXY_PLACEHOLDER,
+    block_limit, proxy_placeholder, ProxySecret, Request, RequestError, RequestType, SearchBackend,
+    DEFAULT_MAX_BLOCKED_COMMANDS, PROXY_PLACEHOLDER,
 };
 pub use response::{
     truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,
@@ -32,6 +32,7 @@ pub use response::{
 };
 pub use secrets::{Redactor, SecretMap, SecretsError, StreamRedactor};
 pub use tools::{
-    closest_tool, is_subagent_tool, unknown_tools, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+    canonical_tool, closest_tool, is_subagent_tool, unknown_tools, BLOCKED_TOOLS, PLANNING_TOOL,
+    SUBAGENT_TOOLS, TOOL_ALIASES,
 };
 pub use version::{negotiate, VersionError, VersionStatus, PROTOCOL_VERSION};

@@ -106,6 +106,21 @@ pub struct Request {
     /// (`docs/protocol.md#requests`); absent: `search_web` says it is not configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search_backend: Option<SearchBackend>,
+    /// How many commands the subagent's blocked-pattern screen may refuse in this task before
+    /// the task is ended ([`DEFAULT_MAX_BLOCKED_COMMANDS`] when absent or 0): a model that keeps
+    /// probing the screen is following an injected instruction, not the task. Additive; not
+    /// remembered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_blocked_commands: Option<u32>,
+}
+
+/// The block limit of a task whose request names none ([`Request::max_blocked_commands`]).
+pub const DEFAULT_MAX_BLOCKED_COMMANDS: u32 = 3;
+
+/// The block limit a request asks for: its `max_blocked_commands`, absent or 0 meaning the
+/// default.
+pub fn block_limit(requested: Option<u32>) -> u32 {
+    requested.filter(|n| *n > 0).unwrap_or(DEFAULT_MAX_BLOCKED_COMMANDS)
 }
 
 /// Where `search_web` sends its queries.
@@ -158,6 +173,7 @@ impl fmt::Debug for Request {
             .field("llm_context_window", &self.llm_context_window)
             .field("proxy_secrets", &self.proxy_secrets)
             .field("search_backend", &self.search_backend)
+            .field("max_blocked_commands", &self.max_blocked_commands)
             .finish()
     }
 }
@@ -362,6 +378,19 @@ mod tests {
             assert!(!dbg.contains(v), "{v} leaked into {dbg}");
         }
         assert_eq!(req.llm_token.as_ref().unwrap().expose_secret(), "value-three");
+    }
+
+    #[test]
+    fn the_block_limit_is_additive_and_defaults_to_three() {
+        // An old host's request has no field: the default holds, and nothing new is written.
+        let old = parse(r#"{"type":"execute","id":"a","task":"t"}"#);
+        assert_eq!(old.max_blocked_commands, None);
+        assert_eq!(block_limit(old.max_blocked_commands), DEFAULT_MAX_BLOCKED_COMMANDS);
+        assert!(!serde_json::to_string(&old).unwrap().contains("max_blocked_commands"));
+        let new = parse(r#"{"type":"execute","id":"a","task":"t","max_blocked_commands":5}"#);
+        assert_eq!(block_limit(new.max_blocked_commands), 5);
+        assert!(serde_json::to_string(&new).unwrap().contains(r#""max_blocked_commands":5"#));
+        assert_eq!(block_limit(Some(0)), 3, "0 means the default, never 'end at once'");
     }
 
     #[test]

@@ -15,9 +15,17 @@ pub const SUBAGENT_TOOLS: &[&str] = &[
     "read_file",
     "write_file",
     "list_dir",
+    "search_files",
+    "search_text",
     "read_skill",
     "search_web",
 ];
+
+/// Other names accepted for a subagent tool, as `(alias, canonical)`: the seed's (LocalTopSH)
+/// names, so a model or a prompt trained on them still reaches the one tool. Only the
+/// canonical name is offered to the model; an alias is read wherever a tool name is read
+/// (a delegation's `tools`, a request's `tools`, a model's call).
+pub const TOOL_ALIASES: &[(&str, &str)] = &[("fetch_page", "web_fetch")];
 
 /// The planning tool every task has on top of the granted ones; its list is what a report's
 /// `todos` carry.
@@ -27,9 +35,24 @@ pub const PLANNING_TOOL: &str = "update_todos";
 /// user (`docs/protocol.md#limits`).
 pub const BLOCKED_TOOLS: &[&str] = &["delegate_to_sub_agent", "spawn", "send_file_to_user"];
 
-/// Whether `name` is a tool a subagent has: one of [`SUBAGENT_TOOLS`] or [`PLANNING_TOOL`].
+/// The canonical name of the subagent tool `name` stands for: itself when it is one of
+/// [`SUBAGENT_TOOLS`] or [`PLANNING_TOOL`], the tool an alias of [`TOOL_ALIASES`] names, else
+/// `None` (blocked and unknown names).
+pub fn canonical_tool(name: &str) -> Option<&'static str> {
+    if name == PLANNING_TOOL {
+        return Some(PLANNING_TOOL);
+    }
+    SUBAGENT_TOOLS
+        .iter()
+        .copied()
+        .find(|tool| *tool == name)
+        .or_else(|| TOOL_ALIASES.iter().find(|(alias, _)| *alias == name).map(|(_, tool)| *tool))
+}
+
+/// Whether `name` is a tool a subagent has: one of [`SUBAGENT_TOOLS`], [`PLANNING_TOOL`], or an
+/// alias of one ([`TOOL_ALIASES`]).
 pub fn is_subagent_tool(name: &str) -> bool {
-    name == PLANNING_TOOL || SUBAGENT_TOOLS.contains(&name)
+    canonical_tool(name).is_some()
 }
 
 /// The names in `requested` that are not a subagent's tool (blocked ones included), each once,
@@ -83,6 +106,23 @@ mod tests {
         }
         assert!(!SUBAGENT_TOOLS.contains(&PLANNING_TOOL));
         assert!(!BLOCKED_TOOLS.contains(&PLANNING_TOOL));
+        for (alias, tool) in TOOL_ALIASES {
+            assert!(SUBAGENT_TOOLS.contains(tool), "{alias} stands for {tool}, which exists");
+            assert!(!SUBAGENT_TOOLS.contains(alias) && !BLOCKED_TOOLS.contains(alias), "{alias}");
+        }
+    }
+
+    #[test]
+    fn aliases_read_as_their_tool_and_nothing_else_does() {
+        assert_eq!(canonical_tool("fetch_page"), Some("web_fetch"));
+        assert_eq!(canonical_tool("web_fetch"), Some("web_fetch"));
+        assert_eq!(canonical_tool("search_text"), Some("search_text"));
+        assert_eq!(canonical_tool(PLANNING_TOOL), Some(PLANNING_TOOL));
+        for name in ["send_file_to_user", "send_file", "spawn", "fetch_url", "Fetch_Page", ""] {
+            assert_eq!(canonical_tool(name), None, "{name}");
+        }
+        assert!(is_subagent_tool("fetch_page"));
+        assert!(unknown_tools(&["fetch_page", "send_file"]) == ["send_file"]);
     }
 
     #[test]

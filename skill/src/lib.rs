@@ -436,7 +436,13 @@ fn verdict(loaded: &LoadedSkill, env: &Environment) -> (State, Option<String>) {
     }
     let skill = &loaded.skill;
     if let Some(tools) = &env.tools {
-        if let Some(missing) = skill.tools.iter().find(|t| !tools.contains(t)) {
+        // A skill may name a tool by its alias (`fetch_page`); the subagent reports canonical
+        // names.
+        let offered = |t: &String| {
+            let wanted = nexbot_protocol::canonical_tool(t).unwrap_or(t);
+            tools.iter().any(|have| have == wanted)
+        };
+        if let Some(missing) = skill.tools.iter().find(|t| !offered(t)) {
             return (
                 State::Ineligible,
                 Some(format!("needs tool {missing:?}, which the subagent does not offer")),

@@ -230,6 +230,15 @@ fn a_scan_judges_every_folder() {
     let weather = judge(&dir.0, "weather", &env);
     assert_eq!(weather.state, State::Ineligible);
     assert!(weather.reason.unwrap().contains("web_fetch"));
+    // A skill naming the seed's alias needs the tool it stands for, and has it when offered.
+    dir.write(
+        "alias/SKILL.md",
+        "---\nname: alias\ndescription: Read a page\ntools: [fetch_page]\n---\nRead it.\n",
+    );
+    assert_eq!(judge(&dir.0, "alias", &env).state, State::Ineligible);
+    let with_fetch =
+        Environment { tools: Some(vec!["web_fetch".into()]), ..Environment::default() };
+    assert_eq!(judge(&dir.0, "alias", &with_fetch).state, State::Ok);
 
     assert!(scan_dir(&dir.0.join("absent"), &Environment::default()).unwrap().is_empty());
 }

@@ -17,7 +17,8 @@ use std::time::Instant;
 use nexbot_llm::context::{estimate_tokens, fit_keeping, message_tokens};
 use nexbot_llm::{Chain, ChatMessage, ChatRequest, Completion, LlmError, ToolCall, ToolSpec};
 use nexbot_protocol::{
-    ProgressEvent, Redactor, Report, ReportStatus, Response, Todo, Usage, BLOCKED_TOOLS,
+    canonical_tool, ProgressEvent, Redactor, Report, ReportStatus, Response, Todo, Usage,
+    BLOCKED_TOOLS,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -27,7 +28,7 @@ use crate::output::{redact_response, Output};
 use crate::sanitizer::{neutralize, wrap_external};
 use crate::secrets::{SecretStore, SECRET_TTL};
 use crate::task::{Cancel, TaskSpec};
-use crate::tools::{self, ToolEnv};
+use crate::tools::{self, ToolEnv, ToolError};
 
 pub const MAX_ITERATIONS: u32 = 60;
 pub const MAX_CONTEXT_TOKENS: u64 = 64_000;
@@ -72,6 +73,11 @@ struct TaskLoop {
     usage: Usage,
     context_tokens: u64,
     iterations: u32,
+    /// Commands the blocked-pattern screen refused so far, and the last refusal's words.
+    screened: u32,
+    last_screened: String,
+    /// At this many screened commands the task ends (`execute.max_blocked_commands`).
+    max_screened: u32,
 }
 
 /// Runs the task to its one final response. The task's secrets are dropped (zeroized) before
@@ -83,7 +89,13 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let mut tool_specs = tools::specs(&spec.tools);
     tool_specs.push(todo_spec());
     let prompt_budget = prompt_budget(spec.llm.context_window(), &tool_specs);
-    let system = system_prompt(&spec.tools, &secrets.described(), &env, spec.timeout.as_secs());
+    let system = system_prompt(
+        &spec.tools,
+        &secrets.described(),
+        &env,
+        spec.timeout.as_secs(),
+        spec.max_blocked_commands,
+    );
     let mut user = format!("Task:\n{}", neutralize(&spec.redactor.redact(&spec.task)).text);
     if let Some(context) = spec.context.as_deref().filter(|c| !c.trim().is_empty()) {
         let context = neutralize(&spec.redactor.redact(context));
@@ -110,6 +122,9 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         usage: Usage::default(),
         context_tokens: 0,
         iterations: 0,
+        screened: 0,
+        last_screened: String::new(),
+        max_screened: spec.max_blocked_commands,
     };
     agent.context_tokens = conversation_tokens(&agent.messages);
     info!(
@@ -169,6 +184,17 @@ impl TaskLoop {
                 let result = ChatMessage::tool(&call.id, result);
                 self.context_tokens += message_tokens(&result);
                 self.messages.push(result);
+                // A model that keeps running into the screen is probing it (an injected
+                // instruction, most likely): end the task instead of letting it try variants.
+                if self.screened >= self.max_screened {
+                    warn!(event = "task", screened = self.screened, "block limit reached");
+                    return Ending::Failed(format!(
+                        "the task was ended: {} commands were refused by the command screen; \
+                         the sandbox does not run such commands, so the task stopped instead \
+                         of trying others (last refused: {})",
+                        self.screened, self.last_screened
+                    ));
+                }
             }
         }
         Ending::Failed(format!("Sub-agent iteration limit reached ({MAX_ITERATIONS})"))
@@ -214,7 +240,9 @@ impl TaskLoop {
 
     /// Runs one tool call and returns the text the model will read.
     async fn run_tool(&mut self, call: &ToolCall) -> Result<String, Interrupt> {
-        let name = call.function.name.as_str();
+        // An alias (`fetch_page`) is its tool under another name.
+        let asked = call.function.name.as_str();
+        let name = canonical_tool(asked).unwrap_or(asked);
         let args_text = self.redactor.redact(&call.function.arguments);
         self.progress(ProgressEvent::ToolCall, Some(name), Some(args_text.clone())).await;
         let text = if BLOCKED_TOOLS.contains(&name) {
@@ -250,6 +278,10 @@ impl TaskLoop {
                         }
                         Err(err) => {
                             warn!(event = "tool", tool = name, duration_ms = ms, error = %self.redactor.redact(&err.to_string()), "tool failed");
+                            if let ToolError::Screened(why) = &err {
+                                self.screened += 1;
+                                self.last_screened = self.redactor.redact(why);
+                            }
                             format!(
                                 "Error: {}",
                                 neutralize(&self.redactor.redact(&err.to_string())).text
@@ -448,6 +480,7 @@ fn system_prompt(
     secret_names: &[String],
     env: &ToolEnv,
     timeout_secs: u64,
+    max_screened: u32,
 ) -> String {
     let secrets = if secret_names.is_empty() { "none".to_owned() } else { secret_names.join(", ") };
     format!(
@@ -467,6 +500,8 @@ they are filled in when the tool runs. Available secrets: {secrets}.
 read_skill.
 - Limits: {MAX_ITERATIONS} iterations, about {timeout_secs} s. For long tasks keep a plan with \
 {TODO_TOOL}; if you run out of time it is reported back.
+- A command the sandbox refuses is refused on purpose: do not retry it in another form. After \
+{max_screened} refused commands the task is ended.
 
 Tools: {tools}, {TODO_TOOL}.",
         scratch = env.scratch.display(),
@@ -500,9 +535,10 @@ mod tests {
     #[test]
     fn system_prompt_names_secrets_but_has_no_values() {
         let env = ToolEnv { scratch: "/s".into(), skills: "/k".into(), search: None };
-        let prompt = system_prompt(&["run_command"], &["TOKEN".to_owned()], &env, 60);
+        let prompt = system_prompt(&["run_command"], &["TOKEN".to_owned()], &env, 60, 3);
         assert!(prompt.contains("Available secrets: TOKEN."));
         assert!(prompt.contains("{{secret:NAME}}"));
         assert!(prompt.contains("Tools: run_command, update_todos."));
+        assert!(prompt.contains("After 3 refused commands the task is ended."));
     }
 }

@@ -269,6 +269,7 @@ impl Server {
             proxy_secrets: request.proxy_secrets.clone().unwrap_or_default(),
             search_backend: request.search_backend.clone(),
             llm,
+            max_blocked_commands: nexbot_protocol::block_limit(request.max_blocked_commands),
             redactor: redactor.clone(),
         };
         info!(

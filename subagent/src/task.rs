@@ -41,6 +41,9 @@ pub struct TaskSpec {
     /// Where `search_web` queries.
     pub search_backend: Option<nexbot_protocol::SearchBackend>,
     pub llm: LlmSettings,
+    /// Commands the blocked-pattern screen may refuse before the task is ended
+    /// (`execute.max_blocked_commands`, default 3).
+    pub max_blocked_commands: u32,
     /// Scrubs the task's secrets and LLM credentials from everything it emits.
     pub redactor: Arc<Redactor>,
 }

@@ -14,8 +14,8 @@ use nexbot_core::channel::{TaskReceipt, TaskUpdate};
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
-    closest_tool, unknown_tools, ProgressEvent, ProxySecret, Request, Response, ResponseBody,
-    SearchBackend, SecretMap, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+    canonical_tool, closest_tool, unknown_tools, ProgressEvent, ProxySecret, Request, Response,
+    ResponseBody, SearchBackend, SecretMap, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -75,6 +75,9 @@ pub struct DelegateSettings {
     pub exits: Option<Arc<Exits>>,
     /// `search_web`'s backend (`[search]`), handed to every task that may use it.
     pub search: Option<SearchBackend>,
+    /// Commands the subagent's screen may refuse before it ends the task
+    /// (`subagent.max_blocked_commands`, sent as `execute.max_blocked_commands`).
+    pub max_blocked_commands: u32,
 }
 
 #[derive(Debug)]
@@ -235,7 +238,18 @@ impl TypedTool for Delegate {
             .map_err(|e| ToolError::new(e.to_string()))?;
         let mut request = Request::execute(&id, args.task);
         request.context = args.context;
-        request.tools = args.tools;
+        // Canonical names only (`fetch_page` goes as `web_fetch`): an older image may not know
+        // the aliases. `check_tools` passed every name, so each has one.
+        request.tools = args.tools.map(|tools| {
+            let mut canonical: Vec<String> = Vec::new();
+            for name in tools.iter().filter_map(|t| canonical_tool(t)) {
+                if !canonical.iter().any(|c| c == name) {
+                    canonical.push(name.to_owned());
+                }
+            }
+            canonical
+        });
+        request.max_blocked_commands = Some(self.settings.max_blocked_commands);
         request.timeout = Some(deadlines.soft_secs());
         request.secrets = (!secrets.stdin.is_empty()).then_some(secrets.stdin);
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
@@ -725,6 +739,7 @@ mod tests {
                 spend: spend.clone(),
                 exits: None,
                 search: None,
+                max_blocked_commands: 4,
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);
@@ -825,6 +840,26 @@ mod tests {
             sent[0].tools.as_deref(),
             Some(&["web_fetch".into(), "update_todos".into()][..])
         );
+    }
+
+    #[tokio::test]
+    async fn the_seeds_fetch_page_is_accepted_and_sent_as_web_fetch_with_the_block_limit() {
+        let f = Fixture::new(answer("read", &[])).await;
+        let tools = json!(["fetch_page", "search_text", "web_fetch"]);
+        let out = f.call(json!({"task": "read the page", "tools": tools})).await.unwrap();
+        assert!(out.contains(r#""success":true"#), "{out}");
+        let sent = f.runner.requests.lock().unwrap().remove(0);
+        assert_eq!(
+            sent.tools.as_deref(),
+            Some(&["web_fetch".to_owned(), "search_text".to_owned()][..]),
+            "canonical names, each once"
+        );
+        assert_eq!(sent.max_blocked_commands, Some(4), "the configured block limit");
+        // The blocked send name stays blocked, whatever the host calls its own tool.
+        let err = f.call(json!({"task": "t", "tools": ["send_file_to_user"]})).await.unwrap_err();
+        assert!(err.to_string().contains("can never be granted"), "{err}");
+        let err = f.call(json!({"task": "t", "tools": ["send_file"]})).await.unwrap_err();
+        assert!(err.to_string().contains("no sub-agent tool is named send_file"), "{err}");
     }
 
     #[tokio::test]

@@ -70,6 +70,13 @@ impl Confinement {
         &self.root
     }
 
+    /// Whether a search must pass `resolved` by (neither list nor read it): the daemon's files,
+    /// and the owner's personal files in a chat that is not the owner's. The same rules as
+    /// [`Self::existing`] and [`Self::check_personal`], asked of every entry a walk meets.
+    pub fn hidden(&self, resolved: &Path, owner: bool) -> bool {
+        self.is_protected(resolved) || self.check_personal("", resolved, owner).is_err()
+    }
+
     /// Refuses `resolved` (a resolved path) when it is one of the owner's files (`USER.md`,
     /// `MEMORY.md`) and the chat is not the owner's: one person's facts never reach another's
     /// chat, whichever tool or path spelling asks.

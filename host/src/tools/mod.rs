@@ -12,6 +12,7 @@ pub mod files;
 pub mod manage_message;
 pub mod memory;
 pub mod schedule;
+pub mod search;
 pub mod send_file;
 pub mod send_message;
 pub mod skills;

@@ -62,6 +62,8 @@ async fn chat_answers_each_line_uses_tools_and_exits_at_eof() {
         "edit_file",
         "list_dir",
         "delete_file",
+        "search_files",
+        "search_text",
         "memory",
         "manage_tasks",
         "send_message",

@@ -87,10 +87,11 @@ static BLOCKED: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
     rules.iter().map(|(what, re)| (*what, Regex::new(re).expect("blocked pattern"))).collect()
 });
 
-/// Refuses a command that matches a blocked pattern, saying which kind.
+/// Refuses a command that matches a blocked pattern, saying which kind
+/// ([`ToolError::Screened`]: the task counts these toward its block limit).
 pub fn screen(command: &str) -> Result<(), ToolError> {
     match BLOCKED.iter().find(|(_, re)| re.is_match(command)) {
-        Some((what, _)) => Err(ToolError::Refused(format!(
+        Some((what, _)) => Err(ToolError::Screened(format!(
             "run_command refused: the command looks like {what}, which this sandbox does not allow"
         ))),
         None => Ok(()),
@@ -267,8 +268,9 @@ mod tests {
             ("rm -rf /", "wiping the filesystem"),
         ];
         for (command, what) in cases {
-            let err = screen(command).unwrap_err().to_string();
-            assert!(err.contains(what), "{command}: {err}");
+            let err = screen(command).unwrap_err();
+            assert!(matches!(err, ToolError::Screened(_)), "{command}: counted as screened");
+            assert!(err.to_string().contains(what), "{command}: {err}");
         }
     }
 

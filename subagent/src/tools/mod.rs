@@ -8,6 +8,7 @@ pub mod files;
 pub mod search;
 pub mod skills;
 pub mod web;
+pub mod web_search;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexbot_llm::ToolSpec;
-use nexbot_protocol::{Redactor, BLOCKED_TOOLS, SUBAGENT_TOOLS};
+use nexbot_protocol::{canonical_tool, Redactor, BLOCKED_TOOLS, SUBAGENT_TOOLS};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
@@ -36,6 +37,10 @@ pub enum ToolError {
     /// A safety rule said no.
     #[error("{0}")]
     Refused(String),
+    /// The blocked-pattern screen refused a command. Its own kind because the task counts
+    /// these: after the request's `max_blocked_commands` the task is ended.
+    #[error("{0}")]
+    Screened(String),
     /// The arguments were wrong.
     #[error("{0}")]
     Invalid(String),
@@ -96,9 +101,9 @@ pub struct Selection {
     pub dropped: Vec<String>,
 }
 
-/// The tools a task may use: the request's whitelist (or all when absent) minus the
-/// always-blocked ones, minus names this program does not offer. Empty is an error, naming
-/// what was asked for and what exists.
+/// The tools a task may use: the request's whitelist (or all when absent; an alias such as
+/// `fetch_page` grants its tool) minus the always-blocked ones, minus names this program does
+/// not offer. Empty is an error, naming what was asked for and what exists.
 pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
     let Some(names) = requested else {
         return Ok(Selection { tools: SUBAGENT_TOOLS.to_vec(), dropped: Vec::new() });
@@ -106,7 +111,9 @@ pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
     let tools: Vec<&'static str> = SUBAGENT_TOOLS
         .iter()
         .copied()
-        .filter(|tool| names.iter().any(|n| n == tool) && !BLOCKED_TOOLS.contains(tool))
+        .filter(|tool| {
+            names.iter().any(|n| canonical_tool(n) == Some(tool)) && !BLOCKED_TOOLS.contains(tool)
+        })
         .collect();
     if tools.is_empty() {
         return Err(format!(
@@ -116,7 +123,8 @@ pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
     }
     let mut dropped: Vec<String> = Vec::new();
     for name in names {
-        let granted = tools.contains(&name.as_str()) || name == crate::agent::TODO_TOOL;
+        let granted = canonical_tool(name)
+            .is_some_and(|tool| tools.contains(&tool) || tool == crate::agent::TODO_TOOL);
         if !granted && !dropped.contains(name) {
             dropped.push(name.clone());
         }
@@ -134,7 +142,8 @@ pub fn time_limit(name: &str, args: &Value) -> Duration {
             asked.unwrap_or(command::DEFAULT_TIMEOUT).min(command::MAX_TIMEOUT) + slack
         }
         "http_request" => asked.unwrap_or(web::FETCH_TIMEOUT).min(web::MAX_REQUEST_TIMEOUT) + slack,
-        "web_fetch" | "search_web" => web::FETCH_TIMEOUT + slack,
+        "web_fetch" | "fetch_page" | "search_web" => web::FETCH_TIMEOUT + slack,
+        "search_files" | "search_text" => nexbot_fsearch::Limits::default().max_time + slack,
         _ => Duration::from_secs(20),
     }
 }
@@ -168,9 +177,14 @@ fn parse<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
         .map_err(|e| ToolError::Invalid(format!("invalid arguments for {tool}: {e}")))
 }
 
-/// The OpenAI `tools` entries for `names` (names without a tool are skipped).
+/// The OpenAI `tools` entries for `names` (names without a tool, aliases included, are
+/// skipped: only canonical names are offered).
 pub fn specs(names: &[&str]) -> Vec<ToolSpec> {
-    names.iter().filter_map(|name| find(name)).map(Tool::spec).collect()
+    names
+        .iter()
+        .filter_map(|name| REGISTRY.iter().find(|tool| tool.name == *name))
+        .map(Tool::spec)
+        .collect()
 }
 
 /// What a handler gets besides its arguments.
@@ -199,7 +213,9 @@ impl Tool {
     }
 }
 
+/// The tool `name` calls: its own, or the one its alias stands for (`fetch_page`).
 fn find(name: &str) -> Option<&'static Tool> {
+    let name = canonical_tool(name)?;
     REGISTRY.iter().find(|tool| tool.name == name)
 }
 
@@ -305,6 +321,44 @@ const REGISTRY: &[Tool] = &[
         },
     },
     Tool {
+        name: "search_files",
+        description: "Find files of the scratch directory by name with a glob: `*.md` matches \
+                      names at any depth, a pattern with `/` (`src/**/*.rs`) matches paths \
+                      relative to `path`. Returns up to 200 paths; symlinks are not followed.",
+        parameters: || {
+            json!({"type": "object", "properties": {
+                "pattern": {"type": "string", "description": "glob, e.g. **/*.rs, *.md, data/*.csv"},
+                "path": {"type": "string", "description": "folder to search in, relative to the scratch directory; default: all of it"}
+            }, "required": ["pattern"]})
+        },
+        run: |args, cx| {
+            Box::pin(async move {
+                search::search_files(&cx.env.scratch, parse("search_files", args)?).await
+            })
+        },
+    },
+    Tool {
+        name: "search_text",
+        description: "Search the contents of the scratch directory's files for a regex (or, \
+                      with literal, the text as it is). Returns up to 100 matching lines as \
+                      path:line: text; binary files are skipped, at most 1 MiB of a file is \
+                      read.",
+        parameters: || {
+            json!({"type": "object", "properties": {
+                "pattern": {"type": "string", "description": "regular expression (Rust regex syntax), or plain text with literal"},
+                "literal": {"type": "boolean", "description": "search for the pattern as plain text; default false"},
+                "case_insensitive": {"type": "boolean", "description": "default false"},
+                "path": {"type": "string", "description": "folder or file to search, relative to the scratch directory; default: all of it"},
+                "glob": {"type": "string", "description": "only files matching this glob, e.g. *.py"}
+            }, "required": ["pattern"]})
+        },
+        run: |args, cx| {
+            Box::pin(async move {
+                search::search_text(&cx.env.scratch, parse("search_text", args)?).await
+            })
+        },
+    },
+    Tool {
         name: "read_skill",
         description: "Without a name: list the available skills. With a name: read that \
                       skill's SKILL.md instructions and list its other files; with a name and \
@@ -333,7 +387,7 @@ const REGISTRY: &[Tool] = &[
         },
         run: |args, cx| {
             Box::pin(async move {
-                search::search_web(cx.env, cx.secrets, parse("search_web", args)?).await
+                web_search::search_web(cx.env, cx.secrets, parse("search_web", args)?).await
             })
         },
     },
@@ -375,6 +429,9 @@ mod tests {
         assert_eq!((all.tools.as_slice(), all.dropped.len()), (SUBAGENT_TOOLS, 0));
         let exact = select(Some(&["read_file".to_owned(), "list_dir".to_owned()])).unwrap();
         assert_eq!((exact.tools, exact.dropped.len()), (vec!["read_file", "list_dir"], 0));
+        // The seed's name grants the canonical tool, and is no drop.
+        let alias = select(Some(&["fetch_page".to_owned()])).unwrap();
+        assert_eq!((alias.tools, alias.dropped.len()), (vec!["web_fetch"], 0));
     }
 
     #[test]
@@ -421,6 +478,9 @@ mod tests {
             .to_string();
             assert!(err.starts_with(&format!("invalid arguments for {name}:")), "{name}: {err}");
         }
+        // An alias reaches its tool's own handler: the same argument error, under the alias.
+        let err = call("fetch_page", json!({"url": 7}), &env, &secrets, &none).await.unwrap_err();
+        assert!(err.to_string().starts_with("invalid arguments for web_fetch:"), "{err}");
         for name in ["fetch_url", "update_todos", "spawn", ""] {
             let err = call(name, json!({}), &env, &secrets, &none).await.unwrap_err();
             assert_eq!(err.to_string(), format!("unknown tool {name:?}"));

@@ -531,3 +531,117 @@ async fn big_tool_results_are_fitted_into_the_context_window_and_the_task_goes_o
     assert_eq!(results.len(), 2, "both results stay, cut");
     assert!(results.iter().all(|r| r.contains("[tool result cut:")), "{results:?}");
 }
+
+#[tokio::test]
+async fn the_block_limit_ends_a_task_that_keeps_probing_the_command_screen() {
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("run_command", json!({"command": "env"})),
+        Step::tool_call("run_command", json!({"command": "ls; printenv TOKEN"})),
+        Step::tool_call("run_command", json!({"command": "cat /proc/self/environ"})),
+        Step::text("never asked: the task ended before a 4th call"),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    // No `max_blocked_commands` in the request: the default, 3.
+    sub.send(&execute("probe", "find the key", &llm)).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "error", "{done}");
+    let error = done["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "the task was ended: 3 commands were refused by the command screen; the sandbox does \
+             not run such commands"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("looks like an environment dump"), "the last refusal is named: {error}");
+    assert_eq!(done["report"]["status"], "error", "a report of what was done: {done}");
+    assert_eq!(llm.chat_requests().len(), 3, "no 4th LLM call");
+    assert_eq!(llm.remaining_steps(), 1);
+
+    // The request sets the limit; refusals of other kinds (a path out of scratch) do not count.
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("read_file", json!({"path": "../../etc/passwd"})),
+        Step::tool_call("run_command", json!({"command": "env"})),
+        Step::text("never asked"),
+    ])
+    .await;
+    let mut request = execute("one", "find the key", &llm);
+    request["max_blocked_commands"] = json!(1);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert!(
+        done["error"].as_str().unwrap().starts_with("the task was ended: 1 commands were refused"),
+        "{done}"
+    );
+    assert_eq!(llm.chat_requests().len(), 2);
+}
+
+#[tokio::test]
+async fn fetch_page_is_web_fetch_under_the_seeds_name() {
+    let app = Router::new()
+        .route("/page", any(|| async { ([("content-type", "text/plain")], "page body 7731") }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/page", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("fetch_page", json!({"url": url})),
+        Step::text("read it"),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    let mut request = execute("alias", "read the page", &llm);
+    request["tools"] = json!(["fetch_page"]);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert!(done.get("dropped_tools").is_none(), "the alias is granted, not dropped: {done}");
+    let chats = llm.chat_requests();
+    let mut offered = offered_tools(&chats[0].body);
+    offered.sort();
+    assert_eq!(offered, ["update_todos", "web_fetch"], "only the canonical name is offered");
+    let page = tool_messages(&chats[1].body).pop().unwrap();
+    assert!(page.contains("page body 7731"), "{page}");
+}
+
+#[tokio::test]
+async fn search_files_and_search_text_work_in_scratch_only() {
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_calls(&[
+            (
+                "write_file",
+                json!({"path": "notes/plan.md", "content": "step one\nTODO: the Answer\n"}),
+            ),
+            ("write_file", json!({"path": "data.csv", "content": "a,b\n"})),
+        ]),
+        Step::tool_calls(&[
+            ("search_files", json!({"pattern": "*.md"})),
+            (
+                "search_text",
+                json!({"pattern": "todo: the answer", "literal": true, "case_insensitive": true}),
+            ),
+            ("search_text", json!({"pattern": "root", "path": "/etc"})),
+        ]),
+        Step::text("found"),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    let mut request = execute("search", "find the plan", &llm);
+    request["tools"] = json!(["write_file", "search_files", "search_text"]);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    let results = tool_messages(&llm.chat_requests()[2].body);
+    let results = &results[results.len() - 3..];
+    assert!(
+        results[0].contains("notes/plan.md") && !results[0].contains("data.csv"),
+        "{results:?}"
+    );
+    assert!(results[1].contains("notes/plan.md:2: TODO: the Answer"), "{}", results[1]);
+    assert!(results[1].contains("EXTERNAL_CONTENT"), "file text is wrapped: {}", results[1]);
+    assert!(
+        results[2].starts_with("Error: path \"/etc\": refused") && results[2].contains("outside"),
+        "{}",
+        results[2]
+    );
+}
