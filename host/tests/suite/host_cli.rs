@@ -325,3 +325,68 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
     assert!(tokio::net::TcpStream::connect(listener).await.is_err(), "the listener is closed");
     drop(leftover);
 }
+
+/// `nexbot secrets rotate-key`: every secret re-encrypted under the new key (read from
+/// stdin), the old key no longer opens the vault; refused while a daemon holds the data
+/// directory, and with a wrong current key nothing changes.
+#[tokio::test]
+async fn rotate_key_re_encrypts_the_vault_and_refuses_while_the_daemon_runs() {
+    use nexbot_host::store::Store;
+    use nexbot_host::vault::{Scope, Vault, VaultState};
+    use secrecy::{ExposeSecret, SecretString};
+    use tokio::io::AsyncWriteExt;
+    const OLD: &str = "the-old-master-key-0123456789";
+    const NEW: &str = "the-new-master-key-9876543210";
+    const VALUE: &str = "rotated-PLANTED-value-2a9f";
+    let ws = TempWorkspace::init("rotate");
+    let secret = |s: &str| SecretString::from(s.to_owned());
+    let scope = Scope::Operator;
+    {
+        let store = Store::open(&ws.database()).await.unwrap();
+        let vault = Vault::open(store, Some(&secret(OLD)), None).await.unwrap();
+        vault.set(&scope, "KEY", secret(VALUE), &[], None).await.unwrap();
+    }
+    let rotate = |current: &str| {
+        let env = vec![("NEXBOT_MASTER_KEY".to_owned(), current.to_owned())];
+        let mut cmd = nexbot(&["secrets", "rotate-key"], &ws.config(), &env);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd
+    };
+    let run = |mut cmd: tokio::process::Command| async move {
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(format!("{NEW}\n").as_bytes()).await.unwrap();
+        drop(stdin);
+        tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+
+    // A daemon holding the data directory: refused, nothing touched.
+    let lock =
+        nexbot_host::instance::DataDirLock::acquire(ws.database().parent().unwrap()).unwrap();
+    let out = run(rotate(OLD)).await;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("another nexbot daemon"), "{}", text(&out.stderr));
+    drop(lock);
+    // A wrong current key: refused, nothing changed.
+    let out = run(rotate("not-the-current-key-000000")).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("NEXBOT_MASTER_KEY is not the key"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run(rotate(OLD)).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("re-encrypted 1 secret(s)"), "{}", text(&out.stdout));
+    let all = [text(&out.stdout), text(&out.stderr)].concat();
+    assert!(!all.contains(VALUE) && !all.contains(NEW), "{all}");
+    let store = Store::open(&ws.database()).await.unwrap();
+    let vault = Vault::open(store.clone(), Some(&secret(NEW)), None).await.unwrap();
+    assert_eq!(vault.resolve(&scope, "KEY").unwrap().value.expose_secret(), VALUE);
+    let stale = Vault::open(store, Some(&secret(OLD)), None).await.unwrap();
+    assert_eq!(stale.state(), &VaultState::WrongKey);
+}
