@@ -23,7 +23,8 @@ pub mod version;
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{
-    proxy_placeholder, ProxySecret, Request, RequestError, RequestType, PROXY_PLACEHOLDER,
+    proxy_placeholder, ProxySecret, Request, RequestError, RequestType, DIRECT_TOOLS,
+    PROXY_PLACEHOLDER,
 };
 pub use response::{
     truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,

@@ -102,7 +102,16 @@ pub struct Request {
     /// Additive (`docs/protocol.md#secrets`); not remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_secrets: Option<Vec<ProxySecret>>,
+    /// The task is one call of this tool, with the task text as its argument, and no agent
+    /// loop of the subagent's own: today only `use_cli` (whose CLI has its loop), which the
+    /// host uses for a chat whose agent mode is off. The tool must be among the granted ones.
+    /// Additive; an older subagent ignores it and runs its loop with the tool granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_tool: Option<String>,
 }
+
+/// The one tool an `execute` may run directly ([`Request::run_tool`]).
+pub const DIRECT_TOOLS: &[&str] = &["use_cli"];
 
 /// A secret the egress proxy fills in for its hosts (`Request::proxy_secrets`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +149,7 @@ impl fmt::Debug for Request {
             .field("llm_token", &self.llm_token.as_ref().map(|_| "[set]"))
             .field("llm_context_window", &self.llm_context_window)
             .field("proxy_secrets", &self.proxy_secrets)
+            .field("run_tool", &self.run_tool)
             .finish()
     }
 }

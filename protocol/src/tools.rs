@@ -16,6 +16,7 @@ pub const SUBAGENT_TOOLS: &[&str] = &[
     "write_file",
     "list_dir",
     "read_skill",
+    "use_cli",
 ];
 
 /// The planning tool every task has on top of the granted ones; its list is what a report's
