@@ -23,4 +23,5 @@ mod host_llmock;
 mod host_scheduler;
 mod host_secrets;
 mod host_skills;
+mod host_use_cli;
 mod telegram;

@@ -119,9 +119,6 @@ pub async fn use_cli(
         .arg(dir.join(ENTRY))
         .args(["--approval-mode", "yolo", "--auth-type", "openai", "--output-format", "text"])
         .args(["--model", &llm.model])
-        // The task is data, never a flag: everything after `--` is the prompt.
-        .arg("--")
-        .arg(&args.task_text)
         .current_dir(scratch)
         .env_clear()
         .envs(PASSTHROUGH_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))))
@@ -137,7 +134,10 @@ pub async fn use_cli(
         .env("NO_COLOR", "1")
         .env("NO_BROWSER", "true")
         .env("CI", "true")
-        .stdin(Stdio::null())
+        // The container is the sandbox the warning asks for.
+        .env("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1")
+        // The task goes in on stdin: data, never a flag, and not in the process's argv.
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -145,6 +145,15 @@ pub async fn use_cli(
     let mut child =
         child.spawn().map_err(|e| ToolError::Failed(format!("cannot start the CLI: {e}")))?;
     let _group = super::command::GroupKiller(child.id());
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        let task = args.task_text.clone();
+        // Written beside the wait: a CLI that does not read it must not block the call.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(task.as_bytes()).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
     let half = MAX_TOOL_OUTPUT / 2;
     let mut stdout = HeadTail::new(half + half / 2);
     let mut stderr = HeadTail::new(half / 2);
