@@ -104,6 +104,7 @@ cli-image: subagent-image $(CLI_NPM)/.done
 # asserts a speed: a missed target prints NO.
 BENCH_FIGURES := $(CURDIR)/target/bench/figures.tsv
 BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench pool" \
+  "-p nexbot-tests --bench use_cli" \
   "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench telegram" \
   "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \

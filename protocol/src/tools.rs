@@ -15,8 +15,8 @@ pub const SUBAGENT_TOOLS: &[&str] = &[
     "read_file",
     "write_file",
     "list_dir",
-    "read_skill",
     "use_cli",
+    "read_skill",
 ];
 
 /// The planning tool every task has on top of the granted ones; its list is what a report's

@@ -263,7 +263,11 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
         pressed,
         ["/agent on", "/agent off", "/agent cli qwen", "/agent cli none", "/agent cancel"]
     );
-    assert!(buttons(menu)[0].0.starts_with('✅'), "the current mode is ticked: {:?}", buttons(menu));
+    assert!(
+        buttons(menu)[0].0.starts_with('✅'),
+        "the current mode is ticked: {:?}",
+        buttons(menu)
+    );
 
     // A stranger's press changes nothing and is answered as refused.
     let refused = tg.user_clicks(OWNER, STRANGER, menu.message_id, "/agent off").await;
@@ -274,8 +278,12 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     tg.wait_bot_messages(OWNER, |m| has_text(m, "your messages go to the qwen coding CLI"), LIMIT)
         .await;
     let cancel = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cancel").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "Nothing changed: agent mode off, CLI qwen"), LIMIT)
-        .await;
+    tg.wait_bot_messages(
+        OWNER,
+        |m| has_text(m, "Nothing changed: agent mode off, CLI qwen"),
+        LIMIT,
+    )
+    .await;
     let answered: Vec<Value> =
         tg.calls("answerCallbackQuery").await.into_iter().map(|c| c.params).collect();
     for click in [&refused, &cli, &off, &cancel] {
@@ -307,9 +315,8 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     );
     // Back on through the menu: the agent answers again.
     tg.user_says(OWNER, OWNER, "/agent").await;
-    let messages = tg
-        .wait_bot_messages(OWNER, |m| has_text(m, "Agent mode is off here"), LIMIT)
-        .await;
+    let messages =
+        tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode is off here"), LIMIT).await;
     let menu = messages.iter().rev().find(|m| !buttons(m).is_empty()).unwrap();
     assert!(buttons(menu)[1].0.starts_with('✅'), "off is ticked: {:?}", buttons(menu));
     tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent on").await;
