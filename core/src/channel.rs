@@ -35,17 +35,48 @@ pub struct OutboundMessage {
     /// The channel's id of the inbound message this answers, echoed back.
     pub reply_to: Option<u64>,
     pub kind: OutboundKind,
+    /// Buttons under the message, in rows (a command's menu, `/agent`). A channel that cannot
+    /// show them shows the text alone, which names the text form of every choice.
+    pub buttons: Vec<Vec<Button>>,
+}
+
+/// A button under a message. Pressing it is the same as the user sending `command` in the
+/// chat: the channel hands it to the bus as the chat's message, so a button can do nothing
+/// the user could not type (and is checked like typing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub label: String,
+    /// A command (`/agent off`); at most 64 bytes (Telegram's limit for callback data).
+    pub command: String,
+}
+
+impl Button {
+    pub fn new(label: impl Into<String>, command: impl Into<String>) -> Self {
+        Self { label: label.into(), command: command.into() }
+    }
 }
 
 impl OutboundMessage {
     /// A message sent while a turn runs.
     pub fn progress(chat: &ChatRef, text: String) -> Self {
-        Self { chat: chat.clone(), text, reply_to: None, kind: OutboundKind::Progress }
+        Self {
+            chat: chat.clone(),
+            text,
+            reply_to: None,
+            kind: OutboundKind::Progress,
+            buttons: Vec::new(),
+        }
     }
 
     /// The one final answer to the inbound message `reply_to` of `chat`.
     pub fn answer(chat: &ChatRef, reply_to: u64, text: String) -> Self {
-        Self { chat: chat.clone(), text, reply_to: Some(reply_to), kind: OutboundKind::Final }
+        Self {
+            chat: chat.clone(),
+            text,
+            reply_to: Some(reply_to),
+            kind: OutboundKind::Final,
+            buttons: Vec::new(),
+        }
     }
 }
 

@@ -20,7 +20,7 @@ pub use crate::agent::channel::InboundMessage;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::Agent;
 use crate::channels::Router;
-use crate::commands::{CommandContext, CommandRegistry, Parsed, TurnControl};
+use crate::commands::{CommandContext, CommandRegistry, CommandReply, Parsed, TurnControl};
 use crate::config::BusConfig;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
@@ -109,11 +109,13 @@ impl Dispatcher {
                         turns: &turns,
                         commands: &self.commands,
                     };
-                    command.run(ctx).await
+                    command.reply(ctx).await
                 }
-                Parsed::Unknown { name } => self.commands.unknown(name),
+                Parsed::Unknown { name } => CommandReply::text(self.commands.unknown(name)),
             };
-            self.reply(&message, text).await;
+            let mut answer = OutboundMessage::answer(&message.chat, message.id, text.text);
+            answer.buttons = text.buttons;
+            deliver(&self.router, answer).await;
             return;
         }
         if self.router.answer_question(&message.chat, &message.text) {

@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use nexbot_core::ChatRef;
 
+use crate::agent::channel::Button;
 use crate::agent::channel::Channel;
 use crate::spend::Spend;
 use crate::status::StatusBoard;
-use crate::store::{Store, AGENT_MODE_SETTING};
+use crate::store::{Store, AGENT_CLIS, AGENT_CLI_SETTING, AGENT_MODE_SETTING};
 use crate::vault::Vault;
 use crate::BoxFuture;
 
@@ -53,6 +54,20 @@ pub trait TurnControl: Send + Sync {
     fn running(&self, chat: &ChatRef) -> Option<std::time::Duration>;
 }
 
+/// What a command shows: its text, and buttons under it (a menu) when it has any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommandReply {
+    pub text: String,
+    /// Rows of buttons; each presses a command of the same chat.
+    pub buttons: Vec<Vec<Button>>,
+}
+
+impl CommandReply {
+    pub fn text(text: String) -> Self {
+        Self { text, buttons: Vec::new() }
+    }
+}
+
 /// One command. Its answer is the text shown in the chat.
 pub trait ChatCommand: Send + Sync + fmt::Debug {
     /// The word after `/`, lower case.
@@ -60,6 +75,10 @@ pub trait ChatCommand: Send + Sync + fmt::Debug {
     /// One line for `/help` and command menus.
     fn summary(&self) -> &'static str;
     fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String>;
+    /// The answer with its buttons; a command without a menu answers [`Self::run`]'s text.
+    fn reply<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, CommandReply> {
+        Box::pin(async move { CommandReply::text(self.run(ctx).await) })
+    }
 }
 
 /// A message's command, if it is one.
@@ -240,9 +259,10 @@ impl ChatCommand for Status {
         let running = ctx.turns.running(ctx.chat);
         Box::pin(async move {
             let mode = if self.store.agent_mode_on(ctx.chat).await { "on" } else { "off" };
+            let cli = self.store.agent_cli(ctx.chat).await.unwrap_or_else(|| "none".into());
             let mut lines = vec![
                 format!("Model: {}", self.model),
-                format!("Agent mode here: {mode}"),
+                format!("Agent mode here: {mode} (CLI when off: {cli})"),
                 match running {
                     Some(age) => format!("Running: a turn, for {}s", age.as_secs()),
                     None => "Running: nothing".to_owned(),
@@ -267,34 +287,131 @@ struct AgentModeCommand {
     store: Store,
 }
 
+impl AgentModeCommand {
+    /// The chat's mode and CLI, as the menu shows them.
+    async fn current(&self, chat: &ChatRef) -> (bool, Option<String>) {
+        (self.store.agent_mode_on(chat).await, self.store.agent_cli(chat).await)
+    }
+
+    /// The menu: on / off, the CLI choice, cancel. The current choices are ticked.
+    fn menu(on: bool, cli: Option<&str>) -> Vec<Vec<Button>> {
+        let tick = |label: &str, chosen: bool| {
+            if chosen {
+                format!("✅ {label}")
+            } else {
+                label.to_owned()
+            }
+        };
+        let mut clis: Vec<Button> = AGENT_CLIS
+            .iter()
+            .map(|name| {
+                Button::new(
+                    tick(&format!("CLI: {name}"), cli == Some(*name)),
+                    format!("/agent cli {name}"),
+                )
+            })
+            .collect();
+        clis.push(Button::new(tick("CLI: none", cli.is_none()), "/agent cli none"));
+        vec![
+            vec![
+                Button::new(tick("Agent on", on), "/agent on"),
+                Button::new(tick("Agent off", !on), "/agent off"),
+            ],
+            clis,
+            vec![Button::new("Cancel", "/agent cancel")],
+        ]
+    }
+
+    fn describe(on: bool, cli: Option<&str>) -> String {
+        let off = match cli {
+            Some(name) => format!("the {name} coding CLI in a sandbox answers"),
+            None => "the model answers alone, without tools".to_owned(),
+        };
+        let mode = if on { "on" } else { "off" };
+        format!("Agent mode is {mode} here. On: I answer with my tools and sandbox; off: {off}.")
+    }
+
+    async fn answer(&self, chat: &ChatRef, args: &str) -> CommandReply {
+        let args = args.to_ascii_lowercase();
+        let words: Vec<&str> = args.split_whitespace().collect();
+        let change = match words.as_slice() {
+            [] => None,
+            ["on"] => Some((AGENT_MODE_SETTING, "on")),
+            ["off"] => Some((AGENT_MODE_SETTING, "off")),
+            ["cli", "none"] => Some((AGENT_CLI_SETTING, "none")),
+            ["cli", name] => match AGENT_CLIS.iter().find(|c| *c == name) {
+                Some(name) => Some((AGENT_CLI_SETTING, *name)),
+                None => {
+                    return CommandReply::text(format!(
+                        "There is no coding CLI named {name:?}; choose one of {} or none.",
+                        AGENT_CLIS.join(", ")
+                    ))
+                }
+            },
+            ["cancel"] => {
+                let (on, cli) = self.current(chat).await;
+                let mode = if on { "on" } else { "off" };
+                let cli = cli.as_deref().unwrap_or("none");
+                return CommandReply::text(format!(
+                    "Nothing changed: agent mode {mode}, CLI {cli}."
+                ));
+            }
+            _ => {
+                return CommandReply::text(format!(
+                    "/agent takes on, off, cli <{}|none> or cancel, not {args:?}.",
+                    AGENT_CLIS.join("|")
+                ))
+            }
+        };
+        let Some((key, value)) = change else {
+            let (on, cli) = self.current(chat).await;
+            let text = format!(
+                "{} Choose below, or type /agent on, /agent off, /agent cli <{}|none>.",
+                Self::describe(on, cli.as_deref()),
+                AGENT_CLIS.join("|")
+            );
+            return CommandReply { text, buttons: Self::menu(on, cli.as_deref()) };
+        };
+        if let Err(e) = self.store.set_setting(chat, key, value).await {
+            return CommandReply::text(format!("Could not change the agent mode: {e}"));
+        }
+        let (on, cli) = self.current(chat).await;
+        let text = match (key, value) {
+            (AGENT_MODE_SETTING, "on") => {
+                "Agent mode on: I answer with my tools and sandbox.".to_owned()
+            }
+            (AGENT_MODE_SETTING, _) => match cli.as_deref() {
+                Some(name) => format!(
+                    "Agent mode off: your messages go to the {name} coding CLI in a sandbox."
+                ),
+                None => "Agent mode off: the model answers alone, without tools (choose a \
+                         coding CLI with /agent cli)."
+                    .to_owned(),
+            },
+            (_, "none") => format!(
+                "CLI none: with agent mode off the model answers alone. {}",
+                Self::describe(on, None)
+            ),
+            (_, name) => {
+                format!("CLI {name} chosen for agent mode off. {}", Self::describe(on, Some(name)))
+            }
+        };
+        CommandReply::text(text)
+    }
+}
+
 impl ChatCommand for AgentModeCommand {
     fn name(&self) -> &'static str {
         "agent"
     }
     fn summary(&self) -> &'static str {
-        "on|off — on: the agent with its tools answers; off: the model alone"
+        "on|off|cli <name> — on: the agent with its tools answers; off: a coding CLI or the model"
     }
     fn run<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, String> {
-        Box::pin(async move {
-            let value = match ctx.args.to_ascii_lowercase().as_str() {
-                "on" => "on",
-                "off" => "off",
-                "" => {
-                    let mode = if self.store.agent_mode_on(ctx.chat).await { "on" } else { "off" };
-                    return format!("Agent mode is {mode} here. Use /agent on or /agent off.");
-                }
-                other => return format!("/agent takes on or off, not {other:?}."),
-            };
-            match self.store.set_setting(ctx.chat, AGENT_MODE_SETTING, value).await {
-                Ok(()) if value == "on" => {
-                    "Agent mode on: I answer with my tools and sandbox.".to_owned()
-                }
-                Ok(()) => "Agent mode off: the model answers alone, without tools (until a \
-                           coding CLI is configured)."
-                    .to_owned(),
-                Err(e) => format!("Could not change the agent mode: {e}"),
-            }
-        })
+        Box::pin(async move { self.answer(ctx.chat, ctx.args).await.text })
+    }
+    fn reply<'a>(&'a self, ctx: CommandContext<'a>) -> BoxFuture<'a, CommandReply> {
+        Box::pin(async move { self.answer(ctx.chat, ctx.args).await })
     }
 }
 

@@ -121,6 +121,7 @@ pub fn build_agent_with_hooks(
     let skills = crate::skills::Skills::from_config(config);
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
+    let mut cli = None;
     if let Some(Delegation { runner, tokens }) = delegation {
         let settings = DelegateSettings {
             longest: crate::deadlines::TaskDeadlines::plan(config, None),
@@ -132,16 +133,22 @@ pub fn build_agent_with_hooks(
             max_blocked_commands: config.subagent.max_blocked_commands,
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
-        tools.add(Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings)));
+        let delegate = Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings));
+        tools.add(delegate.clone());
+        cli = Some(delegate);
     }
     let llm = Model::new(&config.llm, &config.secrets.provider_keys, spend)
         .context("cannot set up the LLM providers")?
         .with_exits(guards.exits);
     let mut hooks: Vec<Arc<dyn Hook>> = vec![Arc::new(TimeoutAdvice)];
     hooks.extend(extra);
-    Ok(Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
+    let agent = Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
         .with_owner(config.telegram.owner)
-        .with_skills(skills))
+        .with_skills(skills);
+    Ok(match cli {
+        Some(delegate) => agent.with_cli(delegate),
+        None => agent,
+    })
 }
 
 /// Built-in hook: when a tool times out, tells the model how to recover instead of retrying

@@ -243,6 +243,13 @@ fn task_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
 /// The per-chat setting `/agent` keeps: `on` (the default) or `off`.
 pub const AGENT_MODE_SETTING: &str = "agent_mode";
 
+/// The per-chat setting of which coding CLI answers the chat while its agent mode is off
+/// (`/agent cli <name>`): a name of [`AGENT_CLIS`], or `none` (the default: the model alone).
+pub const AGENT_CLI_SETTING: &str = "agent_cli";
+
+/// The coding CLIs a chat can choose: the ones the CLI image variant carries (`use_cli`).
+pub const AGENT_CLIS: &[&str] = &["qwen"];
+
 /// A row of the Telegram update ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerRow {
@@ -552,6 +559,14 @@ impl Store {
     /// Whether the chat's agent mode (`/agent`) is on — the default — or off.
     pub async fn agent_mode_on(&self, chat: &ChatRef) -> bool {
         !matches!(self.setting(chat, AGENT_MODE_SETTING).await, Ok(Some(v)) if v == "off")
+    }
+
+    /// The coding CLI the chat chose for agent mode off, if any ([`AGENT_CLI_SETTING`]).
+    pub async fn agent_cli(&self, chat: &ChatRef) -> Option<String> {
+        match self.setting(chat, AGENT_CLI_SETTING).await {
+            Ok(Some(name)) if AGENT_CLIS.contains(&name.as_str()) => Some(name),
+            _ => None,
+        }
     }
 
     pub async fn set_setting(

@@ -24,7 +24,7 @@ pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{
     block_limit, proxy_placeholder, ProxySecret, Request, RequestError, RequestType, SearchBackend,
-    DEFAULT_MAX_BLOCKED_COMMANDS, PROXY_PLACEHOLDER,
+    DEFAULT_MAX_BLOCKED_COMMANDS, DIRECT_TOOLS, PROXY_PLACEHOLDER,
 };
 pub use response::{
     truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,

@@ -112,6 +112,12 @@ pub struct Request {
     /// remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_blocked_commands: Option<u32>,
+    /// The task is one call of this tool, with the task text as its argument, and no agent
+    /// loop of the subagent's own: today only `use_cli` (whose CLI has its loop), which the
+    /// host uses for a chat whose agent mode is off. The tool must be among the granted ones.
+    /// Additive; an older subagent ignores it and runs its loop with the tool granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_tool: Option<String>,
 }
 
 /// The block limit of a task whose request names none ([`Request::max_blocked_commands`]).
@@ -135,6 +141,9 @@ pub struct SearchBackend {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_secret: Option<String>,
 }
+
+/// The one tool an `execute` may run directly ([`Request::run_tool`]).
+pub const DIRECT_TOOLS: &[&str] = &["use_cli"];
 
 /// A secret the egress proxy fills in for its hosts (`Request::proxy_secrets`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,6 +183,7 @@ impl fmt::Debug for Request {
             .field("proxy_secrets", &self.proxy_secrets)
             .field("search_backend", &self.search_backend)
             .field("max_blocked_commands", &self.max_blocked_commands)
+            .field("run_tool", &self.run_tool)
             .finish()
     }
 }

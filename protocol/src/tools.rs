@@ -17,6 +17,7 @@ pub const SUBAGENT_TOOLS: &[&str] = &[
     "list_dir",
     "search_files",
     "search_text",
+    "use_cli",
     "read_skill",
     "search_web",
 ];

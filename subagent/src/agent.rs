@@ -84,7 +84,14 @@ struct TaskLoop {
 /// this returns.
 pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let started = Instant::now();
-    let env = ToolEnv { search: spec.search_backend.clone(), ..ToolEnv::from_env() };
+    let mut env = ToolEnv { search: spec.search_backend.clone(), ..ToolEnv::from_env() };
+    env.cli_llm = Some(tools::cli::CliLlm {
+        base_url: spec.llm.base_url.clone(),
+        model: spec.llm.model.clone(),
+        key: spec.llm.bearer.clone(),
+    });
+    env.deadline = Some(tokio::time::Instant::now() + spec.timeout);
+    let direct = spec.run_tool;
     let secrets = SecretStore::new(spec.secrets, SECRET_TTL).with_proxied(spec.proxy_secrets);
     let mut tool_specs = tools::specs(&spec.tools);
     tool_specs.push(todo_spec());
@@ -127,6 +134,12 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         max_screened: spec.max_blocked_commands,
     };
     agent.context_tokens = conversation_tokens(&agent.messages);
+    if let Some(tool) = direct {
+        let task = agent.redactor.redact(&spec.task);
+        let response = agent.run_direct(tool, task, started).await;
+        drop(agent);
+        return response;
+    }
     info!(
         event = "task",
         model = %agent.model,
@@ -198,6 +211,42 @@ impl TaskLoop {
             }
         }
         Ending::Failed(format!("Sub-agent iteration limit reached ({MAX_ITERATIONS})"))
+    }
+
+    /// The task as one call of `tool` with the task text (`execute.run_tool`): its result is
+    /// the answer, its failure the error; the model is not called here (the tool's program
+    /// calls it, through the same relay token).
+    async fn run_direct(&mut self, tool: &str, task: String, started: Instant) -> Response {
+        info!(event = "task", tool, "running the tool directly");
+        self.progress(ProgressEvent::ToolCall, Some(tool), None).await;
+        let args = json!({ "task_text": task });
+        let outcome =
+            self.guard(tools::call(tool, args, &self.env, &self.secrets, &self.redactor)).await;
+        let ms = || started.elapsed().as_millis() as u64;
+        let ending = match outcome {
+            Err(interrupt) => Ending::Interrupted(interrupt),
+            Ok(Err(err)) => Ending::Failed(format!("{tool}: {err}")),
+            Ok(Ok(output)) => {
+                let value: Value = serde_json::from_str(&output.text).unwrap_or_default();
+                let text = |key: &str| value[key].as_str().unwrap_or_default().to_owned();
+                if value["success"] == Value::Bool(true) {
+                    Ending::Answer(text("output"))
+                } else {
+                    let output = text("output");
+                    let mut error = format!("{tool}: {}", text("error"));
+                    if !output.is_empty() {
+                        error.push_str(&format!("\n{output}"));
+                    }
+                    Ending::Failed(error)
+                }
+            }
+        };
+        let summary = match &ending {
+            Ending::Answer(text) => format!("ok, {} bytes", text.len()),
+            _ => "failed".to_owned(),
+        };
+        self.progress(ProgressEvent::ToolResult, Some(tool), Some(summary)).await;
+        self.respond(ending, ms())
     }
 
     /// One LLM call with the conversation as it stands, unless the task is stopped first.
@@ -534,7 +583,7 @@ mod tests {
 
     #[test]
     fn system_prompt_names_secrets_but_has_no_values() {
-        let env = ToolEnv { scratch: "/s".into(), skills: "/k".into(), search: None };
+        let env = ToolEnv { scratch: "/s".into(), skills: "/k".into(), ..ToolEnv::default() };
         let prompt = system_prompt(&["run_command"], &["TOKEN".to_owned()], &env, 60, 3);
         assert!(prompt.contains("Available secrets: TOKEN."));
         assert!(prompt.contains("{{secret:NAME}}"));

@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use nexbot_protocol::request::unix_now;
 use nexbot_protocol::{
     Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response, Scrub,
-    SecretMap, VersionStatus, PROTOCOL_VERSION, SUBAGENT_TOOLS,
+    SecretMap, VersionStatus, DIRECT_TOOLS, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
@@ -76,7 +76,7 @@ pub async fn serve<R, W>(
         Server { out, redaction, llm: LlmState::default(), slot: Arc::new(Mutex::new(None)) };
     let mut lines = FramedRead::new(input, JsonLinesCodec::<Request, Response>::new());
     tokio::pin!(shutdown);
-    info!(event = "init", version = PROTOCOL_VERSION, tools = %SUBAGENT_TOOLS.join(","), "subagent ready");
+    info!(event = "init", version = PROTOCOL_VERSION, tools = %tools::offered().join(","), "subagent ready");
 
     let stop = loop {
         tokio::select! {
@@ -169,7 +169,7 @@ impl Server {
                 debug!(event = "protocol", "ping");
                 let running = self.running_id();
                 let capabilities = Capabilities {
-                    tools: SUBAGENT_TOOLS.iter().map(|t| t.to_string()).collect(),
+                    tools: tools::offered().iter().map(|t| t.to_string()).collect(),
                     busy: running.is_some(),
                     task_id: running,
                     programs: Some(crate::tools::skills::programs().to_vec()),
@@ -234,6 +234,30 @@ impl Server {
                 return;
             }
         };
+        let run_tool = match request.run_tool.as_deref() {
+            None => None,
+            Some(name) => match DIRECT_TOOLS.iter().find(|t| **t == name) {
+                Some(tool) if selection.tools.contains(tool) => Some(*tool),
+                Some(tool) => {
+                    let text = if selection.dropped.iter().any(|d| d == tool) {
+                        format!("{tool} is not available in this subagent's image")
+                    } else {
+                        format!("run_tool {tool} must be among the granted tools")
+                    };
+                    warn!(event = "task", task_id = %request.id, error = %text, "refused: run_tool");
+                    let mut answer = refuse(text);
+                    answer.dropped_tools = selection.dropped;
+                    self.out.send(answer).await;
+                    return;
+                }
+                None => {
+                    let text = format!("run_tool {name:?} is not one of {DIRECT_TOOLS:?}");
+                    warn!(event = "task", task_id = %request.id, error = %text, "refused: run_tool");
+                    self.out.send(refuse(text)).await;
+                    return;
+                }
+            },
+        };
         let llm = match self.llm.resolve(&request) {
             Ok(llm) => llm,
             Err(err) => {
@@ -264,6 +288,7 @@ impl Server {
             context: request.context.clone(),
             tools: selection.tools,
             dropped_tools: selection.dropped,
+            run_tool,
             timeout: task::soft_timeout(request.timeout),
             secrets,
             proxy_secrets: request.proxy_secrets.clone().unwrap_or_default(),

@@ -33,6 +33,9 @@ pub struct TaskSpec {
     /// Names the request's `tools` granted that this program does not offer; the final
     /// answer reports them.
     pub dropped_tools: Vec<String>,
+    /// The one granted tool the task runs directly, without the agent loop
+    /// (`execute.run_tool`: `use_cli`).
+    pub run_tool: Option<&'static str>,
     pub timeout: Duration,
     /// Dropped (so zeroized) when the task ends, whatever its outcome.
     pub secrets: SecretMap,

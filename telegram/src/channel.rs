@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nexbot_core::channel::{
-    Channel, ChannelError, InboundMessage, MessageId, OutboundFile, OutboundKind, OutboundMessage,
-    TaskUpdate,
+    Button, Channel, ChannelError, InboundMessage, MessageId, OutboundFile, OutboundKind,
+    OutboundMessage, TaskUpdate,
 };
 use nexbot_core::{BoxFuture, ChannelKind, ChatRef};
 use secrecy::{ExposeSecret, SecretString};
@@ -26,8 +26,8 @@ use teloxide_core::errors::{ApiError, RequestError};
 use teloxide_core::payloads::setters::*;
 use teloxide_core::requests::{Request, Requester};
 use teloxide_core::types::{
-    BotCommand, ChatAction, ChatId, InputFile, MessageId as TgMessageId, ParseMode,
-    ReplyParameters, Update,
+    BotCommand, ChatAction, ChatId, InlineKeyboardButton, InlineKeyboardMarkup, InputFile,
+    MessageId as TgMessageId, ParseMode, ReplyParameters, Update, UpdateKind,
 };
 use teloxide_core::Bot;
 use thiserror::Error;
@@ -403,7 +403,23 @@ impl Inner {
         let update_id = i64::from(update.id.0);
         let me = self.me.read().unwrap_or_else(|p| p.into_inner()).clone();
         let access = self.access.read().unwrap_or_else(|p| p.into_inner()).clone();
-        match policy::decide(&access, &me, &update) {
+        let decision = policy::decide(&access, &me, &update);
+        if let UpdateKind::CallbackQuery(query) = &update.kind {
+            // A pressed button: Telegram shows a spinner on it until the press is answered,
+            // whatever is decided. The command's own answer comes as a message.
+            let note = match &decision {
+                Decision::Handle { .. } => None,
+                Decision::Refuse { .. } => Some("Not allowed."),
+            };
+            let mut answer = self.bot.answer_callback_query(query.id.clone());
+            if let Some(note) = note {
+                answer = answer.text(note);
+            }
+            if let Err(e) = answer.send().await {
+                tracing::debug!(update_id, error = %e, "answerCallbackQuery failed");
+            }
+        }
+        match decision {
             Decision::Handle { chat_id, user_id, message_id, text, ledger_text } => {
                 let record = ReceivedUpdate {
                     update_id,
@@ -505,14 +521,30 @@ impl Inner {
         text: &str,
         reply_to: Option<i32>,
     ) -> Result<Vec<i32>, DeliveryError> {
+        self.deliver_with(chat_id, text, reply_to, &[]).await
+    }
+
+    /// [`Self::deliver`] with `buttons` under the last part (inline keyboard buttons whose
+    /// callback data is the command they press).
+    async fn deliver_with(
+        &self,
+        chat_id: i64,
+        text: &str,
+        reply_to: Option<i32>,
+        buttons: &[Vec<Button>],
+    ) -> Result<Vec<i32>, DeliveryError> {
+        let markup = keyboard(buttons);
         let mut parts = format::render(text);
         if parts.is_empty() {
             parts.push(Part { html: "(empty)".into(), plain: "(empty)".into() });
         }
         let owed = self.owes_notice.lock().unwrap_or_else(|p| p.into_inner()).contains(&chat_id);
         let mut ids = Vec::with_capacity(parts.len());
+        let last = parts.len() - 1;
         for (i, part) in parts.iter().enumerate() {
-            match self.send_part(chat_id, part, if i == 0 { reply_to } else { None }).await {
+            let reply_to = if i == 0 { reply_to } else { None };
+            let markup = if i == last { markup.as_ref() } else { None };
+            match self.send_part_with(chat_id, part, reply_to, markup).await {
                 Ok(id) => ids.extend(id),
                 Err(e) => {
                     self.health.count_delivery_failure();
@@ -542,6 +574,16 @@ impl Inner {
         part: &Part,
         reply_to: Option<i32>,
     ) -> Result<Option<i32>, DeliveryError> {
+        self.send_part_with(chat_id, part, reply_to, None).await
+    }
+
+    async fn send_part_with(
+        &self,
+        chat_id: i64,
+        part: &Part,
+        reply_to: Option<i32>,
+        markup: Option<&InlineKeyboardMarkup>,
+    ) -> Result<Option<i32>, DeliveryError> {
         let deadline = Instant::now() + Duration::from_secs(self.config.delivery_deadline_secs);
         let mut plain = part.html.is_empty();
         let mut backoff = Duration::from_millis(500);
@@ -557,6 +599,9 @@ impl Inner {
                 request = request.reply_parameters(
                     ReplyParameters::new(TgMessageId(reply_to)).allow_sending_without_reply(),
                 );
+            }
+            if let Some(markup) = markup {
+                request = request.reply_markup(markup.clone());
             }
             let wait = match request.send().await {
                 Ok(message) => return Ok(Some(message.id.0)),
@@ -804,6 +849,22 @@ impl Inner {
     }
 }
 
+/// The inline keyboard for `buttons`: each button's callback data is its command (cut to
+/// Telegram's 64 bytes would change its meaning, so a longer one is left out).
+fn keyboard(buttons: &[Vec<Button>]) -> Option<InlineKeyboardMarkup> {
+    let rows: Vec<Vec<InlineKeyboardButton>> = buttons
+        .iter()
+        .map(|row| {
+            row.iter()
+                .filter(|b| b.command.len() <= 64)
+                .map(|b| InlineKeyboardButton::callback(b.label.clone(), b.command.clone()))
+                .collect::<Vec<_>>()
+        })
+        .filter(|row| !row.is_empty())
+        .collect();
+    (!rows.is_empty()).then(|| InlineKeyboardMarkup::new(rows))
+}
+
 fn telegram_chat(chat: &ChatRef) -> Result<i64, ChannelError> {
     match chat {
         ChatRef::Telegram(id) => Ok(*id),
@@ -823,7 +884,7 @@ impl Channel for Telegram {
             match message.kind {
                 OutboundKind::Progress => {
                     let ids = inner
-                        .deliver(chat_id, &message.text, None)
+                        .deliver_with(chat_id, &message.text, None, &message.buttons)
                         .await
                         .map_err(|e| ChannelError::Failed(e.to_string()))?;
                     Ok(ids.last().map(|id| MessageId(i64::from(*id))))
@@ -843,7 +904,9 @@ impl Channel for Telegram {
                     let reply_to = flight
                         .filter(|f| f.group && f.chat_id == chat_id)
                         .and_then(|f| f.message_id);
-                    let result = inner.deliver(chat_id, &message.text, reply_to).await;
+                    let result = inner
+                        .deliver_with(chat_id, &message.text, reply_to, &message.buttons)
+                        .await;
                     if let Some(update_id) = update_id {
                         let settlement = match &result {
                             Ok(ids) => Settlement::Answered { message_ids: ids.clone() },

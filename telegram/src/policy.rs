@@ -4,7 +4,7 @@
 //!
 //! Pure functions over teloxide's types, so every rule is tested without a network.
 
-use teloxide_core::types::{Message, MessageEntityKind, Update, UpdateKind};
+use teloxide_core::types::{CallbackQuery, Message, MessageEntityKind, Update, UpdateKind};
 
 use crate::config::TelegramConfig;
 
@@ -63,6 +63,7 @@ pub const REFUSAL: &str = "Sorry, this is a private bot and you are not on its a
 pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Decision {
     let message = match &update.kind {
         UpdateKind::Message(message) => message,
+        UpdateKind::CallbackQuery(query) => return decide_press(config, query),
         other => {
             return Decision::Refuse {
                 chat_id: update.chat().map(|c| c.id.0),
@@ -118,6 +119,39 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
     }
     let text = if private { text.to_owned() } else { strip_mention(text, me) };
     Decision::Handle { chat_id, user_id, message_id: message.id.0, text, ledger_text: ledger }
+}
+
+/// A pressed inline button (a command's menu, `/agent`): its callback data is the command it
+/// presses, handled as if the user had typed it in the button's chat — so only an allowed
+/// user in an allowed chat, and only command text (never a message for the agent, never
+/// `/secret`). A refused press is not answered in the chat (the press itself is told).
+fn decide_press(config: &TelegramConfig, query: &CallbackQuery) -> Decision {
+    let user_id = query.from.id.0 as i64;
+    let chat_id = query.message.as_ref().map(|m| m.chat().id.0);
+    let message_id = query.message.as_ref().map(|m| m.id().0);
+    let data = query.data.clone().unwrap_or_default();
+    let refuse = |rule: &str| Decision::Refuse {
+        chat_id,
+        user_id: Some(user_id),
+        message_id,
+        rule: rule.to_owned(),
+        reply: None,
+        ledger_text: ledger_text(&data),
+    };
+    let (Some(chat_id), Some(message_id)) = (chat_id, message_id) else {
+        return refuse("press-without-message");
+    };
+    if query.from.is_bot {
+        return refuse("from-a-bot");
+    }
+    if !config.allows(user_id, chat_id) {
+        return refuse("not-allowed");
+    }
+    let command = data.starts_with('/') && data.len() <= 64 && !data.contains('\n');
+    if !command || is_secret_command(&data) {
+        return refuse("press-not-a-command");
+    }
+    Decision::Handle { chat_id, user_id, message_id, text: data.clone(), ledger_text: data }
 }
 
 /// In a group the bot answers a command, a mention of its name, or a reply to its message.

@@ -124,6 +124,9 @@ pub struct Agent {
     owner: Option<i64>,
     /// The live skills listed in the system prompt ([`Agent::with_skills`]).
     skills: Option<crate::skills::Skills>,
+    /// Runs a chat's coding CLI when its agent mode is off ([`Agent::with_cli`]); none
+    /// without the sandbox.
+    cli: Option<Arc<crate::tools::delegate::Delegate>>,
 }
 
 /// The turn being run: who asked, and the per-turn handles.
@@ -159,7 +162,15 @@ impl Agent {
             config,
             owner: None,
             skills: None,
+            cli: None,
         }
+    }
+
+    /// Lets a chat whose agent mode is off and which chose a coding CLI (`/agent cli`) be
+    /// answered by that CLI through `delegation` (a direct `use_cli` task).
+    pub fn with_cli(mut self, delegation: Arc<crate::tools::delegate::Delegate>) -> Self {
+        self.cli = Some(delegation);
+        self
     }
 
     /// Lists the offered skills in every turn's system prompt (the set as it is when the turn
@@ -364,7 +375,12 @@ impl Agent {
             HookResult::InjectContext(text) => messages.push(ChatMessage::system(text)),
             HookResult::Continue => {}
         }
-        // Agent mode off: the model alone (until the tools issue's coding CLI takes over).
+        // Agent mode off: the chat's coding CLI when it chose one, else the model alone.
+        if !turn.tools_on {
+            if let Some(cli) = self.store.agent_cli(turn.chat).await {
+                return self.run_cli(turn, &cli, text).await;
+            }
+        }
         let specs = if turn.tools_on { self.tools.specs() } else { Vec::new() };
         for iteration in 1..=self.config.max_iterations {
             turn.meter.iterations.store(iteration, Ordering::Relaxed);
@@ -437,6 +453,33 @@ impl Agent {
                 self.config.max_iterations
             ),
         )
+    }
+
+    /// The turn's message as a task for the chat's coding CLI, in a sandbox container.
+    async fn run_cli(&self, turn: &Turn<'_>, cli: &str, text: &str) -> Ending {
+        let Some(delegation) = &self.cli else {
+            return Ending::new(
+                TurnStatus::Failed,
+                format!(
+                    "This chat uses the {cli} coding CLI (agent mode off), but the sandbox is \
+                     not running here, so nothing ran. Use /agent on, or /agent cli none for \
+                     the model alone."
+                ),
+            );
+        };
+        tracing::info!(chat = %turn.chat, cli, "agent mode off: the message goes to the coding CLI");
+        let ctx = ToolContext {
+            chat: turn.chat.clone(),
+            session_id: turn.session_id,
+            cancel: turn.cancel.child_token(),
+            channel: turn.channel.clone(),
+            owner: turn.owner,
+        };
+        let answer = delegation.run_cli(cli, text, &ctx).await;
+        if turn.cancel.is_cancelled() {
+            return Ending::new(TurnStatus::Cancelled, "Stopped.");
+        }
+        Ending::new(TurnStatus::Answered, answer)
     }
 
     /// One model call; a streamed answer is shown as a draft in the chat as it grows.

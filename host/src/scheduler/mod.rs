@@ -656,6 +656,7 @@ impl Worker {
             text: text.clone(),
             reply_to: None,
             kind: OutboundKind::Final,
+            buttons: Vec::new(),
         };
         match self.router.send(message).await {
             Ok(id) => {

@@ -172,6 +172,10 @@ pub struct Args {
     secrets: Vec<String>,
     #[serde(default)]
     timeout_secs: Option<u64>,
+    /// Set only by [`Delegate::run_cli`], never by the model (it is not in the schema and
+    /// `deny_unknown_fields` refuses it): the task is one direct call of this tool.
+    #[serde(skip)]
+    run_tool: Option<String>,
 }
 
 impl TypedTool for Delegate {
@@ -256,6 +260,8 @@ impl TypedTool for Delegate {
         request.search_backend = search;
         request.llm_model = Some(self.settings.llm_model.clone());
         request.llm_context_window = self.settings.llm_context_window;
+        let direct = args.run_tool.is_some();
+        request.run_tool = args.run_tool;
         match llm {
             // The default: a per-task token the LLM relay accepts while the task lives.
             TaskLlm::Relay { base_url, token } => {
@@ -337,7 +343,13 @@ impl TypedTool for Delegate {
                                 completion_tokens: u.completion_tokens,
                             })
                             .unwrap_or_default();
-                        success(untrusted(&id, &result))
+                        // A direct call's output goes to the user, not to a model: no
+                        // envelope (the subagent sanitized and redacted it).
+                        if direct {
+                            success(result)
+                        } else {
+                            success(untrusted(&id, &result))
+                        }
                     }
                     ResponseBody::Error { error, report } => {
                         unfinished(&mut end, ctx, &id, "error", error, report)
@@ -406,6 +418,39 @@ impl TypedTool for Delegate {
         Ok(mention_dropped(answer, &dropped))
     }
 }
+
+impl Delegate {
+    /// A chat message for the chat's coding CLI (agent mode off, `/agent cli <name>`): a task
+    /// that is one direct `use_cli` call in a sandbox container, with its own relay token,
+    /// record, receipt and cancellation like any delegation. Returns the text for the user.
+    pub async fn run_cli(&self, cli: &str, text: &str, ctx: &ToolContext) -> String {
+        let args = Args {
+            task: text.to_owned(),
+            tools: Some(vec![CLI_TOOL.to_owned()]),
+            context: None,
+            secrets: Vec::new(),
+            timeout_secs: None,
+            run_tool: Some(CLI_TOOL.to_owned()),
+        };
+        let answer = match self.run(args, ctx).await {
+            Ok(answer) => answer,
+            Err(e) => return format!("The {cli} CLI could not run: {e}"),
+        };
+        let value: Value = serde_json::from_str(&answer).unwrap_or_default();
+        if value["success"] == Value::Bool(true) {
+            match value["output"].as_str().unwrap_or_default().trim() {
+                "" => format!("(The {cli} CLI finished without output.)"),
+                output => output.to_owned(),
+            }
+        } else {
+            let error = value["error"].as_str().unwrap_or("no result");
+            format!("The {cli} CLI did not finish: {error}")
+        }
+    }
+}
+
+/// The subagent tool a chat's coding CLI runs through.
+pub const CLI_TOOL: &str = "use_cli";
 
 /// The names the `tools` argument may hold: every tool a sub-agent can be granted, and the
 /// planning tool every task has anyway.

@@ -25,4 +25,5 @@ mod host_scheduler;
 mod host_search;
 mod host_secrets;
 mod host_skills;
+mod host_use_cli;
 mod telegram;

@@ -232,6 +232,100 @@ async fn agent_mode_survives_a_restart_and_status_reports_it() {
     serving.stop(LIMIT).await;
 }
 
+/// The buttons of a bot message's inline keyboard: (label, callback data), row by row.
+fn buttons(message: &BotMessage) -> Vec<(String, String)> {
+    let rows = message.json["reply_markup"]["inline_keyboard"].as_array().cloned();
+    rows.unwrap_or_default()
+        .iter()
+        .flat_map(|row| row.as_array().cloned().unwrap_or_default())
+        .map(|b| {
+            let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+            (text("text"), text("callback_data"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_across_a_restart() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-agent-menu");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "/agent").await;
+    let messages =
+        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
+    let menu = messages.iter().find(|m| !buttons(m).is_empty()).unwrap();
+    assert!(menu.text.contains("Agent mode is on here"), "{}", menu.text);
+    let pressed: Vec<String> = buttons(menu).into_iter().map(|(_, data)| data).collect();
+    assert_eq!(
+        pressed,
+        ["/agent on", "/agent off", "/agent cli qwen", "/agent cli none", "/agent cancel"]
+    );
+    assert!(
+        buttons(menu)[0].0.starts_with('✅'),
+        "the current mode is ticked: {:?}",
+        buttons(menu)
+    );
+
+    // A stranger's press changes nothing and is answered as refused.
+    let refused = tg.user_clicks(OWNER, STRANGER, menu.message_id, "/agent off").await;
+    // The owner's presses: the CLI, then off; each press is answered.
+    let cli = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cli qwen").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "CLI qwen chosen"), LIMIT).await;
+    let off = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent off").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "your messages go to the qwen coding CLI"), LIMIT)
+        .await;
+    let cancel = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cancel").await;
+    tg.wait_bot_messages(
+        OWNER,
+        |m| has_text(m, "Nothing changed: agent mode off, CLI qwen"),
+        LIMIT,
+    )
+    .await;
+    let answered: Vec<Value> =
+        tg.calls("answerCallbackQuery").await.into_iter().map(|c| c.params).collect();
+    for click in [&refused, &cli, &off, &cancel] {
+        assert!(
+            answered.iter().any(|p| p["callback_query_id"] == click.callback_query_id.as_str()),
+            "press {} not answered: {answered:?}",
+            click.callback_query_id
+        );
+    }
+    let refusal = answered
+        .iter()
+        .find(|p| p["callback_query_id"] == refused.callback_query_id.as_str())
+        .unwrap();
+    assert_eq!(refusal["text"], "Not allowed.");
+    serving.stop(LIMIT).await;
+
+    // After a restart the chat keeps both choices; /status shows them. (No sandbox runs in
+    // this test, so the CLI says it cannot run rather than the model answering in its place.)
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "/status").await;
+    let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "Model:"), LIMIT).await;
+    let status = &messages.iter().rev().find(|m| m.text.contains("Model:")).unwrap().text;
+    assert!(status.contains("Agent mode here: off (CLI when off: qwen)"), "{status}");
+    tg.user_says(OWNER, OWNER, "hello cli").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "the sandbox is not running here"), LIMIT).await;
+    assert!(
+        llm.chat_requests().iter().all(|r| !r.body.to_string().contains("hello cli")),
+        "the model answered in the CLI's place"
+    );
+    // Back on through the menu: the agent answers again.
+    tg.user_says(OWNER, OWNER, "/agent").await;
+    let messages =
+        tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode is off here"), LIMIT).await;
+    let menu = messages.iter().rev().find(|m| !buttons(m).is_empty()).unwrap();
+    assert!(buttons(menu)[1].0.starts_with('✅'), "off is ticked: {:?}", buttons(menu));
+    tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent on").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode on"), LIMIT).await;
+    tg.user_says(OWNER, OWNER, "tools again").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: tools again"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
+
 #[tokio::test]
 async fn rate_limits_conflicts_and_an_outage_lose_nothing_and_double_nothing() {
     let tg = TelegramFixture::start().await;

@@ -181,7 +181,7 @@ fn first_line(command: &str) -> String {
 }
 
 /// Kills the command's whole process group when dropped.
-struct GroupKiller(Option<u32>);
+pub(super) struct GroupKiller(pub(super) Option<u32>);
 
 impl Drop for GroupKiller {
     fn drop(&mut self) {
@@ -191,7 +191,7 @@ impl Drop for GroupKiller {
     }
 }
 
-async fn drain_into<R: AsyncRead + Unpin>(
+pub(super) async fn drain_into<R: AsyncRead + Unpin>(
     pipe: Option<R>,
     buf: &mut HeadTail,
     mut redact: StreamRedactor,

@@ -3,6 +3,7 @@
 //! one entry point that runs a call with its own timeout and turns every failure into text
 //! the model can read (a failing tool never ends the task).
 
+pub mod cli;
 pub mod command;
 pub mod files;
 pub mod search;
@@ -67,13 +68,17 @@ impl ToolOutput {
     }
 }
 
-/// Where the file and skill tools look.
-#[derive(Debug, Clone)]
+/// Where the file and skill tools look, and what `use_cli` hands its CLI.
+#[derive(Debug, Clone, Default)]
 pub struct ToolEnv {
     pub scratch: PathBuf,
     pub skills: PathBuf,
     /// The task's search backend (`execute.search_backend`), for `search_web`.
     pub search: Option<nexbot_protocol::SearchBackend>,
+    /// The task's LLM access for `use_cli` (none outside a task).
+    pub cli_llm: Option<cli::CliLlm>,
+    /// The task's soft deadline: `use_cli` runs at most until then.
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl ToolEnv {
@@ -86,6 +91,8 @@ impl ToolEnv {
             scratch: PathBuf::from(var(SCRATCH_ENV, "/workspace/scratch")),
             skills: PathBuf::from(var(SKILLS_ENV, "/workspace/skills")),
             search: None,
+            cli_llm: None,
+            deadline: None,
         }
     }
 }
@@ -105,10 +112,11 @@ pub struct Selection {
 /// `fetch_page` grants its tool) minus the always-blocked ones, minus names this program does
 /// not offer. Empty is an error, naming what was asked for and what exists.
 pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
+    let offered = offered();
     let Some(names) = requested else {
-        return Ok(Selection { tools: SUBAGENT_TOOLS.to_vec(), dropped: Vec::new() });
+        return Ok(Selection { tools: offered, dropped: Vec::new() });
     };
-    let tools: Vec<&'static str> = SUBAGENT_TOOLS
+    let tools: Vec<&'static str> = offered
         .iter()
         .copied()
         .filter(|tool| {
@@ -117,7 +125,7 @@ pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
         .collect();
     if tools.is_empty() {
         return Err(format!(
-            "no usable tools: requested {names:?}; this subagent offers {SUBAGENT_TOOLS:?} \
+            "no usable tools: requested {names:?}; this subagent offers {offered:?} \
              ({BLOCKED_TOOLS:?} are never granted)"
         ));
     }
@@ -130,6 +138,12 @@ pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
         }
     }
     Ok(Selection { tools, dropped })
+}
+
+/// The tools this program offers in this image: [`SUBAGENT_TOOLS`] minus `use_cli` when the
+/// image has no CLI (what `pong` lists, and what a task can be granted).
+pub fn offered() -> Vec<&'static str> {
+    SUBAGENT_TOOLS.iter().copied().filter(|t| *t != "use_cli" || cli::installed()).collect()
 }
 
 /// The time limit of one call of `name`, given its arguments. Tools with their own timeout
@@ -159,7 +173,14 @@ pub async fn call(
     let Some(tool) = find(name) else {
         return Err(ToolError::Invalid(format!("unknown tool {name:?}")));
     };
-    let limit = time_limit(name, &args);
+    let mut limit = time_limit(name, &args);
+    if name == "use_cli" {
+        // The CLI may take what is left of the task; its own stop message comes first.
+        let left = env.deadline.map_or(cli::DEFAULT_TIMEOUT, |d| {
+            d.saturating_duration_since(tokio::time::Instant::now())
+        });
+        limit = left + Duration::from_secs(5);
+    }
     let cx = Cx { env, secrets, redactor };
     match tokio::time::timeout(limit, (tool.run)(args, &cx)).await {
         // Redacted whole, then cut: a secret the cut would split never shows half of itself
@@ -359,6 +380,27 @@ const REGISTRY: &[Tool] = &[
         },
     },
     Tool {
+        name: "use_cli",
+        description: "Hand a coding task to a headless coding CLI (Qwen Code) that runs in the \
+                      scratch directory with its own tools and reaches the same model; returns \
+                      {success, output?, error?}. Give a complete, self-contained task_text.",
+        parameters: || {
+            json!({"type": "object", "properties": {
+                "task_text": {"type": "string", "description": "the task for the CLI"}
+            }, "required": ["task_text"]})
+        },
+        run: |args, cx| {
+            Box::pin(async move {
+                let args = parse("use_cli", args)?;
+                let limit = cx.env.deadline.map_or(cli::DEFAULT_TIMEOUT, |d| {
+                    d.saturating_duration_since(tokio::time::Instant::now())
+                });
+                cli::use_cli(&cx.env.scratch, cx.env.cli_llm.as_ref(), cx.redactor, args, limit)
+                    .await
+            })
+        },
+    },
+    Tool {
         name: "read_skill",
         description: "Without a name: list the available skills. With a name: read that \
                       skill's SKILL.md instructions and list its other files; with a name and \
@@ -426,7 +468,11 @@ mod tests {
         assert_eq!(selection.tools, ["run_command"]);
         assert_eq!(selection.dropped, ["spawn", "delegate_to_sub_agent", "nope"]);
         let all = select(None).unwrap();
-        assert_eq!((all.tools.as_slice(), all.dropped.len()), (SUBAGENT_TOOLS, 0));
+        assert_eq!((all.tools, all.dropped.len()), (offered(), 0));
+        if !cli::installed() {
+            let asked = vec!["use_cli".to_owned(), "list_dir".to_owned()];
+            assert_eq!(select(Some(&asked)).unwrap().dropped, ["use_cli"], "no CLI, no use_cli");
+        }
         let exact = select(Some(&["read_file".to_owned(), "list_dir".to_owned()])).unwrap();
         assert_eq!((exact.tools, exact.dropped.len()), (vec!["read_file", "list_dir"], 0));
         // The seed's name grants the canonical tool, and is no drop.
@@ -461,14 +507,15 @@ mod tests {
     async fn every_listed_name_reaches_its_own_handler_and_no_other_name_does() {
         let dir = std::env::temp_dir().join(format!("nxs-registry-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let env = ToolEnv { scratch: dir.clone(), skills: dir.join("no-skills"), search: None };
+        let env =
+            ToolEnv { scratch: dir.clone(), skills: dir.join("no-skills"), ..ToolEnv::default() };
         let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
         let none = Arc::new(Redactor::new(&Default::default()));
         for name in SUBAGENT_TOOLS {
             // A bad argument: the tool's own parser answers, naming the tool.
             let err = call(
                 name,
-                json!({"path": 7, "url": 7, "command": 7, "name": 7}),
+                json!({"path": 7, "url": 7, "command": 7, "name": 7, "task_text": 7}),
                 &env,
                 &secrets,
                 &none,
@@ -509,7 +556,7 @@ mod tests {
         let mut map = nexbot_protocol::SecretMap::new();
         map.insert("S", SecretString::from(secret.to_owned()));
         let redactor = Arc::new(Redactor::new(&map));
-        let env = ToolEnv { scratch: dir.clone(), skills: dir.clone(), search: None };
+        let env = ToolEnv { scratch: dir.clone(), skills: dir.clone(), ..ToolEnv::default() };
         let secrets = SecretStore::new(map, crate::secrets::SECRET_TTL);
         let out =
             call("read_file", json!({"path": "big.txt"}), &env, &secrets, &redactor).await.unwrap();
@@ -520,8 +567,11 @@ mod tests {
 
     #[tokio::test]
     async fn bad_arguments_and_unknown_tools_are_errors_not_panics() {
-        let env =
-            ToolEnv { scratch: std::env::temp_dir(), skills: std::env::temp_dir(), search: None };
+        let env = ToolEnv {
+            scratch: std::env::temp_dir(),
+            skills: std::env::temp_dir(),
+            ..ToolEnv::default()
+        };
         let secrets = SecretStore::new(Default::default(), crate::secrets::SECRET_TTL);
         let none = Arc::new(Redactor::new(&Default::default()));
         let err = call("read_file", json!({"nope": 1}), &env, &secrets, &none).await.unwrap_err();

@@ -198,7 +198,7 @@ mod tests {
     #[tokio::test]
     async fn an_unconfigured_backend_and_an_empty_query_are_clear_errors() {
         let store = SecretStore::new(Default::default(), std::time::Duration::from_secs(60));
-        let env = ToolEnv { scratch: "/tmp".into(), skills: "/tmp".into(), search: None };
+        let env = ToolEnv { scratch: "/tmp".into(), skills: "/tmp".into(), ..ToolEnv::default() };
         let args = SearchArgs { query: "x".into(), max_results: None };
         let err = search_web(&env, &store, args).await.unwrap_err().to_string();
         assert!(err.contains("[search] url"), "{err}");
