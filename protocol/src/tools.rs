@@ -26,7 +26,8 @@ pub const SUBAGENT_TOOLS: &[&str] = &[
 /// names, so a model or a prompt trained on them still reaches the one tool. Only the
 /// canonical name is offered to the model; an alias is read wherever a tool name is read
 /// (a delegation's `tools`, a request's `tools`, a model's call).
-pub const TOOL_ALIASES: &[(&str, &str)] = &[("fetch_page", "web_fetch")];
+pub const TOOL_ALIASES: &[(&str, &str)] =
+    &[("fetch_page", "web_fetch"), ("list_directory", "list_dir")];
 
 /// The planning tool every task has on top of the granted ones; its list is what a report's
 /// `todos` carry.
@@ -116,6 +117,7 @@ mod tests {
     #[test]
     fn aliases_read_as_their_tool_and_nothing_else_does() {
         assert_eq!(canonical_tool("fetch_page"), Some("web_fetch"));
+        assert_eq!(canonical_tool("list_directory"), Some("list_dir"));
         assert_eq!(canonical_tool("web_fetch"), Some("web_fetch"));
         assert_eq!(canonical_tool("search_text"), Some("search_text"));
         assert_eq!(canonical_tool(PLANNING_TOOL), Some(PLANNING_TOOL));

@@ -165,7 +165,8 @@ pub fn failure(error: impl std::fmt::Display) -> String {
 
 /// The tools offered to the model, by name; `spawn` is accepted as an alias of
 /// `delegate_to_sub_agent` (the seed's name for it), and `send_file_to_user` (the protocol's
-/// name) of `send_file`: one tool under one name, the other spelling still understood.
+/// name) of `send_file`, `list_directory` (the seed's) of `list_dir`: one tool under one name,
+/// the other spelling still understood.
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
@@ -181,6 +182,7 @@ impl ToolRegistry {
         let name = match name {
             "spawn" => delegate::TOOL_NAME,
             "send_file_to_user" => <send_file::SendFile as TypedTool>::NAME,
+            "list_directory" => "list_dir",
             other => other,
         };
         self.tools.iter().find(|t| t.name() == name)

@@ -174,6 +174,7 @@ async fn every_tool_name_in_the_prompts_and_tool_descriptions_exists() {
         assert!(registry.get(name).is_some(), "{name} is not offered: {:?}", registry.names());
     }
     assert_eq!(registry.get("send_file_to_user").map(|t| t.name()), Some("send_file"));
+    assert_eq!(registry.get("list_directory").map(|t| t.name()), Some("list_dir"));
     assert!(!registry.names().contains(&"send_file_to_user"), "offered once, under one name");
     let (unknown, seen) = unknown_names(&registry, &texts(&registry));
     assert!(
