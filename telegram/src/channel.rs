@@ -126,6 +126,13 @@ impl TaskView {
 #[error("{0}")]
 struct DeliveryError(String);
 
+/// What follows a failed send ([`Inner::after_failure`]).
+enum Next {
+    Wait(Duration),
+    AssumeSent,
+    Fail(DeliveryError),
+}
+
 impl Telegram {
     /// A channel for the bot with `token`, keeping its updates in `ledger`. Nothing is sent
     /// until [`Telegram::run`] or an answer.
@@ -610,47 +617,13 @@ impl Inner {
                     plain = true;
                     continue;
                 }
-                Err(RequestError::RetryAfter(wait)) => {
-                    self.health.count_rate_limited();
-                    tracing::warn!(
-                        chat_id,
-                        wait_secs = wait.seconds(),
-                        "Telegram rate-limits sending (429); waiting as told"
-                    );
-                    wait.duration()
-                }
-                Err(RequestError::InvalidJson { .. }) => {
-                    tracing::warn!(
-                        chat_id,
-                        "Telegram's answer to sendMessage was unreadable; assuming it was sent"
-                    );
-                    return Ok(None);
-                }
-                Err(RequestError::Api(ApiError::Unknown(text))) if server_error(&text) => {
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                    tracing::warn!(chat_id, error = %text, "the Bot API failed to send a message; retrying");
-                    wait
-                }
-                Err(RequestError::Api(e)) => {
-                    return Err(DeliveryError(format!("Telegram refused the message: {e}")))
-                }
-                Err(RequestError::MigrateToChatId(to)) => {
-                    return Err(DeliveryError(format!("the group moved to chat {}", to.0)))
-                }
-                Err(e) => {
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                    tracing::warn!(chat_id, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram to send a message; retrying");
-                    wait
-                }
+                Err(e) => match self.after_failure(chat_id, "message", e, &mut backoff) {
+                    Next::Wait(wait) => wait,
+                    Next::AssumeSent => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
             };
-            if Instant::now() + wait > deadline {
-                return Err(DeliveryError(format!(
-                    "not delivered within {}s",
-                    self.config.delivery_deadline_secs
-                )));
-            }
+            self.within_deadline(deadline, wait)?;
             tokio::time::sleep(wait).await;
         }
     }
@@ -674,43 +647,81 @@ impl Inner {
             }
             let wait = match request.send().await {
                 Ok(message) => return Ok(Some(message.id.0)),
-                Err(RequestError::RetryAfter(wait)) => {
-                    self.health.count_rate_limited();
-                    wait.duration()
-                }
-                Err(RequestError::InvalidJson { .. }) => {
-                    tracing::warn!(
-                        chat_id,
-                        "Telegram's answer to sendDocument was unreadable; assuming it was sent"
-                    );
-                    return Ok(None);
-                }
-                Err(RequestError::Api(ApiError::Unknown(text))) if server_error(&text) => {
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                    wait
-                }
-                Err(RequestError::Api(e)) => {
-                    return Err(DeliveryError(format!("Telegram refused the file: {e}")))
-                }
-                Err(RequestError::Io(e)) => {
-                    return Err(DeliveryError(format!("cannot read the file: {e}")))
-                }
-                Err(e) => {
-                    let wait = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                    tracing::warn!(chat_id, error = %e, "cannot reach Telegram to send a file; retrying");
-                    wait
-                }
+                Err(e) => match self.after_failure(chat_id, "file", e, &mut backoff) {
+                    Next::Wait(wait) => wait,
+                    Next::AssumeSent => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
             };
-            if Instant::now() + wait > deadline {
-                return Err(DeliveryError(format!(
-                    "not delivered within {}s",
-                    self.config.delivery_deadline_secs
-                )));
-            }
+            self.within_deadline(deadline, wait)?;
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// What a failed send (a message or a file) leads to: a 429 is waited out as told, a
+    /// server error or a network failure retried with `backoff` (doubled, at most 10 s), an
+    /// unreadable answer taken as sent (the emulator's and some proxies' quirk), anything
+    /// Telegram refuses is the error.
+    fn after_failure(
+        &self,
+        chat_id: i64,
+        what: &str,
+        error: RequestError,
+        backoff: &mut Duration,
+    ) -> Next {
+        let mut retry = || {
+            let wait = *backoff;
+            *backoff = (*backoff * 2).min(Duration::from_secs(10));
+            wait
+        };
+        match error {
+            RequestError::RetryAfter(wait) => {
+                self.health.count_rate_limited();
+                tracing::warn!(
+                    chat_id,
+                    wait_secs = wait.seconds(),
+                    "Telegram rate-limits sending (429); waiting as told"
+                );
+                Next::Wait(wait.duration())
+            }
+            RequestError::InvalidJson { .. } => {
+                tracing::warn!(
+                    chat_id,
+                    "Telegram's answer to sending a {what} was unreadable; assuming it was sent"
+                );
+                Next::AssumeSent
+            }
+            RequestError::Api(ApiError::Unknown(text)) if server_error(&text) => {
+                let wait = retry();
+                tracing::warn!(chat_id, error = %text, "the Bot API failed to send a {what}; retrying");
+                Next::Wait(wait)
+            }
+            RequestError::Api(e) => {
+                Next::Fail(DeliveryError(format!("Telegram refused the {what}: {e}")))
+            }
+            RequestError::MigrateToChatId(to) => {
+                Next::Fail(DeliveryError(format!("the group moved to chat {}", to.0)))
+            }
+            RequestError::Io(e) => {
+                Next::Fail(DeliveryError(format!("cannot read the {what}: {e}")))
+            }
+            e => {
+                let wait = retry();
+                tracing::warn!(chat_id, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram to send a {what}; retrying");
+                Next::Wait(wait)
+            }
+        }
+    }
+
+    /// An error when waiting `wait` more would pass the delivery `deadline`.
+    fn within_deadline(&self, deadline: Instant, wait: Duration) -> Result<(), DeliveryError> {
+        if Instant::now() + wait > deadline {
+            return Err(DeliveryError(format!(
+                "not delivered within {}s",
+                self.config.delivery_deadline_secs
+            )));
+        }
+        Ok(())
     }
 
     /// Replaces a message's text (one part; longer text is cut). "Not modified" is success.

@@ -25,7 +25,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::command::HeadTail;
+use super::command::{self, HeadTail};
 use super::{ToolError, ToolOutput, MAX_TOOL_OUTPUT};
 
 /// Environment variable overriding where the CLI is installed (default `/opt/cli`).
@@ -42,22 +42,12 @@ const NODE: &str = "bin/node";
 const SETTINGS: &str = "settings.json";
 /// When a task names no time limit, the CLI gets this long.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-/// After the CLI exits, how long its output pipes may stay open (held by its children).
-const DRAIN_GRACE: Duration = Duration::from_millis(500);
-/// Passed through from the subagent's environment: the proxy (the CLI's only way out besides
-/// the relay, which `NO_PROXY` names), locale and temp dir.
-const PASSTHROUGH_ENV: &[&str] = &[
-    "TMPDIR",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-];
+/// Passed through from the subagent's environment: what `run_command`'s child gets, but the
+/// CLI's own `PATH` and `HOME` (scratch): the proxy (its only way out besides the relay, which
+/// `NO_PROXY` names), locale and temp dir.
+fn passthrough_env() -> impl Iterator<Item = &'static str> {
+    command::PASSTHROUGH_ENV.iter().copied().filter(|k| !matches!(*k, "PATH" | "HOME"))
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,7 +111,7 @@ pub async fn use_cli(
         .args(["--model", &llm.model])
         .current_dir(scratch)
         .env_clear()
-        .envs(PASSTHROUGH_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))))
+        .envs(passthrough_env().filter_map(|k| std::env::var(k).ok().map(|v| (k, v))))
         .env("PATH", format!("{}:/bin", dir.join("bin").display()))
         .env("HOME", scratch)
         .env("OPENAI_BASE_URL", &llm.base_url)
@@ -174,7 +164,7 @@ pub async fn use_cli(
         }
     };
     let status = status.map_err(|e| ToolError::Failed(format!("waiting for the CLI: {e}")))?;
-    let _ = tokio::time::timeout(DRAIN_GRACE, &mut drain).await;
+    let _ = tokio::time::timeout(command::DRAIN_GRACE, &mut drain).await;
     drop(drain);
     let output = stdout.render();
     let output = (!output.trim().is_empty()).then(|| output.trim_end().to_owned());

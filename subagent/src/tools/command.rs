@@ -29,9 +29,9 @@ use crate::secrets::SecretStore;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 /// After the shell exits, how long its output pipes may stay open (held by background jobs).
-const DRAIN_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_millis(500);
 /// Environment variables passed through to the child.
-const PASSTHROUGH_ENV: &[&str] = &[
+pub(crate) const PASSTHROUGH_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "TMPDIR",
