@@ -129,6 +129,19 @@ pub struct Agent {
     cli: Option<Arc<crate::tools::delegate::Delegate>>,
 }
 
+impl Turn<'_> {
+    /// What a tool call of this turn gets: the chat, a child of the turn's cancellation.
+    fn tool_context(&self) -> ToolContext {
+        ToolContext {
+            chat: self.chat.clone(),
+            session_id: self.session_id,
+            cancel: self.cancel.child_token(),
+            channel: self.channel.clone(),
+            owner: self.owner,
+        }
+    }
+}
+
 /// The turn being run: who asked, and the per-turn handles.
 struct Turn<'a> {
     chat: &'a ChatRef,
@@ -468,13 +481,7 @@ impl Agent {
             );
         };
         tracing::info!(chat = %turn.chat, cli, "agent mode off: the message goes to the coding CLI");
-        let ctx = ToolContext {
-            chat: turn.chat.clone(),
-            session_id: turn.session_id,
-            cancel: turn.cancel.child_token(),
-            channel: turn.channel.clone(),
-            owner: turn.owner,
-        };
+        let ctx = turn.tool_context();
         let answer = delegation.run_cli(cli, text, &ctx).await;
         if turn.cancel.is_cancelled() {
             return Ending::new(TurnStatus::Cancelled, "Stopped.");
@@ -574,13 +581,7 @@ impl Agent {
         }
         tracing::info!(chat = %turn.chat, tool = name, "tool call");
         let limit = tool.timeout().unwrap_or(Duration::from_secs(self.config.tool_timeout_secs));
-        let ctx = ToolContext {
-            chat: turn.chat.clone(),
-            session_id: turn.session_id,
-            cancel: turn.cancel.child_token(),
-            channel: turn.channel.clone(),
-            owner: turn.owner,
-        };
+        let ctx = turn.tool_context();
         let mut result = match tokio::time::timeout(limit, tool.call(args, &ctx)).await {
             Ok(Ok(output)) => output,
             Ok(Err(e)) => failure(e),
