@@ -44,7 +44,7 @@ image: subagent-image host-image
 # those whose features differ twice. Either image target runs it; the second time it is a
 # no-op.
 image-bins:
-	RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target $(IMAGE_TRIPLE) \
+	RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --target $(IMAGE_TRIPLE) \
 	  -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 
 subagent-image: image-bins
@@ -54,7 +54,7 @@ subagent-image: image-bins
 	mkdir -p $(IMAGE_CTX)/rootfs/bin $(IMAGE_CTX)/rootfs/etc $(IMAGE_CTX)/rootfs/tmp \
 	  $(IMAGE_CTX)/workspace/scratch $(IMAGE_CTX)/workspace/skills
 	chmod 1777 $(IMAGE_CTX)/rootfs/tmp
-	cp $(CARGO_OUT)/$(IMAGE_TRIPLE)/release/nexbot-subagent $(IMAGE_CTX)/rootfs/bin/nexbot-subagent
+	cp $(CARGO_OUT)/$(IMAGE_TRIPLE)/image/nexbot-subagent $(IMAGE_CTX)/rootfs/bin/nexbot-subagent
 	cp $(BUSYBOX) $(IMAGE_CTX)/rootfs/bin/busybox
 	for applet in $$($(BUSYBOX) --list); do \
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
@@ -125,7 +125,7 @@ HOST_IMAGE ?= nexbot-host:dev
 HOST_CTX := target/host-image
 
 host-image: image-bins
-	docker/stage-host-image.sh $(HOST_CTX) $(CARGO_OUT)/$(IMAGE_TRIPLE)/release
+	docker/stage-host-image.sh $(HOST_CTX) $(CARGO_OUT)/$(IMAGE_TRIPLE)/image
 	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/host.Dockerfile -t $(HOST_IMAGE) .
 	@/usr/bin/docker image inspect $(HOST_IMAGE) --format '{{.Size}}' | \
 	  awk '{ printf "$(HOST_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
