@@ -890,7 +890,12 @@ fn check_url(key: &'static str, url: &str) -> Result<(), (&'static str, String)>
         return Err((key, format!("{url:?} must start with http:// or https://")));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err((key, format!("must not carry credentials; put the key in {LLM_API_KEY_ENV}")));
+        let instead = if key.starts_with("search.") {
+            "name an operator secret in search.api_key_secret".to_owned()
+        } else {
+            format!("put the key in {LLM_API_KEY_ENV}")
+        };
+        return Err((key, format!("must not carry credentials; {instead}")));
     }
     Ok(())
 }
@@ -975,6 +980,28 @@ mod tests {
     fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         Config::from_parts(text, Path::new("test.toml"), Path::new("/base"), env)
+    }
+
+    #[test]
+    fn search_settings_are_checked_naming_the_key() {
+        let backend = load("[search]\nurl = \"http://searx:8080/search\"\n", &[]).unwrap();
+        let backend = backend.search.backend().unwrap();
+        assert_eq!((backend.kind.as_str(), backend.key_secret), ("searxng", None));
+        assert!(load("", &[]).unwrap().search.backend().is_none(), "off by default");
+        let err = load("[search]\nurl = \"https://u:p@api.example/s\"\n", &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("search.url")
+                && err.to_string().contains("search.api_key_secret"),
+            "{err}"
+        );
+        let err = load("[search]\nkind = \"bing\"\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("search.kind") && err.contains("searxng"), "{err}");
+        let brave = "[search]\nkind = \"brave\"\nurl = \"https://api.search.brave.com/res/v1/web/search\"\n";
+        let err = load(brave, &[]).unwrap_err().to_string();
+        assert!(err.contains("search.api_key_secret"), "{err}");
+        let err =
+            load(&format!("{brave}api_key_secret = \"lower\"\n"), &[]).unwrap_err().to_string();
+        assert!(err.contains("search.api_key_secret"), "{err}");
     }
 
     #[test]
