@@ -91,10 +91,12 @@ impl TaskSecrets {
         &self.redactor
     }
 
-    /// The first credential that may be sent to `host`: a tunnel there could carry its value
-    /// back unseen.
-    pub(crate) fn bound_to(&self, host: &str) -> Option<&Credential> {
-        self.credentials.iter().find(|c| c.bound_to(host))
+    /// The first proxy-mode credential (bound to some host): while a task holds one, no
+    /// tunnel is opened for it at all — a value filled into a request to its bound host could
+    /// be stored there and read back through a tunnel to any other name (or the same server
+    /// behind a shared front), where nothing can scrub it.
+    pub(crate) fn proxied(&self) -> Option<&Credential> {
+        self.credentials.iter().find(|c| !c.hosts.is_empty())
     }
 
     /// `text` with every value (in any form the redactor knows) replaced by its label, and the
@@ -301,8 +303,10 @@ mod tests {
         assert!(secrets.get("GITHUB_TOKEN").unwrap().bound_to("api.github.com"));
         assert!(!secrets.get("GITHUB_TOKEN").unwrap().bound_to("github.com"));
         assert!(!secrets.get("STDIN_ONLY").unwrap().bound_to("api.github.com"));
-        assert_eq!(secrets.bound_to("a.example.com").unwrap().name, "WILD");
-        assert!(secrets.bound_to("example.com").is_none());
+        assert!(secrets.get("WILD").unwrap().bound_to("a.example.com"));
+        assert!(!secrets.get("WILD").unwrap().bound_to("example.com"));
+        // A task with any proxy-mode credential opens no tunnel.
+        assert_eq!(secrets.proxied().unwrap().name, "GITHUB_TOKEN");
         assert_eq!(table.names("t"), ["GITHUB_TOKEN", "STDIN_ONLY", "WILD"]);
 
         let (clean, found) =

@@ -249,17 +249,38 @@ pub(crate) fn body_escape(headers: &HeaderMap) -> Escape {
     }
 }
 
-/// The content coding of a response other than `identity`, if any: a compressed body could
-/// carry a value the scrubber cannot see.
+/// Content types that are compressed archives: a server could pack a stored value into one.
+const ARCHIVE_TYPES: &[&str] = &[
+    "application/zip",
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar",
+    "application/x-gtar",
+    "application/x-bzip2",
+    "application/x-xz",
+    "application/x-7z-compressed",
+    "application/x-rar-compressed",
+    "application/vnd.rar",
+    "application/zstd",
+    "application/x-compress",
+];
+
+/// The content coding of a response other than `identity`, or an archive content type, if
+/// any: a compressed body could carry a value the scrubber cannot see.
 pub(crate) fn content_coding(headers: &HeaderMap) -> Option<String> {
-    headers
+    let coding = headers
         .get_all(header::CONTENT_ENCODING)
         .iter()
         .chain(headers.get_all(header::TRANSFER_ENCODING).iter())
         .map(|v| v.to_str().unwrap_or("(not text)"))
         .flat_map(|v| v.split(','))
         .map(|c| c.trim().to_ascii_lowercase())
-        .find(|c| !c.is_empty() && c != "identity" && c != "chunked")
+        .find(|c| !c.is_empty() && c != "identity" && c != "chunked");
+    coding.or_else(|| {
+        let kind = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+        let kind = kind.split(';').next()?.trim().to_ascii_lowercase();
+        ARCHIVE_TYPES.contains(&kind.as_str()).then_some(kind)
+    })
 }
 
 /// Scrubs a response head for a task with credentials: every header value with a secret form

@@ -265,12 +265,13 @@ async fn connect(
     let target = Target::parse(&host, port);
     let secrets = audit.origin().task_id.as_deref().and_then(|t| shared.credentials.for_task(t));
     if let (Some(secrets), Ok(target)) = (&secrets, &target) {
-        if let Some(credential) = secrets.bound_to(&target.host) {
+        if let Some(credential) = secrets.proxied() {
             let reason = format!(
-                "secret_bound_host: CONNECT to {} is refused for this task: secret {} may be \
-                 sent there, and a tunnel can be neither filled in nor scrubbed (it could carry \
-                 the value back unseen); send the request through the proxy as an absolute-form \
-                 https:// URL instead (the http_request tool does)",
+                "secret_bound_host: CONNECT to {} is refused for this task: it holds the \
+                 proxy-mode secret {}, and a tunnel can be neither filled in nor scrubbed (a \
+                 value stored on its host could come back through it unseen); send requests \
+                 through the proxy as absolute-form https:// URLs instead (the http_request \
+                 tool does)",
                 target.host, credential.name
             );
             audit.mention_secrets(vec![credential.name.clone()]);
@@ -366,7 +367,12 @@ async fn forward(
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     if let Some(authority) = uri.authority() {
-        if let Ok(value) = HeaderValue::from_str(authority.as_str()) {
+        // The host and port only: userinfo never goes upstream as a Host header.
+        let host = match authority.port() {
+            Some(port) => format!("{}:{port}", authority.host()),
+            None => authority.host().to_owned(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&host) {
             parts.headers.insert(header::HOST, value);
         }
     }
@@ -411,9 +417,9 @@ async fn forward(
     if secrets.is_some() {
         if let Some(coding) = inject::content_coding(&parts.headers) {
             let reason = format!(
-                "compressed_response: {server_name} answered with content coding {coding} \
-                 although the proxy asked for none; a compressed body could hide a secret's \
-                 value from the scrub, so it is not passed on"
+                "compressed_response: {server_name} answered compressed ({coding}) although \
+                 the proxy asked for no content coding; a compressed body or archive could \
+                 hide a secret's value from the scrub, so it is not passed on"
             );
             return refuse(&audit, Verdict::Denied, StatusCode::BAD_GATEWAY, reason);
         }

@@ -23,15 +23,20 @@ pub fn http_client() -> Result<&'static reqwest::Client, String> {
 }
 
 /// The client for a request that carries a secret's value: it follows a redirect only to
-/// the host the request was sent to, so a server cannot bounce the value elsewhere (the 3xx
+/// the origin (scheme, host, port) the request was sent to, so a server cannot bounce the value elsewhere (the 3xx
 /// comes back to the model instead).
 pub fn same_host_client() -> Result<&'static reqwest::Client, String> {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    let policy = reqwest::redirect::Policy::custom(|attempt| {
-        let first = attempt.previous().first().and_then(|u| u.host_str()).map(str::to_owned);
+    // The same origin: scheme, host and port (an https → http hop on the same host would send
+    // the value in clear text).
+    let origin = |u: &reqwest::Url| {
+        (u.scheme().to_owned(), u.host_str().map(str::to_owned), u.port_or_known_default())
+    };
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let first = attempt.previous().first().map(origin);
         if attempt.previous().len() > MAX_REDIRECTS {
             attempt.error("too many redirects")
-        } else if attempt.url().host_str().map(str::to_owned) != first {
+        } else if Some(origin(attempt.url())) != first {
             attempt.stop()
         } else {
             attempt.follow()

@@ -32,19 +32,22 @@ pub enum Decision {
     },
 }
 
-/// The text the ledger keeps of a message: a `/secret` command keeps its sub-command and
-/// name but never the value.
+/// The text the ledger keeps of a message: a `/secret` command keeps its sub-command, never
+/// a name or value.
 pub fn ledger_text(text: &str) -> String {
     if !is_secret_command(text) {
         return text.to_owned();
     }
     let mut words = text.split_whitespace();
     let command = words.next().unwrap_or("/secret");
-    let kept: Vec<&str> = words.take(2).collect();
     let mut out = command.to_owned();
-    for word in &kept {
+    // Only a known sub-command is kept: a value typed where a name or the sub-command was
+    // expected (`/secret GH ghp_…`, `/secret set ghp_… GH`) keeps nothing of it.
+    let sub = words.next().map(str::to_ascii_lowercase);
+    if let Some(sub) = sub.filter(|s| matches!(s.as_str(), "set" | "list" | "ls" | "delete" | "rm"))
+    {
         out.push(' ');
-        out.push_str(word);
+        out.push_str(&sub);
     }
     out.push_str(" [value redacted]");
     out
@@ -342,11 +345,17 @@ mod tests {
     #[test]
     fn secrets_are_redacted_for_the_ledger_and_refused_in_groups() {
         let text = "/secret set GITHUB_TOKEN ghp_abcdefghijklmnop --host api.github.com";
-        assert_eq!(ledger_text(text), "/secret set GITHUB_TOKEN [value redacted]");
+        assert_eq!(ledger_text(text), "/secret set [value redacted]");
+        // No sub-command, or the value before the name: nothing of it is kept.
+        assert_eq!(ledger_text("/secret GH ghp_abcdefghijklmnop"), "/secret [value redacted]");
+        assert_eq!(
+            ledger_text("/secret set ghp_abcdefghijklmnop GH"),
+            "/secret set [value redacted]"
+        );
         assert!(!ledger_text(text).contains("ghp_"));
         assert_eq!(
             ledger_text("/secret@nexbot_bot set A b"),
-            "/secret@nexbot_bot set A [value redacted]"
+            "/secret@nexbot_bot set [value redacted]"
         );
         let c = config();
         let d = decide(&c, &me(), &update(message(group(-100), 2, text)));

@@ -264,7 +264,8 @@ impl Echoed {
 /// header `x-echo-authorization`; and by path:
 /// - `/b64…`: the same JSON, base64-encoded (standard alphabet);
 /// - `/redirect…`: `302 Found` to `http://elsewhere.example/collect?<the request's query>`;
-/// - `/gzip…`: a body marked `Content-Encoding: gzip`.
+/// - `/gzip…`: a body marked `Content-Encoding: gzip`;
+/// - `/zip…`: a body typed `application/zip`.
 pub fn web_echo_app(seen: Arc<Mutex<Vec<Echoed>>>) -> axum::Router {
     use axum::response::IntoResponse;
     use base64::Engine;
@@ -303,6 +304,8 @@ pub fn web_echo_app(seen: Arc<Mutex<Vec<Echoed>>>) -> axum::Router {
                 (axum::http::StatusCode::FOUND, [("location", location)], json).into_response()
             } else if path.starts_with("/gzip") {
                 ([("content-encoding", "gzip")], json).into_response()
+            } else if path.starts_with("/zip") {
+                ([("content-type", "application/zip")], json).into_response()
             } else {
                 ([("content-type", "application/json")], json).into_response()
             };

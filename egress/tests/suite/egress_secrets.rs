@@ -166,13 +166,18 @@ async fn placeholders_are_filled_in_for_the_bound_host_and_every_answer_is_scrub
     assert_eq!(response.status(), 502);
     let text = response.text().await.unwrap();
     assert!(text.contains("compressed_response") && text.contains("gzip"), "{text}");
+    // So are archives a server packs (a stored value inside a zip).
+    let response = client.get(format!("{base}/zip")).send().await.unwrap();
+    assert_eq!(response.status(), 502);
+    assert!(response.text().await.unwrap().contains("application/zip"));
 
-    let lines = started.audit_lines(5).await;
+    let lines = started.audit_lines(6).await;
     for line in &lines[..4] {
         assert_eq!(line["verdict"], "allowed", "{line}");
         assert_eq!(line["secrets"], json!(["GH_TOKEN"]), "{line}");
     }
     assert_eq!(lines[4]["verdict"], "denied");
+    assert_eq!(lines[5]["verdict"], "denied");
     let summary = started.egress.tokens().summary("t-1").unwrap();
     assert_eq!((summary.secrets_injected, summary.secrets_refused), (4, 0));
 
@@ -236,13 +241,14 @@ async fn connect_to_a_bound_host_is_refused_for_the_task_and_credentials_end_wit
     let (code, _) = connect(proxy, &echo.addr.to_string()).await;
     assert_eq!(code, 403, "a tunnel to a bound host could carry the value back unseen");
     let (code, _) = connect(proxy, &other.addr.to_string()).await;
-    assert_eq!(code, 200, "other hosts are tunnelled as before");
+    assert_eq!(code, 403, "nor to any other host: a stored value could come back through it");
     let local: IpAddr = "127.0.0.1".parse().unwrap();
     started.table.set_task(local, Some("t-2".into()));
     let (code, _) = connect(proxy, &echo.addr.to_string()).await;
     assert_eq!(code, 200, "a task without credentials tunnels anywhere allowed");
-    let lines = started.audit_lines(1).await;
+    let lines = started.audit_lines(3).await;
     let refused = lines.iter().find(|l| l["verdict"] == "denied").unwrap();
+    assert_eq!(lines.iter().filter(|l| l["verdict"] == "denied").count(), 2, "{lines:?}");
     assert!(refused["reason"].as_str().unwrap().starts_with("secret_bound_host"), "{refused}");
     assert_eq!(refused["secrets"], json!(["GH_TOKEN"]));
 

@@ -209,9 +209,13 @@ impl TypedTool for Delegate {
         let searches = args.tools.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
         let search = self.settings.search.clone().filter(|_| searches);
         if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
-            if !secrets.proxied.iter().any(|p| p.name == name) {
-                self.add_search_key(name, &mut secrets)?;
+            if secrets.egress.iter().any(|s| s.name == name) {
+                return Err(ToolError::new(format!(
+                    "the chat's secret {name} has the name of search_web's API key; do not \
+                     hand it over by name together with search_web"
+                )));
             }
+            self.add_search_key(name, &mut secrets)?;
         }
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use nexbot_core::ChatRef;
 use secrecy::SecretString;
 
-use super::{Mode, Scope, SecretInfo, Vault, VaultState};
+use super::{Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
 use crate::commands::{ChatCommand, CommandContext};
 use crate::BoxFuture;
 
@@ -111,6 +111,11 @@ impl ChatCommand for SecretCommand {
                                 .await
                             {
                                 Ok(info) => stored(&info),
+                                // Never quoted back: a value typed where the name goes.
+                                Err(VaultError::BadName(_)) => format!(
+                                    "Nothing was stored: a name is [A-Z_][A-Z0-9_]* (at most 64 \
+                                     characters) and comes before the value.\n\n{USAGE}"
+                                ),
                                 Err(e) => format!("Nothing was stored: {e}."),
                             },
                         }
@@ -152,7 +157,18 @@ impl ChatCommand for SecretCommand {
                         Err(e) => format!("Could not delete {name}: {e}"),
                     }
                 }
-                _ => USAGE.to_owned(),
+                _ => {
+                    // `/secret GH ghp_…` (no sub-command) may hold a value too: deleted.
+                    if ctx.args.split_whitespace().count() >= 2 {
+                        let deleted = ctx.channel.forget_inbound(ctx.chat, ctx.message).await;
+                        let note = match deleted {
+                            Ok(()) => "Your message was deleted in case it held a value.",
+                            Err(_) => "If your message held a value, delete it now.",
+                        };
+                        return format!("{USAGE}\n\n{note}");
+                    }
+                    USAGE.to_owned()
+                }
             }
         })
     }

@@ -87,25 +87,28 @@ impl VaultKey {
         Ok(Self(cipher))
     }
 
-    /// Seals `value` for `scope`/`name`: (nonce, ciphertext with tag).
+    /// Seals `value` for `scope`/`name` with its `binding` (mode and hosts, as stored):
+    /// (nonce, ciphertext with tag).
     pub(super) fn seal(
         &self,
         scope: &str,
         name: &str,
+        binding: &str,
         value: &[u8],
     ) -> Result<(Vec<u8>, Vec<u8>), CryptoError> {
-        self.seal_with(&associated_data(scope, name), value)
+        self.seal_with(&associated_data(scope, name, binding), value)
     }
 
-    /// Opens what [`VaultKey::seal`] sealed for the same `scope` and `name`.
+    /// Opens what [`VaultKey::seal`] sealed for the same `scope`, `name` and `binding`.
     pub(super) fn open(
         &self,
         scope: &str,
         name: &str,
+        binding: &str,
         nonce: &[u8],
         sealed: &[u8],
     ) -> Result<SecretString, CryptoError> {
-        let plain = self.open_with(&associated_data(scope, name), nonce, sealed)?;
+        let plain = self.open_with(&associated_data(scope, name, binding), nonce, sealed)?;
         let text = String::from_utf8(plain.to_vec()).map_err(|e| {
             // The bytes authenticated, so this was sealed as text; never reached in practice.
             let mut bytes = e.into_bytes();
@@ -151,10 +154,13 @@ impl VaultKey {
     }
 }
 
-/// `nexbot-vault/1 NUL scope NUL name`: neither part can hold a NUL (scopes are chat
-/// references or `operator`, names are `[A-Z_][A-Z0-9_]*`), so no two pairs collide.
-fn associated_data(scope: &str, name: &str) -> Vec<u8> {
-    format!("nexbot-vault/1\0{scope}\0{name}").into_bytes()
+/// `nexbot-vault/1 NUL scope NUL name NUL binding`: neither scope nor name can hold a NUL
+/// (scopes are chat references or `operator`, names are `[A-Z_][A-Z0-9_]*`), and the binding
+/// (mode and hosts as stored) is last, so no two triples collide. Binding the mode and hosts
+/// in means a write to the database cannot re-point a secret at another host or switch it to
+/// stdin mode (which would ship the value into containers) without the key.
+fn associated_data(scope: &str, name: &str, binding: &str) -> Vec<u8> {
+    format!("nexbot-vault/1\0{scope}\0{name}\0{binding}").into_bytes()
 }
 
 pub(super) fn random<const N: usize>() -> Result<[u8; N], CryptoError> {
@@ -176,26 +182,34 @@ mod tests {
     #[test]
     fn a_value_opens_only_under_its_key_scope_and_name() {
         let k = key("correct horse battery staple", b"0123456789abcdef");
-        let (nonce, sealed) = k.seal("telegram:1", "TOKEN", b"ghp_value_12345").unwrap();
+        let (nonce, sealed) = k.seal("telegram:1", "TOKEN", "proxy", b"ghp_value_12345").unwrap();
         assert_eq!(
-            k.open("telegram:1", "TOKEN", &nonce, &sealed).unwrap().expose_secret(),
+            k.open("telegram:1", "TOKEN", "proxy", &nonce, &sealed).unwrap().expose_secret(),
             "ghp_value_12345"
         );
-        assert_eq!(k.open("telegram:2", "TOKEN", &nonce, &sealed).unwrap_err(), CryptoError::Open);
-        assert_eq!(k.open("telegram:1", "OTHER", &nonce, &sealed).unwrap_err(), CryptoError::Open);
+        assert_eq!(
+            k.open("telegram:2", "TOKEN", "proxy", &nonce, &sealed).unwrap_err(),
+            CryptoError::Open
+        );
+        assert_eq!(
+            k.open("telegram:1", "OTHER", "proxy", &nonce, &sealed).unwrap_err(),
+            CryptoError::Open
+        );
         let other = key("another master key entirely", b"0123456789abcdef");
         assert_eq!(
-            other.open("telegram:1", "TOKEN", &nonce, &sealed).unwrap_err(),
+            other.open("telegram:1", "TOKEN", "proxy", &nonce, &sealed).unwrap_err(),
             CryptoError::Open
         );
         let salted = key("correct horse battery staple", b"fedcba9876543210");
-        assert!(salted.open("telegram:1", "TOKEN", &nonce, &sealed).is_err());
+        assert!(salted.open("telegram:1", "TOKEN", "proxy", &nonce, &sealed).is_err());
+        assert!(k.open("telegram:1", "TOKEN", "stdin", &nonce, &sealed).is_err(), "mode bound");
+        assert!(k.open("telegram:1", "TOKEN", "stdin", &nonce, &sealed).is_err(), "binding");
         let mut flipped = sealed.clone();
         flipped[0] ^= 1;
-        assert!(k.open("telegram:1", "TOKEN", &nonce, &flipped).is_err());
-        assert!(k.open("telegram:1", "TOKEN", &nonce[..12], &sealed).is_err());
+        assert!(k.open("telegram:1", "TOKEN", "proxy", &nonce, &flipped).is_err());
+        assert!(k.open("telegram:1", "TOKEN", "proxy", &nonce[..12], &sealed).is_err());
         // A fresh nonce each time: the same value never seals to the same bytes.
-        let (nonce2, sealed2) = k.seal("telegram:1", "TOKEN", b"ghp_value_12345").unwrap();
+        let (nonce2, sealed2) = k.seal("telegram:1", "TOKEN", "proxy", b"ghp_value_12345").unwrap();
         assert_ne!((nonce, sealed), (nonce2, sealed2));
     }
 

@@ -215,6 +215,9 @@ pub struct Vault {
     key: Option<VaultKey>,
     state: VaultState,
     entries: RwLock<BTreeMap<Key, Entry>>,
+    /// Values deleted or replaced since start: still scanned for at the exits until the daemon
+    /// restarts (a task that was given one may still be running).
+    retired: std::sync::Mutex<Vec<(String, SecretString)>>,
     exits: Option<Arc<Exits>>,
 }
 
@@ -276,6 +279,12 @@ fn read_meta(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Meta>> {
         },
     )
     .optional()
+}
+
+/// What a sealed value is bound to besides its scope and name: its mode and hosts, exactly
+/// as stored.
+fn binding(mode: &str, hosts_json: &str) -> String {
+    format!("{mode}\0{hosts_json}")
 }
 
 /// Why a master key is not used, if it is not.
@@ -410,22 +419,37 @@ impl Vault {
                 tracing::warn!(scope = %row.scope, name = %row.name, "a stored secret has an unknown scope; skipped");
                 continue;
             };
-            let value = match (&key, &state) {
-                (Some(key), _) => key.open(&row.scope, &row.name, &row.nonce, &row.sealed).map_err(|_| {
-                    tracing::error!(%scope, name = %row.name, "a stored secret cannot be decrypted (altered, moved or corrupt row)");
-                    Unreadable::Corrupt
-                }),
-                (None, VaultState::WrongKey) => Err(Unreadable::WrongKey),
-                (None, _) => Err(Unreadable::Off),
+            // A binding that does not parse is a corrupt row: it fails closed, never into
+            // stdin mode or no hosts.
+            let parsed = serde_json::from_str::<Vec<String>>(&row.hosts)
+                .ok()
+                .zip(Mode::parse(&row.mode).ok());
+            let bound = binding(&row.mode, &row.hosts);
+            let value = match (&key, &state, &parsed) {
+                (_, _, None) => Err(Unreadable::Corrupt),
+                (Some(key), _, _) => key
+                    .open(&row.scope, &row.name, &bound, &row.nonce, &row.sealed)
+                    .map_err(|_| {
+                        tracing::error!(%scope, name = %row.name, "a stored secret cannot be decrypted (altered, moved or corrupt row)");
+                        Unreadable::Corrupt
+                    }),
+                (None, VaultState::WrongKey, _) => Err(Unreadable::WrongKey),
+                (None, _, _) => Err(Unreadable::Off),
             };
-            let hosts = serde_json::from_str(&row.hosts).unwrap_or_default();
-            let mode = Mode::parse(&row.mode).unwrap_or(Mode::Stdin);
+            let (hosts, mode) = parsed.unwrap_or((Vec::new(), Mode::Proxy));
             entries.insert(
                 (scope, row.name),
                 Entry { value, hosts, mode, updated_at: row.updated_at },
             );
         }
-        let vault = Arc::new(Self { store, key, state, entries: RwLock::new(entries), exits });
+        let vault = Arc::new(Self {
+            store,
+            key,
+            state,
+            entries: RwLock::new(entries),
+            retired: std::sync::Mutex::default(),
+            exits,
+        });
         vault.refresh_exits();
         Ok(vault)
     }
@@ -446,10 +470,12 @@ impl Vault {
     fn refresh_exits(&self) {
         let Some(exits) = &self.exits else { return };
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         exits.refresh(
             entries
                 .iter()
-                .filter_map(|((_, name), e)| Some((name.as_str(), e.value.as_ref().ok()?))),
+                .filter_map(|((_, name), e)| Some((name.as_str(), e.value.as_ref().ok()?)))
+                .chain(retired.iter().map(|(name, value)| (name.as_str(), value))),
         );
     }
 
@@ -466,11 +492,12 @@ impl Vault {
         let (hosts, mode) = validate(name, &value, hosts, mode)?;
         let key = self.usable()?;
         let scope_key = scope.key();
+        let hosts_json = serde_json::to_string(&hosts).unwrap_or_else(|_| "[]".into());
+        let bound = binding(mode.as_str(), &hosts_json);
         let (nonce, sealed) = key
-            .seal(&scope_key, name, value.expose_secret().as_bytes())
+            .seal(&scope_key, name, &bound, value.expose_secret().as_bytes())
             .map_err(|e| VaultError::Crypto(e.to_string()))?;
         let now = unix_now();
-        let hosts_json = serde_json::to_string(&hosts).unwrap_or_else(|_| "[]".into());
         let owned_name = name.to_owned();
         self.store
             .call(move |c| {
@@ -484,10 +511,11 @@ impl Vault {
                 )
             })
             .await?;
-        self.entries.write().unwrap_or_else(|p| p.into_inner()).insert(
+        let replaced = self.entries.write().unwrap_or_else(|p| p.into_inner()).insert(
             (scope.clone(), name.to_owned()),
             Entry { value: Ok(value), hosts: hosts.clone(), mode, updated_at: now },
         );
+        self.retire(name, replaced);
         self.refresh_exits();
         tracing::info!(%scope, name, mode = mode.as_str(), hosts = ?hosts, "secret stored");
         Ok(SecretInfo {
@@ -498,6 +526,13 @@ impl Vault {
             updated_at: now,
             unreadable: None,
         })
+    }
+
+    /// Keeps a deleted or replaced value in the exit scan.
+    fn retire(&self, name: &str, entry: Option<Entry>) {
+        if let Some(Ok(value)) = entry.map(|e| e.value) {
+            self.retired.lock().unwrap_or_else(|p| p.into_inner()).push((name.to_owned(), value));
+        }
     }
 
     /// Deletes `name` from `scope`; false if there was none.
@@ -512,10 +547,12 @@ impl Vault {
                 )
             })
             .await?;
-        self.entries
+        let removed = self
+            .entries
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(scope.clone(), name.to_owned()));
+        self.retire(name, removed);
         self.refresh_exits();
         if deleted > 0 {
             tracing::info!(%scope, name, "secret deleted");
@@ -621,11 +658,12 @@ pub async fn rotate_master_key(
         let mut rewritten = Vec::new();
         for row in rows {
             let scope = Scope::parse(&row.scope).unwrap_or(Scope::Operator);
+            let bound = binding(&row.mode, &row.hosts);
             let value = old_key
-                .open(&row.scope, &row.name, &row.nonce, &row.sealed)
+                .open(&row.scope, &row.name, &bound, &row.nonce, &row.sealed)
                 .map_err(|_| VaultError::Corrupt { name: row.name.clone(), scope })?;
             let (nonce, sealed) = new_key
-                .seal(&row.scope, &row.name, value.expose_secret().as_bytes())
+                .seal(&row.scope, &row.name, &bound, value.expose_secret().as_bytes())
                 .map_err(crypto)?;
             rewritten.push((row.scope, row.name, nonce, sealed));
         }

@@ -82,6 +82,8 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
     let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
     vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap();
     vault.set(&chat(2), "OTHER", secret("chat-two-value-99"), &[], None).await.unwrap();
+    let hosts = ["api.example".to_owned()];
+    vault.set(&chat(2), "BOUND", secret("chat-two-bound-77"), &hosts, None).await.unwrap();
     drop(vault);
 
     let wrong = Vault::open(store.clone(), Some(&secret("a-different-master-key-000")), None)
@@ -112,6 +114,20 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
     assert_eq!(vault.resolve(&chat(1), "TOKEN").unwrap().value.expose_secret(), VALUE);
     let err = vault.resolve(&chat(1), "STOLEN").unwrap_err().to_string();
     assert!(err.contains("altered, moved to another chat or name, or is corrupt"), "{err}");
+    // Switched to stdin mode (which would ship the value into containers) or re-pointed at
+    // another host by a write to the file: the binding is sealed in, so it does not open; nor
+    // does a binding that does not parse (it fails closed).
+    assert_eq!(vault.resolve(&chat(2), "BOUND").unwrap().hosts, hosts);
+    for change in [
+        "UPDATE secrets SET mode = 'stdin' WHERE name = 'BOUND'",
+        "UPDATE secrets SET mode = 'proxy', hosts = '[\"evil.example\"]' WHERE name = 'BOUND'",
+        "UPDATE secrets SET hosts = 'not json' WHERE name = 'BOUND'",
+    ] {
+        store.call(move |c| c.execute(change, [])).await.unwrap();
+        let reopened = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
+        let resolved = reopened.resolve(&chat(2), "BOUND");
+        assert!(matches!(resolved, Err(VaultError::Corrupt { .. })), "{change}: {resolved:?}");
+    }
     // A flipped byte: the same.
     store
         .call(|c| c.execute("UPDATE secrets SET sealed = zeroblob(40) WHERE name = 'TOKEN'", []))
@@ -215,5 +231,10 @@ async fn the_exit_scanner_follows_what_the_vault_holds() {
     let text = format!("here: {VALUE}");
     assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
     vault.delete(&chat(1), "TOKEN").await.unwrap();
-    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), text);
+    // A deleted value stays scanned for until the daemon restarts: a task given it may
+    // still run.
+    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
+    let restarted = Exits::new([]);
+    Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(restarted.clone())).await.unwrap();
+    assert_eq!(restarted.scan(crate::exits::Exit::Chat, None, &text), text);
 }
