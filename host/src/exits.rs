@@ -211,7 +211,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     const KEY: &str = "sk-daemon-PLANTED-llm-key-000111";
     const TOKEN: &str = "ghp_chat_PLANTED_token_222333";
@@ -245,23 +244,10 @@ mod tests {
         text.bytes().map(|b| format!("{b:02x}")).collect()
     }
 
-    #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Sink {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn log_lines_are_scanned_and_the_hit_is_audited_by_name() {
         let exits = exits();
-        let sink = Sink::default();
+        let sink = nexbot_tests::LogCapture::default();
         let out = sink.clone();
         let writer = RedactingWriter::new(exits.clone(), move || out.clone());
         let subscriber = tracing_subscriber::fmt().json().with_writer(writer).finish();
@@ -269,7 +255,7 @@ mod tests {
             tracing::info!(body = %format!("Authorization: Bearer {TOKEN}"), "sending");
             tracing::info!("nothing to see");
         });
-        let logged = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let logged = sink.text();
         assert!(!logged.contains(TOKEN), "{logged}");
         assert!(logged.contains("[REDACTED:GITHUB_TOKEN]"), "{logged}");
         assert!(logged.contains("\"secret\":\"GITHUB_TOKEN\""), "{logged}");

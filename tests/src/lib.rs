@@ -100,6 +100,16 @@ pub fn local_image(reference: &str) -> testcontainers::GenericImage {
 pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl LogCapture {
+    /// A subscriber that writes every event, at TRACE and plain (no colours), here.
+    pub fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+        let writer = self.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish()
+    }
+
     /// What was written so far, as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()

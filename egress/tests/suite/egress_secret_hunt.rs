@@ -42,12 +42,7 @@ fn ask() -> Value {
 #[tokio::test]
 async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() {
     let capture = nexbot_tests::LogCapture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let subscriber = capture.subscriber();
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let llm = ScriptedLlm::start(vec![Step::text("fine"), Step::status(500, "{}")]).await;

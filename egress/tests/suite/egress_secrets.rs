@@ -425,12 +425,7 @@ async fn a_stdin_mode_value_in_a_chat_call_reaches_the_provider_redacted() {
 #[tokio::test]
 async fn the_values_appear_in_no_log_or_audit_line() {
     let capture = nexbot_tests::LogCapture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
+    let subscriber = capture.subscriber();
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let (started, echo, other) = setup(EgressConfig::default()).await;
