@@ -136,6 +136,12 @@ pub struct PoolSummary {
     pub tasks: BTreeMap<String, u64>,
     pub unplanned_restarts: u64,
     pub planned_replacements: u64,
+    /// Containers up and never used, and containers that belong to a chat (a daemon older
+    /// than rooms sends neither).
+    #[serde(default)]
+    pub blank: usize,
+    #[serde(default)]
+    pub bound: usize,
 }
 
 /// One pool slot and its current container, for `subagents ps`.
@@ -146,6 +152,10 @@ pub struct Subagent {
     /// Short container id.
     pub container: Option<String>,
     pub state: String,
+    /// The room (chat) its container belongs to; `None` while blank (never used). A daemon
+    /// older than rooms sends none.
+    #[serde(default)]
+    pub room: Option<String>,
     pub uptime_secs: Option<u64>,
     pub tasks_served: u64,
     pub current_task: Option<String>,

@@ -30,11 +30,13 @@ pub fn status(s: &Status) -> String {
             pairs.push((
                 "pool".into(),
                 format!(
-                    "{}: {} container{} ({}), queue {}",
+                    "{}: {} container{} ({}; {} blank, {} in chats), queue {}",
                     pool.name,
                     pool.size,
                     if pool.size == 1 { "" } else { "s" },
                     counts(&pool.states, "none"),
+                    pool.blank,
+                    pool.bound,
                     pool.queue_depth
                 ),
             ));
@@ -108,6 +110,7 @@ pub fn subagents(list: &[Subagent]) -> String {
         "id",
         "container",
         "state",
+        "room",
         "uptime",
         "tasks",
         "current",
@@ -128,6 +131,7 @@ pub fn subagents(list: &[Subagent]) -> String {
             s.id.clone(),
             or_dash(s.container.clone(), |c| c),
             s.state.clone(),
+            s.room.clone().unwrap_or_else(|| "blank".into()),
             or_dash(s.uptime_secs, human_secs),
             s.tasks_served.to_string(),
             current,
@@ -309,6 +313,7 @@ mod tests {
             id: id.into(),
             container: Some("3f2a1b0c9d8e".into()),
             state: "busy".into(),
+            room: Some("telegram:42".into()),
             uptime_secs: Some(192),
             tasks_served: 7,
             current_task: Some("1a2b3c4d-0000-4000-8000-000000000000".into()),
@@ -328,6 +333,7 @@ mod tests {
             id: "main-1".into(),
             container: None,
             state: "starting".into(),
+            room: None,
             uptime_secs: None,
             current_task: None,
             current_task_age_ms: None,
@@ -339,13 +345,13 @@ mod tests {
         };
         assert_eq!(
             subagents(&[subagent("main-0"), idle]),
-            "ID      CONTAINER     STATE     UPTIME  TASKS  CURRENT        PING    RESTARTS  MEMORY\n\
-             main-0  3f2a1b0c9d8e  busy      3m12s   7      1a2b3c4d 4.2s  1.23ms  1 (oom)   50.0MiB\n\
-             main-1  -             starting  -       7      -              -       0         -\n"
+            "ID      CONTAINER     STATE     ROOM         UPTIME  TASKS  CURRENT        PING    RESTARTS  MEMORY\n\
+             main-0  3f2a1b0c9d8e  busy      telegram:42  3m12s   7      1a2b3c4d 4.2s  1.23ms  1 (oom)   50.0MiB\n\
+             main-1  -             starting  blank        -       7      -              -       0         -\n"
         );
         assert_eq!(
             subagents(&[]),
-            "ID  CONTAINER  STATE  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n"
+            "ID  CONTAINER  STATE  ROOM  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n"
         );
     }
 
@@ -433,6 +439,8 @@ mod tests {
                 tasks: BTreeMap::new(),
                 unplanned_restarts: 1,
                 planned_replacements: 2,
+                blank: 1,
+                bound: 1,
             }),
             delegation_off: None,
             channels: vec![ChannelStatus { name: "telegram".into(), health: "ok".into() }],
@@ -450,7 +458,7 @@ mod tests {
         let text = status(&s);
         for needle in [
             "uptime:            1h01m\n",
-            "pool:              main: 2 containers (busy 1, idle 1), queue 0\n",
+            "pool:              main: 2 containers (busy 1, idle 1; 1 blank, 1 in chats), queue 0\n",
             "tasks:             none yet\n",
             "delegation:        on\n",
             "channel telegram:  ok\n",

@@ -76,6 +76,13 @@ pub struct PoolConfig {
     /// First and largest delay between failed attempts to (re)create a container.
     pub backoff_initial_ms: u64,
     pub backoff_max_ms: u64,
+    /// The most containers one room (chat) may hold at once, busy or idle, so one chat
+    /// cannot take the whole pool; `0` means half the pool, rounded up
+    /// ([`PoolConfig::room_limit`]).
+    pub max_containers_per_room: usize,
+    /// A container idle in its room for longer than this is removed, and a blank takes its
+    /// place.
+    pub room_idle_secs: u64,
 }
 
 impl Default for PoolConfig {
@@ -108,6 +115,8 @@ impl Default for PoolConfig {
             startup_timeout_secs: 30,
             backoff_initial_ms: 250,
             backoff_max_ms: 30_000,
+            max_containers_per_room: 0,
+            room_idle_secs: 900,
         }
     }
 }
@@ -125,6 +134,20 @@ pub struct InvalidField {
 }
 
 impl PoolConfig {
+    /// The most containers one room may hold: `max_containers_per_room`, or half the pool
+    /// (rounded up) when it is `0`; never more than the pool, never less than one.
+    pub fn room_limit(&self) -> usize {
+        let limit = match self.max_containers_per_room {
+            0 => self.size.div_ceil(2),
+            n => n,
+        };
+        limit.clamp(1, self.size.max(1))
+    }
+
+    pub(crate) fn room_idle(&self) -> Duration {
+        Duration::from_secs(self.room_idle_secs)
+    }
+
     /// Refuses configurations that are invalid or would weaken the sandbox, naming the field.
     pub fn validate(&self) -> Result<(), PoolError> {
         self.check().map_err(|e| PoolError::InvalidConfig(e.to_string()))
@@ -178,6 +201,7 @@ impl PoolConfig {
             ("startup_timeout_secs", self.startup_timeout_secs),
             ("queue_timeout_secs", self.queue_timeout_secs),
             ("backoff_initial_ms", self.backoff_initial_ms),
+            ("room_idle_secs", self.room_idle_secs),
             ("log_max_files", u64::from(self.log_max_files)),
         ] {
             if value == 0 {
@@ -195,6 +219,7 @@ impl PoolConfig {
             ("cancel_grace_ms", self.cancel_grace_ms / 1000),
             ("startup_timeout_secs", self.startup_timeout_secs),
             ("backoff_max_ms", self.backoff_max_ms / 1000),
+            ("room_idle_secs", self.room_idle_secs),
         ] {
             if secs > WEEK_SECS {
                 return bad(field, "must be at most a week".into());
@@ -303,6 +328,19 @@ mod tests {
         assert_eq!(c.max_tasks_per_container, 100);
         assert_eq!(c.hard_limit_grace_secs, 30);
         assert_eq!(c.ping_interval(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_room_holds_half_the_pool_unless_told_and_always_one_to_the_whole_pool() {
+        let with =
+            |size, max| PoolConfig { size, max_containers_per_room: max, ..PoolConfig::default() };
+        assert_eq!(with(4, 0).room_limit(), 2);
+        assert_eq!(with(5, 0).room_limit(), 3);
+        assert_eq!(with(1, 0).room_limit(), 1);
+        assert_eq!(with(8, 3).room_limit(), 3);
+        assert_eq!(with(2, 9).room_limit(), 2, "never more than the pool");
+        let err = PoolConfig { room_idle_secs: 0, ..PoolConfig::default() }.check().unwrap_err();
+        assert_eq!(err.field, "room_idle_secs");
     }
 
     #[test]

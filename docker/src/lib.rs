@@ -5,8 +5,8 @@
 //! replaces them, and removes them on shutdown. Nothing in here decides *what* a task is; the
 //! host does that.
 //!
-//! The API in one breath: [`Pool::start`] with a [`PoolConfig`], then [`Pool::run_task`] (which
-//! says which container ran the task) or [`Pool::execute`] / [`Pool::execute_with_progress`]
+//! The API in one breath: [`Pool::start`] with a [`PoolConfig`], then [`Pool::run_task`] in a
+//! [`Room`] (which says which container ran the task; a container never serves two rooms) or [`Pool::execute`] / [`Pool::execute_with_progress`]
 //! per task, [`Pool::snapshot`] / [`Pool::stats`] / [`Pool::logs`] / [`Pool::restart`] /
 //! [`Pool::kill`] / [`Pool::ping`] / [`Pool::ping_all`] for the operator,
 //! [`Pool::container_for_address`] for the egress proxy, and [`Pool::shutdown`] at the end.
@@ -30,6 +30,7 @@ mod own;
 pub mod owner;
 mod pool;
 mod restart;
+mod room;
 mod slot;
 pub mod spec;
 mod stats;
@@ -49,5 +50,6 @@ pub use own::{find_own_container, mount_root, OwnContainer};
 pub use owner::Owner;
 pub use pool::{PingResult, Pool, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use restart::RestartReason;
+pub use room::{Room, DEFAULT_ROOM};
 pub use slot::{count_by_state, ContainerSnapshot, SlotState};
-pub use stats::{PoolStats, SlotBackoff, TaskCounts};
+pub use stats::{PoolStats, RoomCounts, SlotBackoff, TaskCounts};

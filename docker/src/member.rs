@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::link::Link;
 use crate::restart::RestartReason;
+use crate::room::Room;
 
 /// The task a member is serving.
 #[derive(Debug, Clone)]
@@ -55,6 +56,12 @@ pub(crate) struct Member {
     pub(crate) proven: AtomicBool,
     current_task: Mutex<Option<CurrentTask>>,
     retirement: Mutex<Option<Retirement>>,
+    /// The room this container belongs to; `None` while it is blank. Set once, by the first
+    /// task it is handed, never changed (a container never crosses rooms).
+    room: Mutex<Option<Room>>,
+    /// When it last became idle (for the idle limit and for picking the container a room
+    /// gives up when blanks are short: the longest idle).
+    idle_since: Mutex<Instant>,
 }
 
 impl Member {
@@ -76,7 +83,42 @@ impl Member {
             proven: AtomicBool::new(false),
             current_task: Mutex::new(None),
             retirement: Mutex::new(None),
+            room: Mutex::new(None),
+            idle_since: Mutex::new(started),
         }
+    }
+
+    /// The room this container belongs to, `None` while blank.
+    pub(crate) fn room(&self) -> Option<Room> {
+        self.room.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `true` when the container belongs to `room`.
+    pub(crate) fn in_room(&self, room: &Room) -> bool {
+        self.room.lock().unwrap_or_else(|e| e.into_inner()).as_ref() == Some(room)
+    }
+
+    pub(crate) fn is_blank(&self) -> bool {
+        self.room.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+
+    /// Binds a blank container to `room`; `false` (nothing changed) when it belongs to a room
+    /// already, whichever.
+    pub(crate) fn bind(&self, room: &Room) -> bool {
+        let mut bound = self.room.lock().unwrap_or_else(|e| e.into_inner());
+        if bound.is_some() {
+            return false;
+        }
+        *bound = Some(room.clone());
+        true
+    }
+
+    pub(crate) fn idle_since(&self) -> Instant {
+        *self.idle_since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn mark_idle(&self) {
+        *self.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
     pub(crate) fn current_task(&self) -> Option<CurrentTask> {

@@ -6,7 +6,7 @@
 //! crash, cancellation, or the caller dropping the future), the lease's `Drop` puts the slot
 //! back in service or hands it to its supervisor for replacement, so no slot is ever lost.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,8 +33,9 @@ use crate::member::{CurrentTask, Member, Retirement};
 use crate::network::{ensure_pool_network_owned, NetworkInfo};
 use crate::owner::{Owner, RunRegistration};
 use crate::restart::RestartReason;
+use crate::room::Room;
 use crate::slot::{ContainerSnapshot, Slot, SlotState};
-use crate::stats::{PoolStats, SlotBackoff, TaskCounters};
+use crate::stats::{PoolStats, RoomCounters, SlotBackoff, TaskCounters};
 use crate::supervisor;
 
 /// How long writing one request to a container's stdin may take.
@@ -67,6 +68,9 @@ pub struct TaskRun {
     pub container_id: String,
     /// Its short (12-character) id, as `ps` shows it.
     pub short_id: String,
+    /// `true` when the task took a blank container (the room's first on it), `false` when
+    /// it ran on a container its room had used before.
+    pub fresh: bool,
 }
 
 /// A warm pool of hardened subagent containers. Not `Clone`: share it behind an `Arc`.
@@ -93,12 +97,33 @@ pub(crate) struct Inner {
     ping_seq: AtomicU64,
     /// How tasks ended, for [`Pool::stats`].
     counts: TaskCounters,
+    /// Blanks taken, waits for one, containers retired for their room, for [`Pool::stats`].
+    rooms: RoomCounters,
 }
 
 #[derive(Debug, Default)]
 struct Dispatch {
-    queue: VecDeque<oneshot::Sender<Lease>>,
+    queue: VecDeque<Waiter>,
     shutting_down: bool,
+}
+
+/// A task waiting for a container of its room (or a blank its room may take).
+#[derive(Debug)]
+struct Waiter {
+    room: Room,
+    tx: oneshot::Sender<Lease>,
+}
+
+/// Who holds the pool's containers, counted under the dispatch lock.
+#[derive(Debug, Default)]
+struct Census {
+    /// Containers up per room.
+    held: HashMap<Room, usize>,
+    /// Blank containers up and idle.
+    idle_blanks: usize,
+    /// Slots whose next container is on its way (starting, being replaced, backing off):
+    /// each will be a blank.
+    coming: usize,
 }
 
 impl Pool {
@@ -165,6 +190,7 @@ impl Pool {
             drained: Notify::new(),
             ping_seq: AtomicU64::new(0),
             counts: TaskCounters::default(),
+            rooms: RoomCounters::default(),
         });
         let mut tasks = Vec::with_capacity(members.len() + 1);
         for (slot, member) in inner.slots.iter().zip(members) {
@@ -182,14 +208,14 @@ impl Pool {
         Ok(Pool { inner, tasks: Mutex::new(tasks), run: Mutex::new(Some(run)) })
     }
 
-    /// Runs one `execute` request on a container and returns its final response: a
-    /// [`Pool::run_task`] that does not say where it ran.
+    /// Runs one `execute` request on a container of the default room ([`Room::default`])
+    /// and returns its final response: a [`Pool::run_task`] that does not say where it ran.
     pub async fn execute(
         &self,
         request: Request,
         cancel: CancellationToken,
     ) -> Result<Response, PoolError> {
-        self.run_task(request, cancel, None).await.map(|run| run.response)
+        self.run_task(request, &Room::default(), cancel, None).await.map(|run| run.response)
     }
 
     /// [`Pool::execute`], also forwarding `progress` responses to `progress`: a
@@ -200,13 +226,19 @@ impl Pool {
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
     ) -> Result<Response, PoolError> {
-        self.run_task(request, cancel, progress).await.map(|run| run.response)
+        let room = Room::default();
+        self.run_task(request, &room, cancel, progress).await.map(|run| run.response)
     }
 
-    /// Runs one `execute` request on a container and returns its final response with the
-    /// slot and container that served it. `progress` responses go to `progress`; a full
-    /// channel drops progress lines rather than slow the pool down.
+    /// Runs one `execute` request on a container of `room` and returns its final response
+    /// with the slot and container that served it. `progress` responses go to `progress`; a
+    /// full channel drops progress lines rather than slow the pool down.
     ///
+    /// - Rooms: a container that ran a task of one room never runs a task of another. The
+    ///   task takes an idle container of its room if there is one, else a blank one (which
+    ///   joins the room), up to [`PoolConfig::room_limit`] containers per room (the default
+    ///   room has no limit but the pool). When blanks run short, the longest-idle container of
+    ///   another room is removed and a blank takes its place.
     /// - A request without `timeout` gets the configured default. The host's hard limit is
     ///   `timeout + hard_limit_grace_secs`: past it the result is a `timeout` response with a
     ///   report of the progress seen, and the container is recycled.
@@ -222,11 +254,12 @@ impl Pool {
     pub async fn run_task(
         &self,
         request: Request,
+        room: &Room,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
     ) -> Result<TaskRun, PoolError> {
         let cancelled = cancel.clone();
-        let result = self.dispatch_task(request, cancel, progress).await;
+        let result = self.dispatch_task(request, room, cancel, progress).await;
         let outcome = result.as_ref().map(|run| &run.response);
         self.inner.counts.record(outcome, cancelled.is_cancelled());
         result
@@ -235,6 +268,7 @@ impl Pool {
     async fn dispatch_task(
         &self,
         mut request: Request,
+        room: &Room,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
     ) -> Result<TaskRun, PoolError> {
@@ -259,12 +293,13 @@ impl Pool {
         request.validate(unix_now()).map_err(|e| PoolError::InvalidRequest(e.to_string()))?;
         check_line_size(&request)?;
         let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
-        let lease = self.inner.acquire(&request.id, &cancel).await?;
+        let lease = self.inner.acquire(room, &request.id, &cancel).await?;
         let slot = self.inner.slots[lease.index].id.clone();
         let (container_id, short_id) =
             (lease.member.container_id.clone(), lease.member.short_id.clone());
+        let fresh = lease.member.tasks_served.load(Ordering::Relaxed) == 0;
         let response = lease.run(request, cancel, progress, timeout, hard_limit).await?;
-        Ok(TaskRun { response, slot, container_id, short_id })
+        Ok(TaskRun { response, slot, container_id, short_id, fresh })
     }
 
     /// Pings every container (busy ones too) and reports each round trip.
@@ -315,7 +350,7 @@ impl Pool {
     /// The pool in numbers: containers up, queue depth, tasks by outcome, slots backing off,
     /// replacements. Cheap, like [`Pool::snapshot`]; the counters only grow.
     pub fn stats(&self) -> PoolStats {
-        let queue_depth = self.inner.dispatch().queue.iter().filter(|tx| !tx.is_closed()).count();
+        let queue_depth = self.inner.dispatch().queue.iter().filter(|w| !w.tx.is_closed()).count();
         let now = Instant::now();
         let mut stats = PoolStats {
             size: self.inner.engine.config.size,
@@ -326,12 +361,22 @@ impl Pool {
             backoff: Vec::new(),
             unplanned_restarts_total: 0,
             planned_replacements_total: 0,
+            blank: 0,
+            bound: 0,
+            rooms: self.inner.rooms.sample(),
         };
         for slot in &self.inner.slots {
             let s = slot.lock();
             let up = s.member.as_ref().is_some_and(|m| !m.is_retired() && !m.link.is_closed());
             stats.warm += usize::from(up);
             stats.busy += usize::from(up && s.state == SlotState::Busy);
+            if let Some(member) = s.member.as_ref().filter(|_| up) {
+                if member.is_blank() {
+                    stats.blank += 1;
+                } else {
+                    stats.bound += 1;
+                }
+            }
             stats.unplanned_restarts_total += s.restarts;
             stats.planned_replacements_total += s.planned;
             if let Some(backoff) = s.backoff.filter(|b| b.until > now) {
@@ -494,9 +539,130 @@ impl Inner {
         supervisor::sample_memory(self.clone(), index, member);
     }
 
-    /// Takes an idle container, or a place in the queue, or fails with "busy".
+    /// The most containers `room` may hold: the pool's room limit, or the whole pool for
+    /// the default room (callers that name no room share it, as they shared the pool before
+    /// rooms existed).
+    fn room_limit(&self, room: &Room) -> usize {
+        if *room == Room::default() {
+            self.slots.len()
+        } else {
+            self.engine.config.room_limit()
+        }
+    }
+
+    /// Who holds what, every slot but `skip` (whose lock the caller holds). Call it under the
+    /// dispatch lock: that lock is what makes it safe to take the slots' locks one by one
+    /// while one is held.
+    fn census(&self, skip: Option<usize>) -> Census {
+        let mut census = Census::default();
+        for slot in self.slots.iter().filter(|slot| Some(slot.index) != skip) {
+            let s = slot.lock();
+            match s.member.as_ref().filter(|m| !m.is_retired() && !m.link.is_closed()) {
+                Some(member) => match member.room() {
+                    Some(room) => *census.held.entry(room).or_default() += 1,
+                    None if s.state == SlotState::Idle => census.idle_blanks += 1,
+                    None => {}
+                },
+                None if s.state != SlotState::Draining => census.coming += 1,
+                None => {}
+            }
+        }
+        census
+    }
+
+    /// Takes an idle container that `fits`, marking its slot busy. Under the dispatch lock.
+    fn take_idle(self: &Arc<Self>, fits: impl Fn(&Member) -> bool) -> Option<Lease> {
+        for slot in &self.slots {
+            let mut s = slot.lock();
+            if s.state != SlotState::Idle {
+                continue;
+            }
+            let Some(member) = s.member.clone() else { continue };
+            if member.is_retired() || member.link.is_closed() || !fits(&member) {
+                continue;
+            }
+            s.state = SlotState::Busy;
+            return Some(Lease::new(self.clone(), slot.index, member));
+        }
+        None
+    }
+
+    /// Removes the idle container of a room that has waited longest (never one of `keep`),
+    /// so a blank takes its place; `true` when there was one. Under the dispatch lock.
+    fn yield_longest_idle(&self, keep: Option<&Room>) -> bool {
+        let mut oldest: Option<(Instant, &Slot, Arc<Member>)> = None;
+        for slot in &self.slots {
+            let s = slot.lock();
+            if s.state != SlotState::Idle {
+                continue;
+            }
+            let Some(member) = s.member.clone() else { continue };
+            let Some(room) = member.room() else { continue };
+            if keep == Some(&room) || member.is_retired() || member.link.is_closed() {
+                continue;
+            }
+            let since = member.idle_since();
+            if oldest.as_ref().is_none_or(|(at, _, _)| since < *at) {
+                oldest = Some((since, slot, member));
+            }
+        }
+        let Some((_, slot, member)) = oldest else { return false };
+        slot.lock().state = SlotState::Restarting;
+        self.rooms.record_yielded();
+        let room = member.room().map(|r| r.to_string()).unwrap_or_default();
+        member.retire(Retirement::new(
+            RestartReason::RoomYielded,
+            format!("room {room}'s idle container gave way to a blank for another room"),
+        ));
+        slot.wake.notify_one();
+        true
+    }
+
+    /// After a blank was taken: when no blank is left or coming, the longest-idle container of
+    /// another room makes way, so the next new room's first task still finds a warm one.
+    fn refill_blanks(&self, taken_by: &Room) {
+        let census = self.census(None);
+        if census.idle_blanks + census.coming == 0 {
+            self.yield_longest_idle(Some(taken_by));
+        }
+    }
+
+    /// Retires `member` of slot `index` if it has been idle in its room longer than the
+    /// pool's `room_idle_secs`; `true` when it did. Its supervisor then replaces it with a
+    /// blank.
+    pub(crate) fn retire_if_idle_too_long(&self, index: usize, member: &Arc<Member>) -> bool {
+        let _dispatch = self.dispatch();
+        let slot = &self.slots[index];
+        let mut s = slot.lock();
+        let current = s.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, member));
+        let idle_for = member.idle_since().elapsed();
+        if !current
+            || s.state != SlotState::Idle
+            || member.is_blank()
+            || member.is_retired()
+            || idle_for < self.engine.config.room_idle()
+        {
+            return false;
+        }
+        s.state = SlotState::Restarting;
+        drop(s);
+        self.rooms.record_idle_retired();
+        member.retire(Retirement::new(
+            RestartReason::RoomIdle,
+            format!(
+                "idle in room {} for {} s",
+                member.room().unwrap_or_default(),
+                idle_for.as_secs()
+            ),
+        ));
+        true
+    }
+
+    /// Takes an idle container of `room`, or a blank (up to the room's limit), or a place in
+    /// the queue, or fails with "busy".
     async fn acquire(
         self: &Arc<Self>,
+        room: &Room,
         task_id: &str,
         cancel: &CancellationToken,
     ) -> Result<Lease, PoolError> {
@@ -505,25 +671,31 @@ impl Inner {
             if dispatch.shutting_down {
                 return Err(PoolError::ShuttingDown);
             }
-            for slot in &self.slots {
-                let mut s = slot.lock();
-                if s.state != SlotState::Idle {
-                    continue;
-                }
-                let Some(member) = s.member.clone() else { continue };
-                if member.is_retired() || member.link.is_closed() {
-                    continue;
-                }
-                s.state = SlotState::Busy;
-                return Ok(Lease::new(self.clone(), slot.index, member));
+            if let Some(lease) = self.take_idle(|m| m.in_room(room)) {
+                return Ok(lease);
             }
-            dispatch.queue.retain(|tx| !tx.is_closed());
+            let census = self.census(None);
+            if census.held.get(room).copied().unwrap_or(0) < self.room_limit(room) {
+                if let Some(lease) = self.take_idle(|m| m.is_blank() && m.bind(room)) {
+                    self.rooms.record_blank_taken();
+                    self.refill_blanks(room);
+                    return Ok(lease);
+                }
+                // No blank ready: this task waits for one. One idle container of another
+                // room makes way unless enough blanks are on their way for every such waiter.
+                self.rooms.record_blank_empty_wait();
+                let needing = 1 + dispatch.queue.iter().filter(|w| !w.tx.is_closed()).count();
+                if census.coming < needing {
+                    self.yield_longest_idle(Some(room));
+                }
+            }
+            dispatch.queue.retain(|w| !w.tx.is_closed());
             let capacity = self.engine.config.queue_capacity;
             if dispatch.queue.len() >= capacity {
                 return Err(PoolError::Busy { size: self.slots.len(), queue: capacity });
             }
             let (tx, rx) = oneshot::channel();
-            dispatch.queue.push_back(tx);
+            dispatch.queue.push_back(Waiter { room: room.clone(), tx });
             rx
         };
         let queue_timeout = Duration::from_secs(self.engine.config.queue_timeout_secs);
@@ -541,10 +713,14 @@ impl Inner {
         Err(gave_up)
     }
 
-    /// Makes `member` available again: to the first queued task, or as idle.
+    /// Makes `member` available again: to the first queued task of its room (a blank: to the
+    /// first queued task whose room may take another container), or as idle — or, when it
+    /// belongs to a room nobody waits for while other rooms wait for blanks that are not
+    /// coming, it makes way for a blank.
     fn release(self: &Arc<Self>, index: usize, member: &Arc<Member>) {
         let mut dispatch = self.dispatch();
         let slot = &self.slots[index];
+        let census = self.census(Some(index));
         let mut s = slot.lock();
         let current = s.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, member));
         if !current || member.is_retired() || member.link.is_closed() {
@@ -554,14 +730,54 @@ impl Inner {
             s.state = SlotState::Draining;
             return;
         }
-        while let Some(tx) = dispatch.queue.pop_front() {
+        let room = member.room();
+        let may_take_blank = |waiter: &Waiter| {
+            census.held.get(&waiter.room).copied().unwrap_or(0) < self.room_limit(&waiter.room)
+        };
+        loop {
+            dispatch.queue.retain(|w| !w.tx.is_closed());
+            let next = match &room {
+                Some(room) => dispatch.queue.iter().position(|w| w.room == *room),
+                None => dispatch.queue.iter().position(&may_take_blank),
+            };
+            let Some(position) = next else { break };
+            let Some(waiter) = dispatch.queue.remove(position) else { break };
+            if room.is_none() {
+                if !member.bind(&waiter.room) {
+                    dispatch.queue.insert(position, waiter);
+                    break;
+                }
+                self.rooms.record_blank_taken();
+            }
             s.state = SlotState::Busy;
-            match tx.send(Lease::new(self.clone(), index, member.clone())) {
+            match waiter.tx.send(Lease::new(self.clone(), index, member.clone())) {
                 Ok(()) => return,
-                Err(mut unwanted) => unwanted.armed = false,
+                Err(mut unwanted) => {
+                    unwanted.armed = false;
+                    if room.is_none() {
+                        // Bound for a task that went away: it served nobody, but a bound
+                        // container stays in its room; as idle it gives way first.
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(room) = &room {
+            let waiting_for_blanks = dispatch.queue.iter().filter(|w| may_take_blank(w)).count();
+            if waiting_for_blanks > census.idle_blanks + census.coming {
+                s.state = SlotState::Restarting;
+                drop(s);
+                self.rooms.record_yielded();
+                member.retire(Retirement::new(
+                    RestartReason::RoomYielded,
+                    format!("room {room}'s container gave way to a blank for a waiting room"),
+                ));
+                slot.wake.notify_one();
+                return;
             }
         }
         s.state = SlotState::Idle;
+        member.mark_idle();
     }
 
     /// Called when a lease ends: recycle the container, leave it to its supervisor (it

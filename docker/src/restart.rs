@@ -39,6 +39,10 @@ pub enum RestartReason {
     /// A task on it was given up mid-run (its caller went away, or it did not stop after a
     /// cancel): what the container holds is unknown.
     TaskAbandoned,
+    /// Its room left it idle longer than `room_idle_secs`: removed, a blank takes its place.
+    RoomIdle,
+    /// Blanks were short: its room's idle container made way for a blank another room needed.
+    RoomYielded,
     /// Anything else (a broken stdin pipe, a death the engine could not explain); the text
     /// says what.
     Other { detail: String },
@@ -54,6 +58,8 @@ impl RestartReason {
                 | Self::NotClean
                 | Self::TaskTimedOut
                 | Self::TaskAbandoned
+                | Self::RoomIdle
+                | Self::RoomYielded
         )
     }
 }
@@ -70,6 +76,8 @@ impl fmt::Display for RestartReason {
             Self::NotClean => f.write_str("not clean after a task"),
             Self::TaskTimedOut => f.write_str("a task timed out"),
             Self::TaskAbandoned => f.write_str("a task was abandoned"),
+            Self::RoomIdle => f.write_str("idle in its room too long"),
+            Self::RoomYielded => f.write_str("gave way to a blank for another room"),
             Self::Other { detail } => f.write_str(detail),
         }
     }
@@ -97,6 +105,8 @@ mod tests {
         assert!(RestartReason::Recycled.is_planned());
         assert!(RestartReason::RestartedByOperator.is_planned());
         assert!(RestartReason::NotClean.is_planned());
+        assert!(RestartReason::RoomIdle.is_planned());
+        assert!(RestartReason::RoomYielded.is_planned());
         assert!(!RestartReason::KilledByOperator.is_planned());
         assert!(!RestartReason::Hung.is_planned());
         assert!(!RestartReason::OomKilled.is_planned());

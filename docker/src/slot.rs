@@ -94,6 +94,8 @@ pub struct ContainerSnapshot {
     pub memory_bytes: Option<u64>,
     /// The container's address on the internal network.
     pub ip: Option<IpAddr>,
+    /// The room (chat) the current container belongs to; `None` while it is blank.
+    pub room: Option<String>,
     /// Why the last container was replaced or the last attempt failed, in words.
     pub last_error: Option<String>,
 }
@@ -210,6 +212,7 @@ impl Slot {
             last_restart: inner.last_restart.clone(),
             memory_bytes: inner.memory,
             ip: member.and_then(|m| m.ip),
+            room: member.and_then(|m| m.room()).map(|r| r.to_string()),
             last_error: inner.last_error.clone(),
         }
     }

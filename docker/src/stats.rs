@@ -30,6 +30,61 @@ pub struct PoolStats {
     pub unplanned_restarts_total: u64,
     /// Sum of the slots' `planned_replacements`: routine recycling and operator restarts.
     pub planned_replacements_total: u64,
+    /// Containers up and never used (no room yet).
+    pub blank: usize,
+    /// Containers up that belong to a room.
+    pub bound: usize,
+    /// Blanks taken, waits for a blank, and containers retired for their room.
+    pub rooms: RoomCounts,
+}
+
+/// How the rooms used the pool since it started ([`crate::Pool::stats`]); monotonic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoomCounts {
+    /// Tasks that took a blank container (their room's first task on it).
+    pub blanks_taken: u64,
+    /// Tasks that found no blank ready although their room could take one, and waited.
+    pub blank_empty_waits: u64,
+    /// Idle containers removed because their room left them idle past `room_idle_secs`.
+    pub idle_retired: u64,
+    /// Idle containers removed to make way for a blank another room needed.
+    pub yielded: u64,
+}
+
+/// The live counters behind [`RoomCounts`].
+#[derive(Debug, Default)]
+pub(crate) struct RoomCounters {
+    blanks_taken: AtomicU64,
+    blank_empty_waits: AtomicU64,
+    idle_retired: AtomicU64,
+    yielded: AtomicU64,
+}
+
+impl RoomCounters {
+    pub(crate) fn record_blank_taken(&self) {
+        self.blanks_taken.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_blank_empty_wait(&self) {
+        self.blank_empty_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_idle_retired(&self) {
+        self.idle_retired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_yielded(&self) {
+        self.yielded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sample(&self) -> RoomCounts {
+        RoomCounts {
+            blanks_taken: self.blanks_taken.load(Ordering::Relaxed),
+            blank_empty_waits: self.blank_empty_waits.load(Ordering::Relaxed),
+            idle_retired: self.idle_retired.load(Ordering::Relaxed),
+            yielded: self.yielded.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Tasks by how they ended. Each task given to [`crate::Pool::run_task`] (or `execute`) is

@@ -212,6 +212,10 @@ async fn watch(
             }
             _ = tokio::time::sleep_until(next_ping) => {
                 next_ping = tokio::time::Instant::now() + interval;
+                if inner.retire_if_idle_too_long(index, member) {
+                    // The next turn sees the retirement through the closed link.
+                    continue;
+                }
                 match inner.ping(slot, member).await {
                     Ok(_) => sample_memory(inner.clone(), index, member.clone()),
                     Err(crate::PoolError::PingTimeout { timeout_ms, .. }) => {

@@ -406,6 +406,11 @@ pub struct SubagentConfig {
     /// Commands a task's blocked-pattern screen may refuse before the subagent ends the task
     /// (sent as `execute.max_blocked_commands`): a model probing the screen stops there.
     pub max_blocked_commands: u32,
+    /// The most containers one chat may hold at once (its room), so one chat cannot take the
+    /// whole pool; `0`: half the pool, rounded up.
+    pub max_containers_per_chat: usize,
+    /// A chat's container left idle this long is removed and a blank one takes its place.
+    pub chat_idle_secs: u64,
 }
 
 impl Default for SubagentConfig {
@@ -420,6 +425,8 @@ impl Default for SubagentConfig {
             llm_model: None,
             skills_dir: None,
             max_blocked_commands: nexbot_protocol::DEFAULT_MAX_BLOCKED_COMMANDS,
+            max_containers_per_chat: 0,
+            chat_idle_secs: 900,
         }
     }
 }
@@ -805,6 +812,8 @@ impl Config {
         range("subagent.pool_size", s.pool_size, 1, 64)?;
         range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
         range("subagent.max_blocked_commands", s.max_blocked_commands, 1, 100)?;
+        range("subagent.max_containers_per_chat", s.max_containers_per_chat, 0, 64)?;
+        range("subagent.chat_idle_secs", s.chat_idle_secs, 1, 7 * 86_400)?;
         if let Err(invalid) = crate::pool_runner::pool_config(self).check() {
             // The pool's fields that `[subagent]` sets have their own key names there.
             let key = match invalid.field.as_str() {
@@ -1014,6 +1023,21 @@ mod tests {
         assert_eq!(load("", &env).unwrap().subagent.max_blocked_commands, 7);
         let err = load("[subagent]\nmax_blocked_commands = 0\n", &[]).unwrap_err().to_string();
         assert!(err.contains("subagent.max_blocked_commands") && err.contains("0 is out of range"));
+    }
+
+    #[test]
+    fn rooms_have_defaults_an_override_and_reach_the_pool() {
+        // Absent (an older config.toml): half the pool per chat, 15 minutes idle.
+        let config = load("", &[]).unwrap();
+        let pool = crate::pool_runner::pool_config(&config);
+        assert_eq!((pool.max_containers_per_room, pool.room_idle_secs), (0, 900));
+        assert_eq!(pool.room_limit(), 2);
+        let env = [("NEXBOT_SUBAGENT__MAX_CONTAINERS_PER_CHAT", "3")];
+        let config = load("[subagent]\nchat_idle_secs = 60\n", &env).unwrap();
+        let pool = crate::pool_runner::pool_config(&config);
+        assert_eq!((pool.room_limit(), pool.room_idle_secs), (3, 60));
+        let err = load("[subagent]\nchat_idle_secs = 0\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("subagent.chat_idle_secs"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! or how LLM access is granted. The daemon plugs in the warm Docker pool (`nexbot-docker`)
 //! and the egress relay's per-task tokens (`sandbox.rs`).
 
+use nexbot_core::ChatRef;
 use nexbot_protocol::{Request, Response};
 use secrecy::SecretString;
 use thiserror::Error;
@@ -26,13 +27,15 @@ pub struct SubagentOutcome {
 #[error("{0}")]
 pub struct SubagentError(pub String);
 
-/// Runs one `execute` request to completion. When `cancel` fires, the runner must send the
+/// Runs one `execute` request of `chat` to completion, in that chat's room: on a container
+/// that has run no other chat's task, ever. When `cancel` fires, the runner must send the
 /// subagent a `cancel` for the task and return what it answered. The task's `progress`
 /// responses go to `progress` as they arrive (dropped rather than waited for when it is
 /// full: progress is for showing, never a reason to slow a task).
 pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
     fn execute(
         &self,
+        chat: &ChatRef,
         request: Request,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,

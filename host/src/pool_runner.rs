@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use nexbot_docker::{Pool, PoolConfig};
+use nexbot_core::ChatRef;
+use nexbot_docker::{Pool, PoolConfig, Room};
 use nexbot_protocol::{Request, Response};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +26,8 @@ pub fn pool_config(config: &Config) -> PoolConfig {
         network: s.network.clone(),
         default_task_timeout_secs: s.task_timeout_secs,
         skills_dir: s.skills_dir.clone(),
+        max_containers_per_room: s.max_containers_per_chat,
+        room_idle_secs: s.chat_idle_secs,
         ..PoolConfig::default()
     };
     pool.queue_timeout_secs = crate::deadlines::queue_wait(config, &pool).as_secs();
@@ -49,13 +52,17 @@ impl PoolRunner {
 impl SubagentRunner for PoolRunner {
     fn execute(
         &self,
+        chat: &ChatRef,
         request: Request,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
+        // The chat's room: its one text form is the key, so every producer of a chat's tasks
+        // (its turns, its scheduled jobs, its heartbeat checks, `use_cli`) lands in one room.
+        let room = Room::new(chat.to_string());
         Box::pin(async move {
             self.pool
-                .run_task(request, cancel, progress)
+                .run_task(request, &room, cancel, progress)
                 .await
                 .map(|run| SubagentOutcome {
                     response: run.response,

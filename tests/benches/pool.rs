@@ -28,6 +28,13 @@
 //!   from `/proc/stat`: dockerd and containerd included), and a burst of 3× the pool size
 //!   submitted at once (time until the last answer).
 //!
+//! - rooms (a container serves one chat only), on a pool of the same size that never
+//!   recycles: a chat's next task on its own warm container (dispatch overhead p50/p99, next to
+//!   the shared pool's above), a new chat's first task on a blank while blanks last, and 20
+//!   chats sending tasks round-robin with as many in flight as containers (sustained tasks/s,
+//!   waits with no blank ready, containers started per second, and the longest stretch with
+//!   tasks waiting and no blank ready, next to one container's start).
+//!
 //! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
 //! are KiB and are converted.
 
@@ -41,7 +48,7 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
-use nexbot_docker::{Pool, PoolConfig};
+use nexbot_docker::{Pool, PoolConfig, Room};
 use nexbot_protocol::{Request, Response, ResponseBody};
 use nexbot_tests::bench::{
     containers_labelled, load_average, ms, number, record, DockerCleanup, Figure, Stats, Target,
@@ -192,6 +199,8 @@ async fn main() {
         pool.shutdown().await.expect("shutdown");
     }
 
+    let rooms = rooms_run(&docker, &config, &llm, gateway).await;
+
     let fresh_ping = fresh_runs(&run, FRESH_PINGS, None).await;
     println!("{}", fresh_ping.answer.line("fresh `docker run --rm -i`: ping answered"));
     println!("{}", fresh_ping.exit.line("fresh `docker run --rm -i`: ping, container gone"));
@@ -277,6 +286,7 @@ async fn main() {
             _ => record(Figure::reference(name, "not measured", "≤ 5 MB")),
         }
     }
+    rooms.record(&steady, single_start);
     record(Figure::promised("subagent image size", image_mb, "MB", Target::AtMost(15.0)));
     for (design, sustained, burst) in &isolation {
         let promised = *design == "scrubbed reuse";
@@ -722,5 +732,224 @@ async fn subagent_memory(docker: &Docker, pool: &Pool, busiest: bool) -> Contain
         file_kib: field("RssFile:"),
         status,
         cgroup_bytes,
+    }
+}
+
+/// Chats sending tasks round-robin in the rooms run.
+const ROOM_CHATS: usize = 20;
+/// Tasks of the round-robin run.
+const ROOM_TASKS: usize = 100;
+/// New chats' first tasks measured on a blank.
+const FIRST_TASKS: usize = 20;
+
+/// What [`rooms_run`] measured.
+struct RoomsRun {
+    /// A chat's next task on its own warm container: end to end − LLM handling.
+    next: Stats,
+    /// A new chat's first task, a blank ready: end to end − LLM handling.
+    first: Stats,
+    /// The round-robin run.
+    sustained: Throughput,
+    blank_empty_waits: u64,
+    /// Containers started (blanks replacing containers retired for their room) per second.
+    started_per_s: f64,
+    /// The longest stretch with tasks waiting and no blank ready.
+    longest_without_blank: Duration,
+}
+
+/// One one-step task of `room`; end to end, the LLM server's own handling (only when no
+/// other task runs: the fixture's list is shared), and whether it took a blank.
+async fn room_task(
+    pool: &Pool,
+    llm: &ScriptedLlm,
+    gateway: IpAddr,
+    room: &Room,
+    id: &str,
+) -> (Duration, Duration, bool) {
+    let (took, fresh, calls) = room_task_alone(pool, llm, gateway, room, id).await;
+    let own: Duration = calls.iter().map(|c| c.expect("handled before answering")).sum();
+    (took, own, fresh)
+}
+
+/// One one-step task of `room`: end to end, whether it took a blank, and the LLM calls the
+/// fixture recorded meanwhile.
+async fn room_task_alone(
+    pool: &Pool,
+    llm: &ScriptedLlm,
+    gateway: IpAddr,
+    room: &Room,
+    id: &str,
+) -> (Duration, bool, Vec<Option<Duration>>) {
+    let before = llm.chat_handling_times().len();
+    let request = one_step_task(id, llm, gateway);
+    let t = Instant::now();
+    let run = pool.run_task(request, room, CancellationToken::new(), None);
+    let run = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("run_task");
+    let took = t.elapsed();
+    assert!(matches!(run.response.body, ResponseBody::Success { .. }), "{:?}", run.response);
+    (took, run.fresh, llm.chat_handling_times().split_off(before))
+}
+
+/// Rooms on a pool like the steady one (no recycling): see the module's documentation.
+async fn rooms_run(
+    docker: &Docker,
+    config: &PoolConfig,
+    llm: &ScriptedLlm,
+    gateway: IpAddr,
+) -> RoomsRun {
+    let config = PoolConfig { max_tasks_per_container: u64::MAX, ..config.clone() };
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+
+    // A chat's next task: its own warm container, every time.
+    let own = Room::new("telegram:1");
+    let mut next = Vec::with_capacity(EXECUTES);
+    for i in 0..EXECUTE_WARM_UP + EXECUTES {
+        let (took, llm_own, fresh) =
+            room_task(&pool, llm, gateway, &own, &format!("next-{i}")).await;
+        if i >= EXECUTE_WARM_UP {
+            assert!(!fresh, "the chat's next task took a blank");
+            next.push(took.saturating_sub(llm_own));
+        }
+    }
+    let next = Stats::of(next);
+    println!("{}", next.line("rooms: a chat's next task, overhead (own container)"));
+
+    // A new chat's first task while a blank is ready (waiting for the refill is not timed).
+    let mut first = Vec::with_capacity(FIRST_TASKS);
+    for i in 0..FIRST_TASKS {
+        let ready = async {
+            while pool.stats().blank == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(LIMIT, ready).await.expect("a blank comes back");
+        let room = Room::new(format!("telegram:first-{i}"));
+        let (took, llm_own, fresh) =
+            room_task(&pool, llm, gateway, &room, &format!("first-{i}")).await;
+        assert!(fresh, "a new chat's first task ran on a used container");
+        first.push(took.saturating_sub(llm_own));
+    }
+    let first = Stats::of(first);
+    println!("{}", first.line("rooms: a new chat's first task, overhead (a blank)"));
+
+    // 20 chats round-robin, as many in flight as containers; a sampler watches for tasks
+    // waiting while no blank is ready.
+    let before = pool.stats();
+    let stop = CancellationToken::new();
+    let sampler = {
+        let stop = stop.clone();
+        let pool = &pool;
+        async move {
+            let (mut longest, mut since) = (Duration::ZERO, None::<Instant>);
+            while !stop.is_cancelled() {
+                let stats = pool.stats();
+                if stats.queue_depth > 0 && stats.blank == 0 {
+                    let at = *since.get_or_insert_with(Instant::now);
+                    longest = longest.max(at.elapsed());
+                } else {
+                    since = None;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            longest
+        }
+    };
+    let in_flight = pool.config().size;
+    let run = async {
+        let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+        let (busy_before, _) = cpu_jiffies();
+        let started = Instant::now();
+        let runs = (0..ROOM_TASKS).map(|i| {
+            let semaphore = semaphore.clone();
+            let room = Room::new(format!("telegram:rr-{}", i % ROOM_CHATS));
+            let pool = &pool;
+            async move {
+                let _permit = semaphore.acquire().await.expect("open");
+                let id = format!("rr-{i}");
+                room_task_alone(pool, llm, gateway, &room, &id).await.0
+            }
+        });
+        let latencies = futures_util::future::join_all(runs).await;
+        let wall = started.elapsed();
+        let (busy_after, _) = cpu_jiffies();
+        stop.cancel();
+        let cpu_ms_per_task = (busy_after - busy_before) as f64 * 10.0 / ROOM_TASKS as f64;
+        Throughput { tasks: ROOM_TASKS, wall, latency: Stats::of(latencies), cpu_ms_per_task }
+    };
+    let (sustained, longest_without_blank) = tokio::join!(run, sampler);
+    let after = pool.stats();
+    let replaced = (after.rooms.yielded + after.rooms.idle_retired)
+        - (before.rooms.yielded + before.rooms.idle_retired);
+    let blank_empty_waits = after.rooms.blank_empty_waits - before.rooms.blank_empty_waits;
+    let started_per_s = replaced as f64 / sustained.wall.as_secs_f64();
+    println!(
+        "{}",
+        sustained.line(&format!("rooms: {ROOM_CHATS} chats round-robin, {in_flight} in flight"))
+    );
+    println!(
+        "  {blank_empty_waits} waits with no blank ready; {replaced} containers started \
+         ({} /s); longest stretch with tasks waiting and no blank: {} ms",
+        number(started_per_s),
+        number(ms(longest_without_blank))
+    );
+    pool.shutdown().await.expect("shutdown");
+    RoomsRun { next, first, sustained, blank_empty_waits, started_per_s, longest_without_blank }
+}
+
+impl RoomsRun {
+    fn record(&self, shared: &ExecuteRun, one_start: Duration) {
+        record(Figure::promised(
+            "rooms: a chat's next task, overhead p50",
+            ms(self.next.p50),
+            "ms",
+            Target::AtMost(2.0),
+        ));
+        record(Figure::promised(
+            "rooms: a chat's next task, overhead p99",
+            ms(self.next.p99),
+            "ms",
+            Target::AtMost(5.0),
+        ));
+        record(Figure::reference(
+            "  shared pool (any idle container), overhead p50 / p99",
+            &format!(
+                "{} / {} ms",
+                number(ms(shared.overhead.p50)),
+                number(ms(shared.overhead.p99))
+            ),
+            "(same run, no recycling)",
+        ));
+        record(Figure::promised(
+            "rooms: a new chat's first task (blank), overhead p50",
+            ms(self.first.p50),
+            "ms",
+            Target::AtMost(5.0),
+        ));
+        record(Figure::reference(
+            "  new chat's first task p99",
+            &format!("{} ms", number(ms(self.first.p99))),
+            "(a blank ready)",
+        ));
+        record(Figure::promised(
+            &format!("rooms: {ROOM_CHATS} chats round-robin, sustained"),
+            self.sustained.tasks_per_s(),
+            "tasks/s",
+            Target::AtLeast(5.0),
+        ));
+        record(Figure::reference(
+            "  waits with no blank / containers started per s",
+            &format!("{} / {}", self.blank_empty_waits, number(self.started_per_s)),
+            &format!(
+                "(latency p50 {} / p99 {} ms)",
+                number(ms(self.sustained.latency.p50)),
+                number(ms(self.sustained.latency.p99))
+            ),
+        ));
+        record(Figure::promised(
+            "rooms: longest stretch with tasks waiting, no blank",
+            ms(self.longest_without_blank),
+            "ms",
+            Target::AtMost(ms(one_start)),
+        ));
     }
 }

@@ -108,6 +108,32 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             "Slots waiting (back-off) before their next container",
             stats.backoff.len() as i64,
         );
+        let rooms: Vec<(Labels, i64)> = [("blank", stats.blank), ("chat", stats.bound)]
+            .iter()
+            .map(|(room, n)| (labels(&[("room", room)]), *n as i64))
+            .collect();
+        gauge_family(
+            &mut registry,
+            "pool_containers_by_room",
+            "Pool containers up: blank (never used) or bound to a chat",
+            &rooms,
+        );
+        let r = stats.rooms;
+        let room_events: Vec<(Labels, u64)> = [
+            ("blank_taken", r.blanks_taken),
+            ("blank_empty_wait", r.blank_empty_waits),
+            ("idle_retired", r.idle_retired),
+            ("yielded", r.yielded),
+        ]
+        .iter()
+        .map(|(event, n)| (labels(&[("event", event)]), *n))
+        .collect();
+        counter_family(
+            &mut registry,
+            "pool_room_events",
+            "Blanks taken, waits with no blank ready, and containers retired for their chat",
+            &room_events,
+        );
         let outcomes: Vec<(Labels, u64)> = super::ops::task_outcomes(&stats.tasks)
             .iter()
             .map(|(outcome, n)| (labels(&[("outcome", outcome)]), *n))

@@ -41,6 +41,7 @@ pub fn subagent(s: &ContainerSnapshot) -> Subagent {
         id: s.id.clone(),
         container: s.container.clone(),
         state: s.state.as_str().to_owned(),
+        room: s.room.clone(),
         uptime_secs: s.uptime_secs,
         tasks_served: s.tasks_served,
         current_task: s.current_task.clone(),
@@ -69,6 +70,8 @@ pub fn pool_summary(pool: &Pool) -> PoolSummary {
         tasks: task_outcomes(&stats.tasks),
         unplanned_restarts: stats.unplanned_restarts_total,
         planned_replacements: stats.planned_replacements_total,
+        blank: stats.blank,
+        bound: stats.bound,
     }
 }
 

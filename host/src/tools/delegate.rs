@@ -297,7 +297,10 @@ impl TypedTool for Delegate {
         let (progress_tx, progress_rx) = mpsc::channel(64);
         let shown = show_progress(ctx, &id, progress_rx);
         let run = async {
-            tokio::join!(self.runner.execute(request, cancel.clone(), Some(progress_tx)), shown)
+            tokio::join!(
+                self.runner.execute(&ctx.chat, request, cancel.clone(), Some(progress_tx)),
+                shown
+            )
         };
         tokio::pin!(run);
         // The pool answers within the queue wait + hard limit + cancel grace; this limit only
@@ -730,6 +733,7 @@ mod tests {
     impl SubagentRunner for Canned {
         fn execute(
             &self,
+            _chat: &nexbot_core::ChatRef,
             request: Request,
             _cancel: tokio_util::sync::CancellationToken,
             _progress: Option<mpsc::Sender<Response>>,

@@ -36,6 +36,7 @@ struct NoPool;
 impl SubagentRunner for NoPool {
     fn execute(
         &self,
+        _: &nexbot_core::ChatRef,
         _: Request,
         _: CancellationToken,
         _: Option<mpsc::Sender<Response>>,

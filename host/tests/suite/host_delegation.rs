@@ -352,7 +352,11 @@ impl InProcess {
     }
 
     async fn send(&self, id: u64, text: &str) {
-        let message = InboundMessage { chat: console_chat(), id, text: text.into() };
+        self.send_in(console_chat(), id, text).await;
+    }
+
+    async fn send_in(&self, chat: ChatRef, id: u64, text: &str) {
+        let message = InboundMessage { chat, id, text: text.into() };
         self.app.inbound().send(message).await.unwrap();
     }
 
@@ -565,4 +569,69 @@ async fn delegation_refuses_blocked_tools_and_unknown_secrets_before_any_contain
     // No task, no token: the relay served nothing.
     let audit = read_audit(&ws.dir.join("egress-audit.jsonl"));
     assert!(audit.iter().all(|l| l["kind"] != "relay"), "{audit:#?}");
+}
+
+/// Chats are rooms: through the real daemon (bus, agent, delegation, pool), two chats take
+/// turns delegating; each keeps its own warm container and neither's task ever runs on a
+/// container the other's ran on (container ids from the task records, as `nexbot-ctl tasks`
+/// shows them). Fails on a shared pool, which hands the next task the first idle container.
+#[tokio::test]
+async fn two_chats_delegating_in_turn_never_share_a_container() {
+    let Some(docker) = docker_or_skip("two_chats_never_share").await else { return };
+    image_present(&docker).await;
+    let leftovers = Leftovers::new("rooms");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body: &Value| {
+        if !is_main(body) {
+            return Step::text("ROOM-RESULT");
+        }
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        match messages.last().and_then(|m| m["role"].as_str()) {
+            Some("tool") => Step::text("done"),
+            _ => Step::tool_call("delegate_to_sub_agent", json!({"task": "say where you are"})),
+        }
+    });
+    let ws = TempWorkspace::init("nxw-rooms");
+    let mut env = base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "3".into()));
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
+    let mut host = InProcess::start(&ws, env).await;
+    let (a, b) = (ChatRef::console("room-a").unwrap(), ChatRef::console("room-b").unwrap());
+
+    let checks = async {
+        for (id, chat) in [(1, &a), (2, &b), (3, &a), (4, &b), (5, &a)] {
+            host.send_in(chat.clone(), id, "work").await;
+            let answers = host.answers(1).await;
+            assert_eq!(answers.get(&id).map(String::as_str), Some("done"), "{answers:?}");
+        }
+        let containers = |records: Vec<nexbot_host::store::TaskRecord>| {
+            records
+                .into_iter()
+                .map(|r| {
+                    assert_eq!(r.status, "success", "{r:?}");
+                    r.container.expect("the record names its container")
+                })
+                .collect::<std::collections::BTreeSet<String>>()
+        };
+        let of_a = containers(host.store.tasks(&a).await.unwrap());
+        let of_b = containers(host.store.tasks(&b).await.unwrap());
+        assert!(of_a.is_disjoint(&of_b), "a container served both chats: {of_a:?} {of_b:?}");
+        assert_eq!((of_a.len(), of_b.len()), (1, 1), "each chat kept its warm container");
+        // `ps` names each container's room by the chat.
+        let snapshot = host.sandbox().pool().snapshot();
+        for (chat, containers) in [(&a, &of_a), (&b, &of_b)] {
+            let id = containers.iter().next().unwrap();
+            let slot = snapshot.iter().find(|s| s.container_id.as_ref() == Some(id));
+            assert_eq!(slot.and_then(|s| s.room.clone()), Some(chat.to_string()), "{snapshot:?}");
+        }
+        Ok::<_, String>(())
+    };
+    let result = AssertUnwindSafe(checks).catch_unwind().await;
+    host.stop().await;
+    drop(leftovers);
+    match result {
+        Ok(checked) => checked.unwrap(),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }

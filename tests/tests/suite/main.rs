@@ -22,6 +22,7 @@ mod pool_operator;
 mod pool_ownership;
 mod pool_recovery;
 mod pool_recycling;
+mod pool_rooms;
 mod pool_tasks;
 mod scripted_llm;
 mod subagent_image;

@@ -8,7 +8,7 @@ use crate::pool_common;
 
 use std::time::{Duration, Instant};
 
-use nexbot_docker::{Pool, PoolError, RestartReason, SlotState};
+use nexbot_docker::{Pool, PoolError, RestartReason, Room, SlotState};
 use nexbot_tests::scripted_llm::Step;
 use pool_common::{eventually, exec, llm_on, setup, task};
 use serde_json::json;
@@ -34,7 +34,12 @@ async fn run_task_names_the_container_that_ran_it() {
 
     let run = tokio::time::timeout(
         LIMIT,
-        pool.run_task(task("where-1", "where?", &llm, gateway), CancellationToken::new(), None),
+        pool.run_task(
+            task("where-1", "where?", &llm, gateway),
+            &Room::default(),
+            CancellationToken::new(),
+            None,
+        ),
     )
     .await
     .expect("in time")
@@ -68,8 +73,10 @@ async fn an_operator_kill_stops_the_running_task_and_its_caller_is_told() {
     )
     .await;
 
+    let room = Room::default();
     let run = pool.run_task(
         task("long-1", "sleep a while", &llm, gateway),
+        &room,
         CancellationToken::new(),
         None,
     );
