@@ -86,7 +86,7 @@ pub fn build_agent_with_hooks(
     // the console's).
     let owner_chat = match config.telegram.owner {
         Some(id) => nexbot_core::ChatRef::Telegram(id),
-        None => nexbot_core::ChatRef::console("default").expect("a valid console name"),
+        None => nexbot_core::ChatRef::default_console(),
     };
     let rooms = Rooms::open(workspace, &owner_chat, &daemon_files(config))
         .with_context(|| format!("the chats' rooms in workspace {}", workspace.display()))?;
