@@ -66,16 +66,25 @@ impl Rooms {
         let workspace = workspace.canonicalize()?;
         let dir = workspace.join(ROOMS_DIR);
         if !dir.join(MOVED_MARKER).exists() {
-            let moved = move_shared_workspace(&workspace, owner_chat, keep)?;
-            tracing::info!(
-                moved = moved.moved.len(),
-                left = moved.left.len(),
-                room = %dir.join(room_name(owner_chat)).display(),
-                "rooms: moved {} file(s) and folder(s) of the shared workspace into the room of \
-                 {owner_chat}; left {} in place (the daemon's or the operator's)",
-                moved.moved.len(),
-                moved.left.len()
-            );
+            // A failed move does not stop the daemon: the chats work in their rooms anyway,
+            // and the move is tried again at the next start (the marker is written last).
+            match move_shared_workspace(&workspace, owner_chat, keep) {
+                Ok(moved) => tracing::info!(
+                    moved = moved.moved.len(),
+                    left = moved.left.len(),
+                    room = %dir.join(room_name(owner_chat)).display(),
+                    "rooms: moved {} file(s) and folder(s) of the shared workspace into the room \
+                     of {owner_chat}; left {} in place (the daemon's or the operator's)",
+                    moved.moved.len(),
+                    moved.left.len()
+                ),
+                Err(e) => tracing::error!(
+                    "rooms: could not move the shared workspace's files into the room of \
+                     {owner_chat}: {e}; check that the daemon may write to {} (tried again at \
+                     the next start)",
+                    workspace.display()
+                ),
+            }
         }
         let mut shared: Vec<Shared> = OPERATOR_FILES
             .iter()
@@ -185,7 +194,12 @@ pub fn move_shared_workspace(
             continue;
         }
         let target = free_name(&room, &name);
-        std::fs::rename(&path, &target)?;
+        if let Err(e) = std::fs::rename(&path, &target) {
+            // A mount point or another file system: left for the operator, said once.
+            tracing::warn!("rooms: {} stays where it is: cannot move it ({e})", path.display());
+            report.left.push(name);
+            continue;
+        }
         let new_name = target.file_name().unwrap_or_default().to_string_lossy().into_owned();
         report.moved.push((name, new_name));
     }
