@@ -37,6 +37,7 @@ pub mod exits;
 pub mod instance;
 pub mod llm;
 pub mod pool_runner;
+pub mod rooms;
 pub mod runtime;
 pub mod sandbox;
 pub mod scheduler;

@@ -13,12 +13,13 @@ use crate::config::Config;
 use crate::delegation::{LlmAccess, SubagentRunner};
 use crate::exits::Exits;
 use crate::llm::Model;
+use crate::rooms::{Keep, Rooms};
 use crate::sandbox::Sandbox;
 use crate::spend::Spend;
 use crate::store::Store;
 use crate::tools::ask_user::AskUser;
 use crate::tools::delegate::{Delegate, DelegateSettings, SecretSource};
-use crate::tools::files::{file_tools, Confinement};
+use crate::tools::files::file_tools;
 use crate::tools::manage_message::ManageMessage;
 use crate::tools::memory::Memory;
 use crate::tools::send_file::SendFile;
@@ -26,7 +27,7 @@ use crate::tools::send_message::SendMessage;
 use crate::tools::tasks::ManageTasks;
 use crate::tools::ToolRegistry;
 use crate::vault::Vault;
-use crate::workspace::{CONFIG_FILE, CONTROL_SOCKET, MEMORY_FILE, OPERATOR_FILES};
+use crate::workspace::{CONFIG_FILE, MEMORY_FILE};
 
 /// Opens the database named by the config.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
@@ -80,38 +81,27 @@ pub fn build_agent_with_hooks(
             workspace.display()
         );
     }
-    let database = config.database_path();
-    let protected: Vec<_> = ["", "-wal", "-shm", "-journal"]
-        .iter()
-        .map(|suffix| {
-            let mut name = database.clone().into_os_string();
-            name.push(suffix);
-            name.into()
-        })
-        .chain([
-            workspace.join(CONFIG_FILE),
-            config.egress_audit_path(),
-            workspace.join(CONTROL_SOCKET),
-        ])
-        .collect();
-    // The operator's instructions; MEMORY.md only through the memory tool (which records
-    // where a note came from).
-    let read_only: Vec<_> =
-        OPERATOR_FILES.iter().chain([&MEMORY_FILE]).map(|name| workspace.join(name)).collect();
-    let confinement = Confinement::new(workspace, &protected, &read_only)
-        .with_context(|| format!("workspace {}", workspace.display()))?;
-    let confinement = Arc::new(confinement);
+    // Each chat's file tools work in its own room; on the first start with rooms an older
+    // install's loose files move into the owner's room (the owner's private Telegram chat, else
+    // the console's).
+    let owner_chat = match config.telegram.owner {
+        Some(id) => nexbot_core::ChatRef::Telegram(id),
+        None => nexbot_core::ChatRef::default_console(),
+    };
+    let rooms = Rooms::open(workspace, &owner_chat, &daemon_files(config))
+        .with_context(|| format!("the chats' rooms in workspace {}", workspace.display()))?;
+    let rooms = Arc::new(rooms);
     let mut tools = ToolRegistry::default();
-    for tool in file_tools(confinement.clone()) {
+    for tool in file_tools(rooms.clone()) {
         tools.add(tool);
     }
-    for tool in crate::tools::search::search_tools(confinement.clone()) {
+    for tool in crate::tools::search::search_tools(rooms.clone()) {
         tools.add(tool);
     }
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
-    tools.add(Arc::new(SendFile::new(confinement)));
+    tools.add(Arc::new(SendFile::new(rooms)));
     tools.add(Arc::new(ManageMessage));
     tools.add(Arc::new(AskUser::new(Duration::from_secs(config.agent.ask_timeout_secs))));
     if config.scheduler.enabled {
@@ -149,6 +139,35 @@ pub fn build_agent_with_hooks(
         Some(delegate) => agent.with_cli(delegate),
         None => agent,
     })
+}
+
+/// What the daemon names that the move into rooms must leave where it is, wherever the config
+/// puts it: the database and its companions, the config, the audit log, the socket and the
+/// lock, the proxy's CA files, the skills folder.
+fn daemon_files(config: &Config) -> Keep {
+    let database = config.database_path();
+    let mut paths: Vec<std::path::PathBuf> = ["", "-wal", "-shm", "-journal"]
+        .iter()
+        .map(|suffix| {
+            let mut name = database.clone().into_os_string();
+            name.push(suffix);
+            name.into()
+        })
+        .collect();
+    paths.extend([
+        config.workspace.dir.join(CONFIG_FILE),
+        config.egress_audit_path(),
+        config.control_socket(),
+        config.data_dir().join(crate::instance::LOCK_FILE),
+    ]);
+    paths.extend(config.egress.proxy.extra_ca_files.iter().cloned());
+    if let Some(dir) = &config.skills.dir {
+        paths.push(dir.clone());
+    }
+    if let Some(dir) = &config.subagent.skills_dir {
+        paths.push(dir.clone());
+    }
+    Keep { paths }
 }
 
 /// Built-in hook: when a tool times out, tells the model how to recover instead of retrying

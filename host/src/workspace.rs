@@ -22,12 +22,12 @@ pub const MEMORY_FILE: &str = "MEMORY.md";
 /// Who the owner is: like [`MEMORY_FILE`], only in the owner's chat's prompt.
 pub const USER_FILE: &str = "USER.md";
 
-/// Files that instruct the agent and are the operator's to change: the agent's file tools may
-/// read them but never write, edit or delete them (`HEARTBEAT.md` is the scheduler's).
-pub const OPERATOR_FILES: [&str; 4] = ["IDENTITY.md", "AGENTS.md", "SOUL.md", "HEARTBEAT.md"];
-
-/// The control API's socket in the data directory (reserved now: the file tools refuse it).
-pub const CONTROL_SOCKET: &str = "control.sock";
+/// Files that instruct the agent and are the operator's to change: every chat's file tools may
+/// read them by name but never write, edit or delete them (`HEARTBEAT.md` is the scheduler's;
+/// `TOOLS.md` is in every chat's prompt, so a chat that could write it would instruct all the
+/// others, the owner's included).
+pub const OPERATOR_FILES: [&str; 5] =
+    ["IDENTITY.md", "AGENTS.md", "SOUL.md", "TOOLS.md", "HEARTBEAT.md"];
 
 /// The commented `config.toml` that documents every key and its default.
 pub const CONFIG_TEMPLATE: &str = include_str!("defaults/config.toml");

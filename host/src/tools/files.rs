@@ -1,10 +1,21 @@
-//! Workspace file tools — `read_file`, `write_file`, `edit_file`, `list_dir`, `delete_file` —
-//! and the confinement they all share.
+//! A chat's file tools — `read_file`, `write_file`, `edit_file`, `list_dir`, `delete_file` —
+//! and the confinement they (and `search_files`, `search_text`, `send_file`) all share.
 //!
-//! Why the confinement is strict: the model's arguments are untrusted input. Every path must
-//! be relative, must not contain `..`, and after resolving symlinks (canonicalization of the
-//! path, or of its deepest existing ancestor for a new file) must still lie inside the
-//! canonical workspace root. The daemon's own files (config, database) are off limits too.
+//! Why a room per chat: the model's arguments are untrusted input, and one chat's model must
+//! never reach another chat's files, the owner's notes, the operator's instructions or the
+//! daemon's own files. The confinement's root IS the chat's room (`<workspace>/chats/<room>`,
+//! [`crate::rooms`]), so everything outside it — the database, its WAL, backups, audit logs,
+//! sockets, the lock, `config.toml`, other rooms — is unreachable by construction, not by a
+//! list of names. Every path must be relative, must not contain `..`, and after resolving
+//! symlinks (canonicalization of the path, or of its deepest existing ancestor for a new file)
+//! must still lie inside the canonical room.
+//!
+//! The only ways out are [`Shared`] files, each reached by its exact name at the room's top
+//! (`TOOLS.md`, `./TOOLS.md`): the operator's files (`IDENTITY.md`, `AGENTS.md`, `SOUL.md`,
+//! `TOOLS.md`, `HEARTBEAT.md`) read-only, and in the owner's chat only, the owner's `USER.md`
+//! (writable) and `MEMORY.md` (read-only: it changes through the `memory` tool). Those names
+//! are reserved in every room: nothing of the room's own can shadow them, and no chat can
+//! write a file that some prompt would read.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -14,83 +25,84 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
+use crate::rooms::Rooms;
 
 /// Largest text `read_file` returns; longer files are cut with a marker.
 pub const MAX_READ_CHARS: usize = 200_000;
 /// Largest content `write_file`/`edit_file` accept.
 pub const MAX_WRITE_BYTES: usize = 4 * 1024 * 1024;
 
-/// The confined root and the files inside it the model may not touch.
+/// Whose a [`Shared`] file is, which decides who may reach it and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedKind {
+    /// The operator's instructions: every chat reads them, no chat changes them.
+    Operator,
+    /// The owner's own notes: only the owner's chat reaches them; `writable` says whether the
+    /// file tools may change them (`USER.md`) or only read them (`MEMORY.md`).
+    Personal { writable: bool },
+}
+
+/// A file outside the room that a chat reaches by its exact name at the room's top.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    pub name: String,
+    /// Where it really is (the workspace root).
+    pub path: PathBuf,
+    pub kind: SharedKind,
+}
+
+/// One chat's room and the shared files it may reach by name.
 #[derive(Debug)]
 pub struct Confinement {
     root: PathBuf,
-    protected: Vec<PathBuf>,
-    read_only: Vec<PathBuf>,
+    shared: Vec<Shared>,
+    /// Whether the chat is the owner's (personal shared files are refused otherwise).
+    owner: bool,
 }
 
-/// Absolute `paths` (which may not exist yet) with their folder canonicalized, as resolved
-/// paths are compared.
-fn canonical_names(paths: &[PathBuf]) -> Vec<PathBuf> {
-    paths
-        .iter()
-        .filter_map(|p| {
-            let parent = p.parent()?.canonicalize().ok()?;
-            Some(parent.join(p.file_name()?))
-        })
-        .collect()
+/// How a path is going to be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Read,
+    Change,
+    Create,
 }
 
 impl Confinement {
-    /// `root` must exist. `protected` paths (absolute; may not exist yet) are refused, and so
-    /// is every file named like one of them plus a `.` suffix (rotated logs: `audit.jsonl.1`).
-    /// `read_only` paths may be read but not written, edited or deleted.
-    pub fn new(root: &Path, protected: &[PathBuf], read_only: &[PathBuf]) -> io::Result<Self> {
-        let root = root.canonicalize()?;
-        Ok(Self {
-            root,
-            protected: canonical_names(protected),
-            read_only: canonical_names(read_only),
-        })
-    }
-
-    fn is_protected(&self, resolved: &Path) -> bool {
-        self.protected.iter().any(|p| {
-            if p == resolved {
-                return true;
-            }
-            let (Some(name), Some(rotated)) = (p.file_name(), resolved.file_name()) else {
-                return false;
-            };
-            let prefix = format!("{}.", name.to_string_lossy());
-            p.parent() == resolved.parent() && rotated.to_string_lossy().starts_with(&prefix)
-        })
+    /// `root` (the chat's room) must exist. `shared` are the files reached by name (see the
+    /// module documentation); `owner` whether the chat is the owner's.
+    pub fn new(root: &Path, shared: Vec<Shared>, owner: bool) -> io::Result<Self> {
+        Ok(Self { root: root.canonicalize()?, shared, owner })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Whether a search must pass `resolved` by (neither list nor read it): the daemon's files,
-    /// and the owner's personal files in a chat that is not the owner's. The same rules as
-    /// [`Self::existing`] and [`Self::check_personal`], asked of every entry a walk meets.
-    pub fn hidden(&self, resolved: &Path, owner: bool) -> bool {
-        self.is_protected(resolved) || self.check_personal("", resolved, owner).is_err()
+    /// Whether a search must pass `resolved` by: an entry at the room's top named like a
+    /// shared file is shadowed by it (read_file of that name reads the shared one), so a search
+    /// does not show what `read_file` would not.
+    pub fn hidden(&self, resolved: &Path) -> bool {
+        resolved.parent() == Some(self.root.as_path())
+            && resolved
+                .file_name()
+                .is_some_and(|name| self.shared.iter().any(|s| name == s.name.as_str()))
     }
 
-    /// Refuses `resolved` (a resolved path) when it is one of the owner's files (`USER.md`,
-    /// `MEMORY.md`) and the chat is not the owner's: one person's facts never reach another's
-    /// chat, whichever tool or path spelling asks.
-    pub fn check_personal(&self, raw: &str, resolved: &Path, owner: bool) -> Result<(), ToolError> {
-        let personal = [crate::workspace::USER_FILE, crate::workspace::MEMORY_FILE]
+    /// The shared files this chat sees at its room's top, for `list_dir`: each with its line.
+    pub fn shared_entries(&self) -> Vec<String> {
+        self.shared
             .iter()
-            .any(|name| resolved == self.root.join(name));
-        if personal && !owner {
-            return Err(ToolError::new(format!(
-                "{raw}: refused, it holds the owner's personal notes, which only the owner's \
-                 private chat may use"
-            )));
-        }
-        Ok(())
+            .filter(|s| self.owner || s.kind == SharedKind::Operator)
+            .filter(|s| s.path.is_file())
+            .map(|s| match s.kind {
+                SharedKind::Operator => format!("{} (the operator's, read-only)", s.name),
+                SharedKind::Personal { writable: true } => format!("{} (the owner's)", s.name),
+                SharedKind::Personal { writable: false } => {
+                    format!("{} (the owner's; changes only through the memory tool)", s.name)
+                }
+            })
+            .collect()
     }
 
     fn check_relative(raw: &str) -> Result<&Path, ToolError> {
@@ -105,11 +117,15 @@ impl Confinement {
             match component {
                 Component::RootDir | Component::Prefix(_) => {
                     return Err(ToolError::new(format!(
-                        "{raw}: absolute paths are refused; use a path relative to the workspace"
+                        "{raw}: absolute paths are refused; use a path relative to this chat's \
+                         folder"
                     )))
                 }
                 Component::ParentDir => {
-                    return Err(ToolError::new(format!("{raw}: `..` is refused in paths")))
+                    return Err(ToolError::new(format!(
+                        "{raw}: `..` is refused in paths; this chat's files are all under its \
+                         own folder"
+                    )))
                 }
                 Component::CurDir | Component::Normal(_) => {}
             }
@@ -117,50 +133,81 @@ impl Confinement {
         Ok(path)
     }
 
-    fn inside(&self, raw: &str, resolved: PathBuf) -> Result<PathBuf, ToolError> {
-        if !resolved.starts_with(&self.root) {
-            return Err(ToolError::new(format!(
-                "{raw}: refused, it leads outside the workspace (through a symlink)"
-            )));
-        }
-        if self.is_protected(&resolved) {
-            return Err(ToolError::new(format!("{raw}: refused, this file belongs to the daemon")));
-        }
-        Ok(resolved)
+    /// The shared file `rel` names, when it is one name at the room's top (`./` allowed).
+    fn shared_named(&self, rel: &Path) -> Option<&Shared> {
+        let mut names = rel.components().filter(|c| !matches!(c, Component::CurDir));
+        let (Some(Component::Normal(name)), None) = (names.next(), names.next()) else {
+            return None;
+        };
+        self.shared.iter().find(|s| name == s.name.as_str())
     }
 
-    fn not_read_only(&self, raw: &str, resolved: PathBuf) -> Result<PathBuf, ToolError> {
-        if self.read_only.contains(&resolved) {
-            return Err(ToolError::new(format!(
-                "{raw}: refused, the agent may read this file but not change it (IDENTITY.md, \
-                 AGENTS.md, SOUL.md and HEARTBEAT.md are the operator's; MEMORY.md changes only \
-                 through the memory tool)"
-            )));
+    /// A shared file for `how`, or the refusal that says why not.
+    fn shared_for(&self, raw: &str, shared: &Shared, how: Use) -> Result<PathBuf, ToolError> {
+        match shared.kind {
+            SharedKind::Personal { .. } if !self.owner => {
+                return Err(ToolError::new(format!(
+                    "{raw}: refused, it holds the owner's personal notes, which only the owner's \
+                     private chat may use"
+                )))
+            }
+            SharedKind::Operator if how != Use::Read => {
+                return Err(ToolError::new(format!(
+                    "{raw}: refused, {} is the operator's file: you may read it but not change \
+                     it, and no file of this chat may take its name (use another name, e.g. \
+                     notes/{})",
+                    shared.name, shared.name
+                )))
+            }
+            SharedKind::Personal { writable: false } if how != Use::Read => {
+                return Err(ToolError::new(format!(
+                    "{raw}: refused, the agent may read {} but not change it with the file \
+                     tools; it changes only through the memory tool",
+                    shared.name
+                )))
+            }
+            _ => {}
         }
-        Ok(resolved)
+        if how != Use::Create && shared.path.symlink_metadata().is_err() {
+            return Err(ToolError::new(format!("{raw}: no such file or directory")));
+        }
+        Ok(shared.path.clone())
     }
 
     /// An existing path, resolved and checked, for reading.
     pub fn existing(&self, raw: &str) -> Result<PathBuf, ToolError> {
-        self.resolve(raw, true)
+        self.resolve(raw, Use::Read)
     }
 
     /// An existing path the agent may change (edit, delete).
     pub fn changeable(&self, raw: &str) -> Result<PathBuf, ToolError> {
-        self.not_read_only(raw, self.resolve(raw, true)?)
+        self.resolve(raw, Use::Change)
     }
 
     /// A path that may not exist yet (for writing).
     pub fn writable(&self, raw: &str) -> Result<PathBuf, ToolError> {
-        self.not_read_only(raw, self.resolve(raw, false)?)
+        self.resolve(raw, Use::Create)
     }
 
-    /// The deepest existing ancestor of the path (the path itself when it exists) is
-    /// canonicalized and checked; the missing rest, which cannot be a symlink because it does
-    /// not exist, is appended. So a path through a symlink that leads out is refused whether
-    /// or not its end exists.
-    fn resolve(&self, raw: &str, must_exist: bool) -> Result<PathBuf, ToolError> {
+    /// The directory entry itself that `raw` names (not where a symlink leads), for deleting:
+    /// call it after [`Self::changeable`] accepted `raw`.
+    pub fn entry(&self, raw: &str) -> Result<PathBuf, ToolError> {
         let rel = Self::check_relative(raw)?;
+        Ok(match self.shared_named(rel) {
+            Some(shared) => shared.path.clone(),
+            None => self.root.join(rel),
+        })
+    }
+
+    /// A shared file by its name, else: the deepest existing ancestor of the path (the path
+    /// itself when it exists) is canonicalized and checked; the missing rest, which cannot be
+    /// a symlink because it does not exist, is appended. So a path through a symlink that
+    /// leads out is refused whether or not its end exists.
+    fn resolve(&self, raw: &str, how: Use) -> Result<PathBuf, ToolError> {
+        let rel = Self::check_relative(raw)?;
+        if let Some(shared) = self.shared_named(rel) {
+            return self.shared_for(raw, shared, how);
+        }
         let joined = self.root.join(rel);
         let mut missing = Vec::new();
         let mut ancestor = joined.as_path();
@@ -178,42 +225,62 @@ impl Confinement {
             _ => ToolError::new(format!("{raw}: {e}")),
         })?;
         resolved.extend(missing.iter().rev());
-        let resolved = self.inside(raw, resolved)?;
-        if must_exist && !missing.is_empty() {
+        if !resolved.starts_with(&self.root) {
+            return Err(ToolError::new(format!(
+                "{raw}: refused, it leads outside this chat's folder (through a symlink)"
+            )));
+        }
+        if self.hidden(&resolved) {
+            // A symlink inside the room to a top-level entry named like a shared file.
+            return Err(ToolError::new(format!(
+                "{raw}: refused, it leads to a name reserved for a shared file"
+            )));
+        }
+        if how != Use::Create && !missing.is_empty() {
             return Err(ToolError::new(format!("{raw}: no such file or directory")));
         }
         Ok(resolved)
     }
 }
 
-/// Runs a file tool's work on the blocking pool, over the shared confinement.
-async fn in_workspace(
-    confinement: &Arc<Confinement>,
-    work: impl FnOnce(&Confinement) -> ToolResult + Send + 'static,
-) -> ToolResult {
-    let confinement = confinement.clone();
-    tokio::task::spawn_blocking(move || work(&confinement))
-        .await
-        .map_err(|e| ToolError::new(format!("tool failed: {e}")))?
+/// Runs a file tool's work on the blocking pool, over the room of the turn's chat.
+pub(crate) async fn in_room<T: Send + 'static>(
+    rooms: &Arc<Rooms>,
+    ctx: &ToolContext,
+    work: impl FnOnce(&Confinement) -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    let rooms = rooms.clone();
+    let (chat, owner) = (ctx.chat.clone(), ctx.owner);
+    tokio::task::spawn_blocking(move || {
+        let confinement = rooms.confinement(&chat, owner).map_err(|e| {
+            ToolError::new(format!(
+                "this chat's folder cannot be opened ({e}); tell the operator, the data \
+                 directory needs attention"
+            ))
+        })?;
+        work(&confinement)
+    })
+    .await
+    .map_err(|e| ToolError::new(format!("tool failed: {e}")))?
 }
 
 fn io_error(raw: &str, e: io::Error) -> ToolError {
     ToolError::new(format!("{raw}: {e}"))
 }
 
-/// All five file tools over one confinement.
-pub fn file_tools(confinement: Arc<Confinement>) -> Vec<Arc<dyn Tool>> {
+/// All five file tools over the chats' rooms.
+pub fn file_tools(rooms: Arc<Rooms>) -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(ReadFile(confinement.clone())),
-        Arc::new(WriteFile(confinement.clone())),
-        Arc::new(EditFile(confinement.clone())),
-        Arc::new(ListDir(confinement.clone())),
-        Arc::new(DeleteFile(confinement)),
+        Arc::new(ReadFile(rooms.clone())),
+        Arc::new(WriteFile(rooms.clone())),
+        Arc::new(EditFile(rooms.clone())),
+        Arc::new(ListDir(rooms.clone())),
+        Arc::new(DeleteFile(rooms)),
     ]
 }
 
 #[derive(Debug)]
-pub struct ReadFile(Arc<Confinement>);
+pub struct ReadFile(Arc<Rooms>);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -229,15 +296,14 @@ impl TypedTool for ReadFile {
     type Args = PathArgs;
     const NAME: &'static str = "read_file";
     const DESCRIPTION: &'static str =
-        "Read a UTF-8 text file of the workspace. `path` is relative to the workspace.";
+        "Read a UTF-8 text file of this chat's folder. `path` is relative to the folder; the \
+         operator's files (e.g. `TOOLS.md`) are read by their name too.";
     fn schema() -> Value {
         path_schema()
     }
     async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
-        let owner = ctx.owner;
-        in_workspace(&self.0, move |confinement| {
+        in_room(&self.0, ctx, move |confinement| {
             let path = confinement.existing(&args.path)?;
-            confinement.check_personal(&args.path, &path, owner)?;
             if path.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
@@ -255,7 +321,7 @@ impl TypedTool for ReadFile {
 }
 
 #[derive(Debug)]
-pub struct WriteFile(Arc<Confinement>);
+pub struct WriteFile(Arc<Rooms>);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -268,20 +334,19 @@ impl TypedTool for WriteFile {
     type Args = WriteArgs;
     const NAME: &'static str = "write_file";
     const DESCRIPTION: &'static str =
-        "Create or overwrite a text file in the workspace (parent directories are created).";
+        "Create or overwrite a text file in this chat's folder (parent directories are \
+         created).";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "path": {"type": "string"}, "content": {"type": "string"}},
             "required": ["path", "content"]})
     }
     async fn run(&self, args: WriteArgs, ctx: &ToolContext) -> ToolResult {
-        let owner = ctx.owner;
         if args.content.len() > MAX_WRITE_BYTES {
             return Err(ToolError::new(format!("content exceeds {MAX_WRITE_BYTES} bytes")));
         }
-        in_workspace(&self.0, move |confinement| {
+        in_room(&self.0, ctx, move |confinement| {
             let path = confinement.writable(&args.path)?;
-            confinement.check_personal(&args.path, &path, owner)?;
             if path.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
@@ -296,7 +361,7 @@ impl TypedTool for WriteFile {
 }
 
 #[derive(Debug)]
-pub struct EditFile(Arc<Confinement>);
+pub struct EditFile(Arc<Rooms>);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -312,7 +377,7 @@ impl TypedTool for EditFile {
     type Args = EditArgs;
     const NAME: &'static str = "edit_file";
     const DESCRIPTION: &'static str =
-        "Replace `old_text` with `new_text` in a workspace file. `old_text` must occur exactly \
+        "Replace `old_text` with `new_text` in a file of this chat's folder. `old_text` must occur exactly \
          once unless `replace_all` is true.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
@@ -321,13 +386,11 @@ impl TypedTool for EditFile {
             "required": ["path", "old_text", "new_text"]})
     }
     async fn run(&self, args: EditArgs, ctx: &ToolContext) -> ToolResult {
-        let owner = ctx.owner;
         if args.old_text.is_empty() {
             return Err(ToolError::new("old_text is empty"));
         }
-        in_workspace(&self.0, move |confinement| {
+        in_room(&self.0, ctx, move |confinement| {
             let path = confinement.changeable(&args.path)?;
-            confinement.check_personal(&args.path, &path, owner)?;
             let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
             let count = text.matches(&args.old_text).count();
             if count == 0 {
@@ -351,7 +414,7 @@ impl TypedTool for EditFile {
 }
 
 #[derive(Debug)]
-pub struct ListDir(Arc<Confinement>);
+pub struct ListDir(Arc<Rooms>);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -367,17 +430,22 @@ fn dot() -> String {
 impl TypedTool for ListDir {
     type Args = ListArgs;
     const NAME: &'static str = "list_dir";
-    const DESCRIPTION: &'static str = "List a workspace directory (default: the workspace root).";
+    const DESCRIPTION: &'static str =
+        "List a directory of this chat's folder (default: the folder itself, with the \
+         operator's files it may read).";
     fn schema() -> Value {
         json!({"type": "object", "properties": {"path": {"type": "string"}}})
     }
-    async fn run(&self, args: ListArgs, _: &ToolContext) -> ToolResult {
-        in_workspace(&self.0, move |confinement| {
+    async fn run(&self, args: ListArgs, ctx: &ToolContext) -> ToolResult {
+        in_room(&self.0, ctx, move |confinement| {
             let path = confinement.existing(&args.path)?;
             let entries = std::fs::read_dir(&path).map_err(|e| io_error(&args.path, e))?;
             let mut lines = Vec::new();
             for entry in entries {
                 let entry = entry.map_err(|e| io_error(&args.path, e))?;
+                if confinement.hidden(&entry.path()) {
+                    continue;
+                }
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let meta = entry.path().symlink_metadata().map_err(|e| io_error(&name, e))?;
                 lines.push(if meta.file_type().is_symlink() {
@@ -388,6 +456,9 @@ impl TypedTool for ListDir {
                     format!("{name} ({} bytes)", meta.len())
                 });
             }
+            if path == confinement.root() {
+                lines.extend(confinement.shared_entries());
+            }
             lines.sort();
             Ok(success(lines.join("\n")))
         })
@@ -396,25 +467,23 @@ impl TypedTool for ListDir {
 }
 
 #[derive(Debug)]
-pub struct DeleteFile(Arc<Confinement>);
+pub struct DeleteFile(Arc<Rooms>);
 
 impl TypedTool for DeleteFile {
     type Args = PathArgs;
     const NAME: &'static str = "delete_file";
-    const DESCRIPTION: &'static str = "Delete a file of the workspace (not a directory).";
+    const DESCRIPTION: &'static str = "Delete a file of this chat's folder (not a directory).";
     fn schema() -> Value {
         path_schema()
     }
     async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
-        let owner = ctx.owner;
-        in_workspace(&self.0, move |confinement| {
+        in_room(&self.0, ctx, move |confinement| {
             // Resolving checks where a symlink leads; the link itself is what is removed.
             let resolved = confinement.changeable(&args.path)?;
-            confinement.check_personal(&args.path, &resolved, owner)?;
             if resolved.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
-            let link = confinement.root().join(&args.path);
+            let link = confinement.entry(&args.path)?;
             std::fs::remove_file(&link).map_err(|e| io_error(&args.path, e))?;
             Ok(success(format!("deleted {}", args.path)))
         })
@@ -425,13 +494,20 @@ impl TypedTool for DeleteFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rooms::Keep;
+    use nexbot_core::ChatRef;
 
+    /// A data directory as an install has it — the daemon's files, an operator's backup, the
+    /// operator's and the owner's files — and two chats: A (`telegram:1`) with a file of its
+    /// own, B (`telegram:2`) whose room holds symlinks planted at A's room, the data directory
+    /// and the daemon's files (no tool makes symlinks; they stand for anything that might).
     struct Fixture {
         base: PathBuf,
-        root: PathBuf,
-        outside: PathBuf,
+        ws: PathBuf,
+        room_a: PathBuf,
+        room_b: PathBuf,
         tools: Vec<Arc<dyn Tool>>,
-        ctx: ToolContext,
+        _socket: std::os::unix::net::UnixListener,
     }
 
     impl Drop for Fixture {
@@ -440,44 +516,98 @@ mod tests {
         }
     }
 
+    const A: ChatRef = ChatRef::Telegram(1);
+    const B: ChatRef = ChatRef::Telegram(2);
+
+    /// The daemon's files and an operator's backup, with what each holds.
+    const DAEMON: [(&str, &str); 6] = [
+        ("nexbot.db", "SQLite format 3\0 the database"),
+        ("nexbot.db-wal", "the wal"),
+        ("nexbot.lock", "4242"),
+        ("config.toml", "[llm]"),
+        ("egress-audit.jsonl", "{\"audit\": 1}"),
+        ("backup-2026-11-24.db", "SQLite format 3\0 the operator's backup"),
+    ];
+
     fn fixture() -> Fixture {
         let base = std::env::temp_dir().join(format!("nxh-files-{}", uuid::Uuid::new_v4()));
-        let root = base.join("ws");
-        let outside = base.join("outside");
-        std::fs::create_dir_all(root.join("sub")).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::fs::write(outside.join("secret.txt"), "outside-secret").unwrap();
-        std::fs::write(root.join("note.txt"), "hello world").unwrap();
-        std::fs::write(root.join("config.toml"), "[llm]").unwrap();
-        std::os::unix::fs::symlink(&outside, root.join("escape_dir")).unwrap();
-        std::os::unix::fs::symlink(outside.join("secret.txt"), root.join("escape_file")).unwrap();
-        std::os::unix::fs::symlink(root.join("note.txt"), root.join("inner_link")).unwrap();
-        std::os::unix::fs::symlink(outside.join("gone"), root.join("dangling")).unwrap();
-        std::fs::write(root.join("IDENTITY.md"), "I am Nexbot").unwrap();
-        std::fs::write(root.join("audit.jsonl.2"), "old audit").unwrap();
-        std::os::unix::fs::symlink(root.join("IDENTITY.md"), root.join("identity_link")).unwrap();
-        let confinement = Confinement::new(
-            &root,
-            &[root.join("config.toml"), root.join("audit.jsonl")],
-            &[root.join("IDENTITY.md")],
-        )
-        .unwrap();
-        let ctx = ToolContext::for_tests();
-        Fixture { base, root, outside, tools: file_tools(Arc::new(confinement)), ctx }
+        let ws = base.join("data");
+        std::fs::create_dir_all(&ws).unwrap();
+        for (name, text) in DAEMON {
+            std::fs::write(ws.join(name), text).unwrap();
+        }
+        let socket = std::os::unix::net::UnixListener::bind(ws.join("nexbot.sock")).unwrap();
+        for name in crate::workspace::OPERATOR_FILES {
+            std::fs::write(ws.join(name), format!("operator's {name}")).unwrap();
+        }
+        std::fs::write(ws.join("USER.md"), "owner: Alice, lives in Paris").unwrap();
+        std::fs::write(ws.join("MEMORY.md"), "- Alice's bank is X").unwrap();
+        let rooms = Arc::new(Rooms::open(&ws, &A, &Keep::default()).unwrap());
+        let room_a = rooms.confinement(&A, false).unwrap().root().to_owned();
+        let room_b = rooms.confinement(&B, false).unwrap().root().to_owned();
+        std::fs::write(room_a.join("a-secret.txt"), "A's secret").unwrap();
+        std::fs::create_dir_all(room_b.join("sub")).unwrap();
+        std::fs::write(room_b.join("note.txt"), "hello world").unwrap();
+        let link = |to: &Path, name: &str| std::os::unix::fs::symlink(to, room_b.join(name));
+        link(&room_a, "to_a").unwrap();
+        link(&room_a.join("a-secret.txt"), "to_a_file").unwrap();
+        link(&ws, "to_data").unwrap();
+        link(&ws.join("nexbot.db"), "to_db").unwrap();
+        link(&ws.join("TOOLS.md"), "to_tools").unwrap();
+        link(&ws.join("gone"), "dangling").unwrap();
+        link(&room_b.join("note.txt"), "inner_link").unwrap();
+        let tools = file_tools(rooms);
+        Fixture { base, ws, room_a, room_b, tools, _socket: socket }
+    }
+
+    fn ctx(chat: ChatRef, owner: bool) -> ToolContext {
+        let mut ctx = ToolContext::for_tests();
+        ctx.chat = chat;
+        ctx.owner = owner;
+        ctx
     }
 
     impl Fixture {
-        async fn call(&self, name: &str, args: Value) -> ToolResult {
+        async fn call_as(&self, ctx: &ToolContext, name: &str, args: Value) -> ToolResult {
             let tool = self.tools.iter().find(|t| t.name() == name).unwrap();
-            tool.call(args, &self.ctx).await
+            tool.call(args, ctx).await
+        }
+
+        /// B's call.
+        async fn call(&self, name: &str, args: Value) -> ToolResult {
+            self.call_as(&ctx(B, false), name, args).await
+        }
+
+        /// Every file outside B's room still holds what it held.
+        fn untouched(&self) {
+            for (name, text) in DAEMON {
+                assert_eq!(std::fs::read_to_string(self.ws.join(name)).unwrap(), text, "{name}");
+            }
+            assert!(self
+                .ws
+                .join("nexbot.sock")
+                .symlink_metadata()
+                .unwrap()
+                .file_type()
+                .is_socket());
+            for name in crate::workspace::OPERATOR_FILES {
+                let text = std::fs::read_to_string(self.ws.join(name)).unwrap();
+                assert_eq!(text, format!("operator's {name}"), "{name}");
+            }
+            let user = std::fs::read_to_string(self.ws.join("USER.md")).unwrap();
+            assert_eq!(user, "owner: Alice, lives in Paris");
+            let a = std::fs::read_to_string(self.room_a.join("a-secret.txt")).unwrap();
+            assert_eq!(a, "A's secret");
         }
     }
+
+    use std::os::unix::fs::FileTypeExt;
 
     /// Arguments for `tool` aimed at `path`.
     fn args_for(tool: &str, path: &str) -> Value {
         match tool {
             "write_file" => json!({"path": path, "content": "pwned"}),
-            "edit_file" => json!({"path": path, "old_text": "outside", "new_text": "pwned"}),
+            "edit_file" => json!({"path": path, "old_text": "s", "new_text": "pwned"}),
             _ => json!({"path": path}),
         }
     }
@@ -485,57 +615,34 @@ mod tests {
     const TOOLS: [&str; 5] = ["read_file", "write_file", "edit_file", "list_dir", "delete_file"];
 
     #[tokio::test]
-    async fn the_operators_files_are_read_only_and_rotated_daemon_files_off_limits() {
+    async fn a_chat_reaches_nothing_outside_its_room_however_the_path_is_spelled() {
         let f = fixture();
-        assert_eq!(
-            f.call("read_file", json!({"path": "IDENTITY.md"})).await.unwrap(),
-            success("I am Nexbot")
-        );
-        for tool in ["write_file", "edit_file", "delete_file"] {
-            for path in ["IDENTITY.md", "./IDENTITY.md", "sub/../IDENTITY.md", "identity_link"] {
-                let args = match tool {
-                    "edit_file" => json!({"path": path, "old_text": "Nexbot", "new_text": "evil"}),
-                    _ => args_for(tool, path),
-                };
-                let err = f.call(tool, args).await.expect_err(&format!("{tool} changed {path}"));
-                assert!(
-                    err.0.contains("`..`")
-                        || err.0.contains("may read this file but not change it"),
-                    "{tool} {path}: {err}"
-                );
-            }
-        }
-        assert_eq!(std::fs::read_to_string(f.root.join("IDENTITY.md")).unwrap(), "I am Nexbot");
-        for tool in TOOLS {
-            for path in ["audit.jsonl", "audit.jsonl.2", "audit.jsonl.9"] {
-                let err =
-                    f.call(tool, args_for(tool, path)).await.expect_err(&format!("{tool} {path}"));
-                assert!(err.0.contains("belongs to the daemon"), "{tool} {path}: {err}");
-            }
-        }
-        // A name that only starts like a daemon file is the agent's.
-        f.call("write_file", json!({"path": "audit.jsonl-notes", "content": "x"})).await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn every_tool_refuses_traversal_absolute_paths_and_symlink_escapes() {
-        let f = fixture();
-        let absolute = f.outside.join("secret.txt").display().to_string();
+        let abs = |p: PathBuf| p.display().to_string();
         let cases = [
-            ("../outside/secret.txt", "`..`"),
-            ("sub/../../outside/secret.txt", "`..`"),
-            ("..", "`..`"),
-            (absolute.as_str(), "absolute"),
-            ("/etc/passwd", "absolute"),
-            ("escape_file", "outside the workspace"),
-            ("escape_dir/secret.txt", "outside the workspace"),
-            ("escape_dir/new.txt", "outside the workspace"),
-            ("dangling/x.txt", "dangling symlink"),
-            ("config.toml", "belongs to the daemon"),
-            ("", "empty"),
+            ("../telegram_1/a-secret.txt".to_owned(), "`..`"),
+            ("sub/../../../nexbot.db".to_owned(), "`..`"),
+            ("..".to_owned(), "`..`"),
+            (abs(f.room_a.join("a-secret.txt")), "absolute"),
+            (abs(f.ws.join("nexbot.db")), "absolute"),
+            (abs(f.ws.join("nexbot.sock")), "absolute"),
+            ("/etc/passwd".to_owned(), "absolute"),
+            ("to_a".to_owned(), "outside this chat's folder"),
+            ("to_a/a-secret.txt".to_owned(), "outside this chat's folder"),
+            ("to_a/new.txt".to_owned(), "outside this chat's folder"),
+            ("to_a_file".to_owned(), "outside this chat's folder"),
+            ("to_data/nexbot.db".to_owned(), "outside this chat's folder"),
+            ("to_data/nexbot.sock".to_owned(), "outside this chat's folder"),
+            ("to_data/nexbot.lock".to_owned(), "outside this chat's folder"),
+            ("to_data/backup-2026-11-24.db".to_owned(), "outside this chat's folder"),
+            ("to_data/TOOLS.md".to_owned(), "outside this chat's folder"),
+            ("to_data/chats/telegram_1/a-secret.txt".to_owned(), "outside this chat's folder"),
+            ("to_db".to_owned(), "outside this chat's folder"),
+            ("to_tools".to_owned(), "outside this chat's folder"),
+            ("dangling/x.txt".to_owned(), "dangling symlink"),
+            (String::new(), "empty"),
         ];
         for tool in TOOLS {
-            for (path, why) in cases {
+            for (path, why) in &cases {
                 let err = f
                     .call(tool, args_for(tool, path))
                     .await
@@ -543,24 +650,84 @@ mod tests {
                 assert!(err.0.contains(why), "{tool} {path:?}: {err}");
             }
         }
-        assert_eq!(
-            std::fs::read_to_string(f.outside.join("secret.txt")).unwrap(),
-            "outside-secret"
-        );
-        assert!(!f.outside.join("new.txt").exists());
-        assert!(f.root.join("escape_file").symlink_metadata().is_ok(), "the link was deleted");
-        assert_eq!(std::fs::read_to_string(f.root.join("config.toml")).unwrap(), "[llm]");
+        // The daemon's names are simply not in the room: nothing to read, list or change...
+        for tool in ["read_file", "edit_file", "list_dir", "delete_file"] {
+            for (name, _) in DAEMON.iter().chain(&[("nexbot.sock", "")]) {
+                let err = f.call(tool, args_for(tool, name)).await.expect_err(name);
+                assert!(err.0.contains("no such file or directory"), "{tool} {name}: {err}");
+            }
+        }
+        // ...and a file of that name written by the chat is its own, nothing of the daemon's.
+        f.call("write_file", json!({"path": "nexbot.lock", "content": "mine"})).await.unwrap();
+        assert_eq!(std::fs::read_to_string(f.room_b.join("nexbot.lock")).unwrap(), "mine");
+        f.untouched();
+        assert!(!f.room_a.join("new.txt").exists());
+        assert!(f.room_b.join("to_a_file").symlink_metadata().is_ok(), "the link was deleted");
     }
 
     #[tokio::test]
-    async fn tools_work_inside_the_workspace() {
+    async fn a_chat_never_sees_another_chats_room() {
+        let f = fixture();
+        let a = ctx(A, false);
+        f.call_as(&a, "write_file", json!({"path": "plans.md", "content": "A's plans"}))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(f.room_a.join("plans.md")).unwrap(), "A's plans");
+        let listing = f.call("list_dir", json!({})).await.unwrap();
+        assert!(!listing.contains("plans.md") && !listing.contains("a-secret"), "{listing}");
+        assert!(listing.contains("note.txt (11 bytes)"), "{listing}");
+        for path in ["plans.md", "a-secret.txt"] {
+            let err = f.call("read_file", json!({"path": path})).await.unwrap_err();
+            assert_eq!(err.0, format!("{path}: no such file or directory"));
+        }
+        // B writing the same name writes B's own file.
+        f.call("write_file", json!({"path": "plans.md", "content": "B's"})).await.unwrap();
+        let mine = f.call_as(&a, "read_file", json!({"path": "plans.md"})).await.unwrap();
+        assert_eq!(mine, success("A's plans"));
+        // The room's folder is named after the chat.
+        assert!(f.room_a.ends_with("chats/telegram_1") && f.room_b.ends_with("chats/telegram_2"));
+    }
+
+    #[tokio::test]
+    async fn the_operators_files_are_read_by_name_and_no_chat_writes_them() {
+        let f = fixture();
+        for chat in [ctx(B, false), ctx(A, true)] {
+            let out = f.call_as(&chat, "read_file", json!({"path": "./TOOLS.md"})).await.unwrap();
+            assert_eq!(out, success("operator's TOOLS.md"));
+            for name in crate::workspace::OPERATOR_FILES {
+                for path in [name.to_owned(), format!("./{name}")] {
+                    for tool in ["write_file", "edit_file", "delete_file"] {
+                        let args = match tool {
+                            "edit_file" => json!({"path": path, "old_text": "operator",
+                                "new_text": "evil"}),
+                            _ => args_for(tool, &path),
+                        };
+                        let err = f
+                            .call_as(&chat, tool, args)
+                            .await
+                            .expect_err(&format!("{tool} changed {path}"));
+                        assert!(err.0.contains("is the operator's file"), "{tool} {path}: {err}");
+                    }
+                }
+            }
+            let listing = f.call_as(&chat, "list_dir", json!({"path": "."})).await.unwrap();
+            assert!(listing.contains("TOOLS.md (the operator's, read-only)"), "{listing}");
+        }
+        f.untouched();
+        assert!(!f.room_b.join("TOOLS.md").exists() && !f.room_a.join("TOOLS.md").exists());
+        // Deeper in the room the name is the chat's own.
+        f.call("write_file", json!({"path": "drafts/TOOLS.md", "content": "x"})).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn tools_work_inside_the_room() {
         let f = fixture();
         let out = f.call("read_file", json!({"path": "note.txt"})).await.unwrap();
         assert_eq!(out, success("hello world"));
         let out = f.call("read_file", json!({"path": "./inner_link"})).await.unwrap();
         assert_eq!(out, success("hello world"));
         f.call("write_file", json!({"path": "a/b/c.txt", "content": "x y x"})).await.unwrap();
-        assert_eq!(std::fs::read_to_string(f.root.join("a/b/c.txt")).unwrap(), "x y x");
+        assert_eq!(std::fs::read_to_string(f.room_b.join("a/b/c.txt")).unwrap(), "x y x");
         let err = f
             .call("edit_file", json!({"path": "a/b/c.txt", "old_text": "x", "new_text": "z"}))
             .await
@@ -572,13 +739,13 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(std::fs::read_to_string(f.root.join("a/b/c.txt")).unwrap(), "z y z");
+        assert_eq!(std::fs::read_to_string(f.room_b.join("a/b/c.txt")).unwrap(), "z y z");
         let listing = f.call("list_dir", json!({})).await.unwrap();
-        for expected in ["a/", "note.txt (11 bytes)", "escape_dir (symlink)", "sub/"] {
+        for expected in ["a/", "note.txt (11 bytes)", "to_a (symlink)", "sub/"] {
             assert!(listing.contains(expected), "{listing}");
         }
         f.call("delete_file", json!({"path": "a/b/c.txt"})).await.unwrap();
-        assert!(!f.root.join("a/b/c.txt").exists());
+        assert!(!f.room_b.join("a/b/c.txt").exists());
         let err = f.call("delete_file", json!({"path": "sub"})).await.unwrap_err();
         assert!(err.0.contains("is a directory"), "{err}");
         let err = f.call("read_file", json!({"path": "note.txt", "extra": 1})).await.unwrap_err();
@@ -587,36 +754,50 @@ mod tests {
 
     #[tokio::test]
     async fn the_owners_files_stay_out_of_other_chats_however_they_are_named() {
-        let dir = std::env::temp_dir().join(format!("nxh-personal-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(dir.join("sub")).unwrap();
-        std::fs::write(dir.join("USER.md"), "owner: Alice, lives in Paris").unwrap();
-        std::fs::write(dir.join("MEMORY.md"), "- Alice's bank is X").unwrap();
-        std::fs::write(dir.join("notes.md"), "shared").unwrap();
-        std::os::unix::fs::symlink(dir.join("USER.md"), dir.join("sub/link.md")).unwrap();
-        let tools = file_tools(Arc::new(Confinement::new(&dir, &[], &[]).unwrap()));
-        let tool = |name: &str| tools.iter().find(|t| t.name() == name).unwrap().clone();
-        let mut stranger = ToolContext::for_tests();
-        stranger.chat = nexbot_core::ChatRef::Telegram(42);
-        stranger.owner = false;
-        for path in ["USER.md", "./MEMORY.md", "sub/link.md"] {
-            let read = tool("read_file").call(json!({"path": path}), &stranger).await.unwrap_err();
-            assert!(read.to_string().contains("owner"), "{path}: {read}");
+        let f = fixture();
+        let stranger = ctx(B, false);
+        std::os::unix::fs::symlink(f.ws.join("USER.md"), f.room_b.join("sub/link.md")).unwrap();
+        for path in ["USER.md", "./MEMORY.md"] {
+            let read = f.call_as(&stranger, "read_file", json!({"path": path})).await.unwrap_err();
+            assert!(read.0.contains("owner's personal notes"), "{path}: {read}");
         }
-        let write = json!({"path": "MEMORY.md", "content": "planted"});
-        assert!(tool("write_file").call(write, &stranger).await.is_err());
-        let edit = json!({"path": "USER.md", "old_text": "Paris", "new_text": "Rome"});
-        assert!(tool("edit_file").call(edit, &stranger).await.is_err());
-        assert!(tool("delete_file").call(json!({"path": "USER.md"}), &stranger).await.is_err());
-        assert_eq!(
-            std::fs::read_to_string(dir.join("USER.md")).unwrap(),
-            "owner: Alice, lives in Paris"
-        );
-        // Other files are shared, and the owner reaches everything.
-        let shared = tool("read_file").call(json!({"path": "notes.md"}), &stranger).await.unwrap();
-        assert!(shared.contains("shared"));
-        let owner = ToolContext::for_tests();
-        let own = tool("read_file").call(json!({"path": "USER.md"}), &owner).await.unwrap();
+        let read = f.call_as(&stranger, "read_file", json!({"path": "sub/link.md"})).await;
+        assert!(read.unwrap_err().0.contains("outside this chat's folder"));
+        for (tool, args) in [
+            ("write_file", json!({"path": "MEMORY.md", "content": "planted"})),
+            ("write_file", json!({"path": "USER.md", "content": "planted"})),
+            ("edit_file", json!({"path": "USER.md", "old_text": "Paris", "new_text": "Rome"})),
+            ("delete_file", json!({"path": "USER.md"})),
+        ] {
+            let err = f.call_as(&stranger, tool, args).await.unwrap_err();
+            assert!(err.0.contains("owner's personal notes"), "{tool}: {err}");
+        }
+        let listing = f.call_as(&stranger, "list_dir", json!({})).await.unwrap();
+        assert!(!listing.contains("USER.md") && !listing.contains("MEMORY.md"), "{listing}");
+        f.untouched();
+        // The owner's chat reads both, rewrites USER.md, and changes MEMORY.md only through
+        // the memory tool.
+        let owner = ctx(A, true);
+        let own = f.call_as(&owner, "read_file", json!({"path": "USER.md"})).await.unwrap();
         assert!(own.contains("Alice"));
-        let _ = std::fs::remove_dir_all(dir);
+        let memory = f.call_as(&owner, "read_file", json!({"path": "MEMORY.md"})).await.unwrap();
+        assert!(memory.contains("bank"));
+        let err = f
+            .call_as(&owner, "write_file", json!({"path": "MEMORY.md", "content": "x"}))
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("memory tool"), "{err}");
+        let listing = f.call_as(&owner, "list_dir", json!({})).await.unwrap();
+        assert!(listing.contains("USER.md (the owner's)"), "{listing}");
+        f.call_as(
+            &owner,
+            "edit_file",
+            json!({"path": "USER.md", "old_text": "Paris",
+            "new_text": "Rome"}),
+        )
+        .await
+        .unwrap();
+        let user = std::fs::read_to_string(f.ws.join("USER.md")).unwrap();
+        assert_eq!(user, "owner: Alice, lives in Rome");
     }
 }

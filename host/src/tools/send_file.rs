@@ -1,9 +1,10 @@
 //! The `send_file` tool (alias `send_file_to_user`, the protocol's name): sends a file of the
-//! workspace to the chat — a document in Telegram; the console prints where the file is.
+//! chat's room to the chat — a document in Telegram; the console prints where the file is.
 //!
 //! Why the file tools' confinement: the path is the model's, so it is untrusted input. It is
-//! resolved by the same [`Confinement`] as `read_file` (relative, no `..`, symlinks resolved
-//! and kept inside, the daemon's files refused) and the owner's personal notes go only to the
+//! resolved by the same [`Confinement`](super::files::Confinement) as `read_file`: inside the
+//! chat's own room (relative, no `..`, symlinks resolved and kept inside), so another chat's
+//! files and the daemon's are out of reach, and the owner's personal notes go only to the
 //! owner's chat. Sending a file is reading it out of the host, so whatever `read_file` may not
 //! show, this may not send. The size is checked before any upload (Telegram takes at most
 //! 50 MB from a bot), so a too-large file fails at once with a clear error.
@@ -15,9 +16,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::files::Confinement;
+use super::files::in_room;
 use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::agent::channel::OutboundFile;
+use crate::rooms::Rooms;
 
 /// The largest file sent: what the Telegram Bot API accepts from a bot.
 pub const MAX_SEND_BYTES: u64 = 50 * 1024 * 1024;
@@ -28,13 +30,13 @@ const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug)]
 pub struct SendFile {
-    confinement: Arc<Confinement>,
+    rooms: Arc<Rooms>,
     max_bytes: u64,
 }
 
 impl SendFile {
-    pub fn new(confinement: Arc<Confinement>) -> Self {
-        Self { confinement, max_bytes: MAX_SEND_BYTES }
+    pub fn new(rooms: Arc<Rooms>) -> Self {
+        Self { rooms, max_bytes: MAX_SEND_BYTES }
     }
 }
 
@@ -48,12 +50,10 @@ pub struct Args {
 
 impl SendFile {
     /// The checked file to send, and its size.
-    async fn checked(&self, raw: String, owner: bool) -> Result<(PathBuf, u64), ToolError> {
-        let confinement = self.confinement.clone();
+    async fn checked(&self, raw: String, ctx: &ToolContext) -> Result<(PathBuf, u64), ToolError> {
         let max = self.max_bytes;
-        tokio::task::spawn_blocking(move || {
+        in_room(&self.rooms, ctx, move |confinement| {
             let path = confinement.existing(&raw)?;
-            confinement.check_personal(&raw, &path, owner)?;
             let meta =
                 std::fs::metadata(&path).map_err(|e| ToolError::new(format!("{raw}: {e}")))?;
             if meta.is_dir() {
@@ -76,7 +76,6 @@ impl SendFile {
             Ok((path, meta.len()))
         })
         .await
-        .map_err(|e| ToolError::new(format!("tool failed: {e}")))?
     }
 }
 
@@ -84,8 +83,8 @@ impl TypedTool for SendFile {
     type Args = Args;
     const NAME: &'static str = "send_file";
     const DESCRIPTION: &'static str =
-        "Send a file of the workspace to the user in this chat (a document in Telegram), with \
-         an optional caption. `path` is relative to the workspace; at most 50 MB. Returns the \
+        "Send a file of this chat's folder to the user in this chat (a document in Telegram), \
+         with an optional caption. `path` is relative to the folder; at most 50 MB. Returns the \
          sent message's `message_id`.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
@@ -107,7 +106,7 @@ impl TypedTool for SendFile {
             }
         }
         let raw = args.path.clone();
-        let (path, bytes) = self.checked(args.path, ctx.owner).await?;
+        let (path, bytes) = self.checked(args.path, ctx).await?;
         let file = OutboundFile { chat: ctx.chat.clone(), path, caption };
         tokio::select! {
             () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),
@@ -137,19 +136,26 @@ mod tests {
         }
     }
 
+    /// Chat `console:test`'s room with files of its own and a link out, next to the daemon's
+    /// database, the owner's notes and another chat's room.
     fn fixture(max_bytes: u64) -> Fixture {
         let dir = std::env::temp_dir().join(format!("nxh-sendfile-{}", uuid::Uuid::new_v4()));
-        let ws = dir.join("ws");
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("nexbot.db"), "database").unwrap();
+        std::fs::write(data.join("USER.md"), "the owner's facts").unwrap();
+        let chat = nexbot_core::ChatRef::console("test").unwrap();
+        let rooms = Rooms::open(&data, &chat, &crate::rooms::Keep::default()).unwrap();
+        let other = rooms.confinement(&nexbot_core::ChatRef::Telegram(7), false).unwrap();
+        std::fs::write(other.root().join("theirs.txt"), "another chat's").unwrap();
+        let ws = rooms.confinement(&chat, true).unwrap().root().to_owned();
         std::fs::create_dir_all(ws.join("sub")).unwrap();
         std::fs::write(ws.join("report.txt"), "the report").unwrap();
         std::fs::write(ws.join("big.bin"), vec![0u8; 64]).unwrap();
         std::fs::write(ws.join("empty.txt"), "").unwrap();
-        std::fs::write(ws.join("nexbot.db"), "database").unwrap();
-        std::fs::write(ws.join("USER.md"), "the owner's facts").unwrap();
-        std::fs::write(dir.join("outside.txt"), "outside").unwrap();
-        std::os::unix::fs::symlink(dir.join("outside.txt"), ws.join("escape")).unwrap();
-        let confinement = Confinement::new(&ws, &[ws.join("nexbot.db")], &[]).unwrap();
-        Fixture { dir, tool: SendFile { confinement: Arc::new(confinement), max_bytes } }
+        std::os::unix::fs::symlink(data.join("nexbot.db"), ws.join("escape")).unwrap();
+        std::os::unix::fs::symlink(other.root().join("theirs.txt"), ws.join("theirs")).unwrap();
+        Fixture { dir, tool: SendFile { rooms: Arc::new(rooms), max_bytes } }
     }
 
     #[tokio::test]
@@ -160,10 +166,12 @@ mod tests {
         stranger.owner = false;
         let cases = [
             (json!({"path": "missing.txt"}), &ctx, "missing.txt: no such file or directory"),
-            (json!({"path": "nexbot.db"}), &ctx, "belongs to the daemon"),
+            (json!({"path": "nexbot.db"}), &ctx, "nexbot.db: no such file or directory"),
+            (json!({"path": "../telegram_7/theirs.txt"}), &ctx, "`..` is refused"),
+            (json!({"path": "theirs"}), &ctx, "outside this chat's folder"),
             (json!({"path": "../outside.txt"}), &ctx, "`..` is refused"),
             (json!({"path": "/etc/passwd"}), &ctx, "absolute paths are refused"),
-            (json!({"path": "escape"}), &ctx, "outside the workspace"),
+            (json!({"path": "escape"}), &ctx, "outside this chat's folder"),
             (json!({"path": "USER.md"}), &stranger, "owner's personal notes"),
             (json!({"path": "sub"}), &ctx, "is a directory"),
             (json!({"path": "empty.txt"}), &ctx, "the file is empty"),

@@ -38,7 +38,8 @@ async fn chat_answers_each_line_uses_tools_and_exits_at_eof() {
     assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user"]);
     assert_eq!(next[4]["content"], "saved");
     assert!(next.iter().all(|m| m.get("tool_calls").is_none_or(|c| c.is_null())), "{next:?}");
-    assert_eq!(std::fs::read_to_string(ws.dir.join("notes/today.md")).unwrap(), "buy milk");
+    let room = ws.dir.join("chats/console_default");
+    assert_eq!(std::fs::read_to_string(room.join("notes/today.md")).unwrap(), "buy milk");
 
     let requests = llm.chat_requests();
     assert_eq!(requests.len(), 5);
@@ -287,11 +288,11 @@ async fn planted_llm_key_never_reaches_prompts_logs_or_output() {
         assert_eq!(request.header("authorization"), Some(format!("Bearer {key}").as_str()));
         assert!(!request.body.to_string().contains(key), "the key reached a prompt");
     }
-    // The daemon's own config file is refused to the model.
+    // The daemon's own config file is not in the chat's room.
     let tool_replies = messages(&requests[1].body);
-    assert!(tool_replies
-        .iter()
-        .any(|m| m["content"].as_str().is_some_and(|c| c.contains("belongs to the daemon"))));
+    assert!(tool_replies.iter().any(|m| m["content"]
+        .as_str()
+        .is_some_and(|c| c.contains("config.toml: no such file or directory"))));
 }
 
 #[tokio::test]
@@ -299,7 +300,8 @@ async fn chat_without_a_sandbox_still_answers_and_says_why_once() {
     let ws = TempWorkspace::init("nxw-nosandbox");
     let llm = ScriptedLlm::start(vec![
         Step::text("hi"),
-        // The egress audit log sits next to the database: the model may not forge it.
+        // The egress audit log sits next to the database, out of the chat's room: the file the
+        // model writes is its own.
         Step::tool_call("write_file", json!({"path": "egress-audit.jsonl", "content": "{}"})),
         Step::text("ok"),
         Step::text("hi again"),
@@ -320,11 +322,9 @@ async fn chat_without_a_sandbox_still_answers_and_says_why_once() {
     let offered = requests[0].body["tools"].to_string();
     assert!(!offered.contains("delegate_to_sub_agent"), "delegation offered without a pool");
     let reply = messages(&requests[2].body).last().cloned().unwrap_or_default();
-    assert!(
-        reply["content"].as_str().is_some_and(|c| c.contains("belongs to the daemon")),
-        "{reply}"
-    );
+    assert!(reply["content"].as_str().is_some_and(|c| c.contains("wrote 2 bytes to")), "{reply}");
     assert!(!ws.dir.join("egress-audit.jsonl").exists());
+    assert!(ws.dir.join("chats/console_default/egress-audit.jsonl").exists());
 
     // Turned off on purpose: said once too.
     let out = chat(&ws.config(), &base_env(&llm.base_url()), &["hello"], LIMIT).await;

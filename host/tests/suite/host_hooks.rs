@@ -68,7 +68,6 @@ async fn agent(ws: &TempWorkspace, llm: &ScriptedLlm, extra: &[(&str, &str)]) ->
 #[tokio::test]
 async fn hooks_block_inject_and_finish() {
     let ws = TempWorkspace::init("hooks");
-    std::fs::write(ws.dir.join("keep.txt"), "x").unwrap();
     let llm = ScriptedLlm::start(vec![
         Step::tool_calls(&[("delete_file", json!({"path": "keep.txt"})), ("list_dir", json!({}))]),
         Step::text("could not delete"),
@@ -78,6 +77,10 @@ async fn hooks_block_inject_and_finish() {
     .await;
     let agent = agent(&ws, &llm, &[]).await;
     let tx = no_channel();
+    // A file of the chat's room (which exists once the agent is built).
+    let keep = ws.dir.join("chats/console_c/keep.txt");
+    std::fs::create_dir_all(keep.parent().unwrap()).unwrap();
+    std::fs::write(&keep, "x").unwrap();
 
     let outcome = agent
         .run_turn(
@@ -97,7 +100,7 @@ async fn hooks_block_inject_and_finish() {
         .run_turn(&ChatRef::console("c").unwrap(), "clean up", CancellationToken::new(), tx.clone())
         .await;
     assert_eq!(outcome.answer, "could not delete");
-    assert!(ws.dir.join("keep.txt").exists());
+    assert!(keep.exists());
     let tool_messages: Vec<String> = llm.chat_requests()[1].body["messages"]
         .as_array()
         .unwrap()

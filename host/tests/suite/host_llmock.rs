@@ -39,7 +39,8 @@ async fn chat_survives_llmocks_rate_limit_and_cut_stream_and_runs_its_tool_call(
     assert_eq!(lines.len(), 1, "{stdout}");
     assert!(lines[0].starts_with("Hello! You said: "), "{stdout}");
     // The tool call ran once, from the whole stream.
-    let note = std::fs::read_to_string(ws.dir.join("notes/llmock.md")).unwrap();
+    let note =
+        std::fs::read_to_string(ws.dir.join("chats/console_default/notes/llmock.md")).unwrap();
     assert_eq!(note, "written for llmock");
 
     let requests = llmock.requests().await;

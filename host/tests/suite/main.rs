@@ -26,4 +26,5 @@ mod host_search;
 mod host_secrets;
 mod host_skills;
 mod host_use_cli;
+mod rooms;
 mod telegram;
