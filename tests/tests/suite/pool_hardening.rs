@@ -133,7 +133,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
 /// handle drops, however the test ends) and returns it and its address.
 async fn start_peer() -> (ContainerAsync<GenericImage>, String) {
     let name = format!("nxp-hard-peer-{}", std::process::id());
-    let peer = nexbot_tests::local_image(pool_common::IMAGE)
+    let peer = nexbot_tests::local_image(&pool_common::image())
         .with_entrypoint("/bin/sh")
         .with_cmd(["-c", "while true; do echo hi | nc -l -p 8080; done"])
         .with_label("nexbot.test", "nxp")
