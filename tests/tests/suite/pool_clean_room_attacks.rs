@@ -175,7 +175,7 @@ async fn canary_then_hunt(
     assert!(out.contains("have-it"), "{out}");
     assert!(scrub.clean, "{scrub:?}");
     let hunt = format!(
-        "[ -e /proc/{pid} ] && echo \"IMPLANT-ALIVE $(cat /proc/{pid}/comm) $(ls /proc/{pid}/task | wc -l) threads\" \
+        "[ -e /proc/{pid} ] && echo \"implant-$(echo still)-alive $(cat /proc/{pid}/comm) $(ls /proc/{pid}/task | wc -l) threads\" \
          || echo implant-gone; \
          cat /tmp/.loot /workspace/scratch/.loot 2>&1; echo end"
     );
@@ -214,7 +214,7 @@ async fn a_thread_group_whose_leader_exited_dies_with_its_task() {
     let out = canary_then_hunt(&pool, &llm, &pid).await;
     let after: Vec<String> = received.all().split_off(reported.len());
     assert!(after.is_empty(), "the echo server heard from the implant after task 1: {after:?}");
-    assert!(out.contains("implant-gone") && !out.contains("IMPLANT-ALIVE"), "{out}");
+    assert!(out.contains("implant-gone") && !out.contains("implant-still-alive"), "{out}");
     assert!(!out.contains("LOOT") && !out.contains(CANARY), "the collector's output: {out}");
 
     let snapshot = &pool.snapshot()[0];
@@ -282,7 +282,7 @@ async fn a_busybox_only_implant_through_proc_mem_dies_with_its_task() {
     assert!(scrub.killed >= 1, "the implant was there to be killed: {scrub:?}");
 
     let out = canary_then_hunt(&pool, &llm, &pid).await;
-    assert!(out.contains("implant-gone") && !out.contains("IMPLANT-ALIVE"), "{out}");
+    assert!(out.contains("implant-gone") && !out.contains("implant-still-alive"), "{out}");
 
     let snapshot = &pool.snapshot()[0];
     assert_eq!(snapshot.container_id.as_deref(), Some(container.as_str()), "{snapshot:?}");
