@@ -201,10 +201,9 @@ async fn a_thread_group_whose_leader_exited_dies_with_its_task() {
         echo.ip(),
         echo.port()
     );
-    let (out, scrub) = run_command(&pool, &llm, "esc-1", &plant, None).await;
+    let (out, planted) = run_command(&pool, &llm, "esc-1", &plant, None).await;
     let pid = implant_pid(&out);
-    assert!(scrub.clean, "{scrub:?}");
-    assert!(scrub.killed >= 1, "the implant was there to be killed: {scrub:?}");
+    assert!(planted.clean, "{planted:?}");
     let reported = received.all();
     assert!(
         reported.iter().any(|r| r == "alive\n"),
@@ -216,6 +215,9 @@ async fn a_thread_group_whose_leader_exited_dies_with_its_task() {
     assert!(after.is_empty(), "the echo server heard from the implant after task 1: {after:?}");
     assert!(out.contains("implant-gone") && !out.contains("implant-still-alive"), "{out}");
     assert!(!out.contains("LOOT") && !out.contains(CANARY), "the collector's output: {out}");
+
+    // (Checked last, so that a scrub that misses the implant fails on what leaked.)
+    assert!(planted.killed >= 1, "the implant was there to be killed: {planted:?}");
 
     let snapshot = &pool.snapshot()[0];
     assert_eq!(snapshot.container_id.as_deref(), Some(container.as_str()), "{snapshot:?}");
@@ -276,13 +278,15 @@ async fn a_busybox_only_implant_through_proc_mem_dies_with_its_task() {
          echo > f; sleep 0.3; \
          echo \"implant $pid state $(cut -d' ' -f3 /proc/$pid/stat) threads $(ls /proc/$pid/task | wc -l)\""
     );
-    let (out, scrub) = run_command(&pool, &llm, "esc-1", &plant, None).await;
+    let (out, planted) = run_command(&pool, &llm, "esc-1", &plant, None).await;
     let pid = implant_pid(&out);
-    assert!(scrub.clean, "{scrub:?}");
-    assert!(scrub.killed >= 1, "the implant was there to be killed: {scrub:?}");
+    assert!(planted.clean, "{planted:?}");
 
     let out = canary_then_hunt(&pool, &llm, &pid).await;
     assert!(out.contains("implant-gone") && !out.contains("implant-still-alive"), "{out}");
+
+    // (Checked last, so that a scrub that misses the implant fails on what leaked.)
+    assert!(planted.killed >= 1, "the implant was there to be killed: {planted:?}");
 
     let snapshot = &pool.snapshot()[0];
     assert_eq!(snapshot.container_id.as_deref(), Some(container.as_str()), "{snapshot:?}");
@@ -313,7 +317,7 @@ async fn message_queues_and_system_v_ipc_do_not_reach_the_next_task() {
     }
     assert!(out.contains("nxs-leftover"), "{out}");
     assert!(scrub.clean, "{scrub:?}");
-    assert!(scrub.removed >= 4, "the queue and three IPC objects were removed: {scrub:?}");
+    let made = scrub;
 
     let (out, scrub) =
         run_command(&pool, &llm, "ipc-2", &format!("{HELPER} ipc-check; {listing}"), None).await;
@@ -329,6 +333,8 @@ async fn message_queues_and_system_v_ipc_do_not_reach_the_next_task() {
     for key in ["20056", "20057", "20058"] {
         assert!(!out.contains(key), "System V key {key} is still listed:\n{out}");
     }
+    // (Checked last, so that a scrub that misses them fails on what is left.)
+    assert!(made.removed >= 4, "the queue and three IPC objects were removed: {made:?}");
 
     let snapshot = &pool.snapshot()[0];
     assert_eq!(snapshot.container_id.as_deref(), Some(container.as_str()), "{snapshot:?}");
