@@ -112,7 +112,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     assert_eq!(host.pids_limit, Some(64));
     assert_eq!(host.memory_swap, host.memory);
     assert_eq!(host.nano_cpus, Some(1_000_000_000));
-    assert_eq!(host.init, Some(true));
+    assert_eq!(host.init, Some(false), "the subagent is pid 1: no init a task could take over");
     assert_eq!(host.log_config.unwrap().config.unwrap()["max-size"], "1m");
     let env: HashMap<_, _> = inspect
         .config
