@@ -367,3 +367,36 @@ async fn pid_1_is_the_subagent_and_its_memory_is_closed_to_commands() {
     assert!(out.contains("own-mem-readable"), "{out}");
     pool.shutdown().await.unwrap();
 }
+
+/// Without an init, `docker stop`'s SIGTERM goes to the subagent as pid 1, which ignores any
+/// signal it has no handler for: it must still stop at once and cleanly (exit code 0 and its
+/// "subagent stopped" line naming SIGTERM), not be SIGKILLed at the end of the grace (137).
+#[tokio::test]
+async fn docker_stop_still_ends_the_subagent_that_is_pid_1() {
+    let Some(_) = setup("escstop").await else { return };
+    let name = format!("nxp-escstop-{}", std::process::id());
+    let _leftovers =
+        pool_common::Leftovers { containers: vec![name.clone()], networks: Vec::new() };
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker").args(args).output().expect("run docker");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "docker {args:?}: {text}");
+        text
+    };
+    let image = pool_common::image();
+    docker(&["run", "-d", "-i", "--name", &name, "--network", "none", &image]);
+    let comm = docker(&["exec", &name, "cat", "/proc/1/comm"]);
+    assert_eq!(comm.trim(), "nexbot-subagent", "no init in front of the subagent");
+    docker(&["stop", "-t", "60", &name]);
+    let code = docker(&["inspect", &name, "--format", "{{.State.ExitCode}}"]);
+    assert_eq!(code.trim(), "0", "stopped by its own SIGTERM handling, not killed");
+    let logs = docker(&["logs", &name]);
+    assert!(
+        logs.lines().any(|l| l.contains("subagent stopped") && l.contains("SIGTERM")),
+        "{logs}"
+    );
+}
