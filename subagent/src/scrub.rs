@@ -19,7 +19,9 @@
 //!   task could rewrite. The answer carries the account ([`Scrub`]); the host reuses the
 //!   container only when it says `clean`.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nexbot_protocol::Scrub;
@@ -130,6 +132,69 @@ pub fn after_task(dirs: &[PathBuf]) -> Scrub {
 /// it would take the exit status its `wait` is waiting for.
 fn reap_children() {
     while let Ok(Some(_)) = process::wait(process::WaitOptions::NOHANG) {}
+    // Every child is gone: no pid the tools spawned is waited for any more.
+    own_children().clear();
+}
+
+/// The pids of the children this program spawned itself (`run_command`'s shell, `use_cli`'s
+/// CLI) and whose exit status tokio's `wait` collects: [`reap_orphans`] leaves them alone.
+fn own_children() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    static OWN: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+    OWN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A child this program spawned and waits for itself, marked so from its spawn until its
+/// wait returned ([`OwnChild::waited`]). Create it right after the spawn, with no `.await`
+/// between: the orphan reaper runs on the same (single-threaded) runtime, so it cannot see
+/// the child before it is marked. A child dropped unwaited (a timeout) stays marked until the
+/// scrub, which reaps everything.
+#[derive(Debug)]
+pub struct OwnChild(Option<i32>);
+
+impl OwnChild {
+    pub fn new(pid: Option<u32>) -> Self {
+        let pid = pid.and_then(|pid| i32::try_from(pid).ok());
+        if let Some(pid) = pid {
+            own_children().insert(pid);
+        }
+        Self(pid)
+    }
+
+    /// Its wait returned: the pid is reaped and may be reused by anything.
+    pub fn waited(self) {
+        if let Some(pid) = self.0 {
+            own_children().remove(&pid);
+        }
+    }
+}
+
+/// Reaps the orphans of a running task: zombies whose parent is this program (its pid 1, to
+/// which the kernel hands every orphan) and that it did not spawn itself, so a task that
+/// leaves many short-lived background processes does not fill the pids limit with zombies.
+/// Safe while commands run: it waits only for those pids, never for "any child". Returns how
+/// many it reaped.
+pub fn reap_orphans() -> u32 {
+    let me = process::getpid().as_raw_nonzero().get();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut reaped = 0;
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let orphan = state(&stat) == Some('Z') && parent(&stat) == Some(me);
+        if !orphan || own_children().contains(&pid) {
+            continue;
+        }
+        if let Some(pid) = Pid::from_raw(pid) {
+            if let Ok(Some(_)) = process::waitpid(Some(pid), process::WaitOptions::NOHANG) {
+                reaped += 1;
+            }
+        }
+    }
+    reaped
+}
+
+/// The parent pid of a `stat` line: the field after the state.
+fn parent(stat: &str) -> Option<i32> {
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Every process but `me` that is alive in any thread (see [`alive`]).
@@ -341,6 +406,8 @@ mod tests {
         assert!(alive(std::process::id() as i32));
         // A child that has exited and is not reaped yet: a zombie, not alive.
         let mut child = std::process::Command::new("true").spawn().unwrap();
+        // (Marked as waited for: another test's orphan reaper must not take its status.)
+        let own = OwnChild::new(Some(child.id()));
         let pid = child.id() as i32;
         let zombie = (0..500).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
@@ -350,6 +417,7 @@ mod tests {
         assert!(zombie, "the child became a zombie");
         assert!(!alive(pid));
         child.wait().unwrap();
+        own.waited();
     }
 
     #[test]
@@ -357,6 +425,25 @@ mod tests {
         assert_eq!(state("42 (a) b) Z) S 1 2"), Some('S'));
         assert_eq!(state("7 (cat) Z 1 7 7"), Some('Z'));
         assert_eq!(state("garbage"), None);
+        assert_eq!(parent("42 (a) b) Z) S 17 2"), Some(17));
+    }
+
+    #[test]
+    fn the_orphan_reaper_leaves_the_children_this_program_waits_for() {
+        // An own child that has exited: the reaper must not take its status.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let own = OwnChild::new(Some(child.id()));
+        let pid = child.id() as i32;
+        let zombie = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| state(&stat) == Some('Z'))
+        });
+        assert!(zombie, "the child became a zombie");
+        reap_orphans();
+        assert!(child.wait().unwrap().success(), "its own wait got the status");
+        own.waited();
+        assert!(!own_children().contains(&pid));
     }
 
     #[test]

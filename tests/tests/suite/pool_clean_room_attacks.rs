@@ -400,3 +400,21 @@ async fn docker_stop_still_ends_the_subagent_that_is_pid_1() {
         "{logs}"
     );
 }
+
+/// With no init, the orphans of a running task's commands are the subagent's children: it
+/// must reap them as they exit (not only in the scrub), or a task that leaves short-lived
+/// background processes fills the pids limit with zombies. The command waits until its
+/// orphan's `/proc` entry is gone; without reaping that never happens and the command runs
+/// into its timeout.
+#[tokio::test]
+async fn the_orphans_of_a_running_command_are_reaped_while_it_runs() {
+    let Some((pool, _)) = one_container_pool("escorphan", None).await else { return };
+    let llm = llm_on(pool.network().gateway, vec![]).await;
+    let command = "sh -c 'sleep 0.2 & echo $! > /workspace/scratch/orphan'; \
+        pid=$(cat /workspace/scratch/orphan); echo \"orphan $pid\"; \
+        until [ ! -e /proc/$pid ]; do sleep 0.05; done; echo orphan-reaped";
+    let (out, scrub) = run_command(&pool, &llm, "orphan-1", command, None).await;
+    assert!(out.contains("orphan ") && out.contains("orphan-reaped"), "{out}");
+    assert!(scrub.clean, "{scrub:?}");
+    pool.shutdown().await.unwrap();
+}
