@@ -12,7 +12,8 @@
 //! - [`after_task`], after every task and before its answer: every other process this
 //!   program can signal is killed (not only the command's process group) until none is alive
 //!   in any thread — a process whose main thread exited looks like a zombie but is not — and
-//!   reaped (this program is the container's pid 1, so orphans are its children); the
+//!   reaped (this program is the container's pid 1, so orphans are its children; while a
+//!   task runs, [`reap_orphans`] takes those it did not spawn itself on every SIGCHLD); the
 //!   container's System V IPC objects are removed, and the scratch folder, `/tmp`, `/dev/shm`
 //!   and `/dev/mqueue` are emptied. Being pid 1 is itself a check: an init in front of it
 //!   would be a process of the same user that cannot be killed from inside and whose memory a
