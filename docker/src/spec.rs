@@ -99,7 +99,10 @@ pub fn container_spec(
         memory: Some(config.memory_bytes),
         memory_swap: Some(config.memory_bytes),
         nano_cpus: Some(config.nano_cpus()),
-        init: Some(true),
+        // No init: the subagent is pid 1 and reaps orphans itself (`subagent/src/scrub.rs`).
+        // An init would be a process of the same user that a task can rewrite through
+        // `/proc/1/mem` and that nothing inside the container can kill.
+        init: Some(false),
         log_config: Some(log_config),
         runtime: config.runtime.clone(),
         network_mode: Some(config.network.clone()),
@@ -165,7 +168,7 @@ mod tests {
         assert_eq!(host.memory, Some(256 * 1024 * 1024));
         assert_eq!(host.memory_swap, host.memory, "no extra swap");
         assert_eq!(host.nano_cpus, Some(1_000_000_000));
-        assert_eq!(host.init, Some(true));
+        assert_eq!(host.init, Some(false), "the subagent is pid 1: no init a task could take over");
         assert_eq!(host.network_mode.as_deref(), Some("nexbot-subagents"));
         assert!(host.runtime.is_none());
         let tmpfs = host.tmpfs.unwrap();

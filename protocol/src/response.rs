@@ -35,16 +35,18 @@ pub struct Response {
     pub dropped_tools: Vec<String>,
 }
 
-/// The subagent's account of the clean-up after a task: every other process it could
-/// signal ended, its scratch, `/tmp` and `/dev/shm` emptied. `clean` is false when anything
-/// is left; the host then does not reuse the container.
+/// The subagent's account of the clean-up after a task: every other process ended (also one
+/// whose leader thread exited while others run) and reaped, the System V IPC objects removed,
+/// its scratch, `/tmp`, `/dev/shm` and `/dev/mqueue` emptied, and the subagent itself is
+/// pid 1 (no init a task could take over). `clean` is false when anything is left; the host
+/// then does not reuse the container.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Scrub {
     pub clean: bool,
     /// Processes ended.
     #[serde(default)]
     pub killed: u32,
-    /// Directory entries removed (top level of each wiped folder).
+    /// Directory entries removed (top level of each wiped folder), plus System V IPC objects.
     #[serde(default)]
     pub removed: u32,
     /// What is left, in words, when not clean.

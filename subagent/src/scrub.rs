@@ -10,11 +10,19 @@
 //!   `environ`, `maps` become root's, so a command of the same user cannot read them, nor
 //!   ptrace it), and core dumps are off for it and every child.
 //! - [`after_task`], after every task and before its answer: every other process this
-//!   program can signal is killed (not only the command's process group) until none is left,
-//!   and the scratch folder, `/tmp` and `/dev/shm` are emptied. The answer carries the
-//!   account ([`Scrub`]); the host reuses the container only when it says `clean`.
+//!   program can signal is killed (not only the command's process group) until none is alive
+//!   in any thread — a process whose main thread exited looks like a zombie but is not — and
+//!   reaped (this program is the container's pid 1, so orphans are its children; while a
+//!   task runs, [`reap_orphans`] takes those it did not spawn itself on every SIGCHLD); the
+//!   container's System V IPC objects are removed, and the scratch folder, `/tmp`, `/dev/shm`
+//!   and `/dev/mqueue` are emptied. Being pid 1 is itself a check: an init in front of it
+//!   would be a process of the same user that cannot be killed from inside and whose memory a
+//!   task could rewrite. The answer carries the account ([`Scrub`]); the host reuses the
+//!   container only when it says `clean`.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nexbot_protocol::Scrub;
@@ -34,9 +42,12 @@ pub fn harden_process() -> Result<(), String> {
     Ok(())
 }
 
-/// The folders emptied after every task.
+/// The folders emptied after every task. `/dev/mqueue` is the container's POSIX message
+/// queue file system (Docker mounts it): removing an entry there is `mq_unlink`.
 pub fn wiped_dirs(scratch: &Path) -> Vec<PathBuf> {
-    vec![scratch.to_owned(), PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]
+    let mut dirs = vec![scratch.to_owned()];
+    dirs.extend(["/tmp", "/dev/shm", "/dev/mqueue"].map(PathBuf::from));
+    dirs
 }
 
 /// Set by the subagent image (`docker/subagent.Dockerfile`): only there may [`after_task`]
@@ -49,8 +60,9 @@ pub fn in_sandbox() -> bool {
     std::env::var(SANDBOX_ENV).is_ok_and(|v| v == "1") && !process::geteuid().is_root()
 }
 
-/// Ends every other process and empties `dirs`, in the sandbox only (else it does nothing
-/// and says so: not clean); says what it did and what is left.
+/// Ends every other process, reaps them, removes the task's System V IPC objects and empties
+/// `dirs`, in the sandbox only (else it does nothing and says so: not clean); says what it did
+/// and what is left.
 pub fn after_task(dirs: &[PathBuf]) -> Scrub {
     if !in_sandbox() {
         return Scrub {
@@ -60,9 +72,23 @@ pub fn after_task(dirs: &[PathBuf]) -> Scrub {
         };
     }
     let me = process::getpid();
+    let mut left = Vec::new();
+    // pid 1 of the container cannot be killed from inside it; when it is not this program
+    // (an init such as docker-init, of the same user and dumpable) a task can rewrite its
+    // memory and keep running in it, so the container cannot be called clean.
+    if !me.is_init() {
+        left.push(format!(
+            "pid 1 is not the subagent (it is {}): create the container without an init \
+             (`init: false`, as nexbot-docker's spec does) so the subagent is pid 1",
+            comm(1).unwrap_or_else(|| "unknown".to_owned())
+        ));
+    }
     let mut killed = 0u32;
     let started = Instant::now();
-    let mut left = loop {
+    let survivors = loop {
+        // No command runs now (the task is over), so every child of this program is one the
+        // scrub killed or an orphan handed to pid 1: reaping them steals no one's exit status.
+        reap_children();
         let others = live_others(me);
         if others.is_empty() {
             break Vec::new();
@@ -71,17 +97,23 @@ pub fn after_task(dirs: &[PathBuf]) -> Scrub {
             break others;
         }
         for pid in others {
+            // SIGKILL to the thread group id ends every thread of it, also when its leader
+            // thread has exited already.
             if process::kill_process(pid, Signal::KILL).is_ok() {
                 killed += 1;
             }
         }
         // Killed processes need a moment to become zombies (or vanish).
         std::thread::sleep(Duration::from_millis(2));
-    }
-    .into_iter()
-    .map(|pid| format!("process {}", pid.as_raw_nonzero()))
-    .collect::<Vec<_>>();
+    };
+    left.extend(survivors.into_iter().map(|pid| format!("process {}", pid.as_raw_nonzero())));
     let mut removed = 0u32;
+    // After the processes: an object still attached or open goes only with its last user.
+    for kind in IpcKind::ALL {
+        let (gone, kept) = remove_ipc(kind);
+        removed += gone;
+        left.extend(kept);
+    }
     for dir in dirs {
         match empty_dir(dir) {
             Ok(n) => removed += n,
@@ -96,27 +128,199 @@ pub fn after_task(dirs: &[PathBuf]) -> Scrub {
     }
 }
 
-/// Every process but `me`, pid 1 (the container's init) and zombies (already dead; their
-/// parent reaps them).
+/// Reaps every child that has exited (the subagent is the container's pid 1, so orphans of
+/// a task's commands become its children). Only for when no command of this program runs:
+/// it would take the exit status its `wait` is waiting for.
+fn reap_children() {
+    while let Ok(Some(_)) = process::wait(process::WaitOptions::NOHANG) {}
+    // Every child is gone: no pid the tools spawned is waited for any more.
+    own_children().clear();
+}
+
+/// The pids of the children this program spawned itself (`run_command`'s shell, `use_cli`'s
+/// CLI) and whose exit status tokio's `wait` collects: [`reap_orphans`] leaves them alone.
+fn own_children() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    static OWN: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+    OWN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A child this program spawned and waits for itself, marked so from its spawn until its
+/// wait returned ([`OwnChild::waited`]). Create it right after the spawn, with no `.await`
+/// between: the orphan reaper runs on the same (single-threaded) runtime, so it cannot see
+/// the child before it is marked. A child dropped unwaited (a timeout) stays marked until the
+/// scrub, which reaps everything.
+#[derive(Debug)]
+pub struct OwnChild(Option<i32>);
+
+impl OwnChild {
+    pub fn new(pid: Option<u32>) -> Self {
+        let pid = pid.and_then(|pid| i32::try_from(pid).ok());
+        if let Some(pid) = pid {
+            own_children().insert(pid);
+        }
+        Self(pid)
+    }
+
+    /// Its wait returned: the pid is reaped and may be reused by anything.
+    pub fn waited(self) {
+        if let Some(pid) = self.0 {
+            own_children().remove(&pid);
+        }
+    }
+}
+
+/// Reaps the orphans of a running task: zombies whose parent is this program (its pid 1, to
+/// which the kernel hands every orphan) and that it did not spawn itself, so a task that
+/// leaves many short-lived background processes does not fill the pids limit with zombies.
+/// Safe while commands run: it waits only for those pids, never for "any child". Returns how
+/// many it reaped.
+pub fn reap_orphans() -> u32 {
+    let me = process::getpid().as_raw_nonzero().get();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut reaped = 0;
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let orphan = state(&stat) == Some('Z') && parent(&stat) == Some(me);
+        if !orphan || own_children().contains(&pid) {
+            continue;
+        }
+        if let Some(pid) = Pid::from_raw(pid) {
+            if let Ok(Some(_)) = process::waitpid(Some(pid), process::WaitOptions::NOHANG) {
+                reaped += 1;
+            }
+        }
+    }
+    reaped
+}
+
+/// The parent pid of a `stat` line: the field after the state.
+fn parent(stat: &str) -> Option<i32> {
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every process but `me` that is alive in any thread (see [`alive`]).
 fn live_others(me: Pid) -> Vec<Pid> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&raw| raw != 1 && raw != me.as_raw_nonzero().get())
-        .filter(|raw| !is_zombie(*raw))
+        .filter(|&raw| alive(raw))
         .filter_map(Pid::from_raw)
         .collect()
 }
 
-fn is_zombie(pid: i32) -> bool {
-    // `/proc/<pid>/stat`: "pid (comm) S ..."; comm may hold spaces and parentheses, so the
-    // state is the first field after the last ')'.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        }
+/// Whether any thread of process `pid` is still running (in any state but zombie or dead).
+/// Not the process's own state: a process whose main thread has exited shows the leader's
+/// `Z` in `/proc/<pid>/stat` while its other threads run on (an attacker's way to look dead),
+/// so every thread listed in `/proc/<pid>/task` is looked at.
+fn alive(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         // Gone already.
-        Err(_) => true,
+        return false;
+    };
+    tasks.filter_map(|t| t.ok()).any(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat"));
+        // A thread that vanished between the listing and the read is not alive.
+        stat.is_ok_and(|stat| !matches!(state(&stat), Some('Z' | 'X' | 'x')))
+    })
+}
+
+/// The state letter of a `stat` line: "pid (comm) S ..."; comm may hold spaces and
+/// parentheses, so the state is the first field after the last ')'.
+fn state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The name of process `pid`, for messages.
+fn comm(pid: i32) -> Option<String> {
+    Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim().to_owned())
+}
+
+/// The System V IPC objects, each listed by the kernel in `/proc/sysvipc/<file>` (namespaced:
+/// the container's own) and removed with `IPC_RMID`.
+#[derive(Debug, Clone, Copy)]
+enum IpcKind {
+    Shm,
+    Sem,
+    Msg,
+}
+
+impl IpcKind {
+    const ALL: [IpcKind; 3] = [IpcKind::Shm, IpcKind::Sem, IpcKind::Msg];
+
+    fn file(self) -> &'static str {
+        match self {
+            IpcKind::Shm => "/proc/sysvipc/shm",
+            IpcKind::Sem => "/proc/sysvipc/sem",
+            IpcKind::Msg => "/proc/sysvipc/msg",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            IpcKind::Shm => "shared memory segment",
+            IpcKind::Sem => "semaphore set",
+            IpcKind::Msg => "message queue",
+        }
+    }
+}
+
+/// The ids in a `/proc/sysvipc/*` listing: a header line, then one object a line whose
+/// second column is its id.
+fn ipc_ids(listing: &str) -> Vec<i32> {
+    listing
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1)?.parse().ok())
+        .collect()
+}
+
+/// Removes every object of `kind`; returns how many went and what is left (also an object
+/// that is still listed after its removal, or a listing that cannot be read: the scrub
+/// cannot vouch for what it cannot see).
+fn remove_ipc(kind: IpcKind) -> (u32, Vec<String>) {
+    let listing = match std::fs::read_to_string(kind.file()) {
+        Ok(listing) => listing,
+        // A kernel without System V IPC has none to leave behind.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (0, Vec::new()),
+        Err(e) => return (0, vec![format!("{}: {e}", kind.file())]),
+    };
+    let mut removed = 0;
+    let mut left = Vec::new();
+    for id in ipc_ids(&listing) {
+        match ipc_rmid(kind, id) {
+            Ok(()) => removed += 1,
+            Err(e) => left.push(format!("{} {id}: {e}", kind.name())),
+        }
+    }
+    if let Ok(listing) = std::fs::read_to_string(kind.file()) {
+        for id in ipc_ids(&listing) {
+            let still = format!("{} {id}", kind.name());
+            if !left.iter().any(|l| l.starts_with(&format!("{still}:"))) {
+                left.push(format!("{still}: still there after its removal"));
+            }
+        }
+    }
+    (removed, left)
+}
+
+/// `IPC_RMID` of object `id`. The one unsafe code of the subagent: rustix has no System V
+/// IPC calls. Each call passes only integers and a null buffer, which `IPC_RMID` does not
+/// read.
+#[allow(unsafe_code)]
+fn ipc_rmid(kind: IpcKind, id: i32) -> std::io::Result<()> {
+    // SAFETY: plain integer arguments; the buffer pointer is null, which IPC_RMID ignores.
+    let rc = unsafe {
+        match kind {
+            IpcKind::Shm => libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+            IpcKind::Sem => libc::semctl(id, 0, libc::IPC_RMID),
+            IpcKind::Msg => libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+        }
+    };
+    if rc == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
@@ -198,8 +402,67 @@ mod tests {
     }
 
     #[test]
-    fn zombies_and_the_gone_are_not_alive() {
-        assert!(is_zombie(i32::MAX), "a pid that does not exist");
-        assert!(!is_zombie(std::process::id() as i32));
+    fn zombies_and_the_gone_are_not_alive_a_running_process_is() {
+        assert!(!alive(i32::MAX), "a pid that does not exist");
+        assert!(alive(std::process::id() as i32));
+        // A child that has exited and is not reaped yet: a zombie, not alive.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        // (Marked as waited for: another test's orphan reaper must not take its status.)
+        let own = OwnChild::new(Some(child.id()));
+        let pid = child.id() as i32;
+        let zombie = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| state(&stat) == Some('Z'))
+        });
+        assert!(zombie, "the child became a zombie");
+        assert!(!alive(pid));
+        child.wait().unwrap();
+        own.waited();
+    }
+
+    #[test]
+    fn the_state_is_read_after_the_last_parenthesis() {
+        assert_eq!(state("42 (a) b) Z) S 1 2"), Some('S'));
+        assert_eq!(state("7 (cat) Z 1 7 7"), Some('Z'));
+        assert_eq!(state("garbage"), None);
+        assert_eq!(parent("42 (a) b) Z) S 17 2"), Some(17));
+    }
+
+    #[test]
+    fn the_orphan_reaper_leaves_the_children_this_program_waits_for() {
+        // An own child that has exited: the reaper must not take its status.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let own = OwnChild::new(Some(child.id()));
+        let pid = child.id() as i32;
+        let zombie = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| state(&stat) == Some('Z'))
+        });
+        assert!(zombie, "the child became a zombie");
+        reap_orphans();
+        assert!(child.wait().unwrap().success(), "its own wait got the status");
+        own.waited();
+        assert!(!own_children().contains(&pid));
+    }
+
+    #[test]
+    fn ipc_listings_give_their_ids() {
+        let shm = "       key      shmid perms                  size  cpid  lpid nattch   uid   gid  cuid  cgid      atime      dtime      ctime                   rss                  swap\n\
+                   \x20  1234         0   600                  4096    12    12      0 65532 65532 65532 65532          0          0 1764090000                     0                     0\n\
+                   \x20     0     32769   666                  8192    13     0      0 65532 65532 65532 65532          0          0 1764090001                     0                     0\n";
+        assert_eq!(ipc_ids(shm), vec![0, 32769]);
+        assert!(ipc_ids("       key      semid perms      nsems   uid   gid  cuid  cgid      otime      ctime\n").is_empty());
+    }
+
+    #[test]
+    fn the_message_queue_folder_is_emptied_too() {
+        let dirs = wiped_dirs(Path::new("/workspace/scratch"));
+        assert_eq!(dirs[0], Path::new("/workspace/scratch"));
+        assert!(
+            dirs.contains(&PathBuf::from("/dev/mqueue"))
+                && dirs.contains(&PathBuf::from("/dev/shm"))
+        );
     }
 }

@@ -43,6 +43,16 @@ pub async fn run(redaction: Arc<Redaction>) -> anyhow::Result<()> {
             _ = int.recv() => "SIGINT",
         }
     };
+    // As the container's pid 1 (no init), orphans of a running task's commands are this
+    // program's children: reap them as they exit rather than only in the scrub.
+    if scrub::in_sandbox() && rustix::process::getpid().is_init() {
+        let mut child = signal(SignalKind::child())?;
+        tokio::spawn(async move {
+            while child.recv().await.is_some() {
+                scrub::reap_orphans();
+            }
+        });
+    }
     serve(tokio::io::stdin(), tokio::io::stdout(), redaction, shutdown).await;
     Ok(())
 }

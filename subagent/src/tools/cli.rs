@@ -135,6 +135,8 @@ pub async fn use_cli(
     let mut child =
         child.spawn().map_err(|e| ToolError::Failed(format!("cannot start the CLI: {e}")))?;
     let _group = super::command::GroupKiller(child.id());
+    // Its exit status is for the `wait` below, not for the orphan reaper.
+    let own = crate::scrub::OwnChild::new(child.id());
     if let Some(mut stdin) = child.stdin.take() {
         use tokio::io::AsyncWriteExt;
         let task = args.task_text.clone();
@@ -163,6 +165,7 @@ pub async fn use_cli(
             ))));
         }
     };
+    own.waited();
     let status = status.map_err(|e| ToolError::Failed(format!("waiting for the CLI: {e}")))?;
     let _ = tokio::time::timeout(command::DRAIN_GRACE, &mut drain).await;
     drop(drain);

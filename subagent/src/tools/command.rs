@@ -132,6 +132,8 @@ pub async fn run_command(
         child.spawn().map_err(|e| ToolError::Failed(format!("cannot start /bin/sh: {e}")))?;
     drop(secret_env);
     let _group = GroupKiller(child.id());
+    // Its exit status is for the `wait` below, not for the orphan reaper.
+    let own = crate::scrub::OwnChild::new(child.id());
     let half = MAX_TOOL_OUTPUT / 2;
     let mut stdout = HeadTail::new(half);
     let mut stderr = HeadTail::new(half);
@@ -156,6 +158,7 @@ pub async fn run_command(
             )));
         }
     };
+    own.waited();
     let status = status.map_err(|e| ToolError::Failed(format!("waiting for the command: {e}")))?;
     let drained = tokio::time::timeout(DRAIN_GRACE, &mut drain).await.is_ok();
     drop(drain);

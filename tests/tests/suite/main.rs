@@ -13,6 +13,7 @@ mod compose_up;
 mod docker_smoke;
 mod egress_firewall_watch;
 mod pool_clean_room;
+mod pool_clean_room_attacks;
 mod pool_hardening;
 mod pool_isolation;
 mod pool_lifecycle;

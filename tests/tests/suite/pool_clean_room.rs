@@ -17,12 +17,12 @@ use secrecy::SecretString;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-const LIMIT: Duration = Duration::from_secs(90);
-const CANARY: &str = "canary-Qx7vT2pLm9s4Kd8w";
+pub(crate) const LIMIT: Duration = Duration::from_secs(90);
+pub(crate) const CANARY: &str = "canary-Qx7vT2pLm9s4Kd8w";
 
 /// Runs one task whose model calls `run_command` with `command`, then answers "done"; returns
 /// the command's output as the model saw it, and the scrub the subagent reported.
-async fn run_command(
+pub(crate) async fn run_command(
     pool: &Pool,
     llm: &ScriptedLlm,
     id: &str,

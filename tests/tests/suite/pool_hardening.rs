@@ -112,7 +112,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     assert_eq!(host.pids_limit, Some(64));
     assert_eq!(host.memory_swap, host.memory);
     assert_eq!(host.nano_cpus, Some(1_000_000_000));
-    assert_eq!(host.init, Some(true));
+    assert_eq!(host.init, Some(false), "the subagent is pid 1: no init a task could take over");
     assert_eq!(host.log_config.unwrap().config.unwrap()["max-size"], "1m");
     let env: HashMap<_, _> = inspect
         .config
@@ -133,7 +133,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
 /// handle drops, however the test ends) and returns it and its address.
 async fn start_peer() -> (ContainerAsync<GenericImage>, String) {
     let name = format!("nxp-hard-peer-{}", std::process::id());
-    let peer = nexbot_tests::local_image(pool_common::IMAGE)
+    let peer = nexbot_tests::local_image(&pool_common::image())
         .with_entrypoint("/bin/sh")
         .with_cmd(["-c", "while true; do echo hi | nc -l -p 8080; done"])
         .with_label("nexbot.test", "nxp")

@@ -190,7 +190,7 @@ async fn run_squatter(docker: &Docker, name: &str, network: &str) -> String {
         .remove_container(name, Some(RemoveContainerOptionsBuilder::default().force(true).build()))
         .await;
     let body = ContainerCreateBody {
-        image: Some(pool_common::IMAGE.into()),
+        image: Some(pool_common::image()),
         entrypoint: Some(vec!["/bin/sh".into()]),
         cmd: Some(vec!["-c".into(), "sleep 120".into()]),
         labels: Some(HashMap::from([("nexbot.test".into(), "nxp".into())])),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nexbot_docker::{Pool, RestartReason, SlotState};
 use nexbot_protocol::{Request, ResponseBody};
-use pool_common::{containers_of, eventually, exec, setup};
+use pool_common::{containers_of, eventually, setup};
 use tokio_util::sync::CancellationToken;
 
 /// The slot's container id, once the slot is idle with a container other than `old`.
@@ -55,8 +55,21 @@ async fn a_task_past_the_hard_limit_gets_timeout_and_a_fresh_container() {
     let old = pool.snapshot()[0].container_id.clone().unwrap();
 
     // Freeze the subagent process itself: the container lives, the task is never answered.
-    let (code, out) = exec(&docker, &old, "kill -STOP $(pidof nexbot-subagent)").await;
-    assert_eq!(code, 0, "{out}");
+    // The subagent is the container's pid 1, which ignores SIGSTOP sent from inside its pid
+    // namespace (a task cannot freeze it), so the signal comes from the host, as root.
+    let pid = docker
+        .inspect_container(&old, None)
+        .await
+        .unwrap()
+        .state
+        .and_then(|state| state.pid)
+        .filter(|pid| *pid > 0)
+        .expect("the subagent's pid on the host");
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(stopped.success(), "kill -STOP {pid} (the tests run as root)");
     let mut request = Request::execute("hard-limit-1", "never answered");
     request.timeout = Some(1);
     let started = Instant::now();

@@ -15,15 +15,15 @@ use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, Lines};
 
-const IMAGE: &str = "nexbot-subagent:dev";
 const WAIT: Duration = Duration::from_secs(60);
 const SECRET: &str = "nxs-image-secret-5b1d2c";
 /// The line that ends the subagent's input (see [`run_hardened`]).
 const EOF: &[u8] = b"EOF\n";
 
 async fn image_or_fail(docker: &bollard::Docker) {
-    if let Err(err) = docker.inspect_image(IMAGE).await {
-        panic!("{IMAGE} is not built ({err}); run `make image` (`make test` does it first)");
+    let image = crate::pool_common::image();
+    if let Err(err) = docker.inspect_image(&image).await {
+        panic!("{image} is not built ({err}); run `make image` (`make test` does it first)");
     }
 }
 
@@ -56,7 +56,7 @@ impl Hardened {
 /// the subagent's input ends: that is how these tests send end-of-file.
 async fn run_hardened(docker: &bollard::Docker, name: &str, network: &str) -> Hardened {
     let relay = r#"while IFS= read -r line; do [ "$line" = EOF ] && break; printf '%s\n' "$line"; done | exec /bin/nexbot-subagent"#;
-    let container = nexbot_tests::local_image(IMAGE)
+    let container = nexbot_tests::local_image(&crate::pool_common::image())
         .with_entrypoint("/bin/sh")
         .with_cmd(["-c", relay])
         .with_open_stdin(true)

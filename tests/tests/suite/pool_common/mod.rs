@@ -13,7 +13,15 @@ use nexbot_docker::spec::LABEL_POOL;
 use nexbot_docker::PoolConfig;
 use nexbot_tests::docker_or_skip;
 
-pub const IMAGE: &str = "nexbot-subagent:dev";
+/// The subagent image the pool tests run: `NEXBOT_TEST_IMAGE`, else `nexbot-subagent:dev`
+/// (what `make image` builds). Overridable so that a branch's image, built under a tag of its
+/// own, is tested without retagging the shared `:dev` one other checkouts test against.
+pub fn image() -> String {
+    std::env::var("NEXBOT_TEST_IMAGE")
+        .ok()
+        .filter(|image| !image.trim().is_empty())
+        .unwrap_or_else(|| "nexbot-subagent:dev".to_owned())
+}
 /// The prefix of the test network's name; the test process's pid follows.
 const NETWORK_PREFIX: &str = "nxp-tests-";
 
@@ -29,12 +37,17 @@ pub fn network() -> String {
 /// Docker is missing. The image must exist: `make test` builds it first.
 pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
     let docker = docker_or_skip(test).await?;
-    if docker.inspect_image(IMAGE).await.is_err() {
-        panic!("{test}: image {IMAGE} is missing; build it with `make image` (`make test` does)");
+    let image = image();
+    if docker.inspect_image(&image).await.is_err() {
+        panic!(
+            "{test}: image {image} is missing; build it with `make image` (`make test` does), \
+             or `make subagent-image IMAGE={image}` for a NEXBOT_TEST_IMAGE of your own"
+        );
     }
     reap_dead_runs(&docker, test).await;
     let config = PoolConfig {
         name: format!("nxp-{test}-{}", std::process::id()),
+        image,
         network: network(),
         size: 3,
         ping_interval_ms: 1_000,
