@@ -410,15 +410,19 @@ mod tests {
         // (Marked as waited for: another test's orphan reaper must not take its status.)
         let own = OwnChild::new(Some(child.id()));
         let pid = child.id() as i32;
-        let zombie = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(10));
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|stat| state(&stat) == Some('Z'))
-        });
-        assert!(zombie, "the child became a zombie");
+        assert!(becomes_zombie(pid), "the child became a zombie");
         assert!(!alive(pid));
         child.wait().unwrap();
         own.waited();
+    }
+
+    /// Waits (at most 5 s) until `pid` is a zombie.
+    fn becomes_zombie(pid: i32) -> bool {
+        (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|stat| state(&stat) == Some('Z'))
+        })
     }
 
     #[test]
@@ -435,12 +439,7 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let own = OwnChild::new(Some(child.id()));
         let pid = child.id() as i32;
-        let zombie = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(10));
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .is_ok_and(|stat| state(&stat) == Some('Z'))
-        });
-        assert!(zombie, "the child became a zombie");
+        assert!(becomes_zombie(pid), "the child became a zombie");
         reap_orphans();
         assert!(child.wait().unwrap().success(), "its own wait got the status");
         own.waited();

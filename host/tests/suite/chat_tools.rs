@@ -15,24 +15,7 @@ use serde_json::{json, Value};
 use crate::common::{base_env, echo, tool_results, ChatSession, TempWorkspace};
 use crate::telegram::{has_text, ledger, start, telegram_env, texts, LIMIT, OWNER};
 
-/// The tool results of a request's conversation, parsed, oldest first.
-fn results(body: &Value) -> Vec<Value> {
-    body["messages"]
-        .as_array()
-        .map(|messages| {
-            messages
-                .iter()
-                .filter(|m| m["role"] == "tool")
-                .map(|m| {
-                    let content = m["content"].as_str().unwrap_or_default();
-                    // A hook may add a note after the JSON; the JSON is the first line.
-                    let first = content.lines().next().unwrap_or_default();
-                    serde_json::from_str(first).unwrap_or_else(|_| json!({"raw": content}))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
+use crate::common::parsed_tool_results as results;
 
 /// The results of the last request that saw `count` tool results (the turn's whole record).
 fn final_results(llm: &ScriptedLlm, count: usize) -> Vec<Value> {

@@ -437,6 +437,22 @@ impl InProcess {
     async fn stop(self) {
         self.app.stop().await;
     }
+
+    /// Runs `checks`, then stops the daemon and removes the test's Docker leftovers whatever
+    /// the checks found, then fails as they did.
+    async fn run_then_stop(
+        mut self,
+        checks: impl AsyncFnOnce(&mut Self) -> Result<(), String>,
+        leftovers: Leftovers,
+    ) {
+        let result = AssertUnwindSafe(checks(&mut self)).catch_unwind().await;
+        self.stop().await;
+        drop(leftovers);
+        match result {
+            Ok(checked) => checked.unwrap(),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
 }
 
 #[tokio::test]
@@ -450,10 +466,10 @@ async fn stopping_a_turn_cancels_the_subagent_and_its_relay_token() {
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
-    let mut host = InProcess::start(&ws, env).await;
+    let host = InProcess::start(&ws, env).await;
 
     // Checks run inside; the orderly shutdown runs after whatever they found.
-    let checks = async {
+    let checks = async |host: &mut InProcess| {
         host.send(1, "slow").await;
         host.wait_for_the_slow_call(&llm).await?;
         let (task_id, token) = host.token();
@@ -474,13 +490,7 @@ async fn stopping_a_turn_cancels_the_subagent_and_its_relay_token() {
         assert!(relayed >= 2, "{audit:#?}");
         Ok::<_, String>(())
     };
-    let result = AssertUnwindSafe(checks).catch_unwind().await;
-    host.stop().await;
-    drop(leftovers);
-    match result {
-        Ok(checked) => checked.unwrap(),
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    host.run_then_stop(checks, leftovers).await;
 }
 
 #[tokio::test]
@@ -494,9 +504,9 @@ async fn a_subagent_dying_mid_task_revokes_its_token_and_records_its_relay_usage
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
-    let mut host = InProcess::start(&ws, env).await;
+    let host = InProcess::start(&ws, env).await;
 
-    let checks = async {
+    let checks = async |host: &mut InProcess| {
         host.send(1, "slow").await;
         host.wait_for_the_slow_call(&llm).await?;
         let (task_id, token) = host.token();
@@ -521,13 +531,7 @@ async fn a_subagent_dying_mid_task_revokes_its_token_and_records_its_relay_usage
         host.assert_token_dead(&token).await;
         Ok::<_, String>(())
     };
-    let result = AssertUnwindSafe(checks).catch_unwind().await;
-    host.stop().await;
-    drop(leftovers);
-    match result {
-        Ok(checked) => checked.unwrap(),
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    host.run_then_stop(checks, leftovers).await;
 }
 
 #[tokio::test]
@@ -596,10 +600,10 @@ async fn two_chats_delegating_in_turn_never_share_a_container() {
     env.extend(leftovers.env());
     env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "3".into()));
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
-    let mut host = InProcess::start(&ws, env).await;
+    let host = InProcess::start(&ws, env).await;
     let (a, b) = (ChatRef::console("room-a").unwrap(), ChatRef::console("room-b").unwrap());
 
-    let checks = async {
+    let checks = async |host: &mut InProcess| {
         for (id, chat) in [(1, &a), (2, &b), (3, &a), (4, &b), (5, &a)] {
             host.send_in(chat.clone(), id, "work").await;
             let answers = host.answers(1).await;
@@ -627,11 +631,5 @@ async fn two_chats_delegating_in_turn_never_share_a_container() {
         }
         Ok::<_, String>(())
     };
-    let result = AssertUnwindSafe(checks).catch_unwind().await;
-    host.stop().await;
-    drop(leftovers);
-    match result {
-        Ok(checked) => checked.unwrap(),
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
+    host.run_then_stop(checks, leftovers).await;
 }

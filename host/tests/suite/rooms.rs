@@ -11,20 +11,7 @@ use serde_json::{json, Value};
 use crate::common::{echo, tool_results, Serving, TempWorkspace};
 use crate::telegram::{has_text, start, telegram_env, FRIEND, LIMIT, OWNER};
 
-/// The tool results of a request's conversation, parsed, oldest first.
-fn results(body: &Value) -> Vec<Value> {
-    body["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            let content = m["content"].as_str().unwrap_or_default();
-            let first = content.lines().next().unwrap_or_default();
-            serde_json::from_str(first).unwrap_or_else(|_| json!({"raw": content}))
-        })
-        .collect()
-}
+use crate::common::parsed_tool_results as results;
 
 fn system_prompt(body: &Value) -> String {
     body["messages"][0]["content"].as_str().unwrap_or_default().to_owned()

@@ -290,6 +290,22 @@ pub fn is_main(body: &serde_json::Value) -> bool {
         .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
 }
 
+/// The tool results of a request's conversation, parsed, oldest first (a hook may add a note
+/// after the JSON; the JSON is the first line; a result that is not JSON is `{"raw": …}`).
+pub fn parsed_tool_results(body: &serde_json::Value) -> Vec<serde_json::Value> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let content = m["content"].as_str().unwrap_or_default();
+            let first = content.lines().next().unwrap_or_default();
+            serde_json::from_str(first).unwrap_or_else(|_| serde_json::json!({"raw": content}))
+        })
+        .collect()
+}
+
 /// How many tool results the request's conversation holds (which step of a script this is).
 pub fn tool_results(body: &serde_json::Value) -> usize {
     body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
