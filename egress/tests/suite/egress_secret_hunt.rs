@@ -6,7 +6,7 @@
 
 use nexbot_tests::egress as egress_support;
 
-use egress_support::{start, start_with_keys, Started, WAIT};
+use egress_support::{start_relay, start_with_keys, Started, WAIT};
 use nexbot_egress::EgressConfig;
 use nexbot_llm::ProviderSpec;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
@@ -46,7 +46,7 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let llm = ScriptedLlm::start(vec![Step::text("fine"), Step::status(500, "{}")]).await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let token = started.egress.tokens().issue("task-k", 1000).unwrap();
     let mut answers = Vec::new();
     for presented in [Some(token.expose_secret()), Some(token.expose_secret()), Some("bad"), None] {
@@ -76,6 +76,7 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
     b.api_key_env = Some("NXE_HUNT_B".into());
     config.relay.providers = vec![a, b];
     let chained = start_with_keys(config, &[("NXE_HUNT_A", KEY_A), ("NXE_HUNT_B", KEY_B)]).await;
+    chained.run_task("task-chain");
     let chain_token = chained.egress.tokens().issue("task-chain", 1_000_000).unwrap();
     let echoed = chat(&chained, Some(chain_token.expose_secret()), ask()).await;
     assert!(
