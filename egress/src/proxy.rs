@@ -272,9 +272,7 @@ fn proxy_credential(headers: &HeaderMap) -> Result<SecretString, &'static str> {
         .map(Zeroizing::new)
         .ok_or("the Proxy-Authorization header is not base64 of user:password")?;
     match decoded.split_once(':') {
-        Some((user, token)) if user == CREDENTIAL_USER => {
-            Ok(SecretString::from(token.to_owned()))
-        }
+        Some((user, token)) if user == CREDENTIAL_USER => Ok(SecretString::from(token.to_owned())),
         _ => Err("the Proxy-Authorization user is not `task`"),
     }
 }

@@ -1,10 +1,10 @@
 //! Helpers shared by the egress tests: a started listener with its own data directory, the
 //! audit lines it wrote, and small local servers to be the "internet".
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 

@@ -312,6 +312,8 @@ async fn sources_that_are_not_known_containers_are_refused() {
     open.require_attribution = false;
     let started = start(open, None).await;
     started.table.remove("127.0.0.1".parse().unwrap());
+    // Not a pool container: no egress credential is asked for.
+    egress_support::present_credential(started.egress.local_addr(), None);
     assert_eq!(connect(started.egress.local_addr(), &target.to_string()).await.0, 200);
 }
 
@@ -436,8 +438,7 @@ async fn idle_and_slow_clients_are_disconnected_after_the_header_timeout() {
     // One request on a keep-alive connection, then idle.
     let mut idle = tokio::net::TcpStream::connect(proxy).await.unwrap();
     let auth = egress_support::auth_line(proxy);
-    let request =
-        format!("GET http://{target}/hello HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n");
+    let request = format!("GET http://{target}/hello HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n");
     idle.write_all(request.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     tokio::time::timeout(WAIT, idle.read_to_end(&mut buf))

@@ -76,7 +76,11 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
     b.api_key_env = Some("NXE_HUNT_B".into());
     config.relay.providers = vec![a, b];
     let chained = start_with_keys(config, &[("NXE_HUNT_A", KEY_A), ("NXE_HUNT_B", KEY_B)]).await;
-    chained.run_task("task-chain");
+    // The task's egress credential goes through the proxy's admission (allowed, then, once
+    // the task ended, refused) and is hunted for like the token.
+    let credential = chained.run_task("task-chain");
+    let proxy = chained.egress.local_addr();
+    assert_eq!(egress_support::connect(proxy, "10.9.9.9:80").await.0, 403, "denied, admitted");
     let chain_token = chained.egress.tokens().issue("task-chain", 1_000_000).unwrap();
     let echoed = chat(&chained, Some(chain_token.expose_secret()), ask()).await;
     assert!(
@@ -90,6 +94,12 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
         Some(format!("Bearer {KEY_B}").as_str())
     );
 
+    chained.egress.finish_task("task-chain");
+    let (code, _) =
+        egress_support::connect_with(proxy, "10.9.9.9:80", Some(credential.expose_secret())).await;
+    assert_eq!(code, 407, "an ended task's credential");
+    chained.audit_lines(3).await;
+
     let logs = capture.text();
     assert!(logs.contains("nexbot::egress::audit"), "the capture works: {logs}");
     let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap()
@@ -102,6 +112,10 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
         assert!(!text.contains(KEY_A) && !text.contains(KEY_B), "a chain key leaked into {place}");
         assert!(!text.contains("PLANTED"), "part of the provider key leaked into {place}");
         assert!(!text.contains(token.expose_secret()), "the task token leaked into {place}");
+        assert!(
+            !text.contains(&credential.expose_secret()[4..]),
+            "the egress credential leaked into {place}"
+        );
     }
     assert_eq!(llm.chat_requests().len(), 3);
 }
