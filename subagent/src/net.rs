@@ -57,7 +57,11 @@ fn with_credential(url: &str) -> String {
         Ok(mut parsed) if parsed.has_host() => {
             let set = parsed.set_username(CREDENTIAL_USER).is_ok()
                 && parsed.set_password(Some(token.expose_secret())).is_ok();
-            if set { parsed.to_string() } else { url.to_owned() }
+            if set {
+                parsed.to_string()
+            } else {
+                url.to_owned()
+            }
         }
         _ => url.to_owned(),
     }
