@@ -57,10 +57,12 @@ fn with_credential(url: &str) -> String {
         Ok(mut parsed) if parsed.has_host() => {
             let set = parsed.set_username(CREDENTIAL_USER).is_ok()
                 && parsed.set_password(Some(token.expose_secret())).is_ok();
-            if set {
-                parsed.to_string()
-            } else {
-                url.to_owned()
+            // The URL type adds a `/` path; the variable keeps the shape it had.
+            let with = parsed.to_string();
+            match (set, url.trim().ends_with('/')) {
+                (false, _) => url.to_owned(),
+                (true, true) => with,
+                (true, false) => with.trim_end_matches('/').to_owned(),
             }
         }
         _ => url.to_owned(),
@@ -95,6 +97,28 @@ pub fn task_proxy() -> Option<reqwest::Proxy> {
         Some(with_credential(base))
     });
     Some(proxy.no_proxy(reqwest::NoProxy::from_env()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_credential_goes_into_the_proxy_url_as_userinfo_and_the_url_keeps_its_shape() {
+        set_task_credential(None);
+        assert_eq!(with_credential("http://10.0.0.1:3128"), "http://10.0.0.1:3128");
+        assert!(proxy_authorization().is_none());
+        set_task_credential(Some(SecretString::from("nxp_abc-_1".to_owned())));
+        let expected = "http://task:nxp_abc-_1@10.0.0.1:3128";
+        assert_eq!(with_credential("http://10.0.0.1:3128"), expected);
+        assert_eq!(with_credential("http://10.0.0.1:3128/"), format!("{expected}/"));
+        assert_eq!(with_credential("not a url"), "not a url");
+        let header = proxy_authorization().unwrap();
+        assert!(header.is_sensitive());
+        // base64("task:nxp_abc-_1")
+        assert_eq!(header.to_str().unwrap(), "Basic dGFzazpueHBfYWJjLV8x");
+        set_task_credential(None);
+    }
 }
 
 /// At most this many redirects are followed.
