@@ -242,7 +242,6 @@ async fn connect_to_a_bound_host_is_refused_for_the_task_and_credentials_end_wit
     assert_eq!(code, 403, "a tunnel to a bound host could carry the value back unseen");
     let (code, _) = connect(proxy, &other.addr.to_string()).await;
     assert_eq!(code, 403, "nor to any other host: a stored value could come back through it");
-    let local: IpAddr = "127.0.0.1".parse().unwrap();
     started.run_task("t-2");
     let (code, _) = connect(proxy, &echo.addr.to_string()).await;
     assert_eq!(code, 200, "a task without credentials tunnels anywhere allowed");

@@ -403,12 +403,18 @@ async fn a_leftover_of_task_one_gets_nothing_while_task_two_runs(
     let (_, out) = exec(docker, id, &via_proxy(&get)).await;
     assert!(status(&out) == 407 && out.contains("proxy_credential_missing"), "{out}");
     // Task 2's own, by plain HTTP and through a tunnel (HTTP/1.0 inside, so it closes).
-    let (_, out) = exec(docker, id, &via_proxy_as(&get, credential.expose_secret())).await;
+    let own = get.replace("/late", "/hello");
+    let (_, out) = exec(docker, id, &via_proxy_as(&own, credential.expose_secret())).await;
     assert!(status(&out) == 200 && out.contains("hello from the allowed server"), "{out}");
     let tunnelled = format!(
         "CONNECT {allowed} HTTP/1.1\\r\\nHost: {allowed}\\r\\n\\r\\nGET /hello HTTP/1.0\\r\\nHost: {allowed}\\r\\n\\r\\n"
     );
-    let (_, out) = exec(docker, id, &via_proxy_as(&tunnelled, credential.expose_secret())).await;
+    // The client's side stays open a moment: the server would take its early EOF (passed
+    // through the tunnel) as the end of the connection before answering.
+    let held = via_proxy_as(&tunnelled, credential.expose_secret())
+        .replacen("printf '", "{ printf '", 1)
+        .replacen("' | busybox nc", "'; sleep 2; } | busybox nc", 1);
+    let (_, out) = exec(docker, id, &held).await;
     assert!(status(&out) == 200 && out.contains("hello from the allowed server"), "{out}");
 
     let answer = tokio::time::timeout(std::time::Duration::from_secs(120), running)
