@@ -99,28 +99,6 @@ pub fn task_proxy() -> Option<reqwest::Proxy> {
     Some(proxy.no_proxy(reqwest::NoProxy::from_env()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_credential_goes_into_the_proxy_url_as_userinfo_and_the_url_keeps_its_shape() {
-        set_task_credential(None);
-        assert_eq!(with_credential("http://10.0.0.1:3128"), "http://10.0.0.1:3128");
-        assert!(proxy_authorization().is_none());
-        set_task_credential(Some(SecretString::from("nxp_abc-_1".to_owned())));
-        let expected = "http://task:nxp_abc-_1@10.0.0.1:3128";
-        assert_eq!(with_credential("http://10.0.0.1:3128"), expected);
-        assert_eq!(with_credential("http://10.0.0.1:3128/"), format!("{expected}/"));
-        assert_eq!(with_credential("not a url"), "not a url");
-        let header = proxy_authorization().unwrap();
-        assert!(header.is_sensitive());
-        // base64("task:nxp_abc-_1")
-        assert_eq!(header.to_str().unwrap(), "Basic dGFzazpueHBfYWJjLV8x");
-        set_task_credential(None);
-    }
-}
-
 /// At most this many redirects are followed.
 const MAX_REDIRECTS: usize = 5;
 
@@ -181,4 +159,26 @@ fn build(
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     Ok(cell.get_or_init(|| client))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_credential_goes_into_the_proxy_url_as_userinfo_and_the_url_keeps_its_shape() {
+        set_task_credential(None);
+        assert_eq!(with_credential("http://10.0.0.1:3128"), "http://10.0.0.1:3128");
+        assert!(proxy_authorization().is_none());
+        set_task_credential(Some(SecretString::from("nxp_abc-_1".to_owned())));
+        let expected = "http://task:nxp_abc-_1@10.0.0.1:3128";
+        assert_eq!(with_credential("http://10.0.0.1:3128"), expected);
+        assert_eq!(with_credential("http://10.0.0.1:3128/"), format!("{expected}/"));
+        assert_eq!(with_credential("not a url"), "not a url");
+        let header = proxy_authorization().unwrap();
+        assert!(header.is_sensitive());
+        // base64("task:nxp_abc-_1")
+        assert_eq!(header.to_str().unwrap(), "Basic dGFzazpueHBfYWJjLV8x");
+        set_task_credential(None);
+    }
 }

@@ -7,7 +7,7 @@
 
 use nexbot_tests::egress as egress_support;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
