@@ -70,7 +70,10 @@ pub use inject::MAX_SECRET_BODY_BYTES;
 pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
-pub use tokens::{FinishedTask, TaskTokens, TaskUsage, TokenError, TOKEN_PREFIX};
+pub use tokens::{
+    FinishedTask, ProxyCredential, TaskTokens, TaskUsage, TokenError, MAX_ENDED_CREDENTIALS,
+    PROXY_TOKEN_PREFIX, TOKEN_PREFIX,
+};
 
 /// Where the listener sits: the network the sandbox containers are on, as seen from the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,6 +261,11 @@ impl Egress {
     /// handed over.
     pub fn finish_task(&self, task_id: &str) -> FinishedTask {
         self.shared.tokens.finish(task_id)
+    }
+
+    /// Issues the task's egress credential (see [`TaskTokens::issue_proxy`]).
+    pub fn issue_proxy_token(&self, task_id: &str) -> Result<SecretString, TokenError> {
+        self.shared.tokens.issue_proxy(task_id)
     }
 
     /// Issues a token for `task_id` with the configured default budget.

@@ -27,11 +27,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use base64::Engine;
+use secrecy::{ExposeSecret, SecretString};
+use zeroize::Zeroizing;
+
+use super::attribution::Attributed;
 use super::audit::{ConnAudit, Direction, Origin, Verdict};
 use super::credentials::TaskSecrets;
 use super::inject::{self, ScrubbedBody, MAX_SECRET_BODY_BYTES};
 use super::meter::{full, pump, MeteredBody, PumpEnd, ResponseBody};
 use super::policy::{CheckedAddr, Refusal, Target};
+use super::tokens::ProxyCredential;
 use super::{relay, Shared};
 
 /// One client connection's share of the listener's capacity. A CONNECT tunnel outlives the
@@ -141,25 +147,160 @@ async fn handle(
 ) -> Response<ResponseBody> {
     let source = peer.ip().to_canonical();
     let attributed = shared.attribution.lookup(source);
+    // No task yet: the relay names it from its token, the proxy from the task's credential.
     let origin = Origin {
         source: Some(source),
         container: attributed.as_ref().map(|a| a.container.clone()),
-        task_id: attributed.as_ref().and_then(|a| a.task_id.clone()),
+        task_id: None,
     };
+    let running = attributed.as_ref().map(|a| a.task_id.clone());
+    if req.method() != Method::CONNECT {
+        if req.uri().scheme().is_none() {
+            return relay::handle(req, origin, running, shared).await;
+        }
+        if targets_listener(req.uri(), shared.local) {
+            // A client that sent its relay call through the proxy (NO_PROXY not honoured).
+            let (mut parts, body) = req.into_parts();
+            parts.uri =
+                parts.uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap_or_default();
+            let req = Request::from_parts(parts, body);
+            return relay::handle(req, origin, running, shared).await;
+        }
+    }
+    let admission = admit(req.headers(), attributed.as_ref(), &shared);
     if req.method() == Method::CONNECT {
-        return connect(req, origin, attributed.is_some(), permit, shared).await;
+        return connect(req, origin, attributed.is_some(), admission, permit, shared).await;
     }
-    if req.uri().scheme().is_none() {
-        return relay::handle(req, origin, shared).await;
+    forward(req, origin, attributed.is_some(), admission, shared).await
+}
+
+/// Whose a proxied request is, decided before anything else is looked at.
+enum Admission {
+    /// Served in the name of this task (`None`: not a pool container, where
+    /// `require_attribution` decides).
+    Serve(Option<String>),
+    /// Refused with this status and audit reason; `task_id` names the task whose credential
+    /// was presented (never the container's current task, which did not send it).
+    Refuse { status: StatusCode, reason: String, task_id: Option<String> },
+}
+
+/// The user name egress credentials are presented with (the password is the token).
+pub(crate) const CREDENTIAL_USER: &str = "task";
+
+/// A request from a pool container is served only in the name of the task that sent it: the
+/// container must be running a task, and the request must carry that task's egress
+/// credential (`Proxy-Authorization: Basic`, user [`CREDENTIAL_USER`], the token as the
+/// password). The source address alone says only which container; a process left over from
+/// an earlier task, or any request between tasks, would otherwise leave in the name of
+/// whatever task runs there now.
+fn admit(headers: &HeaderMap, attributed: Option<&Attributed>, shared: &Shared) -> Admission {
+    let Some(attributed) = attributed else { return Admission::Serve(None) };
+    let container = &attributed.container;
+    let Some(running) = &attributed.task_id else {
+        return Admission::Refuse {
+            status: StatusCode::FORBIDDEN,
+            reason: format!(
+                "idle_container: container {container} runs no task; nothing leaves a pool \
+                 container between tasks"
+            ),
+            task_id: None,
+        };
+    };
+    let refuse = |reason: String, task_id: Option<String>| Admission::Refuse {
+        status: StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+        reason,
+        task_id,
+    };
+    let presented = match proxy_credential(headers) {
+        Ok(presented) => presented,
+        Err(what) => {
+            return refuse(
+                format!(
+                    "proxy_credential_missing: {what}; a request from a pool container must \
+                     carry its task's egress credential (Proxy-Authorization: Basic with user \
+                     `{CREDENTIAL_USER}` and the execute request's `egress_token` as the \
+                     password, e.g. HTTP_PROXY=http://{CREDENTIAL_USER}:<token>@{}); a \
+                     subagent older than that field sends none",
+                    shared.local
+                ),
+                None,
+            )
+        }
+    };
+    match shared.tokens.proxy_task(presented.expose_secret()) {
+        ProxyCredential::Live(task_id) if task_id == *running => Admission::Serve(Some(task_id)),
+        ProxyCredential::Live(task_id) => refuse(
+            format!(
+                "task_mismatch: the credential is task {task_id}'s, but container {container} \
+                 runs task {running}; a task's credential is good only in its own container"
+            ),
+            Some(task_id),
+        ),
+        ProxyCredential::Ended(task_id) => refuse(
+            format!(
+                "task_ended: task {task_id} has ended; its egress credential came from \
+                 container {container}, which now runs task {running}; nothing more leaves in \
+                 the ended task's name"
+            ),
+            Some(task_id),
+        ),
+        ProxyCredential::Unknown => refuse(
+            "proxy_credential_invalid: the egress credential presented is no task's (forged, \
+             or of a task ended long ago)"
+                .to_owned(),
+            None,
+        ),
     }
-    if targets_listener(req.uri(), shared.local) {
-        // A client that sent its relay call through the proxy (NO_PROXY not honoured).
-        let (mut parts, body) = req.into_parts();
-        parts.uri =
-            parts.uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap_or_default();
-        return relay::handle(Request::from_parts(parts, body), origin, shared).await;
+}
+
+/// The token of a `Proxy-Authorization: Basic` header with user [`CREDENTIAL_USER`]; `Err`
+/// says what is missing or wrong (never the value).
+fn proxy_credential(headers: &HeaderMap) -> Result<SecretString, &'static str> {
+    let value = headers
+        .get(header::PROXY_AUTHORIZATION)
+        .ok_or("the request has no Proxy-Authorization header")?;
+    let value = value.to_str().map_err(|_| "the Proxy-Authorization header is not text")?;
+    let (scheme, encoded) =
+        value.trim().split_once(' ').ok_or("the Proxy-Authorization header is malformed")?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err("the Proxy-Authorization header is not Basic");
     }
-    forward(req, origin, attributed.is_some(), shared).await
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .map(Zeroizing::new)
+        .ok_or("the Proxy-Authorization header is not base64 of user:password")?;
+    match decoded.split_once(':') {
+        Some((user, token)) if user == CREDENTIAL_USER => Ok(SecretString::from(token.to_owned())),
+        _ => Err("the Proxy-Authorization user is not `task`"),
+    }
+}
+
+/// A refusal of [`admit`], audited on the connection's line; a 407 asks for Basic
+/// credentials as RFC 9110 wants.
+fn refuse_admission(
+    audit: &ConnAudit,
+    status: StatusCode,
+    reason: String,
+) -> Response<ResponseBody> {
+    let mut response = refuse(audit, Verdict::Denied, status, reason);
+    if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+        response.headers_mut().insert(
+            header::PROXY_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"nexbot-egress\""),
+        );
+    }
+    response
+}
+
+/// The origin a request is audited under once admitted (or refused).
+fn admitted_origin(mut origin: Origin, admission: &Admission) -> Origin {
+    origin.task_id = match admission {
+        Admission::Serve(task_id) => task_id.clone(),
+        Admission::Refuse { task_id, .. } => task_id.clone(),
+    };
+    origin
 }
 
 fn targets_listener(uri: &Uri, local: SocketAddr) -> bool {
@@ -249,14 +390,19 @@ async fn connect(
     req: Request<Incoming>,
     origin: Origin,
     attributed: bool,
+    admission: Admission,
     permit: Arc<ConnectionPermit>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let authority = req.uri().authority().cloned();
     let host = authority.as_ref().map(|a| a.host().to_owned()).unwrap_or_default();
     let port = authority.as_ref().and_then(|a| a.port_u16());
+    let origin = admitted_origin(origin, &admission);
     let audit =
         ConnAudit::new(shared.audit.clone(), "connect", origin, host.clone(), port.unwrap_or(0));
+    if let Admission::Refuse { status, reason, .. } = admission {
+        return refuse_admission(&audit, status, reason);
+    }
     let Some(port) = port else {
         let reason =
             format!("bad_request: CONNECT needs host:port, got {:?}", req.uri().to_string());
@@ -342,6 +488,7 @@ async fn forward(
     req: Request<Incoming>,
     origin: Origin,
     attributed: bool,
+    admission: Admission,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let uri = req.uri().clone();
@@ -349,6 +496,11 @@ async fn forward(
     let host = uri.host().unwrap_or_default().to_owned();
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let kind = if https { "https" } else { "http" };
+    let origin = admitted_origin(origin, &admission);
+    if let Admission::Refuse { status, reason, .. } = admission {
+        let audit = ConnAudit::new(shared.audit.clone(), kind, origin, host, port);
+        return refuse_admission(&audit, status, reason);
+    }
     let secrets = origin.task_id.as_deref().and_then(|t| shared.credentials.for_task(t));
     let audit = ConnAudit::new(shared.audit.clone(), kind, origin, host.clone(), port);
     if let Some(secrets) = &secrets {

@@ -245,10 +245,12 @@ impl ChatCall {
     }
 }
 
-/// Serves one origin-form request on the listener.
+/// Serves one origin-form request on the listener. `running`: for a pool container, the task
+/// it runs now (`Some(None)`: none); `None` for a source that is not a pool container.
 pub(crate) async fn handle(
     req: Request<Incoming>,
     origin: Origin,
+    running: Option<Option<String>>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
     let relay = &shared.relay;
@@ -301,6 +303,25 @@ pub(crate) async fn handle(
         }
     };
     audit.task(task_id.clone());
+    // A token is good only from the container running its task, and only while it does: a
+    // process left over from the task (or a token carried to another container) gets nothing.
+    if let (Some(running), Some(container)) = (&running, &audit.origin().container) {
+        let refusal = match running {
+            None => Some(format!(
+                "idle_container: container {container} runs no task; the token of task \
+                 {task_id} is not good there"
+            )),
+            Some(running) if *running != task_id => Some(format!(
+                "task_mismatch: the token is task {task_id}'s, but container {container} runs \
+                 task {running}"
+            )),
+            Some(_) => None,
+        };
+        if let Some(message) = refusal {
+            let kind = ("invalid_request_error", "task_mismatch");
+            return refuse(&audit, Verdict::Denied, StatusCode::FORBIDDEN, kind, message);
+        }
+    }
     let (mut call, hold) = match route {
         Route::Models => (None, None),
         Route::Chat => {

@@ -2,19 +2,22 @@
 //! line, a `tracing` event and a task summary. This scrubs the credentials the egress knows
 //! out of such text before it is kept anywhere: the provider keys (by value, with
 //! `nexbot_protocol::Redactor`, which also catches its base64 and URL-encoded forms, and in
-//! any letter case, since host names are lower-cased on the way) and relay tokens (by their
-//! shape, `nxr_` and the random part, so every task's token is caught, live or not).
+//! any letter case, since host names are lower-cased on the way), relay tokens and egress
+//! credentials (by their shape, `nxr_`/`nxp_` and the random part, so every task's token is
+//! caught, live or not).
 
 use nexbot_protocol::{Redactor, SecretMap};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
-use super::tokens::TOKEN_PREFIX;
+use super::tokens::{PROXY_TOKEN_PREFIX, TOKEN_PREFIX};
 
 /// The label a provider key is replaced with (every provider's).
 const KEY_LABEL: &str = "[REDACTED:LLM_PROVIDER_KEY]";
 /// The label a relay token is replaced with.
 const TOKEN_LABEL: &str = "[REDACTED:relay_token]";
+/// The label an egress credential is replaced with.
+const PROXY_TOKEN_LABEL: &str = "[REDACTED:egress_token]";
 /// The shortest random part taken for a relay token (real ones have 43 characters).
 const MIN_TOKEN_BODY: usize = 16;
 
@@ -64,7 +67,8 @@ impl Scrubber {
         for i in 0..self.keys_lower.len() {
             out = out.replace(&format!("[REDACTED:LLM_PROVIDER_KEY{i}]"), KEY_LABEL);
         }
-        replace_tokens(&out)
+        let out = replace_tokens(&out, TOKEN_PREFIX, TOKEN_LABEL);
+        replace_tokens(&out, PROXY_TOKEN_PREFIX, PROXY_TOKEN_LABEL)
     }
 }
 
@@ -86,21 +90,21 @@ fn replace_ignoring_case(text: &str, needle: &str, label: &str) -> String {
     out
 }
 
-/// Replaces `nxr_` (any case) followed by at least [`MIN_TOKEN_BODY`] base64url characters.
-fn replace_tokens(text: &str) -> String {
+/// Replaces `prefix` (any case) followed by at least [`MIN_TOKEN_BODY`] base64url characters.
+fn replace_tokens(text: &str, prefix: &str, label: &str) -> String {
     let lowered = text.to_ascii_lowercase();
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
-    while let Some(found) = lowered[at..].find(TOKEN_PREFIX) {
+    while let Some(found) = lowered[at..].find(prefix) {
         let start = at + found;
-        let body_start = start + TOKEN_PREFIX.len();
+        let body_start = start + prefix.len();
         let body = text[body_start..]
             .bytes()
             .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
             .count();
         if body >= MIN_TOKEN_BODY {
             out.push_str(&text[at..start]);
-            out.push_str(TOKEN_LABEL);
+            out.push_str(label);
         } else {
             out.push_str(&text[at..body_start + body]);
         }
@@ -138,6 +142,11 @@ mod tests {
         assert!(clean.ends_with("short nxr_abc"), "a word that only starts alike stays: {clean}");
         let upper = format!("NXR_{}", "b".repeat(20));
         assert_eq!(Scrubber::default().scrub(&upper), TOKEN_LABEL);
+        let credential = format!("{PROXY_TOKEN_PREFIX}{}", "Zq-_".repeat(11));
+        assert_eq!(
+            Scrubber::default().scrub(&format!("task:{credential}@gw")),
+            format!("task:{PROXY_TOKEN_LABEL}@gw")
+        );
         assert_eq!(Scrubber::default().scrub("plain.example.com"), "plain.example.com");
     }
 }

@@ -13,7 +13,7 @@
 //! drops the task's proxy-mode secrets ([`TaskCredentials`]), cuts the task's open tunnels and
 //! requests, and hands over what the task did ([`TaskSummary`], see `ledger.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
@@ -27,6 +27,12 @@ use super::ledger::{Ledger, TaskSummary};
 
 /// Prefix of every relay token, so a leaked one is recognisable in a scan.
 pub const TOKEN_PREFIX: &str = "nxr_";
+/// Prefix of every egress (proxy) credential, likewise.
+pub const PROXY_TOKEN_PREFIX: &str = "nxp_";
+/// How many ended tasks' egress credentials are remembered, so a request that presents one
+/// (a process left over from an ended task) is refused and audited as such rather than as
+/// an unknown credential. Older ones read as unknown: refused all the same.
+pub const MAX_ENDED_CREDENTIALS: usize = 4096;
 
 /// A task's budget and what it has used so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +63,39 @@ type Digest32 = [u8; 32];
 struct Table {
     by_digest: HashMap<Digest32, String>,
     tasks: HashMap<String, Entry>,
+    /// Egress credentials: digest → task, and task → digest.
+    proxy_by_digest: HashMap<Digest32, String>,
+    proxy_of_task: HashMap<String, Digest32>,
+    /// Credentials of ended tasks (digest → task), oldest first, at most
+    /// [`MAX_ENDED_CREDENTIALS`].
+    ended_proxy: HashMap<Digest32, String>,
+    ended_order: VecDeque<Digest32>,
+}
+
+impl Table {
+    /// Retires the task's egress credential (if any) into the ended list.
+    fn end_proxy(&mut self, task_id: &str) {
+        let Some(digest) = self.proxy_of_task.remove(task_id) else { return };
+        self.proxy_by_digest.remove(&digest);
+        if self.ended_order.len() >= MAX_ENDED_CREDENTIALS {
+            if let Some(oldest) = self.ended_order.pop_front() {
+                self.ended_proxy.remove(&oldest);
+            }
+        }
+        self.ended_proxy.insert(digest, task_id.to_owned());
+        self.ended_order.push_back(digest);
+    }
+}
+
+/// Whose a presented egress credential is ([`TaskTokens::proxy_task`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyCredential {
+    /// The credential of this running task.
+    Live(String),
+    /// The credential of this task, which has ended.
+    Ended(String),
+    /// No task's credential (forged, malformed, or ended too long ago to be remembered).
+    Unknown,
 }
 
 #[derive(Debug)]
@@ -96,6 +135,13 @@ fn allowance(task_id: &str, budget: u64) -> Arc<Allowance> {
     Allowance::new(Some(budget), format!("LLM tokens of task {task_id}"))
 }
 
+/// `prefix` and 256 random bits from the OS CSPRNG, base64url.
+fn random_token(prefix: &str) -> Result<String, TokenError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| TokenError::Random(e.to_string()))?;
+    Ok(format!("{prefix}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
+}
+
 fn digest(token: &str) -> Digest32 {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -121,12 +167,7 @@ impl TaskTokens {
     /// of `token_budget` LLM tokens. An earlier token of the same task stops working; the
     /// usage so far is kept, so re-issuing cannot reset a budget.
     pub fn issue(&self, task_id: &str, token_budget: u64) -> Result<SecretString, TokenError> {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| TokenError::Random(e.to_string()))?;
-        let token = format!(
-            "{TOKEN_PREFIX}{}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-        );
+        let token = random_token(TOKEN_PREFIX)?;
         let mut table = self.lock();
         let allowance = match table.tasks.remove(task_id) {
             Some(old) => {
@@ -151,7 +192,45 @@ impl TaskTokens {
         Ok(SecretString::from(token))
     }
 
-    /// Ends the task: revokes its token, drops its proxy-mode secrets (zeroized once no
+    /// Issues the task's egress credential (256 random bits, `nxp_…`): what the task's
+    /// processes present to the forward proxy (`Proxy-Authorization: Basic`, user `task`),
+    /// so a request is served in the name of the task that holds it — and only while that
+    /// task is the one its container runs. Separate from the relay token on purpose: it goes
+    /// into the environment of the commands a task runs, which must not be able to spend the
+    /// task's LLM budget. An earlier credential of the same task stops working; it dies with
+    /// the task ([`TaskTokens::finish`]).
+    pub fn issue_proxy(&self, task_id: &str) -> Result<SecretString, TokenError> {
+        let token = random_token(PROXY_TOKEN_PREFIX)?;
+        let mut table = self.lock();
+        if let Some(old) = table.proxy_of_task.remove(task_id) {
+            table.proxy_by_digest.remove(&old);
+        }
+        let digest = digest(&token);
+        table.proxy_by_digest.insert(digest, task_id.to_owned());
+        table.proxy_of_task.insert(task_id.to_owned(), digest);
+        drop(table);
+        self.ledger.reopen(task_id);
+        Ok(SecretString::from(token))
+    }
+
+    /// Whose a presented egress credential is: a running task's, an ended task's, or none.
+    /// Looked up by digest, like relay tokens.
+    pub fn proxy_task(&self, presented: &str) -> ProxyCredential {
+        if !presented.starts_with(PROXY_TOKEN_PREFIX) {
+            return ProxyCredential::Unknown;
+        }
+        let digest = digest(presented);
+        let table = self.lock();
+        if let Some(task_id) = table.proxy_by_digest.get(&digest) {
+            return ProxyCredential::Live(task_id.clone());
+        }
+        match table.ended_proxy.get(&digest) {
+            Some(task_id) => ProxyCredential::Ended(task_id.clone()),
+            None => ProxyCredential::Unknown,
+        }
+    }
+
+    /// Ends the task: revokes its token and egress credential, drops its proxy-mode secrets (zeroized once no
     /// request in flight holds them), cuts its open tunnels and requests, refuses later
     /// connections still attributed to it, and returns its relay usage (when it had a
     /// token) with the summary of everything it did through the egress. Calls still in
@@ -161,6 +240,7 @@ impl TaskTokens {
         self.credentials.revoke(task_id);
         let usage = {
             let mut table = self.lock();
+            table.end_proxy(task_id);
             table.tasks.remove(task_id).map(|entry| {
                 table.by_digest.remove(&entry.digest);
                 let counts = entry.allowance.counts();
@@ -194,6 +274,10 @@ impl TaskTokens {
         let count = {
             let mut table = self.lock();
             table.by_digest.clear();
+            let holders: Vec<String> = table.proxy_of_task.keys().cloned().collect();
+            for task_id in holders {
+                table.end_proxy(&task_id);
+            }
             table.tasks.drain().count()
         };
         self.credentials.revoke_all();
@@ -326,6 +410,30 @@ mod tests {
         tokens.issue("u", 50).unwrap();
         assert_eq!(tokens.usage("u"), Some(TaskUsage { budget: 50, used: 30 }));
         drop(hold);
+    }
+
+    #[test]
+    fn egress_credentials_name_their_task_until_it_ends_and_are_known_as_ended_after() {
+        let tokens = TaskTokens::default();
+        let a = tokens.issue_proxy("a").unwrap();
+        let b = tokens.issue_proxy("b").unwrap();
+        assert!(a.expose_secret().starts_with(PROXY_TOKEN_PREFIX));
+        assert_ne!(a.expose_secret(), b.expose_secret());
+        assert_eq!(tokens.proxy_task(a.expose_secret()), ProxyCredential::Live("a".into()));
+        assert_eq!(tokens.proxy_task(b.expose_secret()), ProxyCredential::Live("b".into()));
+        // Not a relay token, and a relay token is not a credential.
+        assert_eq!(tokens.authorize(&a), Err(TokenError::Invalid));
+        let relay = tokens.issue("a", 10).unwrap();
+        assert_eq!(tokens.proxy_task(relay.expose_secret()), ProxyCredential::Unknown);
+        assert_eq!(tokens.proxy_task("nxp_forged"), ProxyCredential::Unknown);
+        tokens.finish("a");
+        assert_eq!(tokens.proxy_task(a.expose_secret()), ProxyCredential::Ended("a".into()));
+        // Re-issued: the earlier one is no longer the task's (unknown, not live).
+        let b2 = tokens.issue_proxy("b").unwrap();
+        assert_eq!(tokens.proxy_task(b.expose_secret()), ProxyCredential::Unknown);
+        assert_eq!(tokens.revoke_all(), 0, "it counts relay tokens; b had none");
+        assert_eq!(tokens.proxy_task(b2.expose_secret()), ProxyCredential::Ended("b".into()));
+        assert!(!format!("{tokens:?}").contains(&a.expose_secret()[4..]), "Debug shows none");
     }
 
     #[test]

@@ -98,6 +98,12 @@ pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     fn revoke(&self, task_id: &str) -> AccessEnd;
     /// Hands the egress the task's secrets, after [`LlmAccess::issue`]; [`LlmAccess::revoke`]
     /// takes them back. Without an egress proxy, proxy-mode secrets cannot work.
+    /// The task's egress credential (`execute.egress_token`), after [`LlmAccess::issue`];
+    /// [`LlmAccess::revoke`] ends it. `None` without an egress proxy to present it to.
+    fn egress_token(&self, task_id: &str) -> Result<Option<SecretString>, String> {
+        let _ = task_id;
+        Ok(None)
+    }
     fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
         let _ = task_id;
         if secrets.iter().any(|s| !s.hosts.is_empty()) {

@@ -267,6 +267,12 @@ impl LlmAccess for RelayAccess {
         Ok(TaskLlm::Relay { base_url: self.relay_base_url.clone(), token })
     }
 
+    /// Whatever way the task reaches its LLM, everything else it sends leaves through the
+    /// proxy, which serves it only with this credential of the task.
+    fn egress_token(&self, task_id: &str) -> Result<Option<SecretString>, String> {
+        self.tokens.issue_proxy(task_id).map(Some).map_err(|e| e.to_string())
+    }
+
     fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
         let mut credentials = Vec::with_capacity(secrets.len());
         for secret in secrets {
@@ -347,8 +353,14 @@ mod tests {
         let usage = egress.tokens().usage("t1").unwrap();
         assert_eq!(usage.budget, config.egress.relay.default_token_budget);
         egress.tokens().charge("t1", 12);
+        let credential = tokens.egress_token("t1").unwrap().expect("a credential per task");
+        assert!(credential.expose_secret().starts_with(egress::PROXY_TOKEN_PREFIX));
+        let live = egress::ProxyCredential::Live("t1".into());
+        assert_eq!(egress.tokens().proxy_task(credential.expose_secret()), live);
         assert_eq!(tokens.revoke("t1").relay_tokens, Some(12));
         assert!(egress.tokens().authorize(&token).is_err(), "dead after the task");
+        let ended = egress::ProxyCredential::Ended("t1".into());
+        assert_eq!(egress.tokens().proxy_task(credential.expose_secret()), ended);
         assert_eq!(tokens.revoke("t1").relay_tokens, None);
         // What the chat's caps leave today caps the task's budget.
         tokens.issue("t3", Some(50)).unwrap();

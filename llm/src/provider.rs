@@ -143,6 +143,29 @@ impl fmt::Debug for Provider {
 }
 
 impl Provider {
+    /// The HTTP client: with `proxy`, only that proxy (none from the environment).
+    fn client(
+        name: &str,
+        timeouts: Timeouts,
+        proxy: Option<reqwest::Proxy>,
+    ) -> Result<reqwest::Client, LlmError> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            // A redirect could carry the key to a host the operator never named.
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(proxy) = proxy {
+            builder = builder.proxy(proxy);
+        }
+        builder.build().map_err(|e| LlmError::new(ErrorClass::Transport, name, e.to_string()))
+    }
+
+    /// The same provider calling through `proxy` instead of the environment's: a sandboxed
+    /// caller whose proxy wants its task's credential (the subagent) sets it here.
+    pub fn with_proxy(mut self, proxy: reqwest::Proxy) -> Result<Self, LlmError> {
+        self.http = Self::client(&self.name, self.timeouts, Some(proxy))?;
+        Ok(self)
+    }
+
     pub fn new(
         spec: ProviderSpec,
         key: Option<SecretString>,
@@ -164,12 +187,7 @@ impl Provider {
             }
             None => None,
         };
-        let http = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            // A redirect could carry the key to a host the operator never named.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| LlmError::new(ErrorClass::Transport, &name, e.to_string()))?;
+        let http = Self::client(&name, timeouts, None)?;
         let base = spec.base_url.trim_end_matches('/');
         let url = if base.ends_with("/chat/completions") {
             base.to_owned()

@@ -92,6 +92,17 @@ pub struct Request {
         serialize_with = "serialize_opt_secret"
     )]
     pub llm_token: Option<SecretString>,
+    /// The task's egress credential (`nxp_…`): the subagent presents it to the host's egress
+    /// proxy (`Proxy-Authorization: Basic`, user `task`) for every request of this task, its
+    /// own and those of the commands it runs, so the proxy serves a request only in the name
+    /// of the task that sent it. Issued when the task starts, dead when it ends. Additive
+    /// (`docs/protocol.md#requests`); not remembered.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_secret"
+    )]
+    pub egress_token: Option<SecretString>,
     /// The model's context window in tokens, when the host knows it: the subagent fits its
     /// conversation into it before every call (default 32,768). Additive; not remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,6 +190,7 @@ impl fmt::Debug for Request {
             .field("llm_base_url", &self.llm_base_url)
             .field("llm_model", &self.llm_model)
             .field("llm_token", &self.llm_token.as_ref().map(|_| "[set]"))
+            .field("egress_token", &self.egress_token.as_ref().map(|_| "[set]"))
             .field("llm_context_window", &self.llm_context_window)
             .field("proxy_secrets", &self.proxy_secrets)
             .field("search_backend", &self.search_backend)
@@ -380,11 +392,12 @@ mod tests {
     fn debug_never_shows_keys_or_secret_values() {
         let req = parse(
             r#"{"type":"execute","id":"a","task":"t","secrets":{"API_KEY":"value-one"},
-                "llm_api_key":"value-two","llm_token":"value-three"}"#,
+                "llm_api_key":"value-two","llm_token":"value-three","egress_token":"value-four"}"#,
         );
         let dbg = format!("{req:?} {req:#?}");
         assert!(dbg.contains("API_KEY"));
-        for v in ["value-one", "value-two", "value-three"] {
+        assert_eq!(req.egress_token.as_ref().unwrap().expose_secret(), "value-four");
+        for v in ["value-one", "value-two", "value-three", "value-four"] {
             assert!(!dbg.contains(v), "{v} leaked into {dbg}");
         }
         assert_eq!(req.llm_token.as_ref().unwrap().expose_secret(), "value-three");

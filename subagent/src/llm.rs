@@ -52,7 +52,12 @@ impl LlmSettings {
         spec.context_window = Some(self.context_window());
         let timeouts =
             Timeouts { connect: CONNECT_TIMEOUT, call: CALL_TIMEOUT, stall: CALL_TIMEOUT };
-        let provider = Provider::new(spec, Some(self.bearer.clone()), timeouts)?;
+        let mut provider = Provider::new(spec, Some(self.bearer.clone()), timeouts)?;
+        // Calls that go through the egress proxy (a provider called directly, with the
+        // opt-in key) carry the task's credential like every other request of the task.
+        if let Some(proxy) = crate::net::task_proxy() {
+            provider = provider.with_proxy(proxy)?;
+        }
         Ok(Chain::new(vec![provider], retry_policy()))
     }
 }

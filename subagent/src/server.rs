@@ -236,6 +236,9 @@ impl Server {
             self.out.send(refuse(text)).await;
             return;
         }
+        // Everything this task sends through the egress proxy carries its credential (none
+        // from an older host: the container's proxy variables as they are).
+        crate::net::set_task_credential(request.egress_token.clone());
         let selection = match tools::select(request.tools.as_deref()) {
             Ok(selection) => selection,
             Err(text) => {
@@ -284,6 +287,10 @@ impl Server {
         let secrets = request.secrets.clone().unwrap_or_default();
         let mut visible = secrets.clone();
         visible.insert("llm_token", llm.bearer.clone());
+        if let Some(credential) = &request.egress_token {
+            // It is in the commands' proxy variables: an echo of them never comes back.
+            visible.insert("egress_token", credential.clone());
+        }
         if let Some(key) = self.llm.api_key() {
             visible.insert("llm_api_key", key.clone());
         }
@@ -340,6 +347,9 @@ impl Server {
         let handle = tokio::spawn(
             async move {
                 let mut response = agent::run(spec, out.clone(), task_cancel).await;
+                // Nothing sent after the task carries its credential (the proxy refuses it
+                // by then anyway).
+                crate::net::set_task_credential(None);
                 // The clean room: nothing of this task is left for the next one (processes,
                 // files) before the host may send it; the answer says whether that held.
                 let dirs = scrub::wiped_dirs(&tools::ToolEnv::from_env().scratch);

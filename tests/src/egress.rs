@@ -1,19 +1,56 @@
 //! Helpers shared by the egress tests: a started listener with its own data directory, the
 //! audit lines it wrote, and small local servers to be the "internet".
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use nexbot_egress::{Attribution, AttributionTable, Egress, EgressConfig, Network, ProviderKeys};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 pub const WAIT: Duration = Duration::from_secs(20);
+
+/// The egress credential the test client presents to each listener (by its address): the
+/// client stands for the processes of the task its source address is attributed to, and those
+/// carry that task's credential. [`connect`] and [`Started::proxy_client`] read it per request,
+/// so a test that switches the task ([`Started::run_task`]) switches the credential too.
+static CREDENTIALS: LazyLock<Mutex<HashMap<SocketAddr, SecretString>>> =
+    LazyLock::new(Mutex::default);
+
+/// The credential registered for the listener at `proxy`, if any.
+pub fn credential_for(proxy: SocketAddr) -> Option<SecretString> {
+    CREDENTIALS.lock().unwrap_or_else(|p| p.into_inner()).get(&proxy).cloned()
+}
+
+/// Makes the test client present `credential` to the listener at `proxy` (`None`: nothing).
+pub fn present_credential(proxy: SocketAddr, credential: Option<SecretString>) {
+    let mut map = CREDENTIALS.lock().unwrap_or_else(|p| p.into_inner());
+    match credential {
+        Some(credential) => map.insert(proxy, credential),
+        None => map.remove(&proxy),
+    };
+}
+
+/// The `Proxy-Authorization` header line (with its CRLF) of the credential registered for
+/// the listener at `proxy`, for requests written by hand; empty when there is none.
+pub fn auth_line(proxy: SocketAddr) -> String {
+    credential_for(proxy)
+        .map(|c| format!("Proxy-Authorization: {}\r\n", proxy_authorization(c.expose_secret())))
+        .unwrap_or_default()
+}
+
+/// `Proxy-Authorization` for an egress credential, as a task's processes send it.
+pub fn proxy_authorization(token: &str) -> String {
+    use base64::Engine;
+    let pair = format!("task:{token}");
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
+}
 
 /// A fresh data directory under the system temp dir, removed on drop.
 #[derive(Debug)]
@@ -53,12 +90,38 @@ impl Started {
         wait_audit(self.egress.audit_path(), |lines| lines.len() >= count).await
     }
 
+    /// A client that sends everything through the listener with the credential registered for
+    /// it at the time of each request.
     pub fn proxy_client(&self) -> reqwest::Client {
-        reqwest::Client::builder()
-            .proxy(reqwest::Proxy::all(self.egress.proxy_url()).unwrap())
-            .timeout(WAIT)
-            .build()
-            .unwrap()
+        reqwest::Client::builder().proxy(self.proxy()).timeout(WAIT).build().unwrap()
+    }
+
+    /// The listener as a reqwest proxy, presenting the credential registered for it at the
+    /// time of each request (see [`present_credential`]).
+    pub fn proxy(&self) -> reqwest::Proxy {
+        let proxy = self.egress.local_addr();
+        reqwest::Proxy::custom(move |_| {
+            let url = match credential_for(proxy) {
+                Some(token) => format!("http://task:{}@{proxy}", token.expose_secret()),
+                None => format!("http://{proxy}"),
+            };
+            Some(url)
+        })
+    }
+
+    /// The test client becomes task `task`'s processes: the table says its container runs
+    /// `task`, and its requests carry a fresh credential of `task`.
+    pub fn run_task(&self, task: &str) -> SecretString {
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        self.table.set_task(local, Some(task.to_owned()));
+        self.issue_credential(task)
+    }
+
+    /// Issues `task`'s egress credential and makes the test client present it.
+    pub fn issue_credential(&self, task: &str) -> SecretString {
+        let credential = self.egress.issue_proxy_token(task).expect("credential issued");
+        present_credential(self.egress.local_addr(), Some(credential.clone()));
+        credential
     }
 }
 
@@ -84,13 +147,25 @@ pub async fn wait_audit(path: &std::path::Path, done: impl Fn(&[Value]) -> bool)
 }
 
 /// Starts the listener on 127.0.0.1 (standing in for the gateway); the test client at
-/// 127.0.0.1 is attributed to container `c-test` running task `t-1`.
+/// 127.0.0.1 is attributed to container `c-test` running task `t-1`, and presents `t-1`'s
+/// egress credential.
 pub async fn start(config: EgressConfig, key: Option<&str>) -> Started {
     let table = Arc::new(AttributionTable::default());
     let local: IpAddr = "127.0.0.1".parse().unwrap();
     table.set_container(local, "c-test");
     table.set_task(local, Some("t-1".into()));
     let (egress, dir) = launch(config, local, table.clone(), key).await;
+    let started = Started { egress, table, dir };
+    started.issue_credential("t-1");
+    started
+}
+
+/// [`start`] for tests of the relay alone: 127.0.0.1 is no pool container (nobody is in the
+/// table), so a call is judged by its token only, whatever task it names. That tokens are
+/// bound to the container running their task is tested with [`start`].
+pub async fn start_relay(config: EgressConfig, key: Option<&str>) -> Started {
+    let table = Arc::new(AttributionTable::default());
+    let (egress, dir) = launch(config, "127.0.0.1".parse().unwrap(), table.clone(), key).await;
     Started { egress, table, dir }
 }
 
@@ -108,7 +183,9 @@ pub async fn start_with_keys(mut config: EgressConfig, keys: &[(&str, &str)]) ->
     }
     let network = Network { gateway: local, bridge: String::new() };
     let (egress, dir) = launch_keyed(config, &network, table.clone(), provider_keys).await;
-    Started { egress, table, dir }
+    let started = Started { egress, table, dir };
+    started.issue_credential("t-1");
+    started
 }
 
 /// Starts the listener on `ip` (no network to firewall) at a free port.
@@ -218,9 +295,23 @@ pub async fn http_server_at(ip: IpAddr) -> (SocketAddr, Arc<Mutex<Vec<String>>>)
 
 /// Sends `CONNECT target` on a fresh connection to the proxy; returns the status line's code
 /// and the stream (ready for tunnel bytes on 200).
+/// It presents the credential registered for the listener ([`present_credential`]).
 pub async fn connect(proxy: SocketAddr, target: &str) -> (u16, TcpStream) {
+    let credential = credential_for(proxy);
+    connect_with(proxy, target, credential.as_ref().map(|c| c.expose_secret())).await
+}
+
+/// [`connect`] presenting `credential` (or none), whatever is registered.
+pub async fn connect_with(
+    proxy: SocketAddr,
+    target: &str,
+    credential: Option<&str>,
+) -> (u16, TcpStream) {
     let mut stream = TcpStream::connect(proxy).await.unwrap();
-    let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let auth = credential
+        .map(|token| format!("Proxy-Authorization: {}\r\n", proxy_authorization(token)))
+        .unwrap_or_default();
+    let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut head = Vec::new();
     let mut byte = [0u8; 1];

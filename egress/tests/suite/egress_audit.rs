@@ -28,7 +28,8 @@ async fn flood(started: &Started, count: usize) {
     let mut stream = tokio::net::TcpStream::connect(started.egress.local_addr()).await.unwrap();
     for i in 0..count {
         let host = format!("flood-{i}.test");
-        let request = format!("GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        let auth = egress_support::auth_line(started.egress.local_addr());
+        let request = format!("GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut head = Vec::new();
         let mut byte = [0u8; 1];

@@ -199,8 +199,10 @@ async fn only_web_ports_are_reachable_unless_configured_and_refusals_name_the_po
 /// rewrite the host); returns the status code and the whole answer.
 async fn raw_get(proxy: std::net::SocketAddr, authority: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let auth = egress_support::auth_line(proxy);
     let request = format!(
-        "GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        "GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: \
+         close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
@@ -310,6 +312,8 @@ async fn sources_that_are_not_known_containers_are_refused() {
     open.require_attribution = false;
     let started = start(open, None).await;
     started.table.remove("127.0.0.1".parse().unwrap());
+    // Not a pool container: no egress credential is asked for.
+    egress_support::present_credential(started.egress.local_addr(), None);
     assert_eq!(connect(started.egress.local_addr(), &target.to_string()).await.0, 200);
 }
 
@@ -373,11 +377,11 @@ async fn bad_requests_get_clear_errors_and_the_listener_keeps_serving() {
     // CONNECT without a port, and a scheme the proxy does not speak in absolute form.
     assert_eq!(connect(proxy, "example.com").await.0, 400);
     let mut raw = tokio::net::TcpStream::connect(proxy).await.unwrap();
-    raw.write_all(
-        b"GET ftp://example.com/ HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
-    )
-    .await
-    .unwrap();
+    let auth = egress_support::auth_line(proxy);
+    let ftp = format!(
+        "GET ftp://example.com/ HTTP/1.1\r\nHost: example.com\r\n{auth}Connection: close\r\n\r\n"
+    );
+    raw.write_all(ftp.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(WAIT, raw.read_to_end(&mut answer)).await.unwrap().unwrap();
     let answer = String::from_utf8_lossy(&answer);
@@ -433,7 +437,8 @@ async fn idle_and_slow_clients_are_disconnected_after_the_header_timeout() {
 
     // One request on a keep-alive connection, then idle.
     let mut idle = tokio::net::TcpStream::connect(proxy).await.unwrap();
-    let request = format!("GET http://{target}/hello HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let auth = egress_support::auth_line(proxy);
+    let request = format!("GET http://{target}/hello HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n");
     idle.write_all(request.as_bytes()).await.unwrap();
     let mut buf = Vec::new();
     tokio::time::timeout(WAIT, idle.read_to_end(&mut buf))

@@ -6,7 +6,7 @@ use nexbot_tests::egress as egress_support;
 
 use std::sync::{Arc, Mutex};
 
-use egress_support::{start, Started, WAIT};
+use egress_support::{start_relay, Started, WAIT};
 use nexbot_egress::EgressConfig;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
@@ -42,7 +42,7 @@ fn ask() -> Value {
 #[tokio::test]
 async fn a_tasks_calls_go_out_with_the_provider_key_and_are_counted() {
     let llm = ScriptedLlm::start(vec![Step::text("one"), Step::text("two")]).await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let tokens = started.egress.tokens();
     let token = tokens.issue("task-a", 1000).unwrap();
 
@@ -84,7 +84,7 @@ async fn a_tasks_calls_go_out_with_the_provider_key_and_are_counted() {
 #[tokio::test]
 async fn wrong_missing_and_finished_tokens_are_refused_with_openai_errors() {
     let llm = ScriptedLlm::start(vec![Step::text("only once")]).await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let tokens = started.egress.tokens();
     let token = tokens.issue("task-b", 1000).unwrap();
     let other = tokens.issue("task-c", 1000).unwrap();
@@ -113,7 +113,7 @@ async fn wrong_missing_and_finished_tokens_are_refused_with_openai_errors() {
 async fn calls_beyond_the_budget_are_refused() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("ok"));
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let tokens = started.egress.tokens();
     // A call's worst case: its prompt estimate plus the max_tokens the relay added.
     let worst = worst_case(&ask(), DEFAULT_MAX);
@@ -177,7 +177,7 @@ async fn concurrent_calls_at_the_edge_of_the_budget_pass_only_as_far_as_it_holds
     let llm = ScriptedLlm::start(vec![]).await;
     // Slow answers: the calls are in flight together.
     llm.set_responder(|_| Step::text("slow").delayed(std::time::Duration::from_millis(1500)));
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let tokens = started.egress.tokens();
     let mut body = ask();
     body["max_tokens"] = json!(300);
@@ -202,7 +202,7 @@ async fn concurrent_calls_at_the_edge_of_the_budget_pass_only_as_far_as_it_holds
 async fn a_call_in_flight_when_its_task_ends_is_charged_its_reservation() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("late").delayed(std::time::Duration::from_secs(3)));
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let token = started.egress.issue_token("t-1").unwrap();
     let worst = worst_case(&ask(), DEFAULT_MAX);
     let call = tokio::spawn({
@@ -239,7 +239,7 @@ async fn a_call_in_flight_when_its_task_ends_is_charged_its_reservation() {
 #[tokio::test]
 async fn n_other_than_one_and_bad_max_tokens_are_refused_unsent() {
     let llm = ScriptedLlm::start(vec![Step::text("one")]).await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let token = started.egress.tokens().issue("task-n", 100_000).unwrap();
     let mut body = ask();
     body["n"] = json!(3);
@@ -273,7 +273,7 @@ async fn provider_errors_pass_through_uncharged_and_an_unreachable_provider_is_a
         Step::Malformed("{not json".into()),
     ])
     .await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let tokens = started.egress.tokens();
     let token = tokens.issue("task-e", 1000).unwrap();
     let url = format!("{}/chat/completions", started.egress.relay_base_url());
@@ -294,7 +294,7 @@ async fn provider_errors_pass_through_uncharged_and_an_unreachable_provider_is_a
     assert_eq!(status, 200);
     assert!(tokens.usage("task-e").unwrap().used > 0);
 
-    let down = start(relay_config("http://127.0.0.1:9/v1"), Some(KEY)).await;
+    let down = start_relay(relay_config("http://127.0.0.1:9/v1"), Some(KEY)).await;
     let token = down.egress.tokens().issue("task-f", 1000).unwrap();
     let (status, body) = chat(&down, Some(token.expose_secret()), ask()).await;
     assert_eq!(status, 502, "{body}");
@@ -307,7 +307,7 @@ async fn bad_bodies_unknown_paths_and_a_missing_provider_get_clear_errors() {
     let llm = ScriptedLlm::start(vec![]).await;
     let mut config = relay_config(&llm.base_url());
     config.relay.max_request_bytes = 1024;
-    let started = start(config, Some(KEY)).await;
+    let started = start_relay(config, Some(KEY)).await;
     let token = started.egress.tokens().issue("task-g", 1000).unwrap();
     let client = reqwest::Client::new();
     let base = started.egress.relay_base_url();
@@ -330,7 +330,7 @@ async fn bad_bodies_unknown_paths_and_a_missing_provider_get_clear_errors() {
     assert_eq!(response.status(), 404);
     assert_eq!(llm.requests().len(), 0);
 
-    let unconfigured = start(EgressConfig::default(), None).await;
+    let unconfigured = start_relay(EgressConfig::default(), None).await;
     let token = unconfigured.egress.tokens().issue("task-h", 1000).unwrap();
     let (status, body) = chat(&unconfigured, Some(token.expose_secret()), ask()).await;
     assert_eq!(status, 503);
@@ -340,7 +340,7 @@ async fn bad_bodies_unknown_paths_and_a_missing_provider_get_clear_errors() {
 #[tokio::test]
 async fn models_are_listed_for_a_valid_token_only() {
     let llm = ScriptedLlm::start(vec![]).await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let token = started.egress.tokens().issue("task-i", 1000).unwrap();
     let url = format!("{}/models", started.egress.relay_base_url());
     let client = reqwest::Client::new();
@@ -399,7 +399,7 @@ fn tokio_stream_from(
 #[tokio::test]
 async fn streamed_answers_pass_through_chunk_by_chunk_and_are_counted() {
     let (base, provider, bodies) = gated_sse_provider().await;
-    let started = start(relay_config(&base), Some(KEY)).await;
+    let started = start_relay(relay_config(&base), Some(KEY)).await;
     let tokens = started.egress.tokens();
     let token = tokens.issue("task-s", 1000).unwrap();
 

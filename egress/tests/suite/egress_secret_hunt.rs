@@ -6,7 +6,7 @@
 
 use nexbot_tests::egress as egress_support;
 
-use egress_support::{start, start_with_keys, Started, WAIT};
+use egress_support::{start_relay, start_with_keys, Started, WAIT};
 use nexbot_egress::EgressConfig;
 use nexbot_llm::ProviderSpec;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
@@ -46,7 +46,7 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     let llm = ScriptedLlm::start(vec![Step::text("fine"), Step::status(500, "{}")]).await;
-    let started = start(relay_config(&llm.base_url()), Some(KEY)).await;
+    let started = start_relay(relay_config(&llm.base_url()), Some(KEY)).await;
     let token = started.egress.tokens().issue("task-k", 1000).unwrap();
     let mut answers = Vec::new();
     for presented in [Some(token.expose_secret()), Some(token.expose_secret()), Some("bad"), None] {
@@ -76,6 +76,11 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
     b.api_key_env = Some("NXE_HUNT_B".into());
     config.relay.providers = vec![a, b];
     let chained = start_with_keys(config, &[("NXE_HUNT_A", KEY_A), ("NXE_HUNT_B", KEY_B)]).await;
+    // The task's egress credential goes through the proxy's admission (allowed, then, once
+    // the task ended, refused) and is hunted for like the token.
+    let credential = chained.run_task("task-chain");
+    let proxy = chained.egress.local_addr();
+    assert_eq!(egress_support::connect(proxy, "10.9.9.9:80").await.0, 403, "denied, admitted");
     let chain_token = chained.egress.tokens().issue("task-chain", 1_000_000).unwrap();
     let echoed = chat(&chained, Some(chain_token.expose_secret()), ask()).await;
     assert!(
@@ -89,6 +94,12 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
         Some(format!("Bearer {KEY_B}").as_str())
     );
 
+    chained.egress.finish_task("task-chain");
+    let (code, _) =
+        egress_support::connect_with(proxy, "10.9.9.9:80", Some(credential.expose_secret())).await;
+    assert_eq!(code, 407, "an ended task's credential");
+    chained.audit_lines(3).await;
+
     let logs = capture.text();
     assert!(logs.contains("nexbot::egress::audit"), "the capture works: {logs}");
     let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap()
@@ -101,6 +112,10 @@ async fn the_provider_key_appears_in_no_log_audit_line_answer_or_debug_output() 
         assert!(!text.contains(KEY_A) && !text.contains(KEY_B), "a chain key leaked into {place}");
         assert!(!text.contains("PLANTED"), "part of the provider key leaked into {place}");
         assert!(!text.contains(token.expose_secret()), "the task token leaked into {place}");
+        assert!(
+            !text.contains(&credential.expose_secret()[4..]),
+            "the egress credential leaked into {place}"
+        );
     }
     assert_eq!(llm.chat_requests().len(), 3);
 }

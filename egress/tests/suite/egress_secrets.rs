@@ -7,7 +7,7 @@
 
 use nexbot_tests::egress as egress_support;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
@@ -69,7 +69,7 @@ impl Echo {
 
 fn no_redirects(started: &Started) -> reqwest::Client {
     reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(started.egress.proxy_url()).unwrap())
+        .proxy(started.proxy())
         .redirect(reqwest::redirect::Policy::none())
         .timeout(WAIT)
         .build()
@@ -182,7 +182,7 @@ async fn placeholders_are_filled_in_for_the_bound_host_and_every_answer_is_scrub
     assert_eq!((summary.secrets_injected, summary.secrets_refused), (4, 0));
 
     // A task without credentials gets the compressed answer as it is.
-    started.table.set_task("127.0.0.1".parse().unwrap(), Some("t-2".into()));
+    started.run_task("t-2");
     let response = client.get(format!("{base}/gzip")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-encoding"], "gzip");
@@ -242,8 +242,7 @@ async fn connect_to_a_bound_host_is_refused_for_the_task_and_credentials_end_wit
     assert_eq!(code, 403, "a tunnel to a bound host could carry the value back unseen");
     let (code, _) = connect(proxy, &other.addr.to_string()).await;
     assert_eq!(code, 403, "nor to any other host: a stored value could come back through it");
-    let local: IpAddr = "127.0.0.1".parse().unwrap();
-    started.table.set_task(local, Some("t-2".into()));
+    started.run_task("t-2");
     let (code, _) = connect(proxy, &echo.addr.to_string()).await;
     assert_eq!(code, 200, "a task without credentials tunnels anywhere allowed");
     let lines = started.audit_lines(3).await;
@@ -253,13 +252,14 @@ async fn connect_to_a_bound_host_is_refused_for_the_task_and_credentials_end_wit
     assert_eq!(refused["secrets"], json!(["GH_TOKEN"]));
 
     // The task ends: its credentials go with it.
-    started.table.set_task(local, Some("t-1".into()));
+    started.run_task("t-1");
     let credentials = started.egress.credentials();
     assert!(credentials.has("t-1"));
     started.egress.finish_task("t-1");
     assert!(!credentials.has("t-1") && credentials.redactor("t-1").is_none());
     // The same id in use again (a token issued reopens it): placeholders pass unchanged.
     started.egress.tokens().issue("t-1", 10).unwrap();
+    started.issue_credential("t-1");
     let response = no_redirects(&started)
         .get(format!("http://{}/echo?k=%7B%7Bsecret%3AGH_TOKEN%7D%7D", echo.addr))
         .send()
@@ -317,8 +317,10 @@ async fn https_echo() -> (Echo, String) {
 
 /// Sends `head` (a whole request head, absolute form) to the proxy in plain HTTP; returns the
 /// whole answer.
+/// The credential registered for the proxy goes in right after the request line.
 async fn raw(proxy: SocketAddr, head: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let head = head.replacen("\r\n", &format!("\r\n{}", egress_support::auth_line(proxy)), 1);
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(WAIT, stream.read_to_end(&mut answer)).await.unwrap().unwrap();
@@ -393,6 +395,7 @@ async fn a_stdin_mode_value_in_a_chat_call_reaches_the_provider_redacted() {
     config.relay.provider_base_url = Some(llm.base_url());
     config.relay.default_max_tokens = 100;
     let started = start(config, Some("sk-nxe-provider-key-0123456789")).await;
+    started.run_task("task-r");
     let token = started.egress.tokens().issue("task-r", 100_000).unwrap();
     started.egress.credentials().grant("task-r", credentials()).unwrap();
     let encoded = base64::engine::general_purpose::STANDARD.encode(STDIN_VALUE);

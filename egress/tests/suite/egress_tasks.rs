@@ -83,9 +83,10 @@ async fn a_task_is_summarised_when_it_ends_and_its_tunnels_are_cut_then() {
     assert_eq!((summary.bytes_up, summary.bytes_down), (sum("bytes_up"), sum("bytes_down")));
     assert!(summary.bytes_up >= 5 && summary.bytes_down >= 5 + 29, "{summary:#?}");
 
-    // Nothing more leaves in the task's name, its token is dead, and it is handed over once.
+    // Nothing more leaves in the task's name (its egress credential is dead too: 407), its
+    // token is dead, and it is handed over once.
     let (code, _) = connect(proxy, &echo.to_string()).await;
-    assert_eq!(code, 403);
+    assert_eq!(code, 407);
     let line = &started.audit_lines(6).await[5];
     assert!(line["reason"].as_str().unwrap().starts_with("task_ended: task t-1"), "{line}");
     assert!(tokens.authorize(&token).is_err());
@@ -93,8 +94,9 @@ async fn a_task_is_summarised_when_it_ends_and_its_tunnels_are_cut_then() {
     assert_eq!((again.usage, again.egress.destinations.len()), (None, 0));
     assert!(tokens.summary("t-1").is_none());
 
-    // A new token for the id starts it again.
+    // A new token and credential for the id start it again.
     let _token = tokens.issue("t-1", 10).unwrap();
+    started.issue_credential("t-1");
     assert_eq!(connect(proxy, &echo.to_string()).await.0, 200);
     let line: &Value = &started.audit_lines(7).await[6];
     assert_eq!(

@@ -262,6 +262,9 @@ impl TypedTool for Delegate {
         request.secrets = (!secrets.stdin.is_empty()).then_some(secrets.stdin);
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
         request.search_backend = search;
+        request.egress_token = self.tokens.egress_token(&id).map_err(|e| {
+            ToolError::new(format!("cannot issue the task's egress credential: {e}"))
+        })?;
         request.llm_model = Some(self.settings.llm_model.clone());
         request.llm_context_window = self.settings.llm_context_window;
         let direct = args.run_tool.is_some();

@@ -56,6 +56,13 @@ fn via_proxy(request: &str) -> String {
     format!("P=${{HTTP_PROXY#http://}}; printf '{request}' | busybox nc -w 10 ${{P%:*}} ${{P##*:}}")
 }
 
+/// [`via_proxy`] presenting the egress credential `token` (its header right after the
+/// request line), as a task's processes send it.
+fn via_proxy_as(request: &str, token: &str) -> String {
+    let auth = egress_support::proxy_authorization(token);
+    via_proxy(&request.replacen("\\r\\n", &format!("\\r\\nProxy-Authorization: {auth}\\r\\n"), 1))
+}
+
 /// A shell line making one chat call to the relay at `relay` with `token`, directly or (as a
 /// client that ignores NO_PROXY would) through the proxy. HTTP/1.0 keeps the body unchunked.
 fn relay_call(relay: SocketAddr, token: &str, through_proxy: bool) -> String {
@@ -136,9 +143,12 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     let ip = address_on_network(&docker, &id).await;
     table.set_container(ip, run.clone());
     table.set_task(ip, Some("task-42".into()));
+    // The task's processes present its egress credential (the subagent does it for them).
+    let credential = egress.issue_proxy_token("task-42").unwrap();
+    let credential = credential.expose_secret();
 
     // Allowed destination, through the proxy the environment names.
-    let (code, out) = exec(&docker, &id, &via_proxy(&format!("GET http://{allowed}/hello HTTP/1.1\\r\\nHost: {allowed}\\r\\nConnection: close\\r\\n\\r\\n"))).await;
+    let (code, out) = exec(&docker, &id, &via_proxy_as(&format!("GET http://{allowed}/hello HTTP/1.1\\r\\nHost: {allowed}\\r\\nConnection: close\\r\\n\\r\\n"), credential)).await;
     assert!(
         code == 0 && status(&out) == 200 && out.ends_with("hello from the allowed server"),
         "allowed GET: {code} {out}"
@@ -146,7 +156,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     // A tunnel to an allowed echo server (TLS would ride on it the same way).
     let tunnel =
         format!("CONNECT {echo} HTTP/1.1\\r\\nHost: {echo}\\r\\n\\r\\nping through the tunnel");
-    let (code, out) = exec(&docker, &id, &via_proxy(&tunnel)).await;
+    let (code, out) = exec(&docker, &id, &via_proxy_as(&tunnel, credential)).await;
     assert!(
         code == 0 && status(&out) == 200 && out.ends_with("\r\n\r\nping through the tunnel"),
         "CONNECT: {code} {out:?}"
@@ -164,10 +174,10 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     ];
     for (host, port, _) in &denied {
         let get = format!("GET http://{host}:{port}/ HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nConnection: close\\r\\n\\r\\n");
-        let (_, out) = exec(&docker, &id, &via_proxy(&get)).await;
+        let (_, out) = exec(&docker, &id, &via_proxy_as(&get, credential)).await;
         assert!(status(&out) == 403, "GET {host}:{port} should be refused: {out}");
         let connect = format!("CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nConnection: close\\r\\n\\r\\n");
-        let (_, out) = exec(&docker, &id, &via_proxy(&connect)).await;
+        let (_, out) = exec(&docker, &id, &via_proxy_as(&connect, credential)).await;
         assert!(status(&out) == 403, "CONNECT {host}:{port} should be refused: {out}");
     }
     assert_eq!(bystander_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
@@ -227,7 +237,13 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     let (_, out) = exec(&docker, &id, &call(token.expose_secret(), false)).await;
     assert!(status(&out) == 401, "finished task's token: {out}");
     let (_, out) = exec(&docker, &id, &call(other.expose_secret(), false)).await;
-    assert!(status(&out) == 200, "another task's live token: {out}");
+    assert!(
+        status(&out) == 403 && out.contains("task_mismatch"),
+        "a live token of a task this container does not run: {out}"
+    );
+    table.set_task(ip, Some("task-43".into()));
+    let (_, out) = exec(&docker, &id, &call(other.expose_secret(), false)).await;
+    assert!(status(&out) == 200, "the live token of the task the container runs: {out}");
     assert_eq!(llm.chat_requests().len(), 3, "refused calls never reached the provider");
     assert!(llm
         .chat_requests()

@@ -25,7 +25,10 @@ use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
-const IMAGE: &str = "nexbot-subagent:dev";
+/// The subagent image: `NEXBOT_TEST_IMAGE` when set (a branch's own build), else the dev one.
+fn image() -> String {
+    std::env::var("NEXBOT_TEST_IMAGE").unwrap_or_else(|_| "nexbot-subagent:dev".to_owned())
+}
 const KEY: &str = "sk-nxe-PLANTED-pool-key-8e2d41";
 
 fn status(raw: &str) -> u16 {
@@ -35,6 +38,15 @@ fn status(raw: &str) -> u16 {
 /// Sends `request` (printf escapes) to the proxy named by the container's own `$HTTP_PROXY`.
 fn via_proxy(request: &str) -> String {
     format!("P=${{HTTP_PROXY#http://}}; printf '{request}' | busybox nc -w 10 ${{P%:*}} ${{P##*:}}")
+}
+
+/// [`via_proxy`] presenting the egress credential `token`: its header goes in after the
+/// request line, as a task's processes send it.
+fn via_proxy_as(request: &str, token: &str) -> String {
+    let auth = nexbot_tests::egress::proxy_authorization(token);
+    let with_auth =
+        request.replacen("\\r\\n", &format!("\\r\\nProxy-Authorization: {auth}\\r\\n"), 1);
+    via_proxy(&with_auth)
 }
 
 /// One chat call to the relay (`llm_base_url` minus `/v1`) with `token`. HTTP/1.0 keeps the
@@ -56,9 +68,10 @@ fn relay_call(relay: std::net::SocketAddr, token: &str) -> String {
 #[tokio::test]
 async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let Some(docker) = docker_or_skip("egress_pool").await else { return };
-    if docker.inspect_image(IMAGE).await.is_err() {
+    let image = image();
+    if docker.inspect_image(&image).await.is_err() {
         panic!(
-            "egress_pool: image {IMAGE} is missing; build it with `make image` (`make test` does)"
+            "egress_pool: image {image} is missing; build it with `make image` (`make test` does)"
         );
     }
     let mut cleanup = Cleanup::default();
@@ -87,6 +100,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         network: NETWORK.into(),
         size: 1,
         env: egress.container_env(),
+        image: image.clone(),
         ..PoolConfig::default()
     };
     let pool = Arc::new(Pool::start(docker.clone(), pool_config).await.expect("pool starts"));
@@ -95,20 +109,17 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let id = pool.snapshot()[0].container_id.clone().expect("a container");
     cleanup.containers.push(id.clone()); // removed even if an assertion fails first
 
-    let finished =
+    let (finished, first_credential) =
         a_task_reaches_only_what_the_policy_allows(&pool, &egress, &llm, allowed, bystander.port())
             .await;
-    llm.set_responder(|_| Step::text("relayed answer"));
 
-    // Allowed destination through the proxy; the audit line names the pool's container.
+    // Between tasks the container gets nothing out, whatever it asks and whatever credential
+    // it shows (task 1's is dead): refused before anything is dialled, audited.
     let get = format!("GET http://{allowed}/hello HTTP/1.1\\r\\nHost: {allowed}\\r\\nConnection: close\\r\\n\\r\\n");
     let (code, out) = exec(&docker, &id, &via_proxy(&get)).await;
-    assert!(
-        code == 0 && status(&out) == 200 && out.ends_with("hello from the allowed server"),
-        "{out}"
-    );
+    assert!(code == 0 && status(&out) == 403 && out.contains("idle_container"), "{out}");
 
-    // Denied destinations.
+    // Denied destinations (refused as idle before the policy is asked).
     let port = bystander.port();
     let denied = [
         ("169.254.169.254".to_owned(), 80, "cloud_metadata"),
@@ -147,16 +158,13 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     .await;
     assert_ne!(status(&out), 200, "a non-pool container must not tunnel: {out}");
 
-    // The relay with per-task tokens.
+    // The relay with per-task tokens: a live token of a task this container does not run
+    // (it runs none) is refused like the proxy's requests.
     let relayed_before = llm.chat_requests().len();
     let tokens = egress.tokens();
     let token = tokens.issue("pool-task-1", 40).unwrap();
     let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
-    assert!(status(&out) == 200 && out.contains("relayed answer"), "{out}");
-    let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
-    assert_eq!(status(&out), 200, "{out}");
-    let (_, out) = exec(&docker, &id, &relay_call(proxy, token.expose_secret())).await;
-    assert!(status(&out) == 403 && out.contains("insufficient_quota"), "over budget: {out}");
+    assert!(status(&out) == 403 && out.contains("idle_container"), "{out}");
     let (_, out) = exec(&docker, &id, &relay_call(proxy, "nxr_not-a-real-token")).await;
     assert_eq!(status(&out), 401, "{out}");
     tokens.revoke("pool-task-1");
@@ -164,23 +172,39 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     assert_eq!(status(&out), 401, "finished task: {out}");
     let (_, out) = exec(&docker, &id, &relay_call(proxy, finished.expose_secret())).await;
     assert_eq!(status(&out), 401, "the real task's token after it ended: {out}");
-    assert_eq!(llm.chat_requests().len(), relayed_before + 2, "refused calls never reached it");
+    assert_eq!(llm.chat_requests().len(), relayed_before, "refused calls never reached it");
 
     // The audit trail, attributed through the pool.
     let path = egress.audit_path().to_owned();
-    // 3 calls of the real task, then 6 by exec (2 served, budget, wrong, 2 finished tokens).
-    let lines = wait_audit(&path, |l| l.iter().filter(|x| x["kind"] == "relay").count() >= 9).await;
-    // The exec probes ran while no task was running: attributed to the container only.
+    // 3 calls of the real task, then 4 by exec (idle, wrong, 2 finished tokens).
+    let lines = wait_audit(&path, |l| l.iter().filter(|x| x["kind"] == "relay").count() >= 7).await;
+    // The exec probes ran while no task was running: refused as idle, attributed to the
+    // container only, nothing resolved.
     let proxied: Vec<&Value> = lines
         .iter()
         .filter(|l| l["kind"] != "relay" && l["container"] == id.as_str() && l["task_id"].is_null())
         .collect();
     assert_eq!(proxied.len(), 1 + denied.len(), "{lines:#?}");
-    assert_eq!(proxied[0]["verdict"], "allowed");
-    for (line, (host, _, reason)) in proxied[1..].iter().zip(&denied) {
-        assert_eq!(line["verdict"], "denied");
-        assert!(line["reason"].as_str().unwrap().starts_with(reason), "{host}: {line}");
+    for (line, (host, _, _)) in
+        proxied.iter().zip([("allowed".to_owned(), 0, "")].iter().chain(&denied))
+    {
+        assert_eq!(line["verdict"], "denied", "{host}: {line}");
+        assert!(line["reason"].as_str().unwrap().starts_with("idle_container"), "{host}: {line}");
+        assert!(line["resolved"].is_null(), "{host}: {line}");
     }
+
+    // Task 2 runs (its LLM call held a few seconds); a process with task 1's credential gets
+    // nothing and is audited as task 1, never as task 2; task 2's own requests go out.
+    let second = a_leftover_of_task_one_gets_nothing_while_task_two_runs(
+        &docker,
+        &pool,
+        &egress,
+        &llm,
+        &id,
+        allowed,
+        first_credential.expose_secret(),
+    )
+    .await;
     let peer_line =
         lines.iter().find(|l| l["reason"].as_str().is_some_and(|r| r.starts_with("unattributed")));
     assert!(peer_line.is_some(), "the non-pool container was refused as unattributed: {lines:#?}");
@@ -189,6 +213,14 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let inspect =
         serde_json::to_string(&docker.inspect_container(&id, None).await.unwrap()).unwrap();
     assert!(!inspect.contains(KEY) && !inspect.contains("PLANTED"), "docker inspect");
+    // Nor are the tasks' egress credentials and relay tokens (they go on stdin).
+    let audit = std::fs::read_to_string(&path).unwrap();
+    for secret in [&first_credential, &finished, &second.0, &second.1] {
+        let body = &secret.expose_secret()[4..];
+        assert!(!inspect.contains(body), "a task credential in docker inspect");
+        assert!(!audit.contains(body), "a task credential in the audit");
+    }
+    assert!(!inspect.contains("nxp_") && !inspect.contains("nxr_"), "docker inspect");
     assert!(inspect.contains("HTTP_PROXY"), "the proxy environment is there");
     assert!(inspect.contains("HTTPS_PROXY="), "the container's environment, as started");
     // The running subagent's own environment and memory are closed even to a `docker exec` of
@@ -217,6 +249,9 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     }
     logs.push_str(&pool.logs(&id).unwrap_or_default().join("\n"));
     assert!(!logs.contains("PLANTED"), "container stdout/stderr");
+    for secret in [&first_credential, &finished, &second.0, &second.1] {
+        assert!(!logs.contains(&secret.expose_secret()[4..]), "a task credential in the logs");
+    }
 
     drop(as_attribution);
     let pool = Arc::try_unwrap(pool).expect("only the test owns the pool");
@@ -235,7 +270,7 @@ async fn a_task_reaches_only_what_the_policy_allows(
     llm: &ScriptedLlm,
     allowed: std::net::SocketAddr,
     bystander_port: u16,
-) -> secrecy::SecretString {
+) -> (secrecy::SecretString, secrecy::SecretString) {
     let task_id = "nxe-task-1";
     let probes = [
         ("[::ffff:a9fe:a9fe]:80".to_owned(), "cloud_metadata"),
@@ -247,8 +282,12 @@ async fn a_task_reaches_only_what_the_policy_allows(
         (format!("[::ffff:127.0.0.1]:{bystander_port}"), "loopback"),
     ];
     let targets: Vec<String> = probes.iter().map(|(t, _)| format!("'{t}'")).collect();
+    // busybox wget takes the task's credential from the userinfo of `http_proxy` (the
+    // subagent puts it there for the task's commands); the raw CONNECT probes send it from
+    // the same variable, as the header.
     let command = format!(
-        "P=${{HTTP_PROXY#http://}}; for t in {}; do printf \"CONNECT $t HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n\" | nc -w 10 ${{P%:*}} ${{P##*:}} | head -n 1; done",
+        "wget -q -O- http://{allowed}/hello; echo; U=${{HTTP_PROXY#http://}}; P=${{U#*@}}; \
+         A=$(printf %s \"${{U%@*}}\" | base64); for t in {}; do printf \"CONNECT $t HTTP/1.1\\r\\nHost: x\\r\\nProxy-Authorization: Basic $A\\r\\nConnection: close\\r\\n\\r\\n\" | nc -w 10 ${{P%:*}} ${{P##*:}} | head -n 1; done",
         targets.join(" ")
     );
     llm.push(Step::tool_call(
@@ -259,10 +298,12 @@ async fn a_task_reaches_only_what_the_policy_allows(
     llm.push(Step::text("all done"));
 
     let token = egress.tokens().issue(task_id, 10_000).unwrap();
+    let credential = egress.issue_proxy_token(task_id).unwrap();
     let mut request = nexbot_protocol::Request::execute(task_id, "fetch the page, then probe");
     request.llm_base_url = Some(egress.relay_base_url());
     request.llm_model = Some("scripted".into());
     request.llm_token = Some(token.clone());
+    request.egress_token = Some(credential.clone());
     request.timeout = Some(60);
     let answer = tokio::time::timeout(
         std::time::Duration::from_secs(120),
@@ -292,9 +333,10 @@ async fn a_task_reaches_only_what_the_policy_allows(
     );
     let probe_output = chats[2].to_text();
     assert_eq!(probe_output.matches("HTTP/1.1 403").count(), probes.len(), "{probe_output}");
+    assert!(probe_output.contains("hello from the allowed server"), "wget: {probe_output}");
 
     let lines = wait_audit(egress.audit_path(), |lines| {
-        lines.iter().filter(|l| l["task_id"] == task_id).count() >= 3 + 1 + probes.len()
+        lines.iter().filter(|l| l["task_id"] == task_id).count() >= 3 + 2 + probes.len()
     })
     .await;
     let mine: Vec<&Value> = lines.iter().filter(|l| l["task_id"] == task_id).collect();
@@ -305,19 +347,125 @@ async fn a_task_reaches_only_what_the_policy_allows(
     assert_eq!(proxied[0]["kind"], "http");
     assert_eq!(proxied[0]["verdict"], "allowed");
     assert_eq!(proxied[0]["resolved"], allowed.ip().to_string());
-    for (line, (target, reason)) in proxied[1..].iter().zip(&probes) {
+    assert_eq!((&proxied[1]["kind"], &proxied[1]["verdict"]), (&"http".into(), &"allowed".into()));
+    for (line, (target, reason)) in proxied[2..].iter().zip(&probes) {
         assert_eq!(line["verdict"], "denied", "{target}: {line}");
         assert!(line["reason"].as_str().unwrap().starts_with(reason), "{target}: {line}");
     }
-    assert_eq!(proxied.len(), 1 + probes.len());
-    token
+    assert_eq!(proxied.len(), 2 + probes.len());
+    // The pool's part at the end of a task: its credential dies with it too (revoke above).
+    (token, credential)
+}
+
+/// Task 2 runs in the same container, its one LLM call held long enough for the probes; by
+/// `docker exec` (what a process left over from task 1 could do, had the clean room missed
+/// it) task 1's credential is refused and audited as task 1; task 2's credential goes out by
+/// plain HTTP and CONNECT, audited as task 2. Returns task 2's credential and relay token.
+async fn a_leftover_of_task_one_gets_nothing_while_task_two_runs(
+    docker: &bollard::Docker,
+    pool: &Arc<Pool>,
+    egress: &nexbot_host::egress::Egress,
+    llm: &ScriptedLlm,
+    id: &str,
+    allowed: std::net::SocketAddr,
+    first_credential: &str,
+) -> (secrecy::SecretString, secrecy::SecretString) {
+    let task_id = "nxe-task-2";
+    let calls_before = llm.chat_requests().len();
+    llm.push(Step::text("task 2 done").delayed(std::time::Duration::from_secs(8)));
+    let token = egress.tokens().issue(task_id, 10_000).unwrap();
+    let credential = egress.issue_proxy_token(task_id).unwrap();
+    let mut request = nexbot_protocol::Request::execute(task_id, "think for a while");
+    request.llm_base_url = Some(egress.relay_base_url());
+    request.llm_model = Some("scripted".into());
+    request.llm_token = Some(token.clone());
+    request.egress_token = Some(credential.clone());
+    request.timeout = Some(60);
+    let running = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.execute(request, tokio_util::sync::CancellationToken::new()).await
+        })
+    };
+    // Task 2 is running once its LLM call has arrived.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while llm.chat_requests().len() == calls_before {
+        assert!(tokio::time::Instant::now() < deadline, "task 2 never called its LLM");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let get = format!("GET http://{allowed}/late HTTP/1.1\\r\\nHost: {allowed}\\r\\nConnection: close\\r\\n\\r\\n");
+    let (_, out) = exec(docker, id, &via_proxy_as(&get, first_credential)).await;
+    assert!(status(&out) == 407 && out.contains("task_ended: task nxe-task-1"), "{out}");
+    let connect = format!("CONNECT {allowed} HTTP/1.1\\r\\nHost: {allowed}\\r\\n\\r\\n");
+    let (_, out) = exec(docker, id, &via_proxy_as(&connect, first_credential)).await;
+    assert_eq!(status(&out), 407, "{out}");
+    let (_, out) = exec(docker, id, &via_proxy(&get)).await;
+    assert!(status(&out) == 407 && out.contains("proxy_credential_missing"), "{out}");
+    // Task 2's own, by plain HTTP and through a tunnel (HTTP/1.0 inside, so it closes).
+    let own = get.replace("/late", "/hello");
+    let (_, out) = exec(docker, id, &via_proxy_as(&own, credential.expose_secret())).await;
+    assert!(status(&out) == 200 && out.contains("hello from the allowed server"), "{out}");
+    let tunnelled = format!(
+        "CONNECT {allowed} HTTP/1.1\\r\\nHost: {allowed}\\r\\n\\r\\nGET /hello HTTP/1.0\\r\\nHost: {allowed}\\r\\n\\r\\n"
+    );
+    // The client's side stays open a moment: the server would take its early EOF (passed
+    // through the tunnel) as the end of the connection before answering.
+    let held = via_proxy_as(&tunnelled, credential.expose_secret())
+        .replacen("printf '", "{ printf '", 1)
+        .replacen("' | busybox nc", "'; sleep 2; } | busybox nc", 1);
+    let (_, out) = exec(docker, id, &held).await;
+    assert!(status(&out) == 200 && out.contains("hello from the allowed server"), "{out}");
+
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(120), running)
+        .await
+        .expect("task 2 answered in time")
+        .expect("task 2 joined")
+        .expect("task 2 ran");
+    assert!(
+        matches!(&answer.body, nexbot_protocol::ResponseBody::Success { result, .. } if result.contains("task 2 done")),
+        "{:?}",
+        answer.body
+    );
+    let summary = egress.finish_task(task_id).egress;
+    assert_eq!(summary.totals().denied, 0, "none of the leftovers' refusals is task 2's");
+    assert_eq!(summary.totals().allowed, 3, "its LLM call, its GET, its tunnel: {summary:#?}");
+
+    let lines = wait_audit(egress.audit_path(), |lines| {
+        lines
+            .iter()
+            .filter(|l| {
+                l["reason"].as_str().is_some_and(|r| r.starts_with("task_ended: task nxe-task-1"))
+            })
+            .count()
+            >= 2
+    })
+    .await;
+    let leftovers: Vec<&Value> = lines
+        .iter()
+        .filter(|l| {
+            l["reason"].as_str().is_some_and(|r| r.starts_with("task_ended: task nxe-task-1"))
+        })
+        .collect();
+    for line in &leftovers {
+        assert_eq!(
+            (line["task_id"].as_str(), line["verdict"].as_str()),
+            (Some("nxe-task-1"), Some("denied"))
+        );
+        assert_eq!(line["container"], id);
+    }
+    assert!(
+        !lines.iter().any(|l| l["task_id"] == task_id && l["verdict"] != "allowed"),
+        "nothing refused is audited as task 2: {lines:#?}"
+    );
+    (credential, token)
 }
 
 /// A container from the same image on Docker's default bridge (not in the pool); it is
 /// testcontainers', removed when the handle drops, however the test ends.
 async fn start_peer() -> ContainerAsync<GenericImage> {
     let name = format!("nxe-peer-{}", std::process::id());
-    nexbot_tests::local_image(IMAGE)
+    nexbot_tests::local_image(&image())
         .with_entrypoint("/bin/busybox")
         .with_cmd(["sleep", "600"])
         .with_label(LABEL, LABEL_VALUE)

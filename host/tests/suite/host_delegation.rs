@@ -40,6 +40,13 @@ use tokio::sync::mpsc;
 
 const PLANTED_KEY: &str = "sk-planted-nxw-4f7a9c";
 const IMAGE: &str = "nexbot-subagent:dev";
+
+/// `NEXBOT_TEST_IMAGE` (a branch's own subagent build) as the daemon's subagent image, when
+/// set; the daemon's default (`IMAGE`) otherwise.
+fn test_image() -> Option<(String, String)> {
+    let image = std::env::var("NEXBOT_TEST_IMAGE").ok()?;
+    Some(("NEXBOT_SUBAGENT__IMAGE".into(), image))
+}
 const LIMIT: Duration = Duration::from_secs(120);
 /// A metadata-service URL the subagent's own screen lets through (it knows only the usual
 /// spellings), so the proxy is what must refuse it: 169.254.169.254, IPv4-mapped.
@@ -98,8 +105,9 @@ fn responder(fetch_url: String) -> impl Fn(&Value) -> Step + Send + Sync + 'stat
 }
 
 async fn image_present(docker: &bollard::Docker) {
-    if docker.inspect_image(IMAGE).await.is_err() {
-        panic!("the image {IMAGE} is missing: build it with `make image`");
+    let image = test_image().map_or(IMAGE.to_owned(), |(_, image)| image);
+    if docker.inspect_image(&image).await.is_err() {
+        panic!("the image {image} is missing: build it with `make image`");
     }
 }
 
@@ -148,6 +156,7 @@ async fn chat_delegates_through_the_relay_and_the_proxy_and_the_key_stays_on_the
     let ws = TempWorkspace::init("nxw-relay");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.extend(test_image());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     env.push(allow(allowed));
     env.push(("RUST_LOG".into(), "debug".into()));
@@ -258,6 +267,7 @@ async fn the_provider_key_opt_in_hands_the_key_to_the_subagent_which_goes_throug
     let ws = TempWorkspace::init("nxw-optin");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.extend(test_image());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     env.push(allow(llm.addr()));
     env.push(("NEXBOT_EGRESS__RELAY__SEND_PROVIDER_KEY_TO_SUBAGENTS".into(), "true".into()));
@@ -465,6 +475,7 @@ async fn stopping_a_turn_cancels_the_subagent_and_its_relay_token() {
     let ws = TempWorkspace::init("nxw-stop");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.extend(test_image());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     let host = InProcess::start(&ws, env).await;
 
@@ -503,6 +514,7 @@ async fn a_subagent_dying_mid_task_revokes_its_token_and_records_its_relay_usage
     let ws = TempWorkspace::init("nxw-die");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.extend(test_image());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     let host = InProcess::start(&ws, env).await;
 
@@ -554,6 +566,7 @@ async fn delegation_refuses_blocked_tools_and_unknown_secrets_before_any_contain
     let ws = TempWorkspace::init("nxw-refuse");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.extend(test_image());
     env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
     let out = chat(&ws.config(), &env, &["try it"], LIMIT).await;
     assert_eq!(text(&out.stdout).trim(), "ok", "{}", text(&out.stderr));

@@ -40,6 +40,13 @@ const PLAIN: &str = "plain_PLANTED_stdin_5b8e1d0c9a7f";
 const CANARY: &str = "CANARY-nxs-memory-5d1e8b3f";
 const MASTER: &str = "nxs-test-master-key-0123456789abcdef";
 const IMAGE: &str = "nexbot-subagent:dev";
+
+/// `NEXBOT_TEST_IMAGE` (a branch's own subagent build) as the daemon's subagent image, when
+/// set; the daemon's default (`IMAGE`) otherwise.
+fn test_image() -> Option<(String, String)> {
+    let image = std::env::var("NEXBOT_TEST_IMAGE").ok()?;
+    Some(("NEXBOT_SUBAGENT__IMAGE".into(), image))
+}
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// The scripted model: the main agent delegates each task with its secret; the subagent
@@ -259,8 +266,9 @@ async fn hunt_in_the_container(docker: &bollard::Docker, pool: &str) -> String {
 #[tokio::test]
 async fn a_planted_secret_reaches_only_its_bound_host_and_is_found_nowhere_else() {
     let Some(docker) = docker_or_skip("secrets_hunt").await else { return };
-    if docker.inspect_image(IMAGE).await.is_err() {
-        panic!("the image {IMAGE} is missing: build it with `make image`");
+    let image = test_image().map_or(IMAGE.to_owned(), |(_, image)| image);
+    if docker.inspect_image(&image).await.is_err() {
+        panic!("the image {image} is missing: build it with `make image`");
     }
     assert!(rustix::process::geteuid().is_root(), "the memory hunt reads /proc/<pid>/mem as root");
     let leftovers = Leftovers::new("secrets");
@@ -271,6 +279,7 @@ async fn a_planted_secret_reaches_only_its_bound_host_and_is_found_nowhere_else(
     let ws = TempWorkspace::init("nxw-secrets");
     let mut env = base_env(&llm.base_url());
     env.extend(leftovers.env());
+    env.extend(test_image());
     env.push(("NEXBOT_SUBAGENT__ENABLED".into(), "true".into()));
     env.push(("NEXBOT_MASTER_KEY".into(), MASTER.into()));
     env.push(("NEXBOT_LLM__TIMEOUT_SECS".into(), "30".into()));

@@ -25,7 +25,7 @@ impl Write for Capture {
 fn request_with_planted_secrets() -> Request {
     let json = format!(
         r#"{{"type":"execute","id":"t","task":"x","secrets":{{"API_KEY":"{PLANTED}","bad-name":"{PLANTED}"}},
-            "llm_api_key":"{PLANTED}","llm_token":"{PLANTED}"}}"#
+            "llm_api_key":"{PLANTED}","llm_token":"{PLANTED}","egress_token":"{PLANTED}"}}"#
     );
     serde_json::from_str(&json).unwrap()
 }

@@ -112,6 +112,7 @@ pub async fn use_cli(
         .current_dir(scratch)
         .env_clear()
         .envs(passthrough_env().filter_map(|k| std::env::var(k).ok().map(|v| (k, v))))
+        .envs(crate::net::task_proxy_env())
         .env("PATH", format!("{}:/bin", dir.join("bin").display()))
         .env("HOME", scratch)
         .env("OPENAI_BASE_URL", &llm.base_url)

@@ -122,6 +122,9 @@ pub async fn run_command(
         .current_dir(scratch)
         .env_clear()
         .envs(PASSTHROUGH_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))))
+        // The proxy variables again, with the task's egress credential: what the command
+        // sends through the proxy goes out in this task's name, and only while it runs.
+        .envs(crate::net::task_proxy_env())
         .envs(secret_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -237,6 +237,9 @@ async fn via_proxy(outgoing: Outgoing, tool: &str) -> Result<Fetched, ToolError>
         .uri(outgoing.url.as_str())
         .header(http::header::HOST, authority)
         .header(http::header::USER_AGENT, crate::net::USER_AGENT);
+    if let Some(credential) = crate::net::proxy_authorization() {
+        builder = builder.header(http::header::PROXY_AUTHORIZATION, credential);
+    }
     for (name, value) in outgoing.headers {
         builder = builder.header(name, value);
     }
