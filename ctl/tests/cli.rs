@@ -288,7 +288,7 @@ fn an_empty_listing_prints_its_header_or_the_daemons_json() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "ID  CONTAINER  STATE  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n"
+        "ID  CONTAINER  STATE  ROOM  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n"
     );
     let out = daemon.run(&["subagents", "ps", "--json"]);
     assert_eq!(text(&out.stdout), "{\n  \"subagents\": []\n}\n");
@@ -399,7 +399,7 @@ fn watch_without_a_terminal_separates_refreshes_with_a_blank_line() {
     child.kill().unwrap();
     let out = child.wait_with_output().unwrap();
     let stdout = text(&out.stdout);
-    let header = "ID  CONTAINER  STATE  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n";
+    let header = "ID  CONTAINER  STATE  ROOM  UPTIME  TASKS  CURRENT  PING  RESTARTS  MEMORY\n";
     assert!(stdout.starts_with(&format!("{header}\n{header}")), "{stdout:?}");
     assert!(!stdout.contains('\x1b'), "no escapes without a terminal: {stdout:?}");
 }
