@@ -12,6 +12,7 @@
 //! - [`redaction`]: the process-wide "what must never be printed" set shared by both.
 //! - [`llm`]: where the LLM settings come from (request fields, then environment), and the
 //!   `nexbot-llm` client they make.
+//! - [`warm`]: what a first task would build lazily, built before the first ping is answered.
 
 pub mod agent;
 pub mod llm;
@@ -25,3 +26,4 @@ pub mod secrets;
 pub mod server;
 pub mod task;
 pub mod tools;
+pub mod warm;

@@ -30,10 +30,13 @@
 //!
 //! - rooms (a container serves one chat only), on a pool of the same size that never
 //!   recycles: a chat's next task on its own warm container (dispatch overhead p50/p99, next to
-//!   the shared pool's above), a new chat's first task on a blank while blanks last, and 20
-//!   chats sending tasks round-robin with as many in flight as containers (sustained tasks/s,
-//!   waits with no blank ready, containers started per second, and the longest stretch with
-//!   tasks waiting and no blank ready, next to one container's start).
+//!   the shared pool's above); a new chat's first task on a blank once the pool's blanks are
+//!   gone (each blank taken makes another room's container give way, so a replacement starts
+//!   beside the task); and 20 chats sending tasks round-robin with as many in flight as
+//!   containers (sustained tasks/s, waits with no blank ready, containers started per second,
+//!   and the longest stretch with tasks waiting and no blank ready, next to one container's
+//!   start). Then on a pool with more blanks than chats: each chat's first task while blanks
+//!   last, and the same round-robin.
 //!
 //! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
 //! are KiB and are converted.
@@ -57,7 +60,11 @@ use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-const IMAGE: &str = "nexbot-subagent:dev";
+/// The subagent image: `NEXBOT_TEST_IMAGE` (as the Docker tests read it), else the one
+/// `make image` builds.
+fn image_name() -> String {
+    std::env::var("NEXBOT_TEST_IMAGE").unwrap_or_else(|_| "nexbot-subagent:dev".to_owned())
+}
 const ROUND_TRIPS: usize = 2_000;
 const WARM_UP: usize = 200;
 const REFUSED_EXECUTES: usize = 500;
@@ -76,14 +83,18 @@ const LIMIT: Duration = Duration::from_secs(60);
 async fn main() {
     let docker = Docker::connect_with_local_defaults().expect("Docker engine");
     docker.ping().await.expect("the Docker engine answers (is dockerd running?)");
-    let image =
-        docker.inspect_image(IMAGE).await.expect("image nexbot-subagent:dev (`make image`)");
+    let image_name = image_name();
+    let image = docker
+        .inspect_image(&image_name)
+        .await
+        .unwrap_or_else(|e| panic!("image {image_name} (`make image`): {e}"));
     let run = format!("nxb-{}", std::process::id());
     let network = format!("{run}-net");
     let config = PoolConfig {
         name: format!("{run}-pool"),
         network: network.clone(),
         size: POOL_SIZE,
+        image: image_name.clone(),
         ..PoolConfig::default()
     };
     let _cleanup = DockerCleanup::default()
@@ -211,7 +222,7 @@ async fn main() {
     drop(llm);
 
     let image_mb = image.size.unwrap_or_default() as f64 / 1e6;
-    println!("image {IMAGE}: {image_mb:.1} MB ({} bytes)", image.size.unwrap_or_default());
+    println!("image {image_name}: {image_mb:.1} MB ({} bytes)", image.size.unwrap_or_default());
     let _ = nexbot_docker::remove_network(&docker, &network).await;
     println!("load average at the end: {}\n", load_average());
 
@@ -417,7 +428,7 @@ fn mb(kib: u64) -> f64 {
 /// the round trip ends at its answer's newline on stdout.
 async fn bare_attach(docker: &Docker, run: &str, cat: bool, line: &[u8]) -> Stats {
     let body = ContainerCreateBody {
-        image: Some(IMAGE.into()),
+        image: Some(image_name()),
         entrypoint: cat.then(|| vec!["/bin/cat".into()]),
         attach_stdin: Some(true),
         attach_stdout: Some(true),
@@ -604,7 +615,7 @@ async fn fresh_runs(
         }
         let t = Instant::now();
         let mut child = command
-            .arg(IMAGE)
+            .arg(image_name())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -746,8 +757,11 @@ const FIRST_TASKS: usize = 20;
 struct RoomsRun {
     /// A chat's next task on its own warm container: end to end − LLM handling.
     next: Stats,
-    /// A new chat's first task, a blank ready: end to end − LLM handling.
+    /// A new chat's first task, blanks lasting: end to end − LLM handling.
     first: Stats,
+    /// The same while the blank taken makes another room's container give way, so that a
+    /// replacement starts beside the task.
+    churn: Stats,
     /// 20 chats round-robin on the pool of 4, and on a pool as large as the chats.
     small: RoundRobin,
     large: RoundRobin,
@@ -810,7 +824,29 @@ async fn rooms_run(
     let next = Stats::of(next);
     println!("{}", next.line("rooms: a chat's next task, overhead (own container)"));
 
-    // A new chat's first task while a blank is ready (waiting for the refill is not timed).
+    // A new chat's first task on a blank while a replacement starts beside it: after the
+    // pool's blanks are gone, each blank taken makes another room's idle container give way.
+    let churn = first_tasks(&pool, llm, gateway, "churn").await;
+    println!("{}", churn.line("rooms: a new chat's first task, a replacement starting"));
+
+    // 20 chats round-robin, 4 in flight: on this pool of 4, then on one as large as the chats.
+    let small = round_robin(&pool, llm, gateway).await;
+    pool.shutdown().await.expect("shutdown");
+    let sized = PoolConfig { size: ROOM_CHATS + POOL_SIZE, ..config.clone() };
+    let pool = Pool::start(docker.clone(), sized).await.expect("pool starts");
+    // While blanks last: the round-robin's chats' first tasks, one after another, each on a
+    // blank of this pool (which has more blanks than chats, so nothing is replaced meanwhile).
+    let first = first_tasks(&pool, llm, gateway, "rr").await;
+    println!("{}", first.line("rooms: a new chat's first task, blanks lasting"));
+    let large = round_robin(&pool, llm, gateway).await;
+    pool.shutdown().await.expect("shutdown");
+    RoomsRun { next, first, churn, small, large }
+}
+
+/// [`FIRST_TASKS`] new chats' first tasks, one after another, each once a blank is ready
+/// (waiting for one is not timed): end to end − LLM handling. The chats are named like the
+/// round-robin's (`<prefix>-<n>`), so on a pool of their own their first tasks come first.
+async fn first_tasks(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr, prefix: &str) -> Stats {
     let mut first = Vec::with_capacity(FIRST_TASKS);
     for i in 0..FIRST_TASKS {
         let ready = async {
@@ -819,23 +855,13 @@ async fn rooms_run(
             }
         };
         tokio::time::timeout(LIMIT, ready).await.expect("a blank comes back");
-        let room = Room::new(format!("telegram:first-{i}"));
+        let room = Room::new(format!("telegram:{prefix}-{i}"));
         let (took, llm_own, fresh) =
-            room_task(&pool, llm, gateway, &room, &format!("first-{i}")).await;
+            room_task(pool, llm, gateway, &room, &format!("{prefix}-first-{i}")).await;
         assert!(fresh, "a new chat's first task ran on a used container");
         first.push(took.saturating_sub(llm_own));
     }
-    let first = Stats::of(first);
-    println!("{}", first.line("rooms: a new chat's first task, overhead (a blank)"));
-
-    // 20 chats round-robin, 4 in flight: on this pool of 4, then on one as large as the chats.
-    let small = round_robin(&pool, llm, gateway).await;
-    pool.shutdown().await.expect("shutdown");
-    let sized = PoolConfig { size: ROOM_CHATS + POOL_SIZE, ..config.clone() };
-    let pool = Pool::start(docker.clone(), sized).await.expect("pool starts");
-    let large = round_robin(&pool, llm, gateway).await;
-    pool.shutdown().await.expect("shutdown");
-    RoomsRun { next, first, small, large }
+    Stats::of(first)
 }
 
 /// What [`round_robin`] measured.
@@ -946,7 +972,12 @@ impl RoomsRun {
         record(Figure::reference(
             "  new chat's first task p99",
             &format!("{} ms", number(ms(self.first.p99))),
-            "(a blank ready)",
+            "(blanks lasting)",
+        ));
+        record(Figure::reference(
+            "  with a replacement starting beside it, p50 / p99",
+            &format!("{} / {} ms", number(ms(self.churn.p50)), number(ms(self.churn.p99))),
+            "(pool of 4, blanks gone)",
         ));
         for run in [&self.small, &self.large] {
             let pool = run.pool_size;
