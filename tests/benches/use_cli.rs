@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nexbot_protocol::Request;
-use nexbot_tests::bench::{load_average, ms, record, Figure, Stats};
+use nexbot_tests::bench::{load_average, ms, record, DockerCleanup, Figure, Stats};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::SecretString;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -29,20 +29,32 @@ fn docker() -> Command {
     Command::new(client)
 }
 
-/// The default bridge's gateway: where the containers reach the scripted LLM.
-async fn gateway() -> String {
-    let out = docker()
-        .args(["network", "inspect", "bridge", "-f", "{{(index .IPAM.Config 0).Gateway}}"])
-        .output()
+/// This run's own internal network (the pool's kind), created here: its gateway is where the
+/// containers reach the scripted LLM. (The default bridge's IPAM may list no gateway after an
+/// engine restart, which made this bench fail.)
+async fn own_network(name: &str) -> std::net::IpAddr {
+    let docker = nexbot_docker::connect().await.expect("Docker engine");
+    nexbot_docker::ensure_pool_network(&docker, name)
         .await
-        .expect("docker network inspect");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        .unwrap_or_else(|e| panic!("network {name}: {e}"))
+        .gateway
 }
 
 /// `docker run -i` of the CLI image with the pool's limits, stdin and stdout attached.
-fn run_container() -> Child {
+fn run_container(network: &str) -> Child {
     docker()
-        .args(["run", "--rm", "-i", "--read-only", "--memory", "256m", "--pids-limit", "64"])
+        .args([
+            "run",
+            "--rm",
+            "-i",
+            "--network",
+            network,
+            "--read-only",
+            "--memory",
+            "256m",
+            "--pids-limit",
+            "64",
+        ])
         .args(["--cap-drop", "ALL", "--security-opt", "no-new-privileges"])
         .args(["--tmpfs", "/workspace/scratch:uid=65532,gid=65532", "--tmpfs", "/tmp:mode=1777"])
         .args(["--label", "nexbot.bench=use_cli", IMAGE])
@@ -114,14 +126,15 @@ async fn main() {
         "subagent + busybox + Node 22 + Qwen Code",
     ));
 
-    let gateway = gateway().await;
-    let addr = format!("{gateway}:0").parse().expect("gateway address");
-    let llm = ScriptedLlm::start_on(addr, vec![]).await;
+    let network = format!("nxb-cli-{}", std::process::id());
+    let _cleanup = DockerCleanup::default().label("nexbot.bench", "use_cli").network(&network);
+    let gateway = own_network(&network).await;
+    let llm = ScriptedLlm::start_on(std::net::SocketAddr::new(gateway, 0), vec![]).await;
     llm.set_responder(|_| Step::text("ready"));
     let base_url = llm.base_url();
 
     // Warm: one container, attached once, serving task after task (the scrub runs between).
-    let mut child = run_container();
+    let mut child = run_container(&network);
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     task(&mut child, &mut lines, "warm-up", &base_url).await;
     let mut warm = Vec::new();
@@ -137,7 +150,7 @@ async fn main() {
     let mut fresh = Vec::new();
     for i in 0..RUNS {
         let started = Instant::now();
-        let mut child = run_container();
+        let mut child = run_container(&network);
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
         task(&mut child, &mut lines, &format!("fresh-{i}"), &base_url).await;
         fresh.push(started.elapsed());
