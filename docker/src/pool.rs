@@ -588,8 +588,8 @@ impl Inner {
     }
 
     /// Removes the idle container of a room that has waited longest (never one of `keep`),
-    /// so a blank takes its place; `true` when there was one. Under the dispatch lock.
-    fn yield_longest_idle(&self, keep: Option<&Room>) -> bool {
+    /// so a blank takes its place. Under the dispatch lock.
+    fn yield_longest_idle(&self, keep: Option<&Room>) {
         let mut oldest: Option<(Instant, &Slot, Arc<Member>)> = None;
         for slot in &self.slots {
             let s = slot.lock();
@@ -606,23 +606,41 @@ impl Inner {
                 oldest = Some((since, slot, member));
             }
         }
-        let Some((_, slot, member)) = oldest else { return false };
-        slot.lock().state = SlotState::Restarting;
-        self.rooms.record_yielded();
+        let Some((_, slot, member)) = oldest else { return };
         let room = member.room().map(|r| r.to_string()).unwrap_or_default();
-        member.retire(Retirement::new(
+        self.give_way(
+            slot.lock(),
+            &member,
             RestartReason::RoomYielded,
             format!("room {room}'s idle container gave way to a blank for another room"),
-        ));
-        slot.wake.notify_one();
-        true
+        );
+    }
+
+    /// Retires `member`, idle in the slot `s` guards, so that a blank takes its place: the
+    /// slot is marked restarting, the retirement counted by its reason, and the member's link
+    /// failed (its supervisor hears it at once and brings up a blank). Every way a room's
+    /// container makes way goes through here.
+    fn give_way(
+        &self,
+        mut s: std::sync::MutexGuard<'_, crate::slot::SlotInner>,
+        member: &Member,
+        reason: RestartReason,
+        why: String,
+    ) {
+        s.state = SlotState::Restarting;
+        drop(s);
+        match reason {
+            RestartReason::RoomIdle => self.rooms.record_idle_retired(),
+            _ => self.rooms.record_yielded(),
+        }
+        member.retire(Retirement::new(reason, why));
     }
 
     /// After a blank was taken: when no blank is left or coming, the longest-idle container of
     /// another room makes way, so the next new room's first task still finds a warm one.
-    fn refill_blanks(&self, taken_by: &Room) {
-        let census = self.census(None);
-        if census.idle_blanks + census.coming == 0 {
+    /// `census` is the one taken before that blank was.
+    fn refill_blanks(&self, census: &Census, taken_by: &Room) {
+        if census.idle_blanks.saturating_sub(1) + census.coming == 0 {
             self.yield_longest_idle(Some(taken_by));
         }
     }
@@ -633,7 +651,7 @@ impl Inner {
     pub(crate) fn retire_if_idle_too_long(&self, index: usize, member: &Arc<Member>) -> bool {
         let _dispatch = self.dispatch();
         let slot = &self.slots[index];
-        let mut s = slot.lock();
+        let s = slot.lock();
         let current = s.member.as_ref().is_some_and(|m| Arc::ptr_eq(m, member));
         let idle_for = member.idle_since().elapsed();
         if !current
@@ -644,17 +662,12 @@ impl Inner {
         {
             return false;
         }
-        s.state = SlotState::Restarting;
-        drop(s);
-        self.rooms.record_idle_retired();
-        member.retire(Retirement::new(
-            RestartReason::RoomIdle,
-            format!(
-                "idle in room {} for {} s",
-                member.room().unwrap_or_default(),
-                idle_for.as_secs()
-            ),
-        ));
+        let why = format!(
+            "idle in room {} for {} s",
+            member.room().unwrap_or_default(),
+            idle_for.as_secs()
+        );
+        self.give_way(s, member, RestartReason::RoomIdle, why);
         true
     }
 
@@ -678,7 +691,7 @@ impl Inner {
             if census.held.get(room).copied().unwrap_or(0) < self.room_limit(room) {
                 if let Some(lease) = self.take_idle(|m| m.is_blank() && m.bind(room)) {
                     self.rooms.record_blank_taken();
-                    self.refill_blanks(room);
+                    self.refill_blanks(&census, room);
                     return Ok(lease);
                 }
                 // No blank ready: this task waits for one. One idle container of another
@@ -765,14 +778,8 @@ impl Inner {
         if let Some(room) = &room {
             let waiting_for_blanks = dispatch.queue.iter().filter(|w| may_take_blank(w)).count();
             if waiting_for_blanks > census.idle_blanks + census.coming {
-                s.state = SlotState::Restarting;
-                drop(s);
-                self.rooms.record_yielded();
-                member.retire(Retirement::new(
-                    RestartReason::RoomYielded,
-                    format!("room {room}'s container gave way to a blank for a waiting room"),
-                ));
-                slot.wake.notify_one();
+                let why = format!("room {room}'s container gave way to a blank for a waiting room");
+                self.give_way(s, member, RestartReason::RoomYielded, why);
                 return;
             }
         }
