@@ -4,23 +4,26 @@
 //! one turn at a time, while other chats go on in parallel; and a flood of messages must turn
 //! into back-pressure (senders wait on a full inbound queue) or a clear "busy" answer (a chat
 //! whose own queue is full), never into unbounded memory. `/stop` bypasses the queue and
-//! cancels the chat's running turn, including the subagent tasks it started; `/new` starts a
-//! fresh session.
+//! cancels the chat's running turn, whoever started it (a message, a scheduled job), including
+//! the subagent tasks it started; `/new` starts a fresh session. The chat's turn slot, the
+//! daemon's limit of parallel turns and the registry `/stop` reads belong to the agent's
+//! [`Turns`](crate::agent::turns::Turns), which every producer of turns goes through.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use nexbot_core::ChatRef;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::agent::channel::InboundMessage;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
+use crate::agent::turns::TurnOrigin;
 use crate::agent::Agent;
 use crate::channels::Router;
-use crate::commands::{CommandContext, CommandRegistry, CommandReply, Parsed, TurnControl};
+use crate::commands::{CommandContext, CommandRegistry, CommandReply, Parsed};
 use crate::config::BusConfig;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
@@ -36,13 +39,12 @@ pub struct BusHandle {
 
 struct ChatWorker {
     queue: mpsc::Sender<InboundMessage>,
-    /// The running turn's token (for `/stop`) and when it started (for `/status`).
-    current: Arc<Mutex<Option<(CancellationToken, Instant)>>>,
 }
 
 /// Starts the dispatcher: commands are answered from `commands`, everything else is a turn of
 /// `agent`; answers and whatever turns send go out through `router`. Turns are cancelled
-/// when `shutdown` fires.
+/// when `shutdown` fires. `config.max_parallel_turns` is applied by the agent's admission
+/// ([`Agent::with_parallel_turns`]), which the scheduler's turns share.
 pub fn start(
     agent: Arc<Agent>,
     router: Arc<Router>,
@@ -56,7 +58,6 @@ pub fn start(
         router,
         commands,
         per_chat_queue: config.per_chat_queue,
-        turns: Arc::new(Semaphore::new(config.max_parallel_turns)),
         shutdown,
         workers: HashMap::new(),
         tasks: JoinSet::new(),
@@ -70,7 +71,6 @@ struct Dispatcher {
     router: Arc<Router>,
     commands: CommandRegistry,
     per_chat_queue: usize,
-    turns: Arc<Semaphore>,
     shutdown: CancellationToken,
     workers: HashMap<ChatRef, ChatWorker>,
     tasks: JoinSet<()>,
@@ -100,13 +100,12 @@ impl Dispatcher {
         if let Some(parsed) = self.commands.parse(&message.text) {
             let text = match parsed {
                 Parsed::Known { command, args } => {
-                    let turns = Turns(&self.workers);
                     let ctx = CommandContext {
                         chat: &message.chat,
                         args,
                         message: message.id,
                         channel: &*self.router,
-                        turns: &turns,
+                        turns: &**self.agent.turns(),
                         commands: &self.commands,
                     };
                     command.reply(ctx).await
@@ -159,11 +158,8 @@ impl Dispatcher {
 
     fn spawn_worker(&mut self, chat: &ChatRef) -> ChatWorker {
         let (tx, mut rx) = mpsc::channel::<InboundMessage>(self.per_chat_queue);
-        let current = Arc::new(Mutex::new(None));
-        let worker_current = current.clone();
         let agent = self.agent.clone();
         let router = self.router.clone();
-        let turns = self.turns.clone();
         let shutdown = self.shutdown.clone();
         tracing::debug!(%chat, "chat worker started");
         self.tasks.spawn(async move {
@@ -180,40 +176,16 @@ impl Dispatcher {
                 let answer = if shutdown.is_cancelled() {
                     "Sorry, I am shutting down.".to_owned()
                 } else {
-                    let _permit = turns.acquire().await;
-                    let token = shutdown.child_token();
-                    *worker_current.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some((token.clone(), Instant::now()));
                     let channel: Arc<dyn Channel> = router.clone();
+                    let (chat, text) = (&message.chat, &message.text);
                     let outcome =
-                        agent.run_turn(&message.chat, &message.text, token, channel).await;
-                    *worker_current.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                    outcome.answer
+                        agent.run_turn(chat, text, TurnOrigin::Message, shutdown.clone(), channel);
+                    outcome.await.answer
                 };
                 deliver(&router, OutboundMessage::answer(&message.chat, message.id, answer)).await;
             }
         });
-        ChatWorker { queue: tx, current }
-    }
-}
-
-/// The running turns, as commands see them.
-struct Turns<'a>(&'a HashMap<ChatRef, ChatWorker>);
-
-impl TurnControl for Turns<'_> {
-    fn stop(&self, chat: &ChatRef) -> bool {
-        self.0
-            .get(chat)
-            .and_then(|w| w.current.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .map(|(token, _)| token.cancel())
-            .is_some()
-    }
-
-    fn running(&self, chat: &ChatRef) -> Option<Duration> {
-        self.0
-            .get(chat)
-            .and_then(|w| w.current.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .map(|(_, started)| started.elapsed())
+        ChatWorker { queue: tx }
     }
 }
 

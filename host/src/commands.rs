@@ -17,6 +17,7 @@ use nexbot_core::ChatRef;
 
 use crate::agent::channel::Button;
 use crate::agent::channel::Channel;
+use crate::agent::turns::Turns;
 use crate::spend::Spend;
 use crate::status::StatusBoard;
 use crate::store::{Store, AGENT_CLIS, AGENT_CLI_SETTING, AGENT_MODE_SETTING};
@@ -34,8 +35,8 @@ pub struct CommandContext<'a> {
     pub message: u64,
     /// The chats' channels (to delete the command's message, say).
     pub channel: &'a dyn Channel,
-    /// The running turns (to stop one).
-    pub turns: &'a dyn TurnControl,
+    /// The running turns, whoever started them (to stop one, to show it).
+    pub turns: &'a Turns,
     /// Every registered command (for `/help`).
     pub commands: &'a CommandRegistry,
 }
@@ -44,14 +45,6 @@ impl fmt::Debug for CommandContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CommandContext").field("chat", self.chat).field("args", &self.args).finish()
     }
-}
-
-/// The bus's side of a command: control over the chat's running turn.
-pub trait TurnControl: Send + Sync {
-    /// Cancels the chat's running turn (and the subagent tasks it started); false if none runs.
-    fn stop(&self, chat: &ChatRef) -> bool;
-    /// How long the chat's running turn has been running, if one runs.
-    fn running(&self, chat: &ChatRef) -> Option<std::time::Duration>;
 }
 
 /// What a command shows: its text, and buttons under it (a menu) when it has any.
@@ -264,7 +257,9 @@ impl ChatCommand for Status {
                 format!("Model: {}", self.model),
                 format!("Agent mode here: {mode} (CLI when off: {cli})"),
                 match running {
-                    Some(age) => format!("Running: a turn, for {}s", age.as_secs()),
+                    Some(turn) => {
+                        format!("Running: {}, for {}s", turn.origin, turn.running_for.as_secs())
+                    }
                     None => "Running: nothing".to_owned(),
                 },
             ];
@@ -434,16 +429,6 @@ mod tests {
         }
     }
 
-    struct NoTurns;
-    impl TurnControl for NoTurns {
-        fn stop(&self, _: &ChatRef) -> bool {
-            false
-        }
-        fn running(&self, _: &ChatRef) -> Option<std::time::Duration> {
-            None
-        }
-    }
-
     fn registry() -> CommandRegistry {
         let mut registry = CommandRegistry::default();
         registry.add(Arc::new(Help));
@@ -461,7 +446,7 @@ mod tests {
                     args,
                     message: 0,
                     channel: &crate::channels::Router::new(),
-                    turns: &NoTurns,
+                    turns: &Turns::new(1),
                     commands: registry,
                 };
                 Some(command.run(ctx).await)

@@ -134,6 +134,7 @@ pub fn build_agent_with_hooks(
     hooks.extend(extra);
     let agent = Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
         .with_owner(config.telegram.owner)
+        .with_parallel_turns(config.bus.max_parallel_turns)
         .with_skills(skills);
     Ok(match cli {
         Some(delegate) => agent.with_cli(delegate),

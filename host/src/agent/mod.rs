@@ -10,6 +10,7 @@
 /// The chat operations the agent needs ([`nexbot_core::channel`]).
 pub use nexbot_core::channel;
 pub mod hooks;
+pub mod turns;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -43,7 +44,10 @@ pub enum TurnStatus {
     /// A hook blocked the turn.
     Blocked,
     LlmFailed,
+    /// Its producer cancelled it (the daemon stopping, a turn's budget).
     Cancelled,
+    /// The chat stopped it (`/stop`), whoever started it.
+    Stopped,
     MaxIterations,
     TimedOut,
     /// The daemon could not load the turn's state (e.g. the database).
@@ -112,9 +116,9 @@ pub struct Agent {
     model: Model,
     /// Chats told that a fallback provider answers them (told once per episode).
     told_fallback: std::sync::Mutex<std::collections::HashSet<ChatRef>>,
-    /// One turn at a time per chat, whoever starts it (the bus, the scheduler): two turns of
-    /// one chat at once would interleave its history.
-    turn_locks: std::sync::Mutex<std::collections::HashMap<ChatRef, Arc<tokio::sync::Mutex<()>>>>,
+    /// Admission of every turn, whoever starts it (the bus, the scheduler, the heartbeat):
+    /// one turn at a time per chat, the daemon's limit, and what `/stop` and `/status` see.
+    turns: Arc<turns::Turns>,
     tools: ToolRegistry,
     hooks: Vec<Arc<dyn Hook>>,
     store: Store,
@@ -167,7 +171,9 @@ impl Agent {
         Self {
             model,
             told_fallback: Default::default(),
-            turn_locks: Default::default(),
+            turns: Arc::new(turns::Turns::new(
+                crate::config::BusConfig::default().max_parallel_turns,
+            )),
             tools,
             hooks,
             store,
@@ -177,6 +183,17 @@ impl Agent {
             skills: None,
             cli: None,
         }
+    }
+
+    /// At most `max_parallel` turns run at once across all chats (`bus.max_parallel_turns`).
+    pub fn with_parallel_turns(mut self, max_parallel: usize) -> Self {
+        self.turns = Arc::new(turns::Turns::new(max_parallel));
+        self
+    }
+
+    /// The running turns: `/stop` and `/status` read them.
+    pub fn turns(&self) -> &Arc<turns::Turns> {
+        &self.turns
     }
 
     /// Lets a chat whose agent mode is off and which chose a coding CLI (`/agent cli`) be
@@ -227,28 +244,28 @@ impl Agent {
 
     /// Runs one turn for `chat`. Never fails: every problem becomes the answer's text. The
     /// answer is returned, not sent; `channel` is where tools reach the chat meanwhile.
+    ///
+    /// The turn first waits for admission ([`turns::Turns::admit`]): the chat's one turn slot,
+    /// then one of the daemon's permits; `origin` is what `/status` shows meanwhile.
     pub async fn run_turn(
         &self,
         chat: &ChatRef,
         text: &str,
+        origin: turns::TurnOrigin,
         cancel: CancellationToken,
         channel: Arc<dyn Channel>,
     ) -> TurnOutcome {
-        let lock = {
-            let mut locks = self.turn_locks.lock().unwrap_or_else(|p| p.into_inner());
-            locks.entry(chat.clone()).or_default().clone()
-        };
-        let _one_turn_per_chat = tokio::select! {
-            guard = lock.lock_owned() => guard,
-            () = cancel.cancelled() => return TurnOutcome {
+        let Some(admitted) = self.turns.admit(chat, origin, &cancel).await else {
+            return TurnOutcome {
                 answer: "Stopped.".into(),
                 status: TurnStatus::Cancelled,
                 usage: Usage::default(),
                 iterations: 0,
                 tool_calls: 0,
                 tool_failures: 0,
-            },
+            };
         };
+        let cancel = admitted.cancel().clone();
         let meter = TurnMeter::default();
         let session_id = match self.store.active_session(chat).await {
             Ok(id) => id,
@@ -297,8 +314,11 @@ impl Agent {
                 Ending::new(TurnStatus::TimedOut, answer)
             }
         };
-        let Ending { mut answer, status } = ending;
-        if status != TurnStatus::Cancelled {
+        let Ending { mut answer, mut status } = ending;
+        if status == TurnStatus::Cancelled && admitted.stopped_by_chat() {
+            status = TurnStatus::Stopped;
+        }
+        if !matches!(status, TurnStatus::Cancelled | TurnStatus::Stopped) {
             let context = self.hook_context(&turn);
             match run_hooks(&self.hooks, &HookEvent::AfterAgent { answer: &answer }, &context) {
                 HookResult::Block { reason } => answer = reason,

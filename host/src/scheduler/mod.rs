@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use self::jobs::{Job, Missed, NewJob, RunEnd, TickItem};
 use self::schedule::Schedule;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
+use crate::agent::turns::TurnOrigin;
 use crate::agent::{Agent, TurnStatus};
 use crate::channels::Router;
 use crate::config::Config;
@@ -610,8 +611,16 @@ impl Worker {
             format!("Scheduled job #{} {:?} is due. Do this now: {}", job.id, job.name, job.task)
         };
         let channel: Arc<dyn Channel> = self.router.clone();
+        let origin = if job.heartbeat {
+            TurnOrigin::Heartbeat { name: job.name.clone() }
+        } else {
+            TurnOrigin::Job { id: job.id, name: job.name.clone() }
+        };
+        // Admitted like a message's turn: after the chat's running turn, within the daemon's
+        // limit, and visible to the chat's `/status` and `/stop` while it runs.
         let outcome =
-            self.agent.run_turn(&job.chat, &prompt, self.cancel.child_token(), channel).await;
+            self.agent.run_turn(&job.chat, &prompt, origin, self.cancel.child_token(), channel);
+        let outcome = outcome.await;
         let mut end = RunEnd {
             outcome: "ok".into(),
             prompt_tokens: outcome.usage.prompt_tokens,
@@ -623,6 +632,11 @@ impl Worker {
             TurnStatus::Cancelled => {
                 end.outcome = "cancelled".into();
                 end.detail = Some("the daemon stopped during the run".into());
+                return end;
+            }
+            TurnStatus::Stopped => {
+                end.outcome = "cancelled".into();
+                end.detail = Some("stopped in the chat with /stop".into());
                 return end;
             }
             other => {

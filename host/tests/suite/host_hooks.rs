@@ -11,6 +11,7 @@ use common::{base_env, TempWorkspace};
 use nexbot_core::ChatRef;
 use nexbot_host::agent::channel::Channel;
 use nexbot_host::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
+use nexbot_host::agent::turns::TurnOrigin;
 use nexbot_host::agent::{Agent, TurnStatus};
 use nexbot_host::channels::Router;
 use nexbot_host::config::Config;
@@ -86,6 +87,7 @@ async fn hooks_block_inject_and_finish() {
         .run_turn(
             &ChatRef::console("c").unwrap(),
             "forbidden request",
+            TurnOrigin::Message,
             CancellationToken::new(),
             tx.clone(),
         )
@@ -97,7 +99,13 @@ async fn hooks_block_inject_and_finish() {
     assert!(llm.chat_requests().is_empty(), "the LLM was called for a blocked turn");
 
     let outcome = agent
-        .run_turn(&ChatRef::console("c").unwrap(), "clean up", CancellationToken::new(), tx.clone())
+        .run_turn(
+            &ChatRef::console("c").unwrap(),
+            "clean up",
+            TurnOrigin::Message,
+            CancellationToken::new(),
+            tx.clone(),
+        )
         .await;
     assert_eq!(outcome.answer, "could not delete");
     assert!(keep.exists());
@@ -115,6 +123,7 @@ async fn hooks_block_inject_and_finish() {
         .run_turn(
             &ChatRef::console("finish").unwrap(),
             "keep listing",
+            TurnOrigin::Message,
             CancellationToken::new(),
             tx,
         )
@@ -133,7 +142,13 @@ async fn a_turn_that_runs_out_of_time_is_stopped_with_a_message() {
     let cancel = CancellationToken::new();
     let outcome = tokio::time::timeout(
         Duration::from_secs(30),
-        agent.run_turn(&ChatRef::console("c").unwrap(), "take your time", cancel.clone(), tx),
+        agent.run_turn(
+            &ChatRef::console("c").unwrap(),
+            "take your time",
+            TurnOrigin::Message,
+            cancel.clone(),
+            tx,
+        ),
     )
     .await
     .unwrap();
@@ -141,8 +156,8 @@ async fn a_turn_that_runs_out_of_time_is_stopped_with_a_message() {
     assert!(
         outcome.answer.contains("longer than 1s") && outcome.answer.ends_with("(timeout noted)")
     );
-    assert!(
-        cancel.is_cancelled(),
-        "the turn's token (and so its subagent tasks) was not cancelled"
-    );
+    // The turn's own token (a child of the producer's, which its tools' and subagent tasks'
+    // tokens descend from) was cancelled; the producer's (the bus's shutdown) was not.
+    assert!(!cancel.is_cancelled(), "a turn's timeout cancelled its producer's token");
+    assert!(agent.turns().running(&ChatRef::console("c").unwrap()).is_none());
 }

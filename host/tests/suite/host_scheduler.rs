@@ -460,3 +460,80 @@ async fn a_job_waits_for_the_running_turn_of_its_chat() {
     assert!(second.text.starts_with("Scheduled «note it»:"), "{}", second.text);
     h.app.stop().await;
 }
+
+/// A scheduled run is a turn of its chat like a message's: `/status` shows it, `/stop` ends it
+/// (recorded cancelled, saying so), the chat's next message is answered after it, and it
+/// counts against `bus.max_parallel_turns` (with a limit of one, another chat's message waits
+/// while it runs).
+#[tokio::test]
+async fn stop_and_status_reach_a_scheduled_run_which_counts_against_the_turn_limit() {
+    let ws = TempWorkspace::init("sched-admission");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let step = responder(body);
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        let text = last.and_then(|m| m["content"].as_str().map(str::to_owned)).unwrap_or_default();
+        // Longer than the whole test: only `/stop` ends it.
+        if text.contains("long report") {
+            step.delayed(Duration::from_secs(120))
+        } else {
+            step
+        }
+    });
+    let extra = [("NEXBOT_BUS__MAX_PARALLEL_TURNS", "1")];
+    let mut h = start(config(&ws, &llm, &extra)).await;
+    let jobs = chat("jobs");
+    let job = create_job(
+        h.app.store(),
+        &jobs,
+        spec("long report", None, Some("in 1s")),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    let send = |chat: &ChatRef, id: u64, text: &str| nexbot_host::bus::InboundMessage {
+        chat: chat.clone(),
+        id,
+        text: text.into(),
+    };
+    // `/status` in the job's chat shows the run once it has started.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        h.app.inbound().send(send(&jobs, 1, "/status")).await.unwrap();
+        let answer = h.next_final(10).await.expect("/status answered");
+        if answer.text.contains("Running: scheduled job") {
+            break answer.text;
+        }
+        assert!(std::time::Instant::now() < deadline, "/status never showed the run: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.contains(&format!("scheduled job #{} «", job.id)), "{status}");
+
+    // Another chat's message waits for the one permit; the job's chat's next message waits
+    // for its turn. Neither is answered while the run goes on.
+    let other = chat("other");
+    h.app.inbound().send(send(&other, 2, "hello")).await.unwrap();
+    h.app.inbound().send(send(&jobs, 3, "and now?")).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_secs(2), h.next_final(2)).await;
+    assert!(
+        matches!(early, Ok(None) | Err(_)),
+        "answered while the scheduled run held the only permit and the chat: {early:?}"
+    );
+
+    // `/stop` in the job's chat ends the run.
+    h.app.inbound().send(send(&jobs, 4, "/stop")).await.unwrap();
+    let mut answers = Vec::new();
+    while answers.len() < 3 {
+        let m = h.next_final(20).await.unwrap_or_else(|| panic!("missing answers: {answers:?}"));
+        answers.push((m.chat.clone(), m.text.clone()));
+    }
+    assert_eq!(answers[0], (jobs.clone(), "Stopping the current task.".to_owned()));
+    assert!(answers.contains(&(other.clone(), "done: hello".to_owned())), "{answers:?}");
+    assert!(answers.contains(&(jobs.clone(), "done: and now?".to_owned())), "{answers:?}");
+    let runs = h.wait_runs(job.id, 20, |r| r.iter().any(|r| r.ended_at.is_some())).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].outcome, "cancelled", "{runs:?}");
+    assert_eq!(runs[0].detail.as_deref(), Some("stopped in the chat with /stop"), "{runs:?}");
+    assert!(runs[0].message.is_none(), "a stopped run delivers nothing: {runs:?}");
+    h.app.stop().await;
+}
