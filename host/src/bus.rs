@@ -105,7 +105,7 @@ impl Dispatcher {
                         args,
                         message: message.id,
                         channel: &*self.router,
-                        turns: &**self.agent.turns(),
+                        turns: self.agent.turns(),
                         commands: &self.commands,
                     };
                     command.reply(ctx).await
