@@ -12,6 +12,7 @@ mod bundled_skills;
 mod compose_up;
 mod docker_smoke;
 mod egress_firewall_watch;
+mod make_up_preflight;
 mod pool_clean_room;
 mod pool_clean_room_attacks;
 mod pool_hardening;
