@@ -371,10 +371,10 @@ async fn ctl(host: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("nexbot-ctl --json")
 }
 
-#[tokio::test]
-async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
-    let test = "compose_up";
-    let Some(docker) = docker_or_skip(test).await else { return };
+/// The engine and the compose program, with both images built and earlier runs' leftovers
+/// reaped; `None` (a loud skip) without Docker or compose outside CI, a failure under CI.
+async fn engine_and_compose(test: &str) -> Option<(Docker, Vec<String>)> {
+    let docker = docker_or_skip(test).await?;
     let Some(compose) = compose_program() else {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!(
@@ -382,7 +382,7 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             );
         }
         eprintln!("\n!!! SKIPPED {test}: neither docker-compose nor `docker compose` works !!!\n");
-        return;
+        return None;
     };
     for image in [HOST_IMAGE, SUBAGENT_IMAGE] {
         if docker.inspect_image(image).await.is_err() {
@@ -391,21 +391,33 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             );
         }
     }
-
     reap_dead_runs(&docker, &compose).await;
+    Some((docker, compose))
+}
 
-    let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(compose_responder);
-    // The bot's Telegram side: the Bot API fixture (host networking: its loopback address
-    // is the daemon's too).
-    let tg = nexbot_tests::telegram::TelegramFixture::start().await;
+/// A name for this run's project: the prefix, this process's pid (what tells a dead run's
+/// leftovers), and a time stamp.
+fn project_name(suffix: &str) -> (String, String) {
     let run = format!(
         "{}-{}",
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
             % 1_000_000
     );
-    let project = format!("{PROJECT_PREFIX}{run}");
+    (format!("{PROJECT_PREFIX}{run}{suffix}"), run)
+}
+
+#[tokio::test]
+async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
+    let test = "compose_up";
+    let Some((docker, compose)) = engine_and_compose(test).await else { return };
+
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(compose_responder);
+    // The bot's Telegram side: the Bot API fixture (host networking: its loopback address
+    // is the daemon's too).
+    let tg = nexbot_tests::telegram::TelegramFixture::start().await;
+    let (project, run) = project_name("");
     let planted_key = format!("sk-nxd-planted-llm-key-{run}");
     let planted_master = format!("nxd-planted-master-key-{run}");
     let skills = repo().join("skills");
@@ -633,6 +645,89 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         }
         other => eprintln!("{test}: firewall rules not checked (iptables -S: {other:?})"),
     }
+    drop(deployment);
+}
+
+/// `docker-compose up -d` after a setting changed recreates the host container; the new daemon
+/// must know at once that it is this project's, every time (issue 27: in 6 of 11 recreations
+/// it took the default pool name and network and gave its subagents no skills). Ten
+/// recreations with a pool of one, each checked on the new daemon's first pool container: its
+/// pool label, its network and its skills mount. Then `make ctl` reaches the last daemon.
+#[tokio::test]
+async fn compose_recreated_ten_times_keeps_its_pool_network_and_skills() {
+    let test = "compose_recreate";
+    let Some((docker, compose)) = engine_and_compose(test).await else { return };
+    let started = std::time::Instant::now();
+    let (project, _) = project_name("-r");
+    let skills = repo().join("skills");
+    let mut deployment = Deployment::new(compose, &project, &[("NEXBOT_POOL_SIZE", "1")]);
+    let mut previous = String::new();
+    for round in 0..=10 {
+        // A changed setting: compose recreates the container (`up -d`, as the README says).
+        deployment.env.retain(|(k, _)| k != "NEXBOT_LLM_MODEL");
+        deployment.env.push(("NEXBOT_LLM_MODEL".into(), format!("recreated-{round}")));
+        deployment.compose(&["up", "-d", "--no-build"]).await;
+        let host = text(&deployment.compose(&["ps", "-q", "host"]).await.stdout).trim().to_owned();
+        assert!(!host.is_empty() && host != previous, "round {round}: compose did not recreate");
+        let env = inspect(&docker, &host).await.config.and_then(|c| c.env).unwrap_or_default();
+        let model = format!("NEXBOT_LLM__MODEL=recreated-{round}");
+        assert!(env.contains(&model), "round {round}: the setting did not arrive: {env:?}");
+        // The first pool container this daemon made, whatever it named its pool.
+        let owned_by = format!("{}={host}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+        let made = wait_for(Duration::from_secs(120), || async {
+            containers(&docker, &owned_by, true).await.into_iter().next()
+        })
+        .await;
+        let Some(member) = made else {
+            panic!(
+                "round {round}: the daemon made no pool container in 120 s; its log:\n{}",
+                logs(&docker, &host).await
+            )
+        };
+        let seen = inspect(&docker, &member).await;
+        let labels = seen.config.clone().and_then(|c| c.labels).unwrap_or_default();
+        let networks: Vec<String> = seen
+            .network_settings
+            .clone()
+            .and_then(|n| n.networks)
+            .map(|n| n.into_keys().collect())
+            .unwrap_or_default();
+        let skills_source = seen.mounts.clone().unwrap_or_default().into_iter().find_map(|m| {
+            (m.destination.as_deref() == Some("/workspace/skills")).then_some(m.source).flatten()
+        });
+        let got = (labels.get(POOL_LABEL).cloned(), networks, skills_source);
+        let want = (
+            Some(project.clone()),
+            vec![deployment.network.clone()],
+            skills.to_str().map(str::to_owned),
+        );
+        if got != want {
+            panic!(
+                "round {round}: the new daemon's pool (name, networks, skills mount) is {got:?}, \
+                 not {want:?}; its log:\n{}",
+                logs(&docker, &host).await
+            );
+        }
+        previous = host;
+    }
+    eprintln!("{test}: 11 starts, 10 recreations checked in {:?}", started.elapsed());
+
+    // The operator's shortcut reaches the last daemon (its socket appears once it is up).
+    let listed = wait_for(Duration::from_secs(120), || async {
+        let mut make = std::process::Command::new("make");
+        make.args(["--no-print-directory", "-C"])
+            .arg(repo())
+            .args(["ctl", "ARGS=--json subagents ps"])
+            .env("COMPOSE_PROJECT_NAME", &project)
+            .stdin(Stdio::null());
+        let out = tokio::process::Command::from(make).output().await.expect("run make ctl");
+        out.status.success().then(|| text(&out.stdout))
+    })
+    .await
+    .expect("`make ctl ARGS=\"--json subagents ps\"` never answered");
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("nexbot-ctl --json");
+    assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(1), "{listed}");
+    deployment.compose(&["down", "-v", "-t", "30"]).await;
     drop(deployment);
 }
 
