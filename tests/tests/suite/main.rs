@@ -26,6 +26,7 @@ mod pool_recovery;
 mod pool_recycling;
 mod pool_rooms;
 mod pool_tasks;
+mod readme_setup;
 mod scripted_llm;
 mod subagent_image;
 mod telegram_fixture;
