@@ -146,7 +146,7 @@ up: preflight
 	$(COMPOSE) up -d --no-build
 	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
 	@echo "logs:   make logs"
-	@echo "pool:   $(COMPOSE) exec host nexbot-ctl subagents ps"
+	@echo "pool:   make ctl ARGS=\"subagents ps\"   (= $(COMPOSE) exec host nexbot-ctl subagents ps)"
 	@echo "stop:   make down   (the data volume is kept; '$(COMPOSE) down -v' deletes it)"
 
 # The operator's client, run in the daemon's container: `make ctl ARGS="subagents ps"` is

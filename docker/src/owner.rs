@@ -14,7 +14,7 @@
 //! | another boot of the host | never |
 //! | same pid namespace | `/proc/<pid>` exists with the recorded start time |
 //! | our own container, another pid namespace | never (the container has restarted) |
-//! | another container | that container is running (gone or stopped: dead) |
+//! | another container | that container is running (stopped: dead; unknown to the engine: as below) |
 //! | elsewhere (another namespace, no container we know) | one of its containers still runs (a dead daemon's containers exit: their stdin closes) |
 //! | no owner labels (an older nexbot) | the container still runs |
 //!
@@ -276,9 +276,9 @@ pub(crate) async fn liveness(docker: &Docker, recorded: &Owner) -> Result<Livene
                     Liveness::Dead(format!("its container {short} has stopped"))
                 });
             }
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Ok(Liveness::Dead("its container no longer exists".into()));
-            }
+            // Unknown to the engine: gone, or a container the owner could not name rightly
+            // (a daemon that cannot tell its own container, issue 27): its containers tell.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
             Err(e) => return Err(PoolError::docker("inspect the owner's container", e)),
         }
     }

@@ -731,6 +731,125 @@ async fn compose_recreated_ten_times_keeps_its_pool_network_and_skills() {
     drop(deployment);
 }
 
+/// Host-image daemons of [`a_daemon_that_cannot_tell_its_container_warns_and_owned_defaults_are_refused`]:
+/// stopped (their shutdown removes their pool and network) and removed however the test ends,
+/// with what a killed one left: pool containers and the default network recorded as theirs.
+struct Unidentified {
+    names: Vec<String>,
+    fakes: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Drop for Unidentified {
+    fn drop(&mut self) {
+        for name in &self.names {
+            run_bounded(docker_cli(&["stop", "-t", "20", name]));
+            run_bounded(docker_cli(&["rm", "-f", name]));
+        }
+        for fake in &self.fakes {
+            let label = format!("label={}={fake}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+            if let Ok(out) = docker_cli(&["ps", "-aq", "--filter", &label]).output() {
+                for id in text(&out.stdout).split_whitespace() {
+                    run_bounded(docker_cli(&["rm", "-f", id]));
+                }
+            }
+        }
+        let owner =
+            format!("{{{{index .Labels \"{}\"}}}}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+        if let Ok(out) =
+            docker_cli(&["network", "inspect", "-f", &owner, "nexbot-subagents"]).output()
+        {
+            if self.fakes.iter().any(|f| text(&out.stdout).trim() == f) {
+                run_bounded(docker_cli(&["network", "rm", "nexbot-subagents"]));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Unidentified {
+    /// Starts `nexbot serve` from the host image with host networking, the socket, a pool of
+    /// one and the default pool name and network, in a container whose `/etc/hostname`,
+    /// `hosts` and `resolv.conf` come from `…/containers/<fake>/`: the id it reads names a
+    /// container the engine does not know. Returns the container's name.
+    fn start(&mut self, n: usize) -> String {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        // 64 hex digits, as a container id, that no container of this engine has.
+        let fake = format!("{:016x}{nanos:032x}{n:016x}", std::process::id());
+        let files = self.dir.join("containers").join(&fake);
+        std::fs::create_dir_all(&files).unwrap();
+        std::fs::write(files.join("hostname"), "unidentified\n").unwrap();
+        std::fs::write(files.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+        std::fs::write(files.join("resolv.conf"), "").unwrap();
+        let name = format!("nxd-cannot-tell-{}-{n}", std::process::id());
+        self.names.push(name.clone());
+        self.fakes.push(fake);
+        let mut run = docker_cli(&["run", "-d", "--name", &name, "--network", "host"]);
+        run.args(["--tmpfs", "/data", "-v", "/var/run/docker.sock:/var/run/docker.sock"]);
+        for file in ["hostname", "hosts", "resolv.conf"] {
+            run.arg("-v").arg(format!("{}:/etc/{file}:ro", files.join(file).display()));
+        }
+        run.args(["-e", "NEXBOT_SUBAGENT__POOL_SIZE=1", "-e", "NEXBOT_EGRESS__FIREWALL=false"]);
+        let out = run.arg(HOST_IMAGE).output().expect("docker run the host image");
+        assert!(out.status.success(), "docker run: {}", text(&out.stderr));
+        name
+    }
+}
+
+/// A daemon in a container it cannot identify (here its `/etc/hostname`, `hosts` and
+/// `resolv.conf` name a container the engine does not know) says so at warn level and keeps
+/// the configured names; a second one, on the default names the first one owns, is refused
+/// them with what to set (issue 27).
+#[tokio::test]
+async fn a_daemon_that_cannot_tell_its_container_warns_and_owned_defaults_are_refused() {
+    let test = "cannot_tell";
+    let Some((docker, _)) = engine_and_compose(test).await else { return };
+    let mut daemons = Unidentified {
+        names: Vec::new(),
+        fakes: Vec::new(),
+        dir: std::env::temp_dir().join(format!("nxd-cannot-tell-{}", std::process::id())),
+    };
+    let first = daemons.start(1);
+    let owned_by = format!("{}={}", nexbot_docker::owner::LABEL_OWNER_CONTAINER, daemons.fakes[0]);
+    let pool = wait_for(Duration::from_secs(120), || async {
+        containers(&docker, &owned_by, false).await.into_iter().next()
+    })
+    .await;
+    let log = logs(&docker, &first).await;
+    let Some(pool) = pool else {
+        panic!("the first daemon made no pool container; its log:\n{log}")
+    };
+    let warned = log
+        .lines()
+        .find(|l| l.contains("cannot tell whether this daemon runs as a compose service"));
+    let warned = warned.unwrap_or_else(|| panic!("no warning; the log:\n{log}"));
+    assert!(warned.contains("WARN") && warned.contains("does not know its container"), "{warned}");
+    assert!(warned.contains("NEXBOT_SUBAGENT__POOL_NAME"), "{warned}");
+    let labels = inspect(&docker, &pool).await.config.and_then(|c| c.labels).unwrap_or_default();
+    assert_eq!(labels.get(POOL_LABEL).map(String::as_str), Some("nexbot"), "the configured name");
+
+    // A second one on the same default names: refused them, told why and what to set.
+    let second = daemons.start(2);
+    let refusal = "cannot tell its compose project";
+    let refused = wait_for(Duration::from_secs(120), || async {
+        let log = logs(&docker, &second).await;
+        log.contains(refusal).then_some(log)
+    })
+    .await;
+    let Some(log) = refused else {
+        panic!("the second daemon was not refused; its log:\n{}", logs(&docker, &second).await)
+    };
+    for part in [
+        "network \"nexbot-subagents\" belongs to another running nexbot",
+        "NEXBOT_SUBAGENT__POOL_NAME and NEXBOT_SUBAGENT__NETWORK",
+    ] {
+        assert!(log.contains(part), "{part:?} missing:\n{log}");
+    }
+    assert_eq!(containers(&docker, &owned_by, false).await, vec![pool], "the first pool changed");
+    drop(daemons);
+}
+
 /// Settings come from a `.env` file beside the compose file as well as from the shell, and a
 /// compose command needs no variable at all (`config` resolves the file as `up` would).
 #[tokio::test]
