@@ -11,6 +11,9 @@
 //! `./skills` reaches the pool; a Telegram message gets a delegated answer; a second project
 //! runs beside it without touching its pool; `restart` keeps the data; stopping removes the
 //! pool, its network and its firewall rules; `down -v` leaves no container and no volume.
+//! `up -d` after a changed setting recreates the host container ten times, and each new daemon
+//! has the project's pool, network and skills mount (issue 27); a daemon that cannot identify
+//! its own container warns, and is refused default names another running daemon owns.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
