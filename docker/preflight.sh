@@ -30,9 +30,14 @@ tools() {
   }
   if ! command -v docker >/dev/null 2>&1; then
     need "Docker (the docker client and engine): apt-get install docker.io" docker.io
-  elif ! docker info >/dev/null 2>&1; then
-    need "a running Docker engine: docker is installed but the engine does not answer on \
-/var/run/docker.sock; start it (systemctl start docker, or: setsid nohup dockerd >dockerd.log 2>&1 &)" ""
+  elif ! info=$(docker info 2>&1 >/dev/null); then
+    if printf '%s' "$info" | grep -qi 'permission denied'; then
+      need "access to the Docker engine: this user may not use /var/run/docker.sock; run as \
+root, or: usermod -aG docker \"\$USER\" (then log in again)" ""
+    else
+      need "a running Docker engine: docker is installed but the engine does not answer on \
+${DOCKER_HOST:-/var/run/docker.sock}; start it (systemctl start docker, or: setsid nohup dockerd >dockerd.log 2>&1 &)" ""
+    fi
   fi
   # shellcheck disable=SC2086 # COMPOSE is a command with its arguments ("docker compose").
   if ! $compose version >/dev/null 2>&1; then

@@ -62,6 +62,8 @@ fn make_up_names_every_missing_program_with_its_install_command_before_building(
         .arg(repo())
         .args(["up", "COMPOSE=docker-compose", "BUSYBOX=/nonexistent/busybox"])
         .env("PATH", &path)
+        // An engine that is not running.
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .stdin(Stdio::null())
         .output()
         .expect("run make up");
@@ -74,6 +76,8 @@ fn make_up_names_every_missing_program_with_its_install_command_before_building(
          busybox-static",
         "a Rust toolchain (cargo, Rust 1.85 or later): curl --proto '=https' --tlsv1.2 -sSf \
          https://sh.rustup.rs | sh",
+        "a running Docker engine: docker is installed but the engine does not answer on \
+         unix:///nonexistent/docker.sock; start it (systemctl start docker",
         "as root: apt-get update && apt-get install -y docker-compose busybox-static",
         "then run 'make up' again",
     ] {
