@@ -1,7 +1,7 @@
 # Nexbot developer entry points. `make test` is what CI runs (through .ci/run, as its parts
 # `make image`, `make test-build` and `make test-run`, each timed).
 .PHONY: build test test-build test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs fuzz cli-image
+  bench up down logs ctl preflight fuzz cli-image
 
 build:
 	cargo build --workspace
@@ -48,8 +48,7 @@ image-bins:
 	  -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 
 subagent-image: image-bins
-	@file -L $(BUSYBOX) 2>/dev/null | grep -q 'statically linked' || ldd $(BUSYBOX) 2>&1 | grep -q 'not a dynamic' || \
-	  { echo "make image: $(BUSYBOX) is not a static busybox; apt-get install busybox-static" >&2; exit 2; }
+	@docker/preflight.sh busybox $(BUSYBOX)
 	rm -rf $(IMAGE_CTX)
 	mkdir -p $(IMAGE_CTX)/rootfs/bin $(IMAGE_CTX)/rootfs/etc $(IMAGE_CTX)/rootfs/tmp \
 	  $(IMAGE_CTX)/workspace/scratch $(IMAGE_CTX)/workspace/skills
@@ -138,14 +137,26 @@ host-image: image-bins
 COMPOSE ?= $(shell command -v docker-compose >/dev/null 2>&1 && echo docker-compose || echo docker compose)
 UP_TIMEOUT ?= 180
 
-# Builds what is missing (a no-op when the images are current), starts the stack, waits until
-# the host service is healthy (store open, pool warm) and says what is degraded.
-up: image
+# Checks the machine first (docker/preflight.sh: every program the build and the stack need,
+# each missing one with its install command; a NEXBOT_* setting in .env that compose.yaml does
+# not pass), builds what is missing (a no-op when the images are current), starts the stack,
+# waits until the host service is healthy (store open, pool warm) and says what is degraded.
+up: preflight
+	@$(MAKE) --no-print-directory image
 	$(COMPOSE) up -d --no-build
 	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
 	@echo "logs:   make logs"
-	@echo "pool:   $(COMPOSE) exec host nexbot-ctl subagents ps"
+	@echo "pool:   make ctl ARGS=\"subagents ps\"   (= $(COMPOSE) exec host nexbot-ctl subagents ps)"
 	@echo "stop:   make down   (the data volume is kept; '$(COMPOSE) down -v' deletes it)"
+
+# The operator's client, run in the daemon's container: `make ctl ARGS="subagents ps"` is
+# `docker-compose exec host nexbot-ctl subagents ps` (stdin passes through, for `secrets set`).
+ctl:
+	@$(COMPOSE) exec $$([ -t 0 ] || echo -T) host nexbot-ctl $(ARGS)
+
+preflight:
+	@docker/preflight.sh tools "$(COMPOSE)" $(BUSYBOX)
+	@docker/preflight.sh env compose.yaml .env
 
 # The daemon's log, followed.
 logs:

@@ -46,7 +46,9 @@ pub use network::{
     ensure_internal_network, ensure_pool_network, ensure_pool_network_owned, remove_network,
     NetworkInfo,
 };
-pub use own::{find_own_container, mount_root, OwnContainer};
+pub use own::{
+    discover_own_container, OwnContainer, SelfDiscovery, DISCOVERY_ATTEMPTS, DISCOVERY_PAUSE,
+};
 pub use owner::Owner;
 pub use pool::{PingResult, Pool, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use restart::RestartReason;

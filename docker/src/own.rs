@@ -3,16 +3,20 @@
 //!
 //! Why: subagent containers get the skills folder by its path *on the Docker host* (the engine
 //! resolves bind sources there), and a daemon in compose only knows its own mount point
-//! (`/skills`). With host networking the hostname is the host's, so the container cannot be
-//! found by hostname or id; instead its mount table (`/proc/self/mountinfo`) says which path of
-//! the host's filesystem is mounted at a probe mount point (the data volume), and the one
-//! running container whose mount there has that source is this one.
+//! (`/skills`). With host networking the hostname is the host's, so it names nothing; the
+//! container's id comes from the kernel instead ([`crate::owner::own_container_id`]: the
+//! container's own `/etc/hostname` bind mount in `/proc/self/mountinfo`, else its cgroup), and
+//! the engine is asked about that one container by id. Listing containers is not used: right
+//! after `docker-compose up` recreates the service, the engine may not list the new container
+//! as running yet, and a daemon that looked then took itself for a plain one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use bollard::query_parameters::ListContainersOptionsBuilder;
 use bollard::Docker;
+
+use crate::owner::own_container_id;
 
 /// This process's own container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,80 +39,76 @@ impl OwnContainer {
     }
 }
 
-/// The `root` (path within its filesystem) of the mount at `mount_point`, from a mountinfo
-/// table (`/proc/self/mountinfo`'s text). Octal escapes (`\040` for a space) are decoded.
-pub fn mount_root(mountinfo: &str, mount_point: &str) -> Option<String> {
-    mountinfo.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.len() > 4 && unescape(fields[4]) == mount_point).then(|| unescape(fields[3]))
-    })
+/// What this process found out about its own container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelfDiscovery {
+    /// No trace of a container: a daemon started by hand or by a service manager.
+    NotInContainer,
+    /// The engine described this process's container.
+    Found(OwnContainer),
+    /// This process runs in a container, but which one, or what it is, cannot be told; the
+    /// reason, for the operator.
+    Unknown(String),
 }
 
-fn unescape(field: &str) -> String {
-    let mut out = Vec::with_capacity(field.len());
-    let bytes = field.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\' && i + 3 < bytes.len() {
-            if let Ok(n) = u8::from_str_radix(&field[i + 1..i + 4], 8) {
-                out.push(n);
-                i += 4;
-                continue;
+/// How many times the engine is asked about this process's container, and the pause between
+/// attempts: a busy engine gets about five seconds, then the daemon says it cannot tell.
+pub const DISCOVERY_ATTEMPTS: u32 = 10;
+pub const DISCOVERY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Finds this process's own container: its id from the kernel, then the engine's description
+/// of it, asked up to `attempts` times `pause` apart while the engine fails.
+pub async fn discover_own_container(
+    docker: &Docker,
+    attempts: u32,
+    pause: Duration,
+) -> SelfDiscovery {
+    let Some(id) = own_container_id() else {
+        return if Path::new("/.dockerenv").exists() {
+            SelfDiscovery::Unknown(
+                "it runs in a container (/.dockerenv exists) but neither /proc/self/mountinfo nor \
+                 /proc/self/cgroup names it"
+                    .into(),
+            )
+        } else {
+            SelfDiscovery::NotInContainer
+        };
+    };
+    let short: String = id.chars().take(12).collect();
+    let mut last = String::new();
+    for attempt in 1..=attempts.max(1) {
+        match docker.inspect_container(&id, None).await {
+            Ok(info) => {
+                let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+                let mounts = info
+                    .mounts
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|m| Some((m.destination?, PathBuf::from(m.source?))))
+                    .collect();
+                return SelfDiscovery::Found(OwnContainer {
+                    id,
+                    labels: labels.into_iter().collect(),
+                    mounts,
+                });
+            }
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
+                return SelfDiscovery::Unknown(format!(
+                    "the Docker engine at the socket does not know its container {short} (is the \
+                     socket another engine's than the one running this container?)"
+                ));
+            }
+            Err(e) => {
+                last = e.to_string();
+                tracing::debug!(attempt, container = %short, error = %last, "inspecting own container");
+                if attempt < attempts {
+                    tokio::time::sleep(pause).await;
+                }
             }
         }
-        out.push(bytes[i]);
-        i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Finds this process's container among the running ones labelled `label` (e.g.
-/// `nexbot.role=host`), by the source of its mount at `probe` (e.g. `/data`). `None` when this
-/// process is not in a container, nothing matches, or more than one does.
-pub async fn find_own_container(docker: &Docker, label: &str, probe: &str) -> Option<OwnContainer> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let root = mount_root(&mountinfo, probe)?;
-    let filters = HashMap::from([("label", vec![label.to_owned()])]);
-    let options = ListContainersOptionsBuilder::default().filters(&filters).build();
-    let listed = docker.list_containers(Some(options)).await.ok()?;
-    let mut found: Vec<OwnContainer> = listed
-        .into_iter()
-        .filter_map(|c| {
-            let mounts: BTreeMap<String, PathBuf> = c
-                .mounts
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|m| Some((m.destination?, PathBuf::from(m.source?))))
-                .collect();
-            let source = mounts.get(probe)?;
-            source.to_string_lossy().ends_with(root.as_str()).then(|| OwnContainer {
-                id: c.id.unwrap_or_default(),
-                labels: c.labels.unwrap_or_default().into_iter().collect(),
-                mounts,
-            })
-        })
-        .collect();
-    (found.len() == 1).then(|| found.remove(0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MOUNTINFO: &str = "\
-624 540 0:58 / / ro,relatime master:1 - overlay overlay rw
-625 624 0:61 / /proc rw,nosuid - proc proc rw
-640 624 253:0 /var/lib/docker/volumes/nexbot_data/_data /data rw,relatime - ext4 /dev/vda rw
-641 624 253:0 /home/me/nex\\040bot/skills /skills ro,relatime - ext4 /dev/vda rw
-";
-
-    #[test]
-    fn the_root_of_a_mount_point_is_read_and_unescaped() {
-        assert_eq!(
-            mount_root(MOUNTINFO, "/data").as_deref(),
-            Some("/var/lib/docker/volumes/nexbot_data/_data")
-        );
-        assert_eq!(mount_root(MOUNTINFO, "/skills").as_deref(), Some("/home/me/nex bot/skills"));
-        assert_eq!(mount_root(MOUNTINFO, "/nothing"), None);
-    }
+    SelfDiscovery::Unknown(format!(
+        "the Docker engine did not describe its container {short} ({attempts} attempts, last \
+         error: {last})"
+    ))
 }

@@ -14,7 +14,7 @@
 //! | another boot of the host | never |
 //! | same pid namespace | `/proc/<pid>` exists with the recorded start time |
 //! | our own container, another pid namespace | never (the container has restarted) |
-//! | another container | that container is running (gone or stopped: dead) |
+//! | another container | that container is running (stopped: dead; unknown to the engine: as below) |
 //! | elsewhere (another namespace, no container we know) | one of its containers still runs (a dead daemon's containers exit: their stdin closes) |
 //! | no owner labels (an older nexbot) | the container still runs |
 //!
@@ -73,7 +73,7 @@ impl Owner {
                 start_ticks: proc_start_ticks(pid).unwrap_or(0),
                 boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
                 pid_ns: pid_namespace("self"),
-                container: own_container(),
+                container: own_container_id(),
             }
         })
     }
@@ -184,11 +184,22 @@ fn parse_start_ticks(stat: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// The Docker container this process runs in: Docker bind-mounts the container's own
-/// `hostname` file from `…/containers/<id>/hostname`, which `/proc/self/mountinfo` shows.
-fn own_container() -> Option<String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    container_from_mountinfo(&mountinfo)
+/// The full id of the Docker container this process runs in, read from the kernel (no engine
+/// call, so no race with the engine's own bookkeeping): Docker bind-mounts the container's
+/// `hostname`, `hosts` and `resolv.conf` from `…/containers/<id>/` — also under host networking —
+/// which `/proc/self/mountinfo` shows; failing that, a cgroup path naming the id
+/// (`/docker/<id>`, `docker-<id>.scope`) in `/proc/self/cgroup` (cgroup v1, or v2 without a
+/// private cgroup namespace). `None` outside a container, or in one that shows neither.
+pub fn own_container_id() -> Option<String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    container_from_mountinfo(&mountinfo).or_else(|| {
+        let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        container_from_cgroup(&cgroup)
+    })
+}
+
+fn is_container_id(id: &str) -> bool {
+    id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit())
 }
 
 fn container_from_mountinfo(mountinfo: &str) -> Option<String> {
@@ -196,11 +207,24 @@ fn container_from_mountinfo(mountinfo: &str) -> Option<String> {
         let mut fields = line.split_whitespace();
         let root = fields.nth(3)?;
         let mount_point = fields.next()?;
-        if mount_point != "/etc/hostname" {
-            return None;
-        }
-        let id = root.strip_suffix("/hostname")?.rsplit('/').next()?;
-        (id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit())).then(|| id.to_owned())
+        let file = ["/etc/hostname", "/etc/hosts", "/etc/resolv.conf"]
+            .into_iter()
+            .find(|p| *p == mount_point)?
+            .rsplit('/')
+            .next()?;
+        let id = root.strip_suffix(file)?.strip_suffix('/')?.rsplit('/').next()?;
+        is_container_id(id).then(|| id.to_owned())
+    })
+}
+
+fn container_from_cgroup(cgroup: &str) -> Option<String> {
+    cgroup.lines().find_map(|line| {
+        let path = line.splitn(3, ':').nth(2)?;
+        path.split('/').find_map(|part| {
+            let id = part.strip_prefix("docker-").and_then(|p| p.strip_suffix(".scope"));
+            let id = id.unwrap_or(part);
+            is_container_id(id).then(|| id.to_owned())
+        })
     })
 }
 
@@ -252,9 +276,9 @@ pub(crate) async fn liveness(docker: &Docker, recorded: &Owner) -> Result<Livene
                     Liveness::Dead(format!("its container {short} has stopped"))
                 });
             }
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Ok(Liveness::Dead("its container no longer exists".into()));
-            }
+            // Unknown to the engine: gone, or a container the owner could not name rightly
+            // (a daemon that cannot tell its own container, issue 27): its containers tell.
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
             Err(e) => return Err(PoolError::docker("inspect the owner's container", e)),
         }
     }
@@ -369,14 +393,28 @@ mod tests {
     }
 
     #[test]
-    fn the_container_is_read_from_the_hostname_mount() {
+    fn the_container_is_read_from_its_etc_mounts_or_its_cgroup() {
         let id = "0123456789abcdef".repeat(4);
         let mountinfo = format!(
             "100 90 0:50 / / rw - overlay overlay rw\n\
              101 100 8:1 /var/lib/docker/containers/{id}/hostname /etc/hostname rw - ext4 /dev/sda1 rw\n"
         );
-        assert_eq!(container_from_mountinfo(&mountinfo), Some(id));
+        assert_eq!(container_from_mountinfo(&mountinfo), Some(id.clone()));
+        // Another data root on its own filesystem: the root is relative to it.
+        let hosts =
+            format!("102 100 8:2 /containers/{id}/hosts /etc/hosts rw - ext4 /dev/sdb rw\n");
+        assert_eq!(container_from_mountinfo(&hosts), Some(id.clone()));
         assert_eq!(container_from_mountinfo("100 90 0:50 / / rw - overlay overlay rw\n"), None);
+        // A hostname file of another shape is not taken for an id.
+        let odd = "101 100 8:1 /srv/hostname /etc/hostname rw - ext4 /dev/sda1 rw\n";
+        assert_eq!(container_from_mountinfo(odd), None);
+        // What this engine (20.10, cgroup v1) shows, and systemd's cgroup driver.
+        let v1 = format!("9:name=systemd:/docker/{id}\n4:memory:/docker/{id}\n0::/docker/{id}\n");
+        assert_eq!(container_from_cgroup(&v1), Some(id.clone()));
+        let systemd = format!("0::/system.slice/docker-{id}.scope\n");
+        assert_eq!(container_from_cgroup(&systemd), Some(id));
+        // cgroup v2 with a private cgroup namespace names nothing.
+        assert_eq!(container_from_cgroup("0::/\n"), None);
     }
 
     #[test]

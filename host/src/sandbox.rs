@@ -39,36 +39,113 @@ pub enum SandboxError {
          subagent.enabled = false"
     )]
     Pool(PoolError),
+    #[error(
+        "{source}. This daemon runs in a container but cannot tell its compose project ({why}), \
+         so it took the default pool name and network, which another running nexbot owns: set \
+         NEXBOT_SUBAGENT__POOL_NAME and NEXBOT_SUBAGENT__NETWORK (in compose.yaml's environment, \
+         or subagent.pool_name and subagent.network in config.toml) to names of this deployment"
+    )]
+    DefaultsOwned { why: String, source: Box<SandboxError> },
+}
+
+/// What a daemon takes from its own container (see [`compose_settings`]).
+#[derive(Debug, Clone, PartialEq)]
+enum FromContainer {
+    /// Nothing: not in a container, in one that is no compose service, or everything set.
+    Unchanged,
+    /// A compose service: the settings derived from the deployment.
+    Compose(Box<Config>),
+    /// In a container, but which one cannot be told: the configured names stay; `defaults`
+    /// when they are the built-in ones (which another deployment may own).
+    CannotTell { why: String, defaults: bool },
 }
 
 /// The pool's defaults a daemon running as a compose service takes from its own container:
 /// pool name and network from the compose project (so two deployments on one engine never
 /// share a pool), and the skills folder's path on the Docker host from its `/skills` mount
-/// (subagent containers get it by that path). Settings the operator gave win; `None` when
-/// nothing changes (not in a container, or everything set).
-async fn in_compose(config: &Config, docker: &nexbot_docker::Docker) -> Option<Config> {
-    let own = nexbot_docker::find_own_container(docker, "nexbot.role=host", "/data").await?;
-    let mut derived = config.clone();
+/// (subagent containers get it by that path). Settings the operator gave win.
+fn compose_settings(config: &Config, found: &nexbot_docker::SelfDiscovery) -> FromContainer {
+    use nexbot_docker::SelfDiscovery;
     let defaults = crate::config::SubagentConfig::default();
-    if let Some(project) = own.compose_project() {
-        if config.subagent.pool_name == defaults.pool_name {
-            derived.subagent.pool_name = project.to_owned();
+    let own = match found {
+        SelfDiscovery::NotInContainer => return FromContainer::Unchanged,
+        SelfDiscovery::Unknown(why) => {
+            return FromContainer::CannotTell {
+                why: why.clone(),
+                defaults: config.subagent.pool_name == defaults.pool_name
+                    || config.subagent.network == defaults.network,
+            }
         }
-        if config.subagent.network == defaults.network {
-            derived.subagent.network = format!("{project}-subagents");
-        }
+        SelfDiscovery::Found(own) => own,
+    };
+    let Some(project) = own.compose_project() else { return FromContainer::Unchanged };
+    let mut derived = config.clone();
+    if config.subagent.pool_name == defaults.pool_name {
+        derived.subagent.pool_name = project.to_owned();
+    }
+    if config.subagent.network == defaults.network {
+        derived.subagent.network = format!("{project}-subagents");
     }
     if config.subagent.skills_dir.is_none() {
         derived.subagent.skills_dir = own.mount_source("/skills").map(Path::to_path_buf);
     }
-    tracing::info!(
-        project = own.compose_project().unwrap_or("-"),
-        pool = %derived.subagent.pool_name,
-        network = %derived.subagent.network,
-        skills = ?derived.subagent.skills_dir,
-        "running as a compose service: pool settings from the deployment"
+    FromContainer::Compose(Box::new(derived))
+}
+
+/// [`compose_settings`] for this process, said in the log: which deployment, or at warn
+/// level that it cannot tell.
+async fn in_compose(config: &Config, docker: &nexbot_docker::Docker) -> FromContainer {
+    let found = nexbot_docker::discover_own_container(
+        docker,
+        nexbot_docker::DISCOVERY_ATTEMPTS,
+        nexbot_docker::DISCOVERY_PAUSE,
+    )
+    .await;
+    let from = compose_settings(config, &found);
+    match (&found, &from) {
+        (nexbot_docker::SelfDiscovery::Found(own), FromContainer::Compose(derived)) => {
+            tracing::info!(
+                container = %own.id.chars().take(12).collect::<String>(),
+                project = own.compose_project().unwrap_or("-"),
+                pool = %derived.subagent.pool_name,
+                network = %derived.subagent.network,
+                skills = ?derived.subagent.skills_dir,
+                "running as a compose service: pool settings from the deployment"
+            );
+        }
+        (nexbot_docker::SelfDiscovery::Found(own), _) => tracing::info!(
+            container = %own.id.chars().take(12).collect::<String>(),
+            "running in a container that is no compose service: pool settings from the config"
+        ),
+        (_, FromContainer::CannotTell { why, .. }) => tracing::warn!(
+            why = %why,
+            pool = %config.subagent.pool_name,
+            network = %config.subagent.network,
+            "cannot tell whether this daemon runs as a compose service, so the pool takes the \
+             configured names and no skills mount; a pool or network of those names that \
+             another running nexbot owns is refused. Under compose, set NEXBOT_SUBAGENT__POOL_NAME, \
+             NEXBOT_SUBAGENT__NETWORK and NEXBOT_SUBAGENT__SKILLS_DIR in compose.yaml (or \
+             subagent.pool_name, .network, .skills_dir in config.toml)"
+        ),
+        _ => {}
+    }
+    from
+}
+
+/// `error` with what the operator needs when the daemon could not tell its deployment and
+/// the default names it fell back to belong to another running nexbot.
+fn refused_defaults(error: SandboxError, cannot_tell: Option<&str>) -> SandboxError {
+    let owned = matches!(
+        &error,
+        SandboxError::Network(PoolError::Owned { .. })
+            | SandboxError::Pool(PoolError::Owned { .. })
     );
-    Some(derived)
+    match cannot_tell {
+        Some(why) if owned => {
+            SandboxError::DefaultsOwned { why: why.to_owned(), source: Box::new(error) }
+        }
+        _ => error,
+    }
 }
 
 /// Per-task relay tokens issued and revoked since the start, for the metrics.
@@ -105,11 +182,15 @@ impl Sandbox {
     /// environment, then the listener's attribution bound to the pool.
     pub async fn start(config: &Config) -> Result<Self, SandboxError> {
         let docker = nexbot_docker::connect().await?;
-        let derived = in_compose(config, &docker).await;
-        let config = derived.as_ref().unwrap_or(config);
+        let from = in_compose(config, &docker).await;
+        let (config, cannot_tell) = match &from {
+            FromContainer::Compose(derived) => (&**derived, None),
+            FromContainer::CannotTell { why, defaults: true } => (config, Some(why.as_str())),
+            _ => (config, None),
+        };
         let network = ensure_pool_network(&docker, &config.subagent.network)
             .await
-            .map_err(SandboxError::Network)?;
+            .map_err(|e| refused_defaults(SandboxError::Network(e), cannot_tell))?;
         let late = Arc::new(LateAttribution::default());
         let egress = Egress::start_with_keys(
             config.egress_config(),
@@ -126,7 +207,7 @@ impl Sandbox {
             Ok(pool) => Arc::new(pool),
             Err(e) => {
                 egress.shutdown(EGRESS_GRACE).await;
-                return Err(SandboxError::Pool(e));
+                return Err(refused_defaults(SandboxError::Pool(e), cannot_tell));
             }
         };
         let attribution: Arc<dyn Attribution> = Arc::new(PoolAttribution(pool.clone()));
@@ -335,6 +416,90 @@ mod tests {
         ]);
         let base = std::path::Path::new("/tmp");
         Config::from_parts("", &base.join("c.toml"), base, env).unwrap()
+    }
+
+    fn own(project: Option<&str>) -> nexbot_docker::SelfDiscovery {
+        let mut labels = std::collections::BTreeMap::new();
+        if let Some(project) = project {
+            labels.insert("com.docker.compose.project".to_owned(), project.to_owned());
+        }
+        let mounts = [("/skills", "/home/me/nexbot/skills"), ("/data", "/var/lib/docker/v/_data")]
+            .into_iter()
+            .map(|(d, s)| (d.to_owned(), std::path::PathBuf::from(s)))
+            .collect();
+        nexbot_docker::SelfDiscovery::Found(nexbot_docker::OwnContainer {
+            id: "c".repeat(64),
+            labels,
+            mounts,
+        })
+    }
+
+    #[test]
+    fn a_compose_service_takes_its_project_and_skills_mount_unless_the_operator_set_them() {
+        let config = config_with(&[]);
+        let FromContainer::Compose(derived) = compose_settings(&config, &own(Some("shop"))) else {
+            panic!("a compose service keeps the defaults")
+        };
+        assert_eq!(derived.subagent.pool_name, "shop");
+        assert_eq!(derived.subagent.network, "shop-subagents");
+        assert_eq!(
+            derived.subagent.skills_dir.as_deref(),
+            Some(Path::new("/home/me/nexbot/skills"))
+        );
+        let set = config_with(&[
+            ("NEXBOT_SUBAGENT__POOL_NAME", "mine"),
+            ("NEXBOT_SUBAGENT__NETWORK", "mine-net"),
+        ]);
+        let FromContainer::Compose(derived) = compose_settings(&set, &own(Some("shop"))) else {
+            panic!("a compose service")
+        };
+        assert_eq!(
+            (derived.subagent.pool_name.as_str(), derived.subagent.network.as_str()),
+            ("mine", "mine-net")
+        );
+        // A plain container, and no container: nothing changes.
+        assert_eq!(compose_settings(&config, &own(None)), FromContainer::Unchanged);
+        let outside = nexbot_docker::SelfDiscovery::NotInContainer;
+        assert_eq!(compose_settings(&config, &outside), FromContainer::Unchanged);
+    }
+
+    #[test]
+    fn a_daemon_that_cannot_tell_keeps_its_names_and_refuses_owned_defaults_with_the_fix() {
+        let unknown = nexbot_docker::SelfDiscovery::Unknown("the engine said no".into());
+        let config = config_with(&[]);
+        assert_eq!(
+            compose_settings(&config, &unknown),
+            FromContainer::CannotTell { why: "the engine said no".into(), defaults: true }
+        );
+        let set = config_with(&[
+            ("NEXBOT_SUBAGENT__POOL_NAME", "mine"),
+            ("NEXBOT_SUBAGENT__NETWORK", "mine-net"),
+        ]);
+        assert!(matches!(
+            compose_settings(&set, &unknown),
+            FromContainer::CannotTell { defaults: false, .. }
+        ));
+        let owned = || {
+            SandboxError::Network(PoolError::Owned {
+                what: "network \"nexbot-subagents\"".into(),
+                owner: "instance 1234 (pid 7)".into(),
+                why: "its container 0123 is running".into(),
+                fix: "stop that daemon".into(),
+            })
+        };
+        let text = refused_defaults(owned(), Some("the engine said no")).to_string();
+        for part in [
+            "nexbot-subagents",
+            "cannot tell its compose project",
+            "the engine said no",
+            "NEXBOT_SUBAGENT__POOL_NAME",
+        ] {
+            assert!(text.contains(part), "{part} missing: {text}");
+        }
+        // Only with defaults it could not tell, and only an ownership refusal gets the note.
+        assert!(!refused_defaults(owned(), None).to_string().contains("cannot tell"));
+        let other = SandboxError::Pool(PoolError::ShuttingDown);
+        assert!(!refused_defaults(other, Some("why")).to_string().contains("cannot tell"));
     }
 
     #[tokio::test]

@@ -11,6 +11,9 @@
 //! `./skills` reaches the pool; a Telegram message gets a delegated answer; a second project
 //! runs beside it without touching its pool; `restart` keeps the data; stopping removes the
 //! pool, its network and its firewall rules; `down -v` leaves no container and no volume.
+//! `up -d` after a changed setting recreates the host container ten times, and each new daemon
+//! has the project's pool, network and skills mount (issue 27); a daemon that cannot identify
+//! its own container warns, and is refused default names another running daemon owns.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -371,10 +374,10 @@ async fn ctl(host: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("nexbot-ctl --json")
 }
 
-#[tokio::test]
-async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
-    let test = "compose_up";
-    let Some(docker) = docker_or_skip(test).await else { return };
+/// The engine and the compose program, with both images built and earlier runs' leftovers
+/// reaped; `None` (a loud skip) without Docker or compose outside CI, a failure under CI.
+async fn engine_and_compose(test: &str) -> Option<(Docker, Vec<String>)> {
+    let docker = docker_or_skip(test).await?;
     let Some(compose) = compose_program() else {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!(
@@ -382,7 +385,7 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             );
         }
         eprintln!("\n!!! SKIPPED {test}: neither docker-compose nor `docker compose` works !!!\n");
-        return;
+        return None;
     };
     for image in [HOST_IMAGE, SUBAGENT_IMAGE] {
         if docker.inspect_image(image).await.is_err() {
@@ -391,21 +394,33 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
             );
         }
     }
-
     reap_dead_runs(&docker, &compose).await;
+    Some((docker, compose))
+}
 
-    let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(compose_responder);
-    // The bot's Telegram side: the Bot API fixture (host networking: its loopback address
-    // is the daemon's too).
-    let tg = nexbot_tests::telegram::TelegramFixture::start().await;
+/// A name for this run's project: the prefix, this process's pid (what tells a dead run's
+/// leftovers), and a time stamp.
+fn project_name(suffix: &str) -> (String, String) {
     let run = format!(
         "{}-{}",
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
             % 1_000_000
     );
-    let project = format!("{PROJECT_PREFIX}{run}");
+    (format!("{PROJECT_PREFIX}{run}{suffix}"), run)
+}
+
+#[tokio::test]
+async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
+    let test = "compose_up";
+    let Some((docker, compose)) = engine_and_compose(test).await else { return };
+
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(compose_responder);
+    // The bot's Telegram side: the Bot API fixture (host networking: its loopback address
+    // is the daemon's too).
+    let tg = nexbot_tests::telegram::TelegramFixture::start().await;
+    let (project, run) = project_name("");
     let planted_key = format!("sk-nxd-planted-llm-key-{run}");
     let planted_master = format!("nxd-planted-master-key-{run}");
     let skills = repo().join("skills");
@@ -634,6 +649,208 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
         other => eprintln!("{test}: firewall rules not checked (iptables -S: {other:?})"),
     }
     drop(deployment);
+}
+
+/// `docker-compose up -d` after a setting changed recreates the host container; the new daemon
+/// must know at once that it is this project's, every time (issue 27: in 6 of 11 recreations
+/// it took the default pool name and network and gave its subagents no skills). Ten
+/// recreations with a pool of one, each checked on the new daemon's first pool container: its
+/// pool label, its network and its skills mount. Then `make ctl` reaches the last daemon.
+#[tokio::test]
+async fn compose_recreated_ten_times_keeps_its_pool_network_and_skills() {
+    let test = "compose_recreate";
+    let Some((docker, compose)) = engine_and_compose(test).await else { return };
+    let started = std::time::Instant::now();
+    let (project, _) = project_name("-r");
+    let skills = repo().join("skills");
+    let mut deployment = Deployment::new(compose, &project, &[("NEXBOT_POOL_SIZE", "1")]);
+    let mut previous = String::new();
+    for round in 0..=10 {
+        // A changed setting: compose recreates the container (`up -d`, as the README says).
+        deployment.env.retain(|(k, _)| k != "NEXBOT_LLM_MODEL");
+        deployment.env.push(("NEXBOT_LLM_MODEL".into(), format!("recreated-{round}")));
+        deployment.compose(&["up", "-d", "--no-build"]).await;
+        let host = text(&deployment.compose(&["ps", "-q", "host"]).await.stdout).trim().to_owned();
+        assert!(!host.is_empty() && host != previous, "round {round}: compose did not recreate");
+        let env = inspect(&docker, &host).await.config.and_then(|c| c.env).unwrap_or_default();
+        let model = format!("NEXBOT_LLM__MODEL=recreated-{round}");
+        assert!(env.contains(&model), "round {round}: the setting did not arrive: {env:?}");
+        // The first pool container this daemon made, whatever it named its pool.
+        let owned_by = format!("{}={host}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+        let made = wait_for(Duration::from_secs(120), || async {
+            containers(&docker, &owned_by, true).await.into_iter().next()
+        })
+        .await;
+        let Some(member) = made else {
+            panic!(
+                "round {round}: the daemon made no pool container in 120 s; its log:\n{}",
+                logs(&docker, &host).await
+            )
+        };
+        let seen = inspect(&docker, &member).await;
+        let labels = seen.config.clone().and_then(|c| c.labels).unwrap_or_default();
+        let networks: Vec<String> = seen
+            .network_settings
+            .clone()
+            .and_then(|n| n.networks)
+            .map(|n| n.into_keys().collect())
+            .unwrap_or_default();
+        let skills_source = seen.mounts.clone().unwrap_or_default().into_iter().find_map(|m| {
+            (m.destination.as_deref() == Some("/workspace/skills")).then_some(m.source).flatten()
+        });
+        let got = (labels.get(POOL_LABEL).cloned(), networks, skills_source);
+        let want = (
+            Some(project.clone()),
+            vec![deployment.network.clone()],
+            skills.to_str().map(str::to_owned),
+        );
+        if got != want {
+            panic!(
+                "round {round}: the new daemon's pool (name, networks, skills mount) is {got:?}, \
+                 not {want:?}; its log:\n{}",
+                logs(&docker, &host).await
+            );
+        }
+        previous = host;
+    }
+    eprintln!("{test}: 11 starts, 10 recreations checked in {:?}", started.elapsed());
+
+    // The operator's shortcut reaches the last daemon (its socket appears once it is up).
+    let listed = wait_for(Duration::from_secs(120), || async {
+        let mut make = std::process::Command::new("make");
+        make.args(["--no-print-directory", "-C"])
+            .arg(repo())
+            .args(["ctl", "ARGS=--json subagents ps"])
+            .env("COMPOSE_PROJECT_NAME", &project)
+            .stdin(Stdio::null());
+        let out = tokio::process::Command::from(make).output().await.expect("run make ctl");
+        out.status.success().then(|| text(&out.stdout))
+    })
+    .await
+    .expect("`make ctl ARGS=\"--json subagents ps\"` never answered");
+    let listed: serde_json::Value = serde_json::from_str(&listed).expect("nexbot-ctl --json");
+    assert_eq!(listed["subagents"].as_array().map(Vec::len), Some(1), "{listed}");
+    deployment.compose(&["down", "-v", "-t", "30"]).await;
+    drop(deployment);
+}
+
+/// Host-image daemons of [`a_daemon_that_cannot_tell_its_container_warns_and_owned_defaults_are_refused`]:
+/// stopped (their shutdown removes their pool and network) and removed however the test ends,
+/// with what a killed one left: pool containers and the default network recorded as theirs.
+struct Unidentified {
+    names: Vec<String>,
+    fakes: Vec<String>,
+    dir: PathBuf,
+}
+
+impl Drop for Unidentified {
+    fn drop(&mut self) {
+        for name in &self.names {
+            run_bounded(docker_cli(&["stop", "-t", "20", name]));
+            run_bounded(docker_cli(&["rm", "-f", name]));
+        }
+        for fake in &self.fakes {
+            let label = format!("label={}={fake}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+            if let Ok(out) = docker_cli(&["ps", "-aq", "--filter", &label]).output() {
+                for id in text(&out.stdout).split_whitespace() {
+                    run_bounded(docker_cli(&["rm", "-f", id]));
+                }
+            }
+        }
+        let owner =
+            format!("{{{{index .Labels \"{}\"}}}}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+        if let Ok(out) =
+            docker_cli(&["network", "inspect", "-f", &owner, "nexbot-subagents"]).output()
+        {
+            if self.fakes.iter().any(|f| text(&out.stdout).trim() == f) {
+                run_bounded(docker_cli(&["network", "rm", "nexbot-subagents"]));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Unidentified {
+    /// Starts `nexbot serve` from the host image with host networking, the socket, a pool of
+    /// one and the default pool name and network, in a container whose `/etc/hostname`,
+    /// `hosts` and `resolv.conf` come from `…/containers/<fake>/`: the id it reads names a
+    /// container the engine does not know. Returns the container's name.
+    fn start(&mut self, n: usize) -> String {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        // 64 hex digits, as a container id, that no container of this engine has.
+        let fake = format!("{:016x}{nanos:032x}{n:016x}", std::process::id());
+        let files = self.dir.join("containers").join(&fake);
+        std::fs::create_dir_all(&files).unwrap();
+        std::fs::write(files.join("hostname"), "unidentified\n").unwrap();
+        std::fs::write(files.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+        std::fs::write(files.join("resolv.conf"), "").unwrap();
+        let name = format!("nxd-cannot-tell-{}-{n}", std::process::id());
+        self.names.push(name.clone());
+        self.fakes.push(fake);
+        let mut run = docker_cli(&["run", "-d", "--name", &name, "--network", "host"]);
+        run.args(["--tmpfs", "/data", "-v", "/var/run/docker.sock:/var/run/docker.sock"]);
+        for file in ["hostname", "hosts", "resolv.conf"] {
+            run.arg("-v").arg(format!("{}:/etc/{file}:ro", files.join(file).display()));
+        }
+        run.args(["-e", "NEXBOT_SUBAGENT__POOL_SIZE=1", "-e", "NEXBOT_EGRESS__FIREWALL=false"]);
+        let out = run.arg(HOST_IMAGE).output().expect("docker run the host image");
+        assert!(out.status.success(), "docker run: {}", text(&out.stderr));
+        name
+    }
+}
+
+/// A daemon in a container it cannot identify (here its `/etc/hostname`, `hosts` and
+/// `resolv.conf` name a container the engine does not know) says so at warn level and keeps
+/// the configured names; a second one, on the default names the first one owns, is refused
+/// them with what to set (issue 27).
+#[tokio::test]
+async fn a_daemon_that_cannot_tell_its_container_warns_and_owned_defaults_are_refused() {
+    let test = "cannot_tell";
+    let Some((docker, _)) = engine_and_compose(test).await else { return };
+    let mut daemons = Unidentified {
+        names: Vec::new(),
+        fakes: Vec::new(),
+        dir: std::env::temp_dir().join(format!("nxd-cannot-tell-{}", std::process::id())),
+    };
+    let first = daemons.start(1);
+    let owned_by = format!("{}={}", nexbot_docker::owner::LABEL_OWNER_CONTAINER, daemons.fakes[0]);
+    let pool = wait_for(Duration::from_secs(120), || async {
+        containers(&docker, &owned_by, false).await.into_iter().next()
+    })
+    .await;
+    let log = logs(&docker, &first).await;
+    let Some(pool) = pool else {
+        panic!("the first daemon made no pool container; its log:\n{log}")
+    };
+    let warned = log
+        .lines()
+        .find(|l| l.contains("cannot tell whether this daemon runs as a compose service"));
+    let warned = warned.unwrap_or_else(|| panic!("no warning; the log:\n{log}"));
+    assert!(warned.contains("WARN") && warned.contains("does not know its container"), "{warned}");
+    assert!(warned.contains("NEXBOT_SUBAGENT__POOL_NAME"), "{warned}");
+    let labels = inspect(&docker, &pool).await.config.and_then(|c| c.labels).unwrap_or_default();
+    assert_eq!(labels.get(POOL_LABEL).map(String::as_str), Some("nexbot"), "the configured name");
+
+    // A second one on the same default names: refused them, told why and what to set.
+    let second = daemons.start(2);
+    let refusal = "cannot tell its compose project";
+    let refused = wait_for(Duration::from_secs(120), || async {
+        let log = logs(&docker, &second).await;
+        log.contains(refusal).then_some(log)
+    })
+    .await;
+    let Some(log) = refused else {
+        panic!("the second daemon was not refused; its log:\n{}", logs(&docker, &second).await)
+    };
+    for part in [
+        "network \"nexbot-subagents\" belongs to another running nexbot",
+        "NEXBOT_SUBAGENT__POOL_NAME and NEXBOT_SUBAGENT__NETWORK",
+    ] {
+        assert!(log.contains(part), "{part:?} missing:\n{log}");
+    }
+    assert_eq!(containers(&docker, &owned_by, false).await, vec![pool], "the first pool changed");
+    drop(daemons);
 }
 
 /// Settings come from a `.env` file beside the compose file as well as from the shell, and a
