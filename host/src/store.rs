@@ -329,6 +329,9 @@ pub struct TaskEnd {
 pub struct Store {
     conn: Arc<Mutex<Connection>>,
     path: Arc<PathBuf>,
+    /// Woken when a job is added, changed or cancelled, so the scheduler sleeps until the
+    /// next due time instead of polling ([`Store::jobs_changed`]).
+    jobs_changed: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Store {
@@ -362,7 +365,17 @@ impl Store {
         let conn = tokio::task::spawn_blocking(move || open_blocking(&owned))
             .await
             .map_err(|e| StoreError::Other { path: path.to_owned(), reason: e.to_string() })??;
-        Ok(Self { conn: Arc::new(Mutex::new(conn)), path: Arc::new(path.to_owned()) })
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            path: Arc::new(path.to_owned()),
+            jobs_changed: Arc::default(),
+        })
+    }
+
+    /// Notified (one stored permit, so nothing is missed between two waits) whenever a job
+    /// of this store is added, changed or cancelled.
+    pub fn jobs_changed(&self) -> &tokio::sync::Notify {
+        &self.jobs_changed
     }
 
     pub fn path(&self) -> &Path {

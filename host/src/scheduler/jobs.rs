@@ -240,6 +240,7 @@ impl Store {
             Ok(c.last_insert_rowid())
         })
         .await
+        .inspect(|_| self.jobs_changed().notify_one())
     }
 
     pub async fn job(&self, id: i64) -> Result<Option<Job>, StoreError> {
@@ -278,6 +279,18 @@ impl Store {
         .await
     }
 
+    /// The earliest next run of an active job, if any.
+    pub async fn next_due(&self) -> Result<Option<i64>, StoreError> {
+        self.call(|c| {
+            c.query_row(
+                "SELECT MIN(next_run) FROM jobs WHERE state = 'active' AND next_run IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+        })
+        .await
+    }
+
     /// Moves a job to its next run, or ends it (`done`) when there is none.
     pub async fn set_next_run(&self, id: i64, next: Option<i64>) -> Result<(), StoreError> {
         self.call(move |c| {
@@ -290,6 +303,7 @@ impl Store {
             .map(drop)
         })
         .await
+        .inspect(|_| self.jobs_changed().notify_one())
     }
 
     /// Cancels an active job (of `chat`, when given). Returns whether one was cancelled.
@@ -304,6 +318,7 @@ impl Store {
             .map(|n| n > 0)
         })
         .await
+        .inspect(|_| self.jobs_changed().notify_one())
     }
 
     /// Replaces a job's schedule and task (the heartbeat file changed).
@@ -327,6 +342,7 @@ impl Store {
             .map(drop)
         })
         .await
+        .inspect(|_| self.jobs_changed().notify_one())
     }
 
     /// Records a run that did not start (`skipped`, `dropped: busy`) or is queued; returns

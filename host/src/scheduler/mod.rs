@@ -37,10 +37,14 @@ use crate::channels::Router;
 use crate::config::Config;
 use crate::store::{unix_now, Store};
 
-/// How often due jobs are looked for.
-const TICK: Duration = Duration::from_millis(200);
-/// How often `HEARTBEAT.md` is looked at (re-read only when it changed).
-const HEARTBEAT_LOOK: Duration = Duration::from_secs(1);
+/// How often `HEARTBEAT.md` is looked at besides its watch (inotify can overflow, the folder
+/// may be replaced); re-read only when it changed.
+const HEARTBEAT_LOOK: Duration = Duration::from_secs(30);
+/// The longest sleep when nothing is due: a safety net, every wake-up that matters is pushed
+/// (a job changed, the heartbeat file changed, the next due time).
+const IDLE_LOOK: Duration = Duration::from_secs(60);
+/// After the database failed, the next try.
+const RETRY: Duration = Duration::from_secs(1);
 /// How often finished runs past `storage.task_records_days` are deleted.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Missed runs of one job recorded one by one after an outage; the rest in one row.
@@ -58,6 +62,9 @@ pub struct SchedulerStats {
     pub dropped: AtomicU64,
     /// Runs queued or running now.
     pub pending: AtomicUsize,
+    /// Times the scheduler woke to look for due jobs: a due time, a job changed, the
+    /// heartbeat file changed, or the idle look — not a polling tick.
+    pub wakeups: AtomicU64,
     /// Seconds each finished run took.
     pub duration: prometheus_client::metrics::histogram::Histogram,
     /// Valid heartbeat checks, and why the others were left out.
@@ -74,6 +81,7 @@ impl Default for SchedulerStats {
             skipped: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             pending: AtomicUsize::new(0),
+            wakeups: AtomicU64::new(0),
             duration: prometheus_client::metrics::histogram::Histogram::new([
                 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
             ]),
@@ -365,15 +373,22 @@ impl Scheduler {
                 }
             });
         }
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut watch = HeartbeatWatch::default();
+        let heartbeat_changed = Arc::new(tokio::sync::Notify::new());
+        // Dropped with this function: the watch ends with the scheduler.
+        let _heartbeat_watch = watch_file(&self.heartbeat_file, heartbeat_changed.clone());
         let mut pruned: Option<Instant> = None;
+        let mut sleep = Duration::ZERO;
         loop {
+            // Sleeps until the next due time, a job changing, or the heartbeat file changing:
+            // nothing is polled.
             tokio::select! {
                 () = stop.cancelled() => break,
-                _ = tick.tick() => {}
+                () = tokio::time::sleep(sleep) => {}
+                () = self.store.jobs_changed().notified() => {}
+                () = heartbeat_changed.notified() => watch.looked = None,
             }
+            self.stats.wakeups.fetch_add(1, Ordering::Relaxed);
             if self.keep_days > 0 && pruned.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
                 pruned = Some(Instant::now());
                 let before = unix_now() - i64::from(self.keep_days) * 86_400;
@@ -392,10 +407,23 @@ impl Scheduler {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read due jobs");
+                    sleep = RETRY;
                     continue;
                 }
             };
             self.handle_all(due, now, &tx).await;
+            sleep = match self.store.next_due().await {
+                Ok(next) => until_due(next, SystemTime::now()),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read the next due time");
+                    RETRY
+                }
+            };
+            sleep = sleep.min(IDLE_LOOK).min(HEARTBEAT_LOOK);
+            if self.keep_days > 0 {
+                let since = pruned.map_or(Duration::ZERO, |t| t.elapsed());
+                sleep = sleep.min(PRUNE_EVERY.saturating_sub(since));
+            }
         }
         // Stop: no new runs; running turns cancelled; queued ones recorded as cancelled.
         cancel.cancel();
@@ -561,6 +589,44 @@ impl Scheduler {
     }
 }
 
+/// How long from `now` until the unix second `next` begins (zero when it has); the idle
+/// look when nothing is due.
+fn until_due(next: Option<i64>, now: SystemTime) -> Duration {
+    let Some(next) = next else { return IDLE_LOOK };
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(next).unwrap_or(0));
+    at.duration_since(now).unwrap_or(Duration::ZERO)
+}
+
+/// Notifies `changed` when something happens to `file` (written, replaced, removed), through
+/// a watch on its folder; `None` (and a warning) when the folder cannot be watched — the
+/// scheduler then still looks every [`HEARTBEAT_LOOK`].
+fn watch_file(
+    file: &std::path::Path,
+    changed: Arc<tokio::sync::Notify>,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher as _;
+    let dir = file.parent()?.to_owned();
+    let name = file.file_name()?.to_owned();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let ours = event.map_or(true, |e| e.paths.iter().any(|p| p.file_name() == Some(&name)));
+        if ours {
+            changed.notify_one();
+        }
+    });
+    let mut watcher = match watcher {
+        Ok(watcher) => watcher,
+        Err(e) => {
+            tracing::warn!(file = %file.display(), error = %e, "cannot watch the heartbeat file; looking every {} s", HEARTBEAT_LOOK.as_secs());
+            return None;
+        }
+    };
+    if let Err(e) = watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
+        tracing::warn!(file = %file.display(), error = %e, "cannot watch the heartbeat file; looking every {} s", HEARTBEAT_LOOK.as_secs());
+        return None;
+    }
+    Some(watcher)
+}
+
 #[derive(Default)]
 struct HeartbeatWatch {
     looked: Option<Instant>,
@@ -687,6 +753,20 @@ impl Worker {
             }
         }
         end
+    }
+}
+
+#[cfg(test)]
+mod wake_tests {
+    use super::*;
+
+    #[test]
+    fn sleeps_until_the_due_second_begins() {
+        let now = std::time::UNIX_EPOCH + Duration::from_millis(1_000_250);
+        assert_eq!(until_due(Some(1_002), now), Duration::from_millis(1_750));
+        assert_eq!(until_due(Some(1_000), now), Duration::ZERO, "overdue: at once");
+        assert_eq!(until_due(Some(-5), now), Duration::ZERO);
+        assert_eq!(until_due(None, now), IDLE_LOOK);
     }
 }
 

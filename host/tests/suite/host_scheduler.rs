@@ -537,3 +537,34 @@ async fn stop_and_status_reach_a_scheduled_run_which_counts_against_the_turn_lim
     assert!(runs[0].message.is_none(), "a stopped run delivers nothing: {runs:?}");
     h.app.stop().await;
 }
+
+/// The scheduler sleeps until something is due and is woken when a job changes: idle, it
+/// does not wake on a tick; a job added meanwhile fires on its second.
+#[tokio::test]
+async fn an_idle_scheduler_sleeps_and_a_new_job_wakes_it() {
+    let ws = TempWorkspace::init("sched-push");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(responder);
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let stats = h.app.scheduler().unwrap().clone();
+    let wakeups = || stats.wakeups.load(std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Its first look, and at most one for the heartbeat's first sync; a 200 ms tick made 15.
+    assert!(wakeups() <= 2, "an idle scheduler woke {} times in 3 s", wakeups());
+    let before = wakeups();
+    let job = create_job(
+        h.app.store(),
+        &chat("woken"),
+        spec("say woken", None, Some("in 2s")),
+        chrono_tz::Tz::UTC,
+    )
+    .await
+    .unwrap();
+    // Well before the idle look (60 s) or the heartbeat's look (30 s) would find it.
+    let m = h.next_final(10).await.expect("the new job never ran");
+    assert!(m.text.starts_with("Scheduled «say woken»:"), "{}", m.text);
+    let runs = h.wait_runs(job.id, 10, |r| count(r, "ok") == 1).await;
+    assert!(runs[0].started_at.unwrap() >= runs[0].scheduled_at, "{runs:?}");
+    assert!(wakeups() - before <= 4, "woke {} times for one job", wakeups() - before);
+    h.app.stop().await;
+}
