@@ -123,6 +123,8 @@ pub struct Agent {
     hooks: Vec<Arc<dyn Hook>>,
     store: Store,
     workspace: PathBuf,
+    /// The bootstrap files as last read (read again when they change).
+    bootstrap: Arc<crate::workspace::BootstrapFiles>,
     config: AgentConfig,
     /// The owner's Telegram user id ([`Agent::with_owner`]).
     owner: Option<i64>,
@@ -178,6 +180,7 @@ impl Agent {
             hooks,
             store,
             workspace,
+            bootstrap: Arc::default(),
             config,
             owner: None,
             skills: None,
@@ -371,7 +374,9 @@ impl Agent {
         let dir = self.workspace.clone();
         let cap = self.config.context_max_chars;
         let personal = turn.owner;
-        let mut system = tokio::task::spawn_blocking(move || assemble_context(&dir, cap, personal))
+        let files = self.bootstrap.clone();
+        let assemble = move || assemble_context(&files, &dir, cap, personal);
+        let mut system = tokio::task::spawn_blocking(assemble)
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot read the workspace: {e}"))?;
