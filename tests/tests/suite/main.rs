@@ -30,3 +30,4 @@ mod readme_setup;
 mod scripted_llm;
 mod subagent_image;
 mod telegram_fixture;
+mod tidy;
