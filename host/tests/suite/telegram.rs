@@ -19,6 +19,8 @@ pub(crate) const OWNER: i64 = 1001;
 pub(crate) const FRIEND: i64 = 1002;
 const STRANGER: i64 = 3003;
 const GROUP: i64 = -500;
+/// A group that is not on the allow-list.
+const OTHER_GROUP: i64 = -700;
 pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 
 /// The environment that points the daemon at the fixture.
@@ -112,17 +114,27 @@ async fn allowed_users_get_answers_strangers_one_refusal_and_the_model_never_see
     tg.wait_bot_messages(GROUP, |m| has_text(m, "echo: are you there"), LIMIT).await;
     tg.user_sends(group("/secret set API_KEY s3cr3t-value-123")).await;
     tg.wait_bot_messages(GROUP, |m| has_text(m, "only in a private chat"), LIMIT).await;
+    // In a group that is not allowed: talk among its members gets no word; a stranger who
+    // addresses the bot gets one short refusal for the group, without their user id.
+    let other = |text: &str| UserMessage { chat_id: OTHER_GROUP, ..group(text) };
+    tg.user_sends(other("who is this bot?")).await;
+    tg.user_sends(other("@nexbot_test_bot hello")).await;
+    tg.user_sends(other("@nexbot_test_bot hello again")).await;
+    tg.wait_bot_messages(OTHER_GROUP, |m| !m.is_empty(), LIMIT).await;
 
     // Every update ended in one recorded state; the refusal went out once.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stranger_messages = tg.bot_messages(STRANGER).await;
     assert_eq!(stranger_messages.len(), 1, "{:?}", texts(&stranger_messages));
+    let in_other_group = texts(&tg.bot_messages(OTHER_GROUP).await);
+    assert_eq!(in_other_group, ["Sorry, this is a private bot."], "{in_other_group:?}");
     let rows = ledger(&ws);
-    assert_eq!(rows.len(), 8, "{rows:#?}");
+    assert_eq!(rows.len(), 11, "{rows:#?}");
     let state_of =
         |needle: &str| rows.iter().find(|r| r.3.as_deref() == Some(needle)).map(|r| r.2.clone());
     assert_eq!(rows.iter().filter(|r| r.2 == "answered").count(), 3, "{rows:#?}");
-    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("not-allowed")).count(), 2);
+    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("not-allowed")).count(), 4);
+    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("group-not-addressed")).count(), 2);
     assert_eq!(state_of("group-not-addressed").as_deref(), Some("refused"));
     assert_eq!(state_of("secret-in-group").as_deref(), Some("refused"));
     assert_eq!(state_of("unsupported-content:photos").as_deref(), Some("refused"));
