@@ -437,6 +437,56 @@ async fn an_invalid_token_stops_the_channel_and_the_daemon_serves_on() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+#[tokio::test]
+async fn a_bot_api_that_answers_empty_polls_at_once_is_not_polled_in_a_busy_loop() {
+    let tg = TelegramFixture::start().await;
+    tg.set_long_polling(false).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-no-long-poll");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    let start = std::time::Instant::now();
+    let polls = loop {
+        let polls = tg.calls("getUpdates").await;
+        if polls.len() >= 5 {
+            break polls;
+        }
+        assert!(start.elapsed() < LIMIT, "{} polls", polls.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Every poll came back empty at once: the next one waited (about a second after the
+    // last one was sent; the old loop asked again within milliseconds).
+    let times: Vec<u64> = polls.iter().map(|c| c.time_ms).collect();
+    assert!(polls.iter().all(|c| c.status == 200), "{polls:?}");
+    for pair in times.windows(2) {
+        assert!(pair[1] - pair[0] >= 900, "polled again too soon: {times:?}");
+    }
+    // Messages still come in.
+    tg.user_says(OWNER, OWNER, "still listening?").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: still listening?"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn a_huge_answer_that_is_not_json_is_logged_cut_and_the_channel_goes_on() {
+    const SIZE: u64 = 5 << 20;
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-huge-body");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    tg.fail_next("getUpdates", Fault::BadJsonOfSize { size: SIZE }, 1).await;
+    serving.wait_log("getUpdates failed", LIMIT).await;
+    tg.user_says(OWNER, OWNER, "after the flood").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: after the flood"), LIMIT).await;
+    let log = serving.stop(LIMIT).await;
+    let failed = log.lines().find(|l| l.contains("getUpdates failed"));
+    let Some(failed) = failed else { panic!("no getUpdates failure logged") };
+    assert!(failed.contains(&format!("{SIZE} bytes in all")), "{failed}");
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 2_000, "a log line of {longest} bytes");
+}
+
 // --- delegation through the real pool ---------------------------------------------------
 
 /// Task record rows: (status, container).
