@@ -271,6 +271,9 @@ impl ChatCommand for Status {
             for (name, line) in self.board.lines() {
                 lines.push(format!("{}: {line}", capitalized(name)));
             }
+            for (name, problem) in self.board.problems() {
+                lines.push(format!("DEGRADED: {name}: {problem}"));
+            }
             lines.push(self.spend.summary(Some(ctx.chat)).await.render());
             lines.join("\n")
         })
