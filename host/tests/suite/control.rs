@@ -428,6 +428,13 @@ async fn subagents_ps_restart_kill_logs_and_metrics_match_the_pool_and_the_recor
         assert!(start.elapsed() < LIMIT, "the killed task did not end: {tasks:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The chat's receipt says who ended the task, not just "error".
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().any(|m| m.text.contains("Task killed by the operator in")),
+        LIMIT,
+    )
+    .await;
     let start = std::time::Instant::now();
     loop {
         let list: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
