@@ -270,11 +270,9 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
         tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
     let menu = messages.iter().find(|m| !buttons(m).is_empty()).unwrap();
     assert!(menu.text.contains("Agent mode is on here"), "{}", menu.text);
+    // No sandbox runs in this test: no coding CLI can, so none is offered.
     let pressed: Vec<String> = buttons(menu).into_iter().map(|(_, data)| data).collect();
-    assert_eq!(
-        pressed,
-        ["/agent on", "/agent off", "/agent cli qwen", "/agent cli none", "/agent cancel"]
-    );
+    assert_eq!(pressed, ["/agent on", "/agent off", "/agent cli none", "/agent cancel"]);
     assert!(
         buttons(menu)[0].0.starts_with('✅'),
         "the current mode is ticked: {:?}",
@@ -283,16 +281,19 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
 
     // A stranger's press changes nothing and is answered as refused.
     let refused = tg.user_clicks(OWNER, STRANGER, menu.message_id, "/agent off").await;
-    // The owner's presses: the CLI, then off; each press is answered.
+    // The owner's presses: a CLI the image cannot run (one line why), then off; each press
+    // is answered.
     let cli = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cli qwen").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "CLI qwen chosen"), LIMIT).await;
+    let said = tg.wait_bot_messages(OWNER, |m| has_text(m, "The qwen CLI cannot run here"), LIMIT);
+    let said = said.await;
+    let why = said.iter().find(|m| m.text.contains("cannot run here")).unwrap();
+    assert!(why.text.contains("the sandbox is not running") && !why.text.contains('\n'), "{why:?}");
     let off = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent off").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "your messages go to the qwen coding CLI"), LIMIT)
-        .await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "the model answers alone"), LIMIT).await;
     let cancel = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cancel").await;
     tg.wait_bot_messages(
         OWNER,
-        |m| has_text(m, "Nothing changed: agent mode off, CLI qwen"),
+        |m| has_text(m, "Nothing changed: agent mode off, CLI none"),
         LIMIT,
     )
     .await;
@@ -312,19 +313,18 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     assert_eq!(refusal["text"], "Not allowed.");
     serving.stop(LIMIT).await;
 
-    // After a restart the chat keeps both choices; /status shows them. (No sandbox runs in
-    // this test, so the CLI says it cannot run rather than the model answering in its place.)
+    // After a restart the chat keeps its choices; /status shows them. With agent mode off and
+    // no CLI the model answers alone, without tools.
     let serving = start(&ws, &env).await;
     tg.user_says(OWNER, OWNER, "/status").await;
     let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "Model:"), LIMIT).await;
     let status = &messages.iter().rev().find(|m| m.text.contains("Model:")).unwrap().text;
-    assert!(status.contains("Agent mode here: off (CLI when off: qwen)"), "{status}");
-    tg.user_says(OWNER, OWNER, "hello cli").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "the sandbox is not running here"), LIMIT).await;
-    assert!(
-        llm.chat_requests().iter().all(|r| !r.body.to_string().contains("hello cli")),
-        "the model answered in the CLI's place"
-    );
+    assert!(status.contains("Agent mode here: off (CLI when off: none)"), "{status}");
+    tg.user_says(OWNER, OWNER, "hello model").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: hello model"), LIMIT).await;
+    let asked = llm.chat_requests();
+    let last = asked.last().unwrap();
+    assert!(last.body.get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)));
     // Back on through the menu: the agent answers again.
     tg.user_says(OWNER, OWNER, "/agent").await;
     let messages =
