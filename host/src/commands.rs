@@ -538,6 +538,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn status_names_each_degraded_part_and_agent_offers_only_what_the_image_runs() {
+        let dir = std::env::temp_dir().join(format!("nxh-commands-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("t.db")).await.unwrap();
+        let board = StatusBoard::default();
+        board.add("telegram", || "backing off for 12s".to_owned());
+        board.add_problem("telegram", || Some("cannot reach the Bot API for 12s".to_owned()));
+        board.add_problem("pool", || None);
+        let spend = Spend::new(crate::config::CapsConfig::default(), store.clone());
+        let mut r = registry();
+        r.add(Arc::new(Status { store: store.clone(), model: "m".into(), spend, board }));
+        let tools = ["run_command".to_owned(), "web_fetch".to_owned()];
+        let clis = Clis::of_image("plain:dev", Some(&tools));
+        r.add(Arc::new(AgentModeCommand { store, clis }));
+
+        let status = run(&r, "/status").await.unwrap();
+        assert!(status.contains("\nDEGRADED: telegram: cannot reach the Bot API"), "{status}");
+        assert!(!status.contains("DEGRADED: pool"), "{status}");
+        let menu = run(&r, "/agent").await.unwrap();
+        assert!(menu.contains("/agent cli <none>"), "{menu}");
+        let chosen = run(&r, "/agent cli qwen").await.unwrap();
+        assert_eq!(
+            chosen,
+            "The qwen CLI cannot run here: the subagent image plain:dev has no coding CLI (set \
+             subagent.image to the image `make cli-image` builds)."
+        );
+        // An image that offers `use_cli` (or one whose tools are unknown) runs every CLI.
+        let with_cli = [crate::tools::delegate::CLI_TOOL.to_owned()];
+        assert_eq!(Clis::of_image("cli:dev", Some(&with_cli)).offered, AGENT_CLIS);
+        assert_eq!(Clis::of_image("any", None).offered, AGENT_CLIS);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
     async fn help_lists_what_is_registered() {
         let mut r = registry();
         r.add(Arc::new(Echo)); // replaces, not doubles

@@ -28,13 +28,7 @@ impl std::ops::Deref for TestNetwork {
 
 impl Drop for TestNetwork {
     fn drop(&mut self) {
-        let docker = |args: &[&str]| {
-            std::process::Command::new("docker")
-                .args(args)
-                .output()
-                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-                .unwrap_or_default()
-        };
+        let docker = crate::common::docker_cli;
         let name = self.info.name.as_str();
         let on_it = docker(&[
             "network",
