@@ -56,8 +56,9 @@ pub struct Status {
     pub delegation_off: Option<String>,
     /// Each running channel and its health line.
     pub channels: Vec<ChannelStatus>,
-    /// Parts not built yet say so (`"not built yet"`), never fake data.
+    /// The scheduler's line (`off (...)` when it is off).
     pub scheduler: String,
+    /// The secrets vault's line: on, off (why) or locked, and how many secrets it holds.
     pub vault: String,
     /// LLM tokens recorded today (UTC) by the main agent's turns.
     pub tokens_today: TokenCount,

@@ -119,7 +119,7 @@ pub enum TaskUpdate {
 /// the names of the secrets it was given.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskReceipt {
-    /// `success`, `error`, `timeout` or `cancelled`.
+    /// `success`, `error`, `timeout`, `cancelled` or `killed by the operator`.
     pub status: String,
     pub duration: Duration,
     /// LLM tokens the task used (prompt + completion), as far as known.

@@ -463,16 +463,8 @@ impl AuditLog {
 /// ones are cut and marked.
 pub const MAX_HOST_CHARS: usize = 253;
 
-/// `text` cut to at most `max` characters, the cut marked with `…`.
-pub fn clip(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(max) {
-        None => std::borrow::Cow::Borrowed(text),
-        Some(_) => {
-            let keep: String = text.chars().take(max.saturating_sub(1)).collect();
-            std::borrow::Cow::Owned(keep + "…")
-        }
-    }
-}
+/// `text` cut to at most `max` characters, the cut marked with `…` (the one shared helper).
+pub use nexbot_core::text::clip;
 
 /// Who is behind a connection, as far as the host knows.
 #[derive(Debug, Clone, Default)]

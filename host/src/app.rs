@@ -30,7 +30,7 @@ use crate::agent::hooks::Hook;
 use crate::agent::Agent;
 use crate::bus::{self, BusHandle, InboundMessage};
 use crate::channels::Router;
-use crate::commands::CommandRegistry;
+use crate::commands::{Clis, CommandRegistry};
 use crate::config::Config;
 use crate::delegation::LlmAccess;
 use crate::exits::Exits;
@@ -161,16 +161,27 @@ impl App {
             }
         };
         let mut parts = Vec::new();
+        // What the image says it has: skills are judged against it, `/agent` offers its CLIs.
+        let caps = match &sandbox {
+            Some(sandbox) => sandbox.pool().capabilities().await,
+            None => None,
+        };
+        let clis = match (&sandbox, &delegation_off) {
+            (None, why) => Clis::none(format!(
+                "the sandbox is not running ({})",
+                why.as_deref().unwrap_or("no subagent pool")
+            )),
+            (Some(_), _) => {
+                Clis::of_image(&config.subagent.image, caps.as_ref().map(|c| c.tools.as_slice()))
+            }
+        };
         if let Some(skills) = agent.skills().cloned() {
-            if let Some(sandbox) = &sandbox {
-                // Skills are judged against what the image says it has.
-                if let Some(caps) = sandbox.pool().capabilities().await {
-                    let skills = skills.clone();
-                    let _ = tokio::task::spawn_blocking(move || {
-                        skills.set_capabilities(Some(caps.tools), caps.programs)
-                    })
-                    .await;
-                }
+            if let Some(caps) = caps {
+                let skills = skills.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    skills.set_capabilities(Some(caps.tools), caps.programs)
+                })
+                .await;
             }
             let stop = CancellationToken::new();
             let task = tokio::spawn(skills.watch(stop.clone()));
@@ -197,6 +208,7 @@ impl App {
             agent.model().spend().clone(),
             status.clone(),
             vault.clone(),
+            clis,
         );
         let line = vault.clone();
         status.add("secrets", move || crate::vault::status_line(&line));

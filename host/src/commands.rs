@@ -101,6 +101,7 @@ impl CommandRegistry {
         spend: Arc<Spend>,
         board: StatusBoard,
         vault: Arc<Vault>,
+        clis: Clis,
     ) -> Self {
         let mut registry = Self::default();
         registry.add(Arc::new(Start));
@@ -108,7 +109,7 @@ impl CommandRegistry {
         registry.add(Arc::new(NewSession { store: store.clone() }));
         registry.add(Arc::new(Stop));
         registry.add(Arc::new(Status { store: store.clone(), model, spend, board }));
-        registry.add(Arc::new(AgentModeCommand { store }));
+        registry.add(Arc::new(AgentModeCommand { store, clis }));
         registry.add(Arc::new(crate::vault::command::SecretCommand::new(vault)));
         registry
     }
@@ -266,6 +267,9 @@ impl ChatCommand for Status {
             for (name, line) in self.board.lines() {
                 lines.push(format!("{}: {line}", capitalized(name)));
             }
+            for (name, problem) in self.board.problems() {
+                lines.push(format!("DEGRADED: {name}: {problem}"));
+            }
             lines.push(self.spend.summary(Some(ctx.chat)).await.render());
             lines.join("\n")
         })
@@ -277,9 +281,47 @@ fn capitalized(name: &str) -> String {
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
+/// The coding CLIs `/agent` offers: those the subagent image can run.
+#[derive(Debug, Clone)]
+pub struct Clis {
+    offered: Vec<&'static str>,
+    /// Why the others cannot run (said when one of them is chosen).
+    why_not: String,
+}
+
+impl Clis {
+    /// Every CLI (an image with the CLI, or one whose tools are not known).
+    pub fn all() -> Self {
+        Self { offered: AGENT_CLIS.to_vec(), why_not: String::new() }
+    }
+
+    /// None, because of `why`.
+    pub fn none(why: impl Into<String>) -> Self {
+        Self { offered: Vec::new(), why_not: why.into() }
+    }
+
+    /// What an image that offers `tools` (its `pong`; `None`: not known) can run.
+    pub fn of_image(image: &str, tools: Option<&[String]>) -> Self {
+        match tools {
+            Some(tools) if !tools.iter().any(|t| t == crate::tools::delegate::CLI_TOOL) => {
+                Self::none(format!(
+                    "the subagent image {image} has no coding CLI (set subagent.image to the \
+                     image `make cli-image` builds)"
+                ))
+            }
+            _ => Self::all(),
+        }
+    }
+
+    fn names(&self) -> String {
+        self.offered.iter().map(|n| format!("{n}|")).collect::<String>() + "none"
+    }
+}
+
 #[derive(Debug)]
 struct AgentModeCommand {
     store: Store,
+    clis: Clis,
 }
 
 impl AgentModeCommand {
@@ -289,7 +331,7 @@ impl AgentModeCommand {
     }
 
     /// The menu: on / off, the CLI choice, cancel. The current choices are ticked.
-    fn menu(on: bool, cli: Option<&str>) -> Vec<Vec<Button>> {
+    fn menu(&self, on: bool, cli: Option<&str>) -> Vec<Vec<Button>> {
         let tick = |label: &str, chosen: bool| {
             if chosen {
                 format!("✅ {label}")
@@ -297,7 +339,9 @@ impl AgentModeCommand {
                 label.to_owned()
             }
         };
-        let mut clis: Vec<Button> = AGENT_CLIS
+        let mut clis: Vec<Button> = self
+            .clis
+            .offered
             .iter()
             .map(|name| {
                 Button::new(
@@ -334,12 +378,18 @@ impl AgentModeCommand {
             ["on"] => Some((AGENT_MODE_SETTING, "on")),
             ["off"] => Some((AGENT_MODE_SETTING, "off")),
             ["cli", "none"] => Some((AGENT_CLI_SETTING, "none")),
-            ["cli", name] => match AGENT_CLIS.iter().find(|c| *c == name) {
+            ["cli", name] => match self.clis.offered.iter().find(|c| *c == name) {
                 Some(name) => Some((AGENT_CLI_SETTING, *name)),
+                None if AGENT_CLIS.contains(name) => {
+                    return CommandReply::text(format!(
+                        "The {name} CLI cannot run here: {}.",
+                        self.clis.why_not
+                    ))
+                }
                 None => {
                     return CommandReply::text(format!(
-                        "There is no coding CLI named {name:?}; choose one of {} or none.",
-                        AGENT_CLIS.join(", ")
+                        "There is no coding CLI named {name:?}; choose {}.",
+                        self.clis.names().replace('|', " or ")
                     ))
                 }
             },
@@ -353,19 +403,19 @@ impl AgentModeCommand {
             }
             _ => {
                 return CommandReply::text(format!(
-                    "/agent takes on, off, cli <{}|none> or cancel, not {args:?}.",
-                    AGENT_CLIS.join("|")
+                    "/agent takes on, off, cli <{}> or cancel, not {args:?}.",
+                    self.clis.names()
                 ))
             }
         };
         let Some((key, value)) = change else {
             let (on, cli) = self.current(chat).await;
             let text = format!(
-                "{} Choose below, or type /agent on, /agent off, /agent cli <{}|none>.",
+                "{} Choose below, or type /agent on, /agent off, /agent cli <{}>.",
                 Self::describe(on, cli.as_deref()),
-                AGENT_CLIS.join("|")
+                self.clis.names()
             );
-            return CommandReply { text, buttons: Self::menu(on, cli.as_deref()) };
+            return CommandReply { text, buttons: self.menu(on, cli.as_deref()) };
         };
         if let Err(e) = self.store.set_setting(chat, key, value).await {
             return CommandReply::text(format!("Could not change the agent mode: {e}"));
@@ -379,6 +429,9 @@ impl AgentModeCommand {
                 Some(name) => format!(
                     "Agent mode off: your messages go to the {name} coding CLI in a sandbox."
                 ),
+                None if self.clis.offered.is_empty() => {
+                    "Agent mode off: the model answers alone, without tools.".to_owned()
+                }
                 None => "Agent mode off: the model answers alone, without tools (choose a \
                          coding CLI with /agent cli)."
                     .to_owned(),
@@ -467,6 +520,39 @@ mod tests {
         }
         let unknown = run(&r, "/frobnicate now").await.unwrap();
         assert_eq!(unknown, "Unknown command /frobnicate. Commands: /help, /stop, /echo.");
+    }
+
+    #[tokio::test]
+    async fn status_names_each_degraded_part_and_agent_offers_only_what_the_image_runs() {
+        let dir = std::env::temp_dir().join(format!("nxh-commands-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("t.db")).await.unwrap();
+        let board = StatusBoard::default();
+        board.add("telegram", || "backing off for 12s".to_owned());
+        board.add_problem("telegram", || Some("cannot reach the Bot API for 12s".to_owned()));
+        board.add_problem("pool", || None);
+        let spend = Spend::new(crate::config::CapsConfig::default(), store.clone());
+        let mut r = registry();
+        r.add(Arc::new(Status { store: store.clone(), model: "m".into(), spend, board }));
+        let tools = ["run_command".to_owned(), "web_fetch".to_owned()];
+        let clis = Clis::of_image("plain:dev", Some(&tools));
+        r.add(Arc::new(AgentModeCommand { store, clis }));
+
+        let status = run(&r, "/status").await.unwrap();
+        assert!(status.contains("\nDEGRADED: telegram: cannot reach the Bot API"), "{status}");
+        assert!(!status.contains("DEGRADED: pool"), "{status}");
+        let menu = run(&r, "/agent").await.unwrap();
+        assert!(menu.contains("/agent cli <none>"), "{menu}");
+        let chosen = run(&r, "/agent cli qwen").await.unwrap();
+        assert_eq!(
+            chosen,
+            "The qwen CLI cannot run here: the subagent image plain:dev has no coding CLI (set \
+             subagent.image to the image `make cli-image` builds)."
+        );
+        // An image that offers `use_cli` (or one whose tools are unknown) runs every CLI.
+        let with_cli = [crate::tools::delegate::CLI_TOOL.to_owned()];
+        assert_eq!(Clis::of_image("cli:dev", Some(&with_cli)).offered, AGENT_CLIS);
+        assert_eq!(Clis::of_image("any", None).offered, AGENT_CLIS);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

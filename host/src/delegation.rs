@@ -24,8 +24,19 @@ pub struct SubagentOutcome {
 
 /// Why a task could not be run or finished (pool busy, container died, …).
 #[derive(Debug, Error)]
-#[error("{0}")]
-pub struct SubagentError(pub String);
+#[error("{message}")]
+pub struct SubagentError {
+    pub message: String,
+    /// The operator killed the task's container (`nexbot-ctl subagents kill`): the receipt
+    /// says so, not "error".
+    pub killed_by_operator: bool,
+}
+
+impl SubagentError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into(), killed_by_operator: false }
+    }
+}
 
 /// Runs one `execute` request of `chat` to completion, in that chat's room: on a container
 /// that has run no other chat's task, ever. When `cancel` fires, the runner must send the

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use nexbot_core::ChatRef;
-use nexbot_docker::{Pool, PoolConfig, Room};
+use nexbot_docker::{Pool, PoolConfig, PoolError, Room};
 use nexbot_protocol::{Request, Response};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -68,7 +68,10 @@ impl SubagentRunner for PoolRunner {
                     response: run.response,
                     container: Some(run.container_id),
                 })
-                .map_err(|e| SubagentError(e.to_string()))
+                .map_err(|e| SubagentError {
+                    killed_by_operator: matches!(e, PoolError::KilledByOperator { .. }),
+                    message: e.to_string(),
+                })
         })
     }
 }

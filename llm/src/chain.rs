@@ -97,6 +97,29 @@ pub struct ChainStats {
     pub prompt_tokens: AtomicU64,
     pub completion_tokens: AtomicU64,
     pub providers: Vec<ProviderStats>,
+    /// How the last call ended (`None`: none ended yet), for health.
+    last: Mutex<Option<CallOutcome>>,
+}
+
+/// How one call through the chain ended, as health reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOutcome {
+    pub at: Instant,
+    /// What kept the model from answering; `None` when a provider answered (a refused request
+    /// — bad request, context too long — is an answer: the model is there).
+    pub problem: Option<String>,
+}
+
+impl ChainStats {
+    /// How the last call that ended ended (cancelled calls say nothing about the model).
+    pub fn last_outcome(&self) -> Option<CallOutcome> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn ended(&self, problem: Option<String>) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(CallOutcome { at: Instant::now(), problem });
+    }
 }
 
 /// Providers in order of preference, first = primary.
@@ -284,13 +307,14 @@ impl Chain {
                     Ok(Ok(mut completion)) => {
                         self.record(i, Ok(()));
                         self.record_answer(i, completion.usage);
+                        self.stats.ended(None);
                         completion.fallback = i != 0;
                         return Ok(completion);
                     }
                     Ok(Err(err)) => err,
                     Err(_) => {
                         self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                        return Err(LlmError::new(
+                        let err = LlmError::new(
                             ErrorClass::Timeout,
                             provider.name(),
                             format!(
@@ -298,7 +322,9 @@ impl Chain {
                                  (llm.total_timeout_secs)",
                                 total.as_secs_f64()
                             ),
-                        ));
+                        );
+                        self.stats.ended(Some(err.to_string()));
+                        return Err(err);
                     }
                 };
                 self.record(i, Err(err.class));
@@ -311,6 +337,9 @@ impl Chain {
                         break;
                     }
                     self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    if class != ErrorClass::Cancelled {
+                        self.stats.ended(None);
+                    }
                     return Err(last.take().expect("just set"));
                 }
                 if attempt == attempts || self.is_open(i) {
@@ -331,6 +360,12 @@ impl Chain {
     }
 
     fn fail(&self, last: Option<LlmError>, started: Instant, attempts: u32) -> LlmError {
+        let err = self.failed(last, started, attempts);
+        self.stats.ended(Some(err.to_string()));
+        err
+    }
+
+    fn failed(&self, last: Option<LlmError>, started: Instant, attempts: u32) -> LlmError {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
         let tried = self.providers.len();
         match last {

@@ -230,9 +230,7 @@ pub fn excerpt(body: &[u8]) -> String {
         }
         Err(_) => String::from_utf8_lossy(body).into_owned(),
     };
-    let text: String =
-        text.chars().filter(|c| !c.is_control() || *c == ' ').take(300).collect::<String>();
-    text.trim().to_owned()
+    nexbot_core::text::excerpt(&text)
 }
 
 /// `Retry-After` as delay-seconds (fractions accepted) or an HTTP date, relative to `now`.
@@ -298,7 +296,9 @@ mod tests {
     fn excerpts_are_short_and_printable() {
         let long = "x".repeat(1_000);
         let body = serde_json::json!({"error": {"message": long}}).to_string();
-        assert_eq!(excerpt(body.as_bytes()).len(), 300);
+        let cut = excerpt(body.as_bytes());
+        assert!(cut.starts_with(&"x".repeat(300)) && cut.ends_with("bytes in all]"), "{cut}");
+        assert!(cut.len() < 340, "{cut}");
         assert_eq!(excerpt(b"a\x1b[2Jb"), "a[2Jb");
         let e = LlmError { status: Some(429), ..LlmError::new(ErrorClass::RateLimit, "p", "m") };
         assert_eq!(e.to_string(), "p: rate_limit (HTTP 429): m");

@@ -31,7 +31,7 @@ pub mod usage;
 pub mod wire;
 
 pub use budget::{Allowance, Exceeded, Hold};
-pub use chain::{Chain, ChainStats, RetryPolicy, StreamEvent};
+pub use chain::{CallOutcome, Chain, ChainStats, RetryPolicy, StreamEvent};
 pub use error::{classify, parse_retry_after, ErrorClass, LlmError};
 pub use provider::{Provider, ProviderSpec};
 pub use wire::{

@@ -20,6 +20,7 @@ use nexbot_core::channel::{
     Button, Channel, ChannelError, InboundMessage, MessageId, OutboundFile, OutboundKind,
     OutboundMessage, TaskUpdate,
 };
+use nexbot_core::text::excerpt;
 use nexbot_core::{BoxFuture, ChannelKind, ChatRef};
 use secrecy::{ExposeSecret, SecretString};
 use teloxide_core::errors::{ApiError, RequestError};
@@ -46,6 +47,11 @@ const PROGRESS_LINES: usize = 6;
 const MAX_TYPING: Duration = Duration::from_secs(30 * 60);
 /// Longest wait between two polls after errors.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The least time from one `getUpdates` to the next when the first brought nothing: a Bot API
+/// server that answers an empty poll at once (no long polling, as some emulators and proxies
+/// do) is asked about once a second, not in a busy loop. Telegram itself holds an empty poll
+/// for `poll_timeout_secs`, so this never delays it.
+const MIN_EMPTY_POLL: Duration = Duration::from_secs(1);
 /// How often an unknown bot identity (failed `getMe`) is asked again.
 const IDENTIFY_EVERY: Duration = Duration::from_secs(60);
 
@@ -213,7 +219,7 @@ impl Telegram {
         let commands: Vec<BotCommand> =
             commands.iter().map(|(name, summary)| BotCommand::new(*name, *summary)).collect();
         if let Err(e) = self.inner.bot.set_my_commands(commands).send().await {
-            tracing::warn!(error = %e, "cannot register the bot's command menu (setMyCommands)");
+            tracing::warn!(error = %said(&e), "cannot register the bot's command menu (setMyCommands)");
         }
     }
 }
@@ -248,7 +254,7 @@ impl Inner {
                 *self.me.write().unwrap_or_else(|p| p.into_inner()) = identity;
             }
             Err(e) => tracing::warn!(
-                error = %e,
+                error = %said(&e),
                 "getMe failed; the bot's name is unknown for now (in groups it answers only \
                  commands until it is known)"
             ),
@@ -327,6 +333,7 @@ impl Inner {
             if let Some(offset) = offset {
                 request = request.offset(offset.clamp(0, i64::from(i32::MAX)) as i32);
             }
+            let asked = Instant::now();
             let result = tokio::select! {
                 () = stop.cancelled() => return,
                 result = request.send() => result,
@@ -370,8 +377,9 @@ impl Inner {
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, retry_in_secs = next_backoff(backoff).as_secs(), "getUpdates failed; backing off");
-                    self.health.count_poll_error(short(&e.to_string()));
+                    let error = said(&e);
+                    tracing::warn!(%error, retry_in_secs = next_backoff(backoff).as_secs(), "getUpdates failed; backing off");
+                    self.health.count_unreachable(short(&error));
                     backoff = next_backoff(backoff);
                     continue;
                 }
@@ -382,6 +390,13 @@ impl Inner {
             }
             backoff = Duration::ZERO;
             self.health.poll_ok(updates.len());
+            if updates.is_empty() {
+                let rest = MIN_EMPTY_POLL.saturating_sub(asked.elapsed());
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(rest) => {}
+                }
+            }
             for update in updates {
                 let id = i64::from(update.id.0);
                 match self.handle(update, &inbound).await {
@@ -423,7 +438,7 @@ impl Inner {
                 answer = answer.text(note);
             }
             if let Err(e) = answer.send().await {
-                tracing::debug!(update_id, error = %e, "answerCallbackQuery failed");
+                tracing::debug!(update_id, error = %said(&e), "answerCallbackQuery failed");
             }
         }
         match decision {
@@ -505,7 +520,7 @@ impl Inner {
             let action = self.bot.send_chat_action(ChatId(chat_id), ChatAction::Typing).send();
             tokio::select! {
                 () = stop.cancelled() => return,
-                result = action => if let Err(e) = result { tracing::debug!(error = %e, "sendChatAction failed") },
+                result = action => if let Err(e) = result { tracing::debug!(error = %said(&e), "sendChatAction failed") },
             }
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -693,12 +708,13 @@ impl Inner {
             }
             RequestError::Api(ApiError::Unknown(text)) if server_error(&text) => {
                 let wait = retry();
-                tracing::warn!(chat_id, error = %text, "the Bot API failed to send a {what}; retrying");
+                tracing::warn!(chat_id, error = %excerpt(&text), "the Bot API failed to send a {what}; retrying");
                 Next::Wait(wait)
             }
-            RequestError::Api(e) => {
-                Next::Fail(DeliveryError(format!("Telegram refused the {what}: {e}")))
-            }
+            RequestError::Api(e) => Next::Fail(DeliveryError(format!(
+                "Telegram refused the {what}: {}",
+                excerpt(&e.to_string())
+            ))),
             RequestError::MigrateToChatId(to) => {
                 Next::Fail(DeliveryError(format!("the group moved to chat {}", to.0)))
             }
@@ -707,7 +723,7 @@ impl Inner {
             }
             e => {
                 let wait = retry();
-                tracing::warn!(chat_id, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram to send a {what}; retrying");
+                tracing::warn!(chat_id, error = %said(&e), retry_in_ms = wait.as_millis() as u64, "cannot reach Telegram to send a {what}; retrying");
                 Next::Wait(wait)
             }
         }
@@ -748,7 +764,7 @@ impl Inner {
                     self.health.count_rate_limited();
                     tokio::time::sleep(wait.duration()).await;
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(said(&e)),
             }
         }
         Err("gave up after three tries".into())
@@ -1054,6 +1070,17 @@ fn one_line(text: &str, max_chars: usize) -> String {
 
 fn short(text: &str) -> String {
     one_line(text, 160)
+}
+
+/// A Bot API error as a log line or a status can carry it: never the whole body of an answer
+/// that is not the Bot API's JSON (teloxide's `InvalidJson` holds all of it, megabytes maybe).
+fn said(e: &RequestError) -> String {
+    match e {
+        RequestError::InvalidJson { source, raw } => {
+            format!("the Bot API's answer is not its JSON ({source}): {}", excerpt(raw))
+        }
+        other => excerpt(&other.to_string()),
+    }
 }
 
 /// A part sent without formatting (an empty `html` means plain text).

@@ -26,6 +26,9 @@ struct State {
     since: Instant,
     bot_username: Option<String>,
     last_poll_ok: Option<Instant>,
+    /// Since when `getUpdates` fails to reach the Bot API (network, 5xx, an unreadable
+    /// answer); `None` once a poll works again.
+    unreachable_since: Option<Instant>,
     conflicts: u64,
     rate_limited: u64,
     poll_errors: u64,
@@ -44,6 +47,7 @@ impl Default for Health {
             since: Instant::now(),
             bot_username: None,
             last_poll_ok: None,
+            unreachable_since: None,
             conflicts: 0,
             rate_limited: 0,
             poll_errors: 0,
@@ -82,6 +86,7 @@ impl Health {
     pub(crate) fn poll_ok(&self, updates: usize) {
         self.with(|s| {
             s.last_poll_ok = Some(Instant::now());
+            s.unreachable_since = None;
             s.updates += updates as u64;
         });
         self.set(PollState::Polling);
@@ -90,6 +95,14 @@ impl Health {
     pub(crate) fn count_conflict(&self) {
         self.with(|s| s.conflicts += 1);
         self.set(PollState::Conflict);
+    }
+
+    /// A `getUpdates` that did not reach the Bot API (or got no usable answer from it).
+    pub(crate) fn count_unreachable(&self, reason: String) {
+        self.with(|s| {
+            s.unreachable_since.get_or_insert_with(Instant::now);
+        });
+        self.count_poll_error(reason);
     }
 
     pub(crate) fn count_rate_limited(&self) {
@@ -118,6 +131,24 @@ impl Health {
             poll_errors: s.poll_errors,
             updates: s.updates,
             delivery_failures: s.delivery_failures,
+        })
+    }
+
+    /// What makes the channel a degraded part of the daemon, if anything: the token refused
+    /// (the channel stopped), or the Bot API out of reach (messages do not come in).
+    pub fn problem(&self) -> Option<String> {
+        self.with(|s| match (&s.poll, s.unreachable_since) {
+            (PollState::Stopped { reason }, _) => Some(format!("STOPPED: {reason}")),
+            (PollState::BackingOff { reason }, Some(since)) => {
+                let last = s
+                    .last_poll_ok
+                    .map_or("never".to_owned(), |t| format!("{}s ago", t.elapsed().as_secs()));
+                Some(format!(
+                    "cannot reach the Bot API for {}s ({reason}); last good poll {last}",
+                    since.elapsed().as_secs()
+                ))
+            }
+            _ => None,
         })
     }
 

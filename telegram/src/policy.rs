@@ -61,6 +61,9 @@ pub fn is_secret_command(text: &str) -> bool {
 }
 
 pub const REFUSAL: &str = "Sorry, this is a private bot and you are not on its allow-list.";
+/// What a stranger who addresses the bot in a group is told (once per group and run): short,
+/// and without their user id, which the whole group would read.
+pub const GROUP_REFUSAL: &str = "Sorry, this is a private bot.";
 
 /// Decides what to do with `update`.
 pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Decision {
@@ -97,13 +100,21 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
     if from.is_bot {
         return refuse("from-a-bot", None, ledger);
     }
-    if !config.allows(user_id, chat_id) {
-        let reply = Some(format!("{REFUSAL} (Your user id is {user_id}.)"));
-        return refuse("not-allowed", reply, ledger);
-    }
+    // In a group, what does not address the bot is none of its business, whoever wrote it:
+    // silence, before the allow-list is even looked at.
     let addressed = private || addressed_in_group(message, me);
     if !addressed {
         return refuse("group-not-addressed", None, ledger);
+    }
+    if !config.allows(user_id, chat_id) {
+        // In private the stranger is told their id (to ask the operator for access); in a
+        // group everyone would read it.
+        let reply = if private {
+            format!("{REFUSAL} (Your user id is {user_id}.)")
+        } else {
+            GROUP_REFUSAL.to_owned()
+        };
+        return refuse("not-allowed", Some(reply), ledger);
     }
     if let Some(kind) = unsupported_content(message) {
         let reply = Some(format!("I cannot read {kind} yet; please send me text instead."));
@@ -323,6 +334,26 @@ mod tests {
             rule(&decide(&c, &me(), &update(message(group(-200), 3, "/help")))),
             "not-allowed"
         );
+    }
+
+    #[test]
+    fn in_a_group_strangers_are_silent_unless_they_address_the_bot_and_never_see_their_id() {
+        let c = config();
+        // A group that is not allowed, a user who is not: talk that does not address the bot
+        // is ignored without a word, as from anyone.
+        for (chat, user) in [(-200, 3), (-200, 2), (-100, 3)] {
+            let d = decide(&c, &me(), &update(message(group(chat), user, "lunch at noon?")));
+            let Decision::Refuse { rule, reply, .. } = d else { panic!("{d:?}") };
+            assert_eq!((rule.as_str(), reply), ("group-not-addressed", None), "{chat} {user}");
+        }
+        // Addressed by a stranger: a short refusal, without the user id.
+        for text in ["@nexbot_bot hello", "/help"] {
+            let d = decide(&c, &me(), &update(message(group(-200), 3456, text)));
+            let Decision::Refuse { rule, reply: Some(reply), .. } = d else { panic!("{d:?}") };
+            assert_eq!(rule, "not-allowed");
+            assert_eq!(reply, GROUP_REFUSAL);
+            assert!(!reply.contains("3456"), "{reply}");
+        }
     }
 
     #[test]

@@ -136,6 +136,8 @@ pub enum Fault {
     Conflict,
     /// HTTP 200 with a body that is not JSON (what a proxy in the way may send).
     BadJson,
+    /// [`Fault::BadJson`] with a body of `size` bytes.
+    BadJsonOfSize { size: u64 },
     /// 500 `Internal Server Error`.
     ServerError,
 }
@@ -148,6 +150,7 @@ impl Fault {
             }
             Self::Conflict => json!({"kind": "conflict"}),
             Self::BadJson => json!({"kind": "bad_json"}),
+            Self::BadJsonOfSize { size } => json!({"kind": "bad_json", "size": size}),
             Self::ServerError => json!({"kind": "server_error"}),
         }
     }
@@ -466,6 +469,12 @@ impl TelegramFixture {
     /// The bot's `username` in `getMe` (default `nexbot_test_bot`).
     pub async fn set_bot_username(&self, username: &str) {
         self.control_post("config", json!({"bot_username": username})).await;
+    }
+
+    /// `false`: `getUpdates` ignores its `timeout` and answers at once, empty or not, as some
+    /// Bot API servers do (`true`, the default: Telegram's long polling).
+    pub async fn set_long_polling(&self, on: bool) {
+        self.control_post("config", json!({"long_polling": on})).await;
     }
 
     /// Forgets updates, messages, calls, faults, the down window and revoked tokens.

@@ -67,7 +67,8 @@
  *   GET  /__fixture/calls[?method=M][&token=T]              -> [Call]
  *   GET  /__fixture/updates?token=T                         -> pending (unconfirmed) updates
  *   POST /__fixture/faults {method?: name or "*" (default), kind: "rate_limit"|"conflict"|
- *        "bad_json"|"server_error", count?: N, duration_ms?: D, retry_after?: X (default 1)}
+ *        "bad_json"|"server_error", count?: N, duration_ms?: D, retry_after?: X (default 1),
+ *        size?: bytes of the bad_json body (default: a short HTML page)}
  *                                                          -> {id}
  *        The next N matching calls (or every matching call for D ms; count 1 when neither is
  *        given) answer 429 `Too Many Requests: retry after X` with parameters.retry_after,
@@ -78,7 +79,10 @@
  *        For that window every Bot API request has its socket destroyed without an answer,
  *        and long polls held open when it starts are cut too.
  *   POST /__fixture/tokens {token, valid: bool}             -> {ok:true}
- *   POST /__fixture/config {bot_username?, bot_first_name?} -> {ok:true}
+ *   POST /__fixture/config {bot_username?, bot_first_name?, long_polling?: bool}
+ *                                                          -> {ok:true}
+ *        long_polling false: getUpdates ignores `timeout` and answers at once, empty or not
+ *        (as the bare emulator and some Bot API servers do).
  *   POST /__fixture/reset                                   -> {ok:true}
  *        Forgets updates, messages, calls, faults, the down window, invalid tokens, webhooks
  *        and commands (message and update ids keep increasing).
@@ -97,6 +101,7 @@ const nowS = () => Math.floor(Date.now() / 1000);
 const config = {
   bot_username: process.env.FIXTURE_BOT_USERNAME || 'nexbot_test_bot',
   bot_first_name: process.env.FIXTURE_BOT_FIRST_NAME || 'Nexbot Test',
+  long_polling: true,
 };
 
 let emulator = null; // TelegramServer
@@ -775,7 +780,8 @@ function getUpdates(token, params, res) {
   else if (offset < 0) b.updates = b.updates.slice(offset);
   let limit = typeof params.limit === 'number' ? params.limit : 100;
   if (limit < 1 || limit > 100) limit = 100;
-  const timeout = typeof params.timeout === 'number' && params.timeout > 0 ? params.timeout : 0;
+  const timeout = config.long_polling && typeof params.timeout === 'number' && params.timeout > 0
+    ? params.timeout : 0;
   const answer = () => b.updates.slice(0, limit);
   // A newer getUpdates ends the one held open (Telegram's "terminated by other" conflict).
   if (b.poll) b.poll.conflict();
@@ -853,7 +859,8 @@ async function botApi(req, res, url, token, methodName) {
     if (fault) {
       const err = faultAnswer(fault);
       if (err) throw err;
-      respond(200, null, '<html><body>502 Bad Gateway</body></html>\n');
+      const page = '<html><body>502 Bad Gateway</body></html>\n';
+      respond(200, null, fault.size ? 'x'.repeat(fault.size) : page);
       return;
     }
     const result = await dispatch(token, method, parsed.params, parsed.files, res);
@@ -981,6 +988,7 @@ async function control(req, res, url) {
         kind: body.kind, remaining: count === null && duration === null ? 1 : count,
         until: duration === null ? null : Date.now() + duration,
         retry_after: toInt(body.retry_after) || 1,
+        size: toInt(body.size) || 0,
       };
       state.faults.push(fault);
       if (fault.kind === 'conflict' && (fault.method === '*' || fault.method === 'getupdates')) {
@@ -1007,6 +1015,7 @@ async function control(req, res, url) {
     case 'POST /config':
       if (body.bot_username) config.bot_username = String(body.bot_username);
       if (body.bot_first_name) config.bot_first_name = String(body.bot_first_name);
+      if (typeof body.long_polling === 'boolean') config.long_polling = body.long_polling;
       return { ok: true };
     case 'POST /reset':
       for (const b of state.bots.values()) if (b.poll) b.poll.cut();

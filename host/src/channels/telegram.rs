@@ -101,7 +101,9 @@ pub fn attach(app: &mut App, config: &Config) -> Result<Telegram, String> {
         Telegram::new(token, config.telegram.clone(), ledger).map_err(|e| e.to_string())?;
     app.add_channel(nexbot_telegram::KIND, Arc::new(telegram.clone()));
     let health = telegram.health();
+    let problem = health.clone();
     app.status().add("telegram", move || health.summary());
+    app.status().add_problem("telegram", move || problem.problem());
     let commands: Vec<(String, String)> = app
         .commands()
         .list()

@@ -57,9 +57,9 @@ pub(crate) struct Inner {
     pub started: Instant,
     pub reloader: Option<Arc<Reloader>>,
     /// Degraded from the start (e.g. the Telegram channel off), and what the model probe
-    /// last found wrong.
+    /// last found (when, and what was wrong; `None` inside: nothing).
     pub degraded: Vec<String>,
-    pub model_problem: std::sync::Mutex<Option<String>>,
+    pub model_probe: std::sync::Mutex<Option<nexbot_llm::CallOutcome>>,
     /// The scheduler's counters (`None`: it is off) and its jobs' default time zone.
     pub scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
     pub scheduler_zone: chrono_tz::Tz,
@@ -284,7 +284,7 @@ pub fn attach(
         started: app.started(),
         reloader,
         degraded,
-        model_problem: std::sync::Mutex::new(None),
+        model_probe: std::sync::Mutex::new(None),
         scheduler: app.scheduler().cloned(),
         scheduler_zone: config.scheduler.default_zone(&config.llm.caps),
         skills: agent.skills().cloned(),
@@ -330,7 +330,8 @@ pub fn attach(
 }
 
 /// Asks the model (`GET /models`) at start and every five minutes, so health can say
-/// "model unreachable" (and the log says it once when it changes).
+/// "model unreachable" before any call (and the log says it once when it changes). Health
+/// reports whichever is newer, this probe or the main agent's last real call.
 async fn probe_model(state: ControlState, config: Config, stop: CancellationToken) {
     loop {
         let checks = crate::doctor::llm(&config).await;
@@ -341,14 +342,14 @@ async fn probe_model(state: ControlState, config: Config, stop: CancellationToke
             .collect::<Vec<_>>();
         let problem = (!problem.is_empty()).then(|| problem.join("; "));
         {
-            let mut last = state.0.model_problem.lock().unwrap_or_else(|p| p.into_inner());
-            if *last != problem {
+            let mut last = state.0.model_probe.lock().unwrap_or_else(|p| p.into_inner());
+            if last.as_ref().map(|l| &l.problem) != Some(&problem) {
                 match &problem {
                     Some(p) => tracing::warn!("degraded: the model: {p}"),
                     None => tracing::info!("the model answers"),
                 }
-                *last = problem;
             }
+            *last = Some(nexbot_llm::CallOutcome { at: std::time::Instant::now(), problem });
         }
         tokio::select! {
             () = stop.cancelled() => return,

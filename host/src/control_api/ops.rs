@@ -106,15 +106,28 @@ pub async fn health(state: &ControlState) -> nexbot_control::Health {
     if let Some(why) = &inner.delegation_off {
         degraded.push(format!("delegation to subagents is off: {why}"));
     }
-    if let Some(problem) = inner.model_problem.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+    if let Some(problem) = model_problem(inner) {
         degraded.push(format!("the model: {problem}"));
     }
-    for (name, line) in inner.status.lines() {
-        if name == "telegram" && line.contains("STOPPED") {
-            degraded.push(format!("telegram: {line}"));
-        }
+    for (name, problem) in inner.status.problems() {
+        degraded.push(format!("{name}: {problem}"));
     }
     nexbot_control::Health { ready: problems.is_empty(), problems, degraded }
+}
+
+/// What keeps the model from answering, as the newest word on it says: the probe's
+/// (`GET /models`) or the main agent's last real call, whichever came later, with its age.
+fn model_problem(inner: &super::Inner) -> Option<String> {
+    let probe = inner.model_probe.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let call = inner.llm_stats.last_outcome();
+    let (what, newest) = match (probe, call) {
+        (Some(probe), Some(call)) if call.at >= probe.at => ("call", call),
+        (Some(probe), _) => ("probe", probe),
+        (None, Some(call)) => ("call", call),
+        (None, None) => return None,
+    };
+    let problem = newest.problem?;
+    Some(format!("{problem} (the last {what}, {}s ago)", newest.at.elapsed().as_secs()))
 }
 
 pub async fn status(state: &ControlState) -> Status {
@@ -135,14 +148,15 @@ pub async fn status(state: &ControlState) -> Status {
             .into_iter()
             // The pool, the scheduler and the skills have their own answers (`subagents ps`,
             // `cron ls`, `skills ls`).
-            .filter(|(name, _)| !matches!(*name, "pool" | "scheduler" | "skills"))
+            // The vault has its own line.
+            .filter(|(name, _)| !matches!(*name, "pool" | "scheduler" | "skills" | "secrets"))
             .map(|(name, health)| ChannelStatus { name: name.to_owned(), health })
             .collect(),
         scheduler: match &inner.scheduler {
             Some(stats) => stats.line(),
             None => "off (scheduler.enabled = false)".to_owned(),
         },
-        vault: "not built yet (secrets cannot be stored)".to_owned(),
+        vault: crate::vault::status_line(&inner.vault),
         tokens_today: TokenCount {
             prompt: tokens.prompt_tokens,
             completion: tokens.completion_tokens,

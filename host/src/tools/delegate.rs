@@ -323,6 +323,7 @@ impl TypedTool for Delegate {
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
         let mut dropped = Vec::new();
+        let mut killed = false;
         let answer = match outcome {
             None => {
                 end.status = "timeout".into();
@@ -330,6 +331,7 @@ impl TypedTool for Delegate {
                 failure(format!("the sub-agent did not answer within {}s", limit.as_secs()))
             }
             Some(Err(e)) => {
+                killed = e.killed_by_operator;
                 end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
                 end.error = Some(e.to_string());
                 failure(format!("the sub-agent could not run the task: {e}"))
@@ -390,7 +392,8 @@ impl TypedTool for Delegate {
             end.usage.completion_tokens = relay_tokens.unwrap_or(0);
         }
         let receipt = TaskReceipt {
-            status: end.status.clone(),
+            // The record keeps `error` (its error names the kill); the chat reads why.
+            status: if killed { "killed by the operator".to_owned() } else { end.status.clone() },
             duration: started.elapsed(),
             tokens: end.usage.prompt_tokens + end.usage.completion_tokens,
             tools: tools_used,

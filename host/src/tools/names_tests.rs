@@ -41,7 +41,7 @@ impl SubagentRunner for NoPool {
         _: CancellationToken,
         _: Option<mpsc::Sender<Response>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
-        Box::pin(async { Err(SubagentError("no pool in this test".into())) })
+        Box::pin(async { Err(SubagentError::new("no pool in this test")) })
     }
 }
 

@@ -142,6 +142,84 @@ async fn the_control_api_answers_on_a_private_socket_and_bad_requests_get_json_e
     assert!(!log.contains(tg.token()));
 }
 
+/// The degraded parts health names now, asked until `done` holds of them (`LIMIT`).
+async fn degraded_until(api: &Client, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let start = std::time::Instant::now();
+    loop {
+        let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
+        if done(&health.degraded) {
+            return health.degraded;
+        }
+        assert!(start.elapsed() < LIMIT, "health still says {health:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn names(degraded: &[String], part: &str) -> bool {
+    degraded.iter().any(|d| d.starts_with(part))
+}
+
+#[tokio::test]
+async fn health_says_what_the_last_model_call_found_at_once() {
+    // Nothing answers on the model's address yet: the start-up probe cannot reach it.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let tg = TelegramFixture::start().await;
+    let ws = TempWorkspace::init("ctl-model-health");
+    let mut env = base_env(&format!("http://{addr}/v1"));
+    telegram_env(&mut env, &tg);
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let api = client(&ws);
+    let degraded = degraded_until(&api, |d| names(d, "the model")).await;
+    let model = degraded.iter().find(|d| d.starts_with("the model")).unwrap();
+    assert!(model.contains("the last probe"), "{degraded:?}");
+
+    // The model comes up and answers a real call: health says so at once, not at the next
+    // probe (five minutes later).
+    let llm = ScriptedLlm::start_on(addr, vec![]).await;
+    llm.set_responder(echo);
+    tg.user_says(OWNER, OWNER, "are you there").await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text == "echo: are you there"), LIMIT).await;
+    let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
+    assert!(!names(&health.degraded, "the model"), "{health:?}");
+
+    // A call that fails sets it again, naming the call and its age.
+    llm.set_responder(|_| Step::status(503, r#"{"error":{"message":"overloaded now"}}"#));
+    tg.user_says(OWNER, OWNER, "and now").await;
+    tg.wait_bot_messages(OWNER, |m| m.len() >= 2, LIMIT).await;
+    let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
+    let model = health.degraded.iter().find(|d| d.starts_with("the model"));
+    let model = model.unwrap_or_else(|| panic!("{health:?}"));
+    assert!(model.contains("overloaded now") && model.contains("the last call"), "{model}");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_telegram_api_is_a_degraded_part_until_it_answers_again() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("ctl-tg-down");
+    let mut env = base_env(&llm.base_url());
+    telegram_env(&mut env, &tg);
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let api = client(&ws);
+    tg.user_says(OWNER, OWNER, "before").await;
+    tg.wait_bot_messages(OWNER, |m| !m.is_empty(), LIMIT).await;
+    assert!(!names(&degraded_until(&api, |_| true).await, "telegram"));
+
+    // Every Bot API connection is cut: telegram is degraded (the token is fine).
+    tg.down_for(Duration::from_secs(600)).await;
+    let degraded = degraded_until(&api, |d| names(d, "telegram")).await;
+    let line = degraded.iter().find(|d| d.starts_with("telegram")).unwrap();
+    assert!(line.contains("cannot reach the Bot API"), "{degraded:?}");
+    // Back: the next good poll clears it.
+    tg.down_for(Duration::ZERO).await;
+    degraded_until(&api, |d| !names(d, "telegram")).await;
+    serving.stop(LIMIT).await;
+}
+
 /// Samples of a Prometheus text exposition, as `name{label=value,...}` (labels sorted) → value.
 fn parse_metrics(text: &str) -> HashMap<String, f64> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
@@ -350,6 +428,13 @@ async fn subagents_ps_restart_kill_logs_and_metrics_match_the_pool_and_the_recor
         assert!(start.elapsed() < LIMIT, "the killed task did not end: {tasks:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The chat's receipt says who ended the task, not just "error".
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().any(|m| m.text.contains("Task killed by the operator in")),
+        LIMIT,
+    )
+    .await;
     let start = std::time::Instant::now();
     loop {
         let list: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use egress_support::docker::{
     address_on_network, exec, host_address_off_network, internal_network, Cleanup, LABEL,
-    LABEL_VALUE, NETWORK,
+    LABEL_VALUE,
 };
 use egress_support::{echo_server, http_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
@@ -113,7 +113,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("relayed answer"));
 
-    let network = internal_network(&docker).await;
+    let network = internal_network(&docker, "docker").await;
     let gateway = network.gateway;
     let mut config = EgressConfig::default();
     config.proxy.allow_internal = vec![allow(allowed), allow(echo)];
@@ -133,14 +133,14 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     let mut request = local_image(&image)
         .with_cmd(["/bin/busybox", "sleep", "600"])
         .with_label(LABEL, LABEL_VALUE)
-        .with_network(NETWORK)
+        .with_network(network.name.clone())
         .with_container_name(&run);
     for (key, value) in egress.container_env() {
         request = request.with_env_var(key, value);
     }
     let container = request.start().await.expect("start container");
     let id = container.id().to_owned();
-    let ip = address_on_network(&docker, &id).await;
+    let ip = address_on_network(&docker, &id, &network.name).await;
     table.set_container(ip, run.clone());
     table.set_task(ip, Some("task-42".into()));
     // The task's processes present its egress credential (the subagent does it for them).

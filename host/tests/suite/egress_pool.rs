@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bollard::query_parameters::LogsOptionsBuilder;
 use egress_support::docker::{
-    exec, host_address_off_network, internal_network, Cleanup, LABEL, LABEL_VALUE, NETWORK,
+    exec, host_address_off_network, internal_network, Cleanup, LABEL, LABEL_VALUE,
 };
 use egress_support::{echo_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
@@ -84,7 +84,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
 
     // The product's wiring: network first, then the listener on its gateway, then the pool
     // with the listener's environment, then attribution bound to the pool.
-    let network = internal_network(&docker).await;
+    let network = internal_network(&docker, "pool").await;
     let mut config = EgressConfig::default();
     config.proxy.allow_internal = vec![InternalAllow {
         cidr: Cidr::try_from(allowed.ip().to_string()).unwrap(),
@@ -97,7 +97,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let proxy = egress.local_addr();
     let pool_config = PoolConfig {
         name: format!("nxe-pool-{}", std::process::id()),
-        network: NETWORK.into(),
+        network: network.name.clone(),
         size: 1,
         env: egress.container_env(),
         image: image.clone(),

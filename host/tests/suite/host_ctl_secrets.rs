@@ -149,6 +149,13 @@ async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_ever
     let search: Vec<&str> = row("SEARCH_KEY").split_whitespace().collect();
     assert_eq!(search[..4], ["operator", "SEARCH_KEY", "stdin", "-"], "{ran:?}");
     outputs.push(ran);
+    // `status` tells the vault as it is, once, not as a channel.
+    let ran = ctl(&ws, &["status"], "").await;
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let vault: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("vault")).collect();
+    assert_eq!(vault.len(), 1, "{ran:?}");
+    assert!(vault[0].starts_with("vault:") && vault[0].ends_with("vault on, 2 stored"), "{ran:?}");
+    outputs.push(ran);
     let ran = ctl(&ws, &["secrets", "ls", "--operator", "--json"], "").await;
     assert_eq!(ran.code, Some(0), "{ran:?}");
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("--json is JSON");

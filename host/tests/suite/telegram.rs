@@ -19,6 +19,8 @@ pub(crate) const OWNER: i64 = 1001;
 pub(crate) const FRIEND: i64 = 1002;
 const STRANGER: i64 = 3003;
 const GROUP: i64 = -500;
+/// A group that is not on the allow-list.
+const OTHER_GROUP: i64 = -700;
 pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 
 /// The environment that points the daemon at the fixture.
@@ -112,17 +114,27 @@ async fn allowed_users_get_answers_strangers_one_refusal_and_the_model_never_see
     tg.wait_bot_messages(GROUP, |m| has_text(m, "echo: are you there"), LIMIT).await;
     tg.user_sends(group("/secret set API_KEY s3cr3t-value-123")).await;
     tg.wait_bot_messages(GROUP, |m| has_text(m, "only in a private chat"), LIMIT).await;
+    // In a group that is not allowed: talk among its members gets no word; a stranger who
+    // addresses the bot gets one short refusal for the group, without their user id.
+    let other = |text: &str| UserMessage { chat_id: OTHER_GROUP, ..group(text) };
+    tg.user_sends(other("who is this bot?")).await;
+    tg.user_sends(other("@nexbot_test_bot hello")).await;
+    tg.user_sends(other("@nexbot_test_bot hello again")).await;
+    tg.wait_bot_messages(OTHER_GROUP, |m| !m.is_empty(), LIMIT).await;
 
     // Every update ended in one recorded state; the refusal went out once.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stranger_messages = tg.bot_messages(STRANGER).await;
     assert_eq!(stranger_messages.len(), 1, "{:?}", texts(&stranger_messages));
+    let in_other_group = texts(&tg.bot_messages(OTHER_GROUP).await);
+    assert_eq!(in_other_group, ["Sorry, this is a private bot."], "{in_other_group:?}");
     let rows = ledger(&ws);
-    assert_eq!(rows.len(), 8, "{rows:#?}");
+    assert_eq!(rows.len(), 11, "{rows:#?}");
     let state_of =
         |needle: &str| rows.iter().find(|r| r.3.as_deref() == Some(needle)).map(|r| r.2.clone());
     assert_eq!(rows.iter().filter(|r| r.2 == "answered").count(), 3, "{rows:#?}");
-    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("not-allowed")).count(), 2);
+    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("not-allowed")).count(), 4);
+    assert_eq!(rows.iter().filter(|r| r.3.as_deref() == Some("group-not-addressed")).count(), 2);
     assert_eq!(state_of("group-not-addressed").as_deref(), Some("refused"));
     assert_eq!(state_of("secret-in-group").as_deref(), Some("refused"));
     assert_eq!(state_of("unsupported-content:photos").as_deref(), Some("refused"));
@@ -258,11 +270,9 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
         tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
     let menu = messages.iter().find(|m| !buttons(m).is_empty()).unwrap();
     assert!(menu.text.contains("Agent mode is on here"), "{}", menu.text);
+    // No sandbox runs in this test: no coding CLI can, so none is offered.
     let pressed: Vec<String> = buttons(menu).into_iter().map(|(_, data)| data).collect();
-    assert_eq!(
-        pressed,
-        ["/agent on", "/agent off", "/agent cli qwen", "/agent cli none", "/agent cancel"]
-    );
+    assert_eq!(pressed, ["/agent on", "/agent off", "/agent cli none", "/agent cancel"]);
     assert!(
         buttons(menu)[0].0.starts_with('✅'),
         "the current mode is ticked: {:?}",
@@ -271,16 +281,19 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
 
     // A stranger's press changes nothing and is answered as refused.
     let refused = tg.user_clicks(OWNER, STRANGER, menu.message_id, "/agent off").await;
-    // The owner's presses: the CLI, then off; each press is answered.
+    // The owner's presses: a CLI the image cannot run (one line why), then off; each press
+    // is answered.
     let cli = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cli qwen").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "CLI qwen chosen"), LIMIT).await;
+    let said = tg.wait_bot_messages(OWNER, |m| has_text(m, "The qwen CLI cannot run here"), LIMIT);
+    let said = said.await;
+    let why = said.iter().find(|m| m.text.contains("cannot run here")).unwrap();
+    assert!(why.text.contains("the sandbox is not running") && !why.text.contains('\n'), "{why:?}");
     let off = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent off").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "your messages go to the qwen coding CLI"), LIMIT)
-        .await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "the model answers alone"), LIMIT).await;
     let cancel = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cancel").await;
     tg.wait_bot_messages(
         OWNER,
-        |m| has_text(m, "Nothing changed: agent mode off, CLI qwen"),
+        |m| has_text(m, "Nothing changed: agent mode off, CLI none"),
         LIMIT,
     )
     .await;
@@ -300,19 +313,18 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     assert_eq!(refusal["text"], "Not allowed.");
     serving.stop(LIMIT).await;
 
-    // After a restart the chat keeps both choices; /status shows them. (No sandbox runs in
-    // this test, so the CLI says it cannot run rather than the model answering in its place.)
+    // After a restart the chat keeps its choices; /status shows them. With agent mode off and
+    // no CLI the model answers alone, without tools.
     let serving = start(&ws, &env).await;
     tg.user_says(OWNER, OWNER, "/status").await;
     let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "Model:"), LIMIT).await;
     let status = &messages.iter().rev().find(|m| m.text.contains("Model:")).unwrap().text;
-    assert!(status.contains("Agent mode here: off (CLI when off: qwen)"), "{status}");
-    tg.user_says(OWNER, OWNER, "hello cli").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "the sandbox is not running here"), LIMIT).await;
-    assert!(
-        llm.chat_requests().iter().all(|r| !r.body.to_string().contains("hello cli")),
-        "the model answered in the CLI's place"
-    );
+    assert!(status.contains("Agent mode here: off (CLI when off: none)"), "{status}");
+    tg.user_says(OWNER, OWNER, "hello model").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: hello model"), LIMIT).await;
+    let asked = llm.chat_requests();
+    let last = asked.last().unwrap();
+    assert!(last.body.get("tools").is_none_or(|t| t.as_array().is_none_or(Vec::is_empty)));
     // Back on through the menu: the agent answers again.
     tg.user_says(OWNER, OWNER, "/agent").await;
     let messages =
@@ -423,6 +435,57 @@ async fn an_invalid_token_stops_the_channel_and_the_daemon_serves_on() {
     let log = serving.stop(LIMIT).await;
     assert!(!log.contains(tg.token()), "the token is in the log");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+#[tokio::test]
+async fn a_bot_api_that_answers_empty_polls_at_once_is_not_polled_in_a_busy_loop() {
+    let tg = TelegramFixture::start().await;
+    tg.set_long_polling(false).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-no-long-poll");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    let start = std::time::Instant::now();
+    let polls = loop {
+        let polls = tg.calls("getUpdates").await;
+        if polls.len() >= 5 {
+            break polls;
+        }
+        assert!(start.elapsed() < LIMIT, "{} polls", polls.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Every poll came back empty at once: the next one waited (about a second after the
+    // last one was sent; the old loop asked again within milliseconds).
+    let times: Vec<u64> = polls.iter().map(|c| c.time_ms).collect();
+    assert!(polls.iter().all(|c| c.status == 200), "{polls:?}");
+    for pair in times.windows(2) {
+        assert!(pair[1] - pair[0] >= 900, "polled again too soon: {times:?}");
+    }
+    // Messages still come in.
+    tg.user_says(OWNER, OWNER, "still listening?").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: still listening?"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn a_huge_answer_that_is_not_json_is_logged_cut_and_the_channel_goes_on() {
+    const SIZE: u64 = 5 << 20;
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-huge-body");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    tg.fail_next("getUpdates", Fault::BadJsonOfSize { size: SIZE }, 1).await;
+    serving.wait_log("getUpdates failed", LIMIT).await;
+    tg.user_says(OWNER, OWNER, "after the flood").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: after the flood"), LIMIT).await;
+    let log = serving.stop(LIMIT).await;
+    let failed = log.lines().find(|l| l.contains("getUpdates failed"));
+    let Some(failed) = failed else { panic!("no getUpdates failure logged") };
+    // Never print a line whole here: on a regression it holds the 5 MiB.
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 2_000, "a log line of {longest} bytes");
+    assert!(failed.contains(&format!("{SIZE} bytes in all")), "{failed}");
 }
 
 // --- delegation through the real pool ---------------------------------------------------

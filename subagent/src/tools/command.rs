@@ -87,6 +87,25 @@ static BLOCKED: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
     rules.iter().map(|(what, re)| (*what, Regex::new(re).expect("blocked pattern"))).collect()
 });
 
+/// `wget` given its short `-T` (timeout) option. The image's busybox (Debian bookworm's
+/// `busybox-static` 1.35.0) dies of SIGSEGV on it, every time, while parsing its options —
+/// before anything is sent; its long form `--timeout=N` works.
+static WGET_SHORT_TIMEOUT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\bwget\b[^|;&\n]*\s-[A-Za-z]*T").expect("wget -T pattern"));
+
+/// What the image's tools cannot do as written, with what works instead: an error the model
+/// can act on rather than a crash it cannot explain.
+pub fn known_crash(command: &str) -> Result<(), ToolError> {
+    if WGET_SHORT_TIMEOUT.is_match(command) {
+        return Err(ToolError::Invalid(
+            "busybox wget in this sandbox crashes (SIGSEGV) on its short -T option: write \
+             --timeout=N instead, or use the http_request or web_fetch tool"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a command that matches a blocked pattern, saying which kind
 /// ([`ToolError::Screened`]: the task counts these toward its block limit).
 pub fn screen(command: &str) -> Result<(), ToolError> {
@@ -108,6 +127,7 @@ pub async fn run_command(
         return Err(ToolError::Invalid("command is empty".to_owned()));
     }
     screen(&args.command)?;
+    known_crash(&args.command)?;
     let timeout = args
         .timeout_secs
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs)
@@ -277,6 +297,26 @@ mod tests {
             let err = screen(command).unwrap_err();
             assert!(matches!(err, ToolError::Screened(_)), "{command}: counted as screened");
             assert!(err.to_string().contains(what), "{command}: {err}");
+        }
+    }
+
+    #[test]
+    fn wget_with_its_short_timeout_option_is_refused_with_what_works() {
+        for command in [
+            "wget -T 5 -qO- http://example.com/",
+            "wget -qT5 -O- http://example.com/",
+            "cd x && wget -q -T 10 http://example.com/ -O page.html",
+        ] {
+            let err = known_crash(command).unwrap_err();
+            assert!(matches!(err, ToolError::Invalid(_)), "{command}: not counted as screened");
+            assert!(err.to_string().contains("--timeout=N"), "{command}: {err}");
+        }
+        for ok in [
+            "wget --timeout=5 -qO- http://example.com/",
+            "wget -qO- http://example.com/ | grep -T x",
+            "tar -T list.txt -cf out.tar",
+        ] {
+            assert!(known_crash(ok).is_ok(), "{ok}");
         }
     }
 

@@ -288,7 +288,8 @@ const REGISTRY: &[Tool] = &[
         name: "run_command",
         description: concat!(
             "Run a shell command with /bin/sh -c in the scratch directory and return its exit \
-             code and (capped) output. Busybox tools are available.",
+             code and (capped) output. Busybox tools are available (busybox wget: write \
+             --timeout=N, never -T; for HTTP prefer http_request or web_fetch).",
             secrets_note!()
         ),
         parameters: || {

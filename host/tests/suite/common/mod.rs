@@ -264,15 +264,18 @@ impl Leftovers {
     }
 }
 
+/// Runs the `docker` CLI (for `Drop`, which cannot await); its stdout, trimmed, or nothing.
+pub fn docker_cli(args: &[&str]) -> String {
+    std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
 impl Drop for Leftovers {
     fn drop(&mut self) {
-        let docker = |args: &[&str]| {
-            std::process::Command::new("docker")
-                .args(args)
-                .output()
-                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-                .unwrap_or_default()
-        };
+        let docker = docker_cli;
         let filter = format!("label=nexbot.pool={}", self.pool);
         for id in docker(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
             docker(&["rm", "-f", id]);

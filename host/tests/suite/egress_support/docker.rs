@@ -1,5 +1,5 @@
-//! Docker helpers for the egress tests: the shared internal test network, running a command
-//! in a container, and removal of what a test created even when it fails.
+//! Docker helpers for the egress tests: an internal test network of the test's own, running a
+//! command in a container, and removal of what a test created even when it fails.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -8,19 +8,49 @@ use std::time::Duration;
 use bollard::Docker;
 use nexbot_docker::NetworkInfo;
 
-/// The one internal network of this test binary's Docker tests — the egress tests, and the
-/// daemons and sandboxes the delegation tests start (created if missing, then left in place:
-/// tests running in parallel use it, and one per test would exhaust the address pools).
-pub const NETWORK: &str = "nxe-tests";
 /// Label on everything the egress tests create.
 pub const LABEL: &str = "nexbot.test";
 pub const LABEL_VALUE: &str = "nxe";
 
-pub async fn internal_network(docker: &Docker) -> NetworkInfo {
+/// An internal network of one test (`nxe-<tag>-<pid>`), removed when dropped — with whatever
+/// container is still on it — however the test ends. (Two tests use one; a network per test
+/// costs nothing at that count.)
+pub struct TestNetwork {
+    pub info: NetworkInfo,
+}
+
+impl std::ops::Deref for TestNetwork {
+    type Target = NetworkInfo;
+    fn deref(&self) -> &NetworkInfo {
+        &self.info
+    }
+}
+
+impl Drop for TestNetwork {
+    fn drop(&mut self) {
+        let docker = crate::common::docker_cli;
+        let name = self.info.name.as_str();
+        let on_it = docker(&[
+            "network",
+            "inspect",
+            "-f",
+            "{{range $id, $_ := .Containers}}{{$id}} {{end}}",
+            name,
+        ]);
+        for id in on_it.split_whitespace() {
+            docker(&["rm", "-f", id]);
+        }
+        docker(&["network", "rm", name]);
+    }
+}
+
+pub async fn internal_network(docker: &Docker, tag: &str) -> TestNetwork {
     let labels = HashMap::from([(LABEL.to_owned(), LABEL_VALUE.to_owned())]);
-    nexbot_docker::ensure_internal_network(docker, NETWORK, &labels)
+    let name = format!("nxe-{tag}-{}", std::process::id());
+    let info = nexbot_docker::ensure_internal_network(docker, &name, &labels)
         .await
-        .expect("internal test network")
+        .expect("internal test network");
+    TestNetwork { info }
 }
 
 /// A host address that is NOT on the internal network (the one the host uses towards the
@@ -43,12 +73,12 @@ pub async fn exec(docker: &Docker, id: &str, script: &str) -> (i64, String) {
     .await
 }
 
-/// The container's address on [`NETWORK`].
-pub async fn address_on_network(docker: &Docker, id: &str) -> IpAddr {
+/// The container's address on `network`.
+pub async fn address_on_network(docker: &Docker, id: &str, network: &str) -> IpAddr {
     let inspect = docker.inspect_container(id, None).await.expect("inspect container");
     let networks = inspect.network_settings.and_then(|n| n.networks).unwrap_or_default();
-    let ip = networks.get(NETWORK).and_then(|e| e.ip_address.clone()).unwrap_or_default();
-    ip.parse().unwrap_or_else(|_| panic!("container {id} has no address on {NETWORK}: {ip:?}"))
+    let ip = networks.get(network).and_then(|e| e.ip_address.clone()).unwrap_or_default();
+    ip.parse().unwrap_or_else(|_| panic!("container {id} has no address on {network}: {ip:?}"))
 }
 
 /// Removes containers and images by name when dropped, so a failing test leaves nothing.

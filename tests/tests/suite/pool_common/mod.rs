@@ -28,9 +28,48 @@ const NETWORK_PREFIX: &str = "nxp-tests-";
 /// One internal network shared by every pool test of this process: creating one per test
 /// would exhaust the engine's address pools when tests run in parallel, and a network belongs
 /// to the process that made it (a test run in another process, another checkout's say, is
-/// refused it while this one lives). Networks of dead test processes are removed by [`setup`].
+/// refused it while this one lives). It goes when this process has ended ([`remove_at_exit`]);
+/// what a watcher could not remove, [`setup`] removes for dead test processes.
 pub fn network() -> String {
+    remove_at_exit();
+    network_name()
+}
+
+fn network_name() -> String {
     format!("{NETWORK_PREFIX}{}", std::process::id())
+}
+
+/// Once per test process: a watcher, detached into its own process group, that waits until
+/// this process has ended — passed, failed, panicked or killed — then removes the containers
+/// of its pools (`nxp-<test>-<pid>`) and its network. The test harness has no hook that runs
+/// after the last test; a process outside it does.
+fn remove_at_exit() {
+    use std::os::unix::process::CommandExt;
+    static WATCHER: std::sync::Once = std::sync::Once::new();
+    WATCHER.call_once(|| {
+        const SCRIPT: &str = r#"
+while kill -0 "$1" 2>/dev/null; do sleep 1; done
+for try in 1 2 3 4 5 6 7 8 9 10; do
+  docker ps -a --filter "label=$3" --format '{{.ID}} {{.Label "'"$3"'"}}' |
+    awk -v end="-$1" 'substr($2, length($2) - length(end) + 1) == end { print $1 }' |
+    xargs -r docker rm -f >/dev/null 2>&1
+  docker network inspect "$2" >/dev/null 2>&1 || exit 0
+  docker network rm "$2" >/dev/null 2>&1 && exit 0
+  sleep 2
+done
+"#;
+        let pid = std::process::id().to_string();
+        let spawned = std::process::Command::new("sh")
+            .args(["-c", SCRIPT, "nxp-tests-watcher", &pid, &network_name(), LABEL_POOL])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn();
+        if let Err(e) = spawned {
+            eprintln!("cannot start the watcher that removes {} at exit: {e}", network_name());
+        }
+    });
 }
 
 /// The engine and a config for a pool named after `test`, or `None` (outside CI) when
