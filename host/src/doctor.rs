@@ -66,7 +66,12 @@ pub async fn run(config: &Config) -> Vec<Check> {
     if config.subagent.enabled {
         let (docker_checks, engine) = docker(config).await;
         checks.extend(docker_checks);
-        checks.push(egress_listener(config, engine.as_ref()).await);
+        // Under compose the daemon's pool network is the project's: check that one.
+        let deployed = match &engine {
+            Some(docker) => crate::sandbox::deployed_config(config, docker).await,
+            None => config.clone(),
+        };
+        checks.push(egress_listener(&deployed, engine.as_ref()).await);
         checks.push(egress_firewall(config).await);
         checks.extend(egress_relay(config));
     }

@@ -132,6 +132,19 @@ async fn in_compose(config: &Config, docker: &nexbot_docker::Docker) -> FromCont
     from
 }
 
+/// The config a daemon's pool runs with here: `config` with what a compose deployment derives
+/// from this process's container (pool name, network, skills folder; see
+/// [`compose_settings`]), else `config` itself. For `doctor`, which must check the network the
+/// daemon uses, not the built-in default. Asks the engine once, without the log lines the
+/// daemon's start writes.
+pub async fn deployed_config(config: &Config, docker: &nexbot_docker::Docker) -> Config {
+    let found = nexbot_docker::discover_own_container(docker, 1, std::time::Duration::ZERO).await;
+    match compose_settings(config, &found) {
+        FromContainer::Compose(derived) => *derived,
+        FromContainer::Unchanged | FromContainer::CannotTell { .. } => config.clone(),
+    }
+}
+
 /// `error` with what the operator needs when the daemon could not tell its deployment and
 /// the default names it fell back to belong to another running nexbot.
 fn refused_defaults(error: SandboxError, cannot_tell: Option<&str>) -> SandboxError {

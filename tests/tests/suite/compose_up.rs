@@ -269,6 +269,15 @@ async fn logs(docker: &Docker, id: &str) -> String {
     out
 }
 
+/// The gateway address of the network `name`, which must exist.
+async fn pool_network_gateway(docker: &Docker, name: &str) -> String {
+    nexbot_docker::network_gateway(docker, name)
+        .await
+        .unwrap_or_else(|e| panic!("network {name}: {e}"))
+        .unwrap_or_else(|| panic!("no network {name}"))
+        .to_string()
+}
+
 async fn inspect(docker: &Docker, id: &str) -> ContainerInspectResponse {
     docker.inspect_container(id, None).await.expect("inspect container")
 }
@@ -547,6 +556,14 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     assert!(doctor.status.success(), "doctor failed:\n{report}{}", text(&doctor.stderr));
     assert!(report.contains("[ok]   llm:"), "{report}");
     assert!(report.contains("[ok]   subagent image: nexbot-subagent:dev"), "{report}");
+    // It checks the network this deployment's pool uses, not the built-in default.
+    let listener = report.lines().find(|l| l.contains("egress listener")).unwrap_or_default();
+    let pool_network = format!("{project}-subagents");
+    let gateway = pool_network_gateway(&docker, &pool_network).await;
+    assert!(
+        listener.contains(&pool_network) || listener.contains(&gateway),
+        "doctor checked another network than {pool_network} ({gateway}): {report}"
+    );
     let health = ctl(&host, &["health"]).await;
     assert_eq!(health["ready"], true, "{health}");
 
