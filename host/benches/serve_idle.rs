@@ -84,9 +84,9 @@ async fn main() {
     println!(
         "nexbot serve idle memory: release binary {NEXBOT}\n  workspace from `nexbot init`, \
          default config except pool size {POOL_SIZE}, pool name and network (bench-only), LLM = \
-         scripted server; log level info.\n  Egress: `nexbot serve` on this branch does not \
-         start the egress proxy/relay (not wired into the daemon yet), so nothing was disabled \
-         and nothing of it is counted."
+         scripted server; log level info.\n  The egress proxy and LLM relay run (as in every \
+         `serve` with the sandbox), the firewall too when the bench runs as root. Telegram is off \
+         here (no token): the Telegram bench measures the RSS with it polling."
     );
     let started = Instant::now();
     let mut child = command
