@@ -280,3 +280,32 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
         "rules removed on shutdown: {rules}"
     );
 }
+
+/// A test's network goes with its guard however the test ends: here a test that fails (panics)
+/// with a container still on its network leaves neither behind.
+#[tokio::test]
+async fn a_failing_test_leaves_no_network_behind() {
+    let Some(docker) = docker_or_skip("egress_docker").await else { return };
+    let network = internal_network(&docker, "fails").await;
+    let name = network.name.clone();
+    let container = crate::common::docker_cli(&[
+        "run",
+        "-di",
+        "--network",
+        &name,
+        "--label",
+        &format!("{LABEL}={LABEL_VALUE}"),
+        "nexbot-subagent:dev",
+    ]);
+    assert!(!container.is_empty(), "a container on {name}");
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _network = network;
+        panic!("the test fails with a container on its network");
+    }));
+    assert!(failed.is_err());
+    let left =
+        crate::common::docker_cli(&["network", "ls", "-q", "--filter", &format!("name={name}")]);
+    assert!(left.is_empty(), "network {name} left behind: {left}");
+    let gone = crate::common::docker_cli(&["ps", "-aq", "--filter", &format!("id={container}")]);
+    assert!(gone.is_empty(), "container {container} left behind");
+}
