@@ -96,6 +96,44 @@ struct Inner {
     owes_notice: Mutex<HashSet<i64>>,
     /// Chats that were told once that the bot is private.
     refused: Mutex<HashSet<i64>>,
+    /// Every part of the recent messages sent in several parts, by the id [`Channel::send`]
+    /// returned for them: an edit or a delete of that id reaches all of them.
+    parts: Mutex<PartGroups>,
+}
+
+/// How many multi-part messages' parts are remembered (the oldest are forgotten first; the
+/// router lets tools reach only a chat's last 256 messages anyway).
+const PART_GROUPS: usize = 1024;
+
+/// The parts of multi-part messages: `(chat, the id given out)` → every part's id, in order.
+#[derive(Debug, Default)]
+struct PartGroups {
+    groups: HashMap<(i64, i32), Vec<i32>>,
+    order: std::collections::VecDeque<(i64, i32)>,
+}
+
+impl PartGroups {
+    fn remember(&mut self, chat_id: i64, key: i32, ids: Vec<i32>) {
+        if self.groups.insert((chat_id, key), ids).is_none() {
+            self.order.push_back((chat_id, key));
+        }
+        while self.order.len() > PART_GROUPS {
+            if let Some(old) = self.order.pop_front() {
+                self.groups.remove(&old);
+            }
+        }
+    }
+
+    /// The parts of the message given out as `key`: itself alone when it had one part.
+    fn of(&self, chat_id: i64, key: i32) -> Vec<i32> {
+        self.groups.get(&(chat_id, key)).cloned().unwrap_or_else(|| vec![key])
+    }
+
+    fn forget(&mut self, chat_id: i64, key: i32) {
+        if self.groups.remove(&(chat_id, key)).is_some() {
+            self.order.retain(|k| *k != (chat_id, key));
+        }
+    }
 }
 
 struct Inflight {
@@ -172,6 +210,7 @@ impl Telegram {
                 inflight: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
                 owes_notice: Mutex::new(HashSet::new()),
+                parts: Mutex::default(),
                 refused: Mutex::new(HashSet::new()),
             }),
         })
@@ -587,6 +626,16 @@ impl Inner {
         Ok(ids)
     }
 
+    /// The id a sent message is known by (its last part's), remembering all its parts when
+    /// it had several.
+    fn given_out(&self, chat_id: i64, ids: Vec<i32>) -> Option<MessageId> {
+        let key = *ids.last()?;
+        if ids.len() > 1 {
+            self.parts.lock().unwrap_or_else(|p| p.into_inner()).remember(chat_id, key, ids);
+        }
+        Some(MessageId(i64::from(key)))
+    }
+
     /// One message, retried until the delivery deadline: 429 waits as told, network errors
     /// back off, entities Telegram rejects are resent as plain text. `Ok(None)` when Telegram
     /// answered something unreadable (the message was most likely sent; not sent again).
@@ -743,6 +792,64 @@ impl Inner {
     /// Replaces a message's text (one part; longer text is cut). "Not modified" is success.
     async fn edit_text(&self, chat_id: i64, message_id: i32, text: &str) -> Result<(), String> {
         let part = format::render(text).into_iter().next().unwrap_or_else(|| plain_part("…"));
+        self.edit_part(chat_id, message_id, &part).await
+    }
+
+    /// The message given out as `key` (every part of it) now says `text`: its parts are
+    /// edited in order, parts the new text no longer needs are deleted, and parts it needs
+    /// beyond them are sent after (at the chat's end).
+    async fn edit_message(&self, chat_id: i64, key: i32, text: &str) -> Result<(), String> {
+        let old = self.parts.lock().unwrap_or_else(|p| p.into_inner()).of(chat_id, key);
+        let mut new = format::render(text);
+        if new.is_empty() {
+            new.push(plain_part("…"));
+        }
+        let mut ids = Vec::with_capacity(new.len());
+        for (i, part) in new.iter().enumerate() {
+            match old.get(i) {
+                Some(id) => {
+                    self.edit_part(chat_id, *id, part).await?;
+                    ids.push(*id);
+                }
+                None => match self.send_part(chat_id, part, None).await {
+                    Ok(id) => ids.extend(id),
+                    Err(e) => return Err(e.to_string()),
+                },
+            }
+        }
+        for id in old.iter().skip(new.len()) {
+            self.delete_one(chat_id, *id).await?;
+        }
+        let mut groups = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.len() > 1 || ids.first() != Some(&key) {
+            groups.remember(chat_id, key, ids);
+        } else {
+            groups.forget(chat_id, key);
+        }
+        Ok(())
+    }
+
+    /// Deletes the message given out as `key`, every part of it.
+    async fn delete_message(&self, chat_id: i64, key: i32) -> Result<(), String> {
+        let ids = self.parts.lock().unwrap_or_else(|p| p.into_inner()).of(chat_id, key);
+        for id in &ids {
+            self.delete_one(chat_id, *id).await?;
+        }
+        self.parts.lock().unwrap_or_else(|p| p.into_inner()).forget(chat_id, key);
+        Ok(())
+    }
+
+    async fn delete_one(&self, chat_id: i64, id: i32) -> Result<(), String> {
+        self.bot
+            .delete_message(ChatId(chat_id), TgMessageId(id))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| said(&e))
+    }
+
+    /// Replaces one message's text with `part`. "Not modified" is success.
+    async fn edit_part(&self, chat_id: i64, message_id: i32, part: &Part) -> Result<(), String> {
         let mut plain = part.html.is_empty();
         for _ in 0..3 {
             let request = if plain {
@@ -914,7 +1021,7 @@ impl Channel for Telegram {
                         .deliver_with(chat_id, &message.text, None, &message.buttons)
                         .await
                         .map_err(|e| ChannelError::Failed(e.to_string()))?;
-                    Ok(ids.last().map(|id| MessageId(i64::from(*id))))
+                    Ok(inner.given_out(chat_id, ids))
                 }
                 OutboundKind::Taken => {
                     if let Some(update_id) = update_id {
@@ -942,7 +1049,7 @@ impl Channel for Telegram {
                         inner.settle(update_id, settlement).await;
                     }
                     let ids = result.map_err(|e| ChannelError::Failed(e.to_string()))?;
-                    Ok(ids.last().map(|id| MessageId(i64::from(*id))))
+                    Ok(inner.given_out(chat_id, ids))
                 }
             }
         })
@@ -973,7 +1080,7 @@ impl Channel for Telegram {
             let chat_id = telegram_chat(chat)?;
             let id = i32::try_from(message.0)
                 .map_err(|_| ChannelError::Failed(format!("no such message {}", message.0)))?;
-            self.inner.edit_text(chat_id, id, text).await.map_err(ChannelError::Failed)
+            self.inner.edit_message(chat_id, id, text).await.map_err(ChannelError::Failed)
         })
     }
 
@@ -986,13 +1093,7 @@ impl Channel for Telegram {
             let chat_id = telegram_chat(chat)?;
             let id = i32::try_from(message.0)
                 .map_err(|_| ChannelError::Failed(format!("no such message {}", message.0)))?;
-            self.inner
-                .bot
-                .delete_message(ChatId(chat_id), TgMessageId(id))
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| ChannelError::Failed(e.to_string()))
+            self.inner.delete_message(chat_id, id).await.map_err(ChannelError::Failed)
         })
     }
 

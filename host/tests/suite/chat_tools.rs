@@ -251,6 +251,55 @@ async fn manage_message_edits_and_deletes_the_bots_own_messages_and_nothing_else
     serving.stop(LIMIT).await;
 }
 
+/// A message too long for one Telegram message goes out in parts under one id: an edit
+/// reaches every part (parts the new text does not need are deleted), and so does a delete.
+#[tokio::test]
+async fn manage_message_reaches_every_part_of_a_long_message() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    // Three paragraphs of ~3,000 characters: three parts at Telegram's 4,096.
+    let long: String =
+        (0..3).map(|n| format!("PART{n} {}", "word ".repeat(600))).collect::<Vec<_>>().join("\n\n");
+    let text = long.clone();
+    llm.set_responder(move |body| {
+        if last_user(body) != "write it long" {
+            return echo(body);
+        }
+        let results = results(body);
+        let id = results.first().map(|r| r["output"]["message_id"].clone()).unwrap_or_default();
+        match results.len() {
+            0 => Step::tool_call("send_message", json!({"text": text})),
+            1 => Step::tool_call(
+                "manage_message",
+                json!({"action": "edit", "message_id": id, "text": "short now"}),
+            ),
+            2 => Step::tool_call("manage_message", json!({"action": "delete", "message_id": id})),
+            _ => Step::text("cleaned"),
+        }
+    });
+    let ws = TempWorkspace::init("tg-parts");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    tg.user_says(OWNER, OWNER, "write it long").await;
+    let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "cleaned"), LIMIT).await;
+    let parts: Vec<_> = messages.iter().filter(|m| m.raw.contains("PART")).collect();
+    assert_eq!(parts.len(), 3, "sent in three parts: {:?}", texts(&messages));
+    // The edit: the first part says the new text, the two it no longer needs were deleted;
+    // then the delete took the rest.
+    assert_eq!(parts[0].edits.len(), 1, "{:#?}", parts[0]);
+    assert_eq!(parts[0].edits[0].text, "short now", "{:#?}", parts[0]);
+    assert!(parts.iter().all(|p| p.deleted), "every part deleted: {parts:#?}");
+    let deletes = tg.calls("deleteMessage").await;
+    let mut deleted: Vec<i64> =
+        deletes.iter().filter_map(|c| c.params["message_id"].as_i64()).collect();
+    deleted.sort_unstable();
+    let mut ids: Vec<i64> = parts.iter().map(|p| p.message_id).collect();
+    ids.sort_unstable();
+    assert_eq!(deleted, ids, "each part deleted once: {deletes:?}");
+    let results = final_results(&llm, 3);
+    assert!(results.iter().all(|r| r["success"] == true), "{results:?}");
+    serving.stop(LIMIT).await;
+}
+
 #[tokio::test]
 async fn in_the_console_ask_user_takes_the_next_line_and_send_file_prints_where_the_file_is() {
     let ws = TempWorkspace::init("chat-tools");
