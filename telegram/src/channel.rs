@@ -101,6 +101,19 @@ struct Inner {
     parts: Mutex<PartGroups>,
 }
 
+/// No link preview, on every message and edit the bot sends: Telegram's servers fetch the
+/// first link of a message to preview it, so a model could send data out through a preview
+/// URL without touching the egress proxy.
+fn no_preview() -> teloxide_core::types::LinkPreviewOptions {
+    teloxide_core::types::LinkPreviewOptions {
+        is_disabled: true,
+        url: None,
+        prefer_small_media: false,
+        prefer_large_media: false,
+        show_above_text: false,
+    }
+}
+
 /// How many multi-part messages' parts are remembered (the oldest are forgotten first; the
 /// router lets tools reach only a chat's last 256 messages anyway).
 const PART_GROUPS: usize = 1024;
@@ -666,6 +679,7 @@ impl Inner {
                     .send_message(ChatId(chat_id), part.html.clone())
                     .parse_mode(ParseMode::Html)
             };
+            request = request.link_preview_options(no_preview());
             if let Some(reply_to) = reply_to {
                 request = request.reply_parameters(
                     ReplyParameters::new(TgMessageId(reply_to)).allow_sending_without_reply(),
@@ -863,7 +877,7 @@ impl Inner {
                     .edit_message_text(ChatId(chat_id), TgMessageId(message_id), part.html.clone())
                     .parse_mode(ParseMode::Html)
             };
-            match request.send().await {
+            match request.link_preview_options(no_preview()).send().await {
                 Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => return Ok(()),
                 Err(RequestError::Api(ApiError::CantParseEntities(_))) if !plain => plain = true,
                 // Editing is cosmetic: a short 429 is waited for, a long one skips this edit.

