@@ -93,18 +93,21 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
     };
     let text = message.text().or(message.caption()).unwrap_or("");
     let ledger = ledger_text(text);
+    // What the bot does not answer is recorded as written and when, not what it said: a
+    // stranger's words, a group's talk that was not for the bot, another bot's.
+    let unread = String::new;
     let Some(from) = &message.from else {
-        return refuse("no-sender", None, ledger);
+        return refuse("no-sender", None, unread());
     };
     let user_id = from.id.0 as i64;
     if from.is_bot {
-        return refuse("from-a-bot", None, ledger);
+        return refuse("from-a-bot", None, unread());
     }
     // In a group, what does not address the bot is none of its business, whoever wrote it:
     // silence, before the allow-list is even looked at.
     let addressed = private || addressed_in_group(message, me);
     if !addressed {
-        return refuse("group-not-addressed", None, ledger);
+        return refuse("group-not-addressed", None, unread());
     }
     if !config.allows(user_id, chat_id) {
         // In private the stranger is told their id (to ask the operator for access); in a
@@ -114,7 +117,7 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
         } else {
             GROUP_REFUSAL.to_owned()
         };
-        return refuse("not-allowed", Some(reply), ledger);
+        return refuse("not-allowed", Some(reply), unread());
     }
     if let Some(kind) = unsupported_content(message) {
         let reply = Some(format!("I cannot read {kind} yet; please send me text instead."));
@@ -389,6 +392,15 @@ mod tests {
             "/secret@nexbot_bot set [value redacted]"
         );
         let c = config();
+        // A stranger's words are not kept (that they wrote, and when, is).
+        let d = decide(&c, &me(), &update(message(private(777), 777, "my card is 4111 1111")));
+        assert_eq!(rule(&d), "not-allowed");
+        let Decision::Refuse { ledger_text: kept, .. } = &d else { panic!() };
+        assert_eq!(kept, "", "a stranger's text stays out of the ledger");
+        let d = decide(&c, &me(), &update(message(group(-100), 2, "chatter not for the bot")));
+        assert_eq!(rule(&d), "group-not-addressed");
+        let Decision::Refuse { ledger_text: kept, .. } = &d else { panic!() };
+        assert_eq!(kept, "", "a group's talk that was not for the bot stays out of the ledger");
         let d = decide(&c, &me(), &update(message(group(-100), 2, text)));
         assert_eq!(rule(&d), "secret-in-group");
         let Decision::Refuse { ledger_text, .. } = d else { panic!() };
