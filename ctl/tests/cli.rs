@@ -2,12 +2,12 @@
 //! error, 2 usage, 3 not running), `--help`, the socket's resolution from the environment, and,
 //! against a small fake daemon on a Unix socket, the requests sent and what is printed.
 
+use nexbot_tests::TempDir;
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,26 +26,6 @@ fn run(args: &[&str]) -> Output {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A fresh, empty directory for one test (short: socket paths are limited to ~100 bytes).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("nbctl-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Every command that talks to the daemon, with its arguments.
@@ -72,7 +52,7 @@ const DAEMON_COMMANDS: &[&[&str]] = &[
 
 #[test]
 fn every_command_exits_3_when_nothing_listens() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("nbctl");
     let socket = dir.0.join("nexbot.sock");
     for args in DAEMON_COMMANDS {
         let mut all = vec!["--socket", socket.to_str().unwrap()];
@@ -90,7 +70,7 @@ fn every_command_exits_3_when_nothing_listens() {
 
 #[test]
 fn a_stale_socket_file_is_not_running_either() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("nbctl");
     let socket = dir.0.join("nexbot.sock");
     drop(UnixListener::bind(&socket).unwrap());
     assert!(socket.exists());
@@ -144,7 +124,7 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn secrets_set_refuses_an_empty_stdin_before_connecting() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("nbctl");
     let socket = dir.0.join("nexbot.sock");
     // `output()` gives the child an empty stdin: no value, so nothing to send.
     let out = run(&["--socket", socket.to_str().unwrap(), "secrets", "set", "A", "--operator"]);
@@ -157,7 +137,7 @@ fn secrets_set_refuses_an_empty_stdin_before_connecting() {
 
 #[test]
 fn skills_ls_is_built_and_asks_the_daemon() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("nbctl");
     let socket = dir.0.join("nexbot.sock");
     for verb in ["ls", "list"] {
         let out = run(&["--socket", socket.to_str().unwrap(), "skills", verb]);
@@ -170,7 +150,7 @@ fn skills_ls_is_built_and_asks_the_daemon() {
 
 #[test]
 fn the_socket_comes_from_nexbot_socket_then_the_config_directory() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("nbctl");
     let from_env = dir.0.join("env.sock");
     let out = ctl().env("NEXBOT_SOCKET", &from_env).arg("status").output().unwrap();
     assert_eq!(out.status.code(), Some(3));
@@ -210,7 +190,7 @@ struct FakeDaemon {
 
 impl FakeDaemon {
     fn start(routes: &[(&str, u16, &str)]) -> Self {
-        let dir = TempDir::new();
+        let dir = TempDir::new("nbctl");
         let listener = UnixListener::bind(dir.0.join("nexbot.sock")).unwrap();
         let routes: HashMap<String, (u16, String)> =
             routes.iter().map(|(k, s, b)| (k.to_string(), (*s, b.to_string()))).collect();
@@ -331,7 +311,7 @@ fn backup_sends_an_absolute_path_and_prints_the_report() {
         200,
         r#"{"path":"/somewhere/copy.db","bytes":4096}"#,
     )]);
-    let cwd = TempDir::new();
+    let cwd = TempDir::new("nbctl");
     let out = daemon.run_in(&cwd.0, &["backup", "copy.db"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "backup written to /somewhere/copy.db (4.0KiB, 4096 bytes)\n");
@@ -406,7 +386,7 @@ fn watch_without_a_terminal_separates_refreshes_with_a_blank_line() {
 
 #[test]
 fn cron_asks_the_daemon_and_checks_its_arguments_first() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("nbctl");
     let socket = dir.0.join("nexbot.sock");
     let s = socket.to_str().unwrap();
     // Built: it needs the daemon (exit 3 when none runs), not "not built".

@@ -125,3 +125,25 @@ impl std::io::Write for LogCapture {
         Ok(())
     }
 }
+
+/// A fresh, empty directory for one test, removed however the test ends. Its name is short
+/// (`<tmp>/<prefix>-<pid>-<n>`): Unix socket paths inside it must stay under ~100 bytes.
+#[derive(Debug)]
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> Self {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -4,6 +4,7 @@
 //! is reported instead of silently ignored. The real Makefile and script, on this machine with
 //! programs taken off its PATH.
 
+use nexbot_tests::TempDir;
 use std::collections::HashSet;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -15,24 +16,6 @@ fn repo() -> PathBuf {
 
 fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-/// A temporary folder, removed however the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("nxd-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// This machine's PATH as one folder of links to every program on it, but `hidden`: the
@@ -55,7 +38,7 @@ fn path_without(dir: &Path, hidden: &[&str]) -> String {
 
 #[test]
 fn make_up_names_every_missing_program_with_its_install_command_before_building() {
-    let tmp = TempDir::new("preflight-path");
+    let tmp = TempDir::new("nxd-preflight-path");
     let path = path_without(&tmp.0, &["docker-compose", "cargo"]);
     let out = Command::new("make")
         .args(["--no-print-directory", "-C"])
@@ -104,7 +87,7 @@ fn this_machine_has_everything_make_up_needs() {
 
 #[test]
 fn a_setting_in_dot_env_that_compose_does_not_pass_is_reported() {
-    let tmp = TempDir::new("preflight-env");
+    let tmp = TempDir::new("nxd-preflight-env");
     let env = tmp.0.join(".env");
     std::fs::write(
         &env,
