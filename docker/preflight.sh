@@ -74,6 +74,13 @@ env_check() {
   compose_file=$1
   env_file=$2
   [ -f "$env_file" ] || return 0
+  # .env holds the model's key, the bot's token and the vault's master key.
+  mode=$(stat -c %a "$env_file")
+  case $mode in
+    *0) ;;
+    *) echo "make up: $(basename "$env_file") can be read by every user of this machine \
+(mode $mode) and holds your keys: chmod 600 $env_file" >&2 ;;
+  esac
   # The variables compose.yaml reads: `${NAME:-}` on the right of its environment entries.
   passed=$(grep -o '\${NEXBOT_[A-Za-z0-9_]*' "$compose_file" | cut -c3- | sort -u)
   # Settings with a value (an empty one means unset), comments and blank lines skipped.

@@ -38,6 +38,7 @@ impl DataDirLock {
     pub fn acquire(dir: &Path) -> Result<Self, LockError> {
         let io = |e: std::io::Error| LockError::Io { dir: dir.to_owned(), reason: e.to_string() };
         std::fs::create_dir_all(dir).map_err(io)?;
+        make_private(dir).map_err(io)?;
         let path = dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
@@ -65,9 +66,35 @@ impl DataDirLock {
     }
 }
 
+/// Makes the data directory `dir` its owner's alone (0700): it holds the database, the vault,
+/// backups, audit logs and every chat's files. An older install's 0755 directory is tightened
+/// once, logged; what is inside is then out of other users' reach whatever its own mode.
+pub fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        tracing::info!(dir = %dir.display(), was = format!("{mode:o}"), "the data directory is now 0700 (its owner's alone)");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_data_directory_is_made_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("nxh-private-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let lock = DataDirLock::acquire(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{mode:o}");
+        drop(lock);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_second_holder_is_refused_and_told_the_first_ones_pid() {

@@ -78,6 +78,9 @@ fn main() {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    // Every file the daemon writes (config, database and its WAL, backups, audit logs, the
+    // control socket, chats' files) is its user's alone: 0600, folders 0700.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     if let Command::Init { dir, force } = &cli.command {
         return init(dir, *force);
     }

@@ -49,6 +49,14 @@ async fn serve_init_writes_a_workspace_into_an_empty_volume_and_serves() {
         assert!(volume.join(name).is_file(), "{name} missing");
     }
     assert!(volume.join("nexbot.db").is_file(), "the database lives in the volume");
+    // The volume and what the daemon wrote into it are its user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |name: &str| std::fs::metadata(volume.join(name)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(""), 0o700, "the data directory (the test made it 0755)");
+    for name in ["config.toml", "nexbot.db", "nexbot.lock", "AGENTS.md"] {
+        assert_eq!(mode(name) & 0o077, 0, "{name} is {:o}", mode(name));
+    }
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status =

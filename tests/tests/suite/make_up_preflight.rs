@@ -105,7 +105,17 @@ fn a_setting_in_dot_env_that_compose_does_not_pass_is_reported() {
         assert!(out.status.success(), "the check stopped make up: {}", text(&out));
         text(&out)
     };
+    // Written with this process's umask (0644 here): readable by others, which is said.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o644)).unwrap();
     let said = check(&env);
+    assert!(
+        said.contains("make up: .env can be read by every user of this machine (mode 644)"),
+        "{said}"
+    );
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let said = check(&env);
+    assert!(!said.contains("can be read"), "{said}");
     assert!(
         said.contains(
             "make up: NEXBOT_AGENT__MAX_STEPS in .env is not passed to the daemon; set it in \
@@ -134,5 +144,6 @@ fn a_setting_in_dot_env_that_compose_does_not_pass_is_reported() {
         })
         .collect();
     std::fs::write(&env, filled).unwrap();
+    std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
     assert_eq!(check(&env), "", ".env.example documents a setting compose does not pass");
 }
