@@ -211,7 +211,7 @@ impl App {
             clis,
         );
         let line = vault.clone();
-        status.add("secrets", move || crate::vault::status_line(&line));
+        status.add(crate::commands::SECRETS_LINE, move || crate::vault::status_line(&line));
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());

@@ -108,7 +108,8 @@ impl CommandRegistry {
         registry.add(Arc::new(Help));
         registry.add(Arc::new(NewSession { store: store.clone() }));
         registry.add(Arc::new(Stop));
-        registry.add(Arc::new(Status { store: store.clone(), model, spend, board }));
+        let status = Status { store: store.clone(), model, spend, board, vault: vault.clone() };
+        registry.add(Arc::new(status));
         registry.add(Arc::new(AgentModeCommand { store, clis }));
         registry.add(Arc::new(crate::vault::command::SecretCommand::new(vault)));
         registry
@@ -240,6 +241,8 @@ struct Status {
     model: String,
     spend: Arc<Spend>,
     board: StatusBoard,
+    /// For this chat's secrets line (the board's counts every scope).
+    vault: Arc<Vault>,
 }
 
 impl ChatCommand for Status {
@@ -265,6 +268,10 @@ impl ChatCommand for Status {
                 },
             ];
             for (name, line) in self.board.lines() {
+                let line = match name {
+                    SECRETS_LINE => crate::vault::chat_status_line(&self.vault, ctx.chat),
+                    _ => line,
+                };
                 lines.push(format!("{}: {line}", capitalized(name)));
             }
             for (name, problem) in self.board.problems() {
@@ -275,6 +282,9 @@ impl ChatCommand for Status {
         })
     }
 }
+
+/// The status board's name of the vault's line, which `/status` shows per chat.
+pub const SECRETS_LINE: &str = "secrets";
 
 fn capitalized(name: &str) -> String {
     let mut chars = name.chars();
@@ -531,8 +541,24 @@ mod tests {
         board.add_problem("telegram", || Some("cannot reach the Bot API for 12s".to_owned()));
         board.add_problem("pool", || None);
         let spend = Spend::new(crate::config::CapsConfig::default(), store.clone());
+        // Secrets of this chat (telegram:1, the one `run` speaks in), of another chat and of
+        // the operator: `/status` counts this chat's only.
+        let master = secrecy::SecretString::from("master-key-for-tests-0123456789".to_owned());
+        let vault = Vault::open(store.clone(), Some(&master), None).await.unwrap();
+        board.add(SECRETS_LINE, {
+            let vault = vault.clone();
+            move || crate::vault::status_line(&vault)
+        });
+        let value = |v: &str| secrecy::SecretString::from(v.to_owned());
+        let scope = |n: i64| crate::vault::Scope::Chat(ChatRef::Telegram(n));
+        vault.set(&scope(1), "MINE", value("value-of-mine-123"), &[], None).await.unwrap();
+        vault.set(&scope(2), "THEIRS", value("value-of-theirs-1"), &[], None).await.unwrap();
+        vault.set(&scope(2), "THEIRS2", value("value-of-theirs-2"), &[], None).await.unwrap();
+        let operator = crate::vault::Scope::Operator;
+        vault.set(&operator, "OPS", value("value-of-operator"), &[], None).await.unwrap();
         let mut r = registry();
-        r.add(Arc::new(Status { store: store.clone(), model: "m".into(), spend, board }));
+        let status = Status { store: store.clone(), model: "m".into(), spend, board, vault };
+        r.add(Arc::new(status));
         let tools = ["run_command".to_owned(), "web_fetch".to_owned()];
         let clis = Clis::of_image("plain:dev", Some(&tools));
         r.add(Arc::new(AgentModeCommand { store, clis }));
@@ -540,6 +566,8 @@ mod tests {
         let status = run(&r, "/status").await.unwrap();
         assert!(status.contains("\nDEGRADED: telegram: cannot reach the Bot API"), "{status}");
         assert!(!status.contains("DEGRADED: pool"), "{status}");
+        assert!(status.contains("\nSecrets: vault on, 1 stored for this chat\n"), "{status}");
+        assert!(!status.contains("4 stored") && !status.contains("THEIRS"), "{status}");
         let menu = run(&r, "/agent").await.unwrap();
         assert!(menu.contains("/agent cli <none>"), "{menu}");
         let chosen = run(&r, "/agent cli qwen").await.unwrap();

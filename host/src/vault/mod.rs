@@ -619,14 +619,24 @@ impl Vault {
     }
 }
 
-/// The vault's line of `/status` and `nexbot-ctl status`.
+/// The vault's line of `nexbot-ctl status` (every scope: the operator's view).
 pub fn status_line(vault: &Vault) -> String {
-    let count = vault.list(None).len();
+    state_line(vault, &format!("{} stored", vault.list(None).len()))
+}
+
+/// The vault's line of a chat's `/status`: that chat's secrets only, never another scope's
+/// count or names.
+pub fn chat_status_line(vault: &Vault, chat: &ChatRef) -> String {
+    let count = vault.list(Some(&Scope::Chat(chat.clone()))).len();
+    state_line(vault, &format!("{count} stored for this chat"))
+}
+
+fn state_line(vault: &Vault, stored: &str) -> String {
     match vault.state() {
-        VaultState::On => format!("vault on, {count} stored"),
-        VaultState::Off(why) => format!("vault off ({why}), {count} stored"),
+        VaultState::On => format!("vault on, {stored}"),
+        VaultState::Off(why) => format!("vault off ({why}), {stored}"),
         VaultState::WrongKey => {
-            format!("vault LOCKED: NEXBOT_MASTER_KEY does not open it, {count} stored")
+            format!("vault LOCKED: NEXBOT_MASTER_KEY does not open it, {stored}")
         }
     }
 }
