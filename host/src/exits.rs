@@ -12,7 +12,10 @@
 //! value.
 //!
 //! Scanning every chat's secrets at every exit is deliberate: a value of chat A has no
-//! business in chat B's message either.
+//! business in chat B's message either. But a chat's exits name only that chat's secrets
+//! (and the daemon's keys): another scope's value is replaced by a bare `[REDACTED]`, so one
+//! chat never learns the name of another chat's (or the operator's) secret. Logs, the
+//! operator's, name them all.
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -47,12 +50,22 @@ impl Exit {
     }
 }
 
+/// A vault value to scan for: its scope's key (`telegram:42`, `operator`; `None` when not
+/// known, e.g. a retired value), its name, the value.
+pub type ScopedSecret<'a> = (Option<&'a str>, &'a str, &'a SecretString);
+
 /// The values to scan for and the counter of what was stopped. Cheap to share.
 #[derive(Default)]
 pub struct Exits {
     /// The daemon's own keys, by the name they are labelled with.
     daemon: Vec<(String, SecretString)>,
+    /// The vault's values as last refreshed, with their scope.
+    secrets: RwLock<Vec<(Option<String>, String, SecretString)>>,
+    /// Every value, every name shown: logs and exits of no chat.
     redactor: RwLock<Arc<Redactor>>,
+    /// Per chat: every value, names shown only for that chat's own secrets; built on first
+    /// use after each refresh.
+    per_chat: std::sync::Mutex<std::collections::HashMap<String, Arc<Redactor>>>,
     hits: AtomicU64,
 }
 
@@ -76,19 +89,49 @@ impl Exits {
 
     /// Rebuilds the scanner from the daemon's keys and `secrets` (the vault's values of every
     /// scope, names may repeat). Called whenever a secret is set, deleted or rotated.
-    pub fn refresh<'a>(&self, secrets: impl Iterator<Item = (&'a str, &'a SecretString)>) {
-        let mut pairs: Vec<(&str, &SecretString)> =
-            self.daemon.iter().map(|(n, v)| (n.as_str(), v)).collect();
-        for (name, value) in secrets {
-            pairs.push((name, value));
-        }
-        let redactor = Arc::new(Redactor::from_pairs(pairs));
+    pub fn refresh<'a>(&self, secrets: impl Iterator<Item = ScopedSecret<'a>>) {
+        let secrets: Vec<(Option<String>, String, SecretString)> = secrets
+            .map(|(scope, name, value)| (scope.map(str::to_owned), name.to_owned(), value.clone()))
+            .collect();
+        let redactor = Arc::new(self.build(&secrets, None));
+        let mut held = self.secrets.write().unwrap_or_else(|p| p.into_inner());
+        *held = secrets;
         *self.redactor.write().unwrap_or_else(|p| p.into_inner()) = redactor;
+        self.per_chat.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// The current redactor (for stream scanning).
+    /// A redactor over the daemon's keys and `secrets`; with `chat`, the names of other
+    /// scopes' secrets are left out of its labels (they redact to `[REDACTED]`).
+    fn build(
+        &self,
+        secrets: &[(Option<String>, String, SecretString)],
+        chat: Option<&str>,
+    ) -> Redactor {
+        let mut pairs: Vec<(&str, &SecretString)> =
+            self.daemon.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        for (scope, name, value) in secrets {
+            let shown = chat.is_none_or(|chat| scope.as_deref() == Some(chat));
+            pairs.push((if shown { name.as_str() } else { "" }, value));
+        }
+        Redactor::from_pairs(pairs)
+    }
+
+    /// The current redactor, every name shown (for logs and stream scanning).
     pub fn redactor(&self) -> Arc<Redactor> {
         self.redactor.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The redactor for `chat`'s exits: another scope's secret is redacted without its name.
+    fn redactor_for(&self, chat: &ChatRef) -> Arc<Redactor> {
+        let key = chat.to_string();
+        let mut cache = self.per_chat.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(redactor) = cache.get(&key) {
+            return redactor.clone();
+        }
+        let secrets = self.secrets.read().unwrap_or_else(|p| p.into_inner());
+        let redactor = Arc::new(self.build(&secrets, Some(&key)));
+        cache.insert(key, redactor.clone());
+        redactor
     }
 
     /// Secrets stopped at an exit since start.
@@ -98,12 +141,17 @@ impl Exits {
 
     /// `text` with every known secret redacted; a hit is audited (names, exit, chat).
     pub fn scan<'t>(&self, exit: Exit, chat: Option<&ChatRef>, text: &'t str) -> Cow<'t, str> {
-        let Some((clean, names)) = self.redactor().redact_found(text) else {
+        let redactor = match chat {
+            Some(chat) if exit != Exit::Log => self.redactor_for(chat),
+            _ => self.redactor(),
+        };
+        let Some((clean, names)) = redactor.redact_found(text) else {
             return Cow::Borrowed(text);
         };
         self.hits.fetch_add(names.len() as u64, Ordering::Relaxed);
         let chat = chat.map(ToString::to_string).unwrap_or_default();
         for name in &names {
+            let name = if name.is_empty() { "(another scope's secret)" } else { name.as_str() };
             tracing::warn!(
                 target: "nexbot::exits",
                 secret = %name,
@@ -221,8 +269,42 @@ mod tests {
             ("NEXBOT_TELEGRAM_TOKEN".to_owned(), None),
         ]);
         let token = SecretString::from(TOKEN.to_owned());
-        exits.refresh([("GITHUB_TOKEN", &token)].into_iter());
+        exits.refresh([(Some("telegram:7"), "GITHUB_TOKEN", &token)].into_iter());
         exits
+    }
+
+    #[test]
+    fn a_chats_exits_name_only_its_own_secrets() {
+        use secrecy::ExposeSecret;
+        let exits = exits();
+        let (other, operator) = (
+            SecretString::from("other-chat-PLANTED-value-444".to_owned()),
+            SecretString::from("operator-PLANTED-value-555".to_owned()),
+        );
+        let token = SecretString::from(TOKEN.to_owned());
+        exits.refresh(
+            [
+                (Some("telegram:7"), "GITHUB_TOKEN", &token),
+                (Some("telegram:8"), "BANK_PIN_OF_CHAT_8", &other),
+                (Some("operator"), "OPS_DEPLOY_KEY", &operator),
+                (None, "RETIRED_ONE", &other),
+            ]
+            .into_iter(),
+        );
+        let text = format!("{TOKEN} / {} / {}", other.expose_secret(), operator.expose_secret());
+        let seven = ChatRef::Telegram(7);
+        for exit in [Exit::Chat, Exit::Llm, Exit::TaskRecord] {
+            let clean = exits.scan(exit, Some(&seven), &text);
+            assert_eq!(clean, "[REDACTED:GITHUB_TOKEN] / [REDACTED] / [REDACTED]", "{exit:?}");
+        }
+        let eight = exits.scan(Exit::Chat, Some(&ChatRef::Telegram(8)), &text);
+        assert!(eight.contains("[REDACTED:BANK_PIN_OF_CHAT_8]"), "{eight}");
+        assert!(!eight.contains("GITHUB_TOKEN") && !eight.contains("OPS_DEPLOY_KEY"), "{eight}");
+        // The operator's logs name them all.
+        let logged = exits.scan(Exit::Log, Some(&seven), &text);
+        assert!(logged.contains("[REDACTED:OPS_DEPLOY_KEY]"), "{logged}");
+        // The daemon's own keys keep their names everywhere.
+        assert_eq!(exits.scan(Exit::Chat, Some(&seven), KEY), "[REDACTED:NEXBOT_LLM_API_KEY]");
     }
 
     #[test]

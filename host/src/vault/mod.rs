@@ -471,11 +471,16 @@ impl Vault {
         let Some(exits) = &self.exits else { return };
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<String> = entries.keys().map(|(scope, _)| scope.key()).collect();
         exits.refresh(
             entries
                 .iter()
-                .filter_map(|((_, name), e)| Some((name.as_str(), e.value.as_ref().ok()?)))
-                .chain(retired.iter().map(|(name, value)| (name.as_str(), value))),
+                .zip(&keys)
+                .filter_map(|(((_, name), e), scope)| {
+                    Some((Some(scope.as_str()), name.as_str(), e.value.as_ref().ok()?))
+                })
+                // A retired value's scope is not kept: every chat sees it unnamed.
+                .chain(retired.iter().map(|(name, value)| (None, name.as_str(), value))),
         );
     }
 
