@@ -40,8 +40,9 @@ fn network_name() -> String {
 }
 
 /// Once per test process: a watcher, detached into its own process group, that waits until
-/// this process has ended — passed, failed, panicked or killed — then removes the containers
-/// of its pools (`nxp-<test>-<pid>`) and its network. The test harness has no hook that runs
+/// this process has ended — passed, failed, panicked or killed — then removes the images it
+/// built (`nexbot-test-<what>:<pid>`, e.g. the clean-room attacks' helper image), the
+/// containers of its pools (`nxp-<test>-<pid>`) and its network. The test harness has no hook that runs
 /// after the last test; a process outside it does.
 fn remove_at_exit() {
     use std::os::unix::process::CommandExt;
@@ -49,6 +50,8 @@ fn remove_at_exit() {
     WATCHER.call_once(|| {
         const SCRIPT: &str = r#"
 while kill -0 "$1" 2>/dev/null; do sleep 1; done
+docker images --format '{{.Repository}}:{{.Tag}}' | grep -E "^nexbot-test-[a-z-]+:$1\$" |
+  xargs -r docker rmi -f >/dev/null 2>&1
 for try in 1 2 3 4 5 6 7 8 9 10; do
   docker ps -a --filter "label=$3" --format '{{.ID}} {{.Label "'"$3"'"}}' |
     awk -v end="-$1" 'substr($2, length($2) - length(end) + 1) == end { print $1 }' |
