@@ -40,9 +40,6 @@ use crate::store::{unix_now, Store};
 /// How often `HEARTBEAT.md` is looked at besides its watch (inotify can overflow, the folder
 /// may be replaced); re-read only when it changed.
 const HEARTBEAT_LOOK: Duration = Duration::from_secs(30);
-/// The longest sleep when nothing is due: a safety net, every wake-up that matters is pushed
-/// (a job changed, the heartbeat file changed, the next due time).
-const IDLE_LOOK: Duration = Duration::from_secs(60);
 /// After the database failed, the next try.
 const RETRY: Duration = Duration::from_secs(1);
 /// How often finished runs past `storage.task_records_days` are deleted.
@@ -412,14 +409,16 @@ impl Scheduler {
                 }
             };
             self.handle_all(due, now, &tx).await;
+            // Every wake-up that matters is pushed (a job changed, the heartbeat file changed)
+            // or due; the heartbeat's look is the longest sleep, a safety net.
             sleep = match self.store.next_due().await {
-                Ok(next) => until_due(next, SystemTime::now()),
+                Ok(next) => until_due(next, SystemTime::now()).unwrap_or(HEARTBEAT_LOOK),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read the next due time");
                     RETRY
                 }
             };
-            sleep = sleep.min(IDLE_LOOK).min(HEARTBEAT_LOOK);
+            sleep = sleep.min(HEARTBEAT_LOOK);
             if self.keep_days > 0 {
                 let since = pruned.map_or(Duration::ZERO, |t| t.elapsed());
                 sleep = sleep.min(PRUNE_EVERY.saturating_sub(since));
@@ -589,12 +588,11 @@ impl Scheduler {
     }
 }
 
-/// How long from `now` until the unix second `next` begins (zero when it has); the idle
-/// look when nothing is due.
-fn until_due(next: Option<i64>, now: SystemTime) -> Duration {
-    let Some(next) = next else { return IDLE_LOOK };
-    let at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(next).unwrap_or(0));
-    at.duration_since(now).unwrap_or(Duration::ZERO)
+/// How long from `now` until the unix second `next` begins (zero when it has); `None` when
+/// nothing is due.
+fn until_due(next: Option<i64>, now: SystemTime) -> Option<Duration> {
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(next?).unwrap_or(0));
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Notifies `changed` when something happens to `file` (written, replaced, removed), through
@@ -763,10 +761,10 @@ mod wake_tests {
     #[test]
     fn sleeps_until_the_due_second_begins() {
         let now = std::time::UNIX_EPOCH + Duration::from_millis(1_000_250);
-        assert_eq!(until_due(Some(1_002), now), Duration::from_millis(1_750));
-        assert_eq!(until_due(Some(1_000), now), Duration::ZERO, "overdue: at once");
-        assert_eq!(until_due(Some(-5), now), Duration::ZERO);
-        assert_eq!(until_due(None, now), IDLE_LOOK);
+        assert_eq!(until_due(Some(1_002), now), Some(Duration::from_millis(1_750)));
+        assert_eq!(until_due(Some(1_000), now), Some(Duration::ZERO), "overdue: at once");
+        assert_eq!(until_due(Some(-5), now), Some(Duration::ZERO));
+        assert_eq!(until_due(None, now), None);
     }
 }
 

@@ -560,7 +560,7 @@ async fn an_idle_scheduler_sleeps_and_a_new_job_wakes_it() {
     )
     .await
     .unwrap();
-    // Well before the idle look (60 s) or the heartbeat's look (30 s) would find it.
+    // Well before the scheduler's longest sleep (the heartbeat's look, 30 s) would find it.
     let m = h.next_final(10).await.expect("the new job never ran");
     assert!(m.text.starts_with("Scheduled «say woken»:"), "{}", m.text);
     let runs = h.wait_runs(job.id, 10, |r| count(r, "ok") == 1).await;
