@@ -35,8 +35,10 @@
 //!   beside the task); and 20 chats sending tasks round-robin with as many in flight as
 //!   containers (sustained tasks/s, waits with no blank ready, containers started per second,
 //!   and the longest stretch with tasks waiting and no blank ready, next to one container's
-//!   start). Then on a pool with more blanks than chats: each chat's first task while blanks
-//!   last, and the same round-robin.
+//!   start), next to the engine's own ceiling for that churn (bare create + start + remove of
+//!   the pool's container, as many at once, on its network and with none). Then on a pool
+//!   with more blanks than chats: each chat's first task while blanks last, and the same
+//!   round-robin.
 //!
 //! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
 //! are KiB and are converted.
@@ -765,6 +767,8 @@ struct RoomsRun {
     /// 20 chats round-robin on the pool of 4, and on a pool as large as the chats.
     small: RoundRobin,
     large: RoundRobin,
+    /// The engine's own ceiling for that churn, measured right after the pool of 4's run.
+    ceiling: EngineCeiling,
 }
 
 /// One one-step task of `room`; end to end, the LLM server's own handling (only when no
@@ -832,6 +836,7 @@ async fn rooms_run(
     // 20 chats round-robin, 4 in flight: on this pool of 4, then on one as large as the chats.
     let small = round_robin(&pool, llm, gateway).await;
     pool.shutdown().await.expect("shutdown");
+    let ceiling = engine_ceiling(docker, &config).await;
     let sized = PoolConfig { size: ROOM_CHATS + POOL_SIZE, ..config.clone() };
     let pool = Pool::start(docker.clone(), sized).await.expect("pool starts");
     // While blanks last: the round-robin's chats' first tasks, one after another, each on a
@@ -840,7 +845,7 @@ async fn rooms_run(
     println!("{}", first.line("rooms: a new chat's first task, blanks lasting"));
     let large = round_robin(&pool, llm, gateway).await;
     pool.shutdown().await.expect("shutdown");
-    RoomsRun { next, first, churn, small, large }
+    RoomsRun { next, first, churn, small, large, ceiling }
 }
 
 /// [`FIRST_TASKS`] new chats' first tasks, one after another, each once a blank is ready
@@ -862,6 +867,65 @@ async fn first_tasks(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr, prefix: &s
         first.push(took.saturating_sub(llm_own));
     }
     Stats::of(first)
+}
+
+/// Container lifecycles measured by [`engine_ceiling`].
+const CEILING_LIFECYCLES: usize = 24;
+
+/// What the engine alone can do for the round-robin on a pool smaller than its chats: there
+/// every task's room needs a new container and one of another room must go, so the rate is
+/// bounded by create + start + remove, whatever the pool does around them.
+struct EngineCeiling {
+    /// Lifecycles per second with the pool's own spec (hardened, on its internal network).
+    deployed: f64,
+    /// The same spec with no network at all (`network_mode: none`): what a network-less
+    /// design would lift the bound to.
+    no_network: f64,
+}
+
+/// [`CEILING_LIFECYCLES`] bare lifecycles (create, start, force-remove; no attach, no ping),
+/// [`POOL_SIZE`] at once, of the container the pool itself would create for `config`, then the
+/// same with no network.
+async fn engine_ceiling(docker: &Docker, config: &PoolConfig) -> EngineCeiling {
+    let owner = nexbot_docker::Owner::current();
+    let run = format!("nxb-{}", std::process::id());
+    let rate = |network_less: bool| {
+        let run = run.clone();
+        async move {
+            let mut body = nexbot_docker::spec::container_spec(config, owner, &run, 0)
+                .expect("the pool's spec");
+            body.labels.get_or_insert_with(Default::default).insert(RUN_LABEL.into(), run);
+            if network_less {
+                body.networking_config = None;
+                if let Some(host) = body.host_config.as_mut() {
+                    host.network_mode = Some("none".into());
+                }
+            }
+            let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(POOL_SIZE));
+            let started = Instant::now();
+            let lifecycles = (0..CEILING_LIFECYCLES).map(|_| {
+                let (semaphore, body) = (semaphore.clone(), body.clone());
+                async move {
+                    let _permit = semaphore.acquire().await.expect("open");
+                    let id = docker.create_container(None, body).await.expect("create").id;
+                    docker.start_container(&id, None).await.expect("start");
+                    let remove = RemoveContainerOptionsBuilder::default().force(true).build();
+                    docker.remove_container(&id, Some(remove)).await.expect("remove");
+                }
+            });
+            futures_util::future::join_all(lifecycles).await;
+            CEILING_LIFECYCLES as f64 / started.elapsed().as_secs_f64()
+        }
+    };
+    let deployed = rate(false).await;
+    let no_network = rate(true).await;
+    println!(
+        "engine alone: {CEILING_LIFECYCLES} create + start + remove of the pool's container, \
+         {POOL_SIZE} at once: {} /s on the pool's network, {} /s with no network",
+        number(deployed),
+        number(no_network)
+    );
+    EngineCeiling { deployed, no_network }
 }
 
 /// What [`round_robin`] measured.
@@ -987,6 +1051,17 @@ impl RoomsRun {
                 "tasks/s",
                 Target::AtLeast(5.0),
             ));
+            if pool < ROOM_CHATS {
+                record(Figure::reference(
+                    "  the engine's ceiling: create + start + remove /s",
+                    &format!(
+                        "{} ({} with no network)",
+                        number(self.ceiling.deployed),
+                        number(self.ceiling.no_network)
+                    ),
+                    &format!("(same spec, {POOL_SIZE} at once, no attach or ping)"),
+                ));
+            }
             record(Figure::reference(
                 "  waits with no blank / containers started per s",
                 &format!("{} / {}", run.blank_empty_waits, number(run.started_per_s)),
