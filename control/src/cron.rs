@@ -34,6 +34,10 @@ pub struct CronAdd {
     /// `skip` or `once`; unset: `once` for one-shot jobs, `skip` for recurring ones.
     #[serde(default)]
     pub missed: Option<String>,
+    /// Tokens one run may use (the agent's and its delegated tasks'); unset: the daemon's
+    /// `scheduler.job_token_budget` at each run.
+    #[serde(default)]
+    pub token_budget: Option<u64>,
 }
 
 /// A job as `cron ls` shows it.
@@ -58,6 +62,16 @@ pub struct CronJob {
     /// `tokens_per_run` × the runs due in the next 24 hours.
     pub tokens_per_day: Option<f64>,
     pub runs_per_day: u64,
+    /// Tokens one run may use; a run that passes it is stopped and recorded `over budget`.
+    #[serde(default)]
+    pub token_budget: u64,
+    /// The budget is the daemon's default (`scheduler.job_token_budget`), not the job's own.
+    #[serde(default)]
+    pub token_budget_default: bool,
+    /// Who stored the job: the operator, a turn of its chat, `HEARTBEAT.md`, or unknown
+    /// (stored by a daemon that did not record it).
+    #[serde(default)]
+    pub created_by: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

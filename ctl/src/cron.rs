@@ -53,6 +53,10 @@ pub struct AddArgs {
     /// A short name [default: the task's beginning]
     #[arg(long)]
     pub name: Option<String>,
+    /// Tokens one run may use; a run that passes it is stopped and recorded "over budget"
+    /// [default: the daemon's scheduler.job_token_budget]
+    #[arg(long, value_name = "TOKENS")]
+    pub budget: Option<u64>,
     /// What the agent does at each run
     #[arg(required = true, num_args = 1..)]
     pub task: Vec<String>,
@@ -69,6 +73,7 @@ pub async fn run(ctx: &Ctx, command: CronCommand) -> anyhow::Result<()> {
                 at: a.at,
                 time_zone: a.time_zone,
                 missed: a.missed,
+                token_budget: a.budget,
             };
             let value = post(ctx, cron_paths::CRON, &body).await?;
             show(ctx, value, |j: CronJob| jobs(std::slice::from_ref(&j)))
@@ -103,8 +108,8 @@ fn tokens(t: Option<f64>) -> String {
 /// `cron ls`: one row per job.
 pub fn jobs(list: &[CronJob]) -> String {
     let mut t = Table::new(&[
-        "id", "kind", "chat", "name", "schedule", "zone", "missed", "next", "tok/run", "runs/day",
-        "tok/day",
+        "id", "kind", "chat", "name", "schedule", "zone", "missed", "next", "tok/run", "budget",
+        "runs/day", "tok/day", "by",
     ]);
     for j in list {
         t.row(vec![
@@ -117,8 +122,14 @@ pub fn jobs(list: &[CronJob]) -> String {
             j.missed.clone(),
             j.next_run_local.clone().unwrap_or_else(|| "-".into()),
             tokens(j.tokens_per_run),
+            if j.token_budget_default {
+                format!("{} (default)", j.token_budget)
+            } else {
+                j.token_budget.to_string()
+            },
             j.runs_per_day.to_string(),
             tokens(j.tokens_per_day),
+            cut(&one_line(&j.created_by), 40),
         ]);
     }
     t.render()
@@ -178,10 +189,22 @@ mod tests {
             runs_measured: 3,
             tokens_per_day: Some(34_675.2),
             runs_per_day: 288,
+            token_budget: 5_000,
+            token_budget_default: true,
+            created_by: "HEARTBEAT.md".into(),
         };
         let text = jobs(&[job]);
         let row = text.lines().nth(1).unwrap();
-        for cell in ["heartbeat", "0 */5 * * * *", "Europe/Berlin", "120", "288", "34675"] {
+        for cell in [
+            "heartbeat",
+            "0 */5 * * * *",
+            "Europe/Berlin",
+            "120",
+            "5000 (default)",
+            "288",
+            "34675",
+            "HEARTBEAT.md",
+        ] {
             assert!(row.contains(cell), "{cell} in {row}");
         }
         assert!(text.lines().next().unwrap().contains("TOK/DAY"));

@@ -154,6 +154,8 @@ async fn memory(llm: &ScriptedLlm) {
                     missed: Missed::Skip,
                     next_run: Some(next),
                     heartbeat: false,
+                    created_by: Default::default(),
+                    token_budget: None,
                 })
                 .await
                 .unwrap();

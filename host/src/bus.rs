@@ -96,6 +96,23 @@ impl Dispatcher {
     }
 
     async fn route(&mut self, message: InboundMessage) {
+        // A confirmation's button before the commands: it answers the question waiting in
+        // the chat (or, stale, is told so); it is not a command of its own.
+        if let Some(taken) = self.router.answer_press(&message.chat, &message.text) {
+            let answer = if taken {
+                OutboundMessage {
+                    kind: OutboundKind::Taken,
+                    ..OutboundMessage::answer(&message.chat, message.id, String::new())
+                }
+            } else {
+                let text = "That question is no longer waiting (it was answered, or its time \
+                            ran out); nothing was changed."
+                    .to_owned();
+                OutboundMessage::answer(&message.chat, message.id, text)
+            };
+            deliver(&self.router, answer).await;
+            return;
+        }
         // Commands first: `/stop` must reach a turn that is waiting on a question.
         if let Some(parsed) = self.commands.parse(&message.text) {
             let text = match parsed {

@@ -341,6 +341,10 @@ pub struct SchedulerConfig {
     pub late_secs: u64,
     /// `once`: a missed run older than this is skipped too.
     pub missed_window_secs: u64,
+    /// Tokens one run of a job may use (the agent's and its delegated tasks') when the job
+    /// names no budget of its own; a run that passes it is stopped and recorded
+    /// `over budget`. A chat's assistant may give its jobs less, never more.
+    pub job_token_budget: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -352,6 +356,7 @@ impl Default for SchedulerConfig {
             queue: 32,
             late_secs: 30,
             missed_window_secs: 86_400,
+            job_token_budget: 100_000,
         }
     }
 }
@@ -770,6 +775,7 @@ impl Config {
         range("scheduler.queue", sch.queue, 0, 100_000)?;
         range("scheduler.late_secs", sch.late_secs, 1, 86_400)?;
         range("scheduler.missed_window_secs", sch.missed_window_secs, 1, 365 * 86_400)?;
+        range("scheduler.job_token_budget", sch.job_token_budget, 1, 1_000_000_000)?;
         if !sch.time_zone.is_empty() && sch.time_zone.parse::<chrono_tz::Tz>().is_err() {
             return Err((
                 "scheduler.time_zone",

@@ -106,7 +106,12 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(AskUser::new(Duration::from_secs(config.agent.ask_timeout_secs))));
     if config.scheduler.enabled {
         let zone = config.scheduler.default_zone(&config.llm.caps);
-        tools.add(Arc::new(crate::tools::schedule::ScheduleTask::new(store.clone(), zone)));
+        tools.add(Arc::new(crate::tools::schedule::ScheduleTask::new(
+            store.clone(),
+            zone,
+            config.scheduler.job_token_budget,
+            Duration::from_secs(config.agent.ask_timeout_secs),
+        )));
     }
     let skills = crate::skills::Skills::from_config(config);
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));

@@ -161,6 +161,16 @@ const MIGRATIONS: &[&str] = &[
         updated_at INTEGER NOT NULL,
         PRIMARY KEY (scope, name)
     );",
+    // 8: a job's provenance and its budget per run (scheduled jobs are not a persistence
+    // channel): `created_by` is `operator`, `chat` (a turn of the job's chat stored it; which
+    // turn is `created_in`) or `heartbeat`, NULL for jobs stored before this version (shown
+    // as unknown); `token_budget` NULL runs under `scheduler.job_token_budget`. A run's
+    // delegated tasks' tokens are kept beside the main agent's.
+    "ALTER TABLE jobs ADD COLUMN created_by TEXT;
+    ALTER TABLE jobs ADD COLUMN created_in TEXT;
+    ALTER TABLE jobs ADD COLUMN token_budget INTEGER;
+    ALTER TABLE job_runs ADD COLUMN task_tokens INTEGER NOT NULL DEFAULT 0;
+    UPDATE jobs SET created_by = 'heartbeat' WHERE heartbeat = 1;",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -1055,6 +1065,44 @@ mod tests {
         // Opening again changes nothing (the migration ran once).
         let store = Store::open(&path).await.unwrap();
         assert_eq!(store.active_session(&console).await.unwrap(), 1);
+    }
+
+    /// Jobs of schema 7 keep running after migration 8: unknown provenance (the heartbeat's
+    /// known), the scheduler's default budget, their runs' tokens as they were.
+    #[tokio::test]
+    async fn jobs_stored_before_schema_8_are_of_unknown_origin_under_the_default_budget() {
+        use crate::scheduler::jobs::JobCreator;
+        let path = temp_db("migrate8");
+        {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let conn = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..7] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 7).unwrap();
+            conn.execute_batch(
+                "INSERT INTO jobs (id, chat_id, name, task, cron, time_zone, missed, next_run,
+                     heartbeat, created_at)
+                   VALUES (1, 'telegram:5', 'a', 'say hi', '0 * * * * *', 'UTC', 'skip', 60, 0, 1),
+                          (2, 'telegram:5', 'b', 'check', '0 * * * * *', 'UTC', 'skip', 60, 1, 1);
+                 INSERT INTO job_runs (job_id, scheduled_at, outcome, prompt_tokens,
+                     completion_tokens) VALUES (1, 60, 'ok', 10, 5);",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).await.unwrap();
+        let old = store.job(1).await.unwrap().unwrap();
+        assert_eq!((&old.created_by, old.token_budget), (&JobCreator::Unknown, None));
+        let check = store.job(2).await.unwrap().unwrap();
+        assert_eq!(check.created_by, JobCreator::Heartbeat);
+        let runs = store.job_runs(Some(1), 10).await.unwrap();
+        assert_eq!(
+            (runs[0].prompt_tokens, runs[0].completion_tokens, runs[0].task_tokens),
+            (10, 5, 0)
+        );
+        assert_eq!(store.job_cost(1, 10).await.unwrap().mean_tokens, 15.0);
+        let prompt = crate::scheduler::job_prompt(&old);
+        assert!(prompt.contains("by unknown (stored before this was recorded)"), "{prompt}");
     }
 
     #[tokio::test]

@@ -49,6 +49,8 @@ pub enum TurnStatus {
     /// The chat stopped it (`/stop`), whoever started it.
     Stopped,
     MaxIterations,
+    /// The turn used more tokens than its budget (a scheduled job's run) and was stopped.
+    OverBudget,
     TimedOut,
     /// The daemon could not load the turn's state (e.g. the database).
     Failed,
@@ -65,6 +67,8 @@ pub struct TurnOutcome {
     /// whose every tool call failed as failed).
     pub tool_calls: u32,
     pub tool_failures: u32,
+    /// Tokens of the tasks the turn delegated (not in `usage`, which is the model's).
+    pub task_tokens: u64,
 }
 
 /// Counters a running turn updates, readable after it was cut short.
@@ -77,12 +81,19 @@ struct TurnMeter {
     model_wait_ms: AtomicU64,
     tool_calls: AtomicU32,
     tool_failures: AtomicU32,
+    /// Tokens of the turn's delegated tasks (the delegating tool adds them).
+    task_tokens: Arc<AtomicU64>,
 }
 
 impl TurnMeter {
     fn add(&self, usage: Usage) {
         self.prompt_tokens.fetch_add(usage.prompt_tokens, Ordering::Relaxed);
         self.completion_tokens.fetch_add(usage.completion_tokens, Ordering::Relaxed);
+    }
+    /// The model's tokens and the delegated tasks', together.
+    fn spent(&self) -> u64 {
+        let usage = self.usage();
+        usage.prompt_tokens + usage.completion_tokens + self.task_tokens.load(Ordering::Relaxed)
     }
     fn usage(&self) -> Usage {
         Usage {
@@ -136,6 +147,20 @@ pub struct Agent {
 }
 
 impl Turn<'_> {
+    /// The ending of a turn that has used more than its budget, if it has.
+    fn over_budget(&self) -> Option<Ending> {
+        let budget = self.budget?;
+        let spent = self.meter.spent();
+        (spent > budget).then(|| {
+            Ending::new(
+                TurnStatus::OverBudget,
+                format!(
+                    "I stopped: this run used {spent} tokens, more than its budget of {budget}."
+                ),
+            )
+        })
+    }
+
     /// What a tool call of this turn gets: the chat, a child of the turn's cancellation.
     fn tool_context(&self) -> ToolContext {
         ToolContext {
@@ -144,6 +169,8 @@ impl Turn<'_> {
             cancel: self.cancel.child_token(),
             channel: self.channel.clone(),
             owner: self.owner,
+            turn: self.origin.clone(),
+            task_tokens: self.meter.task_tokens.clone(),
         }
     }
 }
@@ -155,6 +182,9 @@ struct Turn<'a> {
     cancel: &'a CancellationToken,
     channel: &'a Arc<dyn Channel>,
     meter: &'a TurnMeter,
+    origin: &'a turns::TurnOrigin,
+    /// Tokens the turn may use, its delegated tasks' included (a scheduled job's budget).
+    budget: Option<u64>,
     /// The owner's chat: USER.md and MEMORY.md are in its prompt and its tools' reach.
     owner: bool,
     /// The chat's agent mode (`/agent`): off, the model answers without tools.
@@ -258,7 +288,21 @@ impl Agent {
         cancel: CancellationToken,
         channel: Arc<dyn Channel>,
     ) -> TurnOutcome {
-        let Some(admitted) = self.turns.admit(chat, origin, &cancel).await else {
+        self.run_turn_within(chat, text, origin, cancel, channel, None).await
+    }
+
+    /// [`Self::run_turn`] stopped once it has used more than `budget` tokens (the model's
+    /// and its delegated tasks'), checked after every model call and tool call.
+    pub async fn run_turn_within(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        origin: turns::TurnOrigin,
+        cancel: CancellationToken,
+        channel: Arc<dyn Channel>,
+        budget: Option<u64>,
+    ) -> TurnOutcome {
+        let Some(admitted) = self.turns.admit(chat, origin.clone(), &cancel).await else {
             return TurnOutcome {
                 answer: "Stopped.".into(),
                 status: TurnStatus::Cancelled,
@@ -266,6 +310,7 @@ impl Agent {
                 iterations: 0,
                 tool_calls: 0,
                 tool_failures: 0,
+                task_tokens: 0,
             };
         };
         let cancel = admitted.cancel().clone();
@@ -281,6 +326,7 @@ impl Agent {
                     iterations: 0,
                     tool_calls: 0,
                     tool_failures: 0,
+                    task_tokens: 0,
                 };
             }
         };
@@ -292,6 +338,8 @@ impl Agent {
             cancel: &cancel,
             channel: &channel,
             meter: &meter,
+            origin: &origin,
+            budget,
             owner,
             tools_on,
         };
@@ -354,6 +402,7 @@ impl Agent {
             iterations: meter.iterations.load(Ordering::Relaxed),
             tool_calls: meter.tool_calls.load(Ordering::Relaxed),
             tool_failures: meter.tool_failures.load(Ordering::Relaxed),
+            task_tokens: meter.task_tokens.load(Ordering::Relaxed),
         }
     }
 
@@ -429,6 +478,10 @@ impl Agent {
                 HookResult::InjectContext(text) => messages.push(ChatMessage::system(text)),
                 HookResult::Continue => {}
             }
+            // Delegated tasks may have spent the rest of the budget since the last call.
+            if let Some(ending) = turn.over_budget() {
+                return ending;
+            }
             let completion = match self.call_model(turn, &mut messages, &specs).await {
                 Ok(completion) => completion,
                 Err(e) if e.class == ErrorClass::Cancelled => {
@@ -455,6 +508,11 @@ impl Agent {
                     None => answer,
                 };
                 return Ending::new(TurnStatus::Answered, answer);
+            }
+            // The model wants to go on: not past the turn's budget. An answer is kept
+            // whatever it cost (the tokens are spent); going on would spend more.
+            if let Some(ending) = turn.over_budget() {
+                return ending;
             }
             messages.push(ChatMessage {
                 role: "assistant".into(),

@@ -28,7 +28,7 @@ use nexbot_core::{ChannelKind, ChatRef};
 use tokio::sync::oneshot;
 
 use crate::agent::channel::{
-    Channel, ChannelError, MessageId, OutboundFile, OutboundMessage, TaskUpdate,
+    Button, Channel, ChannelError, MessageId, OutboundFile, OutboundMessage, TaskUpdate,
 };
 use crate::exits::{Exit, Exits};
 use crate::BoxFuture;
@@ -38,12 +38,25 @@ use crate::BoxFuture;
 pub struct Router {
     channels: RwLock<HashMap<ChannelKind, Arc<dyn Channel>>>,
     /// Questions waiting for the chat's next message.
-    questions: Mutex<HashMap<ChatRef, oneshot::Sender<String>>>,
+    questions: Mutex<HashMap<ChatRef, Question>>,
     /// Every text passes the exit scan before it reaches a channel.
     exits: Option<Arc<Exits>>,
     /// The ids of the messages sent in each chat: what edit and delete may reach.
     sent: Mutex<SentIds>,
 }
+
+/// A question waiting in a chat: its answer goes to `tx`. A confirmation also takes a
+/// press of its own buttons (`/confirm <nonce>`, `/refuse <nonce>`), and only of its own: a
+/// stale button of an earlier question answers nothing.
+#[derive(Debug)]
+struct Question {
+    tx: oneshot::Sender<String>,
+    nonce: Option<String>,
+}
+
+/// The command words of a confirmation's buttons.
+const CONFIRM: &str = "/confirm";
+const REFUSE: &str = "/refuse";
 
 /// How many of the bot's latest message ids are remembered per chat.
 pub const SENT_PER_CHAT: usize = 256;
@@ -136,8 +149,52 @@ impl Router {
         let waiting = self.questions.lock().unwrap_or_else(|p| p.into_inner()).remove(chat);
         match waiting {
             // A question whose asker gave up (timeout, cancelled turn) takes nothing.
-            Some(tx) => tx.send(text.to_owned()).is_ok(),
+            Some(question) => question.tx.send(text.to_owned()).is_ok(),
             None => false,
+        }
+    }
+
+    /// A press of a confirmation's button (`/confirm <nonce>` or `/refuse <nonce>`, which
+    /// are not commands): `None` when `text` is not one; `Some(true)` when the confirmation
+    /// waiting in `chat` took it; `Some(false)` when no confirmation with that nonce waits
+    /// there (answered, timed out, or another chat's).
+    pub fn answer_press(&self, chat: &ChatRef, text: &str) -> Option<bool> {
+        let (word, nonce) = text.trim().split_once(' ')?;
+        if word != CONFIRM && word != REFUSE {
+            return None;
+        }
+        let mut questions = self.questions.lock().unwrap_or_else(|p| p.into_inner());
+        if questions.get(chat).and_then(|q| q.nonce.as_deref()) != Some(nonce.trim()) {
+            return Some(false);
+        }
+        let question = questions.remove(chat)?;
+        Some(question.tx.send(text.trim().to_owned()).is_ok())
+    }
+
+    /// Registers a question in `chat` (none may be waiting there), sends `message`, and
+    /// waits up to `wait` for the answer.
+    async fn question(
+        &self,
+        chat: &ChatRef,
+        message: OutboundMessage,
+        nonce: Option<String>,
+        wait: Duration,
+    ) -> Result<String, ChannelError> {
+        let rx = {
+            let mut questions = self.questions.lock().unwrap_or_else(|p| p.into_inner());
+            if questions.get(chat).is_some_and(|q| !q.tx.is_closed()) {
+                return Err(ChannelError::AlreadyAsking(chat.clone()));
+            }
+            let (tx, rx) = oneshot::channel();
+            questions.insert(chat.clone(), Question { tx, nonce });
+            rx
+        };
+        let _pending = Pending { router: self, chat };
+        self.send(message).await?;
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(_)) => Err(ChannelError::Closed(chat.kind())),
+            Err(_) => Err(ChannelError::NoAnswer(wait)),
         }
     }
 
@@ -263,22 +320,37 @@ impl Channel for Router {
         wait: Duration,
     ) -> BoxFuture<'a, Result<String, ChannelError>> {
         Box::pin(async move {
-            let rx = {
-                let mut questions = self.questions.lock().unwrap_or_else(|p| p.into_inner());
-                if questions.get(chat).is_some_and(|tx| !tx.is_closed()) {
-                    return Err(ChannelError::AlreadyAsking(chat.clone()));
-                }
-                let (tx, rx) = oneshot::channel();
-                questions.insert(chat.clone(), tx);
-                rx
-            };
-            let _pending = Pending { router: self, chat };
-            self.send(OutboundMessage::progress(chat, question.to_owned())).await?;
-            match tokio::time::timeout(wait, rx).await {
-                Ok(Ok(answer)) => Ok(answer),
-                Ok(Err(_)) => Err(ChannelError::Closed(chat.kind())),
-                Err(_) => Err(ChannelError::NoAnswer(wait)),
-            }
+            let message = OutboundMessage::progress(chat, question.to_owned());
+            self.question(chat, message, None, wait).await
+        })
+    }
+
+    fn confirm<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        question: &'a str,
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<bool, ChannelError>> {
+        Box::pin(async move {
+            // The nonce ties the buttons to this question: a button of an earlier one, or
+            // one typed from memory, answers nothing.
+            let nonce = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+            let confirm = format!("{CONFIRM} {nonce}");
+            let mut message = OutboundMessage::progress(
+                chat,
+                format!(
+                    "{question}\n\nPress Confirm (or reply yes) to allow it; anything else \
+                     refuses. No answer within {} s refuses.",
+                    wait.as_secs()
+                ),
+            );
+            message.buttons = vec![vec![
+                Button::new("Confirm", confirm.clone()),
+                Button::new("Refuse", format!("{REFUSE} {nonce}")),
+            ]];
+            let answer = self.question(chat, message, Some(nonce), wait).await?;
+            let answer = answer.trim();
+            Ok(answer == confirm || answer.eq_ignore_ascii_case("yes"))
         })
     }
 }

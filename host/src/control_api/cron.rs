@@ -10,7 +10,7 @@ use nexbot_core::ChatRef;
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::scheduler::jobs::Job;
+use crate::scheduler::jobs::{Job, JobCreator};
 use crate::scheduler::{create_job, job_schedule, schedule, JobError, JobSpec};
 use crate::store::{unix_now, Store};
 
@@ -37,7 +37,12 @@ fn on(state: &ControlState) -> Result<(), ApiError> {
 }
 
 /// A job as `cron ls` shows it, with its measured cost.
-pub async fn view(store: &Store, job: &Job, now: i64) -> Result<CronJob, ApiError> {
+pub async fn view(
+    store: &Store,
+    job: &Job,
+    now: i64,
+    default_budget: u64,
+) -> Result<CronJob, ApiError> {
     let cost = store.job_cost(job.id, COST_RUNS).await.map_err(ApiError::internal)?;
     let schedule = job_schedule(job).ok();
     let runs_per_day = schedule.as_ref().map_or(0, |s| {
@@ -69,6 +74,9 @@ pub async fn view(store: &Store, job: &Job, now: i64) -> Result<CronJob, ApiErro
         runs_measured: cost.runs,
         tokens_per_day: tokens_per_run.map(|t| t * runs_per_day as f64),
         runs_per_day,
+        token_budget: job.token_budget.unwrap_or(default_budget),
+        token_budget_default: job.token_budget.is_none(),
+        created_by: job.created_by.describe(),
     })
 }
 
@@ -93,7 +101,7 @@ async fn list(
     let now = unix_now();
     let mut out = Vec::with_capacity(jobs.len());
     for job in &jobs {
-        out.push(view(&s.0.store, job, now).await?);
+        out.push(view(&s.0.store, job, now, s.0.job_token_budget).await?);
     }
     Ok(Json(CronJobList { jobs: out }))
 }
@@ -112,13 +120,15 @@ async fn add(
         at: add.at,
         time_zone: add.time_zone,
         missed: add.missed,
+        token_budget: add.token_budget,
+        created_by: JobCreator::Operator,
     };
     let job =
         create_job(&s.0.store, &chat, spec, s.0.scheduler_zone).await.map_err(|e| match e {
             JobError::Store(e) => ApiError::internal(e),
             other => ApiError::bad_request(other.to_string()),
         })?;
-    Ok(Json(view(&s.0.store, &job, unix_now()).await?))
+    Ok(Json(view(&s.0.store, &job, unix_now(), s.0.job_token_budget).await?))
 }
 
 async fn remove(
@@ -164,7 +174,7 @@ async fn runs(
             ended_at: r.ended_at,
             outcome: r.outcome,
             detail: r.detail,
-            tokens: r.prompt_tokens + r.completion_tokens,
+            tokens: r.prompt_tokens + r.completion_tokens + r.task_tokens,
             message: r.message,
             message_id: r.message_id,
         })

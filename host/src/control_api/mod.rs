@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// The scheduler's counters (`None`: it is off) and its jobs' default time zone.
     pub scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
     pub scheduler_zone: chrono_tz::Tz,
+    /// Tokens a job's run may use when the job names no budget of its own.
+    pub job_token_budget: u64,
     /// The live skill set, for `skills ls`.
     pub skills: Option<crate::skills::Skills>,
     /// The secrets vault, for `secrets set|ls|rm` (off without a master key; it says why).
@@ -287,6 +289,7 @@ pub fn attach(
         model_probe: std::sync::Mutex::new(None),
         scheduler: app.scheduler().cloned(),
         scheduler_zone: config.scheduler.default_zone(&config.llm.caps),
+        job_token_budget: config.scheduler.job_token_budget,
         skills: agent.skills().cloned(),
         vault: app.vault().clone(),
     }));

@@ -1,4 +1,4 @@
-//! Jobs and their run ledger in the store (tables `jobs` and `job_runs`, migration 6).
+//! Jobs and their run ledger in the store (tables `jobs` and `job_runs`, migrations 6 and 8).
 
 use nexbot_core::ChatRef;
 use rusqlite::{params, OptionalExtension};
@@ -31,6 +31,53 @@ impl Missed {
     }
 }
 
+/// Who stored a job. A job a chat's own turn stored reaches the model as that stored task,
+/// never as the user's fresh instruction, and a recurring one needs the user's confirmation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum JobCreator {
+    /// `nexbot-ctl cron add` (the control API).
+    #[default]
+    Operator,
+    /// A turn of the job's chat (the model's `schedule_task`); `turn` says which turn, as
+    /// `/status` names it ("a message", "scheduled job #3 «…»").
+    Chat { turn: String },
+    /// `HEARTBEAT.md`.
+    Heartbeat,
+    /// Stored before the daemon recorded who stores jobs (schema 8).
+    Unknown,
+}
+
+impl JobCreator {
+    fn columns(&self) -> (Option<&'static str>, Option<&str>) {
+        match self {
+            Self::Operator => (Some("operator"), None),
+            Self::Chat { turn } => (Some("chat"), Some(turn)),
+            Self::Heartbeat => (Some("heartbeat"), None),
+            Self::Unknown => (None, None),
+        }
+    }
+
+    fn from_columns(by: Option<String>, turn: Option<String>) -> Self {
+        match by.as_deref() {
+            Some("operator") => Self::Operator,
+            Some("chat") => Self::Chat { turn: turn.unwrap_or_default() },
+            Some("heartbeat") => Self::Heartbeat,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Who stored it, in words, for the model and for `cron ls`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Operator => "the operator".to_owned(),
+            Self::Chat { turn } if turn.is_empty() => "this chat's assistant".to_owned(),
+            Self::Chat { turn } => format!("this chat's assistant, in a turn started by {turn}"),
+            Self::Heartbeat => "HEARTBEAT.md".to_owned(),
+            Self::Unknown => "unknown (stored before this was recorded)".to_owned(),
+        }
+    }
+}
+
 /// A stored job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
@@ -50,6 +97,10 @@ pub struct Job {
     /// `active`, `done` (a one-shot that ran or was skipped) or `cancelled`.
     pub state: String,
     pub created_at: i64,
+    pub created_by: JobCreator,
+    /// Tokens one run may use (the main agent's and its delegated tasks'); `None`: the
+    /// scheduler's default (`scheduler.job_token_budget`).
+    pub token_budget: Option<u64>,
 }
 
 /// What a new job is.
@@ -64,6 +115,8 @@ pub struct NewJob {
     pub missed: Missed,
     pub next_run: Option<i64>,
     pub heartbeat: bool,
+    pub created_by: JobCreator,
+    pub token_budget: Option<u64>,
 }
 
 /// One row of the run ledger.
@@ -74,11 +127,14 @@ pub struct JobRun {
     pub scheduled_at: i64,
     pub started_at: Option<i64>,
     pub ended_at: Option<i64>,
-    /// `queued`, `running`, `ok`, `failed`, `skipped`, `dropped: busy`, `cancelled`.
+    /// `queued`, `running`, `ok`, `failed`, `over budget`, `skipped`, `dropped: busy`,
+    /// `cancelled`.
     pub outcome: String,
     pub detail: Option<String>,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
+    /// Tokens of the tasks the run delegated.
+    pub task_tokens: i64,
     /// The text delivered to the chat (none when nothing was sent).
     pub message: Option<String>,
     /// The channel's id of that message, when it has one (Telegram).
@@ -95,10 +151,10 @@ pub struct JobCost {
     pub mean_tokens: f64,
 }
 
-const JOB_COLUMNS: &str =
-    "id, chat_id, name, task, cron, at, time_zone, missed, next_run, heartbeat, state, created_at";
+const JOB_COLUMNS: &str = "id, chat_id, name, task, cron, at, time_zone, missed, next_run, \
+    heartbeat, state, created_at, created_by, created_in, token_budget";
 const RUN_COLUMNS: &str = "id, job_id, scheduled_at, started_at, ended_at, outcome, detail, \
-    prompt_tokens, completion_tokens, message, message_id, handed_at_ms";
+    prompt_tokens, completion_tokens, message, message_id, handed_at_ms, task_tokens";
 
 fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
     use rusqlite::types::Type;
@@ -119,6 +175,8 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
         heartbeat: r.get::<_, i64>(9)? != 0,
         state: r.get(10)?,
         created_at: r.get(11)?,
+        created_by: JobCreator::from_columns(r.get(12)?, r.get(13)?),
+        token_budget: r.get::<_, Option<i64>>(14)?.map(|b| b.max(0) as u64),
     })
 }
 
@@ -136,6 +194,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRun> {
         message: r.get(9)?,
         message_id: r.get(10)?,
         handed_at_ms: r.get(11)?,
+        task_tokens: r.get(12)?,
     })
 }
 
@@ -146,6 +205,8 @@ pub struct RunEnd {
     pub detail: Option<String>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Tokens of the tasks the run delegated.
+    pub task_tokens: u64,
     pub message: Option<String>,
     pub message_id: Option<i64>,
 }
@@ -222,8 +283,8 @@ impl Store {
         self.call(move |c| {
             c.execute(
                 "INSERT INTO jobs (chat_id, name, task, cron, at, time_zone, missed, next_run,
-                     heartbeat, state, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', ?10)",
+                     heartbeat, state, created_at, created_by, created_in, token_budget)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', ?10, ?11, ?12, ?13)",
                 params![
                     job.chat.to_string(),
                     job.name,
@@ -234,7 +295,10 @@ impl Store {
                     job.missed.as_str(),
                     job.next_run,
                     i64::from(job.heartbeat),
-                    unix_now()
+                    unix_now(),
+                    job.created_by.columns().0,
+                    job.created_by.columns().1,
+                    job.token_budget.map(|b| b.min(i64::MAX as u64) as i64),
                 ],
             )?;
             Ok(c.last_insert_rowid())
@@ -388,7 +452,8 @@ impl Store {
                      detail = CASE WHEN ?3 IS NULL THEN detail WHEN detail IS NULL THEN ?3
                                    ELSE detail || '; ' || ?3 END,
                      prompt_tokens = ?4,
-                     completion_tokens = ?5, message = ?6, message_id = ?7, ended_at = ?8
+                     completion_tokens = ?5, message = ?6, message_id = ?7, ended_at = ?8,
+                     task_tokens = ?9
                  WHERE id = ?1",
                 params![
                     run_id,
@@ -398,7 +463,8 @@ impl Store {
                     end.completion_tokens as i64,
                     end.message,
                     end.message_id,
-                    unix_now()
+                    unix_now(),
+                    end.task_tokens as i64
                 ],
             )
             .map(drop)
@@ -436,9 +502,10 @@ impl Store {
     pub async fn job_cost(&self, job: i64, last: i64) -> Result<JobCost, StoreError> {
         self.call(move |c| {
             c.query_row(
-                "SELECT COUNT(*), COALESCE(AVG(prompt_tokens + completion_tokens), 0) FROM
-                   (SELECT prompt_tokens, completion_tokens FROM job_runs
-                    WHERE job_id = ?1 AND outcome IN ('ok', 'failed') ORDER BY id DESC LIMIT ?2)",
+                "SELECT COUNT(*), COALESCE(AVG(prompt_tokens + completion_tokens + task_tokens), 0)
+                 FROM (SELECT prompt_tokens, completion_tokens, task_tokens FROM job_runs
+                    WHERE job_id = ?1 AND outcome IN ('ok', 'failed', 'over budget')
+                    ORDER BY id DESC LIMIT ?2)",
                 params![job, last],
                 |r| Ok(JobCost { runs: r.get::<_, i64>(0)? as u32, mean_tokens: r.get(1)? }),
             )
@@ -491,6 +558,8 @@ mod tests {
             missed: Missed::Once,
             next_run: Some(next),
             heartbeat: false,
+            created_by: JobCreator::Operator,
+            token_budget: None,
         }
     }
 

@@ -28,7 +28,7 @@ use nexbot_core::ChatRef;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use self::jobs::{Job, Missed, NewJob, RunEnd, TickItem};
+use self::jobs::{Job, JobCreator, Missed, NewJob, RunEnd, TickItem};
 use self::schedule::Schedule;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::turns::TurnOrigin;
@@ -214,10 +214,38 @@ pub struct JobSpec {
     pub time_zone: Option<String>,
     /// `skip` or `once`; `None`: `once` for one-shot jobs, `skip` for recurring ones.
     pub missed: Option<String>,
+    /// Tokens one run may use; `None`: `scheduler.job_token_budget` at each run.
+    pub token_budget: Option<u64>,
+    /// Who asks for it.
+    pub created_by: JobCreator,
 }
 
 /// The longest task a job may carry.
 pub const MAX_TASK_CHARS: usize = 4000;
+
+/// The shortest time between two runs of a recurring job a chat's assistant stores: an
+/// unattended job must not spin (the operator's own jobs may run every second).
+pub const CHAT_JOB_MIN_INTERVAL_SECS: i64 = 60;
+
+/// Runs of a schedule looked at to find its shortest interval (cron repeats within a year;
+/// a day's worth of minute runs is enough to see any second-field pattern).
+const INTERVAL_SAMPLES: usize = 1_500;
+
+/// The shortest time between two of `schedule`'s next [`INTERVAL_SAMPLES`] runs after `now`.
+fn shortest_interval(schedule: &Schedule, now: i64) -> Option<i64> {
+    let mut previous = schedule.next_after(now)?;
+    let mut shortest: Option<i64> = None;
+    for _ in 0..INTERVAL_SAMPLES {
+        let Some(next) = schedule.next_after(previous) else { break };
+        let gap = next - previous;
+        shortest = Some(shortest.map_or(gap, |s| s.min(gap)));
+        if gap < CHAT_JOB_MIN_INTERVAL_SECS {
+            break;
+        }
+        previous = next;
+    }
+    shortest
+}
 
 /// Checks `spec` and stores it as a job of `chat`.
 pub async fn create_job(
@@ -226,6 +254,19 @@ pub async fn create_job(
     spec: JobSpec,
     default_zone: Tz,
 ) -> Result<Job, JobError> {
+    let job = prepare_job(chat, spec, default_zone)?;
+    store_job(store, job).await
+}
+
+/// Stores a job [`prepare_job`] checked.
+pub async fn store_job(store: &Store, job: NewJob) -> Result<Job, JobError> {
+    let id = store.add_job(job).await?;
+    store.job(id).await?.ok_or_else(|| JobError::Invalid("the job vanished".into()))
+}
+
+/// Checks `spec` for `chat` and makes the job to store, without storing it (a chat's
+/// recurring job is confirmed by its user in between).
+pub fn prepare_job(chat: &ChatRef, spec: JobSpec, default_zone: Tz) -> Result<NewJob, JobError> {
     let task = spec.task.trim().to_owned();
     if task.is_empty() {
         return Err(JobError::Invalid("the task is empty".into()));
@@ -266,21 +307,49 @@ pub async fn create_job(
         .map(|n| n.trim().to_owned())
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| task.chars().take(40).collect());
+    if matches!(spec.created_by, JobCreator::Chat { .. }) && schedule.is_recurring() {
+        if let Some(gap) = shortest_interval(&schedule, now) {
+            if gap < CHAT_JOB_MIN_INTERVAL_SECS {
+                return Err(JobError::Invalid(format!(
+                    "this schedule runs {gap} s apart; a recurring job from a chat may run at \
+                     most once a minute (the operator can add faster ones with nexbot-ctl)"
+                )));
+            }
+        }
+    }
+    if spec.token_budget == Some(0) {
+        return Err(JobError::Invalid("the token budget must be at least 1".into()));
+    }
     let next_run = schedule.first_from(now + 1);
-    let id = store
-        .add_job(NewJob {
-            chat: chat.clone(),
-            name,
-            task,
-            cron,
-            at,
-            time_zone: zone.name().to_owned(),
-            missed,
-            next_run,
-            heartbeat: false,
-        })
-        .await?;
-    store.job(id).await?.ok_or_else(|| JobError::Invalid("the job vanished".into()))
+    Ok(NewJob {
+        chat: chat.clone(),
+        name,
+        task,
+        cron,
+        at,
+        time_zone: zone.name().to_owned(),
+        missed,
+        next_run,
+        heartbeat: false,
+        created_by: spec.created_by,
+        token_budget: spec.token_budget,
+    })
+}
+
+/// What a job's run tells the model: the job's task as it was stored — when and by whom —
+/// and not as the user's fresh instruction (a chat's own turn may have stored it, from
+/// whatever that turn read).
+pub fn job_prompt(job: &Job) -> String {
+    let zone = schedule::zone(&job.time_zone).unwrap_or(Tz::UTC);
+    format!(
+        "Scheduled job #{} «{}» is due. It was stored on {} by {}; it is not a new message \
+         from the user. Do the stored task now: «{}»",
+        job.id,
+        job.name,
+        schedule::local(job.created_at, zone),
+        job.created_by.describe(),
+        job.task
+    )
 }
 
 /// One run handed to the workers.
@@ -306,6 +375,8 @@ pub struct Scheduler {
     /// Finished runs older than this many days are deleted (`storage.task_records_days`;
     /// 0 keeps them).
     keep_days: u32,
+    /// `scheduler.job_token_budget`.
+    budget: u64,
 }
 
 /// The chat heartbeat answers go to: the Telegram owner's, else the default console chat.
@@ -332,6 +403,7 @@ impl Scheduler {
             owner_chat: owner_chat(config),
             stats: Arc::new(SchedulerStats::default()),
             keep_days: config.storage.task_records_days,
+            budget: config.scheduler.job_token_budget,
         }
     }
 
@@ -355,6 +427,7 @@ impl Scheduler {
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.workers {
             let worker = Worker {
+                budget: self.budget,
                 store: self.store.clone(),
                 agent: self.agent.clone(),
                 router: self.router.clone(),
@@ -561,6 +634,8 @@ impl Scheduler {
                         missed: Missed::Skip,
                         next_run: next,
                         heartbeat: true,
+                        created_by: JobCreator::Heartbeat,
+                        token_budget: None,
                     })
                     .await
                     .map(drop),
@@ -633,6 +708,8 @@ struct HeartbeatWatch {
 }
 
 struct Worker {
+    /// Tokens a run may use when its job names no budget (`scheduler.job_token_budget`).
+    budget: u64,
     store: Store,
     agent: Arc<Agent>,
     router: Arc<Router>,
@@ -669,11 +746,9 @@ impl Worker {
     }
 
     async fn turn(&self, job: &Job) -> RunEnd {
-        let prompt = if job.heartbeat {
-            heartbeat::prompt(&job.name, &job.task)
-        } else {
-            format!("Scheduled job #{} {:?} is due. Do this now: {}", job.id, job.name, job.task)
-        };
+        let prompt =
+            if job.heartbeat { heartbeat::prompt(&job.name, &job.task) } else { job_prompt(job) };
+        let budget = job.token_budget.unwrap_or(self.budget);
         let channel: Arc<dyn Channel> = self.router.clone();
         let origin = if job.heartbeat {
             TurnOrigin::Heartbeat { name: job.name.clone() }
@@ -682,17 +757,28 @@ impl Worker {
         };
         // Admitted like a message's turn: after the chat's running turn, within the daemon's
         // limit, and visible to the chat's `/status` and `/stop` while it runs.
+        let cancel = self.cancel.child_token();
         let outcome =
-            self.agent.run_turn(&job.chat, &prompt, origin, self.cancel.child_token(), channel);
+            self.agent.run_turn_within(&job.chat, &prompt, origin, cancel, channel, Some(budget));
         let outcome = outcome.await;
         let mut end = RunEnd {
             outcome: "ok".into(),
             prompt_tokens: outcome.usage.prompt_tokens,
             completion_tokens: outcome.usage.completion_tokens,
+            task_tokens: outcome.task_tokens,
             ..RunEnd::default()
         };
         match outcome.status {
             TurnStatus::Answered => {}
+            TurnStatus::OverBudget => {
+                end.outcome = "over budget".into();
+                end.detail = Some(format!(
+                    "stopped after {} tokens; the budget per run is {budget}",
+                    outcome.usage.prompt_tokens
+                        + outcome.usage.completion_tokens
+                        + outcome.task_tokens
+                ));
+            }
             TurnStatus::Cancelled => {
                 end.outcome = "cancelled".into();
                 end.detail = Some("the daemon stopped during the run".into());
@@ -723,7 +809,11 @@ impl Worker {
             end.detail = Some(format!("{}: not sent", heartbeat::OK));
             return end;
         }
-        let failed = if end.outcome == "failed" { " failed" } else { "" };
+        let failed = match end.outcome.as_str() {
+            "failed" => " failed",
+            "over budget" => " stopped (over its token budget)",
+            _ => "",
+        };
         let text = if job.heartbeat {
             format!("Heartbeat «{}»{failed}:\n{}", job.name, outcome.answer)
         } else {

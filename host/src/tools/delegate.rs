@@ -378,10 +378,10 @@ impl TypedTool for Delegate {
             }
         };
         let AccessEnd { relay_tokens, egress } = access.end();
+        // The relay saw every call; the subagent's own count is the fallback.
+        let used = relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
+        ctx.task_tokens.fetch_add(used, std::sync::atomic::Ordering::Relaxed);
         if let Some(spend) = &self.settings.spend {
-            // The relay saw every call; the subagent's own count is the fallback.
-            let used =
-                relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
             spend.charge_task(&ctx.chat, used).await;
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();

@@ -22,6 +22,7 @@ pub mod tasks;
 mod names_tests;
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::channel::Channel;
+use crate::agent::turns::TurnOrigin;
 use crate::llm::ToolSpec;
 use crate::BoxFuture;
 
@@ -46,6 +48,11 @@ pub struct ToolContext {
     /// Whether the chat is the owner's (the console, or the owner's private Telegram chat):
     /// only then may tools touch `USER.md` and `MEMORY.md`.
     pub owner: bool,
+    /// What started the turn (a message, a scheduled job, a heartbeat check).
+    pub turn: TurnOrigin,
+    /// Tokens the turn's delegated tasks used: a tool that delegates adds to it, so that a
+    /// turn's budget (a scheduled job's) counts them.
+    pub task_tokens: Arc<AtomicU64>,
 }
 
 impl ToolContext {
@@ -59,6 +66,8 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             channel: Arc::new(NoChannel),
             owner: true,
+            turn: TurnOrigin::Message,
+            task_tokens: Arc::default(),
         }
     }
 }

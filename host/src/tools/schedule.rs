@@ -6,23 +6,62 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use std::time::Duration;
+
 use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::scheduler::{create_job, schedule, JobError, JobSpec};
+use crate::agent::channel::ChannelError;
+use crate::scheduler::jobs::{JobCreator, NewJob};
+use crate::scheduler::{prepare_job, schedule, store_job, JobError, JobSpec};
 use crate::store::Store;
 
 /// Active jobs one chat may have (a job's own turn may create jobs too).
 pub const MAX_JOBS_PER_CHAT: usize = 50;
+/// Time the tool's own limit leaves above the confirmation's wait.
+const MARGIN: Duration = Duration::from_secs(5);
 
+/// Why a chat's recurring job waits for its user: the model may have been talked into it by
+/// what it read (a page, a file, a sub-agent's answer), and a recurring job would run that
+/// instruction again and again, unattended. One-shot jobs and the operator's need none.
 #[derive(Debug)]
 pub struct ScheduleTask {
     store: Store,
     zone: Tz,
+    /// `scheduler.job_token_budget`: the budget of a job that names none, and the most one
+    /// may name.
+    budget: u64,
+    /// How long the user has to confirm (`agent.ask_timeout_secs`).
+    confirm_wait: Duration,
 }
 
 impl ScheduleTask {
-    /// Jobs created without a zone get `zone`.
-    pub fn new(store: Store, zone: Tz) -> Self {
-        Self { store, zone }
+    /// Jobs created without a zone get `zone`; without a budget, `budget`.
+    pub fn new(store: Store, zone: Tz, budget: u64, confirm_wait: Duration) -> Self {
+        Self { store, zone, budget, confirm_wait: confirm_wait.max(Duration::from_secs(1)) }
+    }
+
+    /// Asks the chat's user whether `job` may be stored; an error unless they confirm.
+    async fn confirmed(&self, job: &NewJob, ctx: &ToolContext) -> Result<(), ToolError> {
+        let budget = job.token_budget.unwrap_or(self.budget);
+        let question = format!(
+            "The assistant wants to schedule a recurring job in this chat:\n«{}»\nSchedule: {} \
+             ({}), up to {budget} tokens per run.",
+            job.task,
+            job.cron.as_deref().unwrap_or_default(),
+            job.time_zone
+        );
+        match ctx.channel.confirm(&ctx.chat, &question, self.confirm_wait).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                Err(ToolError::new("the user refused this recurring job; it was not scheduled"))
+            }
+            Err(ChannelError::NoAnswer(wait)) => Err(ToolError::new(format!(
+                "the user did not confirm this recurring job within {} s; it was not scheduled",
+                wait.as_secs()
+            ))),
+            Err(e) => Err(ToolError::new(format!(
+                "cannot ask the user to confirm this recurring job ({e}); it was not scheduled"
+            ))),
+        }
     }
 }
 
@@ -41,6 +80,8 @@ pub enum Args {
         time_zone: Option<String>,
         #[serde(default)]
         missed: Option<String>,
+        #[serde(default)]
+        token_budget: Option<u64>,
     },
     List,
     Cancel {
@@ -54,33 +95,52 @@ impl TypedTool for ScheduleTask {
     const DESCRIPTION: &'static str = "Scheduled jobs of this chat: at each run you get the \
         task as a message and your answer is sent here. action=create (task, and cron — six \
         fields with seconds first, e.g. \"0 0 9 * * 1-5\" — or at — \"2026-05-01 09:00\", \
-        RFC 3339 or a delay such as \"in 20m\"; optional name, time_zone, missed=skip|once) | \
-        list | cancel (id).";
+        RFC 3339 or a delay such as \"in 20m\"; optional name, time_zone, missed=skip|once, \
+        token_budget per run) | list | cancel (id). A recurring job runs at most once a minute \
+        and is stored only once the user confirms it.";
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.confirm_wait + MARGIN)
+    }
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "action": {"type": "string", "enum": ["create", "list", "cancel"]},
             "task": {"type": "string"}, "cron": {"type": "string"}, "at": {"type": "string"},
             "name": {"type": "string"}, "time_zone": {"type": "string"},
             "missed": {"type": "string", "enum": ["skip", "once"]},
+            "token_budget": {"type": "integer", "minimum": 1,
+                "description": "Tokens one run may use; at most the operator's default, \
+                                which applies when this is left out."},
             "id": {"type": "integer"}}, "required": ["action"]})
     }
     async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
         let store_error = |e: crate::store::StoreError| ToolError::new(e.to_string());
         match args {
-            Args::Create { task, cron, at, name, time_zone, missed } => {
+            Args::Create { task, cron, at, name, time_zone, missed, token_budget } => {
                 let active = self.store.active_jobs(Some(&ctx.chat)).await.map_err(store_error)?;
                 if active.len() >= MAX_JOBS_PER_CHAT {
                     return Err(ToolError::new(format!(
                         "this chat has {MAX_JOBS_PER_CHAT} jobs already; cancel one first"
                     )));
                 }
-                let spec = JobSpec { name, task, cron, at, time_zone, missed };
-                let job = create_job(&self.store, &ctx.chat, spec, self.zone).await.map_err(
-                    |e| match e {
-                        JobError::Store(e) => store_error(e),
-                        other => ToolError::new(other.to_string()),
-                    },
-                )?;
+                if let Some(asked) = token_budget.filter(|b| *b > self.budget) {
+                    return Err(ToolError::new(format!(
+                        "token_budget {asked} is more than the operator allows per run ({}); \
+                         leave it out to get that",
+                        self.budget
+                    )));
+                }
+                let job_error = |e| match e {
+                    JobError::Store(e) => store_error(e),
+                    other => ToolError::new(other.to_string()),
+                };
+                let created_by = JobCreator::Chat { turn: ctx.turn.to_string() };
+                let spec =
+                    JobSpec { name, task, cron, at, time_zone, missed, token_budget, created_by };
+                let job = prepare_job(&ctx.chat, spec, self.zone).map_err(job_error)?;
+                if job.cron.is_some() {
+                    self.confirmed(&job, ctx).await?;
+                }
+                let job = store_job(&self.store, job).await.map_err(job_error)?;
                 Ok(success(describe(&job)))
             }
             Args::List => {
@@ -119,6 +179,7 @@ fn describe(job: &crate::scheduler::jobs::Job) -> Value {
         "missed": job.missed.as_str(),
         "next_run": job.next_run.map(|t| schedule::local(t, zone)),
         "heartbeat": job.heartbeat,
+        "token_budget": job.token_budget,
     })
 }
 
@@ -132,17 +193,104 @@ mod tests {
             std::env::temp_dir().join(format!("nexbot-schedtool-{name}-{}", uuid::Uuid::new_v4()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        ScheduleTask::new(Store::open(&dir.join("db")).await.unwrap(), Tz::UTC)
+        let store = Store::open(&dir.join("db")).await.unwrap();
+        ScheduleTask::new(store, Tz::UTC, 100_000, Duration::from_secs(2))
     }
 
     fn args(v: Value) -> Args {
         serde_json::from_value(v).unwrap()
     }
 
+    /// A chat whose user answers every confirmation with `answer` (`None`: never answers);
+    /// it keeps the questions asked.
+    #[derive(Debug)]
+    struct User {
+        answer: Option<bool>,
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl crate::agent::channel::Channel for User {
+        fn send(
+            &self,
+            _: crate::agent::channel::OutboundMessage,
+        ) -> crate::BoxFuture<'_, Result<Option<crate::agent::channel::MessageId>, ChannelError>>
+        {
+            Box::pin(async { Ok(None) })
+        }
+        fn confirm<'a>(
+            &'a self,
+            _: &'a ChatRef,
+            question: &'a str,
+            wait: Duration,
+        ) -> crate::BoxFuture<'a, Result<bool, ChannelError>> {
+            self.asked.lock().unwrap().push(question.to_owned());
+            Box::pin(async move { self.answer.ok_or(ChannelError::NoAnswer(wait)) })
+        }
+    }
+
+    fn answering(answer: Option<bool>) -> (ToolContext, std::sync::Arc<User>) {
+        let user = std::sync::Arc::new(User { answer, asked: Default::default() });
+        let mut ctx = ToolContext::for_tests();
+        ctx.channel = user.clone();
+        (ctx, user)
+    }
+
+    #[tokio::test]
+    async fn a_recurring_job_is_stored_only_once_the_user_confirms_it() {
+        let tool = tool("confirm").await;
+        let create = || {
+            args(json!({"action": "create", "task": "post the digest", "cron": "0 0 9 * * *",
+                        "token_budget": 5000}))
+        };
+        for (answer, needle) in [(Some(false), "refused"), (None, "did not confirm")] {
+            let (ctx, user) = answering(answer);
+            let err = tool.run(create(), &ctx).await.unwrap_err();
+            assert!(err.0.contains(needle) && err.0.contains("not scheduled"), "{}", err.0);
+            let asked = user.asked.lock().unwrap().clone();
+            assert_eq!(asked.len(), 1);
+            assert!(asked[0].contains("post the digest") && asked[0].contains("5000"), "{asked:?}");
+            assert!(tool.store.active_jobs(None).await.unwrap().is_empty(), "nothing stored");
+        }
+        let (ctx, _) = answering(Some(true));
+        tool.run(create(), &ctx).await.unwrap();
+        let jobs = tool.store.active_jobs(None).await.unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].token_budget, Some(5000));
+        assert_eq!(jobs[0].created_by, JobCreator::Chat { turn: "a message".into() });
+        // A one-shot job asks nothing.
+        let (ctx, user) = answering(None);
+        tool.run(args(json!({"action": "create", "task": "t", "at": "in 5m"})), &ctx)
+            .await
+            .unwrap();
+        assert!(user.asked.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_chat_job_runs_at_most_once_a_minute_within_the_operators_budget() {
+        let tool = tool("floor").await;
+        let (ctx, user) = answering(Some(true));
+        for (cron, gap) in [("*/30 * * * * *", "30 s"), ("0,10 0 9 * * *", "10 s")] {
+            let v = json!({"action": "create", "task": "t", "cron": cron});
+            let err = tool.run(args(v), &ctx).await.unwrap_err();
+            assert!(err.0.contains(gap) && err.0.contains("once a minute"), "{cron}: {}", err.0);
+        }
+        let v = json!({"action": "create", "task": "t", "cron": "0 * * * * *", "token_budget": 100_001});
+        let err = tool.run(args(v), &ctx).await.unwrap_err();
+        assert!(err.0.contains("100001") && err.0.contains("100000"), "{}", err.0);
+        assert!(user.asked.lock().unwrap().is_empty(), "refused before anyone is asked");
+        tool.run(args(json!({"action": "create", "task": "t", "cron": "0 * * * * *"})), &ctx)
+            .await
+            .unwrap();
+        // The operator's own jobs may run every second.
+        let spec =
+            JobSpec { task: "x".into(), cron: Some("* * * * * *".into()), ..JobSpec::default() };
+        crate::scheduler::create_job(&tool.store, &ctx.chat, spec, Tz::UTC).await.unwrap();
+    }
+
     #[tokio::test]
     async fn create_list_and_cancel_stay_within_the_chat() {
         let tool = tool("chat").await;
-        let ctx = ToolContext::for_tests();
+        let (ctx, _) = answering(Some(true));
         let made = tool
             .run(args(json!({"action": "create", "task": "water the plants", "cron": "0 0 8 * * *", "time_zone": "Europe/Berlin"})), &ctx)
             .await
@@ -151,7 +299,7 @@ mod tests {
         let text = made.to_string();
         assert!(text.contains("Europe/Berlin") && text.contains("skip"), "{text}");
         let other = ChatRef::console("other").unwrap();
-        let theirs = create_job(
+        let theirs = crate::scheduler::create_job(
             &tool.store,
             &other,
             JobSpec { task: "x".into(), at: Some("in 1h".into()), ..JobSpec::default() },

@@ -568,3 +568,153 @@ async fn an_idle_scheduler_sleeps_and_a_new_job_wakes_it() {
     assert!(wakeups() - before <= 4, "woke {} times for one job", wakeups() - before);
     h.app.stop().await;
 }
+
+/// A job's run tells the model it is a stored task (when, by whom, from which turn), not the
+/// user's fresh message; and a run that would go on past the job's token budget is stopped,
+/// recorded `over budget` with what it used, and says so in the chat.
+#[tokio::test]
+async fn a_run_is_marked_as_a_stored_task_and_stops_at_its_token_budget() {
+    use nexbot_host::scheduler::jobs::JobCreator;
+    let ws = TempWorkspace::init("sched-budget");
+    let llm = ScriptedLlm::start(vec![]).await;
+    // The model never stops calling tools (15 tokens a call, the fixture's usage).
+    llm.set_responder(|_| Step::tool_call("schedule_task", serde_json::json!({"action": "list"})));
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let mut job = spec("compile the digest", None, Some("in 1s"));
+    job.created_by = JobCreator::Chat { turn: "scheduled job #3 «x»".into() };
+    job.token_budget = Some(20);
+    let job = create_job(h.app.store(), &chat("budget"), job, chrono_tz::Tz::UTC).await.unwrap();
+    let runs = h.wait_runs(job.id, 20, |r| count(r, "over budget") == 1).await;
+    let run = runs.iter().find(|r| r.outcome == "over budget").unwrap();
+    assert_eq!(run.prompt_tokens + run.completion_tokens, 30, "stopped after the second call");
+    let detail = run.detail.as_deref().unwrap_or_default();
+    assert!(detail.contains("30 tokens") && detail.contains("budget per run is 20"), "{detail}");
+    let calls = llm.chat_requests();
+    assert_eq!(calls.len(), 2, "no model call past the budget");
+    let prompt = nexbot_tests::scripted_llm::last_user(&calls[0].body);
+    for needle in [
+        "It was stored on",
+        "not a new message from the user",
+        "this chat's assistant, in a turn started by scheduled job #3 «x»",
+        "«compile the digest»",
+    ] {
+        assert!(prompt.contains(needle), "{needle:?} in {prompt}");
+    }
+    let told = h.next_final(10).await.expect("the chat is told");
+    assert!(told.text.contains("stopped (over its token budget)"), "{}", told.text);
+    assert!(told.text.contains("more than its budget of 20"), "{}", told.text);
+    h.app.stop().await;
+}
+
+/// A recurring job the model wants is stored only when the chat's user presses Confirm under
+/// the question (through the real bot, the emulator and its callback queries): Refuse, and a
+/// stale button, store nothing.
+#[tokio::test]
+async fn a_chats_recurring_job_waits_for_the_users_confirmation_in_telegram() {
+    use nexbot_control::{cron_paths, Client, CronJobList};
+    use nexbot_tests::telegram::TelegramFixture;
+    const OWNER: i64 = 7002;
+    let limit = Duration::from_secs(60);
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or("").to_owned();
+        if last["role"] == "tool" {
+            return Step::text(&format!("tool said: {text}"));
+        }
+        Step::tool_call(
+            "schedule_task",
+            serde_json::json!({"action": "create", "task": "send the morning digest",
+                               "cron": "0 0 9 * * *"}),
+        )
+    });
+    let ws = TempWorkspace::init("sched-confirm");
+    let mut env = base_env(&llm.base_url());
+    for (k, v) in [
+        ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+        ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
+        ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
+        ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
+    ] {
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    let serving = common::Serving::start(&ws.config(), &env, limit).await;
+    serving.wait_log("the control API is on", limit).await;
+    let api = Client::new(ws.dir.join("nexbot.sock"));
+    let jobs = || async {
+        let list: CronJobList = api.get(cron_paths::CRON).await.unwrap();
+        list.jobs
+    };
+    let question = |n: usize| {
+        let tg = &tg;
+        async move {
+            let messages = tg
+                .wait_bot_messages(
+                    OWNER,
+                    |m| m.iter().filter(|m| m.text.contains("wants to schedule")).count() >= n,
+                    limit,
+                )
+                .await;
+            let asked = messages.into_iter().rev().find(|m| m.text.contains("wants to schedule"));
+            let asked = asked.unwrap();
+            let rows = asked.json["reply_markup"]["inline_keyboard"].as_array().cloned();
+            let buttons: Vec<(String, String)> = rows
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|row| row.as_array().cloned().unwrap_or_default())
+                .map(|b| {
+                    let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+                    (text("text"), text("callback_data"))
+                })
+                .collect();
+            (asked, buttons)
+        }
+    };
+
+    tg.user_says(OWNER, OWNER, "send me a digest every morning").await;
+    let (asked, buttons) = question(1).await;
+    assert!(asked.text.contains("«send the morning digest»"), "{}", asked.text);
+    assert!(asked.text.contains("0 0 9 * * *") && asked.text.contains("100000 tokens"));
+    let labels: Vec<&str> = buttons.iter().map(|(label, _)| label.as_str()).collect();
+    assert_eq!(labels, ["Confirm", "Refuse"], "{buttons:?}");
+    // A button that is not this question's answers nothing.
+    tg.user_clicks(OWNER, OWNER, asked.message_id, "/confirm 000000000000").await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("no longer waiting")), limit)
+        .await;
+    assert!(jobs().await.is_empty(), "a stale button stored the job");
+    tg.user_clicks(OWNER, OWNER, asked.message_id, &buttons[1].1).await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("refused")), limit).await;
+    assert!(jobs().await.is_empty(), "a refused job was stored");
+    // The old question's buttons are stale once it was answered.
+    tg.user_clicks(OWNER, OWNER, asked.message_id, &buttons[0].1).await;
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().filter(|m| m.text.contains("no longer waiting")).count() >= 2,
+        limit,
+    )
+    .await;
+    assert!(jobs().await.is_empty(), "an answered question's button stored the job");
+
+    tg.user_says(OWNER, OWNER, "send me a digest every morning, please").await;
+    let (asked, buttons) = question(2).await;
+    tg.user_clicks(OWNER, OWNER, asked.message_id, &buttons[0].1).await;
+    let said = tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().filter(|m| m.text.contains("tool said: {")).count() >= 2,
+        limit,
+    );
+    let said = said.await;
+    let last = said.iter().rev().find(|m| m.text.contains("tool said: {")).unwrap();
+    assert!(last.text.contains("\"success\":true"), "{}", last.text);
+    let stored = jobs().await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].chat, format!("telegram:{OWNER}"));
+    assert_eq!((stored[0].token_budget, stored[0].token_budget_default), (100_000, true));
+    assert!(
+        stored[0].created_by.starts_with("this chat's assistant, in a turn started by a message"),
+        "{:?}",
+        stored[0].created_by
+    );
+    serving.stop(limit).await;
+}
