@@ -90,7 +90,12 @@ pub struct CronRun {
     /// `ok`, `failed`, `skipped`, `dropped: busy`, `cancelled`, `queued`, `running`.
     pub outcome: String,
     pub detail: Option<String>,
+    /// The agent's tokens and its delegated tasks'.
     pub tokens: i64,
+    /// How many due runs the row stands for (a job's `dropped: busy` runs within a minute
+    /// are one row).
+    #[serde(default = "one")]
+    pub times: i64,
     /// What was delivered to the chat, and the channel's message id when it has one.
     pub message: Option<String>,
     pub message_id: Option<i64>,
@@ -99,4 +104,8 @@ pub struct CronRun {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CronRunList {
     pub runs: Vec<CronRun>,
+}
+
+fn one() -> i64 {
+    1
 }

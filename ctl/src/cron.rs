@@ -159,7 +159,7 @@ pub fn runs(list: &[CronRun]) -> String {
             time(Some(r.scheduled_at)),
             time(r.started_at),
             time(r.ended_at),
-            r.outcome.clone(),
+            if r.times > 1 { format!("{} (×{})", r.outcome, r.times) } else { r.outcome.clone() },
             r.tokens.to_string(),
             r.detail.as_deref().map_or_else(|| "-".into(), |d| cut(&one_line(d), 60)),
             r.message.as_deref().map_or_else(|| "-".into(), |m| cut(&one_line(m), 60)),
@@ -221,6 +221,7 @@ mod tests {
             outcome: outcome.into(),
             detail: detail.map(str::to_owned),
             tokens: 0,
+            times: 1,
             message: None,
             message_id: None,
         };

@@ -165,11 +165,13 @@ const MIGRATIONS: &[&str] = &[
     // channel): `created_by` is `operator`, `chat` (a turn of the job's chat stored it; which
     // turn is `created_in`) or `heartbeat`, NULL for jobs stored before this version (shown
     // as unknown); `token_budget` NULL runs under `scheduler.job_token_budget`. A run's
-    // delegated tasks' tokens are kept beside the main agent's.
+    // delegated tasks' tokens are kept beside the main agent's; `times` is how many due runs
+    // a row stands for (a job's `dropped: busy` runs of one minute are one row).
     "ALTER TABLE jobs ADD COLUMN created_by TEXT;
     ALTER TABLE jobs ADD COLUMN created_in TEXT;
     ALTER TABLE jobs ADD COLUMN token_budget INTEGER;
     ALTER TABLE job_runs ADD COLUMN task_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE job_runs ADD COLUMN times INTEGER NOT NULL DEFAULT 1;
     UPDATE jobs SET created_by = 'heartbeat' WHERE heartbeat = 1;",
 ];
 

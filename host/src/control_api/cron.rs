@@ -175,6 +175,7 @@ async fn runs(
             outcome: r.outcome,
             detail: r.detail,
             tokens: r.prompt_tokens + r.completion_tokens + r.task_tokens,
+            times: r.times,
             message: r.message,
             message_id: r.message_id,
         })

@@ -135,6 +135,9 @@ pub struct JobRun {
     pub completion_tokens: i64,
     /// Tokens of the tasks the run delegated.
     pub task_tokens: i64,
+    /// How many due runs the row stands for: a job's `dropped: busy` runs within a minute
+    /// are one row (its `ended_at` is the last one's).
+    pub times: i64,
     /// The text delivered to the chat (none when nothing was sent).
     pub message: Option<String>,
     /// The channel's id of that message, when it has one (Telegram).
@@ -154,7 +157,7 @@ pub struct JobCost {
 const JOB_COLUMNS: &str = "id, chat_id, name, task, cron, at, time_zone, missed, next_run, \
     heartbeat, state, created_at, created_by, created_in, token_budget";
 const RUN_COLUMNS: &str = "id, job_id, scheduled_at, started_at, ended_at, outcome, detail, \
-    prompt_tokens, completion_tokens, message, message_id, handed_at_ms, task_tokens";
+    prompt_tokens, completion_tokens, message, message_id, handed_at_ms, task_tokens, times";
 
 fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
     use rusqlite::types::Type;
@@ -195,6 +198,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRun> {
         message_id: r.get(10)?,
         handed_at_ms: r.get(11)?,
         task_tokens: r.get(12)?,
+        times: r.get(13)?,
     })
 }
 
@@ -231,7 +235,55 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The outcome of a run the full queue refused.
+pub const DROPPED: &str = "dropped: busy";
+/// A job's `dropped: busy` runs this close together are one ledger row.
+const DROPPED_MERGE_SECS: i64 = 60;
+
+/// Counts a `dropped: busy` run of `job` due at `t` into the job's last such row when that
+/// row began less than a minute before; `true` when it did (no row of its own then).
+fn merge_dropped(c: &rusqlite::Connection, job: i64, t: i64, now: i64) -> rusqlite::Result<bool> {
+    let merged = c.execute(
+        "UPDATE job_runs SET times = times + 1, ended_at = ?3,
+             detail = 'the queue was full: ' || (times + 1) || ' due runs dropped in this minute'
+         WHERE id = (SELECT id FROM job_runs WHERE job_id = ?1 AND outcome = 'dropped: busy'
+                     AND scheduled_at > ?2 - ?4 ORDER BY id DESC LIMIT 1)",
+        params![job, t, now, DROPPED_MERGE_SECS],
+    )?;
+    Ok(merged > 0)
+}
+
 impl Store {
+    /// A run still waiting for a worker is dropped after all (it gave way to a run of a chat
+    /// with fewer waiting): recorded `dropped: busy` with `why`, counted into its job's row
+    /// of the minute if there is one.
+    pub async fn drop_queued_run(&self, run_id: i64, why: &str) -> Result<(), StoreError> {
+        let why = why.to_owned();
+        self.call(move |c| {
+            let tx = c.transaction()?;
+            let found: Option<(i64, i64)> = tx
+                .query_row(
+                    "SELECT job_id, scheduled_at FROM job_runs WHERE id = ?1 AND outcome = 'queued'",
+                    [run_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            if let Some((job, t)) = found {
+                if merge_dropped(&tx, job, t, unix_now())? {
+                    tx.execute("DELETE FROM job_runs WHERE id = ?1", [run_id])?;
+                } else {
+                    tx.execute(
+                        "UPDATE job_runs SET outcome = 'dropped: busy', detail = ?2, ended_at = ?3
+                         WHERE id = ?1",
+                        params![run_id, why, unix_now()],
+                    )?;
+                }
+            }
+            tx.commit()
+        })
+        .await
+    }
+
     /// Writes one tick in one transaction: each job moved to its next time (or ended), its
     /// rows recorded, its fired run recorded `queued`. Returns the queued runs' ids, in order.
     pub async fn apply_tick(&self, items: Vec<TickItem>) -> Result<Vec<Option<i64>>, StoreError> {
@@ -254,6 +306,9 @@ impl Store {
                 for item in items {
                     next.execute(params![item.job_id, item.next, item.cancel])?;
                     for (t, outcome, detail) in item.rows {
+                        if outcome == DROPPED && merge_dropped(&tx, item.job_id, t, now)? {
+                            continue;
+                        }
                         row.execute(params![item.job_id, t, now, outcome, detail, None::<i64>])?;
                     }
                     ids.push(match item.fire {

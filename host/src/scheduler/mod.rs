@@ -7,7 +7,10 @@
 //!   daemon was down, by the job's policy) or `dropped: busy` (the queue was full). A job's
 //!   next time is moved *before* its run is handed over, so a crash never repeats a run;
 //!   after an outage a job runs at most once ([`plan`]).
-//! - **Bounded.** At most `workers` turns run and `queue` wait; one more is refused at once.
+//! - **Bounded and fair.** At most `workers` turns run and `queue` wait; one more is refused
+//!   at once. Chats (and the heartbeat) take turns for the workers and a full queue drops the
+//!   newest run of the chat with the most waiting ([`queue`]), so one chat's fifty jobs
+//!   cannot starve another chat or the heartbeat; a job's drops within a minute are one row.
 //! - **A part of [`crate::app::App`] at `Stage::Input`**: it feeds turns like a channel, so it
 //!   stops first; runs still going are cancelled and recorded as such.
 //! - **The heartbeat is jobs too**: each valid check of `HEARTBEAT.md` is a job of the owner's
@@ -16,6 +19,7 @@
 
 pub mod heartbeat;
 pub mod jobs;
+mod queue;
 pub mod schedule;
 
 use std::path::PathBuf;
@@ -25,10 +29,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use chrono_tz::Tz;
 use nexbot_core::ChatRef;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::jobs::{Job, JobCreator, Missed, NewJob, RunEnd, TickItem};
+use self::queue::{FairQueue, LaneKey, Work};
 use self::schedule::Schedule;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::turns::TurnOrigin;
@@ -352,10 +356,25 @@ pub fn job_prompt(job: &Job) -> String {
     )
 }
 
-/// One run handed to the workers.
-struct Work {
-    job: Job,
-    run_id: i64,
+/// `due` in lane turns (each chat's jobs, and the heartbeat's, one at a time), each lane's
+/// in their own order: when the queue fills within one tick, every lane got its first run in.
+fn interleave(due: Vec<Job>) -> Vec<Job> {
+    let mut lanes: Vec<(LaneKey, std::collections::VecDeque<Job>)> = Vec::new();
+    for job in due {
+        let key = LaneKey::of(&job);
+        match lanes.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, jobs)) => jobs.push_back(job),
+            None => lanes.push((key, std::collections::VecDeque::from([job]))),
+        }
+    }
+    let mut out = Vec::new();
+    while !lanes.is_empty() {
+        lanes.retain_mut(|(_, jobs)| {
+            out.extend(jobs.pop_front());
+            !jobs.is_empty()
+        });
+    }
+    out
 }
 
 /// The scheduler part; [`Scheduler::run`] until the app stops.
@@ -377,6 +396,8 @@ pub struct Scheduler {
     keep_days: u32,
     /// `scheduler.job_token_budget`.
     budget: u64,
+    /// Runs waiting for a worker, shared fairly between chats.
+    waiting: Arc<FairQueue>,
 }
 
 /// The chat heartbeat answers go to: the Telegram owner's, else the default console chat.
@@ -404,6 +425,7 @@ impl Scheduler {
             stats: Arc::new(SchedulerStats::default()),
             keep_days: config.storage.task_records_days,
             budget: config.scheduler.job_token_budget,
+            waiting: Arc::default(),
         }
     }
 
@@ -421,8 +443,6 @@ impl Scheduler {
             ),
             Err(e) => tracing::error!(error = %e, "cannot settle open job runs"),
         }
-        let (tx, rx) = mpsc::unbounded_channel::<Work>();
-        let rx = Arc::new(tokio::sync::Mutex::new(rx));
         let cancel = CancellationToken::new();
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..self.workers {
@@ -434,12 +454,12 @@ impl Scheduler {
                 stats: self.stats.clone(),
                 cancel: cancel.clone(),
             };
-            let rx = rx.clone();
+            let waiting = self.waiting.clone();
             workers.spawn(async move {
-                loop {
-                    let work = rx.lock().await.recv().await;
-                    let Some(work) = work else { break };
+                while let Some(work) = waiting.take().await {
+                    let chat = work.job.chat.clone();
                     worker.run(work).await;
+                    waiting.done(&chat);
                 }
             });
         }
@@ -481,7 +501,7 @@ impl Scheduler {
                     continue;
                 }
             };
-            self.handle_all(due, now, &tx).await;
+            self.handle_all(due, now).await;
             // Every wake-up that matters is pushed (a job changed, the heartbeat file changed)
             // or due; the heartbeat's look is the longest sleep, a safety net.
             sleep = match self.store.next_due().await {
@@ -499,19 +519,21 @@ impl Scheduler {
         }
         // Stop: no new runs; running turns cancelled; queued ones recorded as cancelled.
         cancel.cancel();
-        drop(tx);
+        self.waiting.close();
         while workers.join_next().await.is_some() {}
     }
 
     /// Plans every due job and writes the whole tick in one transaction (next times, skipped
     /// and dropped runs, queued runs), then hands the queued runs to the workers.
-    async fn handle_all(&self, due: Vec<Job>, now: i64, tx: &mpsc::UnboundedSender<Work>) {
+    async fn handle_all(&self, due: Vec<Job>, now: i64) {
         let cap = self.workers + self.queue;
         let mut reserved = 0usize;
         let mut items = Vec::with_capacity(due.len());
         let mut jobs = Vec::with_capacity(due.len());
         let (mut skipped, mut dropped) = (0u64, 0u64);
-        for job in due {
+        // Runs that waited and give way to this tick's runs of emptier lanes.
+        let mut gave_way = Vec::new();
+        for job in interleave(due) {
             let Some(at) = job.next_run else { continue };
             let mut item = TickItem {
                 job_id: job.id,
@@ -542,11 +564,18 @@ impl Scheduler {
                         item.rows.push((last, "skipped", Some(why)));
                     }
                     if let Some((t, note)) = plan.fire {
-                        if self.stats.pending.load(Ordering::Relaxed) + reserved >= cap {
+                        let full = self.stats.pending.load(Ordering::Relaxed) + reserved >= cap;
+                        let room =
+                            full.then(|| self.waiting.make_room_for(&LaneKey::of(&job))).flatten();
+                        if full && room.is_none() {
                             tracing::warn!(job = job.id, "scheduler queue full: run dropped");
                             dropped += 1;
-                            item.rows.push((t, "dropped: busy", note));
+                            item.rows.push((t, jobs::DROPPED, note));
                         } else {
+                            if let Some(work) = room {
+                                self.stats.pending.fetch_sub(1, Ordering::Relaxed);
+                                gave_way.push(work.run_id);
+                            }
                             reserved += 1;
                             item.fire = Some((t, note));
                         }
@@ -566,6 +595,13 @@ impl Scheduler {
                 return;
             }
         };
+        for run_id in &gave_way {
+            let why = "the queue was full: gave way to a run of a chat with fewer waiting";
+            if let Err(e) = self.store.drop_queued_run(*run_id, why).await {
+                tracing::error!(run = run_id, error = %e, "cannot record a run that gave way");
+            }
+        }
+        dropped += gave_way.len() as u64;
         self.stats.skipped.fetch_add(skipped, Ordering::Relaxed);
         self.stats.dropped.fetch_add(dropped, Ordering::Relaxed);
         if skipped > 0 {
@@ -575,9 +611,7 @@ impl Scheduler {
             let Some(run_id) = run_id else { continue };
             self.stats.pending.fetch_add(1, Ordering::Relaxed);
             self.stats.submitted.fetch_add(1, Ordering::Relaxed);
-            if tx.send(Work { job, run_id }).is_err() {
-                self.stats.pending.fetch_sub(1, Ordering::Relaxed);
-            }
+            self.waiting.push(Work { job, run_id });
         }
     }
 
