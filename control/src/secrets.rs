@@ -68,10 +68,16 @@ pub struct SecretSet {
     pub scope: String,
     pub name: String,
     pub value: SecretValue,
-    /// Hosts the egress proxy may fill the value in for (`api.github.com`, `*.example.com`).
+    /// Hosts the egress proxy may fill the value in for (`api.github.com`, `*.example.com`,
+    /// `https://host:port`, `http://host:port`): over https on 443 unless named.
     #[serde(default)]
     pub hosts: Vec<String>,
-    /// `proxy` or `stdin`; unset: proxy when bound to a host, stdin otherwise.
+    /// Where in those hosts' requests (`header:NAME`, `path:/PREFIX`, `query:NAME`, `body`);
+    /// empty: the `Authorization` header only.
+    #[serde(default)]
+    pub places: Vec<String>,
+    /// `proxy` or `stdin`; unset: proxy when bound to a host (no host and no mode is refused:
+    /// a stdin-mode value is handed to the container, so it must be asked for).
     #[serde(default)]
     pub mode: Option<String>,
 }
@@ -121,6 +127,7 @@ mod tests {
             name: "GITHUB_TOKEN".into(),
             value: SecretValue::new("ghp-very-secret-1234".into()),
             hosts: vec!["api.github.com".into()],
+            places: vec![],
             mode: None,
         };
         let debug = format!("{set:?} {:?}", set.value);

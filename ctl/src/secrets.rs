@@ -79,8 +79,12 @@ pub struct SetArgs {
     /// repeat for more
     #[arg(long = "host", value_name = "HOST")]
     pub hosts: Vec<String>,
-    /// proxy: only the egress proxy sees the value (needs --host); stdin: the task gets it.
-    /// [default: proxy with --host, stdin without]
+    /// Where in those hosts' requests the value may go: header:NAME, path:/PREFIX,
+    /// query:NAME or body; repeat for more [default: header:authorization]
+    #[arg(long = "in", value_name = "PLACE")]
+    pub places: Vec<String>,
+    /// proxy: only the egress proxy sees the value (needs --host); stdin: the task's
+    /// container gets it (and holds it) [default: proxy with --host; without, give stdin]
     #[arg(long, value_parser = ["proxy", "stdin"])]
     pub mode: Option<String>,
 }
@@ -94,6 +98,7 @@ pub async fn run(ctx: &Ctx, command: SecretsCommand) -> anyhow::Result<()> {
                 name: args.name,
                 value,
                 hosts: args.hosts,
+                places: args.places,
                 mode: args.mode,
             };
             let answer = post(ctx, secrets_paths::SECRETS, &body).await?;

@@ -13,7 +13,7 @@ use nexbot_tests::egress as egress_support;
 use std::time::{Duration, Instant};
 
 use egress_support::{connect, echo_server, firehose_server, http_server, start, web_echo_server};
-use nexbot_egress::{Cidr, Credential, EgressConfig, HostPattern, InternalAllow};
+use nexbot_egress::{Binding, Cidr, Credential, EgressConfig, InternalAllow};
 use nexbot_tests::bench::{record, Figure, Stats};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::{ExposeSecret, SecretString};
@@ -194,7 +194,7 @@ async fn secret_figures(started: &egress_support::Started, web_echo: std::net::S
     };
     let plain = timed(|| send("Bearer bench-PLAIN-token-0123456789")).await;
     let credentials = started.egress.credentials();
-    let bound = vec![HostPattern::try_from(web_echo.ip().to_string()).unwrap()];
+    let bound = vec![Binding::new(&format!("http://{web_echo}"), &[]).unwrap()];
     let token = SecretString::from("bench-SECRET-token-0123456789");
     credentials.grant("t-1", vec![Credential::new("BENCH_TOKEN", token, bound)]).unwrap();
     let injected = timed(|| send("Bearer {{secret:BENCH_TOKEN}}")).await;

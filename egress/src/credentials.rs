@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use nexbot_protocol::secrets::{is_valid_secret_name, Redactor, SecretMap, SecretsError};
 use secrecy::{ExposeSecret, SecretString};
 
-use super::config::HostPattern;
+use super::binding::{Binding, Destination, Spot};
 
 /// The label name the provider keys get in a task's redactor: lower case, so it can never be
 /// a secret's name (`[A-Z_][A-Z0-9_]*`).
@@ -29,19 +29,30 @@ pub struct Credential {
     /// `[A-Z_][A-Z0-9_]*`, at most 64 characters: what the placeholder names.
     pub name: String,
     pub value: SecretString,
-    /// The hosts the value may be sent to (patterns as in `egress.proxy.allow_domains`).
+    /// Where the value may be sent: hosts, and the places in their requests (`binding.rs`).
     /// Empty: a secret the task got another way (stdin), never substituted, only scrubbed.
-    pub hosts: Vec<HostPattern>,
+    pub bindings: Vec<Binding>,
 }
 
 impl Credential {
-    pub fn new(name: impl Into<String>, value: SecretString, hosts: Vec<HostPattern>) -> Self {
-        Self { name: name.into(), value, hosts }
+    pub fn new(name: impl Into<String>, value: SecretString, bindings: Vec<Binding>) -> Self {
+        Self { name: name.into(), value, bindings }
     }
 
-    /// Whether the value may be sent to `host` (lower case, no trailing dot, no brackets).
-    pub fn bound_to(&self, host: &str) -> bool {
-        self.hosts.iter().any(|pattern| pattern.matches(host))
+    /// Whether a request to `to` may carry the value somewhere.
+    pub(crate) fn reaches(&self, to: &Destination<'_>) -> bool {
+        self.bindings.iter().any(|b| b.reaches(to))
+    }
+
+    /// Whether the value may fill a placeholder at `spot` of a request to `to`.
+    pub(crate) fn allows(&self, to: &Destination<'_>, spot: Spot<'_>) -> bool {
+        self.bindings.iter().any(|b| b.allows(to, spot))
+    }
+
+    /// The places its bindings allow, in words.
+    pub(crate) fn places(&self) -> String {
+        let places: Vec<String> = self.bindings.iter().map(Binding::places).collect();
+        places.join("; ")
     }
 }
 
@@ -50,7 +61,7 @@ impl std::fmt::Debug for Credential {
         f.debug_struct("Credential")
             .field("name", &self.name)
             .field("value", &"[hidden]")
-            .field("hosts", &self.hosts)
+            .field("bindings", &self.bindings)
             .finish()
     }
 }
@@ -96,7 +107,7 @@ impl TaskSecrets {
     /// be stored there and read back through a tunnel to any other name (or the same server
     /// behind a shared front), where nothing can scrub it.
     pub(crate) fn proxied(&self) -> Option<&Credential> {
-        self.credentials.iter().find(|c| !c.hosts.is_empty())
+        self.credentials.iter().find(|c| !c.bindings.is_empty())
     }
 
     /// `text` with every value (in any form the redactor knows) replaced by its label, and the
@@ -260,16 +271,16 @@ impl TaskCredentials {
 mod tests {
     use super::*;
 
-    fn pattern(text: &str) -> HostPattern {
-        HostPattern::try_from(text.to_owned()).unwrap()
-    }
-
     fn credential(name: &str, value: &str, hosts: &[&str]) -> Credential {
         Credential::new(
             name,
             SecretString::from(value.to_owned()),
-            hosts.iter().map(|h| pattern(h)).collect(),
+            hosts.iter().map(|h| Binding::new(h, &[]).unwrap()).collect(),
         )
+    }
+
+    fn reaches(credential: &Credential, host: &str) -> bool {
+        credential.reaches(&Destination { host, port: 443, https: true })
     }
 
     #[test]
@@ -300,11 +311,11 @@ mod tests {
             )
             .unwrap();
         let secrets = table.for_task("t").unwrap();
-        assert!(secrets.get("GITHUB_TOKEN").unwrap().bound_to("api.github.com"));
-        assert!(!secrets.get("GITHUB_TOKEN").unwrap().bound_to("github.com"));
-        assert!(!secrets.get("STDIN_ONLY").unwrap().bound_to("api.github.com"));
-        assert!(secrets.get("WILD").unwrap().bound_to("a.example.com"));
-        assert!(!secrets.get("WILD").unwrap().bound_to("example.com"));
+        assert!(reaches(secrets.get("GITHUB_TOKEN").unwrap(), "api.github.com"));
+        assert!(!reaches(secrets.get("GITHUB_TOKEN").unwrap(), "github.com"));
+        assert!(!reaches(secrets.get("STDIN_ONLY").unwrap(), "api.github.com"));
+        assert!(reaches(secrets.get("WILD").unwrap(), "a.example.com"));
+        assert!(!reaches(secrets.get("WILD").unwrap(), "example.com"));
         // A task with any proxy-mode credential opens no tunnel.
         assert_eq!(secrets.proxied().unwrap().name, "GITHUB_TOKEN");
         assert_eq!(table.names("t"), ["GITHUB_TOKEN", "STDIN_ONLY", "WILD"]);

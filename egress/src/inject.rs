@@ -7,7 +7,8 @@
 //! writes it. The value goes in percent-encoded in the request target, in a form body and
 //! wherever the placeholder was percent-encoded; JSON-escaped in a JSON body; as it is in a
 //! header (refused when it is no valid header value) and in any other body. A placeholder of
-//! a secret the request's host is not bound to refuses the whole request: nothing is sent.
+//! a secret the request's destination (host, port, scheme) is not bound to, or in a place its
+//! binding does not name (`binding.rs`), refuses the whole request: nothing is sent.
 //! Names the task was not given pass unchanged (they may be meant literally).
 
 use std::collections::BTreeSet;
@@ -22,6 +23,7 @@ use nexbot_protocol::secrets::{is_valid_secret_name, Redactor, StreamRedactor};
 use secrecy::ExposeSecret;
 use zeroize::Zeroizing;
 
+use super::binding::{Destination, Spot};
 use super::credentials::TaskSecrets;
 use super::meter::BoxError;
 
@@ -54,6 +56,11 @@ pub(crate) struct Placeholder {
 pub(crate) enum Refused {
     #[error("secret_not_bound: secret {name} may not be sent to {host}")]
     NotBound { name: String, host: String },
+    #[error(
+        "secret_misplaced: secret {name} may not go in {spot} of a request to {host}; its \
+         binding allows: {allowed}"
+    )]
+    Misplaced { name: String, spot: String, host: String, allowed: String },
     #[error("secret_not_a_header: the value of secret {name} is not a valid HTTP header value")]
     NotAHeader { name: String },
     #[error("bad_request: the request target with secret {name} put in is no valid URL")]
@@ -63,9 +70,10 @@ pub(crate) enum Refused {
 impl Refused {
     pub(crate) fn name(&self) -> &str {
         match self {
-            Self::NotBound { name, .. } | Self::NotAHeader { name } | Self::BadTarget { name } => {
-                name
-            }
+            Self::NotBound { name, .. }
+            | Self::Misplaced { name, .. }
+            | Self::NotAHeader { name }
+            | Self::BadTarget { name } => name,
         }
     }
 }
@@ -164,14 +172,38 @@ fn json_escape(value: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// The part of a request a text is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Part<'a> {
+    /// The request target (path and query).
+    Target,
+    Header(&'a str),
+    Body,
+}
+
+/// Where in the request target `p` stands: in the path (after what), or in the query (the
+/// value of which parameter, if it is one's value).
+fn target_spot<'t>(target: &'t str, p: &Placeholder) -> Spot<'t> {
+    let start = p.start.min(target.len());
+    match target.find('?') {
+        Some(q) if q < start => {
+            let segment = target[q + 1..start].rsplit('&').next().unwrap_or_default();
+            let param = segment.split_once('=').map(|(name, _)| name).filter(|n| !n.is_empty());
+            Spot::Query { param }
+        }
+        _ => Spot::Path { before: &target[..start] },
+    }
+}
+
 /// `text` with the placeholders of the task's secrets replaced by their values written as
 /// `escape` says (percent-encoded where the placeholder was), and the names put in added to
 /// `used`; `None` when no placeholder names one of them. Refused when one of them may not go
-/// to `host`.
+/// to `to`, or not at the spot `spot` says the placeholder stands in.
 pub(crate) fn substitute(
     text: &[u8],
     secrets: &TaskSecrets,
-    host: &str,
+    to: &Destination<'_>,
+    part: Part<'_>,
     escape: Escape,
     used: &mut BTreeSet<String>,
 ) -> Result<Option<Zeroizing<Vec<u8>>>, Refused> {
@@ -179,8 +211,32 @@ pub(crate) fn substitute(
     let mut at = 0;
     for placeholder in find(text) {
         let Some(credential) = secrets.get(&placeholder.name) else { continue };
-        if !credential.bound_to(host) {
-            return Err(Refused::NotBound { name: placeholder.name, host: host.to_owned() });
+        if !credential.reaches(to) {
+            let host = if credential.reaches(&Destination { port: 443, https: true, ..*to })
+                || credential.bindings.iter().any(|b| b.host().matches(to.host))
+            {
+                let scheme = if to.https { "https" } else { "http" };
+                format!("{scheme}://{}:{}", to.host, to.port)
+            } else {
+                to.host.to_owned()
+            };
+            return Err(Refused::NotBound { name: placeholder.name, host });
+        }
+        let at_spot = match part {
+            // The target is a checked URI: ASCII.
+            Part::Target => {
+                target_spot(std::str::from_utf8(text).unwrap_or_default(), &placeholder)
+            }
+            Part::Header(name) => Spot::Header(name),
+            Part::Body => Spot::Body,
+        };
+        if !credential.allows(to, at_spot) {
+            return Err(Refused::Misplaced {
+                spot: at_spot.to_string(),
+                host: to.host.to_owned(),
+                allowed: credential.places(),
+                name: placeholder.name,
+            });
         }
         let out = out.get_or_insert_with(|| Zeroizing::new(Vec::with_capacity(text.len() + 64)));
         out.extend_from_slice(&text[at..placeholder.start]);
@@ -203,12 +259,14 @@ pub(crate) fn substitute(
 pub(crate) fn substitute_head(
     parts: &mut http::request::Parts,
     secrets: &TaskSecrets,
-    host: &str,
+    to: &Destination<'_>,
     used: &mut BTreeSet<String>,
 ) -> Result<(), Refused> {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let mut names = BTreeSet::new();
-    if let Some(new) = substitute(target.as_bytes(), secrets, host, Escape::Percent, &mut names)? {
+    let new =
+        substitute(target.as_bytes(), secrets, to, Part::Target, Escape::Percent, &mut names)?;
+    if let Some(new) = new {
         let name = names.first().cloned().unwrap_or_default();
         let mut uri = parts.uri.clone().into_parts();
         uri.path_and_query = Some(
@@ -218,9 +276,11 @@ pub(crate) fn substitute_head(
         parts.uri = http::Uri::from_parts(uri).map_err(|_| Refused::BadTarget { name })?;
     }
     used.append(&mut names);
-    for value in parts.headers.values_mut() {
+    for (name, value) in parts.headers.iter_mut() {
         let mut names = BTreeSet::new();
-        if let Some(new) = substitute(value.as_bytes(), secrets, host, Escape::Raw, &mut names)? {
+        let part = Part::Header(name.as_str());
+        let new = substitute(value.as_bytes(), secrets, to, part, Escape::Raw, &mut names)?;
+        if let Some(new) = new {
             let name = names.first().cloned().unwrap_or_default();
             let mut header =
                 HeaderValue::from_bytes(&new).map_err(|_| Refused::NotAHeader { name })?;
@@ -376,12 +436,12 @@ where
 mod tests {
     use super::*;
     use crate::credentials::{Credential, TaskCredentials};
-    use crate::HostPattern;
     use secrecy::SecretString;
 
     fn secrets(value: &str) -> Arc<TaskSecrets> {
         let table = TaskCredentials::default();
-        let hosts = vec![HostPattern::try_from("api.example.com".to_owned()).unwrap()];
+        let places = ["header:x-token".to_owned(), "query:q".to_owned(), "body".to_owned()];
+        let hosts = vec![crate::Binding::new("api.example.com", &places).unwrap()];
         table
             .grant(
                 "t",
@@ -414,8 +474,9 @@ mod tests {
     fn values_are_escaped_for_where_they_go_and_unbound_hosts_refused() {
         let secrets = secrets("va\"l ue/+&=\\x");
         let mut used = BTreeSet::new();
+        let to = Destination { host: "api.example.com", port: 443, https: true };
         let sub = |text: &str, escape, used: &mut BTreeSet<String>| {
-            substitute(text.as_bytes(), &secrets, "api.example.com", escape, used)
+            substitute(text.as_bytes(), &secrets, &to, Part::Body, escape, used)
                 .map(|o| o.map(|v| String::from_utf8(v.to_vec()).unwrap()))
         };
         assert_eq!(
@@ -431,27 +492,24 @@ mod tests {
             r#"{"t":"va\"l ue/+&=\\x"}"#
         );
         assert_eq!(sub("{{secret:OTHER}} plain", Escape::Raw, &mut used).unwrap(), None);
-        assert_eq!(used.into_iter().collect::<Vec<_>>(), ["TOKEN"]);
-        let err = substitute(
-            b"{{secret:TOKEN}}",
-            &secrets,
-            "evil.example.org",
-            Escape::Raw,
-            &mut BTreeSet::new(),
-        )
-        .unwrap_err();
+        assert_eq!(std::mem::take(&mut used).into_iter().collect::<Vec<_>>(), ["TOKEN"]);
+        let body = Part::Body;
+        let evil = Destination { host: "evil.example.org", ..to };
+        let err = substitute(b"{{secret:TOKEN}}", &secrets, &evil, body, Escape::Raw, &mut used)
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "secret_not_bound: secret TOKEN may not be sent to evil.example.org"
         );
-        let err = substitute(
-            b"{{secret:STDIN}}",
-            &secrets,
-            "api.example.com",
-            Escape::Raw,
-            &mut BTreeSet::new(),
-        )
-        .unwrap_err();
+        let plain = Destination { port: 80, https: false, ..to };
+        let err = substitute(b"{{secret:TOKEN}}", &secrets, &plain, body, Escape::Raw, &mut used)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "secret_not_bound: secret TOKEN may not be sent to http://api.example.com:80"
+        );
+        let err = substitute(b"{{secret:STDIN}}", &secrets, &to, body, Escape::Raw, &mut used)
+            .unwrap_err();
         assert_eq!(err.name(), "STDIN", "a secret without hosts is never sent");
     }
 
@@ -459,13 +517,57 @@ mod tests {
     fn a_value_that_is_no_header_value_is_refused_in_a_header() {
         let secrets = secrets("line-one\nline-two");
         let (mut parts, ()) = http::Request::builder()
-            .uri("http://api.example.com/a?b={{secret:TOKEN}}")
+            .uri("http://api.example.com/a?q={{secret:TOKEN}}")
             .header("x-token", "{{secret:TOKEN}}")
             .body(())
             .unwrap()
             .into_parts();
-        let err = substitute_head(&mut parts, &secrets, "api.example.com", &mut BTreeSet::new())
-            .unwrap_err();
+        let to = Destination { host: "api.example.com", port: 80, https: false };
+        let err = substitute_head(&mut parts, &secrets, &to, &mut BTreeSet::new()).unwrap_err();
+        assert!(matches!(err, Refused::NotBound { .. }), "http is not https: {err}");
+        let to = Destination { port: 443, https: true, ..to };
+        let err = substitute_head(&mut parts, &secrets, &to, &mut BTreeSet::new()).unwrap_err();
         assert!(matches!(err, Refused::NotAHeader { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_placeholder_goes_only_where_the_binding_names() {
+        let secrets = secrets("value-0123456789");
+        let to = Destination { host: "api.example.com", port: 443, https: true };
+        let head = |uri: &str, header: &str| {
+            let (mut parts, ()) = http::Request::builder()
+                .uri(uri)
+                .header(header, "{{secret:TOKEN}}")
+                .body(())
+                .unwrap()
+                .into_parts();
+            let mut used = BTreeSet::new();
+            let value = parts.headers.get(header).cloned();
+            substitute_head(&mut parts, &secrets, &to, &mut used).map(|()| (parts, value))
+        };
+        // Named places: the x-token header, the q parameter.
+        let (parts, _) =
+            head("https://api.example.com/a?q={{secret:TOKEN}}&z=1", "x-token").unwrap();
+        assert_eq!(parts.uri.query(), Some("q=value-0123456789&z=1"));
+        assert_eq!(parts.headers["x-token"], "value-0123456789");
+        for (uri, header, spot) in [
+            ("https://api.example.com/{{secret:TOKEN}}", "x-ok", "the path"),
+            (
+                "https://api.example.com/a?comment={{secret:TOKEN}}",
+                "x-ok",
+                "query parameter comment",
+            ),
+            ("https://api.example.com/a?{{secret:TOKEN}}", "x-ok", "the query"),
+            ("https://api.example.com/a", "authorization", "header authorization"),
+        ] {
+            let err = head(uri, header).unwrap_err();
+            assert!(matches!(err, Refused::Misplaced { .. }), "{uri}: {err}");
+            let text = err.to_string();
+            assert!(text.contains(spot) && text.contains("header:x-token"), "{text}");
+        }
+        let body = Part::Body;
+        let mut used = BTreeSet::new();
+        let new = substitute(b"{{secret:TOKEN}}", &secrets, &to, body, Escape::Raw, &mut used);
+        assert!(new.unwrap().is_some(), "the body is named");
     }
 }

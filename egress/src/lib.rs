@@ -30,6 +30,7 @@
 
 mod attribution;
 mod audit;
+mod binding;
 mod config;
 mod credentials;
 mod firewall;
@@ -57,6 +58,7 @@ use tokio_util::task::TaskTracker;
 
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
+pub use binding::{Binding, Place, DEFAULT_PLACE};
 pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProviderKeys,
     ProxyConfig, RelayConfig, RelayProvider,

@@ -33,6 +33,7 @@ use zeroize::Zeroizing;
 
 use super::attribution::Attributed;
 use super::audit::{ConnAudit, Direction, Origin, Verdict};
+use super::binding::Destination;
 use super::credentials::TaskSecrets;
 use super::inject::{self, ScrubbedBody, MAX_SECRET_BODY_BYTES};
 use super::meter::{full, pump, MeteredBody, PumpEnd, ResponseBody};
@@ -532,7 +533,8 @@ async fn forward(
     let limits = &shared.config.proxy;
     let body = match (&secrets, &target) {
         (Some(secrets), Ok(target)) => {
-            match prepare(&mut parts, body, secrets, &target.host, &audit, deadline, limits).await {
+            let to = Destination { host: &target.host, port, https };
+            match prepare(&mut parts, body, secrets, &to, &audit, deadline, limits).await {
                 Ok(body) => body,
                 Err(response) => return response,
             }
@@ -607,7 +609,7 @@ async fn prepare(
     parts: &mut http::request::Parts,
     body: Incoming,
     secrets: &TaskSecrets,
-    host: &str,
+    to: &Destination<'_>,
     audit: &Arc<ConnAudit>,
     deadline: Instant,
     limits: &super::ProxyConfig,
@@ -643,14 +645,17 @@ async fn prepare(
     };
     let mut used = BTreeSet::new();
     let escape = inject::body_escape(&parts.headers);
-    let substituted = inject::substitute_head(parts, secrets, host, &mut used)
-        .and_then(|()| inject::substitute(&bytes, secrets, host, escape, &mut used));
+    let body = inject::Part::Body;
+    let substituted = inject::substitute_head(parts, secrets, to, &mut used)
+        .and_then(|()| inject::substitute(&bytes, secrets, to, body, escape, &mut used));
     let new_body = match substituted {
         Ok(new_body) => new_body,
         Err(refused) => {
             audit.secrets(vec![refused.name().to_owned()], false);
             let status = match refused {
-                inject::Refused::NotBound { .. } => StatusCode::FORBIDDEN,
+                inject::Refused::NotBound { .. } | inject::Refused::Misplaced { .. } => {
+                    StatusCode::FORBIDDEN
+                }
                 _ => StatusCode::BAD_REQUEST,
             };
             return Err(refuse(audit, Verdict::Denied, status, refused.to_string()));

@@ -370,13 +370,13 @@ impl LlmAccess for RelayAccess {
     fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
         let mut credentials = Vec::with_capacity(secrets.len());
         for secret in secrets {
-            let hosts = secret
+            let bindings = secret
                 .hosts
                 .iter()
-                .map(|h| egress::HostPattern::try_from(h.clone()))
+                .map(|h| egress::Binding::parse(h))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("secret {}: {e}", secret.name))?;
-            credentials.push(egress::Credential::new(secret.name, secret.value, hosts));
+            credentials.push(egress::Credential::new(secret.name, secret.value, bindings));
         }
         self.tokens.credentials().grant(task_id, credentials).map_err(|e| e.to_string())
     }

@@ -160,7 +160,9 @@ pub const DIRECT_TOOLS: &[&str] = &["use_cli"];
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProxySecret {
     pub name: String,
-    /// Host patterns (`api.github.com`, `*.example.com`) the value may be sent to.
+    /// The bindings the value may be sent to, as the egress writes them
+    /// (`https://api.github.com:443 header:authorization`: scheme, host, port, the places in
+    /// the request), or a bare host pattern (a legacy binding: anywhere in its requests).
     pub hosts: Vec<String>,
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use egress_support::{connect, start, web_echo_app, web_echo_server, Echoed, Started, WAIT};
-use nexbot_egress::{Cidr, Credential, EgressConfig, HostPattern, InternalAllow};
+use nexbot_egress::{Binding, Cidr, Credential, EgressConfig, InternalAllow};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
@@ -30,12 +30,15 @@ fn allow(addr: SocketAddr) -> InternalAllow {
     InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
 }
 
+/// `GH_TOKEN` has a legacy binding (a bare host, as stored before bindings named places):
+/// anywhere in a request to 127.0.0.1, any port and scheme — what these tests exercise is the
+/// filling and scrubbing; where a value may go is the last tests'.
 fn credentials() -> Vec<Credential> {
     vec![
         Credential::new(
             "GH_TOKEN",
             SecretString::from(VALUE),
-            vec![HostPattern::try_from("127.0.0.1".to_owned()).unwrap()],
+            vec![Binding::parse("127.0.0.1").unwrap()],
         ),
         Credential::new("STDIN_SECRET", SecretString::from(STDIN_VALUE), vec![]),
     ]
@@ -459,4 +462,99 @@ async fn the_values_appear_in_no_log_or_audit_line() {
     for (place, text) in [("logs", &logs), ("audit", &audit), ("debug", &debug)] {
         assert_clean(place, text);
     }
+}
+
+/// A multi-tenant host (it keeps whatever it receives — a comment, a query, a body, any other
+/// header — and would hand it back to whoever asks, in any transformation) reached over https
+/// with a secret bound the default way (that host, port 443-or-named, the `Authorization`
+/// header only): every attempt to put the placeholder into a part the host keeps is refused
+/// before anything is sent, the same over plain http, and the one named place is filled.
+/// Nothing the host received holds the value in any form. Before bindings named places,
+/// every one of these requests was filled and sent.
+#[tokio::test]
+async fn a_value_goes_only_into_the_place_its_binding_names_over_tls() {
+    let (host, pem) = https_echo().await;
+    let plain = Echo::start("127.0.0.1").await;
+    let dir = egress_support::DataDir::new("ca-bound");
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let ca = dir.0.join("ca.pem");
+    std::fs::write(&ca, &pem).unwrap();
+    let mut config = EgressConfig::default();
+    config.proxy.extra_ca_files = vec![ca];
+    config.proxy.allow_internal = vec![allow(host.addr), allow(plain.addr)];
+    let started = start(config, None).await;
+    let binding = Binding::new(&format!("https://{}", host.addr), &[]).unwrap();
+    assert_eq!(binding.to_string(), format!("https://{} header:authorization", host.addr));
+    let bound = Credential::new("GH_TOKEN", SecretString::from(VALUE), vec![binding]);
+    started.egress.credentials().grant("t-1", vec![bound]).unwrap();
+    let proxy = started.egress.local_addr();
+    let send = |head: String| async move { raw(proxy, &head).await };
+    let addr = host.addr;
+    let attempts = [
+        {
+            let body = "{\"body\":\"{{secret:GH_TOKEN}}\"}";
+            format!(
+                "POST https://{addr}/repos/me/issues HTTP/1.1\r\nHost: {addr}\r\nContent-Type: \
+                 application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        },
+        format!(
+            "GET https://{addr}/hook?url=%7B%7Bsecret%3AGH_TOKEN%7D%7D HTTP/1.1\r\nHost: {addr}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+        format!(
+            "GET https://{addr}/bin/{{{{secret:GH_TOKEN}}}} HTTP/1.1\r\nHost: {addr}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+        format!(
+            "GET https://{addr}/c HTTP/1.1\r\nHost: {addr}\r\nX-Comment: {{{{secret:GH_TOKEN}}}}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    ];
+    for (attempt, spot) in
+        attempts.iter().zip(["the body", "query parameter url", "the path", "header x-comment"])
+    {
+        let answer = send(attempt.clone()).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.contains("secret_misplaced") && answer.contains(spot), "{spot}: {answer}");
+        assert!(answer.contains("its binding allows: header:authorization"), "{answer}");
+    }
+    // The right place, but plain http to the same name: refused too (https only).
+    let answer = send(format!(
+        "GET http://{0}/echo HTTP/1.1\r\nHost: {0}\r\nAuthorization: Bearer {{{{secret:GH_TOKEN}}}}\r\n\
+         Connection: close\r\n\r\n",
+        plain.addr
+    ))
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 403") && answer.contains("secret_not_bound"), "{answer}");
+    assert!(host.seen().is_empty() && plain.seen().is_empty(), "nothing reached a host");
+    // The named place: filled and sent, the answer scrubbed.
+    let answer = send(format!(
+        "GET https://{addr}/user HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {{{{secret:GH_TOKEN}}}}\r\n\
+         Connection: close\r\n\r\n"
+    ))
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_clean("the answer", &answer);
+    let seen = host.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("authorization"), Some(format!("Bearer {VALUE}").as_str()));
+    // What the host keeps of everyone's requests (all but the credential header) holds no
+    // form of the value: not raw, percent-encoded, reversed, base64 or hex.
+    let reversed: String = VALUE.chars().rev().collect();
+    for got in &seen {
+        let mut kept = format!("{} {}\n{}", got.method, got.target, got.body);
+        for (name, value) in got.headers.iter().filter(|(n, _)| n != "authorization") {
+            kept.push_str(&format!("\n{name}: {value}"));
+        }
+        assert_clean("what the host keeps", &kept);
+        assert!(!kept.contains(VALUE_PERCENT) && !kept.contains(&reversed), "{kept}");
+    }
+    let lines = started.audit_lines(6).await;
+    let denied = lines.iter().filter(|l| l["verdict"] == "denied").count();
+    assert_eq!(denied, 5, "{lines:?}");
+    assert!(lines.iter().all(|l| l["secrets"] == json!(["GH_TOKEN"])), "{lines:?}");
+    let summary = started.egress.tokens().summary("t-1").unwrap();
+    assert_eq!((summary.secrets_injected, summary.secrets_refused), (1, 5));
 }

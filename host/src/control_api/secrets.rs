@@ -32,7 +32,8 @@ fn vault_error(e: VaultError) -> ApiError {
     let status = match &e {
         VaultError::BadName(_)
         | VaultError::BadValue(_)
-        | VaultError::BadHost(_)
+        | VaultError::BadBinding(_)
+        | VaultError::NeedsHost(_)
         | VaultError::TooManyHosts
         | VaultError::BadMode(_)
         | VaultError::ProxyNeedsHost(_) => StatusCode::BAD_REQUEST,
@@ -95,7 +96,8 @@ fn body_refused(e: &JsonRejection) -> ApiError {
     ApiError::new(
         e.status(),
         "bad JSON body for a secret: give {\"scope\", \"name\", \"value\"} and optionally \
-         \"hosts\" (a list) and \"mode\" (proxy or stdin); the details are withheld because \
+         \"hosts\" (a list), \"places\" (a list) and \"mode\" (proxy or stdin); the details \
+         are withheld because \
          they could quote the value",
     )
 }
@@ -110,7 +112,7 @@ async fn set(
     let value = SecretString::from(request.value.expose());
     let info =
         s.0.vault
-            .set(&scope, &request.name, value, &request.hosts, mode)
+            .set(&scope, &request.name, value, &request.hosts, &request.places, mode)
             .await
             .map_err(vault_error)?;
     Ok(Json(entry(&info)))

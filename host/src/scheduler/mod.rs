@@ -9,7 +9,7 @@
 //!   after an outage a job runs at most once ([`plan`]).
 //! - **Bounded and fair.** At most `workers` turns run and `queue` wait; one more is refused
 //!   at once. Chats (and the heartbeat) take turns for the workers and a full queue drops the
-//!   newest run of the chat with the most waiting ([`queue`]), so one chat's fifty jobs
+//!   newest run of the chat with the most waiting (`queue.rs`), so one chat's fifty jobs
 //!   cannot starve another chat or the heartbeat; a job's drops within a minute are one row.
 //! - **A part of [`crate::app::App`] at `Stage::Input`**: it feeds turns like a channel, so it
 //!   stops first; runs still going are cancelled and recorded as such.

@@ -832,9 +832,22 @@ mod tests {
             .unwrap();
         let chat = Scope::Chat(ToolContext::for_tests().chat);
         let value = |v: &str| secrecy::SecretString::from(v.to_owned());
-        vault.set(&chat, "PLAIN_TOKEN", value("plain-value-123456"), &[], None).await.unwrap();
+        vault
+            .set(
+                &chat,
+                "PLAIN_TOKEN",
+                value("plain-value-123456"),
+                &[],
+                &[],
+                Some(crate::vault::Mode::Stdin),
+            )
+            .await
+            .unwrap();
         let hosts = ["api.github.com".to_owned()];
-        vault.set(&chat, "GH_TOKEN", value("ghp_proxied_value_123"), &hosts, None).await.unwrap();
+        vault
+            .set(&chat, "GH_TOKEN", value("ghp_proxied_value_123"), &hosts, &[], None)
+            .await
+            .unwrap();
         let f = Fixture::build(answer("done", &[]), None, Some(vault)).await;
 
         let err = f.call(json!({"task": "t", "secrets": ["NOPE"]})).await.unwrap_err().to_string();
@@ -850,7 +863,10 @@ mod tests {
         assert_eq!(stdin.names().collect::<Vec<_>>(), ["PLAIN_TOKEN"]);
         assert_eq!(
             request.proxy_secrets,
-            Some(vec![ProxySecret { name: "GH_TOKEN".into(), hosts: hosts.to_vec() }])
+            Some(vec![ProxySecret {
+                name: "GH_TOKEN".into(),
+                hosts: vec!["https://api.github.com:443 header:authorization".into()]
+            }])
         );
         let wire = serde_json::to_string(&request).unwrap();
         assert!(wire.contains("plain-value-123456"), "positive control: stdin values travel");
@@ -860,7 +876,8 @@ mod tests {
         );
         let granted = f.tokens.3.lock().unwrap().clone();
         assert_eq!(granted.len(), 2);
-        assert!(granted.iter().any(|(_, n, h)| n == "GH_TOKEN" && h == &hosts));
+        assert!(granted.iter().any(|(_, n, h)| n == "GH_TOKEN"
+            && h == &["https://api.github.com:443 header:authorization".to_owned()]));
         assert!(granted.iter().any(|(_, n, h)| n == "PLAIN_TOKEN" && h.is_empty()));
         let _ = std::fs::remove_dir_all(dir);
     }

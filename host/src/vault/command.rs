@@ -16,12 +16,19 @@ use crate::commands::{ChatCommand, CommandContext};
 use crate::BoxFuture;
 
 const USAGE: &str = "Usage:\n\
-/secret set NAME value [--host HOST ...] [--mode proxy|stdin]\n\
+/secret set NAME value --host HOST [--host HOST ...] [--in PLACE ...]\n\
+/secret set NAME value --mode stdin\n\
 /secret list\n\
 /secret delete NAME\n\
 A secret bound to a host (--host api.github.com, --host *.example.com) is filled in by the \
-egress proxy for that host only and never enters a sandbox (proxy mode). One with no host is \
-handed to the task itself (stdin mode). Tasks get secrets by name; the model never sees a value.";
+egress proxy over https for that host only, in the Authorization header unless --in names \
+other places (header:NAME, path:/PREFIX, query:NAME, body), and never enters a sandbox \
+(proxy mode). --mode stdin hands the value to the task's container itself. Tasks get secrets \
+by name; the model never sees a value.";
+
+/// Said when a value goes to the container: it then holds it.
+const STDIN_WARNING: &str = "Note: in stdin mode the task's container holds the value; a \
+    command it runs can read and send it anywhere the egress allows.";
 
 #[derive(Debug)]
 pub struct SecretCommand {
@@ -39,6 +46,7 @@ struct SetArgs {
     name: String,
     value: SecretString,
     hosts: Vec<String>,
+    places: Vec<String>,
     mode: Option<Mode>,
 }
 
@@ -47,10 +55,11 @@ fn parse_set(args: &str) -> Result<SetArgs, String> {
     let name = words.next().ok_or("give a name and a value")?.to_owned();
     let value = words.next().ok_or("give a value after the name")?;
     let value = SecretString::from(value.to_owned());
-    let (mut hosts, mut mode) = (Vec::new(), None);
+    let (mut hosts, mut places, mut mode) = (Vec::new(), Vec::new(), None);
     while let Some(word) = words.next() {
         match word {
             "--host" => hosts.push(words.next().ok_or("--host needs a host")?.to_owned()),
+            "--in" => places.push(words.next().ok_or("--in needs a place")?.to_owned()),
             "--mode" => {
                 let text = words.next().ok_or("--mode needs proxy or stdin")?;
                 mode = Some(Mode::parse(text).map_err(|e| e.to_string())?);
@@ -58,12 +67,12 @@ fn parse_set(args: &str) -> Result<SetArgs, String> {
             // Never echo the word: a value with a space in it would show its second half.
             _ => {
                 return Err("unexpected words after the value (a value cannot contain spaces; \
-                             options are --host HOST and --mode proxy|stdin)"
+                             options are --host HOST, --in PLACE and --mode proxy|stdin)"
                     .to_owned())
             }
         }
     }
-    Ok(SetArgs { name, value, hosts, mode })
+    Ok(SetArgs { name, value, hosts, places, mode })
 }
 
 /// One line of `/secret list` (`nexbot-ctl secrets ls` shows the same fields as a table).
@@ -107,9 +116,19 @@ impl ChatCommand for SecretCommand {
                             Err(why) => format!("Nothing was stored: {why}.\n\n{USAGE}"),
                             Ok(args) => match self
                                 .vault
-                                .set(&scope, &args.name, args.value, &args.hosts, args.mode)
+                                .set(
+                                    &scope,
+                                    &args.name,
+                                    args.value,
+                                    &args.hosts,
+                                    &args.places,
+                                    args.mode,
+                                )
                                 .await
                             {
+                                Ok(info) if info.mode == Mode::Stdin => {
+                                    format!("{}\n{STDIN_WARNING}", stored(&info))
+                                }
                                 Ok(info) => stored(&info),
                                 // Never quoted back: a value typed where the name goes.
                                 Err(VaultError::BadName(_)) => format!(

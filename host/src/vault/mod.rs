@@ -24,7 +24,7 @@ use std::fmt;
 use std::sync::{Arc, RwLock};
 
 use nexbot_core::ChatRef;
-use nexbot_egress::HostPattern;
+use nexbot_egress::Binding;
 use nexbot_protocol::secrets::{is_valid_secret_name, MIN_SECRET_VALUE_BYTES};
 use rusqlite::{params, OptionalExtension};
 use secrecy::{ExposeSecret, SecretString};
@@ -160,8 +160,17 @@ pub enum VaultError {
         max = MAX_VALUE_BYTES / 1024
     )]
     BadValue(usize),
-    #[error("invalid host {0:?}: give a host name such as api.github.com or *.example.com")]
-    BadHost(String),
+    #[error(
+        "invalid binding: {0} (a host is api.github.com, *.example.com, https://host:port or \
+         http://host:port; a place is header:NAME, path:/PREFIX, query:NAME or body)"
+    )]
+    BadBinding(String),
+    #[error(
+        "secret {0} names no host: give --host HOST (the egress proxy then fills the value in \
+         for that host only, in the Authorization header unless --in names other places), or \
+         --mode stdin to hand the value to the task's container (it then holds the value)"
+    )]
+    NeedsHost(String),
     #[error("at most {MAX_HOSTS} hosts can be bound to one secret")]
     TooManyHosts,
     #[error("invalid mode {0:?}: use proxy or stdin")]
@@ -317,6 +326,7 @@ fn validate(
     name: &str,
     value: &SecretString,
     hosts: &[String],
+    places: &[String],
     mode: Option<Mode>,
 ) -> Result<(Vec<String>, Mode), VaultError> {
     if !is_valid_secret_name(name) {
@@ -329,15 +339,14 @@ fn validate(
     if hosts.len() > MAX_HOSTS {
         return Err(VaultError::TooManyHosts);
     }
+    if hosts.is_empty() && !places.is_empty() {
+        return Err(VaultError::BadBinding("places (--in) are given but no host".into()));
+    }
     let mut bound = Vec::new();
     for host in hosts {
-        let pattern =
-            HostPattern::try_from(host.clone()).map_err(|_| VaultError::BadHost(host.clone()))?;
-        let text = pattern.to_string();
-        // `*` would send the value anywhere: that is no binding at all.
-        if text == "*" {
-            return Err(VaultError::BadHost(host.clone()));
-        }
+        // Public suffixes, `*` and unknown places are refused here (`Binding::new`).
+        let binding = Binding::new(host, places).map_err(VaultError::BadBinding)?;
+        let text = binding.to_string();
         if !bound.contains(&text) {
             bound.push(text);
         }
@@ -347,7 +356,8 @@ fn validate(
             return Err(VaultError::ProxyNeedsHost(name.to_owned()))
         }
         Some(mode) => mode,
-        None if bound.is_empty() => Mode::Stdin,
+        // A value with no host would go into the container: only when asked for by name.
+        None if bound.is_empty() => return Err(VaultError::NeedsHost(name.to_owned())),
         None => Mode::Proxy,
     };
     Ok((bound, mode))
@@ -437,6 +447,23 @@ impl Vault {
                 (None, _, _) => Err(Unreadable::Off),
             };
             let (hosts, mode) = parsed.unwrap_or((Vec::new(), Mode::Proxy));
+            let legacy: Vec<&str> = hosts
+                .iter()
+                .filter(|h| Binding::parse(h).is_ok_and(|b| b.is_legacy()))
+                .map(String::as_str)
+                .collect();
+            if mode == Mode::Proxy && !legacy.is_empty() {
+                tracing::warn!(
+                    %scope,
+                    name = %row.name,
+                    hosts = %legacy.join(", "),
+                    "legacy binding: this secret was stored before bindings named a place, so \
+                     its value may still be filled in anywhere in a request to these hosts, on \
+                     any port and over http; set it again (/secret set or nexbot-ctl secrets \
+                     set, with --host and optionally --in) to bind it to https and the \
+                     Authorization header or the places you name"
+                );
+            }
             entries.insert(
                 (scope, row.name),
                 Entry { value, hosts, mode, updated_at: row.updated_at },
@@ -492,10 +519,11 @@ impl Vault {
         name: &str,
         value: SecretString,
         hosts: &[String],
+        places: &[String],
         mode: Option<Mode>,
     ) -> Result<SecretInfo, VaultError> {
-        let (hosts, mode) = validate(name, &value, hosts, mode)?;
         let key = self.usable()?;
+        let (hosts, mode) = validate(name, &value, hosts, places, mode)?;
         let scope_key = scope.key();
         let hosts_json = serde_json::to_string(&hosts).unwrap_or_else(|_| "[]".into());
         let bound = binding(mode.as_str(), &hosts_json);

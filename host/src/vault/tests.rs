@@ -43,12 +43,15 @@ async fn values_are_stored_sealed_and_read_back_after_a_restart() {
     let vault = Vault::open(store(&dir).await, Some(&master), None).await.unwrap();
     assert_eq!(vault.state(), &VaultState::On);
     let info = vault
-        .set(&chat(1), "GITHUB_TOKEN", secret(VALUE), &["API.github.com".into()], None)
+        .set(&chat(1), "GITHUB_TOKEN", secret(VALUE), &["API.github.com".into()], &[], None)
         .await
         .unwrap();
-    assert_eq!(info.hosts, ["api.github.com"]);
+    assert_eq!(info.hosts, ["https://api.github.com:443 header:authorization"]);
     assert_eq!(info.mode, Mode::Proxy);
-    let stdin = vault.set(&chat(1), "PLAIN", secret("another-value-42"), &[], None).await.unwrap();
+    let stdin = vault
+        .set(&chat(1), "PLAIN", secret("another-value-42"), &[], &[], Some(Mode::Stdin))
+        .await
+        .unwrap();
     assert_eq!(stdin.mode, Mode::Stdin);
     drop(vault);
 
@@ -80,10 +83,13 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
     let dir = temp_dir();
     let store = store(&dir).await;
     let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
-    vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap();
-    vault.set(&chat(2), "OTHER", secret("chat-two-value-99"), &[], None).await.unwrap();
+    vault.set(&chat(1), "TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
+    vault
+        .set(&chat(2), "OTHER", secret("chat-two-value-99"), &[], &[], Some(Mode::Stdin))
+        .await
+        .unwrap();
     let hosts = ["api.example".to_owned()];
-    vault.set(&chat(2), "BOUND", secret("chat-two-bound-77"), &hosts, None).await.unwrap();
+    vault.set(&chat(2), "BOUND", secret("chat-two-bound-77"), &hosts, &[], None).await.unwrap();
     drop(vault);
 
     let wrong = Vault::open(store.clone(), Some(&secret("a-different-master-key-000")), None)
@@ -94,7 +100,10 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
     assert!(err.contains("NEXBOT_MASTER_KEY is not the key this vault was written with"), "{err}");
     assert!(!err.contains(VALUE));
     // Storing with the wrong key would mix two keys in one vault: refused.
-    let err = wrong.set(&chat(1), "NEW", secret("new-value-123"), &[], None).await.unwrap_err();
+    let err = wrong
+        .set(&chat(1), "NEW", secret("new-value-123"), &[], &[], Some(Mode::Stdin))
+        .await
+        .unwrap_err();
     assert!(matches!(err, VaultError::WrongKey), "{err}");
     // Listing still works, and says why the value is unusable.
     let listed = wrong.list(Some(&chat(1)));
@@ -117,7 +126,10 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
     // Switched to stdin mode (which would ship the value into containers) or re-pointed at
     // another host by a write to the file: the binding is sealed in, so it does not open; nor
     // does a binding that does not parse (it fails closed).
-    assert_eq!(vault.resolve(&chat(2), "BOUND").unwrap().hosts, hosts);
+    assert_eq!(
+        vault.resolve(&chat(2), "BOUND").unwrap().hosts,
+        ["https://api.example:443 header:authorization"]
+    );
     for change in [
         "UPDATE secrets SET mode = 'stdin' WHERE name = 'BOUND'",
         "UPDATE secrets SET mode = 'proxy', hosts = '[\"evil.example\"]' WHERE name = 'BOUND'",
@@ -144,8 +156,11 @@ async fn without_a_usable_master_key_the_vault_is_off_and_says_why() {
         [(None, "NEXBOT_MASTER_KEY is not set"), (Some(secret("short")), "shorter than 16")]
     {
         let vault = Vault::open(store(&dir).await, master.as_ref(), None).await.unwrap();
-        let err =
-            vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap_err().to_string();
+        let err = vault
+            .set(&chat(1), "TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("the secrets vault is off") && err.contains(says), "{err}");
     }
 }
@@ -158,16 +173,97 @@ async fn bad_names_values_hosts_and_modes_are_refused_by_name() {
         let vault = vault.clone();
         async move {
             let hosts: Vec<String> = hosts.into_iter().map(str::to_owned).collect();
-            vault.set(&chat(1), name, secret(value), &hosts, mode).await.unwrap_err().to_string()
+            vault
+                .set(&chat(1), name, secret(value), &hosts, &[], mode)
+                .await
+                .unwrap_err()
+                .to_string()
         }
     };
     assert!(set("lower", VALUE, vec![], None).await.contains("invalid secret name \"lower\""));
     assert!(set("SHORT", "1234567", vec![], None).await.contains("this one is 7 bytes"));
     let long: &'static str = Box::leak("x".repeat(8 * 1024 + 1).into_boxed_str());
     assert!(set("LONG", long, vec![], None).await.contains("8 KiB"));
-    assert!(set("HOST", VALUE, vec!["*"], None).await.contains("invalid host \"*\""));
+    assert!(set("HOST", VALUE, vec!["*"], None).await.contains("no binding"));
     assert!(set("HOST", VALUE, vec!["not a host"], None).await.contains("invalid host"));
+    for suffix in ["*.com", "*.github.io", "co.uk"] {
+        let err = set("HOST", VALUE, vec![suffix], None).await;
+        assert!(err.contains("public suffix"), "{suffix}: {err}");
+    }
     assert!(set("PROXY", VALUE, vec![], Some(Mode::Proxy)).await.contains("--mode stdin"));
+    // No host and no mode: asked for, never silently handed to the container.
+    let err = set("UNBOUND", VALUE, vec![], None).await;
+    assert!(err.contains("names no host") && err.contains("--mode stdin"), "{err}");
+    let err = vault
+        .set(
+            &chat(1),
+            "PLACE",
+            secret(VALUE),
+            &["api.example.com".into()],
+            &["cookie".into()],
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid place \"cookie\""), "{err}");
+    let info = vault
+        .set(
+            &chat(1),
+            "TG",
+            secret(VALUE),
+            &["api.telegram.org".into()],
+            &["path:/bot".into()],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(info.hosts, ["https://api.telegram.org:443 path:/bot"]);
+}
+
+/// A secret stored before bindings named places (its hosts a bare pattern, sealed with it)
+/// still opens and stays a legacy binding — anywhere in a request to its host, as before (the
+/// egress's `egress_secrets.rs` runs such a binding through the proxy); the daemon logs a
+/// warning naming it when it opens the vault.
+#[tokio::test]
+async fn a_binding_stored_before_places_keeps_working_as_a_legacy_one() {
+    let dir = temp_dir();
+    let store = store(&dir).await;
+    let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
+    vault
+        .set(&chat(1), "OLD", secret(VALUE), &["api.example.com".into()], &[], None)
+        .await
+        .unwrap();
+    drop(vault);
+    // What an earlier version wrote: the bare host, sealed with it as the binding.
+    let key = {
+        let meta = store
+            .call(|c| {
+                c.query_row("SELECT kdf, salt FROM vault_meta", [], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })
+            })
+            .await
+            .unwrap();
+        crypto::VaultKey::derive(&secret(MASTER), &meta.0, &meta.1).unwrap()
+    };
+    let hosts_json = "[\"api.example.com\"]".to_owned();
+    let (nonce, sealed) =
+        key.seal(&chat(1).key(), "OLD", &binding("proxy", &hosts_json), VALUE.as_bytes()).unwrap();
+    store
+        .call(move |c| {
+            c.execute(
+                "UPDATE secrets SET hosts = ?1, nonce = ?2, sealed = ?3 WHERE name = 'OLD'",
+                params![hosts_json, nonce, sealed],
+            )
+        })
+        .await
+        .unwrap();
+    let vault = Vault::open(store, Some(&secret(MASTER)), None).await.unwrap();
+    let old = vault.resolve(&chat(1), "OLD").unwrap();
+    assert_eq!(old.value.expose_secret(), VALUE);
+    assert_eq!(old.hosts, ["api.example.com"]);
+    assert!(nexbot_egress::Binding::parse(&old.hosts[0]).unwrap().is_legacy());
 }
 
 #[tokio::test]
@@ -176,13 +272,14 @@ async fn rotating_the_master_key_re_encrypts_everything_or_nothing() {
     let store = store(&dir).await;
     let (old, new) = (secret(MASTER), secret("the-new-master-key-abcdefgh"));
     let vault = Vault::open(store.clone(), Some(&old), None).await.unwrap();
-    vault.set(&chat(1), "A_TOKEN", secret(VALUE), &[], None).await.unwrap();
+    vault.set(&chat(1), "A_TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
     vault
         .set(
             &Scope::Operator,
             "SEARCH_KEY",
             secret("operator-search-key-1"),
             &["search.example.com".into()],
+            &[],
             None,
         )
         .await
@@ -215,7 +312,7 @@ async fn rotating_the_master_key_re_encrypts_everything_or_nothing() {
     assert_eq!(vault.resolve(&chat(1), "A_TOKEN").unwrap().value.expose_secret(), VALUE);
     assert_eq!(
         vault.resolve(&Scope::Operator, "SEARCH_KEY").unwrap().hosts,
-        ["search.example.com"]
+        ["https://search.example.com:443 header:authorization"]
     );
     let stale = Vault::open(store, Some(&old), None).await.unwrap();
     assert_eq!(stale.state(), &VaultState::WrongKey);
@@ -227,7 +324,7 @@ async fn the_exit_scanner_follows_what_the_vault_holds() {
     let exits = Exits::new([]);
     let vault =
         Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(exits.clone())).await.unwrap();
-    vault.set(&chat(1), "TOKEN", secret(VALUE), &[], None).await.unwrap();
+    vault.set(&chat(1), "TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
     let text = format!("here: {VALUE}");
     assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
     vault.delete(&chat(1), "TOKEN").await.unwrap();

@@ -344,7 +344,10 @@ async fn rotate_key_re_encrypts_the_vault_and_refuses_while_the_daemon_runs() {
     {
         let store = Store::open(&ws.database()).await.unwrap();
         let vault = Vault::open(store, Some(&secret(OLD)), None).await.unwrap();
-        vault.set(&scope, "KEY", secret(VALUE), &[], None).await.unwrap();
+        vault
+            .set(&scope, "KEY", secret(VALUE), &[], &[], Some(nexbot_host::vault::Mode::Stdin))
+            .await
+            .unwrap();
     }
     let rotate = |current: &str| {
         let env = vec![("NEXBOT_MASTER_KEY".to_owned(), current.to_owned())];

@@ -127,11 +127,18 @@ async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_ever
     assert_eq!(ran.code, Some(0), "{ran:?}");
     assert_eq!(
         ran.stdout,
-        "secret GH_TOKEN stored in telegram:42 (proxy mode, for api.github.com)\n"
+        "secret GH_TOKEN stored in telegram:42 (proxy mode, for https://api.github.com:443 \
+         header:authorization)\n"
     );
     outputs.push(ran);
-    // The operator's, piped without a line end (`printf %s`): stdin mode, bound to no host.
-    let ran = ctl(&ws, &["secrets", "set", "SEARCH_KEY", "--operator"], OPERATOR_VALUE).await;
+    // The operator's, piped without a line end (`printf %s`): stdin mode, bound to no host
+    // (asked for by name: without a host and a mode nothing is stored, see below).
+    let ran = ctl(
+        &ws,
+        &["secrets", "set", "SEARCH_KEY", "--operator", "--mode", "stdin"],
+        OPERATOR_VALUE,
+    )
+    .await;
     assert_eq!(ran.code, Some(0), "{ran:?}");
     assert_eq!(ran.stdout, "secret SEARCH_KEY stored in operator (stdin mode)\n");
     outputs.push(ran);
@@ -144,7 +151,11 @@ async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_ever
     assert!(lines[1].starts_with("SCOPE ") && lines[1].contains("HOSTS"), "{ran:?}");
     let row = |name: &str| lines.iter().find(|l| l.contains(name)).copied().unwrap_or_default();
     let gh: Vec<&str> = row("GH_TOKEN").split_whitespace().collect();
-    assert_eq!(gh[..4], ["telegram:42", "GH_TOKEN", "proxy", "api.github.com"], "{ran:?}");
+    assert_eq!(
+        gh[..5],
+        ["telegram:42", "GH_TOKEN", "proxy", "https://api.github.com:443", "header:authorization"],
+        "{ran:?}"
+    );
     assert_eq!(gh.last(), Some(&"yes"), "{ran:?}");
     let search: Vec<&str> = row("SEARCH_KEY").split_whitespace().collect();
     assert_eq!(search[..4], ["operator", "SEARCH_KEY", "stdin", "-"], "{ran:?}");
@@ -176,6 +187,13 @@ async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_ever
             1,
             "invalid host",
         ),
+        (
+            &["secrets", "set", "A_B", "--operator", "--host", "*.github.io"],
+            CHAT_VALUE,
+            1,
+            "public suffix",
+        ),
+        (&["secrets", "set", "A_B", "--operator"], CHAT_VALUE, 1, "names no host"),
         (
             &["secrets", "set", "A_B", "--operator", "--mode", "proxy"],
             CHAT_VALUE,

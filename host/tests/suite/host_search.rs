@@ -146,8 +146,9 @@ async fn search_web_queries_the_operators_backend_through_the_proxy() {
         let master = SecretString::from(MASTER.to_owned());
         let vault = Vault::open(store, Some(&master), None).await.unwrap();
         let key = SecretString::from(KEY.to_owned());
-        let hosts = [brave.ip().to_string()];
-        vault.set(&Scope::Operator, "BRAVE_KEY", key, &hosts, None).await.unwrap();
+        let hosts = [format!("http://{brave}")];
+        let places = ["header:x-subscription-token".to_owned()];
+        vault.set(&Scope::Operator, "BRAVE_KEY", key, &hosts, &places, None).await.unwrap();
     }
     let mut env = leftovers.env();
     env.push(("NEXBOT_MASTER_KEY".into(), MASTER.into()));

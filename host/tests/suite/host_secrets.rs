@@ -294,13 +294,24 @@ async fn a_planted_secret_reaches_only_its_bound_host_and_is_found_nowhere_else(
     env.push(("RUST_LOG".into(), "debug".into()));
     let mut session = ChatSession::start(&ws.config(), &env);
 
-    session.say(&format!("/secret set GH_TOKEN {PROXIED} --host {}", api.ip())).await;
+    // Bound to the echo's plain-http address and port, in the three places the task uses.
+    session
+        .say(&format!(
+            "/secret set GH_TOKEN {PROXIED} --host http://{api} --in header:authorization \
+             --in query:q --in query:t --in body"
+        ))
+        .await;
     let stored = session.answer(LIMIT).await;
     assert!(stored.starts_with("Stored GH_TOKEN (proxy mode)"), "{stored}");
     // The terminal cannot delete a message: the user is told to.
     assert!(session.answer(LIMIT).await.contains("could not delete your message"));
     session.say(&format!("/secret set PLAIN_TOKEN {PLAIN}")).await;
+    let asked = session.answer(LIMIT).await;
+    assert!(asked.contains("names no host") && asked.contains("--mode stdin"), "{asked}");
+    session.answer(LIMIT).await;
+    session.say(&format!("/secret set PLAIN_TOKEN {PLAIN} --mode stdin")).await;
     assert!(session.answer(LIMIT).await.starts_with("Stored PLAIN_TOKEN (stdin mode)"));
+    assert!(session.answer(LIMIT).await.contains("container holds the value"));
     session.answer(LIMIT).await;
 
     session.say("run the proxy task").await;

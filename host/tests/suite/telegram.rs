@@ -692,7 +692,10 @@ async fn secret_set_in_a_private_chat_is_stored_sealed_and_its_message_deleted()
     let listed =
         tg.wait_bot_messages(OWNER, |m| has_text(m, "Secrets of this chat (1)"), LIMIT).await;
     let list = &listed.iter().find(|m| m.text.contains("Secrets of this chat")).unwrap().text;
-    assert!(list.contains("GH_TOKEN — proxy → api.github.com"), "{list}");
+    assert!(
+        list.contains("GH_TOKEN — proxy → https://api.github.com:443 header:authorization"),
+        "{list}"
+    );
     // Another chat sees none of it.
     tg.user_says(FRIEND, FRIEND, "/secret list").await;
     tg.wait_bot_messages(FRIEND, |m| has_text(m, "No secrets are stored for this chat"), LIMIT)

@@ -1,0 +1,350 @@
+//! Where a proxy-mode secret's value may go: a host *and* a place in the request.
+//!
+//! Why a place: a host binding alone says which server may receive a value, not where in the
+//! request. Many hosts store or echo what they receive (an issue comment, a webhook URL, a
+//! request bin, a paste): a placeholder written into the body or a query parameter of a
+//! request to the bound host would deliver the value into the attacker's own object there. So
+//! a binding names the places the value may fill — by default only the `Authorization`
+//! header — and a placeholder anywhere else is refused (403, audited by name, never filled).
+//!
+//! A binding is also https-only on one port (443 unless named): the value crosses the network
+//! only inside TLS, except for a binding that says `http://host:port` (a LAN service), and it
+//! never names a public suffix (`*.com`, `*.github.io`, `co.uk`): a wildcard over a suffix
+//! that anyone can register under is no binding at all.
+//!
+//! Text form, as the vault stores it: `https://api.github.com:443 header:authorization`, then
+//! any more places (`header:x-api-key`, `path:/bot`, `query:key`, `body`). A bare host pattern
+//! (`api.github.com`, as bindings were stored before places existed) is a **legacy** binding:
+//! the value may go anywhere in a request to that host, on any port and scheme, as before;
+//! the daemon says so at start and setting the secret again narrows it.
+
+use std::fmt;
+
+use super::config::HostPattern;
+
+/// The places a value may fill when a binding names none.
+pub const DEFAULT_PLACE: &str = "header:authorization";
+
+/// A place in a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// The value of this header (lower case).
+    Header(String),
+    /// The request path, after this prefix (`/bot` for `/bot<token>/sendMessage`).
+    Path(String),
+    /// The value of this query parameter.
+    Query(String),
+    /// Anywhere in the body.
+    Body,
+}
+
+impl Place {
+    fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let place = match text.split_once(':') {
+            None if text.eq_ignore_ascii_case("body") => Self::Body,
+            Some((kind, name)) if !name.is_empty() => match kind.to_ascii_lowercase().as_str() {
+                "header" if http::HeaderName::from_bytes(name.as_bytes()).is_ok() => {
+                    Self::Header(name.to_ascii_lowercase())
+                }
+                "path" if name.starts_with('/') && !name.contains(char::is_whitespace) => {
+                    Self::Path(name.to_owned())
+                }
+                "query"
+                    if name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) =>
+                {
+                    Self::Query(name.to_owned())
+                }
+                _ => return Err(bad_place(text)),
+            },
+            _ => return Err(bad_place(text)),
+        };
+        Ok(place)
+    }
+}
+
+fn bad_place(text: &str) -> String {
+    format!("invalid place {text:?}: use header:<name>, path:/<prefix>, query:<name> or body")
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Header(name) => write!(f, "header:{name}"),
+            Self::Path(prefix) => write!(f, "path:{prefix}"),
+            Self::Query(name) => write!(f, "query:{name}"),
+            Self::Body => f.write_str("body"),
+        }
+    }
+}
+
+/// Where in a request a placeholder stands (see [`Binding::allows`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spot<'a> {
+    Header(&'a str),
+    /// In the path; what precedes the placeholder.
+    Path {
+        before: &'a str,
+    },
+    /// In the query: the value of this parameter (`None`: not a parameter's value).
+    Query {
+        param: Option<&'a str>,
+    },
+    Body,
+}
+
+impl fmt::Display for Spot<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Header(name) => write!(f, "header {name}"),
+            Self::Path { .. } => f.write_str("the path"),
+            Self::Query { param: Some(name) } => write!(f, "query parameter {name}"),
+            Self::Query { param: None } => f.write_str("the query"),
+            Self::Body => f.write_str("the body"),
+        }
+    }
+}
+
+/// A request's destination as a binding checks it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Destination<'a> {
+    /// Lower case, no trailing dot, no brackets.
+    pub host: &'a str,
+    pub port: u16,
+    pub https: bool,
+}
+
+/// One host (and port, scheme, places) a secret is bound to.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Binding {
+    host: HostPattern,
+    /// `None`: a legacy binding (any port, any scheme, any place).
+    exact: Option<Exact>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Exact {
+    https: bool,
+    port: u16,
+    places: Vec<Place>,
+}
+
+impl Binding {
+    /// A binding as the operator asks for it: `host` is `api.example.com`,
+    /// `*.example.com`, `https://host[:port]` or `http://host:port` (LAN services; the port
+    /// must be named), and `places` where the value may go ([`DEFAULT_PLACE`] when empty).
+    /// Public suffixes and wildcards over one are refused.
+    pub fn new(host: &str, places: &[String]) -> Result<Self, String> {
+        let text = host.trim();
+        let (https, rest) = match text.split_once("://") {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("https") => (true, rest),
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => (false, rest),
+            Some(_) => return Err(format!("invalid host {text:?}: only https:// or http://")),
+            None => (true, text),
+        };
+        let rest = rest.trim_end_matches('/');
+        let (name, port) = match rest.rsplit_once(':') {
+            Some((name, port)) if !name.ends_with(':') && !name.starts_with('[') => {
+                let port: u16 = port
+                    .parse()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| format!("invalid port in {text:?}"))?;
+                (name, Some(port))
+            }
+            _ => (rest, None),
+        };
+        if !https && port.is_none() {
+            return Err(format!(
+                "{text:?}: an http:// binding must name its port (http://host:port), and is \
+                 meant for a LAN service the egress allows in allow_internal"
+            ));
+        }
+        let pattern = HostPattern::try_from(name.to_owned())?;
+        if pattern == HostPattern::any() {
+            return Err("`*` would send the value anywhere: that is no binding".to_owned());
+        }
+        if let Some(suffix) = public_suffix(&pattern) {
+            return Err(format!(
+                "{name:?} covers the public suffix {suffix:?}, under which anyone can own a \
+                 host: bind the secret to the service's own host name"
+            ));
+        }
+        let mut parsed = Vec::new();
+        for place in places {
+            let place = Place::parse(place)?;
+            if !parsed.contains(&place) {
+                parsed.push(place);
+            }
+        }
+        if parsed.is_empty() {
+            parsed.push(Place::parse(DEFAULT_PLACE).expect("valid"));
+        }
+        let port = port.unwrap_or(if https { 443 } else { 80 });
+        Ok(Self { host: pattern, exact: Some(Exact { https, port, places: parsed }) })
+    }
+
+    /// A stored binding: its text form (see the module's docs), a bare host pattern being a
+    /// legacy binding.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut words = text.split_whitespace();
+        let first = words.next().ok_or("an empty binding")?;
+        if !first.contains("://") {
+            let host = HostPattern::try_from(first.to_owned())?;
+            return Ok(Self { host, exact: None });
+        }
+        let places: Vec<String> = words.map(str::to_owned).collect();
+        if places.is_empty() {
+            return Err(format!("binding {text:?} names no place"));
+        }
+        Self::new(first, &places)
+    }
+
+    /// Bound before places existed: the value may go anywhere in a request to the host.
+    pub fn is_legacy(&self) -> bool {
+        self.exact.is_none()
+    }
+
+    pub fn host(&self) -> &HostPattern {
+        &self.host
+    }
+
+    /// Whether a request to `to` may carry the value at all (host, port, scheme).
+    pub(crate) fn reaches(&self, to: &Destination<'_>) -> bool {
+        self.host.matches(to.host)
+            && self.exact.as_ref().is_none_or(|e| e.port == to.port && e.https == to.https)
+    }
+
+    /// Whether the value may fill a placeholder at `spot` of a request to `to`.
+    pub(crate) fn allows(&self, to: &Destination<'_>, spot: Spot<'_>) -> bool {
+        if !self.reaches(to) {
+            return false;
+        }
+        let Some(exact) = &self.exact else { return true };
+        exact.places.iter().any(|place| match (place, spot) {
+            (Place::Header(name), Spot::Header(header)) => name.eq_ignore_ascii_case(header),
+            (Place::Path(prefix), Spot::Path { before }) => before.starts_with(prefix.as_str()),
+            (Place::Query(name), Spot::Query { param: Some(param) }) => name == param,
+            (Place::Body, Spot::Body) => true,
+            _ => false,
+        })
+    }
+
+    /// The places it allows, in words, for an error message.
+    pub(crate) fn places(&self) -> String {
+        match &self.exact {
+            None => "anywhere (legacy binding)".to_owned(),
+            Some(e) => e.places.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        }
+    }
+}
+
+/// The public suffix `pattern` covers, if it does: a wildcard whose parent is one
+/// (`*.com`, `*.github.io`), or a host that is one of the list's known suffixes (`co.uk`).
+fn public_suffix(pattern: &HostPattern) -> Option<String> {
+    let text = pattern.to_string();
+    let (wildcard, name) = match text.strip_prefix("*.") {
+        Some(parent) => (true, parent),
+        None => (false, text.as_str()),
+    };
+    if crate::literal::parse_ip(name).is_some() {
+        return None;
+    }
+    let suffix = psl::suffix(name.as_bytes())?;
+    let is_suffix = suffix.as_bytes() == name.as_bytes();
+    (is_suffix && (wildcard || suffix.is_known())).then(|| name.to_owned())
+}
+
+impl fmt::Display for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.exact {
+            None => write!(f, "{}", self.host),
+            Some(e) => {
+                let scheme = if e.https { "https" } else { "http" };
+                write!(f, "{scheme}://{}:{}", self.host, e.port)?;
+                for place in &e.places {
+                    write!(f, " {place}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Binding({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn to(host: &str, port: u16, https: bool) -> Destination<'_> {
+        Destination { host, port, https }
+    }
+
+    #[test]
+    fn a_new_binding_is_https_on_443_in_the_authorization_header_by_default() {
+        let b = Binding::new("API.GitHub.com", &[]).unwrap();
+        assert_eq!(b.to_string(), "https://api.github.com:443 header:authorization");
+        assert_eq!(Binding::parse(&b.to_string()).unwrap(), b, "the text form round-trips");
+        let github = to("api.github.com", 443, true);
+        assert!(b.allows(&github, Spot::Header("Authorization")));
+        for spot in [
+            Spot::Header("x-comment"),
+            Spot::Path { before: "/repos/me/issues/" },
+            Spot::Query { param: Some("body") },
+            Spot::Query { param: None },
+            Spot::Body,
+        ] {
+            assert!(!b.allows(&github, spot), "{spot}");
+        }
+        assert!(!b.allows(&to("api.github.com", 80, false), Spot::Header("authorization")));
+        assert!(!b.allows(&to("api.github.com", 8443, true), Spot::Header("authorization")));
+        assert!(!b.allows(&to("github.com", 443, true), Spot::Header("authorization")));
+    }
+
+    #[test]
+    fn places_ports_and_schemes_are_as_named() {
+        let places = ["path:/bot".to_owned(), "query:key".to_owned(), "body".to_owned()];
+        let b = Binding::new("https://api.telegram.org:8443", &places).unwrap();
+        let tg = to("api.telegram.org", 8443, true);
+        assert!(b.allows(&tg, Spot::Path { before: "/bot" }));
+        assert!(!b.allows(&tg, Spot::Path { before: "/x/bot" }));
+        assert!(b.allows(&tg, Spot::Query { param: Some("key") }));
+        assert!(!b.allows(&tg, Spot::Query { param: Some("keys") }));
+        assert!(b.allows(&tg, Spot::Body));
+        assert!(!b.allows(&tg, Spot::Header("authorization")), "not named, so not allowed");
+        let lan = Binding::new("http://nas.lan:8080", &["header:x-api-key".into()]).unwrap();
+        assert!(lan.allows(&to("nas.lan", 8080, false), Spot::Header("X-Api-Key")));
+        assert!(!lan.allows(&to("nas.lan", 8080, true), Spot::Header("x-api-key")));
+        let err = Binding::new("http://nas.lan", &[]).unwrap_err();
+        assert!(err.contains("must name its port"), "{err}");
+    }
+
+    #[test]
+    fn public_suffixes_and_wildcards_over_them_are_refused() {
+        for host in ["*.com", "*.co.uk", "*.github.io", "co.uk", "github.io", "*", "*.lan"] {
+            assert!(Binding::new(host, &[]).is_err(), "{host}");
+        }
+        for host in ["api.github.com", "*.example.com", "me.github.io", "nas.lan", "10.0.0.5"] {
+            Binding::new(host, &[]).unwrap_or_else(|e| panic!("{host}: {e}"));
+        }
+        let err = Binding::new("*.github.io", &[]).unwrap_err();
+        assert!(err.contains("public suffix \"github.io\""), "{err}");
+        assert!(Binding::new("api.example.com", &["cookie".into()]).is_err());
+    }
+
+    #[test]
+    fn a_bare_host_is_a_legacy_binding_that_allows_anywhere() {
+        let b = Binding::parse("api.github.com").unwrap();
+        assert!(b.is_legacy());
+        assert_eq!(b.to_string(), "api.github.com");
+        assert!(b.allows(&to("api.github.com", 80, false), Spot::Body));
+        assert!(b.allows(&to("api.github.com", 443, true), Spot::Query { param: None }));
+        assert!(!b.allows(&to("evil.example", 443, true), Spot::Body));
+        assert!(Binding::parse("https://api.github.com:443").is_err(), "new form names places");
+    }
+}
