@@ -226,6 +226,12 @@ pub struct RelayConfig {
     /// put the real key into execute requests (it then enters containers, and the provider's
     /// host must be allowed by the proxy). Default `false`: containers only get per-task tokens.
     pub send_provider_key_to_subagents: bool,
+    /// The models a container may ask the first provider for. A call that names none of them
+    /// is sent with the first (the container's `model` is not trusted: a task could ask for
+    /// the provider's most expensive model). Empty: the first provider's own `model`, or —
+    /// for the single `provider_base_url`, which has none — the container's. The daemon sets
+    /// it to `subagent.llm_model` when it is left empty.
+    pub models: Vec<String>,
 }
 
 impl Default for RelayConfig {
@@ -240,6 +246,7 @@ impl Default for RelayConfig {
             max_request_bytes: 8 << 20,
             request_stream_usage: true,
             send_provider_key_to_subagents: false,
+            models: Vec::new(),
         }
     }
 }

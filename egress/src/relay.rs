@@ -225,14 +225,12 @@ struct ChatCall {
 }
 
 impl ChatCall {
-    /// The body for provider `i` of the chain: the primary keeps the container's model (the
-    /// model the host chose for subagents); a fallback gets its own.
-    fn payload_for(&mut self, i: usize, upstream: &Upstream) -> Bytes {
-        let container_model = self.model.as_ref().and_then(Value::as_str).map(str::trim);
+    /// The body for provider `i` of the chain: the primary gets the call's model (one of
+    /// `relay.models`, forced by [`chat_call`]) or, with no such list, its own; a fallback
+    /// gets its own.
+    fn payload_for(&mut self, i: usize, upstream: &Upstream, listed: bool) -> Bytes {
         let model = match &upstream.model {
-            Some(own) if i != 0 || container_model.is_none_or(str::is_empty) => {
-                Some(Value::String(own.clone()))
-            }
+            Some(own) if i != 0 || !listed => Some(Value::String(own.clone())),
             _ => self.model.clone(),
         };
         if model == self.model {
@@ -398,7 +396,7 @@ async fn forward(
                 .client
                 .post(&upstream.chat_url)
                 .header(header::CONTENT_TYPE, "application/json")
-                .body(call.payload_for(i, upstream)),
+                .body(call.payload_for(i, upstream, !relay.config.models.is_empty())),
             None => relay.client.get(Relay::endpoint(&upstream.base, "models")),
         };
         request = request.timeout(remaining);
@@ -566,6 +564,13 @@ async fn chat_call(
             audit.mention_secrets(names);
         }
     }
+    let changed = plain_call(&mut body, &relay.config.models);
+    if !changed.is_empty() {
+        tracing::info!(
+            fields = %changed.join(", "),
+            "LLM relay: a task's call was reduced to a plain chat request (fields dropped, model set)"
+        );
+    }
     match body.get("n") {
         None | Some(Value::Null) => {}
         Some(n) if n.as_u64() == Some(1) => {}
@@ -590,6 +595,53 @@ async fn chat_call(
     let payload = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
     audit.count(Direction::Up, payload.len());
     Ok(ChatCall { model: body.get("model").cloned(), body, payload, max_tokens })
+}
+
+/// The fields of a plain function-calling chat request: everything else a container sends
+/// (provider-side tools, web search options, plugins, `user`, vendor extensions) is dropped,
+/// so a task cannot make the provider fetch, search or run anything on its own, or bill
+/// features the operator never chose.
+const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stream",
+    "stream_options",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "response_format",
+    "n",
+];
+
+/// Keeps only [`CHAT_FIELDS`] and function tools in `body`, and one of `models` as its model
+/// (the first when it names another); returns what was dropped or changed, by name.
+fn plain_call(body: &mut Map<String, Value>, models: &[String]) -> Vec<String> {
+    let mut changed: Vec<String> =
+        body.keys().filter(|k| !CHAT_FIELDS.contains(&k.as_str())).cloned().collect();
+    body.retain(|key, _| CHAT_FIELDS.contains(&key.as_str()));
+    if let Some(Value::Array(tools)) = body.get_mut("tools") {
+        let before = tools.len();
+        tools.retain(|tool| tool.get("type").and_then(Value::as_str) == Some("function"));
+        if tools.len() < before {
+            changed.push(format!("tools ({} not of type function)", before - tools.len()));
+        }
+    }
+    if let Some(first) = models.first() {
+        let asked = body.get("model").and_then(Value::as_str);
+        if !asked.is_some_and(|m| models.iter().any(|allowed| allowed == m)) {
+            changed.push("model".to_owned());
+            body.insert("model".into(), Value::String(first.clone()));
+        }
+    }
+    changed
 }
 
 /// Replaces every secret value in the strings (keys included) and numbers of `value` with its

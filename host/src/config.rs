@@ -683,6 +683,10 @@ impl Config {
             egress.relay.providers = self.llm.providers.clone();
         }
         egress.relay.provider_base_url.get_or_insert_with(|| self.llm.primary().0);
+        if egress.relay.models.is_empty() {
+            // The model the daemon tells subagents to use is the one a call may name.
+            egress.relay.models = vec![self.subagent_llm_model()];
+        }
         egress
     }
 

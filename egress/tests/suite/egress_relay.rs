@@ -438,3 +438,46 @@ async fn streamed_answers_pass_through_chunk_by_chunk_and_are_counted() {
     let sent = bodies.lock().unwrap()[0].clone();
     assert_eq!(sent["stream_options"]["include_usage"], true, "usage asked for: {sent}");
 }
+
+/// A task's call reaches the provider as a plain function-calling chat request with the model
+/// the operator chose: another model (say the provider's most expensive) is replaced, and
+/// provider-side tools, web search options, plugins, `user` and vendor extensions are
+/// dropped, so a task cannot make the provider search, fetch or bill features on its own.
+/// Before, the container's body went out as it was.
+#[tokio::test]
+async fn a_call_goes_out_as_a_plain_chat_request_with_the_operators_model() {
+    let llm = ScriptedLlm::start(vec![Step::text("one"), Step::text("two")]).await;
+    let mut config = relay_config(&llm.base_url());
+    config.relay.models = vec!["sub-model".into(), "sub-model-mini".into()];
+    let started = start_relay(config, Some(KEY)).await;
+    let token = started.egress.tokens().issue("task-a", 10_000).unwrap();
+    let function = json!({"type": "function", "function": {"name": "f", "parameters": {}}});
+    let call = json!({
+        "model": "gpt-5-pro-most-expensive",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [function, {"type": "web_search_preview"}, {"type": "code_interpreter"}],
+        "web_search_options": {"search_context_size": "high"},
+        "plugins": [{"id": "web"}],
+        "user": "someone",
+        "extra_body": {"x": 1},
+        "temperature": 0.2
+    });
+    let (status, body) = chat(&started, Some(token.expose_secret()), call).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = chat(
+        &started,
+        Some(token.expose_secret()),
+        json!({"model": "sub-model-mini", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let recorded = llm.chat_requests();
+    let sent = recorded[0].body.as_object().unwrap();
+    assert_eq!(sent["model"], "sub-model", "the first allowed model, not the container's");
+    for dropped in ["web_search_options", "plugins", "user", "extra_body"] {
+        assert!(!sent.contains_key(dropped), "{dropped} went out: {sent:?}");
+    }
+    assert_eq!(sent["tools"], json!([function]), "only function tools");
+    assert_eq!(sent["temperature"], 0.2);
+    assert_eq!(recorded[1].body["model"], "sub-model-mini", "an allowed model stays");
+}

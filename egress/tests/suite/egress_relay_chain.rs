@@ -30,6 +30,8 @@ fn chain_config(primary: &str, secondary: &str) -> EgressConfig {
         spec("beta", secondary, "model-b", "NXE_KEY_B"),
     ];
     config.relay.default_max_tokens = 100;
+    // What the daemon sets from `subagent.llm_model`: the model a call may name.
+    config.relay.models = vec!["sub-model".into()];
     config
 }
 
