@@ -172,7 +172,6 @@ impl TaskLoop {
             Some(HookResult::InjectContext(text)) => self.inject(text),
             Some(HookResult::Continue) | None => {}
         }
-        drop(task);
         let mut iteration = 0;
         loop {
             iteration += 1;
