@@ -424,7 +424,16 @@ impl TaskLoop {
                     self.screened += 1;
                     self.last_screened = self.redactor.redact(why);
                 }
-                format!("Error: {}", neutralize(&self.redactor.redact(&err.to_string())).text)
+                let text =
+                    format!("Error: {}", neutralize(&self.redactor.redact(&err.to_string())).text);
+                if !matches!(err, ToolError::Timeout(_)) {
+                    return Ok(text);
+                }
+                match self.steer(&HookEvent::Timeout { tool: Some(name) }) {
+                    Some(HookResult::Finish(answer)) => return Err(Ending::Answer(answer)),
+                    Some(HookResult::InjectContext(note)) => format!("{text}\n\n[note] {note}"),
+                    Some(HookResult::Block { .. } | HookResult::Continue) | None => text,
+                }
             }
         })
     }

@@ -15,7 +15,8 @@
 //! | before tool | the tool is not run; the model gets `Error: reason` | appended to the tool's result | answer `text` |
 //! | after tool | the model gets `Error: reason` instead of the result | appended to the result | answer `text` |
 //! | after agent | the task ends with the error `reason` | the answer is not taken yet: `text` goes to the model as a user message and the loop goes on | the answer becomes `text` |
-//! | timeout | (as `Continue`) | appended to the timeout's error | the timeout's error is `text` |
+//! | timeout of a tool (`Some(name)`, the tool's own limit) | (as `Continue`) | appended to the tool's error | answer `text` |
+//! | timeout of the task (`None`, its soft limit) | (as `Continue`) | appended to the timeout's error | the timeout's error is `text` |
 //!
 //! After agent differs from the host's table (which appends to the answer) on purpose: the
 //! completion check asks the model once more, and only a loop that goes on can ask.
