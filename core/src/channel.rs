@@ -131,6 +131,9 @@ pub struct TaskReceipt {
     pub denied: Vec<String>,
     /// Names of the secrets handed to the task.
     pub secrets: Vec<String>,
+    /// Search and fetch calls the task made, and its search budget, when the subagent says
+    /// (an older one does not, and a task that ran a tool directly has no budget).
+    pub searches: Option<(u32, u32)>,
 }
 
 impl TaskReceipt {
@@ -153,6 +156,9 @@ impl TaskReceipt {
         }
         if !self.secrets.is_empty() {
             out.push_str(&format!("\nSecrets used: {}", list(&self.secrets)));
+        }
+        if let Some((used, budget)) = self.searches.filter(|(used, _)| *used > 0) {
+            out.push_str(&format!("\nSearches and fetches: {used} of {budget}"));
         }
         out
     }

@@ -411,6 +411,11 @@ pub struct SubagentConfig {
     /// Commands a task's blocked-pattern screen may refuse before the subagent ends the task
     /// (sent as `execute.max_blocked_commands`): a model probing the screen stops there.
     pub max_blocked_commands: u32,
+    /// Search and fetch calls (`search_web`, `web_fetch`, commands running `curl`/`wget`) one
+    /// task may make (sent as `execute.search_budget`); the next is refused and the model told
+    /// to answer with what it has. A delegation may ask for another budget, up to
+    /// `nexbot_protocol::MAX_SEARCH_BUDGET` (100).
+    pub search_budget: u32,
     /// The most containers one chat may hold at once (its room), so one chat cannot take the
     /// whole pool; `0`: half the pool, rounded up.
     pub max_containers_per_chat: usize,
@@ -430,6 +435,7 @@ impl Default for SubagentConfig {
             llm_model: None,
             skills_dir: None,
             max_blocked_commands: nexbot_protocol::DEFAULT_MAX_BLOCKED_COMMANDS,
+            search_budget: nexbot_protocol::DEFAULT_SEARCH_BUDGET,
             max_containers_per_chat: 0,
             chat_idle_secs: 900,
         }
@@ -822,6 +828,8 @@ impl Config {
         range("subagent.pool_size", s.pool_size, 1, 64)?;
         range("subagent.task_timeout_secs", s.task_timeout_secs, 1, 86_400)?;
         range("subagent.max_blocked_commands", s.max_blocked_commands, 1, 100)?;
+        let most = nexbot_protocol::MAX_SEARCH_BUDGET;
+        range("subagent.search_budget", s.search_budget, 1, most)?;
         range("subagent.max_containers_per_chat", s.max_containers_per_chat, 0, 64)?;
         range("subagent.chat_idle_secs", s.chat_idle_secs, 1, 7 * 86_400)?;
         if let Err(invalid) = crate::pool_runner::pool_config(self).check() {
@@ -1033,6 +1041,22 @@ mod tests {
         assert_eq!(load("", &env).unwrap().subagent.max_blocked_commands, 7);
         let err = load("[subagent]\nmax_blocked_commands = 0\n", &[]).unwrap_err().to_string();
         assert!(err.contains("subagent.max_blocked_commands") && err.contains("0 is out of range"));
+    }
+
+    #[test]
+    fn the_search_budget_has_a_default_a_range_and_an_override() {
+        // Absent (an older config.toml): the protocol's default.
+        assert_eq!(load("", &[]).unwrap().subagent.search_budget, 20);
+        let config = load("[subagent]\nsearch_budget = 5\n", &[]).unwrap();
+        assert_eq!(config.subagent.search_budget, 5);
+        let env = [("NEXBOT_SUBAGENT__SEARCH_BUDGET", "7")];
+        assert_eq!(load("", &env).unwrap().subagent.search_budget, 7);
+        for wrong in [0, 101] {
+            let err = load(&format!("[subagent]\nsearch_budget = {wrong}\n"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("subagent.search_budget"), "{err}");
+        }
     }
 
     #[test]
@@ -1367,6 +1391,7 @@ mod tests {
         assert_eq!(subagent.pool_name, "nexbot");
         assert_eq!((subagent.pool_size, subagent.task_timeout_secs), (4, 300));
         assert_eq!(subagent.max_blocked_commands, 3, "a key the v1 file lacks: its default");
+        assert_eq!(subagent.search_budget, 20, "a key the v1 file lacks: its default");
         assert_eq!(
             (subagent.image.as_str(), subagent.network.as_str()),
             ("nexbot-subagent:dev", "nexbot-subagents")

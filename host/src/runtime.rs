@@ -126,6 +126,7 @@ pub fn build_agent_with_hooks(
             exits: guards.exits.clone(),
             search: config.search.backend(),
             max_blocked_commands: config.subagent.max_blocked_commands,
+            search_budget: config.subagent.search_budget,
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         let delegate = Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings));

@@ -23,8 +23,9 @@ pub mod version;
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{
-    block_limit, proxy_placeholder, ProxySecret, Request, RequestError, RequestType, SearchBackend,
-    DEFAULT_MAX_BLOCKED_COMMANDS, DIRECT_TOOLS, PROXY_PLACEHOLDER,
+    block_limit, proxy_placeholder, search_budget, ProxySecret, Request, RequestError, RequestType,
+    SearchBackend, DEFAULT_MAX_BLOCKED_COMMANDS, DEFAULT_SEARCH_BUDGET, DIRECT_TOOLS,
+    MAX_SEARCH_BUDGET, PROXY_PLACEHOLDER,
 };
 pub use response::{
     truncate_result, Capabilities, ProgressEvent, Response, ResponseBody, Scrub, Usage,

@@ -43,6 +43,10 @@ pub struct Report {
     pub todos: Vec<Todo>,
     #[serde(default)]
     pub recent_messages: Vec<RecentMessage>,
+    /// Search and fetch calls the task made against its search budget
+    /// (`execute.search_budget`). Additive; absent from an older subagent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub searches: Option<u32>,
 }
 
 impl Report {
@@ -66,6 +70,7 @@ impl Report {
             tokens,
             todos,
             recent_messages: summarize_recent_messages(messages),
+            searches: None,
         }
     }
 

@@ -129,6 +129,11 @@ pub struct Request {
     /// Additive; an older subagent ignores it and runs its loop with the tool granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_tool: Option<String>,
+    /// How many search and fetch calls the task may make ([`search_budget`]: absent or 0 means
+    /// [`DEFAULT_SEARCH_BUDGET`], at most [`MAX_SEARCH_BUDGET`]); the next one is refused and
+    /// the model told to answer with what it has. Additive; an older subagent has no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_budget: Option<u32>,
 }
 
 /// The block limit of a task whose request names none ([`Request::max_blocked_commands`]).
@@ -138,6 +143,19 @@ pub const DEFAULT_MAX_BLOCKED_COMMANDS: u32 = 3;
 /// default.
 pub fn block_limit(requested: Option<u32>) -> u32 {
     requested.filter(|n| *n > 0).unwrap_or(DEFAULT_MAX_BLOCKED_COMMANDS)
+}
+
+/// The search budget of a task whose request names none ([`Request::search_budget`]): room
+/// for a few searches and the pages they lead to (the bundled `web-research` skill fetches at
+/// most 8 pages).
+pub const DEFAULT_SEARCH_BUDGET: u32 = 20;
+/// The largest search budget a request may ask for; more is cut to it.
+pub const MAX_SEARCH_BUDGET: u32 = 100;
+
+/// The search budget a request asks for: its `search_budget`, absent or 0 meaning the default,
+/// at most [`MAX_SEARCH_BUDGET`].
+pub fn search_budget(requested: Option<u32>) -> u32 {
+    requested.filter(|n| *n > 0).unwrap_or(DEFAULT_SEARCH_BUDGET).min(MAX_SEARCH_BUDGET)
 }
 
 /// Where `search_web` sends its queries.
@@ -198,6 +216,7 @@ impl fmt::Debug for Request {
             .field("search_backend", &self.search_backend)
             .field("max_blocked_commands", &self.max_blocked_commands)
             .field("run_tool", &self.run_tool)
+            .field("search_budget", &self.search_budget)
             .finish()
     }
 }
@@ -416,6 +435,18 @@ mod tests {
         assert_eq!(block_limit(new.max_blocked_commands), 5);
         assert!(serde_json::to_string(&new).unwrap().contains(r#""max_blocked_commands":5"#));
         assert_eq!(block_limit(Some(0)), 3, "0 means the default, never 'end at once'");
+    }
+
+    #[test]
+    fn the_search_budget_is_additive_defaults_and_is_capped() {
+        let old = parse(r#"{"type":"execute","id":"a","task":"t"}"#);
+        assert_eq!(search_budget(old.search_budget), DEFAULT_SEARCH_BUDGET);
+        assert!(!serde_json::to_string(&old).unwrap().contains("search_budget"));
+        let new = parse(r#"{"type":"execute","id":"a","task":"t","search_budget":3}"#);
+        assert_eq!(search_budget(new.search_budget), 3);
+        assert!(serde_json::to_string(&new).unwrap().contains(r#""search_budget":3"#));
+        assert_eq!(search_budget(Some(0)), DEFAULT_SEARCH_BUDGET, "0 means the default");
+        assert_eq!(search_budget(Some(u32::MAX)), MAX_SEARCH_BUDGET);
     }
 
     #[test]

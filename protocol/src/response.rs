@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::Report;
+use crate::report::{Report, Todo};
 use crate::request::RequestError;
 use crate::version::PROTOCOL_VERSION;
 
@@ -69,6 +69,15 @@ pub enum ResponseBody {
         iterations: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         duration_ms: Option<u64>,
+        /// Search and fetch calls the task made against its search budget
+        /// (`execute.search_budget`). Additive; absent from an older subagent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        searches: Option<u32>,
+        /// Todo items (`update_todos`) still open when the model gave its final answer after
+        /// the completion check asked once more. Additive; absent means none (or an older
+        /// subagent).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        open_todos: Vec<Todo>,
     },
     Error {
         error: String,
@@ -167,6 +176,8 @@ impl Response {
                 usage: Some(usage),
                 iterations: Some(iterations),
                 duration_ms: Some(duration_ms),
+                searches: None,
+                open_todos: Vec::new(),
             },
         )
     }

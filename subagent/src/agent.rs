@@ -1,6 +1,8 @@
 //! The agent loop: the model thinks, calls tools, reads their (sanitized, redacted) results,
 //! and finally answers — within the subagent limits of `docs/protocol.md#limits` (60
 //! iterations, 64,000 tokens of context, blocked tools refused) and the task's soft timeout.
+//! The loop offers every hook event (`crate::hooks`); the limits, the completion check, the
+//! search budget and the timeout's wording are hooks there, not code here.
 //! The model is reached through `nexbot-llm` (a chain of one provider, see [`crate::llm`]),
 //! and before every call the conversation is fitted into the model's context window, so a
 //! long run of big tool results shortens the conversation instead of failing the call.
@@ -17,21 +19,21 @@ use std::time::Instant;
 use nexbot_llm::context::{estimate_tokens, fit_keeping, message_tokens};
 use nexbot_llm::{Chain, ChatMessage, ChatRequest, Completion, LlmError, ToolCall, ToolSpec};
 use nexbot_protocol::{
-    canonical_tool, ProgressEvent, Redactor, Report, ReportStatus, Response, Todo, Usage,
-    BLOCKED_TOOLS,
+    canonical_tool, ProgressEvent, Redactor, Report, ReportStatus, Response, ResponseBody, Todo,
+    Usage,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
+use crate::hooks::{first_steer, HookEvent, HookResult, Steer, TaskView, TASK_HOOKS};
 use crate::output::{redact_response, Output};
 use crate::sanitizer::{neutralize, wrap_external};
 use crate::secrets::{SecretStore, SECRET_TTL};
 use crate::task::{Cancel, TaskSpec};
 use crate::tools::{self, ToolEnv, ToolError};
 
-pub const MAX_ITERATIONS: u32 = 60;
-pub const MAX_CONTEXT_TOKENS: u64 = 64_000;
+pub use crate::hooks::{MAX_CONTEXT_TOKENS, MAX_ITERATIONS};
 /// The always-available planning tool whose list the report carries.
 pub const TODO_TOOL: &str = nexbot_protocol::PLANNING_TOOL;
 /// The messages fitting never drops: the system prompt and the task.
@@ -78,6 +80,11 @@ struct TaskLoop {
     last_screened: String,
     /// At this many screened commands the task ends (`execute.max_blocked_commands`).
     max_screened: u32,
+    /// Search and fetch calls made (`hooks::counts_against_budget`), and how many may be.
+    searches: u32,
+    search_budget: u32,
+    /// Final answers the model gave (the completion check asks once).
+    final_answers: u32,
 }
 
 /// Runs the task to its one final response. The task's secrets are dropped (zeroized) before
@@ -132,6 +139,9 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         screened: 0,
         last_screened: String::new(),
         max_screened: spec.max_blocked_commands,
+        searches: 0,
+        search_budget: spec.search_budget,
+        final_answers: 0,
     };
     agent.context_tokens = conversation_tokens(&agent.messages);
     if let Some(tool) = direct {
@@ -155,13 +165,23 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
 
 impl TaskLoop {
     async fn run_loop(&mut self) -> Ending {
-        for iteration in 1..=MAX_ITERATIONS {
+        let task = self.messages[1].content.clone().unwrap_or_default();
+        match self.steer(&HookEvent::BeforeAgent { user_message: &task }) {
+            Some(HookResult::Block { reason }) => return Ending::Failed(reason),
+            Some(HookResult::Finish(text)) => return Ending::Answer(text),
+            Some(HookResult::InjectContext(text)) => self.inject(text),
+            Some(HookResult::Continue) | None => {}
+        }
+        let mut iteration = 0;
+        loop {
+            iteration += 1;
             self.iterations = iteration;
             self.fit_context();
-            if self.context_tokens >= MAX_CONTEXT_TOKENS {
-                return Ending::Failed(format!(
-                    "Sub-agent token limit reached ({MAX_CONTEXT_TOKENS})"
-                ));
+            match self.steer(&HookEvent::BeforeIteration { iteration }) {
+                Some(HookResult::Block { reason }) => return Ending::Failed(reason),
+                Some(HookResult::Finish(text)) => return Ending::Answer(text),
+                Some(HookResult::InjectContext(text)) => self.inject(text),
+                Some(HookResult::Continue) | None => {}
             }
             self.progress(ProgressEvent::Iteration, None, Some(format!("iteration {iteration}")))
                 .await;
@@ -187,12 +207,22 @@ impl TaskLoop {
             let answer = message.content.clone().unwrap_or_default();
             self.messages.push(message);
             if calls.is_empty() {
-                return Ending::Answer(answer);
+                self.final_answers += 1;
+                match self.steer(&HookEvent::AfterAgent { answer: &answer }) {
+                    Some(HookResult::Block { reason }) => return Ending::Failed(reason),
+                    Some(HookResult::Finish(text)) => return Ending::Answer(text),
+                    // Not taken yet: the model is asked once more.
+                    Some(HookResult::InjectContext(text)) => {
+                        self.inject(text);
+                        continue;
+                    }
+                    Some(HookResult::Continue) | None => return Ending::Answer(answer),
+                }
             }
             for call in calls {
                 let result = match self.run_tool(&call).await {
                     Ok(text) => text,
-                    Err(interrupt) => return Ending::Interrupted(interrupt),
+                    Err(ending) => return ending,
                 };
                 let result = ChatMessage::tool(&call.id, result);
                 self.context_tokens += message_tokens(&result);
@@ -210,7 +240,30 @@ impl TaskLoop {
                 }
             }
         }
-        Ending::Failed(format!("Sub-agent iteration limit reached ({MAX_ITERATIONS})"))
+    }
+
+    /// Offers `event` to the task's hooks ([`TASK_HOOKS`]); the first that steers wins.
+    fn steer(&self, event: &HookEvent<'_>) -> Option<HookResult> {
+        let view = TaskView {
+            iteration: self.iterations,
+            tokens: self.context_tokens,
+            todos: &self.todos,
+            searches: self.searches,
+            search_budget: self.search_budget,
+            final_answers: self.final_answers,
+            timeout_secs: self.timeout_secs,
+        };
+        let Steer { hook, result } = first_steer(TASK_HOOKS.iter().copied(), event, &view)?;
+        info!(event = "hook", hook, "a hook steered the task");
+        Some(result)
+    }
+
+    /// A hook's words for the model, as a user message (a system message in the middle of a
+    /// conversation is refused by some providers).
+    fn inject(&mut self, text: String) {
+        let message = ChatMessage::user(text);
+        self.context_tokens += message_tokens(&message);
+        self.messages.push(message);
     }
 
     /// The task as one call of `tool` with the task text (`execute.run_tool`): its result is
@@ -287,56 +340,30 @@ impl TaskLoop {
         }
     }
 
-    /// Runs one tool call and returns the text the model will read.
-    async fn run_tool(&mut self, call: &ToolCall) -> Result<String, Interrupt> {
+    /// Runs one tool call, hooks around it, and returns the text the model will read; `Err`
+    /// when the task ends here (interrupted, or a hook finished it).
+    async fn run_tool(&mut self, call: &ToolCall) -> Result<String, Ending> {
         // An alias (`fetch_page`) is its tool under another name.
         let asked = call.function.name.as_str();
         let name = canonical_tool(asked).unwrap_or(asked);
         let args_text = self.redactor.redact(&call.function.arguments);
         self.progress(ProgressEvent::ToolCall, Some(name), Some(args_text.clone())).await;
-        let text = if BLOCKED_TOOLS.contains(&name) {
-            warn!(event = "tool", tool = name, "blocked tool refused");
-            format!("Error: Tool '{name}' is blocked for sub-agents")
-        } else if name == TODO_TOOL {
-            self.update_todos(&call.function.arguments)
-        } else if !self.tools.contains(&name) {
-            warn!(event = "tool", tool = name, "tool not available in this task");
-            format!(
-                "Error: tool '{name}' is not available in this task; available: {}, {TODO_TOOL}",
-                self.tools.join(", ")
-            )
-        } else {
-            match parse_arguments(&call.function.arguments) {
-                Err(err) => format!("Error: invalid JSON arguments for {name}: {err}"),
-                Ok(args) => {
-                    let started = Instant::now();
-                    let result = self
-                        .guard(tools::call(name, args, &self.env, &self.secrets, &self.redactor))
-                        .await?;
-                    let ms = started.elapsed().as_millis() as u64;
-                    match result {
-                        Ok(output) => {
-                            info!(
-                                event = "tool",
-                                tool = name,
-                                duration_ms = ms,
-                                bytes = output.text.len(),
-                                "tool ok"
-                            );
-                            self.clean_output(name, output)
-                        }
-                        Err(err) => {
-                            warn!(event = "tool", tool = name, duration_ms = ms, error = %self.redactor.redact(&err.to_string()), "tool failed");
-                            if let ToolError::Screened(why) = &err {
-                                self.screened += 1;
-                                self.last_screened = self.redactor.redact(why);
-                            }
-                            format!(
-                                "Error: {}",
-                                neutralize(&self.redactor.redact(&err.to_string())).text
-                            )
-                        }
-                    }
+        let parsed = parse_arguments(&call.function.arguments);
+        let null = Value::Null;
+        let arguments = parsed.as_ref().unwrap_or(&null);
+        let text = match self.steer(&HookEvent::BeforeTool { tool: name, arguments }) {
+            Some(HookResult::Block { reason }) => format!("Error: {reason}"),
+            Some(HookResult::Finish(text)) => return Err(Ending::Answer(text)),
+            before => {
+                let mut text = self.call_tool(name, &call.function.arguments, parsed).await?;
+                if let Some(HookResult::InjectContext(note)) = before {
+                    text = format!("{text}\n\n[note] {note}");
+                }
+                match self.steer(&HookEvent::AfterTool { tool: name, result: &text }) {
+                    Some(HookResult::Block { reason }) => format!("Error: {reason}"),
+                    Some(HookResult::Finish(answer)) => return Err(Ending::Answer(answer)),
+                    Some(HookResult::InjectContext(note)) => format!("{text}\n\n[note] {note}"),
+                    Some(HookResult::Continue) | None => text,
                 }
             }
         };
@@ -347,6 +374,68 @@ impl TaskLoop {
         };
         self.progress(ProgressEvent::ToolResult, Some(name), Some(summary)).await;
         Ok(text)
+    }
+
+    /// The call of `name` no hook refused: the planning tool, a tool this task lacks, bad
+    /// arguments, or the tool itself (counted against the search budget when it is a search).
+    async fn call_tool(
+        &mut self,
+        name: &str,
+        arguments: &str,
+        parsed: Result<Value, String>,
+    ) -> Result<String, Ending> {
+        if name == TODO_TOOL {
+            return Ok(self.update_todos(arguments));
+        }
+        if !self.tools.contains(&name) {
+            warn!(event = "tool", tool = name, "tool not available in this task");
+            return Ok(format!(
+                "Error: tool '{name}' is not available in this task; available: {}, {TODO_TOOL}",
+                self.tools.join(", ")
+            ));
+        }
+        let args = match parsed {
+            Err(err) => return Ok(format!("Error: invalid JSON arguments for {name}: {err}")),
+            Ok(args) => args,
+        };
+        if crate::hooks::counts_against_budget(name, &args) {
+            self.searches += 1;
+        }
+        let started = Instant::now();
+        let result = self
+            .guard(tools::call(name, args, &self.env, &self.secrets, &self.redactor))
+            .await
+            .map_err(Ending::Interrupted)?;
+        let ms = started.elapsed().as_millis() as u64;
+        Ok(match result {
+            Ok(output) => {
+                info!(
+                    event = "tool",
+                    tool = name,
+                    duration_ms = ms,
+                    bytes = output.text.len(),
+                    "tool ok"
+                );
+                self.clean_output(name, output)
+            }
+            Err(err) => {
+                warn!(event = "tool", tool = name, duration_ms = ms, error = %self.redactor.redact(&err.to_string()), "tool failed");
+                if let ToolError::Screened(why) = &err {
+                    self.screened += 1;
+                    self.last_screened = self.redactor.redact(why);
+                }
+                let text =
+                    format!("Error: {}", neutralize(&self.redactor.redact(&err.to_string())).text);
+                if !matches!(err, ToolError::Timeout(_)) {
+                    return Ok(text);
+                }
+                match self.steer(&HookEvent::Timeout { tool: Some(name) }) {
+                    Some(HookResult::Finish(answer)) => return Err(Ending::Answer(answer)),
+                    Some(HookResult::InjectContext(note)) => format!("{text}\n\n[note] {note}"),
+                    Some(HookResult::Block { .. } | HookResult::Continue) | None => text,
+                }
+            }
+        })
     }
 
     /// Redacts a tool's output, then wraps (external) or neutralizes (own) it; logs the
@@ -412,15 +501,31 @@ impl TaskLoop {
         let correlation = self.correlation_id.as_deref();
         let response = match ending {
             Ending::Answer(result) => {
-                Response::success(id, correlation, result, self.usage, self.iterations, duration_ms)
+                let mut response = Response::success(
+                    id,
+                    correlation,
+                    result,
+                    self.usage,
+                    self.iterations,
+                    duration_ms,
+                );
+                if let ResponseBody::Success { searches, open_todos, .. } = &mut response.body {
+                    *searches = Some(self.searches);
+                    *open_todos = crate::hooks::open_todos(&self.todos);
+                }
+                response
             }
             Ending::Failed(error) => {
                 let report = self.report(ReportStatus::Error, &error);
                 Response::error(id, correlation, error, Some(report))
             }
             Ending::Interrupted(Interrupt::TimedOut) => {
-                let error =
-                    format!("soft timeout: the task did not finish within {} s", self.timeout_secs);
+                let bare = || crate::hooks::timeout_error(self.timeout_secs);
+                let error = match self.steer(&HookEvent::Timeout { tool: None }) {
+                    Some(HookResult::Finish(text)) => text,
+                    Some(HookResult::InjectContext(text)) => format!("{}\n{text}", bare()),
+                    Some(HookResult::Block { .. } | HookResult::Continue) | None => bare(),
+                };
                 let report = self.report(ReportStatus::Timeout, &error);
                 Response::timeout(id, correlation, error, report)
             }
@@ -443,7 +548,7 @@ impl TaskLoop {
             .skip(1) // the system prompt is ours, not progress
             .map(|m| (m.role.clone(), render_message(m)))
             .collect();
-        Report::new(
+        let mut report = Report::new(
             status,
             self.id.clone(),
             error,
@@ -451,7 +556,9 @@ impl TaskLoop {
             self.context_tokens,
             self.todos.clone(),
             rendered.iter().map(|(r, c)| (r.as_str(), c.as_str())),
-        )
+        );
+        report.searches = Some(self.searches);
+        report
     }
 }
 

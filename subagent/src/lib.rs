@@ -12,9 +12,12 @@
 //! - [`redaction`]: the process-wide "what must never be printed" set shared by both.
 //! - [`llm`]: where the LLM settings come from (request fields, then environment), and the
 //!   `nexbot-llm` client they make.
+//! - [`hooks`]: the task loop's hooks (completion check, safety, search budget, timeout
+//!   report) on the contract the main agent uses too.
 //! - [`warm`]: what a first task would build lazily, built before the first ping is answered.
 
 pub mod agent;
+pub mod hooks;
 pub mod llm;
 pub mod logging;
 pub mod net;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use nexbot_protocol::{JsonLinesCodec, Redactor, Report, Request, Response, ResponseBody};
+use nexbot_protocol::{JsonLinesCodec, Redactor, Report, Request, Response, ResponseBody, Todo};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -83,8 +83,19 @@ impl Output {
 pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Response {
     let map_report = |report: Option<Report>| report.map(|r| r.map_text(&f));
     response.body = match response.body {
-        ResponseBody::Success { result, usage, iterations, duration_ms } => {
-            ResponseBody::Success { result: f(&result), usage, iterations, duration_ms }
+        ResponseBody::Success { result, usage, iterations, duration_ms, searches, open_todos } => {
+            let open_todos = open_todos
+                .into_iter()
+                .map(|todo| Todo { content: f(&todo.content), status: todo.status })
+                .collect();
+            ResponseBody::Success {
+                result: f(&result),
+                usage,
+                iterations,
+                duration_ms,
+                searches,
+                open_todos,
+            }
         }
         ResponseBody::Error { error, report } => {
             ResponseBody::Error { error: f(&error), report: map_report(report) }

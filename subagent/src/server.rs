@@ -310,6 +310,7 @@ impl Server {
             secrets,
             proxy_secrets: request.proxy_secrets.clone().unwrap_or_default(),
             search_backend: request.search_backend.clone(),
+            search_budget: nexbot_protocol::search_budget(request.search_budget),
             llm,
             max_blocked_commands: nexbot_protocol::block_limit(request.max_blocked_commands),
             redactor: redactor.clone(),

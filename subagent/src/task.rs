@@ -47,6 +47,8 @@ pub struct TaskSpec {
     /// Commands the blocked-pattern screen may refuse before the task is ended
     /// (`execute.max_blocked_commands`, default 3).
     pub max_blocked_commands: u32,
+    /// Search and fetch calls the task may make (`execute.search_budget`, default 20).
+    pub search_budget: u32,
     /// Scrubs the task's secrets and LLM credentials from everything it emits.
     pub redactor: Arc<Redactor>,
 }

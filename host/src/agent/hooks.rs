@@ -1,5 +1,7 @@
 //! Hooks: small policies that watch the agent loop at fixed points and may steer it, so that
-//! limits and guards (`docs/product.md` §4) are added without touching the loop itself.
+//! limits and guards (`docs/product.md` §4) are added without touching the loop itself. The
+//! events, results and "first non-continue wins" are `nexbot_core::hooks`, the one contract the
+//! subagent's task loop uses too; what a host hook may know is [`HookContext`].
 //!
 //! Each event is offered to every hook in registration order; the first result other than
 //! `Continue` wins. What each result means at each event:
@@ -13,42 +15,7 @@
 //! | after agent | the answer becomes `reason` | appended to the answer | the answer becomes `text` |
 //! | timeout | (as `Continue`) | appended to the timeout message | answer `text` |
 
-use serde_json::Value;
-
-/// A point in the loop.
-#[derive(Debug)]
-pub enum HookEvent<'a> {
-    BeforeAgent {
-        user_message: &'a str,
-    },
-    BeforeIteration {
-        iteration: u32,
-    },
-    BeforeTool {
-        tool: &'a str,
-        arguments: &'a Value,
-    },
-    AfterTool {
-        tool: &'a str,
-        result: &'a str,
-    },
-    AfterAgent {
-        answer: &'a str,
-    },
-    /// A tool (`Some(name)`) or the whole turn (`None`) ran out of time.
-    Timeout {
-        tool: Option<&'a str>,
-    },
-}
-
-/// What a hook wants to happen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HookResult {
-    Continue,
-    Block { reason: String },
-    InjectContext(String),
-    Finish(String),
-}
+pub use nexbot_core::hooks::{HookEvent, HookResult};
 
 /// What hooks may know about the turn.
 #[derive(Debug, Clone, Copy)]
@@ -59,9 +26,22 @@ pub struct HookContext<'a> {
     pub iteration: u32,
 }
 
+/// A hook of the main agent: the shared contract's shape over the host's [`HookContext`].
+/// A trait of the host's own (not `nexbot_core::hooks::Hook<HookContext<'a>>` itself) so that
+/// a hook is written once for every turn's lifetime, as `impl Hook for MyPolicy`; `dyn Hook`
+/// is the shared trait for [`nexbot_core::hooks::first_steer`].
 pub trait Hook: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     fn handle(&self, event: &HookEvent<'_>, context: &HookContext<'_>) -> HookResult;
+}
+
+impl<'a> nexbot_core::hooks::Hook<HookContext<'a>> for dyn Hook {
+    fn name(&self) -> &'static str {
+        Hook::name(self)
+    }
+    fn handle(&self, event: &HookEvent<'_>, context: &HookContext<'a>) -> HookResult {
+        Hook::handle(self, event, context)
+    }
 }
 
 /// Runs `event` through `hooks`; the first non-`Continue` result wins.
@@ -70,12 +50,11 @@ pub fn run_hooks(
     event: &HookEvent<'_>,
     context: &HookContext<'_>,
 ) -> HookResult {
-    for hook in hooks {
-        let result = hook.handle(event, context);
-        if result != HookResult::Continue {
-            tracing::info!(hook = hook.name(), ?result, "hook steered the agent");
-            return result;
+    match nexbot_core::hooks::first_steer(hooks.iter().map(|h| &**h), event, context) {
+        Some(steer) => {
+            tracing::info!(hook = steer.hook, result = ?steer.result, "hook steered the agent");
+            steer.result
         }
+        None => HookResult::Continue,
     }
-    HookResult::Continue
 }

@@ -15,7 +15,8 @@ use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
     canonical_tool, closest_tool, unknown_tools, ProgressEvent, ProxySecret, Request, Response,
-    ResponseBody, SearchBackend, SecretMap, BLOCKED_TOOLS, PLANNING_TOOL, SUBAGENT_TOOLS,
+    ResponseBody, SearchBackend, SecretMap, Todo, BLOCKED_TOOLS, MAX_SEARCH_BUDGET, PLANNING_TOOL,
+    SUBAGENT_TOOLS,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -78,6 +79,9 @@ pub struct DelegateSettings {
     /// Commands the subagent's screen may refuse before it ends the task
     /// (`subagent.max_blocked_commands`, sent as `execute.max_blocked_commands`).
     pub max_blocked_commands: u32,
+    /// Search and fetch calls a task may make unless its delegation asks for another budget
+    /// (`subagent.search_budget`, sent as `execute.search_budget`).
+    pub search_budget: u32,
 }
 
 #[derive(Debug)]
@@ -172,6 +176,10 @@ pub struct Args {
     secrets: Vec<String>,
     #[serde(default)]
     timeout_secs: Option<u64>,
+    /// This task's search budget instead of `subagent.search_budget`, at most
+    /// [`MAX_SEARCH_BUDGET`] (more is cut to it).
+    #[serde(default)]
+    search_budget: Option<u32>,
     /// Set only by [`Delegate::run_cli`], never by the model (it is not in the schema and
     /// `deny_unknown_fields` refuses it): the task is one direct call of this tool.
     #[serde(skip)]
@@ -187,14 +195,17 @@ impl TypedTool for Delegate {
          pages and call HTTP APIs. Give a complete, self-contained `task`; optionally `tools` \
          (whitelist of the sub-agent's tools, e.g. [\"run_command\", \"web_fetch\"]; the \
          schema lists them all), `context`, `secrets` (names of stored secrets the task may use \
-         as $NAME) and `timeout_secs`. Returns the result, or a report of partial progress.";
+         as $NAME), `timeout_secs` and `search_budget` (how many search_web/web_fetch calls \
+         the task may make; the configured default suits most tasks). Returns the result, or \
+         a report of partial progress.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
             "tools": {"type": "array", "items": {"type": "string", "enum": grantable()}},
             "context": {"type": "string"},
             "secrets": {"type": "array", "items": {"type": "string"}},
-            "timeout_secs": {"type": "integer", "minimum": 1}},
+            "timeout_secs": {"type": "integer", "minimum": 1},
+            "search_budget": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_BUDGET}},
             "required": ["task"]})
     }
     fn timeout(&self) -> Option<Duration> {
@@ -258,6 +269,12 @@ impl TypedTool for Delegate {
             canonical
         });
         request.max_blocked_commands = Some(self.settings.max_blocked_commands);
+        let search_budget = args
+            .search_budget
+            .filter(|n| *n > 0)
+            .unwrap_or(self.settings.search_budget)
+            .min(MAX_SEARCH_BUDGET);
+        request.search_budget = Some(search_budget);
         request.timeout = Some(deadlines.soft_secs());
         request.secrets = (!secrets.stdin.is_empty()).then_some(secrets.stdin);
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
@@ -324,6 +341,7 @@ impl TypedTool for Delegate {
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
         let mut dropped = Vec::new();
         let mut killed = false;
+        let mut searches = None;
         let answer = match outcome {
             None => {
                 end.status = "timeout".into();
@@ -347,7 +365,8 @@ impl TypedTool for Delegate {
                     );
                 }
                 match outcome.response.body {
-                    ResponseBody::Success { result, usage, .. } => {
+                    ResponseBody::Success { result, usage, searches: made, open_todos, .. } => {
+                        searches = made;
                         end.status = "success".into();
                         end.usage = usage
                             .map(|u| Usage {
@@ -360,13 +379,15 @@ impl TypedTool for Delegate {
                         if direct {
                             success(result)
                         } else {
-                            success(untrusted(&id, &result))
+                            mention_open_todos(success(untrusted(&id, &result)), &id, &open_todos)
                         }
                     }
                     ResponseBody::Error { error, report } => {
+                        searches = report.as_ref().and_then(|r| r.searches);
                         unfinished(&mut end, ctx, &id, "error", error, report)
                     }
                     ResponseBody::Timeout { error, report } => {
+                        searches = report.as_ref().and_then(|r| r.searches);
                         unfinished(&mut end, ctx, &id, "timeout", error, report)
                     }
                     other => {
@@ -400,6 +421,8 @@ impl TypedTool for Delegate {
             contacted,
             denied,
             secrets: secret_names,
+            // A direct call runs no loop of the subagent's, so no budget applies to it.
+            searches: searches.filter(|_| !direct).map(|made| (made, search_budget)),
         };
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
         match &end.error {
@@ -443,6 +466,7 @@ impl Delegate {
             context: None,
             secrets: Vec::new(),
             timeout_secs: None,
+            search_budget: None,
             run_tool: Some(CLI_TOOL.to_owned()),
         };
         let answer = match self.run(args, ctx).await {
@@ -504,17 +528,34 @@ fn mention_dropped(answer: String, dropped: &[String]) -> String {
     if dropped.is_empty() {
         return answer;
     }
-    let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(&answer) else {
-        return answer;
-    };
     let note = format!(
         "The sub-agent does not offer {}, so the task ran without {}.",
         dropped.join(", "),
         if dropped.len() == 1 { "it" } else { "them" }
     );
-    fields.insert("dropped_tools".into(), json!(dropped));
-    fields.insert("note".into(), note.into());
-    Value::Object(fields).to_string()
+    with_fields(answer, [("dropped_tools", json!(dropped)), ("note", note.into())])
+}
+
+/// The answer for the model, naming the todo items the sub-agent left open (the answer's
+/// `open_todos`, after its completion check asked once more): its words, so in the envelope.
+fn mention_open_todos(answer: String, task_id: &str, open: &[Todo]) -> String {
+    if open.is_empty() {
+        return answer;
+    }
+    let items: Vec<String> =
+        open.iter().map(|t| format!("- {} ({})", t.content, t.status)).collect();
+    with_fields(answer, [("open_todos", untrusted(task_id, &items.join("\n")).into())])
+}
+
+/// `answer` (a JSON object) with `fields` added; an answer that is not one is kept as it is.
+fn with_fields<const N: usize>(answer: String, fields: [(&str, Value); N]) -> String {
+    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(&answer) else {
+        return answer;
+    };
+    for (key, value) in fields {
+        object.insert(key.into(), value);
+    }
+    Value::Object(object).to_string()
 }
 
 /// Passes the task's progress to the chat until the task ends; returns the tools it called,
@@ -799,6 +840,7 @@ mod tests {
                 exits: None,
                 search: None,
                 max_blocked_commands: 4,
+                search_budget: 6,
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);
@@ -936,6 +978,88 @@ mod tests {
         assert!(err.to_string().contains("can never be granted"), "{err}");
         let err = f.call(json!({"task": "t", "tools": ["send_file"]})).await.unwrap_err();
         assert!(err.to_string().contains("no sub-agent tool is named send_file"), "{err}");
+    }
+
+    /// A chat that keeps the receipts of the tasks that ended in it.
+    #[derive(Debug, Default)]
+    struct Receipts(std::sync::Mutex<Vec<TaskReceipt>>);
+
+    impl crate::agent::channel::Channel for Receipts {
+        fn send(
+            &self,
+            _: crate::agent::channel::OutboundMessage,
+        ) -> nexbot_core::BoxFuture<
+            '_,
+            Result<Option<crate::agent::channel::MessageId>, crate::agent::channel::ChannelError>,
+        > {
+            Box::pin(async { Ok(None) })
+        }
+        fn task_update<'a>(
+            &'a self,
+            _: &'a ChatRef,
+            _: &'a str,
+            update: TaskUpdate,
+        ) -> nexbot_core::BoxFuture<'a, ()> {
+            if let TaskUpdate::Finished(receipt) = update {
+                self.0.lock().unwrap().push(receipt);
+            }
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn the_search_budget_is_sent_and_a_delegation_may_ask_for_another_up_to_the_cap() {
+        let f = Fixture::new(answer("ok", &[])).await;
+        for (asked, sent) in [(None, 6), (Some(3), 3), (Some(0), 6), (Some(500), 100)] {
+            let mut args = json!({"task": "look it up"});
+            if let Some(asked) = asked {
+                args["search_budget"] = json!(asked);
+            }
+            f.call(args).await.unwrap();
+            let request = f.runner.requests.lock().unwrap().pop().unwrap();
+            assert_eq!(request.search_budget, Some(sent), "asked {asked:?}");
+        }
+        let schema = Delegate::schema();
+        assert_eq!(schema["properties"]["search_budget"]["maximum"], MAX_SEARCH_BUDGET);
+    }
+
+    #[tokio::test]
+    async fn the_receipt_counts_the_searches_and_the_model_reads_the_open_todos() {
+        let mut response = answer("found half", &[]);
+        if let ResponseBody::Success { searches, open_todos, .. } = &mut response.body {
+            *searches = Some(4);
+            *open_todos = vec![Todo { content: "check <<<it>>>".into(), status: "pending".into() }];
+        }
+        let f = Fixture::new(response).await;
+        let receipts = Arc::new(Receipts::default());
+        let ctx = ToolContext { channel: receipts.clone(), ..ToolContext::for_tests() };
+        let out = {
+            use crate::tools::Tool as _;
+            f.delegate.call(json!({"task": "look it up"}), &ctx).await.unwrap()
+        };
+        let value: Value = serde_json::from_str(&out).unwrap();
+        let open = value["open_todos"].as_str().unwrap();
+        assert!(open.starts_with("<<<SUBAGENT_RESULT task="), "in the envelope: {open}");
+        assert!(open.contains("- check ‹‹‹it››› (pending)"), "{open}");
+        let receipt = receipts.0.lock().unwrap().pop().unwrap();
+        assert_eq!(receipt.searches, Some((4, 6)));
+        assert!(
+            receipt.render().contains("\nSearches and fetches: 4 of 6"),
+            "{}",
+            receipt.render()
+        );
+
+        // An older subagent says nothing: no count, no line.
+        let f = Fixture::new(answer("ok", &[])).await;
+        let ctx = ToolContext { channel: receipts.clone(), ..ToolContext::for_tests() };
+        let out = {
+            use crate::tools::Tool as _;
+            f.delegate.call(json!({"task": "t"}), &ctx).await.unwrap()
+        };
+        assert!(!out.contains("open_todos"), "{out}");
+        let receipt = receipts.0.lock().unwrap().pop().unwrap();
+        assert_eq!(receipt.searches, None);
+        assert!(!receipt.render().contains("Searches"));
     }
 
     #[tokio::test]

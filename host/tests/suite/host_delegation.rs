@@ -646,3 +646,57 @@ async fn two_chats_delegating_in_turn_never_share_a_container() {
     };
     host.run_then_stop(checks, leftovers).await;
 }
+
+/// `subagent.search_budget` reaches the task: with a budget of 1, the sub-agent's second
+/// fetch is refused inside the container (the server sees one request) and the task still
+/// answers.
+#[tokio::test]
+async fn the_configured_search_budget_refuses_the_fetch_after_it_and_the_task_still_answers() {
+    let Some(docker) = docker_or_skip("the_configured_search_budget").await else { return };
+    image_present(&docker).await;
+    let leftovers = Leftovers::new("budget");
+    let (allowed, allowed_seen) = http_server_at(host_address_off_network()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let url = format!("http://{allowed}/hello");
+    llm.set_responder(move |body| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let tool_results = contents(&messages, "tool");
+        if !is_main(body) {
+            return match tool_results.len() {
+                0 => Step::tool_calls(&[
+                    ("web_fetch", json!({"url": url})),
+                    ("web_fetch", json!({"url": url})),
+                ]),
+                _ => Step::text("SUB-ANSWER-7"),
+            };
+        }
+        match tool_results.last() {
+            None => Step::tool_call("delegate_to_sub_agent", json!({"task": "look it up"})),
+            Some(result) if result.contains("SUB-ANSWER-7") => Step::text("relayed SUB-ANSWER-7"),
+            Some(result) => Step::text(&format!("no answer: {result}")),
+        }
+    });
+    let ws = TempWorkspace::init("nxw-budget");
+    let mut env = base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.extend(test_image());
+    env.push(("NEXBOT_LLM_API_KEY".into(), PLANTED_KEY.into()));
+    env.push(allow(allowed));
+    env.push(("NEXBOT_SUBAGENT__SEARCH_BUDGET".into(), "1".into()));
+    let mut session = ChatSession::start(&ws.config(), &env);
+    session.say("search please").await;
+    assert_eq!(session.answer(LIMIT).await, "relayed SUB-ANSWER-7");
+    let (status, _, stderr) = session.finish(LIMIT).await;
+    assert!(status.success(), "{stderr}");
+    assert_eq!(allowed_seen.lock().unwrap().len(), 1, "the second fetch never left");
+    let requests = llm.chat_requests();
+    let sub: Vec<_> = requests.iter().filter(|r| !is_main(&r.body)).collect();
+    assert_eq!(sub.len(), 2, "fetch twice, answer");
+    let messages = sub[1].body["messages"].as_array().cloned().unwrap_or_default();
+    let results = contents(&messages, "tool");
+    assert!(results[0].contains("hello from the allowed server"), "{results:?}");
+    assert!(
+        results[1].starts_with("Error: the search budget of this task is spent (1 searches"),
+        "{results:?}"
+    );
+}

@@ -120,3 +120,24 @@ fn dropped_tools_on_a_final_answer_round_trip_and_old_answers_still_parse() {
         assert_round_trip(r#"{"id":"t","version":"1.0","status":"success","result":"ok"}"#);
     assert!(old.dropped_tools.is_empty());
 }
+
+#[test]
+fn searches_and_open_todos_round_trip_and_old_answers_still_parse() {
+    let success = r#"{"id":"t","version":"1.0","status":"success","result":"half",
+      "searches":3,"open_todos":[{"content":"summarize","status":"pending"}]}"#;
+    let resp: Response = assert_round_trip(success);
+    let ResponseBody::Success { searches, open_todos, .. } = resp.body else { panic!() };
+    assert_eq!(searches, Some(3));
+    assert_eq!(open_todos.len(), 1);
+    let report = r#"{"id":"t","version":"1.0","status":"error","error":"e",
+      "report":{"status":"error","task_id":"t","error":"e","note":"n","timeout_secs":5,
+      "tokens":7,"todos":[],"recent_messages":[],"searches":2}}"#;
+    let resp: Response = assert_round_trip(report);
+    let ResponseBody::Error { report: Some(report), .. } = resp.body else { panic!() };
+    assert_eq!(report.searches, Some(2));
+    // An older subagent's answers have neither, and nothing new is written for them.
+    let old = r#"{"id":"t","version":"1.0","status":"success","result":"x"}"#;
+    let resp: Response = assert_round_trip(old);
+    let ResponseBody::Success { searches, open_todos, .. } = resp.body else { panic!() };
+    assert_eq!((searches, open_todos.len()), (None, 0));
+}

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::routing::any;
 use axum::Router;
 use common::Subagent;
-use nexbot_tests::scripted_llm::{completion, ScriptedLlm, Step};
+use nexbot_tests::scripted_llm::{completion, last_user, ScriptedLlm, Step};
 use serde_json::{json, Value};
 
 const TOKEN: &str = "tok-9f8e7d6c5b4a-very-secret";
@@ -644,4 +644,118 @@ async fn search_files_and_search_text_work_in_scratch_only() {
         "{}",
         results[2]
     );
+}
+
+/// A local page that counts how often it was fetched.
+async fn counted_page() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = hits.clone();
+    let app = Router::new().route(
+        "/page",
+        any(move || {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { ([("content-type", "text/plain")], "fact 5521") }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/page", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, hits)
+}
+
+#[tokio::test]
+async fn a_final_answer_with_open_todos_gets_one_more_turn_naming_them_then_is_accepted() {
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "update_todos",
+            json!({"todos": [{"content": "fetch the data", "status": "done"},
+                             {"content": "write the summary", "status": "pending"},
+                             {"content": "check the units", "status": "in_progress"}]}),
+        ),
+        Step::text("first answer"),
+        Step::text("second answer: the summary could not be written"),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    sub.send(&execute("todo", "plan and do", &llm)).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert_eq!(done["result"], "second answer: the summary could not be written");
+    assert_eq!(done["iterations"], 3);
+    let chats = llm.chat_requests();
+    assert_eq!(chats.len(), 3, "one more turn, and only one");
+    let asked = last_user(&chats[2].body);
+    assert!(asked.contains("still has open items"), "{asked}");
+    assert!(asked.contains("- write the summary (pending)"), "{asked}");
+    assert!(asked.contains("- check the units (in_progress)"), "{asked}");
+    assert!(!asked.contains("fetch the data"), "a done item is not named: {asked}");
+    // The first answer stays in the conversation, before the question.
+    let messages = chats[2].body["messages"].as_array().unwrap();
+    assert_eq!(messages[messages.len() - 2]["content"], "first answer");
+    assert_eq!(
+        done["open_todos"],
+        json!([{"content": "write the summary", "status": "pending"},
+               {"content": "check the units", "status": "in_progress"}]),
+        "the answer says which items stayed open"
+    );
+
+    // With every item done the first answer is taken, and no open item is reported.
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("update_todos", json!({"todos": [{"content": "a", "status": "done"}]})),
+        Step::text("all done"),
+    ])
+    .await;
+    sub.send(&execute("todo2", "plan and do", &llm)).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["result"], "all done", "{done}");
+    assert_eq!(llm.chat_requests().len(), 2);
+    assert!(done.get("open_todos").is_none(), "{done}");
+}
+
+#[tokio::test]
+async fn the_search_after_the_budget_is_blocked_and_the_task_still_answers() {
+    let (url, hits) = counted_page().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_calls(&[
+            ("web_fetch", json!({"url": url})),
+            ("fetch_page", json!({"url": url})),
+            ("web_fetch", json!({"url": url})),
+            ("run_command", json!({"command": format!("curl -s {url} > page.txt")})),
+            ("run_command", json!({"command": "echo still-works-8812"})),
+        ]),
+        Step::text("fact 5521, from what I had"),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    let mut request = execute("budget", "research", &llm);
+    request["search_budget"] = json!(2);
+    sub.send(&request).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "success", "{done}");
+    assert_eq!(done["result"], "fact 5521, from what I had");
+    assert_eq!(done["searches"], 2, "{done}");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 2, "the third fetch never left");
+    let results = tool_messages(&llm.chat_requests()[1].body);
+    assert!(results[0].contains("fact 5521") && results[1].contains("fact 5521"), "{results:?}");
+    let spent = "Error: the search budget of this task is spent (2 searches and fetches); do not \
+                 search or fetch again: answer now with what you have, and say what is still \
+                 unknown";
+    assert_eq!(results[2], spent);
+    assert_eq!(results[3], spent, "a command that fetches is a fetch");
+    assert!(results[4].contains("still-works-8812"), "other tools go on: {}", results[4]);
+}
+
+#[tokio::test]
+async fn the_report_of_an_unfinished_task_counts_its_searches() {
+    let (url, _) = counted_page().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("web_fetch", json!({"url": url})),
+        Step::status(401, r#"{"error":"bad key"}"#),
+    ])
+    .await;
+    let mut sub = Subagent::spawn(&[]);
+    sub.send(&execute("counted", "research", &llm)).await;
+    let (done, _) = sub.recv_final().await;
+    assert_eq!(done["status"], "error", "{done}");
+    assert_eq!(done["report"]["searches"], 1, "{done}");
 }
