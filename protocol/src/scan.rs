@@ -65,6 +65,18 @@ impl View {
         unit + MAX_TRANSPARENT_RUN * skipped
     }
 
+    /// Whether this view may read `text` differently from [`View::Exact`]: only where the text
+    /// holds one of its escape characters. Otherwise the exact view's decoding is reused.
+    pub(crate) fn differs(self, text: &[u8]) -> bool {
+        match self {
+            View::Exact => false,
+            View::Hex => true,
+            View::Percent => memchr::memchr2(b'%', b'+', text).is_some(),
+            View::Json => memchr::memchr(b'\\', text).is_some(),
+            View::Html => memchr::memchr(b'&', text).is_some(),
+        }
+    }
+
     /// A value's bytes as this view reads them: without line breaks and invisible characters
     /// (which a view skips), and with `+` as space for [`View::Percent`]. Hex needles are
     /// already lower case.

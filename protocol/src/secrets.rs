@@ -679,15 +679,18 @@ impl Redactor {
         if self.tries.iter().any(|t| t.short) {
             found.short = vec![(0, NO_NEEDLE); len];
         }
+        // Views that read this text as the exact view does share its decoding.
+        let exact = scan::decode(View::Exact, text, at_end);
         for view in VIEWS {
             let tries: Vec<&ViewTries> = self.tries.iter().filter(|t| t.view == view).collect();
             if tries.is_empty() {
                 continue;
             }
-            let d = scan::decode(view, text, at_end);
+            let own = view.differs(text).then(|| scan::decode(view, text, at_end));
+            let d = own.as_ref().unwrap_or(&exact);
             for tries in tries {
                 let target = if tries.short { &mut found.short } else { &mut found.best };
-                tries.reversed.longest_starts(&d, |i, k| {
+                tries.reversed.longest_starts(d, |i, k| {
                     let needle_len = self.needles[k as usize].bytes.len();
                     let (start, end) = (d.starts[i] as usize, d.ends[i + needle_len - 1]);
                     let slot = &mut target[start];
@@ -697,10 +700,13 @@ impl Redactor {
                 });
                 if !at_end {
                     let from = d.starts.partition_point(|&s| (s as usize) < boundary);
-                    tries.forward.partial_starts(&d, from, |i| {
+                    tries.forward.partial_starts(d, from, |i| {
                         found.partial[d.starts[i] as usize - boundary] = true;
                     });
                 }
+            }
+            if own.is_none() && view != View::Exact {
+                continue;
             }
             if let Some(at) = d.incomplete.filter(|&at| at >= boundary) {
                 found.partial[at - boundary] = true;
