@@ -195,7 +195,21 @@ impl TaskCredentials {
         task_id: &str,
         credentials: Vec<Credential>,
     ) -> Result<(), CredentialError> {
-        if credentials.is_empty() {
+        self.grant_watching(task_id, credentials, Vec::new())
+    }
+
+    /// [`TaskCredentials::grant`], and `watched`: values the task was not given but that its
+    /// chat or the operator own (`(label name, value)`; an empty name labels `[REDACTED]`).
+    /// The task's LLM calls are scanned for them too: a process can pick a value up elsewhere
+    /// (a file, an earlier task's output) and the relay is the last place before the
+    /// provider. Not counted against the task's limit of secrets; never filled in anywhere.
+    pub fn grant_watching(
+        &self,
+        task_id: &str,
+        credentials: Vec<Credential>,
+        watched: Vec<(String, SecretString)>,
+    ) -> Result<(), CredentialError> {
+        if credentials.is_empty() && watched.is_empty() {
             self.revoke(task_id);
             return Ok(());
         }
@@ -214,12 +228,18 @@ impl TaskCredentials {
         }
         map.validate()?;
         let mut labels: Vec<String> = credentials.iter().map(|c| c.name.clone()).collect();
-        for (i, key) in self.provider_keys.iter().enumerate() {
-            // Distinct map entries, one label: `llm_provider_key` never clashes with a name.
-            map.insert(format!("{PROVIDER_KEY_LABEL}_{i}"), key.clone());
-            labels.push(format!("{PROVIDER_KEY_LABEL}_{i}"));
-        }
-        let redactor = Arc::new(Redactor::new(&map));
+        let provider_labels: Vec<String> =
+            (0..self.provider_keys.len()).map(|i| format!("{PROVIDER_KEY_LABEL}_{i}")).collect();
+        // Distinct labels, one name: `llm_provider_key` never clashes with a secret's name.
+        labels.extend(provider_labels.iter().cloned());
+        labels.extend(watched.iter().filter(|(n, _)| !n.is_empty()).map(|(n, _)| n.clone()));
+        labels.sort();
+        labels.dedup();
+        let pairs = map
+            .iter()
+            .chain(provider_labels.iter().map(String::as_str).zip(&self.provider_keys))
+            .chain(watched.iter().map(|(name, value)| (name.as_str(), value)));
+        let redactor = Arc::new(Redactor::from_pairs(pairs));
         drop(map);
         let mut credentials = credentials;
         credentials.sort_by(|a, b| a.name.cmp(&b.name));

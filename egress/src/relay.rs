@@ -14,9 +14,11 @@
 //! tokens the provider reported (or the bytes ÷ 3 estimate; an error answer costs nothing).
 //! Refusals are OpenAI-style error JSON so any client shows them sensibly.
 //!
-//! A chat call of a task with proxy-mode secrets is scanned for their values (bound or not, in
-//! every form the task's redactor knows): a subagent may have been given a value over stdin
-//! and the model may echo it into its next call. A hit is replaced by its label before the
+//! A chat call of a task is scanned for the values it holds (bound or not) and every other
+//! value of its chat and of the operator that the host watches for it
+//! ([`crate::TaskCredentials::grant_watching`]), in every form the task's redactor knows: a
+//! subagent may have been given a value over stdin, or picked one up elsewhere, and the model
+//! may echo it into its next call. A hit is replaced by its label before the
 //! call goes to the provider, and named (never shown) in a warning and the audit line.
 
 use std::collections::BTreeSet;

@@ -129,6 +129,7 @@ impl App {
         let vault =
             Vault::open(store.clone(), config.secrets.master_key.as_ref(), Some(exits.clone()))
                 .await?;
+        vault.set_max_per_scope(config.vault.max_secrets_per_scope);
         let (sandbox, delegation_off) = if !config.subagent.enabled {
             (None, Some("subagent.enabled = false".to_owned()))
         } else {

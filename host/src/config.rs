@@ -56,6 +56,8 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// The web search backend of the subagents' `search_web`.
     pub search: SearchConfig,
+    /// The secrets vault's limits.
+    pub vault: VaultConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -192,6 +194,22 @@ impl LlmConfig {
 
     pub fn max_tokens(&self) -> u32 {
         self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+    }
+}
+
+/// The secrets vault's limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VaultConfig {
+    /// Secrets one scope (a chat, or the operator) may store. Every value is scanned for at
+    /// each of that chat's exits and in its tasks' LLM calls, so the scan's cost and memory
+    /// grow with it; setting one more is refused with an error naming this setting.
+    pub max_secrets_per_scope: usize,
+}
+
+impl Default for VaultConfig {
+    fn default() -> Self {
+        Self { max_secrets_per_scope: crate::vault::DEFAULT_MAX_PER_SCOPE }
     }
 }
 
@@ -734,6 +752,7 @@ impl Config {
         range("agent.ask_timeout_secs", a.ask_timeout_secs, 1, 86_400)?;
         range("agent.context_max_chars", a.context_max_chars, 1_000, 1_000_000)?;
         range("agent.history_max_messages", a.history_max_messages, 0, 1_000)?;
+        range("vault.max_secrets_per_scope", self.vault.max_secrets_per_scope, 1, 10_000)?;
         let l = &self.llm;
         if l.providers.is_empty() {
             check_url("llm.base_url", &l.base_url)?;

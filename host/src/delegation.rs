@@ -115,8 +115,16 @@ pub trait LlmAccess: Send + Sync + std::fmt::Debug {
         let _ = task_id;
         Ok(None)
     }
-    fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
-        let _ = task_id;
+    /// `watched`: the other values of the task's chat and the operator's (`(label name,
+    /// value)`, an empty name for one whose name the chat must not see), which the relay scans
+    /// the task's LLM calls for though the task was not given them.
+    fn grant_secrets(
+        &self,
+        task_id: &str,
+        secrets: Vec<TaskSecret>,
+        watched: Vec<(String, SecretString)>,
+    ) -> Result<(), String> {
+        let _ = (task_id, watched);
         if secrets.iter().any(|s| !s.hosts.is_empty()) {
             return Err(
                 "proxy-mode secrets need the egress proxy, which this sandbox does not run"

@@ -11,11 +11,12 @@
 //! knows (raw, base64, hex, percent- and JSON-escaped) and audited by name and exit, never by
 //! value.
 //!
-//! Scanning every chat's secrets at every exit is deliberate: a value of chat A has no
-//! business in chat B's message either. But a chat's exits name only that chat's secrets
-//! (and the daemon's keys): another scope's value is replaced by a bare `[REDACTED]`, so one
-//! chat never learns the name of another chat's (or the operator's) secret. Logs, the
-//! operator's, name them all.
+//! A chat's exits are scanned for that chat's values, the operator's and the daemon's keys,
+//! not every chat's: the scan's cost then grows with one chat's secrets, not with every
+//! chat's, and a chat never learns anything of another chat's secrets — not even, through a
+//! `[REDACTED:NAME]`, a name. (Another chat's value can only be in this chat's text if this
+//! chat's user typed it.) The operator's values are redacted as a bare `[REDACTED]`. Logs,
+//! the operator's, are scanned for every value and name them all.
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -49,6 +50,9 @@ impl Exit {
         }
     }
 }
+
+/// The operator's scope key (`crate::vault::Scope::Operator`).
+const OPERATOR_SCOPE: &str = "operator";
 
 /// A vault value to scan for: its scope's key (`telegram:42`, `operator`; `None` when not
 /// known, e.g. a retired value), its name, the value.
@@ -100,8 +104,8 @@ impl Exits {
         self.per_chat.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// A redactor over the daemon's keys and `secrets`; with `chat`, the names of other
-    /// scopes' secrets are left out of its labels (they redact to `[REDACTED]`).
+    /// A redactor over the daemon's keys and `secrets`; with `chat`, over that chat's values
+    /// (named), the operator's and those of no known scope (unnamed: `[REDACTED]`) only.
     fn build(
         &self,
         secrets: &[(Option<String>, String, SecretString)],
@@ -110,8 +114,14 @@ impl Exits {
         let mut pairs: Vec<(&str, &SecretString)> =
             self.daemon.iter().map(|(n, v)| (n.as_str(), v)).collect();
         for (scope, name, value) in secrets {
-            let shown = chat.is_none_or(|chat| scope.as_deref() == Some(chat));
-            pairs.push((if shown { name.as_str() } else { "" }, value));
+            let scope = scope.as_deref();
+            match chat {
+                None => pairs.push((name.as_str(), value)),
+                Some(chat) if scope == Some(chat) => pairs.push((name.as_str(), value)),
+                Some(_) if matches!(scope, None | Some(OPERATOR_SCOPE)) => pairs.push(("", value)),
+                // Another chat's value: not this chat's exits' business.
+                Some(_) => {}
+            }
         }
         Redactor::from_pairs(pairs)
     }
@@ -287,18 +297,23 @@ mod tests {
                 (Some("telegram:7"), "GITHUB_TOKEN", &token),
                 (Some("telegram:8"), "BANK_PIN_OF_CHAT_8", &other),
                 (Some("operator"), "OPS_DEPLOY_KEY", &operator),
-                (None, "RETIRED_ONE", &other),
+                (Some("telegram:8"), "RETIRED_ONE", &other),
             ]
             .into_iter(),
         );
         let text = format!("{TOKEN} / {} / {}", other.expose_secret(), operator.expose_secret());
         let seven = ChatRef::Telegram(7);
+        // Chat 7's exits: its own value named, the operator's unnamed, chat 8's not scanned
+        // for at all (so nothing of it, not its name, is told to chat 7).
+        let other_value = other.expose_secret();
         for exit in [Exit::Chat, Exit::Llm, Exit::TaskRecord] {
             let clean = exits.scan(exit, Some(&seven), &text);
-            assert_eq!(clean, "[REDACTED:GITHUB_TOKEN] / [REDACTED] / [REDACTED]", "{exit:?}");
+            let want = format!("[REDACTED:GITHUB_TOKEN] / {other_value} / [REDACTED]");
+            assert_eq!(clean, want, "{exit:?}");
         }
         let eight = exits.scan(Exit::Chat, Some(&ChatRef::Telegram(8)), &text);
         assert!(eight.contains("[REDACTED:BANK_PIN_OF_CHAT_8]"), "{eight}");
+        assert!(eight.contains(TOKEN), "chat 7's value is not chat 8's to scan: {eight}");
         assert!(!eight.contains("GITHUB_TOKEN") && !eight.contains("OPS_DEPLOY_KEY"), "{eight}");
         // The operator's logs name them all.
         let logged = exits.scan(Exit::Log, Some(&seven), &text);

@@ -367,7 +367,12 @@ impl LlmAccess for RelayAccess {
         self.tokens.issue_proxy(task_id).map(Some).map_err(|e| e.to_string())
     }
 
-    fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
+    fn grant_secrets(
+        &self,
+        task_id: &str,
+        secrets: Vec<TaskSecret>,
+        watched: Vec<(String, SecretString)>,
+    ) -> Result<(), String> {
         let mut credentials = Vec::with_capacity(secrets.len());
         for secret in secrets {
             let bindings = secret
@@ -378,7 +383,10 @@ impl LlmAccess for RelayAccess {
                 .map_err(|e| format!("secret {}: {e}", secret.name))?;
             credentials.push(egress::Credential::new(secret.name, secret.value, bindings));
         }
-        self.tokens.credentials().grant(task_id, credentials).map_err(|e| e.to_string())
+        self.tokens
+            .credentials()
+            .grant_watching(task_id, credentials, watched)
+            .map_err(|e| e.to_string())
     }
 
     fn revoke(&self, task_id: &str) -> AccessEnd {
@@ -513,6 +521,56 @@ mod tests {
         assert!(!refused_defaults(owned(), None).to_string().contains("cannot tell"));
         let other = SandboxError::Pool(PoolError::ShuttingDown);
         assert!(!refused_defaults(other, Some("why")).to_string().contains("cannot tell"));
+    }
+
+    /// Issue 25: a task's model calls through the real relay are scanned for every value of
+    /// its chat and of the operator, not only those the task was given. Here the task holds
+    /// one secret; a value of its chat it was not given (picked up elsewhere) and an
+    /// operator's value reach the scripted provider redacted — the chat's named, the
+    /// operator's not. Before, the relay knew only the task's own values and both went out.
+    #[tokio::test]
+    async fn the_relay_scans_a_tasks_calls_for_every_value_of_its_chat_and_the_operator() {
+        use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+        const HELD: &str = "held-PLANTED-stdin-value-0001";
+        const UNHELD: &str = "unheld-PLANTED-chat-value-0002";
+        const OPERATOR: &str = "operator-PLANTED-value-0003";
+        let llm = ScriptedLlm::start(vec![Step::text("ok")]).await;
+        let dir = std::env::temp_dir().join(format!("nxw-sandbox-{}", uuid::Uuid::new_v4()));
+        let mut config = config_with(&[]);
+        config.llm.base_url = llm.base_url();
+        config.egress.relay.provider_base_url = Some(llm.base_url());
+        let egress = listener(&config, &dir).await;
+        let tokens = RelayAccess::new(&config, &egress);
+        let TaskLlm::Relay { base_url, token } = tokens.issue("t1", None).unwrap() else {
+            panic!("the default is the relay")
+        };
+        let held = TaskSecret {
+            name: "HELD".into(),
+            value: SecretString::from(HELD.to_owned()),
+            hosts: Vec::new(),
+        };
+        let watched = vec![
+            ("UNHELD".to_owned(), SecretString::from(UNHELD.to_owned())),
+            (String::new(), SecretString::from(OPERATOR.to_owned())),
+        ];
+        tokens.grant_secrets("t1", vec![held], watched).unwrap();
+        let body = serde_json::json!({"model": "m", "messages": [
+            {"role": "user", "content": format!("{HELD} {UNHELD} {OPERATOR}")},
+        ]});
+        let response = reqwest::Client::new()
+            .post(format!("{base_url}/chat/completions"))
+            .bearer_auth(token.expose_secret())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let sent = llm.chat_requests()[0].body.to_string();
+        for value in [HELD, UNHELD, OPERATOR] {
+            assert!(!sent.contains(value), "{value} reached the provider: {sent}");
+        }
+        assert!(sent.contains("[REDACTED:HELD] [REDACTED:UNHELD] [REDACTED]"), "{sent}");
+        tokens.revoke("t1");
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ pub mod codec;
 pub mod report;
 pub mod request;
 pub mod response;
+mod scan;
 pub mod secrets;
 pub mod tools;
 pub mod version;

@@ -3,7 +3,7 @@
 //! A secret travels from the host to a subagent inside one `execute` request and nowhere else.
 //! This module makes the unsafe things hard: values are [`SecretString`]s (zeroized on drop,
 //! never in `Debug`), the spec's limits are checked in one place, and [`Redactor`] scrubs every
-//! value — raw, base64, percent-encoded, hex or JSON-escaped — out of text before anyone sees
+//! value — raw, base64, percent-encoded, hex, JSON- or HTML-escaped — out of text before anyone sees
 //! it; [`StreamRedactor`] does the same for a byte stream cut into arbitrary chunks.
 //!
 //! This is the one redaction implementation: the subagent's task loop, its stdout writer and
@@ -18,6 +18,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 use zeroize::Zeroizing;
+
+use crate::scan::{self, Trie, View, ALIGN_SLACK, VIEWS};
 
 /// At most this many secrets in one task.
 pub const MAX_SECRETS: usize = 50;
@@ -202,35 +204,11 @@ const MAX_MARKER_LEN: usize = 3 + MARKER_WORD.len() + 1 + MAX_SECRET_NAME_LEN + 
 /// values holding `[` or `]` ever need a second pass.
 const MAX_PASSES: usize = 64;
 
-/// How a needle's bytes appear in text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Form {
-    /// Byte for byte (the raw value, its base64 forms).
-    Exact,
-    /// Byte for byte, ASCII case ignored (hex).
-    Caseless,
-    /// Each byte as itself or as `%XX` in either hex case; a space also as `+`.
-    Percent,
-    /// As inside a JSON string: each character as itself or escaped (`\"`, `\\`, `\/`, `\b`,
-    /// `\f`, `\n`, `\r`, `\t`, `\uXXXX` in either case, surrogate pairs).
-    Json,
-}
-
-impl Form {
-    /// The most text bytes one needle byte can take in this form (`\u00XX` is 6).
-    fn expansion(self) -> usize {
-        match self {
-            Form::Exact | Form::Caseless => 1,
-            Form::Percent => 3,
-            Form::Json => 6,
-        }
-    }
-}
-
 /// One form of one secret, looked for in text.
 struct Needle {
+    /// As its view reads it ([`View::normalize`]).
     bytes: Zeroizing<Vec<u8>>,
-    form: Form,
+    view: View,
     /// Index into the redactor's labels.
     secret: usize,
     /// From a value under [`MIN_SECRET_VALUE_BYTES`] (only LLM credentials can be): matched in
@@ -238,36 +216,65 @@ struct Needle {
     short: bool,
 }
 
-/// The result of matching one needle at one place.
+/// The result of matching a marker at one place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
-    /// A whole form ends here (exclusive).
+    /// A whole marker ends here (exclusive).
     Full(usize),
     /// The text ended while it still matched: more bytes could complete it.
     Partial,
     Fail,
 }
 
-/// One decoded unit of text: up to 4 bytes of the value, and how many text bytes it took.
-struct Unit {
-    bytes: [u8; 4],
-    len: usize,
-    used: usize,
-    /// Came from an escape (`%XX`, `\n`, `\u200B`): a transparent one is skipped as decoded.
-    escaped: bool,
+/// The automata of one view: `short` needles apart, since they never match inside a marker.
+struct ViewTries {
+    view: View,
+    short: bool,
+    /// Over the needles reversed: the longest needle starting at each place.
+    reversed: Trie,
+    /// Over the needles: where one may have begun at the end of a stream's text.
+    forward: Trie,
 }
 
-impl Unit {
-    fn literal(byte: u8) -> Self {
-        Self { bytes: [byte, 0, 0, 0], len: 1, used: 1, escaped: false }
+/// What the automata found in one text.
+struct Found {
+    /// Per text position: the end and needle of the longest needle that starts there (end 0:
+    /// none); `short` the same for short needles (empty without any).
+    best: Vec<(u32, u32)>,
+    short: Vec<(u32, u32)>,
+    /// Per position from the stream's boundary on: a needle may have begun there.
+    partial: Vec<bool>,
+    /// Escapes and characters of more than one byte that end past the boundary.
+    wide: Vec<(u32, u32)>,
+}
+
+const NO_NEEDLE: u32 = u32::MAX;
+
+impl Found {
+    /// The end and needle index of the longest match at `p`; a short needle inside `marker`
+    /// is the marker's own text and does not count.
+    fn best_at(&self, p: usize, marker: Option<(usize, usize)>) -> Option<(usize, usize)> {
+        let mut best = self.best[p];
+        if let Some(&(end, k)) = self.short.get(p) {
+            let in_marker = marker.is_some_and(|(_, m_end)| end as usize <= m_end);
+            if end > 0 && !in_marker && (end > best.0 || (end == best.0 && k < best.1)) {
+                best = (end, k);
+            }
+        }
+        (best.0 > 0).then_some((best.0 as usize, best.1 as usize))
     }
-    fn escaped(bytes: &[u8], used: usize) -> Self {
-        let mut unit = Self { bytes: [0; 4], len: bytes.len(), used, escaped: true };
-        unit.bytes[..bytes.len()].copy_from_slice(bytes);
-        unit
-    }
-    fn as_slice(&self) -> &[u8] {
-        &self.bytes[..self.len]
+
+    /// A stream's cut moved back to the start of an escape or character it falls inside, so
+    /// the next scan decodes what follows as one piece would; unless a span already taken
+    /// ends past that start (then the cut stays).
+    fn align(&self, cut: usize, taken: usize) -> usize {
+        for &(start, end) in &self.wide {
+            let (start, end) = (start as usize, end as usize);
+            if start < cut && cut < end && start >= taken {
+                return start;
+            }
+        }
+        cut
     }
 }
 
@@ -295,12 +302,20 @@ struct Scan {
 ///   in `Authorization: Basic` of `user:password`, or `echo $SECRET | base64` with its newline);
 /// - percent-encoding, any byte encoded or not, either hex case, space also as `+`;
 /// - hex, lower, upper or mixed case;
-/// - JSON-escaped, as the value appears inside a JSON string.
+/// - JSON-escaped, as the value appears inside a JSON string;
+/// - HTML-escaped: `&amp;` `&lt;` `&gt;` `&quot;` `&apos;` and numeric references (`&#39;`,
+///   `&#x27;`, either case) for any character, as a page or an HTML message shows it.
 ///
 /// In every form, line breaks (`\n`, `\r`, escaped or not) and invisible characters
-/// ([`is_invisible_char`]) inside a match are skipped: a value cut across two lines, or
-/// base64 wrapped at 76 columns, is still one match. Values shorter than the minimum (LLM
-/// credentials are not checked for length) are redacted in their raw form only.
+/// ([`is_invisible_char`]) inside a match are skipped, at most two in a row: a value cut
+/// across two lines, or base64 wrapped at 76 columns, is still one match. Values shorter than
+/// the minimum (LLM credentials are not checked for length), or that are that short without
+/// their line breaks and invisible characters, are redacted in their raw form only. In the
+/// percent-encoded form `+` and space are one (a value's `+` also matches a space).
+///
+/// Matching takes time linear in the text whatever the number and shape of the values: the
+/// text is decoded once per form and one Aho-Corasick automaton per form finds every needle
+/// (`scan.rs`).
 ///
 /// Redaction never nests: a marker (`[REDACTED]`, `[REDACTED:NAME]`) already in the text is
 /// not redacted again, whichever redactor wrote it, so redacting twice changes nothing. A
@@ -308,14 +323,16 @@ struct Scan {
 /// one would (a value such as `REDACTED`), every label becomes `[REDACTED]`, or `[X]`.
 ///
 /// Matching is leftmost-longest: at each place the longest form wins, and the scan goes on
-/// after it. Needles are held in [`Zeroizing`] buffers so a dropped redactor leaves no copy
-/// behind. [`StreamRedactor`] applies it to a byte stream cut anywhere.
+/// after it. Needles are held in [`Zeroizing`] buffers; the automata's transition tables
+/// (the `aho-corasick` crate's) also hold the values' bytes and are freed, not zeroized, when
+/// the redactor is dropped. [`StreamRedactor`] applies it to a byte stream cut anywhere.
 #[derive(Default)]
 pub struct Redactor {
     needles: Vec<Needle>,
-    /// For each first byte of a match, the needles that can start with it (empty without
-    /// needles).
-    by_first: Vec<Vec<u32>>,
+    /// The automata, one set per view that has needles.
+    tries: Vec<ViewTries>,
+    /// The needles were too many to index: every text is redacted whole (fails closed).
+    too_large: bool,
     labels: Vec<String>,
     /// Each secret's name (what [`Redactor::redact_found`] reports), by label index.
     names: Vec<String>,
@@ -326,10 +343,9 @@ pub struct Redactor {
     /// Every bracket pair occurs in some value, so a label can complete a match with the text
     /// around it: redact again until nothing matches.
     settle: bool,
-    /// The longest text one match may take: the longest form (or marker). Line breaks and
-    /// invisible characters inside a match count, so a match never runs longer than this.
-    max_span: usize,
-    /// `max_span` and a marker at each end (a match takes in the markers it touches), minus 1.
+    /// The longest match (the longest form, with the line breaks and invisible characters it
+    /// may skip: [`View::expansion`]) and a marker at each end (a match takes in the markers it touches),
+    /// minus 1, and the room a cut needs to move back to the start of an escape.
     holdback: usize,
 }
 
@@ -360,14 +376,18 @@ impl Redactor {
                 continue;
             }
             let short = value.len() < MIN_SECRET_VALUE_BYTES;
-            redactor.add(value, Form::Exact, index, short);
+            // A value that is mostly line breaks or invisible characters (which every view
+            // skips) is as weak as a short one.
+            let short = short || View::Exact.normalize(value).len() < MIN_SECRET_VALUE_BYTES;
+            redactor.add(value, View::Exact, index, short);
             if short {
                 continue;
             }
-            redactor.add(value, Form::Percent, index, false);
-            redactor.add(value, Form::Json, index, false);
+            redactor.add(value, View::Percent, index, false);
+            redactor.add(value, View::Json, index, false);
+            redactor.add(value, View::Html, index, false);
             let hex = Zeroizing::new(hex_lower(value));
-            redactor.add(&hex, Form::Caseless, index, false);
+            redactor.add(&hex, View::Hex, index, false);
             for (padded, unpadded) in [
                 (
                     &base64::engine::general_purpose::STANDARD,
@@ -379,12 +399,12 @@ impl Redactor {
                 ),
             ] {
                 let full = Zeroizing::new(padded.encode(value));
-                redactor.add(full.as_bytes(), Form::Exact, index, false);
+                redactor.add(full.as_bytes(), View::Exact, index, false);
                 let bare = Zeroizing::new(unpadded.encode(value));
-                redactor.add(bare.as_bytes(), Form::Exact, index, false);
+                redactor.add(bare.as_bytes(), View::Exact, index, false);
                 for offset in 0..3 {
                     if let Some(core) = base64_core(unpadded, value, offset) {
-                        redactor.add(&core, Form::Exact, index, false);
+                        redactor.add(&core, View::Exact, index, false);
                     }
                 }
             }
@@ -457,45 +477,46 @@ impl Redactor {
         StreamRedactor::new(self.clone())
     }
 
-    /// Adds a needle unless the same bytes in the same form are there already.
-    fn add(&mut self, bytes: &[u8], form: Form, secret: usize, short: bool) {
-        if bytes.is_empty() || self.needles.iter().any(|n| n.form == form && *n.bytes == bytes) {
+    /// Adds a needle, as `view` reads it. The same bytes twice in one view cost nothing: the
+    /// automaton keeps the first.
+    fn add(&mut self, bytes: &[u8], view: View, secret: usize, short: bool) {
+        let bytes = view.normalize(bytes);
+        if bytes.is_empty() {
             return;
         }
-        self.needles.push(Needle { bytes: Zeroizing::new(bytes.to_vec()), form, secret, short });
+        self.needles.push(Needle { bytes, view, secret, short });
     }
 
-    /// Fills `by_first` and `holdback`.
+    /// Builds the automata and the holdback.
     fn index(&mut self) {
         if self.needles.is_empty() {
             return;
         }
-        let mut by_first = vec![Vec::new(); 256];
         let mut longest = MAX_MARKER_LEN;
-        for (i, needle) in self.needles.iter().enumerate() {
-            let first = needle.bytes[0];
-            let mut starts = vec![first];
-            match needle.form {
-                Form::Exact => {}
-                Form::Caseless => starts.push(first.to_ascii_uppercase()),
-                Form::Percent => {
-                    starts.push(b'%');
-                    if first == b' ' {
-                        starts.push(b'+');
-                    }
-                }
-                Form::Json => starts.push(b'\\'),
-            }
-            starts.sort_unstable();
-            starts.dedup();
-            for b in starts {
-                by_first[usize::from(b)].push(i as u32);
-            }
-            longest = longest.max(needle.bytes.len() * needle.form.expansion());
+        for needle in &self.needles {
+            longest = longest.max(needle.bytes.len() * needle.view.expansion());
         }
-        self.by_first = by_first;
-        self.max_span = longest;
-        self.holdback = longest + 2 * MAX_MARKER_LEN - 1;
+        self.holdback = longest + 2 * MAX_MARKER_LEN - 1 + ALIGN_SLACK;
+        for view in VIEWS {
+            for short in [false, true] {
+                let group: Vec<(&[u8], u32)> = self
+                    .needles
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.view == view && n.short == short)
+                    .map(|(k, n)| (n.bytes.as_slice(), k as u32))
+                    .collect();
+                if group.is_empty() {
+                    continue;
+                }
+                match (Trie::build(&group, true), Trie::build(&group, false)) {
+                    (Ok(reversed), Ok(forward)) => {
+                        self.tries.push(ViewTries { view, short, reversed, forward });
+                    }
+                    _ => self.too_large = true,
+                }
+            }
+        }
     }
 
     /// Keeps the named labels unless one of them would show a value in some form.
@@ -576,6 +597,12 @@ impl Redactor {
     fn scan(&self, text: &[u8], at_end: bool) -> Scan {
         let len = text.len();
         let boundary = if at_end { len } else { len.saturating_sub(self.holdback) };
+        if self.too_large {
+            let spans =
+                if len == 0 { Vec::new() } else { vec![Span { start: 0, end: len, secret: 0 }] };
+            return Scan { spans, cut: len };
+        }
+        let found = self.find(text, at_end, boundary);
         let mut spans: Vec<Span> = Vec::new();
         // The marker that covers `p`, if any.
         let mut marker: Option<(usize, usize)> = None;
@@ -588,37 +615,25 @@ impl Redactor {
             if marker.is_none() && (text[p] == open_a || text[p] == open_b) {
                 match self.marker_at(text, p) {
                     Outcome::Full(end) => marker = Some((p, end)),
-                    Outcome::Partial if p >= boundary => return Scan { spans, cut: p },
+                    Outcome::Partial if p >= boundary => {
+                        let cut = found.align(p, spans.last().map_or(0, |s| s.end));
+                        spans.retain(|s| s.end <= cut);
+                        return Scan { spans, cut };
+                    }
                     _ => {}
                 }
             }
-            let mut best: Option<(usize, usize)> = None;
-            let mut partial = false;
-            for &k in &self.by_first[usize::from(text[p])] {
-                let needle = &self.needles[k as usize];
-                match match_at(needle, text, p, self.max_span) {
-                    Outcome::Full(end) => {
-                        // A short value inside a marker is the marker's own text.
-                        if needle.short && marker.is_some_and(|(_, m_end)| end <= m_end) {
-                            continue;
-                        }
-                        if best.is_none_or(|(b_end, _)| end > b_end) {
-                            best = Some((end, needle.secret));
-                        }
-                    }
-                    Outcome::Partial => partial = true,
-                    Outcome::Fail => {}
-                }
-            }
-            if partial && p >= boundary {
+            if p >= boundary && found.partial[p - boundary] {
                 // Wait for more; a marker this lies in waits whole.
                 let cut = match marker {
                     Some((m_start, _)) if m_start >= boundary => m_start,
                     _ => p,
                 };
+                let cut = found.align(cut, spans.last().map_or(0, |s| s.end));
                 spans.retain(|s| s.end <= cut);
                 return Scan { spans, cut };
             }
+            let best = found.best_at(p, marker).map(|(end, k)| (end, self.needles[k].secret));
             let Some((mut end, secret)) = best else {
                 p += 1;
                 continue;
@@ -649,6 +664,58 @@ impl Redactor {
             p = end;
         }
         Scan { spans, cut: len }
+    }
+
+    /// Runs every view's automata over `text`: the longest needle starting at each place, and
+    /// (for a stream) where one may have begun from `boundary` on. Linear in the text.
+    fn find(&self, text: &[u8], at_end: bool, boundary: usize) -> Found {
+        let len = text.len();
+        let mut found = Found {
+            best: vec![(0, NO_NEEDLE); len],
+            short: Vec::new(),
+            partial: vec![false; len - boundary],
+            wide: Vec::new(),
+        };
+        if self.tries.iter().any(|t| t.short) {
+            found.short = vec![(0, NO_NEEDLE); len];
+        }
+        // Views that read this text as the exact view does share its decoding.
+        let exact = scan::decode(View::Exact, text, at_end);
+        for view in VIEWS {
+            let tries: Vec<&ViewTries> = self.tries.iter().filter(|t| t.view == view).collect();
+            if tries.is_empty() {
+                continue;
+            }
+            let own = view.differs(text).then(|| scan::decode(view, text, at_end));
+            let d = own.as_ref().unwrap_or(&exact);
+            for tries in tries {
+                let target = if tries.short { &mut found.short } else { &mut found.best };
+                tries.reversed.longest_starts(d, |i, k| {
+                    let needle_len = self.needles[k as usize].bytes.len();
+                    let (start, end) = (d.starts[i] as usize, d.ends[i + needle_len - 1]);
+                    let slot = &mut target[start];
+                    if end > slot.0 || (end == slot.0 && k < slot.1) {
+                        *slot = (end, k);
+                    }
+                });
+                if !at_end {
+                    let from = d.starts.partition_point(|&s| (s as usize) < boundary);
+                    tries.forward.partial_starts(d, from, |i| {
+                        found.partial[d.starts[i] as usize - boundary] = true;
+                    });
+                }
+            }
+            if own.is_none() && view != View::Exact {
+                continue;
+            }
+            if let Some(at) = d.incomplete.filter(|&at| at >= boundary) {
+                found.partial[at - boundary] = true;
+            }
+            if !at_end {
+                found.wide.extend(d.wide.iter().filter(|(_, end)| *end as usize > boundary));
+            }
+        }
+        found
     }
 
     /// A marker at `p`: `[REDACTED]`, `[REDACTED:NAME]` (name `[A-Za-z0-9_]`, 1 to 64), in
@@ -748,183 +815,6 @@ fn base64_core(
     let bytes = encoded.as_bytes();
     (bytes.len() > skip + drop_end)
         .then(|| Zeroizing::new(bytes[skip..bytes.len() - drop_end].to_vec()))
-}
-
-/// Matches `needle` at `p`, decoding the text as its form says and skipping line breaks and
-/// invisible characters inside the match, over at most `limit` bytes of text. The limit makes
-/// a stream and one piece agree: what has not ended within `limit` bytes never will.
-fn match_at(needle: &Needle, text: &[u8], p: usize, limit: usize) -> Outcome {
-    let value: &[u8] = &needle.bytes;
-    let end = text.len().min(p + limit);
-    // The text ran out: more could complete the match only if the limit leaves room.
-    let more = || if text.len() < p + limit { Outcome::Partial } else { Outcome::Fail };
-    let (mut i, mut j) = (p, 0);
-    while j < value.len() {
-        if i >= end {
-            return more();
-        }
-        let unit = match decode(needle.form, &text[..end], i, value[j]) {
-            Some(unit) => unit,
-            None => return more(),
-        };
-        let fits = match needle.form {
-            Form::Caseless => unit.bytes[0].eq_ignore_ascii_case(&value[j]),
-            _ => value[j..].starts_with(unit.as_slice()),
-        };
-        if fits {
-            i += unit.used;
-            j += unit.len;
-            continue;
-        }
-        if j == 0 {
-            return Outcome::Fail;
-        }
-        if unit.escaped {
-            if is_transparent(unit.as_slice()) {
-                i += unit.used;
-                continue;
-            }
-            return Outcome::Fail;
-        }
-        match transparent_at(&text[..end], i) {
-            Some(Some(used)) => i += used,
-            Some(None) => return more(),
-            None => return Outcome::Fail,
-        }
-    }
-    Outcome::Full(i)
-}
-
-/// Decoded bytes that a match skips: a line break or an invisible character.
-fn is_transparent(bytes: &[u8]) -> bool {
-    std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|s| {
-            let mut chars = s.chars();
-            let c = chars.next()?;
-            chars.next().is_none().then_some(c)
-        })
-        .is_some_and(|c| c == '\n' || c == '\r' || is_invisible_char(c))
-}
-
-/// A line break or invisible character at `i`: `Some(Some(len))`; `Some(None)` when the text
-/// ends inside a character that might be one; `None` otherwise.
-fn transparent_at(text: &[u8], i: usize) -> Option<Option<usize>> {
-    let lead = text[i];
-    let len = match lead {
-        b'\n' | b'\r' => return Some(Some(1)),
-        0xC2..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        0xF0..=0xF4 => 4,
-        _ => return None,
-    };
-    let Some(bytes) = text.get(i..i + len) else {
-        return Some(None);
-    };
-    is_transparent(bytes).then_some(Some(len))
-}
-
-/// The unit of text at `i` in `form`, given the value byte `want` it should match (only `+`
-/// depends on it). `None` when the text ends inside an escape.
-fn decode(form: Form, text: &[u8], i: usize, want: u8) -> Option<Unit> {
-    let b = text[i];
-    match form {
-        Form::Exact | Form::Caseless => Some(Unit::literal(b)),
-        Form::Percent => match b {
-            b'%' => {
-                let digits = &text[i + 1..text.len().min(i + 3)];
-                if !digits.iter().all(u8::is_ascii_hexdigit) {
-                    return Some(Unit::literal(b));
-                }
-                if digits.len() < 2 {
-                    return None;
-                }
-                Some(Unit::escaped(&[hex_value(digits[0]) << 4 | hex_value(digits[1])], 3))
-            }
-            b'+' if want == b' ' => Some(Unit::escaped(b" ", 1)),
-            _ => Some(Unit::literal(b)),
-        },
-        Form::Json => {
-            if b != b'\\' {
-                return Some(Unit::literal(b));
-            }
-            let &kind = text.get(i + 1)?;
-            let short = match kind {
-                b'"' => b'"',
-                b'\\' => b'\\',
-                b'/' => b'/',
-                b'b' => 0x08,
-                b'f' => 0x0C,
-                b'n' => b'\n',
-                b'r' => b'\r',
-                b't' => b'\t',
-                b'u' => return decode_json_u(text, i),
-                _ => return Some(Unit::literal(b)),
-            };
-            Some(Unit::escaped(&[short], 2))
-        }
-    }
-}
-
-/// `\uXXXX` at `i` (with a following `\uXXXX` for a surrogate pair); a malformed one is a
-/// literal backslash.
-fn decode_json_u(text: &[u8], i: usize) -> Option<Unit> {
-    let first = match hex4(text, i + 2) {
-        Hex4::Value(v) => v,
-        Hex4::Short => return None,
-        Hex4::Bad => return Some(Unit::literal(b'\\')),
-    };
-    let (c, used) = match first {
-        0xD800..=0xDBFF => {
-            let marks = text.get(i + 6..(i + 8).min(text.len())).unwrap_or_default();
-            if marks.len() < 2 {
-                return if b"\\u".starts_with(marks) { None } else { Some(Unit::literal(b'\\')) };
-            }
-            if marks != b"\\u" {
-                return Some(Unit::literal(b'\\'));
-            }
-            let low = match hex4(text, i + 8) {
-                Hex4::Value(v @ 0xDC00..=0xDFFF) => v,
-                Hex4::Short => return None,
-                _ => return Some(Unit::literal(b'\\')),
-            };
-            let code = 0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00);
-            (char::from_u32(code), 12)
-        }
-        0xDC00..=0xDFFF => (None, 6),
-        _ => (char::from_u32(first), 6),
-    };
-    let Some(c) = c else {
-        return Some(Unit::literal(b'\\'));
-    };
-    let mut buf = [0u8; 4];
-    Some(Unit::escaped(c.encode_utf8(&mut buf).as_bytes(), used))
-}
-
-enum Hex4 {
-    Value(u32),
-    /// The text ends before four digits (all hex so far).
-    Short,
-    Bad,
-}
-
-fn hex4(text: &[u8], at: usize) -> Hex4 {
-    let digits = text.get(at..(at + 4).min(text.len())).unwrap_or_default();
-    if !digits.iter().all(u8::is_ascii_hexdigit) {
-        return Hex4::Bad;
-    }
-    if digits.len() < 4 {
-        return Hex4::Short;
-    }
-    Hex4::Value(digits.iter().fold(0, |acc, d| acc << 4 | u32::from(hex_value(*d))))
-}
-
-fn hex_value(digit: u8) -> u8 {
-    match digit {
-        b'0'..=b'9' => digit - b'0',
-        b'a'..=b'f' => digit - b'a' + 10,
-        _ => digit - b'A' + 10,
-    }
 }
 
 /// A [`Redactor`] for a byte stream cut into chunks anywhere (a pipe, a socket, a writer that
@@ -1167,6 +1057,66 @@ mod tests {
             let out = r.redact(&format!("<{form}>"));
             assert_eq!(out, "<[REDACTED:TOKEN]>", "{what}: {form:?}");
         }
+    }
+
+    /// HTML-escaped text (a page, a Telegram HTML message) carries a value past a scan that
+    /// knows only the raw form: `&` as `&amp;`, quotes as `&quot;`/`&#39;`, or every
+    /// character as a numeric reference.
+    #[test]
+    fn html_character_references_are_a_form() {
+        let value = "tok&en<\"it's\">-42";
+        let r = redactor(&[("TOKEN", value)]);
+        let named = "tok&amp;en&lt;&quot;it&apos;s&quot;&gt;-42";
+        let numeric = "tok&#38;en&#60;&#34;it&#39;s&#34;&#62;-42";
+        let hex: String = value.chars().map(|c| format!("&#x{:X};", u32::from(c))).collect();
+        let hex_lower: String = value.chars().map(|c| format!("&#x{:x};", u32::from(c))).collect();
+        let mixed = "tok&amp;en&#x3C;&quot;it&#39;s&#X22;&gt;-42";
+        for text in [named, numeric, &hex, &hex_lower, mixed] {
+            assert_eq!(r.redact(&format!("<p>{text}</p>")), "<p>[REDACTED:TOKEN]</p>", "{text}");
+        }
+        // Not a reference: left as text, and a near miss is not redacted.
+        assert_eq!(r.redact("tok&amp en"), "tok&amp en");
+        let near = "tok&amp;en&lt;&quot;it&apos;s&quot;&gt;-43";
+        assert_eq!(r.redact(near), near);
+        // A stream cut inside a reference agrees with one piece.
+        let text = format!("a {named} b");
+        assert_every_cut_agrees(&Arc::new(r), &text, "a [REDACTED:TOKEN] b");
+    }
+
+    /// The attack of issue 25: a periodic 64 KiB value against a 64 KiB text that repeats
+    /// it almost to the end. Matching one needle at a time from every place ran each form
+    /// tens of thousands of bytes from each of 65,536 places — about 80 s of one core, the
+    /// daemon's exits stalled meanwhile. The matcher is now one automaton pass per view.
+    /// The 20 s bound is only a hang guard (the old code does not finish in it), not a
+    /// timing threshold.
+    #[test]
+    fn a_periodic_64_kib_value_against_a_64_kib_text_does_not_stall() {
+        let value = format!("{}ac", "ab".repeat(32 * 1024 - 1));
+        let text = "ab".repeat(32 * 1024);
+        assert_eq!(value.len(), MAX_SECRET_VALUE_BYTES);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = {
+            let (value, text) = (value.clone(), text.clone());
+            std::thread::spawn(move || {
+                let r = Arc::new(redactor(&[("PERIODIC", &value)]));
+                let whole = r.redact(&text);
+                let mut stream = r.stream();
+                let mut streamed = Vec::new();
+                for chunk in text.as_bytes().chunks(4096) {
+                    streamed.extend(stream.push(chunk));
+                }
+                streamed.extend(stream.finish());
+                let planted = r.redact(&format!("{}{value}", &text[..1000]));
+                let _ = tx.send((whole, streamed, planted));
+            })
+        };
+        let (whole, streamed, planted) = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("redacting a periodic value hung (the old matcher took ~80 s)");
+        worker.join().unwrap();
+        assert_eq!(whole, text, "nothing of the value is in the text");
+        assert_eq!(streamed, text.as_bytes());
+        assert_eq!(planted, format!("{}[REDACTED:PERIODIC]", &text[..1000]));
     }
 
     #[test]

@@ -37,9 +37,10 @@ fn vault_error(e: VaultError) -> ApiError {
         | VaultError::TooManyHosts
         | VaultError::BadMode(_)
         | VaultError::ProxyNeedsHost(_) => StatusCode::BAD_REQUEST,
-        VaultError::Off(_) | VaultError::WrongKey | VaultError::Corrupt { .. } => {
-            StatusCode::CONFLICT
-        }
+        VaultError::Off(_)
+        | VaultError::WrongKey
+        | VaultError::Corrupt { .. }
+        | VaultError::TooMany { .. } => StatusCode::CONFLICT,
         VaultError::NotFound { .. } => StatusCode::NOT_FOUND,
         VaultError::Crypto(_) | VaultError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };

@@ -18,6 +18,7 @@ use nexbot_protocol::{
     ResponseBody, SearchBackend, SecretMap, Todo, BLOCKED_TOOLS, MAX_SEARCH_BUDGET, PLANNING_TOOL,
     SUBAGENT_TOOLS,
 };
+use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -28,7 +29,7 @@ use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecre
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
 use crate::store::{Store, TaskEnd};
-use crate::vault::{Mode, Resolved, Scope, Vault};
+use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
@@ -38,6 +39,15 @@ pub trait SecretSource: Send + Sync + std::fmt::Debug {
     fn resolve(&self, chat: &ChatRef, name: &str) -> Result<Resolved, String>;
     /// The operator's secret `name` (the daemon's own tool backends, e.g. a search API key).
     fn resolve_operator(&self, name: &str) -> Result<Resolved, String>;
+    /// Every value of `chat` and of the operator (`(label name, value)`; the operator's
+    /// unnamed), for the relay to scan the task's LLM calls for, given to the task or not.
+    fn watched(&self, chat: &ChatRef) -> Vec<(String, SecretString)> {
+        let _ = chat;
+        Vec::new()
+    }
+    /// A task ended and let go of its values' [`Hold`]s: changed or deleted values no task
+    /// holds any more leave the exit scan.
+    fn release(&self) {}
 }
 
 impl SecretSource for Vault {
@@ -46,6 +56,12 @@ impl SecretSource for Vault {
     }
     fn resolve_operator(&self, name: &str) -> Result<Resolved, String> {
         Vault::resolve(self, &Scope::Operator, name).map_err(|e| e.to_string())
+    }
+    fn watched(&self, chat: &ChatRef) -> Vec<(String, SecretString)> {
+        Vault::watched(self, chat)
+    }
+    fn release(&self) {
+        Vault::release(self);
     }
 }
 
@@ -58,6 +74,27 @@ struct TaskSecrets {
     proxied: Vec<ProxySecret>,
     /// Every one of them, for the egress (proxy filling and relay scanning).
     egress: Vec<TaskSecret>,
+    /// Their values' holds, kept until the task ends ([`Held`]).
+    holds: Vec<Hold>,
+}
+
+/// A task's [`Hold`]s: let go when the task ends however it ends (its future dropped too),
+/// then the vault is told, so a value changed or deleted meanwhile leaves the exit scan.
+struct Held {
+    holds: Vec<Hold>,
+    source: Option<Arc<dyn SecretSource>>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.holds.is_empty() {
+            return;
+        }
+        self.holds.clear();
+        if let Some(source) = &self.source {
+            source.release();
+        }
+    }
 }
 
 /// What a delegated task is configured with.
@@ -134,6 +171,7 @@ impl Delegate {
                 Mode::Proxy => resolved.hosts,
                 Mode::Stdin => Vec::new(),
             };
+            secrets.holds.push(resolved.hold);
             secrets.egress.push(TaskSecret { name: name.clone(), value: resolved.value, hosts });
         }
         Ok(secrets)
@@ -155,6 +193,7 @@ impl Delegate {
             )));
         }
         secrets.proxied.push(ProxySecret { name: name.to_owned(), hosts: resolved.hosts.clone() });
+        secrets.holds.push(resolved.hold);
         secrets.egress.push(TaskSecret {
             name: name.to_owned(),
             value: resolved.value,
@@ -217,6 +256,8 @@ impl TypedTool for Delegate {
         }
         check_tools(args.tools.as_deref().unwrap_or_default())?;
         let mut secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
+        // Dropped last, when the task is over (or abandoned).
+        let mut held = Held { holds: Vec::new(), source: self.secrets.clone() };
         let searches = args.tools.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
         let search = self.settings.search.clone().filter(|_| searches);
         if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
@@ -228,6 +269,7 @@ impl TypedTool for Delegate {
             }
             self.add_search_key(name, &mut secrets)?;
         }
+        held.holds = std::mem::take(&mut secrets.holds);
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
         let budget_cap = match &self.settings.spend {
@@ -242,9 +284,10 @@ impl TypedTool for Delegate {
             .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
         // From here on the token dies however this future ends, dropped included.
         let access = Access::new(self.tokens.as_ref(), &self.store, &id);
-        if !secrets.egress.is_empty() {
+        let watched = self.secrets.as_ref().map(|s| s.watched(&ctx.chat)).unwrap_or_default();
+        if !secrets.egress.is_empty() || !watched.is_empty() {
             self.tokens
-                .grant_secrets(&id, secrets.egress)
+                .grant_secrets(&id, secrets.egress, watched)
                 .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
         }
         let recorded_task = match &self.settings.exits {
@@ -714,6 +757,8 @@ mod tests {
         u64,
         /// The secrets granted: (task, name, hosts).
         std::sync::Mutex<Vec<(String, String, Vec<String>)>>,
+        /// The watched values' label names (empty: unnamed).
+        std::sync::Mutex<Vec<String>>,
     );
 
     impl LlmAccess for Table {
@@ -727,7 +772,13 @@ mod tests {
         fn revoke(&self, task_id: &str) -> AccessEnd {
             AccessEnd { relay_tokens: self.0.revoke(task_id).map(|u| u.used), egress: None }
         }
-        fn grant_secrets(&self, task_id: &str, secrets: Vec<TaskSecret>) -> Result<(), String> {
+        fn grant_secrets(
+            &self,
+            task_id: &str,
+            secrets: Vec<TaskSecret>,
+            watched: Vec<(String, SecretString)>,
+        ) -> Result<(), String> {
+            self.4.lock().unwrap().extend(watched.into_iter().map(|(name, _)| name));
             let mut granted = self.3.lock().unwrap();
             for secret in secrets {
                 granted.push((task_id.to_owned(), secret.name, secret.hosts));
@@ -829,8 +880,13 @@ mod tests {
             )
             .unwrap();
             let runner = Arc::new(Canned { response, requests: Default::default() });
-            let tokens =
-                Arc::new(Table(Default::default(), Default::default(), 7, Default::default()));
+            let tokens = Arc::new(Table(
+                Default::default(),
+                Default::default(),
+                7,
+                Default::default(),
+                Default::default(),
+            ));
             let spend = caps.map(|caps| crate::spend::Spend::new(caps, store.clone()));
             let settings = DelegateSettings {
                 longest: TaskDeadlines::plan(&config, None),
@@ -890,11 +946,19 @@ mod tests {
             .set(&chat, "GH_TOKEN", value("ghp_proxied_value_123"), &hosts, &[], None)
             .await
             .unwrap();
+        // Not given to the task, but watched for in its LLM calls; another chat's is not.
+        let stdin = Some(crate::vault::Mode::Stdin);
+        vault.set(&chat, "UNUSED", value("unused-value-123456"), &[], &[], stdin).await.unwrap();
+        let op = Scope::Operator;
+        vault.set(&op, "OPS_KEY", value("operator-value-123456"), &[], &[], stdin).await.unwrap();
+        let other = Scope::Chat(ChatRef::Telegram(424_242));
+        vault.set(&other, "THEIRS", value("other-chat-value-1234"), &[], &[], stdin).await.unwrap();
         let f = Fixture::build(answer("done", &[]), None, Some(vault)).await;
 
         let err = f.call(json!({"task": "t", "secrets": ["NOPE"]})).await.unwrap_err().to_string();
         assert!(
-            err.contains("no secret named NOPE") && err.contains("(stored: GH_TOKEN, PLAIN_TOKEN)"),
+            err.contains("no secret named NOPE")
+                && err.contains("(stored: GH_TOKEN, PLAIN_TOKEN, UNUSED)"),
             "{err}"
         );
         assert!(f.runner.requests.lock().unwrap().is_empty(), "nothing ran");
@@ -921,6 +985,10 @@ mod tests {
         assert!(granted.iter().any(|(_, n, h)| n == "GH_TOKEN"
             && h == &["https://api.github.com:443 header:authorization".to_owned()]));
         assert!(granted.iter().any(|(_, n, h)| n == "PLAIN_TOKEN" && h.is_empty()));
+        // The relay watches every value of the chat and the operator's (unnamed).
+        let mut watched = f.tokens.4.lock().unwrap().clone();
+        watched.sort();
+        assert_eq!(watched, ["", "GH_TOKEN", "PLAIN_TOKEN", "UNUSED"]);
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -39,6 +39,22 @@ pub use crypto::MIN_MASTER_KEY_CHARS;
 pub const MAX_VALUE_BYTES: usize = 8 * 1024;
 /// At most this many hosts are bound to one secret.
 pub const MAX_HOSTS: usize = 16;
+/// Secrets one scope may store unless `vault.max_secrets_per_scope` says otherwise.
+pub const DEFAULT_MAX_PER_SCOPE: usize = 256;
+
+/// Held by every task given a value (in [`Resolved`]) and by the vault while the value is
+/// current. A changed or deleted value stays in the exit scan while any task still holds it
+/// (its process may print it), and leaves it when the last one ends ([`Vault::release`]).
+#[derive(Debug, Clone, Default)]
+pub struct Hold(Arc<()>);
+
+/// A changed or deleted value some running task still holds.
+struct Retired {
+    scope: Scope,
+    name: String,
+    value: SecretString,
+    held: std::sync::Weak<()>,
+}
 
 /// Whose secret: a chat's, or the operator's (the daemon's own tool backends).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -120,6 +136,9 @@ pub struct Resolved {
     pub value: SecretString,
     pub hosts: Vec<String>,
     pub mode: Mode,
+    /// Keep it while the task runs: the value stays in the exit scan until then, even if it
+    /// is changed or deleted meanwhile.
+    pub hold: Hold,
 }
 
 impl fmt::Debug for Resolved {
@@ -173,6 +192,11 @@ pub enum VaultError {
     NeedsHost(String),
     #[error("at most {MAX_HOSTS} hosts can be bound to one secret")]
     TooManyHosts,
+    #[error(
+        "{scope} already has {cap} secrets, the most one scope may store \
+         (vault.max_secrets_per_scope): delete one first, or raise the setting"
+    )]
+    TooMany { scope: Scope, cap: usize },
     #[error("invalid mode {0:?}: use proxy or stdin")]
     BadMode(String),
     #[error(
@@ -207,6 +231,7 @@ struct Entry {
     hosts: Vec<String>,
     mode: Mode,
     updated_at: i64,
+    hold: Hold,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,7 +251,9 @@ pub struct Vault {
     entries: RwLock<BTreeMap<Key, Entry>>,
     /// Values deleted or replaced since start: still scanned for at the exits until the daemon
     /// restarts (a task that was given one may still be running).
-    retired: std::sync::Mutex<Vec<(String, SecretString)>>,
+    retired: std::sync::Mutex<Vec<Retired>>,
+    /// `vault.max_secrets_per_scope`.
+    max_per_scope: std::sync::atomic::AtomicUsize,
     exits: Option<Arc<Exits>>,
 }
 
@@ -466,7 +493,7 @@ impl Vault {
             }
             entries.insert(
                 (scope, row.name),
-                Entry { value, hosts, mode, updated_at: row.updated_at },
+                Entry { value, hosts, mode, updated_at: row.updated_at, hold: Hold::default() },
             );
         }
         let vault = Arc::new(Self {
@@ -475,6 +502,7 @@ impl Vault {
             state,
             entries: RwLock::new(entries),
             retired: std::sync::Mutex::default(),
+            max_per_scope: DEFAULT_MAX_PER_SCOPE.into(),
             exits,
         });
         vault.refresh_exits();
@@ -494,11 +522,18 @@ impl Vault {
         }
     }
 
+    /// Sets `vault.max_secrets_per_scope` (at least 1).
+    pub fn set_max_per_scope(&self, cap: usize) {
+        self.max_per_scope.store(cap.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn refresh_exits(&self) {
         let Some(exits) = &self.exits else { return };
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        let retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        retired.retain(|r| r.held.strong_count() > 0);
         let keys: Vec<String> = entries.keys().map(|(scope, _)| scope.key()).collect();
+        let retired_keys: Vec<String> = retired.iter().map(|r| r.scope.key()).collect();
         exits.refresh(
             entries
                 .iter()
@@ -506,9 +541,53 @@ impl Vault {
                 .filter_map(|(((_, name), e), scope)| {
                     Some((Some(scope.as_str()), name.as_str(), e.value.as_ref().ok()?))
                 })
-                // A retired value's scope is not kept: every chat sees it unnamed.
-                .chain(retired.iter().map(|(name, value)| (None, name.as_str(), value))),
+                .chain(
+                    retired
+                        .iter()
+                        .zip(&retired_keys)
+                        .map(|(r, scope)| (Some(scope.as_str()), r.name.as_str(), &r.value)),
+                ),
         );
+    }
+
+    /// Drops from the exit scan the changed or deleted values no running task holds any
+    /// more. Called when a task ends, after it let go of its [`Hold`]s.
+    pub fn release(&self) {
+        let gone = {
+            let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            let before = retired.len();
+            retired.retain(|r| r.held.strong_count() > 0);
+            retired.len() != before
+        };
+        if gone {
+            self.refresh_exits();
+        }
+    }
+
+    /// Every readable value of `chat` and of the operator, current or retired but still held,
+    /// as `(label name, value)`: the chat's named, the operator's unnamed (a chat never learns
+    /// the names of the operator's secrets). What the relay scans a task's LLM calls for.
+    pub fn watched(&self, chat: &ChatRef) -> Vec<(String, SecretString)> {
+        let own = Scope::Chat(chat.clone());
+        let label = |scope: &Scope, name: &str| match scope == &own {
+            true => name.to_owned(),
+            false => String::new(),
+        };
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let mut values: Vec<(String, SecretString)> = entries
+            .iter()
+            .filter(|((scope, _), _)| scope == &own || scope == &Scope::Operator)
+            .filter_map(|((scope, name), e)| Some((label(scope, name), e.value.clone().ok()?)))
+            .collect();
+        let retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        values.extend(
+            retired
+                .iter()
+                .filter(|r| r.held.strong_count() > 0)
+                .filter(|r| r.scope == own || r.scope == Scope::Operator)
+                .map(|r| (label(&r.scope, &r.name), r.value.clone())),
+        );
+        values
     }
 
     /// Stores (or replaces) `name` in `scope`. `mode`: `None` picks proxy for a secret bound
@@ -522,6 +601,7 @@ impl Vault {
         places: &[String],
         mode: Option<Mode>,
     ) -> Result<SecretInfo, VaultError> {
+        self.check_room(scope, name)?;
         let key = self.usable()?;
         let (hosts, mode) = validate(name, &value, hosts, places, mode)?;
         let scope_key = scope.key();
@@ -546,9 +626,15 @@ impl Vault {
             .await?;
         let replaced = self.entries.write().unwrap_or_else(|p| p.into_inner()).insert(
             (scope.clone(), name.to_owned()),
-            Entry { value: Ok(value), hosts: hosts.clone(), mode, updated_at: now },
+            Entry {
+                value: Ok(value),
+                hosts: hosts.clone(),
+                mode,
+                updated_at: now,
+                hold: Hold::default(),
+            },
         );
-        self.retire(name, replaced);
+        self.retire(scope, name, replaced);
         self.refresh_exits();
         tracing::info!(%scope, name, mode = mode.as_str(), hosts = ?hosts, "secret stored");
         Ok(SecretInfo {
@@ -561,10 +647,27 @@ impl Vault {
         })
     }
 
-    /// Keeps a deleted or replaced value in the exit scan.
-    fn retire(&self, name: &str, entry: Option<Entry>) {
-        if let Some(Ok(value)) = entry.map(|e| e.value) {
-            self.retired.lock().unwrap_or_else(|p| p.into_inner()).push((name.to_owned(), value));
+    /// Refuses a new name in a scope that holds `vault.max_secrets_per_scope` secrets already
+    /// (replacing one is always allowed).
+    fn check_room(&self, scope: &Scope, name: &str) -> Result<(), VaultError> {
+        let cap = self.max_per_scope.load(std::sync::atomic::Ordering::Relaxed);
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let key = (scope.clone(), name.to_owned());
+        let held = entries.keys().filter(|(s, _)| s == scope).count();
+        if held >= cap && !entries.contains_key(&key) {
+            return Err(VaultError::TooMany { scope: scope.clone(), cap });
+        }
+        Ok(())
+    }
+
+    /// Keeps a deleted or replaced value in the exit scan while a running task holds it.
+    fn retire(&self, scope: &Scope, name: &str, entry: Option<Entry>) {
+        let Some(entry) = entry else { return };
+        let held = Arc::downgrade(&entry.hold.0);
+        drop(entry.hold);
+        if let (Ok(value), true) = (entry.value, held.strong_count() > 0) {
+            let retired = Retired { scope: scope.clone(), name: name.to_owned(), value, held };
+            self.retired.lock().unwrap_or_else(|p| p.into_inner()).push(retired);
         }
     }
 
@@ -585,7 +688,7 @@ impl Vault {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(scope.clone(), name.to_owned()));
-        self.retire(name, removed);
+        self.retire(scope, name, removed);
         self.refresh_exits();
         if deleted > 0 {
             tracing::info!(%scope, name, "secret deleted");
@@ -646,6 +749,7 @@ impl Vault {
                 value: value.clone(),
                 hosts: entry.hosts.clone(),
                 mode: entry.mode,
+                hold: entry.hold.clone(),
             }),
             Err(why) => Err(self.unreadable(*why, scope, name)),
         }

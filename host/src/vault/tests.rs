@@ -327,11 +327,182 @@ async fn the_exit_scanner_follows_what_the_vault_holds() {
     vault.set(&chat(1), "TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
     let text = format!("here: {VALUE}");
     assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
+    let held = vault.resolve(&chat(1), "TOKEN").unwrap().hold;
     vault.delete(&chat(1), "TOKEN").await.unwrap();
-    // A deleted value stays scanned for until the daemon restarts: a task given it may
-    // still run.
+    // A deleted value stays scanned for while a task given it may still run, and not after
+    // (a_retired_value_leaves_the_scan_when_the_last_task_holding_it_ends).
     assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
+    drop(held);
+    vault.release();
+    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), text);
     let restarted = Exits::new([]);
     Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(restarted.clone())).await.unwrap();
     assert_eq!(restarted.scan(crate::exits::Exit::Chat, None, &text), text);
+}
+
+/// Issue 25: a scope holds at most `vault.max_secrets_per_scope` secrets; one more is refused
+/// with an error that names the scope, the cap and the setting. Replacing one is allowed, and
+/// other scopes are not affected.
+#[tokio::test]
+async fn a_scope_holds_at_most_its_cap_of_secrets() {
+    let dir = temp_dir();
+    let vault = Vault::open(store(&dir).await, Some(&secret(MASTER)), None).await.unwrap();
+    vault.set_max_per_scope(2);
+    for name in ["ONE", "TWO"] {
+        vault
+            .set(
+                &chat(1),
+                name,
+                secret("value-long-enough-1"),
+                &[],
+                &[],
+                Some(crate::vault::Mode::Stdin),
+            )
+            .await
+            .unwrap();
+    }
+    let err = vault
+        .set(
+            &chat(1),
+            "THREE",
+            secret("value-long-enough-3"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await;
+    let err = err.unwrap_err();
+    assert!(matches!(err, VaultError::TooMany { cap: 2, .. }), "{err:?}");
+    let text = err.to_string();
+    for part in ["chat telegram:1", "2 secrets", "vault.max_secrets_per_scope"] {
+        assert!(text.contains(part), "{part} missing: {text}");
+    }
+    assert!(!text.contains("value-long-enough"), "{text}");
+    assert_eq!(vault.list(Some(&chat(1))).len(), 2, "nothing stored");
+    vault
+        .set(
+            &chat(1),
+            "TWO",
+            secret("value-long-enough-2b"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await
+        .unwrap();
+    vault
+        .set(
+            &chat(2),
+            "THREE",
+            secret("value-long-enough-3"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await
+        .unwrap();
+    vault
+        .set(
+            &Scope::Operator,
+            "OPS",
+            secret("value-long-enough-4"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await
+        .unwrap();
+    // The default lets an existing configuration go on as before.
+    assert_eq!(crate::config::Config::default().vault.max_secrets_per_scope, 256);
+}
+
+/// Issue 25: a changed or deleted value stays in the exit scan while a running task holds it
+/// (its process may still print it), and leaves when the last one lets go: before, every
+/// retired value stayed in every scan for the daemon's life. One no task holds leaves at once.
+#[tokio::test]
+async fn a_retired_value_leaves_the_scan_when_the_last_task_holding_it_ends() {
+    let dir = temp_dir();
+    let exits = crate::exits::Exits::new(std::iter::empty());
+    let vault =
+        Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(exits.clone())).await.unwrap();
+    let seven = ChatRef::Telegram(7);
+    let scanned = |value: &str| exits.scan(crate::exits::Exit::Chat, Some(&seven), value) != value;
+    let (old, new) = ("tok-PLANTED-old-value-111", "tok-PLANTED-new-value-222");
+    vault
+        .set(&chat(7), "TOKEN", secret(old), &[], &[], Some(crate::vault::Mode::Stdin))
+        .await
+        .unwrap();
+    // Two tasks hold the old value.
+    let first = vault.resolve(&chat(7), "TOKEN").unwrap();
+    let second = vault.resolve(&chat(7), "TOKEN").unwrap();
+    vault
+        .set(&chat(7), "TOKEN", secret(new), &[], &[], Some(crate::vault::Mode::Stdin))
+        .await
+        .unwrap();
+    assert!(scanned(old) && scanned(new));
+    assert_eq!(exits.scan(crate::exits::Exit::Chat, Some(&seven), old), "[REDACTED:TOKEN]");
+    drop(first.hold);
+    vault.release();
+    assert!(scanned(old), "the second task still holds it");
+    drop(second.hold);
+    vault.release();
+    assert!(!scanned(old), "no task holds the old value: it left the scan");
+    assert!(scanned(new));
+    // Deleted and held by nobody: gone at once.
+    vault.delete(&chat(7), "TOKEN").await.unwrap();
+    assert!(!scanned(new));
+}
+
+/// Issue 25: what the relay scans a task's LLM calls for: every value of the task's chat
+/// (named) and of the operator (unnamed), never another chat's.
+#[tokio::test]
+async fn a_chats_watched_values_are_its_own_and_the_operators() {
+    let dir = temp_dir();
+    let vault = Vault::open(store(&dir).await, Some(&secret(MASTER)), None).await.unwrap();
+    vault
+        .set(
+            &chat(7),
+            "MINE",
+            secret("mine-PLANTED-value-1"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await
+        .unwrap();
+    vault
+        .set(
+            &chat(8),
+            "THEIRS",
+            secret("theirs-PLANTED-value-2"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await
+        .unwrap();
+    vault
+        .set(
+            &Scope::Operator,
+            "OPS",
+            secret("ops-PLANTED-value-3"),
+            &[],
+            &[],
+            Some(crate::vault::Mode::Stdin),
+        )
+        .await
+        .unwrap();
+    let mut watched: Vec<(String, String)> = vault
+        .watched(&ChatRef::Telegram(7))
+        .into_iter()
+        .map(|(name, value)| (name, value.expose_secret().to_owned()))
+        .collect();
+    watched.sort();
+    assert_eq!(
+        watched,
+        [
+            (String::new(), "ops-PLANTED-value-3".to_owned()),
+            ("MINE".to_owned(), "mine-PLANTED-value-1".to_owned())
+        ]
+    );
 }

@@ -319,8 +319,9 @@ impl LlmAccess for Watched {
         &self,
         task_id: &str,
         secrets: Vec<nexbot_host::delegation::TaskSecret>,
+        watched: Vec<(String, SecretString)>,
     ) -> Result<(), String> {
-        self.inner.grant_secrets(task_id, secrets)
+        self.inner.grant_secrets(task_id, secrets, watched)
     }
 }
 
