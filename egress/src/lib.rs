@@ -73,8 +73,8 @@ pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
 pub use tokens::{
-    FinishedTask, ProxyCredential, TaskTokens, TaskUsage, TokenError, MAX_ENDED_CREDENTIALS,
-    PROXY_TOKEN_PREFIX, TOKEN_PREFIX,
+    FinishedTask, ProxyCredential, TaskCost, TaskTokens, TaskUsage, TokenError,
+    MAX_ENDED_CREDENTIALS, PROXY_TOKEN_PREFIX, TOKEN_PREFIX,
 };
 
 /// Where the listener sits: the network the sandbox containers are on, as seen from the host.

@@ -42,7 +42,7 @@ use super::audit::{ConnAudit, Direction, Origin, Verdict};
 use super::config::{ProviderKeys, RelayConfig};
 use super::credentials::TaskSecrets;
 use super::meter::{full, BoxError, MeteredBody, ResponseBody};
-use super::tokens::TokenError;
+use super::tokens::{RelayCost, TokenError};
 use super::Shared;
 
 /// The most of a provider's error answer read (to classify it, and to pass it on).
@@ -57,6 +57,8 @@ struct Upstream {
     port: u16,
     /// The model put into calls sent here; `None`: the container's is sent unchanged.
     model: Option<String>,
+    /// Its prices (the spec as configured): what a call it answers costs.
+    pricing: nexbot_llm::ProviderSpec,
     /// `Bearer <key>`, marked sensitive so no header dump shows it.
     authorization: Option<HeaderValue>,
 }
@@ -144,6 +146,7 @@ impl Relay {
                 chat_url: chain_provider.url().to_owned(),
                 base,
                 model: provider.sets_model.then(|| spec.model.clone()),
+                pricing: spec.clone(),
                 authorization,
             });
             providers.push(chain_provider);
@@ -352,6 +355,8 @@ pub(crate) async fn handle(
     let meter = Meter {
         tap: UsageTap::new(false),
         hold,
+        cost: shared.tokens.cost_of(&task_id),
+        pricing: None,
         answered: None,
         request_bytes: audit.counted(Direction::Up),
         audit: audit.clone(),
@@ -756,6 +761,7 @@ fn answer(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     meter.tap = UsageTap::new(sse);
+    meter.pricing = Some(upstream.pricing.clone());
     // The meter lives in the stream, so it settles the task's reservation when the body ends
     // or is dropped (the client went away); the metered body counts the bytes and holds the
     // audit guard.
@@ -810,12 +816,36 @@ struct Meter {
     tap: UsageTap,
     /// The chat call's reservation (none for `GET /v1/models`).
     hold: Option<Hold>,
+    /// Where the task's calls add what they cost, and the prices of the provider answering.
+    cost: Option<Arc<RelayCost>>,
+    pricing: Option<nexbot_llm::ProviderSpec>,
     /// Whether the container gets a provider's answer, and a successful one; `None` while
     /// the call is out (dropped then: the client went away or the task ended, and the
     /// provider may bill the call anyway).
     answered: Option<bool>,
     request_bytes: u64,
     audit: Arc<ConnAudit>,
+}
+
+impl Meter {
+    /// Adds what the call cost in money: its reported prompt and completion tokens at the
+    /// answering provider's prices; tokens without a split (estimated, abandoned mid-answer,
+    /// a total only) at the output price, the higher bound. A call dropped before any
+    /// provider answered is not priced (which one would bill it is unknown); its tokens still
+    /// count.
+    fn price(&self, tokens: u64) {
+        let (Some(cost), Some(pricing)) = (&self.cost, &self.pricing) else { return };
+        if tokens == 0 {
+            return;
+        }
+        let micros = match self.tap.split() {
+            Some((prompt, completion)) if prompt + completion == tokens => {
+                pricing.cost_micros(prompt, completion)
+            }
+            _ => pricing.cost_micros(0, tokens),
+        };
+        cost.add(micros);
+    }
 }
 
 impl Drop for Meter {
@@ -827,6 +857,7 @@ impl Drop for Meter {
                 let amount = hold.amount();
                 drop(hold);
                 self.audit.tokens(amount);
+                self.price(amount);
                 return;
             }
             (Some(false), _) => 0,
@@ -835,6 +866,7 @@ impl Drop for Meter {
         };
         hold.settle(tokens);
         self.audit.tokens(tokens);
+        self.price(tokens);
     }
 }
 

@@ -14,6 +14,7 @@
 //! requests, and hands over what the task did ([`TaskSummary`], see `ledger.rs`).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
@@ -103,6 +104,42 @@ struct Entry {
     digest: Digest32,
     budget: u64,
     allowance: Arc<Allowance>,
+    cost: Arc<RelayCost>,
+}
+
+/// What a task's relayed calls cost in money, by the prices of the provider that answered
+/// each: added to as calls end, read when the task ends, so the daemon's cost caps count
+/// delegated work in money and not only in tokens.
+#[derive(Debug, Default)]
+pub(crate) struct RelayCost {
+    micros: AtomicU64,
+    unpriced_calls: AtomicU64,
+}
+
+impl RelayCost {
+    /// A call cost `micros` (`None`: its provider has no prices).
+    pub(crate) fn add(&self, micros: Option<u64>) {
+        match micros {
+            Some(micros) => self.micros.fetch_add(micros, Ordering::Relaxed),
+            None => self.unpriced_calls.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    fn snapshot(&self) -> TaskCost {
+        TaskCost {
+            micros: self.micros.load(Ordering::Relaxed),
+            unpriced_calls: self.unpriced_calls.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A finished task's relayed calls in money.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskCost {
+    /// Micro-dollars of the priced calls.
+    pub micros: u64,
+    /// Calls answered by a provider without prices (counted, not priced).
+    pub unpriced_calls: u64,
 }
 
 impl Entry {
@@ -127,6 +164,8 @@ pub struct TaskTokens {
 pub struct FinishedTask {
     /// The relay usage, when the task had a token.
     pub usage: Option<TaskUsage>,
+    /// What its relayed calls cost, when the task had a token.
+    pub cost: Option<TaskCost>,
     /// What the task did through the proxy and relay.
     pub egress: TaskSummary,
 }
@@ -169,10 +208,10 @@ impl TaskTokens {
     pub fn issue(&self, task_id: &str, token_budget: u64) -> Result<SecretString, TokenError> {
         let token = random_token(TOKEN_PREFIX)?;
         let mut table = self.lock();
-        let allowance = match table.tasks.remove(task_id) {
+        let (allowance, cost) = match table.tasks.remove(task_id) {
             Some(old) => {
                 table.by_digest.remove(&old.digest);
-                if old.budget == token_budget {
+                let allowance = if old.budget == token_budget {
                     // Calls in flight settle where they reserved.
                     old.allowance
                 } else {
@@ -180,11 +219,12 @@ impl TaskTokens {
                     let counts = old.allowance.counts();
                     allowance(task_id, token_budget)
                         .with_used(counts.used.saturating_add(counts.reserved))
-                }
+                };
+                (allowance, old.cost)
             }
-            None => allowance(task_id, token_budget),
+            None => (allowance(task_id, token_budget), Arc::default()),
         };
-        let entry = Entry { digest: digest(&token), budget: token_budget, allowance };
+        let entry = Entry { digest: digest(&token), budget: token_budget, allowance, cost };
         table.by_digest.insert(entry.digest, task_id.to_owned());
         table.tasks.insert(task_id.to_owned(), entry);
         drop(table);
@@ -244,17 +284,22 @@ impl TaskTokens {
             table.tasks.remove(task_id).map(|entry| {
                 table.by_digest.remove(&entry.digest);
                 let counts = entry.allowance.counts();
-                TaskUsage {
+                let usage = TaskUsage {
                     budget: entry.budget,
                     used: counts.used.saturating_add(counts.reserved),
-                }
+                };
+                (usage, entry.cost.snapshot())
             })
+        };
+        let (usage, cost) = match usage {
+            Some((usage, cost)) => (Some(usage), Some(cost)),
+            None => (None, None),
         };
         let (egress, stats) = self.ledger.finish(task_id);
         if let (Some(audit), Some(stats)) = (&self.audit, stats) {
             audit.task_ended(task_id, &stats);
         }
-        FinishedTask { usage, egress }
+        FinishedTask { usage, cost, egress }
     }
 
     /// [`TaskTokens::finish`] for callers that only want the usage (the summary is
@@ -328,6 +373,11 @@ impl TaskTokens {
             .map(|e| e.allowance.clone())
             .ok_or(TokenError::Invalid)?;
         allowance.try_reserve(worst_case).map_err(TokenError::WouldExceed)
+    }
+
+    /// Where the task's relayed calls add what they cost.
+    pub(crate) fn cost_of(&self, task_id: &str) -> Option<Arc<RelayCost>> {
+        self.lock().tasks.get(task_id).map(|e| e.cost.clone())
     }
 
     /// Adds `tokens` to the task's usage (a no-op once the task's token is revoked).

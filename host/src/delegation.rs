@@ -77,6 +77,8 @@ impl std::fmt::Debug for TaskLlm {
 pub struct AccessEnd {
     /// The LLM tokens the relay charged the task, when it went through the relay.
     pub relay_tokens: Option<u64>,
+    /// What those calls cost by the answering providers' prices.
+    pub relay_cost: Option<nexbot_egress::TaskCost>,
     /// What the task did through the egress (destinations allowed and denied, bytes), as
     /// JSON, for its task record: records never depend on reading the audit log back.
     pub egress: Option<serde_json::Value>,

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{Datelike, NaiveDate, Utc};
 use chrono_tz::Tz;
 use nexbot_core::ChatRef;
+use nexbot_egress::TaskCost;
 use nexbot_llm::budget::{Allowance, Exceeded, Holds};
 use nexbot_llm::Usage;
 
@@ -244,18 +245,27 @@ impl Spend {
         Ok(budget)
     }
 
-    /// A delegated task of `chat` used `tokens` through the relay.
-    pub async fn charge_task(&self, chat: &ChatRef, tokens: u64) {
+    /// A delegated task of `chat` used `tokens` through the relay, costing `cost` by the
+    /// answering providers' prices (`None`: not through the relay, so unpriced). Its money
+    /// counts against `cost_per_day_usd` and the monthly cap like the main agent's.
+    pub async fn charge_task(&self, chat: &ChatRef, tokens: u64, cost: Option<TaskCost>) {
         if tokens == 0 {
             return;
         }
         let chat_name = chat.to_string();
         let Ok(chat_allowance) = self.chat_allowance(&chat_name).await else { return };
         chat_allowance.charge(tokens);
+        // Priced only when every call of the task was: an unpriced call makes the whole
+        // task unpriced (its money is not known), as a call of the main agent would be.
+        let micros = cost.filter(|c| c.unpriced_calls == 0).map(|c| c.micros);
         let day = {
             let slot = self.lock();
             let Some(p) = slot.as_ref() else { return };
             p.tokens_day.charge(tokens);
+            if let Some(micros) = micros.filter(|m| *m > 0) {
+                p.cost_day.charge(micros);
+                p.cost_month.charge(micros);
+            }
             p.day.to_string()
         };
         self.record(UsageRow {
@@ -265,7 +275,7 @@ impl Spend {
             source: "task",
             prompt_tokens: 0,
             completion_tokens: tokens,
-            cost_micros: None,
+            cost_micros: micros,
         })
         .await;
     }
@@ -375,7 +385,32 @@ mod tests {
         assert!(refuse.reserve(&chat, 1, None).await.unwrap_err().contains("no price"));
         // Tasks: the budget is cut to what is left, and their use is charged.
         assert_eq!(spend.task_budget(&chat, 1_000).await.unwrap(), 50);
-        spend.charge_task(&chat, 50).await;
+        spend.charge_task(&chat, 50, None).await;
         assert!(spend.task_budget(&chat, 1_000).await.is_err());
+    }
+
+    /// A delegated task's money, priced by the relay, counts against the cost caps and is
+    /// kept across a restart; a task with an unpriced call is counted unpriced instead.
+    #[tokio::test]
+    async fn a_tasks_relayed_cost_counts_against_the_cost_caps() {
+        let path = std::env::temp_dir().join(format!("nxh-spend-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&path).unwrap();
+        let path = path.join("t.db");
+        let caps = CapsConfig { cost_per_day_usd: 1.0, ..CapsConfig::default() };
+        let chat = ChatRef::Telegram(7);
+        let spend = Spend::new(caps.clone(), Store::open(&path).await.unwrap());
+        let priced = TaskCost { micros: 600_000, unpriced_calls: 0 };
+        spend.charge_task(&chat, 1_000, Some(priced)).await;
+        let s = spend.summary(Some(&chat)).await;
+        assert_eq!((s.cost_today_usd, s.unpriced_calls_today), (0.6, 0));
+        // The next call that would pass $1.00 is refused: the task's money counted.
+        let err = spend.reserve(&chat, 1, Some(500_000)).await.unwrap_err();
+        assert!(err.contains("cost_per_day_usd"), "{err}");
+        let mixed = TaskCost { micros: 100_000, unpriced_calls: 1 };
+        spend.charge_task(&chat, 10, Some(mixed)).await;
+        drop(spend);
+        let spend = Spend::new(caps, Store::open(&path).await.unwrap());
+        let s = spend.summary(Some(&chat)).await;
+        assert_eq!((s.cost_today_usd, s.unpriced_calls_today), (0.6, 1), "kept across a restart");
     }
 }

@@ -17,13 +17,15 @@ pub struct UsageTap {
     pending: Vec<u8>,
     overflow: bool,
     usage: Option<u64>,
+    /// The last reported prompt and completion tokens, when the provider gave both.
+    split: Option<(u64, u64)>,
     bytes: u64,
 }
 
 impl UsageTap {
     /// `sse`: the response is `text/event-stream`.
     pub fn new(sse: bool) -> Self {
-        Self { sse, pending: Vec::new(), overflow: false, usage: None, bytes: 0 }
+        Self { sse, pending: Vec::new(), overflow: false, usage: None, split: None, bytes: 0 }
     }
 
     pub fn bytes(&self) -> u64 {
@@ -67,12 +69,18 @@ impl UsageTap {
         if !carries_usage(data) {
             return;
         }
-        if let Some(tokens) =
-            serde_json::from_slice::<Value>(data).ok().as_ref().and_then(tokens_of)
-        {
+        let body = serde_json::from_slice::<Value>(data).ok();
+        if let Some(tokens) = body.as_ref().and_then(tokens_of) {
             // Providers that repeat usage send a running total: the last one counts.
             self.usage = Some(tokens);
+            self.split = body.as_ref().and_then(split_of);
         }
+    }
+
+    /// The prompt and completion tokens of the usage [`Self::finish`] read, when the provider
+    /// reported both (what a price applies to).
+    pub fn split(&self) -> Option<(u64, u64)> {
+        self.split
     }
 
     /// The tokens the provider reported, once the body has ended.
@@ -87,7 +95,9 @@ impl UsageTap {
         if self.overflow {
             return None;
         }
-        serde_json::from_slice::<Value>(&self.pending).ok().as_ref().and_then(tokens_of)
+        let body = serde_json::from_slice::<Value>(&self.pending).ok();
+        self.split = body.as_ref().and_then(split_of);
+        body.as_ref().and_then(tokens_of)
     }
 }
 
@@ -99,6 +109,13 @@ fn carries_usage(data: &[u8]) -> bool {
         let rest = rest.trim_ascii_start();
         rest.strip_prefix(b":").is_some_and(|value| value.trim_ascii_start().starts_with(b"{"))
     })
+}
+
+/// `usage.prompt_tokens` and `usage.completion_tokens`, when both are there.
+fn split_of(body: &Value) -> Option<(u64, u64)> {
+    let usage = body.get("usage")?.as_object()?;
+    let prompt = usage.get("prompt_tokens").and_then(Value::as_u64)?;
+    Some((prompt, usage.get("completion_tokens").and_then(Value::as_u64)?))
 }
 
 /// `usage.total_tokens`, or prompt + completion when the total is missing.

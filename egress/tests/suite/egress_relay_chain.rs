@@ -7,7 +7,7 @@
 use nexbot_tests::egress as egress_support;
 
 use egress_support::{start_with_keys, Started, WAIT};
-use nexbot_egress::EgressConfig;
+use nexbot_egress::{EgressConfig, TaskCost};
 use nexbot_llm::ProviderSpec;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
@@ -219,4 +219,28 @@ async fn when_the_fallback_is_unreachable_the_primarys_own_answer_goes_back() {
     assert!(line.get("fallback").is_none(), "{line}");
     assert_eq!(line["reason"], "status 503 from alpha after beta: cannot be reached");
     assert_eq!(line["tokens"], 0);
+}
+
+/// A task's relayed calls are priced by the provider that answered each (its own prices, the
+/// usage it reported), so the daemon's cost caps count delegated work in money; a provider
+/// without prices is counted as unpriced.
+#[tokio::test]
+async fn a_tasks_calls_are_priced_by_the_provider_that_answered() {
+    let primary = ScriptedLlm::start(vec![Step::text("one"), Step::status(503, "{}")]).await;
+    let secondary = ScriptedLlm::start(vec![Step::text("two")]).await;
+    let mut config = chain_config(&primary.base_url(), &secondary.base_url());
+    // $2 / $10 per million prompt / completion tokens on the primary; none on the secondary.
+    config.relay.providers[0].input_price_per_mtok = Some(2.0);
+    config.relay.providers[0].output_price_per_mtok = Some(10.0);
+    let started = start_with_keys(config, &[("NXE_KEY_A", KEY_A), ("NXE_KEY_B", KEY_B)]).await;
+    let tokens = started.egress.tokens();
+    let token = tokens.issue("t-1", 10_000).unwrap();
+    let (status, body) = chat(&started, token.expose_secret()).await;
+    assert_eq!(status, 200, "{body}");
+    // The fixture reports 10 prompt + 5 completion tokens: 10 × 2 + 5 × 10 = 70 µ$.
+    let (status, _) = chat(&started, token.expose_secret()).await;
+    assert_eq!(status, 200, "the unpriced secondary answered the second call");
+    let finished = tokens.finish("t-1");
+    assert_eq!(finished.usage.unwrap().used, 30);
+    assert_eq!(finished.cost, Some(TaskCost { micros: 70, unpriced_calls: 1 }));
 }

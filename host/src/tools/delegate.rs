@@ -441,12 +441,12 @@ impl TypedTool for Delegate {
                 }
             }
         };
-        let AccessEnd { relay_tokens, egress } = access.end();
+        let AccessEnd { relay_tokens, relay_cost, egress } = access.end();
         // The relay saw every call; the subagent's own count is the fallback.
         let used = relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
         ctx.task_tokens.fetch_add(used, std::sync::atomic::Ordering::Relaxed);
         if let Some(spend) = &self.settings.spend {
-            spend.charge_task(&ctx.chat, used).await;
+            spend.charge_task(&ctx.chat, used, relay_cost).await;
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
         end.egress = egress.map(|e| e.to_string());
@@ -674,7 +674,7 @@ impl Drop for Access<'_> {
         if !self.live {
             return;
         }
-        let AccessEnd { relay_tokens: used, egress } = self.tokens.revoke(self.task_id);
+        let AccessEnd { relay_tokens: used, egress, .. } = self.tokens.revoke(self.task_id);
         tracing::info!(task_id = %self.task_id, "subagent task abandoned and its LLM access revoked");
         // The pool recycles the container of a dropped task; the record must not stay
         // "running" forever.
@@ -770,7 +770,11 @@ mod tests {
             Ok(TaskLlm::Relay { base_url: "http://relay/v1".into(), token })
         }
         fn revoke(&self, task_id: &str) -> AccessEnd {
-            AccessEnd { relay_tokens: self.0.revoke(task_id).map(|u| u.used), egress: None }
+            AccessEnd {
+                relay_tokens: self.0.revoke(task_id).map(|u| u.used),
+                relay_cost: None,
+                egress: None,
+            }
         }
         fn grant_secrets(
             &self,
@@ -1136,14 +1140,14 @@ mod tests {
         let f = Fixture::with_caps(answer("done", &[]), Some(caps)).await;
         let spend = f.spend.clone().unwrap();
         let chat = ToolContext::for_tests().chat;
-        spend.charge_task(&chat, 990).await;
+        spend.charge_task(&chat, 990, None).await;
         f.call(json!({"task": "t"})).await.unwrap();
         // The relay budget was what the chat had left; the window went with the request.
         assert_eq!(*f.tokens.1.lock().unwrap(), [10]);
         assert_eq!(f.runner.requests.lock().unwrap()[0].llm_context_window, Some(8192));
         // What the relay charged the task (7) counts against the chat.
         assert_eq!(spend.summary(Some(&chat)).await.chat_tokens_today, Some(997));
-        spend.charge_task(&chat, 3).await;
+        spend.charge_task(&chat, 3, None).await;
         let err = f.call(json!({"task": "t"})).await.unwrap_err().to_string();
         assert!(err.contains("token cap is used up"), "{err}");
         assert_eq!(f.runner.requests.lock().unwrap().len(), 1, "nothing more was sent");
