@@ -728,6 +728,10 @@ impl Redactor {
             let own = view.differs(text).then(|| scan::decode(view, text, at_end, self.max_run));
             let d = own.as_ref().unwrap_or(&exact);
             for tries in tries {
+                if tries.tail && own.is_none() {
+                    // No escape of this view in the text: none swallowed a value's head.
+                    continue;
+                }
                 let target = if tries.short { &mut found.short } else { &mut found.best };
                 tries.reversed.longest_starts(d, |i, k| {
                     let needle = &self.needles[k as usize];
