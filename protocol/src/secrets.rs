@@ -313,7 +313,8 @@ struct Scan {
 ///   `&#x27;`, either case) for any character, as a page or an HTML message shows it.
 ///
 /// In every form, line breaks (`\n`, `\r`, escaped or not) and invisible characters
-/// ([`is_invisible_char`]) inside a match are skipped, at most two in a row: a value cut
+/// ([`is_invisible_char`]) inside a match are skipped, at most two in a row (or as many as a
+/// value itself holds): a value cut
 /// across two lines, or base64 wrapped at 76 columns, is still one match. Values shorter than
 /// the minimum (LLM credentials are not checked for length) are redacted in their raw form
 /// only; a value is looked for without its own line breaks and invisible characters. In the
