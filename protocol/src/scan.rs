@@ -16,7 +16,7 @@
 //! here once per redactor by walking each needle through the automaton.
 //!
 //! A match may skip at most [`MAX_TRANSPARENT_RUN`] line breaks or invisible characters in a
-//! row: a longer run ends it. That bounds the text one match can take, so a stream that
+//! row (or as many as a value itself holds in a row): a longer run ends it. That bounds the text one match can take, so a stream that
 //! holds back that much redacts as one piece does.
 
 use aho_corasick::automaton::{Automaton, StateID};
@@ -26,8 +26,28 @@ use zeroize::Zeroizing;
 
 use crate::secrets::is_invisible_char;
 
-/// Line breaks or invisible characters in a row that a match skips; a longer run ends it.
+/// Line breaks or invisible characters in a row that a match skips (unless a value holds a
+/// longer run); a longer run ends it.
 pub(crate) const MAX_TRANSPARENT_RUN: usize = 2;
+
+/// The longest run of line breaks or invisible characters in `value`.
+pub(crate) fn longest_run(value: &[u8]) -> usize {
+    let (mut i, mut run, mut longest) = (0, 0, 0);
+    while i < value.len() {
+        match transparent_at(value, i) {
+            Some(Some(len)) => {
+                run += 1;
+                longest = longest.max(run);
+                i += len;
+            }
+            _ => {
+                run = 0;
+                i += 1;
+            }
+        }
+    }
+    longest
+}
 /// The longest HTML entity decoded (`&#x0001F4A1;` is 12 bytes); a longer one is text.
 const MAX_ENTITY_LEN: usize = 12;
 /// A stream's cut may move back this far, to the start of an escape it fell into.
@@ -55,14 +75,14 @@ pub(crate) const VIEWS: [View; 5] = [View::Exact, View::Hex, View::Percent, View
 impl View {
     /// The most text bytes one view byte of a match can take: its own unit, and the run of
     /// skipped characters before the next one.
-    pub(crate) fn expansion(self) -> usize {
+    pub(crate) fn expansion(self, max_run: usize) -> usize {
         let (unit, skipped) = match self {
             View::Exact | View::Hex => (1, 4),
             View::Percent => (3, 4),
             View::Json => (6, 12),
             View::Html => (MAX_ENTITY_LEN, MAX_ENTITY_LEN),
         };
-        unit + MAX_TRANSPARENT_RUN * skipped
+        unit + max_run * skipped
     }
 
     /// Whether this view may read `text` differently from [`View::Exact`]: only where the text
@@ -103,7 +123,7 @@ pub(crate) struct Decoded {
     pub(crate) bytes: Zeroizing<Vec<u8>>,
     pub(crate) starts: Vec<u32>,
     pub(crate) ends: Vec<u32>,
-    /// More than [`MAX_TRANSPARENT_RUN`] skipped characters lie before this byte.
+    /// More than the redactor's run of skipped characters lie before this byte.
     pub(crate) broken: Vec<bool>,
     /// Units longer than one byte (escapes, characters), in order: a stream is never cut
     /// inside one.
@@ -130,7 +150,7 @@ impl Step {
 
 /// Decodes `text` as `view` reads it. With `at_end` false an escape cut by the end of the
 /// text stops the view there (`incomplete`); with it true it is read as plain text.
-pub(crate) fn decode(view: View, text: &[u8], at_end: bool) -> Decoded {
+pub(crate) fn decode(view: View, text: &[u8], at_end: bool, max_run: usize) -> Decoded {
     let mut d = Decoded::default();
     d.bytes.reserve(text.len());
     d.starts.reserve(text.len());
@@ -154,7 +174,7 @@ pub(crate) fn decode(view: View, text: &[u8], at_end: bool) -> Decoded {
                         d.bytes.push(b);
                         d.starts.push(i as u32);
                         d.ends.push((i + used) as u32);
-                        d.broken.push(k == 0 && run > MAX_TRANSPARENT_RUN);
+                        d.broken.push(k == 0 && run > max_run);
                     }
                     run = 0;
                 }
@@ -163,6 +183,49 @@ pub(crate) fn decode(view: View, text: &[u8], at_end: bool) -> Decoded {
         }
     }
     d
+}
+
+/// Where a tail needle's head begins: the tail matched from `start`, and `dropped` (its
+/// value's first bytes) must be what the text decodes to, read afresh from a place strictly
+/// inside an escape of `d` (the left-to-right reading swallowed it) up to `start`.
+pub(crate) fn swallowed_head(
+    view: View,
+    text: &[u8],
+    d: &Decoded,
+    start: usize,
+    dropped: &[u8],
+) -> Option<usize> {
+    (start.saturating_sub(ALIGN_SLACK)..start).find(|&x| {
+        let at = d.wide.partition_point(|&(s, _)| (s as usize) < x);
+        let inside = at > 0 && (d.wide[at - 1].1 as usize) > x;
+        inside && decodes_to(view, text, x, start, dropped)
+    })
+}
+
+/// The start of the first escape (wide unit) of `d` that begins before `at` and ends less
+/// than [`ALIGN_SLACK`] bytes before it: from there on, a tail needle matched at `at` may have
+/// its head.
+pub(crate) fn escape_before(d: &Decoded, at: usize) -> Option<usize> {
+    let i = d.wide.partition_point(|&(_, end)| (end as usize) + ALIGN_SLACK <= at);
+    let (start, _) = *d.wide.get(i)?;
+    ((start as usize) < at).then_some(start as usize)
+}
+
+/// Whether `text[from..to]`, read as `view` reads it, is exactly `want`.
+fn decodes_to(view: View, text: &[u8], from: usize, to: usize, want: &[u8]) -> bool {
+    let (mut i, mut got) = (from, Zeroizing::new(Vec::with_capacity(want.len())));
+    while i < to {
+        match unit(view, &text[..to], i, true) {
+            Step::Unit { bytes, len, used, skipped } => {
+                if !skipped {
+                    got.extend_from_slice(&bytes[..len]);
+                }
+                i += used;
+            }
+            Step::Incomplete => return false,
+        }
+    }
+    i == to && *got == want
 }
 
 /// The unit of `text` at `i` in `view`.
@@ -179,7 +242,11 @@ fn unit(view: View, text: &[u8], i: usize, at_end: bool) -> Step {
                 return wait(b);
             }
             let byte = hex_value(digits[0]) << 4 | hex_value(digits[1]);
-            Step::decoded(&[if byte == b'+' { b' ' } else { byte }], 3)
+            match percent_char(text, i, byte) {
+                Ok(Some(used)) => Step::Unit { bytes: [0; 4], len: 0, used, skipped: true },
+                Err(()) if !at_end => Step::Incomplete,
+                _ => Step::decoded(&[if byte == b'+' { b' ' } else { byte }], 3),
+            }
         }
         (View::Percent, b'+') => Step::literal(b' '),
         (View::Json, b'\\') => {
@@ -210,6 +277,33 @@ fn unit(view: View, text: &[u8], i: usize, at_end: bool) -> Step {
             _ => Step::literal(b),
         },
     }
+}
+
+/// An invisible character percent-encoded byte by byte (`%E2%80%8B`) starting with the escape
+/// at `i` (decoded: `lead`): how many text bytes it takes. Its bytes one by one are not
+/// invisible, so without this a match would not skip it. `Err` when the text ends inside it.
+fn percent_char(text: &[u8], i: usize, lead: u8) -> Result<Option<usize>, ()> {
+    let len = match lead {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => return Ok(None),
+    };
+    let mut bytes = [lead, 0, 0, 0];
+    for (k, byte) in bytes.iter_mut().enumerate().take(len).skip(1) {
+        let at = i + 3 * k;
+        let escape = &text[at.min(text.len())..(at + 3).min(text.len())];
+        if !b"%".starts_with(&escape[..escape.len().min(1)])
+            || !escape.iter().skip(1).all(u8::is_ascii_hexdigit)
+        {
+            return Ok(None);
+        }
+        if escape.len() < 3 {
+            return Err(());
+        }
+        *byte = hex_value(escape[1]) << 4 | hex_value(escape[2]);
+    }
+    Ok(is_transparent(&bytes[..len]).then_some(3 * len))
 }
 
 /// `\uXXXX` at `i` (with a following `\uXXXX` for a surrogate pair); a malformed one is a

@@ -214,6 +214,10 @@ struct Needle {
     /// From a value under [`MIN_SECRET_VALUE_BYTES`] (only LLM credentials can be): matched in
     /// its raw form only, and never inside a marker, so a marker is never redacted again.
     short: bool,
+    /// A tail needle: the value without these first bytes, which an escape just before it
+    /// swallowed in the view's left-to-right reading (`%E` + `a…`, a stray `\\` + `\\u0061…`);
+    /// a match counts only where the text from inside that escape decodes to them.
+    dropped: Option<Zeroizing<Vec<u8>>>,
 }
 
 /// The result of matching a marker at one place.
@@ -230,6 +234,8 @@ enum Outcome {
 struct ViewTries {
     view: View,
     short: bool,
+    /// Tail needles ([`Needle::dropped`]).
+    tail: bool,
     /// Over the needles reversed: the longest needle starting at each place.
     reversed: Trie,
     /// Over the needles: where one may have begun at the end of a stream's text.
@@ -307,10 +313,11 @@ struct Scan {
 ///   `&#x27;`, either case) for any character, as a page or an HTML message shows it.
 ///
 /// In every form, line breaks (`\n`, `\r`, escaped or not) and invisible characters
-/// ([`is_invisible_char`]) inside a match are skipped, at most two in a row: a value cut
+/// ([`is_invisible_char`]) inside a match are skipped, at most two in a row (or as many as a
+/// value itself holds): a value cut
 /// across two lines, or base64 wrapped at 76 columns, is still one match. Values shorter than
-/// the minimum (LLM credentials are not checked for length), or that are that short without
-/// their line breaks and invisible characters, are redacted in their raw form only. In the
+/// the minimum (LLM credentials are not checked for length) are redacted in their raw form
+/// only; a value is looked for without its own line breaks and invisible characters. In the
 /// percent-encoded form `+` and space are one (a value's `+` also matches a space).
 ///
 /// Matching takes time linear in the text whatever the number and shape of the values: the
@@ -333,6 +340,9 @@ pub struct Redactor {
     tries: Vec<ViewTries>,
     /// The needles were too many to index: every text is redacted whole (fails closed).
     too_large: bool,
+    /// Line breaks or invisible characters in a row a match skips: [`scan::MAX_TRANSPARENT_RUN`]
+    /// or the longest run a value holds.
+    max_run: usize,
     labels: Vec<String>,
     /// Each secret's name (what [`Redactor::redact_found`] reports), by label index.
     names: Vec<String>,
@@ -368,6 +378,10 @@ impl Redactor {
             Some(index) => redactor.brackets = index,
             None => redactor.settle = true,
         }
+        redactor.max_run = pairs
+            .iter()
+            .map(|(_, v)| scan::longest_run(v.expose_secret().as_bytes()))
+            .fold(scan::MAX_TRANSPARENT_RUN, usize::max);
         for (index, (name, value)) in pairs.into_iter().enumerate() {
             redactor.labels.push(redactor.named_label(name));
             redactor.names.push(name.to_owned());
@@ -376,16 +390,14 @@ impl Redactor {
                 continue;
             }
             let short = value.len() < MIN_SECRET_VALUE_BYTES;
-            // A value that is mostly line breaks or invisible characters (which every view
-            // skips) is as weak as a short one.
-            let short = short || View::Exact.normalize(value).len() < MIN_SECRET_VALUE_BYTES;
             redactor.add(value, View::Exact, index, short);
             if short {
                 continue;
             }
-            redactor.add(value, View::Percent, index, false);
-            redactor.add(value, View::Json, index, false);
-            redactor.add(value, View::Html, index, false);
+            for view in [View::Percent, View::Json, View::Html] {
+                redactor.add(value, view, index, false);
+                redactor.add_tails(value, view, index);
+            }
             let hex = Zeroizing::new(hex_lower(value));
             redactor.add(&hex, View::Hex, index, false);
             for (padded, unpadded) in [
@@ -484,7 +496,33 @@ impl Redactor {
         if bytes.is_empty() {
             return;
         }
-        self.needles.push(Needle { bytes, view, secret, short });
+        self.needles.push(Needle { bytes, view, secret, short, dropped: None });
+    }
+
+    /// Adds the value without its first character (and without its first two when both are
+    /// hex digits, which `%` and one digit before it can swallow) as tail needles of `view`.
+    fn add_tails(&mut self, value: &[u8], view: View, secret: usize) {
+        let bytes = view.normalize(value);
+        let first = std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|s| s.chars().next())
+            .map_or(1, char::len_utf8);
+        let mut cuts = vec![first];
+        if bytes.len() > 2 && bytes[..2].iter().all(u8::is_ascii_hexdigit) {
+            cuts.push(2);
+        }
+        for cut in cuts {
+            if bytes.len() < cut + MIN_SECRET_VALUE_BYTES / 2 {
+                continue;
+            }
+            self.needles.push(Needle {
+                bytes: Zeroizing::new(bytes[cut..].to_vec()),
+                view,
+                secret,
+                short: false,
+                dropped: Some(Zeroizing::new(bytes[..cut].to_vec())),
+            });
+        }
     }
 
     /// Builds the automata and the holdback.
@@ -494,16 +532,18 @@ impl Redactor {
         }
         let mut longest = MAX_MARKER_LEN;
         for needle in &self.needles {
-            longest = longest.max(needle.bytes.len() * needle.view.expansion());
+            longest = longest.max(needle.bytes.len() * needle.view.expansion(self.max_run));
         }
-        self.holdback = longest + 2 * MAX_MARKER_LEN - 1 + ALIGN_SLACK;
+        self.holdback = longest + 2 * MAX_MARKER_LEN - 1 + 2 * ALIGN_SLACK;
         for view in VIEWS {
-            for short in [false, true] {
+            for (short, tail) in [(false, false), (true, false), (false, true)] {
                 let group: Vec<(&[u8], u32)> = self
                     .needles
                     .iter()
                     .enumerate()
-                    .filter(|(_, n)| n.view == view && n.short == short)
+                    .filter(|(_, n)| {
+                        n.view == view && n.short == short && n.dropped.is_some() == tail
+                    })
                     .map(|(k, n)| (n.bytes.as_slice(), k as u32))
                     .collect();
                 if group.is_empty() {
@@ -511,7 +551,7 @@ impl Redactor {
                 }
                 match (Trie::build(&group, true), Trie::build(&group, false)) {
                     (Ok(reversed), Ok(forward)) => {
-                        self.tries.push(ViewTries { view, short, reversed, forward });
+                        self.tries.push(ViewTries { view, short, tail, reversed, forward });
                     }
                     _ => self.too_large = true,
                 }
@@ -680,19 +720,30 @@ impl Redactor {
             found.short = vec![(0, NO_NEEDLE); len];
         }
         // Views that read this text as the exact view does share its decoding.
-        let exact = scan::decode(View::Exact, text, at_end);
+        let exact = scan::decode(View::Exact, text, at_end, self.max_run);
         for view in VIEWS {
             let tries: Vec<&ViewTries> = self.tries.iter().filter(|t| t.view == view).collect();
             if tries.is_empty() {
                 continue;
             }
-            let own = view.differs(text).then(|| scan::decode(view, text, at_end));
+            let own = view.differs(text).then(|| scan::decode(view, text, at_end, self.max_run));
             let d = own.as_ref().unwrap_or(&exact);
             for tries in tries {
+                if tries.tail && own.is_none() {
+                    // No escape of this view in the text: none swallowed a value's head.
+                    continue;
+                }
                 let target = if tries.short { &mut found.short } else { &mut found.best };
                 tries.reversed.longest_starts(d, |i, k| {
-                    let needle_len = self.needles[k as usize].bytes.len();
-                    let (start, end) = (d.starts[i] as usize, d.ends[i + needle_len - 1]);
+                    let needle = &self.needles[k as usize];
+                    let (mut start, end) =
+                        (d.starts[i] as usize, d.ends[i + needle.bytes.len() - 1]);
+                    if let Some(dropped) = &needle.dropped {
+                        match scan::swallowed_head(view, text, d, start, dropped) {
+                            Some(head) => start = head,
+                            None => return,
+                        }
+                    }
                     let slot = &mut target[start];
                     if end > slot.0 || (end == slot.0 && k < slot.1) {
                         *slot = (end, k);
@@ -701,7 +752,16 @@ impl Redactor {
                 if !at_end {
                     let from = d.starts.partition_point(|&s| (s as usize) < boundary);
                     tries.forward.partial_starts(d, from, |i| {
-                        found.partial[d.starts[i] as usize - boundary] = true;
+                        let mut at = d.starts[i] as usize;
+                        if tries.tail {
+                            // A tail's head begins inside an escape just before it; none, no
+                            // tail.
+                            match scan::escape_before(d, at) {
+                                Some(escape) => at = escape.max(boundary),
+                                None => return,
+                            }
+                        }
+                        found.partial[at - boundary] = true;
                     });
                 }
             }
@@ -710,6 +770,15 @@ impl Redactor {
             }
             if let Some(at) = d.incomplete.filter(|&at| at >= boundary) {
                 found.partial[at - boundary] = true;
+            }
+            // A tail needle may begin with the next bytes, its head inside an escape at the
+            // end of this text: that escape waits.
+            let tails = self.tries.iter().any(|t| t.view == view && t.tail);
+            if tails && !at_end {
+                let end = d.incomplete.unwrap_or(len);
+                if let Some(escape) = scan::escape_before(d, end) {
+                    found.partial[escape.max(boundary) - boundary] = true;
+                }
             }
             if !at_end {
                 found.wide.extend(d.wide.iter().filter(|(_, end)| *end as usize > boundary));
@@ -1081,6 +1150,38 @@ mod tests {
         // A stream cut inside a reference agrees with one piece.
         let text = format!("a {named} b");
         assert_every_cut_agrees(&Arc::new(r), &text, "a [REDACTED:TOKEN] b");
+    }
+
+    /// The text is decoded once, left to right, so an escape can swallow the first character
+    /// of an encoded value right after it (`%E` + `a%5B…`, a stray `\\` + `\\u0062…`); the
+    /// value without its first characters is looked for too, and counts where the text from
+    /// inside that escape reads as them. Found by the property test once matching was linear.
+    #[test]
+    fn an_encoded_value_right_after_a_stray_escape_is_still_redacted() {
+        let value = "ab[c\\d]e#f;gh";
+        let r = Arc::new(redactor(&[("S", value)]));
+        let pct = utf8_percent_encode(value, NON_ALPHANUMERIC).to_string();
+        let json = json_all_escaped(value, false);
+        for (before, form) in [("%E", &pct), ("%", &pct), ("\\", &json), ("x\\", &json)] {
+            let text = format!("{before}{form} tail");
+            let out = r.redact(&text);
+            assert!(out.contains("REDACTED:S\u{27E7} tail"), "{text:?}: {out:?}");
+            assert!(!out.contains(form.as_str()) && !out.contains("5B"), "{out:?}");
+            assert_every_cut_agrees(&r, &text, &out);
+        }
+        // A tail alone, with no escape before it to have swallowed the head, is no match.
+        let tail = &pct[1..];
+        assert_eq!(r.redact(&format!("x {tail}")), format!("x {tail}"));
+    }
+
+    /// A percent-encoded invisible character (`%E2%80%8B`) is skipped like a raw one, and a
+    /// value's own run of line breaks does not end its match.
+    #[test]
+    fn encoded_invisible_characters_and_a_values_own_line_breaks() {
+        let r = redactor(&[("S", "a\u{200b}aaaaaaa"), ("L", "xy\n\n\n\nzwvu")]);
+        assert_eq!(r.redact("a%E2%80%8Baaaaaaa"), "[REDACTED:S]");
+        assert_eq!(r.redact("xy\n\n\n\nzwvu"), "[REDACTED:L]");
+        assert_eq!(r.redact("xy\\n\\n\\n\\nzwvu"), "[REDACTED:L]");
     }
 
     /// The attack of issue 25: a periodic 64 KiB value against a 64 KiB text that repeats
