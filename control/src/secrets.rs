@@ -73,8 +73,9 @@ pub struct SecretSet {
     #[serde(default)]
     pub hosts: Vec<String>,
     /// Where in those hosts' requests (`header:NAME`, `path:/PREFIX`, `query:NAME`, `body`);
-    /// empty: the `Authorization` header only.
-    #[serde(default)]
+    /// empty: the `Authorization` header only. Left out of the body when empty, so a daemon
+    /// from before places existed (which refuses unknown fields) still takes the request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub places: Vec<String>,
     /// `proxy` or `stdin`; unset: proxy when bound to a host (no host and no mode is refused:
     /// a stdin-mode value is handed to the container, so it must be asked for).
