@@ -44,7 +44,7 @@ pub mod scheduler;
 pub mod skills;
 pub mod spend;
 pub mod status;
-pub mod store;
+
 pub mod tools;
 pub mod vault;
 pub mod workspace;
@@ -55,3 +55,4 @@ pub use nexbot_core::BoxFuture;
 mod architecture_tests;
 
 pub use nexbot_egress as egress;
+pub use nexbot_store as store;

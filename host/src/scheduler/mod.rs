@@ -18,7 +18,7 @@
 //!   `nexbot-ctl cron ls` see it; an answer of exactly `HEARTBEAT_OK` is not sent.
 
 pub mod heartbeat;
-pub mod jobs;
+pub use nexbot_store::jobs;
 mod queue;
 pub mod schedule;
 

@@ -26,10 +26,10 @@ use std::sync::{Arc, RwLock};
 use nexbot_core::ChatRef;
 use nexbot_egress::Binding;
 use nexbot_protocol::secrets::{is_valid_secret_name, MIN_SECRET_VALUE_BYTES};
-use rusqlite::{params, OptionalExtension};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::exits::Exits;
+use crate::store::vault::{Resealed, SealedRow, VaultMeta};
 use crate::store::{unix_now, Store, StoreError};
 use crypto::{CryptoError, VaultKey};
 
@@ -265,58 +265,6 @@ impl fmt::Debug for Vault {
     }
 }
 
-/// A stored row, as read.
-struct Row {
-    scope: String,
-    name: String,
-    nonce: Vec<u8>,
-    sealed: Vec<u8>,
-    hosts: String,
-    mode: String,
-    updated_at: i64,
-}
-
-fn read_rows(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<Row>> {
-    let mut stmt = conn.prepare(
-        "SELECT scope, name, nonce, sealed, hosts, mode, updated_at FROM secrets ORDER BY scope, name",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(Row {
-            scope: r.get(0)?,
-            name: r.get(1)?,
-            nonce: r.get(2)?,
-            sealed: r.get(3)?,
-            hosts: r.get(4)?,
-            mode: r.get(5)?,
-            updated_at: r.get(6)?,
-        })
-    })?;
-    rows.collect()
-}
-
-struct Meta {
-    kdf: String,
-    salt: Vec<u8>,
-    check_nonce: Vec<u8>,
-    check_sealed: Vec<u8>,
-}
-
-fn read_meta(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Meta>> {
-    conn.query_row(
-        "SELECT kdf, salt, check_nonce, check_sealed FROM vault_meta WHERE id = 1",
-        [],
-        |r| {
-            Ok(Meta {
-                kdf: r.get(0)?,
-                salt: r.get(1)?,
-                check_nonce: r.get(2)?,
-                check_sealed: r.get(3)?,
-            })
-        },
-    )
-    .optional()
-}
-
 /// What a sealed value is bound to besides its scope and name: its mode and hosts, exactly
 /// as stored.
 fn binding(mode: &str, hosts_json: &str) -> String {
@@ -340,13 +288,13 @@ fn master_key_problem(master: Option<&SecretString>) -> Option<String> {
 }
 
 /// A fresh key, salt and check value for a vault (new or rotated).
-fn fresh_meta(master: &SecretString) -> Result<(VaultKey, Meta), VaultError> {
+fn fresh_meta(master: &SecretString) -> Result<(VaultKey, VaultMeta), VaultError> {
     let crypto = |e: CryptoError| VaultError::Crypto(e.to_string());
     let salt = crypto::random::<{ crypto::SALT_BYTES }>().map_err(crypto)?.to_vec();
     let kdf = crypto::KDF.to_owned();
     let key = VaultKey::derive(master, &kdf, &salt).map_err(crypto)?;
     let (check_nonce, check_sealed) = key.seal_check().map_err(crypto)?;
-    Ok((key, Meta { kdf, salt, check_nonce, check_sealed }))
+    Ok((key, VaultMeta { kdf, salt, check_nonce, check_sealed }))
 }
 
 fn validate(
@@ -399,7 +347,7 @@ impl Vault {
         master: Option<&SecretString>,
         exits: Option<Arc<Exits>>,
     ) -> Result<Arc<Self>, VaultError> {
-        let (meta, rows) = store.call(|c| Ok((read_meta(c)?, read_rows(c)?))).await?;
+        let (meta, rows) = store.vault_contents().await?;
         let problem = master_key_problem(master);
         let (key, state) = match (problem, master) {
             (Some(reason), _) => {
@@ -437,15 +385,7 @@ impl Vault {
                     let (key, meta) = tokio::task::spawn_blocking(move || fresh_meta(&master))
                         .await
                         .map_err(|e| VaultError::Crypto(e.to_string()))??;
-                    store
-                        .call(move |c| {
-                            c.execute(
-                                "INSERT INTO vault_meta (id, kdf, salt, check_nonce, check_sealed, created_at)
-                                 VALUES (1, ?1, ?2, ?3, ?4, ?5)",
-                                params![meta.kdf, meta.salt, meta.check_nonce, meta.check_sealed, unix_now()],
-                            )
-                        })
-                        .await?;
+                    store.create_vault_meta(meta).await?;
                     (Some(key), VaultState::On)
                 }
             },
@@ -611,17 +551,15 @@ impl Vault {
             .seal(&scope_key, name, &bound, value.expose_secret().as_bytes())
             .map_err(|e| VaultError::Crypto(e.to_string()))?;
         let now = unix_now();
-        let owned_name = name.to_owned();
         self.store
-            .call(move |c| {
-                c.execute(
-                    "INSERT INTO secrets (scope, name, nonce, sealed, hosts, mode, created_at, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
-                     ON CONFLICT (scope, name) DO UPDATE SET nonce = excluded.nonce,
-                        sealed = excluded.sealed, hosts = excluded.hosts, mode = excluded.mode,
-                        updated_at = excluded.updated_at",
-                    params![scope_key, owned_name, nonce, sealed, hosts_json, mode.as_str(), now],
-                )
+            .put_sealed(SealedRow {
+                scope: scope_key,
+                name: name.to_owned(),
+                nonce,
+                sealed,
+                hosts: hosts_json,
+                mode: mode.as_str().to_owned(),
+                updated_at: now,
             })
             .await?;
         let replaced = self.entries.write().unwrap_or_else(|p| p.into_inner()).insert(
@@ -673,16 +611,7 @@ impl Vault {
 
     /// Deletes `name` from `scope`; false if there was none.
     pub async fn delete(&self, scope: &Scope, name: &str) -> Result<bool, VaultError> {
-        let (scope_key, owned) = (scope.key(), name.to_owned());
-        let deleted = self
-            .store
-            .call(move |c| {
-                c.execute(
-                    "DELETE FROM secrets WHERE scope = ?1 AND name = ?2",
-                    params![scope_key, owned],
-                )
-            })
-            .await?;
+        let deleted = self.store.delete_sealed(&scope.key(), name).await?;
         let removed = self
             .entries
             .write()
@@ -690,10 +619,10 @@ impl Vault {
             .remove(&(scope.clone(), name.to_owned()));
         self.retire(scope, name, removed);
         self.refresh_exits();
-        if deleted > 0 {
+        if deleted {
             tracing::info!(%scope, name, "secret deleted");
         }
-        Ok(deleted > 0)
+        Ok(deleted)
     }
 
     /// The secrets of `scope` (every scope with `None`), names and bindings only.
@@ -790,7 +719,7 @@ pub async fn rotate_master_key(
     if let Some(problem) = master_key_problem(Some(new)) {
         return Err(VaultError::Off(format!("the new key: {problem}")));
     }
-    let (meta, rows) = store.call(|c| Ok((read_meta(c)?, read_rows(c)?))).await?;
+    let (meta, rows) = store.vault_contents().await?;
     let Some(meta) = meta else {
         return Err(VaultError::Off("this database has no vault yet; nothing to rotate".into()));
     };
@@ -812,7 +741,7 @@ pub async fn rotate_master_key(
             let (nonce, sealed) = new_key
                 .seal(&row.scope, &row.name, &bound, value.expose_secret().as_bytes())
                 .map_err(crypto)?;
-            rewritten.push((row.scope, row.name, nonce, sealed));
+            rewritten.push(Resealed { scope: row.scope, name: row.name, nonce, sealed });
         }
         Ok((new_meta, rewritten))
     })
@@ -820,22 +749,7 @@ pub async fn rotate_master_key(
     .map_err(|e| VaultError::Crypto(e.to_string()))??;
     let (new_meta, rows) = rewritten;
     let count = rows.len();
-    store
-        .call(move |c| {
-            let tx = c.transaction()?;
-            tx.execute(
-                "UPDATE vault_meta SET kdf = ?1, salt = ?2, check_nonce = ?3, check_sealed = ?4 WHERE id = 1",
-                params![new_meta.kdf, new_meta.salt, new_meta.check_nonce, new_meta.check_sealed],
-            )?;
-            for (scope, name, nonce, sealed) in &rows {
-                tx.execute(
-                    "UPDATE secrets SET nonce = ?1, sealed = ?2 WHERE scope = ?3 AND name = ?4",
-                    params![nonce, sealed, scope, name],
-                )?;
-            }
-            tx.commit()
-        })
-        .await?;
+    store.reseal_vault(new_meta, rows).await?;
     Ok(count)
 }
 

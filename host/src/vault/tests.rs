@@ -110,15 +110,11 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
     assert!(listed[0].unreadable.as_deref().unwrap().contains("NEXBOT_MASTER_KEY"));
 
     // Chat 2's row moved to chat 1 (an attacker with the database file): does not open.
-    store
-        .call(|c| {
-            c.execute(
-                "UPDATE secrets SET scope = 'telegram:1', name = 'STOLEN' WHERE name = 'OTHER'",
-                [],
-            )
-        })
-        .await
-        .unwrap();
+    tamper(&store, "OTHER", |row| {
+        row.scope = "telegram:1".into();
+        row.name = "STOLEN".into();
+    })
+    .await;
     let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
     assert_eq!(vault.resolve(&chat(1), "TOKEN").unwrap().value.expose_secret(), VALUE);
     let err = vault.resolve(&chat(1), "STOLEN").unwrap_err().to_string();
@@ -130,21 +126,22 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
         vault.resolve(&chat(2), "BOUND").unwrap().hosts,
         ["https://api.example:443 header:authorization"]
     );
-    for change in [
-        "UPDATE secrets SET mode = 'stdin' WHERE name = 'BOUND'",
-        "UPDATE secrets SET mode = 'proxy', hosts = '[\"evil.example\"]' WHERE name = 'BOUND'",
-        "UPDATE secrets SET hosts = 'not json' WHERE name = 'BOUND'",
-    ] {
-        store.call(move |c| c.execute(change, [])).await.unwrap();
+    let changes: [(&str, fn(&mut SealedRow)); 3] = [
+        ("mode stdin", |row| row.mode = "stdin".into()),
+        ("hosts evil.example", |row| {
+            row.mode = "proxy".into();
+            row.hosts = "[\"evil.example\"]".into();
+        }),
+        ("hosts not json", |row| row.hosts = "not json".into()),
+    ];
+    for (change, how) in changes {
+        tamper(&store, "BOUND", how).await;
         let reopened = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
         let resolved = reopened.resolve(&chat(2), "BOUND");
         assert!(matches!(resolved, Err(VaultError::Corrupt { .. })), "{change}: {resolved:?}");
     }
     // A flipped byte: the same.
-    store
-        .call(|c| c.execute("UPDATE secrets SET sealed = zeroblob(40) WHERE name = 'TOKEN'", []))
-        .await
-        .unwrap();
+    tamper(&store, "TOKEN", |row| row.sealed = vec![0; 40]).await;
     let vault = Vault::open(store, Some(&secret(MASTER)), None).await.unwrap();
     assert!(matches!(vault.resolve(&chat(1), "TOKEN"), Err(VaultError::Corrupt { .. })));
 }
@@ -237,28 +234,18 @@ async fn a_binding_stored_before_places_keeps_working_as_a_legacy_one() {
     drop(vault);
     // What an earlier version wrote: the bare host, sealed with it as the binding.
     let key = {
-        let meta = store
-            .call(|c| {
-                c.query_row("SELECT kdf, salt FROM vault_meta", [], |r| {
-                    Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-                })
-            })
-            .await
-            .unwrap();
-        crypto::VaultKey::derive(&secret(MASTER), &meta.0, &meta.1).unwrap()
+        let meta = store.vault_contents().await.unwrap().0.unwrap();
+        crypto::VaultKey::derive(&secret(MASTER), &meta.kdf, &meta.salt).unwrap()
     };
     let hosts_json = "[\"api.example.com\"]".to_owned();
     let (nonce, sealed) =
         key.seal(&chat(1).key(), "OLD", &binding("proxy", &hosts_json), VALUE.as_bytes()).unwrap();
-    store
-        .call(move |c| {
-            c.execute(
-                "UPDATE secrets SET hosts = ?1, nonce = ?2, sealed = ?3 WHERE name = 'OLD'",
-                params![hosts_json, nonce, sealed],
-            )
-        })
-        .await
-        .unwrap();
+    tamper(&store, "OLD", move |row| {
+        row.hosts = hosts_json;
+        row.nonce = nonce;
+        row.sealed = sealed;
+    })
+    .await;
     let vault = Vault::open(store, Some(&secret(MASTER)), None).await.unwrap();
     let old = vault.resolve(&chat(1), "OLD").unwrap();
     assert_eq!(old.value.expose_secret(), VALUE);
@@ -285,27 +272,13 @@ async fn rotating_the_master_key_re_encrypts_everything_or_nothing() {
         .await
         .unwrap();
     drop(vault);
-    let before = store
-        .call(|c| {
-            c.query_row("SELECT sealed FROM secrets WHERE name = 'A_TOKEN'", [], |r| {
-                r.get::<_, Vec<u8>>(0)
-            })
-        })
-        .await
-        .unwrap();
+    let before = sealed_of(&store, "A_TOKEN").await;
 
     // A wrong "old" key changes nothing.
     let err = rotate_master_key(&store, &secret("not-the-old-key-at-all"), &new).await.unwrap_err();
     assert!(matches!(err, VaultError::WrongKey));
     assert_eq!(rotate_master_key(&store, &old, &new).await.unwrap(), 2);
-    let after = store
-        .call(|c| {
-            c.query_row("SELECT sealed FROM secrets WHERE name = 'A_TOKEN'", [], |r| {
-                r.get::<_, Vec<u8>>(0)
-            })
-        })
-        .await
-        .unwrap();
+    let after = sealed_of(&store, "A_TOKEN").await;
     assert_ne!(before, after);
 
     let vault = Vault::open(store.clone(), Some(&new), None).await.unwrap();
@@ -505,4 +478,20 @@ async fn a_chats_watched_values_are_its_own_and_the_operators() {
             ("MINE".to_owned(), "mine-PLANTED-value-1".to_owned())
         ]
     );
+}
+
+/// Rewrites the stored row of `name` as an attacker with the database file would.
+async fn tamper(store: &Store, name: &str, change: impl FnOnce(&mut SealedRow)) {
+    let (_, rows) = store.vault_contents().await.unwrap();
+    let mut row = rows.into_iter().find(|r| r.name == name).unwrap();
+    let (scope, old_name) = (row.scope.clone(), row.name.clone());
+    change(&mut row);
+    store.delete_sealed(&scope, &old_name).await.unwrap();
+    store.put_sealed(row).await.unwrap();
+}
+
+/// The ciphertext stored for `name`.
+async fn sealed_of(store: &Store, name: &str) -> Vec<u8> {
+    let (_, rows) = store.vault_contents().await.unwrap();
+    rows.into_iter().find(|r| r.name == name).unwrap().sealed
 }

@@ -3,7 +3,7 @@
 use nexbot_core::ChatRef;
 use rusqlite::{params, OptionalExtension};
 
-use crate::store::{unix_now, Store, StoreError};
+use crate::{unix_now, Store, StoreError};
 
 /// What a job does when its time passed while the daemon was down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

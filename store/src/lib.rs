@@ -1,4 +1,10 @@
-//! Durable state in SQLite: sessions, history, todos, per-chat settings and task records.
+//! Durable state in SQLite: sessions, history, todos, per-chat settings, task records, the
+//! Telegram update ledger, scheduled jobs and their runs ([`jobs`]), and the vault's sealed
+//! rows ([`vault`]).
+//!
+//! Why a crate of its own: every SQL statement and every migration of the daemon is here, behind
+//! a typed API, and this is the only crate that depends on `rusqlite` — so a schema change is
+//! read in one place, and no other part can reach the connection.
 //!
 //! Why SQLite (bundled, WAL): one file that survives restarts and crashes, readable while the
 //! daemon writes, with no server to run. Every call runs on tokio's blocking pool, so a slow
@@ -16,7 +22,10 @@ use thiserror::Error;
 
 use nexbot_core::ChatRef;
 
-use crate::llm::Usage;
+use nexbot_protocol::Usage;
+
+pub mod jobs;
+pub mod vault;
 
 /// Migrations in order; `user_version` is the number applied.
 const MIGRATIONS: &[&str] = &[
@@ -1073,7 +1082,7 @@ mod tests {
     /// known), the scheduler's default budget, their runs' tokens as they were.
     #[tokio::test]
     async fn jobs_stored_before_schema_8_are_of_unknown_origin_under_the_default_budget() {
-        use crate::scheduler::jobs::JobCreator;
+        use crate::jobs::JobCreator;
         let path = temp_db("migrate8");
         {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -1103,8 +1112,7 @@ mod tests {
             (10, 5, 0)
         );
         assert_eq!(store.job_cost(1, 10).await.unwrap().mean_tokens, 15.0);
-        let prompt = crate::scheduler::job_prompt(&old);
-        assert!(prompt.contains("by unknown (stored before this was recorded)"), "{prompt}");
+        assert_eq!(old.created_by.describe(), "unknown (stored before this was recorded)");
     }
 
     #[tokio::test]
