@@ -1,7 +1,8 @@
 //! Vocabulary shared by every part of the Nexbot daemon and by its clients: which chat a
 //! message, a setting, a secret, a job or a ledger row belongs to ([`ChatRef`]), and what the
 //! agent can do in a chat ([`channel::Channel`]), which every channel implements, how text
-//! from outside is cut for a log line ([`text::excerpt`]), and the hook contract both agent
+//! from outside is cut for a log line ([`text::excerpt`]), how many tokens a call used
+//! ([`Usage`]), and the hook contract both agent
 //! loops use ([`hooks`]).
 //!
 //! Why a crate of its own: the channels (Telegram, console), the store, the agent, the control
@@ -12,8 +13,18 @@ pub mod channel;
 mod chat;
 pub mod hooks;
 pub mod text;
+mod usage;
 
 pub use chat::{ChannelKind, ChatRef, ChatRefError};
+pub use usage::Usage;
 
 /// A boxed future, as object-safe traits return.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// The current unix time in whole seconds (0 on a clock before 1970): what deadlines on the
+/// wire, the store's rows and the schedules count in.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

@@ -228,7 +228,7 @@ async fn secret_figures(started: &egress_support::Started, web_echo: std::net::S
 /// took the old per-needle matcher about 80 s.
 fn scan_figures() {
     use base64::Engine as _;
-    use nexbot_protocol::Redactor;
+    use nexbot_redact::Redactor;
 
     const TEXT_BYTES: usize = 64 << 10;
     const RUNS: usize = 20;

@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use nexbot_protocol::secrets::Redactor;
+use nexbot_redact::Redactor;
 
 use super::ledger::{Attach, Ledger, TaskStats};
 use super::scrub::Scrubber;

@@ -15,7 +15,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use nexbot_protocol::secrets::{is_valid_secret_name, Redactor, SecretMap, SecretsError};
+use nexbot_redact::{is_valid_secret_name, Redactor, SecretMap, SecretsError};
 use secrecy::{ExposeSecret, SecretString};
 
 use super::binding::{Binding, Destination, Spot};

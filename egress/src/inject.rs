@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use hyper::body::{Body, Frame, SizeHint};
-use nexbot_protocol::secrets::{is_valid_secret_name, Redactor, StreamRedactor};
+use nexbot_redact::{is_valid_secret_name, Redactor, StreamRedactor};
 use secrecy::ExposeSecret;
 use zeroize::Zeroizing;
 
@@ -372,7 +372,7 @@ pub(crate) fn scrub_head(parts: &mut http::response::Parts, redactor: &Redactor)
 }
 
 /// A response body with every secret form replaced as it streams (see
-/// [`nexbot_protocol::secrets::StreamRedactor`]); trailers are dropped (text from the server
+/// [`nexbot_redact::StreamRedactor`]); trailers are dropped (text from the server
 /// no one scrubs).
 pub(crate) struct ScrubbedBody<B> {
     inner: B,

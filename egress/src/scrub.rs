@@ -1,12 +1,12 @@
 //! What a container writes into a request (a CONNECT host, a bad URL) can end up in an audit
 //! line, a `tracing` event and a task summary. This scrubs the credentials the egress knows
 //! out of such text before it is kept anywhere: the provider keys (by value, with
-//! `nexbot_protocol::Redactor`, which also catches its base64 and URL-encoded forms, and in
+//! `nexbot_redact::Redactor`, which also catches its base64 and URL-encoded forms, and in
 //! any letter case, since host names are lower-cased on the way), relay tokens and egress
 //! credentials (by their shape, `nxr_`/`nxp_` and the random part, so every task's token is
 //! caught, live or not).
 
-use nexbot_protocol::{Redactor, SecretMap};
+use nexbot_redact::{Redactor, SecretMap};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 

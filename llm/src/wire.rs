@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 
 use crate::error::{ErrorClass, LlmError};
 
-/// Token usage as providers report it (prompt + completion). The protocol crate owns the type
-/// because subagent responses carry it.
-pub use nexbot_protocol::Usage;
+/// Token usage as providers report it (prompt + completion): `nexbot-core`'s, the one type the
+/// wire, the store and the caps share.
+pub use nexbot_core::Usage;
 
 /// One chat message.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

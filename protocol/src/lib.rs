@@ -8,7 +8,8 @@
 //! - [`request`] / [`response`]: the messages, with the spec's exact field names.
 //! - [`report`]: the partial-results report attached to `timeout` and failed tasks.
 //! - [`secrets`]: per-task secrets — never printed, zeroized on drop, validated per the spec —
-//!   and the redactor that scrubs their values out of text.
+//!   and the redactor that scrubs their values out of text; they are `nexbot-redact`'s, named
+//!   here because a request carries them.
 //! - [`codec`]: JSON lines with a per-line size limit whose violation is recoverable.
 //! - [`tools`]: the names of a subagent's tools, the one list the host and the subagent read.
 
@@ -16,12 +17,11 @@ pub mod codec;
 pub mod report;
 pub mod request;
 pub mod response;
-mod scan;
-pub mod secrets;
 pub mod tools;
 pub mod version;
 
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
+pub use nexbot_redact as secrets;
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{
     block_limit, proxy_placeholder, search_budget, ProxySecret, Request, RequestError, RequestType,

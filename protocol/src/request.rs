@@ -2,13 +2,12 @@
 //! acted on (version, required fields, deadline, secrets).
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-use crate::secrets::{serialize_opt_secret, SecretMap, SecretsError};
+use crate::secrets::{SecretMap, SecretsError};
 use crate::version::{negotiate, VersionError, VersionStatus};
 
 /// The `type` of a request. Unknown types are kept so that the answer can name them.
@@ -329,8 +328,18 @@ impl Request {
 }
 
 /// Current unix time in seconds, as [`Request::validate`] wants it.
-pub fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+pub use nexbot_core::unix_now;
+
+/// Serializes an optional secret string as its plain value: for wire fields such as
+/// `llm_api_key` whose whole purpose is to carry a secret to the peer.
+fn serialize_opt_secret<S: Serializer>(
+    value: &Option<SecretString>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(secret) => serializer.serialize_some(secret.expose_secret()),
+        None => serializer.serialize_none(),
+    }
 }
 
 #[cfg(test)]

@@ -112,24 +112,8 @@ pub struct Capabilities {
     pub programs: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-}
-
-impl Usage {
-    pub fn total(&self) -> u64 {
-        self.prompt_tokens + self.completion_tokens
-    }
-}
-
-impl std::ops::AddAssign for Usage {
-    fn add_assign(&mut self, other: Self) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-    }
-}
+/// Token usage, as a response's `usage` carries it (the shared type of `nexbot-core`).
+pub use nexbot_core::Usage;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

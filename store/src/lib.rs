@@ -22,7 +22,7 @@ use thiserror::Error;
 
 use nexbot_core::ChatRef;
 
-use nexbot_protocol::Usage;
+use nexbot_core::Usage;
 
 pub mod jobs;
 pub mod vault;
@@ -375,9 +375,7 @@ fn classify(path: &Path, err: rusqlite::Error) -> StoreError {
     }
 }
 
-pub fn unix_now() -> i64 {
-    nexbot_protocol::request::unix_now()
-}
+pub use nexbot_core::unix_now;
 
 impl Store {
     /// Opens (creating if needed) and migrates the database at `path`.

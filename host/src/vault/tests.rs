@@ -126,7 +126,8 @@ async fn a_wrong_master_key_fails_clearly_and_a_moved_row_does_not_decrypt() {
         vault.resolve(&chat(2), "BOUND").unwrap().hosts,
         ["https://api.example:443 header:authorization"]
     );
-    let changes: [(&str, fn(&mut SealedRow)); 3] = [
+    type Change = (&'static str, fn(&mut SealedRow));
+    let changes: [Change; 3] = [
         ("mode stdin", |row| row.mode = "stdin".into()),
         ("hosts evil.example", |row| {
             row.mode = "proxy".into();

@@ -5,6 +5,5 @@
 //! so the crate is linked once; helpers shared by several files are modules too.
 
 mod decoder_fuzz;
-mod redaction;
 mod secrets_never_leak;
 mod seed_examples;

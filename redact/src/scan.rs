@@ -1,4 +1,4 @@
-//! The matcher behind [`crate::secrets::Redactor`]: linear in the text, whatever the number
+//! The matcher behind [`crate::Redactor`]: linear in the text, whatever the number
 //! and shape of the secrets.
 //!
 //! Why this shape: the forms a value takes (raw, base64, hex, percent-, JSON- and
@@ -24,7 +24,7 @@ use aho_corasick::nfa::noncontiguous::NFA;
 use aho_corasick::{Anchored, MatchKind};
 use zeroize::Zeroizing;
 
-use crate::secrets::is_invisible_char;
+use crate::is_invisible_char;
 
 /// Line breaks or invisible characters in a row that a match skips (unless a value holds a
 /// longer run); a longer run ends it.

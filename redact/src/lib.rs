@@ -1,4 +1,9 @@
-//! Per-task secrets and their redaction.
+//! Secrets and their redaction: the one place that knows what a secret value looks like in
+//! text, and how to take it out.
+//!
+//! Why a crate of its own: the wire (`nexbot-protocol`) carries per-task secrets, but the
+//! egress proxy, the LLM relay, the host's exits and the subagent all redact, and none of them
+//! should depend on the wire contract for that.
 //!
 //! A secret travels from the host to a subagent inside one `execute` request and nowhere else.
 //! This module makes the unsafe things hard: values are [`SecretString`]s (zeroized on drop,
@@ -19,7 +24,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 use zeroize::Zeroizing;
 
-use crate::scan::{self, Trie, View, ALIGN_SLACK, VIEWS};
+mod scan;
+
+use crate::scan::{Trie, View, ALIGN_SLACK, VIEWS};
 
 /// At most this many secrets in one task.
 pub const MAX_SECRETS: usize = 50;
@@ -147,18 +154,6 @@ impl PartialEq for SecretMap {
                 .iter()
                 .zip(&other.0)
                 .all(|((ka, va), (kb, vb))| ka == kb && va.expose_secret() == vb.expose_secret())
-    }
-}
-
-/// Serializes an optional secret string as its plain value: for wire fields such as
-/// `llm_api_key` whose whole purpose is to carry a secret to the peer.
-pub(crate) fn serialize_opt_secret<S: Serializer>(
-    value: &Option<SecretString>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(secret) => serializer.serialize_some(secret.expose_secret()),
-        None => serializer.serialize_none(),
     }
 }
 

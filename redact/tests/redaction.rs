@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use nexbot_protocol::{Redactor, SecretMap};
+use nexbot_redact::{Redactor, SecretMap};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use proptest::prelude::*;
 use secrecy::SecretString;
