@@ -133,14 +133,7 @@ impl RelayCost {
     }
 }
 
-/// A finished task's relayed calls in money.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TaskCost {
-    /// Micro-dollars of the priced calls.
-    pub micros: u64,
-    /// Calls answered by a provider without prices (counted, not priced).
-    pub unpriced_calls: u64,
-}
+pub use nexbot_llm::TaskCost;
 
 impl Entry {
     fn usage(&self) -> TaskUsage {

@@ -1,6 +1,8 @@
-//! Invariants of the crate's structure that the compiler cannot see (ARCHITECTURE.md,
-//! "Invariants"): checked by reading the sources, so a change that breaks one fails here with
-//! the file and line that did it.
+//! An invariant of the crate's structure that the compiler cannot see yet (ARCHITECTURE.md,
+//! "Invariants"): the host's tools reach chats only through `Channel`. The agent's loop is in
+//! `nexbot-agent`, which links no channel; when the tools move into a crate of their own, this
+//! scan becomes that crate's dependency list. Starting a process is refused by the clippy
+//! config of this crate and of `nexbot-agent` (`clippy.toml`), not by a scan.
 
 use std::path::{Path, PathBuf};
 
@@ -43,9 +45,9 @@ fn offending(folders: &[&str], needles: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn the_agent_knows_no_channel() {
+fn the_host_tools_know_no_channel() {
     let found = offending(
-        &["agent", "tools"],
+        &["tools"],
         &[
             "crate::channels",
             "crate::bus",
@@ -57,18 +59,9 @@ fn the_agent_knows_no_channel() {
     );
     assert!(
         found.is_empty(),
-        "the agent and its tools reach chats only through Channel:\n{}",
+        "the host's tools reach chats only through Channel:\n{}",
         found.join("\n")
     );
-}
-
-#[test]
-fn no_host_tool_starts_a_process() {
-    let found = offending(
-        &["tools", "agent"],
-        &["std::process", "tokio::process", "Command::new", "libc::exec", "rustix::process"],
-    );
-    assert!(found.is_empty(), "nothing model-chosen runs on the host:\n{}", found.join("\n"));
 }
 
 #[test]

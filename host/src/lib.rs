@@ -23,7 +23,6 @@
 //! - [`app`]: the daemon's life cycle (start and stop order). [`runtime`]: builds the agent.
 //!   [`doctor`]: checks.
 
-pub mod agent;
 pub mod app;
 pub mod bus;
 pub mod channels;
@@ -33,16 +32,12 @@ pub mod control_api;
 pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
-pub mod exits;
 pub mod instance;
-pub mod llm;
 pub mod pool_runner;
 pub mod rooms;
 pub mod runtime;
 pub mod sandbox;
 pub mod scheduler;
-pub mod skills;
-pub mod spend;
 pub mod status;
 
 pub mod tools;
@@ -54,5 +49,7 @@ pub use nexbot_core::BoxFuture;
 #[cfg(test)]
 mod architecture_tests;
 
+pub use nexbot_agent as agent;
+pub use nexbot_agent::{exits, llm, skills, spend};
 pub use nexbot_egress as egress;
 pub use nexbot_store as store;

@@ -113,7 +113,11 @@ pub fn build_agent_with_hooks(
             Duration::from_secs(config.agent.ask_timeout_secs),
         )));
     }
-    let skills = crate::skills::Skills::from_config(config);
+    let skills = crate::skills::Skills::load(
+        config.skills_dir(),
+        config.skills.allow_hashes.clone(),
+        std::time::Duration::from_millis(config.skills.debounce_ms),
+    );
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let mut cli = None;

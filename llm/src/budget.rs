@@ -174,6 +174,17 @@ impl Holds {
     }
 }
 
+/// What a task's model calls cost in money: priced calls in micro-dollars, and how many
+/// calls a provider without prices answered (counted, never shown as $0). The relay adds it up
+/// per task; the spending caps charge it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskCost {
+    /// Micro-dollars of the priced calls.
+    pub micros: u64,
+    /// Calls answered by a provider without prices (counted, not priced).
+    pub unpriced_calls: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

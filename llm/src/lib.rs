@@ -30,7 +30,7 @@ pub mod stream;
 pub mod usage;
 pub mod wire;
 
-pub use budget::{Allowance, Exceeded, Hold};
+pub use budget::{Allowance, Exceeded, Hold, TaskCost};
 pub use chain::{CallOutcome, Chain, ChainStats, RetryPolicy, StreamEvent};
 pub use error::{classify, parse_retry_after, ErrorClass, LlmError};
 pub use provider::{Provider, ProviderSpec};

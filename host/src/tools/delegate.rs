@@ -498,6 +498,17 @@ impl TypedTool for Delegate {
     }
 }
 
+impl nexbot_agent::CodingCli for Delegate {
+    fn run_cli<'a>(
+        &'a self,
+        cli: &'a str,
+        text: &'a str,
+        ctx: &'a ToolContext,
+    ) -> crate::BoxFuture<'a, String> {
+        Box::pin(Delegate::run_cli(self, cli, text, ctx))
+    }
+}
+
 impl Delegate {
     /// A chat message for the chat's coding CLI (agent mode off, `/agent cli <name>`): a task
     /// that is one direct `use_cli` call in a sandbox container, with its own relay token,

@@ -114,16 +114,10 @@ fn schema_words(schema: &Value, out: &mut BTreeSet<String>) {
 /// What the model reads, as (where, text, also double quotes): the default prompt files, each
 /// tool's description and every description in its schema.
 fn texts(registry: &ToolRegistry) -> Vec<(String, String, bool)> {
-    let defaults = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/defaults");
-    let mut texts = Vec::new();
-    for entry in std::fs::read_dir(&defaults).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "md") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            texts.push((path.display().to_string(), text, false));
-        }
-    }
-    assert!(texts.len() >= 6, "the prompt files were found in {}", defaults.display());
+    let mut texts: Vec<(String, String, bool)> = crate::workspace::BOOTSTRAP_FILES
+        .iter()
+        .map(|(name, text)| (format!("agent/src/defaults/{name}"), (*text).to_owned(), false))
+        .collect();
     for name in registry.names() {
         let tool = registry.get(name).unwrap();
         texts.push((format!("{name}: description"), tool.description().to_owned(), true));

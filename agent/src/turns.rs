@@ -18,6 +18,9 @@ use nexbot_core::ChatRef;
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+/// Turns running at once across all chats unless `bus.max_parallel_turns` says otherwise.
+pub const DEFAULT_MAX_PARALLEL_TURNS: usize = 4;
+
 /// Who started a turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TurnOrigin {

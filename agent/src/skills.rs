@@ -23,8 +23,6 @@ use nexbot_skill::{Entry, Environment, State};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-
 /// Longest a reload waits while events keep coming.
 pub const MAX_DEBOUNCE: Duration = Duration::from_secs(2);
 /// How often an absent skills folder is looked for.
@@ -117,15 +115,6 @@ impl Skills {
         };
         skills.reload();
         skills
-    }
-
-    /// From `[skills]` (and `subagent.skills_dir`).
-    pub fn from_config(config: &Config) -> Self {
-        Self::load(
-            config.skills_dir(),
-            config.skills.allow_hashes.clone(),
-            Duration::from_millis(config.skills.debounce_ms),
-        )
     }
 
     pub fn dir(&self) -> Option<&Path> {

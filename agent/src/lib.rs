@@ -1,4 +1,16 @@
-//! The main agent loop: one user message in, one answer out, with tool calls in between.
+//! The main agent: its loop (one user message in, one answer out, with tool calls in between),
+//! its hooks, the turns it admits, the tool trait and registry, model access and spending.
+//!
+//! Why a crate of its own: the agent decides and the host carries out. This crate links no
+//! channel (Telegram), no Docker, no egress and no HTTP server, so the compiler — not a text
+//! scan — keeps the loop from reaching a chat other than through [`channel::Channel`], or a
+//! container other than through a tool the host gives it.
+//!
+//! - [`config`]: its sections of `config.toml`. [`llm`]: the model as the agent uses it, with
+//!   retries, fallback and [`spend`]'s caps. [`exits`]: every text that leaves, scanned for
+//!   secret values. [`workspace`]: bootstrap files and the system prompt. [`skills`]: the live
+//!   skills the prompt offers. [`tools`]: the tool trait and registry. [`turns`]: one turn per
+//!   chat, a global limit, and the registry `/stop` and `/status` read.
 //!
 //! Why it is shaped like this: a turn must always end with something the user can read —
 //! an answer, or a clear sentence saying why there is none (LLM down, limit reached, stopped,
@@ -9,8 +21,30 @@
 
 /// The chat operations the agent needs ([`nexbot_core::channel`]).
 pub use nexbot_core::channel;
+pub mod config;
+pub mod exits;
 pub mod hooks;
+pub mod llm;
+pub mod skills;
+pub mod spend;
+pub mod tools;
 pub mod turns;
+pub mod workspace;
+
+use nexbot_core::BoxFuture;
+use nexbot_store as store;
+
+/// Runs a chat's coding CLI in the sandbox when the chat's agent mode is off (`/agent cli
+/// <name>`): the host's delegation implements it, so the loop needs no container type.
+pub trait CodingCli: Send + Sync + std::fmt::Debug {
+    /// The user's `text` as a task for `cli`; the text to answer with, whatever happened.
+    fn run_cli<'a>(
+        &'a self,
+        cli: &'a str,
+        text: &'a str,
+        ctx: &'a tools::ToolContext,
+    ) -> BoxFuture<'a, String>;
+}
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -143,7 +177,7 @@ pub struct Agent {
     skills: Option<crate::skills::Skills>,
     /// Runs a chat's coding CLI when its agent mode is off ([`Agent::with_cli`]); none
     /// without the sandbox.
-    cli: Option<Arc<crate::tools::delegate::Delegate>>,
+    cli: Option<Arc<dyn CodingCli>>,
 }
 
 impl Turn<'_> {
@@ -203,9 +237,7 @@ impl Agent {
         Self {
             model,
             told_fallback: Default::default(),
-            turns: Arc::new(turns::Turns::new(
-                crate::config::BusConfig::default().max_parallel_turns,
-            )),
+            turns: Arc::new(turns::Turns::new(turns::DEFAULT_MAX_PARALLEL_TURNS)),
             tools,
             hooks,
             store,
@@ -231,8 +263,8 @@ impl Agent {
 
     /// Lets a chat whose agent mode is off and which chose a coding CLI (`/agent cli`) be
     /// answered by that CLI through `delegation` (a direct `use_cli` task).
-    pub fn with_cli(mut self, delegation: Arc<crate::tools::delegate::Delegate>) -> Self {
-        self.cli = Some(delegation);
+    pub fn with_cli(mut self, cli: Arc<dyn CodingCli>) -> Self {
+        self.cli = Some(cli);
         self
     }
 

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use nexbot_core::ChatRef;
-use nexbot_protocol::secrets::Redactor;
+use nexbot_redact::Redactor;
 use secrecy::SecretString;
 
 /// Where a text was leaving through.
@@ -51,7 +51,7 @@ impl Exit {
     }
 }
 
-/// The operator's scope key (`crate::vault::Scope::Operator`).
+/// The operator's scope key (the host vault's operator scope).
 const OPERATOR_SCOPE: &str = "operator";
 
 /// A vault value to scan for: its scope's key (`telegram:42`, `operator`; `None` when not

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use chrono::{Datelike, NaiveDate, Utc};
 use chrono_tz::Tz;
 use nexbot_core::ChatRef;
-use nexbot_egress::TaskCost;
 use nexbot_llm::budget::{Allowance, Exceeded, Holds};
+use nexbot_llm::TaskCost;
 use nexbot_llm::Usage;
 
 use crate::config::{CapsConfig, Unpriced};
