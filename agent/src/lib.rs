@@ -61,7 +61,7 @@ use self::channel::Channel;
 use crate::config::AgentConfig;
 use crate::llm::{ChatMessage, ErrorClass, Model, StreamEvent, ToolCall, Usage};
 use crate::store::Store;
-use crate::tools::{failure, ToolContext, ToolRegistry};
+use crate::tools::{tool_message, ToolContext, ToolError, ToolRegistry};
 use crate::workspace::assemble_context;
 
 /// Tool output longer than this is cut before it goes back to the model.
@@ -151,8 +151,19 @@ impl Ending {
 
 /// What running one tool call produced.
 enum ToolStep {
-    Result(String),
+    /// The tool message for the model, and whether the tool failed.
+    Result {
+        message: String,
+        failed: bool,
+    },
     Finish(String),
+}
+
+impl ToolStep {
+    /// A call refused before (or instead of) running the tool.
+    fn failed(error: String) -> Self {
+        Self::Result { message: tool_message(&Err(ToolError::new(error))), failed: true }
+    }
 }
 
 /// Everything a turn needs that does not change between turns.
@@ -557,14 +568,12 @@ impl Agent {
                     return Ending::new(TurnStatus::Cancelled, "Stopped.");
                 }
                 match self.run_tool(turn, call).await {
-                    ToolStep::Result(result) => {
+                    ToolStep::Result { message, failed } => {
                         turn.meter.tool_calls.fetch_add(1, Ordering::Relaxed);
-                        let failed = serde_json::from_str::<Value>(&result)
-                            .is_ok_and(|v| v["success"] == Value::Bool(false));
                         if failed {
                             turn.meter.tool_failures.fetch_add(1, Ordering::Relaxed);
                         }
-                        messages.push(ChatMessage::tool(&call.id, cut(result)));
+                        messages.push(ChatMessage::tool(&call.id, cut(message)));
                     }
                     ToolStep::Finish(text) => return Ending::new(TurnStatus::Answered, text),
                 }
@@ -670,26 +679,20 @@ impl Agent {
         let args: Value = match serde_json::from_str(if raw.is_empty() { "{}" } else { raw }) {
             Ok(value @ Value::Object(_)) => value,
             Ok(_) => {
-                return ToolStep::Result(failure(format!(
-                    "arguments for {name} must be a JSON object"
-                )))
+                return ToolStep::failed(format!("arguments for {name} must be a JSON object"))
             }
-            Err(e) => {
-                return ToolStep::Result(failure(format!("invalid JSON arguments for {name}: {e}")))
-            }
+            Err(e) => return ToolStep::failed(format!("invalid JSON arguments for {name}: {e}")),
         };
         let Some(tool) = self.tools.get(name) else {
-            return ToolStep::Result(failure(format!(
+            return ToolStep::failed(format!(
                 "unknown tool {name}; available: {}",
                 self.tools.names().join(", ")
-            )));
+            ));
         };
         let mut note = None;
         let event = HookEvent::BeforeTool { tool: name, arguments: &args };
         match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
-            HookResult::Block { reason } => {
-                return ToolStep::Result(failure(format!("blocked: {reason}")))
-            }
+            HookResult::Block { reason } => return ToolStep::failed(format!("blocked: {reason}")),
             HookResult::Finish(text) => return ToolStep::Finish(text),
             HookResult::InjectContext(text) => note = Some(text),
             HookResult::Continue => {}
@@ -697,32 +700,41 @@ impl Agent {
         tracing::info!(chat = %turn.chat, tool = name, "tool call");
         let limit = tool.timeout().unwrap_or(Duration::from_secs(self.config.tool_timeout_secs));
         let ctx = turn.tool_context();
-        let mut result = match tokio::time::timeout(limit, tool.call(args, &ctx)).await {
-            Ok(Ok(output)) => output,
-            Ok(Err(e)) => failure(e),
+        let (mut result, timeout_note) = match tokio::time::timeout(limit, tool.call(args, &ctx))
+            .await
+        {
+            Ok(result) => (result, None),
             Err(_) => {
                 ctx.cancel.cancel();
                 tracing::warn!(chat = %turn.chat, tool = name, "tool timed out");
-                let message = failure(format!("{name} timed out after {}s", limit.as_secs()));
+                let error = ToolError::new(format!("{name} timed out after {}s", limit.as_secs()));
                 let event = HookEvent::Timeout { tool: Some(name) };
                 match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
                     HookResult::Finish(text) => return ToolStep::Finish(text),
-                    HookResult::InjectContext(text) => format!("{message}\n\n[note] {text}"),
-                    HookResult::Continue | HookResult::Block { .. } => message,
+                    HookResult::InjectContext(text) => (Err(error), Some(text)),
+                    HookResult::Continue | HookResult::Block { .. } => (Err(error), None),
                 }
             }
         };
-        let event = HookEvent::AfterTool { tool: name, result: &result };
+        // The one place a tool's answer becomes JSON.
+        let mut message = tool_message(&result);
+        if let Some(text) = timeout_note {
+            message = format!("{message}\n\n[note] {text}");
+        }
+        let event = HookEvent::AfterTool { tool: name, result: &message };
         match run_hooks(&self.hooks, &event, &self.hook_context(turn)) {
-            HookResult::Block { reason } => result = failure(format!("blocked: {reason}")),
+            HookResult::Block { reason } => {
+                result = Err(ToolError::new(format!("blocked: {reason}")));
+                message = tool_message(&result);
+            }
             HookResult::Finish(text) => return ToolStep::Finish(text),
-            HookResult::InjectContext(text) => result = format!("{result}\n\n[note] {text}"),
+            HookResult::InjectContext(text) => message = format!("{message}\n\n[note] {text}"),
             HookResult::Continue => {}
         }
         if let Some(text) = note {
-            result = format!("{result}\n\n[note] {text}");
+            message = format!("{message}\n\n[note] {text}");
         }
-        ToolStep::Result(result)
+        ToolStep::Result { message, failed: result.is_err() }
     }
 }
 

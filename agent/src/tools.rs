@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use nexbot_core::ChatRef;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::Channel;
@@ -76,18 +76,75 @@ impl Channel for NoChannel {
     }
 }
 
-/// A tool failure, worded for the model.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ToolError(pub String);
+/// Fields a tool adds beside its output or error in the tool message (a delegation's
+/// `report`, `dropped_tools`, `note`, `open_todos`).
+type Extra = Vec<(&'static str, Value)>;
 
-impl ToolError {
-    pub fn new(message: impl Into<String>) -> Self {
-        Self(message.into())
+/// A tool's answer, typed until the tool message for the model is built ([`tool_message`]):
+/// JSON is made once, there, and nothing reads it back to learn whether the tool failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    output: Value,
+    extra: Extra,
+}
+
+impl ToolOutput {
+    pub fn new(output: impl Into<Value>) -> Self {
+        Self { output: output.into(), extra: Vec::new() }
+    }
+
+    /// The output with `key` beside it in the tool message.
+    pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Self {
+        self.extra.push((key, value.into()));
+        self
+    }
+
+    /// What the tool produced.
+    pub fn output(&self) -> &Value {
+        &self.output
+    }
+
+    /// The output as text: itself when it is a string, else its JSON.
+    pub fn text(&self) -> String {
+        self.to_string()
     }
 }
 
-pub type ToolResult = Result<String, ToolError>;
+/// The output as text (what [`ToolOutput::text`] gives).
+impl std::fmt::Display for ToolOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.output {
+            Value::String(text) => f.write_str(text),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+/// A tool failure, worded for the model (and, for a delegation, the fields beside it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    message: String,
+    extra: Extra,
+}
+
+impl ToolError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into(), extra: Vec::new() }
+    }
+
+    /// The error with `key` beside it in the tool message.
+    pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Self {
+        self.extra.push((key, value.into()));
+        self
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+pub type ToolResult = Result<ToolOutput, ToolError>;
 
 pub trait Tool: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
@@ -141,17 +198,34 @@ impl<T: TypedTool> Tool for T {
 /// Parses a tool's arguments into its struct, with an error naming the tool.
 fn parse_args<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolError> {
     serde_json::from_value(args)
-        .map_err(|e| ToolError(format!("invalid arguments for {tool}: {e}")))
+        .map_err(|e| ToolError::new(format!("invalid arguments for {tool}: {e}")))
 }
 
-/// The normalized success form.
-pub fn success(output: impl Into<Value>) -> String {
-    json!({"success": true, "output": output.into()}).to_string()
+/// The normalized success form of `output`.
+pub fn success(output: impl Into<Value>) -> ToolOutput {
+    ToolOutput::new(output)
 }
 
-/// The normalized failure form.
-pub fn failure(error: impl std::fmt::Display) -> String {
-    json!({"success": false, "error": error.to_string()}).to_string()
+/// The tool message for the model, in the one normalized form: `{"success": true, "output":
+/// …}` or `{"success": false, "error": "…"}`, with the answer's own fields beside them.
+pub fn tool_message(result: &ToolResult) -> String {
+    let mut object = serde_json::Map::new();
+    let extra = match result {
+        Ok(answer) => {
+            object.insert("success".into(), Value::Bool(true));
+            object.insert("output".into(), answer.output.clone());
+            &answer.extra
+        }
+        Err(error) => {
+            object.insert("success".into(), Value::Bool(false));
+            object.insert("error".into(), Value::String(error.message.clone()));
+            &error.extra
+        }
+    };
+    for (key, value) in extra {
+        object.insert((*key).to_owned(), value.clone());
+    }
+    Value::Object(object).to_string()
 }
 
 /// The tools offered to the model, by name; `spawn` is accepted as an alias of
@@ -189,5 +263,30 @@ impl ToolRegistry {
             .iter()
             .map(|t| ToolSpec::function(t.name(), t.description(), t.parameters()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The model reads one form; the answer's own fields sit beside `output` or `error`, and the
+    /// loop learns a failure from the type, never from the text.
+    #[test]
+    fn the_tool_message_is_made_once_in_the_normalized_form() {
+        let ok: ToolResult = Ok(success("done").with("note", "n"));
+        let message: Value = serde_json::from_str(&tool_message(&ok)).unwrap();
+        assert_eq!(message, json!({"success": true, "output": "done", "note": "n"}));
+        let failed: ToolResult = Err(ToolError::new("no").with("report", Value::Null));
+        let message: Value = serde_json::from_str(&tool_message(&failed)).unwrap();
+        assert_eq!(message, json!({"success": false, "error": "no", "report": null}));
+        // A tool whose output merely reads like a failure is still a success.
+        let lookalike: ToolResult = Ok(success(r#"{"success": false}"#));
+        assert!(lookalike.is_ok());
+        assert_eq!(
+            serde_json::from_str::<Value>(&tool_message(&lookalike)).unwrap()["success"],
+            true
+        );
     }
 }

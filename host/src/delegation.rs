@@ -79,9 +79,9 @@ pub struct AccessEnd {
     pub relay_tokens: Option<u64>,
     /// What those calls cost by the answering providers' prices.
     pub relay_cost: Option<nexbot_egress::TaskCost>,
-    /// What the task did through the egress (destinations allowed and denied, bytes), as
-    /// JSON, for its task record: records never depend on reading the audit log back.
-    pub egress: Option<serde_json::Value>,
+    /// What the task did through the egress (destinations allowed and denied, bytes), for
+    /// its receipt and task record: records never depend on reading the audit log back.
+    pub egress: Option<nexbot_egress::TaskSummary>,
 }
 
 /// A secret a task uses through the egress: proxy mode (bound `hosts`, the proxy fills the

@@ -408,7 +408,7 @@ impl LlmAccess for RelayAccess {
         AccessEnd {
             relay_tokens: finished.usage.map(|usage| usage.used),
             relay_cost: finished.cost,
-            egress: serde_json::to_value(&finished.egress).ok(),
+            egress: Some(finished.egress),
         }
     }
 }

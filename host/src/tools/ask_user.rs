@@ -115,11 +115,14 @@ mod tests {
         ];
         for (args, why) in cases {
             let err = tool.call(args.clone(), &ctx).await.unwrap_err();
-            assert!(err.0.contains(why), "{args}: {err}");
+            assert!(err.message().contains(why), "{args}: {err}");
         }
         // A valid question reaches the channel (here: none is running, and it says so).
         let err = tool.call(json!({"question": "ok?", "timeout": 5}), &ctx).await.unwrap_err();
-        assert!(err.0.contains("cannot ask the user") && err.0.contains("cannot ask"), "{err}");
+        assert!(
+            err.message().contains("cannot ask the user") && err.message().contains("cannot ask"),
+            "{err}"
+        );
     }
 
     /// A chat whose user never answers, and which says so when the wait is over.
@@ -155,7 +158,7 @@ mod tests {
         // Asked for an hour, waited the operator's 1 s.
         let started = std::time::Instant::now();
         let err = tool.call(json!({"question": "?", "timeout_secs": 3600}), &ctx).await;
-        assert!(err.unwrap_err().0.contains("no answer from the user within 1s"));
+        assert!(err.unwrap_err().message().contains("no answer from the user within 1s"));
         assert!(started.elapsed() < Duration::from_secs(5));
         // Stopped while waiting: the wait ends then, with a clear result.
         let tool = AskUser::new(Duration::from_secs(600));
@@ -166,7 +169,7 @@ mod tests {
         });
         let started = std::time::Instant::now();
         let err = tool.call(json!({"question": "?"}), &ctx).await.unwrap_err();
-        assert!(err.0.starts_with("stopped"), "{err}");
+        assert!(err.message().starts_with("stopped"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 

@@ -23,13 +23,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{failure, success, ToolContext, ToolError, ToolResult, TypedTool};
+use super::{success, ToolContext, ToolError, ToolOutput, ToolResult, TypedTool};
 use crate::deadlines::TaskDeadlines;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
 use crate::store::{Store, TaskEnd};
 use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
+use nexbot_egress::TaskSummary;
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
@@ -389,13 +390,16 @@ impl TypedTool for Delegate {
             None => {
                 end.status = "timeout".into();
                 end.error = Some(format!("no answer within {}s", limit.as_secs()));
-                failure(format!("the sub-agent did not answer within {}s", limit.as_secs()))
+                Err(ToolError::new(format!(
+                    "the sub-agent did not answer within {}s",
+                    limit.as_secs()
+                )))
             }
             Some(Err(e)) => {
                 killed = e.killed_by_operator;
                 end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
                 end.error = Some(e.to_string());
-                failure(format!("the sub-agent could not run the task: {e}"))
+                Err(ToolError::new(format!("the sub-agent could not run the task: {e}")))
             }
             Some(Ok(outcome)) => {
                 end.container = outcome.container;
@@ -420,9 +424,13 @@ impl TypedTool for Delegate {
                         // A direct call's output goes to the user, not to a model: no
                         // envelope (the subagent sanitized and redacted it).
                         if direct {
-                            success(result)
+                            Ok(success(result))
                         } else {
-                            mention_open_todos(success(untrusted(&id, &result)), &id, &open_todos)
+                            Ok(mention_open_todos(
+                                success(untrusted(&id, &result)),
+                                &id,
+                                &open_todos,
+                            ))
                         }
                     }
                     ResponseBody::Error { error, report } => {
@@ -436,7 +444,7 @@ impl TypedTool for Delegate {
                     other => {
                         end.status = "error".into();
                         end.error = Some(format!("unexpected answer: {other:?}"));
-                        failure("the sub-agent gave an unexpected answer")
+                        Err(ToolError::new("the sub-agent gave an unexpected answer"))
                     }
                 }
             }
@@ -449,7 +457,7 @@ impl TypedTool for Delegate {
             spend.charge_task(&ctx.chat, used, relay_cost).await;
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
-        end.egress = egress.map(|e| e.to_string());
+        end.egress = egress.as_ref().map(record_json);
         if end.usage == Usage::default() {
             // No usage in the answer (a failure, a timeout, a bare report): what the relay
             // charged is the best count there is; kept as completion tokens, like a report.
@@ -494,7 +502,7 @@ impl TypedTool for Delegate {
         if let Err(e) = self.store.finish_task(&id, end).await {
             tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
         }
-        Ok(mention_dropped(answer, &dropped))
+        mention_dropped(answer, &dropped)
     }
 }
 
@@ -523,19 +531,12 @@ impl Delegate {
             search_budget: None,
             run_tool: Some(CLI_TOOL.to_owned()),
         };
-        let answer = match self.run(args, ctx).await {
-            Ok(answer) => answer,
-            Err(e) => return format!("The {cli} CLI could not run: {e}"),
-        };
-        let value: Value = serde_json::from_str(&answer).unwrap_or_default();
-        if value["success"] == Value::Bool(true) {
-            match value["output"].as_str().unwrap_or_default().trim() {
+        match self.run(args, ctx).await {
+            Ok(answer) => match answer.text().trim() {
                 "" => format!("(The {cli} CLI finished without output.)"),
                 output => output.to_owned(),
-            }
-        } else {
-            let error = value["error"].as_str().unwrap_or("no result");
-            format!("The {cli} CLI did not finish: {error}")
+            },
+            Err(e) => format!("The {cli} CLI did not finish: {e}"),
         }
     }
 }
@@ -578,7 +579,7 @@ fn check_tools(tools: &[String]) -> Result<(), ToolError> {
 
 /// The answer for the model, telling it which granted tools the sub-agent did not have (the
 /// answer's `dropped_tools`: a subagent image older than this host's list of tools).
-fn mention_dropped(answer: String, dropped: &[String]) -> String {
+fn mention_dropped(answer: ToolResult, dropped: &[String]) -> ToolResult {
     if dropped.is_empty() {
         return answer;
     }
@@ -587,29 +588,21 @@ fn mention_dropped(answer: String, dropped: &[String]) -> String {
         dropped.join(", "),
         if dropped.len() == 1 { "it" } else { "them" }
     );
-    with_fields(answer, [("dropped_tools", json!(dropped)), ("note", note.into())])
+    match answer {
+        Ok(output) => Ok(output.with("dropped_tools", dropped).with("note", note)),
+        Err(error) => Err(error.with("dropped_tools", dropped).with("note", note)),
+    }
 }
 
 /// The answer for the model, naming the todo items the sub-agent left open (the answer's
 /// `open_todos`, after its completion check asked once more): its words, so in the envelope.
-fn mention_open_todos(answer: String, task_id: &str, open: &[Todo]) -> String {
+fn mention_open_todos(answer: ToolOutput, task_id: &str, open: &[Todo]) -> ToolOutput {
     if open.is_empty() {
         return answer;
     }
     let items: Vec<String> =
         open.iter().map(|t| format!("- {} ({})", t.content, t.status)).collect();
-    with_fields(answer, [("open_todos", untrusted(task_id, &items.join("\n")).into())])
-}
-
-/// `answer` (a JSON object) with `fields` added; an answer that is not one is kept as it is.
-fn with_fields<const N: usize>(answer: String, fields: [(&str, Value); N]) -> String {
-    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(&answer) else {
-        return answer;
-    };
-    for (key, value) in fields {
-        object.insert(key.into(), value);
-    }
-    Value::Object(object).to_string()
+    answer.with("open_todos", untrusted(task_id, &items.join("\n")))
 }
 
 /// Passes the task's progress to the chat until the task ends; returns the tools it called,
@@ -641,20 +634,22 @@ async fn show_progress(
 
 /// The destinations of an egress task summary (`destinations`: `host:port` → counts) it
 /// reached, and those it was refused.
-fn destinations(summary: &Value) -> (Vec<String>, Vec<String>) {
+fn destinations(summary: &TaskSummary) -> (Vec<String>, Vec<String>) {
     let (mut contacted, mut denied) = (Vec::new(), Vec::new());
-    if let Some(map) = summary.get("destinations").and_then(Value::as_object) {
-        for (destination, counts) in map {
-            let count = |key: &str| counts.get(key).and_then(Value::as_u64).unwrap_or(0);
-            if count("allowed") > 0 {
-                contacted.push(destination.clone());
-            }
-            if count("denied") > 0 {
-                denied.push(destination.clone());
-            }
+    for (destination, counts) in &summary.destinations {
+        if counts.allowed > 0 {
+            contacted.push(destination.clone());
+        }
+        if counts.denied > 0 {
+            denied.push(destination.clone());
         }
     }
     (contacted, denied)
+}
+
+/// The egress summary as the task record stores it (JSON text: the SQL edge).
+fn record_json(summary: &TaskSummary) -> String {
+    serde_json::to_string(summary).unwrap_or_default()
 }
 
 /// A task's LLM access; revoked when the task ends, or when the tool's future is dropped
@@ -696,7 +691,7 @@ impl Drop for Access<'_> {
             duration_ms: self.started.elapsed().as_millis() as i64,
             usage: Usage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
             error: Some("abandoned: the turn stopped waiting for the subagent".into()),
-            egress: egress.map(|e| e.to_string()),
+            egress: egress.as_ref().map(record_json),
             ..TaskEnd::default()
         };
         runtime.spawn(async move {
@@ -715,7 +710,7 @@ fn unfinished(
     status: &str,
     error: String,
     report: Option<nexbot_protocol::Report>,
-) -> String {
+) -> ToolResult {
     end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { status }.into();
     // A report gives only a total; it is kept as completion tokens.
     end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
@@ -723,7 +718,7 @@ fn unfinished(
     // The report's todos and recent messages are the sub-agent's words: data, like a result.
     let report =
         report.map(|r| untrusted(task_id, &serde_json::to_string_pretty(&r).unwrap_or_default()));
-    json!({"success": false, "error": error, "report": report}).to_string()
+    Err(ToolError::new(error).with("report", report))
 }
 
 /// The end of the envelope around a sub-agent's words.
@@ -746,6 +741,11 @@ pub fn untrusted(task_id: &str, text: &str) -> String {
 mod tests {
     use super::*;
     use crate::egress;
+
+    /// The tool message the model reads for `result`.
+    fn message(result: ToolResult) -> Value {
+        serde_json::from_str(&nexbot_agent::tools::tool_message(&result)).unwrap()
+    }
 
     #[test]
     fn a_subagents_words_cannot_close_their_envelope() {
@@ -1034,8 +1034,8 @@ mod tests {
 
         // Real names (the planning tool too) go through, as the whitelist.
         let tools = json!(["web_fetch", "update_todos"]);
-        let out = f.call(json!({"task": "t", "tools": tools})).await.unwrap();
-        assert!(out.contains(r#""success":true"#), "{out}");
+        let out = message(f.call(json!({"task": "t", "tools": tools})).await);
+        assert_eq!(out["success"], true, "{out}");
         let sent = f.runner.requests.lock().unwrap();
         assert_eq!(
             sent[0].tools.as_deref(),
@@ -1047,8 +1047,8 @@ mod tests {
     async fn the_seeds_fetch_page_is_accepted_and_sent_as_web_fetch_with_the_block_limit() {
         let f = Fixture::new(answer("read", &[])).await;
         let tools = json!(["fetch_page", "search_text", "web_fetch"]);
-        let out = f.call(json!({"task": "read the page", "tools": tools})).await.unwrap();
-        assert!(out.contains(r#""success":true"#), "{out}");
+        let out = message(f.call(json!({"task": "read the page", "tools": tools})).await);
+        assert_eq!(out["success"], true, "{out}");
         let sent = f.runner.requests.lock().unwrap().remove(0);
         assert_eq!(
             sent.tools.as_deref(),
@@ -1118,9 +1118,9 @@ mod tests {
         let ctx = ToolContext { channel: receipts.clone(), ..ToolContext::for_tests() };
         let out = {
             use crate::tools::Tool as _;
-            f.delegate.call(json!({"task": "look it up"}), &ctx).await.unwrap()
+            f.delegate.call(json!({"task": "look it up"}), &ctx).await
         };
-        let value: Value = serde_json::from_str(&out).unwrap();
+        let value = message(out);
         let open = value["open_todos"].as_str().unwrap();
         assert!(open.starts_with("<<<SUBAGENT_RESULT task="), "in the envelope: {open}");
         assert!(open.contains("- check ‹‹‹it››› (pending)"), "{open}");
@@ -1137,9 +1137,9 @@ mod tests {
         let ctx = ToolContext { channel: receipts.clone(), ..ToolContext::for_tests() };
         let out = {
             use crate::tools::Tool as _;
-            f.delegate.call(json!({"task": "t"}), &ctx).await.unwrap()
+            message(f.delegate.call(json!({"task": "t"}), &ctx).await)
         };
-        assert!(!out.contains("open_todos"), "{out}");
+        assert!(out.get("open_todos").is_none(), "{out}");
         let receipt = receipts.0.lock().unwrap().pop().unwrap();
         assert_eq!(receipt.searches, None);
         assert!(!receipt.render().contains("Searches"));
@@ -1169,8 +1169,7 @@ mod tests {
     async fn tools_the_subagent_dropped_are_told_to_the_model() {
         let f = Fixture::new(answer("the page says hi", &["web_fetch"])).await;
         let out =
-            f.call(json!({"task": "t", "tools": ["web_fetch", "run_command"]})).await.unwrap();
-        let out: Value = serde_json::from_str(&out).unwrap();
+            message(f.call(json!({"task": "t", "tools": ["web_fetch", "run_command"]})).await);
         assert_eq!(out["success"], true);
         assert!(out["output"].as_str().unwrap().contains("the page says hi"));
         assert_eq!(out["dropped_tools"], json!(["web_fetch"]));
@@ -1181,16 +1180,14 @@ mod tests {
 
         // Nothing dropped: nothing said.
         let f = Fixture::new(answer("fine", &[])).await;
-        let out: Value =
-            serde_json::from_str(&f.call(json!({"task": "t"})).await.unwrap()).unwrap();
+        let out = message(f.call(json!({"task": "t"})).await);
         assert!(out.get("dropped_tools").is_none() && out.get("note").is_none(), "{out}");
 
         // A failed task says it too, next to its error.
         let mut failed = Response::error("x", None, "LLM call failed", None);
         failed.dropped_tools = vec!["a_tool".into(), "b_tool".into()];
         let f = Fixture::new(failed).await;
-        let out: Value =
-            serde_json::from_str(&f.call(json!({"task": "t"})).await.unwrap()).unwrap();
+        let out = message(f.call(json!({"task": "t"})).await);
         assert_eq!(
             (out["success"].clone(), out["error"].clone()),
             (json!(false), json!("LLM call failed"))

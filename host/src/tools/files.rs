@@ -647,14 +647,17 @@ mod tests {
                     .call(tool, args_for(tool, path))
                     .await
                     .expect_err(&format!("{tool} accepted {path:?}"));
-                assert!(err.0.contains(why), "{tool} {path:?}: {err}");
+                assert!(err.message().contains(why), "{tool} {path:?}: {err}");
             }
         }
         // The daemon's names are simply not in the room: nothing to read, list or change...
         for tool in ["read_file", "edit_file", "list_dir", "delete_file"] {
             for (name, _) in DAEMON.iter().chain(&[("nexbot.sock", "")]) {
                 let err = f.call(tool, args_for(tool, name)).await.expect_err(name);
-                assert!(err.0.contains("no such file or directory"), "{tool} {name}: {err}");
+                assert!(
+                    err.message().contains("no such file or directory"),
+                    "{tool} {name}: {err}"
+                );
             }
         }
         // ...and a file of that name written by the chat is its own, nothing of the daemon's.
@@ -674,11 +677,14 @@ mod tests {
             .unwrap();
         assert_eq!(std::fs::read_to_string(f.room_a.join("plans.md")).unwrap(), "A's plans");
         let listing = f.call("list_dir", json!({})).await.unwrap();
-        assert!(!listing.contains("plans.md") && !listing.contains("a-secret"), "{listing}");
-        assert!(listing.contains("note.txt (11 bytes)"), "{listing}");
+        assert!(
+            !listing.text().contains("plans.md") && !listing.text().contains("a-secret"),
+            "{listing}"
+        );
+        assert!(listing.text().contains("note.txt (11 bytes)"), "{listing}");
         for path in ["plans.md", "a-secret.txt"] {
             let err = f.call("read_file", json!({"path": path})).await.unwrap_err();
-            assert_eq!(err.0, format!("{path}: no such file or directory"));
+            assert_eq!(err.message(), format!("{path}: no such file or directory"));
         }
         // B writing the same name writes B's own file.
         f.call("write_file", json!({"path": "plans.md", "content": "B's"})).await.unwrap();
@@ -706,12 +712,15 @@ mod tests {
                             .call_as(&chat, tool, args)
                             .await
                             .expect_err(&format!("{tool} changed {path}"));
-                        assert!(err.0.contains("is the operator's file"), "{tool} {path}: {err}");
+                        assert!(
+                            err.message().contains("is the operator's file"),
+                            "{tool} {path}: {err}"
+                        );
                     }
                 }
             }
             let listing = f.call_as(&chat, "list_dir", json!({"path": "."})).await.unwrap();
-            assert!(listing.contains("TOOLS.md (the operator's, read-only)"), "{listing}");
+            assert!(listing.text().contains("TOOLS.md (the operator's, read-only)"), "{listing}");
         }
         f.untouched();
         assert!(!f.room_b.join("TOOLS.md").exists() && !f.room_a.join("TOOLS.md").exists());
@@ -732,7 +741,7 @@ mod tests {
             .call("edit_file", json!({"path": "a/b/c.txt", "old_text": "x", "new_text": "z"}))
             .await
             .unwrap_err();
-        assert!(err.0.contains("occurs 2 times"), "{err}");
+        assert!(err.message().contains("occurs 2 times"), "{err}");
         f.call(
             "edit_file",
             json!({"path": "a/b/c.txt", "old_text": "x", "new_text": "z", "replace_all": true}),
@@ -742,14 +751,17 @@ mod tests {
         assert_eq!(std::fs::read_to_string(f.room_b.join("a/b/c.txt")).unwrap(), "z y z");
         let listing = f.call("list_dir", json!({})).await.unwrap();
         for expected in ["a/", "note.txt (11 bytes)", "to_a (symlink)", "sub/"] {
-            assert!(listing.contains(expected), "{listing}");
+            assert!(listing.text().contains(expected), "{listing}");
         }
         f.call("delete_file", json!({"path": "a/b/c.txt"})).await.unwrap();
         assert!(!f.room_b.join("a/b/c.txt").exists());
         let err = f.call("delete_file", json!({"path": "sub"})).await.unwrap_err();
-        assert!(err.0.contains("is a directory"), "{err}");
+        assert!(err.message().contains("is a directory"), "{err}");
         let err = f.call("read_file", json!({"path": "note.txt", "extra": 1})).await.unwrap_err();
-        assert!(err.0.contains("invalid arguments for read_file") && err.0.contains("extra"));
+        assert!(
+            err.message().contains("invalid arguments for read_file")
+                && err.message().contains("extra")
+        );
     }
 
     #[tokio::test]
@@ -759,10 +771,10 @@ mod tests {
         std::os::unix::fs::symlink(f.ws.join("USER.md"), f.room_b.join("sub/link.md")).unwrap();
         for path in ["USER.md", "./MEMORY.md"] {
             let read = f.call_as(&stranger, "read_file", json!({"path": path})).await.unwrap_err();
-            assert!(read.0.contains("owner's personal notes"), "{path}: {read}");
+            assert!(read.message().contains("owner's personal notes"), "{path}: {read}");
         }
         let read = f.call_as(&stranger, "read_file", json!({"path": "sub/link.md"})).await;
-        assert!(read.unwrap_err().0.contains("outside this chat's folder"));
+        assert!(read.unwrap_err().message().contains("outside this chat's folder"));
         for (tool, args) in [
             ("write_file", json!({"path": "MEMORY.md", "content": "planted"})),
             ("write_file", json!({"path": "USER.md", "content": "planted"})),
@@ -770,25 +782,28 @@ mod tests {
             ("delete_file", json!({"path": "USER.md"})),
         ] {
             let err = f.call_as(&stranger, tool, args).await.unwrap_err();
-            assert!(err.0.contains("owner's personal notes"), "{tool}: {err}");
+            assert!(err.message().contains("owner's personal notes"), "{tool}: {err}");
         }
         let listing = f.call_as(&stranger, "list_dir", json!({})).await.unwrap();
-        assert!(!listing.contains("USER.md") && !listing.contains("MEMORY.md"), "{listing}");
+        assert!(
+            !listing.text().contains("USER.md") && !listing.text().contains("MEMORY.md"),
+            "{listing}"
+        );
         f.untouched();
         // The owner's chat reads both, rewrites USER.md, and changes MEMORY.md only through
         // the memory tool.
         let owner = ctx(A, true);
         let own = f.call_as(&owner, "read_file", json!({"path": "USER.md"})).await.unwrap();
-        assert!(own.contains("Alice"));
+        assert!(own.text().contains("Alice"));
         let memory = f.call_as(&owner, "read_file", json!({"path": "MEMORY.md"})).await.unwrap();
-        assert!(memory.contains("bank"));
+        assert!(memory.text().contains("bank"));
         let err = f
             .call_as(&owner, "write_file", json!({"path": "MEMORY.md", "content": "x"}))
             .await
             .unwrap_err();
-        assert!(err.0.contains("memory tool"), "{err}");
+        assert!(err.message().contains("memory tool"), "{err}");
         let listing = f.call_as(&owner, "list_dir", json!({})).await.unwrap();
-        assert!(listing.contains("USER.md (the owner's)"), "{listing}");
+        assert!(listing.text().contains("USER.md (the owner's)"), "{listing}");
         f.call_as(
             &owner,
             "edit_file",

@@ -108,13 +108,13 @@ mod tests {
         ];
         for (args, why) in cases {
             let err = ManageMessage.call(args.clone(), &ctx).await.unwrap_err();
-            assert!(err.0.contains(why), "{args}: {err}");
+            assert!(err.message().contains(why), "{args}: {err}");
         }
         // Valid: handed to the chat's channel, which says what it cannot do.
         let err = ManageMessage
             .call(json!({"action": "delete", "message_id": 3}), &ctx)
             .await
             .unwrap_err();
-        assert!(err.0.contains("cannot delete messages"), "{err}");
+        assert!(err.message().contains("cannot delete messages"), "{err}");
     }
 }

@@ -134,10 +134,8 @@ mod tests {
         tool.call(json!({"action": "append", "text": planted, "source": "tool_result"}), &ctx)
             .await
             .unwrap();
-        let out: serde_json::Value =
-            serde_json::from_str(&tool.call(json!({"action": "read"}), &ctx).await.unwrap())
-                .unwrap();
-        let lines: Vec<&str> = out["output"].as_str().unwrap().lines().collect();
+        let out = tool.call(json!({"action": "read"}), &ctx).await.unwrap().text();
+        let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 3, "a note is one line: {lines:?}");
         assert!(lines[1].starts_with("- likes tea (from the user, 20"), "{lines:?}");
         assert!(
@@ -147,9 +145,9 @@ mod tests {
         assert!(lines[2].contains(") (from a tool result, 20"), "{lines:?}");
         // Where a fact came from is not optional.
         let err = tool.call(json!({"action": "append", "text": "x"}), &ctx).await.unwrap_err();
-        assert!(err.0.contains("source"), "{err}");
+        assert!(err.message().contains("source"), "{err}");
         let err = tool.call(json!({"action": "forget"}), &ctx).await.unwrap_err();
-        assert!(err.0.contains("invalid arguments for memory"), "{err}");
+        assert!(err.message().contains("invalid arguments for memory"), "{err}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

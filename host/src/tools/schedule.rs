@@ -245,7 +245,11 @@ mod tests {
         for (answer, needle) in [(Some(false), "refused"), (None, "did not confirm")] {
             let (ctx, user) = answering(answer);
             let err = tool.run(create(), &ctx).await.unwrap_err();
-            assert!(err.0.contains(needle) && err.0.contains("not scheduled"), "{}", err.0);
+            assert!(
+                err.message().contains(needle) && err.message().contains("not scheduled"),
+                "{}",
+                err.message()
+            );
             let asked = user.asked.lock().unwrap().clone();
             assert_eq!(asked.len(), 1);
             assert!(asked[0].contains("post the digest") && asked[0].contains("5000"), "{asked:?}");
@@ -272,11 +276,19 @@ mod tests {
         for (cron, gap) in [("*/30 * * * * *", "30 s"), ("0,10 0 9 * * *", "10 s")] {
             let v = json!({"action": "create", "task": "t", "cron": cron});
             let err = tool.run(args(v), &ctx).await.unwrap_err();
-            assert!(err.0.contains(gap) && err.0.contains("once a minute"), "{cron}: {}", err.0);
+            assert!(
+                err.message().contains(gap) && err.message().contains("once a minute"),
+                "{cron}: {}",
+                err.message()
+            );
         }
         let v = json!({"action": "create", "task": "t", "cron": "0 * * * * *", "token_budget": 100_001});
         let err = tool.run(args(v), &ctx).await.unwrap_err();
-        assert!(err.0.contains("100001") && err.0.contains("100000"), "{}", err.0);
+        assert!(
+            err.message().contains("100001") && err.message().contains("100000"),
+            "{}",
+            err.message()
+        );
         assert!(user.asked.lock().unwrap().is_empty(), "refused before anyone is asked");
         tool.run(args(json!({"action": "create", "task": "t", "cron": "0 * * * * *"})), &ctx)
             .await
@@ -295,8 +307,7 @@ mod tests {
             .run(args(json!({"action": "create", "task": "water the plants", "cron": "0 0 8 * * *", "time_zone": "Europe/Berlin"})), &ctx)
             .await
             .unwrap();
-        let made: Value = serde_json::from_str(&made).unwrap_or_else(|_| json!(made));
-        let text = made.to_string();
+        let text = made.text();
         assert!(text.contains("Europe/Berlin") && text.contains("skip"), "{text}");
         let other = ChatRef::console("other").unwrap();
         let theirs = crate::scheduler::create_job(
@@ -308,10 +319,11 @@ mod tests {
         .await
         .unwrap();
         let listed = tool.run(args(json!({"action": "list"})), &ctx).await.unwrap();
+        let listed = listed.text();
         assert!(listed.contains("water the plants") && !listed.contains("\"x\""), "{listed}");
         let err =
             tool.run(args(json!({"action": "cancel", "id": theirs.id})), &ctx).await.unwrap_err();
-        assert!(err.0.contains("no active job"), "{}", err.0);
+        assert!(err.message().contains("no active job"), "{}", err.message());
         let mine = tool.store.active_jobs(Some(&ctx.chat)).await.unwrap()[0].id;
         tool.run(args(json!({"action": "cancel", "id": mine})), &ctx).await.unwrap();
         assert!(tool.store.active_jobs(Some(&ctx.chat)).await.unwrap().is_empty());
@@ -336,7 +348,7 @@ mod tests {
             (json!({"action": "create", "task": " ", "at": "in 5m"}), "empty"),
         ] {
             let err = tool.run(args(v.clone()), &ctx).await.unwrap_err();
-            assert!(err.0.contains(needle), "{v}: {}", err.0);
+            assert!(err.message().contains(needle), "{v}: {}", err.message());
         }
     }
 }

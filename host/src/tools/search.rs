@@ -190,10 +190,8 @@ mod tests {
         }
     }
 
-    fn output(result: &str) -> String {
-        let value: Value = serde_json::from_str(result).unwrap();
-        assert_eq!(value["success"], true, "{result}");
-        value["output"].as_str().unwrap().to_owned()
+    fn output(result: &super::super::ToolOutput) -> String {
+        result.output().as_str().unwrap().to_owned()
     }
 
     #[tokio::test]

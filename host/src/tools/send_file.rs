@@ -186,10 +186,10 @@ mod tests {
         ];
         for (args, ctx, why) in cases {
             let err = f.tool.call(args.clone(), ctx).await.unwrap_err();
-            assert!(err.0.contains(why), "{args}: {err}");
+            assert!(err.message().contains(why), "{args}: {err}");
         }
         // A good file reaches the channel (none runs here, and that is said with the path).
         let err = f.tool.call(json!({"path": "report.txt"}), &ctx).await.unwrap_err();
-        assert!(err.0.starts_with("report.txt: not sent:"), "{err}");
+        assert!(err.message().starts_with("report.txt: not sent:"), "{err}");
     }
 }

@@ -129,12 +129,12 @@ mod tests {
         let tool =
             ReadSkill::new(Skills::load(Some(dir.clone()), Vec::new(), Duration::from_millis(50)));
         let ctx = ToolContext::for_tests();
-        let list = tool.call(json!({}), &ctx).await.unwrap();
+        let list = tool.call(json!({}), &ctx).await.unwrap().text();
         assert!(list.contains("alpha: First") && list.contains("evil (quarantined)"), "{list}");
-        let read = tool.call(json!({"name": "alpha"}), &ctx).await.unwrap();
+        let read = tool.call(json!({"name": "alpha"}), &ctx).await.unwrap().text();
         assert!(read.contains("Step one.") && read.contains("- ref/notes.md (4 bytes)"), "{read}");
         let file = tool.call(json!({"name": "alpha", "file": "ref/notes.md"}), &ctx).await.unwrap();
-        assert!(file.contains("\"output\":\"more\""), "{file}");
+        assert_eq!(file.text(), "more");
         let evil = tool.call(json!({"name": "evil"}), &ctx).await.unwrap_err().to_string();
         assert!(evil.contains("is quarantined: flagged"), "{evil}");
         let escape = tool.call(json!({"name": "alpha", "file": "../evil/SKILL.md"}), &ctx).await;
