@@ -78,6 +78,106 @@ impl JobCreator {
     }
 }
 
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Active,
+    /// A one-shot job that ran or was skipped.
+    Done,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Done => "done",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Active, Self::Done, Self::Cancelled].into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// How a run of a job went (its ledger row's `outcome`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Handed to the workers, not started.
+    #[default]
+    Queued,
+    Running,
+    Ok,
+    Failed,
+    /// The run used its token budget.
+    OverBudget,
+    /// Due while the daemon was down (or unusable), and not run.
+    Skipped,
+    /// The queue was full when it was due.
+    DroppedBusy,
+    Cancelled,
+}
+
+impl RunOutcome {
+    const ALL: [Self; 8] = [
+        Self::Queued,
+        Self::Running,
+        Self::Ok,
+        Self::Failed,
+        Self::OverBudget,
+        Self::Skipped,
+        Self::DroppedBusy,
+        Self::Cancelled,
+    ];
+
+    /// The stored and shown text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Ok => "ok",
+            Self::Failed => "failed",
+            Self::OverBudget => "over budget",
+            Self::Skipped => "skipped",
+            Self::DroppedBusy => "dropped: busy",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A text column read as one of the enums above; an unknown word is a corrupt row.
+pub(crate) fn word<T>(
+    r: &rusqlite::Row<'_>,
+    i: usize,
+    parse: fn(&str) -> Option<T>,
+) -> rusqlite::Result<T> {
+    let text: String = r.get(i)?;
+    parse(&text).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Text,
+            format!("unknown value {text:?}").into(),
+        )
+    })
+}
+
 /// A stored job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
@@ -94,8 +194,7 @@ pub struct Job {
     /// The next run (unix seconds); `None` once a one-shot job ran.
     pub next_run: Option<i64>,
     pub heartbeat: bool,
-    /// `active`, `done` (a one-shot that ran or was skipped) or `cancelled`.
-    pub state: String,
+    pub state: JobState,
     pub created_at: i64,
     pub created_by: JobCreator,
     /// Tokens one run may use (the main agent's and its delegated tasks'); `None`: the
@@ -127,9 +226,7 @@ pub struct JobRun {
     pub scheduled_at: i64,
     pub started_at: Option<i64>,
     pub ended_at: Option<i64>,
-    /// `queued`, `running`, `ok`, `failed`, `over budget`, `skipped`, `dropped: busy`,
-    /// `cancelled`.
-    pub outcome: String,
+    pub outcome: RunOutcome,
     pub detail: Option<String>,
     pub prompt_tokens: i64,
     pub completion_tokens: i64,
@@ -176,7 +273,7 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
         missed: Missed::parse(&missed).unwrap_or(Missed::Skip),
         next_run: r.get(8)?,
         heartbeat: r.get::<_, i64>(9)? != 0,
-        state: r.get(10)?,
+        state: word(r, 10, JobState::parse)?,
         created_at: r.get(11)?,
         created_by: JobCreator::from_columns(r.get(12)?, r.get(13)?),
         token_budget: r.get::<_, Option<i64>>(14)?.map(|b| b.max(0) as u64),
@@ -190,7 +287,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRun> {
         scheduled_at: r.get(2)?,
         started_at: r.get(3)?,
         ended_at: r.get(4)?,
-        outcome: r.get(5)?,
+        outcome: word(r, 5, RunOutcome::parse)?,
         detail: r.get(6)?,
         prompt_tokens: r.get(7)?,
         completion_tokens: r.get(8)?,
@@ -205,7 +302,7 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRun> {
 /// How a run ended, for [`Store::finish_job_run`].
 #[derive(Debug, Clone, Default)]
 pub struct RunEnd {
-    pub outcome: String,
+    pub outcome: RunOutcome,
     pub detail: Option<String>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -224,7 +321,7 @@ pub struct TickItem {
     /// The job cannot run any more (its schedule is unusable).
     pub cancel: bool,
     /// Runs that did not start: (scheduled time, outcome, detail).
-    pub rows: Vec<(i64, &'static str, Option<String>)>,
+    pub rows: Vec<(i64, RunOutcome, Option<String>)>,
     /// The run handed to the workers: (scheduled time, note).
     pub fire: Option<(i64, Option<String>)>,
 }
@@ -235,8 +332,6 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// The outcome of a run the full queue refused.
-pub const DROPPED: &str = "dropped: busy";
 /// A job's `dropped: busy` runs this close together are one ledger row.
 const DROPPED_MERGE_SECS: i64 = 60;
 
@@ -306,9 +401,12 @@ impl Store {
                 for item in items {
                     next.execute(params![item.job_id, item.next, item.cancel])?;
                     for (t, outcome, detail) in item.rows {
-                        if outcome == DROPPED && merge_dropped(&tx, item.job_id, t, now)? {
+                        if outcome == RunOutcome::DroppedBusy
+                            && merge_dropped(&tx, item.job_id, t, now)?
+                        {
                             continue;
                         }
+                        let outcome = outcome.as_str();
                         row.execute(params![item.job_id, t, now, outcome, detail, None::<i64>])?;
                     }
                     ids.push(match item.fire {
@@ -470,12 +568,12 @@ impl Store {
         &self,
         job_id: i64,
         scheduled_at: i64,
-        outcome: &str,
+        outcome: RunOutcome,
         detail: Option<String>,
     ) -> Result<i64, StoreError> {
-        let outcome = outcome.to_owned();
         self.call(move |c| {
-            let queued = outcome == "queued";
+            let queued = outcome == RunOutcome::Queued;
+            let outcome = outcome.as_str();
             let ended = (!queued).then(unix_now);
             let handed = queued.then(now_ms);
             c.execute(
@@ -512,7 +610,7 @@ impl Store {
                  WHERE id = ?1",
                 params![
                     run_id,
-                    end.outcome,
+                    end.outcome.as_str(),
                     end.detail,
                     end.prompt_tokens as i64,
                     end.completion_tokens as i64,
@@ -631,7 +729,7 @@ mod tests {
         assert!(store.cancel_job(j2, Some(&b)).await.unwrap());
         assert!(store.due_jobs(1_000).await.unwrap().iter().all(|j| j.id != j2));
         store.set_next_run(j1, None).await.unwrap();
-        assert_eq!(store.job(j1).await.unwrap().unwrap().state, "done");
+        assert_eq!(store.job(j1).await.unwrap().unwrap().state, JobState::Done);
         assert!(store.active_jobs(None).await.unwrap().is_empty());
     }
 
@@ -647,36 +745,36 @@ mod tests {
                 job_id: a,
                 next: Some(200),
                 cancel: false,
-                rows: vec![(90, "skipped", Some("x".into()))],
+                rows: vec![(90, RunOutcome::Skipped, Some("x".into()))],
                 fire: Some((100, None)),
             },
             TickItem {
                 job_id: b,
                 next: None,
                 cancel: false,
-                rows: vec![(100, "dropped: busy", None)],
+                rows: vec![(100, RunOutcome::DroppedBusy, None)],
                 fire: None,
             },
             TickItem {
                 job_id: c,
                 next: None,
                 cancel: true,
-                rows: vec![(100, "failed", Some("bad".into()))],
+                rows: vec![(100, RunOutcome::Failed, Some("bad".into()))],
                 fire: None,
             },
         ];
         let ids = store.apply_tick(items).await.unwrap();
         assert!(ids[0].is_some() && ids[1].is_none() && ids[2].is_none());
         assert_eq!(store.job(a).await.unwrap().unwrap().next_run, Some(200));
-        assert_eq!(store.job(b).await.unwrap().unwrap().state, "done");
-        assert_eq!(store.job(c).await.unwrap().unwrap().state, "cancelled");
+        assert_eq!(store.job(b).await.unwrap().unwrap().state, JobState::Done);
+        assert_eq!(store.job(c).await.unwrap().unwrap().state, JobState::Cancelled);
         let runs = store.job_runs(Some(a), 10).await.unwrap();
         assert_eq!(
             runs.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
             ["queued", "skipped"]
         );
         assert!(runs[0].handed_at_ms.is_some() && runs[1].handed_at_ms.is_none());
-        assert_eq!(store.job_runs(Some(b), 10).await.unwrap()[0].outcome, "dropped: busy");
+        assert_eq!(store.job_runs(Some(b), 10).await.unwrap()[0].outcome, RunOutcome::DroppedBusy);
     }
 
     #[tokio::test]
@@ -684,12 +782,13 @@ mod tests {
         let store = store("ledger").await;
         let chat = ChatRef::console("a").unwrap();
         let job = store.add_job(new_job(&chat, 100)).await.unwrap();
-        store.add_job_run(job, 90, "skipped", Some("daemon down".into())).await.unwrap();
+        store.add_job_run(job, 90, RunOutcome::Skipped, Some("daemon down".into())).await.unwrap();
         for tokens in [10, 30] {
-            let run = store.add_job_run(job, 100, "queued", Some("late".into())).await.unwrap();
+            let run =
+                store.add_job_run(job, 100, RunOutcome::Queued, Some("late".into())).await.unwrap();
             store.start_job_run(run).await.unwrap();
             let end = RunEnd {
-                outcome: "ok".into(),
+                outcome: RunOutcome::Ok,
                 prompt_tokens: tokens,
                 completion_tokens: 0,
                 message: Some("hi".into()),
@@ -697,16 +796,16 @@ mod tests {
             };
             store.finish_job_run(run, end).await.unwrap();
         }
-        let open = store.add_job_run(job, 110, "queued", None).await.unwrap();
-        let stale = store.add_job_run(job, 5, "ok", None).await.unwrap();
+        let open = store.add_job_run(job, 110, RunOutcome::Queued, None).await.unwrap();
+        let stale = store.add_job_run(job, 5, RunOutcome::Ok, None).await.unwrap();
         assert_eq!(store.prune_job_runs(80).await.unwrap(), 1, "only the finished old run");
         assert!(store.job_runs(Some(job), 10).await.unwrap().iter().all(|r| r.id != stale));
         assert_eq!(store.settle_open_job_runs("stopped").await.unwrap(), 1);
         let runs = store.job_runs(Some(job), 10).await.unwrap();
         assert_eq!(runs.len(), 4);
         assert_eq!(runs[0].id, open);
-        assert_eq!(runs[0].outcome, "cancelled");
-        assert_eq!(runs[3].outcome, "skipped");
+        assert_eq!(runs[0].outcome, RunOutcome::Cancelled);
+        assert_eq!(runs[3].outcome, RunOutcome::Skipped);
         assert!(runs[1].started_at.is_some() && runs[1].ended_at.is_some());
         assert!(runs[1].handed_at_ms.unwrap() >= 100_000, "queued runs say when");
         assert_eq!(runs[3].handed_at_ms, None, "a skipped run was never handed over");

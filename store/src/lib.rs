@@ -251,7 +251,7 @@ fn task_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
         session_id: r.get(2)?,
         task: r.get(3)?,
         container: r.get(4)?,
-        status: r.get(5)?,
+        status: jobs::word(r, 5, TaskStatus::parse)?,
         started_at: r.get(6)?,
         duration_ms: r.get(7)?,
         prompt_tokens: r.get(8)?,
@@ -322,8 +322,7 @@ pub struct TaskRecord {
     pub session_id: Option<i64>,
     pub task: String,
     pub container: Option<String>,
-    /// `running`, `success`, `error`, `timeout`, `cancelled`.
-    pub status: String,
+    pub status: TaskStatus,
     pub started_at: i64,
     pub duration_ms: Option<i64>,
     pub prompt_tokens: i64,
@@ -333,10 +332,48 @@ pub struct TaskRecord {
     pub egress: Option<String>,
 }
 
+/// Where a delegated task is: running, or how it ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TaskStatus {
+    Running,
+    Success,
+    /// Failed (the default of an end no branch named: a task never ends as "unknown").
+    #[default]
+    Error,
+    Timeout,
+    Cancelled,
+}
+
+impl TaskStatus {
+    const ALL: [Self; 5] =
+        [Self::Running, Self::Success, Self::Error, Self::Timeout, Self::Cancelled];
+
+    /// The stored and shown text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How a delegated task ended, for [`Store::finish_task`].
 #[derive(Debug, Clone, Default)]
 pub struct TaskEnd {
-    pub status: String,
+    pub status: TaskStatus,
     pub container: Option<String>,
     pub duration_ms: i64,
     pub usage: Usage,
@@ -746,7 +783,7 @@ impl Store {
                  egress = COALESCE(?8, egress) WHERE id = ?1",
                 params![
                     id,
-                    end.status,
+                    end.status.as_str(),
                     end.container,
                     end.duration_ms,
                     end.usage.prompt_tokens as i64,
@@ -1170,7 +1207,7 @@ mod tests {
         store.receive_update(row(2), None).await.unwrap(); // pending: never pruned
         store.start_task("old", &chat, None, "x").await.unwrap();
         store
-            .finish_task("old", TaskEnd { status: "success".into(), ..TaskEnd::default() })
+            .finish_task("old", TaskEnd { status: TaskStatus::Success, ..TaskEnd::default() })
             .await
             .unwrap();
         store.start_task("running", &chat, None, "y").await.unwrap();
@@ -1245,9 +1282,9 @@ mod tests {
         assert_eq!(store.setting(&c, "agent").await.unwrap().as_deref(), Some("off"));
 
         store.start_task("t1", &c, Some(s), "do it").await.unwrap();
-        assert_eq!(store.tasks(&c).await.unwrap()[0].status, "running");
+        assert_eq!(store.tasks(&c).await.unwrap()[0].status, TaskStatus::Running);
         let end = TaskEnd {
-            status: "success".into(),
+            status: TaskStatus::Success,
             container: Some("abc".into()),
             duration_ms: 12,
             usage: Usage { prompt_tokens: 3, completion_tokens: 4 },

@@ -10,7 +10,7 @@ use nexbot_core::ChatRef;
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::scheduler::jobs::{Job, JobCreator};
+use crate::scheduler::jobs::{Job, JobCreator, JobState};
 use crate::scheduler::{create_job, job_schedule, schedule, JobError, JobSpec};
 use crate::store::{unix_now, Store};
 
@@ -138,7 +138,7 @@ async fn remove(
     on(&s)?;
     let job = s.0.store.job(id).await.map_err(ApiError::internal)?;
     match job {
-        Some(job) if job.heartbeat && job.state == "active" => Err(ApiError::new(
+        Some(job) if job.heartbeat && job.state == JobState::Active => Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("job {id} is the heartbeat check {:?}: remove it from HEARTBEAT.md", job.name),
         )),
@@ -172,7 +172,7 @@ async fn runs(
             scheduled_at: r.scheduled_at,
             started_at: r.started_at,
             ended_at: r.ended_at,
-            outcome: r.outcome,
+            outcome: r.outcome.as_str().to_owned(),
             detail: r.detail,
             tokens: r.prompt_tokens + r.completion_tokens + r.task_tokens,
             times: r.times,

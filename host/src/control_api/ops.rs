@@ -195,7 +195,7 @@ fn task_row(record: &TaskRecord) -> TaskRow {
     TaskRow {
         id: record.id.clone(),
         chat: record.chat.to_string(),
-        status: record.status.clone(),
+        status: record.status.as_str().to_owned(),
         started_at: record.started_at,
         duration_ms: record.duration_ms,
         prompt_tokens: record.prompt_tokens,

@@ -31,7 +31,7 @@ use chrono_tz::Tz;
 use nexbot_core::ChatRef;
 use tokio_util::sync::CancellationToken;
 
-use self::jobs::{Job, JobCreator, Missed, NewJob, RunEnd, TickItem};
+use self::jobs::{Job, JobCreator, Missed, NewJob, RunEnd, RunOutcome, TickItem};
 use self::queue::{FairQueue, LaneKey, Work};
 use self::schedule::Schedule;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
@@ -546,7 +546,7 @@ impl Scheduler {
                 Err(e) => {
                     tracing::error!(job = job.id, error = %e, "a job's schedule is unusable; cancelled");
                     item.cancel = true;
-                    item.rows.push((at, "failed", Some(e.to_string())));
+                    item.rows.push((at, RunOutcome::Failed, Some(e.to_string())));
                 }
                 Ok(schedule) => {
                     let plan = plan(&schedule, job.missed, at, now, self.late, self.window);
@@ -554,14 +554,14 @@ impl Scheduler {
                     skipped += plan.skipped.len() as u64 + plan.more_skipped;
                     let last = plan.skipped.last().map_or(at, |s| s.0);
                     for (t, why) in plan.skipped {
-                        item.rows.push((t, "skipped", Some(why)));
+                        item.rows.push((t, RunOutcome::Skipped, Some(why)));
                     }
                     if plan.more_skipped > 0 {
                         let why = format!(
                             "missed: {} more runs while the daemon was not running",
                             plan.more_skipped
                         );
-                        item.rows.push((last, "skipped", Some(why)));
+                        item.rows.push((last, RunOutcome::Skipped, Some(why)));
                     }
                     if let Some((t, note)) = plan.fire {
                         let full = self.stats.pending.load(Ordering::Relaxed) + reserved >= cap;
@@ -570,7 +570,7 @@ impl Scheduler {
                         if full && room.is_none() {
                             tracing::warn!(job = job.id, "scheduler queue full: run dropped");
                             dropped += 1;
-                            item.rows.push((t, jobs::DROPPED, note));
+                            item.rows.push((t, RunOutcome::DroppedBusy, note));
                         } else {
                             if let Some(work) = room {
                                 self.stats.pending.fetch_sub(1, Ordering::Relaxed);
@@ -756,7 +756,7 @@ impl Worker {
         let started = Instant::now();
         let end = if self.cancel.is_cancelled() {
             RunEnd {
-                outcome: "cancelled".into(),
+                outcome: RunOutcome::Cancelled,
                 detail: Some("the daemon stopped before the run started".into()),
                 ..RunEnd::default()
             }
@@ -767,8 +767,8 @@ impl Worker {
             self.turn(&job).await
         };
         let seconds = started.elapsed().as_secs_f64();
-        match end.outcome.as_str() {
-            "ok" => self.stats.completed.fetch_add(1, Ordering::Relaxed),
+        match end.outcome {
+            RunOutcome::Ok => self.stats.completed.fetch_add(1, Ordering::Relaxed),
             _ => self.stats.failed.fetch_add(1, Ordering::Relaxed),
         };
         self.stats.observe(seconds);
@@ -796,7 +796,7 @@ impl Worker {
             self.agent.run_turn_within(&job.chat, &prompt, origin, cancel, channel, Some(budget));
         let outcome = outcome.await;
         let mut end = RunEnd {
-            outcome: "ok".into(),
+            outcome: RunOutcome::Ok,
             prompt_tokens: outcome.usage.prompt_tokens,
             completion_tokens: outcome.usage.completion_tokens,
             task_tokens: outcome.task_tokens,
@@ -805,7 +805,7 @@ impl Worker {
         match outcome.status {
             TurnStatus::Answered => {}
             TurnStatus::OverBudget => {
-                end.outcome = "over budget".into();
+                end.outcome = RunOutcome::OverBudget;
                 end.detail = Some(format!(
                     "stopped after {} tokens; the budget per run is {budget}",
                     outcome.usage.prompt_tokens
@@ -814,23 +814,23 @@ impl Worker {
                 ));
             }
             TurnStatus::Cancelled => {
-                end.outcome = "cancelled".into();
+                end.outcome = RunOutcome::Cancelled;
                 end.detail = Some("the daemon stopped during the run".into());
                 return end;
             }
             TurnStatus::Stopped => {
-                end.outcome = "cancelled".into();
+                end.outcome = RunOutcome::Cancelled;
                 end.detail = Some("stopped in the chat with /stop".into());
                 return end;
             }
             other => {
-                end.outcome = "failed".into();
+                end.outcome = RunOutcome::Failed;
                 end.detail = Some(format!("turn ended {other:?}"));
             }
         }
-        if end.outcome == "ok" && outcome.tool_calls > 0 {
+        if end.outcome == RunOutcome::Ok && outcome.tool_calls > 0 {
             if outcome.tool_failures == outcome.tool_calls {
-                end.outcome = "failed".into();
+                end.outcome = RunOutcome::Failed;
                 end.detail = Some(format!("every tool call failed ({})", outcome.tool_calls));
             } else if outcome.tool_failures > 0 {
                 end.detail = Some(format!(
@@ -839,13 +839,13 @@ impl Worker {
                 ));
             }
         }
-        if job.heartbeat && end.outcome == "ok" && heartbeat::is_ok(&outcome.answer) {
+        if job.heartbeat && end.outcome == RunOutcome::Ok && heartbeat::is_ok(&outcome.answer) {
             end.detail = Some(format!("{}: not sent", heartbeat::OK));
             return end;
         }
-        let failed = match end.outcome.as_str() {
-            "failed" => " failed",
-            "over budget" => " stopped (over its token budget)",
+        let failed = match end.outcome {
+            RunOutcome::Failed => " failed",
+            RunOutcome::OverBudget => " stopped (over its token budget)",
             _ => "",
         };
         let text = if job.heartbeat {
@@ -866,7 +866,7 @@ impl Worker {
                 end.message_id = id.map(|m| m.0);
             }
             Err(e) => {
-                end.outcome = "failed".into();
+                end.outcome = RunOutcome::Failed;
                 let why = format!("not delivered: {e}");
                 end.detail = Some(match end.detail {
                     Some(d) => format!("{d}; {why}"),

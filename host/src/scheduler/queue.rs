@@ -156,7 +156,7 @@ mod tests {
             missed: Missed::Skip,
             next_run: None,
             heartbeat,
-            state: "active".into(),
+            state: crate::scheduler::jobs::JobState::Active,
             created_at: 0,
             created_by: JobCreator::Operator,
             token_budget: None,

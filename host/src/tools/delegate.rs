@@ -28,7 +28,7 @@ use crate::deadlines::TaskDeadlines;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
-use crate::store::{Store, TaskEnd};
+use crate::store::{Store, TaskEnd, TaskStatus};
 use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
 use nexbot_egress::TaskSummary;
 
@@ -388,7 +388,7 @@ impl TypedTool for Delegate {
         let mut searches = None;
         let answer = match outcome {
             None => {
-                end.status = "timeout".into();
+                end.status = TaskStatus::Timeout;
                 end.error = Some(format!("no answer within {}s", limit.as_secs()));
                 Err(ToolError::new(format!(
                     "the sub-agent did not answer within {}s",
@@ -397,7 +397,11 @@ impl TypedTool for Delegate {
             }
             Some(Err(e)) => {
                 killed = e.killed_by_operator;
-                end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { "error" }.into();
+                end.status = if ctx.cancel.is_cancelled() {
+                    TaskStatus::Cancelled
+                } else {
+                    TaskStatus::Error
+                };
                 end.error = Some(e.to_string());
                 Err(ToolError::new(format!("the sub-agent could not run the task: {e}")))
             }
@@ -414,7 +418,7 @@ impl TypedTool for Delegate {
                 match outcome.response.body {
                     ResponseBody::Success { result, usage, searches: made, open_todos, .. } => {
                         searches = made;
-                        end.status = "success".into();
+                        end.status = TaskStatus::Success;
                         end.usage = usage
                             .map(|u| Usage {
                                 prompt_tokens: u.prompt_tokens,
@@ -435,14 +439,14 @@ impl TypedTool for Delegate {
                     }
                     ResponseBody::Error { error, report } => {
                         searches = report.as_ref().and_then(|r| r.searches);
-                        unfinished(&mut end, ctx, &id, "error", error, report)
+                        unfinished(&mut end, ctx, &id, TaskStatus::Error, error, report)
                     }
                     ResponseBody::Timeout { error, report } => {
                         searches = report.as_ref().and_then(|r| r.searches);
-                        unfinished(&mut end, ctx, &id, "timeout", error, report)
+                        unfinished(&mut end, ctx, &id, TaskStatus::Timeout, error, report)
                     }
                     other => {
-                        end.status = "error".into();
+                        end.status = TaskStatus::Error;
                         end.error = Some(format!("unexpected answer: {other:?}"));
                         Err(ToolError::new("the sub-agent gave an unexpected answer"))
                     }
@@ -465,7 +469,11 @@ impl TypedTool for Delegate {
         }
         let receipt = TaskReceipt {
             // The record keeps `error` (its error names the kill); the chat reads why.
-            status: if killed { "killed by the operator".to_owned() } else { end.status.clone() },
+            status: if killed {
+                "killed by the operator".to_owned()
+            } else {
+                end.status.to_string()
+            },
             duration: started.elapsed(),
             tokens: end.usage.prompt_tokens + end.usage.completion_tokens,
             tools: tools_used,
@@ -687,7 +695,7 @@ impl Drop for Access<'_> {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (store, id) = (self.store.clone(), self.task_id.to_owned());
         let end = TaskEnd {
-            status: "cancelled".into(),
+            status: TaskStatus::Cancelled,
             duration_ms: self.started.elapsed().as_millis() as i64,
             usage: Usage { prompt_tokens: 0, completion_tokens: used.unwrap_or(0) },
             error: Some("abandoned: the turn stopped waiting for the subagent".into()),
@@ -707,11 +715,11 @@ fn unfinished(
     end: &mut TaskEnd,
     ctx: &ToolContext,
     task_id: &str,
-    status: &str,
+    status: TaskStatus,
     error: String,
     report: Option<nexbot_protocol::Report>,
 ) -> ToolResult {
-    end.status = if ctx.cancel.is_cancelled() { "cancelled" } else { status }.into();
+    end.status = if ctx.cancel.is_cancelled() { TaskStatus::Cancelled } else { status };
     // A report gives only a total; it is kept as completion tokens.
     end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
     end.error = Some(error.clone());
@@ -816,7 +824,7 @@ mod tests {
         let record = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 let record = store.tasks(&ChatRef::Telegram(1)).await.unwrap().remove(0);
-                if record.status != "running" {
+                if record.status != TaskStatus::Running {
                     return record;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;

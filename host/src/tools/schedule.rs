@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::agent::channel::ChannelError;
-use crate::scheduler::jobs::{JobCreator, NewJob};
+use crate::scheduler::jobs::{JobCreator, JobState, NewJob};
 use crate::scheduler::{prepare_job, schedule, store_job, JobError, JobSpec};
 use crate::store::Store;
 
@@ -150,7 +150,7 @@ impl TypedTool for ScheduleTask {
             Args::Cancel { id } => {
                 let job = self.store.job(id).await.map_err(store_error)?;
                 match job {
-                    Some(j) if j.chat == ctx.chat && j.heartbeat && j.state == "active" => {
+                    Some(j) if j.chat == ctx.chat && j.heartbeat && j.state == JobState::Active => {
                         Err(ToolError::new(format!(
                             "job {id} is the heartbeat check {:?}; it is removed by editing HEARTBEAT.md",
                             j.name

@@ -396,7 +396,7 @@ impl InProcess {
                     .await
                     .unwrap()
                     .iter()
-                    .any(|t| t.status == "running");
+                    .any(|t| t.status.as_str() == "running");
                 let calls = llm.chat_requests().iter().filter(|r| !is_main(&r.body)).count();
                 if running && calls >= 2 {
                     break;
@@ -492,7 +492,7 @@ async fn stopping_a_turn_cancels_the_subagent_and_its_relay_token() {
         assert_eq!(answers[&1], "Stopped.");
         let record = host.store.tasks(&console_chat()).await.unwrap().remove(0);
         assert_eq!(record.id, task_id);
-        assert_eq!(record.status, "cancelled");
+        assert_eq!(record.status.as_str(), "cancelled");
         // "task cancelled" is the subagent's own answer to the `cancel` request.
         assert_eq!(record.error.as_deref(), Some("task cancelled"), "{record:?}");
         host.assert_token_dead(&token).await;
@@ -535,7 +535,7 @@ async fn a_subagent_dying_mid_task_revokes_its_token_and_records_its_relay_usage
         let answers = host.answers(1).await;
         assert!(answers[&1].starts_with("The sub-agent answered:"), "{answers:?}");
         let record = host.store.tasks(&console_chat()).await.unwrap().remove(0);
-        assert_eq!(record.status, "error", "{record:?}");
+        assert_eq!(record.status.as_str(), "error", "{record:?}");
         // The pool's failure carries no usage: the relay's count is kept — one answered call
         // of 15, plus the slow call still in flight when the task ended, charged its whole
         // reservation (its prompt estimate + the relay's default max_tokens, 4096).
@@ -627,7 +627,7 @@ async fn two_chats_delegating_in_turn_never_share_a_container() {
             records
                 .into_iter()
                 .map(|r| {
-                    assert_eq!(r.status, "success", "{r:?}");
+                    assert_eq!(r.status.as_str(), "success", "{r:?}");
                     r.container.expect("the record names its container")
                 })
                 .collect::<std::collections::BTreeSet<String>>()

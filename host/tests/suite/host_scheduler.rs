@@ -109,7 +109,7 @@ fn spec(task: &str, cron: Option<&str>, at: Option<&str>) -> JobSpec {
 }
 
 fn count(runs: &[JobRun], outcome: &str) -> usize {
-    runs.iter().filter(|r| r.outcome == outcome).count()
+    runs.iter().filter(|r| r.outcome.as_str() == outcome).count()
 }
 
 #[tokio::test]
@@ -131,7 +131,7 @@ async fn an_every_second_job_fires_and_delivers_to_its_chat() {
         assert!(m.text.contains("done: Scheduled job #"), "{}", m.text);
     }
     let runs = h.wait_runs(job.id, 15, |r| count(r, "ok") >= 2).await;
-    let ok: Vec<&JobRun> = runs.iter().filter(|r| r.outcome == "ok").collect();
+    let ok: Vec<&JobRun> = runs.iter().filter(|r| r.outcome.as_str() == "ok").collect();
     for run in &ok {
         assert!(run.prompt_tokens + run.completion_tokens > 0, "{run:?}");
         assert!(run.message.as_deref().unwrap_or("").contains("done:"), "{run:?}");
@@ -163,7 +163,7 @@ async fn a_run_whose_tools_failed_is_failed_not_a_success() {
     let m = h.next_final(15).await.expect("nothing delivered");
     assert!(m.text.starts_with("Scheduled «use the broken tool» failed:"), "{}", m.text);
     let runs = h.wait_runs(job.id, 10, |r| r.iter().any(|r| r.ended_at.is_some())).await;
-    assert_eq!(runs[0].outcome, "failed", "{runs:#?}");
+    assert_eq!(runs[0].outcome.as_str(), "failed", "{runs:#?}");
     assert!(runs[0].detail.as_deref().unwrap_or("").contains("every tool call failed"));
     assert_eq!(h.app.scheduler().unwrap().failed.load(std::sync::atomic::Ordering::Relaxed), 1);
     h.app.stop().await;
@@ -203,7 +203,7 @@ async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
     assert!(reminder.text.starts_with("Scheduled «tea»:"), "{}", reminder.text);
     assert!(reminder.text.contains("remind about tea"), "{}", reminder.text);
     h.wait_runs(jobs[0].id, 10, |r| count(r, "ok") == 1).await;
-    assert_eq!(h.app.store().job(jobs[0].id).await.unwrap().unwrap().state, "done");
+    assert_eq!(h.app.store().job(jobs[0].id).await.unwrap().unwrap().state.as_str(), "done");
     h.app.stop().await;
 }
 
@@ -246,12 +246,12 @@ async fn a_one_shot_due_while_stopped_runs_once_after_restart_and_a_recurring_on
     assert_eq!(runs.len(), 1, "exactly one run: {runs:#?}");
     assert!(runs[0].detail.as_deref().unwrap_or("").contains("missed by"), "{runs:#?}");
     let job = h.app.store().job(once.id).await.unwrap().unwrap();
-    assert_eq!(job.state, "done");
+    assert_eq!(job.state.as_str(), "done");
     // The recurring job: the seconds it was down are recorded skipped, none of them ran.
     let runs = h.wait_runs(every.id, 10, |r| count(r, "skipped") >= 3).await;
     for run in &runs {
         if run.scheduled_at > stopped_at && run.scheduled_at < restarted_at {
-            assert_eq!(run.outcome, "skipped", "a missed run ran late: {run:?}");
+            assert_eq!(run.outcome.as_str(), "skipped", "a missed run ran late: {run:?}");
         }
     }
     assert!(h.app.store().cancel_job(every.id, None).await.unwrap());
@@ -283,7 +283,7 @@ async fn the_heartbeat_is_silent_when_ok_and_delivers_anything_else_to_the_owner
     assert!(jobs.iter().all(|j| j.heartbeat));
     let quiet = jobs.iter().find(|j| j.name == "Quiet").unwrap().id;
     let runs = h.wait_runs(quiet, 15, |r| count(r, "ok") >= 2).await;
-    for run in runs.iter().filter(|r| r.outcome == "ok") {
+    for run in runs.iter().filter(|r| r.outcome.as_str() == "ok") {
         assert_eq!(run.message, None, "{run:?}");
         assert!(run.detail.as_deref().unwrap_or("").contains("not sent"));
         assert!(run.prompt_tokens > 0);
@@ -324,13 +324,16 @@ async fn a_full_queue_records_runs_as_dropped_busy() {
     .await
     .unwrap();
     let dropped = |runs: &[JobRun]| {
-        runs.iter().filter(|r| r.outcome == "dropped: busy").map(|r| r.times).sum::<i64>()
+        runs.iter().filter(|r| r.outcome.as_str() == "dropped: busy").map(|r| r.times).sum::<i64>()
     };
     let runs = h.wait_runs(job.id, 20, |r| dropped(r) >= 2 && count(r, "ok") >= 1).await;
     // The drops of one minute are one row that counts them.
     assert_eq!(count(&runs, "dropped: busy"), 1, "{runs:#?}");
     // One worker, no queue: never two runs at once.
-    let running = runs.iter().filter(|r| r.outcome == "running" || r.outcome == "queued").count();
+    let running = runs
+        .iter()
+        .filter(|r| r.outcome.as_str() == "running" || r.outcome.as_str() == "queued")
+        .count();
     assert!(running <= 1, "{runs:#?}");
     let stats = h.app.scheduler().unwrap();
     assert!(stats.dropped.load(std::sync::atomic::Ordering::Relaxed) >= 2);
@@ -338,7 +341,10 @@ async fn a_full_queue_records_runs_as_dropped_busy() {
     h.app.stop().await;
     // Stopping recorded the run it cut short; nothing is left open.
     let runs = store.job_runs(Some(job.id), 10_000).await.unwrap();
-    assert!(runs.iter().all(|r| r.outcome != "running" && r.outcome != "queued"), "{runs:#?}");
+    assert!(
+        runs.iter().all(|r| r.outcome.as_str() != "running" && r.outcome.as_str() != "queued"),
+        "{runs:#?}"
+    );
 }
 
 /// `nexbot serve` with the Telegram emulator: a job added through the control API (what
@@ -402,7 +408,7 @@ async fn cron_through_the_control_api_delivers_over_telegram() {
     .await;
     let runs: CronRunList =
         api.get(&format!("{}?job={}&limit=50", cron_paths::CRON_RUNS, job.id)).await.unwrap();
-    let ok: Vec<_> = runs.runs.iter().filter(|r| r.outcome == "ok").collect();
+    let ok: Vec<_> = runs.runs.iter().filter(|r| r.outcome.as_str() == "ok").collect();
     assert!(ok.len() >= 2, "{runs:#?}");
     assert!(ok.iter().all(|r| r.message_id.is_some() && r.tokens > 0), "{runs:#?}");
     let list: CronJobList = api.get(cron_paths::CRON).await.unwrap();
@@ -536,7 +542,7 @@ async fn stop_and_status_reach_a_scheduled_run_which_counts_against_the_turn_lim
     assert!(answers.contains(&(jobs.clone(), "done: and now?".to_owned())), "{answers:?}");
     let runs = h.wait_runs(job.id, 20, |r| r.iter().any(|r| r.ended_at.is_some())).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
-    assert_eq!(runs[0].outcome, "cancelled", "{runs:?}");
+    assert_eq!(runs[0].outcome.as_str(), "cancelled", "{runs:?}");
     assert_eq!(runs[0].detail.as_deref(), Some("stopped in the chat with /stop"), "{runs:?}");
     assert!(runs[0].message.is_none(), "a stopped run delivers nothing: {runs:?}");
     h.app.stop().await;
@@ -589,7 +595,7 @@ async fn a_run_is_marked_as_a_stored_task_and_stops_at_its_token_budget() {
     job.token_budget = Some(20);
     let job = create_job(h.app.store(), &chat("budget"), job, chrono_tz::Tz::UTC).await.unwrap();
     let runs = h.wait_runs(job.id, 20, |r| count(r, "over budget") == 1).await;
-    let run = runs.iter().find(|r| r.outcome == "over budget").unwrap();
+    let run = runs.iter().find(|r| r.outcome.as_str() == "over budget").unwrap();
     assert_eq!(run.prompt_tokens + run.completion_tokens, 30, "stopped after the second call");
     let detail = run.detail.as_deref().unwrap_or_default();
     assert!(detail.contains("30 tokens") && detail.contains("budget per run is 20"), "{detail}");
@@ -752,7 +758,7 @@ async fn a_chat_with_many_jobs_gets_its_share_and_the_others_still_run() {
     let mut dropped_rows = 0;
     let mut dropped_runs = 0;
     for job in &greedy {
-        for run in h.runs(*job).await.iter().filter(|r| r.outcome == "dropped: busy") {
+        for run in h.runs(*job).await.iter().filter(|r| r.outcome.as_str() == "dropped: busy") {
             dropped_rows += 1;
             dropped_runs += run.times;
         }
