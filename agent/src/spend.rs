@@ -35,7 +35,7 @@ struct Period {
     tokens_day: Arc<Allowance>,
     cost_day: Arc<Allowance>,
     cost_month: Arc<Allowance>,
-    chats: HashMap<String, Arc<Allowance>>,
+    chats: HashMap<ChatRef, Arc<Allowance>>,
     unpriced_calls: u64,
 }
 
@@ -52,7 +52,7 @@ pub struct Spend {
 #[derive(Debug)]
 pub struct Reservation {
     holds: Holds,
-    chat: String,
+    chat: ChatRef,
     day: String,
     /// Which holds are cost holds (settled in micro-dollars).
     costs: usize,
@@ -127,7 +127,7 @@ impl Spend {
         Ok(())
     }
 
-    async fn chat_allowance(&self, chat: &str) -> Result<Arc<Allowance>, String> {
+    async fn chat_allowance(&self, chat: &ChatRef) -> Result<Arc<Allowance>, String> {
         self.period().await?;
         if let Some(found) = self.lock().as_ref().and_then(|p| p.chats.get(chat).cloned()) {
             return Ok(found);
@@ -160,7 +160,7 @@ impl Spend {
         tokens: u64,
         cost_micros: Option<u64>,
     ) -> Result<Reservation, String> {
-        let chat = chat.to_string();
+        let chat = chat.clone();
         let chat_allowance = self.chat_allowance(&chat).await?;
         let (tokens_day, cost_day, cost_month, day) = {
             let slot = self.lock();
@@ -230,7 +230,7 @@ impl Spend {
     /// The most a delegated task of `chat` may use now: the relay budget `wanted`, cut to
     /// what the token caps have left today.
     pub async fn task_budget(&self, chat: &ChatRef, wanted: u64) -> Result<u64, String> {
-        let chat_allowance = self.chat_allowance(&chat.to_string()).await?;
+        let chat_allowance = self.chat_allowance(chat).await?;
         let tokens_day = self.lock().as_ref().map(|p| p.tokens_day.clone());
         let mut budget = wanted;
         for allowance in [Some(chat_allowance), tokens_day].into_iter().flatten() {
@@ -252,8 +252,7 @@ impl Spend {
         if tokens == 0 {
             return;
         }
-        let chat_name = chat.to_string();
-        let Ok(chat_allowance) = self.chat_allowance(&chat_name).await else { return };
+        let Ok(chat_allowance) = self.chat_allowance(chat).await else { return };
         chat_allowance.charge(tokens);
         // Priced only when every call of the task was: an unpriced call makes the whole
         // task unpriced (its money is not known), as a call of the main agent would be.
@@ -270,7 +269,7 @@ impl Spend {
         };
         self.record(UsageRow {
             day,
-            chat: chat_name,
+            chat: chat.clone(),
             provider: "relay".into(),
             source: "task",
             prompt_tokens: 0,
@@ -283,7 +282,7 @@ impl Spend {
     /// Today's figures against the caps; `chat` adds that chat's.
     pub async fn summary(&self, chat: Option<&ChatRef>) -> SpendSummary {
         let chat_tokens = match chat {
-            Some(chat) => self.chat_allowance(&chat.to_string()).await.ok(),
+            Some(chat) => self.chat_allowance(chat).await.ok(),
             None => {
                 let _ = self.period().await;
                 None

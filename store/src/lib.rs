@@ -189,7 +189,7 @@ const MIGRATIONS: &[&str] = &[
 pub struct UsageRow {
     /// `YYYY-MM-DD` in the caps' time zone.
     pub day: String,
-    pub chat: String,
+    pub chat: ChatRef,
     pub provider: String,
     /// `agent` or `task`.
     pub source: &'static str,
@@ -271,32 +271,65 @@ pub const AGENT_CLI_SETTING: &str = "agent_cli";
 /// The coding CLIs a chat can choose: the ones the CLI image variant carries (`use_cli`).
 pub const AGENT_CLIS: &[&str] = &["qwen"];
 
+/// Where a Telegram update is in the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateState {
+    /// Received, not settled yet (replayed after a restart).
+    Pending,
+    Answered,
+    Refused,
+    Failed,
+}
+
+impl UpdateState {
+    const ALL: [Self; 4] = [Self::Pending, Self::Answered, Self::Refused, Self::Failed];
+
+    /// The stored and shown text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Answered => "answered",
+            Self::Refused => "refused",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
 /// A row of the Telegram update ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerRow {
     pub update_id: i64,
-    /// `ChatRef` text form.
-    pub chat: String,
+    pub chat: ChatRef,
     pub user_id: Option<i64>,
     pub message_id: Option<i64>,
     pub text: String,
-    /// `pending`, `answered`, `refused` or `failed` (filled when read back).
-    pub state: String,
+    pub state: UpdateState,
     /// The sent message ids (answered), the rule (refused) or the error (failed).
     pub detail: Option<String>,
 }
 
 impl LedgerRow {
-    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
+    /// The row, or `None` for a chat or state this daemon cannot read (skipped, with a warning:
+    /// one corrupt row must not stop the ledger's replay).
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Option<Self>> {
+        let (chat, state): (String, String) = (r.get(1)?, r.get(5)?);
+        let (Ok(chat), Some(state)) = (chat.parse::<ChatRef>(), UpdateState::parse(&state)) else {
+            tracing::warn!(update_id = r.get::<_, i64>(0)?, %chat, %state, "a Telegram ledger row this daemon cannot read; skipped");
+            return Ok(None);
+        };
+        Ok(Some(Self {
             update_id: r.get(0)?,
-            chat: r.get(1)?,
+            chat,
             user_id: r.get(2)?,
             message_id: r.get(3)?,
             text: r.get(4)?,
-            state: r.get(5)?,
+            state,
             detail: r.get(6)?,
-        })
+        }))
     }
 }
 
@@ -669,29 +702,24 @@ impl Store {
         .await
     }
 
-    /// Records a Telegram update (`pending`, or settled as `settled` = (state, detail)) and
+    /// Records a Telegram update as it is (`pending`, or already settled with its detail) and
     /// moves the offset past it, in one transaction. False when it was recorded before.
-    pub async fn receive_update(
-        &self,
-        update: LedgerRow,
-        settled: Option<(String, String)>,
-    ) -> Result<bool, StoreError> {
+    pub async fn receive_update(&self, update: LedgerRow) -> Result<bool, StoreError> {
         self.call(move |c| {
             let tx = c.transaction()?;
-            let (state, detail) = settled.unwrap_or_else(|| ("pending".into(), String::new()));
-            let settled_at = (state != "pending").then(unix_now);
+            let settled_at = (update.state != UpdateState::Pending).then(unix_now);
             let inserted = tx.execute(
                 "INSERT OR IGNORE INTO telegram_updates
                    (update_id, chat_id, user_id, message_id, text, state, detail, received_at, settled_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     update.update_id,
-                    update.chat,
+                    update.chat.to_string(),
                     update.user_id,
                     update.message_id,
                     update.text,
-                    state,
-                    (!detail.is_empty()).then_some(detail),
+                    update.state.as_str(),
+                    update.detail,
                     unix_now(),
                     settled_at
                 ],
@@ -712,10 +740,10 @@ impl Store {
     pub async fn settle_update(
         &self,
         update_id: i64,
-        state: &str,
+        state: UpdateState,
         detail: String,
     ) -> Result<(), StoreError> {
-        let state = state.to_owned();
+        let state = state.as_str();
         self.call(move |c| {
             c.execute(
                 "UPDATE telegram_updates SET state = ?2, detail = ?3, settled_at = ?4
@@ -728,8 +756,8 @@ impl Store {
     }
 
     /// Telegram updates of `state` (`pending`, `answered`, `refused`, `failed`), oldest first.
-    pub async fn updates(&self, state: &str) -> Result<Vec<LedgerRow>, StoreError> {
-        self.ledger_rows("state", state.to_owned()).await
+    pub async fn updates(&self, state: UpdateState) -> Result<Vec<LedgerRow>, StoreError> {
+        self.ledger_rows("state", state.as_str().to_owned()).await
     }
 
     /// Every Telegram update of `chat`, oldest first (for tests and the control API).
@@ -749,7 +777,7 @@ impl Store {
                  FROM telegram_updates WHERE {column} = ?1 ORDER BY update_id"
             ))?;
             let rows = stmt.query_map([value], LedgerRow::from_row)?;
-            rows.collect()
+            rows.filter_map(Result::transpose).collect()
         })
         .await
     }
@@ -848,7 +876,7 @@ impl Store {
                  ORDER BY update_id DESC LIMIT ?2",
             )?;
             let rows = stmt.query_map(params![failed_only, limit], LedgerRow::from_row)?;
-            rows.collect()
+            rows.filter_map(Result::transpose).collect()
         })
         .await
     }
@@ -911,7 +939,7 @@ impl Store {
                      unpriced_calls = unpriced_calls + excluded.unpriced_calls",
                 rusqlite::params![
                     row.day,
-                    row.chat,
+                    row.chat.to_string(),
                     row.provider,
                     row.source,
                     row.prompt_tokens as i64,
@@ -930,9 +958,9 @@ impl Store {
         &self,
         from: &str,
         to: &str,
-        chat: Option<&str>,
+        chat: Option<&ChatRef>,
     ) -> Result<UsageSums, StoreError> {
-        let (from, to, chat) = (from.to_owned(), to.to_owned(), chat.map(str::to_owned));
+        let (from, to, chat) = (from.to_owned(), to.to_owned(), chat.map(ChatRef::to_string));
         self.call(move |c| {
             c.query_row(
                 "SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0),
@@ -1156,26 +1184,33 @@ mod tests {
         assert_eq!(store.telegram_offset().await.unwrap(), None);
         let row = |id: i64| LedgerRow {
             update_id: id,
-            chat: "telegram:5".into(),
+            chat: ChatRef::Telegram(5),
             user_id: Some(5),
             message_id: Some(id * 10),
             text: format!("m{id}"),
-            state: String::new(),
+            state: UpdateState::Pending,
             detail: None,
         };
-        assert!(store.receive_update(row(7), None).await.unwrap());
+        assert!(store.receive_update(row(7)).await.unwrap());
         assert_eq!(store.telegram_offset().await.unwrap(), Some(8));
         // Sent again by Telegram: not a second record, and the offset does not go back.
-        assert!(!store.receive_update(row(7), None).await.unwrap());
-        let refused = Some(("refused".to_owned(), "not-allowed".to_owned()));
-        assert!(store.receive_update(row(9), refused).await.unwrap());
-        assert!(store.receive_update(row(8), None).await.unwrap());
+        assert!(!store.receive_update(row(7)).await.unwrap());
+        let refused =
+            LedgerRow { state: UpdateState::Refused, detail: Some("not-allowed".into()), ..row(9) };
+        assert!(store.receive_update(refused).await.unwrap());
+        assert!(store.receive_update(row(8)).await.unwrap());
         assert_eq!(store.telegram_offset().await.unwrap(), Some(10));
-        let pending: Vec<i64> =
-            store.updates("pending").await.unwrap().iter().map(|r| r.update_id).collect();
+        let pending: Vec<i64> = store
+            .updates(UpdateState::Pending)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.update_id)
+            .collect();
         assert_eq!(pending, [7, 8]);
-        store.settle_update(7, "answered", "101,102".into()).await.unwrap();
-        store.settle_update(7, "failed", "late".into()).await.unwrap(); // the first state stays
+        store.settle_update(7, UpdateState::Answered, "101,102".into()).await.unwrap();
+        // The first state stays.
+        store.settle_update(7, UpdateState::Failed, "late".into()).await.unwrap();
         let rows = store.chat_updates(&ChatRef::Telegram(5)).await.unwrap();
         let states: Vec<(i64, &str, Option<&str>)> =
             rows.iter().map(|r| (r.update_id, r.state.as_str(), r.detail.as_deref())).collect();
@@ -1193,18 +1228,18 @@ mod tests {
     async fn pruning_deletes_only_what_is_older_than_its_age_and_keeps_pending_work() {
         let store = Store::open(&temp_db("prune")).await.unwrap();
         let chat = ChatRef::Telegram(5);
-        let row = |id: i64| LedgerRow {
+        let row = |id: i64, state| LedgerRow {
             update_id: id,
-            chat: chat.to_string(),
+            chat: chat.clone(),
             user_id: Some(5),
             message_id: None,
             text: "t".into(),
-            state: String::new(),
+            state,
             detail: None,
         };
-        let answered = Some(("answered".to_owned(), String::new()));
-        store.receive_update(row(1), answered.clone()).await.unwrap();
-        store.receive_update(row(2), None).await.unwrap(); // pending: never pruned
+        store.receive_update(row(1, UpdateState::Answered)).await.unwrap();
+        // Pending: never pruned.
+        store.receive_update(row(2, UpdateState::Pending)).await.unwrap();
         store.start_task("old", &chat, None, "x").await.unwrap();
         store
             .finish_task("old", TaskEnd { status: TaskStatus::Success, ..TaskEnd::default() })

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use nexbot_core::{BoxFuture, ChatRef};
+use nexbot_core::BoxFuture;
 use nexbot_telegram::{Ledger, LedgerError, ReceivedUpdate, Settlement, Telegram};
 
 use crate::app::{App, Stage};
 use crate::config::Config;
-use crate::store::{LedgerRow, Store};
+use crate::store::{LedgerRow, Store, UpdateState};
 
 /// The store as the channel's ledger.
 #[derive(Debug, Clone)]
@@ -17,6 +17,15 @@ pub struct StoreLedger(pub Store);
 
 fn ledger_error(e: crate::store::StoreError) -> LedgerError {
     LedgerError(e.to_string())
+}
+
+/// The ledger's state of a settled update.
+fn state(settlement: &Settlement) -> UpdateState {
+    match settlement {
+        Settlement::Answered { .. } => UpdateState::Answered,
+        Settlement::Refused { .. } => UpdateState::Refused,
+        Settlement::Failed { .. } => UpdateState::Failed,
+    }
 }
 
 fn detail(settlement: &Settlement) -> String {
@@ -42,15 +51,14 @@ impl Ledger for StoreLedger {
         Box::pin(async move {
             let row = LedgerRow {
                 update_id: update.update_id,
-                chat: update.chat.to_string(),
+                chat: update.chat,
                 user_id: update.user_id,
                 message_id: update.message_id.map(i64::from),
                 text: update.text,
-                state: String::new(),
-                detail: None,
+                state: settled.as_ref().map_or(UpdateState::Pending, state),
+                detail: settled.as_ref().map(detail).filter(|d| !d.is_empty()),
             };
-            let settled = settled.map(|s| (s.state().to_owned(), detail(&s)));
-            self.0.receive_update(row, settled).await.map_err(ledger_error)
+            self.0.receive_update(row).await.map_err(ledger_error)
         })
     }
 
@@ -61,7 +69,7 @@ impl Ledger for StoreLedger {
     ) -> BoxFuture<'_, Result<(), LedgerError>> {
         Box::pin(async move {
             self.0
-                .settle_update(update_id, settlement.state(), detail(&settlement))
+                .settle_update(update_id, state(&settlement), detail(&settlement))
                 .await
                 .map_err(ledger_error)
         })
@@ -69,18 +77,15 @@ impl Ledger for StoreLedger {
 
     fn unsettled(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>> {
         Box::pin(async move {
-            let rows = self.0.updates("pending").await.map_err(ledger_error)?;
+            let rows = self.0.updates(UpdateState::Pending).await.map_err(ledger_error)?;
             Ok(rows
                 .into_iter()
-                .filter_map(|row| {
-                    let chat = row.chat.parse::<ChatRef>().ok()?;
-                    Some(ReceivedUpdate {
-                        update_id: row.update_id,
-                        chat,
-                        user_id: row.user_id,
-                        message_id: row.message_id.and_then(|id| i32::try_from(id).ok()),
-                        text: row.text,
-                    })
+                .map(|row| ReceivedUpdate {
+                    update_id: row.update_id,
+                    chat: row.chat,
+                    user_id: row.user_id,
+                    message_id: row.message_id.and_then(|id| i32::try_from(id).ok()),
+                    text: row.text,
                 })
                 .collect())
         })

@@ -242,9 +242,9 @@ pub async fn messages(
             .into_iter()
             .map(|r| MessageRow {
                 update_id: r.update_id,
-                chat: r.chat,
+                chat: r.chat.to_string(),
                 user_id: r.user_id,
-                state: r.state,
+                state: r.state.as_str().to_owned(),
                 detail: r.detail,
                 text: r.text,
             })
