@@ -89,7 +89,7 @@ pub struct AccessEnd {
 pub struct TaskSecret {
     pub name: String,
     pub value: SecretString,
-    pub hosts: Vec<String>,
+    pub hosts: Vec<nexbot_egress::Binding>,
 }
 
 impl std::fmt::Debug for TaskSecret {

@@ -375,13 +375,7 @@ impl LlmAccess for RelayAccess {
     ) -> Result<(), String> {
         let mut credentials = Vec::with_capacity(secrets.len());
         for secret in secrets {
-            let bindings = secret
-                .hosts
-                .iter()
-                .map(|h| egress::Binding::parse(h))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("secret {}: {e}", secret.name))?;
-            credentials.push(egress::Credential::new(secret.name, secret.value, bindings));
+            credentials.push(egress::Credential::new(secret.name, secret.value, secret.hosts));
         }
         self.tokens
             .credentials()

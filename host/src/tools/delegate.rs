@@ -166,7 +166,7 @@ impl Delegate {
                 Mode::Stdin => secrets.stdin.insert(name.clone(), resolved.value.clone()),
                 Mode::Proxy => secrets
                     .proxied
-                    .push(ProxySecret { name: name.clone(), hosts: resolved.hosts.clone() }),
+                    .push(ProxySecret { name: name.clone(), hosts: texts(&resolved.hosts) }),
             }
             let hosts = match resolved.mode {
                 Mode::Proxy => resolved.hosts,
@@ -193,7 +193,7 @@ impl Delegate {
                  (nexbot-ctl secrets set {name} --operator --host HOST)"
             )));
         }
-        secrets.proxied.push(ProxySecret { name: name.to_owned(), hosts: resolved.hosts.clone() });
+        secrets.proxied.push(ProxySecret { name: name.to_owned(), hosts: texts(&resolved.hosts) });
         secrets.holds.push(resolved.hold);
         secrets.egress.push(TaskSecret {
             name: name.to_owned(),
@@ -655,6 +655,11 @@ fn destinations(summary: &TaskSummary) -> (Vec<String>, Vec<String>) {
     (contacted, denied)
 }
 
+/// Bindings in their text form, as the wire (`ProxySecret.hosts`) carries them.
+fn texts(bindings: &[nexbot_egress::Binding]) -> Vec<String> {
+    bindings.iter().map(ToString::to_string).collect()
+}
+
 /// The egress summary as the task record stores it (JSON text: the SQL edge).
 fn record_json(summary: &TaskSummary) -> String {
     serde_json::to_string(summary).unwrap_or_default()
@@ -804,7 +809,7 @@ mod tests {
             self.4.lock().unwrap().extend(watched.into_iter().map(|(name, _)| name));
             let mut granted = self.3.lock().unwrap();
             for secret in secrets {
-                granted.push((task_id.to_owned(), secret.name, secret.hosts));
+                granted.push((task_id.to_owned(), secret.name, texts(&secret.hosts)));
             }
             Ok(())
         }

@@ -134,7 +134,8 @@ pub struct SecretInfo {
 pub struct Resolved {
     pub name: String,
     pub value: SecretString,
-    pub hosts: Vec<String>,
+    /// Where the value may go, parsed once when the vault read or stored it.
+    pub hosts: Vec<Binding>,
     pub mode: Mode,
     /// Keep it while the task runs: the value stays in the exit scan until then, even if it
     /// is changed or deleted meanwhile.
@@ -228,7 +229,7 @@ fn available_names(names: &[String]) -> String {
 #[derive(Clone)]
 struct Entry {
     value: Result<SecretString, Unreadable>,
-    hosts: Vec<String>,
+    hosts: Vec<Binding>,
     mode: Mode,
     updated_at: i64,
     hold: Hold,
@@ -303,7 +304,7 @@ fn validate(
     hosts: &[String],
     places: &[String],
     mode: Option<Mode>,
-) -> Result<(Vec<String>, Mode), VaultError> {
+) -> Result<(Vec<Binding>, Mode), VaultError> {
     if !is_valid_secret_name(name) {
         return Err(VaultError::BadName(name.to_owned()));
     }
@@ -321,9 +322,8 @@ fn validate(
     for host in hosts {
         // Public suffixes, `*` and unknown places are refused here (`Binding::new`).
         let binding = Binding::new(host, places).map_err(VaultError::BadBinding)?;
-        let text = binding.to_string();
-        if !bound.contains(&text) {
-            bound.push(text);
+        if !bound.contains(&binding) {
+            bound.push(binding);
         }
     }
     let mode = match mode {
@@ -400,6 +400,9 @@ impl Vault {
             // stdin mode or no hosts.
             let parsed = serde_json::from_str::<Vec<String>>(&row.hosts)
                 .ok()
+                .and_then(|hosts| {
+                    hosts.iter().map(|h| Binding::parse(h)).collect::<Result<Vec<_>, _>>().ok()
+                })
                 .zip(Mode::parse(&row.mode).ok());
             let bound = binding(&row.mode, &row.hosts);
             let value = match (&key, &state, &parsed) {
@@ -414,11 +417,8 @@ impl Vault {
                 (None, _, _) => Err(Unreadable::Off),
             };
             let (hosts, mode) = parsed.unwrap_or((Vec::new(), Mode::Proxy));
-            let legacy: Vec<&str> = hosts
-                .iter()
-                .filter(|h| Binding::parse(h).is_ok_and(|b| b.is_legacy()))
-                .map(String::as_str)
-                .collect();
+            let legacy: Vec<String> =
+                hosts.iter().filter(|b| b.is_legacy()).map(ToString::to_string).collect();
             if mode == Mode::Proxy && !legacy.is_empty() {
                 tracing::warn!(
                     %scope,
@@ -545,7 +545,8 @@ impl Vault {
         let key = self.usable()?;
         let (hosts, mode) = validate(name, &value, hosts, places, mode)?;
         let scope_key = scope.key();
-        let hosts_json = serde_json::to_string(&hosts).unwrap_or_else(|_| "[]".into());
+        let texts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+        let hosts_json = serde_json::to_string(&texts).unwrap_or_else(|_| "[]".into());
         let bound = binding(mode.as_str(), &hosts_json);
         let (nonce, sealed) = key
             .seal(&scope_key, name, &bound, value.expose_secret().as_bytes())
@@ -574,11 +575,11 @@ impl Vault {
         );
         self.retire(scope, name, replaced);
         self.refresh_exits();
-        tracing::info!(%scope, name, mode = mode.as_str(), hosts = ?hosts, "secret stored");
+        tracing::info!(%scope, name, mode = mode.as_str(), hosts = ?texts, "secret stored");
         Ok(SecretInfo {
             scope: scope.clone(),
             name: name.to_owned(),
-            hosts,
+            hosts: texts,
             mode,
             updated_at: now,
             unreadable: None,
@@ -634,7 +635,7 @@ impl Vault {
             .map(|((scope, name), e)| SecretInfo {
                 scope: scope.clone(),
                 name: name.clone(),
-                hosts: e.hosts.clone(),
+                hosts: e.hosts.iter().map(ToString::to_string).collect(),
                 mode: e.mode,
                 updated_at: e.updated_at,
                 unreadable: e
