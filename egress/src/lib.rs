@@ -26,7 +26,123 @@
 //!
 //! Containers get `HTTP(S)_PROXY` pointing at the listener and `NO_PROXY` naming it
 //! ([`Egress::container_env`]); execute requests get `llm_base_url` ([`Egress::relay_base_url`])
-//! and a per-task `llm_token` ([`TaskTokens::issue`]).
+//! and a per-task `llm_token` ([`TaskTokens::issue`]). A relay call that goes through the proxy
+//! anyway is recognised and served by the relay.
+//!
+//! # The forward proxy (`proxy.rs`, `policy.rs`, `literal.rs`, `host_addrs.rs`)
+//!
+//! Absolute-form and CONNECT requests. The proxy resolves names itself and dials exactly the
+//! address it checked. It denies private, loopback, link-local, metadata and other special
+//! addresses unless `egress.proxy.allow_internal` lists them; IP literals are read in every
+//! spelling (decimal, hex, octal, IPv4-mapped) and judged as the canonical address, so a deny
+//! entry matches them all. It refuses the host's own addresses — every address of every
+//! interface, re-read periodically, and the pool network's gateway — unless an exact `ip:port`
+//! `allow_internal` entry opens one (audited `host_address`), and every port but those of
+//! `egress.proxy.allow_ports` (per host pattern: `port_rules`). Domain allow/deny patterns,
+//! byte and time limits apply to every connection; sources that are not pool containers are
+//! refused unless `require_attribution` is off (an egress without a pool: tests on loopback).
+//!
+//! # Attribution: by the task, never by "whatever runs there now" (`attribution.rs`, `tokens.rs`)
+//!
+//! The source address says only which pool container sent a request ([`Attribution::lookup`];
+//! the host's adapter over the pool). Whose request it is says the task's **egress
+//! credential**: 256 random bits (`nxp_…`, `TaskTokens::issue_proxy`, kept as a digest like the
+//! relay tokens), issued with the relay token, sent to the subagent on stdin in
+//! `execute.egress_token` (never in a container's env, labels or `docker inspect`) and ended
+//! with the task. The subagent presents it as `Proxy-Authorization: Basic` (user `task`).
+//! Before anything is dialled (`proxy.rs`, `admit`), a request from a pool container that runs
+//! no task is refused 403 `idle_container`; one without a credential 407
+//! `proxy_credential_missing`; an ended task's credential 407 `task_ended` (the last
+//! [`MAX_ENDED_CREDENTIALS`] are remembered); another live task's 407 `task_mismatch`; anything
+//! else 407 `proxy_credential_invalid` — each audited under the task whose credential it was,
+//! never the container's current task. `Proxy-Authorization` never goes upstream. The relay
+//! binds its tokens the same way (403 `task_mismatch` / `idle_container`).
+//!
+//! # The LLM relay (`relay.rs`, on `nexbot-llm`)
+//!
+//! Origin-form `POST /v1/chat/completions` and `GET /v1/models` on the same listener. Each task
+//! gets `llm_base_url` (the listener + `/v1`) and an `llm_token` (256 random bits, issued when
+//! the task starts, revoked when it ends, with a token budget). The relay swaps the token for
+//! the real provider key (held only in the host's memory, each from the environment variable
+//! its provider names: `RelayConfig::key_envs`, `Egress::start_with_keys`), streams the answer
+//! back and charges the task the `usage` it reports (`nexbot_llm::usage::UsageTap`; an estimate
+//! from the bytes when none is reported; error answers cost nothing). Handing the provider key
+//! to subagents instead is an explicit opt-in (`egress.relay.send_provider_key_to_subagents`).
+//!
+//! **Budgets hold under concurrency.** A task's budget is a `nexbot_llm::Allowance`. Before a
+//! chat call is sent the relay bounds it (`max_tokens` or `max_completion_tokens` as given,
+//! else `egress.relay.default_max_tokens` is added; `n` other than 1 is refused with 400) and
+//! reserves its worst case (the request's estimate + `max_tokens`). A call that would pass the
+//! budget with what is used and reserved by calls in flight is refused with 403
+//! `insufficient_quota` / `task_budget_exhausted` naming the cap, and nothing goes upstream. The
+//! reservation is settled when the answer ends (or the client goes away); a call abandoned
+//! before any answer is charged in full, and [`TaskTokens::finish`] counts calls still in
+//! flight at their reservation (and cuts them).
+//!
+//! **The provider chain** is `egress.relay.providers` (an empty list means one provider,
+//! `provider_base_url` + `api_key_env`). The plan and per-provider breakers are
+//! `nexbot_llm::Chain`'s; each provider is tried at most once per call, within
+//! `egress.relay.timeout_secs`. An answer whose class (`nexbot_llm::classify`) is retryable or
+//! skips the provider (429, 5xx, 401/403, no quota), or no connection at all, moves the call to
+//! the next provider — with that provider's key and `model` (the primary keeps the
+//! container's) — before any byte goes back; a bad request is passed back as it is, and when
+//! every provider fails the container gets the last answer (keys echoed in it replaced). Once
+//! an answer streams there is no fallback. The audit line names the `provider` that answered
+//! (and `fallback`); the task's summary counts `llm_providers` and `llm_fallbacks`; the metrics
+//! count `relay_fallbacks`.
+//!
+//! # Proxy-mode secrets (`credentials.rs`, `binding.rs`, `inject.rs`, `tls.rs`, `scrub.rs`)
+//!
+//! A user's secret bound to hosts never enters a container. A [`Binding`] is a host pattern, a
+//! port, https (or an explicit `http://host:port`) and the places in the request the value may
+//! fill ([`Place`]: `Authorization` by default; `header:`, `path:`, `query:`, `body`); a bare
+//! host is a legacy binding (anywhere). The host grants a task its [`Credential`]s
+//! (`Egress::credentials().grant`); [`TaskTokens::finish`] drops them, values zeroized. The
+//! container writes the placeholder `{{secret:NAME}}` (its `{`, `:`, `}` may be
+//! percent-encoded, either hex case) and sends the request in **absolute form**, `https://`
+//! included: the proxy dials the checked address and makes the TLS connection itself (web
+//! roots plus `egress.proxy.extra_ca_files`, server name = the URL's host; audit kind `https`).
+//! For a task with credentials the body is read whole (at most [`MAX_SECRET_BODY_BYTES`], else
+//! 413) and the value put into the request target (percent-encoded), header values (raw; 400 if
+//! not a valid header value) and the body (JSON-escaped for JSON, percent-encoded for forms and
+//! wherever the placeholder was, raw otherwise), `Content-Length` fixed. A placeholder of a
+//! secret the destination is not bound to (or of one with no hosts, handed over stdin)
+//! refuses the request with 403 `secret_not_bound` before anything is dialled; unknown names
+//! pass unchanged. Audit lines name the secrets (names only); the task summary counts
+//! `secrets_injected` / `secrets_refused`.
+//!
+//! Every forward answer to such a task — not only those that carried a placeholder: a bound
+//! host may hand a stored value back later — is **scrubbed** with the task's redactor
+//! (`nexbot_redact`): headers (`Location` included; redirects are never followed), the
+//! server's reason phrase dropped, the body streamed through `StreamRedactor` without
+//! `Content-Length`. The proxy asks for `Accept-Encoding: identity`; an answer still
+//! compressed, or typed as an archive, is refused (502 `compressed_response`). A task holding a
+//! proxy-mode secret opens **no CONNECT tunnel** at all (403 `secret_bound_host`): a tunnel can
+//! be neither filled in nor scrubbed. The Host header sent upstream is the URI's host and port,
+//! never its userinfo. The relay scrubs every value of the task (stdin-mode ones included) out
+//! of its chat calls before they go upstream, and names the secret (never the value) in a
+//! warning and the audit line.
+//!
+//! # The per-task summary and the audit log (`ledger.rs`, `audit.rs`, `meter.rs`)
+//!
+//! Per task the egress keeps a [`TaskSummary`] (destinations allowed and denied, bytes,
+//! connections cut, which LLM providers answered, secrets injected and refused); when the
+//! task's access ends ([`TaskTokens::finish`]) its tunnels, streams and relay calls are cut and
+//! the summary goes to the caller (the host's task record and receipt). One JSON audit line per
+//! connection (task, container, host, port, address, verdict, reason, bytes) goes to the audit
+//! file and to `tracing`. The log is **bounded**: rotated by size (`audit_max_bytes`,
+//! `audit_max_files`), capped per task and per second of refusals (one "suppressed" line for
+//! the rest), hosts cut to a DNS name's length, provider keys, relay tokens and `nxp_`
+//! credentials scrubbed by shape.
+//!
+//! # The firewall (`firewall.rs`)
+//!
+//! On an internal network Docker drops what a container sends beyond the host, but not what it
+//! sends to the host's own addresses (the gateway, `eth0`, other bridges). With
+//! `egress.firewall` on, the listener inserts two `iptables` rules on the host's `INPUT` chain
+//! that leave the proxy port on the gateway as the only thing the pool's bridge reaches on the
+//! host, checks them periodically ([`DEFAULT_FIREWALL_CHECK_PERIOD`]) and puts back what a
+//! firewall reload removed, and removes them when it stops.
 
 mod attribution;
 mod audit;

@@ -1,27 +1,31 @@
-//! The host daemon: the main agent, its channels (console and Telegram), tools, state
-//! and the message bus. It decides what to do; risky work is delegated to the subagent pool in
-//! `nexbot-docker`, and the host itself never runs a model-chosen command.
+//! The host daemon (`nexbot`): the composition root that wires the agent (`nexbot-agent`) to
+//! its channels (console and Telegram), its tools, the store, the scheduler, the vault, the
+//! control API and the sandbox. The agent decides; the host carries out, and never runs a
+//! model-chosen command itself: risky work is delegated to the subagent pool in
+//! `nexbot-docker`, reached through `nexbot-egress`.
 //!
+//! - [`app`]: the daemon's life cycle (start and stop order); `bin/nexbot.rs` only parses
+//!   arguments and calls it. [`runtime`]: builds the agent with every tool from the config.
 //! - [`config`]: TOML + `NEXBOT_*` environment, secrets from the environment only.
-//! - [`workspace`]: bootstrap files, `nexbot init`, the system prompt.
-//! - [`llm`]: the OpenAI-compatible provider with retries.
-//! - [`agent`]: the tool-calling loop, its hooks, and [`agent::channel::Channel`], the chat
-//!   operations it needs (it knows no concrete channel).
-//! - [`tools`]: file tools confined to the workspace, memory, todos, delegation, send_message.
-//! - [`store`]: SQLite state (and the Telegram update ledger). [`bus`]: queues and per-chat
-//!   turns. [`commands`]: `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`,
-//!   shared by every channel; [`status`]: the lines `/status` shows.
+//! - [`workspace`]: `nexbot init` (the bootstrap files and the prompt are
+//!   [`agent::workspace`]'s). [`rooms`]: one folder per chat, the file tools' root.
+//! - [`tools`]: the host's tools (files in the chat's room, memory, todos, messages, skills,
+//!   schedules, delegation) on [`agent::tools`]'s trait.
+//! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]:
+//!   `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`, shared by every
+//!   channel; [`status`]: the lines `/status` shows.
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
 //!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
+//! - [`scheduler`]: scheduled jobs and the heartbeat, run as turns of their chat.
+//! - [`vault`]: the secrets vault, over [`store`]'s sealed rows.
 //! - [`deadlines`]: every limit of a delegated task, computed in one place.
 //! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
-//! - [`egress`] (the `nexbot-egress` crate): the sandbox's only way out — forward proxy and LLM
-//!   relay with per-task tokens.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
 //! - [`control_api`]: the operator's API for `nexbot-ctl` on a Unix socket, and `/metrics`;
-//!   [`instance`]: one daemon per data directory.
-//! - [`app`]: the daemon's life cycle (start and stop order). [`runtime`]: builds the agent.
-//!   [`doctor`]: checks.
+//!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
+//!
+//! The crates the host wires are re-exported as its modules: [`agent`] (with
+//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`] and [`store`].
 
 pub mod app;
 pub mod bus;

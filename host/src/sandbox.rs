@@ -6,6 +6,17 @@
 //! containers are created with the listener's address in their environment, the listener
 //! attributes connections through the pool), and the shutdown order matters: running tasks
 //! drain while the proxy and relay still serve them, then the tokens die, then the listener.
+//!
+//! How it is wired (used by `serve`, `chat` and the tests through `app::App`): [`Sandbox::start`]
+//! ensures the internal network, starts the listener on its gateway with `[egress]` (the
+//! relay's provider defaults to `llm.base_url`, its key to `NEXBOT_LLM_API_KEY`; with several
+//! providers each key is taken by its variable's name), starts the pool with the listener's
+//! environment, then binds the listener's late attribution to the pool. Each delegated task
+//! gets a relay token with `egress.relay.default_token_budget`, revoked by a drop guard however
+//! the task ends; what the relay charged fills the task record when the answer carries no
+//! usage. [`Sandbox::shutdown`] drains the pool, revokes leftover tokens, then stops the
+//! listener and its firewall rules. If the sandbox cannot start (no Docker, no image, no root
+//! for the firewall) the agent runs without delegation and the reason is said once.
 
 use std::net::IpAddr;
 use std::path::Path;

@@ -13,6 +13,15 @@
 //!
 //! This is the one redaction implementation: the subagent's task loop, its stdout writer and
 //! its log layer all use it (`subagent/src/redaction.rs` only holds the live instance).
+//!
+//! How a value is found: base64 in both alphabets, with or without padding and inside longer
+//! base64; percent-encoding in either case; hex; JSON and HTML escapes; and each of these also
+//! when line breaks or invisible characters cut the value. A hit becomes `[REDACTED:NAME]`
+//! (or `[REDACTED]` where the name must not be told), and the redactor never redacts its own
+//! markers. Matching is one Aho-Corasick pass per decoded view of the text (`scan.rs`), linear
+//! in the text whatever the number and shape of the secrets; [`StreamRedactor`] holds back at
+//! most the longest form between chunks. Values shorter than [`MIN_SECRET_VALUE_BYTES`] are
+//! refused where they enter, since they could not be redacted without destroying the text.
 
 use std::collections::BTreeMap;
 use std::fmt;

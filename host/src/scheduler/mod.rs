@@ -16,6 +16,9 @@
 //! - **The heartbeat is jobs too**: each valid check of `HEARTBEAT.md` is a job of the owner's
 //!   chat (`heartbeat` = 1) kept in step with the file, so the ledger, metrics and
 //!   `nexbot-ctl cron ls` see it; an answer of exactly `HEARTBEAT_OK` is not sent.
+//! - **No polling where a push will do**: the loop sleeps until the next due second and is
+//!   woken by `Store::jobs_changed` when a job is added, changed or cancelled, and by a watch
+//!   on `HEARTBEAT.md`; the only timed look is a long safety net.
 
 pub mod heartbeat;
 pub use nexbot_store::jobs;

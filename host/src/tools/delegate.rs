@@ -6,6 +6,14 @@
 //! access (a relay token that dies with the task), the task record in SQLite, the turn's
 //! cancellation reaching the task, and turning a result or a partial report into something
 //! the model can use.
+//!
+//! What it checks and sends: a `tools` name outside `nexbot_protocol::SUBAGENT_TOOLS` is refused
+//! before anything runs (an alias is accepted and its canonical name sent); the request carries
+//! `subagent.max_blocked_commands`, the chat's secrets by name (stdin-mode values in the
+//! request, proxy-mode ones granted to the egress only) and `[search]` as `search_backend`
+//! (the operator's search key as a proxy-mode secret); the answer's `dropped_tools` are told
+//! to the model. A chat with agent mode off and a CLI chosen gets each message run as one
+//! `use_cli` call (`execute.run_tool`) with its own relay token, task record and receipt.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

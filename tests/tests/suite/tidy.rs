@@ -1,7 +1,13 @@
 //! ARCHITECTURE.md checked against the tree, in the manner of rust-analyzer's tidy tests: the
-//! crate graph it draws is `cargo metadata`'s (every arrow, and no arrow missing), and every
-//! repository path it names exists. A renamed file or a new dependency between Nexbot crates
-//! fails here until the document says so.
+//! crate graph it draws is `cargo metadata`'s (every arrow, and no arrow missing), so are the
+//! outside dependencies it says belong to one place, every workspace crate has its entry in the
+//! code map, every repository path it names exists, every test it names (`file.rs::name`) is a
+//! function of that file, and every invariant points at what enforces it. A renamed file or
+//! test, a new crate or a new dependency between crates fails here until the document says so.
+//!
+//! Scans of the product's sources live here too, over the workspace's members as
+//! `cargo metadata` lists them (never a hand-kept list of folders), so a new crate is scanned
+//! from its first commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,9 +22,18 @@ fn architecture() -> String {
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// Each workspace crate and the workspace crates it depends on (normal and build
-/// dependencies; dev-dependencies are the tests' business), from `cargo metadata`.
-fn cargo_graph() -> Graph {
+/// A workspace member as `cargo metadata` describes it.
+struct Member {
+    name: String,
+    /// Its folder, relative to the workspace root (`core`, `host`).
+    dir: String,
+    /// The names of its normal and build dependencies (dev-dependencies are the tests'
+    /// business), Nexbot's and outside ones.
+    deps: BTreeSet<String>,
+}
+
+/// The workspace's members, from `cargo metadata --no-deps`.
+fn members() -> Vec<Member> {
     let out = std::process::Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
         .current_dir(root())
@@ -26,40 +41,65 @@ fn cargo_graph() -> Graph {
         .expect("cargo metadata runs");
     assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
     let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
-    let packages = metadata["packages"].as_array().expect("packages");
-    let members: BTreeSet<String> =
-        packages.iter().filter_map(|p| p["name"].as_str().map(str::to_owned)).collect();
-    packages
+    let root = root().canonicalize().expect("the root");
+    let members: Vec<Member> = metadata["packages"]
+        .as_array()
+        .expect("packages")
         .iter()
         .map(|p| {
+            let manifest = Path::new(p["manifest_path"].as_str().expect("manifest_path"));
+            let dir = manifest.parent().expect("a manifest's folder");
+            let dir = dir.strip_prefix(&root).expect("a member inside the workspace");
             let deps = p["dependencies"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter(|d| d["kind"].is_null() || d["kind"] == "build")
-                .filter_map(|d| d["name"].as_str())
-                .filter(|name| members.contains(*name))
-                .map(str::to_owned)
+                .filter_map(|d| d["name"].as_str().map(str::to_owned))
                 .collect();
-            (p["name"].as_str().unwrap_or_default().to_owned(), deps)
+            Member {
+                name: p["name"].as_str().expect("a package name").to_owned(),
+                dir: dir.to_string_lossy().into_owned(),
+                deps,
+            }
+        })
+        .collect();
+    assert!(members.len() > 10, "cargo metadata lists the workspace's members");
+    members
+}
+
+/// Each workspace crate and the workspace crates it depends on.
+fn cargo_graph(members: &[Member]) -> Graph {
+    let names: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    members
+        .iter()
+        .map(|m| {
+            let deps = m.deps.iter().filter(|d| names.contains(d.as_str())).cloned().collect();
+            (m.name.clone(), deps)
         })
         .collect()
 }
 
-/// The graph ARCHITECTURE.md states: the fenced block opened by "```text crate-graph", one
-/// line per crate, `crate -> dep, dep` (nothing after the arrow: depends on no Nexbot crate);
-/// text after `#` is a comment.
-fn documented_graph(doc: &str) -> Graph {
+/// The lines of the fenced block opened by "```text <tag>", comments (after `#`) and blank
+/// lines left out.
+fn fenced_block<'a>(doc: &'a str, tag: &str) -> Vec<&'a str> {
+    let opening = format!("```text {tag}");
     let start = doc
         .lines()
-        .position(|l| l.trim() == "```text crate-graph")
-        .expect("ARCHITECTURE.md has a ```text crate-graph block");
+        .position(|l| l.trim() == opening)
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has a {opening} block"));
+    doc.lines()
+        .skip(start + 1)
+        .take_while(|l| l.trim() != "```")
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// `name -> a, b` lines as a map (nothing after the arrow: an empty set).
+fn arrows(lines: &[&str]) -> Graph {
     let mut graph = Graph::new();
-    for line in doc.lines().skip(start + 1).take_while(|l| l.trim() != "```") {
-        let line = line.split('#').next().unwrap_or_default().trim();
-        if line.is_empty() {
-            continue;
-        }
+    for line in lines {
         let (name, deps) = line.split_once("->").unwrap_or_else(|| panic!("no arrow: {line:?}"));
         let deps = deps.split(',').map(str::trim).filter(|d| !d.is_empty()).map(str::to_owned);
         let previous = graph.insert(name.trim().to_owned(), deps.collect());
@@ -68,10 +108,8 @@ fn documented_graph(doc: &str) -> Graph {
     graph
 }
 
-#[test]
-fn the_crate_graph_in_architecture_md_is_cargos() {
-    let documented = documented_graph(&architecture());
-    let actual = cargo_graph();
+/// Where two graphs differ, one line per name.
+fn differences(actual: &Graph, documented: &Graph) -> Vec<String> {
     let mut wrong = Vec::new();
     for name in actual.keys().chain(documented.keys()).collect::<BTreeSet<_>>() {
         let (is, says) = (actual.get(name), documented.get(name));
@@ -79,7 +117,93 @@ fn the_crate_graph_in_architecture_md_is_cargos() {
             wrong.push(format!("{name}: Cargo.toml says {is:?}, ARCHITECTURE.md says {says:?}"));
         }
     }
+    wrong
+}
+
+/// The graph ARCHITECTURE.md states: the fenced block opened by "```text crate-graph", one
+/// line per crate, `crate -> dep, dep` (nothing after the arrow: depends on no Nexbot crate);
+/// text after `#` is a comment.
+fn documented_graph(doc: &str) -> Graph {
+    arrows(&fenced_block(doc, "crate-graph"))
+}
+
+#[test]
+fn the_crate_graph_in_architecture_md_is_cargos() {
+    let wrong = differences(&cargo_graph(&members()), &documented_graph(&architecture()));
     assert!(wrong.is_empty(), "update the crate-graph block:\n{}", wrong.join("\n"));
+}
+
+/// Outside dependencies that belong to one place: the block "```text exclusive-deps", one line
+/// per dependency, `dependency -> crate, crate`, naming every workspace crate that depends on
+/// it (normal and build dependencies).
+fn documented_exclusive_deps(doc: &str) -> Graph {
+    arrows(&fenced_block(doc, "exclusive-deps"))
+}
+
+#[test]
+fn the_exclusive_dependencies_in_architecture_md_are_cargos() {
+    let documented = documented_exclusive_deps(&architecture());
+    assert!(!documented.is_empty(), "the exclusive-deps block lists dependencies");
+    let members = members();
+    let actual: Graph = documented
+        .keys()
+        .map(|dep| {
+            let users = members.iter().filter(|m| m.deps.contains(dep)).map(|m| m.name.clone());
+            (dep.clone(), users.collect())
+        })
+        .collect();
+    let wrong = differences(&actual, &documented);
+    assert!(wrong.is_empty(), "update the exclusive-deps block:\n{}", wrong.join("\n"));
+}
+
+/// The text of the section that starts with the heading `heading` (up to the next heading of
+/// that level or higher).
+fn section<'a>(doc: &'a str, heading: &str) -> &'a str {
+    let start = doc.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}"));
+    let body = &doc[start + heading.len() + 2..];
+    let level = heading.split(' ').next().unwrap_or_default();
+    let end = body
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .find(|&i| {
+            let hashes = body[i..].split(' ').next().unwrap_or_default();
+            !hashes.is_empty() && hashes.chars().all(|c| c == '#') && hashes.len() <= level.len()
+        })
+        .unwrap_or(body.len());
+    &body[..end]
+}
+
+/// The code map's crate entries: its `###` headings of the form `` `dir/` (`name`) ``, as
+/// (folder, crate name).
+fn code_map_entries(doc: &str) -> BTreeSet<(String, String)> {
+    section(doc, "## Code map")
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .filter_map(|heading| {
+            let pieces: Vec<&str> = heading.split('`').collect();
+            // "", "dir/", " (", "name", ")"
+            match pieces.as_slice() {
+                ["", dir, " (", name, ")"] if dir.ends_with('/') => {
+                    Some((dir.trim_end_matches('/').to_owned(), (*name).to_owned()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_workspace_crate_is_in_the_code_map() {
+    let documented = code_map_entries(&architecture());
+    let actual: BTreeSet<(String, String)> =
+        members().into_iter().map(|m| (m.dir, m.name)).collect();
+    let missing: Vec<_> = actual.difference(&documented).collect();
+    let unknown: Vec<_> = documented.difference(&actual).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "the code map needs a \"### `dir/` (`name`)\" entry per workspace crate: missing \
+         {missing:?}, not a workspace crate {unknown:?}"
+    );
 }
 
 /// Backticked repository paths (`host/src/app.rs`, `docs/protocol.md`, `docker/`): those
@@ -119,16 +243,157 @@ fn every_path_architecture_md_names_exists() {
     assert!(missing.is_empty(), "ARCHITECTURE.md names paths that do not exist: {missing:#?}");
 }
 
+/// Backticked tests, `path/to/file.rs::function_name`, as (path, function).
+fn named_tests(doc: &str) -> BTreeSet<(String, String)> {
+    doc.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|piece| piece.split_once(".rs::"))
+        .filter(|(path, name)| {
+            !path.contains(char::is_whitespace)
+                && !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        })
+        .map(|(path, name)| (format!("{path}.rs"), name.to_owned()))
+        .collect()
+}
+
+#[test]
+fn every_test_architecture_md_names_exists() {
+    let tests = named_tests(&architecture());
+    assert!(tests.len() > 10, "the scan finds the document's tests: {tests:?}");
+    let missing: Vec<String> = tests
+        .iter()
+        .filter(|(path, name)| {
+            let text = std::fs::read_to_string(root().join(path)).unwrap_or_default();
+            !text.contains(&format!("fn {name}("))
+        })
+        .map(|(path, name)| format!("{path}::{name}"))
+        .collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md names tests that do not exist: {missing:#?}");
+}
+
+/// The Invariants section's items (a `- ` line and its indented continuation lines, joined).
+fn invariants(doc: &str) -> Vec<String> {
+    let mut items: Vec<String> = Vec::new();
+    for line in section(doc, "## Invariants").lines() {
+        if let Some(item) = line.strip_prefix("- ") {
+            items.push(item.to_owned());
+        } else if let (Some(rest), Some(last)) = (line.strip_prefix("  "), items.last_mut()) {
+            last.push(' ');
+            last.push_str(rest.trim());
+        }
+    }
+    items
+}
+
+#[test]
+fn every_invariant_points_at_what_enforces_it() {
+    let items = invariants(&architecture());
+    assert!(items.len() > 10, "the scan finds the invariants: {items:?}");
+    let unenforced: Vec<&String> = items
+        .iter()
+        .filter(|item| match item.rsplit_once('→') {
+            Some((_, enforcer)) => named_paths(enforcer).is_empty(),
+            None => true,
+        })
+        .collect();
+    assert!(
+        unenforced.is_empty(),
+        "each invariant ends \"→ `the crate's Cargo.toml`, `its clippy.toml` or `the test`\": \
+         {unenforced:#?}"
+    );
+}
+
+/// Rust files under `dir`, recursively.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Keys only a parser (or builder) of chat-completion JSON needs, as string literals or as
+/// serde field names.
+const WIRE_KEYS: &[&str] = &[
+    "choices",
+    "finish_reason",
+    "\"completion_tokens\"",
+    "\"total_tokens\"",
+    "\"delta\"",
+    "\"tool_calls\"",
+];
+
+/// Lines of the `src/` folders of `members` (outside `#[cfg(test)]` and comments) that hold a
+/// key of the provider wire.
+fn wire_keys_in(members: &[&Member]) -> Vec<String> {
+    let mut found = Vec::new();
+    for member in members {
+        let mut files = Vec::new();
+        rust_files(&root().join(&member.dir).join("src"), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("read a source file");
+            // Unit tests inside a source file may spell the wire out.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or("");
+                if let Some(key) = WIRE_KEYS.iter().find(|k| line.contains(*k)) {
+                    found.push(format!("{}:{}: {key}", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// "Nothing else parses provider JSON": the keys of the OpenAI wire appear only in
+/// `nexbot-llm` among the product crates — every workspace member but the test-fixture crate,
+/// which may build wire JSON. A copy of the wire types (or a hand-rolled usage or error
+/// parser) elsewhere fails here with its file and line.
+#[test]
+fn only_nexbot_llm_reads_the_provider_wire() {
+    let members = members();
+    let (llm, others): (Vec<&Member>, Vec<&Member>) =
+        members.iter().filter(|m| m.name != "nexbot-tests").partition(|m| m.name == "nexbot-llm");
+    assert!(others.len() > 10, "the scan covers the product crates");
+    let found = wire_keys_in(&others);
+    assert!(found.is_empty(), "provider JSON handled outside nexbot-llm:\n{}", found.join("\n"));
+    // Positive control: the scan sees the keys where they are.
+    assert!(!wire_keys_in(&llm).is_empty());
+}
+
 #[test]
 fn the_tidy_scans_see_what_they_look_for() {
     let doc = "```text crate-graph\na -> b, c # why\nb ->\n```\nsee `host/src/app.rs`, `pool.rs`, \
-               `/workspace/x`, `docs/protocol.md#lifecycle` and `host/src/<x>.rs`";
+               `/workspace/x`, `docs/protocol.md#lifecycle` and `host/src/<x>.rs`\n\
+               ```text exclusive-deps\nrusqlite -> s\n```\n\
+               ## Code map\n\n### `core/` (`nexbot-core`)\n\n### Outside the crates\n\n\
+               ## Invariants\n\n**A group**\n- one → `host/src/app.rs::a_test`, the rest\n  \
+               wrapped\n- two, by no one\n\n## Glossary\n\n### `x/` (`not-in-the-map`)\n";
     let graph = documented_graph(doc);
     assert_eq!(graph["a"], BTreeSet::from(["b".to_owned(), "c".to_owned()]));
     assert!(graph["b"].is_empty());
+    assert_eq!(documented_exclusive_deps(doc)["rusqlite"], BTreeSet::from(["s".to_owned()]));
     let paths = named_paths(doc);
     assert_eq!(
         paths,
-        BTreeSet::from(["host/src/app.rs".to_owned(), "docs/protocol.md".to_owned()])
+        BTreeSet::from(["host/src/app.rs", "docs/protocol.md", "core/"].map(str::to_owned))
+    );
+    assert_eq!(
+        code_map_entries(doc),
+        BTreeSet::from([("core".to_owned(), "nexbot-core".to_owned())])
+    );
+    assert_eq!(
+        named_tests(doc),
+        BTreeSet::from([("host/src/app.rs".to_owned(), "a_test".to_owned())])
+    );
+    assert_eq!(
+        invariants(doc),
+        ["one → `host/src/app.rs::a_test`, the rest wrapped", "two, by no one"]
     );
 }
