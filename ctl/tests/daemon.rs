@@ -5,11 +5,11 @@
 //! Needs the `nexbot` binary next to this test's target directory (`cargo test --workspace`
 //! builds it; alone: `cargo build -p nexbot-host`).
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use nexbot_tests::daemon::{self, Workspace};
 
 const CTL: &str = env!("CARGO_BIN_EXE_nexbot-ctl");
 
@@ -26,23 +26,11 @@ fn nexbot_binary() -> PathBuf {
     nexbot
 }
 
-/// `nexbot` with a clean `NEXBOT_*` environment (the developer's shell must not leak in).
-fn nexbot(args: &[&str]) -> Command {
-    let mut command = Command::new(nexbot_binary());
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
-            command.env_remove(key);
-        }
-    }
-    command.args(args);
-    command
-}
-
-/// The running daemon: SIGTERM on drop (then SIGKILL if it lingers), its data directory
-/// removed.
+/// The running daemon (the shared harness's: SIGTERM on drop, then SIGKILL if it lingers),
+/// then its data directory, removed.
 struct Daemon {
-    child: Child,
-    dir: PathBuf,
+    daemon: daemon::Daemon,
+    workspace: Workspace,
 }
 
 impl Daemon {
@@ -52,63 +40,34 @@ impl Daemon {
 
     /// A daemon in its own data directory (`name`), with extra environment.
     fn start_with(name: &str, env: &[(&str, &str)]) -> Self {
-        let dir = std::env::temp_dir().join(format!("nbctl-daemon-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = nexbot(&["init", "--dir", dir.to_str().unwrap()]).output().unwrap();
-        assert!(out.status.success(), "nexbot init: {}", String::from_utf8_lossy(&out.stderr));
-        let mut child = nexbot(&["serve", "--config", dir.join("config.toml").to_str().unwrap()])
-            .env("NEXBOT_SUBAGENT__ENABLED", "false")
-            .env("NEXBOT_LLM__BASE_URL", "http://127.0.0.1:9/v1")
-            .env("NEXBOT_TELEGRAM__ENABLED", "false")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let daemon = Self { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut log = String::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    log.push_str(&line);
-                    log.push('\n');
-                    if line.contains("nexbot is serving") {
-                        break;
-                    }
-                }
-                Err(_) => panic!("nexbot serve did not get ready:\n{log}"),
-            }
-        }
-        // Keep draining stderr so the daemon never blocks on a full pipe.
-        std::thread::spawn(move || while rx.recv().is_ok() {});
-        let socket = daemon.socket();
+        let nexbot = nexbot_binary();
+        let name = format!("nbctl-daemon-{}-{name}", std::process::id());
+        let workspace = Workspace::init(&nexbot, &name);
+        let base = [
+            ("NEXBOT_SUBAGENT__ENABLED", "false"),
+            ("NEXBOT_LLM__BASE_URL", "http://127.0.0.1:9/v1"),
+            ("NEXBOT_TELEGRAM__ENABLED", "false"),
+        ];
+        let daemon =
+            daemon::Daemon::spawn(&nexbot, &workspace.config(), base.iter().chain(env).copied());
+        let limit = Duration::from_secs(30);
+        daemon.wait_log_blocking(daemon::READY, limit);
+        let started = Instant::now();
+        let socket = workspace.socket();
         while !socket.exists() {
-            assert!(Instant::now() < deadline, "no control socket at {}:\n{log}", socket.display());
+            assert!(started.elapsed() < limit, "no control socket at {}", socket.display());
             std::thread::sleep(Duration::from_millis(50));
         }
-        daemon
+        Self { daemon, workspace }
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.join("nexbot.sock")
+        self.workspace.socket()
     }
 
     fn ctl(&self, args: &[&str]) -> Output {
         Command::new(CTL)
-            .current_dir(&self.dir)
+            .current_dir(self.workspace.dir())
             .env_remove("NEXBOT_SOCKET")
             .env_remove("NEXBOT_CONFIG")
             .arg("--socket")
@@ -116,22 +75,6 @@ impl Daemon {
             .args(args)
             .output()
             .unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -152,7 +95,7 @@ fn ctl_against_a_daemon_without_delegation() {
     assert!(status["pool"].is_null(), "{status}");
     let off = status["delegation_off"].as_str().unwrap_or_default();
     assert!(!off.is_empty(), "a reason why delegation is off: {status}");
-    assert_eq!(status["pid"], daemon.child.id());
+    assert_eq!(status["pid"], daemon.daemon.pid());
 
     let out = daemon.ctl(&["status"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -3,10 +3,11 @@
 //! the scripted OpenAI-compatible server ([`scripted_llm`]) that stands in for a model, the
 //! third-party mock LLMock run as a child process ([`llmock`]), a started egress listener
 //! with local servers to be the "internet" ([`egress`]), the Telegram Bot API fixture that
-//! plays Telegram and its users ([`telegram`]), and the shared parts of the `make bench`
-//! benchmarks ([`bench`]).
+//! plays Telegram and its users ([`telegram`]), the shared parts of the `make bench`
+//! benchmarks ([`bench`]); [`daemon`] is the one harness for `nexbot init` and `nexbot serve`.
 
 pub mod bench;
+pub mod daemon;
 pub mod egress;
 pub mod llmock;
 pub mod scripted_llm;

@@ -8,42 +8,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use nexbot_tests::daemon::{self, Daemon, Workspace};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 pub const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
 
-/// A throwaway workspace, removed on drop.
+/// A throwaway workspace written by the real `nexbot init` ([`nexbot_tests::daemon`]'s),
+/// removed on drop.
 pub struct TempWorkspace {
     pub dir: PathBuf,
+    workspace: Workspace,
 }
 
 impl TempWorkspace {
     /// Runs `nexbot init` into a new temporary directory.
     pub fn init(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("nxh-e2e-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = std::process::Command::new(NEXBOT)
-            .args(["init", "--dir"])
-            .arg(&dir)
-            .output()
-            .expect("run nexbot init");
-        assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
-        Self { dir }
+        let workspace = Workspace::init(NEXBOT, &format!("nxh-e2e-{tag}-{}", std::process::id()));
+        Self { dir: workspace.dir().to_owned(), workspace }
     }
 
     pub fn config(&self) -> PathBuf {
-        self.dir.join("config.toml")
+        self.workspace.config()
     }
 
     pub fn database(&self) -> PathBuf {
-        self.dir.join("nexbot.db")
-    }
-}
-
-impl Drop for TempWorkspace {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.workspace.database()
     }
 }
 
@@ -62,17 +52,11 @@ pub fn base_env(llm_base_url: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-/// A `nexbot` command with a clean `NEXBOT_*` environment plus `env`.
+/// A `nexbot` command with a clean `NEXBOT_*` environment plus `env`, killed on drop.
 pub fn nexbot(args: &[&str], config: &Path, env: &[(String, String)]) -> Command {
-    let mut cmd = Command::new(NEXBOT);
-    cmd.args(args).arg("--config").arg(config).kill_on_drop(true);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    cmd
+    let mut command = Command::from(daemon::command(NEXBOT, args, config, env.iter().cloned()));
+    command.kill_on_drop(true);
+    command
 }
 
 /// Runs `nexbot chat` with `lines` on stdin (then EOF) and returns its output.
@@ -166,73 +150,32 @@ impl ChatSession {
     }
 }
 
-/// A running `nexbot serve`, its stderr collected all along (so logs never fill the pipe and a
-/// test can read them). Killed on drop.
-pub struct Serving {
-    child: tokio::process::Child,
-    log: std::sync::Arc<std::sync::Mutex<String>>,
-}
+/// A running `nexbot serve` ([`nexbot_tests::daemon::Daemon`]: its stderr collected all
+/// along, stopped on drop).
+pub struct Serving(Daemon);
 
 impl Serving {
     /// Starts `nexbot serve` and waits (up to `limit`) for "nexbot is serving".
     pub async fn start(config: &Path, env: &[(String, String)], limit: Duration) -> Self {
-        use tokio::io::AsyncBufReadExt;
-        let mut child = nexbot(&["serve"], config, env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn nexbot serve");
-        let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let serving = Self { child, log };
-        serving.wait_log("nexbot is serving", limit).await;
-        serving
-    }
-
-    /// Everything logged so far.
-    pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Waits until the log contains `needle`; panics with the log when `limit` passes.
-    pub async fn wait_log(&self, needle: &str, limit: Duration) {
-        let start = std::time::Instant::now();
-        while !self.log().contains(needle) {
-            assert!(
-                start.elapsed() < limit,
-                "no {needle:?} in the log within {limit:?}:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        Self(Daemon::serve(NEXBOT, config, env.iter().cloned(), limit).await)
     }
 
     /// SIGKILL: the daemon gets no chance to clean up (what a crash or OOM kill does).
-    pub async fn kill(mut self) -> String {
-        let _ = self.child.kill().await;
-        self.log()
+    pub async fn kill(self) -> String {
+        self.0.kill()
     }
 
     /// SIGTERM, then waits for a clean exit; returns the log.
-    pub async fn stop(mut self, limit: Duration) -> String {
-        let pid = self.child.id().expect("running").to_string();
-        let _ = std::process::Command::new("kill").args(["-TERM", &pid]).status();
-        let status = tokio::time::timeout(limit, self.child.wait())
-            .await
-            .expect("nexbot serve did not stop in time")
-            .expect("wait for nexbot serve");
-        let log = self.log();
-        assert!(status.success(), "nexbot serve exited with {status:?}:\n{log}");
-        log
+    pub async fn stop(self, limit: Duration) -> String {
+        self.0.stop(limit).await
+    }
+}
+
+impl std::ops::Deref for Serving {
+    type Target = Daemon;
+
+    fn deref(&self) -> &Daemon {
+        &self.0
     }
 }
 
