@@ -78,87 +78,34 @@ impl JobCreator {
     }
 }
 
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobState {
-    Active,
-    /// A one-shot job that ran or was skipped.
-    Done,
-    Cancelled,
-}
-
-impl JobState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Active => "active",
-            Self::Done => "done",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        [Self::Active, Self::Done, Self::Cancelled].into_iter().find(|s| s.as_str() == text)
+words! {
+    /// Where a job is in its life.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum JobState {
+        Active => "active",
+        /// A one-shot job that ran or was skipped.
+        Done => "done",
+        Cancelled => "cancelled",
     }
 }
 
-/// How a run of a job went (its ledger row's `outcome`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum RunOutcome {
-    /// Handed to the workers, not started.
-    #[default]
-    Queued,
-    Running,
-    Ok,
-    Failed,
-    /// The run used its token budget.
-    OverBudget,
-    /// Due while the daemon was down (or unusable), and not run.
-    Skipped,
-    /// The queue was full when it was due.
-    DroppedBusy,
-    Cancelled,
-}
-
-impl RunOutcome {
-    const ALL: [Self; 8] = [
-        Self::Queued,
-        Self::Running,
-        Self::Ok,
-        Self::Failed,
-        Self::OverBudget,
-        Self::Skipped,
-        Self::DroppedBusy,
-        Self::Cancelled,
-    ];
-
-    /// The stored and shown text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Running => "running",
-            Self::Ok => "ok",
-            Self::Failed => "failed",
-            Self::OverBudget => "over budget",
-            Self::Skipped => "skipped",
-            Self::DroppedBusy => "dropped: busy",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for JobState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::fmt::Display for RunOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+words! {
+    /// How a run of a job went (its ledger row's `outcome`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub enum RunOutcome {
+        /// Handed to the workers, not started.
+        #[default]
+        Queued => "queued",
+        Running => "running",
+        Ok => "ok",
+        Failed => "failed",
+        /// The run used its token budget.
+        OverBudget => "over budget",
+        /// Due while the daemon was down (or unusable), and not run.
+        Skipped => "skipped",
+        /// The queue was full when it was due.
+        DroppedBusy => "dropped: busy",
+        Cancelled => "cancelled",
     }
 }
 

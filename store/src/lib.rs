@@ -24,6 +24,44 @@ use nexbot_core::ChatRef;
 
 use nexbot_core::Usage;
 
+/// An enum whose values are stored (and shown) as words: each variant names its word once, and
+/// gets `as_str`, `parse` (`None` for a word this daemon does not know) and `Display`.
+macro_rules! words {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident => $word:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// The stored and shown word.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $word,)+
+                }
+            }
+
+            pub fn parse(text: &str) -> Option<Self> {
+                match text {
+                    $($word => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 pub mod jobs;
 pub mod vault;
 
@@ -271,31 +309,15 @@ pub const AGENT_CLI_SETTING: &str = "agent_cli";
 /// The coding CLIs a chat can choose: the ones the CLI image variant carries (`use_cli`).
 pub const AGENT_CLIS: &[&str] = &["qwen"];
 
-/// Where a Telegram update is in the ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateState {
-    /// Received, not settled yet (replayed after a restart).
-    Pending,
-    Answered,
-    Refused,
-    Failed,
-}
-
-impl UpdateState {
-    const ALL: [Self; 4] = [Self::Pending, Self::Answered, Self::Refused, Self::Failed];
-
-    /// The stored and shown text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Answered => "answered",
-            Self::Refused => "refused",
-            Self::Failed => "failed",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
+words! {
+    /// Where a Telegram update is in the ledger.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum UpdateState {
+        /// Received, not settled yet (replayed after a restart).
+        Pending => "pending",
+        Answered => "answered",
+        Refused => "refused",
+        Failed => "failed",
     }
 }
 
@@ -365,41 +387,17 @@ pub struct TaskRecord {
     pub egress: Option<String>,
 }
 
-/// Where a delegated task is: running, or how it ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum TaskStatus {
-    Running,
-    Success,
-    /// Failed (the default of an end no branch named: a task never ends as "unknown").
-    #[default]
-    Error,
-    Timeout,
-    Cancelled,
-}
-
-impl TaskStatus {
-    const ALL: [Self; 5] =
-        [Self::Running, Self::Success, Self::Error, Self::Timeout, Self::Cancelled];
-
-    /// The stored and shown text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Success => "success",
-            Self::Error => "error",
-            Self::Timeout => "timeout",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for TaskStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+words! {
+    /// Where a delegated task is: running, or how it ended.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub enum TaskStatus {
+        Running => "running",
+        Success => "success",
+        /// Failed (the default of an end no branch named: a task never ends as "unknown").
+        #[default]
+        Error => "error",
+        Timeout => "timeout",
+        Cancelled => "cancelled",
     }
 }
 
