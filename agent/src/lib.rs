@@ -335,7 +335,8 @@ impl Agent {
     }
 
     /// [`Self::run_turn`] stopped once it has used more than `budget` tokens (the model's
-    /// and its delegated tasks'), checked after every model call and tool call.
+    /// and its delegated tasks'), checked before every model call and before a reply's tool
+    /// calls run.
     pub async fn run_turn_within(
         &self,
         chat: &ChatRef,

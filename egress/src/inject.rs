@@ -212,9 +212,8 @@ pub(crate) fn substitute(
     for placeholder in find(text) {
         let Some(credential) = secrets.get(&placeholder.name) else { continue };
         if !credential.reaches(to) {
-            let host = if credential.reaches(&Destination { port: 443, https: true, ..*to })
-                || credential.bindings.iter().any(|b| b.host().matches(to.host))
-            {
+            // Bound to this host but another port or scheme: the error names both.
+            let host = if credential.bindings.iter().any(|b| b.host().matches(to.host)) {
                 let scheme = if to.https { "https" } else { "http" };
                 format!("{scheme}://{}:{}", to.host, to.port)
             } else {

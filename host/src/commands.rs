@@ -549,53 +549,12 @@ mod tests {
             let vault = vault.clone();
             move || crate::vault::status_line(&vault)
         });
-        let value = |v: &str| secrecy::SecretString::from(v.to_owned());
         let scope = |n: i64| crate::vault::Scope::Chat(ChatRef::Telegram(n));
-        vault
-            .set(
-                &scope(1),
-                "MINE",
-                value("value-of-mine-123"),
-                &[],
-                &[],
-                Some(crate::vault::Mode::Stdin),
-            )
-            .await
-            .unwrap();
-        vault
-            .set(
-                &scope(2),
-                "THEIRS",
-                value("value-of-theirs-1"),
-                &[],
-                &[],
-                Some(crate::vault::Mode::Stdin),
-            )
-            .await
-            .unwrap();
-        vault
-            .set(
-                &scope(2),
-                "THEIRS2",
-                value("value-of-theirs-2"),
-                &[],
-                &[],
-                Some(crate::vault::Mode::Stdin),
-            )
-            .await
-            .unwrap();
+        crate::vault::set_stdin(&vault, &scope(1), "MINE", "value-of-mine-123").await;
+        crate::vault::set_stdin(&vault, &scope(2), "THEIRS", "value-of-theirs-1").await;
+        crate::vault::set_stdin(&vault, &scope(2), "THEIRS2", "value-of-theirs-2").await;
         let operator = crate::vault::Scope::Operator;
-        vault
-            .set(
-                &operator,
-                "OPS",
-                value("value-of-operator"),
-                &[],
-                &[],
-                Some(crate::vault::Mode::Stdin),
-            )
-            .await
-            .unwrap();
+        crate::vault::set_stdin(&vault, &operator, "OPS", "value-of-operator").await;
         let mut r = registry();
         let status = Status { store: store.clone(), model: "m".into(), spend, board, vault };
         r.add(Arc::new(status));

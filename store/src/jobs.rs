@@ -381,6 +381,7 @@ impl Store {
     /// Stores a new job; returns its id.
     pub async fn add_job(&self, job: NewJob) -> Result<i64, StoreError> {
         self.call(move |c| {
+            let (created_by, created_in) = job.created_by.columns();
             c.execute(
                 "INSERT INTO jobs (chat_id, name, task, cron, at, time_zone, missed, next_run,
                      heartbeat, state, created_at, created_by, created_in, token_budget)
@@ -396,8 +397,8 @@ impl Store {
                     job.next_run,
                     i64::from(job.heartbeat),
                     unix_now(),
-                    job.created_by.columns().0,
-                    job.created_by.columns().1,
+                    created_by,
+                    created_in,
                     job.token_budget.map(|b| b.min(i64::MAX as u64) as i64),
                 ],
             )?;

@@ -686,6 +686,13 @@ impl Vault {
     }
 }
 
+/// Stores `value` as `name` in `scope`, stdin mode (no host): the setup most tests need.
+#[cfg(test)]
+pub(crate) async fn set_stdin(vault: &Vault, scope: &Scope, name: &str, value: &str) {
+    let value = SecretString::from(value.to_owned());
+    vault.set(scope, name, value, &[], &[], Some(Mode::Stdin)).await.expect("store a secret");
+}
+
 /// The vault's line of `nexbot-ctl status` (every scope: the operator's view).
 pub fn status_line(vault: &Vault) -> String {
     state_line(vault, &format!("{} stored", vault.list(None).len()))

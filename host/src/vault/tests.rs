@@ -353,39 +353,9 @@ async fn a_scope_holds_at_most_its_cap_of_secrets() {
     }
     assert!(!text.contains("value-long-enough"), "{text}");
     assert_eq!(vault.list(Some(&chat(1))).len(), 2, "nothing stored");
-    vault
-        .set(
-            &chat(1),
-            "TWO",
-            secret("value-long-enough-2b"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
-        .await
-        .unwrap();
-    vault
-        .set(
-            &chat(2),
-            "THREE",
-            secret("value-long-enough-3"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
-        .await
-        .unwrap();
-    vault
-        .set(
-            &Scope::Operator,
-            "OPS",
-            secret("value-long-enough-4"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
-        .await
-        .unwrap();
+    crate::vault::set_stdin(&vault, &chat(1), "TWO", "value-long-enough-2b").await;
+    crate::vault::set_stdin(&vault, &chat(2), "THREE", "value-long-enough-3").await;
+    crate::vault::set_stdin(&vault, &Scope::Operator, "OPS", "value-long-enough-4").await;
     // The default lets an existing configuration go on as before.
     assert_eq!(crate::config::Config::default().vault.max_secrets_per_scope, 256);
 }
@@ -433,39 +403,9 @@ async fn a_retired_value_leaves_the_scan_when_the_last_task_holding_it_ends() {
 async fn a_chats_watched_values_are_its_own_and_the_operators() {
     let dir = temp_dir();
     let vault = Vault::open(store(&dir).await, Some(&secret(MASTER)), None).await.unwrap();
-    vault
-        .set(
-            &chat(7),
-            "MINE",
-            secret("mine-PLANTED-value-1"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
-        .await
-        .unwrap();
-    vault
-        .set(
-            &chat(8),
-            "THEIRS",
-            secret("theirs-PLANTED-value-2"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
-        .await
-        .unwrap();
-    vault
-        .set(
-            &Scope::Operator,
-            "OPS",
-            secret("ops-PLANTED-value-3"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
-        .await
-        .unwrap();
+    crate::vault::set_stdin(&vault, &chat(7), "MINE", "mine-PLANTED-value-1").await;
+    crate::vault::set_stdin(&vault, &chat(8), "THEIRS", "theirs-PLANTED-value-2").await;
+    crate::vault::set_stdin(&vault, &Scope::Operator, "OPS", "ops-PLANTED-value-3").await;
     let mut watched: Vec<(String, String)> = vault
         .watched(&ChatRef::Telegram(7))
         .into_iter()

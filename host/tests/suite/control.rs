@@ -22,15 +22,7 @@ const LATECOMER: i64 = 6002;
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn telegram_env(env: &mut Vec<(String, String)>, tg: &TelegramFixture) {
-    env.extend(
-        [
-            ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
-            ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
-            ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
-            ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned())),
-    );
+    common::telegram_env(env, tg, OWNER);
 }
 
 fn client(ws: &TempWorkspace) -> Client {

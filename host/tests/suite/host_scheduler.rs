@@ -364,14 +364,7 @@ async fn cron_through_the_control_api_delivers_over_telegram() {
     llm.set_responder(responder);
     let ws = TempWorkspace::init("sched-ctl");
     let mut env = base_env(&llm.base_url());
-    for (k, v) in [
-        ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
-        ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
-        ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
-        ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
-    ] {
-        env.push((k.to_owned(), v.to_owned()));
-    }
+    common::telegram_env(&mut env, &tg, OWNER);
     std::fs::write(
         ws.dir.join("HEARTBEAT.md"),
         "### Nightly\n- Schedule: \"0 0 3 * * *\"\n- Task: \"quiet check\"\n",
@@ -641,14 +634,7 @@ async fn a_chats_recurring_job_waits_for_the_users_confirmation_in_telegram() {
     });
     let ws = TempWorkspace::init("sched-confirm");
     let mut env = base_env(&llm.base_url());
-    for (k, v) in [
-        ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
-        ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
-        ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
-        ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
-    ] {
-        env.push((k.to_owned(), v.to_owned()));
-    }
+    common::telegram_env(&mut env, &tg, OWNER);
     let serving = common::Serving::start(&ws.config(), &env, limit).await;
     serving.wait_log("the control API is on", limit).await;
     let api = Client::new(ws.dir.join("nexbot.sock"));

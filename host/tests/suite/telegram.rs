@@ -26,18 +26,15 @@ pub(crate) const LIMIT: Duration = Duration::from_secs(60);
 /// The environment that points the daemon at the fixture.
 pub(crate) fn telegram_env(llm: &ScriptedLlm, tg: &TelegramFixture) -> Vec<(String, String)> {
     let mut env = base_env(&llm.base_url());
+    common::telegram_env(&mut env, tg, OWNER);
     env.extend(
         [
-            ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
-            ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
-            ("NEXBOT_TELEGRAM__OWNER", &OWNER.to_string()),
-            ("NEXBOT_TELEGRAM__ALLOWED_USERS", &format!("[{FRIEND}]")),
-            ("NEXBOT_TELEGRAM__ALLOWED_CHATS", &format!("[{GROUP}]")),
-            ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
-            ("NEXBOT_TELEGRAM__PROGRESS_EDIT_INTERVAL_MS", "300"),
-            ("NEXBOT_TELEGRAM__DELIVERY_DEADLINE_SECS", "60"),
+            ("NEXBOT_TELEGRAM__ALLOWED_USERS", format!("[{FRIEND}]")),
+            ("NEXBOT_TELEGRAM__ALLOWED_CHATS", format!("[{GROUP}]")),
+            ("NEXBOT_TELEGRAM__PROGRESS_EDIT_INTERVAL_MS", "300".to_owned()),
+            ("NEXBOT_TELEGRAM__DELIVERY_DEADLINE_SECS", "60".to_owned()),
         ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+        .map(|(k, v)| (k.to_owned(), v)),
     );
     env
 }

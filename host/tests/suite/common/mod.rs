@@ -9,6 +9,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use nexbot_tests::daemon::{self, Daemon, Workspace};
+use nexbot_tests::telegram::TelegramFixture;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
@@ -50,6 +51,19 @@ pub fn base_env(llm_base_url: &str) -> Vec<(String, String)> {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
+}
+
+/// Adds the Telegram channel against the fixture `tg` to `env`, `owner` its owner.
+pub fn telegram_env(env: &mut Vec<(String, String)>, tg: &TelegramFixture, owner: i64) {
+    env.extend(
+        [
+            ("NEXBOT_TELEGRAM_TOKEN", tg.token()),
+            ("NEXBOT_TELEGRAM__API_URL", tg.api_url()),
+            ("NEXBOT_TELEGRAM__OWNER", &owner.to_string()),
+            ("NEXBOT_TELEGRAM__POLL_TIMEOUT_SECS", "5"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
 }
 
 /// A `nexbot` command with a clean `NEXBOT_*` environment plus `env`, killed on drop.
