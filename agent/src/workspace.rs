@@ -16,6 +16,12 @@ pub const BOOTSTRAP_FILES: [(&str, &str); 6] = [
     ("MEMORY.md", include_str!("defaults/MEMORY.md")),
 ];
 
+/// The config file's name inside a workspace written by `init`.
+pub const CONFIG_FILE: &str = "config.toml";
+
+/// The scheduler's checklist of recurring checks (the operator's file).
+pub const HEARTBEAT_FILE: &str = "HEARTBEAT.md";
+
 /// The long-term memory file (the last bootstrap file).
 pub const MEMORY_FILE: &str = "MEMORY.md";
 /// Who the owner is: like [`MEMORY_FILE`], only in the owner's chat's prompt.
@@ -26,7 +32,7 @@ pub const USER_FILE: &str = "USER.md";
 /// `TOOLS.md` is in every chat's prompt, so a chat that could write it would instruct all the
 /// others, the owner's included).
 pub const OPERATOR_FILES: [&str; 5] =
-    ["IDENTITY.md", "AGENTS.md", "SOUL.md", "TOOLS.md", "HEARTBEAT.md"];
+    ["IDENTITY.md", "AGENTS.md", "SOUL.md", "TOOLS.md", HEARTBEAT_FILE];
 
 /// The bootstrap files' texts as last read, each read again only when its modification time
 /// or size changed: a turn stats them instead of reading them all (the operator's edits and

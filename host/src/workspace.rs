@@ -13,9 +13,6 @@ pub use nexbot_agent::workspace::*;
 /// The commented `config.toml` that documents every key and its default.
 pub const CONFIG_TEMPLATE: &str = include_str!("defaults/config.toml");
 
-/// The config file's name inside a workspace written by `init`.
-pub const CONFIG_FILE: &str = "config.toml";
-
 /// What `init` did with each file.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct InitReport {

@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 use super::schedule::Schedule;
 
 /// The file's name in the workspace.
-pub const FILE: &str = "HEARTBEAT.md";
+pub use crate::workspace::HEARTBEAT_FILE as FILE;
 /// The answer that means "all good": never sent.
 pub const OK: &str = "HEARTBEAT_OK";
 

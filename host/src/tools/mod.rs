@@ -1,21 +1,16 @@
-//! The main agent's tools, as the host carries them out: files in the chat's room, memory,
-//! todos, messages, skills, schedules, and delegation to the sandbox. The trait they implement
-//! and the registry are `nexbot-agent`'s ([`nexbot_agent::tools`], re-exported here). None of
-//! these tools runs a shell command on the host.
+//! The main agent's tools that need the daemon's parts: delegation to the sandbox (the pool,
+//! the vault, the egress) and schedules (the scheduler). The tools of a chat's room — files,
+//! search, memory, todos, messages, skills, questions — are `nexbot-tools`' and the trait and
+//! registry `nexbot-agent`'s; both are re-exported here. None of them starts a process
+//! (`clippy.toml` of each crate).
 
 pub use nexbot_agent::tools::*;
+pub use nexbot_tools::{
+    ask_user, files, manage_message, memory, search, send_file, send_message, skills, tasks,
+};
 
-pub mod ask_user;
 pub mod delegate;
-pub mod files;
-pub mod manage_message;
-pub mod memory;
 pub mod schedule;
-pub mod search;
-pub mod send_file;
-pub mod send_message;
-pub mod skills;
-pub mod tasks;
 
 #[cfg(test)]
 mod names_tests;

@@ -6,8 +6,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::agent::channel::OutboundMessage;
+use nexbot_agent::channel::OutboundMessage;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 #[derive(Debug)]
 pub struct SendMessage;

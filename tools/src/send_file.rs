@@ -16,10 +16,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::files::in_room;
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::agent::channel::OutboundFile;
+use crate::files::in_room;
 use crate::rooms::Rooms;
+use nexbot_agent::channel::OutboundFile;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The largest file sent: what the Telegram Bot API accepts from a bot.
 pub const MAX_SEND_BYTES: u64 = 50 * 1024 * 1024;
@@ -123,7 +123,7 @@ impl TypedTool for SendFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Tool;
+    use nexbot_agent::tools::Tool;
 
     struct Fixture {
         dir: PathBuf,

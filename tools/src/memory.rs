@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Longest single note.
 const MAX_NOTE_CHARS: usize = 4_000;
@@ -118,7 +118,7 @@ impl TypedTool for Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Tool;
+    use nexbot_agent::tools::Tool;
 
     #[tokio::test]
     async fn append_then_read() {

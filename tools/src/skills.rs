@@ -1,12 +1,12 @@
 //! `read_skill`: the main agent's side of the skills (the subagent has a tool of the same
-//! name over the same folder). It reads the live set ([`crate::skills::Skills`]) the system
+//! name over the same folder). It reads the live set ([`nexbot_agent::skills::Skills`]) the system
 //! prompt was built from, so a turn never mixes two versions of the folder's list.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::skills::Skills;
+use nexbot_agent::skills::Skills;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 #[derive(Debug)]
 pub struct ReadSkill {
@@ -107,7 +107,7 @@ impl TypedTool for ReadSkill {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Tool;
+    use nexbot_agent::tools::Tool;
     use std::time::Duration;
 
     #[tokio::test]

@@ -14,9 +14,9 @@ use nexbot_fsearch::{Limits, Scope, TextQuery};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::files::{in_room, Confinement};
-use super::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
+use crate::files::{in_room, Confinement};
 use crate::rooms::Rooms;
+use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Both search tools over the chats' rooms.
 pub fn search_tools(rooms: Arc<Rooms>) -> Vec<Arc<dyn Tool>> {
@@ -190,7 +190,7 @@ mod tests {
         }
     }
 
-    fn output(result: &super::super::ToolOutput) -> String {
+    fn output(result: &nexbot_agent::tools::ToolOutput) -> String {
         result.output().as_str().unwrap().to_owned()
     }
 

@@ -46,7 +46,7 @@ fn older_install(dir: &Path) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
     };
-    for (name, text) in crate::workspace::BOOTSTRAP_FILES {
+    for (name, text) in nexbot_agent::workspace::BOOTSTRAP_FILES {
         write(name, text.as_bytes());
     }
     write("HEARTBEAT.md", b"# Heartbeat");

@@ -8,8 +8,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::agent::channel::MessageId;
+use nexbot_agent::channel::MessageId;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The longest text an edit may set (one Telegram message).
 pub const MAX_EDIT_CHARS: usize = 4096;
@@ -89,7 +89,7 @@ impl TypedTool for ManageMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Tool;
+    use nexbot_agent::tools::Tool;
 
     #[tokio::test]
     async fn bad_arguments_are_refused_with_what_was_wrong() {

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 use crate::rooms::Rooms;
+use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Largest text `read_file` returns; longer files are cut with a marker.
 pub const MAX_READ_CHARS: usize = 200_000;
@@ -537,7 +537,7 @@ mod tests {
             std::fs::write(ws.join(name), text).unwrap();
         }
         let socket = std::os::unix::net::UnixListener::bind(ws.join("nexbot.sock")).unwrap();
-        for name in crate::workspace::OPERATOR_FILES {
+        for name in nexbot_agent::workspace::OPERATOR_FILES {
             std::fs::write(ws.join(name), format!("operator's {name}")).unwrap();
         }
         std::fs::write(ws.join("USER.md"), "owner: Alice, lives in Paris").unwrap();
@@ -590,7 +590,7 @@ mod tests {
                 .unwrap()
                 .file_type()
                 .is_socket());
-            for name in crate::workspace::OPERATOR_FILES {
+            for name in nexbot_agent::workspace::OPERATOR_FILES {
                 let text = std::fs::read_to_string(self.ws.join(name)).unwrap();
                 assert_eq!(text, format!("operator's {name}"), "{name}");
             }
@@ -700,7 +700,7 @@ mod tests {
         for chat in [ctx(B, false), ctx(A, true)] {
             let out = f.call_as(&chat, "read_file", json!({"path": "./TOOLS.md"})).await.unwrap();
             assert_eq!(out, success("operator's TOOLS.md"));
-            for name in crate::workspace::OPERATOR_FILES {
+            for name in nexbot_agent::workspace::OPERATOR_FILES {
                 for path in [name.to_owned(), format!("./{name}")] {
                     for tool in ["write_file", "edit_file", "delete_file"] {
                         let args = match tool {

@@ -7,15 +7,15 @@
 //! the turn's own timeout) ends it at once: a person who does not answer never holds the
 //! chat's worker for longer than the operator allows.
 //!
-//! [`Channel::ask`]: crate::agent::channel::Channel::ask
+//! [`Channel::ask`]: nexbot_agent::channel::Channel::ask
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::agent::channel::ChannelError;
+use nexbot_agent::channel::ChannelError;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Longest question, in characters (a Telegram message holds 4096).
 pub const MAX_QUESTION_CHARS: usize = 4000;
@@ -99,7 +99,7 @@ impl TypedTool for AskUser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::Tool;
+    use nexbot_agent::tools::Tool;
 
     #[tokio::test]
     async fn bad_questions_and_timeouts_are_refused_with_what_was_wrong() {
@@ -129,12 +129,14 @@ mod tests {
     #[derive(Debug)]
     struct Silent;
 
-    impl crate::agent::channel::Channel for Silent {
+    impl nexbot_agent::channel::Channel for Silent {
         fn send(
             &self,
-            _: crate::agent::channel::OutboundMessage,
-        ) -> crate::BoxFuture<'_, Result<Option<crate::agent::channel::MessageId>, ChannelError>>
-        {
+            _: nexbot_agent::channel::OutboundMessage,
+        ) -> nexbot_core::BoxFuture<
+            '_,
+            Result<Option<nexbot_agent::channel::MessageId>, ChannelError>,
+        > {
             Box::pin(async { Ok(None) })
         }
         fn ask<'a>(
@@ -142,7 +144,7 @@ mod tests {
             _: &'a nexbot_core::ChatRef,
             _: &'a str,
             wait: Duration,
-        ) -> crate::BoxFuture<'a, Result<String, ChannelError>> {
+        ) -> nexbot_core::BoxFuture<'a, Result<String, ChannelError>> {
             Box::pin(async move {
                 tokio::time::sleep(wait).await;
                 Err(ChannelError::NoAnswer(wait))

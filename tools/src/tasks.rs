@@ -4,8 +4,8 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::store::Store;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
+use nexbot_store::Store;
 
 #[derive(Debug)]
 pub struct ManageTasks {
@@ -40,7 +40,7 @@ impl TypedTool for ManageTasks {
     }
     async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
         let session = ctx.session_id;
-        let store_error = |e: crate::store::StoreError| ToolError::new(e.to_string());
+        let store_error = |e: nexbot_store::StoreError| ToolError::new(e.to_string());
         let missing = |id| ToolError::new(format!("no todo with id {id}"));
         match args {
             Args::Add { text } if text.trim().is_empty() => Err(ToolError::new("text is empty")),

@@ -4,7 +4,7 @@
 //! Why rooms: before, every chat's tools worked over the one workspace (the data directory),
 //! so one chat read another's notes, an operator's backup, and wrote `TOOLS.md` — which is in
 //! every chat's system prompt, the owner's included. Now the confinement's root is the chat's
-//! own folder ([`crate::tools::files::Confinement`]), so everything else is out of reach by
+//! own folder ([`crate::files::Confinement`]), so everything else is out of reach by
 //! construction; the operator's files and the owner's notes are reached only by their exact
 //! names, as [`Shared`] files.
 //!
@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 
 use nexbot_core::ChatRef;
 
-use crate::tools::files::{Confinement, Shared, SharedKind};
-use crate::workspace::{BOOTSTRAP_FILES, CONFIG_FILE, MEMORY_FILE, OPERATOR_FILES, USER_FILE};
+use crate::files::{Confinement, Shared, SharedKind};
+use nexbot_agent::workspace::{
+    BOOTSTRAP_FILES, CONFIG_FILE, MEMORY_FILE, OPERATOR_FILES, USER_FILE,
+};
 
 /// The folder under the workspace that holds every room.
 pub const ROOMS_DIR: &str = "chats";
@@ -144,7 +146,7 @@ pub struct Moved {
 /// data directory stays where the operator put it).
 ///
 /// Conservative on purpose: only what a chat's tools could have written is moved — a regular
-/// file of at most [`MAX_WRITE_BYTES`](crate::tools::files::MAX_WRITE_BYTES) that is UTF-8
+/// file of at most [`MAX_WRITE_BYTES`](crate::files::MAX_WRITE_BYTES) that is UTF-8
 /// text without NUL bytes and not a SQLite file, or a folder holding at least one such file
 /// and nothing but such files and folders (an empty folder is nobody's work worth moving). Never moved: the bootstrap files and `HEARTBEAT.md`, `config.toml*`, hidden
 /// names, whatever `keep` names (or a folder holding it), names of daemon kinds (`*.db`,
@@ -237,7 +239,7 @@ fn movable_name(name: &str) -> bool {
     !name.starts_with('.')
         && !name.starts_with(CONFIG_FILE)
         && !name.starts_with(&format!("{ROOMS_DIR}.before-rooms"))
-        && name != crate::scheduler::heartbeat::FILE
+        && name != nexbot_agent::workspace::HEARTBEAT_FILE
         && !BOOTSTRAP_FILES.iter().any(|(n, _)| *n == name)
         && !DAEMON_KINDS.iter().any(|kind| lower.ends_with(kind))
         && !lower.contains(".db-")
@@ -285,7 +287,7 @@ fn folder_movable(dir: &Path, depth: usize, seen: &mut usize, files: &mut usize)
 }
 
 fn text_file(path: &Path, len: u64) -> bool {
-    if len > crate::tools::files::MAX_WRITE_BYTES as u64 {
+    if len > crate::files::MAX_WRITE_BYTES as u64 {
         return false;
     }
     let Ok(bytes) = std::fs::read(path) else { return false };
