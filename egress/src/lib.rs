@@ -28,6 +28,7 @@
 //! ([`Egress::container_env`]); execute requests get `llm_base_url` ([`Egress::relay_base_url`])
 //! and a per-task `llm_token` ([`TaskTokens::issue`]).
 
+mod approval;
 mod attribution;
 mod audit;
 mod binding;
@@ -56,6 +57,10 @@ use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use approval::{
+    AllowRule, Approval, ApprovalFuture, ApprovalRequest, Approver, EgressMode, Unattended,
+    DEFAULT_RULE_PORT, DENIED_BY_USER, NO_ANSWER,
+};
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
 pub use binding::{Binding, Place, DEFAULT_PLACE};
@@ -118,6 +123,8 @@ pub(crate) struct Shared {
     /// TLS to `https://` destinations of absolute-form requests.
     tls: Arc<rustls::ClientConfig>,
     attribution: Arc<dyn Attribution>,
+    /// Who decides about held destinations in `ask` mode (set by the host after start).
+    approver: approval::ApproverSlot,
     relay: relay::Relay,
     local: SocketAddr,
     stop: CancellationToken,
@@ -196,7 +203,11 @@ impl Egress {
         let audit = Arc::new(audit);
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
-            policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
+            policy: policy::Policy::new(
+                config.proxy.clone(),
+                host_addrs.clone(),
+                config.effective_mode() == EgressMode::Open,
+            ),
             host_addrs,
             config,
             tokens: Arc::new(TaskTokens::with_audit(audit.clone(), credentials.clone())),
@@ -204,6 +215,7 @@ impl Egress {
             tls,
             audit,
             attribution,
+            approver: approval::ApproverSlot::default(),
             relay,
             local,
             stop: CancellationToken::new(),
@@ -213,6 +225,12 @@ impl Egress {
         shared.tracker.spawn(upkeep(shared.clone()));
         tracing::info!(%local, audit = %path.display(), "egress proxy and LLM relay listening");
         Ok(Self { shared, firewall })
+    }
+
+    /// Sets who is asked about held destinations in `ask` mode (see [`Approver`]). Until it
+    /// is set, `ask` refuses what it would ask about, saying that nobody can be asked.
+    pub fn set_approver(&self, approver: Arc<dyn Approver>) {
+        self.shared.approver.set(approver);
     }
 
     pub fn local_addr(&self) -> SocketAddr {
