@@ -134,6 +134,9 @@ pub struct TaskReceipt {
     /// Search and fetch calls the task made, and its search budget, when the subagent says
     /// (an older one does not, and a task that ran a tool directly has no budget).
     pub searches: Option<(u32, u32)>,
+    /// The egress questions the task raised (`egress.mode = "ask"`): destination, answer
+    /// and who gave it (`api.example.com:443 → task by telegram:42`).
+    pub asked: Vec<String>,
 }
 
 impl TaskReceipt {
@@ -156,6 +159,9 @@ impl TaskReceipt {
         }
         if !self.secrets.is_empty() {
             out.push_str(&format!("\nSecrets used: {}", list(&self.secrets)));
+        }
+        if !self.asked.is_empty() {
+            out.push_str(&format!("\nAsked: {}", list(&self.asked)));
         }
         if let Some((used, budget)) = self.searches.filter(|(used, _)| *used > 0) {
             out.push_str(&format!("\nSearches and fetches: {used} of {budget}"));

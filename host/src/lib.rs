@@ -25,6 +25,7 @@
 
 pub mod agent;
 pub mod app;
+pub mod approvals;
 pub mod bus;
 pub mod channels;
 pub mod commands;
