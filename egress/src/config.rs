@@ -766,7 +766,11 @@ mod tests {
             toml::from_str(include_str!("../../host/src/defaults/config.toml")).unwrap();
         let section = template["egress"].clone();
         let config: EgressConfig = section.try_into().unwrap();
-        assert_eq!(config, EgressConfig::default());
+        // A new install asks; a config without `mode` (an earlier version's) stays open.
+        let new_install =
+            EgressConfig { mode: Some(crate::EgressMode::Ask), ..EgressConfig::default() };
+        assert_eq!(config, new_install);
+        assert_eq!(EgressConfig::default().effective_mode(), crate::EgressMode::Open);
     }
 
     #[test]

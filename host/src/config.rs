@@ -1130,7 +1130,10 @@ mod tests {
         let config = load(template, &[]).unwrap();
         let mut expected = Config::default();
         expected.workspace.dir = PathBuf::from("/base/.");
+        // A new install (the template) asks; a config without the key keeps `open`.
+        expected.egress.mode = Some(crate::egress::EgressMode::Ask);
         assert_eq!(config, expected);
+        assert_eq!(Config::default().egress.effective_mode(), crate::egress::EgressMode::Open);
         // Every key of the defaults (nested tables included), and the optional ones, appears
         // (maybe commented) in it, under its own table header.
         fn documented(template: &str, section: &str, keys: &toml::Table) {
