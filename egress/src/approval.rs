@@ -165,8 +165,9 @@ pub enum Approval {
 /// A future the approver answers with.
 pub type ApprovalFuture = Pin<Box<dyn Future<Output = Approval> + Send + 'static>>;
 
-/// Decides about held destinations (the host asks its user). The proxy still bounds the wait
-/// (`egress.approval_timeout_secs`), so an approver that never answers cannot hang a client.
+/// Decides about held destinations (the host asks its user), within
+/// `egress.approval_timeout_secs` (then it refuses with [`NO_ANSWER`]). The proxy still bounds
+/// the wait (a few seconds later), so an approver that never answers cannot hang a client.
 pub trait Approver: Send + Sync {
     fn approve(&self, request: ApprovalRequest) -> ApprovalFuture;
 }

@@ -397,6 +397,10 @@ async fn open(
     Err(refuse(audit, Verdict::Error, StatusCode::BAD_GATEWAY, last_error))
 }
 
+/// How much longer than `egress.approval_timeout_secs` the proxy waits for an approver that
+/// does not keep its own deadline.
+const APPROVER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the approver is told about a request the gate holds (see `approval.rs`).
 struct Held {
     method: String,
@@ -451,7 +455,9 @@ async fn gate(
         path: held.path,
         secret: held.secret,
     };
-    let wait = config.approval_timeout();
+    // The approver owns the deadline (it says "no answer" and records it); the proxy's own
+    // bound, a little later, only guards against an approver that never answers.
+    let wait = config.approval_timeout() + APPROVER_GRACE;
     let task_cut = audit.task_cut();
     let task_end = async {
         match &task_cut {

@@ -101,6 +101,9 @@ struct Pending {
     path: Option<String>,
     secret: bool,
     asked: Instant,
+    /// When it is refused for want of an answer (set when it is created, before the message
+    /// goes out, so a slow channel does not lengthen it).
+    deadline: tokio::time::Instant,
     outcome: watch::Sender<Option<Outcome>>,
 }
 
@@ -464,6 +467,7 @@ impl Approvals {
                     path: request.path.clone(),
                     secret: request.secret,
                     asked: Instant::now(),
+                    deadline: tokio::time::Instant::now() + self.wait,
                     outcome: tx,
                 },
             );
@@ -481,11 +485,11 @@ impl Approvals {
         request: ApprovalRequest,
         chat: ChatRef,
     ) {
-        let (mut outcome, words) = {
+        let (mut outcome, deadline, words) = {
             let state = self.lock();
             let words = state.tasks.get(&request.task_id).map(|t| t.words.clone());
             match state.pending.get(&key) {
-                Some(pending) => (pending.outcome.subscribe(), words.unwrap_or_default()),
+                Some(p) => (p.outcome.subscribe(), p.deadline, words.unwrap_or_default()),
                 None => return,
             }
         };
@@ -527,7 +531,7 @@ impl Approvals {
             None => None,
         };
         tracing::info!(id, task_id = %request.task_id, %chat, %destination, "egress question asked");
-        let waited = tokio::time::timeout(self.wait, outcome.wait_for(Option::is_some)).await;
+        let waited = tokio::time::timeout_at(deadline, outcome.wait_for(Option::is_some)).await;
         let ended = waited.map(|seen| seen.map(|seen| seen.clone()));
         let ended = match ended {
             Ok(Ok(seen)) => seen.unwrap_or(Outcome::NoAnswer),

@@ -11,6 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use common::{is_main, parsed_tool_results, tool_results, Leftovers, TempWorkspace};
+use nexbot_control::{approvals_paths, ApprovalList, Client, EgressRuleList};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use nexbot_tests::telegram::{BotMessage, TelegramFixture};
 use serde_json::{json, Value};
@@ -31,10 +32,10 @@ fn buttons(message: &BotMessage) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The questions among the bot's messages: those with `/egress` buttons.
+/// The questions among the bot's messages, in order (an answered one is edited and loses
+/// its buttons; its first line stays).
 fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
-    let asks = |m: &&BotMessage| buttons(m).iter().any(|(_, data)| data.starts_with("/egress "));
-    messages.iter().filter(asks).cloned().collect()
+    messages.iter().filter(|m| m.raw.contains("A task wants to reach")).cloned().collect()
 }
 
 /// The callback data of the question's button labelled `label`.
@@ -43,8 +44,10 @@ fn press(question: &BotMessage, label: &str) -> String {
     found.unwrap_or_else(|| panic!("no {label:?} button: {question:#?}")).1
 }
 
+/// The `nth` question of the chat (from 0), once it is there with its buttons.
 async fn wait_question(tg: &TelegramFixture, chat: i64, nth: usize) -> BotMessage {
-    let messages = tg.wait_bot_messages(chat, |m| questions(m).len() > nth, LIMIT * 2).await;
+    let ready = |m: &[BotMessage]| questions(m).get(nth).is_some_and(|q| !buttons(q).is_empty());
+    let messages = tg.wait_bot_messages(chat, ready, LIMIT * 2).await;
     questions(&messages).remove(nth)
 }
 
@@ -99,9 +102,11 @@ fn fetching_model(llm: &ScriptedLlm, task: &'static str, urls: Vec<String>) -> R
                 None => Step::text("FETCHED"),
             };
         }
-        match tool_results(body) {
-            0 => Step::tool_call("delegate_to_sub_agent", json!({ "task": task })),
-            _ => Step::text("done with the task"),
+        // Each user message delegates once (earlier turns' results are in the history).
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        match last.is_some_and(|m| m["role"] == "tool") {
+            false => Step::tool_call("delegate_to_sub_agent", json!({ "task": task })),
+            true => Step::text("done with the task"),
         }
     });
     results
@@ -154,9 +159,7 @@ async fn allow_for_this_task_lets_the_held_fetch_and_a_second_one_through_with_o
     }
     assert_eq!(seen.lock().unwrap().len(), 2);
     let messages = tg.bot_messages(OWNER).await;
-    // (Edited, a question keeps its first line and loses its buttons.)
-    let asked = messages.iter().filter(|m| m.text.contains("A task wants to reach")).count();
-    assert_eq!(asked, 1, "one question for the task and destination");
+    assert_eq!(questions(&messages).len(), 1, "one question for the task and destination");
     let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
     assert!(
         edited.text.contains(&format!("Allowed for this task by telegram:{OWNER}")),
@@ -173,5 +176,241 @@ async fn allow_for_this_task_lets_the_held_fetch_and_a_second_one_through_with_o
         .find(|m| m.text.contains("Asked:"))
         .unwrap();
     assert!(receipt.text.contains(&format!("{server} → task by {by}")), "{}", receipt.text);
+    serving.stop(LIMIT).await;
+}
+
+/// The daemon's control API.
+fn ctl(ws: &TempWorkspace) -> Client {
+    Client::new(ws.dir.join("nexbot.sock"))
+}
+
+/// The subagent's tool results, once there are `n`.
+async fn results_when(results: &Results, n: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + LIMIT * 2;
+    loop {
+        let got = results.lock().unwrap().clone();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{n} tool results never came: {got:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn deny_refuses_clearly_and_the_operator_can_answer_from_nexbot_ctl() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_deny").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (denied, denied_seen) = egress_support::http_server_at(host()).await;
+    let (operator, operator_seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls = [denied, operator].map(|s| format!("http://{s}/hello")).to_vec();
+    let results = fetching_model(&llm, "collect two pages", urls);
+    let ws = TempWorkspace::init("ap-deny");
+    let names = Leftovers::new("apdeny");
+    let env = ask_env(&llm, &tg, &names, &[denied, operator]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "collect them").await;
+
+    // Deny, pressed in the chat.
+    let first = wait_question(&tg, OWNER, 0).await;
+    assert!(first.text.contains(&denied.to_string()), "{}", first.text);
+    tg.user_clicks(OWNER, OWNER, first.message_id, &press(&first, "Deny")).await;
+    // The operator's answer: the waiting question is listed, then allowed once.
+    let second = wait_question(&tg, OWNER, 1).await;
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert!(listed.mode.starts_with("ask"), "{listed:?}");
+    assert_eq!(listed.pending.len(), 1, "{listed:?}");
+    let waiting = &listed.pending[0];
+    assert_eq!((waiting.port, waiting.method.as_str()), (operator.port(), "GET"));
+    assert_eq!(waiting.path.as_deref(), Some("/hello"));
+    let body = json!({ "id": waiting.id, "answer": "once" });
+    let done: Value = ctl(&ws).post(approvals_paths::APPROVALS_ANSWER, &body).await.unwrap();
+    assert!(done["message"].as_str().unwrap().contains("once"), "{done}");
+    // An answer to a question no longer waiting says so.
+    let again = ctl(&ws).post::<_, Value>(approvals_paths::APPROVALS_ANSWER, &body).await;
+    let again = again.unwrap_err().to_string();
+    assert!(again.contains("is waiting"), "{again}");
+
+    let got = results_when(&results, 2).await;
+    let said: Vec<String> = got.iter().map(Value::to_string).collect();
+    assert!(said[0].contains("denied by the user"), "the task reads why: {}", said[0]);
+    assert!(said[1].contains("hello from the allowed server"), "{}", said[1]);
+    assert!(denied_seen.lock().unwrap().is_empty());
+    assert_eq!(operator_seen.lock().unwrap().len(), 1);
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT).await;
+    let by = format!("telegram:{OWNER}");
+    assert_eq!(
+        recorded(&ws),
+        [
+            (denied.to_string(), Some("deny".into()), Some(by.clone())),
+            (operator.to_string(), Some("once".into()), Some("nexbot-ctl".into())),
+        ]
+    );
+    let messages = tg.bot_messages(OWNER).await;
+    let text_of = |id: i64| messages.iter().find(|m| m.message_id == id).unwrap().text.clone();
+    assert!(text_of(first.message_id).contains(&format!("Denied by {by}")));
+    assert!(text_of(second.message_id).contains("Allowed once by nexbot-ctl"));
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn no_answer_within_the_deadline_is_a_refusal_the_task_reads() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_timeout").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = fetching_model(&llm, "fetch it", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-timeout");
+    let names = Leftovers::new("aptimeout");
+    let mut env = ask_env(&llm, &tg, &names, &[server]);
+    env.push(("NEXBOT_EGRESS__APPROVAL_TIMEOUT_SECS".into(), "2".into()));
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch it").await;
+    // Nobody answers.
+    let question = wait_question(&tg, OWNER, 0).await;
+    let got = results_when(&results, 1).await;
+    assert!(got[0].to_string().contains("no answer"), "{}", got[0]);
+    assert!(seen.lock().unwrap().is_empty());
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT).await;
+    assert_eq!(
+        recorded(&ws),
+        [(server.to_string(), Some("no answer".into()), Some("daemon".into()))]
+    );
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains("Denied: no answer within 2 s"), "{}", edited.text);
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn always_for_this_chat_survives_a_restart_and_rules_rm_makes_it_ask_again() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_always").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = fetching_model(&llm, "fetch the page", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-always");
+    let names = Leftovers::new("apalways");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "first time").await;
+    let question = wait_question(&tg, OWNER, 0).await;
+    let always = press(&question, "Always for this chat");
+    tg.user_clicks(OWNER, OWNER, question.message_id, &always).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    serving.stop(LIMIT).await;
+
+    // After a restart the chat's rule holds: no question, the fetch goes through.
+    let serving = start(&ws, &env).await;
+    let rules: EgressRuleList = ctl(&ws).get(approvals_paths::EGRESS_RULES).await.unwrap();
+    assert_eq!(rules.rules.len(), 1, "{rules:?}");
+    let rule = &rules.rules[0];
+    assert_eq!((rule.chat.clone(), rule.port), (format!("telegram:{OWNER}"), server.port()));
+    assert_eq!(rule.created_by, format!("telegram:{OWNER}"));
+    results.lock().unwrap().clear();
+    tg.user_says(OWNER, OWNER, "second time").await;
+    let done =
+        |m: &[BotMessage]| m.iter().filter(|m| m.text.contains("done with the task")).count();
+    tg.wait_bot_messages(OWNER, |m| done(m) >= 2, LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "both fetches reached the server");
+    assert_eq!(questions(&tg.bot_messages(OWNER).await).len(), 1, "nothing asked the second time");
+
+    // `egress rules rm` removes it: the next fetch is asked about again.
+    let remove = json!({ "chat": rule.chat, "host": rule.host, "port": rule.port });
+    let _: Value = ctl(&ws).post(approvals_paths::EGRESS_RULES_REMOVE, &remove).await.unwrap();
+    let rules: EgressRuleList = ctl(&ws).get(approvals_paths::EGRESS_RULES).await.unwrap();
+    assert!(rules.rules.is_empty(), "{rules:?}");
+    tg.user_says(OWNER, OWNER, "third time").await;
+    let again = wait_question(&tg, OWNER, 1).await;
+    tg.user_clicks(OWNER, OWNER, again.message_id, &press(&again, "Deny")).await;
+    tg.wait_bot_messages(OWNER, |m| done(m) >= 3, LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "the denied fetch did not reach it");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn a_stop_while_a_question_waits_refuses_the_held_fetch_and_expires_the_question() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_stop").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let _results = fetching_model(&llm, "fetch slowly", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-stop");
+    let names = Leftovers::new("apstop");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch it").await;
+    let question = wait_question(&tg, OWNER, 0).await;
+    assert_eq!(recorded(&ws), [(server.to_string(), None, None)], "waiting");
+    // Stopped with the question waiting (its deadline is 120 s away): the stop does not
+    // wait for it; the held fetch is refused and the question expires.
+    let log = serving.stop(LIMIT).await;
+    assert!(log.contains("waiting egress questions expired at stop"), "{log}");
+    assert_eq!(
+        recorded(&ws),
+        [(server.to_string(), Some("expired".into()), Some("daemon".into()))]
+    );
+    assert!(seen.lock().unwrap().is_empty());
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains("Expired: the daemon stopped"), "{}", edited.text);
+    // Pressed after the restart, its button answers nothing.
+    let serving = start(&ws, &env).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Allow once")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "is waiting"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn allowlist_refuses_silently_and_a_config_without_a_mode_stays_open() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_modes").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (listed, listed_seen) = egress_support::http_server_at(host()).await;
+    let (unlisted, unlisted_seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls = [listed, unlisted].map(|s| format!("http://{s}/hello")).to_vec();
+    let results = fetching_model(&llm, "fetch both", urls);
+    let ws = TempWorkspace::init("ap-modes");
+    let names = Leftovers::new("apmodes");
+    let mut env = ask_env(&llm, &tg, &names, &[listed, unlisted]);
+    env.push(("NEXBOT_EGRESS__MODE".into(), "allowlist".into()));
+    env.push(("NEXBOT_EGRESS__ALLOW".into(), format!(r#"["{listed}"]"#)));
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch both").await;
+    let got = results_when(&results, 2).await;
+    assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
+    let refused = got[1].to_string();
+    assert!(refused.contains("not_allowed") && refused.contains("allowlist"), "{refused}");
+    assert_eq!((listed_seen.lock().unwrap().len(), unlisted_seen.lock().unwrap().len()), (1, 0));
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT).await;
+    assert!(questions(&tg.bot_messages(OWNER).await).is_empty(), "allowlist never asks");
+    serving.stop(LIMIT).await;
+
+    // An earlier version's config: no `mode` at all. Both go through, nothing is asked, and
+    // the daemon says how to turn `ask` on, in its log and in /status.
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let old: String =
+        config.lines().filter(|l| !l.starts_with("mode = ")).collect::<Vec<_>>().join("\n");
+    std::fs::write(ws.config(), old).unwrap();
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("NEXBOT_EGRESS__MODE") && k != "NEXBOT_EGRESS__ALLOW")
+        .collect();
+    results.lock().unwrap().clear();
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch both again").await;
+    let got = results_when(&results, 2).await;
+    for result in &got {
+        assert!(result.to_string().contains("hello from the allowed server"), "{result}");
+    }
+    tg.user_says(OWNER, OWNER, "/status").await;
+    let status = tg.wait_bot_messages(OWNER, |m| has_text(m, "mode = \"ask\""), LIMIT).await;
+    assert!(status.iter().any(|m| m.text.contains("open (this config names no egress.mode")));
+    assert!(questions(&tg.bot_messages(OWNER).await).is_empty());
+    assert!(
+        serving.log().contains("set `mode = \\\"ask\\\"`")
+            || serving.log().contains("set `mode = \"ask\"`")
+    );
     serving.stop(LIMIT).await;
 }
