@@ -251,6 +251,13 @@ async fn deny_refuses_clearly_and_the_operator_can_answer_from_nexbot_ctl() {
     let text_of = |id: i64| messages.iter().find(|m| m.message_id == id).unwrap().text.clone();
     assert!(text_of(first.message_id).contains(&format!("Denied by {by}")));
     assert!(text_of(second.message_id).contains("Allowed once by nexbot-ctl"));
+    // The metrics count the questions by answer.
+    let metrics = ctl(&ws).get_text("/metrics").await.unwrap();
+    for answer in ["deny", "once"] {
+        let line = format!("egress_questions_total{{answer=\"{answer}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    assert!(metrics.contains("egress_questions_answered_total 2"), "{metrics}");
     serving.stop(LIMIT).await;
 }
 
@@ -412,5 +419,84 @@ async fn allowlist_refuses_silently_and_a_config_without_a_mode_stays_open() {
         serving.log().contains("set `mode = \\\"ask\\\"`")
             || serving.log().contains("set `mode = \"ask\"`")
     );
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn five_tasks_of_five_chats_ask_at_once_and_each_answer_reaches_only_its_task() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_five").await else { return };
+    let tg = TelegramFixture::start().await;
+    let users: Vec<i64> = (0..5).map(|i| 2001 + i).collect();
+    let mut servers = Vec::new();
+    for _ in &users {
+        servers.push(egress_support::http_server_at(host()).await);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|(a, _)| *a).collect();
+    // Each chat's task fetches its own server (the user's message names it).
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let seen_results = results.clone();
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            let task = body["messages"].to_string();
+            let url = task.split("FETCH ").nth(1).and_then(|t| t.split(['"', '\\', ' ']).next());
+            let url = url.unwrap_or_default().to_owned();
+            return match parsed_tool_results(body).pop() {
+                None => Step::tool_call("web_fetch", json!({ "url": url })),
+                Some(result) => {
+                    seen_results.lock().unwrap().push((url, result));
+                    Step::text("FETCHED")
+                }
+            };
+        }
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        match last.is_some_and(|m| m["role"] == "tool") {
+            false => {
+                let task = nexbot_tests::scripted_llm::last_user(body);
+                Step::tool_call("delegate_to_sub_agent", json!({ "task": task }))
+            }
+            true => Step::text("done with the task"),
+        }
+    });
+    let ws = TempWorkspace::init("ap-five");
+    let names = Leftovers::new("apfive");
+    let mut env = ask_env(&llm, &tg, &names, &addrs);
+    let allowed: Vec<String> = users.iter().map(i64::to_string).collect();
+    env.push(("NEXBOT_TELEGRAM__ALLOWED_USERS".into(), format!("[{}]", allowed.join(", "))));
+    env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "5".into()));
+    env.push(("NEXBOT_BUS__MAX_PARALLEL_TURNS".into(), "5".into()));
+    let serving = start(&ws, &env).await;
+    for (user, addr) in users.iter().zip(&addrs) {
+        tg.user_says(*user, *user, &format!("FETCH http://{addr}/hello")).await;
+    }
+    // All five wait at once (nothing is answered yet); then each chat answers its own, in
+    // reverse order, odd chats allowing and even ones denying.
+    let mut asked = Vec::new();
+    for user in &users {
+        asked.push(wait_question(&tg, *user, 0).await);
+    }
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(listed.pending.len(), 5, "{listed:?}");
+    for (i, (user, question)) in users.iter().zip(&asked).enumerate().rev() {
+        let label = if i % 2 == 0 { "Deny" } else { "Allow once" };
+        tg.user_clicks(*user, *user, question.message_id, &press(question, label)).await;
+    }
+    for user in &users {
+        tg.wait_bot_messages(*user, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    }
+    let got = results.lock().unwrap().clone();
+    assert_eq!(got.len(), 5, "{got:#?}");
+    for (i, (addr, (_, seen))) in addrs.iter().zip(&servers).enumerate() {
+        let url = format!("http://{addr}/hello");
+        let (_, result) = got.iter().find(|(u, _)| *u == url).expect("its task answered");
+        let result = result.to_string();
+        if i % 2 == 0 {
+            assert!(result.contains("denied by the user"), "{url}: {result}");
+            assert!(seen.lock().unwrap().is_empty());
+        } else {
+            assert!(result.contains("hello from the allowed server"), "{url}: {result}");
+            assert_eq!(seen.lock().unwrap().len(), 1);
+        }
+    }
     serving.stop(LIMIT).await;
 }
