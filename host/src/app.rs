@@ -158,7 +158,8 @@ impl App {
         }
         let delegation = sandbox.as_ref().map(|sandbox| {
             let mut delegation = Delegation::on(sandbox);
-            delegation.approvals = approvals.clone();
+            delegation.approvals =
+                approvals.clone().map(|a| a as Arc<dyn crate::delegation::TaskQuestions>);
             if let Some(wrap) = options.llm_access {
                 delegation.tokens = wrap(delegation.tokens);
             }

@@ -229,7 +229,7 @@ impl Approvals {
     }
 
     /// A delegated task starts in `chat` (`unattended`: a job's or a heartbeat check's).
-    pub fn task_started(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool) {
+    pub fn start_task(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool) {
         let words: String = task.split_whitespace().take(12).collect::<Vec<_>>().join(" ");
         let entry = TaskEntry {
             chat: chat.clone(),
@@ -243,7 +243,7 @@ impl Approvals {
     }
 
     /// The task ended: its grants go, its waiting questions expire.
-    pub fn task_ended(&self, task_id: &str) {
+    pub fn end_task(&self, task_id: &str) {
         let mut state = self.lock();
         state.tasks.remove(task_id);
         for pending in state.pending.values().filter(|p| p.task_id == task_id) {
@@ -596,7 +596,7 @@ impl Approvals {
     }
 
     /// The receipt's lines of a task: what was asked, answered and by whom.
-    pub async fn receipt_lines(&self, task_id: &str) -> Vec<String> {
+    pub async fn asked_lines(&self, task_id: &str) -> Vec<String> {
         let rows = self.store.egress_questions_of(task_id).await.unwrap_or_default();
         rows.into_iter()
             .map(|q| {
@@ -609,6 +609,20 @@ impl Approvals {
                 }
             })
             .collect()
+    }
+}
+
+impl crate::delegation::TaskQuestions for Approvals {
+    fn task_started(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool) {
+        self.start_task(task_id, chat, task, unattended);
+    }
+
+    fn task_ended(&self, task_id: &str) {
+        self.end_task(task_id);
+    }
+
+    fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>> {
+        Box::pin(self.asked_lines(task_id))
     }
 }
 
@@ -680,5 +694,118 @@ impl crate::commands::ChatCommand for EgressCommand {
                 Err(e) => e.to_string(),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::channel::ChannelError;
+    use tokio::sync::mpsc;
+
+    /// A chat that records what is sent (ids 1, 2, …).
+    #[derive(Debug)]
+    struct Recorder(mpsc::UnboundedSender<OutboundMessage>);
+
+    impl Channel for Recorder {
+        fn send(
+            &self,
+            message: OutboundMessage,
+        ) -> crate::BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+            let _ = self.0.send(message);
+            Box::pin(async { Ok(Some(MessageId(1))) })
+        }
+    }
+
+    async fn setup(
+        edit: impl FnOnce(&mut EgressConfig),
+    ) -> (Arc<Approvals>, mpsc::UnboundedReceiver<OutboundMessage>) {
+        let dir = std::env::temp_dir().join(format!("nxh-approvals-{}", uuid::Uuid::new_v4()));
+        let store = Store::open(&dir.join("t.db")).await.unwrap();
+        let mut config = EgressConfig { mode: Some(EgressMode::Ask), ..EgressConfig::default() };
+        edit(&mut config);
+        let approvals = Approvals::new(&config, store);
+        let (tx, rx) = mpsc::unbounded_channel();
+        approvals.set_channel(Arc::new(Recorder(tx)));
+        (approvals, rx)
+    }
+
+    fn request(task: &str, host: &str) -> ApprovalRequest {
+        ApprovalRequest {
+            task_id: task.into(),
+            host: host.into(),
+            port: 443,
+            method: "GET".into(),
+            path: Some("/".into()),
+            secret: false,
+        }
+    }
+
+    fn ask(approvals: &Arc<Approvals>, task: &str, host: &str) -> ApprovalFuture {
+        EgressApprover(approvals.clone()).approve(request(task, host))
+    }
+
+    #[tokio::test]
+    async fn requests_of_one_task_to_one_destination_wait_on_one_question() {
+        let (approvals, mut sent) = setup(|_| {}).await;
+        let chat = ChatRef::Telegram(7);
+        approvals.start_task("t1", &chat, "fetch the forecast for Lisbon", false);
+        let first = tokio::spawn(ask(&approvals, "t1", "api.example.com"));
+        let second = tokio::spawn(ask(&approvals, "t1", "api.example.com"));
+        let question = sent.recv().await.unwrap();
+        assert!(question.text.contains("api.example.com:443"), "{}", question.text);
+        assert_eq!(question.buttons.concat().len(), 4);
+        // Wait until both wait, then answer once.
+        while approvals.pending().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let id = approvals.pending()[0].id;
+        let other = ChatRef::Telegram(8);
+        let err = approvals.answer(id, Choice::Task, "telegram:8", Some(&other)).unwrap_err();
+        assert!(matches!(err, AnswerError::OtherChat { .. }), "{err}");
+        approvals.answer(id, Choice::Task, "telegram:7", Some(&chat)).unwrap();
+        assert_eq!(first.await.unwrap(), Approval::Allow);
+        assert_eq!(second.await.unwrap(), Approval::Allow);
+        // Granted for the task: the next request is not asked about.
+        assert_eq!(ask(&approvals, "t1", "api.example.com").await, Approval::Allow);
+        assert!(sent.try_recv().is_err(), "one question");
+        // Its end takes the grant away.
+        approvals.end_task("t1");
+        let gone = ask(&approvals, "t1", "api.example.com").await;
+        assert!(matches!(gone, Approval::Refuse(_)), "{gone:?}");
+    }
+
+    #[tokio::test]
+    async fn a_task_past_its_cap_is_refused_and_told_once_and_unattended_tasks_are_not_asked() {
+        let (approvals, mut sent) = setup(|c| c.max_questions_per_task = 1).await;
+        let chat = ChatRef::Telegram(7);
+        approvals.start_task("t1", &chat, "crawl", false);
+        let waiting = tokio::spawn(ask(&approvals, "t1", "a.example.com"));
+        sent.recv().await.unwrap();
+        for host in ["b.example.com", "c.example.com"] {
+            match ask(&approvals, "t1", host).await {
+                Approval::Refuse(why) => assert!(why.contains("too many questions"), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let told = sent.recv().await.unwrap();
+        assert!(told.text.contains("egress.max_questions_per_task"), "{}", told.text);
+        assert!(sent.try_recv().is_err(), "told once");
+        approvals.shutdown().await;
+        match waiting.await.unwrap() {
+            Approval::Refuse(why) => assert!(why.contains("the daemon stopped"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+
+        let (approvals, mut sent) = setup(|c| c.unattended = Unattended::Allowlist).await;
+        approvals.start_task("job", &chat, "nightly report", true);
+        match ask(&approvals, "job", "new.example.com").await {
+            Approval::Refuse(why) => assert!(why.contains("nobody to ask"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // With `allowlist`, the chat's "always" rules apply to its jobs too.
+        approvals.store.add_egress_rule(&chat, "new.example.com", 443, "test").await.unwrap();
+        assert_eq!(ask(&approvals, "job", "new.example.com").await, Approval::Allow);
+        assert!(sent.try_recv().is_err(), "nothing was asked");
     }
 }

@@ -41,7 +41,7 @@ pub struct Delegation {
     pub tokens: Arc<dyn LlmAccess>,
     /// The egress questions (`egress.mode = "ask"`): a task is registered with its chat so
     /// the proxy's questions reach it. `None`: nothing asks (tests without a daemon).
-    pub approvals: Option<Arc<crate::approvals::Approvals>>,
+    pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
 }
 
 impl Delegation {

@@ -120,7 +120,7 @@ pub struct DelegateSettings {
     /// (`subagent.search_budget`, sent as `execute.search_budget`).
     pub search_budget: u32,
     /// Where the task's egress questions go (`egress.mode = "ask"`).
-    pub approvals: Option<Arc<crate::approvals::Approvals>>,
+    pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
 }
 
 #[derive(Debug)]
@@ -208,7 +208,7 @@ impl Delegate {
 /// A task registered with the egress questions: unregistered (grants gone, waiting
 /// questions expired) however the task's future ends, dropped included.
 struct Asking {
-    approvals: Arc<crate::approvals::Approvals>,
+    approvals: Arc<dyn crate::delegation::TaskQuestions>,
     task_id: String,
 }
 
