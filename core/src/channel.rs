@@ -87,6 +87,9 @@ pub struct InboundMessage {
     /// Channel-chosen id, echoed in the answer's `reply_to`.
     pub id: u64,
     pub text: String,
+    /// Who sent it, where the channel knows users apart (Telegram's user id; a button's
+    /// presser); `None` for the console. A group's question may be answered by the owner only.
+    pub user: Option<i64>,
 }
 
 /// A file to send into a chat: a file of the chat's workspace, by path on the host.

@@ -145,7 +145,8 @@ impl App {
         // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
         // are registered with them, the router (below) shows them, `/egress` answers them.
         let approvals = sandbox.as_ref().map(|sandbox| {
-            let approvals = Approvals::new(sandbox.egress().config(), store.clone());
+            let owner = config.telegram.owner;
+            let approvals = Approvals::with_owner(sandbox.egress().config(), store.clone(), owner);
             let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
             sandbox.egress().set_approver(approver);
             approvals

@@ -174,6 +174,9 @@ pub enum AnswerError {
 /// The egress approvals of the daemon. Cheap to share (`Arc`).
 pub struct Approvals {
     mode: EgressMode,
+    /// The owner's Telegram user id: in a group, only the owner answers a question (a private
+    /// chat's only presser is its user; the console has one user).
+    owner: Option<i64>,
     wait: Duration,
     max_per_task: usize,
     unattended: Unattended,
@@ -193,8 +196,14 @@ impl std::fmt::Debug for Approvals {
 
 impl Approvals {
     pub fn new(config: &EgressConfig, store: Store) -> Arc<Self> {
+        Self::with_owner(config, store, None)
+    }
+
+    /// [`Approvals::new`] knowing the owner's Telegram user id (`telegram.owner`).
+    pub fn with_owner(config: &EgressConfig, store: Store, owner: Option<i64>) -> Arc<Self> {
         Arc::new(Self {
             mode: config.effective_mode(),
+            owner,
             wait: config.approval_timeout(),
             max_per_task: config.max_questions_per_task,
             unattended: config.unattended,
@@ -689,7 +698,19 @@ impl crate::commands::ChatCommand for EgressCommand {
             let (Some(id), Some(choice)) = (id, choice) else {
                 return format!("Usage: /{COMMAND} <question id> once|task|chat|deny");
             };
-            match self.0.answer(id, choice, &ctx.chat.to_string(), Some(ctx.chat)) {
+            // In a group anyone the allow-list admits may press; only the owner decides.
+            let group = matches!(ctx.chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
+            if group && (ctx.user.is_none() || ctx.user != self.0.owner) {
+                return "Only the owner can answer an egress question in a group; nothing was \
+                        changed (`nexbot-ctl approvals` answers it too)."
+                    .to_owned();
+            }
+            // Who: the Telegram user who pressed (in a private chat the same as the chat).
+            let by = match (ctx.chat, ctx.user) {
+                (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
+                _ => ctx.chat.to_string(),
+            };
+            match self.0.answer(id, choice, &by, Some(ctx.chat)) {
                 Ok(()) => format!("{}.", choice.decided()),
                 Err(e) => e.to_string(),
             }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use common::{is_main, parsed_tool_results, tool_results, Leftovers, TempWorkspace};
 use nexbot_control::{approvals_paths, ApprovalList, Client, EgressRuleList};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use nexbot_tests::telegram::{BotMessage, TelegramFixture};
+use nexbot_tests::telegram::{BotMessage, ChatType, TelegramFixture, UserMessage};
 use serde_json::{json, Value};
 
 /// Someone on no allow-list.
@@ -498,5 +498,42 @@ async fn five_tasks_of_five_chats_ask_at_once_and_each_answer_reaches_only_its_t
             assert_eq!(seen.lock().unwrap().len(), 1);
         }
     }
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn in_a_group_a_members_press_is_refused_and_the_owners_decides() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_group").await else { return };
+    const GROUP: i64 = -500; // allowed by `telegram_env`
+    const MEMBER: i64 = 3004; // on no allow-list: the group's allowance lets them talk
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results =
+        fetching_model(&llm, "fetch for the group", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-group");
+    let names = Leftovers::new("apgroup");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    let said = UserMessage {
+        chat_id: GROUP,
+        chat_type: ChatType::Group,
+        user_id: MEMBER,
+        text: Some("@nexbot_test_bot fetch it for us".to_owned()),
+        ..UserMessage::default()
+    };
+    tg.user_sends(said).await;
+    let question = wait_question(&tg, GROUP, 0).await;
+    let allow = press(&question, "Allow once");
+    tg.user_clicks(GROUP, MEMBER, question.message_id, &allow).await;
+    tg.wait_bot_messages(GROUP, |m| has_text(m, "Only the owner can answer"), LIMIT).await;
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(listed.pending.len(), 1, "still waiting: {listed:?}");
+    assert!(seen.lock().unwrap().is_empty());
+    tg.user_clicks(GROUP, OWNER, question.message_id, &allow).await;
+    let got = results_when(&results, 1).await;
+    assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
+    let by = format!("telegram:{OWNER}");
+    assert_eq!(recorded(&ws), [(server.to_string(), Some("once".into()), Some(by))]);
     serving.stop(LIMIT).await;
 }
