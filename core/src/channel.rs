@@ -258,6 +258,23 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         unsupported(chat.kind(), "ask questions")
     }
 
+    /// Asks the user `question` offering `options` (buttons where the channel has them; the
+    /// user may also type an answer) and waits up to `wait`; returns the option pressed or
+    /// the text typed. The default asks with the options listed in the text.
+    fn ask_choice<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        question: &'a str,
+        options: &'a [String],
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<String, ChannelError>> {
+        Box::pin(async move {
+            let listed: Vec<String> = options.iter().map(|o| format!("• {o}")).collect();
+            let text = format!("{question}\n{}", listed.join("\n"));
+            self.ask(chat, &text, wait).await
+        })
+    }
+
     /// Asks the user to confirm `question` (Confirm / Refuse buttons where the channel has
     /// them; a typed `yes` confirms) and waits up to `wait`. `Ok(false)`: refused, or any
     /// other answer; no answer in time is [`ChannelError::NoAnswer`].

@@ -537,3 +537,34 @@ async fn in_a_group_a_members_press_is_refused_and_the_owners_decides() {
     assert_eq!(recorded(&ws), [(server.to_string(), Some("once".into()), Some(by))]);
     serving.stop(LIMIT).await;
 }
+
+/// The same buttons for another step that waits on the user: `ask_user` with `options`.
+#[tokio::test]
+async fn ask_user_offers_its_options_as_buttons_and_a_press_is_the_answer() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let results = parsed_tool_results(body);
+        match results.last() {
+            None => Step::tool_call(
+                "ask_user",
+                json!({"question": "Which colour?", "options": ["Red", "Blue"]}),
+            ),
+            Some(result) if result.to_string().contains("Blue") => Step::text("you chose Blue"),
+            Some(result) => Step::text(&format!("unexpected: {result}")),
+        }
+    });
+    let ws = TempWorkspace::init("ap-choice");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "pick a colour for me").await;
+    let asked =
+        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
+    let question = asked.into_iter().find(|m| !buttons(m).is_empty()).unwrap();
+    assert!(question.text.contains("Which colour?"), "{}", question.text);
+    let labels: Vec<String> = buttons(&question).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["Red", "Blue"]);
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Blue")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "you chose Blue"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
