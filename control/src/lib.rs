@@ -7,11 +7,16 @@
 //! client, nor axum. Types mirror the daemon's own (the pool's snapshot, task records, the
 //! Telegram ledger) instead of reusing them, so this crate depends on nothing of Nexbot.
 
+pub mod approvals;
 mod client;
 pub mod cron;
 pub mod secrets;
 pub mod types;
 
+pub use approvals::{
+    approvals_paths, ApprovalAnswer, ApprovalList, EgressRule, EgressRuleList, EgressRuleRemove,
+    PendingApproval,
+};
 pub use client::{Client, ClientError};
 pub use cron::{cron_paths, CronAdd, CronJob, CronJobList, CronRun, CronRunList};
 pub use secrets::{

@@ -87,6 +87,9 @@ pub struct InboundMessage {
     /// Channel-chosen id, echoed in the answer's `reply_to`.
     pub id: u64,
     pub text: String,
+    /// Who sent it, where the channel knows users apart (Telegram's user id; a button's
+    /// presser); `None` for the console. A group's question may be answered by the owner only.
+    pub user: Option<i64>,
 }
 
 /// A file to send into a chat: a file of the chat's workspace, by path on the host.
@@ -134,6 +137,9 @@ pub struct TaskReceipt {
     /// Search and fetch calls the task made, and its search budget, when the subagent says
     /// (an older one does not, and a task that ran a tool directly has no budget).
     pub searches: Option<(u32, u32)>,
+    /// The egress questions the task raised (`egress.mode = "ask"`): destination, answer
+    /// and who gave it (`api.example.com:443 → task by telegram:42`).
+    pub asked: Vec<String>,
 }
 
 impl TaskReceipt {
@@ -156,6 +162,9 @@ impl TaskReceipt {
         }
         if !self.secrets.is_empty() {
             out.push_str(&format!("\nSecrets used: {}", list(&self.secrets)));
+        }
+        if !self.asked.is_empty() {
+            out.push_str(&format!("\nAsked: {}", list(&self.asked)));
         }
         if let Some((used, budget)) = self.searches.filter(|(used, _)| *used > 0) {
             out.push_str(&format!("\nSearches and fetches: {used} of {budget}"));
@@ -247,6 +256,23 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<String, ChannelError>> {
         let _ = (question, wait);
         unsupported(chat.kind(), "ask questions")
+    }
+
+    /// Asks the user `question` offering `options` (buttons where the channel has them; the
+    /// user may also type an answer) and waits up to `wait`; returns the option pressed or
+    /// the text typed. The default asks with the options listed in the text.
+    fn ask_choice<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        question: &'a str,
+        options: &'a [String],
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<String, ChannelError>> {
+        Box::pin(async move {
+            let listed: Vec<String> = options.iter().map(|o| format!("• {o}")).collect();
+            let text = format!("{question}\n{}", listed.join("\n"));
+            self.ask(chat, &text, wait).await
+        })
     }
 
     /// Asks the user to confirm `question` (Confirm / Refuse buttons where the channel has

@@ -72,6 +72,13 @@ pub enum Command {
     /// Scheduled jobs and heartbeat checks: add, ls (with their token cost), rm, runs
     #[command(subcommand)]
     Cron(crate::cron::CronCommand),
+    /// Egress questions waiting (egress.mode = "ask"): ls, allow ID [--for once|task|chat],
+    /// deny ID
+    #[command(subcommand)]
+    Approvals(crate::approvals::ApprovalsCommand),
+    /// The egress: the chats' "always" rules (rules ls|rm)
+    #[command(subcommand)]
+    Egress(crate::approvals::EgressCommand),
 }
 
 #[derive(Debug, Subcommand)]

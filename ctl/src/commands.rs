@@ -106,6 +106,8 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             show(ctx, value, |l: SkillList| views::skills(&l))
         }
         Command::Secrets(command) => crate::secrets::run(ctx, command).await,
+        Command::Approvals(command) => crate::approvals::run(ctx, command).await,
+        Command::Egress(command) => crate::approvals::run_egress(ctx, command).await,
     }
 }
 

@@ -3,6 +3,7 @@
 //! contract: 0 ok, 1 the daemon answered an error, 2 usage (clap), 3 the daemon is not
 //! running. Errors go to stderr as `nexbot-ctl: error: …`.
 
+mod approvals;
 mod cli;
 mod commands;
 mod cron;

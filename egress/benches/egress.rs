@@ -9,8 +9,12 @@
 //! 64 KiB text with 1, 64 and 1,000 secrets, beside the obvious alternative (one substring
 //! search per secret and encoding), and the periodic 64 KiB value of issue 25.
 //!
+//! `ask`: what `egress.mode = "ask"` adds to a request that is allowed (by an `egress.allow`
+//! rule, or by the approver at once, as for a destination granted "for this task"), against
+//! `open`; and from the answer of a held request to its response's first byte at the client.
+//!
 //! One section only: `cargo bench -p nexbot-egress --bench egress -- secrets` (any part of a
-//! section's name: `tunnel`, `http`, `throughput`, `secrets`, `relay`, `scan`).
+//! section's name: `tunnel`, `http`, `throughput`, `secrets`, `ask`, `relay`, `scan`).
 
 use nexbot_tests::egress as egress_support;
 
@@ -97,6 +101,9 @@ async fn main() {
     }
     if run("secrets") {
         secret_figures(&started, web_echo).await;
+    }
+    if run("ask") {
+        ask_figures(web, &url).await;
     }
     if !run("relay") {
         return;
@@ -324,4 +331,99 @@ fn scan_figures() {
 
 fn stats(stats: &Stats) -> String {
     format!("p50 {:>8.3} ms  p99 {:>8.3} ms", ms(stats.p50), ms(stats.p99))
+}
+
+/// An approver that allows at once (a destination the task was granted), or, with a channel,
+/// one that waits for the bench to answer (a held request).
+struct BenchApprover(Option<tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>>);
+
+impl nexbot_egress::Approver for BenchApprover {
+    fn approve(&self, _: nexbot_egress::ApprovalRequest) -> nexbot_egress::ApprovalFuture {
+        let Some(asks) = &self.0 else {
+            return Box::pin(async { nexbot_egress::Approval::Allow });
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = asks.send(tx);
+        Box::pin(async move {
+            match rx.await {
+                Ok(()) => nexbot_egress::Approval::Allow,
+                Err(_) => nexbot_egress::Approval::Refuse("bench ended".into()),
+            }
+        })
+    }
+}
+
+async fn ask_figures(web: std::net::SocketAddr, url: &str) {
+    let listener = |mode: Option<nexbot_egress::EgressMode>, rule: bool| {
+        let mut config = EgressConfig { mode, ..EgressConfig::default() };
+        config.proxy.allow_internal = vec![InternalAllow {
+            cidr: Cidr::try_from(web.ip().to_string()).unwrap(),
+            ports: vec![web.port()],
+        }];
+        if rule {
+            config.allow = vec![nexbot_egress::AllowRule::try_from(web.to_string()).unwrap()];
+        }
+        config.max_connections_per_source = 1024;
+        start(config, None)
+    };
+    let get = |client: reqwest::Client| async move {
+        client.get(url).send().await.unwrap().bytes().await.unwrap();
+    };
+    let open = listener(Some(nexbot_egress::EgressMode::Open), false).await;
+    let open_client = open.proxy_client();
+    let open_samples = timed(|| get(open_client.clone())).await;
+    let ruled = listener(Some(nexbot_egress::EgressMode::Ask), true).await;
+    let ruled_client = ruled.proxy_client();
+    let ruled_samples = timed(|| get(ruled_client.clone())).await;
+    let granted = listener(Some(nexbot_egress::EgressMode::Ask), false).await;
+    granted.egress.set_approver(std::sync::Arc::new(BenchApprover(None)));
+    let granted_client = granted.proxy_client();
+    let granted_samples = timed(|| get(granted_client.clone())).await;
+    let (open_p50, ruled_p50, granted_p50) =
+        (p50(&open_samples), p50(&ruled_samples), p50(&granted_samples));
+    let p99 = |s: &[Duration]| {
+        let mut s = s.to_vec();
+        s.sort();
+        s[((s.len() as f64 - 1.0) * 0.99).round() as usize]
+    };
+    let (open_p99, ruled_p99, granted_p99) =
+        (p99(&open_samples), p99(&ruled_samples), p99(&granted_samples));
+    println!("  HTTP GET, mode open                     {}", percentiles(open_samples));
+    println!("  HTTP GET, mode ask, an allow rule       {}", percentiles(ruled_samples));
+    println!("  HTTP GET, mode ask, granted (approver)  {}", percentiles(granted_samples));
+    record(Figure::reference(
+        "  egress ask: an allowed request, ask (rule / granted) vs open, p50",
+        &format!("{:.3} / {:.3} vs {:.3} ms", ms(ruled_p50), ms(granted_p50), ms(open_p50)),
+        "(loopback, keep-alive)",
+    ));
+    record(Figure::reference(
+        "  egress ask: an allowed request, ask (rule / granted) vs open, p99",
+        &format!("{:.3} / {:.3} vs {:.3} ms", ms(ruled_p99), ms(granted_p99), ms(open_p99)),
+        "(loopback, keep-alive)",
+    ));
+
+    // A held request: the time from the answer to the first byte of the response.
+    let held = listener(Some(nexbot_egress::EgressMode::Ask), false).await;
+    let (tx, mut asks) = tokio::sync::mpsc::unbounded_channel();
+    held.egress.set_approver(std::sync::Arc::new(BenchApprover(Some(tx))));
+    let client = held.proxy_client();
+    let mut samples = Vec::with_capacity(100);
+    for _ in 0..100 {
+        let client = client.clone();
+        let url = url.to_owned();
+        let request = tokio::spawn(async move { client.get(url).send().await.unwrap() });
+        let answer = asks.recv().await.unwrap();
+        let pressed = Instant::now();
+        answer.send(()).unwrap();
+        let response = request.await.unwrap();
+        samples.push(pressed.elapsed());
+        response.bytes().await.unwrap();
+    }
+    let (answer_p50, answer_p99) = (p50(&samples), p99(&samples));
+    println!("  held GET, answer -> response head       {}", percentiles(samples));
+    record(Figure::reference(
+        "  egress ask: answer of a held request -> its response head, p50 / p99",
+        &format!("{:.3} / {:.3} ms", ms(answer_p50), ms(answer_p99)),
+        "(in-process approver; the Telegram press adds the Bot API's poll)",
+    ));
 }

@@ -55,6 +55,29 @@ pub struct EgressConfig {
     pub max_connections: usize,
     /// Most client connections from one source address (one container). Default `64`.
     pub max_connections_per_source: usize,
+    /// What happens to a destination no rule names: `"ask"` holds the connection and asks
+    /// the task's chat, `"allowlist"` refuses it silently, `"open"` allows any host
+    /// `proxy.allow_domains` matches. Left out (a config from before modes existed): `open`,
+    /// today's behaviour, and the daemon says how to turn `ask` on. `nexbot init` writes
+    /// `"ask"`. The deny list and the address rules (`proxy.deny_domains`, internal and host
+    /// addresses, `proxy.allow_ports`/`port_rules`) are applied first in every mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::EgressMode>,
+    /// Destinations allowed without a question in `ask` and `allowlist` modes: host patterns
+    /// with a port, 443 unless named (`"api.example.com"`, `"*.pypi.org"`,
+    /// `"files.example.com:8443"`). `proxy.allow_domains` applies only in `open` mode.
+    /// Default empty.
+    pub allow: Vec<crate::AllowRule>,
+    /// Seconds a held connection waits for an answer before it is refused ("no answer").
+    /// Default `120`.
+    pub approval_timeout_secs: u64,
+    /// Most destinations one task may ask about; the rest are refused (one message says so).
+    /// Default `8`.
+    pub max_questions_per_task: usize,
+    /// In `ask` mode, what a task with nobody to ask gets (a scheduled job, a heartbeat
+    /// check): `"deny"` (only `allow` rules) or `"allowlist"` (also the chat's "always"
+    /// rules). Default `"deny"`.
+    pub unattended: crate::Unattended,
     pub proxy: ProxyConfig,
     pub relay: RelayConfig,
 }
@@ -74,6 +97,11 @@ impl Default for EgressConfig {
             header_timeout_secs: 10,
             max_connections: 256,
             max_connections_per_source: 64,
+            mode: None,
+            allow: Vec::new(),
+            approval_timeout_secs: 120,
+            max_questions_per_task: 8,
+            unattended: crate::Unattended::Deny,
             proxy: ProxyConfig::default(),
             relay: RelayConfig::default(),
         }
@@ -369,6 +397,21 @@ pub struct ConfigError {
 }
 
 impl EgressConfig {
+    /// The mode in force: `open` when the config names none (see [`EgressConfig::mode`]).
+    pub fn effective_mode(&self) -> crate::EgressMode {
+        self.mode.unwrap_or(crate::EgressMode::Open)
+    }
+
+    /// How long a held connection waits for an answer.
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_secs(self.approval_timeout_secs)
+    }
+
+    /// Whether an `egress.allow` rule covers `host` on `port`.
+    pub fn allows(&self, host: &str, port: u16) -> bool {
+        self.allow.iter().any(|rule| rule.covers(host, port))
+    }
+
     /// The audit log's bounds.
     pub fn audit_limits(&self) -> crate::AuditLimits {
         crate::AuditLimits {
@@ -388,6 +431,8 @@ impl EgressConfig {
             ("audit_max_refusals_per_sec", self.audit_max_refusals_per_sec),
             ("max_connections", self.max_connections as u64),
             ("max_connections_per_source", self.max_connections_per_source as u64),
+            ("approval_timeout_secs", self.approval_timeout_secs),
+            ("max_questions_per_task", self.max_questions_per_task as u64),
             ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
             ("proxy.max_duration_secs", self.proxy.max_duration_secs),
             ("proxy.host_addresses_refresh_secs", self.proxy.host_addresses_refresh_secs),
@@ -721,7 +766,11 @@ mod tests {
             toml::from_str(include_str!("../../host/src/defaults/config.toml")).unwrap();
         let section = template["egress"].clone();
         let config: EgressConfig = section.try_into().unwrap();
-        assert_eq!(config, EgressConfig::default());
+        // A new install asks; a config without `mode` (an earlier version's) stays open.
+        let new_install =
+            EgressConfig { mode: Some(crate::EgressMode::Ask), ..EgressConfig::default() };
+        assert_eq!(config, new_install);
+        assert_eq!(EgressConfig::default().effective_mode(), crate::EgressMode::Open);
     }
 
     #[test]

@@ -144,6 +144,7 @@
 //! host, checks them periodically ([`DEFAULT_FIREWALL_CHECK_PERIOD`]) and puts back what a
 //! firewall reload removed, and removes them when it stops.
 
+mod approval;
 mod attribution;
 mod audit;
 mod binding;
@@ -172,6 +173,10 @@ use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use approval::{
+    AllowRule, Approval, ApprovalFuture, ApprovalRequest, Approver, EgressMode, Unattended,
+    DEFAULT_RULE_PORT, DENIED_BY_USER, NO_ANSWER,
+};
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
 pub use binding::{Binding, Place, DEFAULT_PLACE};
@@ -234,6 +239,8 @@ pub(crate) struct Shared {
     /// TLS to `https://` destinations of absolute-form requests.
     tls: Arc<rustls::ClientConfig>,
     attribution: Arc<dyn Attribution>,
+    /// Who decides about held destinations in `ask` mode (set by the host after start).
+    approver: approval::ApproverSlot,
     relay: relay::Relay,
     local: SocketAddr,
     stop: CancellationToken,
@@ -312,7 +319,11 @@ impl Egress {
         let audit = Arc::new(audit);
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
-            policy: policy::Policy::new(config.proxy.clone(), host_addrs.clone()),
+            policy: policy::Policy::new(
+                config.proxy.clone(),
+                host_addrs.clone(),
+                config.effective_mode() == EgressMode::Open,
+            ),
             host_addrs,
             config,
             tokens: Arc::new(TaskTokens::with_audit(audit.clone(), credentials.clone())),
@@ -320,6 +331,7 @@ impl Egress {
             tls,
             audit,
             attribution,
+            approver: approval::ApproverSlot::default(),
             relay,
             local,
             stop: CancellationToken::new(),
@@ -329,6 +341,12 @@ impl Egress {
         shared.tracker.spawn(upkeep(shared.clone()));
         tracing::info!(%local, audit = %path.display(), "egress proxy and LLM relay listening");
         Ok(Self { shared, firewall })
+    }
+
+    /// Sets who is asked about held destinations in `ask` mode (see [`Approver`]). Until it
+    /// is set, `ask` refuses what it would ask about, saying that nobody can be asked.
+    pub fn set_approver(&self, approver: Arc<dyn Approver>) {
+        self.shared.approver.set(approver);
     }
 
     pub fn local_addr(&self) -> SocketAddr {

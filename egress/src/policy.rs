@@ -279,12 +279,16 @@ pub enum Refusal {
 pub struct Policy {
     config: ProxyConfig,
     host: Arc<HostAddrs>,
+    /// `egress.mode = "open"`: `allow_domains` decides which names pass. In `ask` and
+    /// `allowlist` the allow decision is the approval gate's (`approval.rs`), after this
+    /// policy's deny list and address rules.
+    open_mode: bool,
 }
 
 impl Policy {
     /// `host` is the set of the host's own addresses, kept up to date by the listener.
-    pub(crate) fn new(config: ProxyConfig, host: Arc<HostAddrs>) -> Self {
-        Self { config, host }
+    pub(crate) fn new(config: ProxyConfig, host: Arc<HostAddrs>, open_mode: bool) -> Self {
+        Self { config, host, open_mode }
     }
 
     /// The name check, done before any lookup.
@@ -295,7 +299,7 @@ impl Policy {
                 pattern: pattern.to_string(),
             });
         }
-        if !self.config.allow_domains.iter().any(|p| p.matches(&target.host)) {
+        if self.open_mode && !self.config.allow_domains.iter().any(|p| p.matches(&target.host)) {
             return Err(Denial::DomainNotAllowed { host: target.host.clone() });
         }
         Ok(())
@@ -530,7 +534,7 @@ mod tests {
         edit(&mut config);
         let host = Arc::new(HostAddrs::default());
         host.refresh().unwrap();
-        Policy::new(config, host)
+        Policy::new(config, host, true)
     }
 
     #[test]

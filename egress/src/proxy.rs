@@ -31,6 +31,7 @@ use base64::Engine;
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
+use super::approval::{Approval, ApprovalRequest, EgressMode, NO_ANSWER};
 use super::attribution::Attributed;
 use super::audit::{ConnAudit, Direction, Origin, Verdict};
 use super::binding::Destination;
@@ -338,6 +339,7 @@ fn refuse(
 async fn open(
     target: Result<Target, super::policy::Denial>,
     attributed: bool,
+    held: Held,
     audit: &ConnAudit,
     shared: &Shared,
 ) -> Result<TcpStream, Response<ResponseBody>> {
@@ -355,7 +357,15 @@ async fn open(
         refuse(audit, Verdict::Denied, StatusCode::BAD_REQUEST, denial.to_string())
     })?;
     let timeout = shared.config.proxy.connect_timeout();
-    let addrs: Vec<CheckedAddr> = match shared.policy.resolve(&target, timeout).await {
+    let mut resolved = shared.policy.resolve(&target, timeout).await;
+    if resolved.is_ok() {
+        // The deny list and the address rules passed: now whether the destination is allowed.
+        if gate(&target, held, audit, shared).await? {
+            // Held for a while: the addresses dialled are the ones checked now.
+            resolved = shared.policy.resolve(&target, timeout).await;
+        }
+    }
+    let addrs: Vec<CheckedAddr> = match resolved {
         Ok(addrs) => addrs,
         Err(Refusal::Denied { denial, resolved }) => {
             if let Some(ip) = resolved {
@@ -385,6 +395,90 @@ async fn open(
         }
     }
     Err(refuse(audit, Verdict::Error, StatusCode::BAD_GATEWAY, last_error))
+}
+
+/// How much longer than `egress.approval_timeout_secs` the proxy waits for an approver that
+/// does not keep its own deadline.
+const APPROVER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the approver is told about a request the gate holds (see `approval.rs`).
+struct Held {
+    method: String,
+    /// Without the query.
+    path: Option<String>,
+    secret: bool,
+}
+
+/// The allow decision of `ask` and `allowlist` modes, after the deny list and the address
+/// rules passed. `Ok(false)`: allowed at once; `Ok(true)`: allowed after being held (an
+/// answer came); `Err`: the refusal to send. A held request always ends: the approver's
+/// answer, `egress.approval_timeout_secs`, the task's end or the proxy's stop.
+async fn gate(
+    target: &Target,
+    held: Held,
+    audit: &ConnAudit,
+    shared: &Shared,
+) -> Result<bool, Response<ResponseBody>> {
+    let config = &shared.config;
+    let mode = config.effective_mode();
+    if mode == EgressMode::Open || config.allows(&target.host, target.port) {
+        return Ok(false);
+    }
+    let destination = match target.host.contains(':') {
+        true => format!("[{}]:{}", target.host, target.port),
+        false => format!("{}:{}", target.host, target.port),
+    };
+    let deny = |reason: String| refuse(audit, Verdict::Denied, StatusCode::FORBIDDEN, reason);
+    if mode == EgressMode::Allowlist {
+        return Err(deny(format!(
+            "not_allowed: {destination} is on no egress.allow rule (egress.mode = \
+             \"allowlist\"); the operator can add it to egress.allow"
+        )));
+    }
+    let Some(task_id) = audit.origin().task_id.clone() else {
+        return Err(deny(format!(
+            "not_allowed: {destination} is on no egress.allow rule, and a request of no task \
+             has nobody to ask (egress.mode = \"ask\")"
+        )));
+    };
+    let Some(approver) = shared.approver.get() else {
+        return Err(deny(format!(
+            "not_allowed: {destination} is on no egress.allow rule and nobody can be asked \
+             yet (the daemon has not set up its questions)"
+        )));
+    };
+    let request = ApprovalRequest {
+        task_id,
+        host: target.host.clone(),
+        port: target.port,
+        method: held.method,
+        path: held.path,
+        secret: held.secret,
+    };
+    // The approver owns the deadline (it says "no answer" and records it); the proxy's own
+    // bound, a little later, only guards against an approver that never answers.
+    let wait = config.approval_timeout() + APPROVER_GRACE;
+    let task_cut = audit.task_cut();
+    let task_end = async {
+        match &task_cut {
+            Some(cut) => cut.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let answer = tokio::select! {
+        answer = tokio::time::timeout(wait, approver.approve(request)) => match answer {
+            Ok(answer) => answer,
+            Err(_) => Approval::Refuse(NO_ANSWER.to_owned()),
+        },
+        () = task_end => Approval::Refuse("the task ended while it waited for an answer".into()),
+        () = shared.stop.cancelled() => {
+            Approval::Refuse("the proxy is stopping (daemon stop or restart)".into())
+        }
+    };
+    match answer {
+        Approval::Allow => Ok(true),
+        Approval::Refuse(why) => Err(deny(format!("not_approved: {destination}: {why}"))),
+    }
 }
 
 async fn connect(
@@ -425,11 +519,13 @@ async fn connect(
             return refuse(&audit, Verdict::Denied, StatusCode::FORBIDDEN, reason);
         }
     }
-    let deadline = Instant::now() + shared.config.proxy.max_duration();
-    let stream = match open(target, attributed, &audit, &shared).await {
+    let held = Held { method: "CONNECT".to_owned(), path: None, secret: false };
+    let stream = match open(target, attributed, held, &audit, &shared).await {
         Ok(stream) => stream,
         Err(response) => return response,
     };
+    // The connection's life starts when it is allowed, not while it was held.
+    let deadline = Instant::now() + shared.config.proxy.max_duration();
     let limits = (shared.config.proxy.max_bytes_up, shared.config.proxy.max_bytes_down);
     let stop = shared.stop.clone();
     shared.tracker.spawn(async move {
@@ -485,6 +581,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 /// Forwards an absolute-form request: plain HTTP, or for `https://` over TLS the proxy makes
 /// itself to the checked address. For a task with credentials the values go in first (or the
 /// request is refused before anything is dialled) and the answer is scrubbed on its way back.
+/// In `ask` mode an unlisted destination is held (after the values went in, so the question
+/// can say whether one would be filled) until the approver answers.
 async fn forward(
     req: Request<Incoming>,
     origin: Origin,
@@ -513,8 +611,14 @@ async fn forward(
         );
         return refuse(&audit, Verdict::Error, StatusCode::BAD_REQUEST, reason);
     }
-    let deadline = Instant::now() + shared.config.proxy.max_duration();
+    // A request held for an answer (`ask` mode) gets the wait on top of its life.
+    let held_for = match shared.config.effective_mode() {
+        EgressMode::Ask => shared.config.approval_timeout(),
+        _ => std::time::Duration::ZERO,
+    };
+    let deadline = Instant::now() + shared.config.proxy.max_duration() + held_for;
     let target = Target::parse(&host, port);
+    let method = req.method().to_string();
     let server_name = target.as_ref().map(|t| t.host.clone()).unwrap_or_default();
 
     let (mut parts, body) = req.into_parts();
@@ -531,26 +635,29 @@ async fn forward(
     }
     parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap_or_default();
     let limits = &shared.config.proxy;
-    let body = match (&secrets, &target) {
+    let (body, secret) = match (&secrets, &target) {
         (Some(secrets), Ok(target)) => {
             let to = Destination { host: &target.host, port, https };
             match prepare(&mut parts, body, secrets, &to, &audit, deadline, limits).await {
-                Ok(body) => body,
+                Ok(prepared) => prepared,
                 Err(response) => return response,
             }
         }
-        _ => MeteredBody::new(
-            body,
-            audit.clone(),
-            Direction::Up,
-            limits.max_bytes_up,
-            Some(deadline),
-        )
-        .boxed_unsync(),
+        _ => {
+            let body = MeteredBody::new(
+                body,
+                audit.clone(),
+                Direction::Up,
+                limits.max_bytes_up,
+                Some(deadline),
+            );
+            (body.boxed_unsync(), false)
+        }
     };
     let upstream = Request::from_parts(parts, body);
 
-    let stream = match open(target, attributed, &audit, &shared).await {
+    let held = Held { method, path: Some(uri.path().to_owned()), secret };
+    let stream = match open(target, attributed, held, &audit, &shared).await {
         Ok(stream) => stream,
         Err(response) => return response,
     };
@@ -613,7 +720,7 @@ async fn prepare(
     audit: &Arc<ConnAudit>,
     deadline: Instant,
     limits: &super::ProxyConfig,
-) -> Result<ResponseBody, Response<ResponseBody>> {
+) -> Result<(ResponseBody, bool), Response<ResponseBody>> {
     let too_large = || {
         let reason = format!(
             "secret_body_too_large: a request of a task with secrets is read whole to put them \
@@ -675,12 +782,14 @@ async fn prepare(
     // Without it any coding is acceptable (RFC 9110 §12.5.3), and a compressed answer could
     // hide a value from the scrub.
     parts.headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    if !used.is_empty() {
+    let filled = !used.is_empty();
+    if filled {
         audit.secrets(used.into_iter().collect(), true);
     }
     let body = http_body_util::Full::new(bytes);
-    Ok(MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline))
-        .boxed_unsync())
+    let body =
+        MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline));
+    Ok((body.boxed_unsync(), filled))
 }
 
 /// Sends `request` over `io` (a connection to the checked address, TLS or not) and waits for

@@ -8,7 +8,8 @@
 //!
 //! Stop ([`App::stop`]), the reverse, and nothing is cut off mid-way:
 //! 1. parts of [`Stage::Input`] (channels, the scheduler: whatever feeds the bus) are told to
-//!    stop and awaited, so no new message arrives;
+//!    stop and awaited, so no new message arrives; waiting egress questions expire (their
+//!    held connections are refused);
 //! 2. the bus: running turns are cancelled (their subagent tasks get `cancel`) and their
 //!    answers still go out, within [`TURNS_GRACE`];
 //! 3. parts of [`Stage::Service`] (control API, skills watcher) stop;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::channel::Channel;
 use crate::agent::hooks::Hook;
 use crate::agent::Agent;
+use crate::approvals::Approvals;
 use crate::bus::{self, BusHandle, InboundMessage};
 use crate::channels::Router;
 use crate::commands::{Clis, CommandRegistry};
@@ -91,6 +93,8 @@ struct Part {
 /// The running daemon.
 #[derive(Debug)]
 pub struct App {
+    /// The egress questions, when the sandbox runs.
+    approvals: Option<Arc<Approvals>>,
     store: Store,
     sandbox: Option<Sandbox>,
     delegation_off: Option<String>,
@@ -138,8 +142,25 @@ impl App {
                 Err(e) => (None, Some(e.to_string())),
             }
         };
+        // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
+        // are registered with them, the router (below) shows them, `/egress` answers them.
+        let approvals = sandbox.as_ref().map(|sandbox| {
+            let owner = config.telegram.owner;
+            let approvals = Approvals::with_owner(sandbox.egress().config(), store.clone(), owner);
+            let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
+            sandbox.egress().set_approver(approver);
+            approvals
+        });
+        if let Some(approvals) = &approvals {
+            approvals.expire_leftovers().await;
+        }
+        if config.egress.mode.is_none() && sandbox.is_some() {
+            tracing::warn!("egress: {}", crate::approvals::mode_line(&config.egress));
+        }
         let delegation = sandbox.as_ref().map(|sandbox| {
             let mut delegation = Delegation::on(sandbox);
+            delegation.approvals =
+                approvals.clone().map(|a| a as Arc<dyn crate::delegation::TaskQuestions>);
             if let Some(wrap) = options.llm_access {
                 delegation.tokens = wrap(delegation.tokens);
             }
@@ -203,7 +224,7 @@ impl App {
             let why = why.clone();
             status.add("pool", move || format!("off ({why})"));
         }
-        let commands = CommandRegistry::builtin(
+        let mut commands = CommandRegistry::builtin(
             store.clone(),
             config.llm.primary().1,
             agent.model().spend().clone(),
@@ -211,12 +232,19 @@ impl App {
             vault.clone(),
             clis,
         );
+        if let Some(approvals) = &approvals {
+            approvals.set_channel(router.clone());
+            commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));
+            let line = crate::approvals::mode_line(&config.egress);
+            status.add("egress", move || line.clone());
+        }
         let line = vault.clone();
         status.add(crate::commands::SECRETS_LINE, move || crate::vault::status_line(&line));
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
         let mut app = Self {
+            approvals,
             store,
             sandbox,
             delegation_off,
@@ -327,9 +355,19 @@ impl App {
         self.parts.push(Part { name, stage, stop, task });
     }
 
+    /// The egress questions (`egress.mode = "ask"`); `None` without a sandbox.
+    pub fn approvals(&self) -> Option<&Arc<Approvals>> {
+        self.approvals.as_ref()
+    }
+
     /// Stops everything in order (see the module documentation).
     pub async fn stop(mut self) {
         stop_parts(&mut self.parts, Stage::Input).await;
+        // Held connections are refused now and their questions marked expired: a turn waiting
+        // on its task must not wait out a question nobody will answer.
+        if let Some(approvals) = &self.approvals {
+            approvals.shutdown().await;
+        }
         // The bus: no new messages (the inbound side closes with the last sender), running
         // turns cancelled, their answers delivered.
         self.turns.cancel();

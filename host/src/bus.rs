@@ -124,6 +124,7 @@ impl Dispatcher {
                         channel: &*self.router,
                         turns: self.agent.turns(),
                         commands: &self.commands,
+                        user: message.user,
                     };
                     command.reply(ctx).await
                 }

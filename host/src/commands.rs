@@ -39,6 +39,8 @@ pub struct CommandContext<'a> {
     pub turns: &'a Turns,
     /// Every registered command (for `/help`).
     pub commands: &'a CommandRegistry,
+    /// Who sent the command (pressed its button), where the channel tells users apart.
+    pub user: Option<i64>,
 }
 
 impl fmt::Debug for CommandContext<'_> {
@@ -511,6 +513,7 @@ mod tests {
                     channel: &crate::channels::Router::new(),
                     turns: &Turns::new(1),
                     commands: registry,
+                    user: None,
                 };
                 Some(command.run(ctx).await)
             }

@@ -546,6 +546,13 @@ impl Config {
             // The model the daemon tells subagents to use is the one a call may name.
             egress.relay.models = vec![self.subagent_llm_model()];
         }
+        // The operator's search backend is the operator's choice: `search_web` reaches it
+        // without a question in `ask` and `allowlist`.
+        if let Some(rule) = self.search.backend().and_then(|b| search_rule(&b.url)) {
+            if !egress.allow.contains(&rule) {
+                egress.allow.push(rule);
+            }
+        }
         egress
     }
 
@@ -853,6 +860,14 @@ fn apply_override(
     Ok(Some(parts.join(".")))
 }
 
+/// The `egress.allow` rule of a search backend's URL (its host and port).
+fn search_rule(url: &str) -> Option<crate::egress::AllowRule> {
+    let url = reqwest::Url::parse(url).ok()?;
+    let port = url.port_or_known_default()?;
+    // An IPv6 host comes in brackets, as a rule writes it.
+    crate::egress::AllowRule::try_from(format!("{}:{port}", url.host_str()?)).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -960,12 +975,26 @@ mod tests {
     }
 
     #[test]
+    fn the_search_backend_is_allowed_without_a_question() {
+        let mut config = Config::default();
+        config.search.url = "http://searxng.lan:8080/search".into();
+        let allow = config.egress_config().allow;
+        assert_eq!(allow.iter().map(ToString::to_string).collect::<Vec<_>>(), ["searxng.lan:8080"]);
+        config.search.url = "https://[2001:db8::5]/search".into();
+        assert_eq!(config.egress_config().allow[0].to_string(), "[2001:db8::5]:443");
+        assert!(Config::default().egress_config().allow.is_empty());
+    }
+
+    #[test]
     fn generated_template_parses_to_the_defaults_and_names_every_key() {
         let template = crate::workspace::CONFIG_TEMPLATE;
         let config = load(template, &[]).unwrap();
         let mut expected = Config::default();
         expected.workspace.dir = PathBuf::from("/base/.");
+        // A new install (the template) asks; a config without the key keeps `open`.
+        expected.egress.mode = Some(crate::egress::EgressMode::Ask);
         assert_eq!(config, expected);
+        assert_eq!(Config::default().egress.effective_mode(), crate::egress::EgressMode::Open);
         // Every key of the defaults (nested tables included), and the optional ones, appears
         // (maybe commented) in it, under its own table header.
         fn documented(template: &str, section: &str, keys: &toml::Table) {

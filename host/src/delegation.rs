@@ -102,6 +102,19 @@ impl std::fmt::Debug for TaskSecret {
 }
 
 /// Grants each delegated task its LLM access (and its secrets at the egress) while it runs.
+/// Where the egress proxy's questions about a task go (`egress.mode = "ask"`, the host's
+/// `approvals.rs`): the delegation tool registers each task with its chat, and the receipt
+/// lists what was asked. A trait, so the tools know no more of it than this.
+pub trait TaskQuestions: Send + Sync + std::fmt::Debug {
+    /// A task starts in `chat`; `unattended`: a scheduled job's or a heartbeat check's, with
+    /// nobody to ask.
+    fn task_started(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool);
+    /// The task ended: what it was allowed goes, its waiting questions expire.
+    fn task_ended(&self, task_id: &str);
+    /// The receipt's lines: what was asked, answered and by whom.
+    fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>>;
+}
+
 pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     /// Called before the task is sent to a container. `budget_cap`: the most the task may
     /// use (what the chat's caps have left today), below the configured task budget.

@@ -28,6 +28,7 @@
 //! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`] and [`store`].
 
 pub mod app;
+pub mod approvals;
 pub mod bus;
 pub mod channels;
 pub mod commands;

@@ -39,12 +39,15 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
 pub struct Delegation {
     pub runner: Arc<dyn SubagentRunner>,
     pub tokens: Arc<dyn LlmAccess>,
+    /// The egress questions (`egress.mode = "ask"`): a task is registered with its chat so
+    /// the proxy's questions reach it. `None`: nothing asks (tests without a daemon).
+    pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
 }
 
 impl Delegation {
     /// The pool and the relay's per-task tokens of a running sandbox.
     pub fn on(sandbox: &Sandbox) -> Self {
-        Self { runner: sandbox.runner(), tokens: sandbox.tokens() }
+        Self { runner: sandbox.runner(), tokens: sandbox.tokens(), approvals: None }
     }
 }
 
@@ -121,7 +124,7 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let mut cli = None;
-    if let Some(Delegation { runner, tokens }) = delegation {
+    if let Some(Delegation { runner, tokens, approvals }) = delegation {
         let settings = DelegateSettings {
             longest: crate::deadlines::TaskDeadlines::plan(config, None),
             llm_model: config.subagent_llm_model(),
@@ -131,6 +134,7 @@ pub fn build_agent_with_hooks(
             search: config.search.backend(),
             max_blocked_commands: config.subagent.max_blocked_commands,
             search_budget: config.subagent.search_budget,
+            approvals,
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         let delegate = Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings));

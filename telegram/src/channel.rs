@@ -551,8 +551,12 @@ impl Inner {
             record.update_id,
             Inflight { chat_id, message_id: record.message_id, group, typing: typing.clone() },
         );
-        let message =
-            InboundMessage { chat: ChatRef::Telegram(chat_id), id: record.update_id as u64, text };
+        let message = InboundMessage {
+            chat: ChatRef::Telegram(chat_id),
+            id: record.update_id as u64,
+            text,
+            user: record.user_id,
+        };
         if inbound.send(message).await.is_err() {
             // The bus is gone (shutting down): the update stays unsettled and is handled
             // after the restart.

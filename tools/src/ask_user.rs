@@ -19,6 +19,9 @@ use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool
 
 /// Longest question, in characters (a Telegram message holds 4096).
 pub const MAX_QUESTION_CHARS: usize = 4000;
+/// Most options one question offers (buttons), and the longest option, in characters.
+pub const MAX_OPTIONS: usize = 8;
+pub const MAX_OPTION_CHARS: usize = 64;
 /// Time the tool's own limit leaves above the wait, so the wait's clear answer wins.
 const MARGIN: Duration = Duration::from_secs(5);
 
@@ -41,6 +44,9 @@ pub struct Args {
     /// Seconds to wait; the seed's `timeout` is the same.
     #[serde(default, alias = "timeout")]
     timeout_secs: Option<u64>,
+    /// Choices the user may press (buttons where the chat has them); they may still type.
+    #[serde(default)]
+    options: Vec<String>,
 }
 
 impl TypedTool for AskUser {
@@ -55,7 +61,10 @@ impl TypedTool for AskUser {
             "question": {"type": "string", "description": "What to ask, in the user's language."},
             "timeout_secs": {"type": "integer", "minimum": 1,
                 "description": "How long to wait for the answer; the operator's limit \
-                                (agent.ask_timeout_secs) is both the default and the maximum."}},
+                                (agent.ask_timeout_secs) is both the default and the maximum."},
+            "options": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_OPTIONS,
+                "description": "Short answers to offer as buttons; the user may still type \
+                                another."}},
             "required": ["question"]})
     }
     fn timeout(&self) -> Option<Duration> {
@@ -72,6 +81,19 @@ impl TypedTool for AskUser {
                 "question is {chars} characters; at most {MAX_QUESTION_CHARS} are allowed"
             )));
         }
+        let options: Vec<String> = args.options.iter().map(|o| o.trim().to_owned()).collect();
+        if options.len() > MAX_OPTIONS {
+            return Err(ToolError::new(format!("at most {MAX_OPTIONS} options are allowed")));
+        }
+        if let Some(bad) = options
+            .iter()
+            .find(|o| o.is_empty() || o.chars().count() > MAX_OPTION_CHARS || o.contains('\n'))
+        {
+            return Err(ToolError::new(format!(
+                "option {bad:?} is empty, longer than {MAX_OPTION_CHARS} characters or more \
+                 than one line"
+            )));
+        }
         let wait = match args.timeout_secs {
             Some(0) => return Err(ToolError::new("timeout_secs must be at least 1")),
             Some(secs) => Duration::from_secs(secs).min(self.wait),
@@ -82,7 +104,12 @@ impl TypedTool for AskUser {
                 "stopped: the turn was cancelled (/stop or its time limit) while waiting for \
                  the user's answer; the question is no longer open",
             )),
-            asked = ctx.channel.ask(&ctx.chat, question, wait) => match asked {
+            asked = async {
+                match options.is_empty() {
+                    true => ctx.channel.ask(&ctx.chat, question, wait).await,
+                    false => ctx.channel.ask_choice(&ctx.chat, question, &options, wait).await,
+                }
+            } => match asked {
                 Ok(answer) => Ok(success(json!({"answer": answer}))),
                 Err(ChannelError::NoAnswer(wait)) => Err(ToolError::new(format!(
                     "no answer from the user within {}s; the question is closed (their next \
@@ -110,7 +137,9 @@ mod tests {
             (json!({"question": "x".repeat(MAX_QUESTION_CHARS + 1)}), "at most 4000"),
             (json!({"question": "ok?", "timeout_secs": 0}), "at least 1"),
             (json!({"question": "ok?", "timeout_secs": -3}), "invalid arguments for ask_user"),
-            (json!({"question": "ok?", "options": ["a"]}), "unknown field `options`"),
+            (json!({"question": "ok?", "choices": ["a"]}), "unknown field `choices`"),
+            (json!({"question": "ok?", "options": ["a", " "]}), "is empty"),
+            (json!({"question": "ok?", "options": vec!["a"; 9]}), "at most 8 options"),
             (json!({}), "missing field `question`"),
         ];
         for (args, why) in cases {

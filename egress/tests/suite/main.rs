@@ -4,6 +4,7 @@
 //! Every file here is a module of this one harness (`cargo test -p nexbot-egress --test suite`),
 //! so the crate is linked once; helpers shared by several files are modules too.
 
+mod egress_approval;
 mod egress_attribution;
 mod egress_audit;
 mod egress_host;

@@ -131,7 +131,7 @@ pub async fn run(
                     continue;
                 }
                 next_id += 1;
-                let message = InboundMessage { chat: chat.clone(), id: next_id, text: line };
+                let message = InboundMessage { chat: chat.clone(), id: next_id, text: line, user: None };
                 if inbound.send(message).await.is_err() {
                     break;
                 }

@@ -52,11 +52,15 @@ pub struct Router {
 struct Question {
     tx: oneshot::Sender<String>,
     nonce: Option<String>,
+    /// The options of a choice (`/choose <nonce> <n>` answers `options[n]`).
+    options: Vec<String>,
 }
 
 /// The command words of a confirmation's buttons.
 const CONFIRM: &str = "/confirm";
 const REFUSE: &str = "/refuse";
+/// The command word of a choice's buttons (`ask_user` with options).
+const CHOOSE: &str = "/choose";
 
 /// How many of the bot's latest message ids are remembered per chat.
 pub const SENT_PER_CHAT: usize = 256;
@@ -159,16 +163,32 @@ impl Router {
     /// waiting in `chat` took it; `Some(false)` when no confirmation with that nonce waits
     /// there (answered, timed out, or another chat's).
     pub fn answer_press(&self, chat: &ChatRef, text: &str) -> Option<bool> {
-        let (word, nonce) = text.trim().split_once(' ')?;
-        if word != CONFIRM && word != REFUSE {
+        let (word, rest) = text.trim().split_once(' ')?;
+        if word != CONFIRM && word != REFUSE && word != CHOOSE {
             return None;
         }
+        // A choice's button carries the option's number after the nonce.
+        let (nonce, chosen) = match word {
+            CHOOSE => {
+                let (nonce, n) = rest.trim().split_once(' ')?;
+                (nonce, n.trim().parse::<usize>().ok())
+            }
+            _ => (rest, None),
+        };
         let mut questions = self.questions.lock().unwrap_or_else(|p| p.into_inner());
         if questions.get(chat).and_then(|q| q.nonce.as_deref()) != Some(nonce.trim()) {
             return Some(false);
         }
+        let answer = match chosen {
+            Some(n) => match questions.get(chat).and_then(|q| q.options.get(n)) {
+                Some(option) => option.clone(),
+                None => return Some(false),
+            },
+            None if word == CHOOSE => return Some(false),
+            None => text.trim().to_owned(),
+        };
         let question = questions.remove(chat)?;
-        Some(question.tx.send(text.trim().to_owned()).is_ok())
+        Some(question.tx.send(answer).is_ok())
     }
 
     /// Registers a question in `chat` (none may be waiting there), sends `message`, and
@@ -178,6 +198,7 @@ impl Router {
         chat: &ChatRef,
         message: OutboundMessage,
         nonce: Option<String>,
+        options: Vec<String>,
         wait: Duration,
     ) -> Result<String, ChannelError> {
         let rx = {
@@ -186,7 +207,7 @@ impl Router {
                 return Err(ChannelError::AlreadyAsking(chat.clone()));
             }
             let (tx, rx) = oneshot::channel();
-            questions.insert(chat.clone(), Question { tx, nonce });
+            questions.insert(chat.clone(), Question { tx, nonce, options });
             rx
         };
         let _pending = Pending { router: self, chat };
@@ -321,7 +342,32 @@ impl Channel for Router {
     ) -> BoxFuture<'a, Result<String, ChannelError>> {
         Box::pin(async move {
             let message = OutboundMessage::progress(chat, question.to_owned());
-            self.question(chat, message, None, wait).await
+            self.question(chat, message, None, Vec::new(), wait).await
+        })
+    }
+
+    fn ask_choice<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        question: &'a str,
+        options: &'a [String],
+        wait: Duration,
+    ) -> BoxFuture<'a, Result<String, ChannelError>> {
+        Box::pin(async move {
+            // The nonce ties the buttons to this question, as a confirmation's do.
+            let nonce = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+            let mut message = OutboundMessage::progress(
+                chat,
+                format!("{question}\n\n(Press an answer, or type your own.)"),
+            );
+            message.buttons = options
+                .iter()
+                .enumerate()
+                .map(|(n, option)| {
+                    vec![Button::new(option.clone(), format!("{CHOOSE} {nonce} {n}"))]
+                })
+                .collect();
+            self.question(chat, message, Some(nonce), options.to_vec(), wait).await
         })
     }
 
@@ -348,7 +394,7 @@ impl Channel for Router {
                 Button::new("Confirm", confirm.clone()),
                 Button::new("Refuse", format!("{REFUSE} {nonce}")),
             ]];
-            let answer = self.question(chat, message, Some(nonce), wait).await?;
+            let answer = self.question(chat, message, Some(nonce), Vec::new(), wait).await?;
             let answer = answer.trim();
             Ok(answer == confirm || answer.eq_ignore_ascii_case("yes"))
         })
@@ -437,6 +483,33 @@ mod tests {
         let err = router.ask(&chat, "Still there?", Duration::from_millis(50)).await.unwrap_err();
         assert!(matches!(err, ChannelError::NoAnswer(_)), "{err}");
         assert!(!router.answer_question(&chat, "late"), "a question that gave up takes nothing");
+    }
+
+    #[tokio::test]
+    async fn a_choice_offers_its_options_as_buttons_and_a_press_answers_the_option() {
+        let router = Arc::new(Router::new());
+        let (tx, mut sent) = mpsc::unbounded_channel();
+        router.register(ChannelKind::Telegram, Arc::new(Recorder(tx)));
+        let chat = ChatRef::Telegram(5);
+        let options = vec!["Red".to_owned(), "Blue".to_owned()];
+        let asking = {
+            let (router, chat, options) = (router.clone(), chat.clone(), options.clone());
+            tokio::spawn(async move {
+                router.ask_choice(&chat, "Which colour?", &options, Duration::from_secs(5)).await
+            })
+        };
+        let question = sent.recv().await.unwrap();
+        let buttons: Vec<_> = question.buttons.concat();
+        assert_eq!(buttons.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), ["Red", "Blue"]);
+        let blue = buttons[1].command.clone();
+        let nonce = blue.split(' ').nth(1).unwrap().to_owned();
+        // A stale nonce, an option that is not there, another chat: nothing is answered.
+        assert_eq!(router.answer_press(&chat, "/choose 000000000000 1"), Some(false));
+        assert_eq!(router.answer_press(&chat, &format!("/choose {nonce} 7")), Some(false));
+        assert_eq!(router.answer_press(&ChatRef::Telegram(6), &blue), Some(false));
+        assert_eq!(router.answer_press(&chat, &blue), Some(true));
+        assert_eq!(asking.await.unwrap().unwrap(), "Blue");
+        assert_eq!(router.answer_press(&chat, &blue), Some(false), "answered once");
     }
 
     /// Numbers its messages per channel (as Telegram does per chat) and records edits and

@@ -358,6 +358,38 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             crate::egress::firewall_rules_reinserted(),
         );
     }
+    if let Some(approvals) = &inner.approvals {
+        let m = approvals.metrics();
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+        let answers = [
+            ("once", load(&m.once)),
+            ("task", load(&m.task)),
+            ("chat", load(&m.chat)),
+            ("deny", load(&m.deny)),
+            ("no_answer", load(&m.no_answer)),
+            ("expired", load(&m.expired)),
+        ];
+        let rows: Vec<(Labels, u64)> =
+            answers.iter().map(|(a, n)| (labels(&[("answer", a)]), *n)).collect();
+        counter_family(
+            &mut registry,
+            "egress_questions",
+            "Egress questions (egress.mode = ask) by how they ended",
+            &rows,
+        );
+        counter(
+            &mut registry,
+            "egress_question_answer_ms_sum",
+            "Milliseconds the answered egress questions waited for their answer, summed",
+            load(&m.answer_ms_sum),
+        );
+        counter(
+            &mut registry,
+            "egress_questions_answered",
+            "Egress questions answered by someone (the count of the sum above)",
+            load(&m.answered),
+        );
+    }
     if let Some(relay) = &inner.relay {
         counter(
             &mut registry,

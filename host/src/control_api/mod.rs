@@ -7,6 +7,7 @@
 //! A bad request gets a JSON error naming what was wrong; nothing an operator sends can panic
 //! the daemon (a handler that panicked would still only end that request).
 
+pub mod approvals;
 pub mod cron;
 pub mod metrics;
 pub mod ops;
@@ -69,6 +70,9 @@ pub(crate) struct Inner {
     pub skills: Option<crate::skills::Skills>,
     /// The secrets vault, for `secrets set|ls|rm` (off without a master key; it says why).
     pub vault: Arc<crate::vault::Vault>,
+    /// The egress questions (`None` without a sandbox) and the mode in a sentence.
+    pub approvals: Option<Arc<crate::approvals::Approvals>>,
+    pub egress_mode: String,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -191,6 +195,7 @@ pub fn router(state: ControlState) -> Router {
         .route(paths::METRICS, get(metrics_text))
         .merge(cron::routes())
         .merge(secrets::routes())
+        .merge(approvals::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
         .with_state(state)
 }
@@ -292,6 +297,8 @@ pub fn attach(
         job_token_budget: config.scheduler.job_token_budget,
         skills: agent.skills().cloned(),
         vault: app.vault().clone(),
+        approvals: app.approvals().cloned(),
+        egress_mode: crate::approvals::mode_line(&config.egress),
     }));
     let probed = state.clone();
     let probe_config = config.clone();

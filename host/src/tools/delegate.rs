@@ -128,6 +128,8 @@ pub struct DelegateSettings {
     /// Search and fetch calls a task may make unless its delegation asks for another budget
     /// (`subagent.search_budget`, sent as `execute.search_budget`).
     pub search_budget: u32,
+    /// Where the task's egress questions go (`egress.mode = "ask"`).
+    pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
 }
 
 #[derive(Debug)]
@@ -209,6 +211,19 @@ impl Delegate {
             hosts: resolved.hosts,
         });
         Ok(())
+    }
+}
+
+/// A task registered with the egress questions: unregistered (grants gone, waiting
+/// questions expired) however the task's future ends, dropped included.
+struct Asking {
+    approvals: Arc<dyn crate::delegation::TaskQuestions>,
+    task_id: String,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.approvals.task_ended(&self.task_id);
     }
 }
 
@@ -307,6 +322,12 @@ impl TypedTool for Delegate {
             .start_task(&id, &ctx.chat, Some(ctx.session_id), &recorded_task)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
+        // From here the proxy's questions about the task reach its chat; they end with it.
+        let asking = self.settings.approvals.clone().map(|approvals| {
+            let unattended = !matches!(ctx.turn, crate::agent::turns::TurnOrigin::Message);
+            approvals.task_started(&id, &ctx.chat, &recorded_task, unattended);
+            Asking { approvals, task_id: id.clone() }
+        });
         let mut request = Request::execute(&id, args.task);
         request.context = args.context;
         // Canonical names only (`fetch_page` goes as `web_fetch`): an older image may not know
@@ -469,6 +490,11 @@ impl TypedTool for Delegate {
             spend.charge_task(&ctx.chat, used, relay_cost).await;
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
+        let asked = match &asking {
+            Some(asking) => asking.approvals.receipt_lines(&id).await,
+            None => Vec::new(),
+        };
+        drop(asking);
         end.egress = egress.as_ref().map(record_json);
         if end.usage == Usage::default() {
             // No usage in the answer (a failure, a timeout, a bare report): what the relay
@@ -490,6 +516,7 @@ impl TypedTool for Delegate {
             secrets: secret_names,
             // A direct call runs no loop of the subagent's, so no budget applies to it.
             searches: searches.filter(|_| !direct).map(|made| (made, search_budget)),
+            asked,
         };
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
         match &end.error {
@@ -933,6 +960,7 @@ mod tests {
                 search: None,
                 max_blocked_commands: 4,
                 search_budget: 6,
+                approvals: None,
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);

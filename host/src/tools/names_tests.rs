@@ -60,7 +60,8 @@ async fn real_registry(dir: &Path) -> ToolRegistry {
         Config::from_parts("", &dir.join("config.toml"), dir, Vec::<(String, String)>::new())
             .unwrap();
     let store = open_store(&config).await.unwrap();
-    let delegation = Delegation { runner: Arc::new(NoPool), tokens: Arc::new(NoPool) };
+    let delegation =
+        Delegation { runner: Arc::new(NoPool), tokens: Arc::new(NoPool), approvals: None };
     build_agent(&config, store, Some(delegation)).unwrap().tools().clone()
 }
 

@@ -367,7 +367,7 @@ impl InProcess {
     }
 
     async fn send_in(&self, chat: ChatRef, id: u64, text: &str) {
-        let message = InboundMessage { chat, id, text: text.into() };
+        let message = InboundMessage { chat, id, text: text.into(), user: None };
         self.app.inbound().send(message).await.unwrap();
     }
 

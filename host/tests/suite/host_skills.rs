@@ -69,7 +69,7 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     let inbound = app.inbound();
 
     inbound
-        .send(InboundMessage { chat: chat.clone(), id: 1, text: "use alpha".into() })
+        .send(InboundMessage { chat: chat.clone(), id: 1, text: "use alpha".into(), user: None })
         .await
         .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "read it");
@@ -109,7 +109,10 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     }
 
     llm.push(Step::text("next turn"));
-    inbound.send(InboundMessage { chat: chat.clone(), id: 2, text: "again".into() }).await.unwrap();
+    inbound
+        .send(InboundMessage { chat: chat.clone(), id: 2, text: "again".into(), user: None })
+        .await
+        .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "next turn");
     let calls = llm.chat_requests();
     let prompt = system_prompt(&calls.last().unwrap().body);
@@ -127,7 +130,7 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     }
     llm.push(Step::text("third"));
     inbound
-        .send(InboundMessage { chat: chat.clone(), id: 3, text: "once more".into() })
+        .send(InboundMessage { chat: chat.clone(), id: 3, text: "once more".into(), user: None })
         .await
         .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "third");
@@ -135,7 +138,7 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     assert!(!prompt.contains("beta"), "{prompt}");
 
     // /status counts them.
-    inbound.send(InboundMessage { chat, id: 4, text: "/status".into() }).await.unwrap();
+    inbound.send(InboundMessage { chat, id: 4, text: "/status".into(), user: None }).await.unwrap();
     let status = final_answer(&mut outbound).await;
     assert!(
         status.contains("1 offered, 1 invalid, 1 quarantined (nexbot-ctl skills ls says why)"),

@@ -16,6 +16,7 @@ mod chat_tools;
 mod control;
 mod egress_docker;
 mod egress_pool;
+mod host_approvals;
 mod host_bus;
 mod host_chat;
 mod host_cli;

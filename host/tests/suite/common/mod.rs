@@ -39,9 +39,11 @@ impl TempWorkspace {
 }
 
 /// The environment every chat test starts from: the scripted LLM, fast retries, and no
-/// delegation unless a test turns it on.
+/// delegation unless a test turns it on. Egress `open` (what `nexbot init` writes is `ask`):
+/// these tests are about other things than being asked; `host_approvals` tests the asking.
 pub fn base_env(llm_base_url: &str) -> Vec<(String, String)> {
     [
+        ("NEXBOT_EGRESS__MODE", "open"),
         ("NEXBOT_LLM__BASE_URL", llm_base_url),
         ("NEXBOT_LLM__MODEL", "scripted"),
         ("NEXBOT_LLM__RETRY_INITIAL_MS", "10"),
@@ -211,6 +213,7 @@ impl Leftovers {
     pub fn env(&self) -> Vec<(String, String)> {
         [
             ("NEXBOT_SUBAGENT__ENABLED", "true"),
+            ("NEXBOT_EGRESS__MODE", "open"),
             ("NEXBOT_SUBAGENT__POOL_SIZE", "1"),
             ("NEXBOT_SUBAGENT__POOL_NAME", &self.pool),
             ("NEXBOT_SUBAGENT__NETWORK", &self.network),

@@ -1,0 +1,231 @@
+//! Asking before anything new: the egress modes and the approver the proxy asks.
+//!
+//! In [`EgressMode::Ask`] a destination (host and port) that passed the deny list and the
+//! address rules, and that no `egress.allow` rule covers, is *held*: the client's connection
+//! (CONNECT or absolute-form) stays open while the proxy asks an injected [`Approver`]
+//! whether this task may reach it. The proxy knows no chat, no user and no button: who is
+//! asked, how, and what is remembered (a grant for the task, a rule for the chat) is the
+//! approver's. The proxy only guarantees that a held connection never hangs — it is refused
+//! when the approver says no, does not answer within `egress.approval_timeout_secs`, the task
+//! ends, or the proxy stops.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::HostPattern;
+
+/// How the proxy treats a destination no rule names (`egress.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EgressMode {
+    /// Hold the connection and ask (the approver); the default of a new install.
+    Ask,
+    /// Refuse silently what no `egress.allow` rule allows (for unattended installs).
+    Allowlist,
+    /// Today's behaviour before modes existed: any host `proxy.allow_domains` matches.
+    #[default]
+    Open,
+}
+
+impl EgressMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ask => "ask",
+            Self::Allowlist => "allowlist",
+            Self::Open => "open",
+        }
+    }
+}
+
+impl fmt::Display for EgressMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a task with nobody to ask (a scheduled job, a heartbeat check) gets in `ask` mode
+/// (`egress.unattended`). The proxy does not know who is unattended; the approver applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Unattended {
+    /// Only `egress.allow` rules: nothing a chat allowed, nothing asked.
+    #[default]
+    Deny,
+    /// `egress.allow` rules and the chat's "always" rules; nothing asked.
+    Allowlist,
+}
+
+/// One allow rule: a host pattern (as in `proxy.allow_domains`) and a port, 443 unless named:
+/// `"api.example.com"`, `"*.example.com:8443"`, `"198.51.100.7:80"`, `"[2001:db8::1]:443"`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct AllowRule {
+    pub host: HostPattern,
+    pub port: u16,
+}
+
+/// The port a rule means when it names none.
+pub const DEFAULT_RULE_PORT: u16 = 443;
+
+impl AllowRule {
+    /// Whether the rule covers `host` (lower-case, as the proxy normalised it) on `port`.
+    pub fn covers(&self, host: &str, port: u16) -> bool {
+        self.port == port && self.host.matches(host)
+    }
+}
+
+impl TryFrom<String> for AllowRule {
+    type Error = String;
+
+    fn try_from(raw: String) -> Result<Self, String> {
+        let text = raw.trim();
+        // `[v6]:port`, `host:port`, or a bare host / v6 address.
+        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+            match rest.split_once(']') {
+                Some((addr, "")) => (addr.to_owned(), None),
+                Some((addr, tail)) => match tail.strip_prefix(':') {
+                    Some(port) => (addr.to_owned(), Some(port)),
+                    None => return Err(format!("invalid allow rule {raw:?}")),
+                },
+                None => return Err(format!("invalid allow rule {raw:?}: no closing ]")),
+            }
+        } else if text.matches(':').count() == 1 {
+            let (host, port) = text.split_once(':').unwrap_or((text, ""));
+            (host.to_owned(), Some(port))
+        } else {
+            (text.to_owned(), None)
+        };
+        let port = match port {
+            Some(port) => match port.parse::<u16>() {
+                Ok(port) if port > 0 => port,
+                _ => return Err(format!("invalid allow rule {raw:?}: {port:?} is not a port")),
+            },
+            None => DEFAULT_RULE_PORT,
+        };
+        let host =
+            HostPattern::try_from(host).map_err(|e| format!("invalid allow rule {raw:?}: {e}"))?;
+        Ok(Self { host, port })
+    }
+}
+
+impl From<AllowRule> for String {
+    fn from(rule: AllowRule) -> Self {
+        rule.to_string()
+    }
+}
+
+impl fmt::Display for AllowRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let host = self.host.to_string();
+        if host.contains(':') {
+            write!(f, "[{host}]:{}", self.port)
+        } else {
+            write!(f, "{host}:{}", self.port)
+        }
+    }
+}
+
+impl fmt::Debug for AllowRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AllowRule({self})")
+    }
+}
+
+/// What the proxy asks about one held request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    /// The task whose credential the request carried.
+    pub task_id: String,
+    /// The destination as the proxy normalised it (lower-case, no trailing dot).
+    pub host: String,
+    pub port: u16,
+    /// `CONNECT`, or the method of an absolute-form request.
+    pub method: String,
+    /// The path of an absolute-form request, without its query (which may carry anything);
+    /// `None` for a tunnel, whose path the proxy cannot see.
+    pub path: Option<String>,
+    /// Whether a proxy-mode secret of the task would be filled into this request.
+    pub secret: bool,
+}
+
+/// The approver's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    /// Proceed as if the destination had been allowed all along.
+    Allow,
+    /// Refuse; the reason reaches the subagent's tool (the proxy's refusal body) and the
+    /// audit line: "denied by the user", "no answer", …
+    Refuse(String),
+}
+
+/// A future the approver answers with.
+pub type ApprovalFuture = Pin<Box<dyn Future<Output = Approval> + Send + 'static>>;
+
+/// Decides about held destinations (the host asks its user), within
+/// `egress.approval_timeout_secs` (then it refuses with [`NO_ANSWER`]). The proxy still bounds
+/// the wait (a few seconds later), so an approver that never answers cannot hang a client.
+pub trait Approver: Send + Sync {
+    fn approve(&self, request: ApprovalRequest) -> ApprovalFuture;
+}
+
+/// The approver, set once the host has built what answers (its router, its store) — after
+/// the listener started. Until then (or without one) `ask` mode refuses what it would ask.
+#[derive(Default)]
+pub(crate) struct ApproverSlot(RwLock<Option<Arc<dyn Approver>>>);
+
+impl ApproverSlot {
+    pub(crate) fn set(&self, approver: Arc<dyn Approver>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(approver);
+    }
+
+    pub(crate) fn get(&self) -> Option<Arc<dyn Approver>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The reason a held request gets when its wait ran out.
+pub const NO_ANSWER: &str = "no answer";
+/// The reason a held request gets when the user pressed Deny.
+pub const DENIED_BY_USER: &str = "denied by the user";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(text: &str) -> Result<AllowRule, String> {
+        AllowRule::try_from(text.to_owned())
+    }
+
+    #[test]
+    fn rules_are_host_and_port_with_443_unless_named() {
+        let plain = rule("API.example.com").unwrap();
+        assert_eq!(plain.to_string(), "api.example.com:443");
+        assert!(plain.covers("api.example.com", 443));
+        assert!(!plain.covers("api.example.com", 80), "another port is another destination");
+        assert!(!plain.covers("x.api.example.com", 443));
+        let wild = rule("*.example.com:8443").unwrap();
+        assert!(wild.covers("a.example.com", 8443) && !wild.covers("example.com", 8443));
+        assert_eq!(rule("198.51.100.7:80").unwrap().to_string(), "198.51.100.7:80");
+        assert_eq!(rule("[2001:db8::1]:8080").unwrap().port, 8080);
+        assert_eq!(rule("2001:db8::1").unwrap().port, 443);
+        assert!(rule("example.com:0").is_err());
+        assert!(rule("example.com:http").is_err());
+        assert!(rule("exa mple.com").is_err());
+    }
+
+    #[test]
+    fn modes_read_as_lowercase_words() {
+        #[derive(Deserialize)]
+        struct T {
+            mode: EgressMode,
+            unattended: Unattended,
+        }
+        let t: T = serde_json::from_str(r#"{"mode":"ask","unattended":"allowlist"}"#).unwrap();
+        assert_eq!((t.mode, t.unattended), (EgressMode::Ask, Unattended::Allowlist));
+        assert!(serde_json::from_str::<T>(r#"{"mode":"closed","unattended":"deny"}"#).is_err());
+    }
+}

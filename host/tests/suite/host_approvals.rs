@@ -1,0 +1,570 @@
+//! `egress.mode = "ask"` end to end: the real `nexbot serve`, the real pool and proxy, real
+//! SQLite, the Telegram fixture and emulator, and the scripted model. A subagent's fetch of a
+//! host no rule allows is held by the proxy while the task's chat is asked (four buttons);
+//! the press decides what the held connection gets.
+
+use crate::common;
+use crate::egress_support;
+use crate::telegram::{has_text, start, telegram_env, LIMIT, OWNER};
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use common::{is_main, parsed_tool_results, tool_results, Leftovers, TempWorkspace};
+use nexbot_control::{approvals_paths, ApprovalList, Client, EgressRuleList};
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::telegram::{BotMessage, ChatType, TelegramFixture, UserMessage};
+use serde_json::{json, Value};
+
+/// Someone on no allow-list.
+const STRANGER: i64 = 3003;
+
+/// The buttons of a message: (label, callback data).
+fn buttons(message: &BotMessage) -> Vec<(String, String)> {
+    let rows = message.json["reply_markup"]["inline_keyboard"].as_array().cloned();
+    rows.unwrap_or_default()
+        .iter()
+        .flat_map(|row| row.as_array().cloned().unwrap_or_default())
+        .map(|b| {
+            let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+            (text("text"), text("callback_data"))
+        })
+        .collect()
+}
+
+/// The questions among the bot's messages, in order (an answered one is edited and loses
+/// its buttons; its first line stays).
+fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
+    messages.iter().filter(|m| m.raw.contains("A task wants to reach")).cloned().collect()
+}
+
+/// The callback data of the question's button labelled `label`.
+fn press(question: &BotMessage, label: &str) -> String {
+    let found = buttons(question).into_iter().find(|(l, _)| l == label);
+    found.unwrap_or_else(|| panic!("no {label:?} button: {question:#?}")).1
+}
+
+/// The `nth` question of the chat (from 0), once it is there with its buttons.
+async fn wait_question(tg: &TelegramFixture, chat: i64, nth: usize) -> BotMessage {
+    let ready = |m: &[BotMessage]| questions(m).get(nth).is_some_and(|q| !buttons(q).is_empty());
+    let messages = tg.wait_bot_messages(chat, ready, LIMIT * 2).await;
+    questions(&messages).remove(nth)
+}
+
+/// The egress questions recorded: (host:port, answer, answered by).
+fn recorded(ws: &TempWorkspace) -> Vec<(String, Option<String>, Option<String>)> {
+    let db = rusqlite::Connection::open(ws.database()).unwrap();
+    let mut stmt = db
+        .prepare("SELECT host, port, answer, answered_by FROM egress_questions ORDER BY id")
+        .unwrap();
+    let rows = stmt
+        .query_map([], |r| {
+            let host: String = r.get(0)?;
+            let port: u16 = r.get(1)?;
+            Ok((format!("{host}:{port}"), r.get(2)?, r.get(3)?))
+        })
+        .unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// The daemon's environment: the fixture, a pool of its own, mode `ask`, and the test's
+/// servers opened as internal addresses (which only lifts the address rule: `ask` still asks).
+fn ask_env(
+    llm: &ScriptedLlm,
+    tg: &TelegramFixture,
+    names: &Leftovers,
+    servers: &[SocketAddr],
+) -> Vec<(String, String)> {
+    let mut env = telegram_env(llm, tg);
+    env.extend(names.env());
+    let entries: Vec<String> = servers
+        .iter()
+        .map(|s| format!(r#"{{ cidr = "{}", ports = [{}] }}"#, s.ip(), s.port()))
+        .collect();
+    env.push(("NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(), format!("[{}]", entries.join(", "))));
+    env.push(("NEXBOT_EGRESS__MODE".into(), "ask".into()));
+    env
+}
+
+/// The subagent's tool results so far, shared with the test (what its fetches got).
+type Results = Arc<Mutex<Vec<Value>>>;
+
+/// A model whose main agent delegates `task` once per user message and whose subagent
+/// fetches `urls` in turn, then answers `FETCHED`; the subagent's tool results are kept.
+fn fetching_model(llm: &ScriptedLlm, task: &'static str, urls: Vec<String>) -> Results {
+    let results: Results = Arc::default();
+    let seen = results.clone();
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            *seen.lock().unwrap() = parsed_tool_results(body);
+            return match urls.get(tool_results(body)) {
+                Some(url) => Step::tool_call("web_fetch", json!({ "url": url })),
+                None => Step::text("FETCHED"),
+            };
+        }
+        // Each user message delegates once (earlier turns' results are in the history).
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        match last.is_some_and(|m| m["role"] == "tool") {
+            false => Step::tool_call("delegate_to_sub_agent", json!({ "task": task })),
+            true => Step::text("done with the task"),
+        }
+    });
+    results
+}
+
+fn host() -> IpAddr {
+    egress_support::docker::host_address_off_network()
+}
+
+#[tokio::test]
+async fn allow_for_this_task_lets_the_held_fetch_and_a_second_one_through_with_one_question() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_task").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls =
+        vec![format!("http://{server}/hello?key=hidden"), format!("http://{server}/hello?n=2")];
+    let results = fetching_model(&llm, "look up the weather in Lisbon", urls);
+    let ws = TempWorkspace::init("ap-task");
+    let names = Leftovers::new("aptask");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "what is the weather").await;
+
+    let question = wait_question(&tg, OWNER, 0).await;
+    let text = &question.text;
+    assert!(text.contains(&server.to_string()), "the destination: {text}");
+    assert!(text.contains("look up the weather in Lisbon"), "the task's words: {text}");
+    assert!(text.contains("GET /hello") && !text.contains("hidden"), "path, no query: {text}");
+    let labels: Vec<String> = buttons(&question).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["Allow once", "Allow for this task", "Always for this chat", "Deny"]);
+    assert!(seen.lock().unwrap().is_empty(), "held: nothing reached the server yet");
+
+    // A stranger's press is refused (the callback answer says so) and decides nothing.
+    let task = press(&question, "Allow for this task");
+    let refused = tg.user_clicks(OWNER, STRANGER, question.message_id, &task).await;
+    let pressed = tg.user_clicks(OWNER, OWNER, question.message_id, &task).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    let answered: Vec<Value> =
+        tg.calls("answerCallbackQuery").await.into_iter().map(|c| c.params).collect();
+    let answer_of = |id: &str| answered.iter().find(|p| p["callback_query_id"] == id).cloned();
+    assert_eq!(answer_of(&refused.callback_query_id).expect("answered")["text"], "Not allowed.");
+    assert!(answer_of(&pressed.callback_query_id).is_some());
+
+    // Both fetches got the page; one question was asked; the question says who decided.
+    let got = results.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:#?}");
+    for result in &got {
+        assert!(result.to_string().contains("hello from the allowed server"), "{result}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    let messages = tg.bot_messages(OWNER).await;
+    assert_eq!(questions(&messages).len(), 1, "one question for the task and destination");
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(
+        edited.text.contains(&format!("Allowed for this task by telegram:{OWNER}")),
+        "{}",
+        edited.text
+    );
+    let by = format!("telegram:{OWNER}");
+    assert_eq!(recorded(&ws), [(server.to_string(), Some("task".into()), Some(by.clone()))]);
+    // The receipt lists what was asked and who answered.
+    let receipt = tg
+        .wait_bot_messages(OWNER, |m| has_text(m, "Asked:"), LIMIT)
+        .await
+        .into_iter()
+        .find(|m| m.text.contains("Asked:"))
+        .unwrap();
+    assert!(receipt.text.contains(&format!("{server} → task by {by}")), "{}", receipt.text);
+    serving.stop(LIMIT).await;
+}
+
+/// The daemon's control API.
+fn ctl(ws: &TempWorkspace) -> Client {
+    Client::new(ws.dir.join("nexbot.sock"))
+}
+
+/// The subagent's tool results, once there are `n`.
+async fn results_when(results: &Results, n: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + LIMIT * 2;
+    loop {
+        let got = results.lock().unwrap().clone();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{n} tool results never came: {got:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn deny_refuses_clearly_and_the_operator_can_answer_from_nexbot_ctl() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_deny").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (denied, denied_seen) = egress_support::http_server_at(host()).await;
+    let (operator, operator_seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls = [denied, operator].map(|s| format!("http://{s}/hello")).to_vec();
+    let results = fetching_model(&llm, "collect two pages", urls);
+    let ws = TempWorkspace::init("ap-deny");
+    let names = Leftovers::new("apdeny");
+    let env = ask_env(&llm, &tg, &names, &[denied, operator]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "collect them").await;
+
+    // Deny, pressed in the chat.
+    let first = wait_question(&tg, OWNER, 0).await;
+    assert!(first.text.contains(&denied.to_string()), "{}", first.text);
+    tg.user_clicks(OWNER, OWNER, first.message_id, &press(&first, "Deny")).await;
+    // The operator's answer: the waiting question is listed, then allowed once.
+    let second = wait_question(&tg, OWNER, 1).await;
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert!(listed.mode.starts_with("ask"), "{listed:?}");
+    assert_eq!(listed.pending.len(), 1, "{listed:?}");
+    let waiting = &listed.pending[0];
+    assert_eq!((waiting.port, waiting.method.as_str()), (operator.port(), "GET"));
+    assert_eq!(waiting.path.as_deref(), Some("/hello"));
+    let body = json!({ "id": waiting.id, "answer": "once" });
+    let done: Value = ctl(&ws).post(approvals_paths::APPROVALS_ANSWER, &body).await.unwrap();
+    assert!(done["message"].as_str().unwrap().contains("once"), "{done}");
+    // An answer to a question no longer waiting says so.
+    let again = ctl(&ws).post::<_, Value>(approvals_paths::APPROVALS_ANSWER, &body).await;
+    let again = again.unwrap_err().to_string();
+    assert!(again.contains("is waiting"), "{again}");
+
+    let got = results_when(&results, 2).await;
+    let said: Vec<String> = got.iter().map(Value::to_string).collect();
+    assert!(said[0].contains("denied by the user"), "the task reads why: {}", said[0]);
+    assert!(said[1].contains("hello from the allowed server"), "{}", said[1]);
+    assert!(denied_seen.lock().unwrap().is_empty());
+    assert_eq!(operator_seen.lock().unwrap().len(), 1);
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT).await;
+    let by = format!("telegram:{OWNER}");
+    assert_eq!(
+        recorded(&ws),
+        [
+            (denied.to_string(), Some("deny".into()), Some(by.clone())),
+            (operator.to_string(), Some("once".into()), Some("nexbot-ctl".into())),
+        ]
+    );
+    let messages = tg.bot_messages(OWNER).await;
+    let text_of = |id: i64| messages.iter().find(|m| m.message_id == id).unwrap().text.clone();
+    assert!(text_of(first.message_id).contains(&format!("Denied by {by}")));
+    assert!(text_of(second.message_id).contains("Allowed once by nexbot-ctl"));
+    // The metrics count the questions by answer.
+    let metrics = ctl(&ws).get_text("/metrics").await.unwrap();
+    for answer in ["deny", "once"] {
+        let line = format!("egress_questions_total{{answer=\"{answer}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    assert!(metrics.contains("egress_questions_answered_total 2"), "{metrics}");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn no_answer_within_the_deadline_is_a_refusal_the_task_reads() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_timeout").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = fetching_model(&llm, "fetch it", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-timeout");
+    let names = Leftovers::new("aptimeout");
+    let mut env = ask_env(&llm, &tg, &names, &[server]);
+    env.push(("NEXBOT_EGRESS__APPROVAL_TIMEOUT_SECS".into(), "2".into()));
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch it").await;
+    // Nobody answers.
+    let question = wait_question(&tg, OWNER, 0).await;
+    let got = results_when(&results, 1).await;
+    assert!(got[0].to_string().contains("no answer"), "{}", got[0]);
+    assert!(seen.lock().unwrap().is_empty());
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT).await;
+    assert_eq!(
+        recorded(&ws),
+        [(server.to_string(), Some("no answer".into()), Some("daemon".into()))]
+    );
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains("Denied: no answer within 2 s"), "{}", edited.text);
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn always_for_this_chat_survives_a_restart_and_rules_rm_makes_it_ask_again() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_always").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = fetching_model(&llm, "fetch the page", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-always");
+    let names = Leftovers::new("apalways");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "first time").await;
+    let question = wait_question(&tg, OWNER, 0).await;
+    let always = press(&question, "Always for this chat");
+    tg.user_clicks(OWNER, OWNER, question.message_id, &always).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    serving.stop(LIMIT).await;
+
+    // After a restart the chat's rule holds: no question, the fetch goes through.
+    let serving = start(&ws, &env).await;
+    let rules: EgressRuleList = ctl(&ws).get(approvals_paths::EGRESS_RULES).await.unwrap();
+    assert_eq!(rules.rules.len(), 1, "{rules:?}");
+    let rule = &rules.rules[0];
+    assert_eq!((rule.chat.clone(), rule.port), (format!("telegram:{OWNER}"), server.port()));
+    assert_eq!(rule.created_by, format!("telegram:{OWNER}"));
+    results.lock().unwrap().clear();
+    tg.user_says(OWNER, OWNER, "second time").await;
+    let done =
+        |m: &[BotMessage]| m.iter().filter(|m| m.text.contains("done with the task")).count();
+    tg.wait_bot_messages(OWNER, |m| done(m) >= 2, LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "both fetches reached the server");
+    assert_eq!(questions(&tg.bot_messages(OWNER).await).len(), 1, "nothing asked the second time");
+
+    // `egress rules rm` removes it: the next fetch is asked about again.
+    let remove = json!({ "chat": rule.chat, "host": rule.host, "port": rule.port });
+    let _: Value = ctl(&ws).post(approvals_paths::EGRESS_RULES_REMOVE, &remove).await.unwrap();
+    let rules: EgressRuleList = ctl(&ws).get(approvals_paths::EGRESS_RULES).await.unwrap();
+    assert!(rules.rules.is_empty(), "{rules:?}");
+    tg.user_says(OWNER, OWNER, "third time").await;
+    let again = wait_question(&tg, OWNER, 1).await;
+    tg.user_clicks(OWNER, OWNER, again.message_id, &press(&again, "Deny")).await;
+    tg.wait_bot_messages(OWNER, |m| done(m) >= 3, LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "the denied fetch did not reach it");
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn a_stop_while_a_question_waits_refuses_the_held_fetch_and_expires_the_question() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_stop").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let _results = fetching_model(&llm, "fetch slowly", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-stop");
+    let names = Leftovers::new("apstop");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch it").await;
+    let question = wait_question(&tg, OWNER, 0).await;
+    assert_eq!(recorded(&ws), [(server.to_string(), None, None)], "waiting");
+    // Stopped with the question waiting (its deadline is 120 s away): the stop does not
+    // wait for it; the held fetch is refused and the question expires.
+    let log = serving.stop(LIMIT).await;
+    assert!(log.contains("waiting egress questions expired at stop"), "{log}");
+    assert_eq!(
+        recorded(&ws),
+        [(server.to_string(), Some("expired".into()), Some("daemon".into()))]
+    );
+    assert!(seen.lock().unwrap().is_empty());
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains("Expired: the daemon stopped"), "{}", edited.text);
+    // Pressed after the restart, its button answers nothing.
+    let serving = start(&ws, &env).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Allow once")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "is waiting"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn allowlist_refuses_silently_and_a_config_without_a_mode_stays_open() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_modes").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (listed, listed_seen) = egress_support::http_server_at(host()).await;
+    let (unlisted, unlisted_seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls = [listed, unlisted].map(|s| format!("http://{s}/hello")).to_vec();
+    let results = fetching_model(&llm, "fetch both", urls);
+    let ws = TempWorkspace::init("ap-modes");
+    let names = Leftovers::new("apmodes");
+    let mut env = ask_env(&llm, &tg, &names, &[listed, unlisted]);
+    env.push(("NEXBOT_EGRESS__MODE".into(), "allowlist".into()));
+    env.push(("NEXBOT_EGRESS__ALLOW".into(), format!(r#"["{listed}"]"#)));
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch both").await;
+    let got = results_when(&results, 2).await;
+    assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
+    let refused = got[1].to_string();
+    assert!(refused.contains("not_allowed") && refused.contains("allowlist"), "{refused}");
+    assert_eq!((listed_seen.lock().unwrap().len(), unlisted_seen.lock().unwrap().len()), (1, 0));
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT).await;
+    assert!(questions(&tg.bot_messages(OWNER).await).is_empty(), "allowlist never asks");
+    serving.stop(LIMIT).await;
+
+    // An earlier version's config: no `mode` at all. Both go through, nothing is asked, and
+    // the daemon says how to turn `ask` on, in its log and in /status.
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let old: String =
+        config.lines().filter(|l| !l.starts_with("mode = ")).collect::<Vec<_>>().join("\n");
+    std::fs::write(ws.config(), old).unwrap();
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("NEXBOT_EGRESS__MODE") && k != "NEXBOT_EGRESS__ALLOW")
+        .collect();
+    results.lock().unwrap().clear();
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "fetch both again").await;
+    let got = results_when(&results, 2).await;
+    for result in &got {
+        assert!(result.to_string().contains("hello from the allowed server"), "{result}");
+    }
+    tg.user_says(OWNER, OWNER, "/status").await;
+    let status = tg.wait_bot_messages(OWNER, |m| has_text(m, "mode = \"ask\""), LIMIT).await;
+    assert!(status.iter().any(|m| m.text.contains("open (this config names no egress.mode")));
+    assert!(questions(&tg.bot_messages(OWNER).await).is_empty());
+    assert!(
+        serving.log().contains("set `mode = \\\"ask\\\"`")
+            || serving.log().contains("set `mode = \"ask\"`")
+    );
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn five_tasks_of_five_chats_ask_at_once_and_each_answer_reaches_only_its_task() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_five").await else { return };
+    let tg = TelegramFixture::start().await;
+    let users: Vec<i64> = (0..5).map(|i| 2001 + i).collect();
+    let mut servers = Vec::new();
+    for _ in &users {
+        servers.push(egress_support::http_server_at(host()).await);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|(a, _)| *a).collect();
+    // Each chat's task fetches its own server (the user's message names it).
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let seen_results = results.clone();
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            let task = body["messages"].to_string();
+            let url = task.split("FETCH ").nth(1).and_then(|t| t.split(['"', '\\', ' ']).next());
+            let url = url.unwrap_or_default().to_owned();
+            return match parsed_tool_results(body).pop() {
+                None => Step::tool_call("web_fetch", json!({ "url": url })),
+                Some(result) => {
+                    seen_results.lock().unwrap().push((url, result));
+                    Step::text("FETCHED")
+                }
+            };
+        }
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        match last.is_some_and(|m| m["role"] == "tool") {
+            false => {
+                let task = nexbot_tests::scripted_llm::last_user(body);
+                Step::tool_call("delegate_to_sub_agent", json!({ "task": task }))
+            }
+            true => Step::text("done with the task"),
+        }
+    });
+    let ws = TempWorkspace::init("ap-five");
+    let names = Leftovers::new("apfive");
+    let mut env = ask_env(&llm, &tg, &names, &addrs);
+    let allowed: Vec<String> = users.iter().map(i64::to_string).collect();
+    env.push(("NEXBOT_TELEGRAM__ALLOWED_USERS".into(), format!("[{}]", allowed.join(", "))));
+    env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "5".into()));
+    env.push(("NEXBOT_BUS__MAX_PARALLEL_TURNS".into(), "5".into()));
+    let serving = start(&ws, &env).await;
+    for (user, addr) in users.iter().zip(&addrs) {
+        tg.user_says(*user, *user, &format!("FETCH http://{addr}/hello")).await;
+    }
+    // All five wait at once (nothing is answered yet); then each chat answers its own, in
+    // reverse order, odd chats allowing and even ones denying.
+    let mut asked = Vec::new();
+    for user in &users {
+        asked.push(wait_question(&tg, *user, 0).await);
+    }
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(listed.pending.len(), 5, "{listed:?}");
+    for (i, (user, question)) in users.iter().zip(&asked).enumerate().rev() {
+        let label = if i % 2 == 0 { "Deny" } else { "Allow once" };
+        tg.user_clicks(*user, *user, question.message_id, &press(question, label)).await;
+    }
+    for user in &users {
+        tg.wait_bot_messages(*user, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    }
+    let got = results.lock().unwrap().clone();
+    assert_eq!(got.len(), 5, "{got:#?}");
+    for (i, (addr, (_, seen))) in addrs.iter().zip(&servers).enumerate() {
+        let url = format!("http://{addr}/hello");
+        let (_, result) = got.iter().find(|(u, _)| *u == url).expect("its task answered");
+        let result = result.to_string();
+        if i % 2 == 0 {
+            assert!(result.contains("denied by the user"), "{url}: {result}");
+            assert!(seen.lock().unwrap().is_empty());
+        } else {
+            assert!(result.contains("hello from the allowed server"), "{url}: {result}");
+            assert_eq!(seen.lock().unwrap().len(), 1);
+        }
+    }
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn in_a_group_a_members_press_is_refused_and_the_owners_decides() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_group").await else { return };
+    const GROUP: i64 = -500; // allowed by `telegram_env`
+    const MEMBER: i64 = 3004; // on no allow-list: the group's allowance lets them talk
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results =
+        fetching_model(&llm, "fetch for the group", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-group");
+    let names = Leftovers::new("apgroup");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    let said = UserMessage {
+        chat_id: GROUP,
+        chat_type: ChatType::Group,
+        user_id: MEMBER,
+        text: Some("@nexbot_test_bot fetch it for us".to_owned()),
+        ..UserMessage::default()
+    };
+    tg.user_sends(said).await;
+    let question = wait_question(&tg, GROUP, 0).await;
+    let allow = press(&question, "Allow once");
+    tg.user_clicks(GROUP, MEMBER, question.message_id, &allow).await;
+    tg.wait_bot_messages(GROUP, |m| has_text(m, "Only the owner can answer"), LIMIT).await;
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(listed.pending.len(), 1, "still waiting: {listed:?}");
+    assert!(seen.lock().unwrap().is_empty());
+    tg.user_clicks(GROUP, OWNER, question.message_id, &allow).await;
+    let got = results_when(&results, 1).await;
+    assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
+    let by = format!("telegram:{OWNER}");
+    assert_eq!(recorded(&ws), [(server.to_string(), Some("once".into()), Some(by))]);
+    serving.stop(LIMIT).await;
+}
+
+/// The same buttons for another step that waits on the user: `ask_user` with `options`.
+#[tokio::test]
+async fn ask_user_offers_its_options_as_buttons_and_a_press_is_the_answer() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let results = parsed_tool_results(body);
+        match results.last() {
+            None => Step::tool_call(
+                "ask_user",
+                json!({"question": "Which colour?", "options": ["Red", "Blue"]}),
+            ),
+            Some(result) if result.to_string().contains("Blue") => Step::text("you chose Blue"),
+            Some(result) => Step::text(&format!("unexpected: {result}")),
+        }
+    });
+    let ws = TempWorkspace::init("ap-choice");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.user_says(OWNER, OWNER, "pick a colour for me").await;
+    let asked =
+        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
+    let question = asked.into_iter().find(|m| !buttons(m).is_empty()).unwrap();
+    assert!(question.text.contains("Which colour?"), "{}", question.text);
+    let labels: Vec<String> = buttons(&question).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["Red", "Blue"]);
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Blue")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "you chose Blue"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
