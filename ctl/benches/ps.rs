@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nexbot_tests::bench::{ms, record, DockerCleanup, Figure, Stats, Target};
+use nexbot_tests::daemon::{Daemon, Workspace};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 
 const CTL: &str = env!("CARGO_BIN_EXE_nexbot-ctl");
@@ -43,27 +44,17 @@ async fn main() {
     let _cleanup = DockerCleanup::default().label("nexbot.pool", &run).network(&run);
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("ok"));
-    let dir = std::env::temp_dir().join(format!("{run}-workspace"));
-    let _ = std::fs::remove_dir_all(&dir);
     let nexbot = daemon_binary();
-    let init = Command::new(&nexbot).args(["init", "--dir"]).arg(&dir).output().expect("init");
-    assert!(init.status.success(), "nexbot init failed");
-    let mut daemon = Command::new(&nexbot);
-    daemon.arg("serve").arg("--config").arg(dir.join("config.toml"));
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
-            daemon.env_remove(key);
-        }
-    }
-    daemon.envs([
+    let workspace = Workspace::init(&nexbot, &format!("{run}-workspace"));
+    let env = [
         ("NEXBOT_LLM__BASE_URL", llm.base_url()),
         ("NEXBOT_SUBAGENT__POOL_SIZE", POOL.to_string()),
         ("NEXBOT_SUBAGENT__POOL_NAME", run.clone()),
         ("NEXBOT_SUBAGENT__NETWORK", run.clone()),
         ("NEXBOT_EGRESS__PORT", "0".into()),
-    ]);
-    let mut child = daemon.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("serve");
-    let socket = dir.join("nexbot.sock");
+    ];
+    let daemon = Daemon::spawn(&nexbot, &workspace.config(), env);
+    let socket = workspace.socket();
     let client = nexbot_control::Client::new(&socket);
     let start = Instant::now();
     loop {
@@ -111,9 +102,7 @@ async fn main() {
     println!("  {}", ps.line("nexbot-ctl subagents ps (end to end)"));
     println!("  {}", alternative.line("alternative: docker ps --filter label (same pool)"));
     println!("  {}", scrapes.line(&format!("GET /metrics ({size} bytes)")));
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    daemon.stop(LIMIT).await;
 
     record(Figure::promised(
         &format!("`nexbot-ctl subagents ps`, pool of {POOL}, p50"),

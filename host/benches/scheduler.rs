@@ -13,7 +13,6 @@
 // clippy config refuses that to the daemon's own code only.
 #![allow(clippy::disallowed_methods)]
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,8 +24,8 @@ use nexbot_host::scheduler::jobs::{Missed, NewJob};
 use nexbot_host::scheduler::{create_job, JobSpec};
 use nexbot_host::store::{unix_now, Store};
 use nexbot_tests::bench::{proc_status_kib, record, Figure, Stats, Target};
+use nexbot_tests::daemon::{Daemon, Workspace};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use tokio::io::AsyncBufReadExt;
 
 const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
 const DUE_JOBS: usize = 1_000;
@@ -34,16 +33,8 @@ const STORED_JOBS: usize = 10_000;
 const LIMIT: Duration = Duration::from_secs(120);
 const IDLE: Duration = Duration::from_secs(5);
 
-fn workspace(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("nxb-sched-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let init = std::process::Command::new(NEXBOT)
-        .args(["init", "--dir"])
-        .arg(&dir)
-        .output()
-        .expect("run nexbot init");
-    assert!(init.status.success(), "nexbot init: {}", String::from_utf8_lossy(&init.stderr));
-    dir
+fn workspace(tag: &str) -> Workspace {
+    Workspace::init(NEXBOT, &format!("nxb-sched-{tag}-{}", std::process::id()))
 }
 
 fn env(llm: &ScriptedLlm) -> Vec<(String, String)> {
@@ -60,9 +51,10 @@ fn env(llm: &ScriptedLlm) -> Vec<(String, String)> {
 }
 
 async fn handoff(llm: &ScriptedLlm) {
-    let dir = workspace("due");
-    let text = std::fs::read_to_string(dir.join("config.toml")).unwrap();
-    let config = Config::from_parts(&text, &dir.join("config.toml"), &dir, env(llm)).unwrap();
+    let workspace = workspace("due");
+    let dir = workspace.dir();
+    let text = std::fs::read_to_string(workspace.config()).unwrap();
+    let config = Config::from_parts(&text, &workspace.config(), dir, env(llm)).unwrap();
     let mut app = App::start(&config).await.expect("app");
     let (console, mut out) = ConsoleChannel::new(4096);
     app.add_channel(ChannelKind::Console, Arc::new(console));
@@ -105,37 +97,14 @@ async fn handoff(llm: &ScriptedLlm) {
         Target::AtMost(1000.0),
     ));
     app.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Idle RSS (KiB) of `nexbot serve` on `dir`.
-async fn serve_rss(dir: &std::path::Path, llm: &ScriptedLlm) -> u64 {
-    let mut command = tokio::process::Command::new(NEXBOT);
-    command.arg("serve").arg("--config").arg(dir.join("config.toml")).kill_on_drop(true);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
-            command.env_remove(key);
-        }
-    }
-    command.envs(env(llm));
-    let mut child =
-        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id().expect("pid");
-    let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("nexbot is serving") {
-                let _ = tx.send(true);
-            }
-        }
-    });
-    let ready = tokio::time::timeout(LIMIT, rx.wait_for(|s| *s)).await;
-    assert!(matches!(ready, Ok(Ok(_))), "nexbot serve did not start");
+/// Idle RSS (KiB) of `nexbot serve` on `workspace`.
+async fn serve_rss(workspace: &Workspace, llm: &ScriptedLlm) -> u64 {
+    let daemon = Daemon::serve(NEXBOT, &workspace.config(), env(llm), LIMIT).await;
     tokio::time::sleep(IDLE).await;
-    let rss = proc_status_kib(pid, "VmRSS:").expect("VmRSS");
-    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    let _ = tokio::time::timeout(LIMIT, child.wait()).await;
+    let rss = proc_status_kib(daemon.pid(), "VmRSS:").expect("VmRSS");
+    daemon.stop(LIMIT).await;
     rss
 }
 
@@ -144,7 +113,7 @@ async fn memory(llm: &ScriptedLlm) {
     let base = serve_rss(&empty, llm).await;
     let full = workspace("rss10k");
     {
-        let store = Store::open(&full.join("nexbot.db")).await.unwrap();
+        let store = Store::open(&full.database()).await.unwrap();
         let next = unix_now() + 30 * 86_400;
         for i in 0..STORED_JOBS {
             store
@@ -182,8 +151,6 @@ async fn memory(llm: &ScriptedLlm) {
         "MiB",
         Target::AtMost(base as f64 / 1024.0 + 16.0),
     ));
-    let _ = std::fs::remove_dir_all(&empty);
-    let _ = std::fs::remove_dir_all(&full);
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

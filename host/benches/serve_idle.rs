@@ -8,14 +8,13 @@
 // clippy config refuses that to the daemon's own code only.
 #![allow(clippy::disallowed_methods)]
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nexbot_tests::bench::{
     containers_labelled, proc_status_kib, record, DockerCleanup, Figure, Target,
 };
+use nexbot_tests::daemon::{Daemon, Workspace, READY};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use tokio::io::AsyncBufReadExt;
 
 const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
 const IMAGE: &str = "nexbot-subagent:dev";
@@ -60,31 +59,16 @@ async fn main() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("ok"));
 
-    let dir = std::env::temp_dir().join(format!("{run}-workspace"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let init = std::process::Command::new(NEXBOT)
-        .args(["init", "--dir"])
-        .arg(&dir)
-        .output()
-        .expect("run nexbot init");
-    assert!(init.status.success(), "nexbot init: {}", String::from_utf8_lossy(&init.stderr));
-
-    let mut command = tokio::process::Command::new(NEXBOT);
-    command.arg("serve").arg("--config").arg(dir.join("config.toml")).kill_on_drop(true);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
-            command.env_remove(key);
-        }
-    }
+    let workspace = Workspace::init(NEXBOT, &format!("{run}-workspace"));
     let pool_size = POOL_SIZE.to_string();
-    command.envs([
-        ("NEXBOT_LLM__BASE_URL", llm.base_url().as_str()),
-        ("NEXBOT_LLM__MODEL", "scripted"),
-        ("NEXBOT_SUBAGENT__ENABLED", "true"),
-        ("NEXBOT_SUBAGENT__POOL_SIZE", pool_size.as_str()),
-        ("NEXBOT_SUBAGENT__POOL_NAME", pool_name.as_str()),
-        ("NEXBOT_SUBAGENT__NETWORK", network.as_str()),
-    ]);
+    let env = [
+        ("NEXBOT_LLM__BASE_URL", llm.base_url()),
+        ("NEXBOT_LLM__MODEL", "scripted".to_owned()),
+        ("NEXBOT_SUBAGENT__ENABLED", "true".to_owned()),
+        ("NEXBOT_SUBAGENT__POOL_SIZE", pool_size),
+        ("NEXBOT_SUBAGENT__POOL_NAME", pool_name.clone()),
+        ("NEXBOT_SUBAGENT__NETWORK", network.clone()),
+    ];
     println!(
         "nexbot serve idle memory: release binary {NEXBOT}\n  workspace from `nexbot init`, \
          default config except pool size {POOL_SIZE}, pool name and network (bench-only), LLM = \
@@ -93,29 +77,9 @@ async fn main() {
          here (no token): the Telegram bench measures the RSS with it polling."
     );
     let started = Instant::now();
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start nexbot serve");
-    let pid = child.id().expect("pid");
-
-    // Drain stderr all along (a full pipe would block the daemon) and watch for readiness.
-    let (serving_tx, mut serving_rx) = tokio::sync::watch::channel(false);
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let log = tokio::spawn(async move {
-        let mut kept = Vec::new();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("nexbot is serving") {
-                let _ = serving_tx.send(true);
-            }
-            kept.push(line);
-        }
-        kept
-    });
-    let ready = tokio::time::timeout(LIMIT, serving_rx.wait_for(|serving| *serving)).await;
-    assert!(matches!(ready, Ok(Ok(_))), "nexbot serve did not log `nexbot is serving`");
+    let daemon = Daemon::spawn(NEXBOT, &workspace.config(), env);
+    let pid = daemon.pid();
+    daemon.wait_log(READY, LIMIT).await;
     let serving_after = started.elapsed();
     let running = containers_running(&docker, &pool_name).await;
     println!(
@@ -144,28 +108,19 @@ async fn main() {
         idle.threads
     );
 
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success(), "SIGTERM could not be sent");
     let stopped = Instant::now();
-    let status = tokio::time::timeout(LIMIT, child.wait())
-        .await
-        .expect("nexbot serve exits after SIGTERM")
-        .expect("wait");
-    let log = tokio::time::timeout(LIMIT, log).await.expect("stderr closed").unwrap_or_default();
+    // `stop` asserts the clean exit (the log is in its panic otherwise).
+    let log = daemon.stop(LIMIT).await;
     let left = containers_labelled(nexbot_docker::spec::LABEL_POOL, &pool_name);
     println!(
-        "  SIGTERM: exited with {status} after {:.2} s; containers left: {}",
+        "  SIGTERM: a clean exit after {:.2} s; containers left: {}",
         stopped.elapsed().as_secs_f64(),
         left.len()
     );
-    if !status.success() || !left.is_empty() {
-        println!("  log of the run:\n    {}", log.join("\n    "));
+    if !left.is_empty() {
+        println!("  log of the run:\n    {}", log.replace('\n', "\n    "));
     }
     let _ = nexbot_docker::remove_network(&docker, &network).await;
-    let _ = std::fs::remove_dir_all(&dir);
 
     record(Figure::promised(
         &format!("host idle RSS, `nexbot serve` + pool of {POOL_SIZE}"),
@@ -180,7 +135,7 @@ async fn main() {
             idle.anon as f64 * 1024.0 / 1e6,
             idle.file as f64 * 1024.0 / 1e6
         ),
-        &format!("(clean exit on SIGTERM: {}, containers left: {})", status.success(), left.len()),
+        &format!("(clean exit on SIGTERM, containers left: {})", left.len()),
     ));
 }
 

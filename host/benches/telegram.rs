@@ -14,13 +14,12 @@
 // clippy config refuses that to the daemon's own code only.
 #![allow(clippy::disallowed_methods)]
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nexbot_tests::bench::{proc_status_kib, record, DockerCleanup, Figure, Stats, Target};
+use nexbot_tests::daemon::{Daemon, Workspace};
 use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
 use nexbot_tests::telegram::TelegramFixture;
-use tokio::io::AsyncBufReadExt;
 
 const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
 const LIMIT: Duration = Duration::from_secs(120);
@@ -68,20 +67,10 @@ async fn main() {
             Step::text(&format!("echo: {text}"))
         }
     });
-    let dir = std::env::temp_dir().join(format!("{run}-workspace"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let init = std::process::Command::new(NEXBOT).args(["init", "--dir"]).arg(&dir).output();
-    assert!(init.expect("run nexbot init").status.success(), "nexbot init failed");
+    let workspace = Workspace::init(NEXBOT, &format!("{run}-workspace"));
 
     let users: Vec<String> = (0..CHATS).map(|i| (8000 + i).to_string()).collect();
-    let mut command = tokio::process::Command::new(NEXBOT);
-    command.arg("serve").arg("--config").arg(dir.join("config.toml")).kill_on_drop(true);
-    for (key, _) in std::env::vars() {
-        if key.starts_with("NEXBOT_") || key == "RUST_LOG" {
-            command.env_remove(key);
-        }
-    }
-    command.envs([
+    let env = [
         ("NEXBOT_LLM__BASE_URL", llm.base_url()),
         ("NEXBOT_LLM__MODEL", "scripted".into()),
         ("NEXBOT_SUBAGENT__ENABLED", "true".into()),
@@ -94,25 +83,10 @@ async fn main() {
         ("NEXBOT_TELEGRAM__OWNER", OWNER.to_string()),
         ("NEXBOT_TELEGRAM__ALLOWED_USERS", format!("[{}]", users.join(","))),
         ("NEXBOT_BUS__MAX_PARALLEL_TURNS", "20".into()),
-    ]);
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start nexbot serve");
-    let pid = child.id().expect("pid");
-    let (ready_tx, mut ready_rx) = tokio::sync::watch::channel(false);
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("the Telegram channel is on") {
-                let _ = ready_tx.send(true);
-            }
-        }
-    });
-    let ready = tokio::time::timeout(LIMIT, ready_rx.wait_for(|r| *r)).await;
-    assert!(matches!(ready, Ok(Ok(_))), "nexbot serve did not start its Telegram channel");
+    ];
+    let daemon = Daemon::spawn(NEXBOT, &workspace.config(), env);
+    let pid = daemon.pid();
+    daemon.wait_log("the Telegram channel is on", LIMIT).await;
     println!("Telegram through the emulator: release {NEXBOT}, pool of 4, instant scripted LLM");
 
     // Warm up (first turn opens the database session, the first connections).
@@ -206,10 +180,8 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss = rss_kib(pid) as f64 * 1024.0 / 1e6;
     println!("  host RSS with the Telegram channel and a pool of 4, after the runs: {rss:.2} MB");
-    let _ = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status();
-    let _ = tokio::time::timeout(LIMIT, child.wait()).await;
+    daemon.stop(LIMIT).await;
     let _ = nexbot_docker::remove_network(&docker, &run).await;
-    let _ = std::fs::remove_dir_all(&dir);
 
     record(Figure::promised(
         "Telegram answer via emulator, instant model, p50",
