@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use nexbot_control::PendingApproval;
 use nexbot_core::ChatRef;
 use tokio::sync::watch;
 
@@ -145,20 +146,6 @@ pub struct ApprovalMetrics {
     pub answered: AtomicU64,
 }
 
-/// A pending question as `nexbot-ctl approvals ls` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingView {
-    pub id: i64,
-    pub task_id: String,
-    pub chat: String,
-    pub host: String,
-    pub port: u16,
-    pub method: String,
-    pub path: Option<String>,
-    pub secret: bool,
-    pub waiting_secs: u64,
-}
-
 /// Why an answer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
@@ -279,13 +266,13 @@ impl Approvals {
         let _ = self.store.expire_egress_questions().await;
     }
 
-    /// The questions waiting now, oldest first.
-    pub fn pending(&self) -> Vec<PendingView> {
+    /// The questions waiting now, oldest first, as `nexbot-ctl approvals ls` shows them.
+    pub fn pending(&self) -> Vec<PendingApproval> {
         let state = self.lock();
-        let mut views: Vec<PendingView> = state
+        let mut views: Vec<PendingApproval> = state
             .pending
             .values()
-            .map(|p| PendingView {
+            .map(|p| PendingApproval {
                 id: p.id,
                 task_id: p.task_id.clone(),
                 chat: p.chat.to_string(),
@@ -721,22 +708,9 @@ impl crate::commands::ChatCommand for EgressCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::channel::ChannelError;
     use tokio::sync::mpsc;
 
-    /// A chat that records what is sent (ids 1, 2, …).
-    #[derive(Debug)]
-    struct Recorder(mpsc::UnboundedSender<OutboundMessage>);
-
-    impl Channel for Recorder {
-        fn send(
-            &self,
-            message: OutboundMessage,
-        ) -> crate::BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
-            let _ = self.0.send(message);
-            Box::pin(async { Ok(Some(MessageId(1))) })
-        }
-    }
+    use crate::channels::tests::Recorder;
 
     async fn setup(
         edit: impl FnOnce(&mut EgressConfig),

@@ -402,13 +402,14 @@ impl Channel for Router {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::agent::channel::OutboundKind;
     use tokio::sync::mpsc;
 
+    /// A chat that records what is sent (every message id 1); the approvals' tests use it too.
     #[derive(Debug)]
-    struct Recorder(mpsc::UnboundedSender<OutboundMessage>);
+    pub(crate) struct Recorder(pub(crate) mpsc::UnboundedSender<OutboundMessage>);
 
     impl Channel for Recorder {
         fn send(

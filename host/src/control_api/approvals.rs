@@ -7,7 +7,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use nexbot_control::{
     approvals_paths, ApprovalAnswer, ApprovalList, Done, EgressRule, EgressRuleList,
-    EgressRuleRemove, PendingApproval,
+    EgressRuleRemove,
 };
 use serde::Deserialize;
 
@@ -28,21 +28,7 @@ pub const OPERATOR: &str = "nexbot-ctl";
 async fn list(State(s): State<ControlState>) -> Result<Json<ApprovalList>, ApiError> {
     let mode = s.0.egress_mode.clone();
     let pending = match &s.0.approvals {
-        Some(approvals) => approvals
-            .pending()
-            .into_iter()
-            .map(|p| PendingApproval {
-                id: p.id,
-                task_id: p.task_id,
-                chat: p.chat,
-                host: p.host,
-                port: p.port,
-                method: p.method,
-                path: p.path,
-                secret: p.secret,
-                waiting_secs: p.waiting_secs,
-            })
-            .collect(),
+        Some(approvals) => approvals.pending(),
         None => Vec::new(),
     };
     Ok(Json(ApprovalList { mode, pending }))
