@@ -199,6 +199,21 @@ pub struct BotMessage {
     pub json: Value,
 }
 
+impl BotMessage {
+    /// The buttons of its inline keyboard: (label, callback data), row by row.
+    pub fn buttons(&self) -> Vec<(String, String)> {
+        let rows = self.json["reply_markup"]["inline_keyboard"].as_array().cloned();
+        rows.unwrap_or_default()
+            .iter()
+            .flat_map(|row| row.as_array().cloned().unwrap_or_default())
+            .map(|b| {
+                let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
+                (text("text"), text("callback_data"))
+            })
+            .collect()
+    }
+}
+
 /// One Bot API call the fixture received.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {

@@ -19,19 +19,6 @@ use serde_json::{json, Value};
 /// Someone on no allow-list.
 const STRANGER: i64 = 3003;
 
-/// The buttons of a message: (label, callback data).
-fn buttons(message: &BotMessage) -> Vec<(String, String)> {
-    let rows = message.json["reply_markup"]["inline_keyboard"].as_array().cloned();
-    rows.unwrap_or_default()
-        .iter()
-        .flat_map(|row| row.as_array().cloned().unwrap_or_default())
-        .map(|b| {
-            let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
-            (text("text"), text("callback_data"))
-        })
-        .collect()
-}
-
 /// The questions among the bot's messages, in order (an answered one is edited and loses
 /// its buttons; its first line stays).
 fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
@@ -40,13 +27,13 @@ fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
 
 /// The callback data of the question's button labelled `label`.
 fn press(question: &BotMessage, label: &str) -> String {
-    let found = buttons(question).into_iter().find(|(l, _)| l == label);
+    let found = question.buttons().into_iter().find(|(l, _)| l == label);
     found.unwrap_or_else(|| panic!("no {label:?} button: {question:#?}")).1
 }
 
 /// The `nth` question of the chat (from 0), once it is there with its buttons.
 async fn wait_question(tg: &TelegramFixture, chat: i64, nth: usize) -> BotMessage {
-    let ready = |m: &[BotMessage]| questions(m).get(nth).is_some_and(|q| !buttons(q).is_empty());
+    let ready = |m: &[BotMessage]| questions(m).get(nth).is_some_and(|q| !q.buttons().is_empty());
     let messages = tg.wait_bot_messages(chat, ready, LIMIT * 2).await;
     questions(&messages).remove(nth)
 }
@@ -136,7 +123,7 @@ async fn allow_for_this_task_lets_the_held_fetch_and_a_second_one_through_with_o
     assert!(text.contains(&server.to_string()), "the destination: {text}");
     assert!(text.contains("look up the weather in Lisbon"), "the task's words: {text}");
     assert!(text.contains("GET /hello") && !text.contains("hidden"), "path, no query: {text}");
-    let labels: Vec<String> = buttons(&question).into_iter().map(|(l, _)| l).collect();
+    let labels: Vec<String> = question.buttons().into_iter().map(|(l, _)| l).collect();
     assert_eq!(labels, ["Allow once", "Allow for this task", "Always for this chat", "Deny"]);
     assert!(seen.lock().unwrap().is_empty(), "held: nothing reached the server yet");
 
@@ -559,10 +546,10 @@ async fn ask_user_offers_its_options_as_buttons_and_a_press_is_the_answer() {
     let serving = start(&ws, &env).await;
     tg.user_says(OWNER, OWNER, "pick a colour for me").await;
     let asked =
-        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
-    let question = asked.into_iter().find(|m| !buttons(m).is_empty()).unwrap();
+        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !m.buttons().is_empty()), LIMIT).await;
+    let question = asked.into_iter().find(|m| !m.buttons().is_empty()).unwrap();
     assert!(question.text.contains("Which colour?"), "{}", question.text);
-    let labels: Vec<String> = buttons(&question).into_iter().map(|(l, _)| l).collect();
+    let labels: Vec<String> = question.buttons().into_iter().map(|(l, _)| l).collect();
     assert_eq!(labels, ["Red", "Blue"]);
     tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Blue")).await;
     tg.wait_bot_messages(OWNER, |m| has_text(m, "you chose Blue"), LIMIT).await;

@@ -241,19 +241,6 @@ async fn agent_mode_survives_a_restart_and_status_reports_it() {
     serving.stop(LIMIT).await;
 }
 
-/// The buttons of a bot message's inline keyboard: (label, callback data), row by row.
-fn buttons(message: &BotMessage) -> Vec<(String, String)> {
-    let rows = message.json["reply_markup"]["inline_keyboard"].as_array().cloned();
-    rows.unwrap_or_default()
-        .iter()
-        .flat_map(|row| row.as_array().cloned().unwrap_or_default())
-        .map(|b| {
-            let text = |k: &str| b[k].as_str().unwrap_or_default().to_owned();
-            (text("text"), text("callback_data"))
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_across_a_restart() {
     let tg = TelegramFixture::start().await;
@@ -264,16 +251,16 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     let serving = start(&ws, &env).await;
     tg.user_says(OWNER, OWNER, "/agent").await;
     let messages =
-        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !buttons(m).is_empty()), LIMIT).await;
-    let menu = messages.iter().find(|m| !buttons(m).is_empty()).unwrap();
+        tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| !m.buttons().is_empty()), LIMIT).await;
+    let menu = messages.iter().find(|m| !m.buttons().is_empty()).unwrap();
     assert!(menu.text.contains("Agent mode is on here"), "{}", menu.text);
     // No sandbox runs in this test: no coding CLI can, so none is offered.
-    let pressed: Vec<String> = buttons(menu).into_iter().map(|(_, data)| data).collect();
+    let pressed: Vec<String> = menu.buttons().into_iter().map(|(_, data)| data).collect();
     assert_eq!(pressed, ["/agent on", "/agent off", "/agent cli none", "/agent cancel"]);
     assert!(
-        buttons(menu)[0].0.starts_with('✅'),
+        menu.buttons()[0].0.starts_with('✅'),
         "the current mode is ticked: {:?}",
-        buttons(menu)
+        menu.buttons()
     );
 
     // A stranger's press changes nothing and is answered as refused.
@@ -326,8 +313,8 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     tg.user_says(OWNER, OWNER, "/agent").await;
     let messages =
         tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode is off here"), LIMIT).await;
-    let menu = messages.iter().rev().find(|m| !buttons(m).is_empty()).unwrap();
-    assert!(buttons(menu)[1].0.starts_with('✅'), "off is ticked: {:?}", buttons(menu));
+    let menu = messages.iter().rev().find(|m| !m.buttons().is_empty()).unwrap();
+    assert!(menu.buttons()[1].0.starts_with('✅'), "off is ticked: {:?}", menu.buttons());
     tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent on").await;
     tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode on"), LIMIT).await;
     tg.user_says(OWNER, OWNER, "tools again").await;
