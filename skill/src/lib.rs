@@ -7,7 +7,15 @@
 //! - `description` (required): one line the model chooses by, 1..=1024 characters;
 //! - `tools` (optional): subagent tools the skill uses, each one of
 //!   [`nexbot_protocol::SUBAGENT_TOOLS`] (or the planning tool);
-//! - `requires` (optional): programs the skill runs, which the subagent image must have.
+//! - `requires` (optional): programs the skill runs, which the subagent image must have;
+//! - `domains` (optional): the destinations the skill reaches, each an exact host name or IP
+//!   address with an optional port (443 unless named): `api.open-meteo.com`,
+//!   `api.example.com:8443`, `[2001:db8::1]:443` ([`Destination`]). In `egress.mode = "ask"`
+//!   a task delegated by a turn that read the skill reaches them without a question, as long
+//!   as the skill's content is the one the daemon recorded (the host's `skill_grants`);
+//! - `secrets` (optional): the names of the stored secrets the skill uses (`OPENAI_API_KEY`),
+//!   shown to the operator; a skill declaring a secret does not get it (delegation names
+//!   secrets, the user stores them).
 //!
 //! Other keys are ignored (skills written for other agents carry `license`, `metadata`…).
 //!
@@ -71,6 +79,17 @@ pub enum SkillError {
     UnknownTool { tool: String, known: String },
     #[error("`requires` names {0:?}, which is not a program name")]
     BadRequirement(String),
+    #[error(
+        "`domains` names {entry:?}, which is not a destination: {why} (write an exact host or \
+         IP address, optionally with a port: `api.example.com`, `api.example.com:8443`, \
+         `[2001:db8::1]:443`)"
+    )]
+    BadDomain { entry: String, why: String },
+    #[error(
+        "`secrets` names {0:?}, which is not a secret name (capital letters, digits and '_', \
+         not starting with a digit, at most 64 characters)"
+    )]
+    BadSecretName(String),
     #[error("{path} is {bytes} bytes, over the limit of 256 KiB")]
     TooLarge { path: String, bytes: u64 },
     #[error("{path} is a symlink leading out of the skills folder")]
@@ -88,6 +107,10 @@ pub struct Skill {
     pub description: String,
     pub tools: Vec<String>,
     pub requires: Vec<String>,
+    /// Where the skill goes (`domains`), in the order written, without repeats.
+    pub domains: Vec<Destination>,
+    /// The secret names the skill uses (`secrets`).
+    pub secrets: Vec<String>,
     /// The Markdown after the front matter.
     pub body: String,
 }
@@ -100,6 +123,87 @@ struct FrontMatter {
     tools: Vec<String>,
     #[serde(default)]
     requires: Vec<String>,
+    #[serde(default)]
+    domains: Vec<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
+}
+
+/// One destination a skill declares: an exact host (lower-case, no trailing dot) or IP
+/// address, and a port (443 unless named), as the egress proxy normalises a request's.
+///
+/// Why exact and not a pattern like `egress.allow`'s `*.example.com`: a skill's domains are
+/// allowed without the operator reading them, so each must name one place; a skill that
+/// needs several hosts lists each.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Destination {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The port a destination means when it names none (HTTPS).
+pub const DEFAULT_PORT: u16 = 443;
+
+impl Destination {
+    /// Reads `host`, `host:port`, an IPv6 address, or `[v6]:port`.
+    pub fn parse(entry: &str) -> Result<Self, SkillError> {
+        let bad = |why: &str| SkillError::BadDomain { entry: entry.to_owned(), why: why.into() };
+        let text = entry.trim();
+        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+            let (addr, tail) = rest.split_once(']').ok_or_else(|| bad("no closing ]"))?;
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(bad("not an IPv6 address between [ and ]"));
+            }
+            match tail {
+                "" => (addr.to_owned(), None),
+                _ => (
+                    addr.to_owned(),
+                    Some(tail.strip_prefix(':').ok_or_else(|| bad("junk after ]"))?),
+                ),
+            }
+        } else if text.parse::<std::net::Ipv6Addr>().is_ok() {
+            (text.to_owned(), None)
+        } else {
+            match text.split_once(':') {
+                Some((host, port)) => (host.to_owned(), Some(port)),
+                None => (text.to_owned(), None),
+            }
+        };
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(port) => match port.parse::<u16>() {
+                Ok(port) if port > 0 => port,
+                _ => return Err(bad(&format!("{port:?} is not a port"))),
+            },
+        };
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        if host.contains('*') {
+            return Err(bad("a wildcard is not a destination; list each host"));
+        }
+        let is_ip = host.parse::<std::net::IpAddr>().is_ok();
+        let labels_ok = host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+        if !is_ip && !labels_ok {
+            return Err(bad("not a host name"));
+        }
+        Ok(Self { host, port })
+    }
+}
+
+impl fmt::Display for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
 }
 
 /// Whether `name` is acceptable as a skill folder's name (and so as `read_skill`'s argument).
@@ -162,11 +266,23 @@ pub fn parse(folder: &str, text: &str) -> Result<Skill, SkillError> {
             return Err(SkillError::BadRequirement(program.clone()));
         }
     }
+    let mut domains: Vec<Destination> = Vec::new();
+    for entry in &front.domains {
+        let destination = Destination::parse(entry)?;
+        if !domains.contains(&destination) {
+            domains.push(destination);
+        }
+    }
+    if let Some(bad) = front.secrets.iter().find(|s| !nexbot_redact::is_valid_secret_name(s)) {
+        return Err(SkillError::BadSecretName(bad.clone()));
+    }
     Ok(Skill {
         name,
         description,
         tools: front.tools,
         requires: front.requires,
+        domains,
+        secrets: front.secrets,
         body: text[body_start..].trim_start_matches(['\r', '\n']).to_owned(),
     })
 }

@@ -335,3 +335,50 @@ fn file_paths_stay_inside_the_skill() {
     assert_eq!(file_path(root, "a", "/etc/passwd"), None);
     assert_eq!(file_path(root, "..", "x"), None);
 }
+
+#[test]
+fn domains_and_secrets_are_read_with_ports_and_checked() {
+    let text = "---\nname: weather\ndescription: d\ndomains: [API.Open-Meteo.com, \"api.example.com:8443\", \"198.51.100.7:80\", \"[2001:db8::1]:8080\", \"2001:db8::2\", api.open-meteo.com]\nsecrets: [WEATHER_KEY, _X1]\n---\nbody";
+    let skill = parse("weather", text).unwrap();
+    let shown: Vec<String> = skill.domains.iter().map(Destination::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "api.open-meteo.com:443",
+            "api.example.com:8443",
+            "198.51.100.7:80",
+            "[2001:db8::1]:8080",
+            "[2001:db8::2]:443"
+        ],
+        "lower-cased, 443 unless named, a repeat kept once"
+    );
+    assert_eq!(skill.secrets, ["WEATHER_KEY", "_X1"]);
+    // Both keys are optional: an older SKILL.md has neither.
+    let old = parse("weather", GOOD).unwrap();
+    assert!(old.domains.is_empty() && old.secrets.is_empty());
+
+    for bad in [
+        "*.example.com",
+        "api.example.com:0",
+        "api.example.com:https",
+        "exa mple.com",
+        "",
+        "[::1",
+        "-x.example.com",
+        "a..b",
+    ] {
+        let text = format!("---\nname: weather\ndescription: d\ndomains: [\"{bad}\"]\n---\n");
+        let err = parse("weather", &text).unwrap_err();
+        assert!(
+            matches!(&err, SkillError::BadDomain { entry, .. } if entry == bad),
+            "{bad:?} gave {err:?}"
+        );
+        assert!(err.to_string().contains(&format!("{bad:?}")), "names the entry: {err}");
+    }
+    for bad in ["weather_key", "1KEY", "KEY-1"] {
+        let text = format!("---\nname: weather\ndescription: d\nsecrets: [\"{bad}\"]\n---\n");
+        assert_eq!(parse("weather", &text).unwrap_err(), SkillError::BadSecretName(bad.into()));
+    }
+    let text = "---\nname: weather\ndescription: d\ndomains: api.example.com\n---\n";
+    assert!(matches!(parse("weather", text).unwrap_err(), SkillError::BadYaml(_)));
+}
