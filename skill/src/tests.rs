@@ -325,6 +325,12 @@ fn every_bundled_skill_is_valid_eligible_and_passes_the_screen() {
         assert!(skill.body.len() > 500, "{}: a skill should teach something", entry.name);
         assert!(!skill.tools.is_empty(), "{}: name the tools it uses", entry.name);
     }
+    // The bundled skills that go to fixed places say so (issue 26 §4).
+    let meme = entries.iter().find(|e| e.name == "get-meme").unwrap();
+    let domains: Vec<String> =
+        meme.loaded.as_ref().unwrap().skill.domains.iter().map(|d| d.to_string()).collect();
+    assert!(domains.contains(&"api.imgflip.com:443".to_owned()), "{domains:?}");
+    assert!(domains.contains(&"dog.ceo:443".to_owned()), "{domains:?}");
 }
 
 #[test]

@@ -246,6 +246,15 @@ const MIGRATIONS: &[&str] = &[
         answered_at INTEGER
     );
     CREATE INDEX egress_questions_task ON egress_questions(task_id);",
+    // 10: the content hash of each skill whose declared `domains` the daemon grants (issue 26
+    // §4): recorded the first time the daemon sees the skill usable, replaced only by
+    // `nexbot-ctl skills allow`; a skill whose content differs grants nothing.
+    "CREATE TABLE skill_hashes (
+        name TEXT PRIMARY KEY,
+        hash TEXT NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        recorded_by TEXT NOT NULL
+    );",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -1383,6 +1392,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_skills_first_seen_hash_stays_until_the_operator_sets_another() {
+        let store = Store::open(&temp_db("skill-hashes")).await.unwrap();
+        assert_eq!(store.record_first_skill_hash("meme", "sha256:a").await.unwrap(), "sha256:a");
+        // A changed skill seen later does not replace what was recorded.
+        assert_eq!(store.record_first_skill_hash("meme", "sha256:b").await.unwrap(), "sha256:a");
+        store.set_skill_hash("meme", "sha256:b", "nexbot-ctl").await.unwrap();
+        let hashes = store.skill_hashes().await.unwrap();
+        assert_eq!(hashes.get("meme").map(String::as_str), Some("sha256:b"));
+    }
+
+    #[tokio::test]
     async fn a_newer_schema_is_refused() {
         let path = temp_db("newer");
         drop(Store::open(&path).await.unwrap());
@@ -1506,6 +1526,56 @@ impl Store {
                     answered_by: r.get(10)?,
                 })
             })?;
+            rows.collect()
+        })
+        .await
+    }
+
+    /// Records `hash` for skill `name` unless one is recorded: the first-seen content, whose
+    /// declared destinations are granted. Returns the recorded hash (this one or the earlier).
+    pub async fn record_first_skill_hash(
+        &self,
+        name: &str,
+        hash: &str,
+    ) -> Result<String, StoreError> {
+        let (name, hash) = (name.to_owned(), hash.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO skill_hashes (name, hash, recorded_at, recorded_by)
+                 VALUES (?1, ?2, ?3, 'first seen') ON CONFLICT (name) DO NOTHING",
+                params![name, hash, unix_now()],
+            )?;
+            c.query_row("SELECT hash FROM skill_hashes WHERE name = ?1", params![name], |r| {
+                r.get(0)
+            })
+        })
+        .await
+    }
+
+    /// Records `hash` as skill `name`'s accepted content, replacing any earlier one (the
+    /// operator's `nexbot-ctl skills allow`).
+    pub async fn set_skill_hash(&self, name: &str, hash: &str, by: &str) -> Result<(), StoreError> {
+        let (name, hash, by) = (name.to_owned(), hash.to_owned(), by.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO skill_hashes (name, hash, recorded_at, recorded_by)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO UPDATE SET hash = excluded.hash,
+                 recorded_at = excluded.recorded_at, recorded_by = excluded.recorded_by",
+                params![name, hash, unix_now(), by],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// Every recorded skill hash, by name.
+    pub async fn skill_hashes(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+        self.call(|c| {
+            let mut stmt = c.prepare("SELECT name, hash FROM skill_hashes")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect()
         })
         .await
