@@ -117,6 +117,8 @@ struct TurnMeter {
     tool_failures: AtomicU32,
     /// Tokens of the turn's delegated tasks (the delegating tool adds them).
     task_tokens: Arc<AtomicU64>,
+    /// The skills read in the turn (`read_skill` adds them, delegation grants from them).
+    skills_read: skills::SkillsRead,
 }
 
 impl TurnMeter {
@@ -216,6 +218,7 @@ impl Turn<'_> {
             owner: self.owner,
             turn: self.origin.clone(),
             task_tokens: self.meter.task_tokens.clone(),
+            skills_read: self.meter.skills_read.clone(),
         }
     }
 }

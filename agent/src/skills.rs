@@ -33,6 +33,37 @@ pub const RESCAN: Duration = Duration::from_secs(60);
 pub const PROMPT_MAX_SKILLS: usize = 64;
 pub const PROMPT_MAX_CHARS: usize = 8_000;
 
+/// A skill as `read_skill` returned it in a turn: its name, the content hash and the
+/// destinations that content declares. Kept per turn (not per chat or session), so a grant
+/// follows the model having read the skill's instructions in the turn that delegates, and a
+/// skill read in one chat never reaches another chat's tasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillRead {
+    pub name: String,
+    pub hash: String,
+    pub domains: Vec<nexbot_skill::Destination>,
+}
+
+/// The skills read so far in one turn, shared by its tool calls.
+#[derive(Debug, Clone, Default)]
+pub struct SkillsRead(Arc<Mutex<Vec<SkillRead>>>);
+
+impl SkillsRead {
+    /// Notes that `read_skill` returned this content (a second read of the same content is
+    /// one entry).
+    pub fn add(&self, read: SkillRead) {
+        let mut reads = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !reads.contains(&read) {
+            reads.push(read);
+        }
+    }
+
+    /// What was read so far.
+    pub fn list(&self) -> Vec<SkillRead> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// One scan of the skills folder.
 #[derive(Debug, Default)]
 pub struct SkillSet {
@@ -82,8 +113,10 @@ impl SkillSet {
         Some(format!(
             "## Skills\n\nSkills are instructions for particular kinds of task. Before doing a task \
              a skill covers, read it with `read_skill` (it returns the instructions and lists the \
-             skill's other files). When you delegate such a task, name the skill in the task: a \
-             sub-agent has `read_skill` too, with the same names.\n\n{lines}"
+             skill's other files). When you delegate such a task, read the skill first in the \
+             same turn (the destinations it declares are then open to the task without asking \
+             the user) and name the skill in the task: a sub-agent has `read_skill` too, with \
+             the same names.\n\n{lines}"
         ))
     }
 }
@@ -93,6 +126,8 @@ struct Inner {
     dir: Option<PathBuf>,
     env: Mutex<Environment>,
     current: RwLock<Arc<SkillSet>>,
+    /// The generation of the set now current, for whoever follows the changes.
+    changes: tokio::sync::watch::Sender<u64>,
     debounce: Duration,
 }
 
@@ -110,6 +145,7 @@ impl Skills {
                 dir,
                 env: Mutex::new(Environment { allow_hashes, ..Environment::default() }),
                 current: RwLock::new(Arc::new(SkillSet::default())),
+                changes: tokio::sync::watch::Sender::new(0),
                 debounce,
             }),
         };
@@ -155,7 +191,14 @@ impl Skills {
         let set = Arc::new(SkillSet { entries, generation: previous.generation + 1, error });
         log_changes(&previous, &set);
         *self.inner.current.write().unwrap_or_else(|e| e.into_inner()) = set.clone();
+        self.inner.changes.send_replace(set.generation);
         set
+    }
+
+    /// Wakes on every new set (a scan swapped it in); the host records the content hashes of
+    /// the skills it sees for the first time.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
     }
 
     /// Keeps the set current until `stop` (see the module documentation).

@@ -39,6 +39,9 @@ pub struct ToolContext {
     /// Tokens the turn's delegated tasks used: a tool that delegates adds to it, so that a
     /// turn's budget (a scheduled job's) counts them.
     pub task_tokens: Arc<AtomicU64>,
+    /// The skills `read_skill` returned in this turn, with the content they had: the turn's
+    /// delegated tasks get their declared destinations (the host's `skill_grants`).
+    pub skills_read: crate::skills::SkillsRead,
 }
 
 impl ToolContext {
@@ -54,6 +57,7 @@ impl ToolContext {
             owner: true,
             turn: TurnOrigin::Message,
             task_tokens: Arc::default(),
+            skills_read: Default::default(),
         }
     }
 }

@@ -24,6 +24,9 @@ pub mod paths {
     pub const METRICS: &str = "/metrics";
     /// `GET`: every skill folder with its state.
     pub const SKILLS: &str = "/v1/skills";
+    /// `POST` a [`super::SkillAllow`]: accepts a skill's current content, whose declared
+    /// domains are then granted again.
+    pub const SKILLS_ALLOW: &str = "/v1/skills/allow";
 }
 
 /// Every error answer: a message for the operator.
@@ -288,6 +291,26 @@ pub struct SkillRow {
     /// The lines the content screen flagged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<SkillFinding>,
+    /// The destinations its `SKILL.md` declares (`host:port`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<String>,
+    /// The secret names its `SKILL.md` declares.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// The content hash the daemon recorded for it (granted), when one is; differing from
+    /// `hash`: the skill changed, and its domains are asked about until `skills allow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_hash: Option<String>,
+}
+
+/// `POST /v1/skills/allow`: accept skill `name`'s current content; `hash`, when given, must
+/// be that content's (what the operator reviewed in `skills ls`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkillAllow {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -122,6 +122,15 @@ pub enum SkillsCommand {
     /// quarantined one (allow it with `[skills] allow_hashes`)
     #[command(visible_alias = "list")]
     Ls,
+    /// Accept a skill's current content: the destinations its SKILL.md declares (`domains`)
+    /// are allowed again, without a question, to tasks of a turn that read it. Needed after
+    /// the skill changed (`skills ls` shows "changed")
+    Allow {
+        /// The skill's folder name
+        name: String,
+        /// The content hash you reviewed (`skills ls`); refused if the skill changed since
+        hash: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use nexbot_control::{
     paths, BackupReport, BackupRequest, Client, ClientError, Done, Health, LogLines, MessageList,
-    ReloadReport, SkillList, Status, SubagentList, TaskDetail, TaskList,
+    ReloadReport, SkillAllow, SkillList, Status, SubagentList, TaskDetail, TaskList,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -104,6 +104,10 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Skills(SkillsCommand::Ls) => {
             let value = get(ctx, paths::SKILLS).await?;
             show(ctx, value, |l: SkillList| views::skills(&l))
+        }
+        Command::Skills(SkillsCommand::Allow { name, hash }) => {
+            let value = post(ctx, paths::SKILLS_ALLOW, &SkillAllow { name, hash }).await?;
+            show(ctx, value, |d: Done| format!("{}\n", render::one_line(&d.message)))
         }
         Command::Secrets(command) => crate::secrets::run(ctx, command).await,
         Command::Approvals(command) => crate::approvals::run(ctx, command).await,

@@ -206,8 +206,14 @@ impl App {
                 .await;
             }
             let stop = CancellationToken::new();
-            let task = tokio::spawn(skills.watch(stop.clone()));
+            let task = tokio::spawn(skills.clone().watch(stop.clone()));
             parts.push(Part { name: "skills", stage: Stage::Service, stop, task });
+            // The content hashes whose declared domains are granted (`skill_grants`).
+            let stop = CancellationToken::new();
+            let recording =
+                crate::skill_grants::record_first_seen(skills, store.clone(), stop.clone());
+            let task = tokio::spawn(recording);
+            parts.push(Part { name: "skill hashes", stage: Stage::Service, stop, task });
         }
         let router = Arc::new(Router::new().with_exits(exits.clone()));
         let status = StatusBoard::default();

@@ -238,6 +238,15 @@ impl Approvals {
         self.lock().tasks.insert(task_id.to_owned(), entry);
     }
 
+    /// Grants a running task `destinations` as if "Allow for this task" had been pressed for
+    /// each (the skills its turn read declare them, `skill_grants`). Consulted only in `ask`
+    /// mode and only after the proxy's deny list and address rules, like any grant.
+    pub fn grant_for_task(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) {
+        if let Some(task) = self.lock().tasks.get_mut(task_id) {
+            task.granted.extend(destinations.iter().map(|d| (d.host.clone(), d.port)));
+        }
+    }
+
     /// The task ended: its grants go, its waiting questions expire.
     pub fn end_task(&self, task_id: &str) {
         let mut state = self.lock();
@@ -615,6 +624,10 @@ impl crate::delegation::TaskQuestions for Approvals {
 
     fn task_ended(&self, task_id: &str) {
         self.end_task(task_id);
+    }
+
+    fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) {
+        self.grant_for_task(task_id, destinations);
     }
 
     fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>> {

@@ -111,6 +111,9 @@ pub trait TaskQuestions: Send + Sync + std::fmt::Debug {
     fn task_started(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool);
     /// The task ended: what it was allowed goes, its waiting questions expire.
     fn task_ended(&self, task_id: &str);
+    /// The task may reach `destinations` without a question while it runs: what the skills
+    /// its turn read declare (`skill_grants`).
+    fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]);
     /// The receipt's lines: what was asked, answered and by whom.
     fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>>;
 }

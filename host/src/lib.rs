@@ -42,6 +42,7 @@ pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
 pub mod scheduler;
+pub mod skill_grants;
 pub mod status;
 
 pub mod tools;

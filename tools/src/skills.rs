@@ -40,7 +40,7 @@ impl TypedTool for ReadSkill {
             "file": {"type": "string", "description": "a file of the skill, relative to its folder"}
         }})
     }
-    async fn run(&self, args: Args, _ctx: &ToolContext) -> ToolResult {
+    async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
         let set = self.skills.current();
         let name = args.name.as_deref().map(str::trim).filter(|n| !n.is_empty());
         let Some(name) = name else {
@@ -91,7 +91,22 @@ impl TypedTool for ReadSkill {
                 .map_err(|_| ToolError::new(format!("{file} is not text")))?;
             return Ok(success(text));
         }
+        // The turn read this content: its delegated tasks may get what it declares.
+        ctx.skills_read.add(nexbot_agent::skills::SkillRead {
+            name: name.to_owned(),
+            hash: loaded.hash.clone(),
+            domains: loaded.skill.domains.clone(),
+        });
         let mut text = loaded.skill.body.clone();
+        if !loaded.skill.domains.is_empty() {
+            let domains: Vec<String> =
+                loaded.skill.domains.iter().map(ToString::to_string).collect();
+            text.push_str(&format!(
+                "\n\n---\nThis skill goes to {}: a task you delegate in this turn may reach them \
+                 without asking the user (while the skill is unchanged).",
+                domains.join(", ")
+            ));
+        }
         let others: Vec<String> =
             loaded.other_files().map(|f| format!("- {} ({} bytes)", f.path, f.bytes)).collect();
         if !others.is_empty() {

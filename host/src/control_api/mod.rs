@@ -190,8 +190,9 @@ pub fn router(state: ControlState) -> Router {
         .route(paths::BACKUP, post(backup))
         .route(
             paths::SKILLS,
-            get(|State(s): State<ControlState>| async move { Json(ops::skills(&s)) }),
+            get(|State(s): State<ControlState>| async move { Json(ops::skills(&s).await) }),
         )
+        .route(paths::SKILLS_ALLOW, post(allow_skill))
         .route(paths::METRICS, get(metrics_text))
         .merge(cron::routes())
         .merge(secrets::routes())
@@ -231,6 +232,34 @@ async fn backup(
 ) -> Answer<nexbot_control::BackupReport> {
     let Json(request) = body?;
     ops::backup(&s, Path::new(&request.path)).await.map(Json)
+}
+
+/// `skills allow NAME [HASH]`: the operator accepts a skill's current content (see
+/// [`crate::skill_grants::allow`]).
+async fn allow_skill(
+    State(s): State<ControlState>,
+    body: Result<Json<nexbot_control::SkillAllow>, JsonRejection>,
+) -> Answer<nexbot_control::Done> {
+    use crate::skill_grants::AllowError;
+    let Json(request) = body?;
+    let Some(skills) = &s.0.skills else {
+        return Err(ApiError::not_found("no skills folder configured (set [skills] dir)"));
+    };
+    let by = approvals::OPERATOR;
+    match crate::skill_grants::allow(skills, &s.0.store, &request.name, request.hash.as_deref(), by)
+        .await
+    {
+        Ok(hash) => Ok(Json(nexbot_control::Done {
+            message: format!(
+                "skill {} accepted at {hash}: the destinations it declares are granted to the \
+                 tasks of turns that read it",
+                request.name
+            ),
+        })),
+        Err(e @ AllowError::NoSuchSkill(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e @ AllowError::Store(_)) => Err(ApiError::internal(e)),
+        Err(e) => Err(ApiError::bad_request(e.to_string())),
+    }
 }
 
 async fn metrics_text(State(s): State<ControlState>) -> Result<Response, ApiError> {

@@ -273,11 +273,12 @@ pub async fn backup(state: &ControlState, path: &Path) -> Result<BackupReport, A
 }
 
 /// Every skill folder as the last scan saw it (the set the next turn uses).
-pub fn skills(state: &ControlState) -> nexbot_control::SkillList {
+pub async fn skills(state: &ControlState) -> nexbot_control::SkillList {
     let Some(skills) = &state.0.skills else {
         return nexbot_control::SkillList { dir: None, error: None, skills: Vec::new() };
     };
     let set = skills.current();
+    let recorded = state.0.store.skill_hashes().await.unwrap_or_default();
     nexbot_control::SkillList {
         dir: skills.dir().map(|d| d.display().to_string()),
         error: set.error().map(str::to_owned),
@@ -300,6 +301,11 @@ pub fn skills(state: &ControlState) -> nexbot_control::SkillList {
                         text: f.text.clone(),
                     })
                     .collect(),
+                domains: e.loaded.as_ref().map_or_else(Vec::new, |l| {
+                    l.skill.domains.iter().map(ToString::to_string).collect()
+                }),
+                secrets: e.loaded.as_ref().map_or_else(Vec::new, |l| l.skill.secrets.clone()),
+                recorded_hash: recorded.get(&e.name).cloned(),
             })
             .collect(),
     }

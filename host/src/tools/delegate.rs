@@ -328,6 +328,14 @@ impl TypedTool for Delegate {
             approvals.task_started(&id, &ctx.chat, &recorded_task, unattended);
             Asking { approvals, task_id: id.clone() }
         });
+        // What the skills this turn read declare, if their content is the recorded one.
+        if let Some(asking) = &asking {
+            let reads = ctx.skills_read.list();
+            if !reads.is_empty() {
+                let granted = crate::skill_grants::destinations(&self.store, &reads).await;
+                asking.approvals.grant(&id, &granted);
+            }
+        }
         let mut request = Request::execute(&id, args.task);
         request.context = args.context;
         // Canonical names only (`fetch_page` goes as `web_fetch`): an older image may not know

@@ -21,18 +21,18 @@ const STRANGER: i64 = 3003;
 
 /// The questions among the bot's messages, in order (an answered one is edited and loses
 /// its buttons; its first line stays).
-fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
+pub(crate) fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
     messages.iter().filter(|m| m.raw.contains("A task wants to reach")).cloned().collect()
 }
 
 /// The callback data of the question's button labelled `label`.
-fn press(question: &BotMessage, label: &str) -> String {
+pub(crate) fn press(question: &BotMessage, label: &str) -> String {
     let found = question.buttons().into_iter().find(|(l, _)| l == label);
     found.unwrap_or_else(|| panic!("no {label:?} button: {question:#?}")).1
 }
 
 /// The `nth` question of the chat (from 0), once it is there with its buttons.
-async fn wait_question(tg: &TelegramFixture, chat: i64, nth: usize) -> BotMessage {
+pub(crate) async fn wait_question(tg: &TelegramFixture, chat: i64, nth: usize) -> BotMessage {
     let ready = |m: &[BotMessage]| questions(m).get(nth).is_some_and(|q| !q.buttons().is_empty());
     let messages = tg.wait_bot_messages(chat, ready, LIMIT * 2).await;
     questions(&messages).remove(nth)
@@ -56,7 +56,7 @@ fn recorded(ws: &TempWorkspace) -> Vec<(String, Option<String>, Option<String>)>
 
 /// The daemon's environment: the fixture, a pool of its own, mode `ask`, and the test's
 /// servers opened as internal addresses (which only lifts the address rule: `ask` still asks).
-fn ask_env(
+pub(crate) fn ask_env(
     llm: &ScriptedLlm,
     tg: &TelegramFixture,
     names: &Leftovers,
@@ -99,7 +99,7 @@ fn fetching_model(llm: &ScriptedLlm, task: &'static str, urls: Vec<String>) -> R
     results
 }
 
-fn host() -> IpAddr {
+pub(crate) fn host() -> IpAddr {
     egress_support::docker::host_address_off_network()
 }
 
@@ -167,7 +167,7 @@ async fn allow_for_this_task_lets_the_held_fetch_and_a_second_one_through_with_o
 }
 
 /// The daemon's control API.
-fn ctl(ws: &TempWorkspace) -> Client {
+pub(crate) fn ctl(ws: &TempWorkspace) -> Client {
     Client::new(ws.dir.join("nexbot.sock"))
 }
 

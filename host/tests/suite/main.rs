@@ -29,6 +29,7 @@ mod host_llmock;
 mod host_scheduler;
 mod host_search;
 mod host_secrets;
+mod host_skill_grants;
 mod host_skills;
 mod host_use_cli;
 mod rooms;
