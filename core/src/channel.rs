@@ -140,6 +140,9 @@ pub struct TaskReceipt {
     /// The egress questions the task raised (`egress.mode = "ask"`): destination, answer
     /// and who gave it (`api.example.com:443 → task by telegram:42`).
     pub asked: Vec<String>,
+    /// The skills whose declared destinations the task was allowed without a question
+    /// (`probe (api.example.com:443)`), issue 26 §4.
+    pub skills: Vec<String>,
 }
 
 impl TaskReceipt {
@@ -162,6 +165,9 @@ impl TaskReceipt {
         }
         if !self.secrets.is_empty() {
             out.push_str(&format!("\nSecrets used: {}", list(&self.secrets)));
+        }
+        if !self.skills.is_empty() {
+            out.push_str(&format!("\nAllowed by skills: {}", list(&self.skills)));
         }
         if !self.asked.is_empty() {
             out.push_str(&format!("\nAsked: {}", list(&self.asked)));

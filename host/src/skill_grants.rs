@@ -18,6 +18,12 @@
 //!   asked about again until the operator accepts the new content with
 //!   `nexbot-ctl skills allow NAME` ([`allow`]). A quarantined skill is never recorded and
 //!   `read_skill` refuses it, so it grants nothing.
+//!   The trust this puts in the folder: a *new* skill is trusted as first seen, like the
+//!   bundled ones (whoever can add a folder can already add instructions the model follows);
+//!   an *edit* of a known skill is not.
+//! - **Unattended tasks.** A scheduled job's or heartbeat's turn that reads a skill grants its
+//!   tasks the same destinations: nobody is asked either way, and the recorded content is
+//!   what the operator accepted.
 //! - **Only an allow.** The grant is the approvals' per-task grant, which the proxy consults
 //!   only in `egress.mode = "ask"`, and only after its deny list and address rules, which
 //!   still refuse first. In `allowlist` and `open` the grant is never read.
@@ -59,11 +65,11 @@ pub async fn record_first_seen(skills: Skills, store: Store, stop: CancellationT
     }
 }
 
-/// The destinations the turn's `reads` grant: those of each skill whose content, as read, is
+/// The reads of the turn that grant their destinations: each skill whose content, as read, is
 /// the recorded one. A skill with no record yet (read before the first scan's recording
 /// finished) is recorded as first seen now, as the scan would have.
-pub async fn destinations(store: &Store, reads: &[SkillRead]) -> Vec<Destination> {
-    let mut granted: Vec<Destination> = Vec::new();
+pub async fn granting(store: &Store, reads: &[SkillRead]) -> Vec<SkillRead> {
+    let mut granted = Vec::new();
     for read in reads.iter().filter(|r| !r.domains.is_empty()) {
         let recorded = match store.record_first_skill_hash(&read.name, &read.hash).await {
             Ok(recorded) => recorded,
@@ -83,13 +89,31 @@ pub async fn destinations(store: &Store, reads: &[SkillRead]) -> Vec<Destination
             );
             continue;
         }
-        for destination in &read.domains {
-            if !granted.contains(destination) {
-                granted.push(destination.clone());
-            }
-        }
+        granted.push(read.clone());
     }
     granted
+}
+
+/// Every destination of `reads`, once.
+pub fn destinations(reads: &[SkillRead]) -> Vec<Destination> {
+    let mut all: Vec<Destination> = Vec::new();
+    for destination in reads.iter().flat_map(|r| &r.domains) {
+        if !all.contains(destination) {
+            all.push(destination.clone());
+        }
+    }
+    all
+}
+
+/// The receipt's words for `reads`: `probe (api.example.com:443, …)`.
+pub fn receipt_lines(reads: &[SkillRead]) -> Vec<String> {
+    reads
+        .iter()
+        .map(|r| {
+            let domains: Vec<String> = r.domains.iter().map(ToString::to_string).collect();
+            format!("{} ({})", r.name, domains.join(", "))
+        })
+        .collect()
 }
 
 /// Why `nexbot-ctl skills allow` did not record a hash.

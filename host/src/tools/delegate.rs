@@ -329,11 +329,13 @@ impl TypedTool for Delegate {
             Asking { approvals, task_id: id.clone() }
         });
         // What the skills this turn read declare, if their content is the recorded one.
+        let mut skill_grants = Vec::new();
         if let Some(asking) = &asking {
             let reads = ctx.skills_read.list();
             if !reads.is_empty() {
-                let granted = crate::skill_grants::destinations(&self.store, &reads).await;
-                asking.approvals.grant(&id, &granted);
+                let granting = crate::skill_grants::granting(&self.store, &reads).await;
+                asking.approvals.grant(&id, &crate::skill_grants::destinations(&granting));
+                skill_grants = crate::skill_grants::receipt_lines(&granting);
             }
         }
         let mut request = Request::execute(&id, args.task);
@@ -525,6 +527,7 @@ impl TypedTool for Delegate {
             // A direct call runs no loop of the subagent's, so no budget applies to it.
             searches: searches.filter(|_| !direct).map(|made| (made, search_budget)),
             asked,
+            skills: skill_grants,
         };
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
         match &end.error {

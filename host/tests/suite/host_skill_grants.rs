@@ -7,7 +7,7 @@
 
 use crate::common;
 use crate::host_approvals::{ask_env, ctl, host, press, questions, wait_question};
-use crate::telegram::{start, FRIEND, LIMIT, OWNER};
+use crate::telegram::{has_text, start, FRIEND, LIMIT, OWNER};
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -116,6 +116,14 @@ async fn a_turn_that_read_an_unchanged_skill_reaches_its_domains_without_a_quest
     turn(&tg, OWNER, "read:probe please", 1).await;
     assert_eq!(seen.lock().unwrap().len(), 1, "the granted fetch went through");
     assert!(questions(&tg.bot_messages(OWNER).await).is_empty(), "nothing was asked");
+    let receipt = tg
+        .wait_bot_messages(OWNER, |m| has_text(m, "Allowed by skills:"), LIMIT)
+        .await
+        .into_iter()
+        .find(|m| m.text.contains("Allowed by skills:"))
+        .unwrap();
+    let says = format!("Allowed by skills: probe ({server}, {blocked})");
+    assert!(receipt.text.contains(&says), "{}", receipt.text);
     let listed: SkillList = ctl(&ws).get(paths::SKILLS).await.unwrap();
     let probe = listed.skills.iter().find(|s| s.name == "probe").unwrap().clone();
     assert_eq!(probe.recorded_hash, probe.hash, "the first-seen content is recorded");
