@@ -52,7 +52,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             channel: Arc::new(NoChannel),
             owner: true,
-            turn: TurnOrigin::Message,
+            turn: TurnOrigin::Message { user: None },
             task_tokens: Arc::default(),
         }
     }
