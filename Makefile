@@ -1,6 +1,7 @@
-# Nexbot developer entry points. `make test` is what CI runs (through .ci/run, as its parts
-# `make image`, `make test-build` and `make test-run`, each timed).
-.PHONY: build test test-build test-run lint fmt image image-bins subagent-image host-image \
+# Nexbot developer entry points. `make test` and `make lint` are what CI runs (through .ci/run,
+# as the parts `make image`, `make cli-image`, `make lint-build` and `make lint-test-run`, each
+# timed).
+.PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
   bench up down logs ctl preflight fuzz cli-image
 
 build:
@@ -18,6 +19,20 @@ test-build:
 
 test-run:
 	cargo test --workspace --no-fail-fast
+
+# `make lint`'s clippy and `make test-build` in one compilation (what CI runs): clippy-driver
+# as the workspace crates' compiler (RUSTC_WORKSPACE_WRAPPER, as `cargo clippy` sets it for
+# `cargo check`) lints them with `-D warnings` while they build for real, so the dependencies
+# build once instead of once more in check mode. Every target is built (benches too, in the
+# test profile), as `cargo clippy --all-targets` checks them. `lint-test-run` runs the tests
+# with the same compiler setting, so nothing is rebuilt.
+CLIPPY_DRIVER ?= $(shell command -v clippy-driver 2>/dev/null || rustup which clippy-driver)
+LINTED := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+lint-build:
+	$(LINTED) cargo test --workspace --all-targets --no-fail-fast --no-run
+
+lint-test-run:
+	$(LINTED) cargo test --workspace --no-fail-fast
 
 lint:
 	cargo fmt --all -- --check
@@ -105,7 +120,8 @@ BENCH_FIGURES := $(CURDIR)/target/bench/figures.tsv
 BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench pool" \
   "-p nexbot-tests --bench use_cli" \
   "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench telegram" \
-  "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" "-p nexbot-ctl --bench ps" \
+  "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" \
+  "-p nexbot-host --bench approvals" "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \
   "-p nexbot-tests --bench summary"
 

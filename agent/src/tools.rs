@@ -55,7 +55,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             channel: Arc::new(NoChannel),
             owner: true,
-            turn: TurnOrigin::Message,
+            turn: TurnOrigin::Message { user: None },
             task_tokens: Arc::default(),
             skills_read: Default::default(),
         }

@@ -24,8 +24,9 @@ pub const DEFAULT_MAX_PARALLEL_TURNS: usize = 4;
 /// Who started a turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TurnOrigin {
-    /// A message of the chat (through the bus).
-    Message,
+    /// A message of the chat (through the bus), and who wrote it: the Telegram user (in a
+    /// group, the member), `None` where the chat is its user (the console).
+    Message { user: Option<i64> },
     /// A scheduled job's run.
     Job { id: i64, name: String },
     /// A heartbeat check.
@@ -35,7 +36,7 @@ pub enum TurnOrigin {
 impl fmt::Display for TurnOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Message => f.write_str("a message"),
+            Self::Message { .. } => f.write_str("a message"),
             Self::Job { id, name } => write!(f, "scheduled job #{id} «{name}»"),
             Self::Heartbeat { name } => write!(f, "heartbeat check «{name}»"),
         }
@@ -190,7 +191,7 @@ mod tests {
     async fn one_turn_per_chat_and_the_limit_across_chats() {
         let turns = Arc::new(Turns::new(2));
         let never = CancellationToken::new();
-        let a = turns.admit(&chat(1), TurnOrigin::Message, &never).await.unwrap();
+        let a = turns.admit(&chat(1), TurnOrigin::Message { user: None }, &never).await.unwrap();
         // The same chat waits for its slot, whoever asks.
         let job = TurnOrigin::Job { id: 7, name: "digest".into() };
         let waiting = {
@@ -202,12 +203,12 @@ mod tests {
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "a second turn of one chat waits");
-        let b = turns.admit(&chat(2), TurnOrigin::Message, &never).await.unwrap();
+        let b = turns.admit(&chat(2), TurnOrigin::Message { user: None }, &never).await.unwrap();
         assert_eq!(turns.running_count(), 2);
         // The limit of 2 is reached: a third chat waits; cancelling its wait holds nothing.
         let give_up = CancellationToken::new();
         let three = chat(3);
-        let third = turns.admit(&three, TurnOrigin::Message, &give_up);
+        let third = turns.admit(&three, TurnOrigin::Message { user: None }, &give_up);
         give_up.cancel();
         assert!(third.await.is_none());
         assert_eq!(turns.running(&chat(3)), None);

@@ -48,11 +48,20 @@ pub struct Button {
     pub label: String,
     /// A command (`/agent off`); at most 64 bytes (Telegram's limit for callback data).
     pub command: String,
+    /// The letter that presses it where there is nothing to press (the console: typing `o`
+    /// answers "Allow once"). `None`: such a channel numbers the buttons instead.
+    pub key: Option<char>,
 }
 
 impl Button {
     pub fn new(label: impl Into<String>, command: impl Into<String>) -> Self {
-        Self { label: label.into(), command: command.into() }
+        Self { label: label.into(), command: command.into(), key: None }
+    }
+
+    /// The button, pressed by typing `key` where nothing can be pressed ([`Button::key`]).
+    pub fn with_key(mut self, key: char) -> Self {
+        self.key = Some(key.to_ascii_lowercase());
+        self
     }
 }
 

@@ -116,6 +116,9 @@ struct TaskEntry {
     words: String,
     /// A scheduled job's or a heartbeat check's: nobody to ask.
     unattended: bool,
+    /// Who wrote the message whose turn started the task (a Telegram user): in a group, the
+    /// member who may answer its questions besides the owner.
+    user: Option<i64>,
     /// "Allow for this task" destinations.
     granted: HashSet<(String, u16)>,
     /// Destinations asked about (the cap counts them).
@@ -161,8 +164,8 @@ pub enum AnswerError {
 /// The egress approvals of the daemon. Cheap to share (`Arc`).
 pub struct Approvals {
     mode: EgressMode,
-    /// The owner's Telegram user id: in a group, only the owner answers a question (a private
-    /// chat's only presser is its user; the console has one user).
+    /// The owner's Telegram user id: in a group, the owner and the member who started the
+    /// task answer a question (a private chat's only presser is its user; the console has one).
     owner: Option<i64>,
     wait: Duration,
     max_per_task: usize,
@@ -231,6 +234,7 @@ impl Approvals {
             chat: chat.clone(),
             words,
             unattended,
+            user: None,
             granted: HashSet::new(),
             asked: HashSet::new(),
             capped: false,
@@ -245,6 +249,26 @@ impl Approvals {
         if let Some(task) = self.lock().tasks.get_mut(task_id) {
             task.granted.extend(destinations.iter().map(|d| (d.host.clone(), d.port)));
         }
+    }
+
+    /// The task `task_id` was started by `user`'s message (see [`Approvals::may_answer`]).
+    pub fn started_by(&self, task_id: &str, user: Option<i64>) {
+        if let Some(task) = self.lock().tasks.get_mut(task_id) {
+            task.user = user;
+        }
+    }
+
+    /// Whether `user` may answer question `id` in a group: the owner, or the member whose
+    /// message started the task. (In a private chat the chat is its user; the channel's
+    /// allow-list decides who writes there.)
+    pub fn may_answer(&self, id: i64, user: Option<i64>) -> bool {
+        let Some(user) = user else { return false };
+        if self.owner == Some(user) {
+            return true;
+        }
+        let state = self.lock();
+        let task = state.pending.values().find(|p| p.id == id).map(|p| p.task_id.as_str());
+        task.and_then(|t| state.tasks.get(t)).is_some_and(|t| t.user == Some(user))
     }
 
     /// The task ended: its grants go, its waiting questions expire.
@@ -517,12 +541,12 @@ impl Approvals {
         let mut message = OutboundMessage::progress(&chat, text.clone());
         message.buttons = vec![
             vec![
-                Button::new("Allow once", format!("/{COMMAND} {id} once")),
-                Button::new("Allow for this task", format!("/{COMMAND} {id} task")),
+                Button::new("Allow once", format!("/{COMMAND} {id} once")).with_key('o'),
+                Button::new("Allow for this task", format!("/{COMMAND} {id} task")).with_key('t'),
             ],
             vec![
-                Button::new("Always for this chat", format!("/{COMMAND} {id} chat")),
-                Button::new("Deny", format!("/{COMMAND} {id} deny")),
+                Button::new("Always for this chat", format!("/{COMMAND} {id} chat")).with_key('a'),
+                Button::new("Deny", format!("/{COMMAND} {id} deny")).with_key('d'),
             ],
         ];
         let sent: Option<MessageId> = match self.channel.get() {
@@ -618,8 +642,16 @@ impl Approvals {
 }
 
 impl crate::delegation::TaskQuestions for Approvals {
-    fn task_started(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool) {
+    fn task_started(
+        &self,
+        task_id: &str,
+        chat: &ChatRef,
+        task: &str,
+        unattended: bool,
+        user: Option<i64>,
+    ) {
         self.start_task(task_id, chat, task, unattended);
+        self.started_by(task_id, user);
     }
 
     fn task_ended(&self, task_id: &str) {
@@ -698,11 +730,13 @@ impl crate::commands::ChatCommand for EgressCommand {
             let (Some(id), Some(choice)) = (id, choice) else {
                 return format!("Usage: /{COMMAND} <question id> once|task|chat|deny");
             };
-            // In a group anyone the allow-list admits may press; only the owner decides.
+            // In a group anyone the allow-list admits may press; the owner and the member
+            // who started the task decide.
             let group = matches!(ctx.chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
-            if group && (ctx.user.is_none() || ctx.user != self.0.owner) {
-                return "Only the owner can answer an egress question in a group; nothing was \
-                        changed (`nexbot-ctl approvals` answers it too)."
+            if group && !self.0.may_answer(id, ctx.user) {
+                return "Only the member who started the task, or the owner, can answer this \
+                        question in a group; nothing was changed (`nexbot-ctl approvals` \
+                        answers it too)."
                     .to_owned();
             }
             // Who: the Telegram user who pressed (in a private chat the same as the chat).

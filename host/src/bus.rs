@@ -196,8 +196,8 @@ impl Dispatcher {
                 } else {
                     let channel: Arc<dyn Channel> = router.clone();
                     let (chat, text) = (&message.chat, &message.text);
-                    let outcome =
-                        agent.run_turn(chat, text, TurnOrigin::Message, shutdown.clone(), channel);
+                    let origin = TurnOrigin::Message { user: message.user };
+                    let outcome = agent.run_turn(chat, text, origin, shutdown.clone(), channel);
                     outcome.await.answer
                 };
                 deliver(&router, OutboundMessage::answer(&message.chat, message.id, answer)).await;

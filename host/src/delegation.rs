@@ -107,8 +107,16 @@ impl std::fmt::Debug for TaskSecret {
 /// lists what was asked. A trait, so the tools know no more of it than this.
 pub trait TaskQuestions: Send + Sync + std::fmt::Debug {
     /// A task starts in `chat`; `unattended`: a scheduled job's or a heartbeat check's, with
-    /// nobody to ask.
-    fn task_started(&self, task_id: &str, chat: &ChatRef, task: &str, unattended: bool);
+    /// nobody to ask; `user`: who wrote the message whose turn started it (in a group, the
+    /// member who may answer its questions besides the owner).
+    fn task_started(
+        &self,
+        task_id: &str,
+        chat: &ChatRef,
+        task: &str,
+        unattended: bool,
+        user: Option<i64>,
+    );
     /// The task ended: what it was allowed goes, its waiting questions expire.
     fn task_ended(&self, task_id: &str);
     /// The task may reach `destinations` without a question while it runs: what the skills

@@ -258,6 +258,16 @@ pub async fn firehose_server(size: usize) -> SocketAddr {
     addr
 }
 
+/// A host address that is NOT on the internal network (the one the host uses towards the
+/// outside), to show containers cannot reach the host except through the gateway, and for
+/// servers the pool's tasks reach through the proxy. Found by "connecting" a UDP socket,
+/// which sends nothing.
+pub fn host_address_off_network() -> IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
+    socket.connect("1.1.1.1:80").expect("the host has a route out");
+    socket.local_addr().expect("local address").ip()
+}
+
 /// An HTTP server recording the requests it got (method, uri, headers as text).
 pub async fn http_server() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     http_server_at("127.0.0.1".parse().unwrap()).await

@@ -119,6 +119,7 @@ pub async fn run(
     let mut eof = false;
     // What was printed of the answer being streamed.
     let mut drafted = String::new();
+    let mut keys = Keys::default();
     while !(eof && pending == 0) {
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -130,8 +131,13 @@ pub async fn run(
                 if line.trim().is_empty() {
                     continue;
                 }
+                // A key of the last question's buttons presses that button.
+                let text = match keys.press(&line) {
+                    Some(command) => command,
+                    None => line,
+                };
                 next_id += 1;
-                let message = InboundMessage { chat: chat.clone(), id: next_id, text: line, user: None };
+                let message = InboundMessage { chat: chat.clone(), id: next_id, text, user: None };
                 if inbound.send(message).await.is_err() {
                     break;
                 }
@@ -168,6 +174,10 @@ pub async fn run(
                 } else if message.kind != OutboundKind::Taken {
                     output.write_all(printable(&message.text).as_bytes()).await?;
                     output.write_all(b"\n").await?;
+                    if let Some(prompt) = keys.offer(&message.buttons) {
+                        output.write_all(printable(&prompt).as_bytes()).await?;
+                        output.write_all(b"\n").await?;
+                    }
                     output.flush().await?;
                 }
                 if matches!(message.kind, OutboundKind::Final | OutboundKind::Taken) {
@@ -177,6 +187,49 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// The buttons of the last question printed, each pressed by typing its key: a terminal has
+/// nothing to press, so a question's buttons become a one-letter prompt ("[o] Allow once ·
+/// [t] Allow for this task · …"). A typed key is the button's command, exactly what a press
+/// sends in Telegram (and checked like typing); anything else typed is an ordinary message.
+/// Only the last question's keys count: a later question replaces them, one use spends them.
+#[derive(Debug, Default)]
+struct Keys(Vec<(String, String)>);
+
+impl Keys {
+    /// Remembers `buttons` and returns the prompt that names their keys (the button's own
+    /// [`Button::key`](crate::agent::channel::Button::key), else its number from 1).
+    fn offer(&mut self, buttons: &[Vec<crate::agent::channel::Button>]) -> Option<String> {
+        let buttons: Vec<_> = buttons.iter().flatten().collect();
+        if buttons.is_empty() {
+            return None;
+        }
+        let mut keys: Vec<(String, String)> = Vec::with_capacity(buttons.len());
+        let mut shown = Vec::with_capacity(buttons.len());
+        for (n, button) in buttons.iter().enumerate() {
+            let own = button.key.map(|k| k.to_string());
+            // A key two buttons share (or none) falls back to the button's number.
+            let key = match own {
+                Some(k) if !keys.iter().any(|(taken, _)| *taken == k) => k,
+                _ => (n + 1).to_string(),
+            };
+            shown.push(format!("[{key}] {}", button.label));
+            keys.push((key, button.command.clone()));
+        }
+        self.0 = keys;
+        Some(format!("  {} (type the key)", shown.join(" · ")))
+    }
+
+    /// The command of the button whose key `line` is, spending the keys.
+    fn press(&mut self, line: &str) -> Option<String> {
+        let typed = line.trim().to_ascii_lowercase();
+        let found = self.0.iter().find(|(key, _)| *key == typed).map(|(_, c)| c.clone());
+        if found.is_some() {
+            self.0.clear();
+        }
+        found
+    }
 }
 
 /// `text` with every character a terminal would act on instead of showing replaced by a
@@ -287,6 +340,79 @@ mod tests {
         let (result, ()) = tokio::join!(run, answer_it);
         result.unwrap();
         assert_eq!(String::from_utf8(output).unwrap(), "\\e[31mred\\e[0m\\rok\n");
+    }
+
+    /// A question's buttons become a one-letter prompt; the typed letter is the button's
+    /// command (once), numbers stand in for missing or shared keys, anything else is text.
+    #[tokio::test]
+    async fn a_questions_buttons_are_pressed_by_typing_their_key() {
+        use crate::agent::channel::Button;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt as _};
+        let chat = ChatRef::console("test").unwrap();
+        let (channel, outbound) = ConsoleChannel::terminal(8);
+        let (inbound, mut inbound_rx) = mpsc::channel(8);
+        let (mut typing, input) = tokio::io::duplex(1024);
+        let (output, mut screen) = tokio::io::duplex(64 * 1024);
+        let stop = CancellationToken::new();
+        let console = tokio::spawn(run(
+            chat.clone(),
+            tokio::io::BufReader::new(input),
+            output,
+            inbound,
+            outbound,
+            8,
+            stop.clone(),
+        ));
+        let mut seen = String::new();
+        let mut shown = async |until: &str| {
+            let mut buf = [0u8; 4096];
+            while !seen.contains(until) {
+                let n = screen.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the console ended before {until:?}: {seen}");
+                seen.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            }
+            seen.clone()
+        };
+        let mut question =
+            OutboundMessage::progress(&chat, "🔒 A task wants to reach x:443".into());
+        question.buttons = vec![
+            vec![
+                Button::new("Allow once", "/egress 7 once").with_key('o'),
+                Button::new("Allow for this task", "/egress 7 task").with_key('t'),
+            ],
+            vec![
+                Button::new("Always for this chat", "/egress 7 chat").with_key('a'),
+                Button::new("Deny", "/egress 7 deny").with_key('d'),
+            ],
+        ];
+        channel.send(question).await.unwrap();
+        let screen_now = shown("(type the key)").await;
+        assert!(
+            screen_now.contains(
+                "[o] Allow once · [t] Allow for this task · [a] Always for this chat · [d] Deny"
+            ),
+            "{screen_now}"
+        );
+        typing.write_all(b" T \n").await.unwrap();
+        assert_eq!(inbound_rx.recv().await.unwrap().text, "/egress 7 task");
+        // Spent: the same letter again is a message of its own.
+        typing.write_all(b"t\n").await.unwrap();
+        assert_eq!(inbound_rx.recv().await.unwrap().text, "t");
+
+        // Options without keys (or sharing one) are numbered; the label is shown escaped.
+        let mut choice = OutboundMessage::progress(&chat, "Which city?".into());
+        choice.buttons = vec![
+            vec![Button::new("Paris\x1b[2J", "/choose n1 0")],
+            vec![Button::new("Rome", "/choose n1 1").with_key('r')],
+            vec![Button::new("Riga", "/choose n1 2").with_key('r')],
+        ];
+        channel.send(choice).await.unwrap();
+        let screen_now = shown("Riga").await;
+        assert!(screen_now.contains("[1] Paris\\e[2J · [r] Rome · [3] Riga"), "{screen_now}");
+        typing.write_all(b"3\n").await.unwrap();
+        assert_eq!(inbound_rx.recv().await.unwrap().text, "/choose n1 2");
+        stop.cancel();
+        console.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -391,8 +391,8 @@ impl Channel for Router {
                 ),
             );
             message.buttons = vec![vec![
-                Button::new("Confirm", confirm.clone()),
-                Button::new("Refuse", format!("{REFUSE} {nonce}")),
+                Button::new("Confirm", confirm.clone()).with_key('y'),
+                Button::new("Refuse", format!("{REFUSE} {nonce}")).with_key('n'),
             ]];
             let answer = self.question(chat, message, Some(nonce), Vec::new(), wait).await?;
             let answer = answer.trim();

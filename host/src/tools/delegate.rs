@@ -324,8 +324,11 @@ impl TypedTool for Delegate {
             .map_err(|e| ToolError::new(e.to_string()))?;
         // From here the proxy's questions about the task reach its chat; they end with it.
         let asking = self.settings.approvals.clone().map(|approvals| {
-            let unattended = !matches!(ctx.turn, crate::agent::turns::TurnOrigin::Message);
-            approvals.task_started(&id, &ctx.chat, &recorded_task, unattended);
+            let (unattended, user) = match ctx.turn {
+                crate::agent::turns::TurnOrigin::Message { user } => (false, user),
+                _ => (true, None),
+            };
+            approvals.task_started(&id, &ctx.chat, &recorded_task, unattended, user);
             Asking { approvals, task_id: id.clone() }
         });
         // What the skills this turn read declare, if their content is the recorded one.

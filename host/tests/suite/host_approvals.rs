@@ -10,8 +10,12 @@ use crate::telegram::{has_text, start, telegram_env, LIMIT, OWNER};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use common::{is_main, parsed_tool_results, tool_results, Leftovers, TempWorkspace};
-use nexbot_control::{approvals_paths, ApprovalList, Client, EgressRuleList};
+use common::{
+    base_env, is_main, parsed_tool_results, tool_results, ChatSession, Leftovers, TempWorkspace,
+};
+use nexbot_control::{
+    approvals_paths, cron_paths, ApprovalList, Client, CronAdd, CronJob, EgressRuleList,
+};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use nexbot_tests::telegram::{BotMessage, ChatType, TelegramFixture, UserMessage};
 use serde_json::{json, Value};
@@ -63,7 +67,13 @@ pub(crate) fn ask_env(
     servers: &[SocketAddr],
 ) -> Vec<(String, String)> {
     let mut env = telegram_env(llm, tg);
-    env.extend(names.env());
+    env.extend(ask_settings(names, servers));
+    env
+}
+
+/// [`ask_env`] without a channel: the pool, mode `ask` and the servers' addresses opened.
+fn ask_settings(names: &Leftovers, servers: &[SocketAddr]) -> Vec<(String, String)> {
+    let mut env = names.env();
     let entries: Vec<String> = servers
         .iter()
         .map(|s| format!(r#"{{ cidr = "{}", ports = [{}] }}"#, s.ip(), s.port()))
@@ -489,10 +499,11 @@ async fn five_tasks_of_five_chats_ask_at_once_and_each_answer_reaches_only_its_t
 }
 
 #[tokio::test]
-async fn in_a_group_a_members_press_is_refused_and_the_owners_decides() {
+async fn in_a_group_the_member_who_started_the_task_or_the_owner_decides() {
     let Some(_docker) = nexbot_tests::docker_or_skip("approvals_group").await else { return };
     const GROUP: i64 = -500; // allowed by `telegram_env`
     const MEMBER: i64 = 3004; // on no allow-list: the group's allowance lets them talk
+    const OTHER: i64 = 3005;
     let tg = TelegramFixture::start().await;
     let (server, seen) = egress_support::http_server_at(host()).await;
     let llm = ScriptedLlm::start(vec![]).await;
@@ -502,26 +513,50 @@ async fn in_a_group_a_members_press_is_refused_and_the_owners_decides() {
     let names = Leftovers::new("apgroup");
     let env = ask_env(&llm, &tg, &names, &[server]);
     let serving = start(&ws, &env).await;
-    let said = UserMessage {
+    let says = |user_id: i64, text: &str| UserMessage {
         chat_id: GROUP,
         chat_type: ChatType::Group,
-        user_id: MEMBER,
-        text: Some("@nexbot_test_bot fetch it for us".to_owned()),
+        user_id,
+        text: Some(format!("@nexbot_test_bot {text}")),
         ..UserMessage::default()
     };
-    tg.user_sends(said).await;
+    let refusal = "Only the member who started the task, or the owner, can answer";
+
+    // MEMBER's task: another member's press is refused; MEMBER's own press decides.
+    tg.user_sends(says(MEMBER, "fetch it for us")).await;
     let question = wait_question(&tg, GROUP, 0).await;
     let allow = press(&question, "Allow once");
-    tg.user_clicks(GROUP, MEMBER, question.message_id, &allow).await;
-    tg.wait_bot_messages(GROUP, |m| has_text(m, "Only the owner can answer"), LIMIT).await;
+    tg.user_clicks(GROUP, OTHER, question.message_id, &allow).await;
+    tg.wait_bot_messages(GROUP, |m| has_text(m, refusal), LIMIT).await;
     let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
     assert_eq!(listed.pending.len(), 1, "still waiting: {listed:?}");
     assert!(seen.lock().unwrap().is_empty());
+    tg.user_clicks(GROUP, MEMBER, question.message_id, &allow).await;
+    let got = results_when(&results, 1).await;
+    assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
+    let done = |n: usize| {
+        move |m: &[BotMessage]| m.iter().filter(|m| m.text.contains("done with")).count() >= n
+    };
+    tg.wait_bot_messages(GROUP, done(1), LIMIT * 2).await;
+
+    // OTHER's task: MEMBER may not decide it; the owner may.
+    results.lock().unwrap().clear();
+    tg.user_sends(says(OTHER, "fetch it again")).await;
+    let question = wait_question(&tg, GROUP, 1).await;
+    let allow = press(&question, "Allow once");
+    tg.user_clicks(GROUP, MEMBER, question.message_id, &allow).await;
+    let refusals = |m: &[BotMessage]| m.iter().filter(|m| m.text.contains(refusal)).count();
+    tg.wait_bot_messages(GROUP, |m| refusals(m) >= 2, LIMIT).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "the second fetch still waits");
     tg.user_clicks(GROUP, OWNER, question.message_id, &allow).await;
     let got = results_when(&results, 1).await;
     assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
-    let by = format!("telegram:{OWNER}");
-    assert_eq!(recorded(&ws), [(server.to_string(), Some("once".into()), Some(by))]);
+    let by = |user: i64| Some(format!("telegram:{user}"));
+    let once = Some("once".to_owned());
+    assert_eq!(
+        recorded(&ws),
+        [(server.to_string(), once.clone(), by(MEMBER)), (server.to_string(), once, by(OWNER))]
+    );
     serving.stop(LIMIT).await;
 }
 
@@ -553,5 +588,112 @@ async fn ask_user_offers_its_options_as_buttons_and_a_press_is_the_answer() {
     assert_eq!(labels, ["Red", "Blue"]);
     tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Blue")).await;
     tg.wait_bot_messages(OWNER, |m| has_text(m, "you chose Blue"), LIMIT).await;
+    serving.stop(LIMIT).await;
+}
+
+/// A console chat (`nexbot chat`) has nothing to press: the question is printed with a
+/// one-letter prompt, and the letter typed is the answer.
+#[tokio::test]
+async fn a_console_chat_is_asked_inline_and_a_typed_letter_answers() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_console").await else { return };
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls = vec![format!("http://{server}/hello"), format!("http://{server}/hello?n=2")];
+    let results = fetching_model(&llm, "fetch the page twice", urls);
+    let ws = TempWorkspace::init("ap-console");
+    let names = Leftovers::new("apconsole");
+    let mut env = base_env(&llm.base_url());
+    env.extend(ask_settings(&names, &[server]));
+    let mut chat = ChatSession::start(&ws.config(), &env);
+    chat.say("fetch it").await;
+    let mut screen = Vec::new();
+    while !screen.last().is_some_and(|l: &String| l.contains("(type the key)")) {
+        screen.push(chat.answer(LIMIT * 2).await);
+    }
+    let prompt = screen.last().unwrap();
+    assert!(
+        prompt.contains(
+            "[o] Allow once · [t] Allow for this task · [a] Always for this chat · [d] Deny"
+        ),
+        "{screen:#?}"
+    );
+    assert!(screen.iter().any(|l| l.contains(&format!("A task wants to reach {server}"))));
+    assert!(seen.lock().unwrap().is_empty(), "held until answered");
+    chat.say("t").await;
+    while !screen.last().unwrap().contains("done with the task") {
+        screen.push(chat.answer(LIMIT * 2).await);
+    }
+    let got = results.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(got.iter().all(|r| r.to_string().contains("hello from the allowed server")));
+    assert_eq!(seen.lock().unwrap().len(), 2, "one question let both through");
+    let asked = screen.iter().filter(|l| l.contains("A task wants to reach")).count();
+    assert_eq!(asked, 1, "{screen:#?}");
+    let (status, _, stderr) = chat.finish(LIMIT).await;
+    assert!(status.success(), "{stderr}");
+    let rows = recorded(&ws);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((&rows[0].0, rows[0].1.as_deref()), (&server.to_string(), Some("task")));
+    assert!(rows[0].2.as_deref().is_some_and(|by| by.starts_with("console")), "{rows:?}");
+}
+
+/// Scheduled jobs have nobody to ask: `egress.unattended = "deny"` (the default) refuses what
+/// no `egress.allow` rule names, even what the chat allowed always; `"allowlist"` also lets
+/// the chat's "always" rules through. Neither asks.
+#[tokio::test]
+async fn a_scheduled_job_is_never_asked_and_follows_egress_unattended() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_unattended").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = fetching_model(&llm, "fetch the page", vec![format!("http://{server}/hello")]);
+    let ws = TempWorkspace::init("ap-unattended");
+    let names = Leftovers::new("apunatt");
+    let env = ask_env(&llm, &tg, &names, &[server]);
+    let serving = start(&ws, &env).await;
+    // The chat allows the server always, from a task the chat started.
+    tg.user_says(OWNER, OWNER, "fetch it").await;
+    let question = wait_question(&tg, OWNER, 0).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Always for this chat"))
+        .await;
+    let done = |n: usize| {
+        move |m: &[BotMessage]| {
+            m.iter().filter(|m| m.text.contains("done with the task")).count() >= n
+        }
+    };
+    tg.wait_bot_messages(OWNER, done(1), LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    // A job of the same chat, unattended = "deny": refused, not asked, the reason names it.
+    let job = CronAdd {
+        chat: format!("telegram:{OWNER}"),
+        task: "fetch the page for the job".into(),
+        at: Some("in 1s".into()),
+        ..CronAdd::default()
+    };
+    results.lock().unwrap().clear();
+    let _: CronJob = ctl(&ws).post(cron_paths::CRON, &job).await.unwrap();
+    let got = results_when(&results, 1).await;
+    let refused = got[0].to_string();
+    assert!(
+        refused.contains("nobody to ask") && refused.contains("egress.unattended"),
+        "{refused}"
+    );
+    tg.wait_bot_messages(OWNER, done(2), LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "the job's fetch never reached the server");
+    assert_eq!(questions(&tg.bot_messages(OWNER).await).len(), 1, "the job asked nothing");
+    serving.stop(LIMIT).await;
+
+    // unattended = "allowlist": the chat's "always" rule lets the job's fetch through.
+    let mut env = env;
+    env.push(("NEXBOT_EGRESS__UNATTENDED".into(), "allowlist".into()));
+    let serving = start(&ws, &env).await;
+    results.lock().unwrap().clear();
+    let _: CronJob = ctl(&ws).post(cron_paths::CRON, &job).await.unwrap();
+    let got = results_when(&results, 1).await;
+    assert!(got[0].to_string().contains("hello from the allowed server"), "{}", got[0]);
+    tg.wait_bot_messages(OWNER, done(3), LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    assert_eq!(questions(&tg.bot_messages(OWNER).await).len(), 1, "still nothing asked");
     serving.stop(LIMIT).await;
 }

@@ -53,14 +53,7 @@ pub async fn internal_network(docker: &Docker, tag: &str) -> TestNetwork {
     TestNetwork { info }
 }
 
-/// A host address that is NOT on the internal network (the one the host uses towards the
-/// outside), to show containers cannot reach the host except through the gateway. Found by
-/// "connecting" a UDP socket, which sends nothing.
-pub fn host_address_off_network() -> IpAddr {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp socket");
-    socket.connect("1.1.1.1:80").expect("the host has a route out");
-    socket.local_addr().expect("local address").ip()
-}
+pub use nexbot_tests::egress::host_address_off_network;
 
 /// Runs `script` with `/bin/busybox sh -c` in container `id`; exit code and combined output.
 pub async fn exec(docker: &Docker, id: &str, script: &str) -> (i64, String) {
