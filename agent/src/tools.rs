@@ -39,6 +39,9 @@ pub struct ToolContext {
     /// Tokens the turn's delegated tasks used: a tool that delegates adds to it, so that a
     /// turn's budget (a scheduled job's) counts them.
     pub task_tokens: Arc<AtomicU64>,
+    /// Asks the chat's user before a risky step (`agent.confirm`); goes on at once when the
+    /// step is not listed.
+    pub confirm: Arc<dyn crate::confirm::Confirm>,
 }
 
 impl ToolContext {
@@ -54,6 +57,7 @@ impl ToolContext {
             owner: true,
             turn: TurnOrigin::Message,
             task_tokens: Arc::default(),
+            confirm: Arc::new(crate::confirm::NoConfirm),
         }
     }
 }
