@@ -11,7 +11,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use common::{is_main, parsed_tool_results, tool_results, Leftovers, TempWorkspace};
-use nexbot_control::{approvals_paths, ApprovalList, Client, EgressRuleList};
+use nexbot_control::{
+    approvals_paths, secrets_paths, ApprovalList, Client, EgressRuleList, SecretEntry, SecretSet,
+    SecretValue,
+};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use nexbot_tests::telegram::{BotMessage, ChatType, TelegramFixture, UserMessage};
 use serde_json::{json, Value};
@@ -705,4 +708,126 @@ async fn agent_confirm_asks_before_a_large_send_file_and_a_delete_and_the_answer
         assert!(metrics.contains(&line), "{line} in {metrics}");
     }
     serving.stop(LIMIT).await;
+}
+
+/// A planted value, hunted for in the question, the database and the logs.
+const CONFIRMED: &str = "ghp_PLANTED_confirm_4e7b1a9c03d2";
+/// What a `--confirm` secret's question says first.
+const SECRET_QUESTION: &str = "wants to use the secret";
+
+/// A model whose main agent delegates `calls: N` tasks with the secret `GH_TOKEN` and whose
+/// subagent sends N requests to `api` carrying it; the subagent's tool results are kept.
+fn secret_model(llm: &ScriptedLlm, api: SocketAddr) -> Results {
+    let results: Results = Arc::default();
+    let seen = results.clone();
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            let calls = if body.to_string().contains("calls: 2") { 2 } else { 1 };
+            *seen.lock().unwrap() = parsed_tool_results(body);
+            let n = tool_results(body);
+            if n >= calls {
+                return Step::text("CALLED");
+            }
+            let url = format!("http://{api}/echo/{n}");
+            let headers = json!({ "Authorization": "Bearer {{secret:GH_TOKEN}}" });
+            return Step::tool_call("http_request", json!({ "url": url, "headers": headers }));
+        }
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            return Step::text("done with the task");
+        }
+        let task = match last["content"].as_str() {
+            Some("twice") => "call the API, calls: 2",
+            _ => "call the API, calls: 1",
+        };
+        Step::tool_call(
+            "delegate_to_sub_agent",
+            json!({ "task": task, "secrets": ["GH_TOKEN"], "tools": ["http_request"] }),
+        )
+    });
+    results
+}
+
+#[tokio::test]
+async fn a_confirm_secret_is_filled_in_only_after_the_chat_allows_it_for_the_task() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_secret").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (api, api_seen) = nexbot_tests::egress::web_echo_server(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = secret_model(&llm, api);
+    let ws = TempWorkspace::init("ap-secret");
+    let names = Leftovers::new("apsecret");
+    let mut env = ask_env(&llm, &tg, &names, &[api]);
+    // `open`: the destination asks nothing; only the secret does.
+    env.push(("NEXBOT_EGRESS__MODE".into(), "open".into()));
+    env.push(("NEXBOT_MASTER_KEY".into(), "nxs-test-master-key-0123456789abcdef".into()));
+    let serving = start(&ws, &env).await;
+    let set = SecretSet {
+        scope: format!("telegram:{OWNER}"),
+        name: "GH_TOKEN".into(),
+        value: SecretValue::new(CONFIRMED.into()),
+        hosts: vec![format!("http://{api}")],
+        places: vec![],
+        mode: None,
+        confirm: true,
+    };
+    let stored: SecretEntry = ctl(&ws).post(secrets_paths::SECRETS, &set).await.unwrap();
+    assert!(stored.confirm, "{stored:?}");
+
+    // The first request of a task is held and the chat asked, naming the secret only.
+    tg.user_says(OWNER, OWNER, "twice").await;
+    let question = wait_asked(&tg, OWNER, SECRET_QUESTION, 0).await;
+    assert!(question.text.contains("GH_TOKEN"), "{}", question.text);
+    assert!(question.text.contains(&format!("GET /echo/0 to {api}")), "{}", question.text);
+    assert!(!question.raw.contains(CONFIRMED), "{}", question.raw);
+    let labels: Vec<String> = question.buttons().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["Allow for this task", "Deny"]);
+    assert!(api_seen.lock().unwrap().is_empty(), "held: nothing reached the API yet");
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    let waiting = &listed.pending[0];
+    assert_eq!((waiting.kind.as_str(), waiting.subject.as_deref()), ("secret", Some("GH_TOKEN")));
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Allow for this task"))
+        .await;
+    // Allowed for the task: both its requests carry the value, with one question.
+    let got = results_when(&results, 2).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    let seen = api_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?} {got:?}");
+    let bearer = format!("Bearer {CONFIRMED}");
+    assert!(seen.iter().all(|e| e.header("authorization") == Some(bearer.as_str())), "{seen:?}");
+    assert_eq!(asked(&tg.bot_messages(OWNER).await, SECRET_QUESTION).len(), 1);
+
+    // A second task asks again; Deny: the API never sees the value, the task reads why.
+    tg.user_says(OWNER, OWNER, "once").await;
+    let question = wait_asked(&tg, OWNER, SECRET_QUESTION, 1).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Deny")).await;
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().filter(|m| m.text.contains("done with the task")).count() >= 2,
+        LIMIT * 2,
+    )
+    .await;
+    let got = results.lock().unwrap().clone();
+    let said = got.last().map(Value::to_string).unwrap_or_default();
+    assert!(said.contains("secret_not_confirmed") && said.contains("denied by the user"), "{said}");
+    assert_eq!(api_seen.lock().unwrap().len(), 2, "nothing more reached the API");
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains(&format!("Denied by telegram:{OWNER}")), "{}", edited.text);
+
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains(CONFIRMED), "the value is in the daemon's log");
+    let db = std::fs::read(ws.database()).unwrap();
+    let planted = CONFIRMED.as_bytes();
+    assert!(!db.windows(planted.len()).any(|w| w == planted), "the value is in the database");
+    let kinds: Vec<(String, Option<String>, Option<String>)> =
+        recorded_kinds(&ws).into_iter().map(|(k, s, a, _)| (k, s, a)).collect();
+    let secret = || ("secret".to_owned(), Some("GH_TOKEN".to_owned()));
+    assert_eq!(
+        kinds,
+        [
+            (secret().0, secret().1, Some("task".to_owned())),
+            (secret().0, secret().1, Some("deny".to_owned())),
+        ]
+    );
 }
