@@ -209,6 +209,9 @@ struct TaskEntry {
     granted: HashSet<(String, u16)>,
     /// "Allow for this task" `--confirm` secrets, by name.
     secrets: HashSet<String>,
+    /// `--confirm` secrets the user denied to this task: its later requests are refused
+    /// without asking again (a model retrying must not flood the chat with questions).
+    denied_secrets: HashSet<String>,
     /// Destinations asked about (the cap counts them).
     asked: HashSet<(String, u16)>,
     /// Whether the chat was told that the cap was reached.
@@ -359,6 +362,7 @@ impl Approvals {
             unattended,
             granted: HashSet::new(),
             secrets: HashSet::new(),
+            denied_secrets: HashSet::new(),
             asked: HashSet::new(),
             capped: false,
         };
@@ -469,12 +473,14 @@ impl Approvals {
         }
         // Granted before anyone waiting is let go: the task's next request to the same
         // destination (or with the same secret) must find it, not ask again.
-        if let (Question::Request(r), Choice::Task | Choice::Chat) = (&pending.question, choice) {
+        if let Question::Request(r) = &pending.question {
             let r = r.clone();
             if let Some(task) = state.tasks.get_mut(&r.task_id) {
-                match r.secret_name {
-                    Some(name) => task.secrets.insert(name),
-                    None => task.granted.insert((r.host, r.port)),
+                match (r.secret_name, choice) {
+                    (Some(name), Choice::Task) => task.secrets.insert(name),
+                    (Some(name), Choice::Deny) => task.denied_secrets.insert(name),
+                    (None, Choice::Task | Choice::Chat) => task.granted.insert((r.host, r.port)),
+                    _ => false,
                 };
             }
         }
@@ -501,6 +507,9 @@ impl Approvals {
             };
             if granted {
                 return Approval::Allow;
+            }
+            if request.secret_name.as_ref().is_some_and(|n| task.denied_secrets.contains(n)) {
+                return Approval::Refuse(format!("{DENIED_BY_USER} (earlier, for this task)"));
             }
             (task.chat.clone(), task.unattended)
         };
@@ -558,11 +567,16 @@ impl Approvals {
 
     /// Asks the chat's user to confirm a tool's `step` (see [`StepConfirm`]).
     pub async fn confirm_step(self: Arc<Self>, chat: &ChatRef, step: Step) -> Result<(), Refused> {
-        let mut outcome = match self.clone().join_or_ask(Question::Step(step), chat.clone()).await {
+        let question = Question::Step(step);
+        let key: Key = (format!("turn:{chat}"), question.kind(), question.subject());
+        let mut outcome = match self.clone().join_or_ask(question, chat.clone()).await {
             Ok(outcome) => outcome,
             Err(Approval::Refuse(why)) => return Err(Refused::Other(why)),
             Err(Approval::Allow) => return Ok(()),
         };
+        // A turn stopped (or timed out) while it waits drops this future: its question
+        // expires then, rather than waiting out its deadline with live buttons.
+        let _expire = ExpireOnDrop { approvals: self.clone(), key };
         let ended = outcome.wait_for(Option::is_some).await.map(|o| o.clone());
         match ended {
             Ok(Some(Outcome::Answered { choice: Choice::Deny, by })) => Err(Refused::Denied { by }),
@@ -859,6 +873,23 @@ impl Approvals {
                 }
             })
             .collect()
+    }
+}
+
+/// Expires a step's question when the turn that waits on it goes away (a settled question
+/// is left as it is: the first outcome wins).
+struct ExpireOnDrop {
+    approvals: Arc<Approvals>,
+    key: Key,
+}
+
+impl Drop for ExpireOnDrop {
+    fn drop(&mut self) {
+        let state = self.approvals.lock();
+        if let Some(pending) = state.pending.get(&self.key) {
+            let ended = Outcome::Expired("the turn ended".into());
+            pending.outcome.send_if_modified(|o| settle(o, ended));
+        }
     }
 }
 
@@ -1215,5 +1246,61 @@ mod tests {
         let refused = waiting.await.unwrap().unwrap_err();
         assert_eq!(refused, Refused::Denied { by: "telegram:7".into() });
         assert!(refused.to_string().contains("the user refused"), "{refused}");
+
+        // The turn goes away while it waits (a /stop drops the tool's future): the question
+        // expires at once instead of keeping its buttons until the deadline.
+        let asking = confirm.clone();
+        let big = Step::SendFile { path: "big.bin".into(), bytes: 5000 };
+        let waiting = tokio::spawn(async move { asking.confirm(&ChatRef::Telegram(7), big).await });
+        sent.recv().await.unwrap();
+        while approvals.pending().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        waiting.abort();
+        let _ = waiting.await;
+        for _ in 0..100 {
+            if approvals.pending().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(approvals.pending().is_empty(), "expired when the turn went away");
+    }
+
+    #[tokio::test]
+    async fn a_secret_is_asked_about_once_per_task_and_a_deny_holds_for_the_task() {
+        let (approvals, mut sent) = setup(|_| {}).await;
+        let chat = ChatRef::Telegram(7);
+        approvals.start_task("t1", &chat, "call the API", false);
+        let secret = |task: &str| ApprovalRequest {
+            secret_name: Some("GH_TOKEN".into()),
+            secret: true,
+            ..request(task, "api.example.com")
+        };
+        let approve = |task: &str| EgressApprover(approvals.clone()).approve(secret(task));
+        let waiting = tokio::spawn(approve("t1"));
+        let question = sent.recv().await.unwrap();
+        assert!(question.text.contains("the secret GH_TOKEN"), "{}", question.text);
+        assert_eq!(question.buttons.concat().len(), 2);
+        let id = approvals.pending()[0].id;
+        let always = approvals.answer(id, Choice::Chat, "telegram:7", Some(&chat)).unwrap_err();
+        assert!(matches!(always, AnswerError::WrongAnswer { .. }), "{always}");
+        approvals.answer(id, Choice::Deny, "telegram:7", Some(&chat)).unwrap();
+        assert!(matches!(waiting.await.unwrap(), Approval::Refuse(_)));
+        // Denied for the task: its next request is refused without a second question.
+        match approve("t1").await {
+            Approval::Refuse(why) => assert!(why.contains("earlier, for this task"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(sent.try_recv().is_err(), "asked once");
+        // Another task asks again; allowed for it, its later requests go without a question.
+        approvals.start_task("t2", &chat, "call the API again", false);
+        let waiting = tokio::spawn(approve("t2"));
+        sent.recv().await.unwrap();
+        let id = approvals.pending()[0].id;
+        approvals.answer(id, Choice::Task, "telegram:7", Some(&chat)).unwrap();
+        assert_eq!(waiting.await.unwrap(), Approval::Allow);
+        assert_eq!(approve("t2").await, Approval::Allow);
+        assert!(sent.try_recv().is_err(), "one question for t2");
     }
 }
