@@ -19,7 +19,18 @@ pub struct AgentConfig {
     /// waiting on a person holds the chat's worker, so the wait is bounded by the operator,
     /// not by the model.
     pub ask_timeout_secs: u64,
+    /// The risky steps a tool asks the chat's user about before it takes them, with Allow /
+    /// Deny buttons (`"send_file"`: a file larger than `confirm_send_file_bytes`;
+    /// `"delete"`: any `delete_file`). Empty, the default: nothing asks. The question waits
+    /// `egress.approval_timeout_secs`; no answer refuses the step.
+    pub confirm: Vec<crate::confirm::ConfirmKind>,
+    /// With `"send_file"` in `confirm`: files larger than this many bytes are asked about.
+    pub confirm_send_file_bytes: u64,
 }
+
+/// `agent.confirm_send_file_bytes` unless set: 10 MB, far above a document or a chart a
+/// chat exchanges, well below the 50 MB Telegram takes from a bot.
+pub const DEFAULT_CONFIRM_SEND_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 impl Default for AgentConfig {
     fn default() -> Self {
@@ -30,6 +41,8 @@ impl Default for AgentConfig {
             context_max_chars: 24_000,
             history_max_messages: 40,
             ask_timeout_secs: 300,
+            confirm: Vec::new(),
+            confirm_send_file_bytes: DEFAULT_CONFIRM_SEND_FILE_BYTES,
         }
     }
 }

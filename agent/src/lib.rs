@@ -22,6 +22,7 @@
 /// The chat operations the agent needs ([`nexbot_core::channel`]).
 pub use nexbot_core::channel;
 pub mod config;
+pub mod confirm;
 pub mod exits;
 pub mod hooks;
 pub mod llm;
@@ -191,6 +192,9 @@ pub struct Agent {
     /// Runs a chat's coding CLI when its agent mode is off ([`Agent::with_cli`]); none
     /// without the sandbox.
     cli: Option<Arc<dyn CodingCli>>,
+    /// Asks before the risky steps `agent.confirm` lists ([`Agent::with_confirm`]); without
+    /// it nothing asks.
+    confirm: Arc<dyn crate::confirm::Confirm>,
 }
 
 impl Turn<'_> {
@@ -219,6 +223,7 @@ impl Turn<'_> {
             turn: self.origin.clone(),
             task_tokens: self.meter.task_tokens.clone(),
             skills_read: self.meter.skills_read.clone(),
+            confirm: self.confirm.clone(),
         }
     }
 }
@@ -237,6 +242,8 @@ struct Turn<'a> {
     owner: bool,
     /// The chat's agent mode (`/agent`): off, the model answers without tools.
     tools_on: bool,
+    /// Asks the chat's user before a risky step (`agent.confirm`).
+    confirm: &'a Arc<dyn crate::confirm::Confirm>,
 }
 
 impl Agent {
@@ -261,6 +268,7 @@ impl Agent {
             owner: None,
             skills: None,
             cli: None,
+            confirm: Arc::new(crate::confirm::NoConfirm),
         }
     }
 
@@ -279,6 +287,12 @@ impl Agent {
     /// answered by that CLI through `delegation` (a direct `use_cli` task).
     pub fn with_cli(mut self, cli: Arc<dyn CodingCli>) -> Self {
         self.cli = Some(cli);
+        self
+    }
+
+    /// Lets the tools ask the chat's user before a risky step (the host's questions).
+    pub fn with_confirm(mut self, confirm: Arc<dyn crate::confirm::Confirm>) -> Self {
+        self.confirm = confirm;
         self
     }
 
@@ -389,6 +403,7 @@ impl Agent {
             budget,
             owner,
             tools_on,
+            confirm: &self.confirm,
         };
         let budget = Duration::from_secs(self.config.turn_timeout_secs);
         let inner = self.run_loop(&turn, text);

@@ -42,6 +42,9 @@ pub struct ToolContext {
     /// The skills `read_skill` returned in this turn, with the content they had: the turn's
     /// delegated tasks get their declared destinations (the host's `skill_grants`).
     pub skills_read: crate::skills::SkillsRead,
+    /// Asks the chat's user before a risky step (`agent.confirm`); goes on at once when the
+    /// step is not listed.
+    pub confirm: Arc<dyn crate::confirm::Confirm>,
 }
 
 impl ToolContext {
@@ -58,6 +61,7 @@ impl ToolContext {
             turn: TurnOrigin::Message { user: None },
             task_tokens: Arc::default(),
             skills_read: Default::default(),
+            confirm: Arc::new(crate::confirm::NoConfirm),
         }
     }
 }

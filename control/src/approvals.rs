@@ -15,7 +15,8 @@ pub mod approvals_paths {
     pub const EGRESS_RULES_REMOVE: &str = "/v1/egress/rules/remove";
 }
 
-/// A question waiting for an answer: a task's held request to a destination no rule allows.
+/// A question waiting for an answer: a task's held request to a destination no rule allows,
+/// a task's first use of a `--confirm` secret, or a tool's step `agent.confirm` lists.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingApproval {
     pub id: i64,
@@ -31,6 +32,18 @@ pub struct PendingApproval {
     /// Whether a proxy-mode secret would be filled into the request.
     pub secret: bool,
     pub waiting_secs: u64,
+    /// What it is about: `egress` (a destination; what a daemon from before kinds sends, so
+    /// the default), `secret` (a `--confirm` secret's use), `send_file`, `delete`. A step's
+    /// question has an empty task, host and method.
+    #[serde(default = "egress_kind")]
+    pub kind: String,
+    /// A `secret` question's secret name; a step's file.
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+fn egress_kind() -> String {
+    "egress".to_owned()
 }
 
 /// `GET /v1/approvals`.

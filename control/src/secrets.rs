@@ -81,6 +81,11 @@ pub struct SecretSet {
     /// a stdin-mode value is handed to the container, so it must be asked for).
     #[serde(default)]
     pub mode: Option<String>,
+    /// `--confirm`: the egress fills the value into a task's request only once the chat's
+    /// user allowed it for that task (proxy mode). Left out of the body when false, so a
+    /// daemon from before the flag still takes the request.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confirm: bool,
 }
 
 /// `POST /v1/secrets/remove`.
@@ -105,6 +110,9 @@ pub struct SecretEntry {
     /// Why the value cannot be used (vault off, wrong master key, corrupt row), if it cannot.
     #[serde(default)]
     pub unreadable: Option<String>,
+    /// Stored with `--confirm` (a daemon from before the flag sends none: false).
+    #[serde(default)]
+    pub confirm: bool,
 }
 
 /// `GET /v1/secrets`.
@@ -130,12 +138,15 @@ mod tests {
             hosts: vec!["api.github.com".into()],
             places: vec![],
             mode: None,
+            confirm: false,
         };
         let debug = format!("{set:?} {:?}", set.value);
         assert!(!debug.contains("very-secret"), "{debug}");
         assert!(debug.contains("[redacted]"), "{debug}");
         let body = serde_json::to_string(&set).unwrap();
         assert!(body.contains(r#""value":"ghp-very-secret-1234""#), "{body}");
+        // Left out when false: a daemon from before `--confirm` refuses unknown fields.
+        assert!(!body.contains("confirm"), "{body}");
         let back: SecretSet = serde_json::from_str(&body).unwrap();
         assert_eq!(back, set);
     }
@@ -145,7 +156,7 @@ mod tests {
         let set: SecretSet =
             serde_json::from_str(r#"{"scope":"telegram:1","name":"A_B","value":"xxxxxxxx"}"#)
                 .unwrap();
-        assert!(set.hosts.is_empty() && set.mode.is_none());
+        assert!(set.hosts.is_empty() && set.mode.is_none() && !set.confirm);
         assert_eq!(set.value.expose(), "xxxxxxxx");
     }
 }

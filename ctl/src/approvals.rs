@@ -15,7 +15,8 @@ pub enum ApprovalsCommand {
     /// The egress mode and the questions waiting: id, chat, task, destination, request
     #[command(visible_alias = "list")]
     Ls,
-    /// Let a held request through: once (default), for the task, or always for its chat
+    /// Let a held request (or a confirmation's step) through: once (default; a confirmation's
+    /// Allow), for the task, or always for its chat (egress only)
     Allow {
         /// The question's id (`approvals ls`)
         id: i64,
@@ -134,15 +135,30 @@ fn list(l: &ApprovalList) -> String {
         out.push_str("no questions waiting\n");
         return out;
     }
-    let mut t = Table::new(&["id", "chat", "task", "destination", "request", "secret", "waiting"]);
+    let mut t =
+        Table::new(&["id", "kind", "chat", "task", "destination", "request", "secret", "waiting"]);
     for p in &l.pending {
+        // A step's question (send_file, delete) has no task or request: its file is it.
+        let step = p.host.is_empty();
+        let secret = match (&p.subject, p.kind.as_str()) {
+            (Some(name), "secret") => name.clone(),
+            _ if p.secret => "yes".to_owned(),
+            _ => "no".to_owned(),
+        };
         t.row(vec![
             p.id.to_string(),
+            p.kind.clone(),
             p.chat.clone(),
-            p.task_id.clone(),
-            format!("{}:{}", p.host, p.port),
-            format!("{} {}", p.method, or_dash(p.path.as_ref(), |p| p.clone())),
-            if p.secret { "yes" } else { "no" }.to_owned(),
+            if p.task_id.is_empty() { "-".to_owned() } else { p.task_id.clone() },
+            match step {
+                true => or_dash(p.subject.as_ref(), |s| s.clone()),
+                false => format!("{}:{}", p.host, p.port),
+            },
+            match step {
+                true => "-".to_owned(),
+                false => format!("{} {}", p.method, or_dash(p.path.as_ref(), |p| p.clone())),
+            },
+            secret,
             format!("{}s", p.waiting_secs),
         ]);
     }

@@ -87,6 +87,10 @@ pub struct SetArgs {
     /// container gets it (and holds it) [default: proxy with --host; without, give stdin]
     #[arg(long, value_parser = ["proxy", "stdin"])]
     pub mode: Option<String>,
+    /// Ask the chat's user (buttons in the chat, or `nexbot-ctl approvals`) before the egress
+    /// fills the value into a task's request, once per task (proxy mode only)
+    #[arg(long)]
+    pub confirm: bool,
 }
 
 pub async fn run(ctx: &Ctx, command: SecretsCommand) -> anyhow::Result<()> {
@@ -100,6 +104,7 @@ pub async fn run(ctx: &Ctx, command: SecretsCommand) -> anyhow::Result<()> {
                 hosts: args.hosts,
                 places: args.places,
                 mode: args.mode,
+                confirm: args.confirm,
             };
             let answer = post(ctx, secrets_paths::SECRETS, &body).await?;
             show(ctx, answer, |e: SecretEntry| stored(&e))
@@ -191,8 +196,9 @@ fn read_line_hidden(stdin: &std::io::Stdin) -> anyhow::Result<Zeroizing<Vec<u8>>
 fn stored(e: &SecretEntry) -> String {
     let binding =
         if e.hosts.is_empty() { String::new() } else { format!(", for {}", e.hosts.join(", ")) };
+    let confirm = if e.confirm { "; a task's first use asks the chat first" } else { "" };
     format!(
-        "secret {} stored in {} ({} mode{binding})\n",
+        "secret {} stored in {} ({} mode{binding}{confirm})\n",
         one_line(&e.name),
         one_line(&e.scope),
         e.mode
@@ -207,7 +213,7 @@ pub fn list(l: &SecretList) -> String {
         t.row(vec![
             e.scope.clone(),
             e.name.clone(),
-            e.mode.clone(),
+            if e.confirm { format!("{}+confirm", e.mode) } else { e.mode.clone() },
             or_dash((!e.hosts.is_empty()).then_some(&e.hosts), |h| h.join(",")),
             utc_time(e.updated_at),
             if e.unreadable.is_some() { "NO" } else { "yes" }.to_owned(),
@@ -268,6 +274,7 @@ mod tests {
                     hosts: vec!["api.github.com".into(), "*.github.com".into()],
                     updated_at: 0,
                     unreadable: None,
+                    confirm: false,
                 },
                 SecretEntry {
                     scope: "operator".into(),
@@ -276,6 +283,7 @@ mod tests {
                     hosts: vec![],
                     updated_at: 0,
                     unreadable: Some("NEXBOT_MASTER_KEY is not the key".into()),
+                    confirm: false,
                 },
             ],
         };

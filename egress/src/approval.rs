@@ -150,6 +150,10 @@ pub struct ApprovalRequest {
     pub path: Option<String>,
     /// Whether a proxy-mode secret of the task would be filled into this request.
     pub secret: bool,
+    /// `Some`: not a question about the destination (it is allowed) but about filling this
+    /// proxy-mode secret, stored with `--confirm`, into the task's request — asked once per
+    /// task and secret. The name only: the value never leaves the proxy's table.
+    pub secret_name: Option<String>,
 }
 
 /// The approver's answer.

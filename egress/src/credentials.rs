@@ -32,11 +32,20 @@ pub struct Credential {
     /// Where the value may be sent: hosts, and the places in their requests (`binding.rs`).
     /// Empty: a secret the task got another way (stdin), never substituted, only scrubbed.
     pub bindings: Vec<Binding>,
+    /// Stored with `--confirm`: filled into a request of the task only once the chat's user
+    /// allowed it for the task (the proxy asks its [`crate::Approver`] first).
+    pub confirm: bool,
 }
 
 impl Credential {
     pub fn new(name: impl Into<String>, value: SecretString, bindings: Vec<Binding>) -> Self {
-        Self { name: name.into(), value, bindings }
+        Self { name: name.into(), value, bindings, confirm: false }
+    }
+
+    /// This credential, asked about before its first use by the task (`--confirm`).
+    pub fn confirmed_first(mut self) -> Self {
+        self.confirm = true;
+        self
     }
 
     /// Whether a request to `to` may carry the value somewhere.
@@ -62,6 +71,7 @@ impl std::fmt::Debug for Credential {
             .field("name", &self.name)
             .field("value", &"[hidden]")
             .field("bindings", &self.bindings)
+            .field("confirm", &self.confirm)
             .finish()
     }
 }

@@ -31,7 +31,7 @@ use base64::Engine;
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
-use super::approval::{Approval, ApprovalRequest, EgressMode, NO_ANSWER};
+use super::approval::{Approval, ApprovalRequest, Approver, EgressMode, NO_ANSWER};
 use super::attribution::Attributed;
 use super::audit::{ConnAudit, Direction, Origin, Verdict};
 use super::binding::Destination;
@@ -454,10 +454,25 @@ async fn gate(
         method: held.method,
         path: held.path,
         secret: held.secret,
+        secret_name: None,
     };
+    match held_for_answer(approver.as_ref(), request, audit, shared).await {
+        Approval::Allow => Ok(true),
+        Approval::Refuse(why) => Err(deny(format!("not_approved: {destination}: {why}"))),
+    }
+}
+
+/// Asks `approver` about a held request and waits for its answer — but never longer than
+/// `egress.approval_timeout_secs` (and a grace), the task's life or the proxy's.
+async fn held_for_answer(
+    approver: &dyn Approver,
+    request: ApprovalRequest,
+    audit: &ConnAudit,
+    shared: &Shared,
+) -> Approval {
     // The approver owns the deadline (it says "no answer" and records it); the proxy's own
     // bound, a little later, only guards against an approver that never answers.
-    let wait = config.approval_timeout() + APPROVER_GRACE;
+    let wait = shared.config.approval_timeout() + APPROVER_GRACE;
     let task_cut = audit.task_cut();
     let task_end = async {
         match &task_cut {
@@ -465,7 +480,7 @@ async fn gate(
             None => std::future::pending().await,
         }
     };
-    let answer = tokio::select! {
+    tokio::select! {
         answer = tokio::time::timeout(wait, approver.approve(request)) => match answer {
             Ok(answer) => answer,
             Err(_) => Approval::Refuse(NO_ANSWER.to_owned()),
@@ -474,11 +489,55 @@ async fn gate(
         () = shared.stop.cancelled() => {
             Approval::Refuse("the proxy is stopping (daemon stop or restart)".into())
         }
-    };
-    match answer {
-        Approval::Allow => Ok(true),
-        Approval::Refuse(why) => Err(deny(format!("not_approved: {destination}: {why}"))),
     }
+}
+
+/// For each secret filled into a request that was stored with `--confirm`, the approver's
+/// yes before the request goes anywhere (it remembers a yes for the task, so only a task's
+/// first use waits). A no, or no answer, refuses the request: it is never sent without the
+/// value, nor with it.
+async fn confirm_secrets(
+    filled: &BTreeSet<String>,
+    secrets: &TaskSecrets,
+    to: (&str, u16),
+    held: &Held,
+    audit: &ConnAudit,
+    shared: &Shared,
+) -> Result<(), Response<ResponseBody>> {
+    let asked = filled.iter().filter(|name| secrets.get(name).is_some_and(|c| c.confirm));
+    for name in asked {
+        let deny = |why: String| {
+            let reason = format!(
+                "secret_not_confirmed: the secret {name} was stored with --confirm and is \
+                 filled in only once the user allows it for this task: {why}; the request \
+                 was not sent"
+            );
+            refuse(audit, Verdict::Denied, StatusCode::FORBIDDEN, reason)
+        };
+        let Some(task_id) = audit.origin().task_id.clone() else {
+            return Err(deny("a request of no task has nobody to ask".into()));
+        };
+        let Some(approver) = shared.approver.get() else {
+            return Err(deny(
+                "nobody can be asked yet (the daemon has not set up its questions)".into(),
+            ));
+        };
+        let request = ApprovalRequest {
+            task_id,
+            host: to.0.to_owned(),
+            port: to.1,
+            method: held.method.clone(),
+            path: held.path.clone(),
+            secret: true,
+            secret_name: Some(name.clone()),
+        };
+        if let Approval::Refuse(why) =
+            held_for_answer(approver.as_ref(), request, audit, shared).await
+        {
+            return Err(deny(why));
+        }
+    }
+    Ok(())
 }
 
 async fn connect(
@@ -635,13 +694,23 @@ async fn forward(
     }
     parts.uri = uri.path_and_query().map_or("/", |p| p.as_str()).parse().unwrap_or_default();
     let limits = &shared.config.proxy;
+    let path = Some(uri.path().to_owned());
     let (body, secret) = match (&secrets, &target) {
         (Some(secrets), Ok(target)) => {
             let to = Destination { host: &target.host, port, https };
-            match prepare(&mut parts, body, secrets, &to, &audit, deadline, limits).await {
-                Ok(prepared) => prepared,
-                Err(response) => return response,
+            let (body, filled) =
+                match prepare(&mut parts, body, secrets, &to, &audit, deadline, limits).await {
+                    Ok(prepared) => prepared,
+                    Err(response) => return response,
+                };
+            let held = Held { method: method.clone(), path: path.clone(), secret: true };
+            let to = (target.host.as_str(), port);
+            if let Err(response) =
+                confirm_secrets(&filled, secrets, to, &held, &audit, &shared).await
+            {
+                return response;
             }
+            (body, !filled.is_empty())
         }
         _ => {
             let body = MeteredBody::new(
@@ -656,7 +725,7 @@ async fn forward(
     };
     let upstream = Request::from_parts(parts, body);
 
-    let held = Held { method, path: Some(uri.path().to_owned()), secret };
+    let held = Held { method, path, secret };
     let stream = match open(target, attributed, held, &audit, &shared).await {
         Ok(stream) => stream,
         Err(response) => return response,
@@ -711,7 +780,8 @@ async fn forward(
 /// For a task with credentials, before anything is dialled: reads the body whole (at most
 /// [`MAX_SECRET_BODY_BYTES`]), puts the values into the target, the headers and the body for
 /// `host` — or refuses the request when one may not go there — fixes `Content-Length`, and
-/// asks for an uncompressed answer (which is scrubbed on its way back).
+/// asks for an uncompressed answer (which is scrubbed on its way back). Returns the body and
+/// the names of the secrets filled in.
 async fn prepare(
     parts: &mut http::request::Parts,
     body: Incoming,
@@ -720,7 +790,7 @@ async fn prepare(
     audit: &Arc<ConnAudit>,
     deadline: Instant,
     limits: &super::ProxyConfig,
-) -> Result<(ResponseBody, bool), Response<ResponseBody>> {
+) -> Result<(ResponseBody, BTreeSet<String>), Response<ResponseBody>> {
     let too_large = || {
         let reason = format!(
             "secret_body_too_large: a request of a task with secrets is read whole to put them \
@@ -782,14 +852,13 @@ async fn prepare(
     // Without it any coding is acceptable (RFC 9110 §12.5.3), and a compressed answer could
     // hide a value from the scrub.
     parts.headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    let filled = !used.is_empty();
-    if filled {
-        audit.secrets(used.into_iter().collect(), true);
+    if !used.is_empty() {
+        audit.secrets(used.iter().cloned().collect(), true);
     }
     let body = http_body_util::Full::new(bytes);
     let body =
         MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline));
-    Ok((body.boxed_unsync(), filled))
+    Ok((body.boxed_unsync(), used))
 }
 
 /// Sends `request` over `io` (a connection to the checked address, TLS or not) and waits for

@@ -144,13 +144,20 @@ impl App {
         };
         // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
         // are registered with them, the router (below) shows them, `/egress` answers them.
-        let approvals = sandbox.as_ref().map(|sandbox| {
+        // Built without a sandbox too: the tools' confirmations (`agent.confirm`) use them.
+        let approvals = {
             let owner = config.telegram.owner;
-            let approvals = Approvals::with_owner(sandbox.egress().config(), store.clone(), owner);
-            let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
-            sandbox.egress().set_approver(approver);
-            approvals
-        });
+            let egress = match &sandbox {
+                Some(sandbox) => sandbox.egress().config().clone(),
+                None => config.egress_config(),
+            };
+            let approvals = Approvals::with_owner(&egress, store.clone(), owner);
+            if let Some(sandbox) = &sandbox {
+                let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
+                sandbox.egress().set_approver(approver);
+            }
+            Some(approvals)
+        };
         if let Some(approvals) = &approvals {
             approvals.expire_leftovers().await;
         }
@@ -166,7 +173,11 @@ impl App {
             }
             delegation
         });
-        let guards = Guards { vault: Some(vault.clone()), exits: Some(exits.clone()) };
+        let confirm = approvals.clone().map(|approvals| {
+            let confirm = crate::approvals::StepConfirm::new(approvals, &config.agent);
+            Arc::new(confirm) as Arc<dyn nexbot_agent::confirm::Confirm>
+        });
+        let guards = Guards { vault: Some(vault.clone()), exits: Some(exits.clone()), confirm };
         let agent = match build_agent_with_hooks(
             config,
             store.clone(),
@@ -241,8 +252,11 @@ impl App {
         if let Some(approvals) = &approvals {
             approvals.set_channel(router.clone());
             commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));
-            let line = crate::approvals::mode_line(&config.egress);
-            status.add("egress", move || line.clone());
+            commands.add(Arc::new(crate::approvals::ApproveCommand(approvals.clone())));
+            if sandbox.is_some() {
+                let line = crate::approvals::mode_line(&config.egress);
+                status.add("egress", move || line.clone());
+            }
         }
         let line = vault.clone();
         status.add(crate::commands::SECRETS_LINE, move || crate::vault::status_line(&line));

@@ -1,25 +1,35 @@
-//! Egress approvals: the one question machinery behind `egress.mode = "ask"`.
+//! Approvals: the one question machinery behind `egress.mode = "ask"`, `--confirm` secrets
+//! and `agent.confirm`.
 //!
-//! The proxy (`nexbot-egress`) holds a connection to a destination no rule covers and asks
-//! its [`Approver`] — this. A question is a pending entry with an id (the row of
-//! `egress_questions`, unique across restarts) and a deadline (`egress.approval_timeout_secs`),
-//! asked in the chat that owns the task, with four buttons (`/egress <id> once|task|chat|deny`,
-//! commands like any other button, so a press is checked like typing). It can be answered
-//! from any channel (a press, a typed command) or from `nexbot-ctl approvals`; whoever answers
-//! first wins, and the chat's message is edited to say what was decided and by whom.
+//! A question is a pending entry with an id (the row of `egress_questions`, unique across
+//! restarts) and a deadline (`egress.approval_timeout_secs`), asked in the chat it belongs to
+//! with buttons (commands like any other button, so a press is checked like typing). It can
+//! be answered from any channel (a press, a typed command) or from `nexbot-ctl approvals`;
+//! whoever answers first wins, and the chat's message is edited to say what was decided and
+//! by whom. Its [`Kind`] says what it is about:
 //!
-//! Why here and not in the proxy: the proxy knows no chat, no user and no store; why not in a
-//! channel: the same question is answered from several places. What is remembered:
-//! "Allow for this task" is a grant kept while the task runs; "Always for this chat" is a row
-//! of `egress_rules` (per chat, host and port), which survives restarts. Several held
-//! requests of one task to one destination wait on one question; a task may ask about at
-//! most `egress.max_questions_per_task` destinations.
+//! - `egress`: the proxy (`nexbot-egress`) holds a connection to a destination no rule
+//!   covers and asks its [`Approver`] — this. Four buttons (`/egress <id>
+//!   once|task|chat|deny`).
+//! - `secret`: a task's request would carry a proxy-mode secret stored with `--confirm`; the
+//!   proxy holds it and asks (the request names the secret, never its value). Allow for this
+//!   task / Deny (`/approve <id> task|deny`).
+//! - `send_file`, `delete`: a main-agent tool is about to take a step `agent.confirm` lists
+//!   ([`StepConfirm`]). Allow / Deny (`/approve <id> allow|deny`).
+//!
+//! Why here and not in the proxy or a tool: they know no chat, no user and no store; why not
+//! in a channel: the same question is answered from several places. What is remembered:
+//! "Allow for this task" is a grant kept while the task runs (a destination, or a secret);
+//! "Always for this chat" (egress only) is a row of `egress_rules` (per chat, host and port),
+//! which survives restarts. Several held requests of one task about one thing wait on one
+//! question; a task may ask about at most `egress.max_questions_per_task` destinations.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use nexbot_agent::confirm::{Confirm, ConfirmKind, Refused, Step};
 use nexbot_control::PendingApproval;
 use nexbot_core::ChatRef;
 use tokio::sync::watch;
@@ -31,17 +41,19 @@ use crate::egress::{
 };
 use crate::store::{EgressQuestionRow, Store};
 
-/// The command word of the questions' buttons.
+/// The command word of the egress questions' buttons.
 pub const COMMAND: &str = "egress";
+/// The command word of the other questions' buttons (either word answers any question).
+pub const CONFIRM_COMMAND: &str = "approve";
 
 /// An answer to a question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Choice {
-    /// The requests held now go; the next request to it asks again.
+    /// The requests held now go (a confirmation: this step goes); the next asks again.
     Once,
-    /// Everything the task sends there goes, until it ends.
+    /// Everything the task sends there (or every use of the secret) goes, until it ends.
     Task,
-    /// An "always" rule for the chat: every task of the chat, across restarts.
+    /// An "always" rule for the chat: every task of the chat, across restarts (egress only).
     Chat,
     Deny,
 }
@@ -49,10 +61,10 @@ pub enum Choice {
 impl Choice {
     pub fn parse(word: &str) -> Option<Self> {
         match word.trim().to_ascii_lowercase().as_str() {
-            "once" | "o" => Some(Self::Once),
+            "once" | "o" | "allow" | "yes" => Some(Self::Once),
             "task" | "t" => Some(Self::Task),
             "chat" | "always" | "a" => Some(Self::Chat),
-            "deny" | "d" => Some(Self::Deny),
+            "deny" | "d" | "no" => Some(Self::Deny),
             _ => None,
         }
     }
@@ -67,15 +79,97 @@ impl Choice {
         }
     }
 
-    fn decided(self) -> &'static str {
-        match self {
-            Self::Once => "Allowed once",
-            Self::Task => "Allowed for this task",
-            Self::Chat => "Always allowed for this chat",
-            Self::Deny => "Denied",
+    fn decided(self, kind: Kind) -> &'static str {
+        match (self, kind) {
+            (Self::Once, Kind::Egress) => "Allowed once",
+            (Self::Once, _) => "Allowed",
+            (Self::Task, _) => "Allowed for this task",
+            (Self::Chat, _) => "Always allowed for this chat",
+            (Self::Deny, _) => "Denied",
         }
     }
 }
+
+/// What a question is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A destination no egress rule covers.
+    Egress,
+    /// A `--confirm` secret's use by a task.
+    Secret,
+    /// A step `agent.confirm` lists.
+    Step(ConfirmKind),
+}
+
+impl Kind {
+    /// As stored (`egress_questions.kind`) and listed (`nexbot-ctl approvals ls`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Egress => "egress",
+            Self::Secret => "secret",
+            Self::Step(step) => step.as_str(),
+        }
+    }
+
+    /// Whether `choice` answers a question of this kind.
+    fn takes(self, choice: Choice) -> bool {
+        match self {
+            Self::Egress => true,
+            Self::Secret => choice != Choice::Chat,
+            Self::Step(_) => matches!(choice, Choice::Once | Choice::Deny),
+        }
+    }
+
+    /// The answers it takes, in words (an error lists them).
+    fn answers(self) -> &'static str {
+        match self {
+            Self::Egress => "once, task, chat or deny",
+            Self::Secret => "task (or once) or deny",
+            Self::Step(_) => "allow or deny",
+        }
+    }
+}
+
+/// A question's subject as it is asked.
+#[derive(Debug, Clone)]
+enum Question {
+    /// A held request of a task: about its destination, or (`secret_name`) a secret.
+    Request(ApprovalRequest),
+    /// A tool's step in a chat's turn.
+    Step(Step),
+}
+
+impl Question {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::Request(r) if r.secret_name.is_some() => Kind::Secret,
+            Self::Request(_) => Kind::Egress,
+            Self::Step(step) => Kind::Step(step.kind()),
+        }
+    }
+
+    /// What joins waiting askers into one question (besides the task and kind).
+    fn subject(&self) -> String {
+        match self {
+            Self::Request(r) => match &r.secret_name {
+                Some(name) => name.clone(),
+                None => format!("{}:{}", r.host, r.port),
+            },
+            Self::Step(Step::SendFile { path, .. } | Step::Delete { path }) => path.clone(),
+        }
+    }
+
+    /// The task it belongs to (`""`: a chat's turn).
+    fn task_id(&self) -> &str {
+        match self {
+            Self::Request(r) => &r.task_id,
+            Self::Step(_) => "",
+        }
+    }
+}
+
+/// One question: its task (or the chat's turn), its kind and subject.
+type Key = (String, Kind, String);
 
 /// How a question ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,19 +188,18 @@ enum Outcome {
 #[derive(Debug)]
 struct Pending {
     id: i64,
-    task_id: String,
     chat: ChatRef,
-    host: String,
-    port: u16,
-    method: String,
-    path: Option<String>,
-    secret: bool,
+    question: Question,
     asked: Instant,
     /// When it is refused for want of an answer (set when it is created, before the message
     /// goes out, so a slow channel does not lengthen it).
     deadline: tokio::time::Instant,
     outcome: watch::Sender<Option<Outcome>>,
 }
+
+/// The id of a question reserved but not yet recorded (ids are SQLite rowids, from 1): no
+/// answer reaches it, no list shows it.
+const RESERVED: i64 = 0;
 
 /// A running task as the approvals know it.
 #[derive(Debug)]
@@ -121,6 +214,11 @@ struct TaskEntry {
     user: Option<i64>,
     /// "Allow for this task" destinations.
     granted: HashSet<(String, u16)>,
+    /// "Allow for this task" `--confirm` secrets, by name.
+    secrets: HashSet<String>,
+    /// `--confirm` secrets the user denied to this task: its later requests are refused
+    /// without asking again (a model retrying must not flood the chat with questions).
+    denied_secrets: HashSet<String>,
     /// Destinations asked about (the cap counts them).
     asked: HashSet<(String, u16)>,
     /// Whether the chat was told that the cap was reached.
@@ -130,12 +228,14 @@ struct TaskEntry {
 #[derive(Debug, Default)]
 struct State {
     tasks: HashMap<String, TaskEntry>,
-    /// By (task, host, port): one question however many requests wait on it.
-    pending: HashMap<(String, String, u16), Pending>,
+    /// One question however many requests wait on it.
+    pending: HashMap<Key, Pending>,
     stopping: bool,
 }
 
-/// Questions counted by how they ended, and the time answers took (for `/metrics`).
+/// Questions counted by how they ended, and the time answers took (for `/metrics`). The
+/// named counters (and the answer times) are the egress questions'; the other kinds are
+/// counted in `confirmations`.
 #[derive(Debug, Default)]
 pub struct ApprovalMetrics {
     pub once: AtomicU64,
@@ -147,25 +247,59 @@ pub struct ApprovalMetrics {
     /// Sum of the answered questions' answer times, in milliseconds, and how many.
     pub answer_ms_sum: AtomicU64,
     pub answered: AtomicU64,
+    /// The other kinds' questions by (kind, how it ended).
+    confirmations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+}
+
+impl ApprovalMetrics {
+    /// The `secret`, `send_file` and `delete` questions by (kind, how they ended).
+    pub fn confirmations(&self) -> Vec<((&'static str, &'static str), u64)> {
+        let counts = self.confirmations.lock().unwrap_or_else(|p| p.into_inner());
+        counts.iter().map(|(k, n)| (*k, *n)).collect()
+    }
+
+    fn count(&self, kind: Kind, ended: &'static str, answer_ms: Option<u64>) {
+        if kind != Kind::Egress {
+            let mut counts = self.confirmations.lock().unwrap_or_else(|p| p.into_inner());
+            *counts.entry((kind.as_str(), ended)).or_default() += 1;
+            return;
+        }
+        if let Some(ms) = answer_ms {
+            self.answered.fetch_add(1, Ordering::Relaxed);
+            self.answer_ms_sum.fetch_add(ms, Ordering::Relaxed);
+        }
+        let counter = match ended {
+            "once" => &self.once,
+            "task" => &self.task,
+            "chat" => &self.chat,
+            "deny" => &self.deny,
+            "no_answer" => &self.no_answer,
+            _ => &self.expired,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Why an answer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
     #[error(
-        "no egress question {0} is waiting (it was answered, its time ran out, or its task \
-         ended); `nexbot-ctl approvals ls` lists the waiting ones"
+        "no question {0} is waiting (it was answered, its time ran out, or its task ended); \
+         `nexbot-ctl approvals ls` lists the waiting ones"
     )]
     NotWaiting(i64),
-    #[error("egress question {id} belongs to another chat; only {chat} can answer it there")]
+    #[error("question {id} belongs to another chat; only {chat} can answer it there")]
     OtherChat { id: i64, chat: String },
+    #[error("question {id} is a {kind} question; it takes {answers}")]
+    WrongAnswer { id: i64, kind: &'static str, answers: &'static str },
 }
 
-/// The egress approvals of the daemon. Cheap to share (`Arc`).
+/// The approvals of the daemon. Cheap to share (`Arc`).
 pub struct Approvals {
     mode: EgressMode,
-    /// The owner's Telegram user id: in a group, the owner and the member who started the
-    /// task answer a question (a private chat's only presser is its user; the console has one).
+    /// The owner's Telegram user id: in a group, the owner (and the member who started the
+    /// task) answers a question (a private chat's only presser is its user; the console has
+    /// one).
     owner: Option<i64>,
     wait: Duration,
     max_per_task: usize,
@@ -222,8 +356,8 @@ impl Approvals {
     pub async fn expire_leftovers(&self) {
         match self.store.expire_egress_questions().await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(n, "egress questions of an earlier run marked expired"),
-            Err(e) => tracing::warn!(error = %e, "cannot expire earlier egress questions"),
+            Ok(n) => tracing::info!(n, "questions of an earlier run marked expired"),
+            Err(e) => tracing::warn!(error = %e, "cannot expire earlier questions"),
         }
     }
 
@@ -236,6 +370,8 @@ impl Approvals {
             unattended,
             user: None,
             granted: HashSet::new(),
+            secrets: HashSet::new(),
+            denied_secrets: HashSet::new(),
             asked: HashSet::new(),
             capped: false,
         };
@@ -259,7 +395,8 @@ impl Approvals {
     }
 
     /// Whether `user` may answer question `id` in a group: the owner, or the member whose
-    /// message started the task. (In a private chat the chat is its user; the channel's
+    /// message started the question's task. (A step of a turn — a file to send or delete —
+    /// is the owner's to answer there. In a private chat the chat is its user; the channel's
     /// allow-list decides who writes there.)
     pub fn may_answer(&self, id: i64, user: Option<i64>) -> bool {
         let Some(user) = user else { return false };
@@ -267,7 +404,8 @@ impl Approvals {
             return true;
         }
         let state = self.lock();
-        let task = state.pending.values().find(|p| p.id == id).map(|p| p.task_id.as_str());
+        let pending = state.pending.values().find(|p| p.id == id && id != RESERVED);
+        let task = pending.map(|p| p.question.task_id()).filter(|t| !t.is_empty());
         task.and_then(|t| state.tasks.get(t)).is_some_and(|t| t.user == Some(user))
     }
 
@@ -275,7 +413,7 @@ impl Approvals {
     pub fn end_task(&self, task_id: &str) {
         let mut state = self.lock();
         state.tasks.remove(task_id);
-        for pending in state.pending.values().filter(|p| p.task_id == task_id) {
+        for pending in state.pending.values().filter(|p| p.question.task_id() == task_id) {
             pending.outcome.send_if_modified(|o| settle(o, Outcome::Expired("task ended".into())));
         }
     }
@@ -292,7 +430,10 @@ impl Approvals {
             outcome.send_if_modified(|o| settle(o, Outcome::Expired("the daemon stopped".into())));
         }
         if !waiting.is_empty() {
-            tracing::info!(n = waiting.len(), "waiting egress questions expired at stop");
+            tracing::info!(
+                n = waiting.len(),
+                "waiting egress questions expired at stop (confirmations too)"
+            );
         }
         // The askers record it; this catches what they did not reach.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -305,16 +446,39 @@ impl Approvals {
         let mut views: Vec<PendingApproval> = state
             .pending
             .values()
-            .map(|p| PendingApproval {
-                id: p.id,
-                task_id: p.task_id.clone(),
-                chat: p.chat.to_string(),
-                host: p.host.clone(),
-                port: p.port,
-                method: p.method.clone(),
-                path: p.path.clone(),
-                secret: p.secret,
-                waiting_secs: p.asked.elapsed().as_secs(),
+            .filter(|p| p.id != RESERVED)
+            .map(|p| {
+                let kind = p.question.kind().as_str().to_owned();
+                let waiting_secs = p.asked.elapsed().as_secs();
+                let (id, chat) = (p.id, p.chat.to_string());
+                match &p.question {
+                    Question::Request(r) => PendingApproval {
+                        id,
+                        task_id: r.task_id.clone(),
+                        chat,
+                        host: r.host.clone(),
+                        port: r.port,
+                        method: r.method.clone(),
+                        path: r.path.clone(),
+                        secret: r.secret,
+                        waiting_secs,
+                        kind,
+                        subject: r.secret_name.clone(),
+                    },
+                    Question::Step(step) => PendingApproval {
+                        id,
+                        task_id: String::new(),
+                        chat,
+                        host: String::new(),
+                        port: 0,
+                        method: String::new(),
+                        path: None,
+                        secret: false,
+                        waiting_secs,
+                        kind,
+                        subject: Some(step_subject(step)),
+                    },
+                }
             })
             .collect();
         views.sort_by_key(|v| v.id);
@@ -329,27 +493,39 @@ impl Approvals {
         choice: Choice,
         by: &str,
         from: Option<&ChatRef>,
-    ) -> Result<(), AnswerError> {
+    ) -> Result<Kind, AnswerError> {
         let mut state = self.lock();
-        let pending = state.pending.values().find(|p| p.id == id);
+        let pending = state.pending.values().find(|p| p.id == id && id != RESERVED);
         let Some(pending) = pending else { return Err(AnswerError::NotWaiting(id)) };
         if from.is_some_and(|chat| *chat != pending.chat) {
             return Err(AnswerError::OtherChat { id, chat: pending.chat.to_string() });
+        }
+        let kind = pending.question.kind();
+        if !kind.takes(choice) {
+            return Err(AnswerError::WrongAnswer {
+                id,
+                kind: kind.as_str(),
+                answers: kind.answers(),
+            });
         }
         let outcome = Outcome::Answered { choice, by: by.to_owned() };
         if !pending.outcome.send_if_modified(|o| settle(o, outcome)) {
             return Err(AnswerError::NotWaiting(id));
         }
         // Granted before anyone waiting is let go: the task's next request to the same
-        // destination must find it, not ask again.
-        if matches!(choice, Choice::Task | Choice::Chat) {
-            let task_id = pending.task_id.clone();
-            let destination = (pending.host.clone(), pending.port);
-            if let Some(task) = state.tasks.get_mut(&task_id) {
-                task.granted.insert(destination);
+        // destination (or with the same secret) must find it, not ask again.
+        if let Question::Request(r) = &pending.question {
+            let r = r.clone();
+            if let Some(task) = state.tasks.get_mut(&r.task_id) {
+                match (r.secret_name, choice) {
+                    (Some(name), Choice::Task) => task.secrets.insert(name),
+                    (Some(name), Choice::Deny) => task.denied_secrets.insert(name),
+                    (None, Choice::Task | Choice::Chat) => task.granted.insert((r.host, r.port)),
+                    _ => false,
+                };
             }
         }
-        Ok(())
+        Ok(kind)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -366,11 +542,28 @@ impl Approvals {
                     "the daemon knows no running task of this request to ask about".into(),
                 );
             };
-            if task.granted.contains(&destination) {
+            let granted = match &request.secret_name {
+                Some(name) => task.secrets.contains(name),
+                None => task.granted.contains(&destination),
+            };
+            if granted {
                 return Approval::Allow;
+            }
+            if request.secret_name.as_ref().is_some_and(|n| task.denied_secrets.contains(n)) {
+                return Approval::Refuse(format!("{DENIED_BY_USER} (earlier, for this task)"));
             }
             (task.chat.clone(), task.unattended)
         };
+        if let Some(name) = &request.secret_name {
+            // A `--confirm` secret: no rule stands for the user's yes.
+            if unattended {
+                return Approval::Refuse(format!(
+                    "nobody to ask: the secret {name} was stored with --confirm, and the task \
+                     runs for a scheduled job or a heartbeat check"
+                ));
+            }
+            return self.wait_answer(Question::Request(request), chat).await;
+        }
         let chat_rule = || self.store.has_egress_rule(&chat, &request.host, request.port);
         if unattended {
             if self.unattended == Unattended::Allowlist && chat_rule().await.unwrap_or(false) {
@@ -393,9 +586,14 @@ impl Approvals {
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "cannot read the chat's egress rules; asking"),
         }
-        let mut outcome = match self.clone().join_or_ask(request, chat).await {
+        self.wait_answer(Question::Request(request), chat).await
+    }
+
+    /// Asks (or joins the question already asked) and waits for how it ended.
+    async fn wait_answer(self: Arc<Self>, question: Question, chat: ChatRef) -> Approval {
+        let mut outcome = match self.clone().join_or_ask(question, chat).await {
             Ok(outcome) => outcome,
-            Err(refusal) => return refusal,
+            Err(decided) => return decided,
         };
         let ended = outcome.wait_for(Option::is_some).await.map(|o| o.clone());
         match ended {
@@ -408,15 +606,45 @@ impl Approvals {
         }
     }
 
-    /// The question this request waits on: one already asked about its task and
-    /// destination, or a new one (asked by a task of its own, so that it ends — answered,
-    /// timed out, expired — even if every waiting request went away).
+    /// Asks the chat's user to confirm a tool's `step` (see [`StepConfirm`]).
+    pub async fn confirm_step(self: Arc<Self>, chat: &ChatRef, step: Step) -> Result<(), Refused> {
+        let question = Question::Step(step);
+        let key: Key = (format!("turn:{chat}"), question.kind(), question.subject());
+        let mut outcome = match self.clone().join_or_ask(question, chat.clone()).await {
+            Ok(outcome) => outcome,
+            Err(Approval::Refuse(why)) => return Err(Refused::Other(why)),
+            Err(Approval::Allow) => return Ok(()),
+        };
+        // A turn stopped (or timed out) while it waits drops this future: its question
+        // expires then, rather than waiting out its deadline with live buttons.
+        let _expire = ExpireOnDrop { approvals: self.clone(), key };
+        let ended = outcome.wait_for(Option::is_some).await.map(|o| o.clone());
+        match ended {
+            Ok(Some(Outcome::Answered { choice: Choice::Deny, by })) => Err(Refused::Denied { by }),
+            Ok(Some(Outcome::Answered { .. })) => Ok(()),
+            Ok(Some(Outcome::NoAnswer)) | Ok(None) | Err(_) => {
+                Err(Refused::NoAnswer { secs: self.wait.as_secs() })
+            }
+            Ok(Some(Outcome::Expired(why))) => Err(Refused::Other(format!("no answer: {why}"))),
+        }
+    }
+
+    /// The question this asker waits on: one already asked about the same task (or chat
+    /// turn), kind and subject, or a new one (asked by a task of its own, so that it ends —
+    /// answered, timed out, expired — even if every waiting asker went away). `Err`: the
+    /// decision without a question (granted meanwhile, or refused).
     async fn join_or_ask(
         self: Arc<Self>,
-        request: ApprovalRequest,
+        question: Question,
         chat: ChatRef,
     ) -> Result<watch::Receiver<Option<Outcome>>, Approval> {
-        let key = (request.task_id.clone(), request.host.clone(), request.port);
+        let kind = question.kind();
+        let scope = match &question {
+            Question::Request(r) => r.task_id.clone(),
+            Question::Step(_) => format!("turn:{chat}"),
+        };
+        let key: Key = (scope, kind, question.subject());
+        let (tx, rx) = watch::channel(None);
         let capped = {
             let mut state = self.lock();
             if state.stopping {
@@ -425,19 +653,53 @@ impl Approvals {
             if let Some(pending) = state.pending.get(&key) {
                 return Ok(pending.outcome.subscribe());
             }
-            let max = self.max_per_task;
-            let Some(task) = state.tasks.get_mut(&request.task_id) else {
-                return Err(Approval::Refuse("the task ended".into()));
+            let capped = match &question {
+                Question::Request(request) if kind == Kind::Egress => {
+                    let max = self.max_per_task;
+                    let Some(task) = state.tasks.get_mut(&request.task_id) else {
+                        return Err(Approval::Refuse("the task ended".into()));
+                    };
+                    let destination = (request.host.clone(), request.port);
+                    // Granted while this request looked at the chat's rules: the question
+                    // that granted it is gone, and no new one is needed.
+                    if task.granted.contains(&destination) {
+                        return Err(Approval::Allow);
+                    }
+                    if task.asked.len() >= max && !task.asked.contains(&destination) {
+                        let tell = !task.capped;
+                        task.capped = true;
+                        Some(tell)
+                    } else {
+                        task.asked.insert(destination);
+                        None
+                    }
+                }
+                Question::Request(request) => {
+                    let Some(task) = state.tasks.get(&request.task_id) else {
+                        return Err(Approval::Refuse("the task ended".into()));
+                    };
+                    if request.secret_name.as_ref().is_some_and(|n| task.secrets.contains(n)) {
+                        return Err(Approval::Allow);
+                    }
+                    None
+                }
+                Question::Step(_) => None,
             };
-            let destination = (request.host.clone(), request.port);
-            if task.asked.len() >= max && !task.asked.contains(&destination) {
-                let tell = !task.capped;
-                task.capped = true;
-                Some(tell)
-            } else {
-                task.asked.insert(destination);
-                None
+            if capped.is_none() {
+                // Reserved before the question is recorded (an await), so a request of the
+                // same task and subject arriving meanwhile joins this question, and an answer
+                // to it cannot fall between a look and a new question.
+                let pending = Pending {
+                    id: RESERVED,
+                    chat: chat.clone(),
+                    question: question.clone(),
+                    asked: Instant::now(),
+                    deadline: tokio::time::Instant::now() + self.wait,
+                    outcome: tx,
+                };
+                state.pending.insert(key.clone(), pending);
             }
+            capped
         };
         if let Some(tell) = capped {
             if tell {
@@ -457,109 +719,159 @@ impl Approvals {
                 self.max_per_task
             )));
         }
-        let row = EgressQuestionRow {
-            id: 0,
-            task_id: request.task_id.clone(),
-            chat: chat.to_string(),
-            host: request.host.clone(),
-            port: request.port,
-            method: request.method.clone(),
-            path: request.path.clone(),
-            secret: request.secret,
-            asked_at: crate::store::unix_now(),
-            answer: None,
-            answered_by: None,
-        };
-        let id = match self.store.record_egress_question(row).await {
+        let row = question_row(&question, &chat);
+        let recorded = self.store.record_egress_question(row).await;
+        let id = match recorded {
             Ok(id) => id,
             Err(e) => {
-                tracing::error!(error = %e, "cannot record an egress question; refused");
-                return Err(Approval::Refuse(format!("the question could not be recorded: {e}")));
+                tracing::error!(error = %e, "cannot record a question; refused");
+                let why = format!("the question could not be recorded: {e}");
+                if let Some(pending) = self.lock().pending.remove(&key) {
+                    pending.outcome.send_if_modified(|o| settle(o, Outcome::Expired(why.clone())));
+                }
+                return Err(Approval::Refuse(why));
             }
         };
-        let (tx, rx) = watch::channel(None);
-        {
+        // Settled while it was being recorded (the task ended, the daemon stops): nothing to
+        // ask; the row is marked like every question of a stopped run.
+        let settled = {
             let mut state = self.lock();
-            if let Some(pending) = state.pending.get(&key) {
-                // Another request of the same task and destination got there first.
-                return Ok(pending.outcome.subscribe());
+            match state.pending.get_mut(&key) {
+                Some(pending) if pending.outcome.borrow().is_none() => {
+                    pending.id = id;
+                    false
+                }
+                Some(_) => {
+                    state.pending.remove(&key);
+                    true
+                }
+                None => true,
             }
-            state.pending.insert(
-                key.clone(),
-                Pending {
-                    id,
-                    task_id: request.task_id.clone(),
-                    chat: chat.clone(),
-                    host: request.host.clone(),
-                    port: request.port,
-                    method: request.method.clone(),
-                    path: request.path.clone(),
-                    secret: request.secret,
-                    asked: Instant::now(),
-                    deadline: tokio::time::Instant::now() + self.wait,
-                    outcome: tx,
-                },
-            );
+        };
+        if settled {
+            let _ = self.store.answer_egress_question(id, "expired", "daemon").await;
+            return Ok(rx);
         }
-        tokio::spawn(self.ask(id, key, request, chat));
+        tokio::spawn(self.ask(id, key, chat));
         Ok(rx)
+    }
+
+    /// The question's message: its text and buttons, and its first lines (kept when it is
+    /// edited to what was decided).
+    fn message(
+        &self,
+        id: i64,
+        question: &Question,
+        words: &str,
+    ) -> (String, String, Vec<Vec<Button>>) {
+        let secs = self.wait.as_secs();
+        // Each button also has the letter a console types for it (`Button::key`).
+        let button = |label: &str, command: &str, word: &str| {
+            let button = Button::new(label, format!("/{command} {id} {word}"));
+            match word {
+                "once" => button.with_key('o'),
+                "task" => button.with_key('t'),
+                "chat" | "allow" => button.with_key('a'),
+                "deny" => button.with_key('d'),
+                _ => button,
+            }
+        };
+        match question {
+            Question::Request(request) => {
+                let destination = format!("{}:{}", request.host, request.port);
+                let what = match &request.path {
+                    Some(path) => format!("{} {path}", request.method),
+                    None => "a tunnel (CONNECT)".to_owned(),
+                };
+                if let Some(name) = &request.secret_name {
+                    let head = format!(
+                        "🔑 A task wants to use the secret {name}\nTask: «{words}»\n\
+                         Request: {what} to {destination}"
+                    );
+                    let text = format!(
+                        "{head}\n\nThe secret was stored with --confirm: it is filled in only \
+                         if you allow it for this task. No answer within {secs} s denies it. \
+                         (Or type /{CONFIRM_COMMAND} {id} task|deny.)"
+                    );
+                    let buttons = vec![vec![
+                        button("Allow for this task", CONFIRM_COMMAND, "task"),
+                        button("Deny", CONFIRM_COMMAND, "deny"),
+                    ]];
+                    return (head, text, buttons);
+                }
+                let secret = match request.secret {
+                    true => "\nA stored secret would be filled into this request.",
+                    false => "",
+                };
+                let head = format!(
+                    "🔒 A task wants to reach {destination}\nTask: «{words}»\nRequest: {what}"
+                );
+                let text = format!(
+                    "{head}{secret}\n\nAllow it? No answer within {secs} s denies it. (Or type \
+                     /{COMMAND} {id} once|task|chat|deny.)"
+                );
+                let buttons = vec![
+                    vec![
+                        button("Allow once", COMMAND, "once"),
+                        button("Allow for this task", COMMAND, "task"),
+                    ],
+                    vec![
+                        button("Always for this chat", COMMAND, "chat"),
+                        button("Deny", COMMAND, "deny"),
+                    ],
+                ];
+                (head, text, buttons)
+            }
+            Question::Step(step) => {
+                let head = match step {
+                    Step::SendFile { path, bytes } => format!(
+                        "📤 The assistant wants to send you the file {path} ({})",
+                        human_bytes(*bytes)
+                    ),
+                    Step::Delete { path } => {
+                        format!("🗑 The assistant wants to delete the file {path}")
+                    }
+                };
+                let text = format!(
+                    "{head}\n\nAllow it? No answer within {secs} s refuses it. (Or type \
+                     /{CONFIRM_COMMAND} {id} allow|deny.)"
+                );
+                let buttons = vec![vec![
+                    button("Allow", CONFIRM_COMMAND, "allow"),
+                    button("Deny", CONFIRM_COMMAND, "deny"),
+                ]];
+                (head, text, buttons)
+            }
+        }
     }
 
     /// Asks question `id` in `chat` and sees it to its end: the answer (or its absence)
     /// recorded, the grant or rule kept, the message edited, the metrics counted.
-    async fn ask(
-        self: Arc<Self>,
-        id: i64,
-        key: (String, String, u16),
-        request: ApprovalRequest,
-        chat: ChatRef,
-    ) {
-        let (mut outcome, deadline, words) = {
+    async fn ask(self: Arc<Self>, id: i64, key: Key, chat: ChatRef) {
+        let (mut outcome, deadline, question, words) = {
             let state = self.lock();
-            let words = state.tasks.get(&request.task_id).map(|t| t.words.clone());
-            match state.pending.get(&key) {
-                Some(p) => (p.outcome.subscribe(), p.deadline, words.unwrap_or_default()),
-                None => return,
-            }
+            let Some(p) = state.pending.get(&key) else { return };
+            let words = state.tasks.get(p.question.task_id()).map(|t| t.words.clone());
+            (p.outcome.subscribe(), p.deadline, p.question.clone(), words.unwrap_or_default())
         };
+        let kind = question.kind();
         let asked = Instant::now();
-        let destination = format!("{}:{}", request.host, request.port);
-        let what = match &request.path {
-            Some(path) => format!("{} {path}", request.method),
-            None => "a tunnel (CONNECT)".to_owned(),
-        };
-        let secret = match request.secret {
-            true => "\nA stored secret would be filled into this request.",
-            false => "",
-        };
-        let text = format!(
-            "🔒 A task wants to reach {destination}\nTask: «{words}»\nRequest: {what}{secret}\n\n\
-             Allow it? No answer within {} s denies it. (Or type /{COMMAND} {id} \
-             once|task|chat|deny.)",
-            self.wait.as_secs()
-        );
-        let mut message = OutboundMessage::progress(&chat, text.clone());
-        message.buttons = vec![
-            vec![
-                Button::new("Allow once", format!("/{COMMAND} {id} once")).with_key('o'),
-                Button::new("Allow for this task", format!("/{COMMAND} {id} task")).with_key('t'),
-            ],
-            vec![
-                Button::new("Always for this chat", format!("/{COMMAND} {id} chat")).with_key('a'),
-                Button::new("Deny", format!("/{COMMAND} {id} deny")).with_key('d'),
-            ],
-        ];
+        let (head, text, buttons) = self.message(id, &question, &words);
+        let mut message = OutboundMessage::progress(&chat, text);
+        message.buttons = buttons;
         let sent: Option<MessageId> = match self.channel.get() {
             Some(channel) => match channel.send(message).await {
                 Ok(sent) => sent,
                 Err(e) => {
-                    tracing::warn!(id, error = %e, "cannot ask an egress question in its chat");
+                    tracing::warn!(id, error = %e, "cannot ask a question in its chat");
                     None
                 }
             },
             None => None,
         };
-        tracing::info!(id, task_id = %request.task_id, %chat, %destination, "egress question asked");
+        let subject = question.subject();
+        let task_id = question.task_id();
+        tracing::info!(id, kind = kind.as_str(), %task_id, %chat, %subject, "question asked");
         let waited = tokio::time::timeout_at(deadline, outcome.wait_for(Option::is_some)).await;
         let ended = waited.map(|seen| seen.map(|seen| seen.clone()));
         let ended = match ended {
@@ -579,27 +891,20 @@ impl Approvals {
         drop(removed);
         let (word, by, decided) = match &ended {
             Outcome::Answered { choice, by } => {
-                let m = &self.metrics;
-                let counter = match choice {
-                    Choice::Once => &m.once,
-                    Choice::Task => &m.task,
-                    Choice::Chat => &m.chat,
-                    Choice::Deny => &m.deny,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                m.answered.fetch_add(1, Ordering::Relaxed);
-                m.answer_ms_sum.fetch_add(asked.elapsed().as_millis() as u64, Ordering::Relaxed);
-                if *choice == Choice::Chat {
+                let ms = asked.elapsed().as_millis() as u64;
+                self.metrics.count(kind, choice.as_str(), Some(ms));
+                if let (Choice::Chat, Question::Request(request)) = (choice, &question) {
                     if let Err(e) =
                         self.store.add_egress_rule(&chat, &request.host, request.port, by).await
                     {
                         tracing::error!(error = %e, "cannot store the chat's egress rule");
                     }
                 }
-                (choice.as_str().to_owned(), by.clone(), format!("{} by {by}", choice.decided()))
+                let decided = format!("{} by {by}", choice.decided(kind));
+                (choice.as_str().to_owned(), by.clone(), decided)
             }
             Outcome::NoAnswer => {
-                self.metrics.no_answer.fetch_add(1, Ordering::Relaxed);
+                self.metrics.count(kind, "no_answer", None);
                 (
                     "no answer".to_owned(),
                     "daemon".to_owned(),
@@ -607,19 +912,18 @@ impl Approvals {
                 )
             }
             Outcome::Expired(why) => {
-                self.metrics.expired.fetch_add(1, Ordering::Relaxed);
+                self.metrics.count(kind, "expired", None);
                 ("expired".to_owned(), "daemon".to_owned(), format!("Expired: {why}"))
             }
         };
         if let Err(e) = self.store.answer_egress_question(id, &word, &by).await {
-            tracing::warn!(id, error = %e, "cannot record an egress question's answer");
+            tracing::warn!(id, error = %e, "cannot record a question's answer");
         }
-        tracing::info!(id, %destination, answer = %word, %by, "egress question settled");
+        tracing::info!(id, kind = kind.as_str(), %subject, answer = %word, %by, "question settled");
         if let (Some(channel), Some(message)) = (self.channel.get(), sent) {
-            let first = text.lines().next().unwrap_or_default();
-            let edited = format!("{first}\nTask: «{words}»\nRequest: {what}\n\n→ {decided}.");
+            let edited = format!("{head}\n\n→ {decided}.");
             if let Err(e) = channel.edit(&chat, message, &edited).await {
-                tracing::debug!(id, error = %e, "cannot edit the egress question");
+                tracing::debug!(id, error = %e, "cannot edit the question");
             }
         }
     }
@@ -630,14 +934,84 @@ impl Approvals {
         rows.into_iter()
             .map(|q| {
                 let answer = q.answer.as_deref().unwrap_or("waiting");
+                let what = match (q.kind.as_str(), &q.subject) {
+                    ("secret", Some(name)) => format!("secret {name} to {}:{}", q.host, q.port),
+                    _ => format!("{}:{}", q.host, q.port),
+                };
                 match q.answered_by.as_deref() {
-                    Some(by) if by != "daemon" => {
-                        format!("{}:{} → {answer} by {by}", q.host, q.port)
-                    }
-                    _ => format!("{}:{} → {answer}", q.host, q.port),
+                    Some(by) if by != "daemon" => format!("{what} → {answer} by {by}"),
+                    _ => format!("{what} → {answer}"),
                 }
             })
             .collect()
+    }
+}
+
+/// Expires a step's question when the turn that waits on it goes away (a settled question
+/// is left as it is: the first outcome wins).
+struct ExpireOnDrop {
+    approvals: Arc<Approvals>,
+    key: Key,
+}
+
+impl Drop for ExpireOnDrop {
+    fn drop(&mut self) {
+        let state = self.approvals.lock();
+        if let Some(pending) = state.pending.get(&self.key) {
+            let ended = Outcome::Expired("the turn ended".into());
+            pending.outcome.send_if_modified(|o| settle(o, ended));
+        }
+    }
+}
+
+/// The row recorded when `question` is asked in `chat`.
+fn question_row(question: &Question, chat: &ChatRef) -> EgressQuestionRow {
+    let (task_id, host, port, method, path, secret, subject) = match question {
+        Question::Request(r) => (
+            r.task_id.clone(),
+            r.host.clone(),
+            r.port,
+            r.method.clone(),
+            r.path.clone(),
+            r.secret,
+            r.secret_name.clone(),
+        ),
+        Question::Step(step) => {
+            (String::new(), String::new(), 0, String::new(), None, false, Some(step_subject(step)))
+        }
+    };
+    EgressQuestionRow {
+        id: 0,
+        task_id,
+        chat: chat.to_string(),
+        host,
+        port,
+        method,
+        path,
+        secret,
+        asked_at: crate::store::unix_now(),
+        answer: None,
+        answered_by: None,
+        kind: question.kind().as_str().to_owned(),
+        subject,
+    }
+}
+
+/// A step's subject as listed and stored: the file and, for a send, its size.
+fn step_subject(step: &Step) -> String {
+    match step {
+        Step::SendFile { path, bytes } => format!("{path} ({bytes} bytes)"),
+        Step::Delete { path } => path.clone(),
+    }
+}
+
+/// `12.3 MB`, `512 KB`, `900 bytes`.
+fn human_bytes(bytes: u64) -> String {
+    const MB: u64 = 1024 * 1024;
+    match bytes {
+        b if b >= MB => format!("{:.1} MB", b as f64 / MB as f64),
+        b if b >= 1024 => format!("{} KB", b / 1024),
+        b => format!("{b} bytes"),
     }
 }
 
@@ -686,6 +1060,49 @@ impl Approver for EgressApprover {
     }
 }
 
+/// The tools' [`Confirm`]: asks about the steps `agent.confirm` lists, and only those; a
+/// `send_file` only of a file larger than `agent.confirm_send_file_bytes`.
+#[derive(Debug)]
+pub struct StepConfirm {
+    approvals: Arc<Approvals>,
+    steps: Vec<ConfirmKind>,
+    send_file_bytes: u64,
+}
+
+impl StepConfirm {
+    pub fn new(approvals: Arc<Approvals>, config: &nexbot_agent::config::AgentConfig) -> Self {
+        Self {
+            approvals,
+            steps: config.confirm.clone(),
+            send_file_bytes: config.confirm_send_file_bytes,
+        }
+    }
+
+    /// Whether `step` is to be asked about.
+    fn asks(&self, step: &Step) -> bool {
+        self.steps.contains(&step.kind())
+            && match step {
+                Step::SendFile { bytes, .. } => *bytes > self.send_file_bytes,
+                Step::Delete { .. } => true,
+            }
+    }
+}
+
+impl Confirm for StepConfirm {
+    fn confirm<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        step: Step,
+    ) -> crate::BoxFuture<'a, Result<(), Refused>> {
+        Box::pin(async move {
+            if !self.asks(&step) {
+                return Ok(());
+            }
+            self.approvals.clone().confirm_step(chat, step).await
+        })
+    }
+}
+
 /// What the daemon says once, at start and in `/status`, about the egress mode.
 pub fn mode_line(config: &EgressConfig) -> String {
     match config.mode {
@@ -709,7 +1126,39 @@ pub fn mode_line(config: &EgressConfig) -> String {
     }
 }
 
-/// `/egress <id> once|task|chat|deny`: the questions' buttons (or typed).
+/// Answers a question from a chat: a press of its buttons, or the command typed.
+async fn answer_in_chat(
+    approvals: &Approvals,
+    ctx: crate::commands::CommandContext<'_>,
+    command: &str,
+) -> String {
+    let mut words = ctx.args.split_whitespace();
+    let id = words.next().and_then(|w| w.parse::<i64>().ok());
+    let choice = words.next().and_then(Choice::parse);
+    let (Some(id), Some(choice)) = (id, choice) else {
+        return format!("Usage: /{command} <question id> once|allow|task|chat|deny");
+    };
+    // In a group anyone the allow-list admits may press; the owner and the member who
+    // started the task decide.
+    let group = matches!(ctx.chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
+    if group && !approvals.may_answer(id, ctx.user) {
+        return "Only the member who started the task, or the owner, can answer this question \
+                in a group; nothing was changed (`nexbot-ctl approvals` answers it too)."
+            .to_owned();
+    }
+    // Who: the Telegram user who pressed (in a private chat the same as the chat).
+    let by = match (ctx.chat, ctx.user) {
+        (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
+        _ => ctx.chat.to_string(),
+    };
+    match approvals.answer(id, choice, &by, Some(ctx.chat)) {
+        Ok(kind) => format!("{}.", choice.decided(kind)),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `/egress <id> once|task|chat|deny`: the egress questions' buttons (or typed); it answers
+/// any question, as it did before there were other kinds.
 #[derive(Debug)]
 pub struct EgressCommand(pub Arc<Approvals>);
 
@@ -723,32 +1172,26 @@ impl crate::commands::ChatCommand for EgressCommand {
     }
 
     fn run<'a>(&'a self, ctx: crate::commands::CommandContext<'a>) -> crate::BoxFuture<'a, String> {
-        Box::pin(async move {
-            let mut words = ctx.args.split_whitespace();
-            let id = words.next().and_then(|w| w.parse::<i64>().ok());
-            let choice = words.next().and_then(Choice::parse);
-            let (Some(id), Some(choice)) = (id, choice) else {
-                return format!("Usage: /{COMMAND} <question id> once|task|chat|deny");
-            };
-            // In a group anyone the allow-list admits may press; the owner and the member
-            // who started the task decide.
-            let group = matches!(ctx.chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
-            if group && !self.0.may_answer(id, ctx.user) {
-                return "Only the member who started the task, or the owner, can answer this \
-                        question in a group; nothing was changed (`nexbot-ctl approvals` \
-                        answers it too)."
-                    .to_owned();
-            }
-            // Who: the Telegram user who pressed (in a private chat the same as the chat).
-            let by = match (ctx.chat, ctx.user) {
-                (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
-                _ => ctx.chat.to_string(),
-            };
-            match self.0.answer(id, choice, &by, Some(ctx.chat)) {
-                Ok(()) => format!("{}.", choice.decided()),
-                Err(e) => e.to_string(),
-            }
-        })
+        Box::pin(answer_in_chat(&self.0, ctx, COMMAND))
+    }
+}
+
+/// `/approve <id> allow|task|deny`: the other questions' buttons (a `--confirm` secret's
+/// use, `agent.confirm`'s steps), or typed.
+#[derive(Debug)]
+pub struct ApproveCommand(pub Arc<Approvals>);
+
+impl crate::commands::ChatCommand for ApproveCommand {
+    fn name(&self) -> &'static str {
+        CONFIRM_COMMAND
+    }
+
+    fn summary(&self) -> &'static str {
+        "answer a confirmation: /approve <id> allow|task|deny (its buttons do it)"
+    }
+
+    fn run<'a>(&'a self, ctx: crate::commands::CommandContext<'a>) -> crate::BoxFuture<'a, String> {
+        Box::pin(answer_in_chat(&self.0, ctx, CONFIRM_COMMAND))
     }
 }
 
@@ -780,6 +1223,7 @@ mod tests {
             method: "GET".into(),
             path: Some("/".into()),
             secret: false,
+            secret_name: None,
         }
     }
 
@@ -849,5 +1293,98 @@ mod tests {
         approvals.store.add_egress_rule(&chat, "new.example.com", 443, "test").await.unwrap();
         assert_eq!(ask(&approvals, "job", "new.example.com").await, Approval::Allow);
         assert!(sent.try_recv().is_err(), "nothing was asked");
+    }
+
+    #[tokio::test]
+    async fn steps_ask_only_when_listed_and_over_the_size_and_the_answer_decides() {
+        let (approvals, mut sent) = setup(|_| {}).await;
+        let chat = ChatRef::Telegram(7);
+        let config = nexbot_agent::config::AgentConfig {
+            confirm: vec![ConfirmKind::SendFile],
+            confirm_send_file_bytes: 100,
+            ..Default::default()
+        };
+        let confirm = Arc::new(StepConfirm::new(approvals.clone(), &config));
+        // Not listed, or not over the size: no question.
+        let small = Step::SendFile { path: "a.txt".into(), bytes: 100 };
+        assert_eq!(confirm.confirm(&chat, small).await, Ok(()));
+        assert_eq!(confirm.confirm(&chat, Step::Delete { path: "a.txt".into() }).await, Ok(()));
+        assert!(sent.try_recv().is_err(), "nothing asked");
+
+        let asking = confirm.clone();
+        let big = Step::SendFile { path: "big.bin".into(), bytes: 5000 };
+        let waiting = tokio::spawn(async move { asking.confirm(&ChatRef::Telegram(7), big).await });
+        let question = sent.recv().await.unwrap();
+        assert!(question.text.contains("big.bin (4 KB)"), "{}", question.text);
+        let labels: Vec<String> = question.buttons.concat().into_iter().map(|b| b.label).collect();
+        assert_eq!(labels, ["Allow", "Deny"]);
+        let listed = approvals.pending();
+        assert_eq!(
+            (listed[0].kind.as_str(), listed[0].subject.as_deref()),
+            ("send_file", Some("big.bin (5000 bytes)"))
+        );
+        let id = listed[0].id;
+        let wrong = approvals.answer(id, Choice::Task, "telegram:7", Some(&chat)).unwrap_err();
+        assert!(matches!(wrong, AnswerError::WrongAnswer { .. }), "{wrong}");
+        approvals.answer(id, Choice::Deny, "telegram:7", Some(&chat)).unwrap();
+        let refused = waiting.await.unwrap().unwrap_err();
+        assert_eq!(refused, Refused::Denied { by: "telegram:7".into() });
+        assert!(refused.to_string().contains("the user refused"), "{refused}");
+
+        // The turn goes away while it waits (a /stop drops the tool's future): the question
+        // expires at once instead of keeping its buttons until the deadline.
+        let asking = confirm.clone();
+        let big = Step::SendFile { path: "big.bin".into(), bytes: 5000 };
+        let waiting = tokio::spawn(async move { asking.confirm(&ChatRef::Telegram(7), big).await });
+        sent.recv().await.unwrap();
+        while approvals.pending().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        waiting.abort();
+        let _ = waiting.await;
+        for _ in 0..100 {
+            if approvals.pending().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(approvals.pending().is_empty(), "expired when the turn went away");
+    }
+
+    #[tokio::test]
+    async fn a_secret_is_asked_about_once_per_task_and_a_deny_holds_for_the_task() {
+        let (approvals, mut sent) = setup(|_| {}).await;
+        let chat = ChatRef::Telegram(7);
+        approvals.start_task("t1", &chat, "call the API", false);
+        let secret = |task: &str| ApprovalRequest {
+            secret_name: Some("GH_TOKEN".into()),
+            secret: true,
+            ..request(task, "api.example.com")
+        };
+        let approve = |task: &str| EgressApprover(approvals.clone()).approve(secret(task));
+        let waiting = tokio::spawn(approve("t1"));
+        let question = sent.recv().await.unwrap();
+        assert!(question.text.contains("the secret GH_TOKEN"), "{}", question.text);
+        assert_eq!(question.buttons.concat().len(), 2);
+        let id = approvals.pending()[0].id;
+        let always = approvals.answer(id, Choice::Chat, "telegram:7", Some(&chat)).unwrap_err();
+        assert!(matches!(always, AnswerError::WrongAnswer { .. }), "{always}");
+        approvals.answer(id, Choice::Deny, "telegram:7", Some(&chat)).unwrap();
+        assert!(matches!(waiting.await.unwrap(), Approval::Refuse(_)));
+        // Denied for the task: its next request is refused without a second question.
+        match approve("t1").await {
+            Approval::Refuse(why) => assert!(why.contains("earlier, for this task"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(sent.try_recv().is_err(), "asked once");
+        // Another task asks again; allowed for it, its later requests go without a question.
+        approvals.start_task("t2", &chat, "call the API again", false);
+        let waiting = tokio::spawn(approve("t2"));
+        sent.recv().await.unwrap();
+        let id = approvals.pending()[0].id;
+        approvals.answer(id, Choice::Task, "telegram:7", Some(&chat)).unwrap();
+        assert_eq!(waiting.await.unwrap(), Approval::Allow);
+        assert_eq!(approve("t2").await, Approval::Allow);
+        assert!(sent.try_recv().is_err(), "one question for t2");
     }
 }

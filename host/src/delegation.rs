@@ -90,6 +90,8 @@ pub struct TaskSecret {
     pub name: String,
     pub value: SecretString,
     pub hosts: Vec<nexbot_egress::Binding>,
+    /// Stored with `--confirm`: the egress asks the chat's user before the task's first use.
+    pub confirm: bool,
 }
 
 impl std::fmt::Debug for TaskSecret {
@@ -97,6 +99,7 @@ impl std::fmt::Debug for TaskSecret {
         f.debug_struct("TaskSecret")
             .field("name", &self.name)
             .field("hosts", &self.hosts)
+            .field("confirm", &self.confirm)
             .finish_non_exhaustive()
     }
 }

@@ -57,6 +57,9 @@ impl Delegation {
 pub struct Guards {
     pub vault: Option<Arc<Vault>>,
     pub exits: Option<Arc<Exits>>,
+    /// Asks the chat's user before the risky steps `agent.confirm` lists; `None`: nothing
+    /// asks.
+    pub confirm: Option<Arc<dyn nexbot_agent::confirm::Confirm>>,
 }
 
 /// The agent with every tool; delegation is offered only when `delegation` is given.
@@ -150,6 +153,10 @@ pub fn build_agent_with_hooks(
         .with_owner(config.telegram.owner)
         .with_parallel_turns(config.bus.max_parallel_turns)
         .with_skills(skills);
+    let agent = match guards.confirm {
+        Some(confirm) => agent.with_confirm(confirm),
+        None => agent,
+    };
     Ok(match cli {
         Some(delegate) => agent.with_cli(delegate),
         None => agent,

@@ -386,7 +386,11 @@ impl LlmAccess for RelayAccess {
     ) -> Result<(), String> {
         let mut credentials = Vec::with_capacity(secrets.len());
         for secret in secrets {
-            credentials.push(egress::Credential::new(secret.name, secret.value, secret.hosts));
+            let credential = egress::Credential::new(secret.name, secret.value, secret.hosts);
+            credentials.push(match secret.confirm {
+                true => credential.confirmed_first(),
+                false => credential,
+            });
         }
         self.tokens
             .credentials()
@@ -554,6 +558,7 @@ mod tests {
             name: "HELD".into(),
             value: SecretString::from(HELD.to_owned()),
             hosts: Vec::new(),
+            confirm: false,
         };
         let watched = vec![
             ("UNHELD".to_owned(), SecretString::from(UNHELD.to_owned())),

@@ -255,6 +255,13 @@ const MIGRATIONS: &[&str] = &[
         recorded_at INTEGER NOT NULL,
         recorded_by TEXT NOT NULL
     );",
+    // 11: one question machinery for several kinds (issue 26 §3): a question's `kind`
+    // (`egress`, as every earlier row was; `secret`, `send_file`, `delete`) and its `subject`
+    // (a `--confirm` secret's name, a file); a secret's `confirm` flag (stored with
+    // `--confirm`: asked about before a task's first use; earlier rows: not).
+    "ALTER TABLE egress_questions ADD COLUMN kind TEXT NOT NULL DEFAULT 'egress';
+    ALTER TABLE egress_questions ADD COLUMN subject TEXT;
+    ALTER TABLE secrets ADD COLUMN confirm INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -1422,7 +1429,8 @@ pub struct EgressRuleRow {
     pub created_by: String,
 }
 
-/// One egress question as recorded (`egress_questions`).
+/// One question as recorded (`egress_questions`; an egress destination, or since schema 10
+/// another kind). A step's row has an empty task, host and method, and port 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressQuestionRow {
     pub id: i64,
@@ -1437,6 +1445,10 @@ pub struct EgressQuestionRow {
     /// `once`, `task`, `chat`, `deny`, `no answer` or `expired`; `None` while it waits.
     pub answer: Option<String>,
     pub answered_by: Option<String>,
+    /// `egress`, `secret`, `send_file` or `delete`.
+    pub kind: String,
+    /// A `secret` question's secret name; a step's file.
+    pub subject: Option<String>,
 }
 
 /// The egress approvals' rows (`approvals.rs`): kept in one block so the store can move.
@@ -1449,8 +1461,8 @@ impl Store {
         self.call(move |c| {
             c.execute(
                 "INSERT INTO egress_questions
-                 (task_id, chat_id, host, port, method, path, secret, asked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 (task_id, chat_id, host, port, method, path, secret, asked_at, kind, subject)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     question.task_id,
                     question.chat,
@@ -1459,7 +1471,9 @@ impl Store {
                     question.method,
                     question.path,
                     question.secret,
-                    question.asked_at
+                    question.asked_at,
+                    question.kind,
+                    question.subject
                 ],
             )?;
             Ok(c.last_insert_rowid())
@@ -1509,7 +1523,8 @@ impl Store {
         self.call(move |c| {
             let mut stmt = c.prepare(
                 "SELECT id, task_id, chat_id, host, port, method, path, secret, asked_at,
-                 answer, answered_by FROM egress_questions WHERE task_id = ?1 ORDER BY id",
+                 answer, answered_by, kind, subject FROM egress_questions WHERE task_id = ?1
+                 ORDER BY id",
             )?;
             let rows = stmt.query_map(params![task_id], |r| {
                 Ok(EgressQuestionRow {
@@ -1524,6 +1539,8 @@ impl Store {
                     asked_at: r.get(8)?,
                     answer: r.get(9)?,
                     answered_by: r.get(10)?,
+                    kind: r.get(11)?,
+                    subject: r.get(12)?,
                 })
             })?;
             rows.collect()

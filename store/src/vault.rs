@@ -17,6 +17,9 @@ pub struct SealedRow {
     pub hosts: String,
     pub mode: String,
     pub updated_at: i64,
+    /// Stored with `--confirm` (schema 10; earlier rows: `false`). Sealed in with the binding
+    /// when set, so a write to the database cannot drop it.
+    pub confirm: bool,
 }
 
 /// The vault's key-derivation parameters and the check value that tells a right master key
@@ -40,7 +43,8 @@ pub struct Resealed {
 
 fn read_rows(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<SealedRow>> {
     let mut stmt = conn.prepare(
-        "SELECT scope, name, nonce, sealed, hosts, mode, updated_at FROM secrets ORDER BY scope, name",
+        "SELECT scope, name, nonce, sealed, hosts, mode, updated_at, confirm FROM secrets
+         ORDER BY scope, name",
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(SealedRow {
@@ -51,6 +55,7 @@ fn read_rows(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<SealedRow>> {
             hosts: r.get(4)?,
             mode: r.get(5)?,
             updated_at: r.get(6)?,
+            confirm: r.get(7)?,
         })
     })?;
     rows.collect()
@@ -95,12 +100,22 @@ impl Store {
     pub async fn put_sealed(&self, row: SealedRow) -> Result<(), StoreError> {
         self.call(move |c| {
             c.execute(
-                "INSERT INTO secrets (scope, name, nonce, sealed, hosts, mode, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+                "INSERT INTO secrets
+                 (scope, name, nonce, sealed, hosts, mode, created_at, updated_at, confirm)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)
                  ON CONFLICT (scope, name) DO UPDATE SET nonce = excluded.nonce,
                     sealed = excluded.sealed, hosts = excluded.hosts, mode = excluded.mode,
-                    updated_at = excluded.updated_at",
-                params![row.scope, row.name, row.nonce, row.sealed, row.hosts, row.mode, row.updated_at],
+                    updated_at = excluded.updated_at, confirm = excluded.confirm",
+                params![
+                    row.scope,
+                    row.name,
+                    row.nonce,
+                    row.sealed,
+                    row.hosts,
+                    row.mode,
+                    row.updated_at,
+                    row.confirm
+                ],
             )
         })
         .await

@@ -25,6 +25,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::rooms::Rooms;
+use nexbot_agent::confirm::Step;
 use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// Largest text `read_file` returns; longer files are cut with a marker.
@@ -477,13 +478,24 @@ impl TypedTool for DeleteFile {
         path_schema()
     }
     async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
-        in_room(&self.0, ctx, move |confinement| {
+        // Checked before anyone is asked (a question about a file that cannot be deleted
+        // wastes the user's time), and again after (it may have changed meanwhile).
+        let checked = |confinement: &Confinement, path: &str| {
             // Resolving checks where a symlink leads; the link itself is what is removed.
-            let resolved = confinement.changeable(&args.path)?;
+            let resolved = confinement.changeable(path)?;
             if resolved.is_dir() {
-                return Err(ToolError::new(format!("{}: is a directory", args.path)));
+                return Err(ToolError::new(format!("{path}: is a directory")));
             }
-            let link = confinement.entry(&args.path)?;
+            confinement.entry(path)
+        };
+        let path = args.path.clone();
+        in_room(&self.0, ctx, move |confinement| checked(confinement, &path).map(drop)).await?;
+        let step = Step::Delete { path: args.path.clone() };
+        if let Err(refused) = ctx.confirm.confirm(&ctx.chat, step).await {
+            return Err(ToolError::new(format!("{}: not deleted: {refused}", args.path)));
+        }
+        in_room(&self.0, ctx, move |confinement| {
+            let link = checked(confinement, &args.path)?;
             std::fs::remove_file(&link).map_err(|e| io_error(&args.path, e))?;
             Ok(success(format!("deleted {}", args.path)))
         })

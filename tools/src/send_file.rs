@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use crate::files::in_room;
 use crate::rooms::Rooms;
 use nexbot_agent::channel::OutboundFile;
+use nexbot_agent::confirm::Step;
 use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 
 /// The largest file sent: what the Telegram Bot API accepts from a bot.
@@ -107,6 +108,11 @@ impl TypedTool for SendFile {
         }
         let raw = args.path.clone();
         let (path, bytes) = self.checked(args.path, ctx).await?;
+        // `agent.confirm` may ask the user first (a large file leaves the host for good).
+        let step = Step::SendFile { path: raw.clone(), bytes };
+        if let Err(refused) = ctx.confirm.confirm(&ctx.chat, step).await {
+            return Err(ToolError::new(format!("{raw}: not sent: {refused}")));
+        }
         let file = OutboundFile { chat: ctx.chat.clone(), path, caption };
         tokio::select! {
             () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),

@@ -9,11 +9,12 @@ use nexbot_tests::egress as egress_support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use egress_support::{connect, echo_server, http_server, start, Started, WAIT};
+use egress_support::{connect, echo_server, http_server, start, web_echo_server, Started, WAIT};
 use nexbot_egress::{
-    AllowRule, Approval, ApprovalFuture, ApprovalRequest, Approver, Cidr, EgressConfig, EgressMode,
-    HostPattern, InternalAllow,
+    AllowRule, Approval, ApprovalFuture, ApprovalRequest, Approver, Binding, Cidr, Credential,
+    EgressConfig, EgressMode, HostPattern, InternalAllow,
 };
+use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
@@ -184,4 +185,58 @@ async fn a_held_request_is_refused_when_its_task_ends_or_the_proxy_stops() {
     let code = tokio::time::timeout(WAIT, held).await.expect("never a hang").unwrap();
     assert_eq!(code, 403);
     stopping.await.unwrap();
+}
+
+/// A proxy-mode secret stored with `--confirm`: the request that would carry it is held at
+/// the point it would be filled in and the approver is asked, naming the secret (never its
+/// value); a refusal refuses the request (it is never sent, with or without the value), an
+/// allow fills it in. A request that carries no placeholder asks nothing.
+#[tokio::test]
+async fn a_confirm_secret_is_filled_in_only_after_the_approver_allows_it() {
+    const VALUE: &str = "ghp_CONFIRM-planted-value-0123456789";
+    let (web, seen) = web_echo_server("127.0.0.1".parse().unwrap()).await;
+    // `open`: the destination itself asks nothing; only the secret does.
+    let (started, mut questions) = ask_mode(|c| c.mode = Some(EgressMode::Open), &[web]).await;
+    let bound = vec![Binding::parse("127.0.0.1").unwrap()];
+    let token = Credential::new("GH_TOKEN", SecretString::from(VALUE), bound).confirmed_first();
+    started.egress.credentials().grant("t-1", vec![token]).unwrap();
+    let client = started.proxy_client();
+    let send = |client: reqwest::Client, path: &'static str| {
+        let request =
+            client.get(format!("http://{web}{path}")).header("x-token", "{{secret:GH_TOKEN}}");
+        tokio::spawn(request.send())
+    };
+
+    // Denied: refused with the reason, nothing reached the server.
+    let denied = send(client.clone(), "/denied");
+    let (asked, answer) = next(&mut questions).await;
+    assert_eq!(asked.secret_name.as_deref(), Some("GH_TOKEN"));
+    assert_eq!((asked.task_id.as_str(), asked.port, asked.secret), ("t-1", web.port(), true));
+    assert_eq!(asked.path.as_deref(), Some("/denied"));
+    assert!(!format!("{asked:?}").contains(VALUE), "the question never holds the value");
+    assert!(seen.lock().unwrap().is_empty(), "held, not sent");
+    answer.send(Approval::Refuse(nexbot_egress::DENIED_BY_USER.to_owned())).unwrap();
+    let response = tokio::time::timeout(WAIT, denied).await.unwrap().unwrap().unwrap();
+    assert_eq!(response.status(), 403);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("secret_not_confirmed") && body.contains("GH_TOKEN"), "{body}");
+    assert!(body.contains("denied by the user") && !body.contains(VALUE), "{body}");
+    assert!(seen.lock().unwrap().is_empty(), "never sent without the value either");
+
+    // Allowed: the value goes in.
+    let allowed = send(client.clone(), "/allowed");
+    let (_, answer) = next(&mut questions).await;
+    answer.send(Approval::Allow).unwrap();
+    let response = tokio::time::timeout(WAIT, allowed).await.unwrap().unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].header("x-token"), Some(VALUE));
+
+    // No placeholder: nothing to fill, nothing asked.
+    let plain = client.get(format!("http://{web}/plain")).send().await.unwrap();
+    assert_eq!(plain.status(), 200);
+    assert!(questions.try_recv().is_err(), "no question without the secret");
+    let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap_or_default();
+    assert!(!audit.contains(VALUE), "the audit never holds the value");
 }

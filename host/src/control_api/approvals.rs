@@ -41,7 +41,7 @@ async fn answer(
     let Json(request) = body?;
     let Some(choice) = Choice::parse(&request.answer) else {
         return Err(ApiError::bad_request(format!(
-            "unknown answer {:?}: use once, task, chat or deny",
+            "unknown answer {:?}: use once (allow), task, chat or deny",
             request.answer
         )));
     };
@@ -51,8 +51,8 @@ async fn answer(
         ));
     };
     match approvals.answer(request.id, choice, OPERATOR, None) {
-        Ok(()) => Ok(Json(Done {
-            message: format!("egress question {}: {}", request.id, choice.as_str()),
+        Ok(kind) => Ok(Json(Done {
+            message: format!("{} question {}: {}", kind.as_str(), request.id, choice.as_str()),
         })),
         Err(e @ AnswerError::NotWaiting(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e) => Err(ApiError::bad_request(e.to_string())),

@@ -389,6 +389,18 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             "Egress questions answered by someone (the count of the sum above)",
             load(&m.answered),
         );
+        let rows: Vec<(Labels, u64)> = m
+            .confirmations()
+            .into_iter()
+            .map(|((kind, answer), n)| (labels(&[("kind", kind), ("answer", answer)]), n))
+            .collect();
+        counter_family(
+            &mut registry,
+            "confirmation_questions",
+            "Confirmations (a --confirm secret's use, agent.confirm's steps) by kind and how \
+             they ended",
+            &rows,
+        );
     }
     if let Some(relay) = &inner.relay {
         counter(

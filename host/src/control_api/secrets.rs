@@ -18,7 +18,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::vault::{status_line, Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
+use crate::vault::{status_line, Bind, Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
 
 pub fn routes() -> Router<ControlState> {
     Router::new()
@@ -36,7 +36,8 @@ fn vault_error(e: VaultError) -> ApiError {
         | VaultError::NeedsHost(_)
         | VaultError::TooManyHosts
         | VaultError::BadMode(_)
-        | VaultError::ProxyNeedsHost(_) => StatusCode::BAD_REQUEST,
+        | VaultError::ProxyNeedsHost(_)
+        | VaultError::ConfirmNeedsProxy(_) => StatusCode::BAD_REQUEST,
         VaultError::Off(_)
         | VaultError::WrongKey
         | VaultError::Corrupt { .. }
@@ -65,6 +66,7 @@ pub fn entry(info: &SecretInfo) -> SecretEntry {
         hosts: info.hosts.clone(),
         updated_at: info.updated_at,
         unreadable: info.unreadable.clone(),
+        confirm: info.confirm,
     }
 }
 
@@ -97,7 +99,8 @@ fn body_refused(e: &JsonRejection) -> ApiError {
     ApiError::new(
         e.status(),
         "bad JSON body for a secret: give {\"scope\", \"name\", \"value\"} and optionally \
-         \"hosts\" (a list), \"places\" (a list) and \"mode\" (proxy or stdin); the details \
+         \"hosts\" (a list), \"places\" (a list), \"mode\" (proxy or stdin) and \"confirm\" \
+         (true or false); the details \
          are withheld because \
          they could quote the value",
     )
@@ -111,11 +114,10 @@ async fn set(
     let scope = scope(&request.scope)?;
     let mode = request.mode.as_deref().map(Mode::parse).transpose().map_err(vault_error)?;
     let value = SecretString::from(request.value.expose());
+    let bind =
+        Bind { hosts: &request.hosts, places: &request.places, mode, confirm: request.confirm };
     let info =
-        s.0.vault
-            .set(&scope, &request.name, value, &request.hosts, &request.places, mode)
-            .await
-            .map_err(vault_error)?;
+        s.0.vault.set_bound(&scope, &request.name, value, bind).await.map_err(vault_error)?;
     Ok(Json(entry(&info)))
 }
 

@@ -183,7 +183,9 @@ impl Delegate {
                 Mode::Stdin => Vec::new(),
             };
             secrets.holds.push(resolved.hold);
-            secrets.egress.push(TaskSecret { name: name.clone(), value: resolved.value, hosts });
+            let confirm = resolved.confirm;
+            let value = resolved.value;
+            secrets.egress.push(TaskSecret { name: name.clone(), value, hosts, confirm });
         }
         Ok(secrets)
     }
@@ -209,6 +211,7 @@ impl Delegate {
             name: name.to_owned(),
             value: resolved.value,
             hosts: resolved.hosts,
+            confirm: resolved.confirm,
         });
         Ok(())
     }

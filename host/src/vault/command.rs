@@ -11,19 +11,19 @@ use std::sync::Arc;
 use nexbot_core::ChatRef;
 use secrecy::SecretString;
 
-use super::{Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
+use super::{Bind, Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
 use crate::commands::{ChatCommand, CommandContext};
 use crate::BoxFuture;
 
 const USAGE: &str = "Usage:\n\
-/secret set NAME value --host HOST [--host HOST ...] [--in PLACE ...]\n\
+/secret set NAME value --host HOST [--host HOST ...] [--in PLACE ...] [--confirm]\n\
 /secret set NAME value --mode stdin\n\
 /secret list\n\
 /secret delete NAME\n\
 A secret bound to a host (--host api.github.com, --host *.example.com) is filled in by the \
 egress proxy over https for that host only, in the Authorization header unless --in names \
 other places (header:NAME, path:/PREFIX, query:NAME, body), and never enters a sandbox \
-(proxy mode). --mode stdin hands the value to the task's container itself. Tasks get secrets \
+(proxy mode); with --confirm each task asks you (buttons) before its first use. --mode stdin hands the value to the task's container itself. Tasks get secrets \
 by name; the model never sees a value.";
 
 /// Said when a value goes to the container: it then holds it.
@@ -48,6 +48,7 @@ struct SetArgs {
     hosts: Vec<String>,
     places: Vec<String>,
     mode: Option<Mode>,
+    confirm: bool,
 }
 
 fn parse_set(args: &str) -> Result<SetArgs, String> {
@@ -55,11 +56,12 @@ fn parse_set(args: &str) -> Result<SetArgs, String> {
     let name = words.next().ok_or("give a name and a value")?.to_owned();
     let value = words.next().ok_or("give a value after the name")?;
     let value = SecretString::from(value.to_owned());
-    let (mut hosts, mut places, mut mode) = (Vec::new(), Vec::new(), None);
+    let (mut hosts, mut places, mut mode, mut confirm) = (Vec::new(), Vec::new(), None, false);
     while let Some(word) = words.next() {
         match word {
             "--host" => hosts.push(words.next().ok_or("--host needs a host")?.to_owned()),
             "--in" => places.push(words.next().ok_or("--in needs a place")?.to_owned()),
+            "--confirm" => confirm = true,
             "--mode" => {
                 let text = words.next().ok_or("--mode needs proxy or stdin")?;
                 mode = Some(Mode::parse(text).map_err(|e| e.to_string())?);
@@ -67,12 +69,12 @@ fn parse_set(args: &str) -> Result<SetArgs, String> {
             // Never echo the word: a value with a space in it would show its second half.
             _ => {
                 return Err("unexpected words after the value (a value cannot contain spaces; \
-                             options are --host HOST, --in PLACE and --mode proxy|stdin)"
+                             options are --host HOST, --in PLACE, --confirm and --mode proxy|stdin)"
                     .to_owned())
             }
         }
     }
-    Ok(SetArgs { name, value, hosts, places, mode })
+    Ok(SetArgs { name, value, hosts, places, mode, confirm })
 }
 
 /// One line of `/secret list` (`nexbot-ctl secrets ls` shows the same fields as a table).
@@ -85,7 +87,8 @@ pub fn describe(info: &SecretInfo) -> String {
         Mode::Stdin if info.hosts.is_empty() => "stdin".to_owned(),
         Mode::Stdin => format!("stdin, hosts {}", info.hosts.join(", ")),
     };
-    let mut line = format!("{} — {binding} — set {when}", info.name);
+    let confirm = if info.confirm { " — asks first (--confirm)" } else { "" };
+    let mut line = format!("{} — {binding}{confirm} — set {when}", info.name);
     if let Some(why) = &info.unreadable {
         line.push_str(&format!(" — UNUSABLE: {why}"));
     }
@@ -116,13 +119,16 @@ impl ChatCommand for SecretCommand {
                             Err(why) => format!("Nothing was stored: {why}.\n\n{USAGE}"),
                             Ok(args) => match self
                                 .vault
-                                .set(
+                                .set_bound(
                                     &scope,
                                     &args.name,
                                     args.value,
-                                    &args.hosts,
-                                    &args.places,
-                                    args.mode,
+                                    Bind {
+                                        hosts: &args.hosts,
+                                        places: &args.places,
+                                        mode: args.mode,
+                                        confirm: args.confirm,
+                                    },
                                 )
                                 .await
                             {
@@ -197,9 +203,13 @@ fn stored(info: &SecretInfo) -> String {
     match info.mode {
         Mode::Proxy => format!(
             "Stored {} (proxy mode): the egress proxy fills it in for {} only; it never enters a \
-             sandbox.",
+             sandbox.{}",
             info.name,
-            info.hosts.join(", ")
+            info.hosts.join(", "),
+            match info.confirm {
+                true => " Each task asks you before its first use.",
+                false => "",
+            }
         ),
         Mode::Stdin => format!(
             "Stored {} (stdin mode): tasks that are given it get the value in their sandbox.",
@@ -219,6 +229,9 @@ mod tests {
         assert_eq!((args.name.as_str(), args.value.expose_secret()), ("GH", "ghp_abc123456"));
         assert_eq!(args.hosts, ["api.github.com"]);
         assert_eq!(args.mode, Some(Mode::Proxy));
+        assert!(!args.confirm);
+        let asked = parse_set("GH ghp_abc123456 --host api.github.com --confirm").unwrap();
+        assert!(asked.confirm && asked.mode.is_none());
         let err = parse_set("GH first-half second-half").err().unwrap();
         assert!(!err.contains("second-half") && !err.contains("first-half"), "{err}");
         assert!(parse_set("GH").is_err());

@@ -128,6 +128,8 @@ pub struct SecretInfo {
     pub updated_at: i64,
     /// Why the value cannot be used, if it cannot (wrong master key, corrupt row).
     pub unreadable: Option<String>,
+    /// Stored with `--confirm`: a task's first use asks the chat's user.
+    pub confirm: bool,
 }
 
 /// A secret a task may use: its value and where it may go.
@@ -140,6 +142,9 @@ pub struct Resolved {
     /// Keep it while the task runs: the value stays in the exit scan until then, even if it
     /// is changed or deleted meanwhile.
     pub hold: Hold,
+    /// Stored with `--confirm`: the egress fills it in only once the user allowed it for
+    /// the task.
+    pub confirm: bool,
 }
 
 impl fmt::Debug for Resolved {
@@ -148,6 +153,7 @@ impl fmt::Debug for Resolved {
             .field("name", &self.name)
             .field("hosts", &self.hosts)
             .field("mode", &self.mode)
+            .field("confirm", &self.confirm)
             .finish_non_exhaustive()
     }
 }
@@ -198,6 +204,11 @@ pub enum VaultError {
          (vault.max_secrets_per_scope): delete one first, or raise the setting"
     )]
     TooMany { scope: Scope, cap: usize },
+    #[error(
+        "secret {0}: --confirm asks before the egress fills the value into a task's request, \
+         so it needs proxy mode (a host, and no --mode stdin)"
+    )]
+    ConfirmNeedsProxy(String),
     #[error("invalid mode {0:?}: use proxy or stdin")]
     BadMode(String),
     #[error(
@@ -233,6 +244,7 @@ struct Entry {
     mode: Mode,
     updated_at: i64,
     hold: Hold,
+    confirm: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,9 +279,26 @@ impl fmt::Debug for Vault {
 }
 
 /// What a sealed value is bound to besides its scope and name: its mode and hosts, exactly
-/// as stored.
-fn binding(mode: &str, hosts_json: &str) -> String {
-    format!("{mode}\0{hosts_json}")
+/// as stored, and `--confirm` when it was stored with it (appended only then, so a value
+/// sealed before the flag existed opens as it did).
+fn binding(mode: &str, hosts_json: &str, confirm: bool) -> String {
+    match confirm {
+        true => format!("{mode}\0{hosts_json}\0confirm"),
+        false => format!("{mode}\0{hosts_json}"),
+    }
+}
+
+/// How a secret is stored besides its value ([`Vault::set_bound`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bind<'a> {
+    /// Hosts the proxy may fill it in for.
+    pub hosts: &'a [String],
+    /// Where in their requests (`header:NAME`, …); empty: the `Authorization` header.
+    pub places: &'a [String],
+    /// `None`: proxy for a secret bound to a host, stdin otherwise.
+    pub mode: Option<Mode>,
+    /// `--confirm`: a task's first use asks the chat's user (proxy mode only).
+    pub confirm: bool,
 }
 
 /// Why a master key is not used, if it is not.
@@ -404,7 +433,7 @@ impl Vault {
                     hosts.iter().map(|h| Binding::parse(h)).collect::<Result<Vec<_>, _>>().ok()
                 })
                 .zip(Mode::parse(&row.mode).ok());
-            let bound = binding(&row.mode, &row.hosts);
+            let bound = binding(&row.mode, &row.hosts, row.confirm);
             let value = match (&key, &state, &parsed) {
                 (_, _, None) => Err(Unreadable::Corrupt),
                 (Some(key), _, _) => key
@@ -433,7 +462,14 @@ impl Vault {
             }
             entries.insert(
                 (scope, row.name),
-                Entry { value, hosts, mode, updated_at: row.updated_at, hold: Hold::default() },
+                Entry {
+                    value,
+                    hosts,
+                    mode,
+                    updated_at: row.updated_at,
+                    hold: Hold::default(),
+                    confirm: row.confirm,
+                },
             );
         }
         let vault = Arc::new(Self {
@@ -541,13 +577,29 @@ impl Vault {
         places: &[String],
         mode: Option<Mode>,
     ) -> Result<SecretInfo, VaultError> {
+        let bind = Bind { hosts, places, mode, confirm: false };
+        self.set_bound(scope, name, value, bind).await
+    }
+
+    /// [`Vault::set`] with every setting, `--confirm` included.
+    pub async fn set_bound(
+        &self,
+        scope: &Scope,
+        name: &str,
+        value: SecretString,
+        bind: Bind<'_>,
+    ) -> Result<SecretInfo, VaultError> {
         self.check_room(scope, name)?;
         let key = self.usable()?;
-        let (hosts, mode) = validate(name, &value, hosts, places, mode)?;
+        let (hosts, mode) = validate(name, &value, bind.hosts, bind.places, bind.mode)?;
+        let confirm = bind.confirm;
+        if confirm && mode != Mode::Proxy {
+            return Err(VaultError::ConfirmNeedsProxy(name.to_owned()));
+        }
         let scope_key = scope.key();
         let texts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
         let hosts_json = serde_json::to_string(&texts).unwrap_or_else(|_| "[]".into());
-        let bound = binding(mode.as_str(), &hosts_json);
+        let bound = binding(mode.as_str(), &hosts_json, confirm);
         let (nonce, sealed) = key
             .seal(&scope_key, name, &bound, value.expose_secret().as_bytes())
             .map_err(|e| VaultError::Crypto(e.to_string()))?;
@@ -561,6 +613,7 @@ impl Vault {
                 hosts: hosts_json,
                 mode: mode.as_str().to_owned(),
                 updated_at: now,
+                confirm,
             })
             .await?;
         let replaced = self.entries.write().unwrap_or_else(|p| p.into_inner()).insert(
@@ -571,11 +624,13 @@ impl Vault {
                 mode,
                 updated_at: now,
                 hold: Hold::default(),
+                confirm,
             },
         );
         self.retire(scope, name, replaced);
         self.refresh_exits();
-        tracing::info!(%scope, name, mode = mode.as_str(), hosts = ?texts, "secret stored");
+        let mode_name = mode.as_str();
+        tracing::info!(%scope, name, mode = mode_name, hosts = ?texts, confirm, "secret stored");
         Ok(SecretInfo {
             scope: scope.clone(),
             name: name.to_owned(),
@@ -583,6 +638,7 @@ impl Vault {
             mode,
             updated_at: now,
             unreadable: None,
+            confirm,
         })
     }
 
@@ -638,6 +694,7 @@ impl Vault {
                 hosts: e.hosts.iter().map(ToString::to_string).collect(),
                 mode: e.mode,
                 updated_at: e.updated_at,
+                confirm: e.confirm,
                 unreadable: e
                     .value
                     .as_ref()
@@ -680,6 +737,7 @@ impl Vault {
                 hosts: entry.hosts.clone(),
                 mode: entry.mode,
                 hold: entry.hold.clone(),
+                confirm: entry.confirm,
             }),
             Err(why) => Err(self.unreadable(*why, scope, name)),
         }
@@ -742,7 +800,7 @@ pub async fn rotate_master_key(
         let mut rewritten = Vec::new();
         for row in rows {
             let scope = Scope::parse(&row.scope).unwrap_or(Scope::Operator);
-            let bound = binding(&row.mode, &row.hosts);
+            let bound = binding(&row.mode, &row.hosts, row.confirm);
             let value = old_key
                 .open(&row.scope, &row.name, &bound, &row.nonce, &row.sealed)
                 .map_err(|_| VaultError::Corrupt { name: row.name.clone(), scope })?;

@@ -239,8 +239,9 @@ async fn a_binding_stored_before_places_keeps_working_as_a_legacy_one() {
         crypto::VaultKey::derive(&secret(MASTER), &meta.kdf, &meta.salt).unwrap()
     };
     let hosts_json = "[\"api.example.com\"]".to_owned();
-    let (nonce, sealed) =
-        key.seal(&chat(1).key(), "OLD", &binding("proxy", &hosts_json), VALUE.as_bytes()).unwrap();
+    let (nonce, sealed) = key
+        .seal(&chat(1).key(), "OLD", &binding("proxy", &hosts_json, false), VALUE.as_bytes())
+        .unwrap();
     tamper(&store, "OLD", move |row| {
         row.hosts = hosts_json;
         row.nonce = nonce;
@@ -252,6 +253,32 @@ async fn a_binding_stored_before_places_keeps_working_as_a_legacy_one() {
     assert_eq!(old.value.expose_secret(), VALUE);
     assert_eq!(old.hosts[0].to_string(), "api.example.com");
     assert!(old.hosts[0].is_legacy());
+}
+
+/// `--confirm` is kept across a restart, needs proxy mode, and is sealed in: a database
+/// write that drops it leaves the value unusable rather than unconfirmed.
+#[tokio::test]
+async fn confirm_is_stored_sealed_in_and_needs_proxy_mode() {
+    let dir = temp_dir();
+    let store = store(&dir).await;
+    let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
+    let hosts = ["api.example.com".to_owned()];
+    let bind = Bind { hosts: &hosts, places: &[], mode: None, confirm: true };
+    let info = vault.set_bound(&chat(1), "ASKED", secret(VALUE), bind).await.unwrap();
+    assert!(info.confirm);
+    vault.set(&chat(1), "PLAIN", secret(VALUE), &hosts, &[], None).await.unwrap();
+    let stdin = Bind { mode: Some(Mode::Stdin), confirm: true, ..Bind::default() };
+    let err = vault.set_bound(&chat(1), "NOPE", secret(VALUE), stdin).await.unwrap_err();
+    assert!(matches!(err, VaultError::ConfirmNeedsProxy(_)), "{err}");
+    drop(vault);
+    let vault = Vault::open(store.clone(), Some(&secret(MASTER)), None).await.unwrap();
+    assert!(vault.resolve(&chat(1), "ASKED").unwrap().confirm);
+    assert!(!vault.resolve(&chat(1), "PLAIN").unwrap().confirm);
+    drop(vault);
+    tamper(&store, "ASKED", |row| row.confirm = false).await;
+    let vault = Vault::open(store, Some(&secret(MASTER)), None).await.unwrap();
+    let err = vault.resolve(&chat(1), "ASKED").unwrap_err();
+    assert!(matches!(err, VaultError::Corrupt { .. }), "{err}");
 }
 
 #[tokio::test]

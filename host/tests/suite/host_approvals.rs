@@ -14,7 +14,8 @@ use common::{
     base_env, is_main, parsed_tool_results, tool_results, ChatSession, Leftovers, TempWorkspace,
 };
 use nexbot_control::{
-    approvals_paths, cron_paths, ApprovalList, Client, CronAdd, CronJob, EgressRuleList,
+    approvals_paths, cron_paths, secrets_paths, ApprovalList, Client, CronAdd, CronJob,
+    EgressRuleList, SecretEntry, SecretSet, SecretValue,
 };
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use nexbot_tests::telegram::{BotMessage, ChatType, TelegramFixture, UserMessage};
@@ -23,10 +24,18 @@ use serde_json::{json, Value};
 /// Someone on no allow-list.
 const STRANGER: i64 = 3003;
 
-/// The questions among the bot's messages, in order (an answered one is edited and loses
-/// its buttons; its first line stays).
+/// The egress questions among the bot's messages, in order (an answered one is edited and
+/// loses its buttons; its first line stays).
 pub(crate) fn questions(messages: &[BotMessage]) -> Vec<BotMessage> {
-    messages.iter().filter(|m| m.raw.contains("A task wants to reach")).cloned().collect()
+    asked(messages, EGRESS_QUESTION)
+}
+
+/// What an egress question's first line says.
+const EGRESS_QUESTION: &str = "A task wants to reach";
+
+/// The questions whose first text says `marker`, in order.
+fn asked(messages: &[BotMessage], marker: &str) -> Vec<BotMessage> {
+    messages.iter().filter(|m| m.raw.contains(marker)).cloned().collect()
 }
 
 /// The callback data of the question's button labelled `label`.
@@ -35,11 +44,17 @@ pub(crate) fn press(question: &BotMessage, label: &str) -> String {
     found.unwrap_or_else(|| panic!("no {label:?} button: {question:#?}")).1
 }
 
-/// The `nth` question of the chat (from 0), once it is there with its buttons.
+/// The `nth` egress question of the chat (from 0), once it is there with its buttons.
 pub(crate) async fn wait_question(tg: &TelegramFixture, chat: i64, nth: usize) -> BotMessage {
-    let ready = |m: &[BotMessage]| questions(m).get(nth).is_some_and(|q| !q.buttons().is_empty());
+    wait_asked(tg, chat, EGRESS_QUESTION, nth).await
+}
+
+/// The `nth` question of the chat saying `marker` (from 0), once it is there with its buttons.
+async fn wait_asked(tg: &TelegramFixture, chat: i64, marker: &str, nth: usize) -> BotMessage {
+    let ready =
+        |m: &[BotMessage]| asked(m, marker).get(nth).is_some_and(|q| !q.buttons().is_empty());
     let messages = tg.wait_bot_messages(chat, ready, LIMIT * 2).await;
-    questions(&messages).remove(nth)
+    asked(&messages, marker).remove(nth)
 }
 
 /// The egress questions recorded: (host:port, answer, answered by).
@@ -696,4 +711,262 @@ async fn a_scheduled_job_is_never_asked_and_follows_egress_unattended() {
     assert_eq!(seen.lock().unwrap().len(), 2);
     assert_eq!(questions(&tg.bot_messages(OWNER).await).len(), 1, "still nothing asked");
     serving.stop(LIMIT).await;
+}
+/// What a send_file confirmation's first line says.
+const SEND_QUESTION: &str = "wants to send you the file";
+/// What a delete confirmation's first line says.
+const DELETE_QUESTION: &str = "wants to delete the file";
+
+/// A main agent that, for each user message `<tool> <path>`, calls the tool on the path once
+/// and then says `RESULT <the tool's result>`.
+fn stepping_model(llm: &ScriptedLlm) {
+    llm.set_responder(|body| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        if last.is_some_and(|m| m["role"] == "tool") {
+            let result = parsed_tool_results(body).pop().unwrap_or_default();
+            return Step::text(&format!("RESULT {result}"));
+        }
+        let user = nexbot_tests::scripted_llm::last_user(body);
+        match user.split_once(' ') {
+            Some((tool, path)) => Step::tool_call(tool, json!({ "path": path })),
+            None => Step::text("say <tool> <path>"),
+        }
+    });
+}
+
+/// The model's `RESULT` lines of the chat, once there are `n`.
+async fn wait_results(tg: &TelegramFixture, n: usize) -> Vec<String> {
+    let enough = |m: &[BotMessage]| m.iter().filter(|m| m.text.starts_with("RESULT")).count() >= n;
+    let messages = tg.wait_bot_messages(OWNER, enough, LIMIT * 2).await;
+    messages.iter().filter(|m| m.text.starts_with("RESULT")).map(|m| m.text.clone()).collect()
+}
+
+/// A question as recorded: (kind, subject, answer, answered by).
+type Recorded = (String, Option<String>, Option<String>, Option<String>);
+
+/// The questions recorded, every kind.
+fn recorded_kinds(ws: &TempWorkspace) -> Vec<Recorded> {
+    let db = rusqlite::Connection::open(ws.database()).unwrap();
+    let mut stmt = db
+        .prepare("SELECT kind, subject, answer, answered_by FROM egress_questions ORDER BY id")
+        .unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+#[tokio::test]
+async fn agent_confirm_asks_before_a_large_send_file_and_a_delete_and_the_answer_decides() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    stepping_model(&llm);
+    let ws = TempWorkspace::init("ap-confirm");
+    // Loose in the data directory: they move into the owner's room on the first start.
+    std::fs::write(ws.dir.join("big.bin"), vec![7u8; 4000]).unwrap();
+    std::fs::write(ws.dir.join("small.txt"), "a small note").unwrap();
+    std::fs::write(ws.dir.join("old.txt"), "to be deleted").unwrap();
+    let mut env = telegram_env(&llm, &tg);
+    env.push(("NEXBOT_AGENT__CONFIRM".into(), r#"["send_file", "delete"]"#.into()));
+    env.push(("NEXBOT_AGENT__CONFIRM_SEND_FILE_BYTES".into(), "1000".into()));
+    let serving = start(&ws, &env).await;
+    let documents = |m: &[BotMessage]| m.iter().filter(|m| m.kind == "document").count();
+
+    // Over the size: asked, with Allow / Deny; a stranger's press is refused; Allow sends.
+    tg.user_says(OWNER, OWNER, "send_file big.bin").await;
+    let question = wait_asked(&tg, OWNER, SEND_QUESTION, 0).await;
+    assert!(question.text.contains("big.bin (3 KB)"), "{}", question.text);
+    let labels: Vec<String> = question.buttons().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["Allow", "Deny"]);
+    assert_eq!(documents(&tg.bot_messages(OWNER).await), 0, "nothing sent while it asks");
+    let allow = press(&question, "Allow");
+    let refused = tg.user_clicks(OWNER, STRANGER, question.message_id, &allow).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &allow).await;
+    let results = wait_results(&tg, 1).await;
+    assert!(results[0].contains(r#""success":true"#), "{results:?}");
+    let answered = tg.calls("answerCallbackQuery").await;
+    let stranger =
+        answered.iter().find(|c| c.params["callback_query_id"] == refused.callback_query_id);
+    assert_eq!(stranger.expect("answered").params["text"], "Not allowed.");
+    let messages = tg.bot_messages(OWNER).await;
+    assert_eq!(documents(&messages), 1, "allowed: sent");
+    let by = format!("telegram:{OWNER}");
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains(&format!("Allowed by {by}")), "{}", edited.text);
+
+    // Deny: the model reads the refusal; nothing is sent.
+    tg.user_says(OWNER, OWNER, "send_file big.bin").await;
+    let question = wait_asked(&tg, OWNER, SEND_QUESTION, 1).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Deny")).await;
+    let results = wait_results(&tg, 2).await;
+    assert!(results[1].contains("not sent: the user refused it"), "{results:?}");
+    assert_eq!(documents(&tg.bot_messages(OWNER).await), 1, "denied: nothing more sent");
+
+    // At or under the size: nothing asks.
+    tg.user_says(OWNER, OWNER, "send_file small.txt").await;
+    let results = wait_results(&tg, 3).await;
+    assert!(results[2].contains(r#""success":true"#), "{results:?}");
+    let messages = tg.bot_messages(OWNER).await;
+    assert_eq!(documents(&messages), 2);
+    assert_eq!(asked(&messages, SEND_QUESTION).len(), 2, "no third question");
+
+    // A delete asks too; `nexbot-ctl approvals ls` lists it with its kind, `allow` answers.
+    tg.user_says(OWNER, OWNER, "delete_file old.txt").await;
+    let question = wait_asked(&tg, OWNER, DELETE_QUESTION, 0).await;
+    let room = ws.dir.join(format!("chats/telegram_{OWNER}"));
+    assert!(room.join("old.txt").exists(), "not deleted while it asks");
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(listed.pending.len(), 1, "{listed:?}");
+    let waiting = &listed.pending[0];
+    assert_eq!((waiting.kind.as_str(), waiting.subject.as_deref()), ("delete", Some("old.txt")));
+    assert_eq!(waiting.chat, format!("telegram:{OWNER}"));
+    // An answer a confirmation does not take is refused and decides nothing.
+    let always = json!({ "id": waiting.id, "answer": "chat" });
+    let wrong = ctl(&ws).post::<_, Value>(approvals_paths::APPROVALS_ANSWER, &always).await;
+    assert!(wrong.unwrap_err().to_string().contains("allow or deny"));
+    let body = json!({ "id": waiting.id, "answer": "once" });
+    let done: Value = ctl(&ws).post(approvals_paths::APPROVALS_ANSWER, &body).await.unwrap();
+    assert!(done["message"].as_str().unwrap().contains("delete question"), "{done}");
+    let results = wait_results(&tg, 4).await;
+    assert!(results[3].contains("deleted old.txt"), "{results:?}");
+    assert!(!room.join("old.txt").exists());
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains("Allowed by nexbot-ctl"), "{}", edited.text);
+
+    let (big, old) = (Some("big.bin (4000 bytes)".to_owned()), Some("old.txt".to_owned()));
+    assert_eq!(
+        recorded_kinds(&ws),
+        [
+            ("send_file".into(), big.clone(), Some("once".into()), Some(by.clone())),
+            ("send_file".into(), big, Some("deny".into()), Some(by)),
+            ("delete".into(), old, Some("once".into()), Some("nexbot-ctl".into())),
+        ]
+    );
+    let metrics = ctl(&ws).get_text("/metrics").await.unwrap();
+    for (kind, answer) in [("send_file", "once"), ("send_file", "deny"), ("delete", "once")] {
+        let line = format!("confirmation_questions_total{{kind=\"{kind}\",answer=\"{answer}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    serving.stop(LIMIT).await;
+}
+
+/// A planted value, hunted for in the question, the database and the logs.
+const CONFIRMED: &str = "ghp_PLANTED_confirm_4e7b1a9c03d2";
+/// What a `--confirm` secret's question says first.
+const SECRET_QUESTION: &str = "wants to use the secret";
+
+/// A model whose main agent delegates `calls: N` tasks with the secret `GH_TOKEN` and whose
+/// subagent sends N requests to `api` carrying it; the subagent's tool results are kept.
+fn secret_model(llm: &ScriptedLlm, api: SocketAddr) -> Results {
+    let results: Results = Arc::default();
+    let seen = results.clone();
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            let calls = if body.to_string().contains("calls: 2") { 2 } else { 1 };
+            *seen.lock().unwrap() = parsed_tool_results(body);
+            let n = tool_results(body);
+            if n >= calls {
+                return Step::text("CALLED");
+            }
+            let url = format!("http://{api}/echo/{n}");
+            let headers = json!({ "Authorization": "Bearer {{secret:GH_TOKEN}}" });
+            return Step::tool_call("http_request", json!({ "url": url, "headers": headers }));
+        }
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            return Step::text("done with the task");
+        }
+        let task = match last["content"].as_str() {
+            Some("twice") => "call the API, calls: 2",
+            _ => "call the API, calls: 1",
+        };
+        Step::tool_call(
+            "delegate_to_sub_agent",
+            json!({ "task": task, "secrets": ["GH_TOKEN"], "tools": ["http_request"] }),
+        )
+    });
+    results
+}
+
+#[tokio::test]
+async fn a_confirm_secret_is_filled_in_only_after_the_chat_allows_it_for_the_task() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("approvals_secret").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (api, api_seen) = nexbot_tests::egress::web_echo_server(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let results = secret_model(&llm, api);
+    let ws = TempWorkspace::init("ap-secret");
+    let names = Leftovers::new("apsecret");
+    let mut env = ask_env(&llm, &tg, &names, &[api]);
+    // `open`: the destination asks nothing; only the secret does.
+    env.push(("NEXBOT_EGRESS__MODE".into(), "open".into()));
+    env.push(("NEXBOT_MASTER_KEY".into(), "nxs-test-master-key-0123456789abcdef".into()));
+    let serving = start(&ws, &env).await;
+    let set = SecretSet {
+        scope: format!("telegram:{OWNER}"),
+        name: "GH_TOKEN".into(),
+        value: SecretValue::new(CONFIRMED.into()),
+        hosts: vec![format!("http://{api}")],
+        places: vec![],
+        mode: None,
+        confirm: true,
+    };
+    let stored: SecretEntry = ctl(&ws).post(secrets_paths::SECRETS, &set).await.unwrap();
+    assert!(stored.confirm, "{stored:?}");
+
+    // The first request of a task is held and the chat asked, naming the secret only.
+    tg.user_says(OWNER, OWNER, "twice").await;
+    let question = wait_asked(&tg, OWNER, SECRET_QUESTION, 0).await;
+    assert!(question.text.contains("GH_TOKEN"), "{}", question.text);
+    assert!(question.text.contains(&format!("GET /echo/0 to {api}")), "{}", question.text);
+    assert!(!question.raw.contains(CONFIRMED), "{}", question.raw);
+    let labels: Vec<String> = question.buttons().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["Allow for this task", "Deny"]);
+    assert!(api_seen.lock().unwrap().is_empty(), "held: nothing reached the API yet");
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    let waiting = &listed.pending[0];
+    assert_eq!((waiting.kind.as_str(), waiting.subject.as_deref()), ("secret", Some("GH_TOKEN")));
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Allow for this task"))
+        .await;
+    // Allowed for the task: both its requests carry the value, with one question.
+    let got = results_when(&results, 2).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    let seen = api_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?} {got:?}");
+    let bearer = format!("Bearer {CONFIRMED}");
+    assert!(seen.iter().all(|e| e.header("authorization") == Some(bearer.as_str())), "{seen:?}");
+    assert_eq!(asked(&tg.bot_messages(OWNER).await, SECRET_QUESTION).len(), 1);
+
+    // A second task asks again; Deny: the API never sees the value, the task reads why.
+    tg.user_says(OWNER, OWNER, "once").await;
+    let question = wait_asked(&tg, OWNER, SECRET_QUESTION, 1).await;
+    tg.user_clicks(OWNER, OWNER, question.message_id, &press(&question, "Deny")).await;
+    tg.wait_bot_messages(
+        OWNER,
+        |m| m.iter().filter(|m| m.text.contains("done with the task")).count() >= 2,
+        LIMIT * 2,
+    )
+    .await;
+    let got = results.lock().unwrap().clone();
+    let said = got.last().map(Value::to_string).unwrap_or_default();
+    assert!(said.contains("secret_not_confirmed") && said.contains("denied by the user"), "{said}");
+    assert_eq!(api_seen.lock().unwrap().len(), 2, "nothing more reached the API");
+    let messages = tg.bot_messages(OWNER).await;
+    let edited = messages.iter().find(|m| m.message_id == question.message_id).unwrap();
+    assert!(edited.text.contains(&format!("Denied by telegram:{OWNER}")), "{}", edited.text);
+
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains(CONFIRMED), "the value is in the daemon's log");
+    let db = std::fs::read(ws.database()).unwrap();
+    let planted = CONFIRMED.as_bytes();
+    assert!(!db.windows(planted.len()).any(|w| w == planted), "the value is in the database");
+    let kinds: Vec<(String, Option<String>, Option<String>)> =
+        recorded_kinds(&ws).into_iter().map(|(k, s, a, _)| (k, s, a)).collect();
+    let secret = || ("secret".to_owned(), Some("GH_TOKEN".to_owned()));
+    assert_eq!(
+        kinds,
+        [
+            (secret().0, secret().1, Some("task".to_owned())),
+            (secret().0, secret().1, Some("deny".to_owned())),
+        ]
+    );
 }
