@@ -22,7 +22,8 @@ pub struct AgentConfig {
     /// The risky steps a tool asks the chat's user about before it takes them, with Allow /
     /// Deny buttons (`"send_file"`: a file larger than `confirm_send_file_bytes`;
     /// `"delete"`: any `delete_file`). Empty, the default: nothing asks. The question waits
-    /// `egress.approval_timeout_secs`; no answer refuses the step.
+    /// `egress.approval_timeout_secs`; no answer refuses the step. (A recurring job the model
+    /// wants to schedule is always asked about, listed or not.)
     pub confirm: Vec<crate::confirm::ConfirmKind>,
     /// With `"send_file"` in `confirm`: files larger than this many bytes are asked about.
     pub confirm_send_file_bytes: u64,

@@ -21,6 +21,10 @@ pub enum ConfirmKind {
     SendFile,
     /// `delete_file`.
     Delete,
+    /// A recurring job the model wants to schedule in the chat (`schedule_task`): always
+    /// asked, listed in `agent.confirm` or not — it would run the model's instruction again
+    /// and again, unattended.
+    Schedule,
 }
 
 impl ConfirmKind {
@@ -28,6 +32,7 @@ impl ConfirmKind {
         match self {
             Self::SendFile => "send_file",
             Self::Delete => "delete",
+            Self::Schedule => "schedule",
         }
     }
 }
@@ -45,6 +50,8 @@ pub enum Step {
     SendFile { path: String, bytes: u64 },
     /// Delete `path` (relative to the chat's folder).
     Delete { path: String },
+    /// Store the recurring job `job` describes (its task, schedule, zone and budget).
+    Schedule { job: String },
 }
 
 impl Step {
@@ -52,6 +59,7 @@ impl Step {
         match self {
             Self::SendFile { .. } => ConfirmKind::SendFile,
             Self::Delete { .. } => ConfirmKind::Delete,
+            Self::Schedule { .. } => ConfirmKind::Schedule,
         }
     }
 }
@@ -74,13 +82,21 @@ pub trait Confirm: Send + Sync + fmt::Debug {
     fn confirm<'a>(&'a self, chat: &'a ChatRef, step: Step) -> BoxFuture<'a, Result<(), Refused>>;
 }
 
-/// Confirms every step at once: tools' unit tests, and an agent built without the host's
-/// questions.
+/// Where nobody can be asked (tools' unit tests, an agent built without the host's
+/// questions): the steps that ask only when configured go on at once; a recurring job, which
+/// always asks, is refused.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoConfirm;
 
 impl Confirm for NoConfirm {
-    fn confirm<'a>(&'a self, _: &'a ChatRef, _: Step) -> BoxFuture<'a, Result<(), Refused>> {
-        Box::pin(async { Ok(()) })
+    fn confirm<'a>(&'a self, _: &'a ChatRef, step: Step) -> BoxFuture<'a, Result<(), Refused>> {
+        Box::pin(async move {
+            match step {
+                Step::Schedule { .. } => {
+                    Err(Refused::Other("nobody can be asked to confirm it here".into()))
+                }
+                Step::SendFile { .. } | Step::Delete { .. } => Ok(()),
+            }
+        })
     }
 }

@@ -290,19 +290,6 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         })
     }
 
-    /// Asks the user to confirm `question` (Confirm / Refuse buttons where the channel has
-    /// them; a typed `yes` confirms) and waits up to `wait`. `Ok(false)`: refused, or any
-    /// other answer; no answer in time is [`ChannelError::NoAnswer`].
-    fn confirm<'a>(
-        &'a self,
-        chat: &'a ChatRef,
-        question: &'a str,
-        wait: Duration,
-    ) -> BoxFuture<'a, Result<bool, ChannelError>> {
-        let _ = (question, wait);
-        unsupported(chat.kind(), "ask for confirmation")
-    }
-
     /// Shows how the delegated task `task_id` of a turn in `chat` goes. Best effort: a channel
     /// that cannot show it (or fails to) says nothing, and the task goes on.
     fn task_update<'a>(

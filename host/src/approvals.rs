@@ -16,6 +16,8 @@
 //!   task / Deny (`/approve <id> task|deny`).
 //! - `send_file`, `delete`: a main-agent tool is about to take a step `agent.confirm` lists
 //!   ([`StepConfirm`]). Allow / Deny (`/approve <id> allow|deny`).
+//! - `schedule`: the model wants to store a recurring job in the chat (`schedule_task`);
+//!   always asked. Allow / Deny.
 //!
 //! Why here and not in the proxy or a tool: they know no chat, no user and no store; why not
 //! in a channel: the same question is answered from several places. What is remembered:
@@ -156,6 +158,7 @@ impl Question {
                 None => format!("{}:{}", r.host, r.port),
             },
             Self::Step(Step::SendFile { path, .. } | Step::Delete { path }) => path.clone(),
+            Self::Step(Step::Schedule { job }) => job.clone(),
         }
     }
 
@@ -831,6 +834,9 @@ impl Approvals {
                     Step::Delete { path } => {
                         format!("🗑 The assistant wants to delete the file {path}")
                     }
+                    Step::Schedule { job } => format!(
+                        "🗓 The assistant wants to schedule a recurring job in this chat:\n{job}"
+                    ),
                 };
                 let text = format!(
                     "{head}\n\nAllow it? No answer within {secs} s refuses it. (Or type \
@@ -1002,6 +1008,7 @@ fn step_subject(step: &Step) -> String {
     match step {
         Step::SendFile { path, bytes } => format!("{path} ({bytes} bytes)"),
         Step::Delete { path } => path.clone(),
+        Step::Schedule { job } => job.clone(),
     }
 }
 
@@ -1060,8 +1067,9 @@ impl Approver for EgressApprover {
     }
 }
 
-/// The tools' [`Confirm`]: asks about the steps `agent.confirm` lists, and only those; a
-/// `send_file` only of a file larger than `agent.confirm_send_file_bytes`.
+/// The tools' [`Confirm`]: asks about the steps `agent.confirm` lists, and only those (a
+/// `send_file` only of a file larger than `agent.confirm_send_file_bytes`), and always about
+/// a recurring job.
 #[derive(Debug)]
 pub struct StepConfirm {
     approvals: Arc<Approvals>,
@@ -1078,13 +1086,15 @@ impl StepConfirm {
         }
     }
 
-    /// Whether `step` is to be asked about.
+    /// Whether `step` is to be asked about (a recurring job always is).
     fn asks(&self, step: &Step) -> bool {
-        self.steps.contains(&step.kind())
-            && match step {
-                Step::SendFile { bytes, .. } => *bytes > self.send_file_bytes,
-                Step::Delete { .. } => true,
+        match step {
+            Step::Schedule { .. } => true,
+            Step::SendFile { bytes, .. } => {
+                self.steps.contains(&step.kind()) && *bytes > self.send_file_bytes
             }
+            Step::Delete { .. } => self.steps.contains(&step.kind()),
+        }
     }
 }
 

@@ -96,8 +96,8 @@ impl Dispatcher {
     }
 
     async fn route(&mut self, message: InboundMessage) {
-        // A confirmation's button before the commands: it answers the question waiting in
-        // the chat (or, stale, is told so); it is not a command of its own.
+        // A choice's button before the commands: it answers the question waiting in the
+        // chat (or, stale, is told so); it is not a command of its own.
         if let Some(taken) = self.router.answer_press(&message.chat, &message.text) {
             let answer = if taken {
                 OutboundMessage {

@@ -116,7 +116,7 @@ pub fn build_agent_with_hooks(
             store.clone(),
             zone,
             config.scheduler.job_token_budget,
-            Duration::from_secs(config.agent.ask_timeout_secs),
+            Duration::from_secs(config.egress.approval_timeout_secs),
         )));
     }
     let skills = crate::skills::Skills::load(

@@ -28,6 +28,9 @@ use crate::rooms::Rooms;
 use nexbot_agent::confirm::Step;
 use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
 
+/// The longest `delete_file` may take, its confirmation's wait included.
+const DELETE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Largest text `read_file` returns; longer files are cut with a marker.
 pub const MAX_READ_CHARS: usize = 200_000;
 /// Largest content `write_file`/`edit_file` accept.
@@ -476,6 +479,11 @@ impl TypedTool for DeleteFile {
     const DESCRIPTION: &'static str = "Delete a file of this chat's folder (not a directory).";
     fn schema() -> Value {
         path_schema()
+    }
+    /// Above the confirmation's wait (`agent.confirm`; `egress.approval_timeout_secs`, 120 s
+    /// by default): the deletion itself is instant, the user may take their time.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        Some(DELETE_TIMEOUT)
     }
     async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
         // Checked before anyone is asked (a question about a file that cannot be deleted

@@ -45,9 +45,9 @@ pub struct Router {
     sent: Mutex<SentIds>,
 }
 
-/// A question waiting in a chat: its answer goes to `tx`. A confirmation also takes a
-/// press of its own buttons (`/confirm <nonce>`, `/refuse <nonce>`), and only of its own: a
-/// stale button of an earlier question answers nothing.
+/// A question waiting in a chat: its answer goes to `tx`. A choice also takes a press of its
+/// own buttons (`/choose <nonce> <n>`), and only of its own: a stale button of an earlier
+/// question answers nothing.
 #[derive(Debug)]
 struct Question {
     tx: oneshot::Sender<String>,
@@ -56,9 +56,6 @@ struct Question {
     options: Vec<String>,
 }
 
-/// The command words of a confirmation's buttons.
-const CONFIRM: &str = "/confirm";
-const REFUSE: &str = "/refuse";
 /// The command word of a choice's buttons (`ask_user` with options).
 const CHOOSE: &str = "/choose";
 
@@ -158,35 +155,24 @@ impl Router {
         }
     }
 
-    /// A press of a confirmation's button (`/confirm <nonce>` or `/refuse <nonce>`, which
-    /// are not commands): `None` when `text` is not one; `Some(true)` when the confirmation
-    /// waiting in `chat` took it; `Some(false)` when no confirmation with that nonce waits
-    /// there (answered, timed out, or another chat's).
+    /// A press of a choice's button (`/choose <nonce> <n>`, which is not a command): `None`
+    /// when `text` is not one; `Some(true)` when the choice waiting in `chat` took it;
+    /// `Some(false)` when no choice with that nonce and option waits there (answered, timed
+    /// out, or another chat's).
     pub fn answer_press(&self, chat: &ChatRef, text: &str) -> Option<bool> {
         let (word, rest) = text.trim().split_once(' ')?;
-        if word != CONFIRM && word != REFUSE && word != CHOOSE {
+        if word != CHOOSE {
             return None;
         }
         // A choice's button carries the option's number after the nonce.
-        let (nonce, chosen) = match word {
-            CHOOSE => {
-                let (nonce, n) = rest.trim().split_once(' ')?;
-                (nonce, n.trim().parse::<usize>().ok())
-            }
-            _ => (rest, None),
-        };
+        let (nonce, n) = rest.trim().split_once(' ')?;
+        let (nonce, chosen) = (nonce, n.trim().parse::<usize>().ok());
         let mut questions = self.questions.lock().unwrap_or_else(|p| p.into_inner());
         if questions.get(chat).and_then(|q| q.nonce.as_deref()) != Some(nonce.trim()) {
             return Some(false);
         }
-        let answer = match chosen {
-            Some(n) => match questions.get(chat).and_then(|q| q.options.get(n)) {
-                Some(option) => option.clone(),
-                None => return Some(false),
-            },
-            None if word == CHOOSE => return Some(false),
-            None => text.trim().to_owned(),
-        };
+        let option = chosen.and_then(|n| questions.get(chat)?.options.get(n).cloned());
+        let Some(answer) = option else { return Some(false) };
         let question = questions.remove(chat)?;
         Some(question.tx.send(answer).is_ok())
     }
@@ -354,7 +340,7 @@ impl Channel for Router {
         wait: Duration,
     ) -> BoxFuture<'a, Result<String, ChannelError>> {
         Box::pin(async move {
-            // The nonce ties the buttons to this question, as a confirmation's do.
+            // The nonce ties the buttons to this question: a stale one answers nothing.
             let nonce = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
             let mut message = OutboundMessage::progress(
                 chat,
@@ -368,35 +354,6 @@ impl Channel for Router {
                 })
                 .collect();
             self.question(chat, message, Some(nonce), options.to_vec(), wait).await
-        })
-    }
-
-    fn confirm<'a>(
-        &'a self,
-        chat: &'a ChatRef,
-        question: &'a str,
-        wait: Duration,
-    ) -> BoxFuture<'a, Result<bool, ChannelError>> {
-        Box::pin(async move {
-            // The nonce ties the buttons to this question: a button of an earlier one, or
-            // one typed from memory, answers nothing.
-            let nonce = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-            let confirm = format!("{CONFIRM} {nonce}");
-            let mut message = OutboundMessage::progress(
-                chat,
-                format!(
-                    "{question}\n\nPress Confirm (or reply yes) to allow it; anything else \
-                     refuses. No answer within {} s refuses.",
-                    wait.as_secs()
-                ),
-            );
-            message.buttons = vec![vec![
-                Button::new("Confirm", confirm.clone()).with_key('y'),
-                Button::new("Refuse", format!("{REFUSE} {nonce}")).with_key('n'),
-            ]];
-            let answer = self.question(chat, message, Some(nonce), Vec::new(), wait).await?;
-            let answer = answer.trim();
-            Ok(answer == confirm || answer.eq_ignore_ascii_case("yes"))
         })
     }
 }

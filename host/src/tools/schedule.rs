@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::agent::channel::ChannelError;
 use crate::scheduler::jobs::{JobCreator, JobState, NewJob};
 use crate::scheduler::{prepare_job, schedule, store_job, JobError, JobSpec};
 use crate::store::Store;
+use nexbot_agent::confirm::Step;
 
 /// Active jobs one chat may have (a job's own turn may create jobs too).
 pub const MAX_JOBS_PER_CHAT: usize = 50;
@@ -29,7 +29,8 @@ pub struct ScheduleTask {
     /// `scheduler.job_token_budget`: the budget of a job that names none, and the most one
     /// may name.
     budget: u64,
-    /// How long the user has to confirm (`agent.ask_timeout_secs`).
+    /// How long the user has to answer the confirmation (`egress.approval_timeout_secs`,
+    /// the deadline of every question of the approvals).
     confirm_wait: Duration,
 }
 
@@ -39,28 +40,22 @@ impl ScheduleTask {
         Self { store, zone, budget, confirm_wait: confirm_wait.max(Duration::from_secs(1)) }
     }
 
-    /// Asks the chat's user whether `job` may be stored; an error unless they confirm.
+    /// Asks the chat's user whether `job` may be stored — a question of the approvals
+    /// ([`Step::Schedule`], always asked), answered by its buttons, a typed `/approve`, or
+    /// `nexbot-ctl approvals`; an error unless they allow it.
     async fn confirmed(&self, job: &NewJob, ctx: &ToolContext) -> Result<(), ToolError> {
         let budget = job.token_budget.unwrap_or(self.budget);
-        let question = format!(
-            "The assistant wants to schedule a recurring job in this chat:\n«{}»\nSchedule: {} \
-             ({}), up to {budget} tokens per run.",
+        let job = format!(
+            "«{}»\nSchedule: {} ({}), up to {budget} tokens per run.",
             job.task,
             job.cron.as_deref().unwrap_or_default(),
             job.time_zone
         );
-        match ctx.channel.confirm(&ctx.chat, &question, self.confirm_wait).await {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                Err(ToolError::new("the user refused this recurring job; it was not scheduled"))
+        match ctx.confirm.confirm(&ctx.chat, Step::Schedule { job }).await {
+            Ok(()) => Ok(()),
+            Err(refused) => {
+                Err(ToolError::new(format!("this recurring job was not scheduled: {refused}")))
             }
-            Err(ChannelError::NoAnswer(wait)) => Err(ToolError::new(format!(
-                "the user did not confirm this recurring job within {} s; it was not scheduled",
-                wait.as_secs()
-            ))),
-            Err(e) => Err(ToolError::new(format!(
-                "cannot ask the user to confirm this recurring job ({e}); it was not scheduled"
-            ))),
         }
     }
 }
@@ -202,36 +197,36 @@ mod tests {
     }
 
     /// A chat whose user answers every confirmation with `answer` (`None`: never answers);
-    /// it keeps the questions asked.
+    /// it keeps the jobs asked about.
     #[derive(Debug)]
     struct User {
         answer: Option<bool>,
         asked: std::sync::Mutex<Vec<String>>,
     }
 
-    impl crate::agent::channel::Channel for User {
-        fn send(
-            &self,
-            _: crate::agent::channel::OutboundMessage,
-        ) -> crate::BoxFuture<'_, Result<Option<crate::agent::channel::MessageId>, ChannelError>>
-        {
-            Box::pin(async { Ok(None) })
-        }
+    impl nexbot_agent::confirm::Confirm for User {
         fn confirm<'a>(
             &'a self,
             _: &'a ChatRef,
-            question: &'a str,
-            wait: Duration,
-        ) -> crate::BoxFuture<'a, Result<bool, ChannelError>> {
-            self.asked.lock().unwrap().push(question.to_owned());
-            Box::pin(async move { self.answer.ok_or(ChannelError::NoAnswer(wait)) })
+            step: Step,
+        ) -> crate::BoxFuture<'a, Result<(), nexbot_agent::confirm::Refused>> {
+            use nexbot_agent::confirm::Refused;
+            let Step::Schedule { job } = step else { panic!("asked about {step:?}") };
+            self.asked.lock().unwrap().push(job);
+            Box::pin(async move {
+                match self.answer {
+                    Some(true) => Ok(()),
+                    Some(false) => Err(Refused::Denied { by: "telegram:7".into() }),
+                    None => Err(Refused::NoAnswer { secs: 2 }),
+                }
+            })
         }
     }
 
     fn answering(answer: Option<bool>) -> (ToolContext, std::sync::Arc<User>) {
         let user = std::sync::Arc::new(User { answer, asked: Default::default() });
         let mut ctx = ToolContext::for_tests();
-        ctx.channel = user.clone();
+        ctx.confirm = user.clone();
         (ctx, user)
     }
 

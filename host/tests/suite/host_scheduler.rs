@@ -612,9 +612,10 @@ async fn a_run_is_marked_as_a_stored_task_and_stops_at_its_token_budget() {
     h.app.stop().await;
 }
 
-/// A recurring job the model wants is stored only when the chat's user presses Confirm under
-/// the question (through the real bot, the emulator and its callback queries): Refuse, and a
-/// stale button, store nothing.
+/// A recurring job the model wants is stored only when the chat's user presses Allow under
+/// the question — one of the approvals' questions (through the real bot, the emulator and its
+/// callback queries): Deny, and a stale button, store nothing; `nexbot-ctl approvals` lists
+/// and answers it too.
 #[tokio::test]
 async fn a_chats_recurring_job_waits_for_the_users_confirmation_in_telegram() {
     use nexbot_control::{cron_paths, Client, CronJobList};
@@ -676,11 +677,15 @@ async fn a_chats_recurring_job_waits_for_the_users_confirmation_in_telegram() {
     assert!(asked.text.contains("«send the morning digest»"), "{}", asked.text);
     assert!(asked.text.contains("0 0 9 * * *") && asked.text.contains("100000 tokens"));
     let labels: Vec<&str> = buttons.iter().map(|(label, _)| label.as_str()).collect();
-    assert_eq!(labels, ["Confirm", "Refuse"], "{buttons:?}");
+    assert_eq!(labels, ["Allow", "Deny"], "{buttons:?}");
+    let waiting: nexbot_control::ApprovalList =
+        api.get(nexbot_control::approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(waiting.pending.len(), 1, "{waiting:?}");
+    assert_eq!(waiting.pending[0].kind, "schedule", "{waiting:?}");
     // A button that is not this question's answers nothing.
-    tg.user_clicks(OWNER, OWNER, asked.message_id, "/confirm 000000000000").await;
-    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("no longer waiting")), limit)
-        .await;
+    tg.user_clicks(OWNER, OWNER, asked.message_id, "/approve 999999 allow").await;
+    let stale = "is waiting (it was answered";
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains(stale)), limit).await;
     assert!(jobs().await.is_empty(), "a stale button stored the job");
     tg.user_clicks(OWNER, OWNER, asked.message_id, &buttons[1].1).await;
     tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("refused")), limit).await;
@@ -689,7 +694,7 @@ async fn a_chats_recurring_job_waits_for_the_users_confirmation_in_telegram() {
     tg.user_clicks(OWNER, OWNER, asked.message_id, &buttons[0].1).await;
     tg.wait_bot_messages(
         OWNER,
-        |m| m.iter().filter(|m| m.text.contains("no longer waiting")).count() >= 2,
+        |m| m.iter().filter(|m| m.text.contains(stale)).count() >= 2,
         limit,
     )
     .await;
