@@ -109,7 +109,9 @@ async fn main() {
         return;
     }
 
-    let token = started.egress.tokens().issue("bench", u64::MAX).unwrap();
+    // The task the client's address runs (`egress_support::start`: 127.0.0.1 is container
+    // `c-test` running `t-1`): the relay refuses a token of any other task from there.
+    let token = started.egress.tokens().issue("t-1", u64::MAX).unwrap();
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
     let direct = timed(|| async {
         let url = format!("{}/chat/completions", llm.base_url());
