@@ -231,6 +231,8 @@ impl Turn<'_> {
 /// The turn being run: who asked, and the per-turn handles.
 struct Turn<'a> {
     chat: &'a ChatRef,
+    /// The tools of this turn: the agent's and what its sources offer this chat.
+    tools: &'a ToolRegistry,
     session_id: i64,
     cancel: &'a CancellationToken,
     channel: &'a Arc<dyn Channel>,
@@ -393,8 +395,10 @@ impl Agent {
         };
         let owner = self.is_owner_chat(chat);
         let tools_on = self.store.agent_mode_on(chat).await;
+        let tools = self.tools.for_chat(chat, owner);
         let turn = Turn {
             chat,
+            tools: &tools,
             session_id,
             cancel: &cancel,
             channel: &channel,
@@ -530,7 +534,7 @@ impl Agent {
                 return self.run_cli(turn, &cli, text).await;
             }
         }
-        let specs = if turn.tools_on { self.tools.specs() } else { Vec::new() };
+        let specs = if turn.tools_on { turn.tools.specs() } else { Vec::new() };
         for iteration in 1..=self.config.max_iterations {
             turn.meter.iterations.store(iteration, Ordering::Relaxed);
             let event = HookEvent::BeforeIteration { iteration };
@@ -702,10 +706,10 @@ impl Agent {
             }
             Err(e) => return ToolStep::failed(format!("invalid JSON arguments for {name}: {e}")),
         };
-        let Some(tool) = self.tools.get(name) else {
+        let Some(tool) = turn.tools.get(name) else {
             return ToolStep::failed(format!(
                 "unknown tool {name}; available: {}",
-                self.tools.names().join(", ")
+                turn.tools.names().join(", ")
             ));
         };
         let mut note = None;

@@ -155,8 +155,9 @@ impl ToolError {
 pub type ToolResult = Result<ToolOutput, ToolError>;
 
 pub trait Tool: Send + Sync + std::fmt::Debug {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    /// The name the model calls it by; an MCP server's tools are named at run time.
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     /// JSON Schema of the arguments.
     fn parameters(&self) -> Value;
     /// A timeout of its own, longer than the agent's per-tool default (delegation).
@@ -186,10 +187,10 @@ pub trait TypedTool: Send + Sync + std::fmt::Debug {
 }
 
 impl<T: TypedTool> Tool for T {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         T::NAME
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         T::DESCRIPTION
     }
     fn parameters(&self) -> Value {
@@ -236,6 +237,14 @@ pub fn tool_message(result: &ToolResult) -> String {
     Value::Object(object).to_string()
 }
 
+/// Tools known only at run time and per chat (an MCP server's, named `mcp__<server>__<tool>`):
+/// a source is asked at the start of every turn which tools it offers that chat, so a server
+/// the chat may not use is never named to its model, and a server's changed list reaches the
+/// next turn.
+pub trait ToolSource: Send + Sync + std::fmt::Debug {
+    fn tools(&self, chat: &ChatRef, owner: bool) -> Vec<Arc<dyn Tool>>;
+}
+
 /// The tools offered to the model, by name; `spawn` is accepted as an alias of
 /// `delegate_to_sub_agent` (the seed's name for it), and `send_file_to_user` (the protocol's
 /// name) of `send_file`, `list_directory` (the seed's) of `list_dir`: one tool under one name,
@@ -243,12 +252,30 @@ pub fn tool_message(result: &ToolResult) -> String {
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
     tools: Vec<Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl ToolRegistry {
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
         self.tools.retain(|t| t.name() != tool.name());
         self.tools.push(tool);
+    }
+
+    /// Adds a source of run-time tools, asked by [`ToolRegistry::for_chat`].
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
+    }
+
+    /// The tools of one turn in `chat`: these, and what every source offers the chat. A
+    /// source's tool never replaces one of these (a server cannot shadow `read_file`).
+    pub fn for_chat(&self, chat: &ChatRef, owner: bool) -> ToolRegistry {
+        let mut turn = ToolRegistry { tools: self.tools.clone(), sources: Vec::new() };
+        for tool in self.sources.iter().flat_map(|source| source.tools(chat, owner)) {
+            if turn.get(tool.name()).is_none() {
+                turn.tools.push(tool);
+            }
+        }
+        turn
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -262,7 +289,7 @@ impl ToolRegistry {
         self.tools.iter().find(|t| t.name() == name)
     }
 
-    pub fn names(&self) -> Vec<&'static str> {
+    pub fn names(&self) -> Vec<&str> {
         self.tools.iter().map(|t| t.name()).collect()
     }
 

@@ -287,8 +287,9 @@ fn valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
-/// Container environment is visible in `docker inspect`, so it must never carry a secret.
-fn check_env(name: &str, value: &str) -> Result<(), String> {
+/// Container environment is visible in `docker inspect`, so it must never carry a secret: the
+/// check of one variable (the pool's, and a service container's).
+pub fn check_env(name: &str, value: &str) -> Result<(), String> {
     let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid {

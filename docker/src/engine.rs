@@ -194,7 +194,7 @@ impl Engine {
         )
     }
 
-    async fn container_ip(&self, id: &str) -> Result<Option<IpAddr>, PoolError> {
+    pub(crate) async fn container_ip(&self, id: &str) -> Result<Option<IpAddr>, PoolError> {
         let info = self
             .docker
             .inspect_container(id, None)

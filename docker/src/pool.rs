@@ -342,6 +342,19 @@ impl Pool {
         None
     }
 
+    /// Starts a service container (an MCP server) from `spec`, hardened like the pool's and
+    /// labelled as this run's: removed by [`Pool::shutdown`], and by the next start when this
+    /// daemon dies. See [`crate::Service`].
+    pub async fn start_service(
+        &self,
+        spec: &crate::ServiceSpec,
+    ) -> Result<(Arc<crate::Service>, crate::ServiceIo), PoolError> {
+        if self.inner.engine.stop.is_cancelled() {
+            return Err(PoolError::ShuttingDown);
+        }
+        self.inner.engine.start_service(spec).await
+    }
+
     /// One entry per slot, for `ps`. Cheap: reads what the supervisors last recorded.
     pub fn snapshot(&self) -> Vec<ContainerSnapshot> {
         self.inner.slots.iter().map(Slot::snapshot).collect()

@@ -59,6 +59,8 @@ pub struct Config {
     pub search: SearchConfig,
     /// The secrets vault's limits.
     pub vault: VaultConfig,
+    /// MCP servers, each in its own sandbox container (`[[mcp.servers]]`).
+    pub mcp: nexbot_mcp::McpConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -569,6 +571,7 @@ impl Config {
     /// Value checks serde cannot express; the error is (key, reason).
     fn validate(&self) -> Result<(), (String, String)> {
         self.validate_sections().map_err(|(key, reason)| (key.to_owned(), reason))?;
+        self.mcp.validate().map_err(|reason| ("mcp.servers".to_owned(), reason))?;
         if let Some((key, reason)) = self.telegram.problems().into_iter().next() {
             return Err((key.to_owned(), reason));
         }

@@ -38,6 +38,7 @@ pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
 pub mod instance;
+pub mod mcp;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;

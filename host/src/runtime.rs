@@ -42,12 +42,19 @@ pub struct Delegation {
     /// The egress questions (`egress.mode = "ask"`): a task is registered with its chat so
     /// the proxy's questions reach it. `None`: nothing asks (tests without a daemon).
     pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
+    /// The MCP servers whose tools the agent gets (`None`: none).
+    pub mcp: Option<Arc<crate::mcp::McpServers>>,
 }
 
 impl Delegation {
     /// The pool and the relay's per-task tokens of a running sandbox.
     pub fn on(sandbox: &Sandbox) -> Self {
-        Self { runner: sandbox.runner(), tokens: sandbox.tokens(), approvals: None }
+        Self {
+            runner: sandbox.runner(),
+            tokens: sandbox.tokens(),
+            approvals: None,
+            mcp: Some(sandbox.mcp().clone()),
+        }
     }
 }
 
@@ -127,7 +134,11 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let mut cli = None;
-    if let Some(Delegation { runner, tokens, approvals }) = delegation {
+    if let Some(Delegation { runner, tokens, approvals, mcp }) = delegation {
+        if let Some(mcp) = mcp {
+            let servers = mcp.servers().to_vec();
+            tools.add_source(Arc::new(nexbot_mcp::McpTools::new(servers, mcp)));
+        }
         let settings = DelegateSettings {
             longest: crate::deadlines::TaskDeadlines::plan(config, None),
             llm_model: config.subagent_llm_model(),

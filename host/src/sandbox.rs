@@ -188,6 +188,8 @@ pub struct Sandbox {
     network: String,
     egress: Egress,
     tokens: Arc<RelayAccess>,
+    /// The MCP servers' containers (made by the pool).
+    mcp: Arc<crate::mcp::McpServers>,
     /// The pool as the listener's attribution: the listener holds it only weakly.
     _attribution: Arc<dyn Attribution>,
 }
@@ -238,7 +240,8 @@ impl Sandbox {
         late.bind(&attribution);
         let tokens = Arc::new(RelayAccess::new(config, &egress));
         let network = network.name.clone();
-        Ok(Self { pool, docker: engine, network, egress, tokens, _attribution: attribution })
+        let mcp = crate::mcp::McpServers::start(pool.clone(), config.mcp.servers.clone()).await;
+        Ok(Self { pool, docker: engine, network, egress, tokens, mcp, _attribution: attribution })
     }
 
     /// What the delegation tool runs tasks on.
@@ -255,6 +258,11 @@ impl Sandbox {
         &self.pool
     }
 
+    /// The MCP servers, whose tools the agent gets.
+    pub fn mcp(&self) -> &Arc<crate::mcp::McpServers> {
+        &self.mcp
+    }
+
     pub fn egress(&self) -> &Egress {
         &self.egress
     }
@@ -267,6 +275,7 @@ impl Sandbox {
     /// Drains the pool (running tasks finish, still served by the proxy and relay), revokes
     /// every token left, then stops the listener and removes its firewall rules.
     pub async fn shutdown(self) {
+        self.mcp.shutdown().await;
         if let Err(e) = self.pool.shutdown().await {
             tracing::warn!(error = %e, "pool shutdown was not clean");
         }

@@ -60,8 +60,12 @@ async fn real_registry(dir: &Path) -> ToolRegistry {
         Config::from_parts("", &dir.join("config.toml"), dir, Vec::<(String, String)>::new())
             .unwrap();
     let store = open_store(&config).await.unwrap();
-    let delegation =
-        Delegation { runner: Arc::new(NoPool), tokens: Arc::new(NoPool), approvals: None };
+    let delegation = Delegation {
+        runner: Arc::new(NoPool),
+        tokens: Arc::new(NoPool),
+        approvals: None,
+        mcp: None,
+    };
     build_agent(&config, store, Some(delegation)).unwrap().tools().clone()
 }
 

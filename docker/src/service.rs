@@ -1,0 +1,278 @@
+//! Service containers: a long-lived program other than the subagent (an MCP server) as the main
+//! process of a container the pool makes, hardened exactly like its own, with the container's
+//! stdout and stdin handed to the caller as plain bytes.
+//!
+//! Why here: the hardening (non-root, read-only root, no capabilities, limits, the internal
+//! network) is [`crate::spec::container_spec`]'s, and the start-up reaping and the shutdown
+//! removal go by the pool run's labels. A service container carries them, so a dead daemon's
+//! service containers are removed by the next start, and [`crate::Pool::shutdown`] removes this
+//! run's. What the bytes mean is the caller's business: this module knows no MCP.
+//!
+//! Its stderr lines go to the host's log (with the container's id) and into a ring the
+//! operator reads; when its output ends, [`Service::exited`] fires with the engine's account
+//! (exit code, OOM) and the stdout the caller reads ends.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use bollard::container::LogOutput;
+use bollard::query_parameters::{AttachContainerOptionsBuilder, CreateContainerOptionsBuilder};
+use futures_util::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::error::PoolError;
+use crate::lines::LineSplitter;
+use crate::logs::LogRing;
+use crate::spec::{container_spec, LABEL_ROLE, LABEL_SLOT};
+
+/// Label naming what a service container serves (e.g. `mcp:everything`).
+pub const LABEL_SERVICE: &str = "nexbot.service";
+/// Stderr lines longer than this are cut before they are logged and kept.
+const MAX_LOG_LINE: usize = 16 * 1024;
+/// How many bytes of stdout may wait in the pipe before the reader stops reading the container
+/// (back-pressure instead of memory).
+const STDOUT_PIPE_BYTES: usize = 1024 * 1024;
+/// Stderr lines kept per service for the operator.
+const LOG_LINES: usize = 200;
+
+/// What to run: an image's command, with exactly this environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSpec {
+    /// The role label (`mcp`): what kind of service it is.
+    pub role: String,
+    /// What it serves (the [`LABEL_SERVICE`] label), e.g. `mcp:everything`.
+    pub service: String,
+    /// Part of the container's name (letters, digits, `-`), e.g. `mcp-everything-3f2a`.
+    pub name: String,
+    pub image: String,
+    /// The command and its arguments (the image's entrypoint is replaced by the first).
+    pub command: Vec<String>,
+    /// The whole environment (nothing of the pool's is added). Visible to `docker inspect`:
+    /// never a secret.
+    pub env: BTreeMap<String, String>,
+    /// More labels (e.g. which room it serves).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A service container's stdio: write requests to `stdin`, read its stdout from `stdout`.
+pub struct ServiceIo {
+    pub stdin: std::pin::Pin<Box<dyn AsyncWrite + Send>>,
+    pub stdout: DuplexStream,
+}
+
+impl std::fmt::Debug for ServiceIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceIo").finish_non_exhaustive()
+    }
+}
+
+/// A running service container.
+#[derive(Debug)]
+pub struct Service {
+    id: String,
+    name: String,
+    address: Option<IpAddr>,
+    logs: Arc<LogRing>,
+    exited: CancellationToken,
+    reason: Mutex<Option<String>>,
+    engine: Arc<Engine>,
+}
+
+impl Service {
+    /// The container's full id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The container's address on the pool network (what the egress proxy sees).
+    pub fn address(&self) -> Option<IpAddr> {
+        self.address
+    }
+
+    /// Its most recent stderr lines, oldest first.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.snapshot()
+    }
+
+    /// Whether its output has ended (it exited, was removed, or the pool stopped).
+    pub fn has_exited(&self) -> bool {
+        self.exited.is_cancelled()
+    }
+
+    /// Waits until its output ends, then says why (exit code, OOM-killed, removed).
+    pub async fn exited(&self) -> String {
+        self.exited.cancelled().await;
+        self.exit_reason().unwrap_or_else(|| "the container is gone".to_owned())
+    }
+
+    /// Why it ended, once it has.
+    pub fn exit_reason(&self) -> Option<String> {
+        self.reason.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Force-removes the container (its output ends, [`Service::exited`] fires).
+    pub async fn stop(&self) {
+        self.engine.remove(&self.id).await;
+    }
+
+    /// SIGKILLs the main process, leaving the container for the engine's account of its death.
+    pub async fn kill(&self) -> Result<(), PoolError> {
+        self.engine
+            .docker
+            .kill_container(&self.id, None::<bollard::query_parameters::KillContainerOptions>)
+            .await
+            .map_err(|e| PoolError::docker(format!("kill container {}", self.name), e))
+    }
+}
+
+impl Engine {
+    /// Creates, attaches and starts a service container from `spec`, hardened like the pool's
+    /// own (the same create body, with the image, command, environment and labels replaced,
+    /// no scratch or skills mount, working directory `/tmp`). Anything created is removed
+    /// again when a later step fails.
+    pub(crate) async fn start_service(
+        self: &Arc<Self>,
+        spec: &ServiceSpec,
+    ) -> Result<(Arc<Service>, ServiceIo), PoolError> {
+        for (name, value) in &spec.env {
+            crate::config::check_env(name, value).map_err(|why| {
+                PoolError::InvalidConfig(format!("service {}: env.{name}: {why}", spec.service))
+            })?;
+        }
+        let mut body = container_spec(&self.config, &self.owner, &self.instance, 0)?;
+        let labels = body.labels.get_or_insert_with(HashMap::new);
+        labels.remove(LABEL_SLOT);
+        labels.insert(LABEL_ROLE.to_owned(), spec.role.clone());
+        labels.insert(LABEL_SERVICE.to_owned(), spec.service.clone());
+        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        body.image = Some(spec.image.clone());
+        let (entrypoint, cmd) = match spec.command.split_first() {
+            Some((first, rest)) => (vec![first.clone()], rest.to_vec()),
+            None => {
+                return Err(PoolError::InvalidConfig(format!("service {}: no command", spec.name)))
+            }
+        };
+        body.entrypoint = Some(entrypoint);
+        body.cmd = Some(cmd);
+        body.env = Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect());
+        body.working_dir = Some("/tmp".into());
+        if let Some(host) = body.host_config.as_mut() {
+            host.binds = None;
+            if let Some(tmpfs) = host.tmpfs.as_mut() {
+                tmpfs.retain(|path, _| path == "/tmp");
+                // Node and Python servers write caches under /tmp and must run from it: exec
+                // allowed here (the root stays read-only), unlike the subagent's /tmp.
+                if let Some(options) = tmpfs.get_mut("/tmp") {
+                    *options = options.replace("noexec,", "");
+                }
+            }
+        }
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        let name = format!("{}-{}-{}", self.config.name, spec.name, &suffix[..8]);
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| PoolError::docker(format!("create container {name}"), e))?;
+        match self.attach_service(&created.id, &name).await {
+            Ok(started) => Ok(started),
+            Err(e) => {
+                self.remove(&created.id).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn attach_service(
+        self: &Arc<Self>,
+        id: &str,
+        name: &str,
+    ) -> Result<(Arc<Service>, ServiceIo), PoolError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(|e| PoolError::docker(format!("attach to container {name}"), e))?;
+        self.docker
+            .start_container(id, None)
+            .await
+            .map_err(|e| PoolError::docker(format!("start container {name}"), e))?;
+        let address = self.container_ip(id).await?;
+        let service = Arc::new(Service {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            address,
+            logs: Arc::new(LogRing::new(LOG_LINES)),
+            exited: CancellationToken::new(),
+            reason: Mutex::new(None),
+            engine: self.clone(),
+        });
+        let (stdout, writer) = tokio::io::duplex(STDOUT_PIPE_BYTES);
+        self.spawn_service_reader(service.clone(), attached.output, writer);
+        Ok((service, ServiceIo { stdin: attached.input, stdout }))
+    }
+
+    /// Copies stdout into the caller's pipe and stderr lines into the log until the output
+    /// ends, then records why.
+    fn spawn_service_reader(
+        self: &Arc<Self>,
+        service: Arc<Service>,
+        mut output: crate::link::Output,
+        mut stdout: DuplexStream,
+    ) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let short: String = service.id.chars().take(12).collect();
+            let mut stderr = LineSplitter::new(MAX_LOG_LINE);
+            let mut reader_gone = false;
+            let ended = loop {
+                let item = tokio::select! {
+                    item = output.next() => item,
+                    _ = engine.stop.cancelled() => break None,
+                };
+                match item {
+                    Some(Ok(LogOutput::StdOut { message })) if !reader_gone => {
+                        // A reader that went away (the session ended) no longer needs it;
+                        // the container's output is still drained, so it never blocks.
+                        reader_gone = stdout.write_all(&message).await.is_err();
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => {
+                        for line in stderr.push(&message) {
+                            crate::logs::record(&service.logs, &short, line);
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => break Some(format!("its output failed: {e}")),
+                    None => break Some("its output ended".to_owned()),
+                }
+            };
+            if let Some(line) = stderr.finish() {
+                crate::logs::record(&service.logs, &short, line);
+            }
+            drop(stdout);
+            let reason = match ended {
+                Some(fallback) => engine.explain_death(&service.id, &fallback).await.1,
+                None => "the pool was shut down".to_owned(),
+            };
+            service.logs.note("warn", &short, &format!("service ended: {reason}"));
+            *service.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+            service.exited.cancel();
+        });
+    }
+}

@@ -1,0 +1,532 @@
+//! MCP servers in the sandbox: every stdio server runs as the main process of its own
+//! service container (made by the pool, hardened like its containers, on its internal
+//! network), and the host speaks MCP to it over the container's attached stdio. Nothing of a
+//! server runs on the host.
+//!
+//! An *instance* is one server's container and session: per chat for `scope = "chat"` (the
+//! default: one chat's calls never meet another chat's state), one for every chat for
+//! `scope = "shared"`. A chat's instance starts at its first call and stops after
+//! `idle_stop_secs` without one; a shared instance starts with the daemon. A server's tool list
+//! is learned from a probe instance (a chat-scoped server's, stopped once it answered) so a
+//! chat's model knows the tools before the chat's own container exists.
+//!
+//! When an instance's container dies or its session ends, calls in flight fail at once with
+//! the reason, and the instance is started again: a shared one in the background, a chat's at
+//! its next call; while restarts keep failing they wait longer each time (1 s doubling to
+//! 60 s), and a call meanwhile gets the last error and when the next try is.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nexbot_core::{BoxFuture, ChatRef};
+use nexbot_docker::{Pool, Service, ServiceSpec};
+use nexbot_mcp::catalog::{ServerTool, Skipped};
+use nexbot_mcp::tools::CallOutcome;
+use nexbot_mcp::{Connector, McpError, Progress, Scope, ServerConfig, Session};
+use tokio_util::sync::CancellationToken;
+
+/// The role label of an MCP server's container.
+pub const ROLE: &str = "mcp";
+/// Label naming the server a container runs.
+pub const LABEL_SERVER: &str = "nexbot.mcp.server";
+/// First wait before a failed instance is started again; doubles per failure.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How often idle chat instances are looked for, at most (more often when a server's
+/// `idle_stop_secs` is short).
+const IDLE_SWEEP: Duration = Duration::from_secs(15);
+/// How long the daemon's start waits for the servers' first tool lists.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// Which instance: the server, and the chat for a chat-scoped one (`None`: shared, or the
+/// probe of a chat-scoped one).
+type Key = (String, Option<ChatRef>);
+
+/// One running instance.
+#[derive(Debug, Clone)]
+struct Running {
+    session: Arc<Session>,
+    service: Arc<Service>,
+    started: Instant,
+}
+
+/// An instance's state; behind an async mutex so one start runs at a time.
+#[derive(Debug, Default)]
+struct Instance {
+    running: Option<Running>,
+    last_used: Option<Instant>,
+    /// Unplanned ends and failed starts in a row (reset by a call that answers).
+    failures: u32,
+    restarts: u32,
+    last_error: Option<String>,
+    /// No start before this (back-off).
+    not_before: Option<Instant>,
+}
+
+/// Counters of one server.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ServerCounters {
+    pub calls: u64,
+    pub tool_errors: u64,
+    pub failures: u64,
+    pub duration_ms: u64,
+}
+
+/// One instance as the operator sees it (`nexbot-ctl mcp ls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceView {
+    pub server: String,
+    /// `shared`, `probe`, or the chat.
+    pub serves: String,
+    /// `running`, `failed`, `stopped`.
+    pub state: &'static str,
+    pub container: Option<String>,
+    pub tools: usize,
+    pub restarts: u32,
+    pub last_error: Option<String>,
+    pub up_secs: Option<u64>,
+    pub idle_secs: Option<u64>,
+}
+
+/// The configured servers and their instances; the agent's [`Connector`].
+#[derive(Debug)]
+pub struct McpServers {
+    /// Itself, for the tasks it spawns (a watcher holds it only while it runs).
+    me: std::sync::Weak<McpServers>,
+    pool: Arc<Pool>,
+    servers: Vec<ServerConfig>,
+    instances: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Instance>>>>,
+    /// The last tool list each server gave (any instance), with the skipped ones.
+    catalogs: Mutex<HashMap<String, (Vec<ServerTool>, Vec<Skipped>)>>,
+    counters: Mutex<HashMap<String, ServerCounters>>,
+    stop: CancellationToken,
+}
+
+impl McpServers {
+    /// Starts what must run from the start: each shared server's instance, and a probe of each
+    /// chat-scoped one (its tool list), all at once; and the idle sweep. Waits for them at
+    /// most [`START_WAIT`], so the first turn's model knows the tools of every server that
+    /// came up; a slower one joins later turns when it is up.
+    pub async fn start(pool: Arc<Pool>, servers: Vec<ServerConfig>) -> Arc<Self> {
+        let this = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            pool,
+            servers,
+            instances: Mutex::default(),
+            catalogs: Mutex::default(),
+            counters: Mutex::default(),
+            stop: CancellationToken::new(),
+        });
+        let mut starts = tokio::task::JoinSet::new();
+        for server in &this.servers {
+            let this = this.clone();
+            let name = server.name.clone();
+            let probe = server.scope == Scope::Chat;
+            starts.spawn(async move {
+                let key = (name.clone(), None);
+                match this.instance(&key).await {
+                    Ok(_) if probe => this.stop_instance(&key, "its tool list is read").await,
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(server = %name, "MCP server did not start: {e}"),
+                }
+            });
+        }
+        let all = async { while starts.join_next().await.is_some() {} };
+        if tokio::time::timeout(START_WAIT, all).await.is_err() {
+            tracing::warn!(
+                "MCP servers still starting after {START_WAIT:?}; their tools come later"
+            );
+            starts.detach_all();
+        }
+        let sweeper = this.clone();
+        tokio::spawn(async move { sweeper.sweep_idle().await });
+        this
+    }
+
+    pub fn servers(&self) -> &[ServerConfig] {
+        &self.servers
+    }
+
+    fn config(&self, server: &str) -> Result<&ServerConfig, McpError> {
+        self.servers
+            .iter()
+            .find(|s| s.name == server)
+            .ok_or_else(|| McpError::Unavailable(format!("no MCP server is named {server:?}")))
+    }
+
+    fn key(&self, config: &ServerConfig, chat: &ChatRef) -> Key {
+        match config.scope {
+            Scope::Chat => (config.name.clone(), Some(chat.clone())),
+            Scope::Shared => (config.name.clone(), None),
+        }
+    }
+
+    fn slot(&self, key: &Key) -> Arc<tokio::sync::Mutex<Instance>> {
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        instances.entry(key.clone()).or_default().clone()
+    }
+
+    /// The instance's session, started when it is not running (unless backing off).
+    async fn instance(&self, key: &Key) -> Result<Arc<Session>, McpError> {
+        let config = self.config(&key.0)?.clone();
+        let slot = self.slot(key);
+        let mut instance = slot.lock().await;
+        instance.last_used = Some(Instant::now());
+        if let Some(running) = &instance.running {
+            if !running.session.is_closed() && !running.service.has_exited() {
+                return Ok(running.session.clone());
+            }
+        }
+        if self.stop.is_cancelled() {
+            return Err(McpError::Unavailable("the daemon is stopping".into()));
+        }
+        if let Some(at) = instance.not_before.filter(|at| *at > Instant::now()) {
+            return Err(McpError::Unavailable(format!(
+                "MCP server {} failed ({}); it is tried again in {} s",
+                key.0,
+                instance.last_error.as_deref().unwrap_or("no reason known"),
+                at.saturating_duration_since(Instant::now()).as_secs().max(1)
+            )));
+        }
+        if instance.running.take().is_some() {
+            instance.restarts += 1;
+        }
+        match self.launch(&config, key).await {
+            Ok(running) => {
+                let session = running.session.clone();
+                self.catalogs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key.0.clone(), (session.tools(), session.skipped()));
+                instance.running = Some(running.clone());
+                instance.not_before = None;
+                drop(instance);
+                self.watch(key.clone(), running);
+                Ok(session)
+            }
+            Err(e) => {
+                instance.failures += 1;
+                instance.last_error = Some(e.to_string());
+                instance.not_before = Some(Instant::now() + backoff(instance.failures));
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the container and the session; removes the container when the session fails.
+    async fn launch(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
+        let spec = ServiceSpec {
+            role: ROLE.to_owned(),
+            service: format!("mcp:{}", config.name),
+            name: format!("mcp-{}", config.name),
+            image: config.image().to_owned(),
+            command: config.command_line(),
+            env: config.env.clone(),
+            labels: [
+                (LABEL_SERVER.to_owned(), config.name.clone()),
+                ("nexbot.mcp.scope".to_owned(), config.scope.as_str().to_owned()),
+            ]
+            .into(),
+        };
+        let (service, io) =
+            self.pool.start_service(&spec).await.map_err(|e| McpError::Start(e.to_string()))?;
+        let timeout = Duration::from_secs(config.start_timeout_secs);
+        match Session::connect(&config.name, (io.stdout, io.stdin), timeout).await {
+            Ok(session) => {
+                tracing::info!(
+                    server = %config.name,
+                    container = %service.name(),
+                    serves = %serves(key),
+                    tools = session.tools().len(),
+                    skipped = session.skipped().len(),
+                    info = session.server_info().unwrap_or(""),
+                    "MCP server up"
+                );
+                Ok(Running { session, service, started: Instant::now() })
+            }
+            Err(e) => {
+                // What it wrote before it failed says why (a missing package, a bad argument).
+                let said = service.logs().last().cloned();
+                service.stop().await;
+                Err(match said {
+                    Some(line) => McpError::Start(format!(
+                        "{e}; its last stderr line: {}",
+                        nexbot_core::text::excerpt(&line)
+                    )),
+                    None => e,
+                })
+            }
+        }
+    }
+
+    /// Follows a running instance: when its container dies or its session ends, records why,
+    /// removes the container and, for a shared server, starts it again after the back-off.
+    fn watch(&self, key: Key, running: Running) {
+        let Some(this) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            let reason = tokio::select! {
+                reason = running.service.exited() => reason,
+                reason = running.session.closed() => reason,
+                _ = this.stop.cancelled() => return,
+            };
+            running.session.close();
+            running.service.stop().await;
+            let slot = this.slot(&key);
+            let mut instance = slot.lock().await;
+            let current = instance
+                .running
+                .as_ref()
+                .is_some_and(|r| Arc::ptr_eq(&r.session, &running.session));
+            if !current {
+                return; // stopped on purpose (idle, restart), or already replaced
+            }
+            instance.running = None;
+            instance.restarts += 1;
+            instance.failures += 1;
+            instance.last_error = Some(reason.clone());
+            let wait = backoff(instance.failures);
+            instance.not_before = Some(Instant::now() + wait);
+            drop(instance);
+            tracing::warn!(server = %key.0, serves = %serves(&key), "MCP server ended: {reason}; started again in {} s", wait.as_secs());
+            let shared = this.config(&key.0).is_ok_and(|c| c.scope == Scope::Shared);
+            if shared {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = this.stop.cancelled() => return,
+                }
+                if let Err(e) = this.instance(&key).await {
+                    tracing::warn!(server = %key.0, "MCP server did not start again: {e}");
+                }
+            }
+        });
+    }
+
+    /// Stops an instance on purpose (not counted as a failure).
+    async fn stop_instance(&self, key: &Key, why: &str) {
+        let slot = self.slot(key);
+        let running = slot.lock().await.running.take();
+        if let Some(running) = running {
+            tracing::info!(server = %key.0, serves = %serves(key), "MCP server stopped: {why}");
+            running.session.close();
+            running.service.stop().await;
+        }
+    }
+
+    /// Stops chat instances idle past their server's `idle_stop_secs`.
+    async fn sweep_idle(self: Arc<Self>) {
+        let shortest = self.servers.iter().map(|s| Duration::from_secs(s.idle_stop_secs) / 2).min();
+        let every = shortest.unwrap_or(IDLE_SWEEP).clamp(Duration::from_millis(500), IDLE_SWEEP);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = self.stop.cancelled() => return,
+            }
+            let keys: Vec<(Key, Arc<tokio::sync::Mutex<Instance>>)> = {
+                let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+                instances.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            };
+            for (key, slot) in keys {
+                let Some(_) = key.1 else { continue };
+                let Ok(config) = self.config(&key.0) else { continue };
+                let idle = Duration::from_secs(config.idle_stop_secs);
+                let stale = match slot.try_lock() {
+                    Ok(instance) => {
+                        instance.running.is_some()
+                            && instance.last_used.is_some_and(|at| at.elapsed() >= idle)
+                    }
+                    Err(_) => false, // starting or in use
+                };
+                if stale {
+                    self.stop_instance(&key, "idle").await;
+                }
+            }
+        }
+    }
+
+    /// Restarts a server: every instance of it stops; shared ones start again now, chat ones
+    /// at their next call. The back-off is forgotten.
+    pub async fn restart(&self, server: &str) -> Result<usize, McpError> {
+        let config = self.config(server)?.clone();
+        let keys: Vec<Key> = {
+            let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+            instances.keys().filter(|k| k.0 == server).cloned().collect()
+        };
+        for key in &keys {
+            self.stop_instance(key, "restarted by the operator").await;
+            let slot = self.slot(key);
+            let mut instance = slot.lock().await;
+            instance.not_before = None;
+            instance.failures = 0;
+        }
+        if config.scope == Scope::Shared {
+            self.instance(&(server.to_owned(), None)).await?;
+        }
+        Ok(keys.len())
+    }
+
+    /// Every instance, for the operator.
+    pub async fn instances(&self) -> Vec<InstanceView> {
+        let slots: Vec<(Key, Arc<tokio::sync::Mutex<Instance>>)> = {
+            let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+            instances.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        let mut views = Vec::new();
+        for (key, slot) in slots {
+            let instance = slot.lock().await;
+            let running = instance.running.as_ref().filter(|r| !r.session.is_closed());
+            views.push(InstanceView {
+                server: key.0.clone(),
+                serves: serves(&key),
+                state: match (running, &instance.not_before) {
+                    (Some(_), _) => "running",
+                    (None, Some(_)) => "failed",
+                    (None, None) => "stopped",
+                },
+                container: running.map(|r| r.service.name().to_owned()),
+                tools: running.map_or(0, |r| r.session.tools().len()),
+                restarts: instance.restarts,
+                last_error: instance.last_error.clone(),
+                up_secs: running.map(|r| r.started.elapsed().as_secs()),
+                idle_secs: instance.last_used.map(|at| at.elapsed().as_secs()),
+            });
+        }
+        views.sort_by(|a, b| (&a.server, &a.serves).cmp(&(&b.server, &b.serves)));
+        views
+    }
+
+    /// A server's tool list (offered and skipped), as last learned.
+    pub fn tool_list(&self, server: &str) -> Result<(Vec<ServerTool>, Vec<Skipped>), McpError> {
+        self.config(server)?;
+        Ok(self
+            .catalogs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(server)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// The stderr lines of a server's running instances (newest instance's last).
+    pub async fn logs(&self, server: &str) -> Result<Vec<String>, McpError> {
+        self.config(server)?;
+        let slots: Vec<Arc<tokio::sync::Mutex<Instance>>> = {
+            let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+            instances.iter().filter(|(k, _)| k.0 == server).map(|(_, v)| v.clone()).collect()
+        };
+        let mut lines = Vec::new();
+        for slot in slots {
+            if let Some(running) = &slot.lock().await.running {
+                lines.extend(running.service.logs());
+            }
+        }
+        Ok(lines)
+    }
+
+    pub fn counters(&self) -> HashMap<String, ServerCounters> {
+        self.counters.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The servers `chat` may use, with their state for it (`/status`).
+    pub fn for_chat(&self, chat: &ChatRef, owner: bool) -> Vec<(String, usize)> {
+        let catalogs = self.catalogs.lock().unwrap_or_else(|e| e.into_inner());
+        self.servers
+            .iter()
+            .filter(|s| s.allows(chat, owner))
+            .map(|s| (s.name.clone(), catalogs.get(&s.name).map_or(0, |c| c.0.len())))
+            .collect()
+    }
+
+    /// Stops every instance (the daemon stops; the pool's shutdown removes the containers
+    /// too).
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let keys: Vec<Key> = {
+            let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+            instances.keys().cloned().collect()
+        };
+        for key in keys {
+            self.stop_instance(&key, "the daemon stops").await;
+        }
+    }
+}
+
+fn serves(key: &Key) -> String {
+    match &key.1 {
+        Some(chat) => chat.to_string(),
+        None => "shared".to_owned(),
+    }
+}
+
+fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(6);
+    (FIRST_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
+}
+
+impl Connector for McpServers {
+    fn catalog(&self, server: &str, chat: &ChatRef) -> Vec<ServerTool> {
+        let _ = chat; // every instance of a server runs the same program: one list
+        self.catalogs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(server)
+            .map(|c| c.0.clone())
+            .unwrap_or_default()
+    }
+
+    fn session<'a>(
+        &'a self,
+        server: &'a str,
+        chat: &'a ChatRef,
+    ) -> BoxFuture<'a, Result<Arc<Session>, McpError>> {
+        Box::pin(async move {
+            let config = self.config(server)?;
+            let key = self.key(config, chat);
+            self.instance(&key).await
+        })
+    }
+
+    fn record(&self, server: &str, chat: &ChatRef, outcome: CallOutcome, took: Duration) {
+        if let Ok(config) = self.config(server) {
+            let slot = self.slot(&self.key(config, chat));
+            if let Ok(mut instance) = slot.try_lock() {
+                instance.last_used = Some(Instant::now());
+                if outcome != CallOutcome::Failed {
+                    instance.failures = 0;
+                }
+            };
+        }
+        let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = counters.entry(server.to_owned()).or_default();
+        entry.calls += 1;
+        entry.duration_ms += took.as_millis() as u64;
+        match outcome {
+            CallOutcome::Answered => {}
+            CallOutcome::ToolError => entry.tool_errors += 1,
+            CallOutcome::Failed => entry.failures += 1,
+        }
+    }
+
+    fn progress(&self, server: &str, chat: &ChatRef, tool: &str, progress: &Progress) {
+        tracing::debug!(
+            server,
+            %chat,
+            tool,
+            progress = progress.progress,
+            total = ?progress.total,
+            message = progress.message.as_deref().unwrap_or(""),
+            "MCP progress"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_minute() {
+        let waits: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+}

@@ -1,0 +1,116 @@
+//! A tool call's result as text the model can read: every content block in order (text as it
+//! is, images, audio and blobs as a line naming them, never their bytes), the structured result
+//! when there is no text, cut at [`MAX_RESULT_BYTES`] with the cut said.
+
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+
+/// Bytes of a result the model reads at most.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// What a call answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    /// The server said the call failed (`isError`).
+    pub is_error: bool,
+    /// The text was cut at [`MAX_RESULT_BYTES`]; `original` bytes in all.
+    pub cut: Option<usize>,
+}
+
+/// Renders `result` for the model.
+pub fn render(result: &CallToolResult) -> Answer {
+    let mut parts: Vec<String> = Vec::new();
+    for block in &result.content {
+        parts.push(match block {
+            ContentBlock::Text(text) => text.text.clone(),
+            ContentBlock::Image(image) => {
+                format!(
+                    "[image: {}, {} bytes of base64, not shown]",
+                    image.mime_type,
+                    image.data.len()
+                )
+            }
+            ContentBlock::Audio(audio) => {
+                format!(
+                    "[audio: {}, {} bytes of base64, not shown]",
+                    audio.mime_type,
+                    audio.data.len()
+                )
+            }
+            ContentBlock::Resource(embedded) => match &embedded.resource {
+                ResourceContents::TextResourceContents { uri, text, .. } => {
+                    format!("[resource {uri}]\n{text}")
+                }
+                ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => format!(
+                    "[resource {uri}: {}, {} bytes of base64, not shown]",
+                    mime_type.as_deref().unwrap_or("binary"),
+                    blob.len()
+                ),
+                _ => "[a resource of a kind this client does not know]".to_owned(),
+            },
+            ContentBlock::ResourceLink(link) => {
+                format!("[resource link {}: {}]", link.uri, link.name)
+            }
+            _ => "[a content block of a kind this client does not know]".to_owned(),
+        });
+    }
+    let has_text = result.content.iter().any(|b| matches!(b, ContentBlock::Text(_)));
+    if let (false, Some(structured)) = (has_text, &result.structured_content) {
+        parts.push(structured.to_string());
+    }
+    let text = parts.join("\n");
+    let (text, cut) = cut(text);
+    Answer { text, is_error: result.is_error == Some(true), cut }
+}
+
+fn cut(text: String) -> (String, Option<usize>) {
+    if text.len() <= MAX_RESULT_BYTES {
+        return (text, None);
+    }
+    let original = text.len();
+    let mut end = MAX_RESULT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut kept = text;
+    kept.truncate(end);
+    kept.push_str(&format!("\n[result cut: {original} bytes in all, {end} shown]"));
+    (kept, Some(original))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ContentBlock as Content;
+    use serde_json::json;
+
+    #[test]
+    fn blocks_are_rendered_in_order_and_bytes_never_shown() {
+        let result = CallToolResult::success(vec![
+            Content::text("hello"),
+            Content::image("QUJD".repeat(1000), "image/png"),
+        ]);
+        let answer = render(&result);
+        assert!(answer.text.starts_with("hello\n[image: image/png, 4000 bytes"));
+        assert!(!answer.text.contains("QUJD"));
+        assert!(!answer.is_error);
+        assert_eq!(answer.cut, None);
+    }
+
+    #[test]
+    fn structured_content_stands_in_for_missing_text_and_errors_are_marked() {
+        let result = CallToolResult::structured_error(json!({"code": 7}));
+        let answer = render(&result);
+        assert!(answer.is_error);
+        assert!(answer.text.contains("\"code\":7"), "{}", answer.text);
+    }
+
+    #[test]
+    fn a_huge_result_is_cut_on_a_character_boundary_and_says_so() {
+        let result = CallToolResult::success(vec![Content::text("é".repeat(MAX_RESULT_BYTES))]);
+        let answer = render(&result);
+        assert_eq!(answer.cut, Some(2 * MAX_RESULT_BYTES));
+        assert!(answer.text.len() < MAX_RESULT_BYTES + 100);
+        assert!(answer.text.ends_with("shown]"));
+    }
+}

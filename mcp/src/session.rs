@@ -1,0 +1,280 @@
+//! One MCP session with one server, over whatever transport the caller gives (the host's: a
+//! service container's attached stdio): `initialize`, the tool list (every page, kept fresh on
+//! `notifications/tools/list_changed`), calls with progress, cancellation and a deadline.
+//!
+//! Why calls are not `Peer::call_tool`: a call must end when the turn is stopped or its limit
+//! passes, and the server must be told (`notifications/cancelled`), and its progress must
+//! reach the caller by the call's own progress token. So a call is a cancellable request whose
+//! answer is awaited beside the turn's token and the deadline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, Implementation, ProgressNotificationParam, ProgressToken,
+    ServerResult,
+};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService};
+use rmcp::transport::IntoTransport;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::answer::{self, Answer};
+use crate::catalog::{self, ServerTool, Skipped};
+use crate::McpError;
+
+/// A progress notification of a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// What a session shares with its handler (the notifications' side).
+#[derive(Debug, Default)]
+struct Shared {
+    server: String,
+    tools: RwLock<(Vec<ServerTool>, Vec<Skipped>)>,
+    progress: Mutex<HashMap<ProgressToken, mpsc::UnboundedSender<Progress>>>,
+    list_changed: Notify,
+    closed: CancellationToken,
+    /// Why the session ended, when it has.
+    reason: Mutex<Option<String>>,
+}
+
+impl Shared {
+    fn progress(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ProgressToken, mpsc::UnboundedSender<Progress>>> {
+        self.progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The client side's handler: asks nothing of the server beyond tools (no sampling, no roots,
+/// no elicitation: a server cannot reach the model or the user through the client).
+#[derive(Debug, Clone)]
+struct Handler(Arc<Shared>);
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("nexbot", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(sender) = self.0.progress().get(&params.progress_token) {
+            let _ = sender.send(Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.list_changed.notify_one();
+    }
+}
+
+/// A live session with one server.
+#[derive(Debug)]
+pub struct Session {
+    shared: Arc<Shared>,
+    peer: Peer<RoleClient>,
+    server_info: Option<String>,
+    stop: CancellationToken,
+}
+
+impl Session {
+    /// Initializes a session over `transport` within `timeout` and reads the server's tools.
+    pub async fn connect<T, E, A>(
+        server: &str,
+        transport: T,
+        timeout: Duration,
+    ) -> Result<Arc<Session>, McpError>
+    where
+        T: IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let shared = Arc::new(Shared { server: server.to_owned(), ..Shared::default() });
+        let start = async {
+            let running = Handler(shared.clone())
+                .serve(transport)
+                .await
+                .map_err(|e| McpError::Start(format!("initialize failed: {e}")))?;
+            let tools = list_tools(running.peer(), server).await?;
+            Ok::<_, McpError>((running, tools))
+        };
+        let (running, tools) = tokio::time::timeout(timeout, start).await.map_err(|_| {
+            McpError::Start(format!("no answer to initialize and tools/list within {timeout:?}"))
+        })??;
+        *shared.tools.write().unwrap_or_else(|e| e.into_inner()) = tools;
+        let server_info = running.peer_info().and_then(|info| {
+            let implementation = info.server_info.as_ref()?;
+            Some(format!("{} {}", implementation.name, implementation.version))
+        });
+        let session = Arc::new(Session {
+            peer: running.peer().clone(),
+            shared: shared.clone(),
+            server_info,
+            stop: CancellationToken::new(),
+        });
+        tokio::spawn(run(running, shared, session.stop.clone()));
+        Ok(session)
+    }
+
+    /// The server's tools the model may see.
+    pub fn tools(&self) -> Vec<ServerTool> {
+        self.shared.tools.read().unwrap_or_else(|e| e.into_inner()).0.clone()
+    }
+
+    /// The tools it listed that are not offered, with why.
+    pub fn skipped(&self) -> Vec<Skipped> {
+        self.shared.tools.read().unwrap_or_else(|e| e.into_inner()).1.clone()
+    }
+
+    /// `name version` of the server, as it said in `initialize`.
+    pub fn server_info(&self) -> Option<&str> {
+        self.server_info.as_deref()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    /// Waits until the session ends, then says why.
+    pub async fn closed(&self) -> String {
+        self.shared.closed.cancelled().await;
+        self.close_reason().unwrap_or_else(|| "the session ended".into())
+    }
+
+    pub fn close_reason(&self) -> Option<String> {
+        self.shared.reason.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Ends the session (the transport closes; the server sees its input end).
+    pub fn close(&self) {
+        self.stop.cancel();
+    }
+
+    /// Calls `tool` (the server's name for it) with `arguments`. Ends early, telling the server
+    /// (`notifications/cancelled`), when `cancel` fires or `limit` passes; `progress` gets the
+    /// call's progress notifications.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        limit: Duration,
+        cancel: &CancellationToken,
+        progress: Option<mpsc::UnboundedSender<Progress>>,
+    ) -> Result<Answer, McpError> {
+        if let Some(reason) = self.close_reason() {
+            return Err(McpError::Closed(reason));
+        }
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.failed(e))?;
+        let token = handle.progress_token.clone();
+        if let Some(sender) = progress {
+            self.shared.progress().insert(token.clone(), sender);
+        }
+        let id = handle.id.clone();
+        let outcome = tokio::select! {
+            answer = handle.rx => Some(answer),
+            _ = cancel.cancelled() => None,
+            _ = tokio::time::sleep(limit) => None,
+            _ = self.shared.closed.cancelled() => Some(Ok(Err(rmcp::ServiceError::TransportClosed))),
+        };
+        self.shared.progress().remove(&token);
+        match outcome {
+            Some(Ok(Ok(ServerResult::CallToolResult(result)))) => Ok(answer::render(&result)),
+            Some(Ok(Ok(_))) => Err(McpError::Protocol(
+                "the server answered tools/call with another kind of result".into(),
+            )),
+            Some(Ok(Err(e))) => Err(self.failed(e)),
+            Some(Err(_)) => Err(self.failed(rmcp::ServiceError::TransportClosed)),
+            None => {
+                let (error, reason) = if cancel.is_cancelled() {
+                    (McpError::Cancelled, "stopped by the user")
+                } else {
+                    (McpError::Timeout { secs: limit.as_secs() }, "the call's time limit passed")
+                };
+                let note = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+                let _ = self.peer.notify_cancelled(note).await;
+                Err(error)
+            }
+        }
+    }
+
+    fn failed(&self, error: rmcp::ServiceError) -> McpError {
+        match error {
+            rmcp::ServiceError::McpError(e) => McpError::Protocol(e.message.to_string()),
+            rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
+                McpError::Closed(
+                    self.close_reason().unwrap_or_else(|| "the server's connection closed".into()),
+                )
+            }
+            other => McpError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Every page of the server's tools, checked.
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+    server: &str,
+) -> Result<(Vec<ServerTool>, Vec<Skipped>), McpError> {
+    let listed = peer
+        .list_all_tools()
+        .await
+        .map_err(|e| McpError::Protocol(format!("tools/list failed: {e}")))?;
+    Ok(catalog::check(server, &listed))
+}
+
+/// Runs the session until it ends or is closed: re-reads the tool list on every
+/// `list_changed`, and records why it ended.
+async fn run(
+    running: RunningService<RoleClient, Handler>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
+    let peer = running.peer().clone();
+    let quit = running.cancellation_token();
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    let reason = loop {
+        tokio::select! {
+            ended = &mut waiting => break format!("the session ended ({ended:?})"),
+            _ = stop.cancelled() => {
+                quit.cancel();
+                let _ = waiting.await;
+                break "the session was closed".to_owned();
+            }
+            _ = shared.list_changed.notified() => match list_tools(&peer, &shared.server).await {
+                Ok(tools) => {
+                    tracing::info!(server = %shared.server, tools = tools.0.len(), "MCP tool list changed");
+                    *shared.tools.write().unwrap_or_else(|e| e.into_inner()) = tools;
+                }
+                Err(e) => tracing::warn!(server = %shared.server, "re-reading the tool list failed: {e}"),
+            },
+        }
+    };
+    *shared.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    shared.progress().clear();
+    shared.closed.cancel();
+}

@@ -1,0 +1,160 @@
+//! MCP servers' tools as the agent's tools: [`McpTools`] offers a chat the tools of every
+//! server it may use; each [`McpTool`] call asks the host's [`Connector`] for the chat's
+//! session with the server and calls over it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, ToolSource};
+use nexbot_core::text::data_envelope;
+use nexbot_core::{BoxFuture, ChatRef};
+use serde_json::Value;
+
+use crate::catalog::ServerTool;
+use crate::config::ServerConfig;
+use crate::session::{Progress, Session};
+use crate::McpError;
+
+/// Extra time the agent's own limit on a call gets beyond the call's, so the call's limit (which
+/// tells the server) fires first.
+const AGENT_LIMIT_GRACE: Duration = Duration::from_secs(5);
+
+/// How a call ended, for the host's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    Answered,
+    /// The server said the call failed (`isError`).
+    ToolError,
+    /// The call did not complete (no session, closed, timeout, cancelled, protocol error).
+    Failed,
+}
+
+/// The host's side: which session serves a chat's calls to a server.
+pub trait Connector: Send + Sync + std::fmt::Debug {
+    /// The tools of `server` that `chat` would get (known without starting anything: the
+    /// chat's session's, else the last list any session of the server gave).
+    fn catalog(&self, server: &str, chat: &ChatRef) -> Vec<ServerTool>;
+    /// The chat's session with `server`, started when there is none.
+    fn session<'a>(
+        &'a self,
+        server: &'a str,
+        chat: &'a ChatRef,
+    ) -> BoxFuture<'a, Result<Arc<Session>, McpError>>;
+    /// A call of `chat`'s ended (counters per server; the instance was just used).
+    fn record(&self, server: &str, chat: &ChatRef, outcome: CallOutcome, took: Duration);
+    /// A call's progress notification.
+    fn progress(&self, server: &str, chat: &ChatRef, tool: &str, progress: &Progress) {
+        let _ = (server, chat, tool, progress);
+    }
+}
+
+/// The [`ToolSource`] of the configured servers.
+#[derive(Debug)]
+pub struct McpTools {
+    servers: Vec<ServerConfig>,
+    connector: Arc<dyn Connector>,
+}
+
+impl McpTools {
+    pub fn new(servers: Vec<ServerConfig>, connector: Arc<dyn Connector>) -> Self {
+        Self { servers, connector }
+    }
+}
+
+impl ToolSource for McpTools {
+    fn tools(&self, chat: &ChatRef, owner: bool) -> Vec<Arc<dyn Tool>> {
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+        for server in self.servers.iter().filter(|s| s.allows(chat, owner)) {
+            for tool in self.connector.catalog(&server.name, chat) {
+                tools.push(Arc::new(McpTool {
+                    server: server.name.clone(),
+                    tool,
+                    limit: Duration::from_secs(server.call_timeout_secs),
+                    connector: self.connector.clone(),
+                }));
+            }
+        }
+        tools
+    }
+}
+
+/// One tool of one server.
+#[derive(Debug)]
+pub struct McpTool {
+    server: String,
+    tool: ServerTool,
+    limit: Duration,
+    connector: Arc<dyn Connector>,
+}
+
+impl McpTool {
+    async fn run(&self, args: Value, ctx: &ToolContext) -> (CallOutcome, ToolResult) {
+        let failed = |message: String| (CallOutcome::Failed, Err(ToolError::new(message)));
+        let Value::Object(arguments) = args else {
+            return failed(format!("arguments for {} must be a JSON object", self.tool.function));
+        };
+        let session = match self.connector.session(&self.server, &ctx.chat).await {
+            Ok(session) => session,
+            Err(e) => return failed(format!("{}: {e}", self.tool.function)),
+        };
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let forward = async {
+            while let Some(progress) = receiver.recv().await {
+                self.connector.progress(&self.server, &ctx.chat, &self.tool.tool, &progress);
+            }
+        };
+        let call = session.call(&self.tool.tool, arguments, self.limit, &ctx.cancel, Some(sender));
+        let (answer, ()) = tokio::join!(call, forward);
+        let envelope = |text: &str| {
+            data_envelope(
+                "MCP_RESULT",
+                &format!("server={} tool={}", self.server, self.tool.tool),
+                &format!("MCP server `{}`, a program outside Nexbot", self.server),
+                text,
+            )
+        };
+        match answer {
+            Ok(answer) if answer.is_error => (
+                CallOutcome::ToolError,
+                Err(ToolError::new(format!(
+                    "{} failed; the server said:\n{}",
+                    self.tool.function,
+                    envelope(&answer.text)
+                ))),
+            ),
+            Ok(answer) => {
+                let output = success(envelope(&answer.text));
+                let output = match answer.cut {
+                    Some(bytes) => output
+                        .with("cut", format!("the result was {bytes} bytes; the start is shown")),
+                    None => output,
+                };
+                (CallOutcome::Answered, Ok(output))
+            }
+            Err(e) => failed(format!("{}: {e}", self.tool.function)),
+        }
+    }
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.tool.function
+    }
+    fn description(&self) -> &str {
+        &self.tool.description
+    }
+    fn parameters(&self) -> Value {
+        self.tool.schema.clone()
+    }
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.limit + AGENT_LIMIT_GRACE)
+    }
+    fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let (outcome, result) = self.run(args, ctx).await;
+            self.connector.record(&self.server, &ctx.chat, outcome, started.elapsed());
+            result
+        })
+    }
+}
