@@ -12,8 +12,9 @@
 //!
 //! When an instance's container dies or its session ends, calls in flight fail at once with
 //! the reason, and the instance is started again: a shared one in the background, a chat's at
-//! its next call; while restarts keep failing they wait longer each time (1 s doubling to
-//! 60 s), and a call meanwhile gets the last error and when the next try is.
+//! its next call; at once the first time, and while restarts keep failing they wait longer
+//! each time (1 s doubling to 60 s); a call meanwhile gets the last error and when the next
+//! try is.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,12 +31,14 @@ use tokio_util::sync::CancellationToken;
 pub const ROLE: &str = "mcp";
 /// Label naming the server a container runs.
 pub const LABEL_SERVER: &str = "nexbot.mcp.server";
-/// First wait before a failed instance is started again; doubles per failure.
+/// The wait before a second failed start in a row; doubles per failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// How often idle chat instances are looked for, at most (more often when a server's
 /// `idle_stop_secs` is short).
 const IDLE_SWEEP: Duration = Duration::from_secs(15);
+/// How long the engine's account of a dead container is awaited.
+const DEATH_ACCOUNT_WAIT: Duration = Duration::from_secs(2);
 /// How long the daemon's start waits for the servers' first tool lists.
 const START_WAIT: Duration = Duration::from_secs(30);
 
@@ -51,6 +54,17 @@ struct Running {
     started: Instant,
 }
 
+impl Running {
+    /// Why it ended: the engine's account of the container (exit code, OOM) when it has one
+    /// within a moment (a session ends first when its container dies), else the session's.
+    async fn death(&self) -> String {
+        match tokio::time::timeout(DEATH_ACCOUNT_WAIT, self.service.exited()).await {
+            Ok(reason) => reason,
+            Err(_) => self.session.close_reason().unwrap_or_else(|| "its session ended".into()),
+        }
+    }
+}
+
 /// An instance's state; behind an async mutex so one start runs at a time.
 #[derive(Debug, Default)]
 struct Instance {
@@ -62,6 +76,19 @@ struct Instance {
     last_error: Option<String>,
     /// No start before this (back-off).
     not_before: Option<Instant>,
+}
+
+impl Instance {
+    /// Records an unplanned end: a restart, a failure in a row, the reason, and when the next
+    /// start may be (at once the first time); returns the wait.
+    fn ended(&mut self, reason: String) -> Duration {
+        self.restarts += 1;
+        self.failures += 1;
+        self.last_error = Some(reason);
+        let wait = backoff(self.failures);
+        self.not_before = Some(Instant::now() + wait);
+        wait
+    }
 }
 
 /// Counters of one server.
@@ -189,8 +216,9 @@ impl McpServers {
                 at.saturating_duration_since(Instant::now()).as_secs().max(1)
             )));
         }
-        if instance.running.take().is_some() {
-            instance.restarts += 1;
+        if let Some(dead) = instance.running.take() {
+            // Ended before its watcher noticed (a call found it gone first).
+            instance.ended(dead.death().await);
         }
         match self.launch(&config, key).await {
             Ok(running) => {
@@ -265,11 +293,12 @@ impl McpServers {
     fn watch(&self, key: Key, running: Running) {
         let Some(this) = self.me.upgrade() else { return };
         tokio::spawn(async move {
-            let reason = tokio::select! {
-                reason = running.service.exited() => reason,
-                reason = running.session.closed() => reason,
+            tokio::select! {
+                _ = running.service.exited() => {}
+                _ = running.session.closed() => {}
                 _ = this.stop.cancelled() => return,
             };
+            let reason = running.death().await;
             running.session.close();
             running.service.stop().await;
             let slot = this.slot(&key);
@@ -282,11 +311,7 @@ impl McpServers {
                 return; // stopped on purpose (idle, restart), or already replaced
             }
             instance.running = None;
-            instance.restarts += 1;
-            instance.failures += 1;
-            instance.last_error = Some(reason.clone());
-            let wait = backoff(instance.failures);
-            instance.not_before = Some(Instant::now() + wait);
+            let wait = instance.ended(reason.clone());
             drop(instance);
             tracing::warn!(server = %key.0, serves = %serves(&key), "MCP server ended: {reason}; started again in {} s", wait.as_secs());
             let shared = this.config(&key.0).is_ok_and(|c| c.scope == Scope::Shared);
@@ -458,8 +483,13 @@ fn serves(key: &Key) -> String {
     }
 }
 
+/// The wait before the next start after `failures` in a row: none after the first, then 1 s
+/// doubling to a minute.
 fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(6);
+    if failures <= 1 {
+        return Duration::ZERO;
+    }
+    let exp = (failures - 2).min(6);
     (FIRST_BACKOFF * 2u32.pow(exp)).min(MAX_BACKOFF)
 }
 
@@ -526,7 +556,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_to_a_minute() {
-        let waits: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        let waits: Vec<u64> = (1..=10).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(waits, [0, 1, 2, 4, 8, 16, 32, 60, 60, 60]);
     }
 }

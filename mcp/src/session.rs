@@ -259,7 +259,13 @@ async fn run(
     tokio::pin!(waiting);
     let reason = loop {
         tokio::select! {
-            ended = &mut waiting => break format!("the session ended ({ended:?})"),
+            ended = &mut waiting => break match ended {
+                Ok(rmcp::service::QuitReason::Closed) => {
+                    "the server's output ended (it exited or was stopped)".to_owned()
+                }
+                Ok(other) => format!("the session ended ({other:?})"),
+                Err(e) => format!("the session's task failed: {e}"),
+            },
             _ = stop.cancelled() => {
                 quit.cancel();
                 let _ = waiting.await;

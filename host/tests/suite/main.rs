@@ -32,5 +32,6 @@ mod host_secrets;
 mod host_skill_grants;
 mod host_skills;
 mod host_use_cli;
+mod mcp;
 mod rooms;
 mod telegram;

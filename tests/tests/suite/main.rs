@@ -25,6 +25,7 @@ mod pool_ownership;
 mod pool_recovery;
 mod pool_recycling;
 mod pool_rooms;
+mod pool_service;
 mod pool_tasks;
 mod readme_setup;
 mod scripted_llm;
