@@ -1,16 +1,17 @@
 # Nexbot developer entry points. `make test` and `make lint` are what CI runs (through .ci/run,
-# as the parts `make image`, `make cli-image`, `make lint-build` and `make lint-test-run`, each
-# timed).
+# as the parts `make image`, `make cli-image`, `make mcp-image`, `make lint-build` and
+# `make lint-test-run`, each timed; its install phase runs `make mcp-conformance`).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
   bench up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance
 
 build:
 	cargo build --workspace
 
-# The Docker tests run the subagent image, and the compose test the host image too. The
-# images' static release binaries and the tests' debug build share no artifacts (other
-# profile, other RUSTFLAGS and target directory), so each is built exactly once.
-test: image cli-image mcp-image
+# The Docker tests run the subagent image (and its cli variant), the compose test the host
+# image too, the MCP client's tests the mcp image and the conformance suite. The images'
+# static release binaries and the tests' debug build share no artifacts (other profile, other
+# RUSTFLAGS and target directory), so each is built exactly once.
+test: image cli-image mcp-image mcp-conformance
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
