@@ -1024,6 +1024,25 @@ mod tests {
     }
 
     #[test]
+    fn mcp_servers_are_read_from_the_file_or_the_environment_and_checked() {
+        let file = "[[mcp.servers]]\nname = \"memory\"\ncommand = \"mcp-server-memory\"\n\
+                    env = { MEMORY_FILE_PATH = \"/tmp/m.jsonl\" }\nscope = \"shared\"\n";
+        let config = load(file, &[]).unwrap();
+        let server = &config.mcp.servers[0];
+        assert_eq!(server.command_line(), ["mcp-server-memory"]);
+        assert_eq!(server.scope, nexbot_mcp::Scope::Shared);
+        assert_eq!(server.env["MEMORY_FILE_PATH"], "/tmp/m.jsonl");
+        let env =
+            [("NEXBOT_MCP__SERVERS", r#"[{ name = "e", command = "mcp-server-everything" }]"#)];
+        let config = load("", &env).unwrap();
+        assert_eq!(config.mcp.servers[0].name, "e");
+        let err = load("[[mcp.servers]]\nname = \"a__b\"\ncommand = \"x\"\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("mcp.servers[0].name"), "{err}");
+        let err = load("[[mcp.servers]]\nname = \"a\"\nurl = \"https://x/mcp\"\n", &[]);
+        assert!(err.unwrap_err().to_string().contains("not supported yet"));
+    }
+
+    #[test]
     fn skills_settings_are_checked_and_the_folder_falls_back_to_the_subagents() {
         let hash = format!("sha256:{}", "ab".repeat(32));
         let config = load(&format!("[skills]\nallow_hashes = [\"{hash}\"]\n"), &[]).unwrap();
