@@ -300,3 +300,44 @@ async fn each_chat_has_its_own_server_and_nothing_of_one_chat_reaches_another() 
     }
     h.stop().await;
 }
+
+/// Through the daemon (`nexbot chat`, the config's `[[mcp.servers]]`): the model is offered the
+/// server's tools, calls one, and reads the answer inside the envelope; the server's container
+/// is gone when the daemon stops.
+#[tokio::test]
+async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
+    use crate::common::{base_env, chat, text, Leftovers, TempWorkspace};
+    use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+    if docker_or_skip("mcp-daemon").await.is_none() {
+        return;
+    }
+    let ws = TempWorkspace::init("nxw-mcp");
+    let leftovers = Leftovers::new("mcp");
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("mcp__everything__echo", json!({"message": "ping-from-the-model"})),
+        Step::text("the server said it"),
+    ])
+    .await;
+    let mut env = base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        r#"[{ name = "everything", command = "mcp-server-everything", args = ["stdio"], scope = "shared" }]"#.into(),
+    ));
+    let out = chat(&ws.config(), &env, &["use the echo tool"], Duration::from_secs(240)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "the server said it", "{stderr}");
+    let requests = llm.chat_requests();
+    let offered = requests[0].body["tools"].to_string();
+    assert!(offered.contains("mcp__everything__echo"), "{offered}");
+    assert!(offered.contains("Tool of MCP server `everything`"), "{offered}");
+    let answer = requests[1].body["messages"].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(answer["role"], "tool", "{answer}");
+    let content = answer["content"].as_str().unwrap();
+    assert!(content.contains("<<<MCP_RESULT server=everything tool=echo>>>"), "{content}");
+    assert!(content.contains("Echo: ping-from-the-model"), "{content}");
+    let filter = format!("label=nexbot.pool={}", leftovers.pool);
+    let left = docker_cli(&["ps", "-aq", "--filter", &filter]);
+    assert!(left.trim().is_empty(), "the daemon's containers outlived it: {left}");
+}
