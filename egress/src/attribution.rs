@@ -17,6 +17,10 @@ pub struct Attributed {
     pub container: String,
     /// The task the container is running now, if any.
     pub task_id: Option<String>,
+    /// The container serves one identity for life (an MCP server's, `task_id`): its address
+    /// alone says whose a request is, so the proxy asks no credential of it. A pool container
+    /// is never dedicated (it serves one task after another).
+    pub dedicated: bool,
 }
 
 /// Maps a source address on the pool network to its container and current task.
@@ -55,7 +59,22 @@ pub struct AttributionTable {
 impl AttributionTable {
     /// Registers (or replaces) the container at `ip`, with no task.
     pub fn set_container(&self, ip: IpAddr, container: impl Into<String>) {
-        let entry = Attributed { container: container.into(), task_id: None };
+        let entry = Attributed { container: container.into(), task_id: None, dedicated: false };
+        self.write().insert(ip.to_canonical(), entry);
+    }
+
+    /// Registers (or replaces) the container at `ip` as dedicated to `identity` for life.
+    pub fn set_dedicated(
+        &self,
+        ip: IpAddr,
+        container: impl Into<String>,
+        identity: impl Into<String>,
+    ) {
+        let entry = Attributed {
+            container: container.into(),
+            task_id: Some(identity.into()),
+            dedicated: true,
+        };
         self.write().insert(ip.to_canonical(), entry);
     }
 
@@ -101,10 +120,17 @@ mod tests {
         let mapped: IpAddr = "::ffff:172.30.0.5".parse().unwrap();
         assert_eq!(
             table.lookup(mapped),
-            Some(Attributed { container: "c1".into(), task_id: Some("t".into()) })
+            Some(Attributed {
+                container: "c1".into(),
+                task_id: Some("t".into()),
+                dedicated: false
+            })
         );
         table.remove(ip);
         assert_eq!(table.lookup(ip), None);
+        table.set_dedicated(ip, "mcp-1", "mcp:everything");
+        let dedicated = table.lookup(ip).unwrap();
+        assert!(dedicated.dedicated && dedicated.task_id.as_deref() == Some("mcp:everything"));
     }
 
     #[test]

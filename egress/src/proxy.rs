@@ -208,6 +208,10 @@ fn admit(headers: &HeaderMap, attributed: Option<&Attributed>, shared: &Shared) 
             task_id: None,
         };
     };
+    if attributed.dedicated {
+        // One identity for life (an MCP server's container): the address says whose it is.
+        return Admission::Serve(Some(running.clone()));
+    }
     let refuse = |reason: String, task_id: Option<String>| Admission::Refuse {
         status: StatusCode::PROXY_AUTHENTICATION_REQUIRED,
         reason,

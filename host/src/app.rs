@@ -168,6 +168,9 @@ impl App {
             let mut delegation = Delegation::on(sandbox);
             delegation.approvals =
                 approvals.clone().map(|a| a as Arc<dyn crate::delegation::TaskQuestions>);
+            if let Some(questions) = &delegation.approvals {
+                sandbox.mcp().set_questions(questions.clone());
+            }
             if let Some(wrap) = options.llm_access {
                 delegation.tokens = wrap(delegation.tokens);
             }

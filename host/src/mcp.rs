@@ -16,16 +16,19 @@
 //! each time (1 s doubling to 60 s); a call meanwhile gets the last error and when the next
 //! try is.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nexbot_core::{BoxFuture, ChatRef};
 use nexbot_docker::{Pool, Service, ServiceSpec};
+use nexbot_egress::AttributionTable;
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
 use nexbot_mcp::{Connector, McpError, Progress, Scope, ServerConfig, Session};
 use tokio_util::sync::CancellationToken;
+
+use crate::delegation::TaskQuestions;
 
 /// The role label of an MCP server's container.
 pub const ROLE: &str = "mcp";
@@ -55,6 +58,17 @@ struct Running {
 }
 
 impl Running {
+    /// Its address and identity are no one's any more (the proxy refuses what still comes
+    /// from there), and its questions expire.
+    fn release(&self, key: &Key, servers: &McpServers) {
+        if let Some(ip) = self.service.address() {
+            servers.addresses.remove(ip);
+        }
+        if let (Some(questions), Some(_)) = (servers.questions.get(), &key.1) {
+            questions.task_ended(&identity(key));
+        }
+    }
+
     /// Why it ended: the engine's account of the container (exit code, OOM) when it has one
     /// within a moment (a session ends first when its container dies), else the session's.
     async fn death(&self) -> String {
@@ -123,6 +137,15 @@ pub struct McpServers {
     me: std::sync::Weak<McpServers>,
     pool: Arc<Pool>,
     servers: Vec<ServerConfig>,
+    /// Where the egress proxy learns whose a service container's request is: each running
+    /// instance's address, dedicated to its identity ([`identity`]).
+    addresses: Arc<AttributionTable>,
+    /// `HTTP(S)_PROXY` and `NO_PROXY` of the egress listener, added to every server's
+    /// environment (a server's only way out; none without a listener).
+    proxy_env: BTreeMap<String, String>,
+    /// Asks a chat before its server reaches a new destination (`egress.mode = "ask"`); set
+    /// once the approvals exist ([`McpServers::set_questions`]).
+    questions: OnceLock<Arc<dyn TaskQuestions>>,
     instances: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Instance>>>>,
     /// The last tool list each server gave (any instance), with the skipped ones.
     catalogs: Mutex<HashMap<String, (Vec<ServerTool>, Vec<Skipped>)>>,
@@ -135,11 +158,19 @@ impl McpServers {
     /// chat-scoped one (its tool list), all at once; and the idle sweep. Waits for them at
     /// most [`START_WAIT`], so the first turn's model knows the tools of every server that
     /// came up; a slower one joins later turns when it is up.
-    pub async fn start(pool: Arc<Pool>, servers: Vec<ServerConfig>) -> Arc<Self> {
+    pub async fn start(
+        pool: Arc<Pool>,
+        servers: Vec<ServerConfig>,
+        addresses: Arc<AttributionTable>,
+        proxy_env: BTreeMap<String, String>,
+    ) -> Arc<Self> {
         let this = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             pool,
             servers,
+            addresses,
+            proxy_env,
+            questions: OnceLock::new(),
             instances: Mutex::default(),
             catalogs: Mutex::default(),
             counters: Mutex::default(),
@@ -169,6 +200,12 @@ impl McpServers {
         let sweeper = this.clone();
         tokio::spawn(async move { sweeper.sweep_idle().await });
         this
+    }
+
+    /// Binds the egress questions: a chat's server asks that chat before it reaches anything
+    /// new. Shared servers (and the probes) ask nobody: only `egress.allow` rules open a way.
+    pub fn set_questions(&self, questions: Arc<dyn TaskQuestions>) {
+        let _ = self.questions.set(questions);
     }
 
     pub fn servers(&self) -> &[ServerConfig] {
@@ -250,7 +287,12 @@ impl McpServers {
             name: format!("mcp-{}", config.name),
             image: config.image().to_owned(),
             command: config.command_line(),
-            env: config.env.clone(),
+            env: config
+                .env
+                .iter()
+                .chain(&self.proxy_env)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             labels: [
                 (LABEL_SERVER.to_owned(), config.name.clone()),
                 ("nexbot.mcp.scope".to_owned(), config.scope.as_str().to_owned()),
@@ -271,6 +313,14 @@ impl McpServers {
                     info = session.server_info().unwrap_or(""),
                     "MCP server up"
                 );
+                let identity = identity(key);
+                if let Some(ip) = service.address() {
+                    self.addresses.set_dedicated(ip, service.name(), identity.clone());
+                }
+                if let (Some(questions), Some(chat)) = (self.questions.get(), &key.1) {
+                    let what = format!("MCP server {}", config.name);
+                    questions.task_started(&identity, chat, &what, false, None);
+                }
                 Ok(Running { session, service, started: Instant::now() })
             }
             Err(e) => {
@@ -299,6 +349,7 @@ impl McpServers {
                 _ = this.stop.cancelled() => return,
             };
             let reason = running.death().await;
+            running.release(&key, &this);
             running.session.close();
             running.service.stop().await;
             let slot = this.slot(&key);
@@ -333,6 +384,7 @@ impl McpServers {
         let running = slot.lock().await.running.take();
         if let Some(running) = running {
             tracing::info!(server = %key.0, serves = %serves(key), "MCP server stopped: {why}");
+            running.release(key, self);
             running.session.close();
             running.service.stop().await;
         }
@@ -473,6 +525,15 @@ impl McpServers {
         for key in keys {
             self.stop_instance(&key, "the daemon stops").await;
         }
+    }
+}
+
+/// Whose its requests are at the egress proxy (the audit's task id, the approvals' task):
+/// `mcp:<server>` for a shared instance or a probe, `mcp:<server>@<chat>` for a chat's.
+fn identity(key: &Key) -> String {
+    match &key.1 {
+        Some(chat) => format!("mcp:{}@{chat}", key.0),
+        None => format!("mcp:{}", key.0),
     }
 }
 

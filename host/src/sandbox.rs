@@ -236,11 +236,22 @@ impl Sandbox {
                 return Err(refused_defaults(SandboxError::Pool(e), cannot_tell));
             }
         };
-        let attribution: Arc<dyn Attribution> = Arc::new(PoolAttribution(pool.clone()));
+        let services = Arc::new(egress::AttributionTable::default());
+        let attribution: Arc<dyn Attribution> = Arc::new(SandboxAttribution {
+            pool: PoolAttribution(pool.clone()),
+            services: services.clone(),
+        });
         late.bind(&attribution);
         let tokens = Arc::new(RelayAccess::new(config, &egress));
         let network = network.name.clone();
-        let mcp = crate::mcp::McpServers::start(pool.clone(), config.mcp.servers.clone()).await;
+        let proxy_env = egress.container_env().into_iter().collect();
+        let mcp = crate::mcp::McpServers::start(
+            pool.clone(),
+            config.mcp.servers.clone(),
+            services,
+            proxy_env,
+        )
+        .await;
         Ok(Self { pool, docker: engine, network, egress, tokens, mcp, _attribution: attribution })
     }
 
@@ -316,7 +327,21 @@ pub struct PoolAttribution(pub Arc<Pool>);
 impl Attribution for PoolAttribution {
     fn lookup(&self, source: IpAddr) -> Option<Attributed> {
         let (container, task_id) = self.0.container_for_address(source.to_canonical())?;
-        Some(Attributed { container, task_id })
+        Some(Attributed { container, task_id, dedicated: false })
+    }
+}
+
+/// The listener's [`Attribution`] in the daemon: the pool's containers, then the service
+/// containers (MCP servers), each dedicated to its identity for life.
+#[derive(Debug)]
+struct SandboxAttribution {
+    pool: PoolAttribution,
+    services: Arc<egress::AttributionTable>,
+}
+
+impl Attribution for SandboxAttribution {
+    fn lookup(&self, source: IpAddr) -> Option<Attributed> {
+        self.pool.lookup(source).or_else(|| self.services.lookup(source))
     }
 }
 

@@ -209,3 +209,26 @@ async fn a_live_tasks_credential_or_token_is_good_only_in_the_container_running_
     // The relay's refusal is charged to nobody's budget.
     assert_eq!(started.egress.tokens().usage("t-9").map(|u| u.used), Some(0));
 }
+
+/// A container dedicated to one identity for life (an MCP server's) needs no credential: its
+/// address says whose its requests are, and the audit names that identity.
+#[tokio::test]
+async fn a_dedicated_container_is_served_under_its_identity_without_a_credential() {
+    let (web, seen) = web_echo_server(LOCAL.parse().unwrap()).await;
+    let mut config = EgressConfig::default();
+    config.proxy.allow_internal = vec![allow(web)];
+    let started = start(config, None).await;
+    let proxy = started.egress.local_addr();
+    started.table.set_dedicated(LOCAL.parse().unwrap(), "mcp-everything-1", "mcp:everything");
+    let (code, answer) = get(proxy, web, None).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let lines = started.audit_lines(1).await;
+    assert_eq!(lines[0]["task_id"], "mcp:everything", "{}", lines[0]);
+    assert_eq!(lines[0]["container"], "mcp-everything-1");
+    // The same address as a pool container again: a credential is asked once more.
+    started.table.set_container(LOCAL.parse().unwrap(), "c-test");
+    started.table.set_task(LOCAL.parse().unwrap(), Some("t-9".into()));
+    let (code, _) = get(proxy, web, None).await;
+    assert_eq!(code, 407);
+}

@@ -67,7 +67,9 @@ impl Harness {
             ..PoolConfig::default()
         };
         let pool = Arc::new(Pool::start(docker, config).await.expect("pool starts"));
-        let mcp = McpServers::start(pool.clone(), servers.clone()).await;
+        let mcp =
+            McpServers::start(pool.clone(), servers.clone(), Arc::default(), Default::default())
+                .await;
         let tools = McpTools::new(servers, mcp.clone());
         Some(Self { pool, mcp, tools, _network: network })
     }
@@ -340,4 +342,64 @@ async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
     let filter = format!("label=nexbot.pool={}", leftovers.pool);
     let left = docker_cli(&["ps", "-aq", "--filter", &filter]);
     assert!(left.trim().is_empty(), "the daemon's containers outlived it: {left}");
+}
+
+/// A server's way out is the sandbox's: its container reaches what the egress policy allows,
+/// through the proxy, under its own identity (`mcp:<server>` in the audit), and nothing else
+/// (another port of the same host is refused).
+#[tokio::test]
+async fn a_servers_requests_go_through_the_egress_proxy_under_its_own_name() {
+    use crate::common::{base_env, chat, text, Leftovers, TempWorkspace};
+    use nexbot_tests::egress::{host_address_off_network, http_server_at};
+    use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+    if docker_or_skip("mcp-egress").await.is_none() {
+        return;
+    }
+    let ws = TempWorkspace::init("nxw-mcp-egress");
+    let leftovers = Leftovers::new("mcp-egress");
+    let (allowed, seen) = http_server_at(host_address_off_network()).await;
+    let refused = format!("http://{}:{}/hello", allowed.ip(), allowed.port() + 1);
+    let gzip = |url: &str| json!({"name": "f.gz", "data": url, "outputType": "resourceLink"});
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "mcp__everything__gzip-file-as-resource",
+            gzip(&format!("http://{allowed}/hello")),
+        ),
+        Step::tool_call("mcp__everything__gzip-file-as-resource", gzip(&refused)),
+        Step::text("fetched"),
+    ])
+    .await;
+    let mut env = base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        r#"[{ name = "everything", command = "mcp-server-everything", args = ["stdio"], scope = "shared" }]"#.into(),
+    ));
+    env.push((
+        "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(),
+        format!(r#"[{{ cidr = "{}", ports = [{}] }}]"#, allowed.ip(), allowed.port()),
+    ));
+    let out = chat(&ws.config(), &env, &["fetch it"], Duration::from_secs(240)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "fetched", "{stderr}");
+    assert_eq!(seen.lock().unwrap().len(), 1, "the allowed destination was reached once");
+    let audit = ws.database().parent().unwrap().join("egress-audit.jsonl");
+    let lines: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let ours: Vec<&Value> = lines.iter().filter(|l| l["task_id"] == "mcp:everything").collect();
+    assert!(
+        ours.iter().any(|l| l["verdict"] == "allowed" && l["port"] == allowed.port()),
+        "{lines:?}"
+    );
+    assert!(
+        ours.iter().any(|l| l["verdict"] == "denied" && l["port"] == allowed.port() + 1),
+        "{lines:?}"
+    );
+    assert!(ours
+        .iter()
+        .all(|l| l["container"].as_str().is_some_and(|c| c.contains("mcp-everything"))));
 }
