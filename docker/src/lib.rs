@@ -73,6 +73,16 @@
 //! trouble; only those feed the back-off. [`Pool::kill`] condemns the member *before* the
 //! SIGKILL and wakes the task's waiter only after it, so the caller gets `KilledByOperator`.
 //!
+//! # Service containers (`service.rs`)
+//!
+//! [`Pool::start_service`] runs another program (an MCP server) as the main process of a
+//! container made from the same hardened spec, with only the environment its [`ServiceSpec`]
+//! names (each variable checked like the pool's: no secret-looking names, no credentials in
+//! URLs), no scratch or skills mount, and the pool run's labels: the next start reaps a dead
+//! daemon's, the shutdown removes this run's. Its stdout and stdin are plain bytes for the
+//! caller ([`ServiceIo`]); its stderr goes to the log and a ring ([`Service::logs`]); when it
+//! dies, [`Service::exited`] gives the engine's account.
+//!
 //! # Shutdown
 //!
 //! [`Pool::shutdown`] refuses new work, fails queued tasks, waits for running ones (each

@@ -56,7 +56,10 @@
 //! [`MAX_ENDED_CREDENTIALS`] are remembered); another live task's 407 `task_mismatch`; anything
 //! else 407 `proxy_credential_invalid` — each audited under the task whose credential it was,
 //! never the container's current task. `Proxy-Authorization` never goes upstream. The relay
-//! binds its tokens the same way (403 `task_mismatch` / `idle_container`).
+//! binds its tokens the same way (403 `task_mismatch` / `idle_container`). A container the
+//! attribution marks *dedicated* ([`Attributed::dedicated`]: an MCP server's, one identity for
+//! its whole life, `mcp:<server>` or `mcp:<server>@<chat>`) is served under that identity
+//! without a credential: nothing else ever runs there, so its address says whose it is.
 //!
 //! # The LLM relay (`relay.rs`, on `nexbot-llm`)
 //!

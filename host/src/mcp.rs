@@ -49,6 +49,9 @@ const START_WAIT: Duration = Duration::from_secs(30);
 /// probe of a chat-scoped one).
 type Key = (String, Option<ChatRef>);
 
+/// A server's tools: offered, and skipped with why.
+type ToolList = (Vec<ServerTool>, Vec<Skipped>);
+
 /// One running instance.
 #[derive(Debug, Clone)]
 struct Running {
@@ -148,7 +151,7 @@ pub struct McpServers {
     questions: OnceLock<Arc<dyn TaskQuestions>>,
     instances: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Instance>>>>,
     /// The last tool list each server gave (any instance), with the skipped ones.
-    catalogs: Mutex<HashMap<String, (Vec<ServerTool>, Vec<Skipped>)>>,
+    catalogs: Mutex<HashMap<String, ToolList>>,
     counters: Mutex<HashMap<String, ServerCounters>>,
     stop: CancellationToken,
 }
