@@ -92,18 +92,7 @@ impl Engine {
         ready_timeout: Duration,
     ) -> Result<Arc<Member>, PoolError> {
         let short: String = id.chars().take(12).collect();
-        let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .stream(true)
-            .logs(false)
-            .build();
-        let attached = self
-            .docker
-            .attach_container(id, Some(options))
-            .await
-            .map_err(|e| PoolError::docker(format!("attach to container {short}"), e))?;
+        let attached = self.attach(id, &short).await?;
         let link = Link::new(short.clone(), attached.input);
         self.spawn_reader(id.to_owned(), link.clone(), attached.output, logs);
         self.docker
@@ -132,6 +121,26 @@ impl Engine {
         }
         let budget = crate::member::random_task_budget(self.config.max_tasks_per_container);
         Ok(Arc::new(Member::new(id.to_owned(), ip, started, link, budget)))
+    }
+
+    /// Attaches to the stdio of created container `id` (`name` for errors), before it starts:
+    /// nothing it writes is missed.
+    pub(crate) async fn attach(
+        &self,
+        id: &str,
+        name: &str,
+    ) -> Result<bollard::container::AttachContainerResults, PoolError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .logs(false)
+            .build();
+        self.docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(|e| PoolError::docker(format!("attach to container {name}"), e))
     }
 
     /// Reads the container's output until it ends, then fails the link with the best

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use bollard::container::LogOutput;
-use bollard::query_parameters::{AttachContainerOptionsBuilder, CreateContainerOptionsBuilder};
+use bollard::query_parameters::CreateContainerOptionsBuilder;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio_util::sync::CancellationToken;
@@ -197,18 +197,7 @@ impl Engine {
         id: &str,
         name: &str,
     ) -> Result<(Arc<Service>, ServiceIo), PoolError> {
-        let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .stream(true)
-            .logs(false)
-            .build();
-        let attached = self
-            .docker
-            .attach_container(id, Some(options))
-            .await
-            .map_err(|e| PoolError::docker(format!("attach to container {name}"), e))?;
+        let attached = self.attach(id, name).await?;
         self.docker
             .start_container(id, None)
             .await

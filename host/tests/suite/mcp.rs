@@ -104,6 +104,21 @@ async fn call(tool: &Arc<dyn Tool>, args: Value, ctx: &ToolContext) -> Value {
     serde_json::from_str(&tool_message(&tool.call(args, ctx).await)).unwrap()
 }
 
+/// A daemon's environment for these tests: its own pool and network (`leftovers`), the scripted
+/// model, and server-everything shared.
+fn daemon_env(
+    llm: &nexbot_tests::scripted_llm::ScriptedLlm,
+    leftovers: &crate::common::Leftovers,
+) -> Vec<(String, String)> {
+    let mut env = crate::common::base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        r#"[{ name = "everything", command = "mcp-server-everything", args = ["stdio"], scope = "shared" }]"#.into(),
+    ));
+    env
+}
+
 fn docker_cli(args: &[&str]) -> String {
     crate::common::docker_cli(args)
 }
@@ -308,7 +323,7 @@ async fn each_chat_has_its_own_server_and_nothing_of_one_chat_reaches_another() 
 /// is gone when the daemon stops.
 #[tokio::test]
 async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
-    use crate::common::{base_env, chat, text, Leftovers, TempWorkspace};
+    use crate::common::{chat, text, Leftovers, TempWorkspace};
     use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
     if docker_or_skip("mcp-daemon").await.is_none() {
         return;
@@ -320,12 +335,7 @@ async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
         Step::text("the server said it"),
     ])
     .await;
-    let mut env = base_env(&llm.base_url());
-    env.extend(leftovers.env());
-    env.push((
-        "NEXBOT_MCP__SERVERS".into(),
-        r#"[{ name = "everything", command = "mcp-server-everything", args = ["stdio"], scope = "shared" }]"#.into(),
-    ));
+    let env = daemon_env(&llm, &leftovers);
     let out = chat(&ws.config(), &env, &["use the echo tool"], Duration::from_secs(240)).await;
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -349,7 +359,7 @@ async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
 /// (another port of the same host is refused).
 #[tokio::test]
 async fn a_servers_requests_go_through_the_egress_proxy_under_its_own_name() {
-    use crate::common::{base_env, chat, text, Leftovers, TempWorkspace};
+    use crate::common::{chat, text, Leftovers, TempWorkspace};
     use nexbot_tests::egress::{host_address_off_network, http_server_at};
     use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
     if docker_or_skip("mcp-egress").await.is_none() {
@@ -369,12 +379,7 @@ async fn a_servers_requests_go_through_the_egress_proxy_under_its_own_name() {
         Step::text("fetched"),
     ])
     .await;
-    let mut env = base_env(&llm.base_url());
-    env.extend(leftovers.env());
-    env.push((
-        "NEXBOT_MCP__SERVERS".into(),
-        r#"[{ name = "everything", command = "mcp-server-everything", args = ["stdio"], scope = "shared" }]"#.into(),
-    ));
+    let mut env = daemon_env(&llm, &leftovers);
     env.push((
         "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(),
         format!(r#"[{{ cidr = "{}", ports = [{}] }}]"#, allowed.ip(), allowed.port()),
