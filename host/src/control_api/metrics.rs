@@ -479,8 +479,7 @@ fn mcp_servers(
     counter_family(
         registry,
         "mcp_restarts",
-        "MCP server instances started again after they ended or on the operator's restart, by \
-         server",
+        "MCP server instances started again after they ended unplanned, by server",
         &per_server(&|name| of(name).iter().map(|v| u64::from(v.restarts)).sum()),
     );
 }
