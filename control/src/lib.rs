@@ -10,6 +10,7 @@
 pub mod approvals;
 mod client;
 pub mod cron;
+pub mod mcp;
 pub mod secrets;
 pub mod types;
 
@@ -19,6 +20,9 @@ pub use approvals::{
 };
 pub use client::{Client, ClientError};
 pub use cron::{cron_paths, CronAdd, CronJob, CronJobList, CronRun, CronRunList};
+pub use mcp::{
+    mcp_paths, McpInstance, McpServer, McpServerList, McpSkippedTool, McpTool, McpToolList,
+};
 pub use secrets::{
     secrets_paths, SecretEntry, SecretList, SecretRemove, SecretSet, SecretValue, OPERATOR_SCOPE,
 };

@@ -79,6 +79,9 @@ pub enum Command {
     /// The egress: the chats' "always" rules (rules ls|rm)
     #[command(subcommand)]
     Egress(crate::approvals::EgressCommand),
+    /// MCP servers (run in the sandbox): ls, tools NAME, restart NAME, logs NAME [-n N]
+    #[command(subcommand)]
+    Mcp(crate::mcp::McpCommand),
 }
 
 #[derive(Debug, Subcommand)]

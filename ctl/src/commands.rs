@@ -112,6 +112,7 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Secrets(command) => crate::secrets::run(ctx, command).await,
         Command::Approvals(command) => crate::approvals::run(ctx, command).await,
         Command::Egress(command) => crate::approvals::run_egress(ctx, command).await,
+        Command::Mcp(command) => crate::mcp::run(ctx, command).await,
     }
 }
 
@@ -224,7 +225,7 @@ async fn subagent_logs(ctx: &Ctx, id: &str, lines: u32, follow: bool) -> anyhow:
 }
 
 /// Raw lines with `--json` (they are JSON already), else pretty ones.
-fn print_log_lines(ctx: &Ctx, lines: &[String]) -> anyhow::Result<()> {
+pub(crate) fn print_log_lines(ctx: &Ctx, lines: &[String]) -> anyhow::Result<()> {
     let mut text = String::new();
     for line in lines {
         if ctx.json {

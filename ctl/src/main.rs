@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod cron;
 mod logs;
+mod mcp;
 mod render;
 mod secrets;
 mod socket;

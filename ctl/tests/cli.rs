@@ -48,6 +48,10 @@ const DAEMON_COMMANDS: &[&[&str]] = &[
     &["secrets", "ls"],
     &["secrets", "ls", "--chat", "telegram:42"],
     &["secrets", "rm", "GITHUB_TOKEN", "--operator"],
+    &["mcp", "ls"],
+    &["mcp", "tools", "everything"],
+    &["mcp", "restart", "everything"],
+    &["mcp", "logs", "everything", "-n", "5"],
 ];
 
 #[test]
@@ -89,7 +93,7 @@ fn help_lists_every_command() {
     {
         assert!(help.contains(command), "{command} missing from:\n{help}");
     }
-    for word in ["skills", "cron", "--socket", "--json", "NEXBOT_SOCKET", "Exit codes"] {
+    for word in ["skills", "cron", "mcp", "--socket", "--json", "NEXBOT_SOCKET", "Exit codes"] {
         assert!(help.contains(word), "{word} missing from:\n{help}");
     }
     let out = run(&["subagents", "--help"]);
@@ -334,6 +338,24 @@ fn restart_prints_the_daemons_sentence() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "main-0: replacing container 3f2a1b0c9d8e\n");
     assert_eq!(daemon.requests()[0].method, "POST");
+}
+
+#[test]
+fn mcp_commands_ask_for_the_named_server_and_an_unknown_one_exits_1_with_the_daemons_words() {
+    let daemon = FakeDaemon::start(&[
+        ("GET /v1/mcp/everything/logs?n=2", 200, r#"{"id":"everything","lines":["Starting"]}"#),
+        ("POST /v1/mcp/everything/restart", 200, r#"{"message":"restarted: container c2"}"#),
+        ("GET /v1/mcp/nope/tools", 404, r#"{"error":"no MCP server is named \"nope\""}"#),
+    ]);
+    let out = daemon.run(&["mcp", "logs", "everything", "-n", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Starting\n");
+    let out = daemon.run(&["mcp", "restart", "everything"]);
+    assert_eq!(text(&out.stdout), "restarted: container c2\n");
+    assert_eq!(daemon.requests()[1].method, "POST");
+    let out = daemon.run(&["mcp", "tools", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stderr), "nexbot-ctl: error: no MCP server is named \"nope\"\n");
 }
 
 #[test]

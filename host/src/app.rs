@@ -263,6 +263,20 @@ impl App {
         }
         let line = vault.clone();
         status.add(crate::commands::SECRETS_LINE, move || crate::vault::status_line(&line));
+        if !config.mcp.servers.is_empty() {
+            match &sandbox {
+                Some(sandbox) => {
+                    let (mcp, agent) = (sandbox.mcp().clone(), agent.clone());
+                    status.add_for_chat(MCP_LINE, move |chat| {
+                        let servers = mcp.for_chat(chat, agent.is_owner_chat(chat));
+                        Some(crate::commands::mcp_line(&servers))
+                    });
+                }
+                None => status.add_for_chat(MCP_LINE, |_| {
+                    Some("off (they run in the sandbox, which is not running)".to_owned())
+                }),
+            }
+        }
         let turns = CancellationToken::new();
         let bus =
             bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
@@ -408,6 +422,9 @@ impl App {
         }
     }
 }
+
+/// The status board's name of the MCP servers' line (per chat).
+const MCP_LINE: &str = "MCP servers";
 
 /// The pool in one line: containers by state, and the tasks running.
 fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot]) -> String {

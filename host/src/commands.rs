@@ -276,6 +276,9 @@ impl ChatCommand for Status {
                 };
                 lines.push(format!("{}: {line}", capitalized(name)));
             }
+            for (name, line) in self.board.chat_lines(ctx.chat) {
+                lines.push(format!("{}: {line}", capitalized(name)));
+            }
             for (name, problem) in self.board.problems() {
                 lines.push(format!("DEGRADED: {name}: {problem}"));
             }
@@ -287,6 +290,18 @@ impl ChatCommand for Status {
 
 /// The status board's name of the vault's line, which `/status` shows per chat.
 pub const SECRETS_LINE: &str = "secrets";
+
+/// The MCP servers a chat may use, with their tool counts, for its `/status`.
+pub fn mcp_line(servers: &[(String, usize)]) -> String {
+    if servers.is_empty() {
+        return "none for this chat".to_owned();
+    }
+    let named: Vec<String> = servers
+        .iter()
+        .map(|(name, n)| format!("{name} ({n} tool{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    named.join(", ")
+}
 
 fn capitalized(name: &str) -> String {
     let mut chars = name.chars();
@@ -558,6 +573,13 @@ mod tests {
         crate::vault::set_stdin(&vault, &scope(2), "THEIRS2", "value-of-theirs-2").await;
         let operator = crate::vault::Scope::Operator;
         crate::vault::set_stdin(&vault, &operator, "OPS", "value-of-operator").await;
+        // A line worded for the chat asking: the MCP servers it may use.
+        board.add_for_chat("MCP servers", |chat| match chat {
+            ChatRef::Telegram(1) => {
+                Some(mcp_line(&[("everything".into(), 13), ("time".into(), 1)]))
+            }
+            _ => None,
+        });
         let mut r = registry();
         let status = Status { store: store.clone(), model: "m".into(), spend, board, vault };
         r.add(Arc::new(status));
@@ -570,6 +592,10 @@ mod tests {
         assert!(!status.contains("DEGRADED: pool"), "{status}");
         assert!(status.contains("\nSecrets: vault on, 1 stored for this chat\n"), "{status}");
         assert!(!status.contains("4 stored") && !status.contains("THEIRS"), "{status}");
+        assert!(
+            status.contains("\nMCP servers: everything (13 tools), time (1 tool)\n"),
+            "{status}"
+        );
         let menu = run(&r, "/agent").await.unwrap();
         assert!(menu.contains("/agent cli <none>"), "{menu}");
         let chosen = run(&r, "/agent cli qwen").await.unwrap();
@@ -583,6 +609,12 @@ mod tests {
         assert_eq!(Clis::of_image("cli:dev", Some(&with_cli)).offered, AGENT_CLIS);
         assert_eq!(Clis::of_image("any", None).offered, AGENT_CLIS);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_mcp_line_names_each_server_with_its_tools_or_says_there_is_none() {
+        assert_eq!(mcp_line(&[]), "none for this chat");
+        assert_eq!(mcp_line(&[("fs".into(), 0)]), "fs (0 tools)");
     }
 
     #[tokio::test]

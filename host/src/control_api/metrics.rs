@@ -416,7 +416,127 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             relay.revoked.load(Ordering::Relaxed),
         );
     }
+    if let Some(mcp) = &inner.mcp {
+        let views = mcp.instances().await;
+        mcp_servers(&mut registry, mcp.servers(), &views, &mcp.counters());
+    }
     let mut text = String::new();
     encode(&mut text, &registry).map_err(|e| e.to_string())?;
     Ok(text)
+}
+
+/// Each configured MCP server's calls and instances, labelled by server (every configured one,
+/// zeros included, so a dashboard sees a server before its first call).
+fn mcp_servers(
+    registry: &mut Registry,
+    servers: &[nexbot_mcp::ServerConfig],
+    views: &[crate::mcp::InstanceView],
+    counters: &std::collections::HashMap<String, crate::mcp::ServerCounters>,
+) {
+    let per_server = |value: &dyn Fn(&str) -> u64| -> Vec<(Labels, u64)> {
+        servers.iter().map(|s| (labels(&[("server", &s.name)]), value(&s.name))).collect()
+    };
+    let count = |pick: fn(&crate::mcp::ServerCounters) -> u64| {
+        per_server(&|name| counters.get(name).map_or(0, pick))
+    };
+    counter_family(registry, "mcp_calls", "MCP tool calls, by server", &count(|c| c.calls));
+    counter_family(
+        registry,
+        "mcp_tool_errors",
+        "MCP tool calls the server answered as failed (isError), by server",
+        &count(|c| c.tool_errors),
+    );
+    counter_family(
+        registry,
+        "mcp_failures",
+        "MCP tool calls that did not complete (no session, closed, timeout, stopped), by server",
+        &count(|c| c.failures),
+    );
+    let seconds = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    for server in servers {
+        let ms = counters.get(&server.name).map_or(0, |c| c.duration_ms);
+        seconds.get_or_create(&labels(&[("server", &server.name)])).inc_by(ms as f64 / 1000.0);
+    }
+    registry.register(
+        "mcp_call_duration_seconds",
+        "Seconds MCP tool calls took, summed (divided by mcp_calls_total: the mean), by server",
+        seconds,
+    );
+    let of = |name: &str| -> Vec<&crate::mcp::InstanceView> {
+        views.iter().filter(|v| v.server == name).collect()
+    };
+    let running: Vec<(Labels, i64)> =
+        per_server(&|name| of(name).iter().filter(|v| v.state == "running").count() as u64)
+            .into_iter()
+            .map(|(l, n)| (l, n as i64))
+            .collect();
+    gauge_family(
+        registry,
+        "mcp_instances_running",
+        "MCP server instances running, by server",
+        &running,
+    );
+    counter_family(
+        registry,
+        "mcp_restarts",
+        "MCP server instances started again after they ended unplanned, by server",
+        &per_server(&|name| of(name).iter().map(|v| u64::from(v.restarts)).sum()),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::{InstanceView, ServerCounters};
+
+    fn server(name: &str) -> nexbot_mcp::ServerConfig {
+        serde_json::from_value(serde_json::json!({"name": name, "command": "x"})).unwrap()
+    }
+
+    fn view(server: &str, serves: &str, state: &'static str, restarts: u32) -> InstanceView {
+        InstanceView {
+            server: server.into(),
+            serves: serves.into(),
+            state,
+            container: None,
+            tools: 0,
+            restarts,
+            last_error: None,
+            up_secs: None,
+            idle_secs: None,
+        }
+    }
+
+    #[test]
+    fn mcp_metrics_are_per_server_with_zeros_for_a_server_never_called() {
+        let servers = [server("everything"), server("quiet")];
+        let views = [
+            view("everything", "telegram:1", "running", 1),
+            view("everything", "telegram:2", "running", 0),
+            view("everything", "telegram:3", "failed", 3),
+        ];
+        let counters = [(
+            "everything".to_owned(),
+            ServerCounters { calls: 7, tool_errors: 2, failures: 1, duration_ms: 2500 },
+        )]
+        .into();
+        let mut registry = Registry::with_prefix("nexbot");
+        mcp_servers(&mut registry, &servers, &views, &counters);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "nexbot_mcp_calls_total{server=\"everything\"} 7",
+            "nexbot_mcp_tool_errors_total{server=\"everything\"} 2",
+            "nexbot_mcp_failures_total{server=\"everything\"} 1",
+            "nexbot_mcp_call_duration_seconds_total{server=\"everything\"} 2.5",
+            "nexbot_mcp_instances_running{server=\"everything\"} 2",
+            "nexbot_mcp_restarts_total{server=\"everything\"} 4",
+            "nexbot_mcp_calls_total{server=\"quiet\"} 0",
+            "nexbot_mcp_call_duration_seconds_total{server=\"quiet\"} 0.0",
+            "nexbot_mcp_instances_running{server=\"quiet\"} 0",
+            "nexbot_mcp_restarts_total{server=\"quiet\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} is not in\n{text}");
+        }
+    }
 }

@@ -9,6 +9,7 @@
 
 pub mod approvals;
 pub mod cron;
+pub mod mcp;
 pub mod metrics;
 pub mod ops;
 pub mod reload;
@@ -73,6 +74,8 @@ pub(crate) struct Inner {
     /// The egress questions (`None` without a sandbox) and the mode in a sentence.
     pub approvals: Option<Arc<crate::approvals::Approvals>>,
     pub egress_mode: String,
+    /// The MCP servers (`None` without a sandbox: they run in it).
+    pub mcp: Option<Arc<crate::mcp::McpServers>>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -123,10 +126,11 @@ impl From<JsonRejection> for ApiError {
 
 type Answer<T> = Result<Json<T>, ApiError>;
 
+/// `?n=N`: the last N lines of a log.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LogsQuery {
-    n: Option<usize>,
+pub(crate) struct LogsQuery {
+    pub n: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,6 +201,7 @@ pub fn router(state: ControlState) -> Router {
         .merge(cron::routes())
         .merge(secrets::routes())
         .merge(approvals::routes())
+        .merge(mcp::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
         .with_state(state)
 }
@@ -328,6 +333,7 @@ pub fn attach(
         vault: app.vault().clone(),
         approvals: app.approvals().cloned(),
         egress_mode: crate::approvals::mode_line(&config.egress),
+        mcp: app.sandbox().map(|s| s.mcp().clone()),
     }));
     let probed = state.clone();
     let probe_config = config.clone();

@@ -172,11 +172,16 @@ pub fn subagents(state: &ControlState) -> Result<SubagentList, ApiError> {
 
 pub fn logs(state: &ControlState, id: &str, n: Option<usize>) -> Result<LogLines, ApiError> {
     let mut lines = pool(state)?.logs(id).map_err(pool_error)?;
+    keep_last(&mut lines, n);
+    Ok(LogLines { id: id.to_owned(), lines })
+}
+
+/// Keeps the last `n` of `lines` (all of them without `n`).
+pub fn keep_last(lines: &mut Vec<String>, n: Option<usize>) {
     if let Some(n) = n {
         let skip = lines.len().saturating_sub(n);
         lines.drain(..skip);
     }
-    Ok(LogLines { id: id.to_owned(), lines })
 }
 
 pub fn restart(state: &ControlState, id: &str) -> Result<Done, ApiError> {

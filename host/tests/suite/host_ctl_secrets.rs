@@ -11,72 +11,16 @@
 use crate::common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{base_env, echo, Serving, TempWorkspace};
+use common::{base_env, ctl, echo, Serving, TempWorkspace};
 use nexbot_tests::scripted_llm::ScriptedLlm;
-use tokio::io::AsyncWriteExt as _;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const MASTER_KEY: &str = "a-test-master-key-0123456789";
 /// Values distinctive enough that finding one anywhere is a leak, not a coincidence.
 const CHAT_VALUE: &str = "ctl-chat-value-6d0f3a91be27";
 const OPERATOR_VALUE: &str = "ctl-operator-value-c84e17f05a93";
-
-/// `target/<profile>/nexbot-ctl`, next to the `nexbot` these tests run.
-fn ctl_binary() -> PathBuf {
-    let ctl = std::path::Path::new(common::NEXBOT).with_file_name("nexbot-ctl");
-    assert!(
-        ctl.exists(),
-        "build nexbot-ctl first: cargo build -p nexbot-ctl ({} is missing)",
-        ctl.display()
-    );
-    ctl
-}
-
-/// What one `nexbot-ctl` run did.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Ran {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {:?}\nstdout: {}\nstderr: {}", self.code, self.stdout, self.stderr)
-    }
-}
-
-/// Runs `nexbot-ctl --socket <ws>/nexbot.sock ARGS` with `stdin` piped in (async: the
-/// daemon's log is read on this runtime, and a blocked runtime would stall it).
-async fn ctl(ws: &TempWorkspace, args: &[&str], stdin: &str) -> Ran {
-    let mut child = tokio::process::Command::new(ctl_binary())
-        .env_remove("NEXBOT_SOCKET")
-        .env_remove("NEXBOT_CONFIG")
-        .arg("--socket")
-        .arg(ws.dir.join("nexbot.sock"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn nexbot-ctl");
-    let mut pipe = child.stdin.take().expect("stdin");
-    // The command may exit before reading (a usage error): a broken pipe is fine.
-    let _ = pipe.write_all(stdin.as_bytes()).await;
-    drop(pipe);
-    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
-        .await
-        .expect("nexbot-ctl did not exit in time")
-        .expect("nexbot-ctl output");
-    Ran {
-        code: out.status.code(),
-        stdout: common::text(&out.stdout),
-        stderr: common::text(&out.stderr),
-    }
-}
 
 fn env_with(llm: &ScriptedLlm, master_key: Option<&str>) -> Vec<(String, String)> {
     let mut env = base_env(&llm.base_url());

@@ -26,6 +26,7 @@ mod host_deploy;
 mod host_hooks;
 mod host_llm;
 mod host_llmock;
+mod host_mcp_ops;
 mod host_scheduler;
 mod host_search;
 mod host_secrets;

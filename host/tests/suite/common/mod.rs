@@ -279,3 +279,56 @@ pub fn echo(body: &serde_json::Value) -> nexbot_tests::scripted_llm::Step {
     let text = nexbot_tests::scripted_llm::last_user(body);
     nexbot_tests::scripted_llm::Step::text(&format!("echo: {text}"))
 }
+
+/// `target/<profile>/nexbot-ctl`, next to the `nexbot` these tests run.
+pub fn ctl_binary() -> PathBuf {
+    let ctl = std::path::Path::new(NEXBOT).with_file_name("nexbot-ctl");
+    assert!(
+        ctl.exists(),
+        "build nexbot-ctl first: cargo build -p nexbot-ctl ({} is missing)",
+        ctl.display()
+    );
+    ctl
+}
+
+/// How long one `nexbot-ctl` run may take.
+pub const CTL_LIMIT: Duration = Duration::from_secs(60);
+
+/// What one `nexbot-ctl` run did.
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Debug for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {:?}\nstdout: {}\nstderr: {}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// Runs `nexbot-ctl --socket <ws>/nexbot.sock ARGS` with `stdin` piped in (async: the
+/// daemon's log is read on this runtime, and a blocked runtime would stall it).
+pub async fn ctl(ws: &TempWorkspace, args: &[&str], stdin: &str) -> Ran {
+    let mut child = tokio::process::Command::new(ctl_binary())
+        .env_remove("NEXBOT_SOCKET")
+        .env_remove("NEXBOT_CONFIG")
+        .arg("--socket")
+        .arg(ws.dir.join("nexbot.sock"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn nexbot-ctl");
+    let mut pipe = child.stdin.take().expect("stdin");
+    // The command may exit before reading (a usage error): a broken pipe is fine.
+    let _ = pipe.write_all(stdin.as_bytes()).await;
+    drop(pipe);
+    let out = tokio::time::timeout(CTL_LIMIT, child.wait_with_output())
+        .await
+        .expect("nexbot-ctl did not exit in time")
+        .expect("nexbot-ctl output");
+    Ran { code: out.status.code(), stdout: text(&out.stdout), stderr: text(&out.stderr) }
+}
