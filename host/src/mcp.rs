@@ -121,7 +121,7 @@ pub struct ServerCounters {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceView {
     pub server: String,
-    /// `shared`, `probe`, or the chat.
+    /// `shared`, `probe` (a chat-scoped server's instance that read its tools), or the chat.
     pub serves: String,
     /// `running`, `failed`, `stopped`.
     pub state: &'static str,
@@ -455,9 +455,11 @@ impl McpServers {
         for (key, slot) in slots {
             let instance = slot.lock().await;
             let running = instance.running.as_ref().filter(|r| !r.session.is_closed());
+            let probe =
+                key.1.is_none() && self.config(&key.0).is_ok_and(|c| c.scope == Scope::Chat);
             views.push(InstanceView {
                 server: key.0.clone(),
-                serves: serves(&key),
+                serves: if probe { "probe".to_owned() } else { serves(&key) },
                 state: match (running, &instance.not_before) {
                     (Some(_), _) => "running",
                     (None, Some(_)) => "failed",
