@@ -1032,6 +1032,9 @@ mod tests {
         assert_eq!(server.command_line(), ["mcp-server-memory"]);
         assert_eq!(server.scope, nexbot_mcp::Scope::Shared);
         assert_eq!(server.env["MEMORY_FILE_PATH"], "/tmp/m.jsonl");
+        // Appended to a generated file (whose `[mcp]` holds only comments), as people do.
+        let appended = format!("{}\n{file}", crate::workspace::CONFIG_TEMPLATE);
+        assert_eq!(load(&appended, &[]).unwrap().mcp.servers.len(), 1);
         let env =
             [("NEXBOT_MCP__SERVERS", r#"[{ name = "e", command = "mcp-server-everything" }]"#)];
         let config = load("", &env).unwrap();

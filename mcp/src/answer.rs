@@ -37,17 +37,7 @@ pub fn render(result: &CallToolResult) -> Answer {
                     audio.data.len()
                 )
             }
-            ContentBlock::Resource(embedded) => match &embedded.resource {
-                ResourceContents::TextResourceContents { uri, text, .. } => {
-                    format!("[resource {uri}]\n{text}")
-                }
-                ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => format!(
-                    "[resource {uri}: {}, {} bytes of base64, not shown]",
-                    mime_type.as_deref().unwrap_or("binary"),
-                    blob.len()
-                ),
-                _ => "[a resource of a kind this client does not know]".to_owned(),
-            },
+            ContentBlock::Resource(embedded) => contents(&embedded.resource),
             ContentBlock::ResourceLink(link) => {
                 format!("[resource link {}: {}]", link.uri, link.name)
             }
@@ -61,6 +51,27 @@ pub fn render(result: &CallToolResult) -> Answer {
     let text = parts.join("\n");
     let (text, cut) = cut(text);
     Answer { text, is_error: result.is_error == Some(true), cut }
+}
+
+/// A `resources/read` result for the model: each content in order, cut like a call's.
+pub fn render_resource(read: &[ResourceContents]) -> Answer {
+    let text = read.iter().map(contents).collect::<Vec<_>>().join("\n");
+    let (text, cut) = cut(text);
+    Answer { text, is_error: false, cut }
+}
+
+fn contents(resource: &ResourceContents) -> String {
+    match resource {
+        ResourceContents::TextResourceContents { uri, text, .. } => {
+            format!("[resource {uri}]\n{text}")
+        }
+        ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => format!(
+            "[resource {uri}: {}, {} bytes of base64, not shown]",
+            mime_type.as_deref().unwrap_or("binary"),
+            blob.len()
+        ),
+        _ => "[a resource of a kind this client does not know]".to_owned(),
+    }
 }
 
 fn cut(text: String) -> (String, Option<usize>) {

@@ -17,11 +17,34 @@ pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 /// Tools of one server offered at most (a server listing thousands fills no prompt).
 pub const MAX_TOOLS: usize = 128;
 
+/// What calling a [`ServerTool`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolKind {
+    /// `tools/call` of the server's tool.
+    Call,
+    /// `resources/read` of the URI in the arguments: the tool the client adds for a server
+    /// that lists resources ([`read_resource_tool`]).
+    ReadResource,
+}
+
+/// A resource a server listed: its URI and name, as the server said them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRef {
+    pub uri: String,
+    pub name: String,
+}
+
+/// Resources named in the reading tool's description at most.
+pub const MAX_RESOURCES_NAMED: usize = 20;
+/// The name of the reading tool (`mcp__<server>__read_resource`).
+pub const READ_RESOURCE: &str = "read_resource";
+
 /// One tool of a server, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerTool {
     /// The name the server knows it by.
     pub tool: String,
+    pub kind: ToolKind,
     /// `mcp__<server>__<tool>`.
     pub function: String,
     /// What the model reads: the server's description, cut, after a line naming its source.
@@ -78,12 +101,49 @@ pub fn check(server: &str, listed: &[rmcp::model::Tool]) -> (Vec<ServerTool>, Ve
         };
         offered.push(ServerTool {
             tool: name.to_owned(),
+            kind: ToolKind::Call,
             function,
             description: describe(server, tool.description.as_deref().unwrap_or("")),
             schema,
         });
     }
     (offered, skipped)
+}
+
+/// The tool that reads a server's resources, when it listed any and has no tool of that name
+/// itself; its description names the first [`MAX_RESOURCES_NAMED`] (the server's words, cut
+/// like a tool's description).
+pub fn read_resource_tool(
+    server: &str,
+    resources: &[ResourceRef],
+    offered: &[ServerTool],
+) -> Option<ServerTool> {
+    if resources.is_empty() || offered.iter().any(|t| t.tool == READ_RESOURCE) {
+        return None;
+    }
+    let named: Vec<String> = resources
+        .iter()
+        .take(MAX_RESOURCES_NAMED)
+        .map(|r| format!("{} ({})", clip(&r.uri, 200), clip(&r.name, 80)))
+        .collect();
+    let more = resources.len().saturating_sub(MAX_RESOURCES_NAMED);
+    let listed = format!(
+        "Reads one of the server's resources by its URI. It lists {}: {}{}",
+        resources.len(),
+        named.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    );
+    Some(ServerTool {
+        tool: READ_RESOURCE.to_owned(),
+        kind: ToolKind::ReadResource,
+        function: function_name(server, READ_RESOURCE),
+        description: describe(server, &listed),
+        schema: serde_json::json!({
+            "type": "object",
+            "properties": {"uri": {"type": "string", "description": "The resource's URI"}},
+            "required": ["uri"],
+        }),
+    })
 }
 
 /// The description the model reads: whose words they are, then the server's, without control
@@ -169,6 +229,21 @@ mod tests {
         assert!(whys[2].contains("bytes"));
         assert!(whys[3].contains("not \"object\""));
         assert!(whys[4].contains("twice"));
+    }
+
+    #[test]
+    fn resources_are_read_by_a_tool_of_their_own_unless_the_server_has_one() {
+        let resources: Vec<ResourceRef> = (0..25)
+            .map(|i| ResourceRef { uri: format!("test://static/{i}"), name: format!("R{i}") })
+            .collect();
+        let reader = read_resource_tool("s", &resources, &[]).unwrap();
+        assert_eq!(reader.function, "mcp__s__read_resource");
+        assert_eq!(reader.kind, ToolKind::ReadResource);
+        assert!(reader.description.contains("It lists 25: test://static/0 (R0)"));
+        assert!(reader.description.contains("and 5 more"), "{}", reader.description);
+        assert!(read_resource_tool("s", &[], &[]).is_none(), "no resources, no tool");
+        let (own, _) = check("s", &[tool("read_resource", "", json!({"type": "object"}))]);
+        assert!(read_resource_tool("s", &resources, &own).is_none(), "the server's own wins");
     }
 
     #[test]

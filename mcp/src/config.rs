@@ -22,7 +22,9 @@ pub const MAX_SERVER_NAME: usize = 24;
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct McpConfig {
-    #[serde(default)]
+    /// Written as `[[mcp.servers]]` tables (none: nothing written, so a generated file's
+    /// `[mcp]` takes the operator's `[[mcp.servers]]` below it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<ServerConfig>,
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::answer::{self, Answer};
-use crate::catalog::{self, ServerTool, Skipped};
+use crate::catalog::{self, ResourceRef, ServerTool, Skipped};
 use crate::McpError;
 
 /// A progress notification of a call.
@@ -208,17 +208,64 @@ impl Session {
             )),
             Some(Ok(Err(e))) => Err(self.failed(e)),
             Some(Err(_)) => Err(self.failed(rmcp::ServiceError::TransportClosed)),
-            None => {
-                let (error, reason) = if cancel.is_cancelled() {
-                    (McpError::Cancelled, "stopped by the user")
-                } else {
-                    (McpError::Timeout { secs: limit.as_secs() }, "the call's time limit passed")
-                };
-                let note = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
-                let _ = self.peer.notify_cancelled(note).await;
-                Err(error)
-            }
+            None => Err(self.ended_early(id, cancel, limit).await),
         }
+    }
+
+    /// Reads the resource at `uri`, ending early (telling the server) as [`Session::call`]
+    /// does.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        limit: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Answer, McpError> {
+        if let Some(reason) = self.close_reason() {
+            return Err(McpError::Closed(reason));
+        }
+        let request = ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
+            rmcp::model::ReadResourceRequestParams::new(uri),
+        ));
+        let handle = self
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.failed(e))?;
+        let id = handle.id.clone();
+        let outcome = tokio::select! {
+            answer = handle.rx => Some(answer),
+            _ = cancel.cancelled() => None,
+            _ = tokio::time::sleep(limit) => None,
+            _ = self.shared.closed.cancelled() => Some(Ok(Err(rmcp::ServiceError::TransportClosed))),
+        };
+        match outcome {
+            Some(Ok(Ok(ServerResult::ReadResourceResult(read)))) => {
+                Ok(answer::render_resource(&read.contents))
+            }
+            Some(Ok(Ok(_))) => Err(McpError::Protocol(
+                "the server answered resources/read with another kind of result".into(),
+            )),
+            Some(Ok(Err(e))) => Err(self.failed(e)),
+            Some(Err(_)) => Err(self.failed(rmcp::ServiceError::TransportClosed)),
+            None => Err(self.ended_early(id, cancel, limit).await),
+        }
+    }
+
+    /// Tells the server a request ended early (stopped, or past its limit), and says which.
+    async fn ended_early(
+        &self,
+        id: rmcp::model::RequestId,
+        cancel: &CancellationToken,
+        limit: Duration,
+    ) -> McpError {
+        let (error, reason) = if cancel.is_cancelled() {
+            (McpError::Cancelled, "stopped by the user")
+        } else {
+            (McpError::Timeout { secs: limit.as_secs() }, "the call's time limit passed")
+        };
+        let note = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+        let _ = self.peer.notify_cancelled(note).await;
+        error
     }
 
     fn failed(&self, error: rmcp::ServiceError) -> McpError {
@@ -234,7 +281,8 @@ impl Session {
     }
 }
 
-/// Every page of the server's tools, checked.
+/// Every page of the server's tools, checked, and the tool that reads its resources when it
+/// lists any (a server without the resources capability is not asked).
 async fn list_tools(
     peer: &Peer<RoleClient>,
     server: &str,
@@ -243,7 +291,21 @@ async fn list_tools(
         .list_all_tools()
         .await
         .map_err(|e| McpError::Protocol(format!("tools/list failed: {e}")))?;
-    Ok(catalog::check(server, &listed))
+    let (mut offered, skipped) = catalog::check(server, &listed);
+    let has_resources = peer.peer_info().is_some_and(|info| info.capabilities.resources.is_some());
+    if has_resources {
+        match peer.list_all_resources().await {
+            Ok(resources) => {
+                let resources: Vec<ResourceRef> = resources
+                    .into_iter()
+                    .map(|r| ResourceRef { uri: r.uri.clone(), name: r.name.clone() })
+                    .collect();
+                offered.extend(catalog::read_resource_tool(server, &resources, &offered));
+            }
+            Err(e) => tracing::warn!(server, "resources/list failed: {e}"),
+        }
+    }
+    Ok((offered, skipped))
 }
 
 /// Runs the session until it ends or is closed: re-reads the tool list on every

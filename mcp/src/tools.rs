@@ -10,7 +10,7 @@ use nexbot_core::text::data_envelope;
 use nexbot_core::{BoxFuture, ChatRef};
 use serde_json::Value;
 
-use crate::catalog::ServerTool;
+use crate::catalog::{ServerTool, ToolKind};
 use crate::config::ServerConfig;
 use crate::session::{Progress, Session};
 use crate::McpError;
@@ -103,8 +103,19 @@ impl McpTool {
                 self.connector.progress(&self.server, &ctx.chat, &self.tool.tool, &progress);
             }
         };
-        let call = session.call(&self.tool.tool, arguments, self.limit, &ctx.cancel, Some(sender));
-        let (answer, ()) = tokio::join!(call, forward);
+        let answer = match self.tool.kind {
+            ToolKind::Call => {
+                let call =
+                    session.call(&self.tool.tool, arguments, self.limit, &ctx.cancel, Some(sender));
+                tokio::join!(call, forward).0
+            }
+            ToolKind::ReadResource => {
+                let Some(Value::String(uri)) = arguments.get("uri") else {
+                    return failed(format!("{} needs a `uri` string", self.tool.function));
+                };
+                session.read_resource(uri, self.limit, &ctx.cancel).await
+            }
+        };
         let envelope = |text: &str| {
             data_envelope(
                 "MCP_RESULT",

@@ -188,6 +188,18 @@ async fn a_servers_tools_reach_the_agent_from_its_own_hardened_container() {
     assert!(cut["output"].as_str().unwrap().len() < 70_000, "cut");
     assert!(cut["cut"].as_str().unwrap().contains("bytes"), "{}", cut["cut"]);
     assert!(h.mcp.counters()["everything"].calls >= 5);
+
+    // The server lists resources: a tool of the client's reads them by URI.
+    let reader = h.tool(&owner, "mcp__everything__read_resource");
+    let listed = reader.description().split("It lists ").nth(1).expect("the URIs are named");
+    let uri = listed.split(": ").nth(1).and_then(|l| l.split(" (").next()).unwrap().to_owned();
+    let read = call(&reader, json!({"uri": uri}), &ctx(&owner)).await;
+    assert_eq!(read["success"], true, "{read}");
+    let text = read["output"].as_str().unwrap();
+    assert!(text.starts_with("<<<MCP_RESULT server=everything tool=read_resource>>>"), "{text}");
+    assert!(text.contains(&format!("[resource {uri}")), "{text}");
+    let missing = call(&reader, json!({"uri": "demo://no/such/thing"}), &ctx(&owner)).await;
+    assert_eq!(missing["success"], false, "{missing}");
     h.stop().await;
 }
 

