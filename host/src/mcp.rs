@@ -123,7 +123,7 @@ pub struct InstanceView {
     pub server: String,
     /// `shared`, `probe` (a chat-scoped server's instance that read its tools), or the chat.
     pub serves: String,
-    /// `running`, `failed`, `stopped`.
+    /// `running`, `starting` (its counts are shown once started), `failed`, `stopped`.
     pub state: &'static str,
     pub container: Option<String>,
     pub tools: usize,
@@ -369,13 +369,26 @@ impl McpServers {
             drop(instance);
             tracing::warn!(server = %key.0, serves = %serves(&key), "MCP server ended: {reason}; started again in {} s", wait.as_secs());
             let shared = this.config(&key.0).is_ok_and(|c| c.scope == Scope::Shared);
-            if shared {
+            // A shared server comes back by itself, trying until it does (or the daemon
+            // stops), each wait the back-off's; a chat's comes back at its next call.
+            if !shared {
+                return;
+            }
+            let mut wait = wait;
+            loop {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = this.stop.cancelled() => return,
                 }
-                if let Err(e) = this.instance(&key).await {
-                    tracing::warn!(server = %key.0, "MCP server did not start again: {e}");
+                match this.instance(&key).await {
+                    Ok(_) => return,
+                    Err(e) => {
+                        tracing::warn!(server = %key.0, "MCP server did not start again: {e}");
+                        let next = this.slot(&key).lock().await.not_before;
+                        wait = next.map_or(FIRST_BACKOFF, |at| {
+                            at.saturating_duration_since(Instant::now()).max(FIRST_BACKOFF)
+                        });
+                    }
                 }
             }
         });
@@ -453,13 +466,29 @@ impl McpServers {
         };
         let mut views = Vec::new();
         for (key, slot) in slots {
-            let instance = slot.lock().await;
-            let running = instance.running.as_ref().filter(|r| !r.session.is_closed());
             let probe =
                 key.1.is_none() && self.config(&key.0).is_ok_and(|c| c.scope == Scope::Chat);
+            let serves = if probe { "probe".to_owned() } else { serves(&key) };
+            // A start holds the instance (up to its start timeout): the operator's view does
+            // not wait for it.
+            let Ok(instance) = slot.try_lock() else {
+                views.push(InstanceView {
+                    server: key.0.clone(),
+                    serves,
+                    state: "starting",
+                    container: None,
+                    tools: 0,
+                    restarts: 0,
+                    last_error: None,
+                    up_secs: None,
+                    idle_secs: None,
+                });
+                continue;
+            };
+            let running = instance.running.as_ref().filter(|r| !r.session.is_closed());
             views.push(InstanceView {
                 server: key.0.clone(),
-                serves: if probe { "probe".to_owned() } else { serves(&key) },
+                serves,
                 state: match (running, &instance.not_before) {
                     (Some(_), _) => "running",
                     (None, Some(_)) => "failed",
@@ -498,8 +527,11 @@ impl McpServers {
         };
         let mut lines = Vec::new();
         for slot in slots {
-            if let Some(running) = &slot.lock().await.running {
-                lines.extend(running.service.logs());
+            // A starting instance has no container to read yet.
+            if let Ok(instance) = slot.try_lock() {
+                if let Some(running) = &instance.running {
+                    lines.extend(running.service.logs());
+                }
             }
         }
         Ok(lines)

@@ -420,3 +420,47 @@ async fn a_servers_requests_go_through_the_egress_proxy_under_its_own_name() {
         .iter()
         .all(|l| l["container"].as_str().is_some_and(|c| c.contains("mcp-everything"))));
 }
+
+/// A server that never answers `initialize`: its start ends at `start_timeout_secs` with that
+/// said, its container goes, and meanwhile the operator's view does not wait for it.
+#[tokio::test]
+async fn a_server_that_never_answers_fails_its_start_and_the_view_does_not_wait() {
+    let mut mute = server("mute", "node", Scope::Chat);
+    mute.args = vec!["-e".into(), "setTimeout(() => {}, 600000)".into()];
+    mute.start_timeout_secs = 3;
+    let Some(h) = Harness::start("mcp-mute", vec![mute]).await else { return };
+    let chat = ChatRef::console("owner").unwrap();
+    let starting = {
+        let mcp = h.mcp.clone();
+        let chat = chat.clone();
+        tokio::spawn(async move { mcp.session("mute", &chat).await.map(|_| ()) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    let views = h.mcp.instances().await;
+    assert!(asked.elapsed() < Duration::from_millis(500), "the view waited for the start");
+    let mine = views.iter().find(|v| v.serves == chat.to_string()).expect("listed");
+    assert_eq!(mine.state, "starting", "{views:?}");
+    let err = starting.await.unwrap().expect_err("never initialized");
+    assert!(
+        err.to_string().contains("did not start") && err.to_string().contains("initialize"),
+        "{err}"
+    );
+    let views = h.mcp.instances().await;
+    let mine = views.iter().find(|v| v.serves == chat.to_string()).unwrap();
+    assert_eq!(mine.state, "failed", "{views:?}");
+    assert!(mine.container.is_none());
+    let filter = format!("label=nexbot.pool={}", h.pool.config().name);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        // Only the pool's own subagent container is left.
+        let left =
+            docker_cli(&["ps", "-aq", "--filter", &filter, "--filter", "label=nexbot.role=mcp"]);
+        if left.trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the mute server's container is left: {left}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    h.stop().await;
+}
