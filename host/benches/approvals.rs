@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use nexbot_tests::bench::{ms, record, DockerCleanup, Figure, Stats};
 use nexbot_tests::daemon::{Daemon, Workspace};
-use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::scripted_llm::{is_main, ScriptedLlm, Step};
 use nexbot_tests::telegram::{BotMessage, TelegramFixture};
 use serde_json::{json, Value};
 
@@ -28,13 +28,6 @@ const OWNER: i64 = 7001;
 const STRANGER: i64 = 9;
 const ROUNDS: usize = 30;
 const QUESTION: &str = "A task wants to reach";
-
-/// Main-agent requests offer the delegation tool; subagent requests do not.
-fn is_main(body: &Value) -> bool {
-    body["tools"]
-        .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
-}
 
 /// Whether the request's conversation ends with a tool result.
 fn after_tool(body: &Value) -> bool {

@@ -150,7 +150,9 @@ impl Question {
         }
     }
 
-    /// What joins waiting askers into one question (besides the task and kind).
+    /// What joins waiting askers into one question (besides the task and kind). Not
+    /// [`step_subject`], the text listed and stored: a send's size is left out here, so two
+    /// sends of one file that grew between them stay one question.
     fn subject(&self) -> String {
         match self {
             Self::Request(r) => match &r.secret_name {
@@ -234,6 +236,14 @@ struct State {
     /// One question however many requests wait on it.
     pending: HashMap<Key, Pending>,
     stopping: bool,
+}
+
+impl State {
+    /// The waiting question numbered `id`; never one still being recorded ([`RESERVED`]),
+    /// which no one can have been told the number of.
+    fn pending_by_id(&self, id: i64) -> Option<&Pending> {
+        self.pending.values().find(|p| p.id == id && id != RESERVED)
+    }
 }
 
 /// Questions counted by how they ended, and the time answers took (for `/metrics`). The
@@ -407,7 +417,7 @@ impl Approvals {
             return true;
         }
         let state = self.lock();
-        let pending = state.pending.values().find(|p| p.id == id && id != RESERVED);
+        let pending = state.pending_by_id(id);
         let task = pending.map(|p| p.question.task_id()).filter(|t| !t.is_empty());
         task.and_then(|t| state.tasks.get(t)).is_some_and(|t| t.user == Some(user))
     }
@@ -498,7 +508,7 @@ impl Approvals {
         from: Option<&ChatRef>,
     ) -> Result<Kind, AnswerError> {
         let mut state = self.lock();
-        let pending = state.pending.values().find(|p| p.id == id && id != RESERVED);
+        let pending = state.pending_by_id(id);
         let Some(pending) = pending else { return Err(AnswerError::NotWaiting(id)) };
         if from.is_some_and(|chat| *chat != pending.chat) {
             return Err(AnswerError::OtherChat { id, chat: pending.chat.to_string() });

@@ -53,6 +53,22 @@ pub fn render(result: &CallToolResult) -> Answer {
     Answer { text, is_error: result.is_error == Some(true), cut }
 }
 
+/// A `prompts/get` result for the model: its description, then each message as `role:` and
+/// its content rendered like a call's blocks, cut like a call's.
+pub fn render_prompt(prompt: &rmcp::model::GetPromptResult) -> Answer {
+    let mut parts: Vec<String> = prompt.description.iter().cloned().collect();
+    for message in &prompt.messages {
+        let role = match message.role {
+            rmcp::model::Role::User => "user",
+            rmcp::model::Role::Assistant => "assistant",
+        };
+        let one = CallToolResult::success(vec![message.content.clone()]);
+        parts.push(format!("{role}: {}", render(&one).text));
+    }
+    let (text, cut) = cut(parts.join("\n"));
+    Answer { text, is_error: false, cut }
+}
+
 /// A `resources/read` result for the model: each content in order, cut like a call's.
 pub fn render_resource(read: &[ResourceContents]) -> Answer {
     let text = read.iter().map(contents).collect::<Vec<_>>().join("\n");

@@ -25,7 +25,20 @@ pub enum ToolKind {
     /// `resources/read` of the URI in the arguments: the tool the client adds for a server
     /// that lists resources ([`read_resource_tool`]).
     ReadResource,
+    /// `prompts/get` of the prompt named in the arguments: the tool the client adds for a
+    /// server that lists prompts ([`get_prompt_tool`]).
+    GetPrompt,
 }
+
+/// A prompt a server listed: its name and its arguments' names (required ones marked `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptRef {
+    pub name: String,
+    pub arguments: Vec<String>,
+}
+
+/// The name of the prompt tool (`mcp__<server>__get_prompt`).
+pub const GET_PROMPT: &str = "get_prompt";
 
 /// A resource a server listed: its URI and name, as the server said them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,6 +159,50 @@ pub fn read_resource_tool(
     })
 }
 
+/// The tool that gets a server's prompts (the messages a prompt template makes), when it listed
+/// any and has no tool of that name itself; its description names the first
+/// [`MAX_RESOURCES_NAMED`] with their arguments.
+pub fn get_prompt_tool(
+    server: &str,
+    prompts: &[PromptRef],
+    offered: &[ServerTool],
+) -> Option<ServerTool> {
+    if prompts.is_empty() || offered.iter().any(|t| t.tool == GET_PROMPT) {
+        return None;
+    }
+    let named: Vec<String> = prompts
+        .iter()
+        .take(MAX_RESOURCES_NAMED)
+        .map(|p| format!("{}({})", clip(&p.name, 80), clip(&p.arguments.join(", "), 200)))
+        .collect();
+    let more = prompts.len().saturating_sub(MAX_RESOURCES_NAMED);
+    let listed = format!(
+        "Gets one of the server's prompts (the messages it makes from the arguments, * = \
+         required). It lists {}: {}{}",
+        prompts.len(),
+        named.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
+    );
+    Some(ServerTool {
+        tool: GET_PROMPT.to_owned(),
+        kind: ToolKind::GetPrompt,
+        function: function_name(server, GET_PROMPT),
+        description: describe(server, &listed),
+        schema: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The prompt's name"},
+                "arguments": {
+                    "type": "object",
+                    "description": "The prompt's arguments, each a string",
+                    "additionalProperties": {"type": "string"}
+                }
+            },
+            "required": ["name"],
+        }),
+    })
+}
+
 /// The description the model reads: whose words they are, then the server's, without control
 /// characters and cut at [`MAX_DESCRIPTION`].
 fn describe(server: &str, text: &str) -> String {
@@ -244,6 +301,19 @@ mod tests {
         assert!(read_resource_tool("s", &[], &[]).is_none(), "no resources, no tool");
         let (own, _) = check("s", &[tool("read_resource", "", json!({"type": "object"}))]);
         assert!(read_resource_tool("s", &resources, &own).is_none(), "the server's own wins");
+    }
+
+    #[test]
+    fn prompts_are_got_by_a_tool_of_their_own_naming_their_arguments() {
+        let prompts = [
+            PromptRef { name: "simple".into(), arguments: vec![] },
+            PromptRef { name: "args".into(), arguments: vec!["city*".into(), "state".into()] },
+        ];
+        let getter = get_prompt_tool("s", &prompts, &[]).unwrap();
+        assert_eq!(getter.function, "mcp__s__get_prompt");
+        assert_eq!(getter.kind, ToolKind::GetPrompt);
+        assert!(getter.description.contains("It lists 2: simple(), args(city*, state)"));
+        assert!(get_prompt_tool("s", &[], &[]).is_none());
     }
 
     #[test]

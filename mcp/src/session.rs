@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::answer::{self, Answer};
-use crate::catalog::{self, ResourceRef, ServerTool, Skipped};
+use crate::catalog::{self, PromptRef, ResourceRef, ServerTool, Skipped};
 use crate::McpError;
 
 /// A progress notification of a call.
@@ -220,12 +220,37 @@ impl Session {
         limit: Duration,
         cancel: &CancellationToken,
     ) -> Result<Answer, McpError> {
-        if let Some(reason) = self.close_reason() {
-            return Err(McpError::Closed(reason));
-        }
         let request = ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
             rmcp::model::ReadResourceRequestParams::new(uri),
         ));
+        self.request(request, limit, cancel).await
+    }
+
+    /// Gets prompt `name` made with `arguments`, ending early (telling the server) as
+    /// [`Session::call`] does.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        limit: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Answer, McpError> {
+        let params = rmcp::model::GetPromptRequestParams::new(name).with_arguments(arguments);
+        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
+        self.request(request, limit, cancel).await
+    }
+
+    /// Sends `request` and renders its answer (a resource read or a prompt), ending early as
+    /// [`Session::call`] does.
+    async fn request(
+        &self,
+        request: ClientRequest,
+        limit: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Answer, McpError> {
+        if let Some(reason) = self.close_reason() {
+            return Err(McpError::Closed(reason));
+        }
         let handle = self
             .peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -242,8 +267,11 @@ impl Session {
             Some(Ok(Ok(ServerResult::ReadResourceResult(read)))) => {
                 Ok(answer::render_resource(&read.contents))
             }
+            Some(Ok(Ok(ServerResult::GetPromptResult(prompt)))) => {
+                Ok(answer::render_prompt(&prompt))
+            }
             Some(Ok(Ok(_))) => Err(McpError::Protocol(
-                "the server answered resources/read with another kind of result".into(),
+                "the server answered with another kind of result than asked".into(),
             )),
             Some(Ok(Err(e))) => Err(self.failed(e)),
             Some(Err(_)) => Err(self.failed(rmcp::ServiceError::TransportClosed)),
@@ -303,6 +331,30 @@ async fn list_tools(
                 offered.extend(catalog::read_resource_tool(server, &resources, &offered));
             }
             Err(e) => tracing::warn!(server, "resources/list failed: {e}"),
+        }
+    }
+    let has_prompts = peer.peer_info().is_some_and(|info| info.capabilities.prompts.is_some());
+    if has_prompts {
+        match peer.list_all_prompts().await {
+            Ok(prompts) => {
+                let prompts: Vec<PromptRef> = prompts
+                    .into_iter()
+                    .map(|p| PromptRef {
+                        arguments: p
+                            .arguments
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|a| {
+                                let mark = if a.required == Some(true) { "*" } else { "" };
+                                format!("{}{mark}", a.name)
+                            })
+                            .collect(),
+                        name: p.name,
+                    })
+                    .collect();
+                offered.extend(catalog::get_prompt_tool(server, &prompts, &offered));
+            }
+            Err(e) => tracing::warn!(server, "prompts/list failed: {e}"),
         }
     }
     Ok((offered, skipped))

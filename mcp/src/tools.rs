@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, ToolSource};
 use nexbot_core::text::data_envelope;
 use nexbot_core::{BoxFuture, ChatRef};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::catalog::{ServerTool, ToolKind};
 use crate::config::ServerConfig;
@@ -114,6 +114,22 @@ impl McpTool {
                     return failed(format!("{} needs a `uri` string", self.tool.function));
                 };
                 session.read_resource(uri, self.limit, &ctx.cancel).await
+            }
+            ToolKind::GetPrompt => {
+                let Some(Value::String(name)) = arguments.get("name") else {
+                    return failed(format!("{} needs a `name` string", self.tool.function));
+                };
+                let prompt_args = match arguments.get("arguments") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(args)) => args.clone(),
+                    Some(_) => {
+                        return failed(format!(
+                            "{}: `arguments` must be an object",
+                            self.tool.function
+                        ))
+                    }
+                };
+                session.get_prompt(name, prompt_args, self.limit, &ctx.cancel).await
             }
         };
         let envelope = |text: &str| {

@@ -182,6 +182,14 @@ struct Shared {
     recorded: Mutex<Vec<Recorded>>,
 }
 
+/// Whether a chat-completion request body is the main agent's: it offers the delegation tool,
+/// a subagent's does not.
+pub fn is_main(body: &Value) -> bool {
+    body["tools"]
+        .as_array()
+        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
+}
+
 /// The text of the last user message of a chat-completion request body (empty if none).
 pub fn last_user(body: &Value) -> String {
     body["messages"]

@@ -200,6 +200,20 @@ async fn a_servers_tools_reach_the_agent_from_its_own_hardened_container() {
     assert!(text.contains(&format!("[resource {uri}")), "{text}");
     let missing = call(&reader, json!({"uri": "demo://no/such/thing"}), &ctx(&owner)).await;
     assert_eq!(missing["success"], false, "{missing}");
+
+    // And its prompts, by a tool that names them with their arguments.
+    let prompts = h.tool(&owner, "mcp__everything__get_prompt");
+    assert!(
+        prompts.description().contains("args-prompt(city*, state)"),
+        "{}",
+        prompts.description()
+    );
+    let args = json!({"name": "args-prompt", "arguments": {"city": "Lisbon"}});
+    let made = call(&prompts, args, &ctx(&owner)).await;
+    assert_eq!(made["success"], true, "{made}");
+    assert!(made["output"].as_str().unwrap().contains("user: What's weather in Lisbon?"), "{made}");
+    let unknown = call(&prompts, json!({"name": "no-such-prompt"}), &ctx(&owner)).await;
+    assert_eq!(unknown["success"], false, "{unknown}");
     h.stop().await;
 }
 

@@ -246,12 +246,7 @@ impl Drop for Leftovers {
     }
 }
 
-/// Main-agent requests offer the delegation tool; subagent requests do not.
-pub fn is_main(body: &serde_json::Value) -> bool {
-    body["tools"]
-        .as_array()
-        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
-}
+pub use nexbot_tests::scripted_llm::is_main;
 
 /// The tool results of a request's conversation, parsed, oldest first (a hook may add a note
 /// after the JSON; the JSON is the first line; a result that is not JSON is `{"raw": …}`).
