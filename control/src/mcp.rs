@@ -42,7 +42,7 @@ pub struct McpServer {
 pub struct McpInstance {
     /// `shared`, `probe` or the chat it serves (`telegram:<id>`, `console:<name>`).
     pub serves: String,
-    /// `running`, `failed` (waiting before it is started again) or `stopped`.
+    /// `running`, `starting`, `failed` (waiting before it is started again) or `stopped`.
     pub state: String,
     /// The container's name while it runs.
     pub container: Option<String>,

@@ -179,11 +179,60 @@ impl Session {
         cancel: &CancellationToken,
         progress: Option<mpsc::UnboundedSender<Progress>>,
     ) -> Result<Answer, McpError> {
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        match self.send(request, limit, cancel, progress).await? {
+            ServerResult::CallToolResult(result) => Ok(answer::render(&result)),
+            _ => Err(another_kind("tools/call")),
+        }
+    }
+
+    /// Reads the resource at `uri`, ending early (telling the server) as [`Session::call`]
+    /// does.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        limit: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Answer, McpError> {
+        let params = rmcp::model::ReadResourceRequestParams::new(uri);
+        let request =
+            ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(params));
+        match self.send(request, limit, cancel, None).await? {
+            ServerResult::ReadResourceResult(read) => Ok(answer::render_resource(&read.contents)),
+            _ => Err(another_kind("resources/read")),
+        }
+    }
+
+    /// Gets prompt `name` made with `arguments`, ending early (telling the server) as
+    /// [`Session::call`] does.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        limit: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Answer, McpError> {
+        let params = rmcp::model::GetPromptRequestParams::new(name).with_arguments(arguments);
+        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
+        match self.send(request, limit, cancel, None).await? {
+            ServerResult::GetPromptResult(prompt) => Ok(answer::render_prompt(&prompt)),
+            _ => Err(another_kind("prompts/get")),
+        }
+    }
+
+    /// Sends `request` as a cancellable request and awaits its answer beside `cancel`, `limit`
+    /// and the session's end; `progress` gets the notifications of its progress token.
+    async fn send(
+        &self,
+        request: ClientRequest,
+        limit: Duration,
+        cancel: &CancellationToken,
+        progress: Option<mpsc::UnboundedSender<Progress>>,
+    ) -> Result<ServerResult, McpError> {
         if let Some(reason) = self.close_reason() {
             return Err(McpError::Closed(reason));
         }
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let handle = self
             .peer
             .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -202,77 +251,7 @@ impl Session {
         };
         self.shared.progress().remove(&token);
         match outcome {
-            Some(Ok(Ok(ServerResult::CallToolResult(result)))) => Ok(answer::render(&result)),
-            Some(Ok(Ok(_))) => Err(McpError::Protocol(
-                "the server answered tools/call with another kind of result".into(),
-            )),
-            Some(Ok(Err(e))) => Err(self.failed(e)),
-            Some(Err(_)) => Err(self.failed(rmcp::ServiceError::TransportClosed)),
-            None => Err(self.ended_early(id, cancel, limit).await),
-        }
-    }
-
-    /// Reads the resource at `uri`, ending early (telling the server) as [`Session::call`]
-    /// does.
-    pub async fn read_resource(
-        &self,
-        uri: &str,
-        limit: Duration,
-        cancel: &CancellationToken,
-    ) -> Result<Answer, McpError> {
-        let request = ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
-            rmcp::model::ReadResourceRequestParams::new(uri),
-        ));
-        self.request(request, limit, cancel).await
-    }
-
-    /// Gets prompt `name` made with `arguments`, ending early (telling the server) as
-    /// [`Session::call`] does.
-    pub async fn get_prompt(
-        &self,
-        name: &str,
-        arguments: Map<String, Value>,
-        limit: Duration,
-        cancel: &CancellationToken,
-    ) -> Result<Answer, McpError> {
-        let params = rmcp::model::GetPromptRequestParams::new(name).with_arguments(arguments);
-        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
-        self.request(request, limit, cancel).await
-    }
-
-    /// Sends `request` and renders its answer (a resource read or a prompt), ending early as
-    /// [`Session::call`] does.
-    async fn request(
-        &self,
-        request: ClientRequest,
-        limit: Duration,
-        cancel: &CancellationToken,
-    ) -> Result<Answer, McpError> {
-        if let Some(reason) = self.close_reason() {
-            return Err(McpError::Closed(reason));
-        }
-        let handle = self
-            .peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-            .map_err(|e| self.failed(e))?;
-        let id = handle.id.clone();
-        let outcome = tokio::select! {
-            answer = handle.rx => Some(answer),
-            _ = cancel.cancelled() => None,
-            _ = tokio::time::sleep(limit) => None,
-            _ = self.shared.closed.cancelled() => Some(Ok(Err(rmcp::ServiceError::TransportClosed))),
-        };
-        match outcome {
-            Some(Ok(Ok(ServerResult::ReadResourceResult(read)))) => {
-                Ok(answer::render_resource(&read.contents))
-            }
-            Some(Ok(Ok(ServerResult::GetPromptResult(prompt)))) => {
-                Ok(answer::render_prompt(&prompt))
-            }
-            Some(Ok(Ok(_))) => Err(McpError::Protocol(
-                "the server answered with another kind of result than asked".into(),
-            )),
+            Some(Ok(Ok(result))) => Ok(result),
             Some(Ok(Err(e))) => Err(self.failed(e)),
             Some(Err(_)) => Err(self.failed(rmcp::ServiceError::TransportClosed)),
             None => Err(self.ended_early(id, cancel, limit).await),
@@ -307,6 +286,10 @@ impl Session {
             other => McpError::Protocol(other.to_string()),
         }
     }
+}
+
+fn another_kind(method: &str) -> McpError {
+    McpError::Protocol(format!("the server answered {method} with another kind of result"))
 }
 
 /// Every page of the server's tools, checked, and the tool that reads its resources when it
