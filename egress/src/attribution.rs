@@ -93,6 +93,16 @@ impl AttributionTable {
         self.write().remove(&ip.to_canonical());
     }
 
+    /// Removes the entry at `ip` only while it is still `container`'s: an address the engine
+    /// gave a newer container meanwhile keeps that container's entry.
+    pub fn remove_container(&self, ip: IpAddr, container: &str) {
+        let mut map = self.write();
+        let ip = ip.to_canonical();
+        if map.get(&ip).is_some_and(|entry| entry.container == container) {
+            map.remove(&ip);
+        }
+    }
+
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<IpAddr, Attributed>> {
         self.map.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -131,6 +141,12 @@ mod tests {
         table.set_dedicated(ip, "mcp-1", "mcp:everything");
         let dedicated = table.lookup(ip).unwrap();
         assert!(dedicated.dedicated && dedicated.task_id.as_deref() == Some("mcp:everything"));
+        // The address went to a newer container: the old one's removal leaves it alone.
+        table.set_dedicated(ip, "mcp-2", "mcp:everything");
+        table.remove_container(ip, "mcp-1");
+        assert_eq!(table.lookup(ip).map(|a| a.container), Some("mcp-2".to_owned()));
+        table.remove_container(ip, "mcp-2");
+        assert_eq!(table.lookup(ip), None);
     }
 
     #[test]

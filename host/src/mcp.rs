@@ -62,10 +62,13 @@ struct Running {
 
 impl Running {
     /// Its address and identity are no one's any more (the proxy refuses what still comes
-    /// from there), and its questions expire.
+    /// from there), and its questions expire. Called once, by whoever takes it out of its
+    /// instance (a stop, a start that found it dead, its watcher), before a newer one of the
+    /// same identity registers; an address the engine gave another container meanwhile stays
+    /// that container's.
     fn release(&self, key: &Key, servers: &McpServers) {
         if let Some(ip) = self.service.address() {
-            servers.addresses.remove(ip);
+            servers.addresses.remove_container(ip, self.service.name());
         }
         if let (Some(questions), Some(_)) = (servers.questions.get(), &key.1) {
             questions.task_ended(&identity(key));
@@ -258,6 +261,7 @@ impl McpServers {
         }
         if let Some(dead) = instance.running.take() {
             // Ended before its watcher noticed (a call found it gone first).
+            dead.release(key, self);
             instance.ended(dead.death().await);
         }
         match self.launch(&config, key).await {
@@ -352,7 +356,6 @@ impl McpServers {
                 _ = this.stop.cancelled() => return,
             };
             let reason = running.death().await;
-            running.release(&key, &this);
             running.session.close();
             running.service.stop().await;
             let slot = this.slot(&key);
@@ -362,8 +365,11 @@ impl McpServers {
                 .as_ref()
                 .is_some_and(|r| Arc::ptr_eq(&r.session, &running.session));
             if !current {
-                return; // stopped on purpose (idle, restart), or already replaced
+                // Stopped on purpose (idle, restart) or found dead by a start: whoever took it
+                // released it, maybe before a newer instance of the same identity registered.
+                return;
             }
+            running.release(&key, &this);
             instance.running = None;
             let wait = instance.ended(reason.clone());
             drop(instance);
