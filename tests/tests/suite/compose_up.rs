@@ -217,9 +217,13 @@ impl Drop for Deployment {
 /// Tears down the deployments of earlier runs whose test process no longer exists (killed by
 /// a timeout, so their `Drop` never ran): they would hold pool containers and a network.
 async fn reap_dead_runs(docker: &Docker, compose: &[String]) {
+    // The labels come with the listing: a container of another test in this run may be
+    // removed between a listing and an inspect of it (a 404 that failed a CI run).
+    let filters = HashMap::from([("label", vec![PROJECT_LABEL.to_owned()])]);
+    let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let listed = docker.list_containers(Some(options)).await.expect("list containers");
     let mut projects: Vec<String> = Vec::new();
-    for id in containers(docker, PROJECT_LABEL, true).await {
-        let labels = inspect(docker, &id).await.config.and_then(|c| c.labels).unwrap_or_default();
+    for labels in listed.into_iter().filter_map(|c| c.labels) {
         if let Some(project) = labels.get(PROJECT_LABEL) {
             if !projects.contains(project) {
                 projects.push(project.clone());
