@@ -108,6 +108,11 @@ impl TaskSecrets {
             .map(|i| &self.credentials[i])
     }
 
+    /// The names of its credentials, in order.
+    pub(crate) fn names(&self) -> Vec<&str> {
+        self.credentials.iter().map(|c| c.name.as_str()).collect()
+    }
+
     pub(crate) fn redactor(&self) -> &Arc<Redactor> {
         &self.redactor
     }
@@ -219,9 +224,20 @@ impl TaskCredentials {
         credentials: Vec<Credential>,
         watched: Vec<(String, SecretString)>,
     ) -> Result<(), CredentialError> {
+        self.grant_owned(task_id, credentials, watched).map(drop)
+    }
+
+    /// [`TaskCredentials::grant_watching`], returning what was granted (`None`: nothing, the
+    /// task's are taken away) for [`TaskCredentials::revoke_own`].
+    pub(crate) fn grant_owned(
+        &self,
+        task_id: &str,
+        credentials: Vec<Credential>,
+        watched: Vec<(String, SecretString)>,
+    ) -> Result<Option<Arc<TaskSecrets>>, CredentialError> {
         if credentials.is_empty() && watched.is_empty() {
             self.revoke(task_id);
-            return Ok(());
+            return Ok(None);
         }
         let mut map = SecretMap::new();
         for credential in &credentials {
@@ -254,8 +270,17 @@ impl TaskCredentials {
         let mut credentials = credentials;
         credentials.sort_by(|a, b| a.name.cmp(&b.name));
         let secrets = Arc::new(TaskSecrets { credentials, redactor, labels });
-        self.lock().insert(task_id.to_owned(), secrets);
-        Ok(())
+        self.lock().insert(task_id.to_owned(), secrets.clone());
+        Ok(Some(secrets))
+    }
+
+    /// Takes `granted` away from `task_id`, only if it is still what the task holds (a newer
+    /// grant to the same name stays).
+    pub(crate) fn revoke_own(&self, task_id: &str, granted: &Arc<TaskSecrets>) {
+        let mut tasks = self.lock();
+        if tasks.get(task_id).is_some_and(|held| Arc::ptr_eq(held, granted)) {
+            tasks.remove(task_id);
+        }
     }
 
     /// Takes the task's credentials away (their values are zeroized once no request in flight

@@ -153,6 +153,7 @@ mod audit;
 mod binding;
 mod config;
 mod credentials;
+mod door;
 mod firewall;
 mod host_addrs;
 mod inject;
@@ -188,6 +189,7 @@ pub use config::{
     ProxyConfig, RelayConfig, RelayProvider,
 };
 pub use credentials::{Credential, CredentialError, TaskCredentials};
+pub use door::{Door, DoorError, Doors, DOOR_CONTAINER};
 pub use firewall::{
     firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
     DEFAULT_FIREWALL_CHECK_PERIOD,
@@ -344,6 +346,11 @@ impl Egress {
         shared.tracker.spawn(upkeep(shared.clone()));
         tracing::info!(%local, audit = %path.display(), "egress proxy and LLM relay listening");
         Ok(Self { shared, firewall })
+    }
+
+    /// Opens doors for requests the host makes itself in a fixed name (`door.rs`).
+    pub fn doors(&self) -> Doors {
+        Doors::new(self.shared.clone())
     }
 
     /// Sets who is asked about held destinations in `ask` mode (see [`Approver`]). Until it

@@ -44,7 +44,7 @@ use super::{relay, Shared};
 
 /// One client connection's share of the listener's capacity. A CONNECT tunnel outlives the
 /// HTTP connection it came from, so it holds a clone: the permit frees only when both are gone.
-struct ConnectionPermit {
+pub(crate) struct ConnectionPermit {
     _permit: OwnedSemaphorePermit,
     source: IpAddr,
     per_source: Arc<Mutex<HashMap<IpAddr, usize>>>,
@@ -104,21 +104,35 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         }
         let permit =
             Arc::new(ConnectionPermit { _permit: permit, source, per_source: per_source.clone() });
-        shared.tracker.spawn(connection(stream, peer, permit, shared.clone()));
+        shared.tracker.spawn(connection(stream, Caller::Peer(peer), Some(permit), shared.clone()));
     }
 }
 
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    permit: Arc<ConnectionPermit>,
+/// Who a connection comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum Caller {
+    /// A client of the listener: its source address says whose it is (the attribution).
+    Peer(SocketAddr),
+    /// A door's client (`door.rs`): the host itself, in the door's one name.
+    Door(Arc<Attributed>),
+}
+
+/// Serves one client connection (a listener's, under `permit`, or a door's).
+pub(crate) async fn connection<S>(
+    stream: S,
+    caller: Caller,
+    permit: Option<Arc<ConnectionPermit>>,
     shared: Arc<Shared>,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service_shared = shared.clone();
+    let service_caller = caller.clone();
     let service = hyper::service::service_fn(move |req| {
         let shared = service_shared.clone();
         let permit = permit.clone();
-        async move { Ok::<_, Infallible>(handle(req, peer, permit, shared).await) }
+        let caller = service_caller.clone();
+        async move { Ok::<_, Infallible>(handle(req, caller, permit, shared).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -131,7 +145,7 @@ async fn connection(
     tokio::select! {
         result = conn.as_mut() => {
             if let Err(err) = result {
-                tracing::debug!(%peer, %err, "egress client connection ended with an error");
+                tracing::debug!(?caller, %err, "egress client connection ended with an error");
             }
         }
         () = shared.stop.cancelled() => {
@@ -143,15 +157,20 @@ async fn connection(
 
 async fn handle(
     req: Request<Incoming>,
-    peer: SocketAddr,
-    permit: Arc<ConnectionPermit>,
+    caller: Caller,
+    permit: Option<Arc<ConnectionPermit>>,
     shared: Arc<Shared>,
 ) -> Response<ResponseBody> {
-    let source = peer.ip().to_canonical();
-    let attributed = shared.attribution.lookup(source);
+    let (source, attributed) = match caller {
+        Caller::Peer(peer) => {
+            let source = peer.ip().to_canonical();
+            (Some(source), shared.attribution.lookup(source))
+        }
+        Caller::Door(who) => (None, Some(Attributed::clone(&who))),
+    };
     // No task yet: the relay names it from its token, the proxy from the task's credential.
     let origin = Origin {
-        source: Some(source),
+        source,
         container: attributed.as_ref().map(|a| a.container.clone()),
         task_id: None,
     };
@@ -171,6 +190,13 @@ async fn handle(
     }
     let admission = admit(req.headers(), attributed.as_ref(), &shared);
     if req.method() == Method::CONNECT {
+        let Some(permit) = permit else {
+            // A door's client sends absolute-form requests only (they can be filled in).
+            let message = "nexbot egress proxy: a door forwards absolute-form http:// and \
+                           https:// requests, not CONNECT"
+                .to_owned();
+            return text(StatusCode::METHOD_NOT_ALLOWED, message);
+        };
         return connect(req, origin, attributed.is_some(), admission, permit, shared).await;
     }
     forward(req, origin, attributed.is_some(), admission, shared).await
