@@ -139,6 +139,18 @@ pub(crate) fn find(text: &[u8]) -> Vec<Placeholder> {
     found
 }
 
+/// The names of the secrets `text` has placeholders for (the proxy's reading of them), each
+/// once, in order: what a request made from `text` would need granted.
+pub fn placeholder_names(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for placeholder in find(text.as_bytes()) {
+        if !names.contains(&placeholder.name) {
+            names.push(placeholder.name);
+        }
+    }
+    names
+}
+
 fn percent_encode(value: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value {
@@ -467,6 +479,8 @@ mod tests {
         assert_eq!(&text[found[0].start..found[0].end], b"{{secret:TOKEN}}");
         let long = format!("{{{{secret:{}}}}}", "A".repeat(65));
         assert!(find(long.as_bytes()).is_empty(), "names are at most 64 characters");
+        let names = placeholder_names(std::str::from_utf8(text).unwrap());
+        assert_eq!(names, ["TOKEN", "X_1"]);
     }
 
     #[test]

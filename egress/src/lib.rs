@@ -194,7 +194,7 @@ pub use firewall::{
     firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
     DEFAULT_FIREWALL_CHECK_PERIOD,
 };
-pub use inject::MAX_SECRET_BODY_BYTES;
+pub use inject::{placeholder_names, MAX_SECRET_BODY_BYTES};
 pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nexbot_docker::{Pool, PoolConfig};
-use nexbot_host::mcp::McpServers;
+use nexbot_host::mcp::{McpEgress, McpServers};
 use nexbot_mcp::{Connector, Scope, ServerConfig, Session};
 use nexbot_tests::bench::{ms, record, DockerCleanup, Figure, Stats, Target};
 use tokio_util::sync::CancellationToken;
@@ -98,6 +98,7 @@ async fn main() {
         args: vec!["stdio".into()],
         image: None,
         url: None,
+        headers: Default::default(),
         env: Default::default(),
         scope: Scope::Shared,
         allowed_chats: Vec::new(),
@@ -105,8 +106,7 @@ async fn main() {
         idle_stop_secs: 600,
         start_timeout_secs: 60,
     };
-    let mcp =
-        McpServers::start(pool.clone(), vec![server], Arc::default(), Default::default()).await;
+    let mcp = McpServers::start(pool.clone(), vec![server], McpEgress::default()).await;
     let owner = nexbot_core::ChatRef::default_console();
     let session = mcp.session("everything", &owner).await.expect("the server's container");
     let contained = timed_calls(&session).await;

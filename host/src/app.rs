@@ -137,7 +137,7 @@ impl App {
         let (sandbox, delegation_off) = if !config.subagent.enabled {
             (None, Some("subagent.enabled = false".to_owned()))
         } else {
-            match Sandbox::start(config).await {
+            match Sandbox::start(config, Some(vault.clone())).await {
                 Ok(sandbox) => (Some(sandbox), None),
                 Err(e) => (None, Some(e.to_string())),
             }

@@ -1,7 +1,10 @@
 //! MCP servers in the sandbox: every stdio server runs as the main process of its own
 //! service container (made by the pool, hardened like its containers, on its internal
 //! network), and the host speaks MCP to it over the container's attached stdio. Nothing of a
-//! server runs on the host.
+//! server runs on the host. A remote server (`url`) is reached over Streamable HTTP through
+//! its own door into the egress proxy (`nexbot_egress::Door`): in its identity, under the
+//! proxy's policy and audit, its `{{secret:NAME}}` headers filled in by the proxy (operator
+//! secrets in proxy mode, bound to the server's host), never by the host.
 //!
 //! An *instance* is one server's container and session: per chat for `scope = "chat"` (the
 //! default: one chat's calls never meet another chat's state), one for every chat for
@@ -22,13 +25,15 @@ use std::time::{Duration, Instant};
 
 use nexbot_core::{BoxFuture, ChatRef};
 use nexbot_docker::{Pool, Service, ServiceSpec};
-use nexbot_egress::AttributionTable;
+use nexbot_egress::{AttributionTable, Door, Doors};
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
 use nexbot_mcp::{Connector, McpError, Progress, Scope, ServerConfig, Session};
 use tokio_util::sync::CancellationToken;
 
 use crate::delegation::TaskQuestions;
+use crate::tools::delegate::SecretSource;
+use crate::vault::{Hold, Mode};
 
 /// The role label of an MCP server's container.
 pub const ROLE: &str = "mcp";
@@ -52,12 +57,38 @@ type Key = (String, Option<ChatRef>);
 /// A server's tools: offered, and skipped with why.
 type ToolList = (Vec<ServerTool>, Vec<Skipped>);
 
+/// The sandbox's side of the servers: where their requests leave.
+#[derive(Debug, Default)]
+pub struct McpEgress {
+    /// Where the egress proxy learns whose a service container's request is: each running
+    /// stdio instance's address, dedicated to its identity ([`identity`]).
+    pub addresses: Arc<AttributionTable>,
+    /// `HTTP(S)_PROXY` and `NO_PROXY` of the egress listener, added to every stdio server's
+    /// environment (a server's only way out; none without a listener).
+    pub proxy_env: BTreeMap<String, String>,
+    /// Opens a remote server's door into the proxy (`None`: no proxy, so no remote server).
+    pub doors: Option<Doors>,
+    /// Where a remote server's `{{secret:NAME}}` values come from (the operator's secrets).
+    pub secrets: Option<Arc<dyn SecretSource>>,
+}
+
 /// One running instance.
 #[derive(Debug, Clone)]
 struct Running {
     session: Arc<Session>,
-    service: Arc<Service>,
+    /// A stdio server's container (`None`: a remote server).
+    service: Option<Arc<Service>>,
+    /// A remote server's way out, with its secrets; closed when the last clone goes.
+    _door: Option<Arc<RemoteExit>>,
     started: Instant,
+}
+
+/// A remote instance's door and the vault holds of the values it may fill in (kept in the
+/// exit scan while it runs, even if changed meanwhile).
+#[derive(Debug)]
+struct RemoteExit {
+    _door: Door,
+    _holds: Vec<Hold>,
 }
 
 impl Running {
@@ -67,8 +98,10 @@ impl Running {
     /// same identity registers; an address the engine gave another container meanwhile stays
     /// that container's.
     fn release(&self, key: &Key, servers: &McpServers) {
-        if let Some(ip) = self.service.address() {
-            servers.addresses.remove_container(ip, self.service.name());
+        if let Some(service) = &self.service {
+            if let Some(ip) = service.address() {
+                servers.egress.addresses.remove_container(ip, service.name());
+            }
         }
         if let (Some(questions), Some(_)) = (servers.questions.get(), &key.1) {
             questions.task_ended(&identity(key));
@@ -78,10 +111,37 @@ impl Running {
     /// Why it ended: the engine's account of the container (exit code, OOM) when it has one
     /// within a moment (a session ends first when its container dies), else the session's.
     async fn death(&self) -> String {
-        match tokio::time::timeout(DEATH_ACCOUNT_WAIT, self.service.exited()).await {
+        let ended = || self.session.close_reason().unwrap_or_else(|| "its session ended".into());
+        let Some(service) = &self.service else { return ended() };
+        match tokio::time::timeout(DEATH_ACCOUNT_WAIT, service.exited()).await {
             Ok(reason) => reason,
-            Err(_) => self.session.close_reason().unwrap_or_else(|| "its session ended".into()),
+            Err(_) => ended(),
         }
+    }
+
+    /// Whether it can take calls.
+    fn is_up(&self) -> bool {
+        !self.session.is_closed() && !self.service.as_ref().is_some_and(|s| s.has_exited())
+    }
+
+    /// Ends when its container dies (never for a remote server).
+    async fn exited(&self) {
+        match &self.service {
+            Some(service) => drop(service.exited().await),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Ends its session and removes its container.
+    async fn stop(&self) {
+        self.session.close();
+        if let Some(service) = &self.service {
+            service.stop().await;
+        }
+    }
+
+    fn container(&self) -> Option<&str> {
+        self.service.as_ref().map(|s| s.name())
     }
 }
 
@@ -143,12 +203,7 @@ pub struct McpServers {
     me: std::sync::Weak<McpServers>,
     pool: Arc<Pool>,
     servers: Vec<ServerConfig>,
-    /// Where the egress proxy learns whose a service container's request is: each running
-    /// instance's address, dedicated to its identity ([`identity`]).
-    addresses: Arc<AttributionTable>,
-    /// `HTTP(S)_PROXY` and `NO_PROXY` of the egress listener, added to every server's
-    /// environment (a server's only way out; none without a listener).
-    proxy_env: BTreeMap<String, String>,
+    egress: McpEgress,
     /// Asks a chat before its server reaches a new destination (`egress.mode = "ask"`); set
     /// once the approvals exist ([`McpServers::set_questions`]).
     questions: OnceLock<Arc<dyn TaskQuestions>>,
@@ -167,15 +222,13 @@ impl McpServers {
     pub async fn start(
         pool: Arc<Pool>,
         servers: Vec<ServerConfig>,
-        addresses: Arc<AttributionTable>,
-        proxy_env: BTreeMap<String, String>,
+        egress: McpEgress,
     ) -> Arc<Self> {
         let this = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             pool,
             servers,
-            addresses,
-            proxy_env,
+            egress,
             questions: OnceLock::new(),
             instances: Mutex::default(),
             catalogs: Mutex::default(),
@@ -243,10 +296,8 @@ impl McpServers {
         let slot = self.slot(key);
         let mut instance = slot.lock().await;
         instance.last_used = Some(Instant::now());
-        if let Some(running) = &instance.running {
-            if !running.session.is_closed() && !running.service.has_exited() {
-                return Ok(running.session.clone());
-            }
+        if let Some(running) = instance.running.as_ref().filter(|r| r.is_up()) {
+            return Ok(running.session.clone());
         }
         if self.stop.is_cancelled() {
             return Err(McpError::Unavailable("the daemon is stopping".into()));
@@ -286,8 +337,98 @@ impl McpServers {
         }
     }
 
-    /// Starts the container and the session; removes the container when the session fails.
+    /// Starts the instance: a stdio server's container and session, or a remote server's
+    /// door and session; then registers its identity.
     async fn launch(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
+        let running = match config.is_remote() {
+            true => self.launch_remote(config, key).await?,
+            false => self.launch_stdio(config).await?,
+        };
+        tracing::info!(
+            server = %config.name,
+            container = running.container().unwrap_or("(remote)"),
+            serves = %serves(key),
+            tools = running.session.tools().len(),
+            skipped = running.session.skipped().len(),
+            info = running.session.server_info().unwrap_or(""),
+            "MCP server up"
+        );
+        let identity = identity(key);
+        if let Some(service) = &running.service {
+            if let Some(ip) = service.address() {
+                self.egress.addresses.set_dedicated(ip, service.name(), identity.clone());
+            }
+        }
+        if let (Some(questions), Some(chat)) = (self.questions.get(), &key.1) {
+            let what = format!("MCP server {}", config.name);
+            questions.task_started(&identity, chat, &what, false, None);
+        }
+        Ok(running)
+    }
+
+    /// A remote server: its door into the proxy (with the values its URL and headers name),
+    /// then the session through it.
+    async fn launch_remote(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
+        let doors = self.egress.doors.as_ref().ok_or_else(|| {
+            McpError::Start(
+                "a remote MCP server is reached through the egress proxy, which is not running"
+                    .into(),
+            )
+        })?;
+        let (credentials, holds) = self.remote_secrets(config)?;
+        let door = doors
+            .open(&identity(key), credentials)
+            .map_err(|e| McpError::Start(format!("the proxy's door: {e}")))?;
+        let timeout = Duration::from_secs(config.start_timeout_secs);
+        let session = nexbot_mcp::remote::connect(config, door.path(), timeout).await?;
+        let exit = RemoteExit { _door: door, _holds: holds };
+        Ok(Running { session, service: None, _door: Some(Arc::new(exit)), started: Instant::now() })
+    }
+
+    /// The operator's secrets a remote server's URL and headers name: proxy mode only (bound
+    /// to hosts), so the value goes nowhere but where its binding says.
+    fn remote_secrets(
+        &self,
+        config: &ServerConfig,
+    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<Hold>), McpError> {
+        let mut text = config.url.clone().unwrap_or_default();
+        for value in config.headers.values() {
+            text.push('\n');
+            text.push_str(value);
+        }
+        let (mut credentials, mut holds) = (Vec::new(), Vec::new());
+        for name in nexbot_egress::placeholder_names(&text) {
+            let source = self.egress.secrets.as_ref().ok_or_else(|| {
+                McpError::Start(format!(
+                    "its headers name the secret {name}, and the secrets vault is off (set \
+                     NEXBOT_MASTER_KEY)"
+                ))
+            })?;
+            let resolved = source.resolve_operator(&name).map_err(|e| {
+                McpError::Start(format!(
+                    "its headers name the secret {name}: {e} (nexbot-ctl secrets set {name} \
+                     --operator --host HOST)"
+                ))
+            })?;
+            if resolved.mode != Mode::Proxy {
+                return Err(McpError::Start(format!(
+                    "its headers name the secret {name}, which must be bound to the server's \
+                     host so that only the proxy fills it in (nexbot-ctl secrets set {name} \
+                     --operator --host HOST)"
+                )));
+            }
+            let credential = nexbot_egress::Credential::new(name, resolved.value, resolved.hosts);
+            credentials.push(match resolved.confirm {
+                true => credential.confirmed_first(),
+                false => credential,
+            });
+            holds.push(resolved.hold);
+        }
+        Ok((credentials, holds))
+    }
+
+    /// Starts the container and the session; removes the container when the session fails.
+    async fn launch_stdio(&self, config: &ServerConfig) -> Result<Running, McpError> {
         let spec = ServiceSpec {
             role: ROLE.to_owned(),
             service: format!("mcp:{}", config.name),
@@ -297,7 +438,7 @@ impl McpServers {
             env: config
                 .env
                 .iter()
-                .chain(&self.proxy_env)
+                .chain(&self.egress.proxy_env)
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             labels: [
@@ -310,26 +451,12 @@ impl McpServers {
             self.pool.start_service(&spec).await.map_err(|e| McpError::Start(e.to_string()))?;
         let timeout = Duration::from_secs(config.start_timeout_secs);
         match Session::connect(&config.name, (io.stdout, io.stdin), timeout).await {
-            Ok(session) => {
-                tracing::info!(
-                    server = %config.name,
-                    container = %service.name(),
-                    serves = %serves(key),
-                    tools = session.tools().len(),
-                    skipped = session.skipped().len(),
-                    info = session.server_info().unwrap_or(""),
-                    "MCP server up"
-                );
-                let identity = identity(key);
-                if let Some(ip) = service.address() {
-                    self.addresses.set_dedicated(ip, service.name(), identity.clone());
-                }
-                if let (Some(questions), Some(chat)) = (self.questions.get(), &key.1) {
-                    let what = format!("MCP server {}", config.name);
-                    questions.task_started(&identity, chat, &what, false, None);
-                }
-                Ok(Running { session, service, started: Instant::now() })
-            }
+            Ok(session) => Ok(Running {
+                session,
+                service: Some(service),
+                _door: None,
+                started: Instant::now(),
+            }),
             Err(e) => {
                 // What it wrote before it failed says why (a missing package, a bad argument).
                 let said = service.logs().last().cloned();
@@ -351,13 +478,12 @@ impl McpServers {
         let Some(this) = self.me.upgrade() else { return };
         tokio::spawn(async move {
             tokio::select! {
-                _ = running.service.exited() => {}
+                _ = running.exited() => {}
                 _ = running.session.closed() => {}
                 _ = this.stop.cancelled() => return,
             };
             let reason = running.death().await;
-            running.session.close();
-            running.service.stop().await;
+            running.stop().await;
             let slot = this.slot(&key);
             let mut instance = slot.lock().await;
             let current = instance
@@ -407,8 +533,7 @@ impl McpServers {
         if let Some(running) = running {
             tracing::info!(server = %key.0, serves = %serves(key), "MCP server stopped: {why}");
             running.release(key, self);
-            running.session.close();
-            running.service.stop().await;
+            running.stop().await;
         }
     }
 
@@ -500,7 +625,7 @@ impl McpServers {
                     (None, Some(_)) => "failed",
                     (None, None) => "stopped",
                 },
-                container: running.map(|r| r.service.name().to_owned()),
+                container: running.and_then(|r| r.container()).map(str::to_owned),
                 tools: running.map_or(0, |r| r.session.tools().len()),
                 restarts: instance.restarts,
                 last_error: instance.last_error.clone(),
@@ -535,8 +660,8 @@ impl McpServers {
         for slot in slots {
             // A starting instance has no container to read yet.
             if let Ok(instance) = slot.try_lock() {
-                if let Some(running) = &instance.running {
-                    lines.extend(running.service.logs());
+                if let Some(service) = instance.running.as_ref().and_then(|r| r.service.as_ref()) {
+                    lines.extend(service.logs());
                 }
             }
         }

@@ -206,7 +206,11 @@ impl std::fmt::Debug for Sandbox {
 impl Sandbox {
     /// Network, then the egress listener on its gateway, then the pool with the listener's
     /// environment, then the listener's attribution bound to the pool.
-    pub async fn start(config: &Config) -> Result<Self, SandboxError> {
+    /// `secrets`: where remote MCP servers' header values come from (the vault).
+    pub async fn start(
+        config: &Config,
+        secrets: Option<Arc<dyn crate::tools::delegate::SecretSource>>,
+    ) -> Result<Self, SandboxError> {
         let docker = nexbot_docker::connect().await?;
         let from = in_compose(config, &docker).await;
         let (config, cannot_tell) = match &from {
@@ -245,13 +249,15 @@ impl Sandbox {
         let tokens = Arc::new(RelayAccess::new(config, &egress));
         let network = network.name.clone();
         let proxy_env = egress.container_env().into_iter().collect();
-        let mcp = crate::mcp::McpServers::start(
-            pool.clone(),
-            config.mcp.servers.clone(),
-            services,
+        let mcp_egress = crate::mcp::McpEgress {
+            addresses: services,
             proxy_env,
-        )
-        .await;
+            doors: Some(egress.doors()),
+            secrets,
+        };
+        let mcp =
+            crate::mcp::McpServers::start(pool.clone(), config.mcp.servers.clone(), mcp_egress)
+                .await;
         Ok(Self { pool, docker: engine, network, egress, tokens, mcp, _attribution: attribution })
     }
 

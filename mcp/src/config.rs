@@ -42,9 +42,15 @@ pub struct ServerConfig {
     /// The image of a stdio server's container ([`DEFAULT_IMAGE`] when unset).
     #[serde(default)]
     pub image: Option<String>,
-    /// A remote server over Streamable HTTP (not built yet: refused with that said).
+    /// A remote server over Streamable HTTP (`http://` or `https://`), reached through the
+    /// egress proxy like any destination (its policy, approvals and audit).
     #[serde(default)]
     pub url: Option<String>,
+    /// Headers of every request to a remote server. A value may carry `{{secret:NAME}}`: an
+    /// operator secret in proxy mode, filled in by the egress proxy where its binding allows
+    /// (`nexbot-ctl secrets set NAME --operator --host HOST`); the host never sees the value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
     /// The whole environment of a stdio server (visible to `docker inspect`: never a secret).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -99,6 +105,11 @@ impl ServerConfig {
         self.command.iter().cloned().chain(self.args.iter().cloned()).collect()
     }
 
+    /// Whether it is a remote server (`url`), reached over Streamable HTTP.
+    pub fn is_remote(&self) -> bool {
+        self.url.is_some()
+    }
+
     pub fn image(&self) -> &str {
         self.image.as_deref().unwrap_or(DEFAULT_IMAGE)
     }
@@ -125,16 +136,28 @@ impl McpConfig {
                 (Some(command), None) if command.trim().is_empty() => {
                     problems.push(format!("{at}.command: empty"))
                 }
-                (Some(_), None) => {}
-                (None, Some(_)) => problems.push(format!(
-                    "{at}.url: remote MCP servers (Streamable HTTP) are not supported yet; run \
-                     the server as a stdio server (command, args, image) instead"
-                )),
+                (Some(_), None) => {
+                    if !server.headers.is_empty() {
+                        problems.push(format!(
+                            "{at}.headers: only a remote server (url) sends headers; a stdio \
+                             server's settings go in env"
+                        ));
+                    }
+                }
+                (None, Some(url)) => problems.extend(
+                    check_remote(server)
+                        .err()
+                        .map(|why| format!("{at}.{why}"))
+                        .into_iter()
+                        .chain(check_url(url).err().map(|why| format!("{at}.url: {why}"))),
+                ),
                 (Some(_), Some(_)) => {
                     problems.push(format!("{at}: set command (stdio) or url (remote), not both"))
                 }
-                (None, None) => problems
-                    .push(format!("{at}: set command (a stdio server, run in its own container)")),
+                (None, None) => problems.push(format!(
+                    "{at}: set command (a stdio server, run in its own container) or url (a \
+                     remote server over Streamable HTTP)"
+                )),
             }
             for chat in &server.allowed_chats {
                 if chat != "*" && chat.parse::<ChatRef>().is_err() {
@@ -169,6 +192,55 @@ impl McpConfig {
 
     pub fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|s| s.name == name)
+    }
+}
+
+/// What a remote server may not set (it runs no container), or a bad header; the field first.
+fn check_remote(server: &ServerConfig) -> Result<(), String> {
+    if !server.args.is_empty() || server.image.is_some() || !server.env.is_empty() {
+        return Err("url: a remote server runs no container; drop args, image and env".into());
+    }
+    for (name, value) in &server.headers {
+        let Ok(header) = http::HeaderName::from_bytes(name.as_bytes()) else {
+            return Err(format!("headers: {name:?} is not an HTTP header name"));
+        };
+        if RESERVED_HEADERS.contains(&header.as_str()) {
+            return Err(format!(
+                "headers: {name} is the MCP client's or the proxy's own; it cannot be set"
+            ));
+        }
+        if http::HeaderValue::from_str(value).is_err() {
+            return Err(format!("headers.{name}: not a valid header value"));
+        }
+    }
+    Ok(())
+}
+
+/// Headers the transport or the proxy sets itself.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "proxy-authorization",
+    "connection",
+    "transfer-encoding",
+];
+
+fn check_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("{url:?} is not a URL ({e})"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!("{url:?} must start with http:// or https://"));
+    }
+    match uri.authority() {
+        None => Err(format!("{url:?} names no host")),
+        Some(authority) if authority.as_str().contains('@') => {
+            Err(format!("{url:?}: put credentials in headers, not in the URL"))
+        }
+        Some(_) => Ok(()),
     }
 }
 
@@ -219,6 +291,14 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_server_has_a_url_and_headers() {
+        let config = parse(r#"{"mcp":{"servers":[{"name":"gh","url":"https://api.example.com/mcp","headers":{"Authorization":"Bearer {{secret:GH_TOKEN}}"},"scope":"shared"}]}}"#).unwrap();
+        let server = &config.servers[0];
+        assert!(server.is_remote());
+        assert_eq!(server.headers["Authorization"], "Bearer {{secret:GH_TOKEN}}");
+    }
+
+    #[test]
     fn allowed_chats_name_chats_or_every_chat() {
         let config = parse(r#"{"mcp":{"servers":[{"name":"a","command":"x","allowed_chats":["telegram:7"]},{"name":"b","command":"x","allowed_chats":["*"]}]}}"#).unwrap();
         let seven = "telegram:7".parse::<ChatRef>().unwrap();
@@ -235,7 +315,13 @@ mod tests {
             (r#"[{"name":"a b","command":"x"}]"#, "mcp.servers[0].name"),
             (r#"[{"name":"a","command":"x"},{"name":"a","command":"y"}]"#, "used twice"),
             (r#"[{"name":"a"}]"#, "set command"),
-            (r#"[{"name":"a","url":"https://example.com/mcp"}]"#, "not supported yet"),
+            (r#"[{"name":"a","url":"ftp://example.com/mcp"}]"#, "mcp.servers[0].url"),
+            (r#"[{"name":"a","url":"https://u:p@example.com/"}]"#, "not in the URL"),
+            (r#"[{"name":"a","url":"https://x/","image":"i"}]"#, "runs no container"),
+            (r#"[{"name":"a","url":"https://x/","headers":{"Accept":"x"}}]"#, "own"),
+            (r#"[{"name":"a","url":"https://x/","headers":{"a b":"x"}}]"#, "header name"),
+            (r#"[{"name":"a","url":"https://x/","headers":{"X":"a\nb"}}]"#, "headers.X"),
+            (r#"[{"name":"a","command":"x","headers":{"X":"y"}}]"#, "only a remote"),
             (r#"[{"name":"a","command":"x","allowed_chats":["nope"]}]"#, "allowed_chats"),
             (r#"[{"name":"a","command":"x","call_timeout_secs":0}]"#, "call_timeout_secs"),
             (r#"[{"name":"a","command":"x","idle_stop_secs":60}]"#, "longer than call_timeout"),

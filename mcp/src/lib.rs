@@ -3,6 +3,7 @@
 //! session, never a process on the host.
 //!
 //! - [`config`]: `[[mcp.servers]]` (how a server runs, its scope, which chats may use it).
+//! - [`remote`]: a remote server's session, Streamable HTTP through the egress proxy's door.
 //! - [`session`]: one session with one server over any byte stream (rmcp, the official SDK):
 //!   `initialize`, the tool list (paginated, re-read on `list_changed`), calls with progress,
 //!   cancellation (`/stop`) and a deadline, each telling the server when it ends early.
@@ -19,6 +20,7 @@
 pub mod answer;
 pub mod catalog;
 pub mod config;
+pub mod remote;
 pub mod session;
 pub mod tools;
 

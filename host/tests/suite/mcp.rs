@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nexbot_agent::tools::{tool_message, Tool, ToolContext, ToolSource};
 use nexbot_core::ChatRef;
 use nexbot_docker::{Pool, PoolConfig};
-use nexbot_host::mcp::McpServers;
+use nexbot_host::mcp::{McpEgress, McpServers};
 use nexbot_mcp::{Connector, McpTools, Scope, ServerConfig};
 use nexbot_tests::docker_or_skip;
 use serde_json::{json, Value};
@@ -32,6 +32,7 @@ fn server(name: &str, command: &str, scope: Scope) -> ServerConfig {
         args: vec!["stdio".into()],
         image: Some(MCP_IMAGE.into()),
         url: None,
+        headers: Default::default(),
         env: Default::default(),
         scope,
         allowed_chats: Vec::new(),
@@ -52,6 +53,10 @@ struct Harness {
 
 impl Harness {
     async fn start(tag: &str, servers: Vec<ServerConfig>) -> Option<Self> {
+        Self::start_with(tag, servers, McpEgress::default()).await
+    }
+
+    async fn start_with(tag: &str, servers: Vec<ServerConfig>, egress: McpEgress) -> Option<Self> {
         let docker = docker_or_skip(tag).await?;
         for image in [MCP_IMAGE.to_owned(), subagent_image()] {
             if docker.inspect_image(&image).await.is_err() {
@@ -67,9 +72,7 @@ impl Harness {
             ..PoolConfig::default()
         };
         let pool = Arc::new(Pool::start(docker, config).await.expect("pool starts"));
-        let mcp =
-            McpServers::start(pool.clone(), servers.clone(), Arc::default(), Default::default())
-                .await;
+        let mcp = McpServers::start(pool.clone(), servers.clone(), egress).await;
         let tools = McpTools::new(servers, mcp.clone());
         Some(Self { pool, mcp, tools, _network: network })
     }
@@ -493,4 +496,153 @@ async fn a_server_that_never_answers_fails_its_start_and_the_view_does_not_wait(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     h.stop().await;
+}
+
+/// A remote server over Streamable HTTP (server-everything's `streamableHttp`, in a container
+/// of the test's network): the host reaches it only through the egress proxy's door, in the
+/// server's identity; its `Authorization` header names an operator secret the proxy fills in
+/// (the host's session never holds the value); calls, progress, a deadline and a tool error
+/// work as a stdio server's; the audit names the server and the secret, never the value. A
+/// server whose header names a stdin-mode secret does not start, and says why.
+#[tokio::test]
+async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_there() {
+    use crate::egress_support::start as start_egress;
+    use nexbot_egress::InternalAllow;
+    use nexbot_host::store::Store;
+    use nexbot_host::tools::delegate::SecretSource;
+    use nexbot_host::vault::{Mode, Scope as VaultScope, Vault};
+    use secrecy::SecretString;
+    const VALUE: &str = "remote-PLANTED-bearer-5e0c9a1b";
+    let tag = "mcp-remote";
+    let Some(docker) = docker_or_skip(tag).await else { return };
+    let network = internal_network(&docker, tag).await;
+    let name = format!("nxm-remote-{}", std::process::id());
+    let _server = RemoveOnDrop(name.clone());
+    docker_cli(&[
+        "run",
+        "-d",
+        "--rm",
+        "--name",
+        &name,
+        "--network",
+        &network.name,
+        "-e",
+        "PORT=3001",
+        MCP_IMAGE,
+        "mcp-server-everything",
+        "streamableHttp",
+    ]);
+    let ip = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &name,
+    ]);
+    let addr: std::net::SocketAddr = format!("{}:3001", ip.trim()).parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the remote server did not listen: {}",
+            docker_cli(&["logs", &name])
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The proxy allows the server's address; the operator's secret is bound to it.
+    let mut config = nexbot_egress::EgressConfig::default();
+    config.proxy.allow_internal = vec![InternalAllow {
+        cidr: nexbot_egress::Cidr::try_from(addr.ip().to_string()).unwrap(),
+        ports: vec![3001],
+    }];
+    let egress = start_egress(config, None).await;
+    let ws = crate::common::TempWorkspace::init("nxw-mcp-remote");
+    let store = Store::open(&ws.database()).await.unwrap();
+    let master = SecretString::from("remote-test-master-key-0123456789".to_owned());
+    let vault: Arc<Vault> = Vault::open(store, Some(&master), None).await.unwrap();
+    let bound = [format!("http://{addr}")];
+    let value = SecretString::from(VALUE.to_owned());
+    vault.set(&VaultScope::Operator, "REMOTE_TOKEN", value, &bound, &[], None).await.unwrap();
+    let plain = SecretString::from("stdin-PLANTED-value-77aa11".to_owned());
+    vault.set(&VaultScope::Operator, "PLAIN", plain, &[], &[], Some(Mode::Stdin)).await.unwrap();
+
+    let remote = |name: &str, secret: &str| ServerConfig {
+        command: None,
+        args: Vec::new(),
+        image: None,
+        url: Some(format!("http://{addr}/mcp")),
+        headers: [("Authorization".to_owned(), format!("Bearer {{{{secret:{secret}}}}}"))].into(),
+        ..server(name, "", Scope::Shared)
+    };
+    let servers = vec![remote("remote", "REMOTE_TOKEN"), remote("leaky", "PLAIN")];
+    let mcp_egress = McpEgress {
+        doors: Some(egress.egress.doors()),
+        secrets: Some(vault.clone() as Arc<dyn SecretSource>),
+        ..McpEgress::default()
+    };
+    let Some(h) = Harness::start_with(tag, servers, mcp_egress).await else { return };
+    let owner = ChatRef::console("owner").unwrap();
+
+    // Its tools, a call, and a tool error, as any server's.
+    let echo = h.tool(&owner, "mcp__remote__echo");
+    let message = call(&echo, json!({"message": "over http"}), &ctx(&owner)).await;
+    assert_eq!(message["success"], true, "{message}");
+    let output = message["output"].as_str().unwrap();
+    assert!(output.starts_with("<<<MCP_RESULT server=remote tool=echo>>>"), "{output}");
+    assert!(output.contains("over http"), "{output}");
+    let sum = h.tool(&owner, "mcp__remote__get-sum");
+    let failed = call(&sum, json!({"a": "not a number"}), &ctx(&owner)).await;
+    assert_eq!(failed["success"], false, "{failed}");
+
+    // Progress by the call's token, and a deadline that ends a call at its limit.
+    let session = h.mcp.session("remote", &owner).await.expect("session");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let args = json!({"duration": 1, "steps": 2}).as_object().unwrap().clone();
+    let none = Default::default();
+    let done = session
+        .call("trigger-long-running-operation", args, Duration::from_secs(20), &none, Some(tx))
+        .await
+        .expect("completes");
+    assert!(done.text.contains("completed"), "{}", done.text);
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        seen.push(p.progress);
+    }
+    assert_eq!(seen, [1.0, 2.0]);
+    let args = json!({"duration": 60, "steps": 2}).as_object().unwrap().clone();
+    let late = session
+        .call("trigger-long-running-operation", args, Duration::from_secs(3), &none, None)
+        .await;
+    assert_eq!(late, Err(nexbot_mcp::McpError::Timeout { secs: 3 }));
+
+    // A stdin-mode value would be the host's to send: that server does not start.
+    let leaky = h.mcp.session("leaky", &owner).await.expect_err("refused");
+    assert!(leaky.to_string().contains("must be bound"), "{leaky}");
+    let views = h.mcp.instances().await;
+    let view = views.iter().find(|v| v.server == "remote").expect("listed");
+    assert_eq!((view.state, view.container.as_deref()), ("running", None), "{views:?}");
+
+    // Every request went through the door, in the server's name, with the secret filled in.
+    h.stop().await;
+    let lines = egress.audit_lines(3).await;
+    let ours: Vec<&Value> = lines.iter().filter(|l| l["task_id"] == "mcp:remote").collect();
+    assert!(ours.len() >= 3, "{lines:?}");
+    for line in &ours {
+        assert_eq!(line["container"], nexbot_egress::DOOR_CONTAINER, "{line}");
+        assert_eq!(line["port"], 3001, "{line}");
+    }
+    assert!(ours.iter().all(|l| l["verdict"] == "allowed"), "{ours:?}");
+    assert!(ours.iter().any(|l| l["secrets"] == json!(["REMOTE_TOKEN"])), "{ours:?}");
+    let audit = std::fs::read_to_string(egress.egress.audit_path()).unwrap();
+    assert!(!audit.contains(VALUE) && !audit.contains("stdin-PLANTED"));
+    assert!(lines.iter().all(|l| l["task_id"] != "mcp:leaky"), "nothing of it left: {lines:?}");
+}
+
+/// Removes a container of the test's when the test ends, however it ends.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker").args(["rm", "-f", &self.0]).output();
+    }
 }
