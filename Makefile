@@ -8,10 +8,10 @@ build:
 	cargo build --workspace
 
 # The Docker tests run the subagent image (and its cli variant), the compose test the host
-# image too, the MCP client's tests the mcp image. The images'
+# image too, the MCP client's tests the mcp image and the conformance suite. The images'
 # static release binaries and the tests' debug build share no artifacts (other profile, other
 # RUSTFLAGS and target directory), so each is built exactly once.
-test: image cli-image mcp-image
+test: image cli-image mcp-image mcp-conformance
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
@@ -175,8 +175,9 @@ mcp-image: $(MCP_NPM)/.done
 # The MCP conformance suite (not an image): @modelcontextprotocol/conformance with its own
 # Node ($(NODE_PKG); the suite needs Node >= 22) under target/mcp-conformance/, keyed by both
 # versions. `target/mcp-conformance/conformance ARGS...` runs the suite's CLI with that Node,
-# `target/mcp-conformance/node` is that Node. A second run is a no-op. Not part of `make test`
-# yet: the suite's client scenarios are Streamable HTTP, and the client speaks stdio only.
+# `target/mcp-conformance/node` is that Node. A second run is a no-op. `make test` installs
+# it: tests/tests/suite/mcp_conformance.rs runs its client scenarios against Nexbot's remote
+# path (tests/src/bin/mcp-conformance-client.rs: an egress door and nexbot-mcp's client).
 MCP_CONFORMANCE_PKG ?= @modelcontextprotocol/conformance@0.1.16
 MCP_CONFORMANCE_DIR := target/mcp-conformance
 MCP_CONFORMANCE_NPM := $(MCP_CONFORMANCE_DIR)/$(subst /,_,$(MCP_CONFORMANCE_PKG))+$(NODE_PKG)

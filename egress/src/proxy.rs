@@ -416,7 +416,7 @@ async fn open(
                 audit.verdict(Verdict::Allowed, "connected");
                 if checked.host_address() {
                     audit.host_address();
-                    tracing::warn!(%addr, "egress: a container reached this host's own address through an explicit allow_internal entry");
+                    tracing::warn!(%addr, task = audit.origin().task_id.as_deref().unwrap_or("-"), "egress: a request reached this host's own address through an explicit allow_internal entry");
                 }
                 return Ok(stream);
             }

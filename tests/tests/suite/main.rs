@@ -13,6 +13,7 @@ mod compose_up;
 mod docker_smoke;
 mod egress_firewall_watch;
 mod make_up_preflight;
+mod mcp_conformance;
 mod pool_clean_room;
 mod pool_clean_room_attacks;
 mod pool_hardening;
