@@ -40,9 +40,7 @@ async fn run() -> Result<(), String> {
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     eprintln!("mcp-conformance-client: scenario {scenario:?}, server {url}");
     let target = server_addresses(&url)?;
-    let mut config = EgressConfig::default();
-    config.port = 0;
-    config.firewall = false;
+    let mut config = EgressConfig { port: 0, firewall: false, ..EgressConfig::default() };
     config.proxy.allow_internal = target
         .iter()
         .map(|addr| InternalAllow {
