@@ -9,10 +9,31 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
 
 use crate::{McpError, ServerConfig, Session};
+
+/// How often a response stream the server dropped is resumed before its call fails.
+const MAX_RESUMES: usize = 3;
+/// The wait before a resume when the server gave none (its `retry` field, SEP-1699, wins).
+const RESUME_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a waiting call checks that the server still answers (a dropped response stream
+/// is resumed, and a server that is gone leaves the call waiting for its limit otherwise).
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// Resuming a dropped stream ([`MAX_RESUMES`] tries, [`RESUME_WAIT`] apart): rmcp's default
+/// tries for ever, so a call to a server that is gone would wait for its whole limit.
+#[derive(Debug)]
+struct Resume;
+
+impl SseRetryPolicy for Resume {
+    fn retry(&self, tries: usize) -> Option<Duration> {
+        (tries < MAX_RESUMES).then_some(RESUME_WAIT)
+    }
+}
 
 /// Connects to `server`'s `url` through the proxy door at `door` within `timeout`.
 pub async fn connect(
@@ -36,8 +57,11 @@ pub async fn connect(
             .map_err(|e| McpError::Start(format!("header {name}: {e}")))?;
         headers.insert(name, value);
     }
-    let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+    config.retry_config = Arc::new(Resume);
     let transport =
         StreamableHttpClientTransport::with_client(UnixSocketHttpClient::new(door, url), config);
-    Session::connect(&server.name, transport, timeout).await
+    let session = Session::connect(&server.name, transport, timeout).await?;
+    session.keep_alive(HEARTBEAT);
+    Ok(session)
 }

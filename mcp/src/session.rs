@@ -94,6 +94,9 @@ pub struct Session {
     peer: Peer<RoleClient>,
     server_info: Option<String>,
     stop: CancellationToken,
+    /// How often a waiting request checks that the server still answers (`None`: never; see
+    /// [`Session::keep_alive`]).
+    heartbeat: std::sync::OnceLock<Duration>,
 }
 
 impl Session {
@@ -129,6 +132,7 @@ impl Session {
             shared: shared.clone(),
             server_info,
             stop: CancellationToken::new(),
+            heartbeat: std::sync::OnceLock::new(),
         });
         tokio::spawn(run(running, shared, session.stop.clone()));
         Ok(session)
@@ -166,6 +170,39 @@ impl Session {
     /// Ends the session (the transport closes; the server sees its input end).
     pub fn close(&self) {
         self.stop.cancel();
+    }
+
+    /// While a request waits, pings the server every `every`: one that does not answer within
+    /// three of them ends the session, and its requests fail at once with why. For a server
+    /// whose death nothing else reports (a remote one: its transport resumes a dropped stream
+    /// and leaves the request waiting).
+    pub fn keep_alive(&self, every: Duration) {
+        let _ = self.heartbeat.set(every);
+    }
+
+    /// Ends the session for `reason` (kept as the reason it ended).
+    fn close_for(&self, reason: String) {
+        self.shared.reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(reason);
+        self.close();
+    }
+
+    /// Resolves when the server stops answering pings (only with [`Session::keep_alive`]);
+    /// what failed.
+    async fn unresponsive(&self) -> String {
+        let Some(every) = self.heartbeat.get().copied() else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(every).await;
+            let ping = self.peer.send_request(ClientRequest::PingRequest(Default::default()));
+            match tokio::time::timeout(every * 3, ping).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return format!("the server stopped answering pings ({e})"),
+                Err(_) => {
+                    return format!("the server did not answer a ping within {:?}", every * 3)
+                }
+            }
+        }
     }
 
     /// Calls `tool` (the server's name for it) with `arguments`. Ends early, telling the server
@@ -248,6 +285,11 @@ impl Session {
             _ = cancel.cancelled() => None,
             _ = tokio::time::sleep(limit) => None,
             _ = self.shared.closed.cancelled() => Some(Ok(Err(rmcp::ServiceError::TransportClosed))),
+            why = self.unresponsive() => {
+                tracing::warn!(server = %self.shared.server, "MCP session ended: {why}");
+                self.close_for(why);
+                Some(Ok(Err(rmcp::ServiceError::TransportClosed)))
+            }
         };
         self.shared.progress().remove(&token);
         match outcome {
@@ -377,7 +419,8 @@ async fn run(
             },
         }
     };
-    *shared.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    // A reason given when it was closed (`Session::close_for`) stays.
+    shared.reason.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(reason);
     shared.progress().clear();
     shared.closed.cancel();
 }
