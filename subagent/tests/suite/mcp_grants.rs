@@ -38,6 +38,18 @@ async fn next_call(sub: &mut Subagent) -> Value {
     line
 }
 
+/// A task `id` (soft limit `timeout` s) whose model called the echo once: the subagent, its
+/// model and the `mcp_call` it is waiting on.
+async fn waiting_for_the_host(id: &str, timeout: u64) -> (ScriptedLlm, Subagent, Value) {
+    let llm =
+        ScriptedLlm::start(vec![Step::tool_call("mcp__everything__echo", json!({"message": "x"}))])
+            .await;
+    let mut sub = Subagent::spawn(&[]);
+    sub.send(&execute(id, &llm, timeout)).await;
+    let call = next_call(&mut sub).await;
+    (llm, sub, call)
+}
+
 fn tool_messages(request: &Value) -> Vec<String> {
     let messages = request["messages"].as_array().unwrap();
     messages
@@ -133,12 +145,7 @@ async fn a_granted_tool_is_asked_of_the_host_and_the_model_reads_its_answer() {
 
 #[tokio::test]
 async fn a_cancel_ends_the_wait_and_a_late_answer_is_dropped() {
-    let llm =
-        ScriptedLlm::start(vec![Step::tool_call("mcp__everything__echo", json!({"message": "x"}))])
-            .await;
-    let mut sub = Subagent::spawn(&[]);
-    sub.send(&execute("t2", &llm, 60)).await;
-    let call = next_call(&mut sub).await;
+    let (_llm, mut sub, call) = waiting_for_the_host("t2", 60).await;
     sub.send(&json!({"type": "cancel", "id": "t2"})).await;
     let (done, _) = sub.recv_final().await;
     assert_eq!(
@@ -158,12 +165,7 @@ async fn a_cancel_ends_the_wait_and_a_late_answer_is_dropped() {
 
 #[tokio::test]
 async fn the_tasks_deadline_ends_a_wait_the_host_never_answers() {
-    let llm =
-        ScriptedLlm::start(vec![Step::tool_call("mcp__everything__echo", json!({"message": "x"}))])
-            .await;
-    let mut sub = Subagent::spawn(&[]);
-    sub.send(&execute("t3", &llm, 2)).await;
-    next_call(&mut sub).await;
+    let (_llm, mut sub, _) = waiting_for_the_host("t3", 2).await;
     let (done, _) = sub.recv_final().await;
     assert_eq!(done["status"], "timeout", "{done}");
     let recent = done["report"]["recent_messages"].to_string();
