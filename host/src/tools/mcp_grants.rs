@@ -160,6 +160,47 @@ pub(crate) mod tests {
         }
     }
 
+    /// A tool that runs until its call is stopped, then says so.
+    #[derive(Debug)]
+    struct UntilStopped(tokio::sync::mpsc::UnboundedSender<&'static str>);
+
+    impl Tool for UntilStopped {
+        fn name(&self) -> &str {
+            "mcp__a__slow"
+        }
+        fn description(&self) -> &str {
+            "d"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn call<'a>(&'a self, _: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+            Box::pin(async move {
+                let _ = self.0.send("started");
+                ctx.cancel.cancelled().await;
+                let _ = self.0.send("stopped");
+                Err(nexbot_agent::tools::ToolError::new("the call was stopped"))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_the_task_stops_waiting_for_is_stopped_not_left_running() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let granted: Vec<Arc<dyn Tool>> = vec![Arc::new(UntilStopped(tx))];
+        let calls = GrantedCalls::new("t1", granted, ToolContext::for_tests());
+        let call = McpCall {
+            task_id: "t1".into(),
+            call_id: "c1".into(),
+            tool: "mcp__a__slow".into(),
+            arguments: Default::default(),
+        };
+        let answer = calls.call(call);
+        assert_eq!(rx.recv().await, Some("started"));
+        drop(answer); // the task ended, or its delegation was cancelled
+        assert_eq!(rx.recv().await, Some("stopped"), "the call saw its stop");
+    }
+
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
