@@ -489,7 +489,7 @@ impl TaskLoop {
                 self.clean_output(name, tools::ToolOutput::plain(text))
             }
             Ok(McpAnswer::Error(text)) => {
-                let text = self.redactor.redact(&text);
+                let text = tools::cap_text(&self.redactor.redact(&text), tools::MAX_TOOL_OUTPUT);
                 warn!(event = "tool", tool = name, duration_ms = ms, error = %text, "tool failed");
                 format!("Error: {}", neutralize(&text).text)
             }

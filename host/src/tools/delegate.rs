@@ -275,9 +275,9 @@ impl TypedTool for Delegate {
          (whitelist of the sub-agent's tools, e.g. [\"run_command\", \"web_fetch\"]; the \
          schema lists them all; your own MCP tools, mcp__<server>__<tool>, may be granted by \
          name too, and the sub-agent calls them through you), `context`, `secrets` (names of \
-         stored secrets the task may use as $NAME), `timeout_secs` and `search_budget` (how many search_web/web_fetch calls \
-         the task may make; the configured default suits most tasks). Returns the result, or \
-         a report of partial progress.";
+         stored secrets the task may use as $NAME), `timeout_secs` and `search_budget` (how \
+         many search_web/web_fetch calls the task may make; the configured default suits most \
+         tasks). Returns the result, or a report of partial progress.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
