@@ -140,7 +140,7 @@ pub use own::{
     discover_own_container, OwnContainer, SelfDiscovery, DISCOVERY_ATTEMPTS, DISCOVERY_PAUSE,
 };
 pub use owner::Owner;
-pub use pool::{PingResult, Pool, TaskRun, MAX_TASK_TIMEOUT_SECS};
+pub use pool::{PingResult, Pool, TaskIo, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use restart::RestartReason;
 pub use room::{Room, DEFAULT_ROOM};
 pub use service::{Service, ServiceIo, ServiceSpec, LABEL_SERVICE};

@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use bollard::query_parameters::KillContainerOptionsBuilder;
 use bollard::Docker;
-use futures_util::future::join_all;
+use futures_util::future::{join_all, BoxFuture};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use nexbot_protocol::request::unix_now;
+use nexbot_protocol::{McpAnswer, McpCall, McpCalls};
 use nexbot_protocol::{
     RecentMessage, Report, ReportStatus, Request, RequestType, Response, ResponseBody,
     MAX_REQUEST_LINE,
@@ -258,8 +260,23 @@ impl Pool {
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
     ) -> Result<TaskRun, PoolError> {
+        self.run_task_with(request, room, cancel, TaskIo { progress, mcp: None }).await
+    }
+
+    /// [`Pool::run_task`], also answering the task's `mcp_call`s through `io.mcp` while it
+    /// runs (`docs/protocol.md#mcp-tools`): each call is handed over as it comes, calls run
+    /// side by side, and each answer is written back as an `mcp_result`; calls still running
+    /// when the task ends (its answer, its hard limit, a failed container) are dropped. A
+    /// task without `io.mcp` is answered that it was granted no MCP tools.
+    pub async fn run_task_with(
+        &self,
+        request: Request,
+        room: &Room,
+        cancel: CancellationToken,
+        io: TaskIo,
+    ) -> Result<TaskRun, PoolError> {
         let cancelled = cancel.clone();
-        let result = self.dispatch_task(request, room, cancel, progress).await;
+        let result = self.dispatch_task(request, room, cancel, io).await;
         let outcome = result.as_ref().map(|run| &run.response);
         self.inner.counts.record(outcome, cancelled.is_cancelled());
         result
@@ -270,7 +287,7 @@ impl Pool {
         mut request: Request,
         room: &Room,
         cancel: CancellationToken,
-        progress: Option<mpsc::Sender<Response>>,
+        io: TaskIo,
     ) -> Result<TaskRun, PoolError> {
         let config = &self.inner.engine.config;
         if request.kind != RequestType::Execute {
@@ -298,7 +315,7 @@ impl Pool {
         let (container_id, short_id) =
             (lease.member.container_id.clone(), lease.member.short_id.clone());
         let fresh = lease.member.tasks_served.load(Ordering::Relaxed) == 0;
-        let response = lease.run(request, cancel, progress, timeout, hard_limit).await?;
+        let response = lease.run(request, cancel, io, timeout, hard_limit).await?;
         Ok(TaskRun { response, slot, container_id, short_id, fresh })
     }
 
@@ -879,10 +896,11 @@ impl Lease {
         mut self,
         request: Request,
         cancel: CancellationToken,
-        progress: Option<mpsc::Sender<Response>>,
+        io: TaskIo,
         timeout_secs: u64,
         hard_limit: Duration,
     ) -> Result<Response, PoolError> {
+        let TaskIo { progress, mcp } = io;
         let member = self.member.clone();
         if member.on_last_task() {
             // Its successor starts now, while it serves its last task.
@@ -922,6 +940,9 @@ impl Lease {
 
         let mut seen: VecDeque<RecentMessage> = VecDeque::new();
         let mut cancel_deadline: Option<tokio::time::Instant> = None;
+        // The task's MCP calls being answered; dropped with the loop when the task ends.
+        let mut calls: FuturesUnordered<BoxFuture<'static, (String, McpAnswer)>> =
+            FuturesUnordered::new();
         let outcome = loop {
             let cancel_at = cancel_deadline;
             let cancel_wait = async move {
@@ -933,6 +954,10 @@ impl Lease {
             tokio::select! {
                 answer = answers.recv() => match answer {
                     Some(response) if !response.is_final() => {
+                        if let Some(call) = response.as_mcp_call() {
+                            calls.push(answer_call(mcp.as_ref(), call));
+                            continue;
+                        }
                         remember_progress(&mut seen, &response);
                         if let Some(tx) = &progress {
                             let _ = tx.try_send(response);
@@ -957,6 +982,11 @@ impl Lease {
                     }
                     None => break Err(failed(member.link.reason())),
                 },
+                Some((call_id, answer)) = calls.next(), if !calls.is_empty() => {
+                    let line = Request::mcp_result(task_id.clone(), call_id, answer);
+                    // A link that cannot take it is dead: the answers channel says so next.
+                    let _ = member.link.send(&line, SEND_TIMEOUT).await;
+                }
                 _ = tokio::time::sleep_until(hard_deadline) => {
                     self.recycle = Some(Retirement::new(
                         RestartReason::TaskTimedOut,
@@ -1018,6 +1048,35 @@ impl Drop for Lease {
             })
         });
         self.inner.finish(self.index, &self.member, recycle);
+    }
+}
+
+/// What a task's caller gives it besides the request: where its `progress` lines go, and
+/// who answers its `mcp_call`s.
+#[derive(Debug, Default)]
+pub struct TaskIo {
+    /// Progress lines as they come; a full channel drops them rather than slow the pool.
+    pub progress: Option<mpsc::Sender<Response>>,
+    /// The task's granted MCP tools' caller (the host's); `None`: it was granted none.
+    pub mcp: Option<Arc<dyn McpCalls>>,
+}
+
+/// The answer to one `mcp_call`, with its call id: from `mcp`, or, for a task granted no MCP
+/// tools, a refusal.
+fn answer_call(
+    mcp: Option<&Arc<dyn McpCalls>>,
+    call: McpCall,
+) -> BoxFuture<'static, (String, McpAnswer)> {
+    let call_id = call.call_id.clone();
+    match mcp {
+        Some(mcp) => {
+            let answer = mcp.call(call);
+            Box::pin(async move { (call_id, answer.await) })
+        }
+        None => {
+            let refusal = format!("no MCP tool was granted to this task, so not {}", call.tool);
+            Box::pin(std::future::ready((call_id, McpAnswer::Error(refusal))))
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //! and the egress relay's per-task tokens (`sandbox.rs`).
 
 use nexbot_core::ChatRef;
-use nexbot_protocol::{Request, Response};
+use std::sync::Arc;
+
+use nexbot_protocol::{McpCalls, Request, Response};
 use secrecy::SecretString;
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -42,7 +44,9 @@ impl SubagentError {
 /// that has run no other chat's task, ever. When `cancel` fires, the runner must send the
 /// subagent a `cancel` for the task and return what it answered. The task's `progress`
 /// responses go to `progress` as they arrive (dropped rather than waited for when it is
-/// full: progress is for showing, never a reason to slow a task).
+/// full: progress is for showing, never a reason to slow a task). Its `mcp_call`s are
+/// answered by `mcp` (the MCP tools the delegation granted; `None`: none), each answer
+/// written back to the task as an `mcp_result` while it runs.
 pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
     fn execute(
         &self,
@@ -50,6 +54,7 @@ pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
         request: Request,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
+        mcp: Option<Arc<dyn McpCalls>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>>;
 }
 

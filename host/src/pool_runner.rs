@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use nexbot_core::ChatRef;
-use nexbot_docker::{Pool, PoolConfig, PoolError, Room};
-use nexbot_protocol::{Request, Response};
+use nexbot_docker::{Pool, PoolConfig, PoolError, Room, TaskIo};
+use nexbot_protocol::{McpCalls, Request, Response};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -56,13 +56,14 @@ impl SubagentRunner for PoolRunner {
         request: Request,
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
+        mcp: Option<Arc<dyn McpCalls>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         // The chat's room: its one text form is the key, so every producer of a chat's tasks
         // (its turns, its scheduled jobs, its heartbeat checks, `use_cli`) lands in one room.
         let room = Room::new(chat.to_string());
         Box::pin(async move {
             self.pool
-                .run_task(request, &room, cancel, progress)
+                .run_task_with(request, &room, cancel, TaskIo { progress, mcp })
                 .await
                 .map(|run| SubagentOutcome {
                     response: run.response,

@@ -25,7 +25,7 @@ use crate::tools::memory::Memory;
 use crate::tools::send_file::SendFile;
 use crate::tools::send_message::SendMessage;
 use crate::tools::tasks::ManageTasks;
-use crate::tools::ToolRegistry;
+use crate::tools::{ToolRegistry, ToolSource};
 use crate::vault::Vault;
 use crate::workspace::{CONFIG_FILE, MEMORY_FILE};
 
@@ -135,9 +135,13 @@ pub fn build_agent_with_hooks(
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let mut cli = None;
     if let Some(Delegation { runner, tokens, approvals, mcp }) = delegation {
-        if let Some(mcp) = mcp {
+        // The chat's MCP tools: offered to its model, and grantable to its delegated tasks.
+        let mcp = mcp.map(|mcp| {
             let servers = mcp.servers().to_vec();
-            tools.add_source(Arc::new(nexbot_mcp::McpTools::new(servers, mcp)));
+            Arc::new(nexbot_mcp::McpTools::new(servers, mcp)) as Arc<dyn ToolSource>
+        });
+        if let Some(source) = &mcp {
+            tools.add_source(source.clone());
         }
         let settings = DelegateSettings {
             longest: crate::deadlines::TaskDeadlines::plan(config, None),
@@ -151,7 +155,8 @@ pub fn build_agent_with_hooks(
             approvals,
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
-        let delegate = Arc::new(Delegate::new(runner, store.clone(), secrets, tokens, settings));
+        let delegate = Delegate::new(runner, store.clone(), secrets, tokens, settings);
+        let delegate = Arc::new(delegate.with_mcp(mcp));
         tools.add(delegate.clone());
         cli = Some(delegate);
     }

@@ -11,9 +11,12 @@
 //!   and the redactor that scrubs their values out of text; they are `nexbot-redact`'s, named
 //!   here because a request carries them.
 //! - [`codec`]: JSON lines with a per-line size limit whose violation is recoverable.
+//! - [`mcp`]: MCP tools granted to a task, called through the host (`mcp_call` /
+//!   `mcp_result`).
 //! - [`tools`]: the names of a subagent's tools, the one list the host and the subagent read.
 
 pub mod codec;
+pub mod mcp;
 pub mod report;
 pub mod request;
 pub mod response;
@@ -21,6 +24,7 @@ pub mod tools;
 pub mod version;
 
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
+pub use mcp::{McpAnswer, McpCall, McpCalls, McpToolSpec, MAX_MCP_TOOL_NAME};
 pub use nexbot_redact as secrets;
 pub use report::{RecentMessage, Report, ReportStatus, Todo};
 pub use request::{

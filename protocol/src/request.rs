@@ -7,6 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
+use crate::mcp::{self, McpAnswer, McpToolSpec};
 use crate::secrets::{SecretMap, SecretsError};
 use crate::version::{negotiate, VersionError, VersionStatus};
 
@@ -17,6 +18,8 @@ pub enum RequestType {
     Ping,
     Execute,
     Cancel,
+    /// The host's answer to a task's `mcp_call` (`docs/protocol.md#mcp-tools`). Additive.
+    McpResult,
     Unknown(String),
 }
 
@@ -26,6 +29,7 @@ impl RequestType {
             Self::Ping => "ping",
             Self::Execute => "execute",
             Self::Cancel => "cancel",
+            Self::McpResult => "mcp_result",
             Self::Unknown(other) => other,
         }
     }
@@ -44,6 +48,7 @@ impl<'de> Deserialize<'de> for RequestType {
             "ping" => Self::Ping,
             "execute" => Self::Execute,
             "cancel" => Self::Cancel,
+            "mcp_result" => Self::McpResult,
             _ => Self::Unknown(name),
         })
     }
@@ -133,6 +138,21 @@ pub struct Request {
     /// the model told to answer with what it has. Additive; an older subagent has no budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search_budget: Option<u32>,
+    /// The MCP tools the task may call besides its own (the delegating chat's, only those the
+    /// delegation granted): offered to the model; each call goes to the host as an `mcp_call`.
+    /// Additive (`docs/protocol.md#mcp-tools`); an older subagent ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_tools: Option<Vec<McpToolSpec>>,
+    /// `mcp_result`: the `call_id` of the `mcp_call` it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// `mcp_result`: the call's result, as the model reads it (exactly one of `result` and
+    /// `error`; see [`Request::mcp_answer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// `mcp_result`: why the call has no result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The block limit of a task whose request names none ([`Request::max_blocked_commands`]).
@@ -216,6 +236,10 @@ impl fmt::Debug for Request {
             .field("max_blocked_commands", &self.max_blocked_commands)
             .field("run_tool", &self.run_tool)
             .field("search_budget", &self.search_budget)
+            .field("mcp_tools", &self.mcp_tools.as_ref().map(|t| mcp_names(t)))
+            .field("call_id", &self.call_id)
+            .field("result", &self.result.as_ref().map(|r| format!("{} bytes", r.len())))
+            .field("error", &self.error.as_ref().map(|e| format!("{} bytes", e.len())))
             .finish()
     }
 }
@@ -245,6 +269,10 @@ pub enum RequestErrorKind {
     Secrets(#[from] SecretsError),
     #[error("{0}")]
     ProxySecret(String),
+    #[error("mcp tool {0:?}: {1}")]
+    McpTool(String, &'static str),
+    #[error("mcp_result needs exactly one of result and error")]
+    McpAnswer,
 }
 
 impl Request {
@@ -276,6 +304,37 @@ impl Request {
         }
     }
 
+    /// The host's `answer` to call `call_id` of task `task_id`.
+    pub fn mcp_result(
+        task_id: impl Into<String>,
+        call_id: impl Into<String>,
+        answer: McpAnswer,
+    ) -> Self {
+        let (result, error) = match answer {
+            McpAnswer::Result(text) => (Some(text), None),
+            McpAnswer::Error(text) => (None, Some(text)),
+        };
+        Self {
+            version: crate::PROTOCOL_VERSION.to_owned(),
+            id: task_id.into(),
+            kind: RequestType::McpResult,
+            call_id: Some(call_id.into()),
+            result,
+            error,
+            ..Self::default()
+        }
+    }
+
+    /// An `mcp_result`'s answer: its `result` or its `error` (`None` unless exactly one is
+    /// there, which [`Request::validate`] refuses).
+    pub fn mcp_answer(&self) -> Option<McpAnswer> {
+        match (&self.result, &self.error) {
+            (Some(text), None) => Some(McpAnswer::Result(text.clone())),
+            (None, Some(text)) => Some(McpAnswer::Error(text.clone())),
+            _ => None,
+        }
+    }
+
     /// Runs every check the spec puts on a request before it is acted on, in the order a
     /// peer would want to hear about them: version, type, required fields, deadline, secrets.
     /// `now_unix` is the current time in unix seconds (see [`unix_now`]).
@@ -291,10 +350,21 @@ impl Request {
                 return Err(fail(RequestErrorKind::UnknownType(name.clone())))
             }
             RequestType::Ping => return Ok(status),
-            RequestType::Execute | RequestType::Cancel if self.id.is_empty() => {
+            RequestType::Execute | RequestType::Cancel | RequestType::McpResult
+                if self.id.is_empty() =>
+            {
                 return Err(fail(RequestErrorKind::MissingField("id")))
             }
             RequestType::Cancel => return Ok(status),
+            RequestType::McpResult => {
+                if self.call_id.as_deref().is_none_or(str::is_empty) {
+                    return Err(fail(RequestErrorKind::MissingField("call_id")));
+                }
+                if self.mcp_answer().is_none() {
+                    return Err(fail(RequestErrorKind::McpAnswer));
+                }
+                return Ok(status);
+            }
             RequestType::Execute => {}
         }
         if self.task.as_deref().is_none_or(|t| t.trim().is_empty()) {
@@ -323,8 +393,17 @@ impl Request {
                 ))));
             }
         }
+        if let Some(specs) = &self.mcp_tools {
+            mcp::check_specs(specs)
+                .map_err(|(name, why)| fail(RequestErrorKind::McpTool(name, why)))?;
+        }
         Ok(status)
     }
+}
+
+/// The names of `specs`, for `Debug` (descriptions and schemas are long).
+fn mcp_names(specs: &[McpToolSpec]) -> Vec<&str> {
+    specs.iter().map(|s| s.name.as_str()).collect()
 }
 
 /// Current unix time in seconds, as [`Request::validate`] wants it.

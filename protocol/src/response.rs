@@ -2,7 +2,9 @@
 //! carries the version and the echoed ids.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
+use crate::mcp::McpCall;
 use crate::report::{Report, Todo};
 use crate::request::RequestError;
 use crate::version::PROTOCOL_VERSION;
@@ -95,6 +97,16 @@ pub enum ResponseBody {
         tool: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
+    },
+    /// While an `execute` runs: the model called a granted MCP tool (`execute.mcp_tools`); the
+    /// task waits for the host's `mcp_result` with this `call_id`. Not final. Additive: only a
+    /// host that granted MCP tools gets one (`docs/protocol.md#mcp-tools`).
+    #[serde(rename = "mcp_call")]
+    McpCall {
+        call_id: String,
+        tool: String,
+        #[serde(default)]
+        arguments: Map<String, Value>,
     },
 }
 
@@ -198,14 +210,34 @@ impl Response {
         Self::new(id, correlation_id, ResponseBody::Progress { event, tool, detail })
     }
 
+    /// A task's `call` of a granted MCP tool (its `task_id` is the line's `id`).
+    pub fn mcp_call(correlation_id: Option<&str>, call: McpCall) -> Self {
+        let McpCall { task_id, call_id, tool, arguments } = call;
+        Self::new(&task_id, correlation_id, ResponseBody::McpCall { call_id, tool, arguments })
+    }
+
+    /// The MCP call this line asks for, when it is an `mcp_call`.
+    pub fn as_mcp_call(&self) -> Option<McpCall> {
+        match &self.body {
+            ResponseBody::McpCall { call_id, tool, arguments } => Some(McpCall {
+                task_id: self.id.clone(),
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                arguments: arguments.clone(),
+            }),
+            _ => None,
+        }
+    }
+
     /// The error response for a request that failed validation.
     pub fn from_request_error(err: &RequestError) -> Self {
         Self::error(&err.id, err.correlation_id.as_deref(), err.to_string(), None)
     }
 
-    /// `true` for the statuses that end a request (everything but `progress`).
+    /// `true` for the statuses that end a request (everything but `progress` and
+    /// `mcp_call`).
     pub fn is_final(&self) -> bool {
-        !matches!(self.body, ResponseBody::Progress { .. })
+        !matches!(self.body, ResponseBody::Progress { .. } | ResponseBody::McpCall { .. })
     }
 
     pub fn status(&self) -> &'static str {
@@ -215,6 +247,7 @@ impl Response {
             ResponseBody::Error { .. } => "error",
             ResponseBody::Timeout { .. } => "timeout",
             ResponseBody::Progress { .. } => "progress",
+            ResponseBody::McpCall { .. } => "mcp_call",
         }
     }
 }

@@ -32,6 +32,9 @@
 //!   request's `tools` whitelists them; names it does not offer are dropped and reported; an
 //!   alias (`nexbot_protocol::TOOL_ALIASES`) is read as its tool, only the canonical name is
 //!   offered.
+//! - [`mcp`]: the MCP tools a task was granted (`execute.mcp_tools`): offered to the model,
+//!   each call asked of the host (`mcp_call`) and its answer awaited (`mcp_result`), bounded
+//!   by the task's deadline and cancel.
 //! - [`secrets`]: the task's stdin-mode secrets (zeroized at task end, expiring after
 //!   [`secrets::SECRET_TTL`]); `$NAME` / `{{secret:NAME}}` filled only at execution;
 //!   `run_command` gets a secret only in that child's environment.
@@ -48,6 +51,7 @@ pub mod agent;
 pub mod hooks;
 pub mod llm;
 pub mod logging;
+pub mod mcp;
 pub mod net;
 pub mod output;
 pub mod redaction;

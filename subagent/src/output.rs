@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use nexbot_protocol::{JsonLinesCodec, Redactor, Report, Request, Response, ResponseBody, Todo};
+use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -78,6 +79,18 @@ impl Output {
     }
 }
 
+/// `value` with `f` applied to every string in it.
+fn map_strings(value: Value, f: &impl Fn(&str) -> String) -> Value {
+    match value {
+        Value::String(text) => Value::String(f(&text)),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| map_strings(v, f)).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, map_strings(v, f))).collect())
+        }
+        other => other,
+    }
+}
+
 /// Applies `f` to every free-text field of a response (`result`, `error`, `detail`, the
 /// report's texts): used to redact and sanitize before anything is written.
 pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Response {
@@ -107,6 +120,12 @@ pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Re
             ResponseBody::Progress { event, tool, detail: detail.map(|d| f(&d)) }
         }
         pong @ ResponseBody::Pong { .. } => pong,
+        // The model's arguments for a tool of the host's: every string in them.
+        ResponseBody::McpCall { call_id, tool, arguments } => ResponseBody::McpCall {
+            call_id,
+            tool,
+            arguments: arguments.into_iter().map(|(k, v)| (k, map_strings(v, &f))).collect(),
+        },
     };
     response
 }

@@ -68,6 +68,8 @@ struct Running {
     id: String,
     cancel: Cancel,
     handle: JoinHandle<()>,
+    /// Its MCP calls waiting for the host's `mcp_result`.
+    mcp: Arc<crate::mcp::Waiting>,
 }
 
 /// Serves requests from `input`, writing responses to `output`, until `input` ends or
@@ -105,7 +107,7 @@ pub async fn serve<R, W>(
     };
 
     let running = server.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(Running { id, cancel, mut handle }) = running {
+    if let Some(Running { id, cancel, mut handle, .. }) = running {
         match stop {
             Stop::Signal(signal) => {
                 info!(event = "shutdown", task_id = %id, signal, "cancelling the task in flight");
@@ -189,6 +191,7 @@ impl Server {
             }
             RequestType::Cancel => self.cancel(&request).await,
             RequestType::Execute => self.execute(request).await,
+            RequestType::McpResult => self.mcp_result(&request),
             RequestType::Unknown(ref name) => {
                 let text = format!("unknown request type: {name}");
                 self.out
@@ -226,6 +229,24 @@ impl Server {
         }
     }
 
+    /// The host's answer to an MCP call of the running task. It has no response of its own:
+    /// the task reads it; one that matches no waiting call (a late answer to a call the task
+    /// gave up on) is logged and dropped.
+    fn mcp_result(&self, request: &Request) {
+        let call_id = request.call_id.as_deref().unwrap_or_default();
+        let waiting = {
+            let slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            slot.as_ref().filter(|r| r.id == request.id).map(|r| r.mcp.clone())
+        };
+        let delivered = match (waiting, request.mcp_answer()) {
+            (Some(waiting), Some(answer)) => waiting.answer(call_id, answer),
+            _ => false,
+        };
+        if !delivered {
+            warn!(event = "protocol", task_id = %request.id, call_id, "mcp_result for no waiting call; dropped");
+        }
+    }
+
     async fn execute(&mut self, request: Request) {
         let correlation = request.correlation_id.clone();
         let refuse =
@@ -239,7 +260,8 @@ impl Server {
         // Everything this task sends through the egress proxy carries its credential (none
         // from an older host: the container's proxy variables as they are).
         crate::net::set_task_credential(request.egress_token.clone());
-        let selection = match tools::select(request.tools.as_deref()) {
+        let mcp_tools = request.mcp_tools.clone().unwrap_or_default();
+        let selection = match tools::select(request.tools.as_deref(), !mcp_tools.is_empty()) {
             Ok(selection) => selection,
             Err(text) => {
                 warn!(event = "task", task_id = %request.id, error = %text, "refused: tools");
@@ -314,6 +336,8 @@ impl Server {
             llm,
             max_blocked_commands: nexbot_protocol::block_limit(request.max_blocked_commands),
             redactor: redactor.clone(),
+            mcp_tools,
+            mcp: Arc::default(),
         };
         info!(
             event = "task",
@@ -321,6 +345,7 @@ impl Server {
             correlation_id = correlation.as_deref().unwrap_or(""),
             secret_count = spec.secrets.len(),
             tools = %spec.tools.join(","),
+            mcp_tools = %spec.mcp_tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(","),
             timeout_secs = spec.timeout.as_secs(),
             "task started"
         );
@@ -342,6 +367,7 @@ impl Server {
         let after_task = self.base_redactor();
         let task_cancel = cancel.clone();
         let id = spec.id.clone();
+        let mcp = spec.mcp.clone();
         let started = Instant::now();
         // Hold the slot while spawning so the task cannot clear it before it is filled.
         let mut guard = self.slot.lock().unwrap_or_else(|e| e.into_inner());
@@ -393,7 +419,7 @@ impl Server {
             }
             .instrument(span),
         );
-        *guard = Some(Running { id, cancel, handle });
+        *guard = Some(Running { id, cancel, handle, mcp });
     }
 
     /// The redactor for what stays alive between tasks: the remembered LLM key.

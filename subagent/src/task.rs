@@ -51,6 +51,10 @@ pub struct TaskSpec {
     pub search_budget: u32,
     /// Scrubs the task's secrets and LLM credentials from everything it emits.
     pub redactor: Arc<Redactor>,
+    /// The MCP tools granted (`execute.mcp_tools`), called through the host.
+    pub mcp_tools: Vec<nexbot_protocol::McpToolSpec>,
+    /// Its MCP calls waiting for the host's answers (the stdin reader delivers them).
+    pub mcp: Arc<crate::mcp::Waiting>,
 }
 
 /// Stops a running task; the reason ends up in its final response.

@@ -12,8 +12,11 @@
 //! `subagent.max_blocked_commands`, the chat's secrets by name (stdin-mode values in the
 //! request, proxy-mode ones granted to the egress only) and `[search]` as `search_backend`
 //! (the operator's search key as a proxy-mode secret); the answer's `dropped_tools` are told
-//! to the model. A chat with agent mode off and a CLI chosen gets each message run as one
-//! `use_cli` call (`execute.run_tool`) with its own relay token, task record and receipt.
+//! to the model. A `tools` name of one of the chat's MCP tools (what its model is offered this
+//! turn) is granted to the task (`mcp_grants`): its definition goes in `execute.mcp_tools`,
+//! and the task's calls of it are made here, in the chat's context. A chat with agent mode off
+//! and a CLI chosen gets each message run as one `use_cli` call (`execute.run_tool`) with its
+//! own relay token, task record and receipt.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,16 +25,17 @@ use nexbot_core::channel::{TaskReceipt, TaskUpdate};
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
-    canonical_tool, closest_tool, unknown_tools, ProgressEvent, ProxySecret, Request, Response,
-    ResponseBody, SearchBackend, SecretMap, Todo, BLOCKED_TOOLS, MAX_SEARCH_BUDGET, PLANNING_TOOL,
-    SUBAGENT_TOOLS,
+    canonical_tool, closest_tool, unknown_tools, McpCalls, ProgressEvent, ProxySecret, Request,
+    Response, ResponseBody, SearchBackend, SecretMap, Todo, BLOCKED_TOOLS, MAX_SEARCH_BUDGET,
+    PLANNING_TOOL, SUBAGENT_TOOLS,
 };
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{success, ToolContext, ToolError, ToolOutput, ToolResult, TypedTool};
+use super::mcp_grants::{self, GrantedCalls};
+use super::{success, ToolContext, ToolError, ToolOutput, ToolResult, ToolSource, TypedTool};
 use crate::deadlines::TaskDeadlines;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::exits::{Exit, Exits};
@@ -139,6 +143,9 @@ pub struct Delegate {
     secrets: Option<Arc<dyn SecretSource>>,
     tokens: Arc<dyn LlmAccess>,
     settings: DelegateSettings,
+    /// The MCP servers' tools as the main agent is offered them (`nexbot_mcp::McpTools`): a
+    /// delegation may grant the delegating chat's by name (`mcp_grants`).
+    mcp: Option<Arc<dyn ToolSource>>,
 }
 
 impl Delegate {
@@ -149,7 +156,13 @@ impl Delegate {
         tokens: Arc<dyn LlmAccess>,
         settings: DelegateSettings,
     ) -> Self {
-        Self { runner, store, secrets, tokens, settings }
+        Self { runner, store, secrets, tokens, settings, mcp: None }
+    }
+
+    /// The MCP tools a delegation may grant: what `source` offers the delegating chat's model.
+    pub fn with_mcp(mut self, source: Option<Arc<dyn ToolSource>>) -> Self {
+        self.mcp = source;
+        self
     }
 
     fn collect_secrets(&self, chat: &ChatRef, names: &[String]) -> Result<TaskSecrets, ToolError> {
@@ -260,14 +273,18 @@ impl TypedTool for Delegate {
         "Run a task in an isolated sub-agent container that can run shell commands, fetch web \
          pages and call HTTP APIs. Give a complete, self-contained `task`; optionally `tools` \
          (whitelist of the sub-agent's tools, e.g. [\"run_command\", \"web_fetch\"]; the \
-         schema lists them all), `context`, `secrets` (names of stored secrets the task may use \
-         as $NAME), `timeout_secs` and `search_budget` (how many search_web/web_fetch calls \
-         the task may make; the configured default suits most tasks). Returns the result, or \
-         a report of partial progress.";
+         schema lists them all; your own MCP tools, mcp__<server>__<tool>, may be granted by \
+         name too, and the sub-agent calls them through you), `context`, `secrets` (names of \
+         stored secrets the task may use as $NAME), `timeout_secs` and `search_budget` (how \
+         many search_web/web_fetch calls the task may make; the configured default suits most \
+         tasks). Returns the result, or a report of partial progress.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
-            "tools": {"type": "array", "items": {"type": "string", "enum": grantable()}},
+            "tools": {"type": "array", "items": {"anyOf": [
+                {"type": "string", "enum": grantable()},
+                {"type": "string", "pattern": "^mcp__",
+                 "description": "one of your MCP tools, by its name"}]}},
             "context": {"type": "string"},
             "secrets": {"type": "array", "items": {"type": "string"}},
             "timeout_secs": {"type": "integer", "minimum": 1},
@@ -281,11 +298,20 @@ impl TypedTool for Delegate {
         if args.task.trim().is_empty() {
             return Err(ToolError::new("task is empty"));
         }
-        check_tools(args.tools.as_deref().unwrap_or_default())?;
+        // The chat's MCP tools named in `tools` are granted; the rest are the subagent's own.
+        let (own, granted) = match &args.tools {
+            Some(tools) => {
+                let offered = mcp_grants::offered(self.mcp.as_ref(), ctx);
+                let split = mcp_grants::split(tools, &offered)?;
+                (Some(split.own), split.granted)
+            }
+            None => (None, Vec::new()),
+        };
+        check_tools(own.as_deref().unwrap_or_default())?;
         let mut secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
         // Dropped last, when the task is over (or abandoned).
         let mut held = Held { holds: Vec::new(), source: self.secrets.clone() };
-        let searches = args.tools.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
+        let searches = own.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
         let search = self.settings.search.clone().filter(|_| searches);
         if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
             if secrets.egress.iter().any(|s| s.name == name) {
@@ -348,7 +374,7 @@ impl TypedTool for Delegate {
         request.context = args.context;
         // Canonical names only (`fetch_page` goes as `web_fetch`): an older image may not know
         // the aliases. `check_tools` passed every name, so each has one.
-        request.tools = args.tools.map(|tools| {
+        request.tools = own.map(|tools| {
             let mut canonical: Vec<String> = Vec::new();
             for name in tools.iter().filter_map(|t| canonical_tool(t)) {
                 if !canonical.iter().any(|c| c == name) {
@@ -357,6 +383,7 @@ impl TypedTool for Delegate {
             }
             canonical
         });
+        request.mcp_tools = (!granted.is_empty()).then(|| mcp_grants::specs(&granted));
         request.max_blocked_commands = Some(self.settings.max_blocked_commands);
         let search_budget = args
             .search_budget
@@ -405,9 +432,14 @@ impl TypedTool for Delegate {
         // for the receipt.
         let (progress_tx, progress_rx) = mpsc::channel(64);
         let shown = show_progress(ctx, &id, progress_rx);
+        // The granted tools' calls run in the delegating chat's context, ended with the task.
+        let mcp = (!granted.is_empty()).then(|| {
+            let ctx = ToolContext { cancel: cancel.clone(), ..ctx.clone() };
+            Arc::new(GrantedCalls::new(&id, granted, ctx)) as Arc<dyn McpCalls>
+        });
         let run = async {
             tokio::join!(
-                self.runner.execute(&ctx.chat, request, cancel.clone(), Some(progress_tx)),
+                self.runner.execute(&ctx.chat, request, cancel.clone(), Some(progress_tx), mcp),
                 shown
             )
         };
@@ -900,11 +932,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// A runner that answers every task with `response` and counts the tasks it got.
+    /// A runner that answers every task with `response` and counts the tasks it got (and
+    /// whether each came with an MCP caller).
     #[derive(Debug)]
     struct Canned {
         response: Response,
         requests: std::sync::Mutex<Vec<Request>>,
+        callers: std::sync::Mutex<Vec<bool>>,
     }
 
     impl SubagentRunner for Canned {
@@ -914,10 +948,12 @@ mod tests {
             request: Request,
             _cancel: tokio_util::sync::CancellationToken,
             _progress: Option<mpsc::Sender<Response>>,
+            mcp: Option<Arc<dyn McpCalls>>,
         ) -> crate::BoxFuture<
             '_,
             Result<crate::delegation::SubagentOutcome, crate::delegation::SubagentError>,
         > {
+            self.callers.lock().unwrap().push(mcp.is_some());
             let response = Response { id: request.id.clone(), ..self.response.clone() };
             self.requests.lock().unwrap().push(request);
             Box::pin(
@@ -958,7 +994,11 @@ mod tests {
                 Vec::<(String, String)>::new(),
             )
             .unwrap();
-            let runner = Arc::new(Canned { response, requests: Default::default() });
+            let runner = Arc::new(Canned {
+                response,
+                requests: Default::default(),
+                callers: Default::default(),
+            });
             let tokens = Arc::new(Table(
                 Default::default(),
                 Default::default(),
@@ -1106,6 +1146,62 @@ mod tests {
             sent[0].tools.as_deref(),
             Some(&["web_fetch".into(), "update_todos".into()][..])
         );
+    }
+
+    /// The MCP tools a chat's model is offered: `mcp__a__echo`, `mcp__a__sum` to the test's
+    /// chat, none to any other.
+    #[derive(Debug)]
+    struct ChatsMcp;
+
+    impl ToolSource for ChatsMcp {
+        fn tools(&self, chat: &ChatRef, _owner: bool) -> Vec<Arc<dyn crate::tools::Tool>> {
+            use super::mcp_grants::tests::Named;
+            if *chat != ToolContext::for_tests().chat {
+                return Vec::new();
+            }
+            vec![Arc::new(Named("mcp__a__echo")), Arc::new(Named("mcp__a__sum"))]
+        }
+    }
+
+    #[tokio::test]
+    async fn the_chats_mcp_tools_are_granted_by_name_and_any_other_refused_before_anything_runs() {
+        let mut f = Fixture::new(answer("echoed", &[])).await;
+        f.delegate.mcp = Some(Arc::new(ChatsMcp));
+        let out = message(f.call(json!({"task": "t", "tools": ["mcp__a__echo"]})).await);
+        assert_eq!(out["success"], true, "{out}");
+        let sent = f.runner.requests.lock().unwrap().remove(0);
+        assert_eq!(sent.tools.as_deref(), Some(&[][..]), "none of the subagent's own");
+        let granted = sent.mcp_tools.expect("the definitions travel");
+        assert_eq!(granted.len(), 1);
+        assert_eq!(
+            (granted[0].name.as_str(), granted[0].description.as_str()),
+            ("mcp__a__echo", "d")
+        );
+        assert_eq!(granted[0].input_schema, json!({"type": "object"}));
+        assert_eq!(*f.runner.callers.lock().unwrap(), [true], "its calls are answered");
+
+        // Without MCP tools nothing new is sent, and no caller given.
+        f.call(json!({"task": "t", "tools": ["web_fetch"]})).await.unwrap();
+        let sent = f.runner.requests.lock().unwrap().remove(0);
+        assert!(sent.mcp_tools.is_none());
+        assert!(!serde_json::to_string(&sent).unwrap().contains("mcp_tools"));
+        assert!(!f.runner.callers.lock().unwrap()[1]);
+
+        // A name the chat's model is not offered: refused, named, nothing run.
+        let err = f
+            .call(json!({"task": "t", "tools": ["web_fetch", "mcp__other__secrets"]}))
+            .await
+            .unwrap_err();
+        assert!(err.message().starts_with("mcp__other__secrets is not an MCP tool"), "{err}");
+        assert!(err.message().contains("mcp__a__echo, mcp__a__sum"), "{err}");
+        let stranger = ToolContext { chat: ChatRef::Telegram(7), ..ToolContext::for_tests() };
+        let err = {
+            use crate::tools::Tool as _;
+            let args = json!({"task": "t", "tools": ["mcp__a__echo"]});
+            f.delegate.call(args, &stranger).await.unwrap_err()
+        };
+        assert!(err.message().contains("this chat may use no MCP tool"), "{err}");
+        assert_eq!(f.runner.requests.lock().unwrap().len(), 0, "nothing more was sent");
     }
 
     #[tokio::test]

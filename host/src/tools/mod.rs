@@ -10,6 +10,7 @@ pub use nexbot_tools::{
 };
 
 pub mod delegate;
+pub mod mcp_grants;
 pub mod schedule;
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ impl SubagentRunner for NoPool {
         _: Request,
         _: CancellationToken,
         _: Option<mpsc::Sender<Response>>,
+        _: Option<Arc<dyn nexbot_protocol::McpCalls>>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         Box::pin(async { Err(SubagentError::new("no pool in this test")) })
     }

@@ -43,7 +43,7 @@ const IMAGE: &str = "nexbot-subagent:dev";
 
 /// `NEXBOT_TEST_IMAGE` (a branch's own subagent build) as the daemon's subagent image, when
 /// set; the daemon's default (`IMAGE`) otherwise.
-fn test_image() -> Option<(String, String)> {
+pub(crate) fn test_image() -> Option<(String, String)> {
     let image = std::env::var("NEXBOT_TEST_IMAGE").ok()?;
     Some(("NEXBOT_SUBAGENT__IMAGE".into(), image))
 }
@@ -52,7 +52,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// spellings), so the proxy is what must refuse it: 169.254.169.254, IPv4-mapped.
 const METADATA_URL: &str = "http://[::ffff:169.254.169.254]/latest/meta-data/";
 
-fn contents<'a>(messages: &'a [Value], role: &str) -> Vec<&'a str> {
+pub(crate) fn contents<'a>(messages: &'a [Value], role: &str) -> Vec<&'a str> {
     messages.iter().filter(|m| m["role"] == role).filter_map(|m| m["content"].as_str()).collect()
 }
 
@@ -332,15 +332,15 @@ fn console_chat() -> ChatRef {
 
 /// The in-process product: config from the workspace plus `env`, the sandbox, the agent
 /// with watched tokens, and the bus.
-struct InProcess {
+pub(crate) struct InProcess {
     app: App,
     tokens: Arc<Watched>,
-    store: Store,
+    pub(crate) store: Store,
     outbound: mpsc::Receiver<OutboundMessage>,
 }
 
 impl InProcess {
-    async fn start(ws: &TempWorkspace, env: Vec<(String, String)>) -> Self {
+    pub(crate) async fn start(ws: &TempWorkspace, env: Vec<(String, String)>) -> Self {
         let text_config = std::fs::read_to_string(ws.config()).unwrap();
         let config = Config::from_parts(&text_config, &ws.config(), &ws.dir, env).expect("config");
         let watched = Arc::new(std::sync::OnceLock::new());
@@ -366,13 +366,13 @@ impl InProcess {
         self.send_in(console_chat(), id, text).await;
     }
 
-    async fn send_in(&self, chat: ChatRef, id: u64, text: &str) {
+    pub(crate) async fn send_in(&self, chat: ChatRef, id: u64, text: &str) {
         let message = InboundMessage { chat, id, text: text.into(), user: None };
         self.app.inbound().send(message).await.unwrap();
     }
 
     /// Final answers by the id of the message they answer.
-    async fn answers(&mut self, count: usize) -> HashMap<u64, String> {
+    pub(crate) async fn answers(&mut self, count: usize) -> HashMap<u64, String> {
         let mut answers = HashMap::new();
         while answers.len() < count {
             let message = tokio::time::timeout(Duration::from_secs(60), self.outbound.recv())
@@ -408,7 +408,7 @@ impl InProcess {
         .map_err(|_| "the subagent never reached its slow call".to_owned())
     }
 
-    fn sandbox(&self) -> &Sandbox {
+    pub(crate) fn sandbox(&self) -> &Sandbox {
         self.app.sandbox().expect("delegation is on")
     }
 
@@ -451,7 +451,7 @@ impl InProcess {
 
     /// Runs `checks`, then stops the daemon and removes the test's Docker leftovers whatever
     /// the checks found, then fails as they did.
-    async fn run_then_stop(
+    pub(crate) async fn run_then_stop(
         mut self,
         checks: impl AsyncFnOnce(&mut Self) -> Result<(), String>,
         leftovers: Leftovers,

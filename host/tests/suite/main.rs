@@ -34,5 +34,6 @@ mod host_skill_grants;
 mod host_skills;
 mod host_use_cli;
 mod mcp;
+mod mcp_grants;
 mod rooms;
 mod telegram;

@@ -19,13 +19,13 @@ use nexbot_mcp::{Connector, McpTools, Scope, ServerConfig};
 use nexbot_tests::docker_or_skip;
 use serde_json::{json, Value};
 
-const MCP_IMAGE: &str = "nexbot-mcp:dev";
+pub(crate) const MCP_IMAGE: &str = "nexbot-mcp:dev";
 
 fn subagent_image() -> String {
     std::env::var("NEXBOT_TEST_IMAGE").unwrap_or_else(|_| "nexbot-subagent:dev".to_owned())
 }
 
-fn server(name: &str, command: &str, scope: Scope) -> ServerConfig {
+pub(crate) fn server(name: &str, command: &str, scope: Scope) -> ServerConfig {
     ServerConfig {
         name: name.into(),
         command: Some(command.into()),
@@ -44,15 +44,15 @@ fn server(name: &str, command: &str, scope: Scope) -> ServerConfig {
 
 /// A pool on a network of the test's own (removed with everything on it when the test ends,
 /// however it ends) and the MCP servers on it.
-struct Harness {
-    pool: Arc<Pool>,
-    mcp: Arc<McpServers>,
-    tools: McpTools,
+pub(crate) struct Harness {
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) mcp: Arc<McpServers>,
+    pub(crate) tools: McpTools,
     _network: crate::egress_support::docker::TestNetwork,
 }
 
 impl Harness {
-    async fn start(tag: &str, servers: Vec<ServerConfig>) -> Option<Self> {
+    pub(crate) async fn start(tag: &str, servers: Vec<ServerConfig>) -> Option<Self> {
         Self::start_with(tag, servers, McpEgress::default()).await
     }
 
@@ -92,13 +92,13 @@ impl Harness {
         views.into_iter().find(|v| v.server == server && v.serves == serves)?.container
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.mcp.shutdown().await;
         self.pool.shutdown().await.expect("pool shutdown");
     }
 }
 
-fn ctx(chat: &ChatRef) -> ToolContext {
+pub(crate) fn ctx(chat: &ChatRef) -> ToolContext {
     ToolContext { chat: chat.clone(), ..ToolContext::for_tests() }
 }
 

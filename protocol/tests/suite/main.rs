@@ -5,5 +5,6 @@
 //! so the crate is linked once; helpers shared by several files are modules too.
 
 mod decoder_fuzz;
+mod mcp_grants;
 mod secrets_never_leak;
 mod seed_examples;

@@ -110,8 +110,9 @@ pub struct Selection {
 
 /// The tools a task may use: the request's whitelist (or all when absent; an alias such as
 /// `fetch_page` grants its tool) minus the always-blocked ones, minus names this program does
-/// not offer. Empty is an error, naming what was asked for and what exists.
-pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
+/// not offer. Empty is an error, naming what was asked for and what exists, unless the task
+/// has MCP tools (`mcp`: granted only those).
+pub fn select(requested: Option<&[String]>, mcp: bool) -> Result<Selection, String> {
     let offered = offered();
     let Some(names) = requested else {
         return Ok(Selection { tools: offered, dropped: Vec::new() });
@@ -123,7 +124,7 @@ pub fn select(requested: Option<&[String]>) -> Result<Selection, String> {
             names.iter().any(|n| canonical_tool(n) == Some(tool)) && !BLOCKED_TOOLS.contains(tool)
         })
         .collect();
-    if tools.is_empty() {
+    if tools.is_empty() && !mcp {
         return Err(format!(
             "no usable tools: requested {names:?}; this subagent offers {offered:?} \
              ({BLOCKED_TOOLS:?} are never granted)"
@@ -465,28 +466,35 @@ mod tests {
             ["run_command", "spawn", "delegate_to_sub_agent", "nope", "update_todos", "nope"]
                 .map(String::from)
                 .to_vec();
-        let selection = select(Some(&asked)).unwrap();
+        let selection = select(Some(&asked), false).unwrap();
         assert_eq!(selection.tools, ["run_command"]);
         assert_eq!(selection.dropped, ["spawn", "delegate_to_sub_agent", "nope"]);
-        let all = select(None).unwrap();
+        let all = select(None, false).unwrap();
         assert_eq!((all.tools, all.dropped.len()), (offered(), 0));
         if !cli::installed() {
             let asked = vec!["use_cli".to_owned(), "list_dir".to_owned()];
-            assert_eq!(select(Some(&asked)).unwrap().dropped, ["use_cli"], "no CLI, no use_cli");
+            assert_eq!(
+                select(Some(&asked), false).unwrap().dropped,
+                ["use_cli"],
+                "no CLI, no use_cli"
+            );
         }
-        let exact = select(Some(&["read_file".to_owned(), "list_dir".to_owned()])).unwrap();
+        let exact = select(Some(&["read_file".to_owned(), "list_dir".to_owned()]), false).unwrap();
         assert_eq!((exact.tools, exact.dropped.len()), (vec!["read_file", "list_dir"], 0));
         // The seed's name grants the canonical tool, and is no drop.
-        let alias = select(Some(&["fetch_page".to_owned()])).unwrap();
+        let alias = select(Some(&["fetch_page".to_owned()]), false).unwrap();
         assert_eq!((alias.tools, alias.dropped.len()), (vec!["web_fetch"], 0));
     }
 
     #[test]
     fn nothing_usable_is_an_error_naming_the_request() {
         let asked = vec!["send_file_to_user".to_owned()];
-        let err = select(Some(&asked)).unwrap_err();
+        let err = select(Some(&asked), false).unwrap_err();
         assert!(err.contains("send_file_to_user") && err.contains("web_fetch"), "{err}");
-        assert!(select(Some(&[])).is_err());
+        assert!(select(Some(&[]), false).is_err());
+        // A task granted only MCP tools has none of these, and that is no error.
+        let only_mcp = select(Some(&[]), true).unwrap();
+        assert!(only_mcp.tools.is_empty() && only_mcp.dropped.is_empty());
     }
 
     #[test]

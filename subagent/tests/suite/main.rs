@@ -7,5 +7,6 @@
 mod common;
 
 mod agent;
+mod mcp_grants;
 mod protocol;
 mod sanitizer_corpus;

@@ -20,6 +20,7 @@ mod pool_hardening;
 mod pool_isolation;
 mod pool_lifecycle;
 mod pool_limits;
+mod pool_mcp_calls;
 mod pool_network;
 mod pool_operator;
 mod pool_ownership;
