@@ -589,6 +589,19 @@ impl McpServers {
         Ok(keys.len())
     }
 
+    /// The tool list of the instance serving `chat`, when it runs (and is not being started);
+    /// kept as the server's last known list.
+    fn live_tools(&self, config: &ServerConfig, chat: &ChatRef) -> Option<Vec<ServerTool>> {
+        let key = self.key(config, chat);
+        let slot = self.instances.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()?;
+        let instance = slot.try_lock().ok()?;
+        let session = &instance.running.as_ref().filter(|r| r.is_up())?.session;
+        let tools = session.tools();
+        let mut catalogs = self.catalogs.lock().unwrap_or_else(|e| e.into_inner());
+        catalogs.insert(config.name.clone(), (tools.clone(), session.skipped()));
+        Some(tools)
+    }
+
     /// Every instance, for the operator.
     pub async fn instances(&self) -> Vec<InstanceView> {
         let slots: Vec<(Key, Arc<tokio::sync::Mutex<Instance>>)> = {
@@ -724,7 +737,11 @@ fn backoff(failures: u32) -> Duration {
 
 impl Connector for McpServers {
     fn catalog(&self, server: &str, chat: &ChatRef) -> Vec<ServerTool> {
-        let _ = chat; // every instance of a server runs the same program: one list
+        // The list of the chat's own instance while it runs (re-read on `list_changed`), and
+        // the last one learned otherwise (every instance runs the same program).
+        if let Some(tools) = self.config(server).ok().and_then(|c| self.live_tools(c, chat)) {
+            return tools;
+        }
         self.catalogs
             .lock()
             .unwrap_or_else(|e| e.into_inner())

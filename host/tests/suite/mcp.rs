@@ -677,3 +677,41 @@ impl Drop for RemoveOnDrop {
         let _ = std::process::Command::new("docker").args(["rm", "-f", &self.0]).output();
     }
 }
+
+/// A server whose tool list changes while it runs (a server of the official TypeScript SDK,
+/// in the image, that registers a tool when `grow` is called and so sends
+/// `notifications/tools/list_changed`): the session reads the list again and the chat's model
+/// is offered the new tool, which answers.
+#[tokio::test]
+async fn a_tool_list_that_changes_reaches_the_model() {
+    const SERVER: &str = r#"
+const sdk = '/opt/mcp/node_modules/@modelcontextprotocol/sdk/dist/cjs/server/';
+const { McpServer } = require(sdk + 'mcp.js');
+const { StdioServerTransport } = require(sdk + 'stdio.js');
+const server = new McpServer({ name: 'grow', version: '1.0.0' });
+const text = (t) => ({ content: [{ type: 'text', text: t }] });
+server.registerTool('grow', { description: 'adds the tool grown' }, async () => {
+  server.registerTool('grown', { description: 'added while running' }, async () => text('grown here'));
+  return text('grew');
+});
+server.connect(new StdioServerTransport());
+"#;
+    let mut grow = server("grow", "node", Scope::Shared);
+    grow.args = vec!["-e".into(), SERVER.into()];
+    let Some(h) = Harness::start("mcp-grow", vec![grow]).await else { return };
+    let owner = ChatRef::console("owner").unwrap();
+    let offered = |h: &Harness| -> Vec<String> {
+        h.tools.tools(&owner, true).iter().map(|t| t.name().to_owned()).collect()
+    };
+    assert_eq!(offered(&h), ["mcp__grow__grow"]);
+    let grew = call(&h.tool(&owner, "mcp__grow__grow"), json!({}), &ctx(&owner)).await;
+    assert_eq!(grew["success"], true, "{grew}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !offered(&h).contains(&"mcp__grow__grown".to_owned()) {
+        assert!(Instant::now() < deadline, "the new tool never came: {:?}", offered(&h));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let grown = call(&h.tool(&owner, "mcp__grow__grown"), json!({}), &ctx(&owner)).await;
+    assert!(grown["output"].as_str().unwrap().contains("grown here"), "{grown}");
+    h.stop().await;
+}
