@@ -104,6 +104,11 @@ fn help_lists_every_command() {
     }
     let out = run(&["tasks", "--help"]);
     assert!(text(&out.stdout).contains("show"));
+    // `mcp --help` tells how a server is added: a package built into the image, an entry.
+    let help = text(&run(&["mcp", "--help"]).stdout);
+    for said in ["MCP_EXTRA_PKGS=", "[[mcp.servers]]", "url", "--operator --host"] {
+        assert!(help.contains(said), "{said} missing from:\n{help}");
+    }
 }
 
 #[test]
