@@ -81,6 +81,7 @@ async fn main() {
     let pipes = (child.stdout.take().expect("stdout"), child.stdin.take().expect("stdin"));
     let direct_session = Session::connect("everything", pipes, LIMIT).await.expect("direct");
     let direct = timed_calls(&direct_session).await;
+    let direct_rss = child.id().and_then(rss_mib);
     direct_session.close();
     let _ = child.kill().await;
 
@@ -110,6 +111,10 @@ async fn main() {
     let owner = nexbot_core::ChatRef::default_console();
     let session = mcp.session("everything", &owner).await.expect("the server's container");
     let contained = timed_calls(&session).await;
+    let container = mcp.instances().await.into_iter().find_map(|v| v.container);
+    // Idle: a moment after the last call.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let contained_memory = container.as_deref().and_then(container_memory);
     mcp.shutdown().await;
     pool.shutdown().await.expect("pool shutdown");
 
@@ -133,4 +138,32 @@ async fn main() {
         ),
         "(server-everything; the same Node and package both ways)",
     ));
+    record(Figure::reference(
+        "MCP server idle memory: its container / the same server as a process",
+        &format!(
+            "{} vs {} RSS",
+            contained_memory.unwrap_or_else(|| "unknown".into()),
+            direct_rss.map_or("unknown".into(), |m| format!("{m:.1} MiB"))
+        ),
+        "(server-everything after the calls; the container's is the engine's count: its \
+         processes and their page cache)",
+    ));
+}
+
+/// A process's resident memory in MiB (`VmRSS`).
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// A container's memory as the engine counts it (`docker stats`: `45.3MiB`).
+fn container_memory(name: &str) -> Option<String> {
+    let out = std::process::Command::new("docker")
+        .args(["stats", "--no-stream", "--format", "{{.MemUsage}}", name])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split('/').next().map(|used| used.trim().to_owned()).filter(|u| !u.is_empty())
 }

@@ -715,3 +715,121 @@ server.connect(new StdioServerTransport());
     assert!(grown["output"].as_str().unwrap().contains("grown here"), "{grown}");
     h.stop().await;
 }
+
+/// Through `nexbot chat` with a scripted model: a remote server's header secret (an operator
+/// secret bound to the server) reaches the server, filled in by the proxy, and nowhere else:
+/// not the daemon's output and logs, not what the model is sent (the server says it back; the
+/// proxy scrubs it on the way), not the audit, the database or any container's `docker
+/// inspect`.
+#[tokio::test]
+async fn a_remote_servers_header_secret_reaches_the_server_and_nowhere_else() {
+    use crate::common::{chat, text, Leftovers, TempWorkspace};
+    use nexbot_host::store::Store;
+    use nexbot_host::vault::{Scope as VaultScope, Vault};
+    use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+    use secrecy::SecretString;
+    const VALUE: &str = "hdr-PLANTED-remote-token-41c2e9";
+    const MASTER: &str = "remote-hunt-master-key-0123456789";
+    // A Streamable HTTP server of the official SDK that says which credential it was sent.
+    const SERVER: &str = r#"
+const sdk = '/opt/mcp/node_modules/@modelcontextprotocol/sdk/dist/cjs/server/';
+const { McpServer } = require(sdk + 'mcp.js');
+const { StreamableHTTPServerTransport } = require(sdk + 'streamableHttp.js');
+require('http').createServer((req, res) => {
+  const auth = req.headers['authorization'] || '';
+  console.log('authorization: ' + auth);
+  let body = '';
+  req.on('data', (c) => (body += c));
+  req.on('end', async () => {
+    const server = new McpServer({ name: 'whoami', version: '1.0.0' });
+    server.registerTool('whoami', { description: 'says which credential it was sent' },
+      async () => ({ content: [{ type: 'text', text: 'sent: ' + auth }] }));
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    await server.connect(transport);
+    await transport.handleRequest(req, res, body ? JSON.parse(body) : undefined);
+  });
+}).listen(3001);
+"#;
+    let tag = "mcp-hunt";
+    if docker_or_skip(tag).await.is_none() {
+        return;
+    }
+    let name = format!("nxm-hunt-{}", std::process::id());
+    let _server = RemoveOnDrop(name.clone());
+    docker_cli(&["run", "-d", "--rm", "--name", &name, MCP_IMAGE, "node", "-e", SERVER]);
+    let ip = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &name,
+    ]);
+    let addr: std::net::SocketAddr = format!("{}:3001", ip.trim()).parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "no listener: {}", docker_cli(&["logs", &name]));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The operator's secret, bound to the server, stored before the daemon starts.
+    let ws = TempWorkspace::init("nxw-mcp-hunt");
+    {
+        let store = Store::open(&ws.database()).await.unwrap();
+        let master = SecretString::from(MASTER.to_owned());
+        let vault = Vault::open(store, Some(&master), None).await.unwrap();
+        let value = SecretString::from(VALUE.to_owned());
+        let bound = [format!("http://{addr}")];
+        vault.set(&VaultScope::Operator, "REMOTE_TOKEN", value, &bound, &[], None).await.unwrap();
+    }
+    let leftovers = Leftovers::new(tag);
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("mcp__remote__whoami", json!({})),
+        Step::text("asked"),
+    ])
+    .await;
+    let mut env = crate::common::base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.push(("NEXBOT_MASTER_KEY".into(), MASTER.into()));
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        format!(
+            r#"[{{ name = "remote", url = "http://{addr}/mcp", scope = "shared", headers = {{ Authorization = "Bearer {{{{secret:REMOTE_TOKEN}}}}" }} }}]"#
+        ),
+    ));
+    env.push((
+        "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(),
+        format!(r#"[{{ cidr = "{}/32", ports = [3001] }}]"#, addr.ip()),
+    ));
+    env.push(("RUST_LOG".into(), "debug".into()));
+    let out = chat(&ws.config(), &env, &["who are you?"], Duration::from_secs(240)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "asked", "{stderr}");
+
+    // It reached the server, filled in by the proxy.
+    let seen = docker_cli(&["logs", &name]);
+    assert!(seen.contains(&format!("authorization: Bearer {VALUE}")), "{seen}");
+    // And nowhere else: the model got the server's answer with the value scrubbed.
+    let sent: Vec<String> = llm.requests().iter().map(|r| r.body.to_string()).collect();
+    let answer =
+        sent.iter().find(|b| b.contains("sent: ")).expect("the tool's answer reached the model");
+    assert!(answer.contains("REDACTED:REMOTE_TOKEN"), "{answer}");
+    let data = ws.database().parent().unwrap().to_owned();
+    let mut places = vec![
+        ("the daemon's output".to_owned(), format!("{stdout}{stderr}")),
+        ("what the model was sent".to_owned(), sent.join("\n")),
+    ];
+    for entry in std::fs::read_dir(&data).unwrap().flatten() {
+        if entry.path().is_file() {
+            let bytes = std::fs::read(entry.path()).unwrap_or_default();
+            places
+                .push((entry.path().display().to_string(), String::from_utf8_lossy(&bytes).into()));
+        }
+    }
+    let filter = format!("label=nexbot.pool={}", leftovers.pool);
+    for id in docker_cli(&["ps", "-aq", "--filter", &filter]).split_whitespace() {
+        places.push((format!("docker inspect {id}"), docker_cli(&["inspect", id])));
+    }
+    for (place, found) in &places {
+        assert!(!found.contains(VALUE), "the secret's value is in {place}");
+    }
+}
