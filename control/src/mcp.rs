@@ -26,10 +26,15 @@ pub struct McpServer {
     pub name: String,
     /// `chat` (a container per chat that uses it) or `shared` (one for every chat).
     pub scope: String,
-    /// The image its container runs.
+    /// The image its container runs (empty for a remote server).
     pub image: String,
-    /// The program and its arguments, run as the container's main process.
+    /// The program and its arguments, run as the container's main process (empty for a remote
+    /// server).
     pub command: Vec<String>,
+    /// A remote server's URL (Streamable HTTP, through the egress proxy). Additive: absent for a
+    /// stdio server and from an older daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// Tools it offers, as last listed (0 before any instance answered).
     pub tools: usize,
     /// Its instances; empty while none was started (a chat-scoped server's first call starts

@@ -103,7 +103,11 @@ fn list(l: &McpServerList) -> String {
                 s.scope.clone(),
                 i.serves.clone(),
                 i.state.clone(),
-                or_dash(i.container.clone(), |c| c),
+                match (&i.container, &s.url) {
+                    (Some(container), _) => container.clone(),
+                    (None, Some(_)) => "(remote)".to_owned(),
+                    (None, None) => "-".to_owned(),
+                },
                 i.tools.to_string(),
                 or_dash(i.up_secs, human_secs),
                 i.restarts.to_string(),
@@ -154,6 +158,7 @@ mod tests {
             scope: scope.into(),
             image: "nexbot-mcp:dev".into(),
             command: vec!["mcp-server-everything".into(), "stdio".into()],
+            url: None,
             tools: 13,
             instances,
         }

@@ -271,11 +271,16 @@ impl McpServers {
         &self.servers
     }
 
-    fn config(&self, server: &str) -> Result<&ServerConfig, McpError> {
-        self.servers
-            .iter()
-            .find(|s| s.name == server)
-            .ok_or_else(|| McpError::Unavailable(format!("no MCP server is named {server:?}")))
+    /// `server`'s configuration; an unknown name's error lists the configured ones.
+    pub fn config(&self, server: &str) -> Result<&ServerConfig, McpError> {
+        self.servers.iter().find(|s| s.name == server).ok_or_else(|| {
+            let names: Vec<&str> = self.servers.iter().map(|s| s.name.as_str()).collect();
+            let configured = match names.as_slice() {
+                [] => "none is configured ([[mcp.servers]] in config.toml)".to_owned(),
+                names => format!("configured: {}", names.join(", ")),
+            };
+            McpError::Unavailable(format!("no MCP server is named {server:?} ({configured})"))
+        })
     }
 
     fn key(&self, config: &ServerConfig, chat: &ChatRef) -> Key {

@@ -59,16 +59,9 @@ fn servers(state: &ControlState) -> Result<&McpServers, ApiError> {
     })
 }
 
-/// `server`'s configuration, or a 404 naming it.
+/// `server`'s configuration, or a 404 naming it (and the configured ones).
 fn known<'a>(mcp: &'a McpServers, server: &str) -> Result<&'a ServerConfig, ApiError> {
-    mcp.servers().iter().find(|s| s.name == server).ok_or_else(|| {
-        let names: Vec<&str> = mcp.servers().iter().map(|s| s.name.as_str()).collect();
-        let configured = match names.as_slice() {
-            [] => "none is configured ([[mcp.servers]] in config.toml)".to_owned(),
-            names => format!("configured: {}", names.join(", ")),
-        };
-        ApiError::not_found(format!("no MCP server is named {server:?} ({configured})"))
-    })
+    mcp.config(server).map_err(|e| ApiError::not_found(e.to_string()))
 }
 
 /// `GET /v1/mcp`: every configured server, with its instances (none yet: an empty list).
@@ -90,27 +83,22 @@ pub fn server_list(
         .map(|config| McpServer {
             name: config.name.clone(),
             scope: config.scope.as_str().to_owned(),
-            image: config.image().to_owned(),
+            image: match config.is_remote() {
+                true => String::new(),
+                false => config.image().to_owned(),
+            },
             command: config.command_line(),
+            url: config.url.clone(),
             tools: tool_counts(&config.name),
-            instances: views
-                .iter()
-                .filter(|v| v.server == config.name)
-                .map(|v| instance(config, v))
-                .collect(),
+            instances: views.iter().filter(|v| v.server == config.name).map(instance).collect(),
         })
         .collect();
     McpServerList { servers }
 }
 
-fn instance(config: &ServerConfig, v: &InstanceView) -> McpInstance {
-    // The instance without a chat of a chat-scoped server is the probe that read its tools.
-    let serves = match config.scope {
-        nexbot_mcp::Scope::Chat if v.serves == "shared" => "probe".to_owned(),
-        _ => v.serves.clone(),
-    };
+fn instance(v: &InstanceView) -> McpInstance {
     McpInstance {
-        serves,
+        serves: v.serves.clone(),
         state: v.state.to_owned(),
         container: v.container.clone(),
         tools: v.tools,
@@ -209,7 +197,7 @@ mod tests {
             [config("everything", "shared"), config("fs", "chat"), config("idle", "chat")];
         let views = [
             view("everything", "shared", "running"),
-            view("fs", "shared", "stopped"),
+            view("fs", "probe", "stopped"),
             view("fs", "telegram:7", "failed"),
         ];
         let list = server_list(&configs, &views, |s| if s == "everything" { 13 } else { 0 });
@@ -224,7 +212,8 @@ mod tests {
         assert_eq!(everything.instances[0].serves, "shared");
         assert_eq!(everything.instances[0].container.as_deref(), Some("nxb-mcp-everything-1"));
         assert_eq!(everything.instances[0].restarts, 2);
-        // A chat-scoped server's instance without a chat is its probe, not a shared one.
+        // A chat-scoped server's instance without a chat is its probe (`McpServers::instances`
+        // says so).
         let serves: Vec<&str> =
             list.servers[1].instances.iter().map(|i| i.serves.as_str()).collect();
         assert_eq!(serves, ["probe", "telegram:7"]);
@@ -232,5 +221,13 @@ mod tests {
         // Configured, never started: listed with no instance.
         assert!(list.servers[2].instances.is_empty());
         assert_eq!(list.servers[2].tools, 0);
+        // A remote server runs no image: it names its URL.
+        let remote: ServerConfig = serde_json::from_value(serde_json::json!({
+            "name": "tracker", "url": "https://mcp.example.com/mcp"
+        }))
+        .unwrap();
+        let list = server_list(&[remote], &[], |_| 0);
+        assert_eq!(list.servers[0].image, "");
+        assert_eq!(list.servers[0].url.as_deref(), Some("https://mcp.example.com/mcp"));
     }
 }
