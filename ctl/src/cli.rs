@@ -158,6 +158,23 @@ pub enum TasksCommand {
     },
 }
 
+/// How an operator adds an MCP server (`nexbot-ctl mcp --help`).
+const MCP_ADDING: &str = "\
+Adding a server:
+  A stdio server runs as the main process of its own container. The image nexbot-mcp:dev
+  (make mcp-image) has Node and the reference servers (server-everything, server-filesystem,
+  server-memory). Add an npm package to it when it is built (nothing is fetched at run time):
+      make mcp-image MCP_EXTRA_PKGS='some-mcp-server@1.2.3'
+  its programs land on PATH; or name an image of your own with `image`. Then add an entry to
+  config.toml and restart the daemon:
+      [[mcp.servers]]
+      name = \"some\"
+      command = \"some-mcp-server\"
+      args = []
+  A remote server (Streamable HTTP) names `url` instead, reached through the egress proxy
+  (allow its host), and may send `headers` whose {{secret:NAME}} is an operator secret bound
+  to that host (nexbot-ctl secrets set NAME --operator --host HOST).";
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory as _;
@@ -214,20 +231,3 @@ mod tests {
         }
     }
 }
-
-/// How an operator adds an MCP server (`nexbot-ctl mcp --help`).
-const MCP_ADDING: &str = "\
-Adding a server:
-  A stdio server runs as the main process of its own container. The image nexbot-mcp:dev
-  (make mcp-image) has Node and the reference servers (server-everything, server-filesystem,
-  server-memory). Add an npm package to it when it is built (nothing is fetched at run time):
-      make mcp-image MCP_EXTRA_PKGS='some-mcp-server@1.2.3'
-  its programs land on PATH; or name an image of your own with `image`. Then add an entry to
-  config.toml and restart the daemon:
-      [[mcp.servers]]
-      name = \"some\"
-      command = \"some-mcp-server\"
-      args = []
-  A remote server (Streamable HTTP) names `url` instead, reached through the egress proxy
-  (allow its host), and may send `headers` whose {{secret:NAME}} is an operator secret bound
-  to that host (nexbot-ctl secrets set NAME --operator --host HOST).";
