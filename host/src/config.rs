@@ -1041,8 +1041,14 @@ mod tests {
         assert_eq!(config.mcp.servers[0].name, "e");
         let err = load("[[mcp.servers]]\nname = \"a__b\"\ncommand = \"x\"\n", &[]).unwrap_err();
         assert!(err.to_string().contains("mcp.servers[0].name"), "{err}");
-        let err = load("[[mcp.servers]]\nname = \"a\"\nurl = \"https://x/mcp\"\n", &[]);
-        assert!(err.unwrap_err().to_string().contains("not supported yet"));
+        // A remote server: a url, and headers that may name secrets; credentials in the URL are
+        // refused.
+        let remote = "[[mcp.servers]]\nname = \"a\"\nurl = \"https://x/mcp\"\nheaders = { \
+                      Authorization = \"Bearer {{secret:TOKEN}}\" }\n";
+        let config = load(remote, &[]).unwrap();
+        assert_eq!(config.mcp.servers[0].url.as_deref(), Some("https://x/mcp"));
+        let err = load("[[mcp.servers]]\nname = \"a\"\nurl = \"https://u:p@x/mcp\"\n", &[]);
+        assert!(err.unwrap_err().to_string().contains("mcp.servers[0].url"));
     }
 
     #[test]
