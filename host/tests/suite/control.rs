@@ -69,7 +69,17 @@ async fn the_control_api_answers_on_a_private_socket_and_bad_requests_get_json_e
     tg.user_says(OWNER, OWNER, "remember this line").await;
     tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("echo: remember")), LIMIT)
         .await;
-    let messages: MessageList = api.get(paths::MESSAGES).await.unwrap();
+    // The ledger marks the row answered once the send returned, which may be just after the
+    // fixture saw the message: wait for it (the state is asserted, not a time).
+    let deadline = std::time::Instant::now() + LIMIT;
+    let messages = loop {
+        let messages: MessageList = api.get(paths::MESSAGES).await.unwrap();
+        let done = messages.messages.first().is_some_and(|m| m.state != "pending");
+        if done || std::time::Instant::now() > deadline {
+            break messages;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(messages.messages.len(), 1);
     assert_eq!(messages.messages[0].state, "answered");
     let failed: MessageList = api.get(&format!("{}?failed=true", paths::MESSAGES)).await.unwrap();
