@@ -532,22 +532,7 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
         "mcp-server-everything",
         "streamableHttp",
     ]);
-    let ip = docker_cli(&[
-        "inspect",
-        "-f",
-        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        &name,
-    ]);
-    let addr: std::net::SocketAddr = format!("{}:3001", ip.trim()).parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the remote server did not listen: {}",
-            docker_cli(&["logs", &name])
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let addr = listening_at(&name).await;
 
     // The proxy allows the server's address; the operator's secret is bound to it.
     let mut config = nexbot_egress::EgressConfig::default();
@@ -669,6 +654,23 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
     assert!(lines.iter().all(|l| l["task_id"] != "mcp:leaky"), "nothing of it left: {lines:?}");
 }
 
+/// Port 3001 of the test's server container `name`, once something listens there.
+async fn listening_at(name: &str) -> std::net::SocketAddr {
+    let ip = docker_cli(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        name,
+    ]);
+    let addr: std::net::SocketAddr = format!("{}:3001", ip.trim()).parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "no listener: {}", docker_cli(&["logs", name]));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    addr
+}
+
 /// Removes a container of the test's when the test ends, however it ends.
 struct RemoveOnDrop(String);
 
@@ -757,18 +759,7 @@ require('http').createServer((req, res) => {
     let name = format!("nxm-hunt-{}", std::process::id());
     let _server = RemoveOnDrop(name.clone());
     docker_cli(&["run", "-d", "--rm", "--name", &name, MCP_IMAGE, "node", "-e", SERVER]);
-    let ip = docker_cli(&[
-        "inspect",
-        "-f",
-        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        &name,
-    ]);
-    let addr: std::net::SocketAddr = format!("{}:3001", ip.trim()).parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(Instant::now() < deadline, "no listener: {}", docker_cli(&["logs", &name]));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let addr = listening_at(&name).await;
 
     // The operator's secret, bound to the server, stored before the daemon starts.
     let ws = TempWorkspace::init("nxw-mcp-hunt");
