@@ -171,6 +171,8 @@ Adding a server:
       name = \"some\"
       command = \"some-mcp-server\"
       args = []
+  A chat's own files: `room = \"/room\"` on a chat-scoped server mounts that chat's room there
+  (e.g. command = \"mcp-server-filesystem\", args = [\"/room\"]), and nothing else of the host.
   A remote server (Streamable HTTP) names `url` instead, reached through the egress proxy
   (allow its host), and may send `headers` whose {{secret:NAME}} is an operator secret bound
   to that host (nexbot-ctl secrets set NAME --operator --host HOST).";

@@ -143,6 +143,8 @@ pub use owner::Owner;
 pub use pool::{PingResult, Pool, TaskIo, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use restart::RestartReason;
 pub use room::{Room, DEFAULT_ROOM};
-pub use service::{Service, ServiceIo, ServiceSpec, LABEL_SERVICE};
+pub use service::{
+    check_mount_target, Service, ServiceIo, ServiceMount, ServiceSpec, LABEL_SERVICE,
+};
 pub use slot::{count_by_state, ContainerSnapshot, SlotState};
 pub use stats::{PoolStats, RoomCounts, SlotBackoff, TaskCounts};

@@ -37,6 +37,20 @@ impl OwnContainer {
     pub fn mount_source(&self, destination: &str) -> Option<&Path> {
         self.mounts.get(destination).map(PathBuf::as_path)
     }
+
+    /// Where `path` (absolute, in this container) is on the Docker host: under the source of
+    /// the deepest mount that holds it; `None` when no mount does (it is in the container's
+    /// own file system, which the engine cannot hand to another container).
+    pub fn host_path(&self, path: &Path) -> Option<PathBuf> {
+        self.mounts
+            .iter()
+            .filter_map(|(destination, source)| {
+                let rest = path.strip_prefix(destination).ok()?;
+                Some((Path::new(destination).components().count(), source.join(rest)))
+            })
+            .max_by_key(|(depth, _)| *depth)
+            .map(|(_, on_host)| on_host)
+    }
 }
 
 /// What this process found out about its own container.
@@ -111,4 +125,32 @@ pub async fn discover_own_container(
         "the Docker engine did not describe its container {short} ({attempts} attempts, last \
          error: {last})"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_is_found_under_the_deepest_mount_that_holds_it() {
+        let own = OwnContainer {
+            id: "x".into(),
+            labels: BTreeMap::new(),
+            mounts: BTreeMap::from([
+                ("/data".to_owned(), PathBuf::from("/var/lib/docker/volumes/p_data/_data")),
+                ("/data/chats".to_owned(), PathBuf::from("/srv/chats")),
+                ("/skills".to_owned(), PathBuf::from("/home/me/skills")),
+            ]),
+        };
+        assert_eq!(
+            own.host_path(Path::new("/data/chats/telegram_1")),
+            Some(PathBuf::from("/srv/chats/telegram_1"))
+        );
+        assert_eq!(
+            own.host_path(Path::new("/data/notes")),
+            Some(PathBuf::from("/var/lib/docker/volumes/p_data/_data/notes"))
+        );
+        assert_eq!(own.host_path(Path::new("/datadir/x")), None, "a prefix is not a folder");
+        assert_eq!(own.host_path(Path::new("/etc/passwd")), None);
+    }
 }

@@ -14,9 +14,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use bollard::container::LogOutput;
+use bollard::models::{Mount, MountType};
 use bollard::query_parameters::CreateContainerOptionsBuilder;
 use futures_util::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
@@ -55,6 +57,56 @@ pub struct ServiceSpec {
     pub env: BTreeMap<String, String>,
     /// More labels (e.g. which room it serves).
     pub labels: BTreeMap<String, String>,
+    /// Who it runs as (`uid:gid`); the pool's user when `None`. The caller's choice, for a
+    /// service that writes files another process of that user reads (a chat's room).
+    pub user: Option<String>,
+    /// Folders it sees besides its own `/tmp`.
+    pub mounts: Vec<ServiceMount>,
+}
+
+/// A folder a service container sees at `target` (an absolute path in the container, not `/`,
+/// `/tmp` or anything under them that the image needs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceMount {
+    /// A folder of the Docker host (the engine resolves `source` on its own machine), read and
+    /// written by the service. It must exist.
+    Folder { source: PathBuf, target: String },
+    /// An empty folder of its own (a tmpfs the size of `/tmp`, owned by its user, gone with
+    /// it): what it sees where another instance of the same server sees a folder.
+    Empty { target: String },
+}
+
+impl ServiceMount {
+    pub fn target(&self) -> &str {
+        match self {
+            ServiceMount::Folder { target, .. } | ServiceMount::Empty { target } => target,
+        }
+    }
+}
+
+/// Whether `target` can be a service's mount point: absolute, normal (no `.`, `..`, empty or repeated separators),
+/// neither `/` nor `/tmp` nor under `/tmp`, and no `:` or `,` (the engine's option syntax).
+pub fn check_mount_target(target: &str) -> Result<(), String> {
+    let normal = target.starts_with('/')
+        && target.len() > 1
+        && !target.ends_with('/')
+        && target[1..].split('/').all(|part| !part.is_empty() && part != "." && part != "..");
+    if !normal {
+        return Err(format!("{target:?} is not an absolute, normal path other than /"));
+    }
+    if target == "/tmp" || target.starts_with("/tmp/") {
+        return Err(format!("{target:?} is the container's /tmp"));
+    }
+    if target.contains([':', ',']) || target.chars().any(char::is_control) {
+        return Err(format!("{target:?} has a ':', ',' or control character"));
+    }
+    Ok(())
+}
+
+/// `uid[:gid]`, both numbers (root allowed: the caller's deliberate choice).
+fn parse_user(user: &str) -> Option<(u32, u32)> {
+    let (uid, gid) = user.split_once(':').unwrap_or((user, user));
+    Some((uid.parse().ok()?, gid.parse().ok()?))
 }
 
 /// A service container's stdio: write requests to `stdin`, read its stdout from `stdout`.
@@ -147,7 +199,18 @@ impl Engine {
                 PoolError::InvalidConfig(format!("service {}: env.{name}: {why}", spec.service))
             })?;
         }
+        let invalid =
+            |why: String| PoolError::InvalidConfig(format!("service {}: {why}", spec.service));
+        let (uid, gid) = match &spec.user {
+            Some(user) => parse_user(user)
+                .ok_or_else(|| invalid(format!("user: {user:?} is not a numeric uid[:gid]")))?,
+            None => self.config.uid_gid()?,
+        };
+        for mount in &spec.mounts {
+            check_mount_target(mount.target()).map_err(|why| invalid(format!("mount: {why}")))?;
+        }
         let mut body = container_spec(&self.config, &self.owner, &self.instance, 0)?;
+        body.user = Some(format!("{uid}:{gid}"));
         let labels = body.labels.get_or_insert_with(HashMap::new);
         labels.remove(LABEL_SLOT);
         labels.insert(LABEL_ROLE.to_owned(), spec.role.clone());
@@ -174,6 +237,29 @@ impl Engine {
                     *options = options.replace("noexec,", "");
                 }
             }
+            let mut folders = Vec::new();
+            for mount in &spec.mounts {
+                match mount {
+                    // A typed mount, not a `binds` string: no path can smuggle options in.
+                    ServiceMount::Folder { source, target } => folders.push(Mount {
+                        target: Some(target.clone()),
+                        source: Some(source.display().to_string()),
+                        typ: Some(MountType::BIND),
+                        read_only: Some(false),
+                        ..Mount::default()
+                    }),
+                    ServiceMount::Empty { target } => {
+                        host.tmpfs.get_or_insert_with(HashMap::new).insert(
+                            target.clone(),
+                            format!(
+                                "rw,noexec,nosuid,nodev,size={},uid={uid},gid={gid},mode=0700",
+                                self.config.tmp_size_bytes
+                            ),
+                        );
+                    }
+                }
+            }
+            host.mounts = (!folders.is_empty()).then_some(folders);
         }
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let name = format!("{}-{}-{}", self.config.name, spec.name, &suffix[..8]);
@@ -263,5 +349,41 @@ impl Engine {
             *service.reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
             service.exited.cancel();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mount_target_is_an_absolute_normal_path_outside_tmp_without_option_syntax() {
+        for good in ["/room", "/srv/room", "/a-b_c.d"] {
+            assert_eq!(check_mount_target(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "/",
+            "room",
+            "/room/",
+            "//room",
+            "/a/../etc",
+            "/./a",
+            "/tmp",
+            "/tmp/x",
+            "/room:ro",
+            "/a,b",
+            "/a\nb",
+        ] {
+            assert!(check_mount_target(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn a_user_is_numeric_and_its_group_defaults_to_the_uid() {
+        assert_eq!(parse_user("1000:100"), Some((1000, 100)));
+        assert_eq!(parse_user("0"), Some((0, 0)));
+        assert_eq!(parse_user("root"), None);
+        assert_eq!(parse_user("1:x"), None);
     }
 }

@@ -102,12 +102,13 @@ async fn main() {
         headers: Default::default(),
         env: Default::default(),
         scope: Scope::Shared,
+        room: None,
         allowed_chats: Vec::new(),
         call_timeout_secs: 30,
         idle_stop_secs: 600,
         start_timeout_secs: 60,
     };
-    let mcp = McpServers::start(pool.clone(), vec![server], McpEgress::default()).await;
+    let mcp = McpServers::start(pool.clone(), vec![server], McpEgress::default(), None).await;
     let owner = nexbot_core::ChatRef::default_console();
     let session = mcp.session("everything", &owner).await.expect("the server's container");
     let contained = timed_calls(&session).await;

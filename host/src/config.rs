@@ -572,6 +572,12 @@ impl Config {
     fn validate(&self) -> Result<(), (String, String)> {
         self.validate_sections().map_err(|(key, reason)| (key.to_owned(), reason))?;
         self.mcp.validate().map_err(|reason| ("mcp.servers".to_owned(), reason))?;
+        for (i, server) in self.mcp.servers.iter().enumerate() {
+            if let Some(room) = &server.room {
+                nexbot_docker::check_mount_target(room)
+                    .map_err(|why| (format!("mcp.servers[{i}].room"), why))?;
+            }
+        }
         if let Some((key, reason)) = self.telegram.problems().into_iter().next() {
             return Err((key.to_owned(), reason));
         }
@@ -1049,6 +1055,17 @@ mod tests {
         assert_eq!(config.mcp.servers[0].url.as_deref(), Some("https://x/mcp"));
         let err = load("[[mcp.servers]]\nname = \"a\"\nurl = \"https://u:p@x/mcp\"\n", &[]);
         assert!(err.unwrap_err().to_string().contains("mcp.servers[0].url"));
+        let room = |path: &str| {
+            load(
+                &format!("[[mcp.servers]]\nname = \"f\"\ncommand = \"x\"\nroom = \"{path}\"\n"),
+                &[],
+            )
+        };
+        assert_eq!(room("/room").unwrap().mcp.servers[0].room.as_deref(), Some("/room"));
+        for bad in ["room", "/tmp", "/a/../etc", "/room:ro"] {
+            let err = room(bad).unwrap_err().to_string();
+            assert!(err.contains("mcp.servers[0].room"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -13,6 +13,12 @@
 //! is learned from a probe instance (a chat-scoped server's, stopped once it answered) so a
 //! chat's model knows the tools before the chat's own container exists.
 //!
+//! A chat-scoped stdio server with `room` gets its chat's room (the folder the chat's file
+//! tools work in) mounted at that path, read and written, and runs as the daemon's own user, so
+//! what it writes is the chat's file and what the chat wrote it can read; the probe sees an
+//! empty folder there. No other chat's room is in its container, and no instance serves two
+//! chats.
+//!
 //! When an instance's container dies or its session ends, calls in flight fail at once with
 //! the reason, and the instance is started again: a shared one in the background, a chat's at
 //! its next call; at once the first time, and while restarts keep failing they wait longer
@@ -20,11 +26,12 @@
 //! try is.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nexbot_core::{BoxFuture, ChatRef};
-use nexbot_docker::{Pool, Service, ServiceSpec};
+use nexbot_docker::{Pool, Service, ServiceMount, ServiceSpec};
 use nexbot_egress::{AttributionTable, Door, Doors};
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
@@ -70,6 +77,39 @@ pub struct McpEgress {
     pub doors: Option<Doors>,
     /// Where a remote server's `{{secret:NAME}}` values come from (the operator's secrets).
     pub secrets: Option<Arc<dyn SecretSource>>,
+}
+
+/// Where the chats' rooms are, for the servers that get one (`room`).
+#[derive(Debug, Clone)]
+pub struct McpRooms {
+    /// The daemon's folder of rooms (`<workspace>/chats`, [`nexbot_tools::rooms::ROOMS_DIR`]).
+    pub dir: PathBuf,
+    /// The same folder as the Docker engine sees it (a bind source is a path on the engine's
+    /// machine: a daemon in a container finds it through its own mounts), or why it is not
+    /// known; then a server with `room` does not start for a chat, and says why.
+    pub on_engine: Result<PathBuf, String>,
+    /// Who a server with a room runs as (`uid:gid`): the daemon's own user.
+    pub user: String,
+    /// Whether `on_engine` is a guess to check before a room is given (a daemon in a container
+    /// it cannot identify guesses that the engine sees its paths): a throw-away container reads
+    /// a marker written into `dir` through the mount, once ([`McpServers`] keeps the answer).
+    pub check: bool,
+}
+
+impl McpRooms {
+    /// The rooms under `dir` as this process sees them, on an engine that sees the same paths,
+    /// run as this process's user.
+    pub fn local(dir: PathBuf) -> Self {
+        Self { on_engine: Ok(dir.clone()), dir, user: own_user(), check: false }
+    }
+}
+
+/// Where a check container finds the folder of rooms.
+const CHECK_TARGET: &str = "/rooms-check";
+
+/// This process's `uid:gid`.
+pub fn own_user() -> String {
+    format!("{}:{}", rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
 }
 
 /// One running instance.
@@ -204,6 +244,10 @@ pub struct McpServers {
     pool: Arc<Pool>,
     servers: Vec<ServerConfig>,
     egress: McpEgress,
+    /// Where servers with `room` find their chat's (`None`: such a server does not start).
+    rooms: Option<McpRooms>,
+    /// The answer of the one check that the engine sees the rooms where `rooms` guesses.
+    rooms_checked: tokio::sync::OnceCell<Result<(), String>>,
     /// Asks a chat before its server reaches a new destination (`egress.mode = "ask"`); set
     /// once the approvals exist ([`McpServers::set_questions`]).
     questions: OnceLock<Arc<dyn TaskQuestions>>,
@@ -223,12 +267,15 @@ impl McpServers {
         pool: Arc<Pool>,
         servers: Vec<ServerConfig>,
         egress: McpEgress,
+        rooms: Option<McpRooms>,
     ) -> Arc<Self> {
         let this = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             pool,
             servers,
             egress,
+            rooms,
+            rooms_checked: tokio::sync::OnceCell::new(),
             questions: OnceLock::new(),
             instances: Mutex::default(),
             catalogs: Mutex::default(),
@@ -347,7 +394,7 @@ impl McpServers {
     async fn launch(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
         let running = match config.is_remote() {
             true => self.launch_remote(config, key).await?,
-            false => self.launch_stdio(config).await?,
+            false => self.launch_stdio(config, key).await?,
         };
         tracing::info!(
             server = %config.name,
@@ -432,8 +479,113 @@ impl McpServers {
         Ok((credentials, holds))
     }
 
+    /// What a server with `room` gets: its chat's room (created when missing), or an empty
+    /// folder for the probe; and the daemon's user to run as. Nothing for any other server.
+    async fn room_mount(
+        &self,
+        config: &ServerConfig,
+        key: &Key,
+    ) -> Result<(Option<String>, Vec<ServiceMount>), McpError> {
+        let Some(target) = config.room.clone() else { return Ok((None, Vec::new())) };
+        let rooms = self.rooms.as_ref().ok_or_else(|| {
+            McpError::Start(
+                "it is given its chat's room (room), and this daemon has no rooms".into(),
+            )
+        })?;
+        let mount = match &key.1 {
+            None => ServiceMount::Empty { target },
+            Some(chat) => {
+                let on_engine = rooms.on_engine.as_ref().map_err(|why| {
+                    McpError::Start(format!("its chat's room cannot be given to it: {why}"))
+                })?;
+                if rooms.check {
+                    let checked =
+                        self.rooms_checked.get_or_init(|| self.check_rooms(rooms, on_engine)).await;
+                    checked.clone().map_err(|why| {
+                        McpError::Start(format!("its chat's room cannot be given to it: {why}"))
+                    })?;
+                }
+                nexbot_tools::rooms::ensure_room(&rooms.dir, chat).map_err(|e| {
+                    McpError::Start(format!(
+                        "the room of {chat} under {}: {e}",
+                        rooms.dir.display()
+                    ))
+                })?;
+                let source = on_engine.join(nexbot_tools::rooms::room_name(chat));
+                ServiceMount::Folder { source, target }
+            }
+        };
+        Ok((Some(rooms.user.clone()), vec![mount]))
+    }
+
+    /// Whether the engine sees `rooms.dir` at `on_engine`: a marker of random text written there
+    /// is read back by a throw-away container (the pool's image, its busybox) given that
+    /// folder. Said in the log either way.
+    async fn check_rooms(
+        &self,
+        rooms: &McpRooms,
+        on_engine: &std::path::Path,
+    ) -> Result<(), String> {
+        use tokio::io::AsyncReadExt;
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let name = format!(".engine-check-{token}");
+        let marker = rooms.dir.join(&name);
+        std::fs::create_dir_all(&rooms.dir)
+            .and_then(|()| std::fs::write(&marker, &token))
+            .map_err(|e| {
+                format!("could not write a check file into {}: {e}", rooms.dir.display())
+            })?;
+        let spec = ServiceSpec {
+            role: ROLE.to_owned(),
+            service: "mcp:rooms-check".to_owned(),
+            name: "mcp-rooms-check".to_owned(),
+            image: self.pool.config().image.clone(),
+            command: vec!["/bin/busybox".into(), "cat".into(), format!("{CHECK_TARGET}/{name}")],
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            user: Some(rooms.user.clone()),
+            mounts: vec![ServiceMount::Folder {
+                source: on_engine.to_path_buf(),
+                target: CHECK_TARGET.to_owned(),
+            }],
+        };
+        let read = async {
+            let (service, mut io) =
+                self.pool.start_service(&spec).await.map_err(|e| e.to_string())?;
+            let mut seen = String::new();
+            let read = io.stdout.read_to_string(&mut seen).await;
+            service.stop().await;
+            read.map_err(|e| e.to_string())?;
+            Ok::<_, String>(seen)
+        };
+        let seen = tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .unwrap_or_else(|_| Err("the check container did not answer in 30 s".into()));
+        let _ = std::fs::remove_file(&marker);
+        let answer = match seen {
+            Ok(seen) if seen.trim() == token => Ok(()),
+            Ok(_) => Err(format!(
+                "the Docker engine does not see {} at the same path (a check container could not \
+                 read a file written there); run the daemon where the engine sees its workspace, \
+                 or as a compose service",
+                rooms.dir.display()
+            )),
+            Err(e) => {
+                Err(format!("the check that the engine sees {} failed: {e}", rooms.dir.display()))
+            }
+        };
+        match &answer {
+            Ok(()) => {
+                tracing::info!(rooms = %rooms.dir.display(), "the Docker engine sees the chats' rooms at the daemon's path")
+            }
+            Err(why) => tracing::warn!("MCP servers with `room` cannot start: {why}"),
+        }
+        answer
+    }
+
     /// Starts the container and the session; removes the container when the session fails.
-    async fn launch_stdio(&self, config: &ServerConfig) -> Result<Running, McpError> {
+    async fn launch_stdio(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
+        let (user, mounts) = self.room_mount(config, key).await?;
         let spec = ServiceSpec {
             role: ROLE.to_owned(),
             service: format!("mcp:{}", config.name),
@@ -451,6 +603,8 @@ impl McpServers {
                 ("nexbot.mcp.scope".to_owned(), config.scope.as_str().to_owned()),
             ]
             .into(),
+            user,
+            mounts,
         };
         let (service, io) =
             self.pool.start_service(&spec).await.map_err(|e| McpError::Start(e.to_string()))?;

@@ -105,7 +105,10 @@ fn compose_settings(config: &Config, found: &nexbot_docker::SelfDiscovery) -> Fr
 
 /// [`compose_settings`] for this process, said in the log: which deployment, or at warn
 /// level that it cannot tell.
-async fn in_compose(config: &Config, docker: &nexbot_docker::Docker) -> FromContainer {
+async fn in_compose(
+    config: &Config,
+    docker: &nexbot_docker::Docker,
+) -> (FromContainer, nexbot_docker::SelfDiscovery) {
     let found = nexbot_docker::discover_own_container(
         docker,
         nexbot_docker::DISCOVERY_ATTEMPTS,
@@ -140,7 +143,38 @@ async fn in_compose(config: &Config, docker: &nexbot_docker::Docker) -> FromCont
         ),
         _ => {}
     }
-    from
+    (from, found)
+}
+
+/// Where the chats' rooms of `workspace` are for the servers that get one: the folder as this
+/// daemon sees it, and as the engine does (this path on the host, or through this daemon's
+/// container's mounts). A workspace on no mount of the container (its own layer) cannot be
+/// given to another container, and a container that cannot be told has no known mounts.
+fn mcp_rooms(workspace: &Path, found: &nexbot_docker::SelfDiscovery) -> crate::mcp::McpRooms {
+    use nexbot_docker::SelfDiscovery;
+    let dir = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf())
+        .join(nexbot_tools::rooms::ROOMS_DIR);
+    let mut check = false;
+    let on_engine = match found {
+        SelfDiscovery::NotInContainer => Ok(dir.clone()),
+        SelfDiscovery::Found(own) => own.host_path(&dir).ok_or_else(|| {
+            format!(
+                "{} is in this daemon's container's own files, on no volume or bind mount, so \
+                 no other container can be given it; put the workspace on a volume (compose.yaml \
+                 mounts one at /data)",
+                dir.display()
+            )
+        }),
+        // A container it cannot identify: perhaps the engine runs beside it (Docker in the
+        // same container) and sees its paths. Checked before the first room is given.
+        SelfDiscovery::Unknown(_) => {
+            check = true;
+            Ok(dir.clone())
+        }
+    };
+    crate::mcp::McpRooms { dir, on_engine, user: crate::mcp::own_user(), check }
 }
 
 /// The config a daemon's pool runs with here: `config` with what a compose deployment derives
@@ -212,7 +246,7 @@ impl Sandbox {
         secrets: Option<Arc<dyn crate::tools::delegate::SecretSource>>,
     ) -> Result<Self, SandboxError> {
         let docker = nexbot_docker::connect().await?;
-        let from = in_compose(config, &docker).await;
+        let (from, found) = in_compose(config, &docker).await;
         let (config, cannot_tell) = match &from {
             FromContainer::Compose(derived) => (&**derived, None),
             FromContainer::CannotTell { why, defaults: true } => (config, Some(why.as_str())),
@@ -255,9 +289,14 @@ impl Sandbox {
             doors: Some(egress.doors()),
             secrets,
         };
-        let mcp =
-            crate::mcp::McpServers::start(pool.clone(), config.mcp.servers.clone(), mcp_egress)
-                .await;
+        let rooms = mcp_rooms(&config.workspace.dir, &found);
+        let mcp = crate::mcp::McpServers::start(
+            pool.clone(),
+            config.mcp.servers.clone(),
+            mcp_egress,
+            Some(rooms),
+        )
+        .await;
         Ok(Self { pool, docker: engine, network, egress, tokens, mcp, _attribution: attribution })
     }
 
@@ -532,6 +571,23 @@ mod tests {
         assert_eq!(compose_settings(&config, &own(None)), FromContainer::Unchanged);
         let outside = nexbot_docker::SelfDiscovery::NotInContainer;
         assert_eq!(compose_settings(&config, &outside), FromContainer::Unchanged);
+    }
+
+    #[test]
+    fn the_rooms_are_found_on_the_engine_through_the_daemons_own_mounts() {
+        let rooms = |found| mcp_rooms(Path::new("/data"), &found);
+        assert_eq!(
+            rooms(own(Some("shop"))).on_engine,
+            Ok(std::path::PathBuf::from("/var/lib/docker/v/_data/chats"))
+        );
+        let on_host = rooms(nexbot_docker::SelfDiscovery::NotInContainer);
+        assert_eq!(on_host.on_engine.as_ref(), Ok(&on_host.dir));
+        assert!(!on_host.check, "a daemon on the host knows the engine sees its paths");
+        let unknown = rooms(nexbot_docker::SelfDiscovery::Unknown("no".into()));
+        assert!(unknown.check, "a guess, checked before a room is given");
+        assert_eq!(unknown.on_engine.as_ref(), Ok(&unknown.dir));
+        let layer = mcp_rooms(Path::new("/srv/ws"), &own(Some("shop")));
+        assert!(layer.on_engine.unwrap_err().contains("no volume or bind mount"));
     }
 
     #[test]

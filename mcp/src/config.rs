@@ -56,6 +56,13 @@ pub struct ServerConfig {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub scope: Scope,
+    /// A stdio server with `scope = "chat"` may get its chat's room (the folder the chat's
+    /// file tools work in) at this path in its container, read and written: e.g.
+    /// `@modelcontextprotocol/server-filesystem` with `args = ["/room"]` and `room = "/room"`
+    /// works on the chat's own files and nothing else. The probe that reads its tool list
+    /// sees an empty folder there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<String>,
     /// Chats other than the owner's that may use it (`telegram:123`, `console:name`; `*` is
     /// every chat). The owner's chats may always.
     #[serde(default)]
@@ -137,6 +144,12 @@ impl McpConfig {
                     problems.push(format!("{at}.command: empty"))
                 }
                 (Some(_), None) => {
+                    if server.room.is_some() && server.scope != Scope::Chat {
+                        problems.push(format!(
+                            "{at}.room: a shared server serves every chat, so it gets no chat's \
+                             room; set scope = \"chat\" (one container per chat)"
+                        ));
+                    }
                     if !server.headers.is_empty() {
                         problems.push(format!(
                             "{at}.headers: only a remote server (url) sends headers; a stdio \
@@ -197,8 +210,12 @@ impl McpConfig {
 
 /// What a remote server may not set (it runs no container), or a bad header; the field first.
 fn check_remote(server: &ServerConfig) -> Result<(), String> {
-    if !server.args.is_empty() || server.image.is_some() || !server.env.is_empty() {
-        return Err("url: a remote server runs no container; drop args, image and env".into());
+    if !server.args.is_empty()
+        || server.image.is_some()
+        || !server.env.is_empty()
+        || server.room.is_some()
+    {
+        return Err("url: a remote server runs no container; drop args, image, env and room".into());
     }
     for (name, value) in &server.headers {
         let Ok(header) = http::HeaderName::from_bytes(name.as_bytes()) else {
@@ -291,6 +308,12 @@ mod tests {
     }
 
     #[test]
+    fn a_chat_scoped_stdio_server_may_get_its_chats_room() {
+        let config = parse(r#"{"mcp":{"servers":[{"name":"files","command":"mcp-server-filesystem","args":["/room"],"room":"/room"}]}}"#).unwrap();
+        assert_eq!(config.servers[0].room.as_deref(), Some("/room"));
+    }
+
+    #[test]
     fn a_remote_server_has_a_url_and_headers() {
         let config = parse(r#"{"mcp":{"servers":[{"name":"gh","url":"https://api.example.com/mcp","headers":{"Authorization":"Bearer {{secret:GH_TOKEN}}"},"scope":"shared"}]}}"#).unwrap();
         let server = &config.servers[0];
@@ -322,6 +345,8 @@ mod tests {
             (r#"[{"name":"a","url":"https://x/","headers":{"a b":"x"}}]"#, "header name"),
             (r#"[{"name":"a","url":"https://x/","headers":{"X":"a\nb"}}]"#, "headers.X"),
             (r#"[{"name":"a","command":"x","headers":{"X":"y"}}]"#, "only a remote"),
+            (r#"[{"name":"a","url":"https://x/","room":"/room"}]"#, "runs no container"),
+            (r#"[{"name":"a","command":"x","room":"/room","scope":"shared"}]"#, "no chat's room"),
             (r#"[{"name":"a","command":"x","allowed_chats":["nope"]}]"#, "allowed_chats"),
             (r#"[{"name":"a","command":"x","call_timeout_secs":0}]"#, "call_timeout_secs"),
             (r#"[{"name":"a","command":"x","idle_stop_secs":60}]"#, "longer than call_timeout"),

@@ -117,18 +117,27 @@ impl Rooms {
     /// The confinement of `chat`'s tools, its room created when missing. A room that is not a
     /// real folder (a symlink, a file) is refused: nothing in it could be trusted to stay in.
     pub fn confinement(&self, chat: &ChatRef, owner: bool) -> io::Result<Confinement> {
-        let room = self.room_dir(chat);
-        std::fs::create_dir_all(&self.dir)?;
-        match std::fs::create_dir(&room) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-        if !room.symlink_metadata()?.is_dir() {
-            return Err(io::Error::other(format!("{} is not a folder", room.display())));
-        }
+        let room = ensure_room(&self.dir, chat)?;
         Confinement::new(&room, self.shared.clone(), owner)
     }
+}
+
+/// `chat`'s room under `rooms` (a workspace's [`ROOMS_DIR`]), created when missing; its
+/// folder's name is the returned path's last component. A room that is not a real folder (a
+/// symlink, a file) is refused: nothing in it could be trusted to stay in. What the file tools
+/// and an MCP server given the chat's room (mounted into its container) both start from.
+pub fn ensure_room(rooms: &Path, chat: &ChatRef) -> io::Result<PathBuf> {
+    let room = rooms.join(room_name(chat));
+    std::fs::create_dir_all(rooms)?;
+    match std::fs::create_dir(&room) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    if !room.symlink_metadata()?.is_dir() {
+        return Err(io::Error::other(format!("{} is not a folder", room.display())));
+    }
+    Ok(room)
 }
 
 /// What [`move_shared_workspace`] did, by top-level name.

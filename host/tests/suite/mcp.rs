@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nexbot_agent::tools::{tool_message, Tool, ToolContext, ToolSource};
 use nexbot_core::ChatRef;
 use nexbot_docker::{Pool, PoolConfig};
-use nexbot_host::mcp::{McpEgress, McpServers};
+use nexbot_host::mcp::{McpEgress, McpRooms, McpServers};
 use nexbot_mcp::{Connector, McpTools, Scope, ServerConfig};
 use nexbot_tests::docker_or_skip;
 use serde_json::{json, Value};
@@ -35,6 +35,7 @@ pub(crate) fn server(name: &str, command: &str, scope: Scope) -> ServerConfig {
         headers: Default::default(),
         env: Default::default(),
         scope,
+        room: None,
         allowed_chats: Vec::new(),
         call_timeout_secs: 30,
         idle_stop_secs: 600,
@@ -57,6 +58,16 @@ impl Harness {
     }
 
     async fn start_with(tag: &str, servers: Vec<ServerConfig>, egress: McpEgress) -> Option<Self> {
+        Self::start_in(tag, servers, egress, None).await
+    }
+
+    /// [`Harness::start_with`] with the chats' rooms for servers that get one.
+    async fn start_in(
+        tag: &str,
+        servers: Vec<ServerConfig>,
+        egress: McpEgress,
+        rooms: Option<McpRooms>,
+    ) -> Option<Self> {
         let docker = docker_or_skip(tag).await?;
         for image in [MCP_IMAGE.to_owned(), subagent_image()] {
             if docker.inspect_image(&image).await.is_err() {
@@ -72,7 +83,7 @@ impl Harness {
             ..PoolConfig::default()
         };
         let pool = Arc::new(Pool::start(docker, config).await.expect("pool starts"));
-        let mcp = McpServers::start(pool.clone(), servers.clone(), egress).await;
+        let mcp = McpServers::start(pool.clone(), servers.clone(), egress, rooms).await;
         let tools = McpTools::new(servers, mcp.clone());
         Some(Self { pool, mcp, tools, _network: network })
     }
@@ -120,6 +131,24 @@ fn daemon_env(
         r#"[{ name = "everything", command = "mcp-server-everything", args = ["stdio"], scope = "shared" }]"#.into(),
     ));
     env
+}
+
+/// A daemon test's workspace (`nexbot init`) and its own pool names; `None` without Docker.
+async fn daemon_test(
+    tag: &str,
+) -> Option<(crate::common::TempWorkspace, crate::common::Leftovers)> {
+    docker_or_skip(tag).await?;
+    Some((
+        crate::common::TempWorkspace::init(&format!("nxw-{tag}")),
+        crate::common::Leftovers::new(tag),
+    ))
+}
+
+/// No container of the stopped daemon's pool is left.
+fn assert_daemon_left_nothing(leftovers: &crate::common::Leftovers) {
+    let filter = format!("label=nexbot.pool={}", leftovers.pool);
+    let left = docker_cli(&["ps", "-aq", "--filter", &filter]);
+    assert!(left.trim().is_empty(), "the daemon's containers outlived it: {left}");
 }
 
 fn docker_cli(args: &[&str]) -> String {
@@ -355,18 +384,111 @@ async fn each_chat_has_its_own_server_and_nothing_of_one_chat_reaches_another() 
     h.stop().await;
 }
 
+/// `server-filesystem` given each chat's room (`room = "/room"`): a chat's server reads what
+/// the chat's files are and writes files the daemon's file tools can read; another chat's
+/// server has only that chat's room, so neither a listing, a search nor a path trick reaches
+/// the first chat's files; the probe that read the tools saw an empty folder.
+#[tokio::test]
+async fn a_filesystem_server_works_in_its_chats_room_and_never_sees_another_room() {
+    let workspace = nexbot_tests::TempDir::new("mcp-fs");
+    let rooms = workspace.0.canonicalize().unwrap().join(nexbot_tools::rooms::ROOMS_DIR);
+    let alice = "telegram:2001".parse::<ChatRef>().unwrap();
+    let bob = "telegram:2002".parse::<ChatRef>().unwrap();
+    let alice_room = nexbot_tools::rooms::ensure_room(&rooms, &alice).unwrap();
+    let bob_room = nexbot_tools::rooms::ensure_room(&rooms, &bob).unwrap();
+    let secret = "alice-only-PLANTED-4e7b";
+    std::fs::write(alice_room.join("plan.txt"), secret).unwrap();
+    std::fs::write(bob_room.join("bob.txt"), "bob's own").unwrap();
+    // Beside the rooms, in the workspace: no server may see it either.
+    std::fs::write(workspace.0.join("MEMORY.md"), secret).unwrap();
+
+    let mut files = server("files", "mcp-server-filesystem", Scope::Chat);
+    files.args = vec!["/room".into()];
+    files.room = Some("/room".into());
+    let rooms_config = McpRooms::local(rooms.clone());
+    let user = rooms_config.user.clone();
+    let Some(h) =
+        Harness::start_in("mcp-fs", vec![files], McpEgress::default(), Some(rooms_config)).await
+    else {
+        return;
+    };
+    // The probe read the tool list from an empty folder, and is gone.
+    let list = h.tool(&alice, "mcp__files__list_directory");
+    assert!(h.mcp.instances().await.iter().all(|v| v.state != "running"), "the probe stopped");
+
+    // Alice's server: her file, and a file it writes lands in her room as the daemon's.
+    let listed = call(&list, json!({"path": "/room"}), &ctx(&alice)).await;
+    assert_eq!(listed["success"], true, "{listed}");
+    assert!(listed["output"].as_str().unwrap().contains("plan.txt"), "{listed}");
+    let read = h.tool(&alice, "mcp__files__read_text_file");
+    let plan = call(&read, json!({"path": "/room/plan.txt"}), &ctx(&alice)).await;
+    assert!(plan["output"].as_str().unwrap().contains(secret), "{plan}");
+    let write = h.tool(&alice, "mcp__files__write_file");
+    let wrote = call(
+        &write,
+        json!({"path": "/room/summary.md", "content": "# made by the server"}),
+        &ctx(&alice),
+    )
+    .await;
+    assert_eq!(wrote["success"], true, "{wrote}");
+    let made = alice_room.join("summary.md");
+    assert_eq!(std::fs::read_to_string(&made).unwrap(), "# made by the server");
+    let meta = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&made).unwrap());
+    assert_eq!(meta.to_string(), user.split(':').next().unwrap(), "written as the daemon's user");
+    let a = h.container("files", &alice.to_string()).await.expect("Alice's container");
+    let mounts = docker_cli(&["inspect", "-f", "{{json .Mounts}}", &a]);
+    let mounts: Value = serde_json::from_str(&mounts).unwrap();
+    let binds: Vec<&Value> =
+        mounts.as_array().unwrap().iter().filter(|m| m["Type"] == "bind").collect();
+    assert_eq!(binds.len(), 1, "only her room: {mounts}");
+    assert_eq!(binds[0]["Source"], alice_room.display().to_string(), "{mounts}");
+    assert_eq!(binds[0]["Destination"], "/room", "{mounts}");
+
+    // Bob's server: his room only. Every way an attacker would look for Alice's file.
+    let bob_call = |tool: &str, args: Value| {
+        let tool = h.tool(&bob, tool);
+        let bob = bob.clone();
+        async move { call(&tool, args, &ctx(&bob)).await }
+    };
+    let mut seen = Vec::new();
+    seen.push(bob_call("mcp__files__list_directory", json!({"path": "/room"})).await);
+    assert!(seen[0]["output"].as_str().unwrap().contains("bob.txt"), "{}", seen[0]);
+    seen.push(
+        bob_call("mcp__files__search_files", json!({"path": "/room", "pattern": "**/*"})).await,
+    );
+    seen.push(bob_call("mcp__files__directory_tree", json!({"path": "/room"})).await);
+    for path in [
+        "/room/plan.txt",
+        "/room/../room/plan.txt",
+        "/room/../chats/telegram_2001/plan.txt",
+        &alice_room.join("plan.txt").display().to_string(),
+        &workspace.0.join("MEMORY.md").display().to_string(),
+        "/proc/1/root/room/plan.txt",
+    ] {
+        seen.push(bob_call("mcp__files__read_text_file", json!({"path": path})).await);
+    }
+    for (i, answer) in seen.iter().enumerate() {
+        let text = answer.to_string();
+        assert!(!text.contains(secret), "Bob reached Alice's file: {text}");
+        // The listing, the search and the tree name no file of hers.
+        assert!(i >= 3 || !text.contains("plan.txt"), "Bob sees Alice's file name: {text}");
+    }
+    let b = h.container("files", &bob.to_string()).await.expect("Bob's container");
+    assert_ne!(a, b, "one container per chat");
+    let mounts = docker_cli(&["inspect", "-f", "{{json .Mounts}}", &b]);
+    assert!(mounts.contains(&bob_room.display().to_string()), "{mounts}");
+    assert!(!mounts.contains(&alice_room.display().to_string()), "{mounts}");
+    h.stop().await;
+}
+
 /// Through the daemon (`nexbot chat`, the config's `[[mcp.servers]]`): the model is offered the
 /// server's tools, calls one, and reads the answer inside the envelope; the server's container
 /// is gone when the daemon stops.
 #[tokio::test]
 async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
-    use crate::common::{chat, text, Leftovers, TempWorkspace};
+    use crate::common::{chat, text};
     use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-    if docker_or_skip("mcp-daemon").await.is_none() {
-        return;
-    }
-    let ws = TempWorkspace::init("nxw-mcp");
-    let leftovers = Leftovers::new("mcp");
+    let Some((ws, leftovers)) = daemon_test("mcp").await else { return };
     let llm = ScriptedLlm::start(vec![
         Step::tool_call("mcp__everything__echo", json!({"message": "ping-from-the-model"})),
         Step::text("the server said it"),
@@ -386,14 +508,78 @@ async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
     let content = answer["content"].as_str().unwrap();
     assert!(content.contains("<<<MCP_RESULT server=everything tool=echo>>>"), "{content}");
     assert!(content.contains("Echo: ping-from-the-model"), "{content}");
-    let filter = format!("label=nexbot.pool={}", leftovers.pool);
-    let left = docker_cli(&["ps", "-aq", "--filter", &filter]);
-    assert!(left.trim().is_empty(), "the daemon's containers outlived it: {left}");
+    assert_daemon_left_nothing(&leftovers);
 }
 
 /// A server's way out is the sandbox's: its container reaches what the egress policy allows,
 /// through the proxy, under its own identity (`mcp:<server>` in the audit), and nothing else
 /// (another port of the same host is refused).
+/// A daemon that cannot tell where the engine sees its rooms checks its guess first: an engine
+/// that sees another folder at that path is caught, and no room is given.
+#[tokio::test]
+async fn a_wrong_guess_of_where_the_engine_sees_the_rooms_gives_no_room() {
+    let workspace = nexbot_tests::TempDir::new("mcp-fs-guess");
+    let elsewhere = nexbot_tests::TempDir::new("mcp-fs-elsewhere");
+    let rooms = workspace.0.canonicalize().unwrap().join(nexbot_tools::rooms::ROOMS_DIR);
+    let mut files = server("files", "mcp-server-filesystem", Scope::Chat);
+    files.args = vec!["/room".into()];
+    files.room = Some("/room".into());
+    // The guess names a real folder, but not the one the daemon writes to.
+    let guess =
+        McpRooms { on_engine: Ok(elsewhere.0.clone()), check: true, ..McpRooms::local(rooms) };
+    let Some(h) =
+        Harness::start_in("mcp-fs-guess", vec![files], McpEgress::default(), Some(guess)).await
+    else {
+        return;
+    };
+    let alice = "telegram:2101".parse::<ChatRef>().unwrap();
+    let list = h.tool(&alice, "mcp__files__list_directory");
+    let answer = call(&list, json!({"path": "/room"}), &ctx(&alice)).await;
+    assert_eq!(answer["success"], false, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("does not see"), "{answer}");
+    assert!(h.container("files", &alice.to_string()).await.is_none(), "no container of hers");
+    h.stop().await;
+}
+
+/// Through the daemon: a chat's filesystem server (`room`) writes into the chat's room, and
+/// the chat's own file tool on the host reads what it wrote (same folder, the daemon's user).
+#[tokio::test]
+async fn the_daemons_filesystem_server_and_the_chats_file_tools_share_the_chats_room() {
+    use crate::common::{chat, text};
+    use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+    let Some((ws, leftovers)) = daemon_test("mcp-room").await else { return };
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "mcp__files__write_file",
+            json!({"path": "/room/from-the-server.txt", "content": "written-in-the-sandbox"}),
+        ),
+        Step::tool_call("read_file", json!({"path": "from-the-server.txt"})),
+        Step::text("both see it"),
+    ])
+    .await;
+    let mut env = crate::common::base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        r#"[{ name = "files", command = "mcp-server-filesystem", args = ["/room"], room = "/room" }]"#.into(),
+    ));
+    let out = chat(&ws.config(), &env, &["write a file"], Duration::from_secs(240)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "both see it", "{stderr}");
+    let requests = llm.chat_requests();
+    let wrote = requests[1].body["messages"].as_array().unwrap().last().cloned().unwrap();
+    assert!(wrote["content"].as_str().unwrap().contains("Successfully"), "{wrote}\n{stderr}");
+    let read = requests[2].body["messages"].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(read["role"], "tool", "{read}");
+    assert!(read["content"].as_str().unwrap().contains("written-in-the-sandbox"), "{read}");
+    let room =
+        ws.dir.join("chats").join(nexbot_tools::rooms::room_name(&ChatRef::default_console()));
+    let written = std::fs::read_to_string(room.join("from-the-server.txt")).unwrap();
+    assert_eq!(written, "written-in-the-sandbox");
+    assert_daemon_left_nothing(&leftovers);
+}
+
 #[tokio::test]
 async fn a_servers_requests_go_through_the_egress_proxy_under_its_own_name() {
     use crate::common::{chat, text, Leftovers, TempWorkspace};

@@ -23,6 +23,8 @@ fn spec(name: &str, script: &str) -> ServiceSpec {
         command: vec!["/bin/busybox".into(), "sh".into(), "-c".into(), script.into()],
         env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
         labels: BTreeMap::from([("nexbot.test".to_owned(), name.to_owned())]),
+        user: None,
+        mounts: Vec::new(),
     }
 }
 
