@@ -866,41 +866,115 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-/// A server whose tool list changes while it runs (a server of the official TypeScript SDK,
-/// in the image, that registers a tool when `grow` is called and so sends
-/// `notifications/tools/list_changed`): the session reads the list again and the chat's model
-/// is offered the new tool, which answers.
-#[tokio::test]
-async fn a_tool_list_that_changes_reaches_the_model() {
-    const SERVER: &str = r#"
+/// A server of the official TypeScript SDK, in the image, with one tool `grow` that registers
+/// the tool `grown` (so the server sends `notifications/tools/list_changed`).
+const GROW: &str = r#"
 const sdk = '/opt/mcp/node_modules/@modelcontextprotocol/sdk/dist/cjs/server/';
 const { McpServer } = require(sdk + 'mcp.js');
-const { StdioServerTransport } = require(sdk + 'stdio.js');
-const server = new McpServer({ name: 'grow', version: '1.0.0' });
 const text = (t) => ({ content: [{ type: 'text', text: t }] });
-server.registerTool('grow', { description: 'adds the tool grown' }, async () => {
-  server.registerTool('grown', { description: 'added while running' }, async () => text('grown here'));
-  return text('grew');
-});
-server.connect(new StdioServerTransport());
+function growing() {
+  const server = new McpServer({ name: 'grow', version: '1.0.0' });
+  server.registerTool('grow', { description: 'adds the tool grown' }, async () => {
+    server.registerTool('grown', { description: 'added while running' }, async () => text('grown here'));
+    return text('grew');
+  });
+  return server;
+}
 "#;
-    let mut grow = server("grow", "node", Scope::Shared);
-    grow.args = vec!["-e".into(), SERVER.into()];
-    let Some(h) = Harness::start("mcp-grow", vec![grow]).await else { return };
+
+/// [`GROW`] over stdio.
+const GROW_STDIO: &str = r#"
+const { StdioServerTransport } = require(sdk + 'stdio.js');
+growing().connect(new StdioServerTransport());
+"#;
+
+/// [`GROW`] over Streamable HTTP on port 3001, a session per client (its notifications reach
+/// the client on the session's own stream).
+const GROW_HTTP: &str = r#"
+const { StreamableHTTPServerTransport } = require(sdk + 'streamableHttp.js');
+const sessions = {};
+require('http').createServer((req, res) => {
+  let body = '';
+  req.on('data', (c) => (body += c));
+  req.on('end', async () => {
+    let transport = sessions[req.headers['mcp-session-id']];
+    if (!transport) {
+      transport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => require('crypto').randomUUID(),
+        onsessioninitialized: (id) => { sessions[id] = transport; },
+      });
+      await growing().connect(transport);
+    }
+    await transport.handleRequest(req, res, body ? JSON.parse(body) : undefined);
+  });
+}).listen(3001);
+"#;
+
+/// The chat's model is offered `grow` only; after it is called, `grown` too (the session read
+/// the list again on `list_changed`), and `grown` answers.
+async fn the_list_grows(h: &Harness) {
     let owner = ChatRef::console("owner").unwrap();
     let offered = |h: &Harness| -> Vec<String> {
         h.tools.tools(&owner, true).iter().map(|t| t.name().to_owned()).collect()
     };
-    assert_eq!(offered(&h), ["mcp__grow__grow"]);
+    assert_eq!(offered(h), ["mcp__grow__grow"]);
     let grew = call(&h.tool(&owner, "mcp__grow__grow"), json!({}), &ctx(&owner)).await;
     assert_eq!(grew["success"], true, "{grew}");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !offered(&h).contains(&"mcp__grow__grown".to_owned()) {
-        assert!(Instant::now() < deadline, "the new tool never came: {:?}", offered(&h));
+    while !offered(h).contains(&"mcp__grow__grown".to_owned()) {
+        assert!(Instant::now() < deadline, "the new tool never came: {:?}", offered(h));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let grown = call(&h.tool(&owner, "mcp__grow__grown"), json!({}), &ctx(&owner)).await;
     assert!(grown["output"].as_str().unwrap().contains("grown here"), "{grown}");
+}
+
+/// A stdio server whose tool list changes while it runs: the chat's model gets the new tool.
+#[tokio::test]
+async fn a_tool_list_that_changes_reaches_the_model() {
+    let mut grow = server("grow", "node", Scope::Shared);
+    grow.args = vec!["-e".into(), format!("{GROW}{GROW_STDIO}")];
+    let Some(h) = Harness::start("mcp-grow", vec![grow]).await else { return };
+    the_list_grows(&h).await;
+    h.stop().await;
+}
+
+/// The same over Streamable HTTP, through the proxy's door: the notification comes on the
+/// session's stream through the proxy.
+#[tokio::test]
+async fn a_remote_servers_tool_list_that_changes_reaches_the_model() {
+    use crate::egress_support::start as start_egress;
+    use nexbot_egress::InternalAllow;
+    let tag = "mcp-grow-http";
+    if docker_or_skip(tag).await.is_none() {
+        return;
+    }
+    let name = format!("nxm-grow-{}", std::process::id());
+    let _server = RemoveOnDrop(name.clone());
+    let script = format!("{GROW}{GROW_HTTP}");
+    docker_cli(&["run", "-d", "--rm", "--name", &name, MCP_IMAGE, "node", "-e", &script]);
+    let addr = listening_at(&name).await;
+    let mut config = nexbot_egress::EgressConfig::default();
+    config.proxy.allow_internal = vec![InternalAllow {
+        cidr: nexbot_egress::Cidr::try_from(addr.ip().to_string()).unwrap(),
+        ports: vec![3001],
+    }];
+    let egress = start_egress(config, None).await;
+    let grow = ServerConfig {
+        command: None,
+        args: Vec::new(),
+        image: None,
+        url: Some(format!("http://{addr}/mcp")),
+        ..server("grow", "", Scope::Shared)
+    };
+    let mcp_egress = McpEgress { doors: Some(egress.egress.doors()), ..McpEgress::default() };
+    let Some(h) = Harness::start_with(tag, vec![grow], mcp_egress).await else { return };
+    the_list_grows(&h).await;
+    // A restart opens a new session (a new door): the server's list starts over.
+    assert_eq!(h.mcp.restart("grow").await.unwrap(), 1);
+    let owner = ChatRef::console("owner").unwrap();
+    let grew = call(&h.tool(&owner, "mcp__grow__grow"), json!({}), &ctx(&owner)).await;
+    assert_eq!(grew["success"], true, "after a restart: {grew}");
     h.stop().await;
 }
 
