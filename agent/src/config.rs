@@ -91,6 +91,10 @@ pub struct LlmConfig {
     pub providers: Vec<nexbot_llm::ProviderSpec>,
     /// Spending caps (`[llm.caps]`).
     pub caps: CapsConfig,
+    /// Speech to text for voice notes and audio files (`[llm.transcription]`); without it
+    /// they are stored, not transcribed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcription: Option<nexbot_llm::TranscriptionSpec>,
 }
 
 /// The completion limit when `llm.max_tokens` is unset.
@@ -114,6 +118,7 @@ impl Default for LlmConfig {
             context_window: None,
             providers: Vec::new(),
             caps: CapsConfig::default(),
+            transcription: None,
         }
     }
 }

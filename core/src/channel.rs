@@ -99,6 +99,61 @@ pub struct InboundMessage {
     /// Who sent it, where the channel knows users apart (Telegram's user id; a button's
     /// presser); `None` for the console. A group's question may be answered by the owner only.
     pub user: Option<i64>,
+    /// Files that came with it (a document, a photo, a voice note), fetched by the channel;
+    /// `text` is then their caption. Empty for a plain message.
+    pub files: Vec<InboundFile>,
+}
+
+/// What kind of file a user sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A file sent as a file (any type, with the name the sender's app gave it).
+    Document,
+    /// A picture sent as a photo (the channel's own compressed JPEG).
+    Photo,
+    /// A voice note recorded in the app.
+    Voice,
+    /// A music or audio file.
+    Audio,
+}
+
+impl FileKind {
+    /// Its name in a sentence: `a document`, `a photo`, `a voice note`, `an audio file`.
+    pub fn described(self) -> &'static str {
+        match self {
+            FileKind::Document => "a document",
+            FileKind::Photo => "a photo",
+            FileKind::Voice => "a voice note",
+            FileKind::Audio => "an audio file",
+        }
+    }
+}
+
+/// A file that came with a user's message, fetched by the channel within its size limit.
+/// Everything but the bytes' length is the sender's app's word: the name is never a path,
+/// the type never proof of what the bytes are.
+#[derive(Clone)]
+pub struct InboundFile {
+    pub kind: FileKind,
+    /// The name the sender's app gave it, if any (untrusted).
+    pub name: Option<String>,
+    /// The media type the sender's app claimed, if any (untrusted).
+    pub mime: Option<String>,
+    pub bytes: Vec<u8>,
+    /// A voice note's or audio file's length, as the channel says.
+    pub duration_secs: Option<u32>,
+}
+
+impl std::fmt::Debug for InboundFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundFile")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("mime", &self.mime)
+            .field("bytes", &self.bytes.len())
+            .field("duration_secs", &self.duration_secs)
+            .finish()
+    }
 }
 
 /// A file to send into a chat: a file of the chat's workspace, by path on the host.

@@ -53,6 +53,15 @@ pub fn excerpt(text: &str) -> String {
     out.trim().to_owned()
 }
 
+/// `bytes` for a person: `512 B`, `1.5 KB`, `20.0 MB`.
+pub fn human_size(bytes: u64) -> String {
+    match bytes {
+        b if b < 1024 => format!("{b} B"),
+        b if b < 1024 * 1024 => format!("{:.1} KB", b as f64 / 1024.0),
+        b => format!("{:.1} MB", b as f64 / (1024.0 * 1024.0)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

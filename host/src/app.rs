@@ -278,8 +278,18 @@ impl App {
             }
         }
         let turns = CancellationToken::new();
-        let bus =
-            bus::start(agent.clone(), router.clone(), commands.clone(), &config.bus, turns.clone());
+        let inbox = Arc::new(crate::inbox::Inbox::new(
+            nexbot_tools::rooms::rooms_dir(&config.workspace.dir),
+            transcriber(config)?,
+        ));
+        let bus = bus::start(
+            agent.clone(),
+            router.clone(),
+            commands.clone(),
+            inbox,
+            &config.bus,
+            turns.clone(),
+        );
         let mut app = Self {
             approvals,
             store,
@@ -427,6 +437,15 @@ impl App {
 const MCP_LINE: &str = "MCP servers";
 
 /// The pool in one line: containers by state, and the tasks running.
+/// `[llm.transcription]`'s endpoint, when it is set.
+fn transcriber(config: &Config) -> anyhow::Result<Option<nexbot_llm::Transcriber>> {
+    let Some(spec) = config.llm.transcription.clone() else { return Ok(None) };
+    let key = config.secrets.transcription_key.clone();
+    let transcriber = nexbot_llm::Transcriber::new(spec, key)
+        .map_err(|e| anyhow::anyhow!("[llm.transcription]: {e}"))?;
+    Ok(Some(transcriber))
+}
+
 fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot]) -> String {
     let states: Vec<String> =
         nexbot_docker::count_by_state(snapshot).iter().map(|(s, n)| format!("{n} {s}")).collect();

@@ -25,6 +25,7 @@ use crate::agent::Agent;
 use crate::channels::Router;
 use crate::commands::{CommandContext, CommandRegistry, CommandReply, Parsed};
 use crate::config::BusConfig;
+use crate::inbox::Inbox;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
 const IDLE_WORKER: Duration = Duration::from_secs(600);
@@ -49,12 +50,14 @@ pub fn start(
     agent: Arc<Agent>,
     router: Arc<Router>,
     commands: CommandRegistry,
+    inbox: Arc<Inbox>,
     config: &BusConfig,
     shutdown: CancellationToken,
 ) -> BusHandle {
     let (inbound_tx, inbound_rx) = mpsc::channel(config.inbound_capacity);
     let dispatcher = Dispatcher {
         agent,
+        inbox,
         router,
         commands,
         per_chat_queue: config.per_chat_queue,
@@ -68,6 +71,8 @@ pub fn start(
 
 struct Dispatcher {
     agent: Arc<Agent>,
+    /// Where a message's files go before its turn (the chat's room).
+    inbox: Arc<Inbox>,
     router: Arc<Router>,
     commands: CommandRegistry,
     per_chat_queue: usize,
@@ -177,12 +182,13 @@ impl Dispatcher {
     fn spawn_worker(&mut self, chat: &ChatRef) -> ChatWorker {
         let (tx, mut rx) = mpsc::channel::<InboundMessage>(self.per_chat_queue);
         let agent = self.agent.clone();
+        let inbox = self.inbox.clone();
         let router = self.router.clone();
         let shutdown = self.shutdown.clone();
         tracing::debug!(%chat, "chat worker started");
         self.tasks.spawn(async move {
             loop {
-                let message = match tokio::time::timeout(IDLE_WORKER, rx.recv()).await {
+                let mut message = match tokio::time::timeout(IDLE_WORKER, rx.recv()).await {
                     Ok(Some(message)) => message,
                     Ok(None) => break,
                     // Idle: refuse new messages, but still answer any already queued.
@@ -194,11 +200,32 @@ impl Dispatcher {
                 let answer = if shutdown.is_cancelled() {
                     "Sorry, I am shutting down.".to_owned()
                 } else {
-                    let channel: Arc<dyn Channel> = router.clone();
-                    let (chat, text) = (&message.chat, &message.text);
-                    let origin = TurnOrigin::Message { user: message.user };
-                    let outcome = agent.run_turn(chat, text, origin, shutdown.clone(), channel);
-                    outcome.await.answer
+                    let chat = message.chat.clone();
+                    let mut text = std::mem::take(&mut message.text);
+                    let files = std::mem::take(&mut message.files);
+                    let mut turn = true;
+                    if !files.is_empty() {
+                        let arrived = inbox.receive(&chat, files, &text).await;
+                        text = arrived.text;
+                        turn = arrived.turn;
+                        match arrived.notice {
+                            Some(notice) if turn => {
+                                deliver(&router, OutboundMessage::progress(&chat, notice)).await;
+                            }
+                            // Nothing for the model: the notice is the answer.
+                            Some(notice) => text = notice,
+                            None => {}
+                        }
+                    }
+                    if turn {
+                        let channel: Arc<dyn Channel> = router.clone();
+                        let origin = TurnOrigin::Message { user: message.user };
+                        let outcome =
+                            agent.run_turn(&chat, &text, origin, shutdown.clone(), channel);
+                        outcome.await.answer
+                    } else {
+                        text
+                    }
                 };
                 deliver(&router, OutboundMessage::answer(&message.chat, message.id, answer)).await;
             }

@@ -354,6 +354,8 @@ pub struct Secrets {
     pub provider_keys: Vec<Option<SecretString>>,
     /// The relay's keys, by the variable each of its providers names.
     pub relay_keys: nexbot_egress::ProviderKeys,
+    /// `[llm.transcription]`'s key, from the variable it names.
+    pub transcription_key: Option<SecretString>,
 }
 
 impl fmt::Debug for Secrets {
@@ -366,6 +368,7 @@ impl fmt::Debug for Secrets {
             .field("relay_provider_key", &set(&self.relay_provider_key))
             .field("provider_keys", &self.provider_keys.iter().map(set).collect::<Vec<_>>())
             .field("relay_keys", &self.relay_keys)
+            .field("transcription_key", &set(&self.transcription_key))
             .finish()
     }
 }
@@ -381,6 +384,7 @@ impl Secrets {
             ("LLM_RELAY_PROVIDER_KEY".to_owned(), self.relay_provider_key.clone()),
         ];
         keys.extend(self.provider_keys.iter().map(|k| ("LLM_PROVIDER_KEY".to_owned(), k.clone())));
+        keys.push(("LLM_TRANSCRIPTION_KEY".to_owned(), self.transcription_key.clone()));
         keys.extend(
             self.relay_keys
                 .values()
@@ -501,6 +505,10 @@ impl Config {
         }
         secrets.relay_keys = relay_keys;
         secrets.provider_keys = provider_keys;
+        if let Some(name) = config.llm.transcription.as_ref().and_then(|t| t.api_key_env.as_deref())
+        {
+            secrets.transcription_key = key_of(name)?;
+        }
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
             origin: origin(&key),
@@ -614,6 +622,9 @@ impl Config {
         for (i, spec) in l.providers.iter().enumerate() {
             spec.check(&format!("llm.providers[{i}]"))
                 .map_err(|reason| ("llm.providers", reason))?;
+        }
+        if let Some(spec) = &l.transcription {
+            spec.check("llm.transcription").map_err(|reason| ("llm.transcription", reason))?;
         }
         range("llm.total_timeout_secs", l.total_timeout_secs, 1, 86_400)?;
         range("llm.breaker_failures", l.breaker_failures, 1, 1_000)?;

@@ -11,6 +11,7 @@
 //!   [`agent::workspace`]'s). [`rooms`]: one folder per chat, the file tools' root.
 //! - [`tools`]: the host's tools (files in the chat's room, memory, todos, messages, skills,
 //!   schedules, delegation) on [`agent::tools`]'s trait.
+//! - [`inbox`]: files users send, kept in the chat's room and told to the model; voice heard.
 //! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]:
 //!   `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`, shared by every
 //!   channel; [`status`]: the lines `/status` shows.
@@ -37,6 +38,7 @@ pub mod control_api;
 pub mod deadlines;
 pub mod delegation;
 pub mod doctor;
+pub mod inbox;
 pub mod instance;
 pub mod mcp;
 pub mod pool_runner;

@@ -152,10 +152,7 @@ async fn in_compose(
 /// given to another container, and a container that cannot be told has no known mounts.
 fn mcp_rooms(workspace: &Path, found: &nexbot_docker::SelfDiscovery) -> crate::mcp::McpRooms {
     use nexbot_docker::SelfDiscovery;
-    let dir = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf())
-        .join(nexbot_tools::rooms::ROOMS_DIR);
+    let dir = nexbot_tools::rooms::rooms_dir(workspace);
     let mut check = false;
     let on_engine = match found {
         SelfDiscovery::NotInContainer => Ok(dir.clone()),

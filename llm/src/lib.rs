@@ -16,6 +16,7 @@
 //! - [`budget`]: reservation before a call, settlement after, so concurrent calls cannot all
 //!   pass a cap.
 //! - [`context`]: fitting a conversation into a model's context window.
+//! - [`transcribe`]: speech to text over `/audio/transcriptions`, by the same provider code.
 //! - [`usage`]: token accounting read off a response as it streams past (the relay).
 //!
 //! Nothing else in the workspace parses provider JSON.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod provider;
 pub mod retry;
 pub mod stream;
+pub mod transcribe;
 pub mod usage;
 pub mod wire;
 
@@ -34,6 +36,7 @@ pub use budget::{Allowance, Exceeded, Hold, TaskCost};
 pub use chain::{CallOutcome, Chain, ChainStats, RetryPolicy, StreamEvent};
 pub use error::{classify, parse_retry_after, ErrorClass, LlmError};
 pub use provider::{Provider, ProviderSpec};
+pub use transcribe::{Transcriber, TranscriptionSpec};
 pub use wire::{
     ChatMessage, ChatRequest, Completion, FunctionCall, FunctionSpec, ToolCall, ToolSpec, Usage,
 };

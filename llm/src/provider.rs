@@ -286,6 +286,34 @@ impl Provider {
         parse_completion(&body, &self.name).map_err(|e| self.error(e.class, e.message))
     }
 
+    /// An error of this provider, its key scrubbed from the message.
+    pub(crate) fn fail(&self, class: ErrorClass, message: impl Into<String>) -> LlmError {
+        self.error(class, message)
+    }
+
+    /// Posts a multipart `form` to `url` with the key, in one attempt within the call's
+    /// limit: the status, the wait a `Retry-After` asks for, and the body (at most
+    /// [`MAX_ANSWER_BYTES`]), whatever the status.
+    pub(crate) async fn post_form(
+        &self,
+        url: &str,
+        form: reqwest::multipart::Form,
+    ) -> Result<(u16, Option<Duration>, Vec<u8>), LlmError> {
+        let mut request = self.http.post(url).multipart(form).timeout(self.timeouts.call);
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let body = self.read_limited(response, MAX_ANSWER_BYTES).await?;
+        Ok((status, retry_after, body))
+    }
+
     /// The models the provider lists (`GET {base}/models`), with its key: the cheap probe
     /// `nexbot doctor` and the daemon's health use.
     pub async fn list_models(&self) -> Result<Vec<String>, LlmError> {

@@ -262,6 +262,10 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE egress_questions ADD COLUMN kind TEXT NOT NULL DEFAULT 'egress';
     ALTER TABLE egress_questions ADD COLUMN subject TEXT;
     ALTER TABLE secrets ADD COLUMN confirm INTEGER NOT NULL DEFAULT 0;",
+    // 12: the file a Telegram message carried (the channel's reference to fetch it again, as
+    // JSON: kind, Telegram's file id, name, type, size), so an update interrupted by a restart
+    // is handled again with its file. Earlier rows: none.
+    "ALTER TABLE telegram_updates ADD COLUMN file TEXT;",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -374,6 +378,8 @@ pub struct LedgerRow {
     pub state: UpdateState,
     /// The sent message ids (answered), the rule (refused) or the error (failed).
     pub detail: Option<String>,
+    /// The channel's reference to the file the message carried, to fetch it again.
+    pub file: Option<String>,
 }
 
 impl LedgerRow {
@@ -393,6 +399,7 @@ impl LedgerRow {
             text: r.get(4)?,
             state,
             detail: r.get(6)?,
+            file: r.get(7)?,
         }))
     }
 }
@@ -750,8 +757,8 @@ impl Store {
             let settled_at = (update.state != UpdateState::Pending).then(unix_now);
             let inserted = tx.execute(
                 "INSERT OR IGNORE INTO telegram_updates
-                   (update_id, chat_id, user_id, message_id, text, state, detail, received_at, settled_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                   (update_id, chat_id, user_id, message_id, text, state, detail, received_at, settled_at, file)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     update.update_id,
                     update.chat.to_string(),
@@ -761,7 +768,8 @@ impl Store {
                     update.state.as_str(),
                     update.detail,
                     unix_now(),
-                    settled_at
+                    settled_at,
+                    update.file
                 ],
             )?;
             tx.execute(
@@ -813,7 +821,7 @@ impl Store {
     ) -> Result<Vec<LedgerRow>, StoreError> {
         self.call(move |c| {
             let mut stmt = c.prepare(&format!(
-                "SELECT update_id, chat_id, user_id, message_id, text, state, detail
+                "SELECT update_id, chat_id, user_id, message_id, text, state, detail, file
                  FROM telegram_updates WHERE {column} = ?1 ORDER BY update_id"
             ))?;
             let rows = stmt.query_map([value], LedgerRow::from_row)?;
@@ -911,7 +919,7 @@ impl Store {
     ) -> Result<Vec<LedgerRow>, StoreError> {
         self.call(move |c| {
             let mut stmt = c.prepare(
-                "SELECT update_id, chat_id, user_id, message_id, text, state, detail
+                "SELECT update_id, chat_id, user_id, message_id, text, state, detail, file
                  FROM telegram_updates WHERE ?1 = 0 OR state = 'failed'
                  ORDER BY update_id DESC LIMIT ?2",
             )?;
@@ -1230,6 +1238,7 @@ mod tests {
             text: format!("m{id}"),
             state: UpdateState::Pending,
             detail: None,
+            file: (id == 8).then(|| r#"{"kind":"document","file_id":"F8"}"#.to_owned()),
         };
         assert!(store.receive_update(row(7)).await.unwrap());
         assert_eq!(store.telegram_offset().await.unwrap(), Some(8));
@@ -1248,6 +1257,14 @@ mod tests {
             .map(|r| r.update_id)
             .collect();
         assert_eq!(pending, [7, 8]);
+        let files: Vec<Option<String>> = store
+            .updates(UpdateState::Pending)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.file)
+            .collect();
+        assert_eq!(files, [None, Some(r#"{"kind":"document","file_id":"F8"}"#.to_owned())]);
         store.settle_update(7, UpdateState::Answered, "101,102".into()).await.unwrap();
         // The first state stays.
         store.settle_update(7, UpdateState::Failed, "late".into()).await.unwrap();
@@ -1276,6 +1293,7 @@ mod tests {
             text: "t".into(),
             state,
             detail: None,
+            file: None,
         };
         store.receive_update(row(1, UpdateState::Answered)).await.unwrap();
         // Pending: never pruned.

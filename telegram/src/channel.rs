@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nexbot_core::channel::{
-    Button, Channel, ChannelError, InboundMessage, MessageId, OutboundFile, OutboundKind,
-    OutboundMessage, TaskUpdate,
+    Button, Channel, ChannelError, InboundFile, InboundMessage, MessageId, OutboundFile,
+    OutboundKind, OutboundMessage, TaskUpdate,
 };
 use nexbot_core::text::excerpt;
 use nexbot_core::{BoxFuture, ChannelKind, ChatRef};
@@ -348,7 +348,9 @@ impl Inner {
                 continue;
             }
             let group = chat_id < 0;
-            self.hand_over(&update, chat_id, group, update.text.clone(), inbound).await;
+            let file = update.file.as_deref().and_then(policy::FileRef::from_ledger);
+            let text = update.text.clone();
+            self.fetch_and_hand_over(&update, chat_id, group, text, file, inbound).await;
         }
         Ok(())
     }
@@ -494,20 +496,21 @@ impl Inner {
             }
         }
         match decision {
-            Decision::Handle { chat_id, user_id, message_id, text, ledger_text } => {
+            Decision::Handle { chat_id, user_id, message_id, text, ledger_text, file } => {
                 let record = ReceivedUpdate {
                     update_id,
                     chat: ChatRef::Telegram(chat_id),
                     user_id: Some(user_id),
                     message_id: Some(message_id),
                     text: ledger_text,
+                    file: file.as_ref().map(policy::FileRef::to_ledger),
                 };
                 if !self.ledger.receive(record.clone(), None).await? {
                     tracing::debug!(update_id, "update seen before; not handled again");
                     return Ok(());
                 }
                 let group = !update.chat().is_some_and(|c| c.is_private());
-                self.hand_over(&record, chat_id, group, text, inbound).await;
+                self.fetch_and_hand_over(&record, chat_id, group, text, file, inbound).await;
             }
             Decision::Refuse { chat_id, user_id, message_id, rule, reply, ledger_text } => {
                 let record = ReceivedUpdate {
@@ -516,6 +519,7 @@ impl Inner {
                     user_id,
                     message_id,
                     text: ledger_text,
+                    file: None,
                 };
                 let settlement = Settlement::Refused { rule: rule.clone() };
                 if !self.ledger.receive(record, Some(settlement)).await? {
@@ -537,6 +541,95 @@ impl Inner {
         Ok(())
     }
 
+    /// Fetches the update's file (after it is recorded: a restart mid-way fetches it again),
+    /// then hands it over; a file that cannot be fetched is said to the user and the update
+    /// settled as failed.
+    async fn fetch_and_hand_over(
+        self: &Arc<Self>,
+        record: &ReceivedUpdate,
+        chat_id: i64,
+        group: bool,
+        text: String,
+        file: Option<policy::FileRef>,
+        inbound: &mpsc::Sender<InboundMessage>,
+    ) {
+        let files = match file {
+            None => Vec::new(),
+            Some(file) => match self.fetch(&file).await {
+                Ok(fetched) => vec![fetched],
+                Err(why) => {
+                    let update_id = record.update_id;
+                    tracing::warn!(update_id, chat_id, error = %why, "cannot fetch a user's file");
+                    let reply = format!(
+                        "I could not fetch {} you sent from Telegram ({why}); please send it \
+                         again.",
+                        file.kind.described()
+                    );
+                    if let Err(e) = self.deliver(chat_id, &reply, record.message_id).await {
+                        tracing::warn!(chat_id, error = %e, "cannot say a file was not fetched");
+                    }
+                    let error = format!("fetching the file: {why}");
+                    self.settle(update_id, Settlement::Failed { error }).await;
+                    return;
+                }
+            },
+        };
+        self.hand_over(record, chat_id, group, text, files, inbound).await;
+    }
+
+    /// A user's file: `getFile`, then its bytes, at most `max_file_bytes` of them (Telegram's
+    /// size may be absent or wrong), within the delivery deadline. The error never holds the
+    /// download URL (it carries the token).
+    async fn fetch(&self, file: &policy::FileRef) -> Result<InboundFile, String> {
+        use futures_util::StreamExt;
+        let limit = self.config.max_file_bytes;
+        let deadline = Duration::from_secs(self.config.delivery_deadline_secs);
+        let fetch = async {
+            let id = teloxide_core::types::FileId(file.file_id.clone());
+            let found = self.bot.get_file(id).send().await.map_err(|e| said(&e))?;
+            if let Some(size) = policy::known_size(&found.meta).filter(|s| *s > limit) {
+                return Err(format!("it is {}", nexbot_core::text::human_size(size)));
+            }
+            // `<api>/file/bot<token>/<path>`, the path's own `/` kept (teloxide's download
+            // writes them `%2F`, one segment).
+            let mut url = self.bot.api_url();
+            url.path_segments_mut()
+                .map_err(|()| "the Bot API URL cannot take a path".to_owned())?
+                .pop_if_empty()
+                .push("file")
+                .push(&format!("bot{}", self.bot.token()))
+                .extend(found.path.split('/'));
+            let response = self
+                .bot
+                .client()
+                .get(url)
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .map_err(|e| excerpt(&e.without_url().to_string()))?;
+            let mut stream = response.bytes_stream();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| excerpt(&e.without_url().to_string()))?;
+                if (bytes.len() + chunk.len()) as u64 > limit {
+                    return Err(format!("it is over {}", nexbot_core::text::human_size(limit)));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            Ok(bytes)
+        };
+        let bytes = tokio::time::timeout(deadline, fetch)
+            .await
+            .map_err(|_| format!("it did not arrive within {} s", deadline.as_secs()))??;
+        Ok(InboundFile {
+            kind: file.kind,
+            name: file.name.clone(),
+            mime: file.mime.clone(),
+            bytes,
+            duration_secs: file.duration_secs,
+        })
+    }
+
     /// Gives a recorded update to the bus and shows "typing…" until it is answered.
     async fn hand_over(
         self: &Arc<Self>,
@@ -544,6 +637,7 @@ impl Inner {
         chat_id: i64,
         group: bool,
         text: String,
+        files: Vec<InboundFile>,
         inbound: &mpsc::Sender<InboundMessage>,
     ) {
         let typing = CancellationToken::new();
@@ -556,6 +650,7 @@ impl Inner {
             id: record.update_id as u64,
             text,
             user: record.user_id,
+            files,
         };
         if inbound.send(message).await.is_err() {
             // The bus is gone (shutting down): the update stays unsettled and is handled

@@ -34,7 +34,14 @@ pub struct TelegramConfig {
     pub delivery_deadline_secs: u64,
     /// Longest wait a 429's `retry_after` may impose before the next try, seconds.
     pub max_retry_after_secs: u64,
+    /// Largest file a user may send (a document, photo or voice note), bytes. Telegram's Bot
+    /// API hands bots files of up to 20 MB (a self-hosted `telegram-bot-api` more); a larger
+    /// one is answered with this limit and not fetched.
+    pub max_file_bytes: u64,
 }
+
+/// The Bot API's own limit on files a bot may fetch (`getFile`).
+pub const BOT_API_FILE_LIMIT: u64 = 20 * 1024 * 1024;
 
 impl Default for TelegramConfig {
     fn default() -> Self {
@@ -49,6 +56,7 @@ impl Default for TelegramConfig {
             progress_edit_interval_ms: 3000,
             delivery_deadline_secs: 120,
             max_retry_after_secs: 300,
+            max_file_bytes: BOT_API_FILE_LIMIT,
         }
     }
 }
@@ -71,6 +79,10 @@ impl TelegramConfig {
         }
         if self.delivery_deadline_secs == 0 {
             problems.push(("telegram.delivery_deadline_secs", "must be at least 1".to_owned()));
+        }
+        if self.max_file_bytes == 0 || self.max_file_bytes > 2 * 1024 * 1024 * 1024 {
+            let reason = format!("{} is out of range (allowed 1..=2 GiB)", self.max_file_bytes);
+            problems.push(("telegram.max_file_bytes", reason));
         }
         problems
     }

@@ -25,6 +25,9 @@ pub struct ReceivedUpdate {
     /// The text to handle. A `/secret` message is kept redacted (its value never reaches
     /// the ledger); an update that was refused may keep a short description instead.
     pub text: String,
+    /// The file it carried, as [`crate::policy::FileRef::to_ledger`] writes it: fetched again
+    /// when the update is handled after a restart.
+    pub file: Option<String>,
 }
 
 /// How an update ended: exactly one of these is recorded for each.

@@ -6,6 +6,8 @@
 
 use teloxide_core::types::{CallbackQuery, Message, MessageEntityKind, Update, UpdateKind};
 
+use nexbot_core::channel::FileKind;
+
 use crate::config::TelegramConfig;
 
 /// Who the bot is, as far as `getMe` told (a failed `getMe` leaves both unknown: the bot then
@@ -19,8 +21,15 @@ pub struct BotIdentity {
 /// The decision about one update.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Hand `text` to the bus as a message of chat `chat_id`.
-    Handle { chat_id: i64, user_id: i64, message_id: i32, text: String, ledger_text: String },
+    /// Hand `text` to the bus as a message of chat `chat_id`, with `file` fetched first.
+    Handle {
+        chat_id: i64,
+        user_id: i64,
+        message_id: i32,
+        text: String,
+        ledger_text: String,
+        file: Option<FileRef>,
+    },
     /// Do not handle it: `rule` says why; `reply` (if any) is sent to `chat_id`.
     Refuse {
         chat_id: Option<i64>,
@@ -30,6 +39,98 @@ pub enum Decision {
         reply: Option<String>,
         ledger_text: String,
     },
+}
+
+/// A file a message carries, as Telegram describes it (fetched with `getFile` by its id).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileRef {
+    #[serde(with = "kind_name")]
+    pub kind: FileKind,
+    pub file_id: String,
+    /// The sender's name for it (documents and audio files only).
+    pub name: Option<String>,
+    pub mime: Option<String>,
+    /// Its size as Telegram says (absent for some old files).
+    pub size: Option<u64>,
+    pub duration_secs: Option<u32>,
+}
+
+impl FileRef {
+    /// What the ledger keeps of it (JSON), to fetch it again after a restart.
+    pub fn to_ledger(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Read back from the ledger; `None` for text this version cannot read.
+    pub fn from_ledger(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// [`FileKind`] in the ledger: `document`, `photo`, `voice`, `audio`.
+mod kind_name {
+    use nexbot_core::channel::FileKind;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(kind: &FileKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match kind {
+            FileKind::Document => "document",
+            FileKind::Photo => "photo",
+            FileKind::Voice => "voice",
+            FileKind::Audio => "audio",
+        })
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FileKind, D::Error> {
+        Ok(match String::deserialize(d)?.as_str() {
+            "photo" => FileKind::Photo,
+            "voice" => FileKind::Voice,
+            "audio" => FileKind::Audio,
+            _ => FileKind::Document,
+        })
+    }
+}
+
+/// A file's size as Telegram said it; `None` when it did not (teloxide reads an absent size
+/// as `u32::MAX`).
+pub fn known_size(meta: &teloxide_core::types::FileMeta) -> Option<u64> {
+    Some(u64::from(meta.size)).filter(|s| *s > 0 && *s < u64::from(u32::MAX))
+}
+
+/// The file `message` carries that the bot can take, if any: a document, the largest size of
+/// a photo within `limit` (Telegram keeps several), a voice note or an audio file.
+fn file_of(message: &Message, limit: u64) -> Option<FileRef> {
+    let file = |kind, meta: &teloxide_core::types::FileMeta, name, mime, duration| FileRef {
+        kind,
+        file_id: meta.id.0.clone(),
+        name,
+        mime,
+        size: known_size(meta),
+        duration_secs: duration,
+    };
+    if let Some(d) = message.document() {
+        let mime = d.mime_type.as_ref().map(|m| m.essence_str().to_owned());
+        return Some(file(FileKind::Document, &d.file, d.file_name.clone(), mime, None));
+    }
+    if let Some(sizes) = message.photo() {
+        // The largest that fits; else the smallest, which is then refused for its size.
+        let fits = sizes.iter().filter(|p| known_size(&p.file).is_none_or(|s| s <= limit));
+        let photo = fits
+            .max_by_key(|p| u64::from(p.width) * u64::from(p.height))
+            .or_else(|| sizes.iter().min_by_key(|p| p.file.size))?;
+        return Some(file(FileKind::Photo, &photo.file, None, Some("image/jpeg".into()), None));
+    }
+    if let Some(v) = message.voice() {
+        let mime = v.mime_type.as_ref().map(|m| m.essence_str().to_owned());
+        let duration = Some(v.duration.seconds());
+        return Some(file(FileKind::Voice, &v.file, None, mime, duration));
+    }
+    if let Some(a) = message.audio() {
+        let mime = a.mime_type.as_ref().map(|m| m.essence_str().to_owned());
+        let duration = Some(a.duration.seconds());
+        return Some(file(FileKind::Audio, &a.file, a.file_name.clone(), mime, duration));
+    }
+    None
 }
 
 /// The text the ledger keeps of a message: a `/secret` command keeps its sub-command, never
@@ -119,12 +220,30 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
         };
         return refuse("not-allowed", Some(reply), unread());
     }
-    if let Some(kind) = unsupported_content(message) {
-        let reply = Some(format!("I cannot read {kind} yet; please send me text instead."));
-        return refuse(&format!("unsupported-content:{kind}"), reply, ledger);
+    let file = file_of(message, config.max_file_bytes);
+    if let Some(size) = file.as_ref().and_then(|f| f.size).filter(|s| *s > config.max_file_bytes) {
+        let reply = format!(
+            "That file is {}; I can take files up to {}. Please send a smaller one (or a link).",
+            nexbot_core::text::human_size(size),
+            nexbot_core::text::human_size(config.max_file_bytes)
+        );
+        return refuse("file-too-large", Some(reply), ledger);
     }
-    let Some(text) = message.text() else {
-        return refuse("no-text", Some("I can only read text messages.".to_owned()), ledger);
+    if file.is_none() {
+        if let Some(kind) = unsupported_content(message) {
+            let reply = Some(format!(
+                "I cannot read {kind} yet; please send me text, a document, a photo or a voice \
+                 note instead."
+            ));
+            return refuse(&format!("unsupported-content:{kind}"), reply, ledger);
+        }
+    }
+    let text = match (message.text(), &file) {
+        (Some(text), _) => text,
+        (None, Some(_)) => message.caption().unwrap_or(""),
+        (None, None) => {
+            return refuse("no-text", Some("I can only read text messages.".to_owned()), ledger)
+        }
     };
     if is_secret_command(text) && !private {
         let reply = Some(
@@ -135,7 +254,7 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
         return refuse("secret-in-group", reply, ledger);
     }
     let text = if private { text.to_owned() } else { strip_mention(text, me) };
-    Decision::Handle { chat_id, user_id, message_id: message.id.0, text, ledger_text: ledger }
+    Decision::Handle { chat_id, user_id, message_id: message.id.0, text, ledger_text: ledger, file }
 }
 
 /// A pressed inline button (a command's menu, `/agent`): its callback data is the command it
@@ -168,7 +287,14 @@ fn decide_press(config: &TelegramConfig, query: &CallbackQuery) -> Decision {
     if !command || is_secret_command(&data) {
         return refuse("press-not-a-command");
     }
-    Decision::Handle { chat_id, user_id, message_id, text: data.clone(), ledger_text: data }
+    Decision::Handle {
+        chat_id,
+        user_id,
+        message_id,
+        text: data.clone(),
+        ledger_text: data,
+        file: None,
+    }
 }
 
 /// In a group the bot answers a command, a mention of its name, or a reply to its message.
@@ -238,15 +364,7 @@ fn utf16_slice(text: &str, offset: usize, length: usize) -> String {
 }
 
 fn unsupported_content(message: &Message) -> Option<&'static str> {
-    if message.photo().is_some() {
-        Some("photos")
-    } else if message.voice().is_some() {
-        Some("voice messages")
-    } else if message.document().is_some() {
-        Some("documents")
-    } else if message.audio().is_some() {
-        Some("audio")
-    } else if message.video().is_some() {
+    if message.video().is_some() {
         Some("videos")
     } else if message.sticker().is_some() {
         Some("stickers")
@@ -411,14 +529,42 @@ mod tests {
     }
 
     #[test]
-    fn photos_and_voice_get_a_clear_answer() {
-        let c = config();
-        let mut m = message(private(1), 1, "");
-        m.as_object_mut().unwrap().remove("text");
-        m["photo"] = json!([{"file_id": "a", "file_unique_id": "b", "width": 1, "height": 1}]);
-        let d = decide(&c, &me(), &update(m));
-        assert_eq!(rule(&d), "unsupported-content:photos");
+    fn files_are_taken_within_the_limit_and_the_rest_get_a_clear_answer() {
+        let c = TelegramConfig { max_file_bytes: 1000, ..config() };
+        let file_message = |field: &str, value: serde_json::Value| {
+            let mut m = message(private(1), 1, "");
+            m.as_object_mut().unwrap().remove("text");
+            m[field] = value;
+            m["caption"] = json!("what is this?");
+            m
+        };
+        // A photo: the largest size within the limit; the caption is the text.
+        let sizes = json!([
+            {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 60, "file_size": 300},
+            {"file_id": "mid", "file_unique_id": "m", "width": 320, "height": 240, "file_size": 900},
+            {"file_id": "big", "file_unique_id": "b", "width": 1280, "height": 960, "file_size": 5000}
+        ]);
+        let d = decide(&c, &me(), &update(file_message("photo", sizes)));
+        let Decision::Handle { text, file: Some(file), .. } = d else { panic!("{d:?}") };
+        assert_eq!((text.as_str(), file.file_id.as_str()), ("what is this?", "mid"));
+        assert_eq!(file.kind, FileKind::Photo);
+        // A document over the limit: refused with both sizes, not fetched.
+        let doc = json!({"file_id": "d", "file_unique_id": "u", "file_name": "a.pdf", "mime_type": "application/pdf", "file_size": 3000});
+        let d = decide(&c, &me(), &update(file_message("document", doc)));
+        assert_eq!(rule(&d), "file-too-large");
         let Decision::Refuse { reply: Some(reply), .. } = d else { panic!() };
-        assert!(reply.contains("cannot read photos"));
+        assert!(reply.contains("2.9 KB") && reply.contains("1000 B"), "{reply}");
+        // A voice note without a size: taken (the fetch itself stops at the limit).
+        let voice =
+            json!({"file_id": "v", "file_unique_id": "u", "duration": 3, "mime_type": "audio/ogg"});
+        let d = decide(&c, &me(), &update(file_message("voice", voice)));
+        let Decision::Handle { file: Some(file), .. } = d else { panic!("{d:?}") };
+        assert_eq!((file.kind, file.size, file.duration_secs), (FileKind::Voice, None, Some(3)));
+        // The ledger's copy reads back the same.
+        assert_eq!(FileRef::from_ledger(&file.to_ledger()), Some(file));
+        // A sticker is still not something to read.
+        let sticker = json!({"file_id": "s", "file_unique_id": "u", "width": 1, "height": 1, "is_animated": false, "is_video": false, "type": "regular"});
+        let d = decide(&c, &me(), &update(file_message("sticker", sticker)));
+        assert_eq!(rule(&d), "unsupported-content:stickers");
     }
 }

@@ -178,6 +178,8 @@ pub type Responder = Arc<dyn Fn(&Value) -> Step + Send + Sync>;
 
 struct Shared {
     queue: Mutex<VecDeque<Step>>,
+    /// Answers of `/audio/transcriptions`, in order: (status, body).
+    transcriptions: Mutex<VecDeque<(u16, String)>>,
     responder: Mutex<Option<Responder>>,
     recorded: Mutex<Vec<Recorded>>,
 }
@@ -224,12 +226,14 @@ impl ScriptedLlm {
     pub async fn start_on(bind: SocketAddr, steps: Vec<Step>) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(steps.into()),
+            transcriptions: Mutex::new(VecDeque::new()),
             responder: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
+            .route("/v1/audio/transcriptions", post(transcription))
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .with_state(shared.clone());
@@ -289,6 +293,17 @@ impl ScriptedLlm {
             .collect()
     }
 
+    /// The next answer of `/audio/transcriptions` (OpenAI's speech to text): `status` and
+    /// `body`; [`transcript`] makes a successful one. Without one queued it answers 500.
+    pub fn push_transcription(&self, status: u16, body: &str) {
+        self.shared.transcriptions.lock().unwrap().push_back((status, body.to_owned()));
+    }
+
+    /// Only the transcription requests (their multipart body as lossy text).
+    pub fn transcription_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.path.ends_with("/audio/transcriptions")).collect()
+    }
+
     pub fn remaining_steps(&self) -> usize {
         self.shared.queue.lock().unwrap().len()
     }
@@ -329,6 +344,27 @@ async fn models(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let response =
         axum::Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
             .into_response();
+    finish(&shared, index, started);
+    response
+}
+
+/// A successful transcription's body (`response_format=json`).
+pub fn transcript(text: &str) -> String {
+    json!({ "text": text }).to_string()
+}
+
+async fn transcription(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let text = Value::String(String::from_utf8_lossy(&bytes).into_owned());
+    let index = record(&shared, parts.method.as_str(), parts.uri.path(), &parts.headers, text);
+    let next = shared.transcriptions.lock().unwrap().pop_front();
+    let (status, body) =
+        next.unwrap_or((500, r#"{"error":{"message":"no transcription scripted"}}"#.into()));
+    let status = axum::http::StatusCode::from_u16(status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let response = (status, [("content-type", "application/json")], body).into_response();
     finish(&shared, index, started);
     response
 }

@@ -31,6 +31,12 @@ pub const ROOMS_DIR: &str = "chats";
 /// No chat reaches it (it is in no room).
 pub const MOVED_MARKER: &str = ".moved-from-shared-workspace";
 
+/// The folder of `workspace`'s rooms, as [`Rooms`] sees it (canonical when it exists): what
+/// others that write into a chat's room (received files, an MCP server's mount) start from.
+pub fn rooms_dir(workspace: &Path) -> PathBuf {
+    workspace.canonicalize().unwrap_or_else(|_| workspace.to_path_buf()).join(ROOMS_DIR)
+}
+
 /// The room's folder name of `chat` (see the module documentation).
 pub fn room_name(chat: &ChatRef) -> String {
     let text = chat.to_string();

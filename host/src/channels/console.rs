@@ -137,7 +137,7 @@ pub async fn run(
                     None => line,
                 };
                 next_id += 1;
-                let message = InboundMessage { chat: chat.clone(), id: next_id, text, user: None };
+                let message = InboundMessage { chat: chat.clone(), id: next_id, text, user: None, files: Vec::new() };
                 if inbound.send(message).await.is_err() {
                     break;
                 }

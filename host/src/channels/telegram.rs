@@ -57,6 +57,7 @@ impl Ledger for StoreLedger {
                 text: update.text,
                 state: settled.as_ref().map_or(UpdateState::Pending, state),
                 detail: settled.as_ref().map(detail).filter(|d| !d.is_empty()),
+                file: update.file,
             };
             self.0.receive_update(row).await.map_err(ledger_error)
         })
@@ -86,6 +87,7 @@ impl Ledger for StoreLedger {
                     user_id: row.user_id,
                     message_id: row.message_id.and_then(|id| i32::try_from(id).ok()),
                     text: row.text,
+                    file: row.file,
                 })
                 .collect())
         })

@@ -52,7 +52,7 @@ fn chat(name: &str) -> ChatRef {
 }
 
 fn message(chat_name: &str, id: u64, text: &str) -> InboundMessage {
-    InboundMessage { chat: chat(chat_name), id, text: text.into(), user: None }
+    InboundMessage { chat: chat(chat_name), id, text: text.into(), user: None, files: Vec::new() }
 }
 
 impl Harness {
@@ -207,7 +207,13 @@ async fn a_question_takes_the_next_message_and_answers_reach_only_their_channel(
     // A chat of a channel that is not running: its answer cannot go anywhere, which is logged;
     // the bus keeps serving the others.
     h.inbound
-        .send(InboundMessage { chat: ChatRef::Telegram(77), id: 2, text: "hi".into(), user: None })
+        .send(InboundMessage {
+            chat: ChatRef::Telegram(77),
+            id: 2,
+            text: "hi".into(),
+            user: None,
+            files: Vec::new(),
+        })
         .await
         .unwrap();
     h.send("a", 3, "still there?").await;

@@ -367,7 +367,7 @@ impl InProcess {
     }
 
     pub(crate) async fn send_in(&self, chat: ChatRef, id: u64, text: &str) {
-        let message = InboundMessage { chat, id, text: text.into(), user: None };
+        let message = InboundMessage { chat, id, text: text.into(), user: None, files: Vec::new() };
         self.app.inbound().send(message).await.unwrap();
     }
 

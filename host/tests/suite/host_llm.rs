@@ -130,7 +130,13 @@ async fn four_concurrent_calls_at_the_edge_of_the_daily_cap() {
     app.add_channel(ChannelKind::Console, Arc::new(console));
     for i in 0..4u64 {
         let chat = ChatRef::console(&format!("c{i}")).unwrap();
-        let message = InboundMessage { chat, id: i + 1, text: format!("q{i}"), user: None };
+        let message = InboundMessage {
+            chat,
+            id: i + 1,
+            text: format!("q{i}"),
+            user: None,
+            files: Vec::new(),
+        };
         app.inbound().send(message).await.unwrap();
     }
     let mut finals = Vec::new();

@@ -191,6 +191,7 @@ async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
             id: 1,
             text: "remind me about tea in 2 seconds".into(),
             user: None,
+            files: Vec::new(),
         })
         .await
         .unwrap();
@@ -448,6 +449,7 @@ async fn a_job_waits_for_the_running_turn_of_its_chat() {
         id: 1,
         text: "a slow question".into(),
         user: None,
+        files: Vec::new(),
     };
     h.app.inbound().send(message).await.unwrap();
     // Due in a second, while the user's turn (3 s) still runs.
@@ -501,6 +503,7 @@ async fn stop_and_status_reach_a_scheduled_run_which_counts_against_the_turn_lim
         id,
         text: text.into(),
         user: None,
+        files: Vec::new(),
     };
     // `/status` in the job's chat shows the run once it has started.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

@@ -69,7 +69,13 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     let inbound = app.inbound();
 
     inbound
-        .send(InboundMessage { chat: chat.clone(), id: 1, text: "use alpha".into(), user: None })
+        .send(InboundMessage {
+            chat: chat.clone(),
+            id: 1,
+            text: "use alpha".into(),
+            user: None,
+            files: Vec::new(),
+        })
         .await
         .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "read it");
@@ -110,7 +116,13 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
 
     llm.push(Step::text("next turn"));
     inbound
-        .send(InboundMessage { chat: chat.clone(), id: 2, text: "again".into(), user: None })
+        .send(InboundMessage {
+            chat: chat.clone(),
+            id: 2,
+            text: "again".into(),
+            user: None,
+            files: Vec::new(),
+        })
         .await
         .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "next turn");
@@ -130,7 +142,13 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     }
     llm.push(Step::text("third"));
     inbound
-        .send(InboundMessage { chat: chat.clone(), id: 3, text: "once more".into(), user: None })
+        .send(InboundMessage {
+            chat: chat.clone(),
+            id: 3,
+            text: "once more".into(),
+            user: None,
+            files: Vec::new(),
+        })
         .await
         .unwrap();
     assert_eq!(final_answer(&mut outbound).await, "third");
@@ -138,7 +156,10 @@ async fn skills_reach_the_prompt_live_and_bad_ones_never_do() {
     assert!(!prompt.contains("beta"), "{prompt}");
 
     // /status counts them.
-    inbound.send(InboundMessage { chat, id: 4, text: "/status".into(), user: None }).await.unwrap();
+    inbound
+        .send(InboundMessage { chat, id: 4, text: "/status".into(), user: None, files: Vec::new() })
+        .await
+        .unwrap();
     let status = final_answer(&mut outbound).await;
     assert!(
         status.contains("1 offered, 1 invalid, 1 quarantined (nexbot-ctl skills ls says why)"),

@@ -37,3 +37,4 @@ mod mcp;
 mod mcp_grants;
 mod rooms;
 mod telegram;
+mod telegram_files;

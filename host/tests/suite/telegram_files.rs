@@ -1,0 +1,198 @@
+//! Files, photos and voice notes through Telegram, end to end: the real `nexbot serve`, the
+//! Bot API emulator behind the fixture (which serves `getFile` and the file download), the
+//! scripted model and a scripted transcription endpoint. What arrives is kept in the chat's
+//! room under a safe name and told to the model; what is too large is refused with the limit;
+//! voice is heard and shown back; another chat never reaches it.
+
+use crate::common::{echo, TempWorkspace};
+use crate::telegram::{has_text, ledger, start, telegram_env, texts, FRIEND, LIMIT, OWNER};
+
+use nexbot_tests::scripted_llm::{last_user, transcript, ScriptedLlm, Step};
+use nexbot_tests::telegram::{MessageKind, TelegramFixture, UserMessage};
+use serde_json::{json, Value};
+
+/// The content of every tool result the model was sent in `body`.
+fn tool_outputs(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn document(chat: i64, name: &str, content: &[u8], caption: &str) -> UserMessage {
+    UserMessage {
+        kind: MessageKind::Document,
+        text: (!caption.is_empty()).then(|| caption.to_owned()),
+        file_name: Some(name.to_owned()),
+        file_content: Some(content.to_vec()),
+        ..UserMessage::private_text(chat, "")
+    }
+}
+
+#[tokio::test]
+async fn files_photos_and_voice_notes_land_in_the_chats_room_and_reach_the_model() {
+    const NOTES: &str = "NOTES-CONTENT-41a7 in the owner's file";
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("read_file", json!({"path": "inbox/notes.txt"})),
+        Step::text("the file is read"),
+    ])
+    .await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-files");
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let transcription = format!(
+        "\n[llm.transcription]\nbase_url = \"{}\"\nmodel = \"whisper-test\"\nmax_retries = 0\n",
+        llm.base_url()
+    );
+    std::fs::write(ws.config(), config + &transcription).unwrap();
+    let mut env = telegram_env(&llm, &tg);
+    env.push(("NEXBOT_TELEGRAM__MAX_FILE_BYTES".into(), "4096".into()));
+    let serving = start(&ws, &env).await;
+    let room = ws.dir.join("chats").join(format!("telegram_{OWNER}"));
+
+    // A document with a caption: kept in the owner's room, told to the model, read by a tool.
+    tg.user_sends(document(OWNER, "notes.txt", NOTES.as_bytes(), "what does it say?")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "the file is read"), LIMIT).await;
+    assert_eq!(std::fs::read_to_string(room.join("inbox/notes.txt")).unwrap(), NOTES);
+    let requests = llm.chat_requests();
+    let told = last_user(&requests[0].body);
+    assert!(
+        told.contains("[The user sent a document: inbox/notes.txt (text/plain, 38 B)"),
+        "{told}"
+    );
+    assert!(told.ends_with("what does it say?"), "{told}");
+    assert!(tool_outputs(&requests[1].body).iter().any(|t| t.contains(NOTES)), "read_file");
+
+    // A name full of tricks: stored under its last component, cleaned, nowhere else.
+    let tricky = "../../\u{202E}evil\0name.txt";
+    tg.user_sends(document(OWNER, tricky, b"tricky", "")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "inbox/evilname.txt"), LIMIT).await;
+    assert_eq!(std::fs::read(room.join("inbox/evilname.txt")).unwrap(), b"tricky");
+    let rooms: Vec<_> = std::fs::read_dir(ws.dir.join("chats"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert_eq!(rooms.len(), 1, "only the owner's room: {rooms:?}");
+    let top: Vec<String> = std::fs::read_dir(&ws.dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(top.iter().all(|n| !n.contains("evil")), "written outside the room: {top:?}");
+
+    // Over the limit: refused with the limit, never fetched, never the model's.
+    let asked = llm.chat_requests().len();
+    tg.user_sends(document(OWNER, "big.bin", &vec![7u8; 5000], "")).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "I can take files up to 4.0 KB"), LIMIT).await;
+    assert!(!room.join("inbox/big.bin").exists());
+    assert_eq!(llm.chat_requests().len(), asked, "the model was asked about a refused file");
+
+    // A photo, with no vision model: kept, and the model told it cannot see it.
+    let photo = UserMessage {
+        kind: MessageKind::Photo,
+        text: Some("look at this".into()),
+        file_content: Some(b"\xff\xd8\xff fake jpeg".to_vec()),
+        ..UserMessage::private_text(OWNER, "")
+    };
+    tg.user_sends(photo).await;
+    let seen = tg.wait_bot_messages(OWNER, |m| has_text(m, "You cannot see images"), LIMIT).await;
+    assert!(has_text(&seen, "look at this"), "{:?}", texts(&seen));
+    let photos: Vec<String> = std::fs::read_dir(room.join("inbox"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("photo-") && n.ends_with(".jpg"))
+        .collect();
+    assert_eq!(photos.len(), 1, "{photos:?}");
+
+    // A voice note: heard by the transcription endpoint, shown back, answered.
+    llm.push_transcription(200, &transcript("remind me to buy oat milk"));
+    let voice = UserMessage {
+        kind: MessageKind::Voice,
+        file_content: Some(b"OggS fake opus".to_vec()),
+        ..UserMessage::private_text(OWNER, "")
+    };
+    tg.user_sends(voice.clone()).await;
+    let heard = tg
+        .wait_bot_messages(OWNER, |m| has_text(m, "echo: [The user sent a voice note"), LIMIT)
+        .await;
+    assert!(has_text(&heard, "🎤 remind me to buy oat milk"), "{:?}", texts(&heard));
+    let answer =
+        heard.iter().rev().find(|m| m.text.starts_with("echo: [The user sent a voice")).unwrap();
+    assert!(answer.text.contains("remind me to buy oat milk"), "{}", answer.text);
+    let sent = llm.transcription_requests();
+    assert_eq!(sent.len(), 1);
+    let form = sent[0].body.as_str().unwrap();
+    assert!(form.contains("whisper-test") && form.contains("OggS fake opus"), "{form}");
+
+    // A voice note the endpoint cannot hear: kept, the user told why, no turn for nothing.
+    llm.push_transcription(503, r#"{"error":{"message":"overloaded"}}"#);
+    let asked = llm.chat_requests().len();
+    tg.user_sends(voice).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "could not transcribe it"), LIMIT).await;
+    assert_eq!(llm.chat_requests().len(), asked, "a turn for a recording nobody heard");
+
+    // Another chat: its model cannot reach the owner's files by any path.
+    llm.push(Step::tool_calls(&[
+        ("read_file", json!({"path": format!("../telegram_{OWNER}/inbox/notes.txt")})),
+        ("read_file", json!({"path": room.join("inbox/notes.txt").display().to_string()})),
+        ("list_dir", json!({"path": "inbox"})),
+    ]));
+    llm.push(Step::text("looked around"));
+    tg.user_says(FRIEND, FRIEND, "read the owner's notes").await;
+    tg.wait_bot_messages(FRIEND, |m| has_text(m, "looked around"), LIMIT).await;
+    let last = llm.chat_requests().last().unwrap().body.clone();
+    let outputs = tool_outputs(&last);
+    assert_eq!(outputs.len(), 3, "{outputs:?}");
+    for output in &outputs {
+        assert!(!output.contains("NOTES-CONTENT") && !output.contains("notes.txt\n"), "{output}");
+    }
+
+    // Every update ended answered or refused; the file too large is refused by rule.
+    let rows = ledger(&ws);
+    assert!(rows.iter().any(|r| r.3.as_deref() == Some("file-too-large")), "{rows:#?}");
+    assert!(rows.iter().all(|r| r.2 == "answered" || r.2 == "refused"), "{rows:#?}");
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains(tg.token()), "the token is in the log");
+}
+
+/// A document whose turn is cut by the daemon's death is handled after the restart with its
+/// file: the ledger kept the reference, and the file is fetched again.
+#[tokio::test]
+async fn a_file_whose_turn_the_daemon_died_in_is_fetched_again_after_the_restart() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    // The first call hangs (the daemon is killed during it); later ones echo.
+    llm.push(Step::text("never delivered").delayed(std::time::Duration::from_secs(600)));
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-files-kill");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.user_sends(document(OWNER, "report.csv", b"a,b\n1,2\n", "chart this")).await;
+    let waited = std::time::Instant::now();
+    while llm.chat_requests().is_empty() {
+        assert!(waited.elapsed() < LIMIT, "the model was never asked");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    serving.kill().await;
+    assert_eq!(ledger(&ws)[0].2, "pending");
+
+    let serving = start(&ws, &env).await;
+    let answered = tg
+        .wait_bot_messages(OWNER, |m| has_text(m, "echo: [The user sent a document"), LIMIT)
+        .await;
+    let answer = answered.iter().find(|m| m.text.starts_with("echo: [The user sent")).unwrap();
+    assert!(answer.text.contains("chart this"), "{}", answer.text);
+    let rows = ledger(&ws);
+    assert_eq!((rows.len(), rows[0].2.as_str()), (1, "answered"), "{rows:#?}");
+    let room = ws.dir.join("chats").join(format!("telegram_{OWNER}"));
+    assert_eq!(std::fs::read(room.join("inbox/report.csv")).unwrap(), b"a,b\n1,2\n");
+    serving.stop(LIMIT).await;
+}
