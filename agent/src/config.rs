@@ -86,6 +86,10 @@ pub struct LlmConfig {
     /// The single provider's context window in tokens (used when `providers` is empty).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
+    /// The single provider sees images (used when `providers` is empty; each of `providers`
+    /// says so with its own `vision`): a photo a user sends reaches it as an image.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub vision: bool,
     /// Providers in order of preference (`[[llm.providers]]`); empty: `base_url`/`model`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub providers: Vec<nexbot_llm::ProviderSpec>,
@@ -116,6 +120,7 @@ impl Default for LlmConfig {
             breaker_failures: 5,
             breaker_cooldown_secs: 30,
             context_window: None,
+            vision: false,
             providers: Vec::new(),
             caps: CapsConfig::default(),
             transcription: None,
@@ -132,7 +137,13 @@ impl LlmConfig {
         let mut single = nexbot_llm::ProviderSpec::new(&self.base_url, &self.model);
         single.api_key_env = Some(LLM_API_KEY_ENV.to_owned());
         single.context_window = self.context_window;
+        single.vision = self.vision;
         vec![single]
+    }
+
+    /// Whether the primary provider sees images (photos are then shown to the model).
+    pub fn sees_images(&self) -> bool {
+        self.provider_list().first().is_some_and(|p| p.vision)
     }
 
     /// The primary provider's base URL and model.

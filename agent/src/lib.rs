@@ -350,16 +350,32 @@ impl Agent {
         cancel: CancellationToken,
         channel: Arc<dyn Channel>,
     ) -> TurnOutcome {
-        self.run_turn_within(chat, text, origin, cancel, channel, None).await
+        self.run_turn_within(chat, text, Vec::new(), origin, cancel, channel, None).await
+    }
+
+    /// [`Self::run_turn`] with `images` shown with the user's message (a photo) to a model
+    /// that sees images; the history keeps only `text`.
+    pub async fn run_turn_with_images(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        images: Vec<crate::llm::Image>,
+        origin: turns::TurnOrigin,
+        cancel: CancellationToken,
+        channel: Arc<dyn Channel>,
+    ) -> TurnOutcome {
+        self.run_turn_within(chat, text, images, origin, cancel, channel, None).await
     }
 
     /// [`Self::run_turn`] stopped once it has used more than `budget` tokens (the model's
     /// and its delegated tasks'), checked before every model call and before a reply's tool
     /// calls run.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run_turn_within(
         &self,
         chat: &ChatRef,
         text: &str,
+        images: Vec<crate::llm::Image>,
         origin: turns::TurnOrigin,
         cancel: CancellationToken,
         channel: Arc<dyn Channel>,
@@ -410,7 +426,7 @@ impl Agent {
             confirm: &self.confirm,
         };
         let budget = Duration::from_secs(self.config.turn_timeout_secs);
-        let inner = self.run_loop(&turn, text);
+        let inner = self.run_loop(&turn, text, images);
         tokio::pin!(inner);
         let ending = tokio::select! {
             ending = &mut inner => ending,
@@ -485,6 +501,7 @@ impl Agent {
         &self,
         turn: &Turn<'_>,
         text: &str,
+        images: Vec<crate::llm::Image>,
     ) -> Result<Vec<ChatMessage>, String> {
         let dir = self.workspace.clone();
         let cap = self.config.context_max_chars;
@@ -506,12 +523,17 @@ impl Agent {
             .map_err(|e| e.to_string())?;
         let mut messages = vec![ChatMessage::system(system)];
         messages.extend(history.into_iter().map(|h| ChatMessage::text(&h.role, h.content)));
-        messages.push(ChatMessage::user(text));
+        messages.push(ChatMessage { images, ..ChatMessage::user(text) });
         Ok(messages)
     }
 
-    async fn run_loop(&self, turn: &Turn<'_>, text: &str) -> Ending {
-        let mut messages = match self.build_messages(turn, text).await {
+    async fn run_loop(
+        &self,
+        turn: &Turn<'_>,
+        text: &str,
+        images: Vec<crate::llm::Image>,
+    ) -> Ending {
+        let mut messages = match self.build_messages(turn, text, images).await {
             Ok(messages) => messages,
             Err(e) => {
                 tracing::error!(chat = %turn.chat, error = %e, "cannot build the prompt");
@@ -585,6 +607,7 @@ impl Agent {
                 content: message.content,
                 tool_calls: calls.clone(),
                 tool_call_id: None,
+                images: Vec::new(),
             });
             for call in &calls {
                 if turn.cancel.is_cancelled() {

@@ -19,8 +19,8 @@ use nexbot_llm::context::{estimate_tokens, fit};
 use nexbot_llm::provider::Timeouts;
 use nexbot_llm::{Chain, ChatRequest, Provider, RetryPolicy};
 pub use nexbot_llm::{
-    ChatMessage, Completion, ErrorClass, FunctionCall, LlmError, StreamEvent, ToolCall, ToolSpec,
-    Usage,
+    ChatMessage, Completion, ErrorClass, FunctionCall, Image, LlmError, StreamEvent, ToolCall,
+    ToolSpec, Usage,
 };
 
 use crate::config::LlmConfig;

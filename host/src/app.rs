@@ -281,6 +281,7 @@ impl App {
         let inbox = Arc::new(crate::inbox::Inbox::new(
             nexbot_tools::rooms::rooms_dir(&config.workspace.dir),
             transcriber(config)?,
+            config.llm.sees_images(),
         ));
         let bus = bus::start(
             agent.clone(),

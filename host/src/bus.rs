@@ -204,10 +204,12 @@ impl Dispatcher {
                     let mut text = std::mem::take(&mut message.text);
                     let files = std::mem::take(&mut message.files);
                     let mut turn = true;
+                    let mut images = Vec::new();
                     if !files.is_empty() {
                         let arrived = inbox.receive(&chat, files, &text).await;
                         text = arrived.text;
                         turn = arrived.turn;
+                        images = arrived.images;
                         match arrived.notice {
                             Some(notice) if turn => {
                                 deliver(&router, OutboundMessage::progress(&chat, notice)).await;
@@ -220,8 +222,9 @@ impl Dispatcher {
                     if turn {
                         let channel: Arc<dyn Channel> = router.clone();
                         let origin = TurnOrigin::Message { user: message.user };
-                        let outcome =
-                            agent.run_turn(&chat, &text, origin, shutdown.clone(), channel);
+                        let cancel = shutdown.clone();
+                        let outcome = agent
+                            .run_turn_with_images(&chat, &text, images, origin, cancel, channel);
                         outcome.await.answer
                     } else {
                         text

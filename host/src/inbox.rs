@@ -33,6 +33,8 @@ pub struct Inbox {
     /// The workspace's folder of rooms (`<workspace>/chats`).
     rooms: PathBuf,
     transcriber: Option<Arc<Transcriber>>,
+    /// The primary model sees images: photos go to it as images, not only as files.
+    vision: bool,
 }
 
 /// What became of a message's files.
@@ -46,6 +48,8 @@ pub struct Arrived {
     /// Whether there is anything for the model (a voice note that could not be heard, with
     /// no caption, leaves nothing to answer but the notice).
     pub turn: bool,
+    /// Photos for a model that sees images, shown with `text` (the history keeps the text).
+    pub images: Vec<nexbot_llm::Image>,
 }
 
 /// One file written into the room.
@@ -56,8 +60,8 @@ struct Stored {
 }
 
 impl Inbox {
-    pub fn new(rooms: PathBuf, transcriber: Option<Transcriber>) -> Self {
-        Self { rooms, transcriber: transcriber.map(Arc::new) }
+    pub fn new(rooms: PathBuf, transcriber: Option<Transcriber>, vision: bool) -> Self {
+        Self { rooms, transcriber: transcriber.map(Arc::new), vision }
     }
 
     /// Stores `files` in `chat`'s room and says what the model and the chat are told.
@@ -65,6 +69,7 @@ impl Inbox {
         let mut lines = Vec::new();
         let mut notices = Vec::new();
         let mut heard = Vec::new();
+        let mut images = Vec::new();
         let mut unheard_only = !files.is_empty();
         for file in files {
             let stored = match self.store(chat, &file) {
@@ -97,6 +102,12 @@ impl Inbox {
                             .push(format!("[The user sent {what}. It was not transcribed: {why}]"));
                     }
                 },
+                FileKind::Photo if self.vision => {
+                    unheard_only = false;
+                    lines.push(format!("[The user sent {what}; it is shown below.]"));
+                    let mime = file.mime.clone().unwrap_or_else(|| "image/jpeg".to_owned());
+                    images.push(nexbot_llm::Image { mime, data: Arc::new(file.bytes.clone()) });
+                }
                 FileKind::Photo => {
                     unheard_only = false;
                     lines.push(format!(
@@ -121,7 +132,7 @@ impl Inbox {
         }
         let turn = !(unheard_only && caption.trim().is_empty());
         let notice = (!notices.is_empty()).then(|| notices.join("\n"));
-        Arrived { text, notice, turn }
+        Arrived { text, notice, turn, images }
     }
 
     /// The transcript of a voice note or audio file, or why there is none (for the user).
@@ -349,7 +360,7 @@ mod tests {
     async fn files_land_in_the_chats_own_inbox_and_never_follow_a_planted_link() {
         let dir = temp_dir("inbox");
         let rooms = dir.join("chats");
-        let inbox = Inbox::new(rooms.clone(), None);
+        let inbox = Inbox::new(rooms.clone(), None, false);
         let chat = ChatRef::Telegram(7);
         let doc = InboundFile {
             mime: Some("text/plain".into()),

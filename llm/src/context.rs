@@ -15,9 +15,16 @@ pub fn estimate_tokens(bytes: usize) -> u64 {
 /// Per-message framing the wire adds (role, separators), in tokens.
 const MESSAGE_OVERHEAD: u64 = 4;
 
+/// What one image counts for in a prompt's size, bytes (≈ 1,000 tokens at 3 bytes a token):
+/// providers charge a photo of about a megapixel between ~765 tokens (OpenAI, high detail,
+/// 1024×1024) and ~1,600 (Anthropic, 1.15 MP); the photos sent are at most
+/// `telegram.photo_max_edge` on their longer side.
+pub const IMAGE_BYTES: usize = 3_000;
+
 /// The bytes a message contributes: content, tool calls' names and arguments.
 pub fn message_bytes(message: &ChatMessage) -> usize {
     message.content_str().len()
+        + message.images.len() * IMAGE_BYTES
         + message
             .tool_calls
             .iter()
@@ -147,6 +154,7 @@ mod tests {
                 function: FunctionCall { name: "f".into(), arguments: "{}".into() },
             }],
             tool_call_id: None,
+            images: Vec::new(),
         }
     }
 

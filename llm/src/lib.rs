@@ -38,5 +38,6 @@ pub use error::{classify, parse_retry_after, ErrorClass, LlmError};
 pub use provider::{Provider, ProviderSpec};
 pub use transcribe::{Transcriber, TranscriptionSpec};
 pub use wire::{
-    ChatMessage, ChatRequest, Completion, FunctionCall, FunctionSpec, ToolCall, ToolSpec, Usage,
+    ChatMessage, ChatRequest, Completion, FunctionCall, FunctionSpec, Image, ToolCall, ToolSpec,
+    Usage,
 };

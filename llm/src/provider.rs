@@ -43,6 +43,9 @@ pub struct ProviderSpec {
     /// The model's context window in tokens ([`DEFAULT_CONTEXT_WINDOW`] when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u32>,
+    /// The model sees images: a photo a user sends reaches it as an image part.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vision: bool,
 }
 
 impl ProviderSpec {
@@ -55,6 +58,7 @@ impl ProviderSpec {
             input_price_per_mtok: None,
             output_price_per_mtok: None,
             context_window: None,
+            vision: false,
         }
     }
 
@@ -238,7 +242,7 @@ impl Provider {
         request: &ChatRequest<'_>,
         on_text: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Completion, LlmError> {
-        let body = request.body(&self.spec.model);
+        let body = request.body_for(&self.spec.model, self.spec.vision);
         let mut http = self
             .http
             .post(&self.url)

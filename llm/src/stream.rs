@@ -231,6 +231,7 @@ impl Accumulator {
             content: (!self.content.is_empty()).then_some(self.content),
             tool_calls: self.calls,
             tool_call_id: None,
+            images: Vec::new(),
         };
         Ok(Completion {
             message,

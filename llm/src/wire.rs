@@ -26,7 +26,37 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Images shown with a user's message (a photo): sent as image parts to a provider that
+    /// sees images ([`ChatRequest::body_for`]), as a line saying so to one that does not.
+    /// Never stored: the history keeps the message's text.
+    #[serde(skip)]
+    pub images: Vec<Image>,
 }
+
+/// An image's bytes and media type, as a message carries it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Image {
+    pub mime: String,
+    pub data: std::sync::Arc<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Image({}, {} bytes)", self.mime, self.data.len())
+    }
+}
+
+impl Image {
+    /// `data:<mime>;base64,<data>`: how OpenAI-compatible servers take an image inline.
+    pub fn data_url(&self) -> String {
+        use base64::Engine as _;
+        let data = base64::engine::general_purpose::STANDARD.encode(self.data.as_slice());
+        format!("data:{};base64,{data}", self.mime)
+    }
+}
+
+/// What a provider that cannot see images is told in an image's place.
+pub const IMAGE_NOT_SHOWN: &str = "[An image came with this message; this model cannot see it.]";
 
 impl ChatMessage {
     pub fn system(text: impl Into<String>) -> Self {
@@ -120,9 +150,34 @@ impl<'a> ChatRequest<'a> {
         Self { messages, tools, max_tokens: None, temperature: None, stream: false }
     }
 
-    /// The JSON body for `model`. `n` is never sent (it defaults to 1, which budgets assume).
+    /// The JSON body for `model`, which sees no images. `n` is never sent (it defaults to 1,
+    /// which budgets assume).
     pub fn body(&self, model: &str) -> Value {
-        let mut body = json!({"model": model, "messages": self.messages});
+        self.body_for(model, false)
+    }
+
+    /// The JSON body for `model`; with `vision`, a message's images go as `image_url` parts
+    /// (data URLs) after its text, else a line says an image was not shown.
+    pub fn body_for(&self, model: &str, vision: bool) -> Value {
+        let mut messages = serde_json::to_value(self.messages).unwrap_or_default();
+        if let Some(list) = messages.as_array_mut() {
+            for (value, message) in list.iter_mut().zip(self.messages) {
+                if message.images.is_empty() {
+                    continue;
+                }
+                let text = message.content_str();
+                value["content"] = if vision {
+                    let mut parts = vec![json!({"type": "text", "text": text})];
+                    parts.extend(message.images.iter().map(|image| {
+                        json!({"type": "image_url", "image_url": {"url": image.data_url()}})
+                    }));
+                    Value::Array(parts)
+                } else {
+                    format!("{text}\n{IMAGE_NOT_SHOWN}").into()
+                };
+            }
+        }
+        let mut body = json!({"model": model, "messages": messages});
         if !self.tools.is_empty() {
             body["tools"] = serde_json::to_value(self.tools).unwrap_or_default();
             body["tool_choice"] = "auto".into();
@@ -300,6 +355,32 @@ mod tests {
             assert_eq!(c.message.content.as_deref(), Some("hi"));
             assert_eq!(c.usage, None);
         }
+    }
+
+    #[test]
+    fn an_image_goes_as_a_part_to_a_model_that_sees_and_as_a_line_to_one_that_does_not() {
+        let image =
+            Image { mime: "image/jpeg".into(), data: std::sync::Arc::new(b"JPEG".to_vec()) };
+        let photo = ChatMessage { images: vec![image], ..ChatMessage::user("what is this?") };
+        let messages = [ChatMessage::system("s"), photo.clone()];
+        let req = ChatRequest::new(&messages, &[]);
+        let seen = req.body_for("m", true);
+        assert_eq!(seen["messages"][0]["content"], "s");
+        assert_eq!(
+            seen["messages"][1]["content"],
+            json!([
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,SlBFRw=="}}
+            ])
+        );
+        let blind = req.body("m");
+        assert_eq!(blind["messages"][1]["content"], format!("what is this?\n{IMAGE_NOT_SHOWN}"));
+        // The image is never part of what is stored or compared as text.
+        assert!(!serde_json::to_string(&photo).unwrap().contains("SlBFRw"));
+        assert_eq!(
+            crate::context::message_bytes(&photo),
+            "what is this?".len() + crate::context::IMAGE_BYTES
+        );
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct TelegramConfig {
     /// API hands bots files of up to 20 MB (a self-hosted `telegram-bot-api` more); a larger
     /// one is answered with this limit and not fetched.
     pub max_file_bytes: u64,
+    /// Telegram keeps several sizes of a photo: the largest whose longer side is at most
+    /// this many pixels is fetched (what a vision model is shown; no image is decoded here).
+    pub photo_max_edge: u32,
 }
 
 /// The Bot API's own limit on files a bot may fetch (`getFile`).
@@ -57,6 +60,7 @@ impl Default for TelegramConfig {
             delivery_deadline_secs: 120,
             max_retry_after_secs: 300,
             max_file_bytes: BOT_API_FILE_LIMIT,
+            photo_max_edge: 1280,
         }
     }
 }
@@ -79,6 +83,10 @@ impl TelegramConfig {
         }
         if self.delivery_deadline_secs == 0 {
             problems.push(("telegram.delivery_deadline_secs", "must be at least 1".to_owned()));
+        }
+        if !(64..=10_000).contains(&self.photo_max_edge) {
+            let reason = format!("{} is out of range (allowed 64..=10000)", self.photo_max_edge);
+            problems.push(("telegram.photo_max_edge", reason));
         }
         if self.max_file_bytes == 0 || self.max_file_bytes > 2 * 1024 * 1024 * 1024 {
             let reason = format!("{} is out of range (allowed 1..=2 GiB)", self.max_file_bytes);

@@ -99,7 +99,7 @@ pub fn known_size(meta: &teloxide_core::types::FileMeta) -> Option<u64> {
 
 /// The file `message` carries that the bot can take, if any: a document, the largest size of
 /// a photo within `limit` (Telegram keeps several), a voice note or an audio file.
-fn file_of(message: &Message, limit: u64) -> Option<FileRef> {
+fn file_of(message: &Message, limit: u64, max_edge: u32) -> Option<FileRef> {
     let file = |kind, meta: &teloxide_core::types::FileMeta, name, mime, duration| FileRef {
         kind,
         file_id: meta.id.0.clone(),
@@ -113,8 +113,11 @@ fn file_of(message: &Message, limit: u64) -> Option<FileRef> {
         return Some(file(FileKind::Document, &d.file, d.file_name.clone(), mime, None));
     }
     if let Some(sizes) = message.photo() {
-        // The largest that fits; else the smallest, which is then refused for its size.
-        let fits = sizes.iter().filter(|p| known_size(&p.file).is_none_or(|s| s <= limit));
+        // The largest within the size limit and the edge; else the smallest, which is then
+        // refused for its size when it is too large.
+        let fits = sizes.iter().filter(|p| {
+            known_size(&p.file).is_none_or(|s| s <= limit) && p.width.max(p.height) <= max_edge
+        });
         let photo = fits
             .max_by_key(|p| u64::from(p.width) * u64::from(p.height))
             .or_else(|| sizes.iter().min_by_key(|p| p.file.size))?;
@@ -220,7 +223,7 @@ pub fn decide(config: &TelegramConfig, me: &BotIdentity, update: &Update) -> Dec
         };
         return refuse("not-allowed", Some(reply), unread());
     }
-    let file = file_of(message, config.max_file_bytes);
+    let file = file_of(message, config.max_file_bytes, config.photo_max_edge);
     if let Some(size) = file.as_ref().and_then(|f| f.size).filter(|s| *s > config.max_file_bytes) {
         let reply = format!(
             "That file is {}; I can take files up to {}. Please send a smaller one (or a link).",
@@ -544,9 +547,14 @@ mod tests {
             {"file_id": "mid", "file_unique_id": "m", "width": 320, "height": 240, "file_size": 900},
             {"file_id": "big", "file_unique_id": "b", "width": 1280, "height": 960, "file_size": 5000}
         ]);
-        let d = decide(&c, &me(), &update(file_message("photo", sizes)));
+        let d = decide(&c, &me(), &update(file_message("photo", sizes.clone())));
         let Decision::Handle { text, file: Some(file), .. } = d else { panic!("{d:?}") };
         assert_eq!((text.as_str(), file.file_id.as_str()), ("what is this?", "mid"));
+        // ... and within the longer edge the operator set.
+        let small = TelegramConfig { photo_max_edge: 100, ..c.clone() };
+        let d = decide(&small, &me(), &update(file_message("photo", sizes)));
+        let Decision::Handle { file: Some(file), .. } = d else { panic!("{d:?}") };
+        assert_eq!(file.file_id, "small");
         assert_eq!(file.kind, FileKind::Photo);
         // A document over the limit: refused with both sizes, not fetched.
         let doc = json!({"file_id": "d", "file_unique_id": "u", "file_name": "a.pdf", "mime_type": "application/pdf", "file_size": 3000});

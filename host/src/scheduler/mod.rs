@@ -795,8 +795,15 @@ impl Worker {
         // Admitted like a message's turn: after the chat's running turn, within the daemon's
         // limit, and visible to the chat's `/status` and `/stop` while it runs.
         let cancel = self.cancel.child_token();
-        let outcome =
-            self.agent.run_turn_within(&job.chat, &prompt, origin, cancel, channel, Some(budget));
+        let outcome = self.agent.run_turn_within(
+            &job.chat,
+            &prompt,
+            Vec::new(),
+            origin,
+            cancel,
+            channel,
+            Some(budget),
+        );
         let outcome = outcome.await;
         let mut end = RunEnd {
             outcome: RunOutcome::Ok,

@@ -13,7 +13,7 @@ use nexbot_tests::telegram::TelegramFixture;
 use serde_json::{json, Value};
 
 use crate::common::{base_env, echo, tool_results, ChatSession, TempWorkspace};
-use crate::telegram::{has_text, ledger, start, telegram_env, texts, LIMIT, OWNER};
+use crate::telegram::{has_text, settled_ledger, start, telegram_env, texts, LIMIT, OWNER};
 
 use crate::common::parsed_tool_results as results;
 
@@ -127,7 +127,7 @@ async fn ask_user_takes_the_next_message_as_the_answer_which_starts_no_turn_of_i
     let asked: Vec<String> = llm.chat_requests().iter().map(|r| last_user(&r.body)).collect();
     assert_eq!(asked, ["ask: trip", "ask: trip", "thanks"]);
     // Every update ended: the answer as taken (answered, no message of its own).
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert_eq!(rows.len(), 3, "{rows:#?}");
     assert!(rows.iter().all(|r| r.2 == "answered"), "{rows:#?}");
     assert_eq!(rows[1].3.as_deref().unwrap_or(""), "", "the answer was sent nothing: {rows:#?}");
@@ -171,7 +171,7 @@ async fn ask_user_ends_cleanly_when_nobody_answers_in_time_or_the_user_stops_it(
     tg.user_says(OWNER, OWNER, "still here").await;
     let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: still here"), LIMIT).await;
     assert!(!has_text(&messages, "Answer:"), "{:?}", texts(&messages));
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert!(rows.iter().all(|r| r.2 == "answered"), "{rows:#?}");
     let log = serving.stop(LIMIT).await;
     assert!(!log.contains("panicked"), "{log}");

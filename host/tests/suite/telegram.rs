@@ -59,6 +59,21 @@ pub(crate) fn ledger(ws: &TempWorkspace) -> Vec<(i64, String, String, Option<Str
     rows.map(Result::unwrap).collect()
 }
 
+/// [`ledger`] once no row is pending (at most [`LIMIT`]): a row is settled just after its
+/// answer's send returns, which may be a moment after the fixture saw the message.
+pub(crate) async fn settled_ledger(
+    ws: &TempWorkspace,
+) -> Vec<(i64, String, String, Option<String>)> {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let rows = ledger(ws);
+        if rows.iter().all(|r| r.2 != "pending") || std::time::Instant::now() > deadline {
+            return rows;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub(crate) fn texts(messages: &[BotMessage]) -> Vec<String> {
     messages.iter().map(|m| m.text.clone()).collect()
 }
@@ -114,7 +129,7 @@ async fn allowed_users_get_answers_strangers_one_refusal_and_the_model_never_see
     assert_eq!(stranger_messages.len(), 1, "{:?}", texts(&stranger_messages));
     let in_other_group = texts(&tg.bot_messages(OTHER_GROUP).await);
     assert_eq!(in_other_group, ["Sorry, this is a private bot."], "{in_other_group:?}");
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert_eq!(rows.len(), 10, "{rows:#?}");
     let state_of =
         |needle: &str| rows.iter().find(|r| r.3.as_deref() == Some(needle)).map(|r| r.2.clone());
@@ -357,7 +372,7 @@ async fn rate_limits_conflicts_and_an_outage_lose_nothing_and_double_nothing() {
         assert_eq!(count, 1, "answered {count} times: {:?}", texts(&all));
     }
     assert_eq!(messages, all.len());
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert!(rows.iter().all(|r| r.2 == "answered"), "{rows:#?}");
     serving.stop(LIMIT).await;
 }
@@ -390,7 +405,7 @@ async fn a_message_being_handled_when_the_daemon_is_killed_is_answered_once_afte
     let answers = all.iter().filter(|m| m.text.contains("survive the crash")).count();
     assert_eq!(answers, 1, "{:?}", texts(&all));
     assert!(!has_text(&messages, "never delivered"));
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert_eq!((rows.len(), rows[0].2.as_str()), (1, "answered"), "{rows:#?}");
     serving.stop(LIMIT).await;
 }

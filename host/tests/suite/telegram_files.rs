@@ -5,7 +5,9 @@
 //! voice is heard and shown back; another chat never reaches it.
 
 use crate::common::{echo, TempWorkspace};
-use crate::telegram::{has_text, ledger, start, telegram_env, texts, FRIEND, LIMIT, OWNER};
+use crate::telegram::{
+    has_text, ledger, settled_ledger, start, telegram_env, texts, FRIEND, LIMIT, OWNER,
+};
 
 use nexbot_tests::scripted_llm::{last_user, transcript, ScriptedLlm, Step};
 use nexbot_tests::telegram::{MessageKind, TelegramFixture, UserMessage};
@@ -156,7 +158,7 @@ async fn files_photos_and_voice_notes_land_in_the_chats_room_and_reach_the_model
     }
 
     // Every update ended answered or refused; the file too large is refused by rule.
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert!(rows.iter().any(|r| r.3.as_deref() == Some("file-too-large")), "{rows:#?}");
     assert!(rows.iter().all(|r| r.2 == "answered" || r.2 == "refused"), "{rows:#?}");
     let log = serving.stop(LIMIT).await;
@@ -190,9 +192,54 @@ async fn a_file_whose_turn_the_daemon_died_in_is_fetched_again_after_the_restart
         .await;
     let answer = answered.iter().find(|m| m.text.starts_with("echo: [The user sent")).unwrap();
     assert!(answer.text.contains("chart this"), "{}", answer.text);
-    let rows = ledger(&ws);
+    let rows = settled_ledger(&ws).await;
     assert_eq!((rows.len(), rows[0].2.as_str()), (1, "answered"), "{rows:#?}");
     let room = ws.dir.join("chats").join(format!("telegram_{OWNER}"));
     assert_eq!(std::fs::read(room.join("inbox/report.csv")).unwrap(), b"a,b\n1,2\n");
+    serving.stop(LIMIT).await;
+}
+
+/// With a provider that sees images (`llm.vision`), a photo reaches the model as an image
+/// part beside its caption; the history keeps only the text, so the next turn carries no
+/// bytes.
+#[tokio::test]
+async fn a_photo_reaches_a_vision_model_as_an_image_and_the_history_keeps_only_text() {
+    use base64::Engine as _;
+    const PIXELS: &[u8] = b"\xff\xd8\xff\xe0 fake-jpeg-PLANTED-pixels";
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|_| Step::text("seen"));
+    let ws = TempWorkspace::init("tg-vision");
+    let mut env = telegram_env(&llm, &tg);
+    env.push(("NEXBOT_LLM__VISION".into(), "true".into()));
+    let serving = start(&ws, &env).await;
+    let photo = UserMessage {
+        kind: MessageKind::Photo,
+        text: Some("what is in it?".into()),
+        file_content: Some(PIXELS.to_vec()),
+        ..UserMessage::private_text(OWNER, "")
+    };
+    tg.user_sends(photo).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "seen"), LIMIT).await;
+    let body = llm.chat_requests()[0].body.clone();
+    let user = body["messages"].as_array().unwrap().last().unwrap().clone();
+    let parts = user["content"].as_array().expect("content parts").clone();
+    let text = parts[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("[The user sent a photo: inbox/photo-") && text.ends_with("what is in it?"),
+        "{text}"
+    );
+    let encoded = base64::engine::general_purpose::STANDARD.encode(PIXELS);
+    assert_eq!(parts[1]["image_url"]["url"], format!("data:image/jpeg;base64,{encoded}"));
+
+    tg.user_says(OWNER, OWNER, "and now?").await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().filter(|m| m.text == "seen").count() == 2, LIMIT)
+        .await;
+    let next = llm.chat_requests()[1].body.to_string();
+    assert!(next.contains("[The user sent a photo: inbox/photo-"), "{next}");
+    assert!(
+        !next.contains(&encoded) && !next.contains("image_url"),
+        "the bytes stayed in the history"
+    );
     serving.stop(LIMIT).await;
 }
