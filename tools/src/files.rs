@@ -17,7 +17,9 @@
 //! are reserved in every room: nothing of the room's own can shadow them, and no chat can
 //! write a file that some prompt would read.
 
-use std::io;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -203,6 +205,50 @@ impl Confinement {
         })
     }
 
+    /// Opens `resolved` (what [`Self::existing`], [`Self::changeable`] or [`Self::writable`]
+    /// accepted for `raw`) to read, or to read and write, then checks that what was opened is
+    /// where the check found it: inside the room, or the shared file itself. Something else
+    /// that writes in the room while a tool runs (an MCP server given the room) may swap a
+    /// folder for a symlink between the check and the open; this catches it, before a byte is
+    /// read or written. A file it had to create out there is removed again; an existing one is
+    /// never truncated before the check (the caller truncates after).
+    pub fn open(&self, raw: &str, resolved: &Path, write: bool) -> Result<File, ToolError> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(write);
+        let (file, created) = match write {
+            false => (options.open(resolved), false),
+            true => match options.clone().create_new(true).open(resolved) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    (options.open(resolved), false)
+                }
+                other => (other, true),
+            },
+        };
+        let file = file.map_err(|e| io_error(raw, e))?;
+        let real = opened_path(&file).map_err(|e| io_error(raw, e))?;
+        let shared = !resolved.starts_with(&self.root);
+        let inside = match shared {
+            true => real == resolved || resolved.canonicalize().is_ok_and(|c| c == real),
+            false => real.starts_with(&self.root) && !self.hidden(&real),
+        };
+        if !inside {
+            if created {
+                let _ = std::fs::remove_file(&real);
+            }
+            return Err(ToolError::new(format!(
+                "{raw}: refused, it changed to lead outside this chat's folder while it was \
+                 being opened"
+            )));
+        }
+        Ok(file)
+    }
+
+    /// The folder `resolved` as an open handle, checked like [`Self::open`]: what a listing or
+    /// a deletion works through, so a swapped folder cannot redirect it.
+    pub fn open_dir(&self, raw: &str, resolved: &Path) -> Result<File, ToolError> {
+        self.open(raw, resolved, false)
+    }
+
     /// A shared file by its name, else: the deepest existing ancestor of the path (the path
     /// itself when it exists) is canonicalized and checked; the missing rest, which cannot be
     /// a symlink because it does not exist, is appended. So a path through a symlink that
@@ -268,6 +314,25 @@ pub(crate) async fn in_room<T: Send + 'static>(
     .map_err(|e| ToolError::new(format!("tool failed: {e}")))?
 }
 
+/// `file`'s whole content becomes `bytes` (it was opened, and checked, without truncating).
+fn replace_content(file: &mut File, bytes: &[u8]) -> io::Result<()> {
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(bytes)
+}
+
+/// Where the kernel says an open handle is (`/proc/self/fd`): the path as it resolved at
+/// the open, whatever has been renamed or swapped since the check.
+fn opened_path(file: &File) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// `name` inside the folder `dir` is open as, by the kernel's handle (`/proc/self/fd/<n>/…`
+/// resolves through the open folder, not through its path).
+fn in_opened(dir: &File, name: &std::ffi::OsStr) -> PathBuf {
+    Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name)
+}
+
 fn io_error(raw: &str, e: io::Error) -> ToolError {
     ToolError::new(format!("{raw}: {e}"))
 }
@@ -311,7 +376,11 @@ impl TypedTool for ReadFile {
             if path.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
             }
-            let bytes = std::fs::read(&path).map_err(|e| io_error(&args.path, e))?;
+            let mut bytes = Vec::new();
+            confinement
+                .open(&args.path, &path, false)?
+                .read_to_end(&mut bytes)
+                .map_err(|e| io_error(&args.path, e))?;
             let text = String::from_utf8(bytes)
                 .map_err(|_| ToolError::new(format!("{}: not a UTF-8 text file", args.path)))?;
             if text.chars().count() > MAX_READ_CHARS {
@@ -357,7 +426,9 @@ impl TypedTool for WriteFile {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| io_error(&args.path, e))?;
             }
-            std::fs::write(&path, &args.content).map_err(|e| io_error(&args.path, e))?;
+            let mut file = confinement.open(&args.path, &path, true)?;
+            replace_content(&mut file, args.content.as_bytes())
+                .map_err(|e| io_error(&args.path, e))?;
             Ok(success(format!("wrote {} bytes to {}", args.content.len(), args.path)))
         })
         .await
@@ -395,7 +466,9 @@ impl TypedTool for EditFile {
         }
         in_room(&self.0, ctx, move |confinement| {
             let path = confinement.changeable(&args.path)?;
-            let text = std::fs::read_to_string(&path).map_err(|e| io_error(&args.path, e))?;
+            let mut file = confinement.open(&args.path, &path, true)?;
+            let mut text = String::new();
+            file.read_to_string(&mut text).map_err(|e| io_error(&args.path, e))?;
             let count = text.matches(&args.old_text).count();
             if count == 0 {
                 return Err(ToolError::new(format!("{}: old_text not found", args.path)));
@@ -410,7 +483,7 @@ impl TypedTool for EditFile {
             if edited.len() > MAX_WRITE_BYTES {
                 return Err(ToolError::new(format!("result exceeds {MAX_WRITE_BYTES} bytes")));
             }
-            std::fs::write(&path, edited).map_err(|e| io_error(&args.path, e))?;
+            replace_content(&mut file, edited.as_bytes()).map_err(|e| io_error(&args.path, e))?;
             Ok(success(format!("replaced {count} occurrence(s) in {}", args.path)))
         })
         .await
@@ -443,15 +516,17 @@ impl TypedTool for ListDir {
     async fn run(&self, args: ListArgs, ctx: &ToolContext) -> ToolResult {
         in_room(&self.0, ctx, move |confinement| {
             let path = confinement.existing(&args.path)?;
-            let entries = std::fs::read_dir(&path).map_err(|e| io_error(&args.path, e))?;
+            let dir = confinement.open_dir(&args.path, &path)?;
+            let entries = std::fs::read_dir(in_opened(&dir, std::ffi::OsStr::new("")))
+                .map_err(|e| io_error(&args.path, e))?;
             let mut lines = Vec::new();
             for entry in entries {
                 let entry = entry.map_err(|e| io_error(&args.path, e))?;
-                if confinement.hidden(&entry.path()) {
+                if confinement.hidden(&path.join(entry.file_name())) {
                     continue;
                 }
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let meta = entry.path().symlink_metadata().map_err(|e| io_error(&name, e))?;
+                let meta = entry.metadata().map_err(|e| io_error(&name, e))?;
                 lines.push(if meta.file_type().is_symlink() {
                     format!("{name} (symlink)")
                 } else if meta.is_dir() {
@@ -504,7 +579,12 @@ impl TypedTool for DeleteFile {
         }
         in_room(&self.0, ctx, move |confinement| {
             let link = checked(confinement, &args.path)?;
-            std::fs::remove_file(&link).map_err(|e| io_error(&args.path, e))?;
+            // Through the checked folder's handle: a folder swapped since cannot redirect it.
+            let (Some(parent), Some(name)) = (link.parent(), link.file_name()) else {
+                return Err(ToolError::new(format!("{}: not a file", args.path)));
+            };
+            let dir = confinement.open_dir(&args.path, parent)?;
+            std::fs::remove_file(in_opened(&dir, name)).map_err(|e| io_error(&args.path, e))?;
             Ok(success(format!("deleted {}", args.path)))
         })
         .await
@@ -578,6 +658,35 @@ mod tests {
         link(&room_b.join("note.txt"), "inner_link").unwrap();
         let tools = file_tools(rooms);
         Fixture { base, ws, room_a, room_b, tools, _socket: socket }
+    }
+
+    /// Something else in B's room (an MCP server given it) swaps a checked folder for a link
+    /// to A's room between the check and the open: the read, the write, the listing and the
+    /// deletion are all refused, and nothing of A's is read, made, changed or removed.
+    #[test]
+    fn a_folder_swapped_for_a_link_after_the_check_is_caught_at_the_open() {
+        let f = fixture();
+        let confinement = Confinement::new(&f.room_b, Vec::new(), false).unwrap();
+        std::fs::write(f.room_b.join("sub/a-secret.txt"), "B's own").unwrap();
+        let read = confinement.existing("sub/a-secret.txt").unwrap();
+        let write = confinement.writable("sub/new.txt").unwrap();
+        let edit = confinement.changeable("sub/a-secret.txt").unwrap();
+        let list = confinement.existing("sub").unwrap();
+        // The swap.
+        std::fs::rename(f.room_b.join("sub"), f.room_b.join("sub-was")).unwrap();
+        std::os::unix::fs::symlink(&f.room_a, f.room_b.join("sub")).unwrap();
+        // The checked path alone (how the tools opened it before) now reads A's file.
+        assert_eq!(std::fs::read_to_string(&read).unwrap(), "A's secret");
+        for (what, path, write) in
+            [("read", &read, false), ("write", &write, true), ("edit", &edit, true)]
+        {
+            let err = confinement.open("sub/x", path, write).unwrap_err().to_string();
+            assert!(err.contains("refused"), "{what}: {err}");
+        }
+        let err = confinement.open_dir("sub", &list).unwrap_err().to_string();
+        assert!(err.contains("refused"), "list: {err}");
+        assert_eq!(std::fs::read_to_string(f.room_a.join("a-secret.txt")).unwrap(), "A's secret");
+        assert!(!f.room_a.join("new.txt").exists(), "a file was left in A's room");
     }
 
     fn ctx(chat: ChatRef, owner: bool) -> ToolContext {
