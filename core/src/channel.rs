@@ -160,8 +160,13 @@ impl std::fmt::Debug for InboundFile {
 #[derive(Debug, Clone)]
 pub struct OutboundFile {
     pub chat: ChatRef,
+    /// Where the file is (what the console shows; its name is the name the chat sees).
     pub path: PathBuf,
     pub caption: Option<String>,
+    /// Where its bytes are read from when not `path`: the sender's checked open handle
+    /// (`/proc/self/fd/<n>`, open while the send runs), so a folder swapped after the check
+    /// cannot make the channel read another file.
+    pub contents: Option<PathBuf>,
 }
 
 /// A message the bot sent, as its channel numbers it (Telegram message ids); what edit and

@@ -813,12 +813,19 @@ impl Inner {
         &self,
         chat_id: i64,
         path: std::path::PathBuf,
+        contents: Option<std::path::PathBuf>,
         caption: Option<String>,
     ) -> Result<Option<i32>, DeliveryError> {
         let deadline = Instant::now() + Duration::from_secs(self.config.delivery_deadline_secs);
         let mut backoff = Duration::from_millis(500);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let read_from = contents.unwrap_or(path);
         loop {
-            let mut request = self.bot.send_document(ChatId(chat_id), InputFile::file(&path));
+            let mut document = InputFile::file(&read_from);
+            if let Some(name) = &name {
+                document = document.file_name(name.clone());
+            }
+            let mut request = self.bot.send_document(ChatId(chat_id), document);
             if let Some(caption) = &caption {
                 request = request.caption(caption.clone());
             }
@@ -1176,7 +1183,7 @@ impl Channel for Telegram {
             let chat_id = telegram_chat(&file.chat)?;
             let id = self
                 .inner
-                .send_document(chat_id, file.path, file.caption)
+                .send_document(chat_id, file.path, file.contents, file.caption)
                 .await
                 .map_err(|e| ChannelError::Failed(e.to_string()))?;
             Ok(id.map(|id| MessageId(i64::from(id))))

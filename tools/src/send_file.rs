@@ -9,6 +9,7 @@
 //! show, this may not send. The size is checked before any upload (Telegram takes at most
 //! 50 MB from a bot), so a too-large file fails at once with a clear error.
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,15 +114,27 @@ impl TypedTool for SendFile {
         if let Err(refused) = ctx.confirm.confirm(&ctx.chat, step).await {
             return Err(ToolError::new(format!("{raw}: not sent: {refused}")));
         }
-        let file = OutboundFile { chat: ctx.chat.clone(), path, caption };
-        tokio::select! {
-            () = ctx.cancel.cancelled() => Err(ToolError::new("cancelled")),
-            sent = ctx.channel.send_file(file) => match sent {
-                Ok(id) => Ok(success(json!({
-                    "sent": raw, "bytes": bytes, "message_id": id.map(|id| id.0),
-                }))),
-                Err(e) => Err(ToolError::new(format!("{raw}: not sent: {e}"))),
-            },
+        // Opened and checked again after the wait: what is sent is what is in the room now,
+        // read through this handle (kept open until the send ends).
+        let raw_open = raw.clone();
+        let checked_path = path.clone();
+        let handle = in_room(&self.rooms, ctx, move |confinement| {
+            confinement.open(&raw_open, &checked_path, false)
+        })
+        .await?;
+        let contents = Some(PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd())));
+        let file = OutboundFile { chat: ctx.chat.clone(), path, caption, contents };
+        let sent = tokio::select! {
+            () = ctx.cancel.cancelled() => return Err(ToolError::new("cancelled")),
+            sent = ctx.channel.send_file(file) => sent,
+        };
+        // Open until here: the channel read the bytes through it.
+        drop(handle);
+        match sent {
+            Ok(id) => Ok(success(json!({
+                "sent": raw, "bytes": bytes, "message_id": id.map(|id| id.0),
+            }))),
+            Err(e) => Err(ToolError::new(format!("{raw}: not sent: {e}"))),
         }
     }
 }
@@ -162,6 +175,74 @@ mod tests {
         std::os::unix::fs::symlink(data.join("nexbot.db"), ws.join("escape")).unwrap();
         std::os::unix::fs::symlink(other.root().join("theirs.txt"), ws.join("theirs")).unwrap();
         Fixture { dir, tool: SendFile { rooms: Arc::new(rooms), max_bytes } }
+    }
+
+    /// Swaps the room's `sub` folder for a link to another chat's room while the user is
+    /// asked (what something else writing in the room could do in that wait).
+    #[derive(Debug)]
+    struct SwapWhileAsking {
+        room: PathBuf,
+        other: PathBuf,
+    }
+
+    impl nexbot_agent::confirm::Confirm for SwapWhileAsking {
+        fn confirm<'a>(
+            &'a self,
+            _: &'a nexbot_core::ChatRef,
+            _: Step,
+        ) -> nexbot_core::BoxFuture<'a, Result<(), nexbot_agent::confirm::Refused>> {
+            Box::pin(async move {
+                std::fs::rename(self.room.join("sub"), self.room.join("sub-was")).unwrap();
+                std::os::unix::fs::symlink(&self.other, self.room.join("sub")).unwrap();
+                Ok(())
+            })
+        }
+    }
+
+    /// Reads what it is asked to send, as a channel does.
+    #[derive(Debug, Default)]
+    struct Reading(std::sync::Mutex<Vec<Vec<u8>>>);
+
+    impl nexbot_agent::channel::Channel for Reading {
+        fn send(
+            &self,
+            _: nexbot_agent::channel::OutboundMessage,
+        ) -> nexbot_core::BoxFuture<
+            '_,
+            Result<Option<nexbot_agent::channel::MessageId>, nexbot_agent::channel::ChannelError>,
+        > {
+            Box::pin(async { Ok(None) })
+        }
+
+        fn send_file(
+            &self,
+            file: OutboundFile,
+        ) -> nexbot_core::BoxFuture<
+            '_,
+            Result<Option<nexbot_agent::channel::MessageId>, nexbot_agent::channel::ChannelError>,
+        > {
+            let bytes =
+                std::fs::read(file.contents.as_ref().unwrap_or(&file.path)).unwrap_or_default();
+            self.0.lock().unwrap().push(bytes);
+            Box::pin(async { Ok(None) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_folder_swapped_while_the_user_is_asked_sends_nothing_of_another_chat() {
+        let f = fixture(1024);
+        let rooms = &f.tool.rooms;
+        let chat = nexbot_core::ChatRef::console("test").unwrap();
+        let room = rooms.confinement(&chat, true).unwrap().root().to_owned();
+        let other = rooms.confinement(&nexbot_core::ChatRef::Telegram(7), false).unwrap();
+        std::fs::write(room.join("sub/theirs.txt"), "mine").unwrap();
+        let channel = Arc::new(Reading::default());
+        let mut ctx = ToolContext::for_tests();
+        ctx.channel = channel.clone();
+        ctx.confirm = Arc::new(SwapWhileAsking { room, other: other.root().to_owned() });
+        let err = f.tool.call(json!({"path": "sub/theirs.txt"}), &ctx).await.unwrap_err();
+        assert!(err.message().contains("refused"), "{err}");
+        assert!(channel.0.lock().unwrap().is_empty(), "something was sent");
     }
 
     #[tokio::test]

@@ -459,6 +459,7 @@ mod tests {
             chat: chat.clone(),
             path: "/srv/ws/report.csv".into(),
             caption: Some("Q3".into()),
+            contents: None,
         };
         assert_eq!(channel.send_file(file).await.unwrap(), None, "the console has no ids");
         let shown = sent.recv().await.unwrap();
