@@ -693,7 +693,6 @@ async fn a_server_that_never_answers_fails_its_start_and_the_view_does_not_wait(
 #[tokio::test]
 async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_there() {
     use crate::egress_support::start as start_egress;
-    use nexbot_egress::InternalAllow;
     use nexbot_host::store::Store;
     use nexbot_host::tools::delegate::SecretSource;
     use nexbot_host::vault::{Mode, Scope as VaultScope, Vault};
@@ -721,12 +720,7 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
     let addr = listening_at(&name).await;
 
     // The proxy allows the server's address; the operator's secret is bound to it.
-    let mut config = nexbot_egress::EgressConfig::default();
-    config.proxy.allow_internal = vec![InternalAllow {
-        cidr: nexbot_egress::Cidr::try_from(addr.ip().to_string()).unwrap(),
-        ports: vec![3001],
-    }];
-    let egress = start_egress(config, None).await;
+    let egress = start_egress(allowing(addr), None).await;
     let ws = crate::common::TempWorkspace::init("nxw-mcp-remote");
     let store = Store::open(&ws.database()).await.unwrap();
     let master = SecretString::from("remote-test-master-key-0123456789".to_owned());
@@ -841,6 +835,17 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
 }
 
 /// Port 3001 of the test's server container `name`, once something listens there.
+/// An egress configuration that lets requests reach the test server at `addr` (an address
+/// on this machine's own Docker network, which the proxy otherwise refuses).
+fn allowing(addr: std::net::SocketAddr) -> nexbot_egress::EgressConfig {
+    let mut config = nexbot_egress::EgressConfig::default();
+    config.proxy.allow_internal = vec![nexbot_egress::InternalAllow {
+        cidr: nexbot_egress::Cidr::try_from(addr.ip().to_string()).unwrap(),
+        ports: vec![addr.port()],
+    }];
+    config
+}
+
 async fn listening_at(name: &str) -> std::net::SocketAddr {
     let ip = docker_cli(&[
         "inspect",
@@ -944,7 +949,6 @@ async fn a_tool_list_that_changes_reaches_the_model() {
 #[tokio::test]
 async fn a_remote_servers_tool_list_that_changes_reaches_the_model() {
     use crate::egress_support::start as start_egress;
-    use nexbot_egress::InternalAllow;
     let tag = "mcp-grow-http";
     if docker_or_skip(tag).await.is_none() {
         return;
@@ -954,12 +958,7 @@ async fn a_remote_servers_tool_list_that_changes_reaches_the_model() {
     let script = format!("{GROW}{GROW_HTTP}");
     docker_cli(&["run", "-d", "--rm", "--name", &name, MCP_IMAGE, "node", "-e", &script]);
     let addr = listening_at(&name).await;
-    let mut config = nexbot_egress::EgressConfig::default();
-    config.proxy.allow_internal = vec![InternalAllow {
-        cidr: nexbot_egress::Cidr::try_from(addr.ip().to_string()).unwrap(),
-        ports: vec![3001],
-    }];
-    let egress = start_egress(config, None).await;
+    let egress = start_egress(allowing(addr), None).await;
     let grow = ServerConfig {
         command: None,
         args: Vec::new(),
