@@ -504,6 +504,7 @@ pub fn search_text(
     let mut total: u64 = 0;
     let mut budget_out = false;
     let mut buffer = Vec::new();
+    let real_root = walk.root.canonicalize().unwrap_or_else(|_| walk.root.clone());
     walk.run(scope.hidden, |path, from_root, from_start| {
         if glob.as_ref().is_some_and(|g| !g.is_match(from_start)) {
             return true;
@@ -518,6 +519,12 @@ pub fn search_text(
         // Read one byte past the cap to know whether the file was cut. An unreadable file
         // (permissions, gone meanwhile) is passed by.
         let Ok(file) = File::open(path) else { return true };
+        // What was opened, not only the path walked: a folder swapped for a link after the
+        // walker looked at it (something else writing under the root) is passed by.
+        if !opened_within(&file, &real_root) {
+            found.symlinks_skipped += 1;
+            return true;
+        }
         if file.take(take + 1).read_to_end(&mut buffer).is_err() {
             return true;
         }
@@ -573,6 +580,17 @@ fn excerpt(line: &str, at: usize, max: usize) -> String {
     let head = if first > 0 { "…" } else { "" };
     let tail = if first + max < chars { "…" } else { "" };
     format!("{head}{text}{tail}")
+}
+
+/// Whether the open `file` is under `root` by the kernel's account (`/proc/self/fd`): the
+/// path it was opened by may have led elsewhere by then. Where that cannot be read (no
+/// `/proc`), the walk's own checks stand alone.
+fn opened_within(file: &File, root: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        Ok(real) => real.starts_with(root),
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]

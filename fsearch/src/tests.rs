@@ -289,3 +289,16 @@ fn the_time_limit_stops_a_walk() {
     assert_eq!(found.cutoff, Some(Cutoff::Time(Duration::ZERO)));
     assert!(found.paths.is_empty());
 }
+
+/// A file opened through a folder that became a link (what a swap after the walker looked
+/// leaves) is known by where it really is, and is not the root's.
+#[test]
+fn an_open_file_is_judged_by_where_it_really_is() {
+    let t = tree("opened");
+    let root = t.root.canonicalize().unwrap();
+    let inside = File::open(root.join("src/main.rs")).unwrap();
+    assert!(opened_within(&inside, &root));
+    symlink(&t.outside, t.root.join("swapped")).unwrap();
+    let through = File::open(root.join("swapped/secret.txt")).unwrap();
+    assert!(!opened_within(&through, &root), "a file outside passed for the root's");
+}
