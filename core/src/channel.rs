@@ -118,6 +118,27 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// Its one-word name (`document`, `photo`, `voice`, `audio`): what a stored reference and
+    /// a nameless file's default name say.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Document => "document",
+            FileKind::Photo => "photo",
+            FileKind::Voice => "voice",
+            FileKind::Audio => "audio",
+        }
+    }
+
+    /// The kind [`FileKind::as_str`] names; anything else is a document.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "photo" => FileKind::Photo,
+            "voice" => FileKind::Voice,
+            "audio" => FileKind::Audio,
+            _ => FileKind::Document,
+        }
+    }
+
     /// Its name in a sentence: `a document`, `a photo`, `a voice note`, `an audio file`.
     pub fn described(self) -> &'static str {
         match self {

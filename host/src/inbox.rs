@@ -56,7 +56,6 @@ pub struct Arrived {
 struct Stored {
     /// Relative to the room: `inbox/<name>`.
     path: String,
-    size: usize,
 }
 
 impl Inbox {
@@ -192,10 +191,7 @@ impl Inbox {
                     let mut out = std::fs::File::from(fd);
                     out.write_all(&file.bytes)?;
                     out.sync_all()?;
-                    return Ok(Stored {
-                        path: format!("{INBOX_DIR}/{candidate}"),
-                        size: file.bytes.len(),
-                    });
+                    return Ok(Stored { path: format!("{INBOX_DIR}/{candidate}") });
                 }
                 Err(rustix::io::Errno::EXIST) => continue,
                 Err(e) => return Err(e.into()),
@@ -209,18 +205,15 @@ impl Inbox {
 
 /// `a document: inbox/report.pdf (application/pdf, 1.2 MB)`.
 fn describe(file: &InboundFile, stored: &Stored) -> String {
-    let size = nexbot_core::text::human_size(stored.size as u64);
+    let size = nexbot_core::text::human_size(file.bytes.len() as u64);
     let mime = file.mime.as_deref().map(|m| format!("{}, ", one_line(m, 80))).unwrap_or_default();
     format!("{}: {} ({mime}{size}), in this chat's folder", file.kind.described(), stored.path)
 }
 
-/// `text` on one line, cut at `max` characters with `…`.
+/// `text` on one line, cut to `max` characters with `…` ([`nexbot_core::text::clip`]).
 fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    nexbot_core::text::clip(&flat, max).into_owned()
 }
 
 /// `name` with `-n` before its extension (`n` = 1: the name itself).
@@ -252,13 +245,8 @@ pub fn safe_name(file: &InboundFile) -> String {
     let cleaned: String = last.chars().filter(|c| !unwanted(*c)).collect();
     let trimmed = cleaned.trim().trim_start_matches('.').trim_end_matches(['.', ' ']).trim();
     let name = if trimmed.is_empty() {
-        let kind = match file.kind {
-            FileKind::Document => "document",
-            FileKind::Photo => "photo",
-            FileKind::Voice => "voice",
-            FileKind::Audio => "audio",
-        };
         let when = chrono::Utc::now().format("%Y%m%d-%H%M%S");
+        let kind = file.kind.as_str();
         format!("{kind}-{when}.{}", extension(file.mime.as_deref(), file.kind))
     } else {
         trimmed.to_owned()

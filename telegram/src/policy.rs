@@ -73,21 +73,11 @@ mod kind_name {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(kind: &FileKind, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(match kind {
-            FileKind::Document => "document",
-            FileKind::Photo => "photo",
-            FileKind::Voice => "voice",
-            FileKind::Audio => "audio",
-        })
+        s.serialize_str(kind.as_str())
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<FileKind, D::Error> {
-        Ok(match String::deserialize(d)?.as_str() {
-            "photo" => FileKind::Photo,
-            "voice" => FileKind::Voice,
-            "audio" => FileKind::Audio,
-            _ => FileKind::Document,
-        })
+        Ok(FileKind::from_name(&String::deserialize(d)?))
     }
 }
 
