@@ -8,10 +8,11 @@ build:
 	cargo build --workspace
 
 # The Docker tests run the subagent image (and its cli variant), the compose test the host
-# image too, the MCP client's tests the mcp image and the conformance suite. The images'
-# static release binaries and the tests' debug build share no artifacts (other profile, other
-# RUSTFLAGS and target directory), so each is built exactly once.
-test: image cli-image mcp-image mcp-conformance
+# image too, the MCP client's tests the mcp image and the conformance suite. The tests build
+# first; the images then take the binaries that build made (IMAGE_FROM=test, see image-bins),
+# so nothing is compiled twice.
+test: test-build
+	$(MAKE) --no-print-directory image cli-image mcp-image mcp-conformance IMAGE_FROM=test
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
@@ -79,13 +80,31 @@ endef
 # Both images: the sandbox (subagent) and the daemon (host).
 image: subagent-image host-image
 
-# Both images' static binaries in one cargo run: their shared dependencies (tokio, hyper,
-# reqwest, rustls, regex, ...) build once, with one feature set, where a run per binary built
-# those whose features differ twice. Either image target runs it; the second time it is a
-# no-op.
+# Where the images' binaries come from (IMAGE_FROM):
+# - `image` (the default; `make up`, `make bench`): static binaries of the `image` profile, all
+#   three in one cargo run, so their shared dependencies (tokio, hyper, reqwest, rustls, regex,
+#   ...) build once, with one feature set. Either image target runs it; the second time it is a
+#   no-op.
+# - `test` (`make test`, CI): the very binaries the test build made (target/debug, dynamically
+#   linked), each image given the shared libraries `ldd` lists for them. Nothing is compiled a
+#   second time: on a clean clone the `image` profile's static build of the whole dependency
+#   graph took longer than the test build itself (808 s of a 1,695 s CI run, 2026-11-26). The
+#   images are the same trees, Dockerfiles and hardening either way; only the binaries' profile
+#   and linking differ, and `make up` / `make bench` build the static ones.
+IMAGE_FROM ?= image
+IMAGE_BINS := $(if $(filter test,$(IMAGE_FROM)),$(CARGO_OUT)/debug,$(CARGO_OUT)/$(IMAGE_TRIPLE)/image)
+ifeq ($(IMAGE_FROM),test)
+image-bins:
+	@for bin in nexbot-subagent nexbot nexbot-ctl; do [ -x $(IMAGE_BINS)/$$bin ] || { \
+	  echo "IMAGE_FROM=test: $(IMAGE_BINS)/$$bin is not built; run \`make test-build\` (or \`make lint-build\`) first" >&2; \
+	  exit 2; }; done
+else ifeq ($(IMAGE_FROM),image)
 image-bins:
 	RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --target $(IMAGE_TRIPLE) \
 	  -p nexbot-subagent -p nexbot-host -p nexbot-ctl
+else
+$(error IMAGE_FROM=$(IMAGE_FROM): use `image` (static release binaries) or `test` (the test build's))
+endif
 
 subagent-image: image-bins
 	@docker/preflight.sh busybox $(BUSYBOX)
@@ -93,7 +112,8 @@ subagent-image: image-bins
 	mkdir -p $(IMAGE_CTX)/rootfs/bin $(IMAGE_CTX)/rootfs/etc $(IMAGE_CTX)/rootfs/tmp \
 	  $(IMAGE_CTX)/workspace/scratch $(IMAGE_CTX)/workspace/skills
 	chmod 1777 $(IMAGE_CTX)/rootfs/tmp
-	cp $(CARGO_OUT)/$(IMAGE_TRIPLE)/image/nexbot-subagent $(IMAGE_CTX)/rootfs/bin/nexbot-subagent
+	strip -o $(IMAGE_CTX)/rootfs/bin/nexbot-subagent $(IMAGE_BINS)/nexbot-subagent
+	$(call stage-libs,$(IMAGE_CTX)/rootfs/bin/nexbot-subagent,$(IMAGE_CTX)/rootfs)
 	cp $(BUSYBOX) $(IMAGE_CTX)/rootfs/bin/busybox
 	for applet in $$($(BUSYBOX) --list); do \
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done
@@ -227,7 +247,7 @@ HOST_IMAGE ?= nexbot-host:dev
 HOST_CTX := target/host-image
 
 host-image: image-bins
-	docker/stage-host-image.sh $(HOST_CTX) $(CARGO_OUT)/$(IMAGE_TRIPLE)/image
+	docker/stage-host-image.sh $(HOST_CTX) $(IMAGE_BINS)
 	$(call docker-image,docker/host.Dockerfile,$(HOST_IMAGE))
 
 # `make up` / `make down`: the compose deployment. Debian's docker-compose 1.29 when present,

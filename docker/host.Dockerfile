@@ -1,4 +1,4 @@
-# The host daemon image: the static `nexbot` and `nexbot-ctl`, and the `iptables` (with its
+# The host daemon image: `nexbot` and `nexbot-ctl` (static in a release build), and the `iptables` (with its
 # shared libraries) that the egress firewall runs. Built FROM scratch because no base image can
 # be pulled (and none is needed). Build it with `make host-image`, which stages the tree under
 # target/host-image/ (docker/stage-host-image.sh); the build context is the repository root, of

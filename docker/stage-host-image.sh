@@ -2,17 +2,17 @@
 # Stages the build context of the host image (docker/host.Dockerfile) into $1.
 #
 # Why a script: the image is FROM scratch (nothing can be pulled here), so everything in it is
-# copied from this machine: the static `nexbot` and `nexbot-ctl`, and the `iptables` the egress
+# copied from this machine: `nexbot` and `nexbot-ctl`, and the `iptables` the egress
 # firewall runs. iptables is dynamically linked, so it comes with exactly the shared libraries
 # `ldd` lists for it and for its extension modules, plus the loader, at the paths they have
 # here. The backend (nft or legacy) is the one this machine's `iptables` points at, which is
 # the one dockerd uses to write its own rules.
 #
-# Usage: docker/stage-host-image.sh CONTEXT_DIR RELEASE_DIR
+# Usage: docker/stage-host-image.sh CONTEXT_DIR BINARY_DIR
 set -eu
 
 ctx=$1
-release=$2
+bins=$2
 root=$ctx/rootfs
 
 iptables=$(command -v iptables || true)
@@ -34,7 +34,9 @@ rm -rf "$ctx"
 mkdir -p "$root/bin" "$root/sbin" "$root/etc" "$root/data" "$root/tmp" "$root/run" "$root/skills" \
   "$root$xtlibs"
 chmod 1777 "$root/tmp"
-cp "$release/nexbot" "$release/nexbot-ctl" "$root/bin/"
+# Stripped: the test build's binaries (`IMAGE_FROM=test`) carry line tables; the release ones
+# are stripped already.
+for bin in nexbot nexbot-ctl; do strip -o "$root/bin/$bin" "$bins/$bin"; done
 
 cp "$multi" "$root/sbin/"
 ln -s "$(basename "$multi")" "$root/sbin/iptables"
@@ -42,7 +44,10 @@ cp "$xtlibs"/*.so "$root$xtlibs/"
 
 # Every shared object the binary and its extensions need, each at the path ldd resolved it to
 # (symlinks followed, so the file lands under its soname's path), and the loader.
-libs=$( { ldd "$multi"; for ext in "$xtlibs"/*.so; do ldd "$ext"; done; } |
+# The daemon's binaries are static in a release build (ldd lists nothing for them) and dynamic
+# in the test build's (`make image IMAGE_FROM=test`).
+libs=$( { ldd "$multi"; for ext in "$xtlibs"/*.so; do ldd "$ext"; done
+  for bin in nexbot nexbot-ctl; do ldd "$root/bin/$bin" 2>/dev/null || true; done; } |
   awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
 for lib in $libs; do
   mkdir -p "$root$(dirname "$lib")"

@@ -1,4 +1,5 @@
-# The sandbox image: nothing but the static nexbot-subagent binary and a static busybox for
+# The sandbox image: nothing but the nexbot-subagent binary (static in a release build; the test
+# build's, `IMAGE_FROM=test`, comes with the shared libraries it needs) and a static busybox for
 # /bin/sh. Built FROM scratch because no base image can be pulled (and none is needed).
 # Build it with `make subagent-image`, which stages the tree under target/subagent-image/; the
 # build context is the repository root, of which .dockerignore sends only the staged trees.
