@@ -62,9 +62,68 @@ pub fn human_size(bytes: u64) -> String {
     }
 }
 
+/// Characters a file name from outside never keeps: controls (NUL, newlines), the invisible
+/// ones, those that change the direction text is shown in (`evil\u{202E}fdp.exe` shows as
+/// `evilexe.pdf`), and path separators.
+fn unwanted_in_name(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}'
+            | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}' | '/' | '\\')
+}
+
+/// A file name from outside (a Telegram upload's, a sub-agent's returned file's, a path's last
+/// part) made safe to store and to show: its last path component, without the characters
+/// [`unwanted_in_name`] lists, without leading dots (never hidden, never `..`) or trailing
+/// dots and spaces, at most `max` bytes (cut in the stem, so a short extension stays). `None`
+/// when nothing usable is left. The one rule for file names that cross a boundary: the
+/// inbox's stored names and the wire's task files ([`is_clean_file_name`]).
+pub fn clean_file_name(given: &str, max: usize) -> Option<String> {
+    let last = given.rsplit(['/', '\\']).next().unwrap_or("");
+    let cleaned: String = last.chars().filter(|c| !unwanted_in_name(*c)).collect();
+    let trimmed = cleaned.trim().trim_start_matches('.').trim_end_matches(['.', ' ']).trim();
+    (!trimmed.is_empty()).then(|| shorten_name(trimmed, max))
+}
+
+/// Whether `name` is already what [`clean_file_name`] makes of it, within `max` bytes.
+pub fn is_clean_file_name(name: &str, max: usize) -> bool {
+    clean_file_name(name, max).as_deref() == Some(name)
+}
+
+/// `name` in at most `max` bytes, cut in the stem so the extension (up to 10 characters)
+/// stays.
+fn shorten_name(name: &str, max: usize) -> String {
+    if name.len() <= max {
+        return name.to_owned();
+    }
+    let (stem, ext) = match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() && ext.len() <= 10 => (stem, format!(".{ext}")),
+        _ => (name, String::new()),
+    };
+    let mut cut = max.saturating_sub(ext.len()).min(stem.len());
+    while !stem.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}{ext}", &stem[..cut])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_name_from_outside_is_never_a_path_nor_hides_what_it_is() {
+        assert_eq!(clean_file_name("../../etc/passwd", 100).as_deref(), Some("passwd"));
+        assert_eq!(clean_file_name("a\\b\\c.txt", 100).as_deref(), Some("c.txt"));
+        assert_eq!(clean_file_name("x\0y.pdf", 100).as_deref(), Some("xy.pdf"));
+        assert_eq!(clean_file_name("evil\u{202E}fdp.exe", 100).as_deref(), Some("evilfdp.exe"));
+        assert_eq!(clean_file_name("..", 100), None);
+        assert_eq!(clean_file_name(" .hidden ", 100).as_deref(), Some("hidden"));
+        assert_eq!(clean_file_name(&format!("{}.pdf", "a".repeat(300)), 20).unwrap().len(), 20);
+        assert!(is_clean_file_name("chart.svg", 100));
+        assert!(!is_clean_file_name("../chart.svg", 100));
+        assert!(!is_clean_file_name("", 100));
+    }
 
     #[test]
     fn clip_marks_the_cut() {

@@ -17,7 +17,7 @@ use bollard::Docker;
 use futures_util::future::{join_all, BoxFuture};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use nexbot_protocol::request::unix_now;
-use nexbot_protocol::{McpAnswer, McpCall, McpCalls};
+use nexbot_protocol::{Assembly, McpAnswer, McpCall, McpCalls, TaskFile};
 use nexbot_protocol::{
     RecentMessage, Report, ReportStatus, Request, RequestType, Response, ResponseBody,
     MAX_REQUEST_LINE,
@@ -73,6 +73,9 @@ pub struct TaskRun {
     /// `true` when the task took a blank container (the room's first on it), `false` when
     /// it ran on a container its room had used before.
     pub fresh: bool,
+    /// The files the task returned (`execute.return_files`), each whole and named in its
+    /// `success`; empty otherwise.
+    pub files: Vec<TaskFile>,
 }
 
 /// A warm pool of hardened subagent containers. Not `Clone`: share it behind an `Arc`.
@@ -260,7 +263,7 @@ impl Pool {
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
     ) -> Result<TaskRun, PoolError> {
-        self.run_task_with(request, room, cancel, TaskIo { progress, mcp: None }).await
+        self.run_task_with(request, room, cancel, TaskIo { progress, ..TaskIo::default() }).await
     }
 
     /// [`Pool::run_task`], also answering the task's `mcp_call`s through `io.mcp` while it
@@ -307,6 +310,10 @@ impl Pool {
                 "timeout {timeout} s is above the largest allowed, {MAX_TASK_TIMEOUT_SECS} s"
             )));
         }
+        // The task's files are put before its `execute`, which names them.
+        check_files(&io.files)?;
+        request.files =
+            (!io.files.is_empty()).then(|| io.files.iter().map(|f| f.name.clone()).collect());
         request.validate(unix_now()).map_err(|e| PoolError::InvalidRequest(e.to_string()))?;
         check_line_size(&request)?;
         let hard_limit = Duration::from_secs(timeout.saturating_add(config.hard_limit_grace_secs));
@@ -315,8 +322,8 @@ impl Pool {
         let (container_id, short_id) =
             (lease.member.container_id.clone(), lease.member.short_id.clone());
         let fresh = lease.member.tasks_served.load(Ordering::Relaxed) == 0;
-        let response = lease.run(request, cancel, io, timeout, hard_limit).await?;
-        Ok(TaskRun { response, slot, container_id, short_id, fresh })
+        let (response, files) = lease.run(request, cancel, io, timeout, hard_limit).await?;
+        Ok(TaskRun { response, slot, container_id, short_id, fresh, files })
     }
 
     /// Pings every container (busy ones too) and reports each round trip.
@@ -899,8 +906,9 @@ impl Lease {
         io: TaskIo,
         timeout_secs: u64,
         hard_limit: Duration,
-    ) -> Result<Response, PoolError> {
-        let TaskIo { progress, mcp } = io;
+    ) -> Result<(Response, Vec<TaskFile>), PoolError> {
+        let TaskIo { progress, mcp, files } = io;
+        let takes_files = request.return_files == Some(true);
         let member = self.member.clone();
         if member.on_last_task() {
             // Its successor starts now, while it serves its last task.
@@ -932,11 +940,23 @@ impl Lease {
             other => failed(format!("{other:?}")),
         })?;
         self.used = true;
-        if let Err(LinkError::Closed(reason)) = member.link.send(&request, SEND_TIMEOUT).await {
-            member.link.unregister(&task_id);
-            return Err(failed(reason));
+        // Its files first, chunk by chunk (`docs/protocol.md#files`); the subagent refuses an
+        // `execute` whose files did not all arrive whole.
+        let id = task_id.as_str();
+        let puts = files.iter().flat_map(|file| {
+            let size = file.bytes.len() as u64;
+            file.chunks()
+                .map(move |(offset, data)| Request::put_file(id, &file.name, offset, size, data))
+        });
+        for line in puts.chain(std::iter::once(request)) {
+            if let Err(LinkError::Closed(reason)) = member.link.send(&line, SEND_TIMEOUT).await {
+                member.link.unregister(&task_id);
+                return Err(failed(reason));
+            }
         }
-        drop(request);
+        drop(files);
+        // The files the task returns, as their chunks arrive.
+        let mut returned = Returned::default();
 
         let mut seen: VecDeque<RecentMessage> = VecDeque::new();
         let mut cancel_deadline: Option<tokio::time::Instant> = None;
@@ -956,6 +976,14 @@ impl Lease {
                     Some(response) if !response.is_final() => {
                         if let Some(call) = response.as_mcp_call() {
                             calls.push(answer_call(mcp.as_ref(), call));
+                            continue;
+                        }
+                        if let ResponseBody::File { name, offset, size, data } = &response.body {
+                            if takes_files {
+                                returned.take(&task_id, name, *offset, *size, data);
+                            } else {
+                                tracing::warn!(task_id = %task_id, file = %name, "a file from a task that was not asked for files; dropped");
+                            }
                             continue;
                         }
                         remember_progress(&mut seen, &response);
@@ -1019,6 +1047,10 @@ impl Lease {
         };
         member.link.unregister(&task_id);
         self.done = true;
+        let outcome = outcome.map(|response| {
+            let files = returned.finish(&task_id, &response);
+            (response, files)
+        });
         if outcome.is_ok() && self.recycle.is_none() {
             let served = member.count_task();
             if served >= member.task_budget {
@@ -1051,14 +1083,94 @@ impl Drop for Lease {
     }
 }
 
-/// What a task's caller gives it besides the request: where its `progress` lines go, and
-/// who answers its `mcp_call`s.
+/// What a task's caller gives it besides the request: where its `progress` lines go, who
+/// answers its `mcp_call`s, and the files for its scratch folder.
 #[derive(Debug, Default)]
 pub struct TaskIo {
     /// Progress lines as they come; a full channel drops them rather than slow the pool.
     pub progress: Option<mpsc::Sender<Response>>,
     /// The task's granted MCP tools' caller (the host's); `None`: it was granted none.
     pub mcp: Option<Arc<dyn McpCalls>>,
+    /// Put into the task's scratch folder before it starts (`put_file`); its `execute`
+    /// names them. Within the caps of [`nexbot_protocol::files`].
+    pub files: Vec<TaskFile>,
+}
+
+/// Refuses files the subagent would refuse (a name, a size, too many), before anything is
+/// sent.
+fn check_files(files: &[TaskFile]) -> Result<(), PoolError> {
+    let mut bytes = 0;
+    for (i, file) in files.iter().enumerate() {
+        Assembly::start(&file.name, file.bytes.len() as u64, i, bytes)
+            .map_err(PoolError::InvalidRequest)?;
+        if files[..i].iter().any(|f| f.name == file.name) {
+            return Err(PoolError::InvalidRequest(format!("file {:?} is given twice", file.name)));
+        }
+        bytes += file.bytes.len() as u64;
+    }
+    Ok(())
+}
+
+/// The files a task returns, put together from their `file` chunks within the caps of
+/// [`nexbot_protocol::files`]. A file that breaks a rule is dropped (and logged); the task's
+/// answer stands.
+#[derive(Debug, Default)]
+struct Returned {
+    whole: Vec<TaskFile>,
+    arriving: Option<Assembly>,
+    /// Names of files dropped on the way: later chunks of theirs are ignored.
+    dropped: Vec<String>,
+}
+
+impl Returned {
+    fn take(&mut self, task_id: &str, name: &str, offset: u64, size: u64, data: &str) {
+        if self.dropped.iter().any(|d| d == name) {
+            return;
+        }
+        let result = (|| {
+            let mut arriving = match self.arriving.take() {
+                Some(a) if a.name() == name => a,
+                other => {
+                    if let Some(unfinished) = other {
+                        self.dropped.push(unfinished.name().to_owned());
+                        tracing::warn!(task_id, file = %unfinished.name(), "a returned file stopped before it was whole; dropped");
+                    }
+                    if self.whole.iter().any(|f| f.name == name) {
+                        return Err(format!("file {name:?} came twice"));
+                    }
+                    let before: u64 = self.whole.iter().map(|f| f.bytes.len() as u64).sum();
+                    Assembly::start(name, size, self.whole.len(), before)?
+                }
+            };
+            arriving.push(offset, data)?;
+            if arriving.is_complete() {
+                self.whole.push(arriving.finish()?);
+            } else {
+                self.arriving = Some(arriving);
+            }
+            Ok(())
+        })();
+        if let Err(why) = result {
+            tracing::warn!(task_id, file = %name, error = %why, "a returned file broke a rule; dropped");
+            self.dropped.push(name.to_owned());
+        }
+    }
+
+    /// The whole files the task's `success` names; none for any other answer.
+    fn finish(self, task_id: &str, response: &Response) -> Vec<TaskFile> {
+        let ResponseBody::Success { files: named, .. } = &response.body else {
+            return Vec::new();
+        };
+        let (kept, unnamed): (Vec<_>, Vec<_>) =
+            self.whole.into_iter().partition(|f| named.contains(&f.name));
+        for name in named.iter().filter(|n| !kept.iter().any(|f| &&f.name == n)) {
+            tracing::warn!(task_id, file = %name, "the answer names a returned file that did not arrive whole");
+        }
+        for file in unnamed {
+            tracing::warn!(task_id, file = %file.name, "a returned file the answer does not name; dropped");
+        }
+        kept
+    }
 }
 
 /// The answer to one `mcp_call`, with its call id: from `mcp`, or, for a task granted no MCP

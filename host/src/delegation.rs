@@ -9,7 +9,7 @@
 use nexbot_core::ChatRef;
 use std::sync::Arc;
 
-use nexbot_protocol::{McpCalls, Request, Response};
+use nexbot_protocol::{McpCalls, Request, Response, TaskFile};
 use secrecy::SecretString;
 use thiserror::Error;
 use tokio::sync::mpsc;
@@ -22,6 +22,8 @@ pub use crate::BoxFuture;
 pub struct SubagentOutcome {
     pub response: Response,
     pub container: Option<String>,
+    /// The files the task returned (`execute.return_files`), whole and named in its answer.
+    pub files: Vec<TaskFile>,
 }
 
 /// Why a task could not be run or finished (pool busy, container died, …).
@@ -46,7 +48,8 @@ impl SubagentError {
 /// responses go to `progress` as they arrive (dropped rather than waited for when it is
 /// full: progress is for showing, never a reason to slow a task). Its `mcp_call`s are
 /// answered by `mcp` (the MCP tools the delegation granted; `None`: none), each answer
-/// written back to the task as an `mcp_result` while it runs.
+/// written back to the task as an `mcp_result` while it runs. `files` go into the task's
+/// scratch folder before it starts (`docs/protocol.md#files`).
 pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
     fn execute(
         &self,
@@ -55,6 +58,7 @@ pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
         mcp: Option<Arc<dyn McpCalls>>,
+        files: Vec<TaskFile>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>>;
 }
 

@@ -169,38 +169,49 @@ impl Inbox {
     /// Writes `file` into `chat`'s `inbox/` (see the module documentation).
     fn store(&self, chat: &ChatRef, file: &InboundFile) -> std::io::Result<Stored> {
         let room = nexbot_tools::rooms::ensure_room(&self.rooms, chat)?;
-        let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
-        let room = rustix::fs::open(&room, dir_flags, Mode::empty())?;
-        match rustix::fs::mkdirat(&room, INBOX_DIR, Mode::from_raw_mode(0o700)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        let path = store_file(&room, INBOX_DIR, &safe_name(file), &file.bytes)?;
+        Ok(Stored { path })
+    }
+}
+
+/// Writes `bytes` into `folder` (made if missing) of the chat's `room` as a new file named
+/// `name` (an already clean name), or `name-2`, `name-3`, … when taken; returns its path in
+/// the room (`inbox/report.pdf`). Never follows a symlink, never writes over a file: the
+/// folder and the file are opened relative to the room's open handle with `O_NOFOLLOW`, the
+/// file created with `O_EXCL`, so something else writing in the room (an MCP server given
+/// it) cannot redirect the write. The one way files from outside (Telegram, a task's
+/// returned files) land in a room.
+pub fn store_file(
+    room: &std::path::Path,
+    folder: &str,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<String> {
+    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let room = rustix::fs::open(room, dir_flags, Mode::empty())?;
+    match rustix::fs::mkdirat(&room, folder, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let dir = rustix::fs::openat(&room, folder, dir_flags, Mode::empty())?;
+    let file_flags =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for n in 1..=1000 {
+        let candidate = numbered(name, n);
+        match rustix::fs::openat(&dir, candidate.as_str(), file_flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => {
+                let mut out = std::fs::File::from(fd);
+                out.write_all(bytes)?;
+                out.sync_all()?;
+                return Ok(format!("{folder}/{candidate}"));
+            }
+            Err(rustix::io::Errno::EXIST) => continue,
             Err(e) => return Err(e.into()),
         }
-        let inbox = rustix::fs::openat(&room, INBOX_DIR, dir_flags, Mode::empty())?;
-        let name = safe_name(file);
-        let file_flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        for n in 1..=1000 {
-            let candidate = numbered(&name, n);
-            match rustix::fs::openat(
-                &inbox,
-                candidate.as_str(),
-                file_flags,
-                Mode::from_raw_mode(0o600),
-            ) {
-                Ok(fd) => {
-                    let mut out = std::fs::File::from(fd);
-                    out.write_all(&file.bytes)?;
-                    out.sync_all()?;
-                    return Ok(Stored { path: format!("{INBOX_DIR}/{candidate}") });
-                }
-                Err(rustix::io::Errno::EXIST) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(std::io::Error::other(format!(
-            "a thousand files named like {name} are already in {INBOX_DIR}/"
-        )))
     }
+    Err(std::io::Error::other(format!(
+        "a thousand files named like {name} are already in {folder}/"
+    )))
 }
 
 /// `a document: inbox/report.pdf (application/pdf, 1.2 MB)`.
@@ -227,47 +238,16 @@ fn numbered(name: &str, n: u32) -> String {
     }
 }
 
-/// Characters a stored name never keeps: controls (NUL, newlines), the invisible ones, and
-/// those that change the direction text is shown in (`evil\u{202E}fdp.exe` shows as
-/// `evilexe.pdf`).
-fn unwanted(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}'
-            | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}' | '/' | '\\')
-}
-
-/// The name a received file is stored under (see the module documentation); a file without
-/// a usable name is named for its kind and the time (`voice-20261126-163000.ogg`).
+/// The name a received file is stored under (see the module documentation): core's one
+/// rule for names from outside ([`nexbot_core::text::clean_file_name`]); a file without a
+/// usable name is named for its kind and the time (`voice-20261126-163000.ogg`).
 pub fn safe_name(file: &InboundFile) -> String {
-    let given = file.name.as_deref().unwrap_or("");
-    let last = given.rsplit(['/', '\\']).next().unwrap_or("");
-    let cleaned: String = last.chars().filter(|c| !unwanted(*c)).collect();
-    let trimmed = cleaned.trim().trim_start_matches('.').trim_end_matches(['.', ' ']).trim();
-    let name = if trimmed.is_empty() {
-        let when = chrono::Utc::now().format("%Y%m%d-%H%M%S");
-        let kind = file.kind.as_str();
-        format!("{kind}-{when}.{}", extension(file.mime.as_deref(), file.kind))
-    } else {
-        trimmed.to_owned()
-    };
-    shorten(&name, MAX_NAME_BYTES)
-}
-
-/// At most `max` bytes, cut in the stem so the extension (up to 10 characters) stays.
-fn shorten(name: &str, max: usize) -> String {
-    if name.len() <= max {
-        return name.to_owned();
-    }
-    let (stem, ext) = match name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() && ext.len() <= 10 => (stem, format!(".{ext}")),
-        _ => (name, String::new()),
-    };
-    let mut cut = max.saturating_sub(ext.len());
-    while !stem.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}{ext}", &stem[..cut])
+    nexbot_core::text::clean_file_name(file.name.as_deref().unwrap_or(""), MAX_NAME_BYTES)
+        .unwrap_or_else(|| {
+            let when = chrono::Utc::now().format("%Y%m%d-%H%M%S");
+            let kind = file.kind.as_str();
+            format!("{kind}-{when}.{}", extension(file.mime.as_deref(), file.kind))
+        })
 }
 
 /// A file extension for what the sender's app says the file is.

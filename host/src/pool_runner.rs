@@ -57,17 +57,19 @@ impl SubagentRunner for PoolRunner {
         cancel: CancellationToken,
         progress: Option<mpsc::Sender<Response>>,
         mcp: Option<Arc<dyn McpCalls>>,
+        files: Vec<nexbot_protocol::TaskFile>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         // The chat's room: its one text form is the key, so every producer of a chat's tasks
         // (its turns, its scheduled jobs, its heartbeat checks, `use_cli`) lands in one room.
         let room = Room::new(chat.to_string());
         Box::pin(async move {
             self.pool
-                .run_task_with(request, &room, cancel, TaskIo { progress, mcp })
+                .run_task_with(request, &room, cancel, TaskIo { progress, mcp, files })
                 .await
                 .map(|run| SubagentOutcome {
                     response: run.response,
                     container: Some(run.container_id),
+                    files: run.files,
                 })
                 .map_err(|e| SubagentError {
                     killed_by_operator: matches!(e, PoolError::KilledByOperator { .. }),

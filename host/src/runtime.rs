@@ -114,7 +114,7 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
-    tools.add(Arc::new(SendFile::new(rooms)));
+    tools.add(Arc::new(SendFile::new(rooms.clone())));
     tools.add(Arc::new(ManageMessage));
     tools.add(Arc::new(AskUser::new(Duration::from_secs(config.agent.ask_timeout_secs))));
     if config.scheduler.enabled {
@@ -156,7 +156,7 @@ pub fn build_agent_with_hooks(
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         let delegate = Delegate::new(runner, store.clone(), secrets, tokens, settings);
-        let delegate = Arc::new(delegate.with_mcp(mcp));
+        let delegate = Arc::new(delegate.with_mcp(mcp).with_rooms(rooms.clone()));
         tools.add(delegate.clone());
         cli = Some(delegate);
     }

@@ -13,9 +13,11 @@
 //! - [`codec`]: JSON lines with a per-line size limit whose violation is recoverable.
 //! - [`mcp`]: MCP tools granted to a task, called through the host (`mcp_call` /
 //!   `mcp_result`).
+//! - [`files`]: files carried into a task's scratch and back, in chunks, with their caps.
 //! - [`tools`]: the names of a subagent's tools, the one list the host and the subagent read.
 
 pub mod codec;
+pub mod files;
 pub mod mcp;
 pub mod report;
 pub mod request;
@@ -24,6 +26,10 @@ pub mod tools;
 pub mod version;
 
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
+pub use files::{
+    check_file_name, Assembly, TaskFile, FILE_CHUNK_BYTES, MAX_FILES, MAX_FILES_BYTES,
+    MAX_FILE_BYTES,
+};
 pub use mcp::{McpAnswer, McpCall, McpCalls, McpToolSpec, MAX_MCP_TOOL_NAME};
 pub use nexbot_redact as secrets;
 pub use report::{RecentMessage, Report, ReportStatus, Todo};

@@ -20,6 +20,8 @@ pub enum RequestType {
     Cancel,
     /// The host's answer to a task's `mcp_call` (`docs/protocol.md#mcp-tools`). Additive.
     McpResult,
+    /// One chunk of a file for the next task's scratch (`docs/protocol.md#files`). Additive.
+    PutFile,
     Unknown(String),
 }
 
@@ -30,6 +32,7 @@ impl RequestType {
             Self::Execute => "execute",
             Self::Cancel => "cancel",
             Self::McpResult => "mcp_result",
+            Self::PutFile => "put_file",
             Self::Unknown(other) => other,
         }
     }
@@ -49,6 +52,7 @@ impl<'de> Deserialize<'de> for RequestType {
             "execute" => Self::Execute,
             "cancel" => Self::Cancel,
             "mcp_result" => Self::McpResult,
+            "put_file" => Self::PutFile,
             _ => Self::Unknown(name),
         })
     }
@@ -153,6 +157,29 @@ pub struct Request {
     /// `mcp_result`: why the call has no result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// `put_file`: the file's plain name in the task's scratch folder
+    /// ([`crate::files::check_file_name`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `put_file`: where this chunk starts in the file (the bytes that came before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// `put_file`: the whole file's size in bytes (the same on every chunk).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// `put_file`: the chunk's bytes, base64 (standard alphabet, padded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// `execute`: the files put for this task (`put_file` with its `id`), by name: they are
+    /// in its scratch folder when it starts and its model is told so. Additive
+    /// (`docs/protocol.md#files`); an older subagent ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    /// `execute`: the host takes files back with the answer: the model gets the
+    /// `return_file` tool, and what it returns comes back as `file` lines before a
+    /// `success` that names them. Additive; an older subagent ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_files: Option<bool>,
 }
 
 /// The block limit of a task whose request names none ([`Request::max_blocked_commands`]).
@@ -240,6 +267,12 @@ impl fmt::Debug for Request {
             .field("call_id", &self.call_id)
             .field("result", &self.result.as_ref().map(|r| format!("{} bytes", r.len())))
             .field("error", &self.error.as_ref().map(|e| format!("{} bytes", e.len())))
+            .field("name", &self.name)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .field("data", &self.data.as_ref().map(|d| format!("{} base64 bytes", d.len())))
+            .field("files", &self.files)
+            .field("return_files", &self.return_files)
             .finish()
     }
 }
@@ -273,6 +306,8 @@ pub enum RequestErrorKind {
     McpTool(String, &'static str),
     #[error("mcp_result needs exactly one of result and error")]
     McpAnswer,
+    #[error("{0}")]
+    File(String),
 }
 
 impl Request {
@@ -325,6 +360,27 @@ impl Request {
         }
     }
 
+    /// One chunk of `name` (`size` bytes in all) for task `task_id`'s scratch: `data` is the
+    /// base64 of the bytes at `offset` ([`crate::TaskFile::chunks`]).
+    pub fn put_file(
+        task_id: impl Into<String>,
+        name: impl Into<String>,
+        offset: u64,
+        size: u64,
+        data: String,
+    ) -> Self {
+        Self {
+            version: crate::PROTOCOL_VERSION.to_owned(),
+            id: task_id.into(),
+            kind: RequestType::PutFile,
+            name: Some(name.into()),
+            offset: Some(offset),
+            size: Some(size),
+            data: Some(data),
+            ..Self::default()
+        }
+    }
+
     /// An `mcp_result`'s answer: its `result` or its `error` (`None` unless exactly one is
     /// there, which [`Request::validate`] refuses).
     pub fn mcp_answer(&self) -> Option<McpAnswer> {
@@ -350,7 +406,10 @@ impl Request {
                 return Err(fail(RequestErrorKind::UnknownType(name.clone())))
             }
             RequestType::Ping => return Ok(status),
-            RequestType::Execute | RequestType::Cancel | RequestType::McpResult
+            RequestType::Execute
+            | RequestType::Cancel
+            | RequestType::McpResult
+            | RequestType::PutFile
                 if self.id.is_empty() =>
             {
                 return Err(fail(RequestErrorKind::MissingField("id")))
@@ -362,6 +421,21 @@ impl Request {
                 }
                 if self.mcp_answer().is_none() {
                     return Err(fail(RequestErrorKind::McpAnswer));
+                }
+                return Ok(status);
+            }
+            RequestType::PutFile => {
+                let name =
+                    self.name.as_deref().ok_or(fail(RequestErrorKind::MissingField("name")))?;
+                crate::files::check_file_name(name).map_err(|e| fail(RequestErrorKind::File(e)))?;
+                for (field, missing) in [
+                    ("offset", self.offset.is_none()),
+                    ("size", self.size.is_none()),
+                    ("data", self.data.is_none()),
+                ] {
+                    if missing {
+                        return Err(fail(RequestErrorKind::MissingField(field)));
+                    }
                 }
                 return Ok(status);
             }
@@ -396,6 +470,23 @@ impl Request {
         if let Some(specs) = &self.mcp_tools {
             mcp::check_specs(specs)
                 .map_err(|(name, why)| fail(RequestErrorKind::McpTool(name, why)))?;
+        }
+        if let Some(files) = &self.files {
+            if files.len() > crate::files::MAX_FILES {
+                return Err(fail(RequestErrorKind::File(format!(
+                    "a task takes at most {} files, not {}",
+                    crate::files::MAX_FILES,
+                    files.len()
+                ))));
+            }
+            for (i, name) in files.iter().enumerate() {
+                crate::files::check_file_name(name).map_err(|e| fail(RequestErrorKind::File(e)))?;
+                if files[..i].contains(name) {
+                    return Err(fail(RequestErrorKind::File(format!(
+                        "file {name:?} is named twice"
+                    ))));
+                }
+            }
         }
         Ok(status)
     }

@@ -80,6 +80,10 @@ pub enum ResponseBody {
         /// subagent).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         open_todos: Vec<Todo>,
+        /// The files the task returned (`return_file`), by name: each came whole in `file`
+        /// lines before this answer. Additive (`docs/protocol.md#files`); absent means none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<String>,
     },
     Error {
         error: String,
@@ -108,6 +112,10 @@ pub enum ResponseBody {
         #[serde(default)]
         arguments: Map<String, Value>,
     },
+    /// Before the `success` of an `execute` with `return_files`: one chunk of a file the
+    /// task returned, `data` the base64 of its bytes at `offset`, `size` the whole file's.
+    /// Not final. Additive (`docs/protocol.md#files`).
+    File { name: String, offset: u64, size: u64, data: String },
 }
 
 /// What a `pong` may tell the host about the subagent.
@@ -174,7 +182,25 @@ impl Response {
                 duration_ms: Some(duration_ms),
                 searches: None,
                 open_todos: Vec::new(),
+                files: Vec::new(),
             },
+        )
+    }
+
+    /// One chunk of returned file `name` (`size` bytes in all): `data` is the base64 of its
+    /// bytes at `offset` ([`crate::TaskFile::chunks`]).
+    pub fn file(
+        id: &str,
+        correlation_id: Option<&str>,
+        name: &str,
+        offset: u64,
+        size: u64,
+        data: String,
+    ) -> Self {
+        Self::new(
+            id,
+            correlation_id,
+            ResponseBody::File { name: name.to_owned(), offset, size, data },
         )
     }
 
@@ -237,7 +263,12 @@ impl Response {
     /// `true` for the statuses that end a request (everything but `progress` and
     /// `mcp_call`).
     pub fn is_final(&self) -> bool {
-        !matches!(self.body, ResponseBody::Progress { .. } | ResponseBody::McpCall { .. })
+        !matches!(
+            self.body,
+            ResponseBody::Progress { .. }
+                | ResponseBody::McpCall { .. }
+                | ResponseBody::File { .. }
+        )
     }
 
     pub fn status(&self) -> &'static str {
@@ -248,6 +279,7 @@ impl Response {
             ResponseBody::Timeout { .. } => "timeout",
             ResponseBody::Progress { .. } => "progress",
             ResponseBody::McpCall { .. } => "mcp_call",
+            ResponseBody::File { .. } => "file",
         }
     }
 }

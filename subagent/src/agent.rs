@@ -20,7 +20,7 @@ use nexbot_llm::context::{estimate_tokens, fit_keeping, message_tokens};
 use nexbot_llm::{Chain, ChatMessage, ChatRequest, Completion, LlmError, ToolCall, ToolSpec};
 use nexbot_protocol::{
     canonical_tool, McpAnswer, McpCall, ProgressEvent, Redactor, Report, ReportStatus, Response,
-    ResponseBody, Todo, Usage,
+    ResponseBody, TaskFile, Todo, Usage,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -36,6 +36,9 @@ use crate::tools::{self, ToolEnv, ToolError};
 pub use crate::hooks::{MAX_CONTEXT_TOKENS, MAX_ITERATIONS};
 /// The always-available planning tool whose list the report carries.
 pub const TODO_TOOL: &str = nexbot_protocol::PLANNING_TOOL;
+/// The tool that gives a file of the scratch folder back with the answer, offered when the
+/// host takes files back (`execute.return_files`).
+pub const RETURN_TOOL: &str = "return_file";
 /// The messages fitting never drops: the system prompt and the task.
 const KEPT_MESSAGES: usize = 2;
 /// A `progress` detail is at most this many characters.
@@ -90,6 +93,8 @@ struct TaskLoop {
     /// Their calls waiting for the host's answers, and how many were made.
     mcp: std::sync::Arc<crate::mcp::Waiting>,
     mcp_calls: u32,
+    /// The files `return_file` took, when the host takes files back.
+    returning: Option<Vec<TaskFile>>,
 }
 
 /// Runs the task to its one final response. The task's secrets are dropped (zeroized) before
@@ -108,6 +113,9 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let mut tool_specs = tools::specs(&spec.tools);
     tool_specs.extend(spec.mcp_tools.iter().map(crate::mcp::spec));
     tool_specs.push(todo_spec());
+    if spec.return_files {
+        tool_specs.push(return_spec());
+    }
     let mcp_tools: Vec<String> = spec.mcp_tools.iter().map(|t| t.name.clone()).collect();
     let prompt_budget = prompt_budget(spec.llm.context_window(), &tool_specs);
     let system = system_prompt(
@@ -122,6 +130,17 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     if let Some(context) = spec.context.as_deref().filter(|c| !c.trim().is_empty()) {
         let context = neutralize(&spec.redactor.redact(context));
         user.push_str(&format!("\n\nContext from the main agent:\n{}", context.text));
+    }
+    if !spec.files_in.is_empty() {
+        let listed: Vec<String> = spec
+            .files_in
+            .iter()
+            .map(|(name, size)| format!("{name} ({})", nexbot_core::text::human_size(*size)))
+            .collect();
+        user.push_str(&format!(
+            "\n\nFiles given to you, in your working folder: {}.",
+            neutralize(&spec.redactor.redact(&listed.join(", "))).text
+        ));
     }
     let mut agent = TaskLoop {
         id: spec.id,
@@ -153,6 +172,7 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         mcp_tools,
         mcp: spec.mcp,
         mcp_calls: 0,
+        returning: spec.return_files.then(Vec::new),
     };
     agent.context_tokens = conversation_tokens(&agent.messages);
     if let Some(tool) = direct {
@@ -168,7 +188,14 @@ pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
         "agent loop started"
     );
     let ending = agent.run_loop().await;
-    let response = agent.respond(ending, started.elapsed().as_millis() as u64);
+    let mut response = agent.respond(ending, started.elapsed().as_millis() as u64);
+    // Returned files go with a success only, each whole before the answer that names them.
+    if let ResponseBody::Success { files, .. } = &mut response.body {
+        for file in agent.returning.take().unwrap_or_default() {
+            agent.send_file(&file).await;
+            files.push(file.name);
+        }
+    }
     // Secrets go now, before the answer is even written.
     drop(agent);
     response
@@ -398,6 +425,9 @@ impl TaskLoop {
         if name == TODO_TOOL {
             return Ok(self.update_todos(arguments));
         }
+        if name == RETURN_TOOL && self.returning.is_some() {
+            return Ok(self.return_file(arguments));
+        }
         let mcp = self.mcp_tools.iter().any(|t| t == name);
         if !self.tools.contains(&name) && !mcp {
             warn!(event = "tool", tool = name, "tool not available in this task");
@@ -533,6 +563,48 @@ impl TaskLoop {
                 format!("todo list updated ({} items)", self.todos.len())
             }
             Err(err) => format!("Error: invalid arguments for {TODO_TOOL}: {err}"),
+        }
+    }
+
+    /// `return_file`: takes the file for the answer ([`tools::files::take_for_return`]).
+    fn return_file(&mut self, arguments: &str) -> String {
+        #[derive(Deserialize)]
+        struct Args {
+            path: String,
+        }
+        let args = match serde_json::from_str::<Args>(arguments) {
+            Ok(args) => args,
+            Err(err) => return format!("Error: invalid arguments for {RETURN_TOOL}: {err}"),
+        };
+        let taken = self.returning.get_or_insert_with(Vec::new);
+        match tools::files::take_for_return(&self.env.scratch, &args.path, taken, &self.redactor) {
+            Ok(file) => {
+                let line = format!(
+                    "{} ({}) will be returned with your answer",
+                    file.name,
+                    nexbot_core::text::human_size(file.bytes.len() as u64)
+                );
+                info!(event = "files", file = %file.name, bytes = file.bytes.len(), "file to return");
+                taken.push(file);
+                line
+            }
+            Err(err) => format!("Error: {err}"),
+        }
+    }
+
+    /// Sends `file` to the host in `file` lines, before the answer that names it.
+    async fn send_file(&self, file: &TaskFile) {
+        let size = file.bytes.len() as u64;
+        for (offset, data) in file.chunks() {
+            let line = Response::file(
+                &self.id,
+                self.correlation_id.as_deref(),
+                &file.name,
+                offset,
+                size,
+                data,
+            );
+            self.out.send_redacted(line, self.redactor.clone()).await;
         }
     }
 
@@ -673,6 +745,18 @@ fn prompt_budget(window: u32, specs: &[ToolSpec]) -> u64 {
     let window = u64::from(window).min(MAX_CONTEXT_TOKENS);
     let answer = (window / 8).clamp(1_024, 8_192);
     window.saturating_sub(answer + tools_tokens(specs)).max(2_048)
+}
+
+fn return_spec() -> ToolSpec {
+    ToolSpec::function(
+        RETURN_TOOL,
+        "Give a file from your working folder back with your answer (a chart, a converted \
+         document): whoever asked for the task receives it. Call it once per file before your \
+         final answer; at most 8 files, 20 MB each. A file holding a secret is not returned.",
+        json!({"type": "object", "properties": {
+            "path": {"type": "string", "description": "the file, relative to your working folder"}
+        }, "required": ["path"]}),
+    )
 }
 
 fn todo_spec() -> ToolSpec {

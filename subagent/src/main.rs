@@ -8,6 +8,11 @@ use nexbot_subagent::redaction::Redaction;
 use nexbot_subagent::{logging, scrub, server};
 
 fn main() -> std::process::ExitCode {
+    // Run as one of the image's small programs (`/bin/pdftotext` links here)?
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(code) = nexbot_subagent::programs::run_as_program(&args) {
+        return code;
+    }
     let redaction = Arc::new(Redaction::default());
     logging::init(redaction.clone());
     // Before anything holds a secret: commands of the same user must not read this memory.

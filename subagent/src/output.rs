@@ -96,7 +96,15 @@ fn map_strings(value: Value, f: &impl Fn(&str) -> String) -> Value {
 pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Response {
     let map_report = |report: Option<Report>| report.map(|r| r.map_text(&f));
     response.body = match response.body {
-        ResponseBody::Success { result, usage, iterations, duration_ms, searches, open_todos } => {
+        ResponseBody::Success {
+            result,
+            usage,
+            iterations,
+            duration_ms,
+            searches,
+            open_todos,
+            files,
+        } => {
             let open_todos = open_todos
                 .into_iter()
                 .map(|todo| Todo { content: f(&todo.content), status: todo.status })
@@ -108,6 +116,7 @@ pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Re
                 duration_ms,
                 searches,
                 open_todos,
+                files,
             }
         }
         ResponseBody::Error { error, report } => {
@@ -120,6 +129,11 @@ pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Re
             ResponseBody::Progress { event, tool, detail: detail.map(|d| f(&d)) }
         }
         pong @ ResponseBody::Pong { .. } => pong,
+        // The bytes were checked for the task's secrets when the file was taken
+        // (`tools::files::take_for_return`); base64 is not text to redact.
+        ResponseBody::File { name, offset, size, data } => {
+            ResponseBody::File { name: f(&name), offset, size, data }
+        }
         // The model's arguments for a tool of the host's: every string in them.
         ResponseBody::McpCall { call_id, tool, arguments } => ResponseBody::McpCall {
             call_id,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use nexbot_protocol::request::unix_now;
 use nexbot_protocol::{
-    Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response, Scrub,
-    SecretMap, VersionStatus, DIRECT_TOOLS, PROTOCOL_VERSION,
+    Assembly, Capabilities, JsonLinesCodec, LineError, Redactor, Request, RequestType, Response,
+    Scrub, SecretMap, VersionStatus, DIRECT_TOOLS, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
@@ -84,8 +84,13 @@ pub async fn serve<R, W>(
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (out, writer) = Output::spawn(output, redaction.clone());
-    let mut server =
-        Server { out, redaction, llm: LlmState::default(), slot: Arc::new(Mutex::new(None)) };
+    let mut server = Server {
+        out,
+        redaction,
+        llm: LlmState::default(),
+        slot: Arc::new(Mutex::new(None)),
+        staged: None,
+    };
     let mut lines = FramedRead::new(input, JsonLinesCodec::<Request, Response>::new());
     tokio::pin!(shutdown);
     info!(event = "init", version = PROTOCOL_VERSION, tools = %tools::offered().join(","), "subagent ready");
@@ -144,6 +149,30 @@ struct Server {
     redaction: Arc<Redaction>,
     llm: LlmState,
     slot: Arc<Mutex<Option<Running>>>,
+    /// The files put for the next task (`put_file`), until its `execute` takes them.
+    staged: Option<Staged>,
+}
+
+/// Files put for task `id` before its `execute` (`docs/protocol.md#files`): those that
+/// arrived whole (already in the scratch folder), the one arriving, or why the putting
+/// failed (its `execute` is then refused with that).
+#[derive(Debug)]
+struct Staged {
+    id: String,
+    placed: Vec<(String, u64)>,
+    arriving: Option<Assembly>,
+    failed: Option<String>,
+}
+
+impl Staged {
+    /// Removes the placed files from `scratch`: a task never sees files put for another.
+    fn discard(self, scratch: &std::path::Path) {
+        for (name, _) in &self.placed {
+            if let Err(e) = std::fs::remove_file(scratch.join(name)) {
+                warn!(event = "files", task_id = %self.id, file = %name, error = %e, "cannot remove a put file");
+            }
+        }
+    }
 }
 
 impl Server {
@@ -192,6 +221,7 @@ impl Server {
             RequestType::Cancel => self.cancel(&request).await,
             RequestType::Execute => self.execute(request).await,
             RequestType::McpResult => self.mcp_result(&request),
+            RequestType::PutFile => self.put_file(&request).await,
             RequestType::Unknown(ref name) => {
                 let text = format!("unknown request type: {name}");
                 self.out
@@ -247,6 +277,40 @@ impl Server {
         }
     }
 
+    /// One chunk of a file for the next task (`docs/protocol.md#files`). It has no response
+    /// of its own unless a task runs (then an `error`): a chunk that breaks a rule fails the
+    /// putting, and the `execute` that names the files is refused with why.
+    async fn put_file(&mut self, request: &Request) {
+        if let Some(other) = self.running_id() {
+            let text = format!("busy: task {other} is running; files are put before a task starts");
+            warn!(event = "files", task_id = %request.id, running = %other, "put_file refused: busy");
+            let correlation = request.correlation_id.as_deref();
+            self.out.send(Response::error(&request.id, correlation, text, None)).await;
+            return;
+        }
+        let scratch = tools::ToolEnv::from_env().scratch;
+        if self.staged.as_ref().is_some_and(|s| s.id != request.id) {
+            // Put for a task that never started: nothing of it is left for this one.
+            if let Some(old) = self.staged.take() {
+                old.discard(&scratch);
+            }
+        }
+        let staged = self.staged.get_or_insert_with(|| Staged {
+            id: request.id.clone(),
+            placed: Vec::new(),
+            arriving: None,
+            failed: None,
+        });
+        if staged.failed.is_some() {
+            return;
+        }
+        if let Err(why) = take_chunk(staged, request, &scratch) {
+            warn!(event = "files", task_id = %request.id, error = %why, "put_file failed");
+            staged.arriving = None;
+            staged.failed = Some(why);
+        }
+    }
+
     async fn execute(&mut self, request: Request) {
         let correlation = request.correlation_id.clone();
         let refuse =
@@ -257,6 +321,30 @@ impl Server {
             self.out.send(refuse(text)).await;
             return;
         }
+        // The files put for this task, checked against the ones it names; any put for
+        // another task are removed before anything of this one runs.
+        let scratch = tools::ToolEnv::from_env().scratch;
+        let staged = match self.staged.take() {
+            Some(staged) if staged.id == request.id => Some(staged),
+            Some(other) => {
+                other.discard(&scratch);
+                None
+            }
+            None => None,
+        };
+        let files_in =
+            match check_put_files(staged, request.files.as_deref().unwrap_or_default(), &scratch) {
+                Ok(files) => files,
+                Err(text) => {
+                    warn!(event = "task", task_id = %request.id, error = %text, "refused: files");
+                    self.out.send(refuse(text)).await;
+                    return;
+                }
+            };
+        let discard = |files: &[(String, u64)]| {
+            Staged { id: request.id.clone(), placed: files.to_vec(), arriving: None, failed: None }
+                .discard(&scratch)
+        };
         // Everything this task sends through the egress proxy carries its credential (none
         // from an older host: the container's proxy variables as they are).
         crate::net::set_task_credential(request.egress_token.clone());
@@ -265,6 +353,7 @@ impl Server {
             Ok(selection) => selection,
             Err(text) => {
                 warn!(event = "task", task_id = %request.id, error = %text, "refused: tools");
+                discard(&files_in);
                 self.out.send(refuse(text)).await;
                 return;
             }
@@ -280,6 +369,7 @@ impl Server {
                         format!("run_tool {tool} must be among the granted tools")
                     };
                     warn!(event = "task", task_id = %request.id, error = %text, "refused: run_tool");
+                    discard(&files_in);
                     let mut answer = refuse(text);
                     answer.dropped_tools = selection.dropped;
                     self.out.send(answer).await;
@@ -288,6 +378,7 @@ impl Server {
                 None => {
                     let text = format!("run_tool {name:?} is not one of {DIRECT_TOOLS:?}");
                     warn!(event = "task", task_id = %request.id, error = %text, "refused: run_tool");
+                    discard(&files_in);
                     self.out.send(refuse(text)).await;
                     return;
                 }
@@ -297,6 +388,7 @@ impl Server {
             Ok(llm) => llm,
             Err(err) => {
                 warn!(event = "task", task_id = %request.id, error = %err, "refused: no LLM");
+                discard(&files_in);
                 self.out.send(refuse(err.to_string())).await;
                 return;
             }
@@ -338,6 +430,8 @@ impl Server {
             redactor: redactor.clone(),
             mcp_tools,
             mcp: Arc::default(),
+            files_in,
+            return_files: request.return_files == Some(true),
         };
         info!(
             event = "task",
@@ -434,6 +528,81 @@ impl Server {
 
 /// Hides quoted fragments of a JSON parser message: they echo the request's own text, which
 /// may hold a secret of a request that could not be parsed.
+/// Adds `request`'s chunk to `staged`; a file whose last byte arrived is written into
+/// `scratch`.
+fn take_chunk(
+    staged: &mut Staged,
+    request: &Request,
+    scratch: &std::path::Path,
+) -> Result<(), String> {
+    let (Some(name), Some(offset), Some(size), Some(data)) =
+        (request.name.as_deref(), request.offset, request.size, request.data.as_deref())
+    else {
+        return Err("put_file without name, offset, size and data".to_owned());
+    };
+    if staged.arriving.as_ref().is_some_and(|a| a.name() != name) {
+        let open = staged.arriving.as_ref().map(|a| a.name().to_owned()).unwrap_or_default();
+        return Err(format!("file {name:?} started before file {open:?} was whole"));
+    }
+    if staged.placed.iter().any(|(placed, _)| placed == name) {
+        return Err(format!("file {name:?} was put twice"));
+    }
+    let mut arriving = match staged.arriving.take() {
+        Some(arriving) => arriving,
+        None => {
+            let before: u64 = staged.placed.iter().map(|(_, size)| size).sum();
+            Assembly::start(name, size, staged.placed.len(), before)?
+        }
+    };
+    arriving.push(offset, data)?;
+    if !arriving.is_complete() {
+        staged.arriving = Some(arriving);
+        return Ok(());
+    }
+    let file = arriving.finish()?;
+    tools::files::place(scratch, &file)
+        .map_err(|e| format!("file {name:?} cannot be written into the scratch folder: {e}"))?;
+    info!(event = "files", task_id = %staged.id, file = %file.name, bytes = file.bytes.len(), "file put");
+    staged.placed.push((file.name, size));
+    Ok(())
+}
+
+/// The files an `execute` names (`named`) against those put for it: each must have arrived
+/// whole, and a put one it does not name is removed. `Err`: why the task is refused (its put
+/// files removed).
+fn check_put_files(
+    staged: Option<Staged>,
+    named: &[String],
+    scratch: &std::path::Path,
+) -> Result<Vec<(String, u64)>, String> {
+    let Some(mut staged) = staged else {
+        return match named.first() {
+            Some(name) => Err(format!("file {name:?} was named but never put")),
+            None => Ok(Vec::new()),
+        };
+    };
+    let problem = staged
+        .failed
+        .take()
+        .or_else(|| {
+            staged.arriving.as_ref().map(|a| format!("file {:?} did not arrive whole", a.name()))
+        })
+        .or_else(|| {
+            named
+                .iter()
+                .find(|n| !staged.placed.iter().any(|(placed, _)| placed == *n))
+                .map(|n| format!("file {n:?} was named but never put"))
+        });
+    if let Some(problem) = problem {
+        staged.discard(scratch);
+        return Err(problem);
+    }
+    let (kept, unnamed): (Vec<_>, Vec<_>) =
+        staged.placed.drain(..).partition(|(name, _)| named.contains(name));
+    Staged { placed: unnamed, ..staged }.discard(scratch);
+    Ok(kept)
+}
+
 fn hide_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut inside = false;

@@ -55,6 +55,11 @@ pub struct TaskSpec {
     pub mcp_tools: Vec<nexbot_protocol::McpToolSpec>,
     /// Its MCP calls waiting for the host's answers (the stdin reader delivers them).
     pub mcp: Arc<crate::mcp::Waiting>,
+    /// The files the host put for it (`put_file`), in the scratch folder: names and sizes.
+    pub files_in: Vec<(String, u64)>,
+    /// Whether the host takes files back (`execute.return_files`): the model gets
+    /// `return_file`.
+    pub return_files: bool,
 }
 
 /// Stops a running task; the reason ends up in its final response.

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod daemon;
 pub mod egress;
 pub mod llmock;
+pub mod pdf;
 pub mod scripted_llm;
 pub mod telegram;
 

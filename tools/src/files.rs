@@ -293,6 +293,40 @@ impl Confinement {
     }
 }
 
+/// The file `raw` of the turn's chat's room, read whole to be handed on (a delegated task's
+/// input): checked and opened as `read_file` does (the open handle's real place checked), a
+/// regular file of at most `max` bytes. Returns its last path part and its bytes.
+pub async fn read_whole(
+    rooms: &Arc<Rooms>,
+    ctx: &ToolContext,
+    raw: String,
+    max: u64,
+) -> Result<(String, Vec<u8>), ToolError> {
+    in_room(rooms, ctx, move |confinement| {
+        let path = confinement.existing(&raw)?;
+        let mut file = confinement.open(&raw, &path, false)?;
+        let meta = file.metadata().map_err(|e| io_error(&raw, e))?;
+        if !meta.is_file() {
+            return Err(ToolError::new(format!("{raw}: not a regular file")));
+        }
+        if meta.len() > max {
+            return Err(ToolError::new(format!(
+                "{raw}: the file is {}; at most {} can be handed on",
+                nexbot_core::text::human_size(meta.len()),
+                nexbot_core::text::human_size(max)
+            )));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        (&mut file).take(max + 1).read_to_end(&mut bytes).map_err(|e| io_error(&raw, e))?;
+        if bytes.len() as u64 > max {
+            return Err(ToolError::new(format!("{raw}: the file grew past the limit while read")));
+        }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Ok((name, bytes))
+    })
+    .await
+}
+
 /// Runs a file tool's work on the blocking pool, over the room of the turn's chat.
 pub(crate) async fn in_room<T: Send + 'static>(
     rooms: &Arc<Rooms>,

@@ -43,6 +43,8 @@ use crate::llm::Usage;
 use crate::store::{Store, TaskEnd, TaskStatus};
 use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
 use nexbot_egress::TaskSummary;
+use nexbot_protocol::TaskFile;
+use nexbot_tools::rooms::Rooms;
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
@@ -146,7 +148,13 @@ pub struct Delegate {
     /// The MCP servers' tools as the main agent is offered them (`nexbot_mcp::McpTools`): a
     /// delegation may grant the delegating chat's by name (`mcp_grants`).
     mcp: Option<Arc<dyn ToolSource>>,
+    /// The chats' rooms: a delegation's `files` come from the delegating chat's, and the
+    /// files its task returns land there (`from-tasks/`). `None`: no files either way.
+    rooms: Option<Arc<Rooms>>,
 }
+
+/// Where a task's returned files land in the delegating chat's room.
+pub const FROM_TASKS_DIR: &str = "from-tasks";
 
 impl Delegate {
     pub fn new(
@@ -156,7 +164,94 @@ impl Delegate {
         tokens: Arc<dyn LlmAccess>,
         settings: DelegateSettings,
     ) -> Self {
-        Self { runner, store, secrets, tokens, settings, mcp: None }
+        Self { runner, store, secrets, tokens, settings, mcp: None, rooms: None }
+    }
+
+    /// The chats' rooms, which a delegation's files come from and go back to.
+    pub fn with_rooms(mut self, rooms: Arc<Rooms>) -> Self {
+        self.rooms = Some(rooms);
+        self
+    }
+
+    /// The files `paths` of the delegating chat's room, read for the task's scratch folder
+    /// under their plain names (`docs/protocol.md#files`), within the wire's caps.
+    async fn files_for_task(
+        &self,
+        paths: &[String],
+        ctx: &ToolContext,
+    ) -> Result<Vec<TaskFile>, ToolError> {
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(rooms) = &self.rooms else {
+            return Err(ToolError::new("files cannot be handed to a task here (no chat folders)"));
+        };
+        if paths.len() > nexbot_protocol::MAX_FILES {
+            return Err(ToolError::new(format!(
+                "at most {} files can go with a task, not {}",
+                nexbot_protocol::MAX_FILES,
+                paths.len()
+            )));
+        }
+        let mut files: Vec<TaskFile> = Vec::new();
+        let mut total = 0;
+        for raw in paths {
+            let (given, bytes) = nexbot_tools::files::read_whole(
+                rooms,
+                ctx,
+                raw.clone(),
+                nexbot_protocol::MAX_FILE_BYTES,
+            )
+            .await?;
+            let name = nexbot_core::text::clean_file_name(
+                &given,
+                nexbot_protocol::files::MAX_FILE_NAME_BYTES,
+            )
+            .ok_or_else(|| {
+                ToolError::new(format!("{raw}: rename it to a plain file name first"))
+            })?;
+            if files.iter().any(|f| f.name == name) {
+                return Err(ToolError::new(format!(
+                    "two files named {name}: a task's files need different names"
+                )));
+            }
+            total += bytes.len() as u64;
+            if total > nexbot_protocol::MAX_FILES_BYTES {
+                return Err(ToolError::new(format!(
+                    "the files are more than {} in all",
+                    nexbot_core::text::human_size(nexbot_protocol::MAX_FILES_BYTES)
+                )));
+            }
+            files.push(TaskFile { name, bytes });
+        }
+        Ok(files)
+    }
+
+    /// Keeps the files a task returned in the chat's room (`from-tasks/`); the lines that
+    /// tell the model where each one is.
+    async fn keep_returned(&self, files: Vec<TaskFile>, chat: &ChatRef) -> Vec<String> {
+        let Some(rooms) = self.rooms.clone().filter(|_| !files.is_empty()) else {
+            return Vec::new();
+        };
+        let room = rooms.room_dir(chat);
+        tokio::task::spawn_blocking(move || {
+            files
+                .iter()
+                .map(|file| {
+                    let size = nexbot_core::text::human_size(file.bytes.len() as u64);
+                    match crate::inbox::store_file(&room, FROM_TASKS_DIR, &file.name, &file.bytes)
+                    {
+                        Ok(path) => format!("{path} ({size})"),
+                        Err(e) => {
+                            tracing::warn!(file = %file.name, error = %e, "cannot keep a task's returned file");
+                            format!("{} ({size}) could not be kept: {e}", file.name)
+                        }
+                    }
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// The MCP tools a delegation may grant: what `source` offers the delegating chat's model.
@@ -259,6 +354,9 @@ pub struct Args {
     /// [`MAX_SEARCH_BUDGET`] (more is cut to it).
     #[serde(default)]
     search_budget: Option<u32>,
+    /// Paths in the chat's folder put into the task's working folder before it starts.
+    #[serde(default)]
+    files: Vec<String>,
     /// Set only by [`Delegate::run_cli`], never by the model (it is not in the schema and
     /// `deny_unknown_fields` refuses it): the task is one direct call of this tool.
     #[serde(skip)]
@@ -275,9 +373,12 @@ impl TypedTool for Delegate {
          (whitelist of the sub-agent's tools, e.g. [\"run_command\", \"web_fetch\"]; the \
          schema lists them all; your own MCP tools, mcp__<server>__<tool>, may be granted by \
          name too, and the sub-agent calls them through you), `context`, `secrets` (names of \
-         stored secrets the task may use as $NAME), `timeout_secs` and `search_budget` (how \
+         stored secrets the task may use as $NAME), `timeout_secs`, `search_budget` (how \
          many search_web/web_fetch calls the task may make; the configured default suits most \
-         tasks). Returns the result, or a report of partial progress.";
+         tasks) and `files` (paths in this chat's folder, e.g. inbox/report.pdf, copied into \
+         the task's working folder: a PDF, a spreadsheet, an archive or an image is worked on \
+         there, never on this host). Files the task returns land in this chat's folder under \
+         from-tasks/. Returns the result, or a report of partial progress.";
     fn schema() -> Value {
         json!({"type": "object", "properties": {
             "task": {"type": "string"},
@@ -288,7 +389,10 @@ impl TypedTool for Delegate {
             "context": {"type": "string"},
             "secrets": {"type": "array", "items": {"type": "string"}},
             "timeout_secs": {"type": "integer", "minimum": 1},
-            "search_budget": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_BUDGET}},
+            "search_budget": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_BUDGET},
+            "files": {"type": "array", "maxItems": nexbot_protocol::MAX_FILES,
+                      "items": {"type": "string"},
+                      "description": "paths in this chat's folder for the task's working folder"}},
             "required": ["task"]})
     }
     fn timeout(&self) -> Option<Duration> {
@@ -308,6 +412,7 @@ impl TypedTool for Delegate {
             None => (None, Vec::new()),
         };
         check_tools(own.as_deref().unwrap_or_default())?;
+        let files_in = self.files_for_task(&args.files, ctx).await?;
         let mut secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
         // Dropped last, when the task is over (or abandoned).
         let mut held = Held { holds: Vec::new(), source: self.secrets.clone() };
@@ -402,6 +507,8 @@ impl TypedTool for Delegate {
         request.llm_context_window = self.settings.llm_context_window;
         let direct = args.run_tool.is_some();
         request.run_tool = args.run_tool;
+        // A task of the loop may give files back; they land in the chat's room.
+        request.return_files = (!direct && self.rooms.is_some()).then_some(true);
         match llm {
             // The default: a per-task token the LLM relay accepts while the task lives.
             TaskLlm::Relay { base_url, token } => {
@@ -439,7 +546,14 @@ impl TypedTool for Delegate {
         });
         let run = async {
             tokio::join!(
-                self.runner.execute(&ctx.chat, request, cancel.clone(), Some(progress_tx), mcp),
+                self.runner.execute(
+                    &ctx.chat,
+                    request,
+                    cancel.clone(),
+                    Some(progress_tx),
+                    mcp,
+                    files_in,
+                ),
                 shown
             )
         };
@@ -484,6 +598,7 @@ impl TypedTool for Delegate {
             }
             Some(Ok(outcome)) => {
                 end.container = outcome.container;
+                let returned = self.keep_returned(outcome.files, &ctx.chat).await;
                 dropped = outcome.response.dropped_tools;
                 if !dropped.is_empty() {
                     tracing::warn!(
@@ -507,11 +622,19 @@ impl TypedTool for Delegate {
                         if direct {
                             Ok(success(result))
                         } else {
-                            Ok(mention_open_todos(
-                                success(untrusted(&id, &result)),
-                                &id,
-                                &open_todos,
-                            ))
+                            let answer = success(untrusted(&id, &result));
+                            let answer = match returned.is_empty() {
+                                true => answer,
+                                false => answer.with(
+                                    "returned_files",
+                                    format!(
+                                        "in this chat's folder: {}; send one to the user with \
+                                         send_file",
+                                        returned.join(", ")
+                                    ),
+                                ),
+                            };
+                            Ok(mention_open_todos(answer, &id, &open_todos))
                         }
                     }
                     ResponseBody::Error { error, report } => {
@@ -621,6 +744,7 @@ impl Delegate {
             secrets: Vec::new(),
             timeout_secs: None,
             search_budget: None,
+            files: Vec::new(),
             run_tool: Some(CLI_TOOL.to_owned()),
         };
         match self.run(args, ctx).await {
@@ -949,6 +1073,7 @@ mod tests {
             _cancel: tokio_util::sync::CancellationToken,
             _progress: Option<mpsc::Sender<Response>>,
             mcp: Option<Arc<dyn McpCalls>>,
+            _files: Vec<nexbot_protocol::TaskFile>,
         ) -> crate::BoxFuture<
             '_,
             Result<crate::delegation::SubagentOutcome, crate::delegation::SubagentError>,
@@ -956,9 +1081,13 @@ mod tests {
             self.callers.lock().unwrap().push(mcp.is_some());
             let response = Response { id: request.id.clone(), ..self.response.clone() };
             self.requests.lock().unwrap().push(request);
-            Box::pin(
-                async move { Ok(crate::delegation::SubagentOutcome { response, container: None }) },
-            )
+            Box::pin(async move {
+                Ok(crate::delegation::SubagentOutcome {
+                    response,
+                    container: None,
+                    files: Vec::new(),
+                })
+            })
         }
     }
 

@@ -41,6 +41,7 @@ impl SubagentRunner for NoPool {
         _: CancellationToken,
         _: Option<mpsc::Sender<Response>>,
         _: Option<Arc<dyn nexbot_protocol::McpCalls>>,
+        _: Vec<nexbot_protocol::TaskFile>,
     ) -> BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         Box::pin(async { Err(SubagentError::new("no pool in this test")) })
     }

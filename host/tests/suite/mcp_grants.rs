@@ -185,6 +185,7 @@ impl SubagentRunner for Rogue {
         _: CancellationToken,
         _: Option<mpsc::Sender<Response>>,
         mcp: Option<Arc<dyn McpCalls>>,
+        _: Vec<nexbot_protocol::TaskFile>,
     ) -> nexbot_core::BoxFuture<'_, Result<SubagentOutcome, SubagentError>> {
         Box::pin(async move {
             let Some(mcp) = mcp else { return Err(SubagentError::new("no MCP caller")) };
@@ -207,7 +208,7 @@ impl SubagentRunner for Rogue {
             let id = request.id.clone();
             self.requests.lock().unwrap().push(request);
             let response = Response::success(&id, None, "done".into(), Usage::default(), 1, 1);
-            Ok(SubagentOutcome { response, container: None })
+            Ok(SubagentOutcome { response, container: None, files: Vec::new() })
         })
     }
 }

@@ -243,3 +243,131 @@ async fn a_photo_reaches_a_vision_model_as_an_image_and_the_history_keeps_only_t
     );
     serving.stop(LIMIT).await;
 }
+
+/// The tool results after the last user message of `body` (this turn's, not the history's).
+fn this_turns_results(body: &Value) -> Vec<String> {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let start = messages.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
+    messages[start..]
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// The first line of `texts` holding `marker`, as the model would quote it (a tool message
+/// in JSON has its line breaks escaped).
+fn line_with(texts: &[String], marker: &str) -> Option<String> {
+    texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .flat_map(|l| l.split("\\n"))
+        .find(|l| l.contains(marker))
+        .map(|l| l.trim().to_owned())
+}
+
+#[tokio::test]
+async fn a_pdf_is_read_and_a_csv_charted_in_the_sandbox_and_the_chart_comes_back_as_a_document() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("telegram_files_in_the_sandbox").await else {
+        return;
+    };
+    const CHART: &str = "awk -F, 'NR > 1 { printf \"<rect data-month=\\\"%s\\\" height=\\\"%s\\\"/>\\n\", \
+                         $1, $2 * 10 }' sales.csv > bars && { echo '<svg>'; cat bars; echo '</svg>'; } \
+                         > chart.svg";
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let results = this_turns_results(body);
+        let task = last_user(body);
+        if !crate::common::is_main(body) {
+            // The sub-agent: works on what it was given in its working folder.
+            return if task.contains("report.pdf") {
+                match results.len() {
+                    0 => {
+                        Step::tool_call("run_command", json!({"command": "pdftotext report.pdf -"}))
+                    }
+                    _ => Step::text(&format!(
+                        "The PDF says: {}",
+                        line_with(&results, "REV-").unwrap_or_else(|| "nothing".into())
+                    )),
+                }
+            } else {
+                match results.len() {
+                    0 => Step::tool_call("run_command", json!({"command": CHART})),
+                    1 => Step::tool_call("return_file", json!({"path": "chart.svg"})),
+                    _ => Step::text("the chart is ready"),
+                }
+            };
+        }
+        // The main agent: hands the file to a sub-agent, then answers or sends what came back.
+        if task.contains("inbox/report.pdf") {
+            return match results.len() {
+                0 => Step::tool_call(
+                    "delegate_to_sub_agent",
+                    json!({"task": "Extract the text of report.pdf.", "tools": ["run_command"],
+                           "files": ["inbox/report.pdf"]}),
+                ),
+                _ => Step::text(&format!(
+                    "summary: {}",
+                    line_with(&results, "REV-").unwrap_or_else(|| "no text".into())
+                )),
+            };
+        }
+        match results.len() {
+            0 => Step::tool_call(
+                "delegate_to_sub_agent",
+                json!({"task": "Chart sales.csv as chart.svg.", "tools": ["run_command"],
+                       "files": ["inbox/sales.csv"]}),
+            ),
+            1 => {
+                let path = results[0]
+                    .split(|c: char| c.is_whitespace() || c == '"' || c == ',')
+                    .find(|w| w.starts_with("from-tasks/"))
+                    .unwrap_or("from-tasks/missing.svg")
+                    .to_owned();
+                Step::tool_call("send_file", json!({"path": path}))
+            }
+            _ => Step::text("sent the chart"),
+        }
+    });
+    let ws = TempWorkspace::init("tg-sandbox-files");
+    let names = crate::common::Leftovers::new("tgfiles");
+    let mut env = telegram_env(&llm, &tg);
+    env.extend(names.env());
+    let serving = start(&ws, &env).await;
+    let room = ws.dir.join("chats").join(format!("telegram_{OWNER}"));
+
+    // A PDF: read by the sandbox's pdftotext, quoted in the answer.
+    let pdf = nexbot_tests::pdf::one_page(&["Quarterly report", "Revenue: REV-7731 million"]);
+    tg.user_sends(document(OWNER, "report.pdf", &pdf, "what does it say?")).await;
+    let answered = tg.wait_bot_messages(OWNER, |m| has_text(m, "summary:"), LIMIT * 2).await;
+    assert!(
+        has_text(&answered, "summary: The PDF says: Revenue: REV-7731 million"),
+        "{:?}",
+        texts(&answered)
+    );
+
+    // A CSV: charted in the sandbox, the chart returned into the room, sent as a document.
+    let csv = b"month,amount\njan,3\nfeb,5\nmar,4\n";
+    tg.user_sends(document(OWNER, "sales.csv", csv, "chart it")).await;
+    let sent = tg.wait_bot_messages(OWNER, |m| has_text(m, "sent the chart"), LIMIT * 2).await;
+    let chart = std::fs::read_to_string(room.join("from-tasks/chart.svg")).expect("the chart");
+    assert!(chart.contains(r#"<rect data-month="feb" height="50"/>"#), "{chart}");
+    let document = sent.iter().find(|m| m.kind == "document").expect("a document was sent");
+    let file = document.file.as_ref().unwrap();
+    assert_eq!(file.file_name.as_deref(), Some("chart.svg"));
+    assert_eq!(file.size, chart.len() as u64);
+
+    // Each sub-agent task was told the file it had, by its plain name and size.
+    let told: Vec<String> = llm
+        .chat_requests()
+        .iter()
+        .filter(|r| !crate::common::is_main(&r.body))
+        .map(|r| last_user(&r.body))
+        .filter(|t| t.contains("Files given to you"))
+        .collect();
+    assert!(told.iter().any(|t| t.contains(&format!("report.pdf ({} B)", pdf.len()))), "{told:?}");
+    let csv_told = format!("sales.csv ({} B)", csv.len());
+    assert!(told.iter().any(|t| t.contains(&csv_told)), "{told:?}");
+    serving.stop(LIMIT).await;
+}

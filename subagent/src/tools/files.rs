@@ -10,6 +10,8 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
+use nexbot_protocol::{Redactor, TaskFile};
+
 use super::{ToolError, ToolOutput};
 
 /// `write_file` refuses content larger than this.
@@ -163,6 +165,85 @@ pub async fn list_dir(root: &Path, args: ListArgs) -> Result<ToolOutput, ToolErr
         entries.push(format!("… and {more} more entries"));
     }
     Ok(ToolOutput::plain(entries.join("\n")))
+}
+
+/// `return_file`: the file at `requested` (confined like the other file tools), read whole,
+/// to go back with the task's answer (`docs/protocol.md#files`) under its plain name. Refused:
+/// not a regular file, over the caps ([`nexbot_protocol::files`]: a file's size, how many, how
+/// much in all, counting `taken`), a name already taken, and a file or name that holds one of
+/// the task's secrets (in any form the redactor knows): a file leaves the sandbox only as what
+/// the answer's text may be, free of them.
+pub fn take_for_return(
+    root: &Path,
+    requested: &str,
+    taken: &[TaskFile],
+    redactor: &Redactor,
+) -> Result<TaskFile, ToolError> {
+    use nexbot_protocol::files::{MAX_FILES, MAX_FILES_BYTES, MAX_FILE_BYTES, MAX_FILE_NAME_BYTES};
+    let path = confine(root, requested)?;
+    let meta = std::fs::metadata(&path).map_err(|e| io_error(requested, e))?;
+    if !meta.is_file() {
+        return Err(ToolError::Invalid(format!("{requested} is not a regular file")));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(ToolError::Refused(format!(
+            "{requested} is {}; a returned file may be at most {}",
+            nexbot_core::text::human_size(meta.len()),
+            nexbot_core::text::human_size(MAX_FILE_BYTES)
+        )));
+    }
+    if taken.len() >= MAX_FILES {
+        return Err(ToolError::Refused(format!("at most {MAX_FILES} files can be returned")));
+    }
+    let before: u64 = taken.iter().map(|f| f.bytes.len() as u64).sum();
+    if before + meta.len() > MAX_FILES_BYTES {
+        return Err(ToolError::Refused(format!(
+            "the returned files may be at most {} in all",
+            nexbot_core::text::human_size(MAX_FILES_BYTES)
+        )));
+    }
+    let given = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name =
+        nexbot_core::text::clean_file_name(&given, MAX_FILE_NAME_BYTES).ok_or_else(|| {
+            ToolError::Invalid(format!("{requested}: rename it to a plain file name first"))
+        })?;
+    if taken.iter().any(|f| f.name == name) {
+        return Err(ToolError::Invalid(format!(
+            "a file named {name} is already returned; rename this one first"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(&path).map_err(|e| io_error(requested, e))?,
+            MAX_FILE_BYTES + 1,
+        ),
+        &mut bytes,
+    )
+    .map_err(|e| io_error(requested, e))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(ToolError::Refused(format!("{requested} grew past the limit while read")));
+    }
+    if redactor.redact_bytes(&bytes) != bytes || redactor.redact(&name) != name {
+        return Err(ToolError::Refused(format!(
+            "{requested} holds one of this task's secrets; it is not returned"
+        )));
+    }
+    Ok(TaskFile { name, bytes })
+}
+
+/// Writes a file the host put for the task (`put_file`) into the scratch folder `root` under
+/// its plain name, as a new file (an existing one is never overwritten nor followed).
+pub fn place(root: &Path, file: &TaskFile) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(root.join(&file.name))?;
+    out.write_all(&file.bytes)
 }
 
 fn io_error(path: &str, err: std::io::Error) -> ToolError {

@@ -7,6 +7,7 @@
 mod common;
 
 mod agent;
+mod files;
 mod mcp_grants;
 mod protocol;
 mod sanitizer_corpus;

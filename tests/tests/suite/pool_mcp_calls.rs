@@ -108,7 +108,7 @@ async fn a_tasks_mcp_calls_reach_its_caller_and_end_with_it() {
     llm.set_responder(responder);
     let room = Room::default();
     let caller = Arc::new(Caller::default());
-    let io = || TaskIo { progress: None, mcp: Some(caller.clone() as Arc<dyn McpCalls>) };
+    let io = || TaskIo { mcp: Some(caller.clone() as Arc<dyn McpCalls>), ..TaskIo::default() };
 
     // Two calls, each answered through the caller and read by the model.
     let request = granted("mcp-1", "echo twice", &llm, &pool);

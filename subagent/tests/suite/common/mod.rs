@@ -93,12 +93,13 @@ impl Subagent {
             .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"))
     }
 
-    /// Reads until a non-`progress` line; returns it and the progress lines before it.
+    /// Reads until a final line (not `progress`, not a returned file's `file` chunk);
+    /// returns it and the lines before it.
     pub async fn recv_final(&mut self) -> (Value, Vec<Value>) {
         let mut progress = Vec::new();
         loop {
             let line = self.recv().await;
-            if line["status"] == "progress" {
+            if line["status"] == "progress" || line["status"] == "file" {
                 progress.push(line);
             } else {
                 return (line, progress);
