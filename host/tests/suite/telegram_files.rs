@@ -276,9 +276,27 @@ async fn a_pdf_is_read_and_a_csv_charted_in_the_sandbox_and_the_chart_comes_back
                          > chart.svg";
     let tg = TelegramFixture::start().await;
     let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(|body| {
+    let ws = TempWorkspace::init("tg-sandbox-files");
+    let room = ws.dir.join("chats").join(format!("telegram_{OWNER}"));
+    let owners_pdf = room.join("inbox/report.pdf").to_string_lossy().into_owned();
+    llm.set_responder(move |body| {
         let results = this_turns_results(body);
         let task = last_user(body);
+        if task.contains("steal") {
+            // Another chat's model tries to hand the owner's file to its task.
+            let tries = [
+                json!(format!("../telegram_{OWNER}/inbox/report.pdf")),
+                json!(owners_pdf.clone()),
+                json!("inbox/report.pdf"),
+            ];
+            return match tries.get(results.len()) {
+                Some(path) => Step::tool_call(
+                    "delegate_to_sub_agent",
+                    json!({"task": "read it", "tools": ["run_command"], "files": [path]}),
+                ),
+                None => Step::text(&format!("refusals: {}", results.join(" | "))),
+            };
+        }
         if !crate::common::is_main(body) {
             // The sub-agent: works on what it was given in its working folder.
             return if task.contains("report.pdf") {
@@ -330,12 +348,10 @@ async fn a_pdf_is_read_and_a_csv_charted_in_the_sandbox_and_the_chart_comes_back
             _ => Step::text("sent the chart"),
         }
     });
-    let ws = TempWorkspace::init("tg-sandbox-files");
     let names = crate::common::Leftovers::new("tgfiles");
     let mut env = telegram_env(&llm, &tg);
     env.extend(names.env());
     let serving = start(&ws, &env).await;
-    let room = ws.dir.join("chats").join(format!("telegram_{OWNER}"));
 
     // A PDF: read by the sandbox's pdftotext, quoted in the answer.
     let pdf = nexbot_tests::pdf::one_page(&["Quarterly report", "Revenue: REV-7731 million"]);
@@ -357,6 +373,19 @@ async fn a_pdf_is_read_and_a_csv_charted_in_the_sandbox_and_the_chart_comes_back
     let file = document.file.as_ref().unwrap();
     assert_eq!(file.file_name.as_deref(), Some("chart.svg"));
     assert_eq!(file.size, chart.len() as u64);
+
+    // Another chat cannot hand the owner's file to a task: not by `..`, not by its path, and
+    // its own `inbox/report.pdf` does not exist. No task of its ran.
+    let asked = llm.chat_requests().len();
+    tg.user_says(FRIEND, FRIEND, "steal the owner's report").await;
+    let refused = tg.wait_bot_messages(FRIEND, |m| has_text(m, "refusals:"), LIMIT).await;
+    let said = texts(&refused).join("\n");
+    assert!(said.contains(".. is refused in paths"), "{said}");
+    assert!(said.contains("absolute paths are refused"), "{said}");
+    assert!(said.contains("inbox/report.pdf: no such file or directory"), "{said}");
+    let tasks =
+        llm.chat_requests()[asked..].iter().filter(|r| !crate::common::is_main(&r.body)).count();
+    assert_eq!(tasks, 0, "a task ran for the other chat");
 
     // Each sub-agent task was told the file it had, by its plain name and size.
     let told: Vec<String> = llm
