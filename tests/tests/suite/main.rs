@@ -16,6 +16,7 @@ mod make_up_preflight;
 mod mcp_conformance;
 mod pool_clean_room;
 mod pool_clean_room_attacks;
+mod pool_files;
 mod pool_hardening;
 mod pool_isolation;
 mod pool_lifecycle;

@@ -1,0 +1,117 @@
+//! Files into a task's container and back through a real pool (`docs/protocol.md#files`):
+//! 5 MB go in whole over the task's own link, a file the task made comes back whole, the
+//! next task of the same room finds nothing of them, and a task of another room never does.
+
+use crate::pool_common;
+
+use std::time::Duration;
+
+use nexbot_docker::{Pool, PoolConfig, Room, TaskIo};
+use nexbot_protocol::{ResponseBody, TaskFile};
+use nexbot_tests::scripted_llm::{last_user, Step};
+use pool_common::{llm_on, setup, task};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn results(body: &Value) -> Vec<String> {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// "digest": checks the file and returns a reversed copy; "look": lists the scratch folder.
+fn responder(body: &Value) -> Step {
+    let results = results(body);
+    if last_user(body).contains("digest") {
+        return match results.len() {
+            0 => Step::tool_call(
+                "run_command",
+                json!({"command": "sha256sum big.bin && wc -c < big.bin && \
+                                   tail -c 100 big.bin > tail.bin && ls -A"}),
+            ),
+            1 => Step::tool_call("return_file", json!({"path": "tail.bin"})),
+            _ => Step::text(&format!("digest: {}", results.join(" | "))),
+        };
+    }
+    match results.len() {
+        0 => Step::tool_call(
+            "run_command",
+            json!({"command": "ls -A /workspace/scratch /tmp; find / -name 'big.bin' 2>/dev/null; \
+                               echo looked"}),
+        ),
+        _ => Step::text(&format!("look: {}", results.join(" | "))),
+    }
+}
+
+fn answer(body: &ResponseBody) -> &str {
+    match body {
+        ResponseBody::Success { result, .. } => result,
+        other => panic!("expected success, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of_them() {
+    let Some((docker, config)) = setup("files").await else { return };
+    let pool = Pool::start(docker, PoolConfig { size: 2, ..config }).await.expect("pool starts");
+    let llm = llm_on(pool.network().gateway, Vec::new()).await;
+    llm.set_responder(responder);
+    let alice = Room::new("telegram:1");
+    let bob = Room::new("telegram:2");
+    let big = TaskFile {
+        name: "big.bin".into(),
+        bytes: (0..5 * 1024 * 1024u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect(),
+    };
+    let digest = {
+        use sha2::Digest as _;
+        format!("{:x}", sha2::Sha256::digest(&big.bytes))
+    };
+
+    let mut request = task("files-1", "digest the file", &llm, pool.network().gateway);
+    request.return_files = Some(true);
+    let io = TaskIo { files: vec![big.clone()], ..TaskIo::default() };
+    let run = pool.run_task_with(request, &alice, CancellationToken::new(), io);
+    let done = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
+    let said = answer(&done.response.body);
+    assert!(said.contains(&digest), "the file changed on the way in: {said}");
+    assert!(said.contains("5242880"), "{said}");
+    assert_eq!(done.files.len(), 1, "{:?}", done.files);
+    assert_eq!(done.files[0].name, "tail.bin");
+    assert!(done.files[0].bytes == big.bytes[big.bytes.len() - 100..], "the returned file changed");
+    let used = done.container_id.clone();
+
+    // The room's next task, on the same container: nothing of the last task's files.
+    let request = task("files-2", "look around", &llm, pool.network().gateway);
+    let run = pool.run_task_with(request, &alice, CancellationToken::new(), TaskIo::default());
+    let next = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
+    assert_eq!(next.container_id, used, "the room's container was not reused");
+    let said = answer(&next.response.body);
+    assert!(said.contains("looked"), "{said}");
+    for name in ["big.bin", "tail.bin"] {
+        assert!(!said.contains(name), "{name} was left for the next task: {said}");
+    }
+    assert!(next.files.is_empty());
+
+    // Another room's task: a container that never held them.
+    let request = task("files-3", "look around", &llm, pool.network().gateway);
+    let run = pool.run_task_with(request, &bob, CancellationToken::new(), TaskIo::default());
+    let other = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
+    assert_ne!(other.container_id, used);
+    assert!(!answer(&other.response.body).contains("big.bin"));
+
+    // Files the subagent would refuse are refused before anything is sent.
+    let bad = TaskFile { name: "../x".into(), bytes: b"x".to_vec() };
+    let request = task("files-4", "digest the file", &llm, pool.network().gateway);
+    let io = TaskIo { files: vec![bad], ..TaskIo::default() };
+    let refused = pool.run_task_with(request, &alice, CancellationToken::new(), io).await;
+    let error = refused.expect_err("a path as a file name was sent").to_string();
+    assert!(error.contains("not a plain file name"), "{error}");
+    pool.shutdown().await.expect("shutdown");
+}
