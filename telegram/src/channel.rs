@@ -99,6 +99,18 @@ struct Inner {
     /// Every part of the recent messages sent in several parts, by the id [`Channel::send`]
     /// returned for them: an edit or a delete of that id reaches all of them.
     parts: Mutex<PartGroups>,
+    /// Chats whose updates wait behind a file being fetched ([`Inner::take_in_order`]).
+    lanes: Mutex<HashMap<i64, mpsc::UnboundedSender<Arrival>>>,
+}
+
+/// A recorded update on its way to the bus, with what it still needs: its file fetched.
+struct Arrival {
+    record: ReceivedUpdate,
+    chat_id: i64,
+    group: bool,
+    text: String,
+    file: Option<policy::FileRef>,
+    inbound: mpsc::Sender<InboundMessage>,
 }
 
 /// No link preview, on every message and edit the bot sends: Telegram's servers fetch the
@@ -225,6 +237,7 @@ impl Telegram {
                 owes_notice: Mutex::new(HashSet::new()),
                 parts: Mutex::default(),
                 refused: Mutex::new(HashSet::new()),
+                lanes: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -510,7 +523,8 @@ impl Inner {
                     return Ok(());
                 }
                 let group = !update.chat().is_some_and(|c| c.is_private());
-                self.fetch_and_hand_over(&record, chat_id, group, text, file, inbound).await;
+                let inbound = inbound.clone();
+                self.take_in_order(Arrival { record, chat_id, group, text, file, inbound }).await;
             }
             Decision::Refuse { chat_id, user_id, message_id, rule, reply, ledger_text } => {
                 let record = ReceivedUpdate {
@@ -539,6 +553,64 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Hands `arrival` over in its chat's order without holding up the polling loop: a file
+    /// is fetched on a lane of its chat's own (a task that ends when the chat's queue is
+    /// empty), and the chat's later updates wait on that lane behind it, so a 20 MB download
+    /// in one chat delays no other chat and nothing in its own chat overtakes it. An update
+    /// with no file in a chat with no lane goes at once (lanes are made only here, by the one
+    /// polling loop, so none can appear for the chat meanwhile).
+    async fn take_in_order(self: &Arc<Self>, arrival: Arrival) {
+        if let Some(now) = self.queue_in_lane(arrival) {
+            let Arrival { record, chat_id, group, text, inbound, .. } = now;
+            self.hand_over(&record, chat_id, group, text, Vec::new(), &inbound).await;
+        }
+    }
+
+    /// Puts `arrival` on its chat's lane (starting one for a file), or gives it back to be
+    /// handed over now: no file, no lane.
+    fn queue_in_lane(self: &Arc<Self>, arrival: Arrival) -> Option<Arrival> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let arrival = match lanes.get(&arrival.chat_id) {
+            Some(lane) => match lane.send(arrival) {
+                Ok(()) => return None,
+                // The lane just ended; this update starts the next one.
+                Err(mpsc::error::SendError(arrival)) => arrival,
+            },
+            None => arrival,
+        };
+        if arrival.file.is_none() {
+            return Some(arrival);
+        }
+        let (lane, mut queue) = mpsc::unbounded_channel();
+        let chat_id = arrival.chat_id;
+        let _ = lane.send(arrival);
+        lanes.insert(chat_id, lane);
+        drop(lanes);
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let next = match queue.try_recv() {
+                    Ok(next) => next,
+                    Err(_) => {
+                        // Nothing queued: the lane ends, under the lock, so no update is
+                        // sent to it after it stopped reading.
+                        let mut lanes = me.lanes.lock().unwrap_or_else(|p| p.into_inner());
+                        match queue.try_recv() {
+                            Ok(next) => next,
+                            Err(_) => {
+                                lanes.remove(&chat_id);
+                                return;
+                            }
+                        }
+                    }
+                };
+                let Arrival { record, chat_id, group, text, file, inbound } = next;
+                me.fetch_and_hand_over(&record, chat_id, group, text, file, &inbound).await;
+            }
+        });
+        None
     }
 
     /// Fetches the update's file (after it is recorded: a restart mid-way fetches it again),

@@ -53,8 +53,8 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
-use nexbot_docker::{Pool, PoolConfig, Room};
-use nexbot_protocol::{Request, Response, ResponseBody};
+use nexbot_docker::{Pool, PoolConfig, Room, TaskIo};
+use nexbot_protocol::{Request, Response, ResponseBody, TaskFile};
 use nexbot_tests::bench::{
     containers_labelled, load_average, ms, number, record, DockerCleanup, Figure, Stats, Target,
 };
@@ -194,6 +194,7 @@ async fn main() {
     println!("{}", refused.line("execute refused at once (no LLM): dispatch only"));
     let steady = execute_run(&pool, &llm, gateway).await;
     steady.print("warm pool execute (no recycling)", u64::MAX);
+    let (with_file, without_file) = file_runs(&pool, &llm, gateway).await;
     pool.shutdown().await.expect("shutdown");
 
     // The clean room: scrubbed reuse (default) against single use, same tasks, same size.
@@ -301,6 +302,25 @@ async fn main() {
     }
     rooms.record(&steady, single_start);
     record(Figure::promised("subagent image size", image_mb, "MB", Target::AtMost(15.0)));
+    let transfer = with_file.p50.saturating_sub(without_file.p50);
+    record(Figure::reference(
+        "a 5 MB file into a task's scratch, task end to end p50",
+        &format!("{} ms", number(ms(with_file.p50))),
+        &format!(
+            "(the same task without a file: {} ms; p99 {} / {} ms)",
+            number(ms(without_file.p50)),
+            number(ms(with_file.p99)),
+            number(ms(without_file.p99))
+        ),
+    ));
+    record(Figure::reference(
+        "  the transfer's cost (p50 difference)",
+        &format!("{} ms", number(ms(transfer))),
+        &format!(
+            "({} MB/s over the task's own link: base64 chunks of 512 KiB)",
+            number(FILE_BYTES as f64 / 1_048_576.0 / transfer.as_secs_f64().max(1e-6))
+        ),
+    ));
     for (design, sustained, burst) in &isolation {
         let promised = *design == "scrubbed reuse";
         let tasks_per_s = sustained.tasks_per_s();
@@ -563,6 +583,50 @@ impl ExecuteRun {
             self.recycled,
         );
     }
+}
+
+/// Tasks of [`file_runs`], each way, after two warm-up pairs.
+const FILE_RUNS: usize = 20;
+/// The file [`file_runs`] puts into each task's scratch: the "5 MB from Telegram".
+const FILE_BYTES: usize = 5 * 1024 * 1024;
+
+/// The one-step task with a [`FILE_BYTES`] file put into its scratch (`put_file` chunks
+/// before its `execute`), alternating with the same task without one, in one room: end to
+/// end, each way.
+async fn file_runs(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> (Stats, Stats) {
+    let room = Room::new("bench-files");
+    let file = TaskFile {
+        name: "upload.bin".into(),
+        bytes: (0..FILE_BYTES).map(|i| (i % 251) as u8).collect(),
+    };
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for i in 0..2 + FILE_RUNS {
+        for carried in [true, false] {
+            let request = one_step_task(&format!("file-{i}-{carried}"), llm, gateway);
+            let files = if carried { vec![file.clone()] } else { Vec::new() };
+            let io = TaskIo { files, ..TaskIo::default() };
+            let t = Instant::now();
+            let run = pool.run_task_with(request, &room, CancellationToken::new(), io);
+            let done = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
+            let took = t.elapsed();
+            assert!(
+                matches!(done.response.body, ResponseBody::Success { .. }),
+                "{:?}",
+                done.response
+            );
+            if i >= 2 {
+                if carried {
+                    with.push(took)
+                } else {
+                    without.push(took)
+                }
+            }
+        }
+    }
+    let (with, without) = (Stats::of(with), Stats::of(without));
+    println!("{}", with.line("one-step task with a 5 MB file put into its scratch"));
+    println!("{}", without.line("  the same task without a file"));
+    (with, without)
 }
 
 /// An `execute` whose LLM is the scripted server, reached through the network's gateway with

@@ -118,6 +118,8 @@ pub struct UserMessage {
     pub file_name: Option<String>,
     /// The file's bytes, served back by `getFile` and the file download URL.
     pub file_content: Option<Vec<u8>>,
+    /// How long the file's download takes to deliver its bytes (a large file, a slow link).
+    pub download_delay_ms: Option<u64>,
 }
 
 impl UserMessage {
@@ -363,6 +365,9 @@ impl TelegramFixture {
         }
         if let Some(content) = message.file_content {
             set(&mut body, "file_base64", json!(base64_encode(&content)));
+        }
+        if let Some(delay) = message.download_delay_ms {
+            set(&mut body, "download_delay_ms", json!(delay));
         }
         let sent = self.control_post("messages", body).await;
         Sent { update_id: int(&sent, "update_id"), message_id: int(&sent, "message_id") }

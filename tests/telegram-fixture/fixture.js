@@ -23,7 +23,8 @@
  *
  * ---------------------------------------------------------------------------------------------
  * Bot API: <api_url>/bot<TOKEN>/<method>   (GET or POST; JSON, form-urlencoded or multipart;
- * method names are case-insensitive). Files: GET <api_url>/file/bot<TOKEN>/<file_path>.
+ * method names are case-insensitive). Files: GET <api_url>/file/bot<TOKEN>/<file_path>
+ * (a user's file sent with `download_delay_ms` arrives that much later).
  *   - any token is valid except the literal `invalid` and tokens marked invalid (401).
  *   - getMe: a complete User (id = the token's digits before `:`).
  *   - getUpdates: per-token queue, increasing update_id; `offset` confirms every update with
@@ -636,7 +637,7 @@ function sendMedia(token, field, params, files) {
   return messageJson(m);
 }
 
-function registerFile(kind, fileName, mimeType, content) {
+function registerFile(kind, fileName, mimeType, content, delayMs = 0) {
   const n = nextFileId++;
   const file = {
     file_id: `fixture-${kind}-${n}`, file_unique_id: `u${n}`, file_size: content.length,
@@ -644,7 +645,7 @@ function registerFile(kind, fileName, mimeType, content) {
   if (fileName) file.file_name = fileName;
   if (mimeType) file.mime_type = mimeType;
   const ext = fileName && fileName.includes('.') ? fileName.split('.').pop() : 'bin';
-  state.files.set(file.file_id, { file, content, path: `${kind}s/file_${n}.${ext}` });
+  state.files.set(file.file_id, { file, content, path: `${kind}s/file_${n}.${ext}`, delayMs });
   return file;
 }
 
@@ -727,7 +728,8 @@ async function userMessage(body) {
         photo: ['photo.jpg', 'image/jpeg'], document: ['document.txt', 'text/plain'],
         voice: [null, 'audio/ogg'],
       }[kind];
-      const file = registerFile(kind, body.file_name || defaults[0], body.mime_type || defaults[1], content);
+      const file = registerFile(kind, body.file_name || defaults[0], body.mime_type || defaults[1],
+        content, toInt(body.download_delay_ms) || 0);
       m.file_field = kind;
       if (kind === 'photo') {
         m.file_object = [{ file_id: file.file_id, file_unique_id: file.file_unique_id, width: 640, height: 480, file_size: file.file_size }];
@@ -926,8 +928,10 @@ function fileDownload(res, token, path) {
   if (!tokenValid(token)) { send(res, 401, { ok: false, error_code: 401, description: 'Unauthorized' }); return; }
   for (const f of state.files.values()) {
     if (f.path === path) {
+      // A slow download (`download_delay_ms` when the user sent it): the headers at once, the
+      // bytes after the delay, as a large file over a slow link arrives.
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': f.content.length });
-      res.end(f.content);
+      setTimeout(() => res.end(f.content), f.delayMs || 0);
       return;
     }
   }

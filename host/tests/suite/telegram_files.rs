@@ -400,3 +400,40 @@ async fn a_pdf_is_read_and_a_csv_charted_in_the_sandbox_and_the_chart_comes_back
     assert!(told.iter().any(|t| t.contains(&csv_told)), "{told:?}");
     serving.stop(LIMIT).await;
 }
+
+#[tokio::test]
+async fn a_slow_download_holds_up_no_other_chat_and_nothing_of_its_own_chat_overtakes_it() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("tg-slow-file");
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+
+    // The owner's file takes 3 s to download; the owner writes on, and a friend writes.
+    let slow = UserMessage {
+        download_delay_ms: Some(3_000),
+        ..document(OWNER, "slow.txt", b"slow bytes", "the slow one")
+    };
+    tg.user_sends(slow).await;
+    tg.user_says(OWNER, OWNER, "after the file").await;
+    tg.user_says(FRIEND, FRIEND, "hello from a friend").await;
+
+    let friend = tg.wait_bot_messages(FRIEND, |m| has_text(m, "hello from a friend"), LIMIT).await;
+    let owner = tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: after the file"), LIMIT).await;
+    let at = |messages: &[nexbot_tests::telegram::BotMessage], needle: &str| {
+        messages.iter().find(|m| m.text.contains(needle)).map(|m| m.time_ms).unwrap()
+    };
+    let file_answered = at(&owner, "the slow one");
+    // Another chat is not held up by the download.
+    assert!(
+        at(&friend, "hello from a friend") < file_answered,
+        "the friend waited for the owner's download"
+    );
+    // In the owner's chat, the message sent after the file is answered after it.
+    assert!(at(&owner, "echo: after the file") > file_answered, "a message overtook its file");
+    assert_eq!(
+        std::fs::read(ws.dir.join(format!("chats/telegram_{OWNER}/inbox/slow.txt"))).unwrap(),
+        b"slow bytes"
+    );
+    serving.stop(LIMIT).await;
+}
