@@ -301,7 +301,8 @@ async fn main() {
         }
     }
     rooms.record(&steady, single_start);
-    record(Figure::promised("subagent image size", image_mb, "MB", Target::AtMost(15.0)));
+    // 20 MB since the image carries `pdftotext` (issue 29: "the image target stays ≤ 20 MB").
+    record(Figure::promised("subagent image size", image_mb, "MB", Target::AtMost(20.0)));
     let transfer = with_file.p50.saturating_sub(without_file.p50);
     record(Figure::reference(
         "a 5 MB file into a task's scratch, task end to end p50",

@@ -7,26 +7,17 @@ use crate::pool_common;
 use std::time::Duration;
 
 use nexbot_docker::{Pool, PoolConfig, Room, TaskIo};
-use nexbot_protocol::{ResponseBody, TaskFile};
+use nexbot_protocol::TaskFile;
 use nexbot_tests::scripted_llm::{last_user, Step};
-use pool_common::{llm_on, setup, task};
+use pool_common::{llm_on, setup, success_text, task, tool_results};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
-fn results(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    messages
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// "digest": checks the file and returns a reversed copy; "look": lists the scratch folder.
 fn responder(body: &Value) -> Step {
-    let results = results(body);
+    let results = tool_results(body);
     if last_user(body).contains("digest") {
         return match results.len() {
             0 => Step::tool_call(
@@ -45,13 +36,6 @@ fn responder(body: &Value) -> Step {
                                echo looked"}),
         ),
         _ => Step::text(&format!("look: {}", results.join(" | "))),
-    }
-}
-
-fn answer(body: &ResponseBody) -> &str {
-    match body {
-        ResponseBody::Success { result, .. } => result,
-        other => panic!("expected success, got {other:?}"),
     }
 }
 
@@ -79,7 +63,7 @@ async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of
     let io = TaskIo { files: vec![big.clone()], ..TaskIo::default() };
     let run = pool.run_task_with(request, &alice, CancellationToken::new(), io);
     let done = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
-    let said = answer(&done.response.body);
+    let said = success_text(&done.response.body);
     assert!(said.contains(&digest), "the file changed on the way in: {said}");
     assert!(said.contains("5242880"), "{said}");
     assert_eq!(done.files.len(), 1, "{:?}", done.files);
@@ -92,7 +76,7 @@ async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of
     let run = pool.run_task_with(request, &alice, CancellationToken::new(), TaskIo::default());
     let next = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
     assert_eq!(next.container_id, used, "the room's container was not reused");
-    let said = answer(&next.response.body);
+    let said = success_text(&next.response.body);
     assert!(said.contains("looked"), "{said}");
     for name in ["big.bin", "tail.bin"] {
         assert!(!said.contains(name), "{name} was left for the next task: {said}");
@@ -104,7 +88,7 @@ async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of
     let run = pool.run_task_with(request, &bob, CancellationToken::new(), TaskIo::default());
     let other = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
     assert_ne!(other.container_id, used);
-    assert!(!answer(&other.response.body).contains("big.bin"));
+    assert!(!success_text(&other.response.body).contains("big.bin"));
 
     // Files the subagent would refuse are refused before anything is sent.
     let bad = TaskFile { name: "../x".into(), bytes: b"x".to_vec() };

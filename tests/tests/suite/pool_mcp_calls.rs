@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use nexbot_docker::{Pool, PoolConfig, Room, TaskIo};
 use nexbot_protocol::{McpAnswer, McpCall, McpCalls, McpToolSpec, ResponseBody};
 use nexbot_tests::scripted_llm::{last_user, Step};
-use pool_common::{eventually, llm_on, setup, task};
+use pool_common::{eventually, llm_on, setup, success_text, task, tool_results};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -54,18 +54,9 @@ impl McpCalls for Caller {
 }
 
 /// The tool results of a chat request, in order.
-fn results(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    messages
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// The model: by the task, echo twice then answer with what it read; echo `hang`; echo once.
 fn responder(body: &Value) -> Step {
-    let results = results(body);
+    let results = tool_results(body);
     let task = last_user(body);
     let call = |message: &str| Step::tool_call(ECHO, json!({"message": message}));
     match (task.contains("twice"), task.contains("hang"), results.len()) {
@@ -93,13 +84,6 @@ fn granted(
     request
 }
 
-fn result_text(body: &ResponseBody) -> &str {
-    match body {
-        ResponseBody::Success { result, .. } => result,
-        other => panic!("expected success, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn a_tasks_mcp_calls_reach_its_caller_and_end_with_it() {
     let Some((docker, config)) = setup("mcp-calls").await else { return };
@@ -114,7 +98,7 @@ async fn a_tasks_mcp_calls_reach_its_caller_and_end_with_it() {
     let request = granted("mcp-1", "echo twice", &llm, &pool);
     let run = pool.run_task_with(request, &room, CancellationToken::new(), io());
     let answer = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
-    assert_eq!(result_text(&answer.response.body), "read: ECHO one | ECHO two");
+    assert_eq!(success_text(&answer.response.body), "read: ECHO one | ECHO two");
     let seen: Vec<(String, String, String)> = caller
         .seen
         .lock()
@@ -151,7 +135,7 @@ async fn a_tasks_mcp_calls_reach_its_caller_and_end_with_it() {
     let run = pool.run_task_with(request, &room, CancellationToken::new(), TaskIo::default());
     let answer = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
     assert_eq!(
-        result_text(&answer.response.body),
+        success_text(&answer.response.body),
         "read: Error: no MCP tool was granted to this task, so not mcp__t__echo"
     );
     assert_eq!(caller.seen.lock().unwrap().len(), 3, "the caller of other tasks was not asked");

@@ -218,3 +218,22 @@ impl Drop for Leftovers {
         }
     }
 }
+
+/// The tool results in a chat-completion request `body`, in order (what the scripted model
+/// has seen of its task so far).
+pub fn tool_results(body: &serde_json::Value) -> Vec<String> {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A `success`'s result text; any other answer fails the test, naming it.
+pub fn success_text(body: &nexbot_protocol::ResponseBody) -> &str {
+    match body {
+        nexbot_protocol::ResponseBody::Success { result, .. } => result,
+        other => panic!("expected success, got {other:?}"),
+    }
+}
