@@ -71,7 +71,23 @@ impl Inbox {
         let mut images = Vec::new();
         let mut unheard_only = !files.is_empty();
         for file in files {
-            let stored = match self.store(chat, &file) {
+            // Up to 20 MB written and synced: on the blocking pool, not the runtime's threads.
+            let (rooms, owner) = (self.rooms.clone(), chat.clone());
+            let stored = tokio::task::spawn_blocking(move || {
+                let stored = store(&rooms, &owner, &file);
+                (file, stored)
+            })
+            .await;
+            let (file, stored) = match stored {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::error!(%chat, error = %e, "storing a received file failed");
+                    notices.push("I could not keep a file you sent; please send it again.".into());
+                    lines.push("[The user sent a file, which could not be stored.]".into());
+                    continue;
+                }
+            };
+            let stored = match stored {
                 Ok(stored) => stored,
                 Err(e) => {
                     tracing::error!(%chat, error = %e, "cannot store a received file");
@@ -166,12 +182,13 @@ impl Inbox {
         }
     }
 
-    /// Writes `file` into `chat`'s `inbox/` (see the module documentation).
-    fn store(&self, chat: &ChatRef, file: &InboundFile) -> std::io::Result<Stored> {
-        let room = nexbot_tools::rooms::ensure_room(&self.rooms, chat)?;
-        let path = store_file(&room, INBOX_DIR, &safe_name(file), &file.bytes)?;
-        Ok(Stored { path })
-    }
+}
+
+/// Writes `file` into `chat`'s `inbox/` under `rooms` (see the module documentation).
+fn store(rooms: &std::path::Path, chat: &ChatRef, file: &InboundFile) -> std::io::Result<Stored> {
+    let room = nexbot_tools::rooms::ensure_room(rooms, chat)?;
+    let path = store_file(&room, INBOX_DIR, &safe_name(file), &file.bytes)?;
+    Ok(Stored { path })
 }
 
 /// Writes `bytes` into `folder` (made if missing) of the chat's `room` as a new file named
