@@ -181,7 +181,6 @@ impl Inbox {
             }
         }
     }
-
 }
 
 /// Writes `file` into `chat`'s `inbox/` under `rooms` (see the module documentation).

@@ -32,8 +32,8 @@
 //!   request's `tools` whitelists them; names it does not offer are dropped and reported; an
 //!   alias (`nexbot_protocol::TOOL_ALIASES`) is read as its tool, only the canonical name is
 //!   offered.
-//! - [`programs`]: the small programs of the image in this binary (`pdftotext`), run by the
-//!   name it is started under.
+//! - [`programs`]: the small programs of the image in this binary (`pdftotext`, `imgconv`), run
+//!   by the name it is started under.
 //! - [`mcp`]: the MCP tools a task was granted (`execute.mcp_tools`): offered to the model,
 //!   each call asked of the host (`mcp_call`) and its answer awaited (`mcp_result`), bounded
 //!   by the task's deadline and cancel.

@@ -6,6 +6,7 @@ use crate::pool_common;
 
 use std::time::Duration;
 
+use base64::Engine as _;
 use nexbot_docker::{Pool, PoolConfig, Room, TaskIo};
 use nexbot_protocol::TaskFile;
 use nexbot_tests::scripted_llm::{last_user, Step};
@@ -23,9 +24,11 @@ fn responder(body: &Value) -> Step {
             0 => Step::tool_call(
                 "run_command",
                 json!({"command": "sha256sum big.bin && wc -c < big.bin && \
-                                   tail -c 100 big.bin > tail.bin && ls -A"}),
+                                   tail -c 100 big.bin > tail.bin && ls -A && \
+                                   imgconv dot.png dot.jpg 50 && imgconv dot.jpg"}),
             ),
             1 => Step::tool_call("return_file", json!({"path": "tail.bin"})),
+            2 => Step::tool_call("return_file", json!({"path": "dot.jpg"})),
             _ => Step::text(&format!("digest: {}", results.join(" | "))),
         };
     }
@@ -53,6 +56,13 @@ async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
             .collect(),
     };
+    // A 1×1 PNG: the image's `imgconv` makes a JPEG of it in the sandbox.
+    let dot = TaskFile {
+        name: "dot.png".into(),
+        bytes: base64::engine::general_purpose::STANDARD
+            .decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=")
+            .unwrap(),
+    };
     let digest = {
         use sha2::Digest as _;
         format!("{:x}", sha2::Sha256::digest(&big.bytes))
@@ -60,15 +70,18 @@ async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of
 
     let mut request = task("files-1", "digest the file", &llm, pool.network().gateway);
     request.return_files = Some(true);
-    let io = TaskIo { files: vec![big.clone()], ..TaskIo::default() };
+    let io = TaskIo { files: vec![big.clone(), dot], ..TaskIo::default() };
     let run = pool.run_task_with(request, &alice, CancellationToken::new(), io);
     let done = tokio::time::timeout(LIMIT, run).await.expect("in time").expect("ran");
     let said = success_text(&done.response.body);
     assert!(said.contains(&digest), "the file changed on the way in: {said}");
     assert!(said.contains("5242880"), "{said}");
-    assert_eq!(done.files.len(), 1, "{:?}", done.files);
+    assert!(said.contains("1x1 -> 1x1 dot.jpg") && said.contains("jpg 1x1"), "imgconv: {said}");
+    assert_eq!(done.files.len(), 2, "{:?}", done.files);
     assert_eq!(done.files[0].name, "tail.bin");
     assert!(done.files[0].bytes == big.bytes[big.bytes.len() - 100..], "the returned file changed");
+    assert_eq!(done.files[1].name, "dot.jpg");
+    assert!(done.files[1].bytes.starts_with(&[0xff, 0xd8, 0xff]), "not a JPEG");
     let used = done.container_id.clone();
 
     // The room's next task, on the same container: nothing of the last task's files.
@@ -78,7 +91,7 @@ async fn a_tasks_files_go_in_and_come_back_whole_and_the_next_task_finds_none_of
     assert_eq!(next.container_id, used, "the room's container was not reused");
     let said = success_text(&next.response.body);
     assert!(said.contains("looked"), "{said}");
-    for name in ["big.bin", "tail.bin"] {
+    for name in ["big.bin", "tail.bin", "dot.png", "dot.jpg"] {
         assert!(!said.contains(name), "{name} was left for the next task: {said}");
     }
     assert!(next.files.is_empty());
