@@ -266,11 +266,7 @@ impl Provider {
             }
         };
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retry_after = asked_wait(&response);
         let sse = response
             .headers()
             .get(CONTENT_TYPE)
@@ -309,11 +305,7 @@ impl Provider {
         }
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let retry_after = asked_wait(&response);
         let body = self.read_limited(response, MAX_ANSWER_BYTES).await?;
         Ok((status, retry_after, body))
     }
@@ -424,6 +416,16 @@ impl Provider {
         })?;
         acc.finish(name)
     }
+}
+
+/// The wait `response`'s `Retry-After` asks for (seconds or an HTTP date), for chat calls and
+/// transcriptions alike.
+fn asked_wait(response: &reqwest::Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()))
 }
 
 #[cfg(test)]
