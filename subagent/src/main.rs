@@ -19,8 +19,6 @@ fn main() -> std::process::ExitCode {
     if let Err(err) = scrub::harden_process() {
         tracing::error!(event = "init", error = %err, "process hardening failed");
     }
-    // Before the first ping is answered: a blank container's first task starts warm.
-    let _ = nexbot_subagent::warm::prepare();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -37,6 +37,10 @@ pub async fn run(redaction: Arc<Redaction>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // After the handlers, so a `docker stop` that comes while this runs is not lost (as pid 1
+    // the subagent ignores a signal it has no handler for), and before the first ping is
+    // answered: a blank container's first task starts warm.
+    let _ = crate::warm::prepare();
     let shutdown = async move {
         tokio::select! {
             _ = term.recv() => "SIGTERM",

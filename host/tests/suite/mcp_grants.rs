@@ -92,14 +92,15 @@ async fn a_delegated_task_calls_the_granted_tool_in_its_chats_own_server() {
             requests.iter().map(|r| &r.body).filter(|body| !is_main(body)).collect();
         assert_eq!(sub.len(), 2, "call, then answer");
         // The sub-agent's model is offered the granted tool (with the chat's model's
-        // definition) and the planning tool: nothing else of the chat's MCP tools.
+        // definition), the planning tool and `return_file` (a delegation takes files back):
+        // nothing else of the chat's MCP tools.
         let offered: Vec<&str> = sub[0]["tools"]
             .as_array()
             .unwrap()
             .iter()
             .map(|t| t["function"]["name"].as_str().unwrap())
             .collect();
-        assert_eq!(offered, [ECHO, "update_todos"]);
+        assert_eq!(offered, [ECHO, "update_todos", "return_file"]);
         let echo = &sub[0]["tools"][0]["function"];
         assert!(echo["description"].as_str().unwrap().starts_with("Tool of MCP server"));
         assert_eq!(echo["parameters"]["properties"]["message"]["type"], "string");
