@@ -17,7 +17,7 @@ use bollard::Docker;
 use futures_util::future::{join_all, BoxFuture};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use nexbot_protocol::request::unix_now;
-use nexbot_protocol::{Assembly, McpAnswer, McpCall, McpCalls, TaskFile};
+use nexbot_protocol::{check_next_file, Assembly, McpAnswer, McpCall, McpCalls, TaskFile};
 use nexbot_protocol::{
     RecentMessage, Report, ReportStatus, Request, RequestType, Response, ResponseBody,
     MAX_REQUEST_LINE,
@@ -1101,7 +1101,7 @@ pub struct TaskIo {
 fn check_files(files: &[TaskFile]) -> Result<(), PoolError> {
     let mut bytes = 0;
     for (i, file) in files.iter().enumerate() {
-        Assembly::start(&file.name, file.bytes.len() as u64, i, bytes)
+        check_next_file(&file.name, file.bytes.len() as u64, i, bytes)
             .map_err(PoolError::InvalidRequest)?;
         if files[..i].iter().any(|f| f.name == file.name) {
             return Err(PoolError::InvalidRequest(format!("file {:?} is given twice", file.name)));

@@ -84,25 +84,39 @@ pub struct Assembly {
     bytes: Vec<u8>,
 }
 
+/// Whether a file named `name` of `size` bytes may go with a task after `before` other files
+/// of `before_bytes` in all, in the same direction: a plain name, and every cap. The one
+/// check of the caps, for whoever gathers a task's files (the host's delegation, the pool,
+/// `return_file`) and for [`Assembly::start`].
+pub fn check_next_file(
+    name: &str,
+    size: u64,
+    before: usize,
+    before_bytes: u64,
+) -> Result<(), String> {
+    check_file_name(name)?;
+    if size > MAX_FILE_BYTES {
+        return Err(format!(
+            "file {name:?} is {} bytes; a task's file may be at most {MAX_FILE_BYTES}",
+            size
+        ));
+    }
+    if before >= MAX_FILES {
+        return Err(format!("file {name:?}: a task takes at most {MAX_FILES} files"));
+    }
+    if before_bytes.saturating_add(size) > MAX_FILES_BYTES {
+        return Err(format!(
+            "file {name:?}: a task's files may be at most {MAX_FILES_BYTES} bytes in all"
+        ));
+    }
+    Ok(())
+}
+
 impl Assembly {
     /// A file named `name` of `size` bytes starts arriving, after `before` other files of
-    /// `before_bytes` in all in the same direction of the same task.
+    /// `before_bytes` in all in the same direction of the same task ([`check_next_file`]).
     pub fn start(name: &str, size: u64, before: usize, before_bytes: u64) -> Result<Self, String> {
-        check_file_name(name)?;
-        if size > MAX_FILE_BYTES {
-            return Err(format!(
-                "file {name:?} is {} bytes; a task's file may be at most {MAX_FILE_BYTES}",
-                size
-            ));
-        }
-        if before >= MAX_FILES {
-            return Err(format!("file {name:?}: a task takes at most {MAX_FILES} files"));
-        }
-        if before_bytes.saturating_add(size) > MAX_FILES_BYTES {
-            return Err(format!(
-                "file {name:?}: a task's files may be at most {MAX_FILES_BYTES} bytes in all"
-            ));
-        }
+        check_next_file(name, size, before, before_bytes)?;
         Ok(Self { name: name.to_owned(), size, bytes: Vec::with_capacity(size as usize) })
     }
 

@@ -27,8 +27,8 @@ pub mod version;
 
 pub use codec::{JsonLinesCodec, LineError, MAX_REQUEST_LINE};
 pub use files::{
-    check_file_name, Assembly, TaskFile, FILE_CHUNK_BYTES, MAX_FILES, MAX_FILES_BYTES,
-    MAX_FILE_BYTES,
+    check_file_name, check_next_file, Assembly, TaskFile, FILE_CHUNK_BYTES, MAX_FILES,
+    MAX_FILES_BYTES, MAX_FILE_BYTES,
 };
 pub use mcp::{McpAnswer, McpCall, McpCalls, McpToolSpec, MAX_MCP_TOOL_NAME};
 pub use nexbot_redact as secrets;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use nexbot_protocol::{JsonLinesCodec, Redactor, Report, Request, Response, ResponseBody, Todo};
+use nexbot_protocol::{JsonLinesCodec, Redactor, Report, Request, Response, ResponseBody};
 use serde_json::Value;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -95,30 +95,17 @@ fn map_strings(value: Value, f: &impl Fn(&str) -> String) -> Value {
 /// report's texts): used to redact and sanitize before anything is written.
 pub fn redact_response(mut response: Response, f: impl Fn(&str) -> String) -> Response {
     let map_report = |report: Option<Report>| report.map(|r| r.map_text(&f));
-    response.body = match response.body {
-        ResponseBody::Success {
-            result,
-            usage,
-            iterations,
-            duration_ms,
-            searches,
-            open_todos,
-            files,
-        } => {
-            let open_todos = open_todos
-                .into_iter()
-                .map(|todo| Todo { content: f(&todo.content), status: todo.status })
-                .collect();
-            ResponseBody::Success {
-                result: f(&result),
-                usage,
-                iterations,
-                duration_ms,
-                searches,
-                open_todos,
-                files,
-            }
+    // A success's texts are its result and its open todos' contents; the rest are counts and
+    // the returned files' names, checked when they were taken.
+    if let ResponseBody::Success { result, open_todos, .. } = &mut response.body {
+        *result = f(result);
+        for todo in open_todos.iter_mut() {
+            todo.content = f(&todo.content);
         }
+        return response;
+    }
+    response.body = match response.body {
+        success @ ResponseBody::Success { .. } => success,
         ResponseBody::Error { error, report } => {
             ResponseBody::Error { error: f(&error), report: map_report(report) }
         }

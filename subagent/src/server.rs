@@ -171,10 +171,15 @@ struct Staged {
 impl Staged {
     /// Removes the placed files from `scratch`: a task never sees files put for another.
     fn discard(self, scratch: &std::path::Path) {
-        for (name, _) in &self.placed {
-            if let Err(e) = std::fs::remove_file(scratch.join(name)) {
-                warn!(event = "files", task_id = %self.id, file = %name, error = %e, "cannot remove a put file");
-            }
+        remove_put(scratch, &self.id, &self.placed);
+    }
+}
+
+/// Removes the files `placed` for task `id` from `scratch`.
+fn remove_put(scratch: &std::path::Path, id: &str, placed: &[(String, u64)]) {
+    for (name, _) in placed {
+        if let Err(e) = std::fs::remove_file(scratch.join(name)) {
+            warn!(event = "files", task_id = %id, file = %name, error = %e, "cannot remove a put file");
         }
     }
 }
@@ -345,10 +350,7 @@ impl Server {
                     return;
                 }
             };
-        let discard = |files: &[(String, u64)]| {
-            Staged { id: request.id.clone(), placed: files.to_vec(), arriving: None, failed: None }
-                .discard(&scratch)
-        };
+        let discard = |files: &[(String, u64)]| remove_put(&scratch, &request.id, files);
         // Everything this task sends through the egress proxy carries its credential (none
         // from an older host: the container's proxy variables as they are).
         crate::net::set_task_credential(request.egress_token.clone());
@@ -530,8 +532,6 @@ impl Server {
     }
 }
 
-/// Hides quoted fragments of a JSON parser message: they echo the request's own text, which
-/// may hold a secret of a request that could not be parsed.
 /// Adds `request`'s chunk to `staged`; a file whose last byte arrived is written into
 /// `scratch`.
 fn take_chunk(
@@ -607,6 +607,8 @@ fn check_put_files(
     Ok(kept)
 }
 
+/// Hides quoted fragments of a JSON parser message: they echo the request's own text, which
+/// may hold a secret of a request that could not be parsed.
 fn hide_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut inside = false;

@@ -215,13 +215,9 @@ impl Delegate {
                     "two files named {name}: a task's files need different names"
                 )));
             }
+            nexbot_protocol::check_next_file(&name, bytes.len() as u64, files.len(), total)
+                .map_err(|e| ToolError::new(format!("{raw}: {e}")))?;
             total += bytes.len() as u64;
-            if total > nexbot_protocol::MAX_FILES_BYTES {
-                return Err(ToolError::new(format!(
-                    "the files are more than {} in all",
-                    nexbot_core::text::human_size(nexbot_protocol::MAX_FILES_BYTES)
-                )));
-            }
             files.push(TaskFile { name, bytes });
         }
         Ok(files)

@@ -179,34 +179,20 @@ pub fn take_for_return(
     taken: &[TaskFile],
     redactor: &Redactor,
 ) -> Result<TaskFile, ToolError> {
-    use nexbot_protocol::files::{MAX_FILES, MAX_FILES_BYTES, MAX_FILE_BYTES, MAX_FILE_NAME_BYTES};
+    use nexbot_protocol::files::{MAX_FILE_BYTES, MAX_FILE_NAME_BYTES};
     let path = confine(root, requested)?;
     let meta = std::fs::metadata(&path).map_err(|e| io_error(requested, e))?;
     if !meta.is_file() {
         return Err(ToolError::Invalid(format!("{requested} is not a regular file")));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(ToolError::Refused(format!(
-            "{requested} is {}; a returned file may be at most {}",
-            nexbot_core::text::human_size(meta.len()),
-            nexbot_core::text::human_size(MAX_FILE_BYTES)
-        )));
-    }
-    if taken.len() >= MAX_FILES {
-        return Err(ToolError::Refused(format!("at most {MAX_FILES} files can be returned")));
-    }
-    let before: u64 = taken.iter().map(|f| f.bytes.len() as u64).sum();
-    if before + meta.len() > MAX_FILES_BYTES {
-        return Err(ToolError::Refused(format!(
-            "the returned files may be at most {} in all",
-            nexbot_core::text::human_size(MAX_FILES_BYTES)
-        )));
     }
     let given = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let name =
         nexbot_core::text::clean_file_name(&given, MAX_FILE_NAME_BYTES).ok_or_else(|| {
             ToolError::Invalid(format!("{requested}: rename it to a plain file name first"))
         })?;
+    let before: u64 = taken.iter().map(|f| f.bytes.len() as u64).sum();
+    nexbot_protocol::check_next_file(&name, meta.len(), taken.len(), before)
+        .map_err(ToolError::Refused)?;
     if taken.iter().any(|f| f.name == name) {
         return Err(ToolError::Invalid(format!(
             "a file named {name} is already returned; rename this one first"
