@@ -236,7 +236,8 @@ BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench poo
   "-p nexbot-tests --bench use_cli" \
   "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench telegram" \
   "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" \
-  "-p nexbot-host --bench approvals" "-p nexbot-host --bench mcp" "-p nexbot-ctl --bench ps" \
+  "-p nexbot-host --bench approvals" "-p nexbot-host --bench mcp" \
+  "-p nexbot-host --bench dashboard" "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \
   "-p nexbot-tests --bench summary"
 

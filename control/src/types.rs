@@ -27,6 +27,9 @@ pub mod paths {
     /// `POST` a [`super::SkillAllow`]: accepts a skill's current content, whose declared
     /// domains are then granted again.
     pub const SKILLS_ALLOW: &str = "/v1/skills/allow";
+    /// `POST`: a one-time login link for the web dashboard ([`super::WebLogin`]); 409 when
+    /// the dashboard is off.
+    pub const WEB_LOGIN: &str = "/v1/web/login";
 }
 
 /// Every error answer: a message for the operator.
@@ -187,6 +190,14 @@ pub struct LogLines {
     pub lines: Vec<String>,
 }
 
+/// `POST /v1/web/login`: a link that logs a browser into the dashboard, once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebLogin {
+    pub url: String,
+    /// How long the link works.
+    pub expires_in_secs: u64,
+}
+
 /// What an action did, in a sentence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Done {
@@ -222,6 +233,12 @@ pub struct TaskDetail {
     pub row: TaskRow,
     pub task: String,
     pub egress: Option<serde_json::Value>,
+    /// The receipt the task's chat was sent, and its progress lines (absent from a daemon
+    /// or a record older than the dashboard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub progress: Vec<String>,
 }
 
 /// One Telegram update of the ledger.

@@ -82,6 +82,15 @@ pub enum Command {
     /// MCP servers (run in the sandbox): ls, tools NAME, restart NAME, logs NAME [-n N]
     #[command(subcommand, after_long_help = MCP_ADDING)]
     Mcp(crate::mcp::McpCommand),
+    /// The web dashboard (control.web_addr): `web login` prints a one-time login link
+    #[command(subcommand)]
+    Web(WebCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WebCommand {
+    /// Print a link that logs a browser into the dashboard: it works once, for five minutes
+    Login,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,12 +12,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use nexbot_control::{
     paths, BackupReport, BackupRequest, Client, ClientError, Done, Health, LogLines, MessageList,
-    ReloadReport, SkillAllow, SkillList, Status, SubagentList, TaskDetail, TaskList,
+    ReloadReport, SkillAllow, SkillList, Status, SubagentList, TaskDetail, TaskList, WebLogin,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::cli::{Command, SkillsCommand, SubagentsCommand, TasksArgs, TasksCommand};
+use crate::cli::{Command, SkillsCommand, SubagentsCommand, TasksArgs, TasksCommand, WebCommand};
 use crate::{logs, render, views};
 
 /// Clears a terminal and puts the cursor home, for `--watch` refreshes.
@@ -113,6 +113,10 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Approvals(command) => crate::approvals::run(ctx, command).await,
         Command::Egress(command) => crate::approvals::run_egress(ctx, command).await,
         Command::Mcp(command) => crate::mcp::run(ctx, command).await,
+        Command::Web(WebCommand::Login) => {
+            let value = post(ctx, paths::WEB_LOGIN, &serde_json::json!({})).await?;
+            show(ctx, value, |l: WebLogin| views::web_login(&l))
+        }
     }
 }
 

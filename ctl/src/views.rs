@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use nexbot_control::{
     BackupReport, MessageRow, ReloadReport, SkillList, Status, Subagent, TaskDetail, TaskRow,
+    WebLogin,
 };
 
 use crate::render::{
@@ -204,7 +205,24 @@ pub fn task_detail(d: &TaskDetail) -> String {
         None => "none recorded".to_owned(),
     };
     out.push_str(&indent(&safe_block(&egress)));
+    if let Some(receipt) = &d.receipt {
+        out.push_str("\nreceipt:\n");
+        out.push_str(&indent(&safe_block(receipt)));
+    }
+    if !d.progress.is_empty() {
+        out.push_str("\nprogress:\n");
+        out.push_str(&indent(&safe_block(&d.progress.join("\n"))));
+    }
     out
+}
+
+/// `web login`: the link, and how long it works.
+pub fn web_login(l: &WebLogin) -> String {
+    format!(
+        "{}\n(open it in a browser on this machine within {} minutes; it works once)\n",
+        l.url,
+        l.expires_in_secs / 60
+    )
 }
 
 /// Every line of `text` indented by two spaces, with a final newline.
@@ -411,6 +429,8 @@ mod tests {
             row: TaskRow { error: None, ..task_row() },
             task: "line one\nline two".into(),
             egress: Some(serde_json::json!({"requests": 2})),
+            receipt: Some("Task success in 1.0s".into()),
+            progress: vec!["run_command ls".into()],
         };
         let text = task_detail(&d);
         for needle in [
@@ -420,6 +440,8 @@ mod tests {
             "error:      -\n",
             "task:\n  line one\n  line two\n",
             "egress:\n  {\n    \"requests\": 2\n  }\n",
+            "receipt:\n  Task success in 1.0s\n",
+            "progress:\n  run_command ls\n",
         ] {
             assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
         }

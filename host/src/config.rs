@@ -142,11 +142,23 @@ pub struct ControlConfig {
     /// A TCP address serving `GET /metrics` only (e.g. `127.0.0.1:9464`); unset: off. The
     /// control endpoints are never served on TCP.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The operator's web dashboard (e.g. `127.0.0.1:8088`); unset: off. Log in with the
+    /// one-time link `nexbot-ctl web login` prints.
+    pub web_addr: Option<std::net::SocketAddr>,
+    /// Lets `web_addr` be an address other machines reach (not loopback). Off: such an
+    /// address is refused at start, so the dashboard is never exposed by a typo.
+    pub web_remote: bool,
 }
 
 impl Default for ControlConfig {
     fn default() -> Self {
-        Self { enabled: true, socket: PathBuf::from("nexbot.sock"), metrics_addr: None }
+        Self {
+            enabled: true,
+            socket: PathBuf::from("nexbot.sock"),
+            metrics_addr: None,
+            web_addr: None,
+            web_remote: false,
+        }
     }
 }
 
@@ -603,6 +615,27 @@ impl Config {
                 return Err((key, format!("{value} is out of range (allowed {min}..={max})")));
             }
             Ok(())
+        }
+        if let Some(addr) = self.control.web_addr {
+            if !addr.ip().is_loopback() && !self.control.web_remote {
+                return Err((
+                    "control.web_addr",
+                    format!(
+                        "{addr} is not a loopback address: the dashboard listens on loopback \
+                         only (e.g. 127.0.0.1:{}) unless control.web_remote = true (then put \
+                         it behind TLS)",
+                        addr.port()
+                    ),
+                ));
+            }
+            if !self.control.enabled {
+                return Err((
+                    "control.web_addr",
+                    "the dashboard needs the control API (control.enabled = true): its login \
+                     links come from `nexbot-ctl web login`"
+                        .into(),
+                ));
+            }
         }
         let a = &self.agent;
         range("agent.max_iterations", a.max_iterations, 1, 1000)?;

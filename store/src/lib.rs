@@ -266,6 +266,12 @@ const MIGRATIONS: &[&str] = &[
     // JSON: kind, Telegram's file id, name, type, size), so an update interrupted by a restart
     // is handled again with its file. Earlier rows: none.
     "ALTER TABLE telegram_updates ADD COLUMN file TEXT;",
+    // 13: a task's receipt as its chat read it (tools, destinations, secret names, questions)
+    // and its progress lines, for the dashboard's task page; and the newest-first listing of
+    // every chat's tasks by an index. Earlier rows: none.
+    "ALTER TABLE task_records ADD COLUMN receipt TEXT;
+    ALTER TABLE task_records ADD COLUMN progress TEXT;
+    CREATE INDEX task_records_started ON task_records(started_at);",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -315,7 +321,7 @@ pub struct Retention {
 }
 
 const TASK_COLUMNS: &str = "id, chat_id, session_id, task, container, status, started_at, \
-    duration_ms, prompt_tokens, completion_tokens, error, egress";
+    duration_ms, prompt_tokens, completion_tokens, error, egress, receipt, progress";
 
 /// Token usage from a row of two sums (prompt, completion).
 fn usage_sums(r: &rusqlite::Row<'_>) -> rusqlite::Result<Usage> {
@@ -342,6 +348,8 @@ fn task_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
         completion_tokens: r.get(9)?,
         error: r.get(10)?,
         egress: r.get(11)?,
+        receipt: r.get(12)?,
+        progress: r.get(13)?,
     })
 }
 
@@ -434,6 +442,10 @@ pub struct TaskRecord {
     pub error: Option<String>,
     /// What the task did through the egress (JSON), when it had egress.
     pub egress: Option<String>,
+    /// The receipt its chat was sent, and its progress lines (one per line), when it ended
+    /// on a daemon that keeps them.
+    pub receipt: Option<String>,
+    pub progress: Option<String>,
 }
 
 words! {
@@ -450,6 +462,15 @@ words! {
     }
 }
 
+/// One hour of [`Store::hourly_activity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HourActivity {
+    /// Unix seconds of the hour's start.
+    pub start: i64,
+    pub tokens: i64,
+    pub tasks: i64,
+}
+
 /// How a delegated task ended, for [`Store::finish_task`].
 #[derive(Debug, Clone, Default)]
 pub struct TaskEnd {
@@ -460,6 +481,9 @@ pub struct TaskEnd {
     pub error: Option<String>,
     /// The egress's summary of the task (JSON).
     pub egress: Option<String>,
+    /// The receipt the chat was sent, and the task's progress lines.
+    pub receipt: Option<String>,
+    pub progress: Option<String>,
 }
 
 /// A handle to the database; cheap to clone.
@@ -856,7 +880,8 @@ impl Store {
             c.execute(
                 "UPDATE task_records SET status = ?2, container = COALESCE(?3, container),
                  duration_ms = ?4, prompt_tokens = ?5, completion_tokens = ?6, error = ?7,
-                 egress = COALESCE(?8, egress) WHERE id = ?1",
+                 egress = COALESCE(?8, egress), receipt = COALESCE(?9, receipt),
+                 progress = COALESCE(?10, progress) WHERE id = ?1",
                 params![
                     id,
                     end.status.as_str(),
@@ -865,7 +890,9 @@ impl Store {
                     end.usage.prompt_tokens as i64,
                     end.usage.completion_tokens as i64,
                     end.error,
-                    end.egress
+                    end.egress,
+                    end.receipt,
+                    end.progress
                 ],
             )
             .map(drop)
@@ -968,6 +995,44 @@ impl Store {
                 [since],
                 usage_sums,
             )
+        })
+        .await
+    }
+
+    /// The `hours` whole hours up to `now`, oldest first: the main agent's tokens (as
+    /// [`Store::tokens_since`] counts them) and the delegated tasks started in each.
+    pub async fn hourly_activity(
+        &self,
+        now: i64,
+        hours: i64,
+    ) -> Result<Vec<HourActivity>, StoreError> {
+        let hours = hours.clamp(1, 24 * 31);
+        let since = now - now.rem_euclid(3600) - (hours - 1) * 3600;
+        self.call(move |c| {
+            let mut out: Vec<HourActivity> = (0..hours)
+                .map(|i| HourActivity { start: since + i * 3600, tokens: 0, tasks: 0 })
+                .collect();
+            let mut stmt = c.prepare(
+                "SELECT (created_at - ?1) / 3600, SUM(prompt_tokens + completion_tokens)
+                 FROM history WHERE created_at >= ?1 GROUP BY 1",
+            )?;
+            for row in stmt.query_map([since], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?)))? {
+                let (hour, tokens) = row?;
+                if let Some(slot) = out.get_mut(hour as usize) {
+                    slot.tokens = tokens;
+                }
+            }
+            let mut stmt = c.prepare(
+                "SELECT (started_at - ?1) / 3600, COUNT(*) FROM task_records
+                 WHERE started_at >= ?1 GROUP BY 1",
+            )?;
+            for row in stmt.query_map([since], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?)))? {
+                let (hour, tasks) = row?;
+                if let Some(slot) = out.get_mut(hour as usize) {
+                    slot.tasks = tasks;
+                }
+            }
+            Ok(out)
         })
         .await
     }
@@ -1383,6 +1448,8 @@ mod tests {
             usage: Usage { prompt_tokens: 3, completion_tokens: 4 },
             error: None,
             egress: Some("{\"bytes_up\":1}".into()),
+            receipt: Some("Task success in 0.0s".into()),
+            progress: Some("run_command ls".into()),
         };
         store.finish_task("t1", end).await.unwrap();
         let record = &store.tasks(&c).await.unwrap()[0];
@@ -1391,6 +1458,17 @@ mod tests {
             ("success", Some("abc"), 4)
         );
         assert_eq!(record.egress.as_deref(), Some("{\"bytes_up\":1}"));
+        assert_eq!(record.receipt.as_deref(), Some("Task success in 0.0s"));
+        assert_eq!(record.progress.as_deref(), Some("run_command ls"));
+
+        // The dashboard's chart: this hour holds the task; the hours before, nothing.
+        let now = unix_now();
+        let hours = store.hourly_activity(now, 24).await.unwrap();
+        assert_eq!(hours.len(), 24);
+        assert_eq!(hours[23].tasks, 1, "{hours:?}");
+        assert!(hours[23].start <= now && now < hours[23].start + 3600);
+        assert!(hours[..23].iter().all(|h| h.tasks == 0), "{hours:?}");
+        assert_eq!(hours[22].start + 3600, hours[23].start);
     }
 
     #[tokio::test]

@@ -4,9 +4,11 @@
 //! third-party mock LLMock run as a child process ([`llmock`]), a started egress listener
 //! with local servers to be the "internet" ([`egress`]), the Telegram Bot API fixture that
 //! plays Telegram and its users ([`telegram`]), the shared parts of the `make bench`
-//! benchmarks ([`bench`]); [`daemon`] is the one harness for `nexbot init` and `nexbot serve`.
+//! benchmarks ([`bench`]); [`daemon`] is the one harness for `nexbot init` and `nexbot serve`;
+//! [`browser`] is a headless Chromium for the dashboard's tests.
 
 pub mod bench;
+pub mod browser;
 pub mod daemon;
 pub mod egress;
 pub mod llmock;

@@ -26,12 +26,17 @@ pub fn routes() -> Router<ControlState> {
 pub const OPERATOR: &str = "nexbot-ctl";
 
 async fn list(State(s): State<ControlState>) -> Result<Json<ApprovalList>, ApiError> {
+    Ok(Json(pending(&s)))
+}
+
+/// `approvals ls`: the egress mode and the questions waiting.
+pub fn pending(s: &ControlState) -> ApprovalList {
     let mode = s.0.egress_mode.clone();
     let pending = match &s.0.approvals {
         Some(approvals) => approvals.pending(),
         None => Vec::new(),
     };
-    Ok(Json(ApprovalList { mode, pending }))
+    ApprovalList { mode, pending }
 }
 
 async fn answer(
@@ -39,6 +44,11 @@ async fn answer(
     body: Result<Json<ApprovalAnswer>, JsonRejection>,
 ) -> Result<Json<Done>, ApiError> {
     let Json(request) = body?;
+    answer_question(&s, &request).await.map(Json)
+}
+
+/// `approvals allow|deny ID`: the operator's answer to a question of any chat.
+pub async fn answer_question(s: &ControlState, request: &ApprovalAnswer) -> Result<Done, ApiError> {
     let Some(choice) = Choice::parse(&request.answer) else {
         return Err(ApiError::bad_request(format!(
             "unknown answer {:?}: use once (allow), task, chat or deny",
@@ -51,9 +61,9 @@ async fn answer(
         ));
     };
     match approvals.answer(request.id, choice, OPERATOR, None) {
-        Ok(kind) => Ok(Json(Done {
+        Ok(kind) => Ok(Done {
             message: format!("{} question {}: {}", kind.as_str(), request.id, choice.as_str()),
-        })),
+        }),
         Err(e @ AnswerError::NotWaiting(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e) => Err(ApiError::bad_request(e.to_string())),
     }

@@ -94,16 +94,21 @@ async fn list(
     State(s): State<ControlState>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<CronJobList>, ApiError> {
-    on(&s)?;
     let Query(query) = query?;
-    let chat = query.chat.as_deref().map(chat).transpose()?;
+    jobs(&s, query.chat.as_deref()).await.map(Json)
+}
+
+/// `cron ls [--chat CHAT]`: the active jobs (of one chat), each with its measured cost.
+pub async fn jobs(s: &ControlState, chat_text: Option<&str>) -> Result<CronJobList, ApiError> {
+    on(s)?;
+    let chat = chat_text.map(chat).transpose()?;
     let jobs = s.0.store.active_jobs(chat.as_ref()).await.map_err(ApiError::internal)?;
     let now = unix_now();
     let mut out = Vec::with_capacity(jobs.len());
     for job in &jobs {
         out.push(view(&s.0.store, job, now, s.0.job_token_budget).await?);
     }
-    Ok(Json(CronJobList { jobs: out }))
+    Ok(CronJobList { jobs: out })
 }
 
 async fn add(
@@ -135,7 +140,12 @@ async fn remove(
     State(s): State<ControlState>,
     Path(id): Path<i64>,
 ) -> Result<Json<Done>, ApiError> {
-    on(&s)?;
+    remove_job(&s, id).await.map(Json)
+}
+
+/// `cron rm ID`: cancels an active job (a heartbeat check is removed from `HEARTBEAT.md`).
+pub async fn remove_job(s: &ControlState, id: i64) -> Result<Done, ApiError> {
+    on(s)?;
     let job = s.0.store.job(id).await.map_err(ApiError::internal)?;
     match job {
         Some(job) if job.heartbeat && job.state == JobState::Active => Err(ApiError::new(
@@ -143,7 +153,7 @@ async fn remove(
             format!("job {id} is the heartbeat check {:?}: remove it from HEARTBEAT.md", job.name),
         )),
         Some(_) if s.0.store.cancel_job(id, None).await.map_err(ApiError::internal)? => {
-            Ok(Json(Done { message: format!("job {id} cancelled") }))
+            Ok(Done { message: format!("job {id} cancelled") })
         }
         _ => Err(ApiError::not_found(format!("no active job {id}"))),
     }
@@ -160,10 +170,19 @@ async fn runs(
     State(s): State<ControlState>,
     query: Result<Query<RunsQuery>, QueryRejection>,
 ) -> Result<Json<CronRunList>, ApiError> {
-    on(&s)?;
     let Query(query) = query?;
-    let limit = query.limit.unwrap_or(20).clamp(1, MAX_ROWS);
-    let rows = s.0.store.job_runs(query.job, limit).await.map_err(ApiError::internal)?;
+    job_runs(&s, query.job, query.limit).await.map(Json)
+}
+
+/// `cron runs [--job ID]`: the newest runs first.
+pub async fn job_runs(
+    s: &ControlState,
+    job: Option<i64>,
+    limit: Option<i64>,
+) -> Result<CronRunList, ApiError> {
+    on(s)?;
+    let limit = limit.unwrap_or(20).clamp(1, MAX_ROWS);
+    let rows = s.0.store.job_runs(job, limit).await.map_err(ApiError::internal)?;
     let runs = rows
         .into_iter()
         .map(|r| CronRun {
@@ -180,5 +199,5 @@ async fn runs(
             message_id: r.message_id,
         })
         .collect();
-    Ok(Json(CronRunList { runs }))
+    Ok(CronRunList { runs })
 }

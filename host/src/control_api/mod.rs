@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod ops;
 pub mod reload;
 pub mod secrets;
+pub mod web;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +77,8 @@ pub(crate) struct Inner {
     pub egress_mode: String,
     /// The MCP servers (`None` without a sandbox: they run in it).
     pub mcp: Option<Arc<crate::mcp::McpServers>>,
+    /// The web dashboard (`None`: off, `control.web_addr` unset).
+    pub web: Option<Arc<web::Web>>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -197,6 +200,10 @@ pub fn router(state: ControlState) -> Router {
             get(|State(s): State<ControlState>| async move { Json(ops::skills(&s).await) }),
         )
         .route(paths::SKILLS_ALLOW, post(allow_skill))
+        .route(
+            paths::WEB_LOGIN,
+            post(|State(s): State<ControlState>| async move { web::login_link(&s).map(Json) }),
+        )
         .route(paths::METRICS, get(metrics_text))
         .merge(cron::routes())
         .merge(secrets::routes())
@@ -239,32 +246,12 @@ async fn backup(
     ops::backup(&s, Path::new(&request.path)).await.map(Json)
 }
 
-/// `skills allow NAME [HASH]`: the operator accepts a skill's current content (see
-/// [`crate::skill_grants::allow`]).
 async fn allow_skill(
     State(s): State<ControlState>,
     body: Result<Json<nexbot_control::SkillAllow>, JsonRejection>,
 ) -> Answer<nexbot_control::Done> {
-    use crate::skill_grants::AllowError;
     let Json(request) = body?;
-    let Some(skills) = &s.0.skills else {
-        return Err(ApiError::not_found("no skills folder configured (set [skills] dir)"));
-    };
-    let by = approvals::OPERATOR;
-    match crate::skill_grants::allow(skills, &s.0.store, &request.name, request.hash.as_deref(), by)
-        .await
-    {
-        Ok(hash) => Ok(Json(nexbot_control::Done {
-            message: format!(
-                "skill {} accepted at {hash}: the destinations it declares are granted to the \
-                 tasks of turns that read it",
-                request.name
-            ),
-        })),
-        Err(e @ AllowError::NoSuchSkill(_)) => Err(ApiError::not_found(e.to_string())),
-        Err(e @ AllowError::Store(_)) => Err(ApiError::internal(e)),
-        Err(e) => Err(ApiError::bad_request(e.to_string())),
-    }
+    ops::allow_skill(&s, &request).await.map(Json)
 }
 
 async fn metrics_text(State(s): State<ControlState>) -> Result<Response, ApiError> {
@@ -303,6 +290,17 @@ pub fn attach(
     if !config.control.enabled {
         return Err("control.enabled = false".to_owned());
     }
+    // The dashboard's port is taken at once: a port in use leaves the dashboard off (said in
+    // health) and the control API on.
+    let mut degraded = degraded;
+    let web_listener = config.control.web_addr.and_then(|addr| match tcp_listener(addr) {
+        Ok(listener) => Some((addr, listener)),
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "the dashboard is off: cannot listen");
+            degraded.push(format!("the dashboard: cannot listen on {addr}: {e}"));
+            None
+        }
+    });
     let agent = app.agent().clone();
     let (provider, model) = agent.model().target();
     let llm_providers =
@@ -334,6 +332,7 @@ pub fn attach(
         approvals: app.approvals().cloned(),
         egress_mode: crate::approvals::mode_line(&config.egress),
         mcp: app.sandbox().map(|s| s.mcp().clone()),
+        web: web_listener.as_ref().map(|(addr, _)| Arc::new(web::Web::new(*addr))),
     }));
     let probed = state.clone();
     let probe_config = config.clone();
@@ -352,11 +351,14 @@ pub fn attach(
         }
         let _ = std::fs::remove_file(&socket);
     });
+    if let Some((addr, listener)) = web_listener {
+        tracing::info!(%addr, "the dashboard is on (log in with `nexbot-ctl web login`)");
+        let web_state = state.clone();
+        app.spawn("dashboard", Stage::Service, move |stop| web::serve(listener, web_state, stop));
+    }
     if let Some(addr) = config.control.metrics_addr {
-        let listener = std::net::TcpListener::bind(addr)
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .and_then(tokio::net::TcpListener::from_std)
-            .map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+        let listener =
+            tcp_listener(addr).map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
         tracing::info!(%addr, "metrics listening (GET /metrics only)");
         app.spawn("metrics", Stage::Service, move |stop| async move {
             let app = Router::new()
@@ -372,6 +374,13 @@ pub fn attach(
         });
     }
     Ok(path)
+}
+
+/// A TCP listener on `addr` for the runtime (bound at once, so a taken port is said at start).
+fn tcp_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
 }
 
 /// Asks the model (`GET /models`) at start and every five minutes, so health can say

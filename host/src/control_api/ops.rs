@@ -232,6 +232,11 @@ pub async fn task(state: &ControlState, id: &str) -> Result<TaskDetail, ApiError
         row: task_row(&record),
         task: record.task.clone(),
         egress: record.egress.as_deref().and_then(|e| serde_json::from_str(e).ok()),
+        receipt: record.receipt.clone(),
+        progress: record
+            .progress
+            .as_deref()
+            .map_or_else(Vec::new, |p| p.lines().map(str::to_owned).collect()),
     })
 }
 
@@ -313,5 +318,38 @@ pub async fn skills(state: &ControlState) -> nexbot_control::SkillList {
                 recorded_hash: recorded.get(&e.name).cloned(),
             })
             .collect(),
+    }
+}
+
+/// `skills allow NAME [HASH]`: the operator accepts a skill's current content (see
+/// [`crate::skill_grants::allow`]).
+pub async fn allow_skill(
+    state: &ControlState,
+    request: &nexbot_control::SkillAllow,
+) -> Result<Done, ApiError> {
+    use crate::skill_grants::AllowError;
+    let Some(skills) = &state.0.skills else {
+        return Err(ApiError::not_found("no skills folder configured (set [skills] dir)"));
+    };
+    let by = super::approvals::OPERATOR;
+    match crate::skill_grants::allow(
+        skills,
+        &state.0.store,
+        &request.name,
+        request.hash.as_deref(),
+        by,
+    )
+    .await
+    {
+        Ok(hash) => Ok(Done {
+            message: format!(
+                "skill {} accepted at {hash}: the destinations it declares are granted to the \
+                 tasks of turns that read it",
+                request.name
+            ),
+        }),
+        Err(e @ AllowError::NoSuchSkill(_)) => Err(ApiError::not_found(e.to_string())),
+        Err(e @ AllowError::Store(_)) => Err(ApiError::internal(e)),
+        Err(e) => Err(ApiError::bad_request(e.to_string())),
     }
 }

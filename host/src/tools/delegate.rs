@@ -564,9 +564,9 @@ impl TypedTool for Delegate {
                 tokio::time::timeout(deadlines.cancel_grace, &mut run).await.ok()
             }
         };
-        let (outcome, tools_used) = match outcome {
-            Some((outcome, tools)) => (Some(outcome), tools),
-            None => (None, Vec::new()),
+        let (outcome, (tools_used, progress_lines)) = match outcome {
+            Some((outcome, shown)) => (Some(outcome), shown),
+            None => (None, (Vec::new(), Vec::new())),
         };
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
@@ -686,6 +686,9 @@ impl TypedTool for Delegate {
             asked,
             skills: skill_grants,
         };
+        // The record keeps what the chat was shown, for the dashboard's task page.
+        end.receipt = Some(receipt.render());
+        end.progress = (!progress_lines.is_empty()).then(|| progress_lines.join("\n"));
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
         match &end.error {
             // The reason is in the log, not only in the task record.
@@ -706,8 +709,10 @@ impl TypedTool for Delegate {
             ),
         }
         if let Some(exits) = &self.settings.exits {
-            if let Some(error) = end.error.as_mut() {
-                exits.scan_string(Exit::TaskRecord, Some(&ctx.chat), error);
+            for text in [&mut end.error, &mut end.receipt, &mut end.progress] {
+                if let Some(text) = text.as_mut() {
+                    exits.scan_string(Exit::TaskRecord, Some(&ctx.chat), text);
+                }
             }
         }
         if let Err(e) = self.store.finish_task(&id, end).await {
@@ -817,14 +822,18 @@ fn mention_open_todos(answer: ToolOutput, task_id: &str, open: &[Todo]) -> ToolO
     answer.with("open_todos", untrusted(task_id, &items.join("\n")))
 }
 
+/// Progress lines a task's record keeps (its first ones; the chat saw them all).
+const KEPT_PROGRESS_LINES: usize = 200;
+
 /// Passes the task's progress to the chat until the task ends; returns the tools it called,
-/// each once, in first-use order.
+/// each once, in first-use order, and its first [`KEPT_PROGRESS_LINES`] lines for its record.
 async fn show_progress(
     ctx: &ToolContext,
     task_id: &str,
     mut progress: mpsc::Receiver<Response>,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<String>) {
     let mut tools: Vec<String> = Vec::new();
+    let mut kept: Vec<String> = Vec::new();
     while let Some(response) = progress.recv().await {
         let ResponseBody::Progress { event, tool, detail } = response.body else { continue };
         let detail = detail.unwrap_or_default();
@@ -839,9 +848,12 @@ async fn show_progress(
             (ProgressEvent::ToolResult, Some(tool)) => format!("{tool} → {detail}"),
             (_, None) => detail,
         };
+        if kept.len() < KEPT_PROGRESS_LINES {
+            kept.push(line.clone());
+        }
         ctx.channel.task_update(&ctx.chat, task_id, TaskUpdate::Progress { line }).await;
     }
-    tools
+    (tools, kept)
 }
 
 /// The destinations of an egress task summary (`destinations`: `host:port` → counts) it

@@ -38,3 +38,4 @@ mod mcp_grants;
 mod rooms;
 mod telegram;
 mod telegram_files;
+mod web;

@@ -1,0 +1,364 @@
+//! The web dashboard end to end, in a real browser: the real `nexbot serve` with a real pool,
+//! proxy and SQLite, the Telegram fixture and emulator, the scripted model, and Debian's
+//! headless Chromium driven over WebDriver (`nexbot_tests::browser`). Screenshots of every
+//! page at a desktop's and a phone's width go to `target/dashboard-screenshots/`.
+
+use crate::common::{self, is_main, tool_results, Leftovers, TempWorkspace};
+use crate::egress_support;
+use crate::host_approvals::host;
+use crate::telegram::{has_text, start, telegram_env, LIMIT, OWNER};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use fantoccini::Locator;
+use nexbot_control::SubagentList;
+use nexbot_tests::browser::Browser;
+use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
+use nexbot_tests::telegram::TelegramFixture;
+use serde_json::json;
+
+/// The delegated task's words: markup that would make an element if a page did not escape it.
+const TASK: &str = "fetch the page <img src=x id=pwned>";
+/// A secret's value distinctive enough that finding it on any page is a leak.
+const SECRET_VALUE: &str = "web-secret-value-5be1c0d29f47";
+const MASTER_KEY: &str = "a-test-master-key-0123456789";
+
+/// A free loopback port for the dashboard.
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+fn screenshots() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots")
+}
+
+/// `nexbot-ctl web login`'s link.
+async fn login_link(ws: &TempWorkspace) -> String {
+    let ran = common::ctl(ws, &["web", "login"], "").await;
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let url = ran.stdout.lines().next().unwrap_or_default().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/login?token="), "{ran:?}");
+    url
+}
+
+/// `nexbot-ctl subagents ps --json`: slot → short container id.
+async fn ps(ws: &TempWorkspace) -> Vec<(String, String)> {
+    let ran = common::ctl(ws, &["--json", "subagents", "ps"], "").await;
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let list: SubagentList = serde_json::from_str(&ran.stdout).unwrap();
+    let mut out: Vec<(String, String)> = list
+        .subagents
+        .into_iter()
+        .filter(|s| s.state == "idle" || s.state == "busy")
+        .filter_map(|s| Some((s.id, s.container?)))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The pool table's rows on the page: slot → container, as the browser shows them.
+async fn pool_on_page(browser: &Browser) -> Vec<(String, String)> {
+    let rows: Vec<Vec<String>> = serde_json::from_value(
+        browser
+            .client()
+            .execute(
+                "return Array.from(document.querySelectorAll('#pool-table tbody tr')).map(r => \
+                 [r.dataset.slot, r.querySelector('td.container').textContent.trim()]);",
+                vec![],
+            )
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let mut out: Vec<(String, String)> =
+        rows.into_iter().map(|r| (r[0].clone(), r[1].clone())).collect();
+    out.sort();
+    out
+}
+
+/// Waits until `check` holds, reading every 100 ms.
+async fn until<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The page's visible text, read in one script (no element handle to go stale while a
+/// form's answer loads).
+async fn body_text(browser: &Browser) -> String {
+    let text =
+        browser.client().execute("return document.body ? document.body.innerText : '';", vec![]);
+    text.await.unwrap().as_str().unwrap_or_default().to_owned()
+}
+
+/// Shoots the current page at a desktop's and a phone's width.
+async fn shoot(browser: &Browser, name: &str) {
+    for (size, w, h) in [("desktop", 1280, 900), ("phone", 390, 844)] {
+        browser.set_size(w, h).await;
+        browser.screenshot(&screenshots().join(format!("{name}-{size}.png"))).await;
+    }
+    browser.set_size(1280, 900).await;
+}
+
+/// The task's words made no element: the page shows them as text.
+async fn unescaped_markup_made_nothing(browser: &Browser) {
+    let made =
+        browser.client().execute("return document.getElementById('pwned') !== null;", vec![]);
+    assert_eq!(made.await.unwrap(), json!(false), "a task's words became markup");
+}
+
+/// Nothing the page loaded came from another origin.
+async fn same_origin(browser: &Browser, origin: &str) {
+    let foreign = browser.same_origin_only(origin).await;
+    assert!(foreign.is_empty(), "requests to other origins: {foreign:?}");
+}
+
+#[tokio::test]
+async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refuses_forged_actions()
+{
+    let Some(_docker) = nexbot_tests::docker_or_skip("web_dashboard").await else { return };
+    let tg = TelegramFixture::start().await;
+    let (server, seen) = egress_support::http_server_at(host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let url = format!("http://{server}/hello");
+    llm.set_responder(move |body| {
+        if !is_main(body) {
+            return match tool_results(body) {
+                0 => Step::tool_call("web_fetch", json!({ "url": url })),
+                _ => Step::text("FETCHED"),
+            };
+        }
+        match tool_results(body) {
+            0 => Step::tool_call("delegate_to_sub_agent", json!({ "task": TASK })),
+            _ => Step::text("done with the task"),
+        }
+    });
+    let ws = TempWorkspace::init("web-dash");
+    let names = Leftovers::new("webdash");
+    let web = free_port();
+    let mut env = telegram_env(&llm, &tg);
+    env.extend(names.env());
+    env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "2".into()));
+    env.push(("NEXBOT_EGRESS__MODE".into(), "ask".into()));
+    env.push((
+        "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(),
+        format!(r#"[{{ cidr = "{}", ports = [{}] }}]"#, server.ip(), server.port()),
+    ));
+    env.push(("NEXBOT_CONTROL__WEB_ADDR".into(), web.to_string()));
+    env.push(("NEXBOT_MASTER_KEY".into(), MASTER_KEY.into()));
+    let serving = start(&ws, &env).await;
+    let stored = common::ctl(
+        &ws,
+        &["secrets", "set", "WEB_KEY", "--operator", "--host", "api.example.org"],
+        SECRET_VALUE,
+    )
+    .await;
+    assert_eq!(stored.code, Some(0), "{stored:?}");
+    let origin = format!("http://{web}");
+    let browser = Browser::start().await;
+    let page = browser.client();
+
+    // Without a session: the login page, for a page and for an action alike.
+    page.goto(&format!("{origin}/tasks")).await.unwrap();
+    assert!(body_text(&browser).await.contains("nexbot-ctl web login"));
+    shoot(&browser, "login").await;
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let anonymous = http.post(format!("{origin}/reload")).form(&[("csrf", "x")]).send().await;
+    let anonymous = anonymous.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    // Every answer forbids framing, sniffing and loading from anywhere but the dashboard.
+    let csp = anonymous.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.starts_with("default-src 'none'; script-src 'self'"), "{csp}");
+    assert!(csp.contains("frame-ancestors 'none'") && csp.contains("form-action 'self'"), "{csp}");
+    assert_eq!(anonymous.headers()["referrer-policy"], "no-referrer");
+
+    // The one-time link logs in (and works once).
+    let link = login_link(&ws).await;
+    page.goto(&link).await.unwrap();
+    let warm = ps(&ws).await;
+    until("the pool is warm", LIMIT, || async { ps(&ws).await.len() == 2 }).await;
+    page.goto(&format!("{origin}/")).await.unwrap();
+    assert_eq!(page.title().await.unwrap(), "Overview · Nexbot");
+    let reused = http.get(&link).send().await.unwrap();
+    assert_eq!(reused.status(), 401, "a login link works once");
+    let _ = warm;
+
+    // The overview's pool is the real pool, as `nexbot-ctl subagents ps` lists it.
+    let listed = ps(&ws).await;
+    until("the page shows the pool ps lists", LIMIT, || async {
+        pool_on_page(&browser).await == listed
+    })
+    .await;
+    same_origin(&browser, &origin).await;
+    shoot(&browser, "overview").await;
+
+    // A delegated task appears on the tasks page while it runs, without a reload.
+    page.goto(&format!("{origin}/tasks")).await.unwrap();
+    page.execute("window.notReloaded = true; return null;", vec![]).await.unwrap();
+    tg.user_says(OWNER, OWNER, "fetch it for me").await;
+    until("the running task is on the page", LIMIT * 2, || async {
+        let rows =
+            "return Array.from(document.querySelectorAll('#tasks-table tbody tr')).map(r => \
+                    r.textContent).join('|');";
+        page.execute(rows, vec![]).await.unwrap().as_str().unwrap_or("").contains("running")
+    })
+    .await;
+    let kept = page.execute("return window.notReloaded === true;", vec![]).await.unwrap();
+    assert_eq!(kept, json!(true), "the page was not reloaded");
+    unescaped_markup_made_nothing(&browser).await;
+    let task_id: String = serde_json::from_value(
+        page.execute(
+            "return document.querySelector('#tasks-table tbody tr').dataset.task;",
+            vec![],
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    shoot(&browser, "tasks").await;
+
+    // Its egress question waits; it is answered from the Questions page.
+    until("the question is listed", LIMIT * 2, || async {
+        page.goto(&format!("{origin}/questions")).await.unwrap();
+        body_text(&browser).await.contains(&server.to_string())
+    })
+    .await;
+    same_origin(&browser, &origin).await;
+    shoot(&browser, "questions").await;
+    assert!(seen.lock().unwrap().is_empty(), "held until answered");
+    let select = page.find(Locator::Css("ul.cards select[name=answer]")).await.unwrap();
+    select.select_by_value("once").await.unwrap();
+    page.find(Locator::Css("ul.cards button[type=submit]")).await.unwrap().click().await.unwrap();
+    until("the answer is confirmed", LIMIT, || async {
+        body_text(&browser).await.contains(": once")
+    })
+    .await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "done with the task"), LIMIT * 2).await;
+    assert_eq!(seen.lock().unwrap().len(), 1, "the fetch went through once answered");
+
+    // The task's page is its receipt: the destination, the tools, the progress.
+    until("the task's record is complete", LIMIT, || async {
+        page.goto(&format!("{origin}/tasks/{task_id}")).await.unwrap();
+        body_text(&browser).await.contains("success")
+    })
+    .await;
+    let text = body_text(&browser).await;
+    let destination = page.find(Locator::Css("#destinations")).await.unwrap().text().await.unwrap();
+    assert!(destination.contains(&server.to_string()), "{destination}");
+    let receipt = page.find(Locator::Css("#receipt")).await.unwrap().text().await.unwrap();
+    assert!(receipt.contains("web_fetch"), "{receipt}");
+    assert!(text.contains(TASK), "the task's words, shown as text: {text}");
+    unescaped_markup_made_nothing(&browser).await;
+    same_origin(&browser, &origin).await;
+    shoot(&browser, "task").await;
+
+    // The other pages render, from the same origin only.
+    for (path, name, needle) in [
+        ("/chats", "chats", "telegram:1001"),
+        ("/jobs", "jobs", "Recent runs"),
+        ("/skills", "skills", "Folder"),
+        ("/secrets", "secrets", "WEB_KEY"),
+        ("/", "overview", "Sub-agent pool"),
+    ] {
+        page.goto(&format!("{origin}{path}")).await.unwrap();
+        let text = body_text(&browser).await;
+        assert!(text.contains(needle), "{path}: {text}");
+        let source = page.source().await.unwrap();
+        assert!(!source.contains(SECRET_VALUE), "{path} shows a secret's value");
+        same_origin(&browser, &origin).await;
+        shoot(&browser, name).await;
+    }
+
+    // An action without the session's CSRF token is refused (the session cookie alone is not
+    // enough), and so is one the browser says came from another site.
+    let cookies = page.get_all_cookies().await.unwrap();
+    let session = cookies.iter().find(|c| c.name() == "nexbot_session").expect("session cookie");
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
+    let cookie = format!("nexbot_session={}", session.value());
+    let (slot, container) = ps(&ws).await.remove(0);
+    for (csrf, site) in [("", "same-origin"), ("forged", "same-origin")] {
+        let forged = http
+            .post(format!("{origin}/subagents/{slot}/kill"))
+            .header("cookie", &cookie)
+            .header("sec-fetch-site", site)
+            .form(&[("csrf", csrf)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(forged.status(), 403, "csrf {csrf:?}");
+    }
+    page.goto(&format!("{origin}/")).await.unwrap();
+    let csrf: String = serde_json::from_value(
+        page.execute("return document.querySelector('input[name=csrf]').value;", vec![])
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let cross = http
+        .post(format!("{origin}/subagents/{slot}/kill"))
+        .header("cookie", &cookie)
+        .header("sec-fetch-site", "cross-site")
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), 403, "a cross-site request with the right token");
+    assert!(ps(&ws).await.iter().any(|(s, c)| *s == slot && *c == container), "nothing killed");
+
+    // A container killed from the page is replaced, and the page shows the new one live.
+    let kill = format!("form[action='/subagents/{slot}/kill'] button");
+    page.find(Locator::Css(&kill)).await.unwrap().click().await.unwrap();
+    until("the kill is confirmed", LIMIT, || async {
+        body_text(&browser).await.contains(&format!("killed container {container}"))
+    })
+    .await;
+    until("a new container serves the slot", LIMIT * 2, || async {
+        ps(&ws).await.iter().any(|(s, c)| *s == slot && *c != container)
+    })
+    .await;
+    let now = ps(&ws).await;
+    until("the page shows the replacement without a reload", LIMIT, || async {
+        pool_on_page(&browser).await == now
+    })
+    .await;
+
+    // Log out: the session ends.
+    page.find(Locator::Css("header form button")).await.unwrap().click().await.unwrap();
+    page.goto(&format!("{origin}/")).await.unwrap();
+    assert!(body_text(&browser).await.contains("nexbot-ctl web login"));
+    browser.close().await;
+    serving.stop(LIMIT).await;
+}
+
+#[tokio::test]
+async fn the_dashboard_is_off_by_default_and_loopback_only_unless_the_operator_says_so() {
+    let ws = TempWorkspace::init("web-off");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let mut env = common::base_env(&llm.base_url());
+    env.push(("NEXBOT_SUBAGENT__ENABLED".into(), "false".into()));
+    let serving = common::Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let ran = common::ctl(&ws, &["web", "login"], "").await;
+    assert_ne!(ran.code, Some(0), "{ran:?}");
+    assert!(ran.stderr.contains("the dashboard is off: set control.web_addr"), "{ran:?}");
+    serving.stop(LIMIT).await;
+
+    // A non-loopback address is refused at start, naming the key and the way to allow it.
+    let mut env = common::base_env(&llm.base_url());
+    env.push(("NEXBOT_CONTROL__WEB_ADDR".into(), "0.0.0.0:18089".into()));
+    let out = common::nexbot(&["serve"], &ws.config(), &env).output().await.unwrap();
+    assert!(!out.status.success());
+    let err = common::text(&out.stderr);
+    assert!(err.contains("control.web_addr") && err.contains("control.web_remote = true"), "{err}");
+}
