@@ -337,7 +337,9 @@ async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refus
     page.find(Locator::Css("header form button")).await.unwrap().click().await.unwrap();
     page.goto(&format!("{origin}/")).await.unwrap();
     assert!(body_text(&browser).await.contains("nexbot-ctl web login"));
+    let group = browser.process_group();
     browser.close().await;
+    assert!(!nexbot_tests::browser::group_alive(group), "a browser process outlived the test");
     serving.stop(LIMIT).await;
 }
 
