@@ -149,6 +149,39 @@ fn refuse_action(viewer: &Viewer, headers: &HeaderMap, csrf: &str) -> Option<Res
     None
 }
 
+/// The form of an action: what carries the session's CSRF token.
+trait ActionForm: serde::de::DeserializeOwned + Send {
+    fn csrf(&self) -> &str;
+}
+
+/// An action's request, checked: a live session (else the login page), its form, and the
+/// checks of [`refuse_action`] passed (else the refusal). Every action takes one, so none can
+/// skip the checks.
+struct Action<T> {
+    viewer: Viewer,
+    form: T,
+}
+
+impl<T: ActionForm> axum::extract::FromRequest<ControlState> for Action<T> {
+    type Rejection = Response;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &ControlState,
+    ) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = request.into_parts();
+        let viewer = Viewer::from_request_parts(&mut parts, state).await?;
+        let headers = parts.headers.clone();
+        let request = axum::extract::Request::from_parts(parts, body);
+        let Form(form) =
+            Form::<T>::from_request(request, state).await.map_err(IntoResponse::into_response)?;
+        match refuse_action(&viewer, &headers, form.csrf()) {
+            Some(refused) => Err(refused),
+            None => Ok(Action { viewer, form }),
+        }
+    }
+}
+
 /// After an action: its message on the next page, and back to `to`.
 fn done(
     state: &ControlState,
@@ -236,26 +269,28 @@ async fn login(State(s): State<ControlState>, Query(q): Query<LoginQuery>) -> Re
     response
 }
 
+/// An action's form with nothing but the token.
 #[derive(Debug, Deserialize)]
 struct CsrfForm {
     #[serde(default)]
     csrf: String,
 }
 
+impl ActionForm for CsrfForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn logout(
     State(s): State<ControlState>,
-    viewer: Viewer,
-    headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
+    Action { viewer, .. }: Action<CsrfForm>,
 ) -> Response {
-    if let Some(refused) = refuse_action(&viewer, &headers, &form.csrf) {
-        return refused;
-    }
     web(&s).logins.log_out(&viewer.id);
     let mut response = login_page(StatusCode::OK, Some("Logged out."));
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, HeaderValue::from_static("nexbot_session=; Path=/; Max-Age=0"));
+    if let Ok(cookie) = HeaderValue::from_str(&auth::set_cookie(None)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
     response
 }
 
@@ -311,16 +346,17 @@ struct AnswerForm {
     answer: String,
 }
 
+impl ActionForm for AnswerForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn answer(
     State(s): State<ControlState>,
-    viewer: Viewer,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<i64>,
-    Form(form): Form<AnswerForm>,
+    Action { viewer, form }: Action<AnswerForm>,
 ) -> Response {
-    if let Some(refused) = refuse_action(&viewer, &headers, &form.csrf) {
-        return refused;
-    }
     let request = ApprovalAnswer { id, answer: form.answer };
     let result = super::approvals::answer_question(&s, &request).await;
     done(&s, &viewer, "/questions", result)
@@ -342,14 +378,9 @@ async fn jobs(State(s): State<ControlState>, viewer: Viewer) -> Response {
 
 async fn remove_job(
     State(s): State<ControlState>,
-    viewer: Viewer,
-    headers: HeaderMap,
     UrlPath(id): UrlPath<i64>,
-    Form(form): Form<CsrfForm>,
+    Action { viewer, .. }: Action<CsrfForm>,
 ) -> Response {
-    if let Some(refused) = refuse_action(&viewer, &headers, &form.csrf) {
-        return refused;
-    }
     let result = super::cron::remove_job(&s, id).await;
     done(&s, &viewer, "/jobs", result)
 }
@@ -367,15 +398,16 @@ struct AllowForm {
     hash: String,
 }
 
+impl ActionForm for AllowForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
 async fn allow_skill(
     State(s): State<ControlState>,
-    viewer: Viewer,
-    headers: HeaderMap,
-    Form(form): Form<AllowForm>,
+    Action { viewer, form }: Action<AllowForm>,
 ) -> Response {
-    if let Some(refused) = refuse_action(&viewer, &headers, &form.csrf) {
-        return refused;
-    }
     let request = SkillAllow { name: form.name, hash: Some(form.hash) };
     let result = super::ops::allow_skill(&s, &request).await;
     done(&s, &viewer, "/skills", result)
@@ -388,14 +420,9 @@ async fn secrets(State(s): State<ControlState>, viewer: Viewer) -> Response {
 
 async fn subagent_action(
     State(s): State<ControlState>,
-    viewer: Viewer,
-    headers: HeaderMap,
     UrlPath((id, action)): UrlPath<(String, String)>,
-    Form(form): Form<CsrfForm>,
+    Action { viewer, .. }: Action<CsrfForm>,
 ) -> Response {
-    if let Some(refused) = refuse_action(&viewer, &headers, &form.csrf) {
-        return refused;
-    }
     let result = match action.as_str() {
         "restart" => super::ops::restart(&s, &id),
         "kill" => super::ops::kill(&s, &id).await,
@@ -406,13 +433,8 @@ async fn subagent_action(
 
 async fn reload(
     State(s): State<ControlState>,
-    viewer: Viewer,
-    headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
+    Action { viewer, .. }: Action<CsrfForm>,
 ) -> Response {
-    if let Some(refused) = refuse_action(&viewer, &headers, &form.csrf) {
-        return refused;
-    }
     let result = super::ops::reload(&s).await.map(|r| Done {
         message: format!(
             "Reloaded. Applied: {}. Needs a restart: {}.",
