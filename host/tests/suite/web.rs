@@ -262,6 +262,25 @@ async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refus
     same_origin(&browser, &origin).await;
     shoot(&browser, "task").await;
 
+    // A job removed from the Jobs page is gone for `nexbot-ctl cron ls` too.
+    let added = common::ctl(
+        &ws,
+        &["cron", "add", "--chat", "telegram:1001", "--at", "in 2h", "remind me of the web"],
+        "",
+    )
+    .await;
+    assert_eq!(added.code, Some(0), "{added:?}");
+    page.goto(&format!("{origin}/jobs")).await.unwrap();
+    let jobs = page.find(Locator::Css("#jobs-table")).await.unwrap().text().await.unwrap();
+    assert!(jobs.contains("telegram:1001"), "{jobs}");
+    page.find(Locator::Css("#jobs-table button")).await.unwrap().click().await.unwrap();
+    until("the removal is confirmed", LIMIT, || async {
+        body_text(&browser).await.contains("cancelled")
+    })
+    .await;
+    let listed = common::ctl(&ws, &["cron", "ls"], "").await;
+    assert!(!listed.stdout.contains("remind me of the web"), "{listed:?}");
+
     // The other pages render, from the same origin only.
     for (path, name, needle) in [
         ("/chats", "chats", "telegram:1001"),

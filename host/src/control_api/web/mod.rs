@@ -480,7 +480,10 @@ async fn events(
                     "tasks" => ("tasks", pages::tasks_table(&pages::task_rows(&s, &filter).await)),
                     _ => {
                         let list = super::ops::subagents(&s).ok();
-                        ("pool", pages::pool(list.as_ref(), &viewer.session.csrf))
+                        let summary = s.0.pool.as_deref().map(super::ops::pool_summary);
+                        let off = s.0.delegation_off.as_deref();
+                        let csrf = &viewer.session.csrf;
+                        ("pool", pages::pool(summary.as_ref(), off, list.as_ref(), csrf))
                     }
                 };
                 let html = html.into_string();

@@ -3,8 +3,8 @@
 
 use maud::{html, Markup, DOCTYPE};
 use nexbot_control::{
-    ApprovalList, CronJobList, CronRunList, Health, MessageList, SecretList, SkillList, Status,
-    SubagentList, TaskDetail, TaskRow,
+    ApprovalList, CronJobList, CronRunList, Health, MessageList, PoolSummary, SecretList,
+    SkillList, Status, SubagentList, TaskDetail, TaskRow,
 };
 
 use super::super::{ops, ApiError, ControlState};
@@ -186,16 +186,8 @@ pub fn overview(v: &OverviewData, csrf: &str) -> Markup {
     html! {
         section aria-labelledby="pool-h" {
             h2 #pool-h { "Sub-agent pool" }
-            @match &st.pool {
-                Some(p) => p {
-                    "pool " code { (p.name) } ", " (p.size) " containers: " (p.blank) " blank, "
-                    (p.bound) " bound to a chat; queue " (p.queue_depth) "; "
-                    (p.unplanned_restarts) " unplanned restarts"
-                },
-                None => p { "No pool: " (st.delegation_off.as_deref().unwrap_or("delegation is off")) },
-            }
             div #pool data-live="pool" aria-live="polite" {
-                (pool(v.pool.as_ref().ok(), csrf))
+                (pool(st.pool.as_ref(), st.delegation_off.as_deref(), v.pool.as_ref().ok(), csrf))
             }
         }
         div.overview {
@@ -277,10 +269,22 @@ fn chart(hours: &[nexbot_store::HourActivity]) -> Markup {
     }
 }
 
-/// The pool's table (the overview's live part).
-pub fn pool(list: Option<&SubagentList>, csrf: &str) -> Markup {
-    let Some(list) = list else { return html! { p { "No pool." } } };
+/// The pool's summary and table (the overview's live part).
+pub fn pool(
+    summary: Option<&PoolSummary>,
+    off: Option<&str>,
+    list: Option<&SubagentList>,
+    csrf: &str,
+) -> Markup {
+    let (Some(p), Some(list)) = (summary, list) else {
+        return html! { p { "No pool: " (off.unwrap_or("delegation is off")) } };
+    };
     html! {
+        p {
+            "pool " code { (p.name) } ", " (p.size) " containers: " (p.blank) " blank, "
+            (p.bound) " bound to a chat; queue " (p.queue_depth) "; "
+            (p.unplanned_restarts) " unplanned restarts"
+        }
         div.scroll {
             table #pool-table {
                 thead { tr {
