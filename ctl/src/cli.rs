@@ -131,12 +131,13 @@ pub enum SubagentsCommand {
 #[derive(Debug, Subcommand)]
 pub enum SkillsCommand {
     /// Every skill folder: name, state, content hash, reason; the flagged lines of a
-    /// quarantined one (allow it with `[skills] allow_hashes`)
+    /// quarantined one (allow it with `skills allow NAME HASH`)
     #[command(visible_alias = "list")]
     Ls,
     /// Accept a skill's current content: the destinations its SKILL.md declares (`domains`)
     /// are allowed again, without a question, to tasks of a turn that read it. Needed after
-    /// the skill changed (`skills ls` shows "changed")
+    /// the skill changed (`skills ls` shows "changed"); a quarantined skill, given HASH, is
+    /// allowed despite the content screen
     Allow {
         /// The skill's folder name
         name: String,

@@ -212,6 +212,8 @@ impl App {
             }
         };
         if let Some(skills) = agent.skills().cloned() {
+            // The contents the operator allowed despite the screen, before the first turn.
+            crate::skill_grants::apply_allowances(&skills, &store).await;
             if let Some(caps) = caps {
                 let skills = skills.clone();
                 let _ = tokio::task::spawn_blocking(move || {

@@ -17,7 +17,10 @@
 //!   skills just work); a later edit changes the hash, and the skill's destinations are
 //!   asked about again until the operator accepts the new content with
 //!   `nexbot-ctl skills allow NAME` ([`allow`]). A quarantined skill is never recorded and
-//!   `read_skill` refuses it, so it grants nothing.
+//!   `read_skill` refuses it, so it grants nothing — until the operator allows exactly its
+//!   content (`nexbot-ctl skills allow NAME HASH`, the dashboard, or `[skills]
+//!   allow_hashes`): the allowance is kept in the store ([`apply_allowances`] at start),
+//!   takes effect at once for the main agent and goes to every task (`execute.skills_allow`).
 //!   The trust this puts in the folder: a *new* skill is trusted as first seen, like the
 //!   bundled ones (whoever can add a folder can already add instructions the model follows);
 //!   an *edit* of a known skill is not.
@@ -123,7 +126,8 @@ pub enum AllowError {
     NoSuchSkill(String),
     #[error(
         "skill {name:?} is {state}, not usable ({reason}); fix it first (a quarantined one is \
-         allowed by [skills] allow_hashes)"
+         allowed by its hash: `nexbot-ctl skills allow {name} HASH` with the hash `skills ls` \
+         shows)"
     )]
     NotUsable { name: String, state: State, reason: String },
     #[error(
@@ -135,8 +139,28 @@ pub enum AllowError {
     Store(String),
 }
 
+/// Applies the contents the operator allowed despite the content screen (kept in the store)
+/// to the live skill set.
+pub async fn apply_allowances(skills: &Skills, store: &Store) {
+    match store.skill_allowances().await {
+        Ok(hashes) if hashes.is_empty() => {}
+        Ok(hashes) => {
+            let skills = skills.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                for hash in &hashes {
+                    skills.allow_content(hash);
+                }
+            })
+            .await;
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the skills allowed by the operator"),
+    }
+}
+
 /// Accepts skill `name`'s current content (`hash`, when given, must be it: what the operator
-/// reviewed), so its declared destinations are granted again. Returns the hash recorded.
+/// reviewed), so its declared destinations are granted again. A quarantined skill needs
+/// `hash` (the operator read exactly that content): it is allowed despite the screen from
+/// now on, kept in the store, and then accepted. Returns the hash recorded.
 pub async fn allow(
     skills: &Skills,
     store: &Store,
@@ -144,8 +168,27 @@ pub async fn allow(
     hash: Option<&str>,
     by: &str,
 ) -> Result<String, AllowError> {
-    let set = skills.current();
-    let entry = set.get(name).ok_or_else(|| AllowError::NoSuchSkill(name.to_owned()))?;
+    let mut set = skills.current();
+    let mut entry = set.get(name).ok_or_else(|| AllowError::NoSuchSkill(name.to_owned()))?;
+    if let (State::Quarantined, Some(now), Some(given)) = (entry.state, entry.hash(), hash) {
+        if given != now {
+            return Err(AllowError::HashDiffers {
+                name: name.to_owned(),
+                now: now.to_owned(),
+                given: given.into(),
+            });
+        }
+        store
+            .allow_skill_content(name, now, by)
+            .await
+            .map_err(|e| AllowError::Store(e.to_string()))?;
+        tracing::info!(skill = %name, hash = %now, %by, "skill allowed despite the content screen");
+        let (skills, hash) = (skills.clone(), now.to_owned());
+        set = tokio::task::spawn_blocking(move || skills.allow_content(&hash))
+            .await
+            .map_err(|e| AllowError::Store(e.to_string()))?;
+        entry = set.get(name).ok_or_else(|| AllowError::NoSuchSkill(name.to_owned()))?;
+    }
     let now = match (entry.state, entry.hash()) {
         (State::Ok, Some(now)) => now.to_owned(),
         (state, _) => {

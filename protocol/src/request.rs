@@ -180,6 +180,12 @@ pub struct Request {
     /// `success` that names them. Additive; an older subagent ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_files: Option<bool>,
+    /// `execute`: content hashes (`sha256:…`) of skills the operator allowed despite the
+    /// content screen since the container started (`nexbot-ctl skills allow` or the
+    /// dashboard), added to the image's `NEXBOT_SKILLS_ALLOW` for this task. Additive; an
+    /// older subagent ignores it (and keeps refusing those skills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills_allow: Option<Vec<String>>,
 }
 
 /// The block limit of a task whose request names none ([`Request::max_blocked_commands`]).
@@ -273,6 +279,7 @@ impl fmt::Debug for Request {
             .field("data", &self.data.as_ref().map(|d| format!("{} base64 bytes", d.len())))
             .field("files", &self.files)
             .field("return_files", &self.return_files)
+            .field("skills_allow", &self.skills_allow)
             .finish()
     }
 }

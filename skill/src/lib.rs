@@ -544,8 +544,10 @@ fn verdict(loaded: &LoadedSkill, env: &Environment) -> (State, Option<String>) {
         return (
             State::Quarantined,
             Some(format!(
-                "flagged by the content screen ({}); allow exactly this content with [skills] allow_hashes = [\"{}\"]",
+                "flagged by the content screen ({}); the operator allows exactly this content \
+                 with `nexbot-ctl skills allow {} \"{}\"` (or [skills] allow_hashes)",
                 rules.join("; "),
+                loaded.skill.name,
                 loaded.hash
             )),
         );

@@ -272,6 +272,15 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE task_records ADD COLUMN receipt TEXT;
     ALTER TABLE task_records ADD COLUMN progress TEXT;
     CREATE INDEX task_records_started ON task_records(started_at);",
+    // 14: skills' contents the operator allowed despite the content screen, live (the
+    // dashboard, `nexbot-ctl skills allow NAME HASH`): added to `[skills] allow_hashes` for
+    // the main agent and every task. Earlier databases: none.
+    "CREATE TABLE skill_allowances (
+        hash TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        allowed_at INTEGER NOT NULL,
+        allowed_by TEXT NOT NULL
+    );",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -1503,6 +1512,12 @@ mod tests {
         store.set_skill_hash("meme", "sha256:b", "nexbot-ctl").await.unwrap();
         let hashes = store.skill_hashes().await.unwrap();
         assert_eq!(hashes.get("meme").map(String::as_str), Some("sha256:b"));
+
+        // Allowances despite the screen: kept once each, in the order given.
+        assert!(store.skill_allowances().await.unwrap().is_empty());
+        store.allow_skill_content("evil", "sha256:e", "dashboard").await.unwrap();
+        store.allow_skill_content("evil", "sha256:e", "nexbot-ctl").await.unwrap();
+        assert_eq!(store.skill_allowances().await.unwrap(), ["sha256:e"]);
     }
 
     #[tokio::test]
@@ -1678,6 +1693,37 @@ impl Store {
                 params![name, hash, unix_now(), by],
             )
             .map(drop)
+        })
+        .await
+    }
+
+    /// Records that the operator allowed skill `name`'s content `hash` despite the content
+    /// screen (again: nothing changes).
+    pub async fn allow_skill_content(
+        &self,
+        name: &str,
+        hash: &str,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        let (name, hash, by) = (name.to_owned(), hash.to_owned(), by.to_owned());
+        self.call(move |c| {
+            c.execute(
+                "INSERT INTO skill_allowances (hash, name, allowed_at, allowed_by)
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (hash) DO NOTHING",
+                params![hash, name, unix_now(), by],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// Every content hash the operator allowed despite the screen, oldest first.
+    pub async fn skill_allowances(&self) -> Result<Vec<String>, StoreError> {
+        self.call(|c| {
+            let mut stmt =
+                c.prepare("SELECT hash FROM skill_allowances ORDER BY allowed_at, hash")?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect()
         })
         .await
     }

@@ -101,7 +101,11 @@ struct TaskLoop {
 /// this returns.
 pub async fn run(spec: TaskSpec, out: Output, cancel: Cancel) -> Response {
     let started = Instant::now();
-    let mut env = ToolEnv { search: spec.search_backend.clone(), ..ToolEnv::from_env() };
+    let mut env = ToolEnv {
+        search: spec.search_backend.clone(),
+        skills_allow: spec.skills_allow.clone(),
+        ..ToolEnv::from_env()
+    };
     env.cli_llm = Some(tools::cli::CliLlm {
         base_url: spec.llm.base_url.clone(),
         model: spec.llm.model.clone(),

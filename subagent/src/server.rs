@@ -438,6 +438,7 @@ impl Server {
             mcp: Arc::default(),
             files_in,
             return_files: request.return_files == Some(true),
+            skills_allow: request.skills_allow.clone().unwrap_or_default(),
         };
         info!(
             event = "task",

@@ -60,6 +60,9 @@ pub struct TaskSpec {
     /// Whether the host takes files back (`execute.return_files`): the model gets
     /// `return_file`.
     pub return_files: bool,
+    /// Skills' content hashes the operator allowed since the container started
+    /// (`execute.skills_allow`), for `read_skill`.
+    pub skills_allow: Vec<String>,
 }
 
 /// Stops a running task; the reason ends up in its final response.

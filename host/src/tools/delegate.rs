@@ -496,6 +496,14 @@ impl TypedTool for Delegate {
         request.secrets = (!secrets.stdin.is_empty()).then_some(secrets.stdin);
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
         request.search_backend = search;
+        // Skills the operator allowed despite the screen since the containers started.
+        request.skills_allow = match self.store.skill_allowances().await {
+            Ok(hashes) => (!hashes.is_empty()).then_some(hashes),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the skills allowed by the operator");
+                None
+            }
+        };
         request.egress_token = self.tokens.egress_token(&id).map_err(|e| {
             ToolError::new(format!("cannot issue the task's egress credential: {e}"))
         })?;

@@ -79,6 +79,9 @@ pub struct ToolEnv {
     pub cli_llm: Option<cli::CliLlm>,
     /// The task's soft deadline: `use_cli` runs at most until then.
     pub deadline: Option<tokio::time::Instant>,
+    /// Skills' content hashes allowed for this task beyond the image's `NEXBOT_SKILLS_ALLOW`
+    /// (`execute.skills_allow`).
+    pub skills_allow: Vec<String>,
 }
 
 impl ToolEnv {
@@ -93,6 +96,7 @@ impl ToolEnv {
             search: None,
             cli_llm: None,
             deadline: None,
+            skills_allow: Vec::new(),
         }
     }
 }
@@ -414,9 +418,10 @@ const REGISTRY: &[Tool] = &[
             }})
         },
         run: |args, cx| {
-            Box::pin(
-                async move { skills::read_skill(&cx.env.skills, parse("read_skill", args)?).await },
-            )
+            Box::pin(async move {
+                let args = parse("read_skill", args)?;
+                skills::read_skill(&cx.env.skills, &cx.env.skills_allow, args).await
+            })
         },
     },
     Tool {
