@@ -69,49 +69,68 @@ impl Browser {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        // A group of its own: killing it ends chromedriver and every Chromium it started.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let driver = command.spawn().expect("start chromedriver");
+        // From here on a panic drops `browser`, which kills the group and removes the profile.
         let mut browser = Browser { client: None, driver, profile };
         let url = format!("http://127.0.0.1:{port}");
-        let started = Instant::now();
-        let client = loop {
-            let mut caps = serde_json::Map::new();
-            caps.insert(
-                "goog:chromeOptions".into(),
-                serde_json::json!({
-                    "binary": CHROMIUM,
-                    "args": [
-                        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                        "--no-first-run", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync",
-                        "--disable-dev-shm-usage", "--window-size=1280,900",
-                        format!("--user-data-dir={}", browser.profile.display()),
-                    ],
-                }),
-            );
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector).capabilities(caps).connect(&url).await {
-                Ok(client) => break client,
-                Err(e) => {
-                    assert!(
-                        started.elapsed() < START_LIMIT,
-                        "no Chromium session through chromedriver at {url}: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+        browser.wait_ready(port).await;
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1280,900",
+                    format!("--user-data-dir={}", browser.profile.display()),
+                ],
+            }),
+        );
+        // Plain HTTP to loopback: hyper's own connector, no TLS stack compiled in.
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let mut builder = ClientBuilder::new(connector);
+        let session = builder.capabilities(caps).connect(&url);
+        let client = match tokio::time::timeout(START_LIMIT, session).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => panic!("chromedriver at {url} could not start {CHROMIUM}: {e}"),
+            Err(_) => {
+                panic!("no Chromium session through chromedriver at {url} in {START_LIMIT:?}")
             }
         };
         browser.client = Some(client);
         browser
     }
 
+    /// The WebDriver client, for everything the helpers here do not wrap (navigation,
+    /// finding and clicking elements, running scripts).
     pub fn client(&self) -> &Client {
         self.client.as_ref().expect("a live session")
     }
 
-    /// The window's size in CSS pixels (a desktop's 1280×900, a phone's 390×844).
+    /// The viewport's size in CSS pixels (a desktop's 1280×900, a phone's 390×844), so that a
+    /// screenshot is exactly that size. WebDriver sizes the outer window, which in headless
+    /// Chromium 156 still counts ~140 px of (invisible) browser chrome in its height: the window
+    /// is sized once, then grown by whatever the page's viewport came out short.
     pub async fn set_size(&self, width: u32, height: u32) {
-        self.client().set_window_size(width, height).await.expect("resize the window");
+        let client = self.client();
+        client.set_window_size(width, height).await.expect("resize the window");
+        let inner = client
+            .execute("return [window.innerWidth, window.innerHeight];", vec![])
+            .await
+            .expect("read the viewport's size");
+        let (inner_w, inner_h): (u32, u32) =
+            serde_json::from_value(inner).expect("the viewport's width and height");
+        if (inner_w, inner_h) != (width, height) {
+            let (w, h) = (2 * width, 2 * height);
+            client
+                .set_window_size(w.saturating_sub(inner_w), h.saturating_sub(inner_h))
+                .await
+                .expect("resize the window to the viewport asked for");
+        }
     }
 
     /// A PNG of the current page into `path` (its folders made).
@@ -149,13 +168,43 @@ impl Browser {
         self.end();
     }
 
-    /// Kills chromedriver's process group (Chromium's processes are in it) and waits for it.
+    /// Waits (at most [`START_LIMIT`]) until chromedriver's `/status` says it is ready for a
+    /// session; panics if it exits first (its port taken, say) or never gets there.
+    async fn wait_ready(&mut self, port: u16) {
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.driver.try_wait() {
+                panic!("chromedriver --port={port} exited before it was ready: {status}");
+            }
+            if driver_ready(port).await {
+                return;
+            }
+            assert!(
+                started.elapsed() < START_LIMIT,
+                "chromedriver --port={port} did not answer /status as ready in {START_LIMIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kills chromedriver's process group (Chromium's processes are in it), waits for
+    /// chromedriver, then (at most 5 s) until no live process is left in the group, so that a
+    /// caller that checks finds them gone; removes the profile.
     fn end(&mut self) {
-        let group = self.driver.id() as i32;
+        let group = self.driver.id();
         // The `kill` command, as the rest of the tests end processes (no libc binding here).
         let _ = Command::new("kill").args(["-KILL", "--", &format!("-{group}")]).status();
         let _ = self.driver.wait();
+        let started = Instant::now();
+        while group_alive(group) && started.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
+    }
+
+    /// Chromium's profile directory (every Chromium process names it on its command line).
+    pub fn profile_dir(&self) -> &Path {
+        &self.profile
     }
 
     /// The id of chromedriver's process group (for tests that check it is gone).
@@ -182,4 +231,50 @@ pub fn group_alive(group: u32) -> bool {
         let fields: Vec<&str> = rest.split_whitespace().collect();
         fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string()
     })
+}
+
+/// Whether chromedriver on `port` answers `GET /status` with `"ready": true` (one short try).
+/// The answer is read only as far as its JSON body: chromedriver 156 sends `Connection: close`
+/// but keeps the connection open, so reading to the end would wait for the timeout.
+async fn driver_ready(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let request =
+            format!("GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            raw.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&raw);
+            let Some((_, body)) = text.split_once("\r\n\r\n") else { continue };
+            let (Some(start), Some(end)) = (body.find('{'), body.rfind('}')) else { continue };
+            if let Ok(body) = serde_json::from_str::<serde_json::Value>(&body[start..=end]) {
+                return body["value"]["ready"].as_bool();
+            }
+        }
+    };
+    matches!(tokio::time::timeout(Duration::from_secs(2), ask).await, Ok(Some(true)))
+}
+
+/// The ids of live processes whose command line contains `needle` (a profile directory, say),
+/// this process excluded: what a test checks is empty once a [`Browser`] is closed.
+pub fn processes_with_arg(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok().map(|pid| (pid, e.path())))
+        .filter(|(pid, path)| {
+            let cmdline = std::fs::read(path.join("cmdline")).unwrap_or_default();
+            // A zombie's command line reads empty: only live processes match.
+            *pid != me && String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }

@@ -1,6 +1,6 @@
 //! End-to-end tests across crates against the real Docker engine, one test binary: the
-//! pool, the subagent image, the bundled skills, the compose deployment, the benches' cleanup
-//! and the scripted LLM itself.
+//! pool, the subagent image, the bundled skills, the compose deployment, the benches' cleanup,
+//! the scripted LLM and the browser harness themselves.
 //!
 //! Every file here is a module of this one harness (`cargo test -p nexbot-tests --test suite`),
 //! so the crate is linked once; helpers shared by several files are modules too.
@@ -8,6 +8,7 @@
 mod pool_common;
 
 mod bench_cleanup;
+mod browser_harness;
 mod bundled_skills;
 mod compose_up;
 mod docker_smoke;
