@@ -105,8 +105,12 @@ image-bins:
 	  echo "IMAGE_FROM=test: $(IMAGE_BINS)/$$bin is not built; run \`make test-build\` (or \`make lint-build\`) first" >&2; \
 	  exit 2; }; done
 else ifeq ($(IMAGE_FROM),image)
+# Static-pie (ASLR kept) with packed relative relocations: the start-up reads 31 KB of
+# `.relr.dyn` instead of 1.9 MB of `.rela.dyn`, 1.8 MB less idle RSS for the daemon (README,
+# "Host idle RSS"); needs binutils ≥ 2.38 and glibc ≥ 2.36 (Debian 12 has both).
 image-bins:
-	RUSTFLAGS='-C target-feature=+crt-static' cargo build --profile image --target $(IMAGE_TRIPLE) \
+	RUSTFLAGS='-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs' \
+	  cargo build --profile image --target $(IMAGE_TRIPLE) \
 	  -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 else
 $(error IMAGE_FROM=$(IMAGE_FROM): use `image` (static release binaries) or `test` (the test build's))
