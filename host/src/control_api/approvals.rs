@@ -24,6 +24,8 @@ pub fn routes() -> Router<ControlState> {
 
 /// Who answers from the control API, as the question's record and message name it.
 pub const OPERATOR: &str = "nexbot-ctl";
+/// Who answers from the web dashboard.
+pub const DASHBOARD: &str = "dashboard";
 
 async fn list(State(s): State<ControlState>) -> Result<Json<ApprovalList>, ApiError> {
     Ok(Json(pending(&s)))
@@ -44,11 +46,16 @@ async fn answer(
     body: Result<Json<ApprovalAnswer>, JsonRejection>,
 ) -> Result<Json<Done>, ApiError> {
     let Json(request) = body?;
-    answer_question(&s, &request).await.map(Json)
+    answer_question(&s, &request, OPERATOR).await.map(Json)
 }
 
-/// `approvals allow|deny ID`: the operator's answer to a question of any chat.
-pub async fn answer_question(s: &ControlState, request: &ApprovalAnswer) -> Result<Done, ApiError> {
+/// `approvals allow|deny ID`: the operator's answer to a question of any chat, recorded as
+/// given `by` (`nexbot-ctl`, `dashboard`).
+pub async fn answer_question(
+    s: &ControlState,
+    request: &ApprovalAnswer,
+    by: &str,
+) -> Result<Done, ApiError> {
     let Some(choice) = Choice::parse(&request.answer) else {
         return Err(ApiError::bad_request(format!(
             "unknown answer {:?}: use once (allow), task, chat or deny",
@@ -60,7 +67,7 @@ pub async fn answer_question(s: &ControlState, request: &ApprovalAnswer) -> Resu
             "no egress questions here: the sandbox is not running (see `nexbot-ctl status`)",
         ));
     };
-    match approvals.answer(request.id, choice, OPERATOR, None) {
+    match approvals.answer(request.id, choice, by, None) {
         Ok(kind) => Ok(Done {
             message: format!("{} question {}: {}", kind.as_str(), request.id, choice.as_str()),
         }),

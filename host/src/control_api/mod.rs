@@ -251,7 +251,7 @@ async fn allow_skill(
     body: Result<Json<nexbot_control::SkillAllow>, JsonRejection>,
 ) -> Answer<nexbot_control::Done> {
     let Json(request) = body?;
-    ops::allow_skill(&s, &request).await.map(Json)
+    ops::allow_skill(&s, &request, approvals::OPERATOR).await.map(Json)
 }
 
 async fn metrics_text(State(s): State<ControlState>) -> Result<Response, ApiError> {

@@ -322,16 +322,16 @@ pub async fn skills(state: &ControlState) -> nexbot_control::SkillList {
 }
 
 /// `skills allow NAME [HASH]`: the operator accepts a skill's current content (see
-/// [`crate::skill_grants::allow`]).
+/// [`crate::skill_grants::allow`]), recorded as done `by` (`nexbot-ctl`, `dashboard`).
 pub async fn allow_skill(
     state: &ControlState,
     request: &nexbot_control::SkillAllow,
+    by: &str,
 ) -> Result<Done, ApiError> {
     use crate::skill_grants::AllowError;
     let Some(skills) = &state.0.skills else {
         return Err(ApiError::not_found("no skills folder configured (set [skills] dir)"));
     };
-    let by = super::approvals::OPERATOR;
     match crate::skill_grants::allow(
         skills,
         &state.0.store,

@@ -266,6 +266,7 @@ async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refus
     assert!(destination.contains(&server.to_string()), "{destination}");
     let receipt = page.find(Locator::Css("#receipt")).await.unwrap().text().await.unwrap();
     assert!(receipt.contains("web_fetch"), "{receipt}");
+    assert!(receipt.contains(&format!("{server} → once by dashboard")), "{receipt}");
     assert!(text.contains(TASK), "the task's words, shown as text: {text}");
     unescaped_markup_made_nothing(&browser).await;
     same_origin(&browser, &origin).await;

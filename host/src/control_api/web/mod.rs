@@ -358,7 +358,7 @@ async fn answer(
     Action { viewer, form }: Action<AnswerForm>,
 ) -> Response {
     let request = ApprovalAnswer { id, answer: form.answer };
-    let result = super::approvals::answer_question(&s, &request).await;
+    let result = super::approvals::answer_question(&s, &request, super::approvals::DASHBOARD).await;
     done(&s, &viewer, "/questions", result)
 }
 
@@ -409,7 +409,7 @@ async fn allow_skill(
     Action { viewer, form }: Action<AllowForm>,
 ) -> Response {
     let request = SkillAllow { name: form.name, hash: Some(form.hash) };
-    let result = super::ops::allow_skill(&s, &request).await;
+    let result = super::ops::allow_skill(&s, &request, super::approvals::DASHBOARD).await;
     done(&s, &viewer, "/skills", result)
 }
 
