@@ -124,10 +124,7 @@ async fn main() {
     llm.set_responder(|_| Step::text("ok"));
     let workspace = Workspace::init(NEXBOT, &format!("{run}-web-workspace"));
     seed(&workspace).await;
-    let web = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let web = nexbot_tests::free_loopback_addr();
     println!(
         "dashboard: release {NEXBOT}, pool of {POOL_SIZE}, {TASKS} task records, {ROUNDS} \
          requests per figure after 10 warm-ups, one at a time over loopback"

@@ -55,10 +55,7 @@ impl Browser {
                  chromium-driver) to run the browser tests"
             );
         }
-        let port = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            probe.local_addr().expect("its address").port()
-        };
+        let port = crate::free_loopback_addr().port();
         let profile =
             std::env::temp_dir().join(format!("nexbot-chromium-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&profile);

@@ -20,6 +20,13 @@ use bollard::Docker;
 /// The crate that owns the containers tests start for themselves (see [`local_image`]).
 pub use testcontainers;
 
+/// A loopback address no one listens on now (the OS's pick of a free port, released at
+/// once): for a server a test starts later, or for an address that must refuse.
+pub fn free_loopback_addr() -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    probe.local_addr().expect("its address")
+}
+
 /// Connects to the local Docker engine and checks that it answers.
 ///
 /// Under `CI=true` a missing engine is a test failure: the Docker tests are the point of CI.

@@ -164,7 +164,7 @@ fn names(degraded: &[String], part: &str) -> bool {
 #[tokio::test]
 async fn health_says_what_the_last_model_call_found_at_once() {
     // Nothing answers on the model's address yet: the start-up probe cannot reach it.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = nexbot_tests::free_loopback_addr();
     let tg = TelegramFixture::start().await;
     let ws = TempWorkspace::init("ctl-model-health");
     let mut env = base_env(&format!("http://{addr}/v1"));

@@ -8,7 +8,6 @@ use crate::egress_support;
 use crate::host_approvals::host;
 use crate::telegram::{has_text, start, telegram_env, LIMIT, OWNER};
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -24,12 +23,6 @@ const TASK: &str = "fetch the page <img src=x id=pwned>";
 /// A secret's value distinctive enough that finding it on any page is a leak.
 const SECRET_VALUE: &str = "web-secret-value-5be1c0d29f47";
 const MASTER_KEY: &str = "a-test-master-key-0123456789";
-
-/// A free loopback port for the dashboard.
-fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
 
 fn screenshots() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/dashboard-screenshots")
@@ -144,7 +137,7 @@ async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refus
     });
     let ws = TempWorkspace::init("web-dash");
     let names = Leftovers::new("webdash");
-    let web = free_port();
+    let web = nexbot_tests::free_loopback_addr();
     let mut env = telegram_env(&llm, &tg);
     env.extend(names.env());
     env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "2".into()));
