@@ -176,13 +176,15 @@ impl Skills {
         self.reload();
     }
 
-    /// Allows content `hash` despite the content screen from now on (the operator's live
-    /// allowance), and reads the folder again.
-    pub fn allow_content(&self, hash: &str) -> Arc<SkillSet> {
+    /// Allows the contents `hashes` despite the content screen from now on (the operator's
+    /// live allowances), and reads the folder again, once.
+    pub fn allow_contents(&self, hashes: &[String]) -> Arc<SkillSet> {
         {
             let mut env = self.inner.env.lock().unwrap_or_else(|e| e.into_inner());
-            if !env.allow_hashes.iter().any(|h| h == hash) {
-                env.allow_hashes.push(hash.to_owned());
+            for hash in hashes {
+                if !env.allow_hashes.contains(hash) {
+                    env.allow_hashes.push(hash.clone());
+                }
             }
         }
         self.reload()

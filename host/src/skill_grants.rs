@@ -146,12 +146,7 @@ pub async fn apply_allowances(skills: &Skills, store: &Store) {
         Ok(hashes) if hashes.is_empty() => {}
         Ok(hashes) => {
             let skills = skills.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                for hash in &hashes {
-                    skills.allow_content(hash);
-                }
-            })
-            .await;
+            let _ = tokio::task::spawn_blocking(move || skills.allow_contents(&hashes)).await;
         }
         Err(e) => tracing::warn!(error = %e, "cannot read the skills allowed by the operator"),
     }
@@ -183,8 +178,8 @@ pub async fn allow(
             .await
             .map_err(|e| AllowError::Store(e.to_string()))?;
         tracing::info!(skill = %name, hash = %now, %by, "skill allowed despite the content screen");
-        let (skills, hash) = (skills.clone(), now.to_owned());
-        set = tokio::task::spawn_blocking(move || skills.allow_content(&hash))
+        let (skills, hashes) = (skills.clone(), vec![now.to_owned()]);
+        set = tokio::task::spawn_blocking(move || skills.allow_contents(&hashes))
             .await
             .map_err(|e| AllowError::Store(e.to_string()))?;
         entry = set.get(name).ok_or_else(|| AllowError::NoSuchSkill(name.to_owned()))?;
