@@ -1,6 +1,7 @@
 //! The control plane's shared vocabulary: the request and response types of the daemon's
 //! control API (HTTP + JSON over `<data dir>/nexbot.sock`), and [`Client`], the small client
-//! `nexbot-ctl` uses.
+//! `nexbot-ctl` uses, and the human form of their numbers ([`human`]) that both `nexbot-ctl`
+//! and the daemon's dashboard show.
 //!
 //! Why a crate of its own: the daemon's server and `nexbot-ctl` must agree on every field, and
 //! `nexbot-ctl` must stay a small, fast binary that links neither the daemon, nor Docker's
@@ -10,6 +11,7 @@
 pub mod approvals;
 mod client;
 pub mod cron;
+pub mod human;
 pub mod mcp;
 pub mod secrets;
 pub mod types;

@@ -23,11 +23,12 @@ pub const COOKIE: &str = "nexbot_session";
 /// cannot grow the daemon's memory).
 const MAX_KEPT: usize = 64;
 
-/// A session: its CSRF token and a message for the next page (what an action did).
+/// A session: its CSRF token, and a message for the next page (what an action did; taken
+/// by [`Logins::take_flash`] only, so a check of the session never loses it).
 #[derive(Clone)]
 pub struct Session {
     pub csrf: String,
-    pub flash: Option<String>,
+    flash: Option<String>,
     expires: Instant,
 }
 
@@ -120,18 +121,23 @@ impl Logins {
         Some(id)
     }
 
-    /// The live session `id`, taking its flash message (shown once).
+    /// The live session `id` (an expired one is dropped).
     pub fn session(&self, id: &str) -> Option<Session> {
         let mut kept = self.kept();
         let key = find(&kept.sessions, id).map(|(k, _)| k.clone())?;
-        let session = kept.sessions.get_mut(&key)?;
+        let session = kept.sessions.get(&key)?;
         if session.expires <= Instant::now() {
             kept.sessions.remove(&key);
             return None;
         }
-        let shown = session.clone();
-        session.flash = None;
-        Some(shown)
+        Some(session.clone())
+    }
+
+    /// The session's message for the page being rendered, taken (shown once).
+    pub fn take_flash(&self, id: &str) -> Option<String> {
+        let mut kept = self.kept();
+        let key = find(&kept.sessions, id).map(|(k, _)| k.clone())?;
+        kept.sessions.get_mut(&key)?.flash.take()
     }
 
     /// Leaves a message for the session's next page.
@@ -195,8 +201,9 @@ mod tests {
         assert!(!csrf_matches(&session, &id), "the session id is not the CSRF token");
         assert!(logins.session(&link).is_none(), "a link is not a session");
         logins.flash(&id, "done".into());
-        assert_eq!(logins.session(&id).unwrap().flash.as_deref(), Some("done"));
-        assert_eq!(logins.session(&id).unwrap().flash, None, "a flash shows once");
+        assert!(logins.session(&id).is_some(), "a check of the session keeps the flash");
+        assert_eq!(logins.take_flash(&id).as_deref(), Some("done"));
+        assert_eq!(logins.take_flash(&id), None, "a flash shows once");
         logins.log_out(&id);
         assert!(logins.session(&id).is_none());
     }

@@ -294,13 +294,28 @@ async fn logout(
     response
 }
 
-fn page(title: &str, nav: pages::Nav, viewer: &Viewer, body: maud::Markup) -> Response {
-    Html(pages::layout(title, nav, &viewer.session, body).into_string()).into_response()
+/// A page for `viewer`, with the message the session's last action left (taken: shown once).
+fn page(
+    s: &ControlState,
+    title: &str,
+    nav: pages::Nav,
+    viewer: &Viewer,
+    body: maud::Markup,
+) -> Response {
+    let flash = web(s).logins.take_flash(&viewer.id);
+    let csrf = &viewer.session.csrf;
+    Html(pages::layout(title, nav, csrf, flash.as_deref(), body).into_string()).into_response()
 }
 
 async fn overview(State(s): State<ControlState>, viewer: Viewer) -> Response {
     let view = pages::OverviewData::gather(&s).await;
-    page("Overview", pages::Nav::Overview, &viewer, pages::overview(&view, &viewer.session.csrf))
+    page(
+        &s,
+        "Overview",
+        pages::Nav::Overview,
+        &viewer,
+        pages::overview(&view, &viewer.session.csrf),
+    )
 }
 
 /// The tasks page's filters (also the live stream's, so it shows the same rows).
@@ -316,7 +331,7 @@ async fn tasks(
     Query(filter): Query<TaskFilter>,
 ) -> Response {
     let rows = pages::task_rows(&s, &filter).await;
-    page("Tasks", pages::Nav::Tasks, &viewer, pages::tasks(&filter, rows))
+    page(&s, "Tasks", pages::Nav::Tasks, &viewer, pages::tasks(&filter, rows))
 }
 
 async fn task(
@@ -331,12 +346,18 @@ async fn task(
         }
         Err(e) => pages::problem(&e.message),
     };
-    page(&format!("Task {id}"), pages::Nav::Tasks, &viewer, body)
+    page(&s, &format!("Task {id}"), pages::Nav::Tasks, &viewer, body)
 }
 
 async fn questions(State(s): State<ControlState>, viewer: Viewer) -> Response {
     let list = super::approvals::pending(&s);
-    page("Questions", pages::Nav::Questions, &viewer, pages::questions(&list, &viewer.session.csrf))
+    page(
+        &s,
+        "Questions",
+        pages::Nav::Questions,
+        &viewer,
+        pages::questions(&list, &viewer.session.csrf),
+    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -367,13 +388,19 @@ async fn chats(State(s): State<ControlState>, viewer: Viewer) -> Response {
         Ok(list) => pages::chats(&list),
         Err(e) => pages::problem(&e.message),
     };
-    page("Chats", pages::Nav::Chats, &viewer, body)
+    page(&s, "Chats", pages::Nav::Chats, &viewer, body)
 }
 
 async fn jobs(State(s): State<ControlState>, viewer: Viewer) -> Response {
     let jobs = super::cron::jobs(&s, None).await;
     let runs = super::cron::job_runs(&s, None, Some(50)).await;
-    page("Scheduled jobs", pages::Nav::Jobs, &viewer, pages::jobs(jobs, runs, &viewer.session.csrf))
+    page(
+        &s,
+        "Scheduled jobs",
+        pages::Nav::Jobs,
+        &viewer,
+        pages::jobs(jobs, runs, &viewer.session.csrf),
+    )
 }
 
 async fn remove_job(
@@ -387,7 +414,7 @@ async fn remove_job(
 
 async fn skills(State(s): State<ControlState>, viewer: Viewer) -> Response {
     let list = super::ops::skills(&s).await;
-    page("Skills", pages::Nav::Skills, &viewer, pages::skills(&list, &viewer.session.csrf))
+    page(&s, "Skills", pages::Nav::Skills, &viewer, pages::skills(&list, &viewer.session.csrf))
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,7 +442,7 @@ async fn allow_skill(
 
 async fn secrets(State(s): State<ControlState>, viewer: Viewer) -> Response {
     let list = super::secrets::listing(&s.0.vault, None);
-    page("Secrets", pages::Nav::Secrets, &viewer, pages::secrets(&list))
+    page(&s, "Secrets", pages::Nav::Secrets, &viewer, pages::secrets(&list))
 }
 
 async fn subagent_action(

@@ -2,13 +2,13 @@
 //! escapes every value), and the fragments the live stream re-sends.
 
 use maud::{html, Markup, DOCTYPE};
+use nexbot_control::human::{human_bytes, human_ms, human_secs, or_dash, short_id, utc_time};
 use nexbot_control::{
     ApprovalList, CronJobList, CronRunList, Health, MessageList, PoolSummary, SecretList,
     SkillList, Status, SubagentList, TaskDetail, TaskRow,
 };
 
 use super::super::{ops, ApiError, ControlState};
-use super::auth::Session;
 use super::TaskFilter;
 
 /// The stylesheet and the script, compiled into the binary (no CDN, no build step).
@@ -52,8 +52,9 @@ fn head(title: &str) -> Markup {
     }
 }
 
-/// The page around every view: navigation, the last action's message, a log-out button.
-pub fn layout(title: &str, active: Nav, session: &Session, body: Markup) -> Markup {
+/// The page around every view: navigation, the last action's message (`flash`), a log-out
+/// button carrying the session's `csrf` token.
+pub fn layout(title: &str, active: Nav, csrf: &str, flash: Option<&str>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -76,12 +77,12 @@ pub fn layout(title: &str, active: Nav, session: &Session, body: Markup) -> Mark
                         }
                     }
                     form.inline method="post" action="/logout" {
-                        (csrf_field(&session.csrf))
+                        (csrf_field(csrf))
                         button type="submit" { "Log out" }
                     }
                 }
                 main {
-                    @if let Some(flash) = &session.flash {
+                    @if let Some(flash) = flash {
                         p.flash role="status" { (flash) }
                     }
                     h1 { (title) }
@@ -132,32 +133,9 @@ fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
+/// Unix seconds as `nexbot-ctl` shows them, marked UTC.
 fn time(unix: i64) -> String {
-    chrono::DateTime::from_timestamp(unix, 0)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-        .unwrap_or_else(|| unix.to_string())
-}
-
-fn or_dash<T>(value: Option<T>, f: impl FnOnce(T) -> String) -> String {
-    value.map_or_else(|| "–".to_owned(), f)
-}
-
-fn bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
-}
-
-fn ms(ms: u64) -> String {
-    if ms >= 10_000 {
-        format!("{:.0} s", ms as f64 / 1000.0)
-    } else if ms >= 1000 {
-        format!("{:.1} s", ms as f64 / 1000.0)
-    } else {
-        format!("{ms} ms")
-    }
+    format!("{} UTC", utc_time(unix))
 }
 
 /// What the overview shows, read from the daemon's parts.
@@ -195,7 +173,7 @@ pub fn overview(v: &OverviewData, csrf: &str) -> Markup {
                 h2 #health-h { "Health" }
                 p {
                     @if v.health.ready { span.ok { "Ready" } } @else { span.bad { "Not ready" } }
-                    " · version " (st.version) " · up " (ms(st.uptime_secs * 1000)) " · model " code { (st.model) }
+                    " · version " (st.version) " · up " (human_secs(st.uptime_secs)) " · model " code { (st.model) }
                 }
                 @for p in &v.health.problems { p.bad { (p) } }
                 @if !v.health.degraded.is_empty() {
@@ -206,7 +184,7 @@ pub fn overview(v: &OverviewData, csrf: &str) -> Markup {
                     @for c in &st.channels { dt { (c.name) } dd { (c.health) } }
                     dt { "scheduler" } dd { (st.scheduler) }
                     dt { "vault" } dd { (st.vault) }
-                    dt { "database" } dd { (bytes(st.database_bytes)) }
+                    dt { "database" } dd { (human_bytes(st.database_bytes)) }
                 }
                 form.inline method="post" action="/reload" {
                     (csrf_field(csrf))
@@ -296,17 +274,17 @@ pub fn pool(
                     @for s in &list.subagents {
                         tr data-slot=(s.id) {
                             td { (s.id) }
-                            td.container { code { (s.container.as_deref().unwrap_or("–")) } }
+                            td.container { code { (s.container.as_deref().unwrap_or("-")) } }
                             td { (s.room.as_deref().unwrap_or("blank")) }
                             td { span class=(format!("state state-{}", s.state)) { (s.state) } }
                             td {
                                 @if let Some(task) = &s.current_task {
-                                    a href=(format!("/tasks/{task}")) { code { (short(task)) } }
-                                    " " (or_dash(s.current_task_age_ms, ms))
-                                } @else { "–" }
+                                    a href=(format!("/tasks/{task}")) { code { (short_id(task)) } }
+                                    " " (or_dash(s.current_task_age_ms, human_ms))
+                                } @else { "-" }
                             }
-                            td { (or_dash(s.last_ping_us, |us| format!("{:.2} ms", us as f64 / 1000.0))) }
-                            td { (or_dash(s.memory_bytes, bytes)) }
+                            td { (or_dash(s.last_ping_us, |us| format!("{:.2}ms", us as f64 / 1000.0))) }
+                            td { (or_dash(s.memory_bytes, human_bytes)) }
                             td {
                                 (s.restarts)
                                 @if let Some(why) = &s.last_restart { " (" (why) ")" }
@@ -327,10 +305,6 @@ pub fn pool(
             }
         }
     }
-}
-
-fn short(id: &str) -> &str {
-    id.get(..8).unwrap_or(id)
 }
 
 /// The tasks the page's filter selects, newest first.
@@ -377,13 +351,13 @@ pub fn tasks_table(rows: &Result<Vec<TaskRow>, ApiError>) -> Markup {
                 } }
                 tbody { @for t in rows {
                     tr data-task=(t.id) {
-                        td { a href=(format!("/tasks/{}", t.id)) { code { (short(&t.id)) } } }
+                        td { a href=(format!("/tasks/{}", t.id)) { code { (short_id(&t.id)) } } }
                         td { (t.chat) }
                         td { span class=(format!("state state-{}", t.status)) { (t.status) } }
                         td { (time(t.started_at)) }
-                        td { (or_dash(t.duration_ms, |d| ms(d.max(0) as u64))) }
+                        td { (or_dash(t.duration_ms, |d| human_ms(d.max(0) as u64))) }
                         td { (t.prompt_tokens + t.completion_tokens) }
-                        td { code { (t.container.as_deref().unwrap_or("–")) } }
+                        td { code { (t.container.as_deref().unwrap_or("-")) } }
                         td.error { (t.error.as_deref().unwrap_or("")) }
                     }
                 } }
@@ -422,9 +396,9 @@ pub fn task(d: &TaskDetail, logs: &Result<Vec<String>, String>) -> Markup {
             dt { "chat" } dd { (r.chat) }
             dt { "outcome" } dd { span class=(format!("state state-{}", r.status)) { (r.status) } }
             dt { "started" } dd { (time(r.started_at)) }
-            dt { "duration" } dd { (or_dash(r.duration_ms, |d| ms(d.max(0) as u64))) }
+            dt { "duration" } dd { (or_dash(r.duration_ms, |d| human_ms(d.max(0) as u64))) }
             dt { "tokens" } dd { (r.prompt_tokens + r.completion_tokens) " (" (r.prompt_tokens) " prompt + " (r.completion_tokens) " completion)" }
-            dt { "container" } dd { code { (r.container.as_deref().unwrap_or("–")) } }
+            dt { "container" } dd { code { (r.container.as_deref().unwrap_or("-")) } }
             @if let Some(e) = &r.error { dt { "error" } dd.error { (e) } }
         }
         h2 { "Task" }
@@ -473,7 +447,7 @@ pub fn questions(list: &ApprovalList, csrf: &str) -> Markup {
                 li #(format!("question-{}", q.id)) {
                     p {
                         strong { (q.kind) } " · " (q.chat) " · waiting " (q.waiting_secs) " s"
-                        @if !q.task_id.is_empty() { " · task " a href=(format!("/tasks/{}", q.task_id)) { code { (short(&q.task_id)) } } }
+                        @if !q.task_id.is_empty() { " · task " a href=(format!("/tasks/{}", q.task_id)) { code { (short_id(&q.task_id)) } } }
                     }
                     @if !q.host.is_empty() {
                         p { code { (q.method) " " (q.host) ":" (q.port) (q.path.as_deref().unwrap_or("")) }
@@ -543,7 +517,7 @@ pub fn jobs(
                     tr {
                         td { (j.id) } td { (j.chat) } td { (j.name) }
                         td { code { (j.schedule) } " " (j.time_zone) }
-                        td { (j.next_run_local.as_deref().unwrap_or("–")) }
+                        td { (j.next_run_local.as_deref().unwrap_or("-")) }
                         td { (or_dash(j.tokens_per_run, |t| format!("{t:.0}"))) " of " (j.token_budget) }
                         td {
                             @if !j.heartbeat {
@@ -599,7 +573,7 @@ pub fn skills(list: &SkillList, csrf: &str) -> Markup {
                         (csrf_field(csrf))
                         input type="hidden" name="name" value=(s.name);
                         input type="hidden" name="hash" value=(hash);
-                        button type="submit" { "Allow this content (" (short(hash.trim_start_matches("sha256:"))) "…)" }
+                        button type="submit" { "Allow this content (" (short_id(hash.trim_start_matches("sha256:"))) "…)" }
                     }
                 }
             }
