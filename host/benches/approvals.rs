@@ -21,7 +21,9 @@ use nexbot_tests::scripted_llm::{is_main, ScriptedLlm, Step};
 use nexbot_tests::telegram::{BotMessage, TelegramFixture};
 use serde_json::{json, Value};
 
-const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+/// The daemon benched: the images' static binary under `make bench`, else this build's.
+static NEXBOT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| nexbot_tests::bench::daemon_binary(env!("CARGO_BIN_EXE_nexbot")));
 const LIMIT: Duration = Duration::from_secs(120);
 const OWNER: i64 = 7001;
 /// Someone on no allow-list: the floor's press.
@@ -61,7 +63,7 @@ async fn main() {
         (false, false) => Step::tool_call("web_fetch", json!({ "url": url })),
         (_, true) => Step::text("done"),
     });
-    let workspace = Workspace::init(NEXBOT, &format!("{run}-workspace"));
+    let workspace = Workspace::init(NEXBOT.as_str(), &format!("{run}-workspace"));
     let env = [
         ("NEXBOT_LLM__BASE_URL", llm.base_url()),
         ("NEXBOT_LLM__MODEL", "scripted".into()),
@@ -79,11 +81,12 @@ async fn main() {
         ("NEXBOT_TELEGRAM__API_URL", tg.api_url().to_owned()),
         ("NEXBOT_TELEGRAM__OWNER", OWNER.to_string()),
     ];
-    let daemon = Daemon::spawn(NEXBOT, &workspace.config(), env);
+    let daemon = Daemon::spawn(NEXBOT.as_str(), &workspace.config(), env);
     daemon.wait_log("the Telegram channel is on", LIMIT).await;
     println!(
-        "Egress question answered in Telegram: release {NEXBOT}, mode ask, pool of 2, \
-         instant scripted LLM, {ROUNDS} rounds"
+        "Egress question answered in Telegram: {bin}, mode ask, pool of 2, \
+         instant scripted LLM, {ROUNDS} rounds",
+        bin = NEXBOT.as_str()
     );
 
     let done =

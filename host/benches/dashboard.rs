@@ -16,7 +16,9 @@ use nexbot_tests::bench::{ms, proc_status_kib, record, DockerCleanup, Figure, St
 use nexbot_tests::daemon::{Daemon, Workspace, READY};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 
-const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+/// The daemon benched: the images' static binary under `make bench`, else this build's.
+static NEXBOT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| nexbot_tests::bench::daemon_binary(env!("CARGO_BIN_EXE_nexbot")));
 const POOL_SIZE: usize = 8;
 const TASKS: usize = 10_000;
 const ROUNDS: usize = 200;
@@ -79,7 +81,7 @@ async fn serve(
     if let Some(web) = web {
         env.push(("NEXBOT_CONTROL__WEB_ADDR", web.to_string()));
     }
-    let daemon = Daemon::spawn(NEXBOT, &workspace.config(), env);
+    let daemon = Daemon::spawn(NEXBOT.as_str(), &workspace.config(), env);
     daemon.wait_log(READY, LIMIT).await;
     let api = Client::new(workspace.socket());
     let start = Instant::now();
@@ -122,12 +124,13 @@ async fn main() {
         DockerCleanup::default().label(nexbot_docker::spec::LABEL_POOL, &pool).network(&network);
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("ok"));
-    let workspace = Workspace::init(NEXBOT, &format!("{run}-web-workspace"));
+    let workspace = Workspace::init(NEXBOT.as_str(), &format!("{run}-web-workspace"));
     seed(&workspace).await;
     let web = nexbot_tests::free_loopback_addr();
     println!(
-        "dashboard: release {NEXBOT}, pool of {POOL_SIZE}, {TASKS} task records, {ROUNDS} \
-         requests per figure after 10 warm-ups, one at a time over loopback"
+        "dashboard: {bin}, pool of {POOL_SIZE}, {TASKS} task records, {ROUNDS} \
+         requests per figure after 10 warm-ups, one at a time over loopback",
+        bin = NEXBOT.as_str()
     );
 
     // Off first: the same daemon, workspace and pool without the dashboard.

@@ -27,14 +27,16 @@ use nexbot_tests::bench::{proc_status_kib, record, Figure, Stats, Target};
 use nexbot_tests::daemon::{Daemon, Workspace};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 
-const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+/// The daemon benched: the images' static binary under `make bench`, else this build's.
+static NEXBOT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| nexbot_tests::bench::daemon_binary(env!("CARGO_BIN_EXE_nexbot")));
 const DUE_JOBS: usize = 1_000;
 const STORED_JOBS: usize = 10_000;
 const LIMIT: Duration = Duration::from_secs(120);
 const IDLE: Duration = Duration::from_secs(5);
 
 fn workspace(tag: &str) -> Workspace {
-    Workspace::init(NEXBOT, &format!("nxb-sched-{tag}-{}", std::process::id()))
+    Workspace::init(NEXBOT.as_str(), &format!("nxb-sched-{tag}-{}", std::process::id()))
 }
 
 fn env(llm: &ScriptedLlm) -> Vec<(String, String)> {
@@ -101,7 +103,7 @@ async fn handoff(llm: &ScriptedLlm) {
 
 /// Idle RSS (KiB) of `nexbot serve` on `workspace`.
 async fn serve_rss(workspace: &Workspace, llm: &ScriptedLlm) -> u64 {
-    let daemon = Daemon::serve(NEXBOT, &workspace.config(), env(llm), LIMIT).await;
+    let daemon = Daemon::serve(NEXBOT.as_str(), &workspace.config(), env(llm), LIMIT).await;
     tokio::time::sleep(IDLE).await;
     let rss = proc_status_kib(daemon.pid(), "VmRSS:").expect("VmRSS");
     daemon.stop(LIMIT).await;

@@ -16,7 +16,9 @@ use nexbot_tests::bench::{
 use nexbot_tests::daemon::{Daemon, Workspace, READY};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 
-const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+/// The daemon benched: the images' static binary under `make bench`, else this build's.
+static NEXBOT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| nexbot_tests::bench::daemon_binary(env!("CARGO_BIN_EXE_nexbot")));
 const IMAGE: &str = "nexbot-subagent:dev";
 const POOL_SIZE: usize = 4;
 /// How long the daemon sits idle, pool ready, before its memory is read.
@@ -59,7 +61,7 @@ async fn main() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(|_| Step::text("ok"));
 
-    let workspace = Workspace::init(NEXBOT, &format!("{run}-workspace"));
+    let workspace = Workspace::init(NEXBOT.as_str(), &format!("{run}-workspace"));
     let pool_size = POOL_SIZE.to_string();
     let env = [
         ("NEXBOT_LLM__BASE_URL", llm.base_url()),
@@ -70,14 +72,15 @@ async fn main() {
         ("NEXBOT_SUBAGENT__NETWORK", network.clone()),
     ];
     println!(
-        "nexbot serve idle memory: release binary {NEXBOT}\n  workspace from `nexbot init`, \
+        "nexbot serve idle memory: {bin}\n  workspace from `nexbot init`, \
          default config except pool size {POOL_SIZE}, pool name and network (bench-only), LLM = \
          scripted server; log level info.\n  The egress proxy and LLM relay run (as in every \
          `serve` with the sandbox), the firewall too when the bench runs as root. Telegram is off \
-         here (no token): the Telegram bench measures the RSS with it polling."
+         here (no token): the Telegram bench measures the RSS with it polling.",
+        bin = NEXBOT.as_str()
     );
     let started = Instant::now();
-    let daemon = Daemon::spawn(NEXBOT, &workspace.config(), env);
+    let daemon = Daemon::spawn(NEXBOT.as_str(), &workspace.config(), env);
     let pid = daemon.pid();
     daemon.wait_log(READY, LIMIT).await;
     let serving_after = started.elapsed();

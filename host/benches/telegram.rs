@@ -21,7 +21,9 @@ use nexbot_tests::daemon::{Daemon, Workspace};
 use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
 use nexbot_tests::telegram::TelegramFixture;
 
-const NEXBOT: &str = env!("CARGO_BIN_EXE_nexbot");
+/// The daemon benched: the images' static binary under `make bench`, else this build's.
+static NEXBOT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| nexbot_tests::bench::daemon_binary(env!("CARGO_BIN_EXE_nexbot")));
 const LIMIT: Duration = Duration::from_secs(120);
 const OWNER: i64 = 7001;
 const ROUNDS: usize = 100;
@@ -67,7 +69,7 @@ async fn main() {
             Step::text(&format!("echo: {text}"))
         }
     });
-    let workspace = Workspace::init(NEXBOT, &format!("{run}-workspace"));
+    let workspace = Workspace::init(NEXBOT.as_str(), &format!("{run}-workspace"));
 
     let users: Vec<String> = (0..CHATS).map(|i| (8000 + i).to_string()).collect();
     let env = [
@@ -84,10 +86,13 @@ async fn main() {
         ("NEXBOT_TELEGRAM__ALLOWED_USERS", format!("[{}]", users.join(","))),
         ("NEXBOT_BUS__MAX_PARALLEL_TURNS", "20".into()),
     ];
-    let daemon = Daemon::spawn(NEXBOT, &workspace.config(), env);
+    let daemon = Daemon::spawn(NEXBOT.as_str(), &workspace.config(), env);
     let pid = daemon.pid();
     daemon.wait_log("the Telegram channel is on", LIMIT).await;
-    println!("Telegram through the emulator: release {NEXBOT}, pool of 4, instant scripted LLM");
+    println!(
+        "Telegram through the emulator: {bin}, pool of 4, instant scripted LLM",
+        bin = NEXBOT.as_str()
+    );
 
     // Warm up (first turn opens the database session, the first connections).
     let before = tg.calls("sendMessage").await.len();

@@ -13,6 +13,26 @@ use std::time::Duration;
 /// Names the file the benches append their figures to (set by `make bench`).
 pub const FIGURES_ENV: &str = "NEXBOT_BENCH_FIGURES";
 
+/// Names the `nexbot` binary the daemon benches run instead of the one cargo built for them
+/// (set by `make bench` to the images' static binary, so the figures are of what ships).
+pub const DAEMON_ENV: &str = "NEXBOT_BENCH_DAEMON";
+
+/// The `nexbot` binary a daemon bench runs: [`DAEMON_ENV`]'s when set, else `built` (the
+/// bench's own `CARGO_BIN_EXE_nexbot`, the dynamically linked release build).
+pub fn daemon_binary(built: &str) -> String {
+    match std::env::var(DAEMON_ENV) {
+        Ok(path) if !path.is_empty() => {
+            assert!(
+                Path::new(&path).is_file(),
+                "{DAEMON_ENV}={path}: no such file (run `make image-bins`, or unset it to bench \
+                 the release build)"
+            );
+            path
+        }
+        _ => built.to_owned(),
+    }
+}
+
 /// Percentiles of a set of timings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stats {
