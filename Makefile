@@ -2,7 +2,7 @@
 # as the parts `make image`, `make cli-image`, `make mcp-image`, `make lint-build` and
 # `make lint-test-run`, each timed).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance
+  bench up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance order-file cli-npm
 
 build:
 	cargo build --workspace
@@ -106,12 +106,38 @@ image-bins:
 	  exit 2; }; done
 else ifeq ($(IMAGE_FROM),image)
 # Static-pie (ASLR kept) with packed relative relocations: the start-up reads 31 KB of
-# `.relr.dyn` instead of 1.9 MB of `.rela.dyn`, 1.8 MB less idle RSS for the daemon (README,
-# "Host idle RSS"); needs binutils ≥ 2.38 and glibc ≥ 2.36 (Debian 12 has both).
+# `.relr.dyn` instead of 1.9 MB of `.rela.dyn`, 1.8 MB less idle RSS for the daemon; and the
+# functions the daemon runs (docker/nexbot.order) placed together at the start of `.text`, so
+# that the pages its start-up touches are few (docker/link-order.sh; README, "Host idle RSS").
+# The order is made from the binaries' own symbols, so they link twice when it changed (after a
+# code change): once to learn their names, once with them. Needs binutils ≥ 2.38 and glibc ≥
+# 2.36 (Debian 12 has both) and rustc's default linker here, lld (its --symbol-ordering-file).
+IMAGE_LINK_ORDER := $(abspath $(CARGO_OUT))/$(IMAGE_TRIPLE)/image-link.order
+IMAGE_RUSTFLAGS := -C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs \
+  -C link-arg=-Wl,--symbol-ordering-file=$(IMAGE_LINK_ORDER) \
+  -C link-arg=-Wl,--no-warn-symbol-ordering
+IMAGE_BUILD := RUSTFLAGS='$(IMAGE_RUSTFLAGS)' cargo build --profile image \
+  --target $(IMAGE_TRIPLE) -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 image-bins:
-	RUSTFLAGS='-C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs' \
-	  cargo build --profile image --target $(IMAGE_TRIPLE) \
-	  -p nexbot-subagent -p nexbot-host -p nexbot-ctl
+	@mkdir -p $(dir $(IMAGE_LINK_ORDER)) && touch $(IMAGE_LINK_ORDER)
+	$(IMAGE_BUILD)
+	@docker/link-order.sh docker/nexbot.order $(IMAGE_LINK_ORDER) \
+	  $(addprefix $(IMAGE_BINS)/,nexbot nexbot-subagent nexbot-ctl)
+	@$(IMAGE_BUILD)
+
+# `make order-file`: docker/nexbot.order again, from what the daemon runs in the benches that
+# measure its memory (start, a pool of 4, idle; then Telegram, turns, the control API), under
+# valgrind's callgrind (docker/profile-order.sh). Run it when link-order says that few of the
+# file's functions are found (after large changes or a new toolchain); commit the result.
+ORDER_BENCHES := serve_idle telegram
+order-file: image
+	@benches=; for b in $(ORDER_BENCHES); do \
+	  exe=$$(cargo bench --no-run --message-format=json -p nexbot-host --bench $$b \
+	    | grep '"kind":\["bench"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p') \
+	    && [ -n "$$exe" ] || exit 1; \
+	  benches="$$benches $$exe"; done; \
+	  docker/profile-order.sh docker/nexbot.order $(IMAGE_BINS)/nexbot $$benches
+	$(MAKE) --no-print-directory image-bins
 else
 $(error IMAGE_FROM=$(IMAGE_FROM): use `image` (static release binaries) or `test` (the test build's))
 endif
@@ -146,6 +172,9 @@ CLI_NPM := target/cli-npm/$(subst /,_,$(CLI_PKG))+$(CLI_NODE_PKG)
 
 $(CLI_NPM)/.done:
 	$(call npm-tree,$(CLI_NPM),$(CLI_PKG) $(CLI_NODE_PKG))
+
+# The CLI's npm tree alone (CI fetches it while the Rust build runs).
+cli-npm: $(CLI_NPM)/.done
 
 cli-image: subagent-image $(CLI_NPM)/.done
 	rm -rf $(CLI_CTX)
@@ -251,7 +280,8 @@ bench: image cli-image mcp-image
 	@{ echo "# make bench started at $$(date +%s)"; \
 	  echo "# load average at the start: $$(cut -d' ' -f1-3 /proc/loadavg)"; } > $(BENCH_FIGURES)
 	@failed=; for b in $(BENCH_RUNS); do echo "== cargo bench $$b"; \
-	  NEXBOT_BENCH_FIGURES=$(BENCH_FIGURES) cargo bench -q $$b || failed="$$failed [$$b]"; done; \
+	  NEXBOT_BENCH_FIGURES=$(BENCH_FIGURES) NEXBOT_BENCH_DAEMON=$(abspath $(IMAGE_BINS))/nexbot \
+	  cargo bench -q $$b || failed="$$failed [$$b]"; done; \
 	  if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
 # The host image: static nexbot + nexbot-ctl and this machine's iptables with exactly the

@@ -13,6 +13,7 @@ mod bundled_skills;
 mod compose_up;
 mod docker_smoke;
 mod egress_firewall_watch;
+mod link_order;
 mod make_up_preflight;
 mod mcp_conformance;
 mod pool_clean_room;
