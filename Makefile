@@ -107,11 +107,13 @@ image-bins:
 else ifeq ($(IMAGE_FROM),image)
 # Static-pie (ASLR kept) with packed relative relocations: the start-up reads 31 KB of
 # `.relr.dyn` instead of 1.9 MB of `.rela.dyn`, 1.8 MB less idle RSS for the daemon; and the
-# functions the daemon runs (docker/nexbot.order) placed together at the start of `.text`, so
-# that the pages its start-up touches are few (docker/link-order.sh; README, "Host idle RSS").
-# The order is made from the binaries' own symbols, so they link twice when it changed (after a
-# code change): once to learn their names, once with them. Needs binutils ≥ 2.38 and glibc ≥
-# 2.36 (Debian 12 has both) and rustc's default linker here, lld (its --symbol-ordering-file).
+# functions the daemon and the sandbox's program run (docker/nexbot.order,
+# docker/nexbot-subagent.order) placed together at the start of `.text`, so that the pages
+# their start-up touches are few (docker/link-order.sh; README, "Host idle RSS"). The order is
+# made from the binaries' own symbols, so they link twice when it changed (after a code
+# change): once to learn their names, once with them. Needs binutils ≥ 2.38 and glibc ≥ 2.36
+# (Debian 12 has both) and rustc's default linker here, lld (its --symbol-ordering-file).
+IMAGE_ORDER_KEYS := docker/nexbot.order docker/nexbot-subagent.order
 IMAGE_LINK_ORDER := $(abspath $(CARGO_OUT))/$(IMAGE_TRIPLE)/image-link.order
 IMAGE_RUSTFLAGS := -C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs \
   -C link-arg=-Wl,--symbol-ordering-file=$(IMAGE_LINK_ORDER) \
@@ -121,22 +123,28 @@ IMAGE_BUILD := RUSTFLAGS='$(IMAGE_RUSTFLAGS)' cargo build --profile image \
 image-bins:
 	@mkdir -p $(dir $(IMAGE_LINK_ORDER)) && touch $(IMAGE_LINK_ORDER)
 	$(IMAGE_BUILD)
-	@docker/link-order.sh docker/nexbot.order $(IMAGE_LINK_ORDER) \
+	@cat $(IMAGE_ORDER_KEYS) > $(IMAGE_LINK_ORDER).keys
+	@docker/link-order.sh $(IMAGE_LINK_ORDER).keys $(IMAGE_LINK_ORDER) \
 	  $(addprefix $(IMAGE_BINS)/,nexbot nexbot-subagent nexbot-ctl)
 	@$(IMAGE_BUILD)
 
-# `make order-file`: docker/nexbot.order again, from what the daemon runs in the benches that
-# measure its memory (start, a pool of 4, idle; then Telegram, turns, the control API), under
-# valgrind's callgrind (docker/profile-order.sh). Run it when link-order says that few of the
-# file's functions are found (after large changes or a new toolchain); commit the result.
-ORDER_BENCHES := serve_idle telegram
+# `make order-file`: docker/nexbot.order and docker/nexbot-subagent.order again, from what the
+# binaries run in the benches that measure their memory, under valgrind's callgrind
+# (docker/profile-order.sh): the daemon's start, a pool of 4 and idle (serve_idle), then
+# Telegram, turns and the control API (telegram); the subagent's start, pings and tasks over
+# pipes (ping_rtt). Run it when link-order's counts say that many functions are not found
+# (after large changes or a new toolchain); commit the result.
+# $(call bench-exe,PACKAGE,BENCH): the path of that bench's executable, built.
+bench-exe = $$(cargo bench --no-run --message-format=json -p $(1) --bench $(2) \
+  | grep '"kind":\["bench"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
 order-file: image
-	@benches=; for b in $(ORDER_BENCHES); do \
-	  exe=$$(cargo bench --no-run --message-format=json -p nexbot-host --bench $$b \
-	    | grep '"kind":\["bench"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p') \
-	    && [ -n "$$exe" ] || exit 1; \
-	  benches="$$benches $$exe"; done; \
-	  docker/profile-order.sh docker/nexbot.order $(IMAGE_BINS)/nexbot $$benches
+	@serve_idle=$(call bench-exe,nexbot-host,serve_idle) && [ -n "$$serve_idle" ] && \
+	  telegram=$(call bench-exe,nexbot-host,telegram) && [ -n "$$telegram" ] && \
+	  ping_rtt=$(call bench-exe,nexbot-subagent,ping_rtt) && [ -n "$$ping_rtt" ] && \
+	  docker/profile-order.sh docker/nexbot.order $(IMAGE_BINS)/nexbot NEXBOT_BENCH_DAEMON \
+	    "$$serve_idle" "$$telegram" && \
+	  docker/profile-order.sh docker/nexbot-subagent.order $(IMAGE_BINS)/nexbot-subagent \
+	    NEXBOT_BENCH_SUBAGENT "$$ping_rtt"
 	$(MAKE) --no-print-directory image-bins
 else
 $(error IMAGE_FROM=$(IMAGE_FROM): use `image` (static release binaries) or `test` (the test build's))

@@ -45,9 +45,9 @@ done | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u | awk -v keys="$keys" '
   END {
     while ((getline line < keys) > 0) {
       if (line == "" || line ~ /^#/) continue
-      total++
       if (line in printed) continue
       printed[line] = 1
+      total++
       if (line in names) { exact++; print names[line]; continue }
       # Its hash changed (a new toolchain or dependency): the function under its new hash,
       # when exactly one has its name (a generic function has one per type, all alike here).

@@ -1,11 +1,12 @@
 #!/bin/sh
-# Writes docker/nexbot.order (`make order-file`): which functions the daemon runs, in the
-# order the images' binaries should hold them (docker/link-order.sh).
+# Writes docker/nexbot.order and docker/nexbot-subagent.order (`make order-file`): which
+# functions the daemon and the sandbox's program run, in the order the images' binaries should
+# hold them (docker/link-order.sh).
 #
-#   docker/profile-order.sh OUT BIN BENCH...
-#       Runs each BENCH (a daemon bench's executable, which starts `nexbot` from
-#       $NEXBOT_BENCH_DAEMON) with BIN, unstripped, under valgrind's callgrind, which records
-#       every function that ran. Writes OUT: the functions the first BENCH ran, by their address
+#   docker/profile-order.sh OUT BIN VAR BENCH...
+#       Runs each BENCH (a bench's executable, which runs the binary the environment variable
+#       VAR names: NEXBOT_BENCH_DAEMON, NEXBOT_BENCH_SUBAGENT) with BIN, unstripped, under
+#       valgrind's callgrind, which records every function that ran. Writes OUT: the functions the first BENCH ran, by their address
 #       in BIN, then those each next BENCH added, so that what every start runs comes first;
 #       each named by its symbol without LLVM's `.llvm.N` suffix (see docker/link-order.sh).
 #
@@ -14,9 +15,9 @@
 # 20 times slower; the benches' limits allow it.
 set -eu
 
-[ $# -ge 3 ] || { echo "usage: $0 OUT BIN BENCH..." >&2; exit 2; }
-out=$1 bin=$2
-shift 2
+[ $# -ge 4 ] || { echo "usage: $0 OUT BIN VAR BENCH..." >&2; exit 2; }
+out=$1 bin=$2 var=$3
+shift 3
 command -v valgrind >/dev/null 2>&1 || {
   echo "$0: valgrind is not installed (apt-get install valgrind)" >&2
   exit 2
@@ -37,7 +38,7 @@ for bench in "$@"; do
     "  --callgrind-out-file=$work/$phase/cg.%p '$bin' \"\$@\"" > "$work/$phase/nexbot"
   chmod +x "$work/$phase/nexbot"
   echo "profile-order: $bench under callgrind"
-  NEXBOT_BENCH_DAEMON="$work/$phase/nexbot" "$bench" > "$work/$phase.log" 2>&1 || {
+  env "$var=$work/$phase/nexbot" "$bench" > "$work/$phase.log" 2>&1 || {
     echo "$0: $bench failed:" >&2
     tail -n 40 "$work/$phase.log" >&2
     exit 1
@@ -49,7 +50,7 @@ for bench in "$@"; do
 done
 
 {
-  echo "# The functions \`nexbot\` runs, in the order the images' binaries hold them (README,"
+  echo "# The functions \`$(basename "$bin")\` runs, in the order the images' binaries hold them (README,"
   echo "# \"Host idle RSS\"). Written by \`make order-file\` (docker/profile-order.sh) on $(date -u +%F)"
   echo "# from the benches: $(for b in "$@"; do basename "$b" | sed 's/-[0-9a-f]*$//'; done | tr '\n' ' ')"
   nm --defined-only "$bin" | awk '$2 ~ /^[tTwW]$/ { print $1, $3 }' > "$work/nm"

@@ -23,7 +23,16 @@ use serde_json::{json, Value};
 const ROUND_TRIPS: usize = 2_000;
 
 /// The static binary `make image` puts into the image.
-const IMAGE_BINARY: &str = "target/x86_64-unknown-linux-gnu/release/nexbot-subagent";
+const IMAGE_BINARY: &str = "target/x86_64-unknown-linux-gnu/image/nexbot-subagent";
+
+/// The binary benched over pipes: this build's, or `NEXBOT_BENCH_SUBAGENT`'s.
+fn subagent_binary() -> std::path::PathBuf {
+    nexbot_tests::bench::binary_from_env(
+        nexbot_tests::bench::SUBAGENT_ENV,
+        env!("CARGO_BIN_EXE_nexbot-subagent"),
+    )
+    .into()
+}
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -167,8 +176,8 @@ fn loop_overhead(scratch: &Path) {
     const ROUNDS: u32 = 1_000_000;
     let with = hooks_per_iteration(&TASK_HOOKS, ROUNDS);
     let without = hooks_per_iteration(&[], ROUNDS);
-    let this = Path::new(env!("CARGO_BIN_EXE_nexbot-subagent"));
-    let per_iteration = loop_per_iteration(this, &url, scratch, 5);
+    let this = subagent_binary();
+    let per_iteration = loop_per_iteration(&this, &url, scratch, 5);
     println!(
         "subagent task loop, per iteration (best of 5 tasks of 60 iterations, release build):"
     );
@@ -218,8 +227,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn main() {
     let scratch = std::env::temp_dir().join(format!("nxs-bench-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch");
-    let (mut child, mut stdin, mut stdout) =
-        start(Path::new(env!("CARGO_BIN_EXE_nexbot-subagent")), &scratch);
+    let (mut child, mut stdin, mut stdout) = start(&subagent_binary(), &scratch);
     let pid = child.id();
     let mut line = String::new();
 

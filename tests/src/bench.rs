@@ -17,15 +17,24 @@ pub const FIGURES_ENV: &str = "NEXBOT_BENCH_FIGURES";
 /// (set by `make bench` to the images' static binary, so the figures are of what ships).
 pub const DAEMON_ENV: &str = "NEXBOT_BENCH_DAEMON";
 
+/// Names the `nexbot-subagent` binary the subagent's pipe bench runs instead of cargo's (set
+/// by `make order-file` to run it under a profiler).
+pub const SUBAGENT_ENV: &str = "NEXBOT_BENCH_SUBAGENT";
+
 /// The `nexbot` binary a daemon bench runs: [`DAEMON_ENV`]'s when set, else `built` (the
 /// bench's own `CARGO_BIN_EXE_nexbot`, the dynamically linked release build).
 pub fn daemon_binary(built: &str) -> String {
-    match std::env::var(DAEMON_ENV) {
+    binary_from_env(DAEMON_ENV, built)
+}
+
+/// The binary `var` names when set, else `built`.
+pub fn binary_from_env(var: &str, built: &str) -> String {
+    match std::env::var(var) {
         Ok(path) if !path.is_empty() => {
             assert!(
                 Path::new(&path).is_file(),
-                "{DAEMON_ENV}={path}: no such file (run `make image-bins`, or unset it to bench \
-                 the release build)"
+                "{var}={path}: no such file (run `make image-bins`, or unset it to bench the \
+                 release build)"
             );
             path
         }
