@@ -25,8 +25,9 @@ test-build:
 # 71 s, every test passing (2026-11-26). `make test-run TEST_THREADS=1` runs them one by one.
 TEST_THREADS ?= 4
 
+# Every test binary, the host's suite beside the light ones (tests/run-suites.sh says why).
 test-run:
-	RUST_TEST_THREADS=$(TEST_THREADS) cargo test --workspace --no-fail-fast
+	RUST_TEST_THREADS=$(TEST_THREADS) tests/run-suites.sh
 
 # `make lint`'s clippy and `make test-build` in one compilation (what CI runs): clippy-driver
 # as the workspace crates' compiler (RUSTC_WORKSPACE_WRAPPER, as `cargo clippy` sets it for
@@ -40,7 +41,7 @@ lint-build:
 	$(LINTED) cargo test --workspace --all-targets --no-fail-fast --no-run
 
 lint-test-run:
-	RUST_TEST_THREADS=$(TEST_THREADS) $(LINTED) cargo test --workspace --no-fail-fast
+	RUST_TEST_THREADS=$(TEST_THREADS) $(LINTED) tests/run-suites.sh
 
 lint:
 	cargo fmt --all -- --check

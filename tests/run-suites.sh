@@ -1,0 +1,61 @@
+#!/bin/sh
+# `make test-run` / `make lint-test-run`: every test binary of `cargo test --workspace`, run as
+# cargo runs them (each in its package's folder, RUST_TEST_THREADS from the environment), but
+# not all one after another: the host's end-to-end suite, the longest (~107 s), runs while the
+# light ones do (the unit tests; the ctl, LLM, egress and subagent suites: ~35 s together, few
+# containers); the Docker suite (`nexbot-tests`) runs after it, never beside it: both start
+# containers by the dozen, and together they once made a pool container miss its first ping.
+#
+#   tests/run-suites.sh
+#       Builds nothing: the binaries come from `cargo test --workspace --no-run` (a no-op after
+#       `make test-build` / `make lint-build`, with the same environment). Exits 1 when a test
+#       binary failed (after running all of them), 0 when all passed.
+#
+# Why not `cargo test -p …` per group: cargo resolves dependencies' features for the packages
+# selected, so a group builds some dependencies again with other features (31 crates for the
+# host suite alone here), which costs more than running the groups at once saves.
+set -u
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+cargo test --workspace --no-run --message-format=json > "$work/artifacts" || {
+  echo "run-suites: cargo test --no-run failed" >&2
+  exit 1
+}
+# One line per test binary (built in test mode: its profile says `"test":true`; the others are
+# the programs the tests start): its package's folder, then the binary.
+grep -F '"test":true},"features"' "$work/artifacts" |
+  sed -n 's/.*"manifest_path":"\([^"]*\)\/Cargo.toml".*"executable":"\([^"]*\)".*/\1 \2/p' \
+    > "$work/binaries"
+[ -s "$work/binaries" ] || { echo "run-suites: no test binaries found" >&2; exit 1; }
+root=$(pwd)
+# The two Docker-heavy suites: `host/tests/suite` and `tests/tests/suite`.
+host_suite=$(grep "^$root/host .*/deps/suite-" "$work/binaries" || true)
+docker_suite=$(grep "^$root/tests .*/deps/suite-" "$work/binaries" || true)
+[ -n "$host_suite" ] && [ -n "$docker_suite" ] || {
+  echo "run-suites: the host suite or the Docker suite is not among the test binaries" >&2
+  exit 1
+}
+
+failed=
+# run DIR BINARY: one test binary, as cargo runs it.
+run() {
+  echo "     Running $2"
+  (cd "$1" && "$2" < /dev/null) || failed="$failed $2"
+}
+
+(cd "${host_suite% *}" && "${host_suite#* }" < /dev/null) > "$work/host-suite.log" 2>&1 &
+host_pid=$!
+grep -v -e "^$host_suite\$" -e "^$docker_suite\$" "$work/binaries" > "$work/light"
+while read -r dir binary; do run "$dir" "$binary"; done < "$work/light"
+echo "     Running ${host_suite#* } (beside the above)"
+wait "$host_pid" || failed="$failed ${host_suite#* }"
+cat "$work/host-suite.log"
+run "${docker_suite% *}" "${docker_suite#* }"
+
+if [ -n "$failed" ]; then
+  echo "run-suites: failed:$failed" >&2
+  exit 1
+fi
+echo "run-suites: all $(wc -l < "$work/binaries") test binaries passed"
