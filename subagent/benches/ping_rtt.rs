@@ -34,16 +34,9 @@ fn subagent_binary() -> std::path::PathBuf {
     .into()
 }
 
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 fn memory(pid: u32) -> String {
-    match (status_kib(pid, "VmRSS:"), status_kib(pid, "RssAnon:"), status_kib(pid, "RssFile:")) {
+    let field = |name| nexbot_tests::bench::proc_status_kib(pid, name);
+    match (field("VmRSS:"), field("RssAnon:"), field("RssFile:")) {
         (Some(rss), Some(anon), Some(file)) => format!(
             "{:.1} MiB ({rss} KiB: {anon} KiB anonymous, {file} KiB file-backed)",
             rss as f64 / 1024.0
