@@ -220,6 +220,16 @@ pub struct ServerCounters {
     pub duration_ms: u64,
 }
 
+/// What [`McpServers::restart`] did.
+#[derive(Debug)]
+pub struct Restarted {
+    /// Instances stopped.
+    pub stopped: usize,
+    /// A shared server's new container (none for a remote server or a chat-scoped one, whose
+    /// instances start at their chats' next calls).
+    pub container: Option<String>,
+}
+
 /// One instance as the operator sees it (`nexbot-ctl mcp ls`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceView {
@@ -729,7 +739,7 @@ impl McpServers {
 
     /// Restarts a server: every instance of it stops; shared ones start again now, chat ones
     /// at their next call. The back-off is forgotten.
-    pub async fn restart(&self, server: &str) -> Result<usize, McpError> {
+    pub async fn restart(&self, server: &str) -> Result<Restarted, McpError> {
         let config = self.config(server)?.clone();
         let keys: Vec<Key> = {
             let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
@@ -742,10 +752,17 @@ impl McpServers {
             instance.not_before = None;
             instance.failures = 0;
         }
+        let mut container = None;
         if config.scope == Scope::Shared {
-            self.instance(&(server.to_owned(), None)).await?;
+            let key = (server.to_owned(), None);
+            self.instance(&key).await?;
+            // Read under the slot's lock, which the old instance's watcher may hold a moment
+            // (it wakes when the restart ends that session): a non-blocking look could miss it.
+            let slot = self.slot(&key);
+            let instance = slot.lock().await;
+            container = instance.running.as_ref().and_then(|r| r.container()).map(str::to_owned);
         }
-        Ok(keys.len())
+        Ok(Restarted { stopped: keys.len(), container })
     }
 
     /// The tool list of the instance serving `chat`, when it runs (and is not being started);

@@ -130,21 +130,16 @@ pub fn tools(state: &ControlState, server: &str) -> Result<McpToolList, ApiError
 pub async fn restart(state: &ControlState, server: &str) -> Result<Done, ApiError> {
     let mcp = servers(state)?;
     let scope = known(mcp, server)?.scope;
-    let stopped = mcp.restart(server).await.map_err(|e| {
+    let restarted = mcp.restart(server).await.map_err(|e| {
         ApiError::new(StatusCode::BAD_GATEWAY, format!("MCP server {server} did not restart: {e}"))
     })?;
+    let stopped = restarted.stopped;
     tracing::info!(server, stopped, "MCP server restarted by the operator");
     let message = match scope {
-        nexbot_mcp::Scope::Shared => {
-            let container = mcp
-                .instances()
-                .await
-                .into_iter()
-                .find(|v| v.server == server && v.state == "running")
-                .and_then(|v| v.container)
-                .unwrap_or_else(|| "-".to_owned());
-            format!("MCP server {server} restarted: container {container}")
-        }
+        nexbot_mcp::Scope::Shared => format!(
+            "MCP server {server} restarted: container {}",
+            restarted.container.as_deref().unwrap_or("-")
+        ),
         nexbot_mcp::Scope::Chat => format!(
             "MCP server {server}: {stopped} instance(s) stopped; each chat's starts again at its \
              next call"
