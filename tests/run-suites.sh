@@ -3,8 +3,12 @@
 # cargo runs them (each in its package's folder, RUST_TEST_THREADS from the environment), but
 # not all one after another: the host's end-to-end suite, the longest (~107 s), runs while the
 # light ones do (the unit tests; the ctl, LLM, egress and subagent suites: ~35 s together, few
-# containers); the Docker suite (`nexbot-tests`) runs after it, never beside it: both start
-# containers by the dozen, and together they once made a pool container miss its first ping.
+# containers); the Docker suite (`nexbot-tests`) runs after it. All three at once measured no
+# faster (165 and 169 s against 166-168 s this way, 2026-11-27: the two cores are busy either
+# way) and loads the engine twice as hard. (Side by side the two suites once made a pool
+# container die during its first ping; the cause was the Docker suite's clean-up of dead runs,
+# which took the `service-reap` test's live pool for a dead run of the `service` test, whose
+# name begins it: fixed in `pool_common::process_of_run`, and clean side by side 4 times of 4.)
 #
 #   tests/run-suites.sh
 #       Builds nothing: the binaries come from `cargo test --workspace --no-run` (a no-op after

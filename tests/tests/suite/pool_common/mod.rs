@@ -99,19 +99,36 @@ pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
     Some((docker, config))
 }
 
+/// The test process whose run of `test` pool `name` is (`nxp-<test>-<pid>`), or `None` when it
+/// is not one. Only a whole pid counts: `nxp-service-` also begins `nxp-service-reap-<pid>`,
+/// the live pool of another test (`service-reap`), which the `service` test once took for a
+/// dead run of its own and removed mid-start (its first ping failed, exit 137).
+fn process_of_run(test: &str, name: &str) -> Option<u32> {
+    let pid = name.strip_prefix("nxp-")?.strip_prefix(test)?.strip_prefix('-')?;
+    pid.bytes().all(|b| b.is_ascii_digit()).then(|| pid.parse().ok())?
+}
+
+#[test]
+fn a_run_of_a_test_is_its_name_and_a_whole_pid_not_a_longer_tags_pool() {
+    assert_eq!(process_of_run("service", "nxp-service-4242"), Some(4242));
+    assert_eq!(process_of_run("service", "nxp-service-reap-4242"), None);
+    assert_eq!(process_of_run("owned", "nxp-owned-down-17"), None);
+    assert_eq!(process_of_run("service", "nxp-service-+42"), None);
+    assert_eq!(process_of_run("service", "nxp-service-"), None);
+    assert_eq!(process_of_run("service", "nxp-services-42"), None);
+}
+
 /// A test that panicked drops its pool without shutdown; its containers (named after a test
 /// process that no longer exists) are removed here, so failed runs do not pile up.
 async fn reap_dead_runs(docker: &Docker, test: &str) {
     use bollard::query_parameters::RemoveContainerOptionsBuilder;
     let filters = HashMap::from([("label", vec![LABEL_POOL.to_owned()])]);
     let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-    let prefix = format!("nxp-{test}-");
     for container in docker.list_containers(Some(options)).await.expect("list containers") {
-        let pool = container.labels.as_ref().and_then(|l| l.get(LABEL_POOL)).cloned();
-        let Some(pid) = pool.as_deref().and_then(|p| p.strip_prefix(&prefix)) else { continue };
-        let alive = pid.parse::<u32>().is_ok_and(|pid| {
-            pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
-        });
+        let pool = container.labels.as_ref().and_then(|l| l.get(LABEL_POOL));
+        let Some(pid) = pool.and_then(|p| process_of_run(test, p)) else { continue };
+        let alive =
+            pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists();
         if let (false, Some(id)) = (alive, container.id) {
             let remove = RemoveContainerOptionsBuilder::default().force(true).build();
             let _ = docker.remove_container(&id, Some(remove)).await;
