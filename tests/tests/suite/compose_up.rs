@@ -233,9 +233,7 @@ async fn reap_dead_runs(docker: &Docker, compose: &[String]) {
     for project in projects {
         let Some(rest) = project.strip_prefix(PROJECT_PREFIX) else { continue };
         let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-        let alive = pid.is_some_and(|pid| {
-            pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists()
-        });
+        let alive = pid.is_some_and(crate::pool_common::test_process_alive);
         if !alive {
             eprintln!("compose_up: removing {project}, left by a test run that no longer exists");
             let reap = Deployment::new(compose.to_vec(), &project, &[]);

@@ -60,9 +60,7 @@ fn build_helper_image() -> String {
         "docker images",
     );
     for tag in listed.lines() {
-        let gone = tag
-            .parse::<u32>()
-            .is_ok_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let gone = tag.parse::<u32>().is_ok_and(|pid| !pool_common::test_process_alive(pid));
         if gone {
             let _ = Command::new("docker").args(["rmi", &format!("{HELPER_REPO}:{tag}")]).output();
         }

@@ -118,6 +118,12 @@ fn a_run_of_a_test_is_its_name_and_a_whole_pid_not_a_longer_tags_pool() {
     assert_eq!(process_of_run("service", "nxp-services-42"), None);
 }
 
+/// Whether test process `pid` (this one, or one in this pid namespace) still runs: what the
+/// Docker suite's clean-ups ask before they remove what a test run named after its pid.
+pub fn test_process_alive(pid: u32) -> bool {
+    pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// A test that panicked drops its pool without shutdown; its containers (named after a test
 /// process that no longer exists) are removed here, so failed runs do not pile up.
 async fn reap_dead_runs(docker: &Docker, test: &str) {
@@ -127,9 +133,7 @@ async fn reap_dead_runs(docker: &Docker, test: &str) {
     for container in docker.list_containers(Some(options)).await.expect("list containers") {
         let pool = container.labels.as_ref().and_then(|l| l.get(LABEL_POOL));
         let Some(pid) = pool.and_then(|p| process_of_run(test, p)) else { continue };
-        let alive =
-            pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists();
-        if let (false, Some(id)) = (alive, container.id) {
+        if let (false, Some(id)) = (test_process_alive(pid), container.id) {
             let remove = RemoveContainerOptionsBuilder::default().force(true).build();
             let _ = docker.remove_container(&id, Some(remove)).await;
         }
@@ -143,9 +147,7 @@ async fn reap_dead_runs(docker: &Docker, test: &str) {
     for network in networks {
         let Some(name) = network.name else { continue };
         let Some(pid) = name.strip_prefix(NETWORK_PREFIX) else { continue };
-        let dead = pid.parse::<u32>().is_ok_and(|pid| {
-            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        });
+        let dead = pid.parse::<u32>().is_ok_and(|pid| !test_process_alive(pid));
         if dead {
             let _ = docker.remove_network(&name).await;
         }
