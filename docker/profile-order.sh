@@ -6,9 +6,10 @@
 #   docker/profile-order.sh OUT BIN VAR BENCH...
 #       Runs each BENCH (a bench's executable, which runs the binary the environment variable
 #       VAR names: NEXBOT_BENCH_DAEMON, NEXBOT_BENCH_SUBAGENT) with BIN, unstripped, under
-#       valgrind's callgrind, which records every function that ran. Writes OUT: the functions the first BENCH ran, by their address
-#       in BIN, then those each next BENCH added, so that what every start runs comes first;
-#       each named by its symbol without LLVM's `.llvm.N` suffix (see docker/link-order.sh).
+#       valgrind's callgrind, which records every function that ran. Writes OUT: the functions
+#       the first BENCH ran, by their address in BIN, then those each next BENCH added, so that
+#       what every start runs comes first; each named by its symbol without LLVM's `.llvm.N`
+#       suffix (see docker/link-order.sh).
 #
 # Why callgrind: it sees every function that runs once (sampling would miss the start-up's
 # many run-once functions, which are what costs resident pages). It runs the daemon about
