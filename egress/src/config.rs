@@ -74,6 +74,16 @@ pub struct EgressConfig {
     /// Most destinations one task may ask about; the rest are refused (one message says so).
     /// Default `8`.
     pub max_questions_per_task: usize,
+    /// Most requests of one chat held for an answer at once (`ask` mode); more are refused
+    /// at once. A held request keeps its client connection open, so without a share per chat
+    /// one chat's held requests could take the connections every other chat's tasks (and
+    /// their model calls through the relay) need. Default `16`.
+    pub max_held_per_chat: usize,
+    /// Most requests held for an answer at once across all chats; more are refused at once.
+    /// `0` (the default): half of `max_connections`, so that held requests can never take
+    /// more than half of the listener's connections — the rest stay for the relay and for
+    /// what is allowed.
+    pub max_held: usize,
     /// In `ask` mode, what a task with nobody to ask gets (a scheduled job, a heartbeat
     /// check): `"deny"` (only `allow` rules) or `"allowlist"` (also the chat's "always"
     /// rules). Default `"deny"`.
@@ -101,6 +111,8 @@ impl Default for EgressConfig {
             allow: Vec::new(),
             approval_timeout_secs: 120,
             max_questions_per_task: 8,
+            max_held_per_chat: 16,
+            max_held: 0,
             unattended: crate::Unattended::Deny,
             proxy: ProxyConfig::default(),
             relay: RelayConfig::default(),
@@ -422,6 +434,14 @@ impl EgressConfig {
         }
     }
 
+    /// Requests held for an answer at once across all chats (see [`Self::max_held`]).
+    pub fn held_capacity(&self) -> usize {
+        match self.max_held {
+            0 => (self.max_connections / 2).max(1),
+            n => n,
+        }
+    }
+
     /// Checks what serde cannot: value ranges and the provider URL.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
@@ -433,6 +453,7 @@ impl EgressConfig {
             ("max_connections_per_source", self.max_connections_per_source as u64),
             ("approval_timeout_secs", self.approval_timeout_secs),
             ("max_questions_per_task", self.max_questions_per_task as u64),
+            ("max_held_per_chat", self.max_held_per_chat as u64),
             ("proxy.connect_timeout_secs", self.proxy.connect_timeout_secs),
             ("proxy.max_duration_secs", self.proxy.max_duration_secs),
             ("proxy.host_addresses_refresh_secs", self.proxy.host_addresses_refresh_secs),

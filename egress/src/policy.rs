@@ -345,6 +345,20 @@ impl Policy {
         Ok(CheckedAddr { addr: SocketAddr::new(ip, port), host_address })
     }
 
+    /// Everything that can be judged without a lookup: the name check, and for a literal
+    /// address its address check. The proxy calls it before it asks anyone (the approval gate)
+    /// and only then [`Self::resolve`]s: a lookup is itself a message to whoever serves the
+    /// name, so a name carrying data (`<data>.attacker.example`) must not be looked up before
+    /// the destination is allowed.
+    pub fn check_before_lookup(&self, target: &Target) -> Result<(), Refusal> {
+        self.check_host(target).map_err(|denial| Refusal::Denied { denial, resolved: None })?;
+        if let Some(ip) = target.literal {
+            self.check_addr(target, ip)
+                .map_err(|denial| Refusal::Denied { denial, resolved: Some(ip) })?;
+        }
+        Ok(())
+    }
+
     /// Name check, lookup (by the proxy, with a timeout) and address check of every result.
     /// Returns the allowed addresses in resolver order, or why there are none.
     pub async fn resolve(

@@ -387,15 +387,19 @@ async fn open(
         refuse(audit, Verdict::Denied, StatusCode::BAD_REQUEST, denial.to_string())
     })?;
     let timeout = shared.config.proxy.connect_timeout();
-    let mut resolved = shared.policy.resolve(&target, timeout).await;
-    if resolved.is_ok() {
-        // The deny list and the address rules passed: now whether the destination is allowed.
-        if gate(&target, held, audit, shared).await? {
-            // Held for a while: the addresses dialled are the ones checked now.
-            resolved = shared.policy.resolve(&target, timeout).await;
-        }
-    }
-    let addrs: Vec<CheckedAddr> = match resolved {
+    // The deny list, the name rules and a literal address's rules, then whether the
+    // destination is allowed (a rule, a grant, the question), and only then the lookup: in
+    // `ask` and `allowlist` modes no name leaves before the decision (see
+    // `Policy::check_before_lookup`). A held request's addresses are the ones looked up after
+    // the answer.
+    let decided = match shared.policy.check_before_lookup(&target) {
+        Ok(()) => match gate(&target, held, audit, shared).await {
+            Ok(()) => shared.policy.resolve(&target, timeout).await,
+            Err(response) => return Err(response),
+        },
+        Err(refusal) => Err(refusal),
+    };
+    let addrs: Vec<CheckedAddr> = match decided {
         Ok(addrs) => addrs,
         Err(Refusal::Denied { denial, resolved }) => {
             if let Some(ip) = resolved {
@@ -439,20 +443,20 @@ struct Held {
     secret: bool,
 }
 
-/// The allow decision of `ask` and `allowlist` modes, after the deny list and the address
-/// rules passed. `Ok(false)`: allowed at once; `Ok(true)`: allowed after being held (an
-/// answer came); `Err`: the refusal to send. A held request always ends: the approver's
+/// The allow decision of `ask` and `allowlist` modes, after the deny list and the name rules
+/// passed and before the name is looked up. `Ok`: allowed (at once, or after being held until
+/// an answer came); `Err`: the refusal to send. A held request always ends: the approver's
 /// answer, `egress.approval_timeout_secs`, the task's end or the proxy's stop.
 async fn gate(
     target: &Target,
     held: Held,
     audit: &ConnAudit,
     shared: &Shared,
-) -> Result<bool, Response<ResponseBody>> {
+) -> Result<(), Response<ResponseBody>> {
     let config = &shared.config;
     let mode = config.effective_mode();
     if mode == EgressMode::Open || config.allows(&target.host, target.port) {
-        return Ok(false);
+        return Ok(());
     }
     let destination = match target.host.contains(':') {
         true => format!("[{}]:{}", target.host, target.port),
@@ -487,7 +491,7 @@ async fn gate(
         secret_name: None,
     };
     match held_for_answer(approver.as_ref(), request, audit, shared).await {
-        Approval::Allow => Ok(true),
+        Approval::Allow => Ok(()),
         Approval::Refuse(why) => Err(deny(format!("not_approved: {destination}: {why}"))),
     }
 }

@@ -258,6 +258,7 @@ impl App {
             approvals.set_channel(router.clone());
             commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));
             commands.add(Arc::new(crate::approvals::ApproveCommand(approvals.clone())));
+            commands.add(Arc::new(crate::approvals::QuestionsCommand(approvals.clone())));
             if sandbox.is_some() {
                 let line = crate::approvals::mode_line(&config.egress);
                 status.add("egress", move || line.clone());

@@ -44,6 +44,9 @@ use crate::egress::{
 use crate::store::{EgressQuestionRow, Store};
 
 /// The command word of the egress questions' buttons.
+mod digest;
+pub use digest::{QuestionsCommand, QUESTIONS_COMMAND};
+
 pub const COMMAND: &str = "egress";
 /// The command word of the other questions' buttons (either word answers any question).
 pub const CONFIRM_COMMAND: &str = "approve";
@@ -152,12 +155,17 @@ impl Question {
 
     /// What joins waiting askers into one question (besides the task and kind). Not
     /// [`step_subject`], the text listed and stored: a send's size is left out here, so two
-    /// sends of one file that grew between them stay one question.
+    /// sends of one file that grew between them stay one question. An egress request's
+    /// method and path are part of it: one answer of "once" releases only requests the
+    /// question showed (a `GET /innocent` shown must not let a `POST /exfil` through).
     fn subject(&self) -> String {
         match self {
             Self::Request(r) => match &r.secret_name {
                 Some(name) => name.clone(),
-                None => format!("{}:{}", r.host, r.port),
+                None => {
+                    let path = r.path.as_deref().unwrap_or("");
+                    format!("{}:{} {} {path}", r.host, r.port, r.method)
+                }
             },
             Self::Step(Step::SendFile { path, .. } | Step::Delete { path }) => path.clone(),
             Self::Step(Step::Schedule { job }) => job.clone(),
@@ -202,6 +210,24 @@ struct Pending {
     outcome: watch::Sender<Option<Outcome>>,
 }
 
+/// One held request's place in [`State::held`], given back when it stops waiting.
+struct HeldSlot {
+    approvals: Arc<Approvals>,
+    chat: ChatRef,
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        let mut state = self.approvals.lock();
+        if let Some(count) = state.held.get_mut(&self.chat) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                state.held.remove(&self.chat);
+            }
+        }
+    }
+}
+
 /// The id of a question reserved but not yet recorded (ids are SQLite rowids, from 1): no
 /// answer reaches it, no list shows it.
 const RESERVED: i64 = 0;
@@ -233,6 +259,8 @@ struct TaskEntry {
 #[derive(Debug, Default)]
 struct State {
     tasks: HashMap<String, TaskEntry>,
+    /// Requests held for an answer now, by chat (see [`Approvals::hold`]).
+    held: HashMap<ChatRef, usize>,
     /// One question however many requests wait on it.
     pending: HashMap<Key, Pending>,
     stopping: bool,
@@ -301,8 +329,12 @@ pub enum AnswerError {
          `nexbot-ctl approvals ls` lists the waiting ones"
     )]
     NotWaiting(i64),
-    #[error("question {id} belongs to another chat; only {chat} can answer it there")]
-    OtherChat { id: i64, chat: String },
+    /// The chat is not named: a refusal must not tell one chat about another.
+    #[error(
+        "question {id} is not this chat's; it is answered in its own chat, or by the owner \
+         with `nexbot-ctl approvals`"
+    )]
+    OtherChat { id: i64 },
     #[error("question {id} is a {kind} question; it takes {answers}")]
     WrongAnswer { id: i64, kind: &'static str, answers: &'static str },
 }
@@ -316,6 +348,9 @@ pub struct Approvals {
     owner: Option<i64>,
     wait: Duration,
     max_per_task: usize,
+    /// Held requests at once: per chat (`egress.max_held_per_chat`) and in all
+    /// (`EgressConfig::held_capacity`), see [`Approvals::hold`].
+    max_held: (usize, usize),
     unattended: Unattended,
     store: Store,
     /// Where questions are asked: the router, set once it exists (it is built after the
@@ -343,6 +378,7 @@ impl Approvals {
             owner,
             wait: config.approval_timeout(),
             max_per_task: config.max_questions_per_task,
+            max_held: (config.max_held_per_chat, config.held_capacity()),
             unattended: config.unattended,
             store,
             channel: OnceLock::new(),
@@ -393,10 +429,22 @@ impl Approvals {
 
     /// Grants a running task `destinations` as if "Allow for this task" had been pressed for
     /// each (the skills its turn read declare them, `skill_grants`). Consulted only in `ask`
-    /// mode and only after the proxy's deny list and address rules, like any grant.
-    pub fn grant_for_task(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) {
-        if let Some(task) = self.lock().tasks.get_mut(task_id) {
-            task.granted.extend(destinations.iter().map(|d| (d.host.clone(), d.port)));
+    /// mode and only after the proxy's deny list and name rules, like any grant. A task of
+    /// an unattended run (a job, a heartbeat check) gets them only under
+    /// `egress.unattended = "allowlist"`: with nobody there, reading a skill is nobody's yes.
+    /// Returns whether they were granted.
+    pub fn grant_for_task(
+        &self,
+        task_id: &str,
+        destinations: &[nexbot_skill::Destination],
+    ) -> bool {
+        let unattended_may = self.unattended == Unattended::Allowlist;
+        match self.lock().tasks.get_mut(task_id) {
+            Some(task) if !task.unattended || unattended_may => {
+                task.granted.extend(destinations.iter().map(|d| (d.host.clone(), d.port)));
+                true
+            }
+            _ => false,
         }
     }
 
@@ -420,6 +468,64 @@ impl Approvals {
         let pending = state.pending_by_id(id);
         let task = pending.map(|p| p.question.task_id()).filter(|t| !t.is_empty());
         task.and_then(|t| state.tasks.get(t)).is_some_and(|t| t.user == Some(user))
+    }
+
+    /// Whether the person who pressed in `chat` (`user`, the Telegram user) is the owner: a
+    /// console is the owner's; in Telegram only `telegram.owner` is.
+    fn is_owner(&self, chat: &ChatRef, user: Option<i64>) -> bool {
+        match chat {
+            ChatRef::Telegram(_) => user.is_some() && user == self.owner,
+            _ => true,
+        }
+    }
+
+    /// Whether an answer given in `chat` by `user` may be any chat's: the owner's private
+    /// Telegram chat (pressed by the owner) and the console, the operator's own places.
+    pub fn answers_anywhere(&self, chat: &ChatRef, user: Option<i64>) -> bool {
+        match chat {
+            ChatRef::Telegram(id) => *id > 0 && Some(*id) == self.owner && user == self.owner,
+            _ => true,
+        }
+    }
+
+    /// Whether the "Always for this chat" answer is offered in `chat`'s questions: where the
+    /// owner can press it (the owner's own chats and groups), not in another user's private
+    /// chat, whose user may not make a rule that outlives the task.
+    fn always_shown(&self, chat: &ChatRef) -> bool {
+        match chat {
+            ChatRef::Telegram(id) if *id > 0 => Some(*id) == self.owner,
+            _ => true,
+        }
+    }
+
+    /// Whether `user`, pressing in `chat`, may give `choice` to question `id`: anything
+    /// that outlives the task is the owner's alone. "Always for this chat" is a permanent
+    /// rule; a `--confirm` secret in a group is the group's, and its use there is the
+    /// owner's to confirm. Others get once or the task. `Err`: what to tell them.
+    pub fn may_choose(
+        &self,
+        id: i64,
+        choice: Choice,
+        chat: &ChatRef,
+        user: Option<i64>,
+    ) -> Result<(), String> {
+        if self.is_owner(chat, user) {
+            return Ok(());
+        }
+        if choice == Choice::Chat {
+            return Err("Only the owner can allow a destination always for a chat (a rule that \
+                        outlives the task); press Allow once or Allow for this task instead. \
+                        Nothing was changed."
+                .to_owned());
+        }
+        let group = matches!(chat, ChatRef::Telegram(id) if *id < 0);
+        let kind = self.lock().pending_by_id(id).map(|p| p.question.kind());
+        if group && kind == Some(Kind::Secret) {
+            return Err("In a group only the owner confirms the use of a --confirm secret; \
+                        nothing was changed (`nexbot-ctl approvals` answers it too)."
+                .to_owned());
+        }
+        Ok(())
     }
 
     /// The task ended: its grants go, its waiting questions expire.
@@ -511,7 +617,7 @@ impl Approvals {
         let pending = state.pending_by_id(id);
         let Some(pending) = pending else { return Err(AnswerError::NotWaiting(id)) };
         if from.is_some_and(|chat| *chat != pending.chat) {
-            return Err(AnswerError::OtherChat { id, chat: pending.chat.to_string() });
+            return Err(AnswerError::OtherChat { id });
         }
         let kind = pending.question.kind();
         if !kind.takes(choice) {
@@ -530,12 +636,27 @@ impl Approvals {
         if let Question::Request(r) = &pending.question {
             let r = r.clone();
             if let Some(task) = state.tasks.get_mut(&r.task_id) {
-                match (r.secret_name, choice) {
+                match (r.secret_name.clone(), choice) {
                     (Some(name), Choice::Task) => task.secrets.insert(name),
                     (Some(name), Choice::Deny) => task.denied_secrets.insert(name),
-                    (None, Choice::Task | Choice::Chat) => task.granted.insert((r.host, r.port)),
+                    (None, Choice::Task | Choice::Chat) => {
+                        task.granted.insert((r.host.clone(), r.port))
+                    }
                     _ => false,
                 };
+            }
+            // The destination allowed for the task (or always): the task's other questions
+            // about it (other methods or paths) are answered by the same press.
+            if r.secret_name.is_none() && matches!(choice, Choice::Task | Choice::Chat) {
+                let outcome = Outcome::Answered { choice, by: by.to_owned() };
+                for other in state.pending.values().filter(|p| p.id != id) {
+                    if let Question::Request(o) = &other.question {
+                        let same = o.task_id == r.task_id && o.host == r.host && o.port == r.port;
+                        if same && o.secret_name.is_none() {
+                            other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        }
+                    }
+                }
             }
         }
         Ok(kind)
@@ -602,8 +723,40 @@ impl Approvals {
         self.wait_answer(Question::Request(request), chat).await
     }
 
+    /// A held request's share of the proxy, kept while it waits: a chat may hold at most
+    /// `egress.max_held_per_chat` requests at once and all chats together at most
+    /// `egress.max_held` (half the listener's connections by default). A held request keeps
+    /// its client connection open; without these shares one chat's flood of held requests
+    /// would take the connections other chats' tasks — the owner's model calls among them —
+    /// need. Only requests that really wait are counted (a grant or a rule answers at once).
+    fn hold(self: &Arc<Self>, chat: &ChatRef) -> Result<HeldSlot, Approval> {
+        let (per_chat, total) = self.max_held;
+        let mut state = self.lock();
+        let all: usize = state.held.values().sum();
+        let mine = state.held.get(chat).copied().unwrap_or(0);
+        if mine >= per_chat {
+            return Err(Approval::Refuse(format!(
+                "too_many_held: {mine} requests of this chat already wait for answers \
+                 (egress.max_held_per_chat = {per_chat}); this one is refused at once — answer \
+                 the questions waiting, or let them time out"
+            )));
+        }
+        if all >= total {
+            return Err(Approval::Refuse(format!(
+                "too_many_held: {all} requests already wait for answers across the chats \
+                 (egress.max_held = {total}); this one is refused at once"
+            )));
+        }
+        *state.held.entry(chat.clone()).or_insert(0) += 1;
+        Ok(HeldSlot { approvals: self.clone(), chat: chat.clone() })
+    }
+
     /// Asks (or joins the question already asked) and waits for how it ended.
     async fn wait_answer(self: Arc<Self>, question: Question, chat: ChatRef) -> Approval {
+        let _held = match self.hold(&chat) {
+            Ok(held) => held,
+            Err(refused) => return refused,
+        };
         let mut outcome = match self.clone().join_or_ask(question, chat).await {
             Ok(outcome) => outcome,
             Err(decided) => return decided,
@@ -771,11 +924,14 @@ impl Approvals {
 
     /// The question's message: its text and buttons, and its first lines (kept when it is
     /// edited to what was decided).
+    /// `always`: whether the "Always for this chat" answer is offered (see
+    /// [`Approvals::always_shown`]).
     fn message(
         &self,
         id: i64,
         question: &Question,
         words: &str,
+        always: bool,
     ) -> (String, String, Vec<Vec<Button>>) {
         let secs = self.wait.as_secs();
         // Each button also has the letter a console types for it (`Button::key`).
@@ -819,19 +975,21 @@ impl Approvals {
                 let head = format!(
                     "🔒 A task wants to reach {destination}\nTask: «{words}»\nRequest: {what}"
                 );
+                let words = if always { "once|task|chat|deny" } else { "once|task|deny" };
                 let text = format!(
                     "{head}{secret}\n\nAllow it? No answer within {secs} s denies it. (Or type \
-                     /{COMMAND} {id} once|task|chat|deny.)"
+                     /{COMMAND} {id} {words}.)"
                 );
+                let mut last = vec![button("Deny", COMMAND, "deny")];
+                if always {
+                    last.insert(0, button("Always for this chat", COMMAND, "chat"));
+                }
                 let buttons = vec![
                     vec![
                         button("Allow once", COMMAND, "once"),
                         button("Allow for this task", COMMAND, "task"),
                     ],
-                    vec![
-                        button("Always for this chat", COMMAND, "chat"),
-                        button("Deny", COMMAND, "deny"),
-                    ],
+                    last,
                 ];
                 (head, text, buttons)
             }
@@ -844,9 +1002,9 @@ impl Approvals {
                     Step::Delete { path } => {
                         format!("🗑 The assistant wants to delete the file {path}")
                     }
-                    Step::Schedule { job } => format!(
-                        "🗓 The assistant wants to schedule a recurring job in this chat:\n{job}"
-                    ),
+                    Step::Schedule { job } => {
+                        format!("🗓 The assistant wants to schedule a job in this chat:\n{job}")
+                    }
                 };
                 let text = format!(
                     "{head}\n\nAllow it? No answer within {secs} s refuses it. (Or type \
@@ -872,7 +1030,7 @@ impl Approvals {
         };
         let kind = question.kind();
         let asked = Instant::now();
-        let (head, text, buttons) = self.message(id, &question, &words);
+        let (head, text, buttons) = self.message(id, &question, &words, self.always_shown(&chat));
         let mut message = OutboundMessage::progress(&chat, text);
         message.buttons = buttons;
         let sent: Option<MessageId> = match self.channel.get() {
@@ -1049,8 +1207,8 @@ impl crate::delegation::TaskQuestions for Approvals {
         self.end_task(task_id);
     }
 
-    fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) {
-        self.grant_for_task(task_id, destinations);
+    fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) -> bool {
+        self.grant_for_task(task_id, destinations)
     }
 
     fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>> {
@@ -1166,12 +1324,17 @@ async fn answer_in_chat(
                 in a group; nothing was changed (`nexbot-ctl approvals` answers it too)."
             .to_owned();
     }
+    if let Err(refusal) = approvals.may_choose(id, choice, ctx.chat, ctx.user) {
+        return refusal;
+    }
     // Who: the Telegram user who pressed (in a private chat the same as the chat).
     let by = match (ctx.chat, ctx.user) {
         (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
         _ => ctx.chat.to_string(),
     };
-    match approvals.answer(id, choice, &by, Some(ctx.chat)) {
+    // The owner answers any chat's question from their private chat (`/questions`).
+    let from = (!approvals.answers_anywhere(ctx.chat, ctx.user)).then_some(ctx.chat);
+    match approvals.answer(id, choice, &by, from) {
         Ok(kind) => format!("{}.", choice.decided(kind)),
         Err(e) => e.to_string(),
     }
@@ -1225,11 +1388,19 @@ mod tests {
     async fn setup(
         edit: impl FnOnce(&mut EgressConfig),
     ) -> (Arc<Approvals>, mpsc::UnboundedReceiver<OutboundMessage>) {
+        setup_owned(None, edit).await
+    }
+
+    /// [`setup`] with `owner` as `telegram.owner`.
+    async fn setup_owned(
+        owner: Option<i64>,
+        edit: impl FnOnce(&mut EgressConfig),
+    ) -> (Arc<Approvals>, mpsc::UnboundedReceiver<OutboundMessage>) {
         let dir = std::env::temp_dir().join(format!("nxh-approvals-{}", uuid::Uuid::new_v4()));
         let store = Store::open(&dir.join("t.db")).await.unwrap();
         let mut config = EgressConfig { mode: Some(EgressMode::Ask), ..EgressConfig::default() };
         edit(&mut config);
-        let approvals = Approvals::new(&config, store);
+        let approvals = Approvals::with_owner(&config, store, owner);
         let (tx, rx) = mpsc::unbounded_channel();
         approvals.set_channel(Arc::new(Recorder(tx)));
         (approvals, rx)
@@ -1251,6 +1422,125 @@ mod tests {
         EgressApprover(approvals.clone()).approve(request(task, host))
     }
 
+    /// Anything that outlives the task is the owner's: another user's private chat is not
+    /// offered "always" and a typed `chat` is refused there; in a group the member who
+    /// started the task may allow once or for the task, only the owner always, and only the
+    /// owner confirms a `--confirm` secret; the owner's own chat and the console may.
+    #[tokio::test]
+    async fn only_the_owner_makes_a_rule_that_outlives_the_task() {
+        const OWNER: i64 = 1;
+        const MEMBER: i64 = 5;
+        let (approvals, mut sent) = setup_owned(Some(OWNER), |_| {}).await;
+        let labels = |m: &OutboundMessage| -> Vec<String> {
+            m.buttons.concat().iter().map(|b| b.label.clone()).collect()
+        };
+        let private = ChatRef::Telegram(MEMBER);
+        approvals.start_task("p", &private, "fetch", false);
+        let _held = tokio::spawn(ask(&approvals, "p", "private.example"));
+        let question = sent.recv().await.unwrap();
+        assert!(!labels(&question).iter().any(|l| l.contains("Always")), "{question:?}");
+        assert!(question.text.contains("once|task|deny"), "{}", question.text);
+        let id = wait_pending(&approvals, 1).await;
+        let refused = approvals.may_choose(id, Choice::Chat, &private, Some(MEMBER));
+        assert!(refused.unwrap_err().contains("Only the owner"));
+        assert!(approvals.may_choose(id, Choice::Task, &private, Some(MEMBER)).is_ok());
+
+        let group = ChatRef::Telegram(-100);
+        approvals.start_task("g", &group, "fetch", false);
+        approvals.started_by("g", Some(MEMBER));
+        let _held = tokio::spawn(ask(&approvals, "g", "group.example"));
+        let question = sent.recv().await.unwrap();
+        assert!(labels(&question).iter().any(|l| l.contains("Always")), "the owner may press it");
+        let id = wait_pending(&approvals, 2).await;
+        assert!(approvals.may_answer(id, Some(MEMBER)), "the starter answers");
+        assert!(approvals.may_choose(id, Choice::Chat, &group, Some(MEMBER)).is_err());
+        assert!(approvals.may_choose(id, Choice::Once, &group, Some(MEMBER)).is_ok());
+        assert!(approvals.may_choose(id, Choice::Chat, &group, Some(OWNER)).is_ok());
+        let mut secret = request("g", "api.example.com");
+        secret.secret_name = Some("GROUP_TOKEN".into());
+        let _held = tokio::spawn(EgressApprover(approvals.clone()).approve(secret));
+        let _ = sent.recv().await.unwrap();
+        let id = wait_pending(&approvals, 3).await;
+        let refused = approvals.may_choose(id, Choice::Task, &group, Some(MEMBER)).unwrap_err();
+        assert!(refused.contains("only the owner confirms"), "{refused}");
+        assert!(approvals.may_choose(id, Choice::Task, &group, Some(OWNER)).is_ok());
+
+        let console = ChatRef::console("main").unwrap();
+        assert!(approvals.may_choose(id, Choice::Chat, &console, None).is_ok());
+        approvals.shutdown().await;
+    }
+
+    /// A chat holds at most `max_held_per_chat` requests at once and all chats together at
+    /// most `max_held`; beyond, a request is refused at once, and a place comes back when a
+    /// held request stops waiting.
+    #[tokio::test]
+    async fn held_requests_have_a_share_per_chat_and_in_all() {
+        let (approvals, _sent) = setup(|c| {
+            c.max_held_per_chat = 2;
+            c.max_held = 3;
+        })
+        .await;
+        approvals.start_task("a", &ChatRef::Telegram(11), "flood", false);
+        approvals.start_task("b", &ChatRef::Telegram(12), "work", false);
+        let a1 = tokio::spawn(ask(&approvals, "a", "one.example"));
+        let _a2 = tokio::spawn(ask(&approvals, "a", "two.example"));
+        wait_pending(&approvals, 2).await;
+        let refused = ask(&approvals, "a", "three.example").await;
+        let Approval::Refuse(why) = refused else { panic!("held beyond the chat's share") };
+        assert!(why.contains("too_many_held") && why.contains("max_held_per_chat = 2"), "{why}");
+        // Another chat still has its share, up to the total.
+        let _b1 = tokio::spawn(ask(&approvals, "b", "one.example"));
+        wait_pending(&approvals, 3).await;
+        let Approval::Refuse(why) = ask(&approvals, "b", "two.example").await else {
+            panic!("held beyond the total")
+        };
+        assert!(why.contains("egress.max_held = 3"), "{why}");
+        // An answer frees a place.
+        let first = approvals
+            .pending()
+            .into_iter()
+            .find(|p| p.host == "one.example" && p.chat == "telegram:11");
+        approvals.answer(first.unwrap().id, Choice::Deny, "telegram:11", None).unwrap();
+        assert!(matches!(a1.await.unwrap(), Approval::Refuse(_)));
+        let _b2 = tokio::spawn(ask(&approvals, "b", "two.example"));
+        wait_pending(&approvals, 3).await;
+        approvals.shutdown().await;
+    }
+
+    /// What a skill declares is granted only to tasks of a turn a person started: a job's
+    /// (or heartbeat's) task that read the skill gets nothing from it, unless
+    /// `egress.unattended = "allowlist"`.
+    #[tokio::test]
+    async fn a_skills_destinations_are_not_granted_to_an_unattended_task() {
+        let declared = [nexbot_skill::Destination { host: "api.example.com".into(), port: 443 }];
+        let (approvals, _sent) = setup(|_| {}).await;
+        approvals.start_task("job", &ChatRef::Telegram(7), "the job", true);
+        assert!(!approvals.grant_for_task("job", &declared));
+        let Approval::Refuse(why) = ask(&approvals, "job", "api.example.com").await else {
+            panic!("an unattended task reached a skill's host")
+        };
+        assert!(why.contains("nobody to ask"), "{why}");
+        approvals.start_task("turn", &ChatRef::Telegram(7), "a person's", false);
+        assert!(approvals.grant_for_task("turn", &declared));
+        assert_eq!(ask(&approvals, "turn", "api.example.com").await, Approval::Allow);
+
+        let (approvals, _sent) = setup(|c| c.unattended = Unattended::Allowlist).await;
+        approvals.start_task("job", &ChatRef::Telegram(7), "the job", true);
+        assert!(approvals.grant_for_task("job", &declared));
+        assert_eq!(ask(&approvals, "job", "api.example.com").await, Approval::Allow);
+    }
+
+    /// The id of the newest waiting question, once `n` are waiting.
+    async fn wait_pending(approvals: &Approvals, n: usize) -> i64 {
+        loop {
+            let pending = approvals.pending();
+            if pending.len() >= n && pending.iter().all(|p| p.id != RESERVED) {
+                return pending.iter().map(|p| p.id).max().unwrap();
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn requests_of_one_task_to_one_destination_wait_on_one_question() {
         let (approvals, mut sent) = setup(|_| {}).await;
@@ -1260,7 +1550,8 @@ mod tests {
         let second = tokio::spawn(ask(&approvals, "t1", "api.example.com"));
         let question = sent.recv().await.unwrap();
         assert!(question.text.contains("api.example.com:443"), "{}", question.text);
-        assert_eq!(question.buttons.concat().len(), 4);
+        // Not the owner's chat (no owner here): "always" is not offered.
+        assert_eq!(question.buttons.concat().len(), 3);
         // Wait until both wait, then answer once.
         while approvals.pending().is_empty() {
             tokio::task::yield_now().await;
@@ -1269,6 +1560,7 @@ mod tests {
         let other = ChatRef::Telegram(8);
         let err = approvals.answer(id, Choice::Task, "telegram:8", Some(&other)).unwrap_err();
         assert!(matches!(err, AnswerError::OtherChat { .. }), "{err}");
+        assert!(!err.to_string().contains("telegram:7"), "names the other chat: {err}");
         approvals.answer(id, Choice::Task, "telegram:7", Some(&chat)).unwrap();
         assert_eq!(first.await.unwrap(), Approval::Allow);
         assert_eq!(second.await.unwrap(), Approval::Allow);

@@ -132,8 +132,10 @@ pub trait TaskQuestions: Send + Sync + std::fmt::Debug {
     /// The task ended: what it was allowed goes, its waiting questions expire.
     fn task_ended(&self, task_id: &str);
     /// The task may reach `destinations` without a question while it runs: what the skills
-    /// its turn read declare (`skill_grants`).
-    fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]);
+    /// its turn read declare (`skill_grants`). `false`: not granted, because the task runs
+    /// unattended and `egress.unattended` does not let its chat's rules through (a job's
+    /// turn reading a skill is no person's yes to the hosts the skill names).
+    fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) -> bool;
     /// The receipt's lines: what was asked, answered and by whom.
     fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>>;
 }

@@ -329,8 +329,18 @@ fn every_bundled_skill_is_valid_eligible_and_passes_the_screen() {
     let meme = entries.iter().find(|e| e.name == "get-meme").unwrap();
     let domains: Vec<String> =
         meme.loaded.as_ref().unwrap().skill.domains.iter().map(|d| d.to_string()).collect();
-    assert!(domains.contains(&"api.imgflip.com:443".to_owned()), "{domains:?}");
-    assert!(domains.contains(&"dog.ceo:443".to_owned()), "{domains:?}");
+    assert_eq!(domains, ["dog.ceo:443", "cataas.com:443"]);
+    // A skill's domains are granted unasked, whole hosts: a bundled skill declares only hosts
+    // that serve reads, never one whose API also takes writes (captions, votes, edits).
+    let write_apis = ["api.imgflip.com", "api.thecatapi.com", "en.wikipedia.org"];
+    for entry in &entries {
+        let Some(loaded) = &entry.loaded else { continue };
+        for domain in &loaded.skill.domains {
+            let host = domain.to_string();
+            let bad = write_apis.iter().find(|w| host.starts_with(&format!("{w}:")));
+            assert!(bad.is_none(), "{} declares {host}, a host with a write API", entry.name);
+        }
+    }
 }
 
 #[test]

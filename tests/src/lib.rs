@@ -5,11 +5,13 @@
 //! with local servers to be the "internet" ([`egress`]), the Telegram Bot API fixture that
 //! plays Telegram and its users ([`telegram`]), the shared parts of the `make bench`
 //! benchmarks ([`bench`]); [`daemon`] is the one harness for `nexbot init` and `nexbot serve`;
-//! [`browser`] is a headless Chromium for the dashboard's tests.
+//! [`browser`] is a headless Chromium for the dashboard's tests; [`dns`] is a recording name
+//! server and a `resolv.conf` of a process's own, for what a daemon looks up.
 
 pub mod bench;
 pub mod browser;
 pub mod daemon;
+pub mod dns;
 pub mod egress;
 pub mod llmock;
 pub mod pdf;

@@ -467,8 +467,10 @@ impl TypedTool for Delegate {
             let reads = ctx.skills_read.list();
             if !reads.is_empty() {
                 let granting = crate::skill_grants::granting(&self.store, &reads).await;
-                asking.approvals.grant(&id, &crate::skill_grants::destinations(&granting));
-                skill_grants = crate::skill_grants::receipt_lines(&granting);
+                let destinations = crate::skill_grants::destinations(&granting);
+                if asking.approvals.grant(&id, &destinations) {
+                    skill_grants = crate::skill_grants::receipt_lines(&granting);
+                }
             }
         }
         let mut request = Request::execute(&id, args.task);

@@ -13,15 +13,19 @@ use crate::scheduler::jobs::{JobCreator, JobState, NewJob};
 use crate::scheduler::{prepare_job, schedule, store_job, JobError, JobSpec};
 use crate::store::Store;
 use nexbot_agent::confirm::Step;
+use nexbot_agent::turns::TurnOrigin;
 
 /// Active jobs one chat may have (a job's own turn may create jobs too).
 pub const MAX_JOBS_PER_CHAT: usize = 50;
 /// Time the tool's own limit leaves above the confirmation's wait.
 const MARGIN: Duration = Duration::from_secs(5);
 
-/// Why a chat's recurring job waits for its user: the model may have been talked into it by
-/// what it read (a page, a file, a sub-agent's answer), and a recurring job would run that
-/// instruction again and again, unattended. One-shot jobs and the operator's need none.
+/// Why every job a chat's model stores waits for its user (the owner, in the owner's chats):
+/// the model may have been talked into it by what it read (a page, a file, a sub-agent's
+/// answer), and a job runs that instruction later, unattended, as a full turn of the chat. A
+/// one-shot job is no exception: a chain of them (each run storing the next) is a recurring
+/// job nobody confirmed, which is also why a job's own run may store no job at all. The
+/// operator's jobs (`nexbot-ctl cron add`) need no confirmation.
 #[derive(Debug)]
 pub struct ScheduleTask {
     store: Store,
@@ -45,16 +49,22 @@ impl ScheduleTask {
     /// `nexbot-ctl approvals`; an error unless they allow it.
     async fn confirmed(&self, job: &NewJob, ctx: &ToolContext) -> Result<(), ToolError> {
         let budget = job.token_budget.unwrap_or(self.budget);
-        let job = format!(
-            "«{}»\nSchedule: {} ({}), up to {budget} tokens per run.",
-            job.task,
-            job.cron.as_deref().unwrap_or_default(),
-            job.time_zone
+        let (kind, when) = match (&job.cron, job.at) {
+            (Some(cron), _) => ("recurring job", cron.clone()),
+            (None, Some(at)) => {
+                let zone = schedule::zone(&job.time_zone).unwrap_or(Tz::UTC);
+                ("one-shot job", format!("once at {}", schedule::local(at, zone)))
+            }
+            (None, None) => ("job", String::new()),
+        };
+        let text = format!(
+            "«{}»\nSchedule: {when} ({}), up to {budget} tokens per run.",
+            job.task, job.time_zone
         );
-        match ctx.confirm.confirm(&ctx.chat, Step::Schedule { job }).await {
+        match ctx.confirm.confirm(&ctx.chat, Step::Schedule { job: text }).await {
             Ok(()) => Ok(()),
             Err(refused) => {
-                Err(ToolError::new(format!("this recurring job was not scheduled: {refused}")))
+                Err(ToolError::new(format!("this {kind} was not scheduled: {refused}")))
             }
         }
     }
@@ -91,8 +101,9 @@ impl TypedTool for ScheduleTask {
         task as a message and your answer is sent here. action=create (task, and cron — six \
         fields with seconds first, e.g. \"0 0 9 * * 1-5\" — or at — \"2026-05-01 09:00\", \
         RFC 3339 or a delay such as \"in 20m\"; optional name, time_zone, missed=skip|once, \
-        token_budget per run) | list | cancel (id). A recurring job runs at most once a minute \
-        and is stored only once the user confirms it.";
+        token_budget per run) | list | cancel (id). A recurring job runs at most once a minute. \
+        Every job is stored only once the user confirms it, and a job's own run cannot \
+        schedule jobs.";
     fn timeout(&self) -> Option<Duration> {
         Some(self.confirm_wait + MARGIN)
     }
@@ -111,6 +122,13 @@ impl TypedTool for ScheduleTask {
         let store_error = |e: crate::store::StoreError| ToolError::new(e.to_string());
         match args {
             Args::Create { task, cron, at, name, time_zone, missed, token_budget } => {
+                if let Some(run) = unattended_run(&ctx.turn) {
+                    return Err(ToolError::new(format!(
+                        "not scheduled: this turn is {run}, and a job's or a heartbeat check's \
+                         run may not store jobs (nobody is there to confirm them); say in the \
+                         answer what should be scheduled, and the chat's user can ask for it"
+                    )));
+                }
                 let active = self.store.active_jobs(Some(&ctx.chat)).await.map_err(store_error)?;
                 if active.len() >= MAX_JOBS_PER_CHAT {
                     return Err(ToolError::new(format!(
@@ -132,9 +150,7 @@ impl TypedTool for ScheduleTask {
                 let spec =
                     JobSpec { name, task, cron, at, time_zone, missed, token_budget, created_by };
                 let job = prepare_job(&ctx.chat, spec, self.zone).map_err(job_error)?;
-                if job.cron.is_some() {
-                    self.confirmed(&job, ctx).await?;
-                }
+                self.confirmed(&job, ctx).await?;
                 let job = store_job(&self.store, job).await.map_err(job_error)?;
                 Ok(success(describe(&job)))
             }
@@ -159,6 +175,15 @@ impl TypedTool for ScheduleTask {
                 }
             }
         }
+    }
+}
+
+/// What an unattended turn is, in words (`None`: a person's message started it).
+fn unattended_run(turn: &TurnOrigin) -> Option<String> {
+    match turn {
+        TurnOrigin::Message { .. } => None,
+        TurnOrigin::Job { id, name } => Some(format!("the run of scheduled job {id} ({name:?})")),
+        TurnOrigin::Heartbeat { name } => Some(format!("the heartbeat check {name:?}")),
     }
 }
 
@@ -256,12 +281,47 @@ mod tests {
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].token_budget, Some(5000));
         assert_eq!(jobs[0].created_by, JobCreator::Chat { turn: "a message".into() });
-        // A one-shot job asks nothing.
+    }
+
+    /// A one-shot job is confirmed too: unconfirmed one-shots chained by their own runs would
+    /// be a recurring job nobody confirmed.
+    #[tokio::test]
+    async fn a_one_shot_job_is_stored_only_once_the_user_confirms_it() {
+        let tool = tool("oneshot").await;
+        let create = || args(json!({"action": "create", "task": "remind me", "at": "in 3s"}));
         let (ctx, user) = answering(None);
-        tool.run(args(json!({"action": "create", "task": "t", "at": "in 5m"})), &ctx)
-            .await
-            .unwrap();
-        assert!(user.asked.lock().unwrap().is_empty());
+        let err = tool.run(create(), &ctx).await.unwrap_err();
+        assert!(err.message().contains("one-shot job was not scheduled"), "{}", err.message());
+        let asked = user.asked.lock().unwrap().clone();
+        assert!(asked.len() == 1 && asked[0].contains("remind me"), "{asked:?}");
+        assert!(asked[0].contains("once at"), "the question says when: {asked:?}");
+        assert!(tool.store.active_jobs(None).await.unwrap().is_empty(), "nothing stored");
+        let (ctx, _) = answering(Some(true));
+        tool.run(create(), &ctx).await.unwrap();
+        assert_eq!(tool.store.active_jobs(None).await.unwrap().len(), 1);
+    }
+
+    /// A job's run (or a heartbeat check's) may store no job, confirmed or not: the chain of
+    /// self-renewing jobs is refused at its first link, before anyone is asked.
+    #[tokio::test]
+    async fn a_jobs_own_run_cannot_schedule_jobs() {
+        let tool = tool("renew").await;
+        let runs = [
+            TurnOrigin::Job { id: 7, name: "daily".into() },
+            TurnOrigin::Heartbeat { name: "inbox".into() },
+        ];
+        for turn in runs {
+            let (mut ctx, user) = answering(Some(true));
+            ctx.turn = turn;
+            let v = json!({"action": "create", "task": "again", "at": "in 3s"});
+            let err = tool.run(args(v), &ctx).await.unwrap_err();
+            let message = err.message();
+            assert!(message.contains("may not store jobs"), "{message}");
+            assert!(user.asked.lock().unwrap().is_empty(), "nobody asked");
+            // Listing and cancelling stay open to a job's run.
+            tool.run(args(json!({"action": "list"})), &ctx).await.unwrap();
+        }
+        assert!(tool.store.active_jobs(None).await.unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -148,6 +148,15 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         assert_ne!(code, 0, "direct {ip}:{port} must fail: {out}");
     }
     assert!(outside_seen.lock().unwrap().is_empty() && anywhere_seen.lock().unwrap().is_empty());
+    // Nor a name server of the host's: one on the gateway address hears no query (a lookup
+    // carries its name out, so a sandbox resolves nothing itself; the proxy resolves, after
+    // the decision).
+    let std::net::IpAddr::V4(gateway) = network.gateway else { panic!("an IPv4 gateway") };
+    let dns = nexbot_tests::dns::DnsRecorder::start(gateway, Default::default()).await;
+    let lookup = format!("busybox timeout 10 busybox nslookup probe-leak.nexbot.test {gateway}");
+    let (code, out) = exec(&docker, &id, &lookup).await;
+    assert_ne!(code, 0, "a lookup at the gateway must fail: {out}");
+    assert_eq!(dns.asked(), Vec::<String>::new(), "a query reached the host's name server");
 
     // A container that is not in the pool (default bridge) is not served by the proxy.
     let peer = start_peer().await;

@@ -99,11 +99,11 @@ fn ask_settings(names: &Leftovers, servers: &[SocketAddr]) -> Vec<(String, Strin
 }
 
 /// The subagent's tool results so far, shared with the test (what its fetches got).
-type Results = Arc<Mutex<Vec<Value>>>;
+pub(crate) type Results = Arc<Mutex<Vec<Value>>>;
 
 /// A model whose main agent delegates `task` once per user message and whose subagent
 /// fetches `urls` in turn, then answers `FETCHED`; the subagent's tool results are kept.
-fn fetching_model(llm: &ScriptedLlm, task: &'static str, urls: Vec<String>) -> Results {
+pub(crate) fn fetching_model(llm: &ScriptedLlm, task: &'static str, urls: Vec<String>) -> Results {
     let results: Results = Arc::default();
     let seen = results.clone();
     llm.set_responder(move |body| {
@@ -197,7 +197,7 @@ pub(crate) fn ctl(ws: &TempWorkspace) -> Client {
 }
 
 /// The subagent's tool results, once there are `n`.
-async fn results_when(results: &Results, n: usize) -> Vec<Value> {
+pub(crate) async fn results_when(results: &Results, n: usize) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + LIMIT * 2;
     loop {
         let got = results.lock().unwrap().clone();
@@ -545,6 +545,13 @@ async fn in_a_group_the_member_who_started_the_task_or_the_owner_decides() {
     tg.wait_bot_messages(GROUP, |m| has_text(m, refusal), LIMIT).await;
     let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
     assert_eq!(listed.pending.len(), 1, "still waiting: {listed:?}");
+    assert!(seen.lock().unwrap().is_empty());
+    // The member who started it may not make a group-wide rule: "always" is the owner's.
+    let always = press(&question, "Always for this chat");
+    tg.user_clicks(GROUP, MEMBER, question.message_id, &always).await;
+    tg.wait_bot_messages(GROUP, |m| has_text(m, "Only the owner can allow"), LIMIT).await;
+    let listed: ApprovalList = ctl(&ws).get(approvals_paths::APPROVALS).await.unwrap();
+    assert_eq!(listed.pending.len(), 1, "still waiting after the refused press: {listed:?}");
     assert!(seen.lock().unwrap().is_empty());
     tg.user_clicks(GROUP, MEMBER, question.message_id, &allow).await;
     let got = results_when(&results, 1).await;

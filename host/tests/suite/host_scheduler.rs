@@ -169,8 +169,8 @@ async fn a_run_whose_tools_failed_is_failed_not_a_success() {
     h.app.stop().await;
 }
 
-/// The agent's own tool: a user asks, the model calls `schedule_task`, the job runs later as
-/// a turn of that chat and its answer arrives there.
+/// The agent's own tool: a user asks, the model calls `schedule_task`, the user confirms the
+/// one-shot job, it runs later as a turn of that chat and its answer arrives there.
 #[tokio::test]
 async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
     let ws = TempWorkspace::init("sched-tool");
@@ -195,6 +195,13 @@ async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
         })
         .await
         .unwrap();
+    // Nothing is stored until the chat's user says yes (here through the approvals, as
+    // `nexbot-ctl approvals answer` does).
+    let approvals = h.app.approvals().unwrap().clone();
+    let waiting = wait_pending(&approvals, "schedule").await;
+    assert!(h.app.store().active_jobs(None).await.unwrap().is_empty(), "stored before the yes");
+    let allow = nexbot_host::approvals::Choice::parse("allow").unwrap();
+    approvals.answer(waiting, allow, "test", None).unwrap();
     let first = h.next_final(15).await.unwrap();
     assert_eq!((first.chat.clone(), first.text.as_str()), (chat("asker"), "I will remind you."));
     let jobs = h.app.store().active_jobs(Some(&chat("asker"))).await.unwrap();
@@ -206,6 +213,50 @@ async fn the_agent_schedules_a_reminder_for_the_chat_that_asks() {
     assert!(reminder.text.contains("remind about tea"), "{}", reminder.text);
     h.wait_runs(jobs[0].id, 10, |r| count(r, "ok") == 1).await;
     assert_eq!(h.app.store().job(jobs[0].id).await.unwrap().unwrap().state.as_str(), "done");
+    h.app.stop().await;
+}
+
+/// The id of the first waiting question of `kind`, once there is one (at most 15 s).
+async fn wait_pending(approvals: &nexbot_host::approvals::Approvals, kind: &str) -> i64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(p) = approvals.pending().into_iter().find(|p| p.kind == kind) {
+            return p.id;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no {kind} question came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A job's run that tries to schedule the next one (the self-renewing chain) is refused with
+/// a clear reason, and nothing is stored or asked.
+#[tokio::test]
+async fn a_jobs_run_that_schedules_again_is_refused_and_nothing_is_stored() {
+    let ws = TempWorkspace::init("sched-renew");
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(|body| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        if last["role"] == "tool" {
+            let said = last["content"].as_str().unwrap_or_default().to_owned();
+            return Step::text(&format!("tool said: {said}"));
+        }
+        Step::tool_call(
+            "schedule_task",
+            serde_json::json!({"action": "create", "task": "run me again", "at": "in 3s"}),
+        )
+    });
+    let mut h = start(config(&ws, &llm, &[])).await;
+    let zone = chrono_tz::Tz::UTC;
+    let job =
+        create_job(h.app.store(), &chat("renew"), spec("run me again", None, Some("in 1s")), zone)
+            .await
+            .unwrap();
+    let answer = h.next_final(20).await.expect("the job's answer");
+    assert!(answer.text.contains("may not store jobs"), "{}", answer.text);
+    h.wait_runs(job.id, 10, |r| r.iter().any(|r| r.ended_at.is_some())).await;
+    let active = h.app.store().active_jobs(None).await.unwrap();
+    assert!(active.is_empty(), "the chain's next link was stored: {active:#?}");
+    assert!(h.app.approvals().unwrap().pending().is_empty(), "nobody was asked");
     h.app.stop().await;
 }
 

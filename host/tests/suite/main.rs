@@ -14,6 +14,7 @@ mod egress_support;
 
 mod chat_tools;
 mod control;
+mod egress_dns;
 mod egress_docker;
 mod egress_pool;
 mod host_approvals;
@@ -27,6 +28,7 @@ mod host_hooks;
 mod host_llm;
 mod host_llmock;
 mod host_mcp_ops;
+mod host_owner_questions;
 mod host_scheduler;
 mod host_search;
 mod host_secrets;

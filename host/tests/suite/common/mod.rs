@@ -173,7 +173,18 @@ pub struct Serving(Daemon);
 impl Serving {
     /// Starts `nexbot serve` and waits (up to `limit`) for "nexbot is serving".
     pub async fn start(config: &Path, env: &[(String, String)], limit: Duration) -> Self {
-        Self(Daemon::serve(NEXBOT, config, env.iter().cloned(), limit).await)
+        Self::start_program(Path::new(NEXBOT), config, env, limit).await
+    }
+
+    /// [`Self::start`] with `program` in place of the `nexbot` binary (a wrapper that runs it,
+    /// such as `nexbot_tests::dns::in_own_resolver`'s).
+    pub async fn start_program(
+        program: &Path,
+        config: &Path,
+        env: &[(String, String)],
+        limit: Duration,
+    ) -> Self {
+        Self(Daemon::serve(program, config, env.iter().cloned(), limit).await)
     }
 
     /// SIGKILL: the daemon gets no chance to clean up (what a crash or OOM kill does).
