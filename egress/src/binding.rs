@@ -17,6 +17,12 @@
 //! (`api.github.com`, as bindings were stored before places existed) is a **legacy** binding:
 //! the value may go anywhere in a request to that host, on any port and scheme, as before;
 //! the daemon says so at start and setting the secret again narrows it.
+//!
+//! A `path:` prefix matches whole segments: `path:/bot` takes `/bot<token>/sendMessage` (the
+//! value continues the prefix's last segment) and `/bot/<token>`, never `/bottle/<token>` or
+//! `/botx<token>`; `path:/repos/` takes anything under `/repos/`. And a path the server could
+//! read as another one — a dot segment, `//`, a backslash, a percent-encoded `.`, `/`, `\` or
+//! `%` — never takes a value at all ([`path_flaw`]).
 
 use std::fmt;
 
@@ -30,7 +36,8 @@ pub const DEFAULT_PLACE: &str = "header:authorization";
 pub enum Place {
     /// The value of this header (lower case).
     Header(String),
-    /// The request path, after this prefix (`/bot` for `/bot<token>/sendMessage`).
+    /// The request path, after this prefix (`/bot` for `/bot<token>/sendMessage`), at a
+    /// segment boundary ([`path_continues`]).
     Path(String),
     /// The value of this query parameter.
     Query(String),
@@ -223,7 +230,7 @@ impl Binding {
         let Some(exact) = &self.exact else { return true };
         exact.places.iter().any(|place| match (place, spot) {
             (Place::Header(name), Spot::Header(header)) => name.eq_ignore_ascii_case(header),
-            (Place::Path(prefix), Spot::Path { before }) => before.starts_with(prefix.as_str()),
+            (Place::Path(prefix), Spot::Path { before }) => path_continues(prefix, before),
             (Place::Query(name), Spot::Query { param: Some(param) }) => name == param,
             (Place::Body, Spot::Body) => true,
             _ => false,
@@ -237,6 +244,72 @@ impl Binding {
             Some(e) => e.places.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
         }
     }
+}
+
+/// Whether a placeholder after `before` (the path text that precedes it) stands where
+/// `path:<prefix>` allows: `before` is the prefix itself (the value continues its last
+/// segment, `/bot<token>`) or continues it at a segment boundary (the prefix ends with `/`,
+/// or `/` follows it), and holds nothing a server could read as another path.
+///
+/// Why whole segments: a raw prefix test let `path:/bot` fill `/bottle/<token>` and
+/// `/botx<token>`, other resources on the same host that may store what they receive. Why
+/// the flaw check here too: `/bot/../store/` starts with `/bot/` yet reaches `/store/` on the
+/// server. (The proxy also checks the whole path, not only this part: see `inject.rs`.)
+fn path_continues(prefix: &str, before: &str) -> bool {
+    if path_flaw(before).is_some() {
+        return false;
+    }
+    match before.strip_prefix(prefix) {
+        Some("") => true,
+        Some(rest) => prefix.ends_with('/') || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+/// What in a request path a server could read as another path than its text says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PathFlaw {
+    /// `.` or `..` as a whole segment, or before a `;` (`..;/`, as Tomcat reads it).
+    #[error("a dot segment `{0}`")]
+    DotSegment(&'static str),
+    /// `%2e`, `%2f`, `%5c` or `%25` (either case): decoded, a dot, slash, backslash, or a
+    /// percent sign that a server decoding twice reads as one of them.
+    #[error("a percent-encoded `{0}`")]
+    Encoded(char),
+    #[error("a backslash")]
+    Backslash,
+    #[error("an empty segment `//`")]
+    EmptySegment,
+}
+
+/// The first thing in `path` (a request path, no query) a server could read as another path
+/// than its text says, if any: a dot segment, a percent-encoded `.` `/` `\` or `%`, a
+/// backslash, or an empty segment. Such a path is never filled with a path-bound value.
+///
+/// Why refuse rather than normalise: the proxy cannot know how the server resolves these
+/// (some decode `%2f` to a separator, some treat `\` as one, some decode twice, some keep
+/// `//`), and a value written after `/bot/../store/` or before `/../x` lands in another
+/// resource than the binding names. No real API needs them next to a credential.
+pub(crate) fn path_flaw(path: &str) -> Option<PathFlaw> {
+    if path.contains('\\') {
+        return Some(PathFlaw::Backslash);
+    }
+    let bytes = path.as_bytes();
+    for (i, _) in path.match_indices('%') {
+        let hex = bytes.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+        let decoded = hex.and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        if let Some(b @ (b'.' | b'/' | b'\\' | b'%')) = decoded {
+            return Some(PathFlaw::Encoded(char::from(b)));
+        }
+    }
+    for segment in path.split('/') {
+        match segment.split(';').next().unwrap_or_default() {
+            "." => return Some(PathFlaw::DotSegment(".")),
+            ".." => return Some(PathFlaw::DotSegment("..")),
+            _ => {}
+        }
+    }
+    path.contains("//").then_some(PathFlaw::EmptySegment)
 }
 
 /// The public suffix `pattern` covers, if it does: a wildcard whose parent is one
@@ -322,6 +395,70 @@ mod tests {
         assert!(!lan.allows(&to("nas.lan", 8080, true), Spot::Header("x-api-key")));
         let err = Binding::new("http://nas.lan", &[]).unwrap_err();
         assert!(err.contains("must name its port"), "{err}");
+    }
+
+    #[test]
+    fn a_path_prefix_matches_whole_segments_only() {
+        let bot = Binding::new("api.telegram.org", &["path:/bot".into()]).unwrap();
+        let repos = Binding::new("api.github.com", &["path:/repos/".into()]).unwrap();
+        let tg = to("api.telegram.org", 443, true);
+        let gh = to("api.github.com", 443, true);
+        let at = |before| Spot::Path { before };
+        // The value continues the prefix's last segment, or starts a segment after it.
+        assert!(bot.allows(&tg, at("/bot")), "/bot<token>/sendMessage");
+        assert!(bot.allows(&tg, at("/bot/")));
+        assert!(repos.allows(&gh, at("/repos/")));
+        assert!(repos.allows(&gh, at("/repos/me/app/hooks/")));
+        for before in [
+            "/bottle/",
+            "/bottle",
+            "/botx",
+            "/Bot",
+            "/BOT/",
+            "/bo",
+            "/x/bot",
+            "/bot/../store/",
+            "/bot/./",
+            "/bot/..;/store/",
+            "/bot%2f..%2fstore/",
+            "/bot%2F..%2Fstore/",
+            "/bot/%2e%2e/store/",
+            "/bot/%2E./store/",
+            "/bot%5cstore/",
+            "/bot\\..\\store/",
+            "/bot//",
+            "/bot/%252e%252e/",
+        ] {
+            assert!(!bot.allows(&tg, at(before)), "path:/bot took {before:?}");
+        }
+        for before in ["/reposx/", "/repos", "/Repos/", "/repos/../user/", "/repos//", "/repo/"] {
+            assert!(!repos.allows(&gh, at(before)), "path:/repos/ took {before:?}");
+        }
+    }
+
+    #[test]
+    fn a_path_a_server_could_read_as_another_is_flawed() {
+        for path in ["/bot123/sendMessage", "/repos/me/app", "/", "/a.b/c..d/.e/f./x;y", "/%41%7B"]
+        {
+            assert_eq!(path_flaw(path), None, "{path}");
+        }
+        for (path, flaw) in [
+            ("/bot/../store/", "a dot segment `..`"),
+            ("/bot{{secret:T}}/../x", "a dot segment `..`"),
+            ("/bot/..", "a dot segment `..`"),
+            ("/./bot", "a dot segment `.`"),
+            ("/bot/..;x=1/store", "a dot segment `..`"),
+            ("/bot%2f..%2fstore/", "a percent-encoded `/`"),
+            ("/bot%2F", "a percent-encoded `/`"),
+            ("/bot/%2e%2E/", "a percent-encoded `.`"),
+            ("/bot%5Cx", "a percent-encoded `\\`"),
+            ("/bot%255c", "a percent-encoded `%`"),
+            ("/bot\\x", "a backslash"),
+            ("//bot", "an empty segment `//`"),
+            ("/bot//x", "an empty segment `//`"),
+        ] {
+            assert_eq!(path_flaw(path).map(|f| f.to_string()).as_deref(), Some(flaw), "{path}");
+        }
     }
 
     #[test]

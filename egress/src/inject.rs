@@ -8,7 +8,9 @@
 //! wherever the placeholder was percent-encoded; JSON-escaped in a JSON body; as it is in a
 //! header (refused when it is no valid header value) and in any other body. A placeholder of
 //! a secret the request's destination (host, port, scheme) is not bound to, or in a place its
-//! binding does not name (`binding.rs`), refuses the whole request: nothing is sent.
+//! binding does not name (`binding.rs`), refuses the whole request: nothing is sent; so does
+//! a placeholder in a path the server could read as another one (a dot segment, `//`, a
+//! backslash, a percent-encoded `.` `/` `\` `%`: [`path_flaw`]), whatever its binding.
 //! Names the task was not given pass unchanged (they may be meant literally).
 
 use std::collections::BTreeSet;
@@ -23,7 +25,7 @@ use nexbot_redact::{is_valid_secret_name, Redactor, StreamRedactor};
 use secrecy::ExposeSecret;
 use zeroize::Zeroizing;
 
-use super::binding::{Destination, Spot};
+use super::binding::{path_flaw, Destination, PathFlaw, Spot};
 use super::credentials::TaskSecrets;
 use super::meter::BoxError;
 
@@ -61,6 +63,11 @@ pub(crate) enum Refused {
          binding allows: {allowed}"
     )]
     Misplaced { name: String, spot: String, host: String, allowed: String },
+    #[error(
+        "secret_unsafe_path: secret {name} may not go in a request path with {flaw}: the \
+         server could read it as another path than its binding names"
+    )]
+    UnsafePath { name: String, flaw: PathFlaw },
     #[error("secret_not_a_header: the value of secret {name} is not a valid HTTP header value")]
     NotAHeader { name: String },
     #[error("bad_request: the request target with secret {name} put in is no valid URL")]
@@ -72,6 +79,7 @@ impl Refused {
         match self {
             Self::NotBound { name, .. }
             | Self::Misplaced { name, .. }
+            | Self::UnsafePath { name, .. }
             | Self::NotAHeader { name }
             | Self::BadTarget { name } => name,
         }
@@ -241,6 +249,15 @@ pub(crate) fn substitute(
             Part::Header(name) => Spot::Header(name),
             Part::Body => Spot::Body,
         };
+        // The whole path, not only what precedes the placeholder: `/bot{{secret:T}}/../x`
+        // puts the value where `/x` goes on the server, as surely as `/bot/../x/` does.
+        if let Spot::Path { .. } = at_spot {
+            let target = std::str::from_utf8(text).unwrap_or_default();
+            let path = target.split_once('?').map_or(target, |(path, _)| path);
+            if let Some(flaw) = path_flaw(path) {
+                return Err(Refused::UnsafePath { name: placeholder.name, flaw });
+            }
+        }
         if !credential.allows(to, at_spot) {
             return Err(Refused::Misplaced {
                 spot: at_spot.to_string(),
@@ -582,5 +599,41 @@ mod tests {
         let mut used = BTreeSet::new();
         let new = substitute(b"{{secret:TOKEN}}", &secrets, &to, body, Escape::Raw, &mut used);
         assert!(new.unwrap().is_some(), "the body is named");
+    }
+
+    #[test]
+    fn a_path_a_server_could_read_as_another_takes_no_value() {
+        let table = TaskCredentials::default();
+        let hosts = vec![crate::Binding::new("api.example.com", &["path:/bot".into()]).unwrap()];
+        let value = SecretString::from("value-0123456789".to_owned());
+        table.grant("t", vec![Credential::new("TOKEN", value, hosts)]).unwrap();
+        let secrets = table.for_task("t").unwrap();
+        let to = Destination { host: "api.example.com", port: 443, https: true };
+        let target = |text: &str| {
+            let mut used = BTreeSet::new();
+            substitute(text.as_bytes(), &secrets, &to, Part::Target, Escape::Percent, &mut used)
+                .map(|o| String::from_utf8(o.unwrap().to_vec()).unwrap())
+        };
+        assert_eq!(
+            target("/bot{{secret:TOKEN}}/sendMessage?next=/../x").unwrap(),
+            "/botvalue-0123456789/sendMessage?next=/../x",
+            "the query is no part of the path"
+        );
+        for (text, flaw) in [
+            ("/bot{{secret:TOKEN}}/../store", "a dot segment `..`"),
+            ("/bot/../store/{{secret:TOKEN}}", "a dot segment `..`"),
+            ("/bot%2F..%2Fstore/{{secret:TOKEN}}", "a percent-encoded `/`"),
+            ("/bot{{secret:TOKEN}}%5c..", "a percent-encoded `\\`"),
+            ("/bot\\..\\{{secret:TOKEN}}", "a backslash"),
+            ("/bot//{{secret:TOKEN}}", "an empty segment `//`"),
+        ] {
+            let err = target(text).unwrap_err();
+            assert!(matches!(err, Refused::UnsafePath { .. }), "{text}: {err}");
+            let text = err.to_string();
+            assert!(text.starts_with("secret_unsafe_path: secret TOKEN may not go"), "{text}");
+            assert!(text.contains(flaw) && !text.contains("value-0123"), "{text}");
+        }
+        let err = target("/bottle/{{secret:TOKEN}}").unwrap_err();
+        assert!(matches!(err, Refused::Misplaced { .. }), "{err}");
     }
 }

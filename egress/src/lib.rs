@@ -110,9 +110,11 @@
 //! not a valid header value) and the body (JSON-escaped for JSON, percent-encoded for forms and
 //! wherever the placeholder was, raw otherwise), `Content-Length` fixed. A placeholder of a
 //! secret the destination is not bound to (or of one with no hosts, handed over stdin)
-//! refuses the request with 403 `secret_not_bound` before anything is dialled; unknown names
-//! pass unchanged. Audit lines name the secrets (names only); the task summary counts
-//! `secrets_injected` / `secrets_refused`.
+//! refuses the request with 403 `secret_not_bound` before anything is dialled, one in a place
+//! its binding does not name with 403 `secret_misplaced` (a `path:` prefix matches whole
+//! segments), one in a path a server could read as another (`..`, `//`, `%2f`…) with 403
+//! `secret_unsafe_path`; unknown names pass unchanged. Audit lines name the secrets (names
+//! only); the task summary counts `secrets_injected` / `secrets_refused`.
 //!
 //! Every forward answer to such a task — not only those that carried a placeholder: a bound
 //! host may hand a stored value back later — is **scrubbed** with the task's redactor

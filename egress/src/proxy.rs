@@ -864,9 +864,9 @@ async fn prepare(
         Err(refused) => {
             audit.secrets(vec![refused.name().to_owned()], false);
             let status = match refused {
-                inject::Refused::NotBound { .. } | inject::Refused::Misplaced { .. } => {
-                    StatusCode::FORBIDDEN
-                }
+                inject::Refused::NotBound { .. }
+                | inject::Refused::Misplaced { .. }
+                | inject::Refused::UnsafePath { .. } => StatusCode::FORBIDDEN,
                 _ => StatusCode::BAD_REQUEST,
             };
             return Err(refuse(audit, Verdict::Denied, status, refused.to_string()));

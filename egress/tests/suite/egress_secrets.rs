@@ -558,3 +558,48 @@ async fn a_value_goes_only_into_the_place_its_binding_names_over_tls() {
     let summary = started.egress.tokens().summary("t-1").unwrap();
     assert_eq!((summary.secrets_injected, summary.secrets_refused), (1, 5));
 }
+
+/// A Telegram-style secret (`path:/bot`, the value right after `/bot`) over plain http to a
+/// LAN-style binding: a path that only starts with the prefix's text (`/bottle/`) or climbs
+/// out of it (`/bot/../store/`, `%2F..%2F`, or `..` after the value) is refused before
+/// anything is sent, naming what was wrong; `/bot<token>/sendMessage` is filled. Before
+/// bindings matched whole segments, the first two were filled and sent.
+#[tokio::test]
+async fn a_path_bound_value_goes_only_after_the_whole_prefix_in_a_plain_path() {
+    let echo = Echo::start("127.0.0.1").await;
+    let mut config = EgressConfig::default();
+    config.proxy.allow_internal = vec![allow(echo.addr)];
+    let started = start(config, None).await;
+    let binding = Binding::new(&format!("http://{}", echo.addr), &["path:/bot".into()]).unwrap();
+    let bound = Credential::new("TG_BOT", SecretString::from(VALUE), vec![binding]);
+    started.egress.credentials().grant("t-1", vec![bound]).unwrap();
+    let proxy = started.egress.local_addr();
+    let addr = echo.addr;
+    let get = |path: &str| {
+        format!("GET http://{addr}{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+    };
+    for (path, reason) in [
+        ("/bottle/{{secret:TG_BOT}}", "secret_misplaced: secret TG_BOT may not go in the path"),
+        ("/botx{{secret:TG_BOT}}", "secret_misplaced: secret TG_BOT may not go in the path"),
+        ("/bot/../store/{{secret:TG_BOT}}", "a request path with a dot segment `..`"),
+        ("/bot%2F..%2Fstore/{{secret:TG_BOT}}", "a request path with a percent-encoded `/`"),
+        ("/bot{{secret:TG_BOT}}/../store", "a request path with a dot segment `..`"),
+    ] {
+        let answer = raw(proxy, &get(path)).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+        assert!(answer.contains(reason), "{path}: {answer}");
+        assert_clean("a refusal", &answer);
+    }
+    assert!(echo.seen().is_empty(), "nothing reached the host: {:?}", echo.seen());
+    let answer = raw(proxy, &get("/bot{{secret:TG_BOT}}/sendMessage")).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_clean("the answer", &answer);
+    let seen = echo.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].target, format!("/bot{VALUE_PERCENT}/sendMessage"));
+    let lines = started.audit_lines(6).await;
+    assert_eq!(lines.iter().filter(|l| l["verdict"] == "denied").count(), 5, "{lines:?}");
+    assert!(lines.iter().all(|l| l["secrets"] == json!(["TG_BOT"])), "{lines:?}");
+    let summary = started.egress.tokens().summary("t-1").unwrap();
+    assert_eq!((summary.secrets_injected, summary.secrets_refused), (1, 5));
+}
