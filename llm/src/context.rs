@@ -5,6 +5,8 @@
 //! other scripts take more bytes per character, so the estimate errs on the large side —
 //! which is the safe side for both fitting and budgets.
 
+use serde::{Deserialize, Serialize};
+
 use crate::wire::ChatMessage;
 
 /// The token estimate of `bytes` bytes.
@@ -38,15 +40,102 @@ pub fn message_tokens(message: &ChatMessage) -> u64 {
 
 /// Cuts `text` to at most `max_bytes` bytes (at a character boundary) and appends a note
 /// saying how much was left out. Unchanged when it fits.
+///
+/// A text cut before (it ends in this function's own note for the same `what`) is cut again
+/// from what was shown, and the new note keeps the first size: the model learns how big the
+/// original was, not how big the last cut was.
 pub fn cut_text(text: &str, max_bytes: usize, what: &str) -> String {
     if text.len() <= max_bytes {
         return text.to_owned();
     }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
+    let (body, original) = earlier_cut(text, what).unwrap_or((text, text.len()));
+    let mut end = max_bytes.min(body.len());
+    while !body.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}\n[{what} cut: {} of {} bytes shown]", &text[..end], end, text.len())
+    format!("{}\n[{what} cut: {} of {} bytes shown]", &body[..end], end, original)
+}
+
+/// `text` without the note an earlier [`cut_text`] appended, and the original size it names.
+fn earlier_cut<'a>(text: &'a str, what: &str) -> Option<(&'a str, usize)> {
+    let marker = format!("\n[{what} cut: ");
+    let start = text.rfind(&marker)?;
+    let note = text[start + marker.len()..].strip_suffix(" bytes shown]")?;
+    let (shown, original) = note.split_once(" of ")?;
+    let (shown, original) = (shown.parse::<usize>().ok()?, original.parse().ok()?);
+    (shown == start).then_some((&text[..start], original))
+}
+
+/// What a JSON content becomes when it is cut: still JSON, so a model (or a tool-output
+/// parser) never meets a document that stops mid-way, and the sizes say how much is missing.
+/// `head` is the start of the original text, as a string.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CutJson {
+    cut: String,
+    original_bytes: usize,
+    shown_bytes: usize,
+    head: String,
+}
+
+/// `text`, when it is JSON, as a [`CutJson`] of at most `max_bytes` bytes (unless even an
+/// empty `head` is longer); `None` when it is not JSON. An earlier cut is cut again from its
+/// `head`, keeping the original size.
+fn cut_json(text: &str, max_bytes: usize, what: &str) -> Option<String> {
+    let (source, original) = match serde_json::from_str::<CutJson>(text) {
+        Ok(earlier) => (earlier.head, earlier.original_bytes),
+        Err(_) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+            (text.to_owned(), text.len())
+        }
+    };
+    let render = |shown: usize, head: &str| {
+        let cut = CutJson {
+            cut: format!(
+                "{what} cut to fit the context window: the first {shown} of {original} bytes \
+                 are in head, as a string"
+            ),
+            original_bytes: original,
+            shown_bytes: shown,
+            head: head.to_owned(),
+        };
+        serde_json::to_string(&cut).unwrap_or_default()
+    };
+    // The frame with the longest `shown` there can be; the head gets the rest.
+    let room = max_bytes.saturating_sub(render(original, "").len());
+    let end = escaped_prefix(&source, room);
+    Some(render(end, &source[..end]))
+}
+
+/// How many bytes of `text` (at a character boundary) fit in `room` bytes once escaped into a
+/// JSON string, as serde_json escapes them.
+fn escaped_prefix(text: &str, room: usize) -> usize {
+    let mut used = 0;
+    for (i, c) in text.char_indices() {
+        let escaped = match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if u32::from(c) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used + escaped > room {
+            return i;
+        }
+        used += escaped;
+    }
+    text.len()
+}
+
+/// Room for [`cut_text`]'s note: the fixed words, `what`, and two numbers of up to 20 digits.
+const NOTE_ROOM: usize = 25 + 40;
+
+/// `text` cut to at most `max_bytes` bytes, note included: JSON stays JSON ([`cut_json`]),
+/// anything else is cut at a character boundary with a note ([`cut_text`]).
+fn cut_to(text: &str, max_bytes: usize, what: &str) -> String {
+    if text.len() <= max_bytes {
+        return text.to_owned();
+    }
+    cut_json(text, max_bytes, what)
+        .unwrap_or_else(|| cut_text(text, max_bytes.saturating_sub(NOTE_ROOM + what.len()), what))
 }
 
 /// What [`fit`] did.
@@ -54,90 +143,166 @@ pub fn cut_text(text: &str, max_bytes: usize, what: &str) -> String {
 pub struct Fitted {
     /// Messages dropped from the oldest end.
     pub dropped: usize,
-    /// Messages whose content was cut.
+    /// Cuts made to messages' contents (a message cut in two steps counts twice).
     pub cut: usize,
     /// The estimate after fitting.
     pub tokens: u64,
 }
 
-/// Fits `messages` into `budget` tokens (estimated). Keeps the leading system messages and the
-/// last message; first cuts tool results and other long contents down to a quarter of the
-/// budget each (with a note), then drops the oldest messages in between — an assistant
-/// message with tool calls goes together with its tool results, so no result is orphaned. As
-/// a last resort the kept messages themselves are cut.
+/// The least a content is cut to in the last resort, bytes: a note and a little of the text.
+const MIN_CUT: usize = 256;
+
+/// How many times [`level_down`] cuts again when the notes it added took back some room.
+const LEVEL_PASSES: usize = 4;
+
+/// Fits `messages` into `budget` tokens (estimated), in this order:
+///
+/// 1. The largest tool results are cut, largest first and only as far as needed (all those
+///    above one common size are cut to it), but none below a quarter of the budget: a big
+///    result is usually what the turn is about, yet it must not push the question out. A
+///    JSON result stays valid JSON that says what was cut; text gets a note.
+/// 2. The oldest messages in between are dropped — an assistant message with tool calls
+///    together with its results, so no result is orphaned.
+/// 3. As a last resort the kept messages are cut, the largest first, down to [`MIN_CUT`]
+///    bytes each; the question is cut only after all of them, when it alone is too big.
+///
+/// Never dropped: the leading system messages, the current question (the last `user`
+/// message), the latest assistant message with tool calls and its results, and the last
+/// message. Why: without the question the model answers a tool result nobody asked about,
+/// and a result without its call is refused by the API.
 pub fn fit(messages: &mut Vec<ChatMessage>, budget: u64) -> Fitted {
     fit_keeping(messages, budget, 0)
 }
 
 /// [`fit`] that also keeps the first `keep` messages (at least the leading system messages),
 /// e.g. a task statement that must survive however long the work on it gets.
-///
-/// The end of the conversation is kept whole too: the last message, and when it is a tool
-/// result, the results before it and the assistant message that called them — a result
-/// without its call is refused by the API.
 pub fn fit_keeping(messages: &mut Vec<ChatMessage>, budget: u64, keep: usize) -> Fitted {
     let mut fitted = Fitted::default();
-    let total = |m: &[ChatMessage]| m.iter().map(message_tokens).sum::<u64>();
     if total(messages) <= budget || messages.is_empty() {
         fitted.tokens = total(messages);
         return fitted;
     }
     let system = messages.iter().take_while(|m| m.role == "system").count();
     let head = keep.max(system).min(messages.len() - 1);
-    let per_message = (budget / 4).max(64) as usize * 3;
-    let last = messages.len() - 1;
-    for (i, message) in messages.iter_mut().enumerate() {
-        if i < head || i == last {
-            continue;
-        }
-        if message.content_str().len() > per_message {
-            let what = if message.role == "tool" { "tool result" } else { "message" };
-            message.content = Some(cut_text(message.content_str(), per_message, what));
-            fitted.cut += 1;
-        }
-    }
-    // Drop the oldest middle messages until it fits; tool results right after a dropped
-    // message go with it (they belong to its calls, or would be orphans).
+    // 1. The largest tool results, down to what is needed.
+    let results: Vec<usize> = (0..messages.len()).filter(|&i| messages[i].role == "tool").collect();
+    let floor = (budget / 4).max(64) as usize * 3;
+    fitted.cut += level_down(messages, &results, budget, floor);
+    // 2. The oldest messages in between; tool results right after a dropped message go with
+    // it (they belong to its calls, or would be orphans).
     while total(messages) > budget {
-        let tail = tail_start(messages).max(head);
-        if tail <= head {
-            break;
-        }
-        let mut end = head + 1;
-        while end < tail && messages[end].role == "tool" {
+        let kept = kept_messages(messages, head);
+        let Some(start) = (head..messages.len()).find(|&i| !kept[i]) else { break };
+        let mut end = start + 1;
+        while end < messages.len() && messages[end].role == "tool" && !kept[end] {
             end += 1;
         }
-        fitted.dropped += end - head;
-        messages.drain(head..end);
+        fitted.dropped += end - start;
+        messages.drain(start..end);
     }
-    // Still too big: the kept messages share what is left.
+    // 3. Still too big: everything left is kept; the question is cut last.
     if total(messages) > budget {
-        let share = (budget as usize * 3 / messages.len().max(1)).saturating_sub(96).max(256);
-        for message in messages.iter_mut() {
-            if message.content_str().len() > share {
-                let what = if message.role == "tool" { "tool result" } else { "message" };
-                message.content = Some(cut_text(message.content_str(), share, what));
-                fitted.cut += 1;
-            }
+        let question = messages.iter().rposition(|m| m.role == "user");
+        let others: Vec<usize> = (0..messages.len()).filter(|&i| Some(i) != question).collect();
+        fitted.cut += level_down(messages, &others, budget, MIN_CUT);
+        if let Some(question) = question {
+            fitted.cut += level_down(messages, &[question], budget, MIN_CUT);
         }
     }
     fitted.tokens = total(messages);
     fitted
 }
 
-/// Where the end that must stay whole begins: the last message, or, when the conversation
-/// ends in tool results, the assistant message that called them.
-fn tail_start(messages: &[ChatMessage]) -> usize {
-    let mut start = messages.len().saturating_sub(1);
-    while start > 0 && messages[start].role == "tool" {
-        start -= 1;
-    }
-    if messages.last().is_some_and(|m| m.role == "tool") && !messages[start].tool_calls.is_empty() {
-        start
-    } else {
-        messages.len().saturating_sub(1)
-    }
+fn total(messages: &[ChatMessage]) -> u64 {
+    messages.iter().map(message_tokens).sum()
 }
+
+/// Which messages [`fit_keeping`] never drops: the first `head`, the last `user` message (the
+/// question being answered), the latest assistant message with tool calls and the results
+/// right after it, and the last message.
+fn kept_messages(messages: &[ChatMessage], head: usize) -> Vec<bool> {
+    let mut kept = vec![false; messages.len()];
+    kept[..head.min(messages.len())].fill(true);
+    if let Some(last) = kept.last_mut() {
+        *last = true;
+    }
+    if let Some(question) = messages.iter().rposition(|m| m.role == "user") {
+        kept[question] = true;
+    }
+    if let Some(call) = messages.iter().rposition(|m| !m.tool_calls.is_empty()) {
+        kept[call] = true;
+        for i in call + 1..messages.len() {
+            if messages[i].role != "tool" {
+                break;
+            }
+            kept[i] = true;
+        }
+    }
+    kept
+}
+
+/// Cuts the contents of `candidates` (indices into `messages`), the largest first, all those
+/// above one common size down to it — the highest size that makes the conversation fit
+/// `budget`, but not below `floor` bytes. Returns how many were cut.
+fn level_down(
+    messages: &mut [ChatMessage],
+    candidates: &[usize],
+    budget: u64,
+    floor: usize,
+) -> usize {
+    let mut cut = vec![false; candidates.len()];
+    for _ in 0..LEVEL_PASSES {
+        let over = total(messages).saturating_sub(budget);
+        if over == 0 {
+            break;
+        }
+        let sizes: Vec<usize> =
+            candidates.iter().map(|&i| messages[i].content_str().len()).collect();
+        // A token is 3 bytes; rounding up may keep one more token per message.
+        let need = (over as usize + candidates.len()) * 3;
+        let level = water_level(&sizes, need, floor);
+        let mut changed = false;
+        for (k, &i) in candidates.iter().enumerate() {
+            if sizes[k] <= level {
+                continue;
+            }
+            let what = if messages[i].role == "tool" { "tool result" } else { "message" };
+            let shorter = cut_to(messages[i].content_str(), level, what);
+            if shorter.len() < sizes[k] {
+                messages[i].content = Some(shorter);
+                cut[k] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    cut.iter().filter(|c| **c).count()
+}
+
+/// The highest size, not below `floor`, such that cutting every one of `sizes` above it down
+/// to it takes at least `need` bytes; `floor` when even that takes less.
+fn water_level(sizes: &[usize], need: usize, floor: usize) -> usize {
+    let taken = |level: usize| sizes.iter().map(|s| s.saturating_sub(level)).sum::<usize>();
+    let (mut low, mut high) = (floor, sizes.iter().copied().max().unwrap_or(0).max(floor));
+    if taken(low) < need {
+        return low;
+    }
+    // taken(low) >= need throughout: the highest such level.
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if taken(mid) >= need {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    low
+}
+
+#[cfg(test)]
+mod fit_tests;
 
 #[cfg(test)]
 mod tests {

@@ -360,12 +360,16 @@ impl TaskLoop {
     fn fit_context(&mut self) {
         let fitted = fit_keeping(&mut self.messages, self.prompt_budget, KEPT_MESSAGES);
         if fitted.dropped > 0 || fitted.cut > 0 {
-            self.context_tokens = fitted.tokens + tools_tokens(&self.tool_specs);
+            let tools = tools_tokens(&self.tool_specs);
+            self.context_tokens = fitted.tokens + tools;
+            // `tokens` counts the tool specs, `budget` is the messages' share alone: `tools`
+            // says how the two compare (fitting fills the budget, it does not leave slack).
             info!(
                 event = "llm",
                 dropped = fitted.dropped,
                 cut = fitted.cut,
                 tokens = self.context_tokens,
+                tools,
                 budget = self.prompt_budget,
                 "conversation fitted into the context window"
             );

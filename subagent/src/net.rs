@@ -2,9 +2,9 @@
 //! `nexbot-llm`'s, built per task with the same rustls, proxy and resolver features.
 //!
 //! `reqwest` with rustls and the webpki built-in roots: no OpenSSL, no CA bundle in the image.
-//! It honours `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` from the environment: in production the
-//! container reaches the world only through the host's egress proxy, by IP, with the LLM relay
-//! in `NO_PROXY`. Direct connections resolve names with the pure-Rust hickory resolver (it reads
+//! It honours `HTTP_PROXY`/`HTTPS_PROXY`/`NO_PROXY` from the environment ([`task_proxy`] says
+//! why `NO_PROXY` is safe to honour): in production the container reaches the world only
+//! through the host's egress proxy, by IP, with the LLM relay and loopback in `NO_PROXY`. Direct connections resolve names with the pure-Rust hickory resolver (it reads
 //! `/etc/resolv.conf`), because static glibc has no working resolver in a scratch image; behind
 //! the proxy no resolution happens in the container at all (the proxy resolves).
 //!
@@ -83,20 +83,56 @@ pub fn task_proxy_env() -> Vec<(&'static str, String)> {
 }
 
 /// The egress proxy as reqwest sees it: the container's `HTTPS_PROXY` for https, its
-/// `HTTP_PROXY` for http (`NO_PROXY` honoured), presenting the credential of the task running
-/// at the time of each request. `None` when the container has no proxy variables.
+/// `HTTP_PROXY` for http, except for the hosts of `NO_PROXY`, presenting the credential of the
+/// task running at the time of each request. `None` when the container has no proxy
+/// variables.
 pub fn task_proxy() -> Option<reqwest::Proxy> {
     let env = |names: [&str; 2]| names.iter().find_map(|n| std::env::var(n).ok());
-    let http = env(["HTTP_PROXY", "http_proxy"]);
-    let https = env(["HTTPS_PROXY", "https_proxy"]).or_else(|| http.clone());
+    proxy_for(
+        env(["HTTP_PROXY", "http_proxy"]),
+        env(["HTTPS_PROXY", "https_proxy"]),
+        env(["NO_PROXY", "no_proxy"]),
+    )
+}
+
+/// [`task_proxy`] for these values of the variables.
+///
+/// `NO_PROXY` is checked here, in the closure, because reqwest (0.12.28) keeps a custom
+/// proxy's `no_proxy` but never consults it (`Custom::call`): `.no_proxy(NoProxy::from_env())`
+/// on this proxy was a no-op, and `http_request`/`web_fetch` to `127.0.0.1` went to the egress
+/// proxy, which resolves loopback as the *host's* and refuses it.
+///
+/// Why honouring it does not weaken the sandbox: `NO_PROXY` comes from the container's
+/// environment, which the host sets (`Egress::container_env`: the listener's address,
+/// `localhost`, `127.0.0.1`, `::1`) and a task cannot change; the commands a task runs get the
+/// same variable and `curl` & co. honour it already. The pool network is internal: bypassing
+/// the proxy reaches only the container itself and the listener (whose relay wants the task's
+/// relay token and serves a relay call through the proxy as well) — nothing the network would
+/// not let a command reach anyway. A bypassed request carries no egress credential (it is only
+/// in the proxy URL). Requests that carry proxy-mode secrets (`web.rs`, `via_proxy`) always go
+/// to the proxy, `NO_PROXY` or not: only the proxy fills their placeholders.
+fn proxy_for(
+    http: Option<String>,
+    https: Option<String>,
+    no_proxy: Option<String>,
+) -> Option<reqwest::Proxy> {
+    let https = https.or_else(|| http.clone());
     if http.is_none() && https.is_none() {
         return None;
     }
-    let proxy = reqwest::Proxy::custom(move |url| {
+    // The same matching rules reqwest applies to its own env proxies (domains with their
+    // subdomains, IPs, CIDRs, `*`).
+    let matcher = hyper_util::client::proxy::matcher::Matcher::builder()
+        .http(http.clone().unwrap_or_default())
+        .https(https.clone().unwrap_or_default())
+        .no(no_proxy.unwrap_or_default())
+        .build();
+    Some(reqwest::Proxy::custom(move |url| {
+        let uri = url.as_str().parse::<http::Uri>().ok()?;
+        matcher.intercept(&uri)?;
         let base = if url.scheme() == "https" { https.as_deref() } else { http.as_deref() }?;
         Some(with_credential(base))
-    });
-    Some(proxy.no_proxy(reqwest::NoProxy::from_env()))
+    }))
 }
 
 /// At most this many redirects are followed.
@@ -163,6 +199,9 @@ fn build(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -180,5 +219,60 @@ mod tests {
         // base64("task:nxp_abc-_1")
         assert_eq!(header.to_str().unwrap(), "Basic dGFzazpueHBfYWJjLV8x");
         set_task_credential(None);
+    }
+
+    /// A server on 127.0.0.1 that answers every request with `name` and counts them.
+    async fn server(name: &'static str) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counter = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let (mut request, mut buf) = (Vec::new(), [0; 4096]);
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}",
+                        name.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (address, hits)
+    }
+
+    #[tokio::test]
+    async fn no_proxy_hosts_are_reached_directly_and_the_rest_through_the_proxy() {
+        let (origin, origin_hits) = server("direct").await;
+        let (proxy, proxy_hits) = server("proxied").await;
+        let get = |proxy: reqwest::Proxy, url: String| async move {
+            let client = reqwest::Client::builder().proxy(proxy).build().unwrap();
+            client.get(url).send().await.unwrap().text().await.unwrap()
+        };
+        let proxy_url = Some(format!("http://{proxy}"));
+        // The container's NO_PROXY, as the egress sets it.
+        let no_proxy = Some("172.30.0.1,localhost,127.0.0.1,::1".to_owned());
+        let with_no_proxy = || proxy_for(proxy_url.clone(), proxy_url.clone(), no_proxy.clone());
+        assert_eq!(get(with_no_proxy().unwrap(), format!("http://{origin}/")).await, "direct");
+        assert_eq!(origin_hits.load(Ordering::SeqCst), 1);
+        assert_eq!(proxy_hits.load(Ordering::SeqCst), 0, "127.0.0.1 is in NO_PROXY");
+        // Any other host goes to the proxy (which answers for it here).
+        let elsewhere = "http://elsewhere.invalid/".to_owned();
+        assert_eq!(get(with_no_proxy().unwrap(), elsewhere).await, "proxied");
+        assert_eq!(proxy_hits.load(Ordering::SeqCst), 1);
+        // Without NO_PROXY even loopback goes to the proxy.
+        let without = proxy_for(proxy_url.clone(), None, None).unwrap();
+        assert_eq!(get(without, format!("http://{origin}/")).await, "proxied");
+        assert_eq!((origin_hits.load(Ordering::SeqCst), proxy_hits.load(Ordering::SeqCst)), (1, 2));
+        assert!(proxy_for(None, None, no_proxy).is_none(), "no proxy variables, no proxy");
     }
 }
