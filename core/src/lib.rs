@@ -1,7 +1,8 @@
 //! Vocabulary shared by every part of the Nexbot daemon and by its clients: which chat a
 //! message, a setting, a secret, a job or a ledger row belongs to ([`ChatRef`]), and what the
 //! agent can do in a chat ([`channel::Channel`]), which every channel implements, how text
-//! from outside is cut for a log line ([`text::excerpt`]), how many tokens a call used
+//! from outside is cut for a log line ([`text::excerpt`]) and shown without its control
+//! characters ([`text::visible_controls`]), how many tokens a call used
 //! ([`Usage`]), and the hook contract both agent
 //! loops use ([`hooks`]).
 //!

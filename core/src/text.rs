@@ -20,6 +20,40 @@ pub fn data_envelope(kind: &str, attributes: &str, author: &str, text: &str) -> 
     )
 }
 
+/// `text` from outside with every control character shown instead of obeyed: the one rule for
+/// text a program outside Nexbot wrote that reaches the model or an operator's terminal (an
+/// MCP server's results, tool descriptions and errors; a container's stderr lines). A C0
+/// control or DEL becomes its Unicode Control Picture (ESC → `␛`, BEL → `␇`, CR → `␍`, DEL →
+/// `␡`), a C1 control (U+0080–U+009F, which has no picture) becomes `�`. Kept: `\n`, `\t`,
+/// and a CR right before a `\n` (a CRLF line end moves no cursor back over shown text).
+///
+/// Why visible rather than dropped: the reader (the model, the operator) sees that the
+/// server sent an escape (`␛[2J`), and nothing of it reaches a terminal or can pose as a line
+/// of ours. Borrowed when there is nothing to replace (the common case costs no copy).
+pub fn visible_controls(text: &str) -> Cow<'_, str> {
+    let shown = |c: char| match c {
+        '\u{0}'..='\u{1F}' => char::from_u32(0x2400 + c as u32),
+        '\u{7F}' => Some('\u{2421}'),
+        '\u{80}'..='\u{9F}' => Some('\u{FFFD}'),
+        _ => None,
+    };
+    let replaced = |(i, c): (usize, char)| {
+        c != '\n' && c != '\t' && shown(c).is_some() && !text[i..].starts_with("\r\n")
+    };
+    let Some((first, _)) = text.char_indices().find(|&ic| replaced(ic)) else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    out.push_str(&text[..first]);
+    for (i, c) in text[first..].char_indices().map(|(i, c)| (first + i, c)) {
+        match shown(c) {
+            Some(picture) if replaced((i, c)) => out.push(picture),
+            _ => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// `text` cut to at most `max` characters, the cut marked with `…`.
 pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
     match text.char_indices().nth(max) {
@@ -123,6 +157,19 @@ mod tests {
         assert!(is_clean_file_name("chart.svg", 100));
         assert!(!is_clean_file_name("../chart.svg", 100));
         assert!(!is_clean_file_name("", 100));
+    }
+
+    #[test]
+    fn control_characters_are_shown_never_obeyed() {
+        assert_eq!(
+            visible_controls("a\x1b[2Jb\x07c\rd\x00e\x7ff\u{9b}31mg"),
+            "a␛[2Jb␇c␍d␀e␡f\u{FFFD}31mg"
+        );
+        assert_eq!(visible_controls("line\r\nnext\ttab\n"), "line\r\nnext\ttab\n");
+        assert_eq!(visible_controls("end\r"), "end␍");
+        assert!(matches!(visible_controls("plain ␛ text é"), Cow::Borrowed(_)));
+        let shown = visible_controls("\x1b\x1b");
+        assert_eq!(visible_controls(&shown), shown, "showing twice changes nothing");
     }
 
     #[test]

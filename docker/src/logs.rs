@@ -69,11 +69,18 @@ fn unix_time() -> f64 {
 }
 
 /// Re-emits one stderr line of `container` in the host's log and keeps it in `ring`. A line
-/// that is not the expected JSON is still kept and logged, as plain text.
+/// that is not the expected JSON is still kept and logged, as plain text. Its control
+/// characters are shown, not kept ([`nexbot_core::text::visible_controls`]): the ring is what
+/// `logs` answers and `nexbot-ctl` prints, and a container (an MCP server, a subagent) is not
+/// trusted to write to the operator's terminal.
 pub(crate) fn record(ring: &LogRing, container: &str, line: String) {
     if line.trim().is_empty() {
         return;
     }
+    let line = match nexbot_core::text::visible_controls(&line) {
+        std::borrow::Cow::Borrowed(_) => line,
+        std::borrow::Cow::Owned(shown) => shown,
+    };
     match serde_json::from_str::<LogLine>(&line) {
         Ok(log) => {
             let task_id = log.task_id.as_deref().unwrap_or("");
@@ -83,7 +90,8 @@ pub(crate) fn record(ring: &LogRing, container: &str, line: String) {
                 .and_then(|m| m.get("event"))
                 .and_then(|e| e.as_str())
                 .unwrap_or("");
-            let message = log.message.as_str();
+            // A JSON string may hold escapes as `\u001b`: shown once decoded too.
+            let message = nexbot_core::text::visible_controls(&log.message);
             macro_rules! emit {
                 ($level:ident) => {
                     tracing::$level!(
@@ -135,6 +143,17 @@ mod tests {
         let note: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
         assert_eq!(note["level"], "warn");
         assert_eq!(note["metadata"]["container"], "c1");
+    }
+
+    #[test]
+    fn control_characters_of_a_line_are_shown_not_kept() {
+        let ring = LogRing::new(10);
+        record(&ring, "c1", "evil\x1b[2J\x1b]0;owned\x07\rline\u{9b}".into());
+        record(&ring, "c1", r#"{"level":"info","message":"a\u001b[2Jb"}"#.into());
+        let lines = ring.snapshot();
+        assert_eq!(lines[0], "evil␛[2J␛]0;owned␇␍line\u{FFFD}");
+        // Escaped inside JSON it is plain text already: kept as it was.
+        assert_eq!(lines[1], r#"{"level":"info","message":"a\u001b[2Jb"}"#);
     }
 
     #[test]

@@ -619,7 +619,9 @@ impl McpServers {
         let (service, io) =
             self.pool.start_service(&spec).await.map_err(|e| McpError::Start(e.to_string()))?;
         let timeout = Duration::from_secs(config.start_timeout_secs);
-        match Session::connect(&config.name, (io.stdout, io.stdin), timeout).await {
+        // Through the bounded transport: a huge answer is cut as it is read, never held whole.
+        let transport = nexbot_mcp::stdio::transport(io.stdout, io.stdin);
+        match Session::connect(&config.name, transport, timeout).await {
             Ok(session) => Ok(Running {
                 session,
                 service: Some(service),

@@ -1,6 +1,8 @@
 //! A tool call's result as text the model can read: every content block in order (text as it
 //! is, images, audio and blobs as a line naming them, never their bytes), the structured result
-//! when there is no text, cut at [`MAX_RESULT_BYTES`] with the cut said.
+//! when there is no text, control characters shown rather than obeyed
+//! ([`nexbot_core::text::visible_controls`]: an escape a server sends never reaches the model
+//! as one), cut at [`MAX_RESULT_BYTES`] with the cut said.
 
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
@@ -90,7 +92,13 @@ fn contents(resource: &ResourceContents) -> String {
     }
 }
 
+/// `text` made fit for the model: its control characters shown, then cut at
+/// [`MAX_RESULT_BYTES`] (after showing, so the pictures count towards the limit).
 fn cut(text: String) -> (String, Option<usize>) {
+    let text = match nexbot_core::text::visible_controls(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(shown) => shown,
+    };
     if text.len() <= MAX_RESULT_BYTES {
         return (text, None);
     }
@@ -130,6 +138,14 @@ mod tests {
         let answer = render(&result);
         assert!(answer.is_error);
         assert!(answer.text.contains("\"code\":7"), "{}", answer.text);
+    }
+
+    #[test]
+    fn control_characters_of_a_result_are_shown_not_obeyed() {
+        let result = CallToolResult::success(vec![Content::text("red\x1b[31m\x07\rover\u{9b}")]);
+        assert_eq!(render(&result).text, "red␛[31m␇␍over\u{FFFD}");
+        let read = [ResourceContents::text("a\x1b]0;title\x07", "test://r")];
+        assert_eq!(render_resource(&read).text, "[resource test://r]\na␛]0;title␇");
     }
 
     #[test]

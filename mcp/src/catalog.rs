@@ -3,7 +3,7 @@
 //! trusted: what it says about its tools reaches the model's prompt, so it is treated as the
 //! untrusted data it is.
 
-use nexbot_core::text::clip;
+use nexbot_core::text::{clip, visible_controls};
 use serde_json::{Map, Value};
 
 /// The prefix of every MCP tool's name; `mcp__<server>__<tool>`.
@@ -85,7 +85,9 @@ pub fn check(server: &str, listed: &[rmcp::model::Tool]) -> (Vec<ServerTool>, Ve
     let mut skipped = Vec::new();
     for tool in listed {
         let name = tool.name.as_ref();
-        let mut skip = |why: String| skipped.push(Skipped { tool: clip(name, 80).into(), why });
+        let mut skip = |why: String| {
+            skipped.push(Skipped { tool: clip(&visible_controls(name), 80).into(), why })
+        };
         if offered.len() == MAX_TOOLS {
             skip(format!("the server lists more than {MAX_TOOLS} tools"));
             continue;
@@ -203,13 +205,12 @@ pub fn get_prompt_tool(
     })
 }
 
-/// The description the model reads: whose words they are, then the server's, without control
-/// characters and cut at [`MAX_DESCRIPTION`].
+/// The description the model reads: whose words they are, then the server's on one line, its
+/// control characters shown ([`visible_controls`]), cut at [`MAX_DESCRIPTION`].
 fn describe(server: &str, text: &str) -> String {
-    let cleaned: String = text
+    let cleaned: String = visible_controls(text)
         .chars()
-        .map(|c| if c == '\n' || c == '\t' { ' ' } else { c })
-        .filter(|c| !c.is_control())
+        .map(|c| if c == '\n' || c == '\t' || c == '\r' { ' ' } else { c })
         .collect();
     let kept = clip(cleaned.trim(), MAX_DESCRIPTION);
     let cut = if kept.len() < cleaned.trim().len() { " [description cut]" } else { "" };
@@ -259,7 +260,7 @@ mod tests {
         assert!(skipped.is_empty());
         assert_eq!(offered[0].function, "mcp__everything__echo");
         assert!(offered[0].description.starts_with("Tool of MCP server `everything`"));
-        assert!(offered[0].description.ends_with("Echoes back[31m"), "{}", offered[0].description);
+        assert!(offered[0].description.ends_with("Echoes back␛[31m"), "{}", offered[0].description);
     }
 
     #[test]
@@ -314,6 +315,12 @@ mod tests {
         assert_eq!(getter.kind, ToolKind::GetPrompt);
         assert!(getter.description.contains("It lists 2: simple(), args(city*, state)"));
         assert!(get_prompt_tool("s", &[], &[]).is_none());
+    }
+
+    #[test]
+    fn a_skipped_tool_s_name_shows_its_control_characters() {
+        let (_, skipped) = check("s", &[tool("bad\x1b[2J\x07", "", json!({"type": "object"}))]);
+        assert_eq!(skipped[0].tool, "bad␛[2J␇");
     }
 
     #[test]

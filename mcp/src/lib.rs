@@ -7,6 +7,7 @@
 //! - [`session`]: one session with one server over any byte stream (rmcp, the official SDK):
 //!   `initialize`, the tool list (paginated, re-read on `list_changed`), calls with progress,
 //!   cancellation (`/stop`) and a deadline, each telling the server when it ends early.
+//! - [`stdio`]: a stdio server's transport, each message cut as it is read (never held whole).
 //! - [`catalog`]: what a server says about its tools is untrusted: names must fit, long or
 //!   hostile descriptions are cut and marked as the server's words, schemas are checked.
 //! - [`answer`]: a result as text (blocks in order, no bytes of images, cut when huge).
@@ -22,6 +23,7 @@ pub mod catalog;
 pub mod config;
 pub mod remote;
 pub mod session;
+pub mod stdio;
 pub mod tools;
 
 pub use config::{McpConfig, Scope, ServerConfig};

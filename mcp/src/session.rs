@@ -23,9 +23,14 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
+use nexbot_core::text::{clip, visible_controls};
+
 use crate::answer::{self, Answer};
 use crate::catalog::{self, PromptRef, ResourceRef, ServerTool, Skipped};
 use crate::McpError;
+
+/// Characters of a server's error message kept (the model reads it; a server may say a lot).
+const MAX_ERROR_CHARS: usize = 2000;
 
 /// A progress notification of a call.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +82,7 @@ impl ClientHandler for Handler {
             let _ = sender.send(Progress {
                 progress: params.progress,
                 total: params.total,
-                message: params.message,
+                message: params.message.map(|m| visible_controls(&m).into_owned()),
             });
         }
     }
@@ -125,7 +130,8 @@ impl Session {
         *shared.tools.write().unwrap_or_else(|e| e.into_inner()) = tools;
         let server_info = running.peer_info().and_then(|info| {
             let implementation = info.server_info.as_ref()?;
-            Some(format!("{} {}", implementation.name, implementation.version))
+            let said = format!("{} {}", implementation.name, implementation.version);
+            Some(visible_controls(&clip(&said, 200)).into_owned())
         });
         let session = Arc::new(Session {
             peer: running.peer().clone(),
@@ -317,15 +323,18 @@ impl Session {
         error
     }
 
+    /// What `error` means for the caller; a server's own words (its error message) with their
+    /// control characters shown and cut, as they reach the model and the log.
     fn failed(&self, error: rmcp::ServiceError) -> McpError {
+        let said = |text: &str| visible_controls(&clip(text, MAX_ERROR_CHARS)).into_owned();
         match error {
-            rmcp::ServiceError::McpError(e) => McpError::Protocol(e.message.to_string()),
+            rmcp::ServiceError::McpError(e) => McpError::Protocol(said(&e.message)),
             rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_) => {
                 McpError::Closed(
                     self.close_reason().unwrap_or_else(|| "the server's connection closed".into()),
                 )
             }
-            other => McpError::Protocol(other.to_string()),
+            other => McpError::Protocol(said(&other.to_string())),
         }
     }
 }
