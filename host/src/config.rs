@@ -146,7 +146,8 @@ pub struct ControlConfig {
     /// one-time link `nexbot-ctl web login` prints.
     pub web_addr: Option<std::net::SocketAddr>,
     /// Lets `web_addr` be an address other machines reach (not loopback). Off: such an
-    /// address is refused at start, so the dashboard is never exposed by a typo.
+    /// address is refused at start, so the dashboard is never exposed by a typo. On with such
+    /// an address, the session cookie is `Secure`: it is meant to be reached through TLS.
     pub web_remote: bool,
 }
 

@@ -332,7 +332,9 @@ pub fn attach(
         approvals: app.approvals().cloned(),
         egress_mode: crate::approvals::mode_line(&config.egress),
         mcp: app.sandbox().map(|s| s.mcp().clone()),
-        web: web_listener.as_ref().map(|(addr, _)| Arc::new(web::Web::new(*addr))),
+        web: web_listener
+            .as_ref()
+            .map(|(addr, _)| Arc::new(web::Web::new(*addr, config.control.web_remote))),
     }));
     let probed = state.clone();
     let probe_config = config.clone();

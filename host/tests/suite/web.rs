@@ -323,10 +323,11 @@ async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refus
     // An action without the session's CSRF token is refused (the session cookie alone is not
     // enough), and so is one the browser says came from another site.
     let cookies = page.get_all_cookies().await.unwrap();
-    let session = cookies.iter().find(|c| c.name() == "nexbot_session").expect("session cookie");
+    let name = format!("nexbot_session_{}", web.port());
+    let session = cookies.iter().find(|c| c.name() == name).expect("session cookie");
     assert_eq!(session.http_only(), Some(true));
     assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
-    let cookie = format!("nexbot_session={}", session.value());
+    let cookie = format!("{name}={}", session.value());
     let (slot, container) = ps(&ws).await.remove(0);
     for (csrf, site) in [("", "same-origin"), ("forged", "same-origin")] {
         let forged = http
@@ -404,4 +405,74 @@ async fn the_dashboard_is_off_by_default_and_loopback_only_unless_the_operator_s
     assert!(!out.status.success());
     let err = common::text(&out.stderr);
     assert!(err.contains("control.web_addr") && err.contains("control.web_remote = true"), "{err}");
+}
+
+/// The daemon's open sockets (`/proc/<pid>/fd`).
+fn sockets(pid: u32) -> usize {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap();
+    fds.filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+#[tokio::test]
+async fn the_dashboard_caps_its_connections_and_names_its_remote_cookie_by_port_and_secure() {
+    // The cap `control_api/web/conn.rs` sets; the listen queue holds more than the rest.
+    const CAP: usize = 64;
+    const IDLE: usize = 150;
+    let ws = TempWorkspace::init("web-cap");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let port = nexbot_tests::free_loopback_addr().port();
+    let mut env = common::base_env(&llm.base_url());
+    env.push(("NEXBOT_CONTROL__WEB_ADDR".into(), format!("0.0.0.0:{port}")));
+    env.push(("NEXBOT_CONTROL__WEB_REMOTE".into(), "true".into()));
+    let serving = common::Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the dashboard is on", LIMIT).await;
+    let origin = format!("http://127.0.0.1:{port}");
+
+    // Idle connections beyond the cap hold no descriptor of the daemon's.
+    let before = sockets(serving.pid());
+    let mut idle = Vec::new();
+    for _ in 0..IDLE {
+        idle.push(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+    }
+    until("the daemon accepts idle connections", LIMIT, || async {
+        sockets(serving.pid()) >= before + CAP / 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let open = sockets(serving.pid()).saturating_sub(before);
+    assert!(open <= CAP + 8, "{open} sockets for {IDLE} idle connections (cap {CAP})");
+    drop(idle);
+
+    // The login sets a cookie named by the port, Secure (served beyond loopback).
+    let http =
+        reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let link = login_link(&ws).await;
+    let logged = http.get(&link).send().await.unwrap();
+    assert_eq!(logged.status(), 303);
+    let set = logged.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let name = format!("nexbot_session_{port}=");
+    assert!(set.starts_with(&name), "{set}");
+    assert!(set.contains("; Secure") && set.contains("HttpOnly"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+
+    // A page and the live stream are served once the idle connections are gone; a cookie of
+    // the old name is not a session (the browser gets the login page and logs in again).
+    let page = http.get(format!("{origin}/")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("Sub-agent pool"));
+    let old = format!("nexbot_session={}", cookie.split_once('=').unwrap().1);
+    let refused = http.get(format!("{origin}/")).header("cookie", old).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let mut live = http
+        .get(format!("{origin}/events?view=overview"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.headers()["content-type"], "text/event-stream");
+    let first = tokio::time::timeout(LIMIT, live.chunk()).await.unwrap().unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("event: pool"), "{first:?}");
+    serving.stop(LIMIT).await;
 }

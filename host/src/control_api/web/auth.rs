@@ -3,7 +3,8 @@
 //! Why this shape: the operator already proves who they are by reaching the control socket
 //! (mode 0600), so the socket hands out the login (`nexbot-ctl web login`); the browser trades
 //! the link's token, once and within [`LOGIN_TTL`], for a session cookie (HttpOnly,
-//! SameSite=Strict) that lasts [`SESSION_TTL`]. Every action also carries the session's CSRF
+//! SameSite=Strict, named by the dashboard's port, `Secure` when served to other machines:
+//! [`SessionCookie`]) that lasts [`SESSION_TTL`]. Every action also carries the session's CSRF
 //! token. Everything lives in memory: a restarted daemon asks for a new login, and nothing
 //! here is ever written to disk or logged.
 
@@ -17,8 +18,8 @@ use subtle::ConstantTimeEq as _;
 pub const LOGIN_TTL: Duration = Duration::from_secs(300);
 /// How long a session lasts from its login.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// The session cookie's name.
-pub const COOKIE: &str = "nexbot_session";
+/// The session cookie's name before its port (`nexbot_session_8088`, see [`SessionCookie`]).
+const COOKIE_PREFIX: &str = "nexbot_session";
 /// Most logins and sessions kept at once: the oldest go first (a loop asking for links
 /// cannot grow the daemon's memory).
 const MAX_KEPT: usize = 64;
@@ -163,22 +164,52 @@ pub fn csrf_matches(session: &Session, given: &str) -> bool {
     !given.is_empty() && bool::from(session.csrf.as_bytes().ct_eq(given.as_bytes()))
 }
 
-/// The session id in a `Cookie` header's value, if it names one.
-pub fn cookie_session(header: &str) -> Option<&str> {
-    header.split(';').map(str::trim).find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        (name == COOKIE && !value.is_empty()).then_some(value)
-    })
+/// The dashboard's session cookie: its name and whether it is `Secure`.
+#[derive(Debug, Clone)]
+pub struct SessionCookie {
+    name: String,
+    secure: bool,
 }
 
-/// The `Set-Cookie` value for a new session (and for ending one: `None`).
-pub fn set_cookie(session: Option<&str>) -> String {
-    match session {
-        Some(id) => format!(
-            "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-            SESSION_TTL.as_secs()
-        ),
-        None => format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+impl SessionCookie {
+    /// The cookie of the dashboard served on `addr` (`remote`: `control.web_remote`).
+    ///
+    /// Why the port is in the name: browsers keep cookies by host, not port, so two daemons'
+    /// dashboards on one machine (`127.0.0.1:8088` and `:8089`) would overwrite each other's
+    /// session under one name. A cookie of the old name (`nexbot_session`) is simply not
+    /// read: the browser gets the login page and logs in again.
+    ///
+    /// Why `Secure` only when served beyond loopback: such a dashboard is meant to be reached
+    /// through TLS in front of it (README), so its session must never travel over plain http
+    /// (a browser then keeps the cookie off any http:// request). On loopback it is reached
+    /// over plain http (the machine itself, an ssh tunnel), where a `Secure` cookie would be
+    /// dropped by browsers that do not treat loopback as secure.
+    pub fn new(addr: std::net::SocketAddr, remote: bool) -> Self {
+        Self {
+            name: format!("{COOKIE_PREFIX}_{}", addr.port()),
+            secure: remote && !addr.ip().is_loopback(),
+        }
+    }
+
+    /// The session id in a `Cookie` header's value, if it names one.
+    pub fn session<'a>(&self, header: &'a str) -> Option<&'a str> {
+        header.split(';').map(str::trim).find_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            (name == self.name && !value.is_empty()).then_some(value)
+        })
+    }
+
+    /// The `Set-Cookie` value for a new session (and for ending one: `None`).
+    pub fn set(&self, session: Option<&str>) -> String {
+        let (value, max_age) = match session {
+            Some(id) => (id, SESSION_TTL.as_secs()),
+            None => ("", 0),
+        };
+        let secure = if self.secure { "; Secure" } else { "" };
+        format!(
+            "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}",
+            self.name
+        )
     }
 }
 
@@ -232,12 +263,32 @@ mod tests {
     }
 
     #[test]
-    fn the_cookie_is_read_among_others_and_set_strict() {
-        assert_eq!(cookie_session("a=1; nexbot_session=abc; b=2"), Some("abc"));
-        assert_eq!(cookie_session("nexbot_session="), None);
-        assert_eq!(cookie_session("xnexbot_session=abc"), None);
-        let set = set_cookie(Some("abc"));
+    fn the_cookie_is_named_by_its_port_read_among_others_and_set_strict() {
+        let local = SessionCookie::new("127.0.0.1:8088".parse().unwrap(), false);
+        assert_eq!(local.session("a=1; nexbot_session_8088=abc; b=2"), Some("abc"));
+        assert_eq!(local.session("nexbot_session_8088="), None);
+        assert_eq!(local.session("xnexbot_session_8088=abc"), None);
+        assert_eq!(local.session("nexbot_session=abc"), None, "the old name is not read");
+        assert_eq!(local.session("nexbot_session_8089=abc"), None, "another port's session");
+        let set = local.set(Some("abc"));
+        assert!(set.starts_with("nexbot_session_8088=abc;"), "{set}");
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
-        assert!(set_cookie(None).contains("Max-Age=0"));
+        assert!(!set.contains("Secure"), "plain http on loopback: {set}");
+        assert!(local.set(None).contains("Max-Age=0"));
+    }
+
+    #[test]
+    fn the_cookie_is_secure_when_served_beyond_loopback() {
+        for addr in ["0.0.0.0:8088", "192.0.2.7:8088", "[::]:8088"] {
+            let remote = SessionCookie::new(addr.parse().unwrap(), true);
+            for set in [remote.set(Some("abc")), remote.set(None)] {
+                assert!(
+                    set.starts_with("nexbot_session_8088=") && set.contains("; Secure"),
+                    "{set}"
+                );
+            }
+        }
+        let tunnelled = SessionCookie::new("127.0.0.1:8088".parse().unwrap(), true);
+        assert!(!tunnelled.set(Some("abc")).contains("Secure"));
     }
 }

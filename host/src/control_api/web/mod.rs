@@ -10,10 +10,14 @@
 //!   script for the live parts (server-sent events carrying re-rendered fragments). The CSS
 //!   and script are compiled into the binary: no build step, no CDN, works offline.
 //! - Who may look is decided by [`auth`]: a one-time link from the control socket, a session
-//!   cookie (HttpOnly, SameSite=Strict), a CSRF token on every action, and headers that keep
-//!   the pages from being framed, sniffed or made to load anything from another origin.
+//!   cookie (HttpOnly, SameSite=Strict, named by the port, `Secure` when served beyond
+//!   loopback), a CSRF token on every action, and headers that keep the pages from being
+//!   framed, sniffed or made to load anything from another origin.
+//! - Connections are served by [`conn`]: a header/idle timeout and a cap, so idle clients
+//!   cannot hold the daemon's descriptors.
 
 pub mod auth;
+mod conn;
 mod pages;
 
 use std::collections::HashMap;
@@ -31,11 +35,13 @@ use nexbot_control::{ApprovalAnswer, Done, SkillAllow, WebLogin};
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use auth::{Logins, Session};
+use auth::{Logins, Session, SessionCookie};
 
-/// The dashboard's half of the control state: its logins and the address its links name.
+/// The dashboard's half of the control state: its logins, its session cookie and the address
+/// its links name.
 pub struct Web {
     logins: Logins,
+    cookie: SessionCookie,
     /// `http://host:port`, what a login link starts with.
     base: String,
 }
@@ -47,16 +53,21 @@ impl std::fmt::Debug for Web {
 }
 
 impl Web {
-    /// The dashboard served on `addr`; its links name loopback when it listens on every
-    /// address (the operator opens it on the daemon's machine or through a tunnel).
-    pub fn new(addr: std::net::SocketAddr) -> Self {
+    /// The dashboard served on `addr` (`remote`: `control.web_remote`); its links name
+    /// loopback when it listens on every address (the operator opens it on the daemon's
+    /// machine or through a tunnel).
+    pub fn new(addr: std::net::SocketAddr, remote: bool) -> Self {
         let host = match addr.ip() {
             ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
             ip if ip.is_unspecified() => "[::1]".to_owned(),
             std::net::IpAddr::V6(ip) => format!("[{ip}]"),
             ip => ip.to_string(),
         };
-        Self { logins: Logins::default(), base: format!("http://{host}:{}", addr.port()) }
+        Self {
+            logins: Logins::default(),
+            cookie: SessionCookie::new(addr, remote),
+            base: format!("http://{host}:{}", addr.port()),
+        }
     }
 
     /// A one-time login link (`nexbot-ctl web login`).
@@ -110,7 +121,7 @@ impl FromRequestParts<ControlState> for Viewer {
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .find_map(auth::cookie_session)
+            .find_map(|v| web(state).cookie.session(v))
             .map(str::to_owned);
         match id.and_then(|id| web(state).logins.session(&id).map(|s| (id, s))) {
             Some((id, session)) => Ok(Viewer { id, session }),
@@ -263,7 +274,7 @@ async fn login(State(s): State<ControlState>, Query(q): Query<LoginQuery>) -> Re
     };
     tracing::info!("the dashboard: a browser logged in");
     let mut response = Redirect::to("/").into_response();
-    if let Ok(cookie) = HeaderValue::from_str(&auth::set_cookie(Some(&id))) {
+    if let Ok(cookie) = HeaderValue::from_str(&web(&s).cookie.set(Some(&id))) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
@@ -288,7 +299,7 @@ async fn logout(
 ) -> Response {
     web(&s).logins.log_out(&viewer.id);
     let mut response = login_page(StatusCode::OK, Some("Logged out."));
-    if let Ok(cookie) = HeaderValue::from_str(&auth::set_cookie(None)) {
+    if let Ok(cookie) = HeaderValue::from_str(&web(&s).cookie.set(None)) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
     response
@@ -525,16 +536,11 @@ async fn events(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
-/// Serves the dashboard on `listener` until `stop`.
+/// Serves the dashboard on `listener` until `stop`, within [`conn`]'s limits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: ControlState,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "the dashboard stopped");
-    }
+    conn::serve(listener, router(state), conn::Limits::default(), stop).await;
 }
