@@ -1,7 +1,9 @@
 //! Asking before anything new: the egress modes and the approver the proxy asks.
 //!
 //! In [`EgressMode::Ask`] a destination (host and port) that passed the deny list and the
-//! address rules, and that no `egress.allow` rule covers, is *held*: the client's connection
+//! name rules (a literal address: the address rules too), and that no `egress.allow` rule
+//! covers, is *held* before its name is looked up (a lookup carries the name to whoever
+//! serves it; the address rules judge what it resolves to after the answer): the client's connection
 //! (CONNECT or absolute-form) stays open while the proxy asks an injected [`Approver`]
 //! whether this task may reach it. The proxy knows no chat, no user and no button: who is
 //! asked, how, and what is remembered (a grant for the task, a rule for the chat) is the

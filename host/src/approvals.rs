@@ -1530,6 +1530,40 @@ mod tests {
         assert_eq!(ask(&approvals, "job", "api.example.com").await, Approval::Allow);
     }
 
+    /// One question per request shown: a `POST /exfil` held beside a `GET /innocent` to the
+    /// same destination is its own question, so "once" for the GET does not let the POST go;
+    /// "for this task" for one releases the task's others to that destination too.
+    #[tokio::test]
+    async fn allow_once_releases_only_the_request_the_question_shows() {
+        let (approvals, _sent) = setup(|_| {}).await;
+        approvals.start_task("t", &ChatRef::Telegram(7), "fetch", false);
+        let held = |method: &str, path: &str| {
+            let mut r = request("t", "api.example.com");
+            (r.method, r.path) = (method.into(), Some(path.into()));
+            tokio::spawn(EgressApprover(approvals.clone()).approve(r))
+        };
+        let innocent = held("GET", "/innocent");
+        let exfil = held("POST", "/exfil");
+        wait_pending(&approvals, 2).await;
+        let pending = approvals.pending();
+        let shown =
+            |path: &str| pending.iter().find(|p| p.path.as_deref() == Some(path)).unwrap().id;
+        approvals.answer(shown("/innocent"), Choice::Once, "telegram:7", None).unwrap();
+        assert_eq!(innocent.await.unwrap(), Approval::Allow);
+        tokio::task::yield_now().await;
+        assert!(!exfil.is_finished(), "the POST went with the GET's answer");
+        assert_eq!(approvals.pending().len(), 1);
+        // "For this task" on one question lets every request of the task there go.
+        let get_again = held("GET", "/other");
+        wait_pending(&approvals, 2).await;
+        let pending = approvals.pending();
+        let other = pending.iter().find(|p| p.path.as_deref() == Some("/other")).unwrap().id;
+        approvals.answer(other, Choice::Task, "telegram:7", None).unwrap();
+        assert_eq!(get_again.await.unwrap(), Approval::Allow);
+        assert_eq!(exfil.await.unwrap(), Approval::Allow);
+        assert!(approvals.pending().is_empty());
+    }
+
     /// The id of the newest waiting question, once `n` are waiting.
     async fn wait_pending(approvals: &Approvals, n: usize) -> i64 {
         loop {

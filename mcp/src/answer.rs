@@ -99,10 +99,12 @@ fn cut(text: String) -> (String, Option<usize>) {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(shown) => shown,
     };
+    // A string the reader already cut (`stdio.rs`) says so in the text; the answer says it too.
+    let read_cut = crate::stdio::read_cut_bytes(&text);
     if text.len() <= MAX_RESULT_BYTES {
-        return (text, None);
+        return (text, read_cut);
     }
-    let original = text.len();
+    let original = text.len().max(read_cut.unwrap_or(0));
     let mut end = MAX_RESULT_BYTES;
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -116,6 +118,15 @@ fn cut(text: String) -> (String, Option<usize>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A result the stdio reader cut while reading is still answered as cut, with the size the
+    /// reader's note names.
+    #[test]
+    fn a_result_cut_while_read_is_answered_as_cut() {
+        let text = format!("abc\n{}1048576 bytes in all]", crate::stdio::READ_CUT_NOTE);
+        assert_eq!(cut(text.clone()), (text, Some(1_048_576)));
+        assert_eq!(cut("plain".to_owned()).1, None);
+    }
     use rmcp::model::ContentBlock as Content;
     use serde_json::json;
 

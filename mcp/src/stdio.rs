@@ -18,6 +18,20 @@
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+/// How a string cut while reading says so (then `N bytes in all]`): the model reads it in
+/// the result, and [`read_cut_bytes`] finds it again so the call's answer can say it was cut.
+pub(crate) const READ_CUT_NOTE: &str = "[cut by Nexbot while reading: ";
+
+/// The largest original size a note of [`READ_CUT_NOTE`] in `text` names (`None`: no note).
+pub(crate) fn read_cut_bytes(text: &str) -> Option<usize> {
+    text.match_indices(READ_CUT_NOTE)
+        .filter_map(|(at, note)| {
+            let rest = &text[at + note.len()..];
+            rest.split_once(" bytes in all]")?.0.parse::<usize>().ok()
+        })
+        .max()
+}
+
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::RoleClient;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -273,8 +287,7 @@ impl Cutter {
         if self.escape == 0 && b == b'"' {
             self.in_string = false;
             if self.cutting {
-                let note =
-                    format!("\\n[cut by Nexbot while reading: {} bytes in all]", self.string_bytes);
+                let note = format!("\\n{READ_CUT_NOTE}{} bytes in all]", self.string_bytes);
                 self.keep_all(note.as_bytes());
                 self.cutting = false;
             }

@@ -197,7 +197,10 @@ async fn context_too_long_from_the_provider_is_fitted_harder_once() {
     // The retry carried about half: old messages cut (with a note) or dropped.
     let size = |i: usize| requests[i].body["messages"].to_string().len();
     assert!(size(4) * 10 < size(3) * 6, "{} then {} bytes", size(3), size(4));
-    assert!(requests[4].to_text().contains("cut:"), "no note on what was cut");
+    // Old messages go first (no tool result to cut here): fewer messages, or cut with a note.
+    let count = |i: usize| requests[i].body["messages"].as_array().map_or(0, Vec::len);
+    let cut = requests[4].to_text().contains("cut:");
+    assert!(cut || count(4) < count(3), "nothing was cut or dropped");
     // The newest message is never dropped.
     assert_eq!(last_user(&requests[4].body), "last");
 }

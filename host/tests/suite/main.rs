@@ -16,6 +16,7 @@ mod chat_tools;
 mod control;
 mod egress_dns;
 mod egress_docker;
+mod egress_fairness;
 mod egress_pool;
 mod host_approvals;
 mod host_bus;
