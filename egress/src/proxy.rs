@@ -361,7 +361,12 @@ fn refuse(
 ) -> Response<ResponseBody> {
     let message = format!("nexbot egress proxy: {}", audit.scrub_text(&reason));
     audit.verdict(verdict, reason);
-    text(status, message)
+    let mut response = text(status, message);
+    // A refused client's connection is closed, not kept alive: an idle connection after a
+    // refusal would hold one of the listener's slots until its header timeout (a flood of
+    // refused requests must not keep the connections others need).
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// Attribution, policy and dialling, shared by CONNECT and plain HTTP. Returns the connected

@@ -51,21 +51,31 @@ async fn status_within(stream: &mut TcpStream, request: &str, limit: Duration) -
 }
 
 /// The flood's result: how many of its CONNECTs were refused at once, and the connections
-/// still held (kept open until the test ends).
+/// still held (kept open until the test ends). All are sent at once, as an attacker would;
+/// a CONNECT not answered within 2 s is held.
 async fn flood(proxy: SocketAddr, token: &str) -> (usize, Vec<TcpStream>) {
     let auth = proxy_authorization(token);
-    let request = format!(
+    let request = Arc::new(format!(
         "CONNECT held.example:443 HTTP/1.1\r\nHost: held.example:443\r\n\
          Proxy-Authorization: {auth}\r\n\r\n"
-    );
+    ));
+    let sent: Vec<_> = (0..FLOOD_SIZE)
+        .map(|_| {
+            let request = request.clone();
+            tokio::spawn(async move {
+                let mut stream = from(FLOOD, proxy).await;
+                let status = status_within(&mut stream, &request, Duration::from_secs(2)).await;
+                (status, stream)
+            })
+        })
+        .collect();
     let mut held = Vec::new();
     let mut refused = 0;
-    for _ in 0..FLOOD_SIZE {
-        let mut stream = from(FLOOD, proxy).await;
-        match status_within(&mut stream, &request, Duration::from_millis(300)).await {
-            Some(403) => refused += 1,
-            Some(other) => panic!("a held CONNECT answered {other}"),
-            None => held.push(stream),
+    for one in sent {
+        match one.await.unwrap() {
+            (Some(403), _) => refused += 1,
+            (Some(other), _) => panic!("a held CONNECT answered {other}"),
+            (None, stream) => held.push(stream),
         }
     }
     (refused, held)
@@ -164,7 +174,8 @@ async fn a_flood_at_a_small_listener_does_not_delay_the_owner() {
     let proxy = started.egress.local_addr();
     let token = started.egress.issue_proxy_token("t-flood").unwrap();
     let flooding = tokio::spawn(async move { flood(proxy, token.expose_secret()).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The flood's connections are all in (held, refused, or waiting to be accepted).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let times = owner_requests(&started, server, 50).await;
     assert!(times.iter().all(|(s, _)| *s == 200), "the owner was not served: {times:?}");
     let mut ms: Vec<f64> = times.iter().map(|(_, t)| *t).collect();
