@@ -15,8 +15,14 @@
 //! Text form, as the vault stores it: `https://api.github.com:443 header:authorization`, then
 //! any more places (`header:x-api-key`, `path:/bot`, `query:key`, `body`). A bare host pattern
 //! (`api.github.com`, as bindings were stored before places existed) is a **legacy** binding:
-//! the value may go anywhere in a request to that host, on any port and scheme, as before;
-//! the daemon says so at start and setting the secret again narrows it.
+//! the value may go anywhere in a request to that host, on any port, as before;
+//! the daemon says so at start, `nexbot doctor` lists each one, and setting the secret again
+//! (with `--host`) narrows it. Legacy bindings are deprecated: this release still honours
+//! them, the one named in [`LEGACY_BINDINGS_REFUSED_FROM`] refuses them. Two things they no
+//! longer do even now ([`Binding::refusal`], [`Binding::legacy_refuses`]): cover a public
+//! suffix or `*` (a legacy `*.github.io` is no binding at all, as it never was for a new one),
+//! and go over plain http to a public host (the value would cross the Internet in the clear,
+//! on a scheme the task — not the operator — picked).
 //!
 //! A `path:` prefix matches whole segments: `path:/bot` takes `/bot<token>/sendMessage` (the
 //! value continues the prefix's last segment) and `/bot/<token>`, never `/bottle/<token>` or
@@ -30,6 +36,13 @@ use super::config::HostPattern;
 
 /// The places a value may fill when a binding names none.
 pub const DEFAULT_PLACE: &str = "header:authorization";
+
+/// The release from which a legacy binding (a bare host, stored before bindings named places)
+/// is refused outright: this one still honours them, so that an upgrade breaks no install,
+/// and says so (the daemon's start-up warning, `nexbot doctor`) so that each can be narrowed
+/// before then. A test fails once the workspace version reaches it, as a reminder to remove
+/// the legacy path.
+pub const LEGACY_BINDINGS_REFUSED_FROM: &str = "0.2.0";
 
 /// A place in a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +225,48 @@ impl Binding {
         self.exact.is_none()
     }
 
+    /// Why this binding is not honoured at all, if it is not: a legacy binding over a public
+    /// suffix (`*.com`, `co.uk`, `*.github.io`) or `*`. Why: a new binding was always refused
+    /// these ([`Binding::new`]), but a stored bare host skipped the check, so a legacy
+    /// `*.github.io` sent the value to any page anyone can register there.
+    pub fn refusal(&self) -> Option<String> {
+        if self.exact.is_some() {
+            return None;
+        }
+        if self.host == HostPattern::any() {
+            return Some("is `*`, which would send the value anywhere".to_owned());
+        }
+        public_suffix(&self.host).map(|suffix| {
+            format!("covers the public suffix {suffix:?}, under which anyone can own a host")
+        })
+    }
+
+    /// Why this legacy binding does not take a request to `to` although its host matches, if
+    /// it does not: [`Binding::refusal`], or plain http to a public host. `None` for a binding
+    /// that is not legacy or does not match `to`'s host.
+    ///
+    /// Why plain http is refused only for a public host: a legacy binding was the only way to
+    /// bind a LAN service before `http://host:port` existed, and refusing it would break such
+    /// an install now rather than at [`LEGACY_BINDINGS_REFUSED_FROM`]; over the Internet the
+    /// value would cross every hop in the clear, on a scheme the task picked (a prompt-injected
+    /// model writes `http://api.github.com/…`). Judged by name, as the value is filled in
+    /// before the name is resolved ([`is_public_host`]).
+    pub(crate) fn legacy_refuses(&self, to: &Destination<'_>) -> Option<String> {
+        if self.exact.is_some() || !self.host.matches(to.host) {
+            return None;
+        }
+        if let Some(refusal) = self.refusal() {
+            return Some(format!("its legacy binding {:?} {refusal}", self.host.to_string()));
+        }
+        (!to.https && is_public_host(to.host)).then(|| {
+            format!(
+                "its legacy binding {:?} does not take plain http to a public host (the value \
+                 would cross the Internet unencrypted); use https",
+                self.host.to_string()
+            )
+        })
+    }
+
     pub fn host(&self) -> &HostPattern {
         &self.host
     }
@@ -219,7 +274,10 @@ impl Binding {
     /// Whether a request to `to` may carry the value at all (host, port, scheme).
     pub(crate) fn reaches(&self, to: &Destination<'_>) -> bool {
         self.host.matches(to.host)
-            && self.exact.as_ref().is_none_or(|e| e.port == to.port && e.https == to.https)
+            && match &self.exact {
+                Some(e) => e.port == to.port && e.https == to.https,
+                None => self.legacy_refuses(to).is_none(),
+            }
     }
 
     /// Whether the value may fill a placeholder at `spot` of a request to `to`.
@@ -326,6 +384,24 @@ fn public_suffix(pattern: &HostPattern) -> Option<String> {
     let suffix = psl::suffix(name.as_bytes())?;
     let is_suffix = suffix.as_bytes() == name.as_bytes();
     (is_suffix && (wildcard || suffix.is_known())).then(|| name.to_owned())
+}
+
+/// Whether `host` (a request's, lower case) is on the Internet as far as its name says: a
+/// global address, or a name under a known public suffix that is no LAN name (`.lan`,
+/// `.local`, `.internal`, `.home.arpa`, a single label). A split-horizon name that resolves to
+/// a LAN address counts as public: the name is all the binding sees.
+fn is_public_host(host: &str) -> bool {
+    if let Some(ip) = crate::literal::parse_ip(host) {
+        return crate::policy::classify(ip).is_none();
+    }
+    const LAN: [&str; 5] = ["lan", "local", "internal", "localhost", "home.arpa"];
+    let lan = LAN
+        .iter()
+        .any(|s| host == *s || host.strip_suffix(s).is_some_and(|head| head.ends_with('.')));
+    if lan || !host.contains('.') {
+        return false;
+    }
+    psl::suffix(host.as_bytes()).is_some_and(|suffix| suffix.is_known())
 }
 
 impl fmt::Display for Binding {
@@ -478,10 +554,95 @@ mod tests {
     fn a_bare_host_is_a_legacy_binding_that_allows_anywhere() {
         let b = Binding::parse("api.github.com").unwrap();
         assert!(b.is_legacy());
+        assert_eq!(b.refusal(), None);
         assert_eq!(b.to_string(), "api.github.com");
-        assert!(b.allows(&to("api.github.com", 80, false), Spot::Body));
+        assert!(b.allows(&to("api.github.com", 443, true), Spot::Body));
         assert!(b.allows(&to("api.github.com", 443, true), Spot::Query { param: None }));
+        assert!(b.allows(&to("api.github.com", 8443, true), Spot::Header("x-comment")));
         assert!(!b.allows(&to("evil.example", 443, true), Spot::Body));
         assert!(Binding::parse("https://api.github.com:443").is_err(), "new form names places");
+    }
+
+    /// The hole an attacker's test found: a stored bare host skipped the public-suffix check
+    /// that [`Binding::new`] makes, so a legacy `*.github.io` filled the value into a request
+    /// to any page anyone can put up there.
+    #[test]
+    fn a_legacy_binding_over_a_public_suffix_is_refused() {
+        for (pattern, host, suffix) in [
+            ("*.com", "attacker.com", "com"),
+            ("co.uk", "co.uk", "co.uk"),
+            ("*.co.uk", "shop.co.uk", "co.uk"),
+            ("*.github.io", "attacker.github.io", "github.io"),
+            ("github.io", "github.io", "github.io"),
+        ] {
+            let b = Binding::parse(pattern).unwrap();
+            assert!(b.is_legacy(), "{pattern}");
+            for dest in [to(host, 443, true), to(host, 80, false)] {
+                assert!(!b.reaches(&dest), "{pattern} reached {host}");
+                assert!(!b.allows(&dest, Spot::Header("authorization")), "{pattern}: {host}");
+            }
+            let refusal = b.refusal().unwrap_or_else(|| panic!("{pattern} is honoured"));
+            assert!(refusal.contains(&format!("public suffix \"{suffix}\"")), "{refusal}");
+            let reason = b.legacy_refuses(&to(host, 443, true)).unwrap();
+            assert!(reason.contains(pattern) && reason.contains(suffix), "{reason}");
+        }
+        let any = Binding::parse("*").unwrap();
+        assert!(!any.allows(&to("evil.example", 443, true), Spot::Header("authorization")));
+        assert!(any.refusal().is_some());
+        // A legacy binding to a host under such a suffix is a service's own host: honoured.
+        for (pattern, host) in
+            [("me.github.io", "me.github.io"), ("*.example.com", "a.example.com")]
+        {
+            let b = Binding::parse(pattern).unwrap();
+            assert_eq!(b.refusal(), None, "{pattern}");
+            assert!(b.allows(&to(host, 443, true), Spot::Body), "{pattern}");
+        }
+    }
+
+    /// Plain http is refused to a public host only: a legacy binding was the one way to bind
+    /// a LAN service before `http://host:port`, and that install keeps working until
+    /// [`LEGACY_BINDINGS_REFUSED_FROM`].
+    #[test]
+    fn a_legacy_binding_takes_plain_http_only_to_a_lan_host() {
+        let github = Binding::parse("api.github.com").unwrap();
+        let plain = to("api.github.com", 80, false);
+        assert!(!github.reaches(&plain));
+        assert!(!github.allows(&plain, Spot::Header("authorization")));
+        let reason = github.legacy_refuses(&plain).unwrap();
+        assert!(reason.contains("plain http to a public host"), "{reason}");
+        assert_eq!(github.legacy_refuses(&to("api.github.com", 443, true)), None);
+        assert_eq!(github.legacy_refuses(&to("evil.example", 80, false)), None, "not its host");
+        for (pattern, host) in [
+            ("nas.lan", "nas.lan"),
+            ("printer.local", "printer.local"),
+            ("nas", "nas"),
+            ("nas.home.arpa", "nas.home.arpa"),
+            ("10.0.0.5", "10.0.0.5"),
+            ("127.0.0.1", "127.0.0.1"),
+            ("192.168.1.2", "192.168.1.2"),
+        ] {
+            let b = Binding::parse(pattern).unwrap();
+            assert!(b.allows(&to(host, 8080, false), Spot::Body), "{pattern} over http");
+        }
+        for (pattern, host) in [("8.8.8.8", "8.8.8.8"), ("*.example.com", "a.example.com")] {
+            let b = Binding::parse(pattern).unwrap();
+            assert!(!b.allows(&to(host, 80, false), Spot::Body), "{pattern} over http");
+            assert!(b.allows(&to(host, 443, true), Spot::Body), "{pattern} over https");
+        }
+    }
+
+    /// The deadline is a promise in the README and the daemon's warnings: once the workspace
+    /// reaches that release, legacy bindings must be refused outright (and this test, with the
+    /// legacy path, removed).
+    #[test]
+    fn legacy_bindings_are_honoured_only_before_their_deadline() {
+        let release = |text: &str| -> Vec<u32> {
+            text.split('.').map(|n| n.parse().expect("a numeric version")).collect()
+        };
+        assert!(
+            release(env!("CARGO_PKG_VERSION")) < release(LEGACY_BINDINGS_REFUSED_FROM),
+            "version {} reached {LEGACY_BINDINGS_REFUSED_FROM}: refuse legacy bindings now",
+            env!("CARGO_PKG_VERSION")
+        );
     }
 }

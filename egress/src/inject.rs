@@ -58,6 +58,14 @@ pub(crate) struct Placeholder {
 pub(crate) enum Refused {
     #[error("secret_not_bound: secret {name} may not be sent to {host}")]
     NotBound { name: String, host: String },
+    /// A legacy binding matches the host but does not take this request
+    /// ([`crate::Binding::legacy_refuses`]): the reason, and how to narrow it.
+    #[error(
+        "secret_legacy_binding: secret {name} may not be sent to {host}: {reason}; set the \
+         secret again with --host (nexbot-ctl secrets set {name} --host HOST --in PLACE, or \
+         /secret set) to bind it to https and a place"
+    )]
+    Legacy { name: String, host: String, reason: String },
     #[error(
         "secret_misplaced: secret {name} may not go in {spot} of a request to {host}; its \
          binding allows: {allowed}"
@@ -78,6 +86,7 @@ impl Refused {
     pub(crate) fn name(&self) -> &str {
         match self {
             Self::NotBound { name, .. }
+            | Self::Legacy { name, .. }
             | Self::Misplaced { name, .. }
             | Self::UnsafePath { name, .. }
             | Self::NotAHeader { name }
@@ -232,6 +241,10 @@ pub(crate) fn substitute(
     for placeholder in find(text) {
         let Some(credential) = secrets.get(&placeholder.name) else { continue };
         if !credential.reaches(to) {
+            if let Some(reason) = credential.bindings.iter().find_map(|b| b.legacy_refuses(to)) {
+                let host = to.host.to_owned();
+                return Err(Refused::Legacy { name: placeholder.name, host, reason });
+            }
             // Bound to this host but another port or scheme: the error names both.
             let host = if credential.bindings.iter().any(|b| b.host().matches(to.host)) {
                 let scheme = if to.https { "https" } else { "http" };
@@ -558,6 +571,42 @@ mod tests {
         let to = Destination { port: 443, https: true, ..to };
         let err = substitute_head(&mut parts, &secrets, &to, &mut BTreeSet::new()).unwrap_err();
         assert!(matches!(err, Refused::NotAHeader { .. }), "{err}");
+    }
+
+    /// A legacy binding refused for this request says why and how to narrow it, not only
+    /// "not bound".
+    #[test]
+    fn a_refused_legacy_binding_names_the_reason_and_the_fix() {
+        let table = TaskCredentials::default();
+        let value = SecretString::from("legacy-value-0123456789".to_owned());
+        let hosts = vec![
+            crate::Binding::parse("api.example.com").unwrap(),
+            crate::Binding::parse("*.com").unwrap(),
+        ];
+        table.grant("t", vec![Credential::new("OLD", value, hosts)]).unwrap();
+        let secrets = table.for_task("t").unwrap();
+        let (mut parts, ()) = http::Request::builder()
+            .uri("http://api.example.com/a")
+            .header("authorization", "{{secret:OLD}}")
+            .body(())
+            .unwrap()
+            .into_parts();
+        for (host, port, https, why) in [
+            ("api.example.com", 80, false, "plain http to a public host"),
+            ("attacker.com", 443, true, "public suffix \"com\""),
+        ] {
+            let to = Destination { host, port, https };
+            let err = substitute_head(&mut parts.clone(), &secrets, &to, &mut BTreeSet::new())
+                .unwrap_err();
+            assert!(matches!(err, Refused::Legacy { .. }), "{err}");
+            let text = err.to_string();
+            assert!(text.contains(why) && text.contains("nexbot-ctl secrets set OLD"), "{text}");
+            assert!(!text.contains("legacy-value"), "{text}");
+        }
+        let to = Destination { host: "api.example.com", port: 443, https: true };
+        substitute_head(&mut parts, &secrets, &to, &mut BTreeSet::new()).unwrap();
+        let filled = parts.headers.get("authorization").unwrap();
+        assert_eq!(filled, "legacy-value-0123456789");
     }
 
     #[test]

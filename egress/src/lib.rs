@@ -99,7 +99,8 @@
 //! A user's secret bound to hosts never enters a container. A [`Binding`] is a host pattern, a
 //! port, https (or an explicit `http://host:port`) and the places in the request the value may
 //! fill ([`Place`]: `Authorization` by default; `header:`, `path:`, `query:`, `body`); a bare
-//! host is a legacy binding (anywhere). The host grants a task its [`Credential`]s
+//! host is a legacy binding (anywhere; never over a public suffix, never plain http to a
+//! public host; refused from [`LEGACY_BINDINGS_REFUSED_FROM`]). The host grants a task its [`Credential`]s
 //! (`Egress::credentials().grant`); [`TaskTokens::finish`] drops them, values zeroized. The
 //! container writes the placeholder `{{secret:NAME}}` (its `{`, `:`, `}` may be
 //! percent-encoded, either hex case) and sends the request in **absolute form**, `https://`
@@ -185,7 +186,7 @@ pub use approval::{
 };
 pub use attribution::{Attributed, Attribution, AttributionTable, LateAttribution};
 pub use audit::{AuditLimits, AuditRecord, MetricsSnapshot, Verdict};
-pub use binding::{Binding, Place, DEFAULT_PLACE};
+pub use binding::{Binding, Place, DEFAULT_PLACE, LEGACY_BINDINGS_REFUSED_FROM};
 pub use config::{
     Cidr, ConfigError, EgressConfig, HostPattern, InternalAllow, PortRule, ProviderKeys,
     ProxyConfig, RelayConfig, RelayProvider,

@@ -870,6 +870,7 @@ async fn prepare(
             audit.secrets(vec![refused.name().to_owned()], false);
             let status = match refused {
                 inject::Refused::NotBound { .. }
+                | inject::Refused::Legacy { .. }
                 | inject::Refused::Misplaced { .. }
                 | inject::Refused::UnsafePath { .. } => StatusCode::FORBIDDEN,
                 _ => StatusCode::BAD_REQUEST,

@@ -12,8 +12,9 @@ use nexbot_docker::Docker;
 
 use crate::config::{Config, LLM_API_KEY_ENV};
 use crate::store::Store;
-use crate::vault::{Vault, VaultState};
+use crate::vault::{LegacyBinding, Vault, VaultState};
 use crate::workspace::BOOTSTRAP_FILES;
+use nexbot_egress::LEGACY_BINDINGS_REFUSED_FROM;
 
 /// The status of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +62,8 @@ impl Check {
 
 /// Runs every check that the (already loaded) config allows.
 pub async fn run(config: &Config) -> Vec<Check> {
-    let mut checks = vec![workspace(config), database(config).await, vault(config).await];
+    let mut checks = vec![workspace(config), database(config).await];
+    checks.extend(vault(config).await);
     checks.extend(llm(config).await);
     if config.subagent.enabled {
         let (docker_checks, engine) = docker(config).await;
@@ -110,19 +112,21 @@ async fn database(config: &Config) -> Check {
     }
 }
 
-/// Whether the secrets vault opens with `NEXBOT_MASTER_KEY`.
-async fn vault(config: &Config) -> Check {
+/// Whether the secrets vault opens with `NEXBOT_MASTER_KEY`, then a warning for each legacy
+/// binding ([`legacy_binding`]).
+async fn vault(config: &Config) -> Vec<Check> {
     let Ok(store) = Store::open(&config.database_path()).await else {
-        return Check::bad("secrets vault", CheckStatus::Fail, "no database", "see above");
+        return vec![Check::bad("secrets vault", CheckStatus::Fail, "no database", "see above")];
     };
     let vault = match Vault::open(store, config.secrets.master_key.as_ref(), None).await {
         Ok(vault) => vault,
         Err(e) => {
-            return Check::bad("secrets vault", CheckStatus::Fail, e.to_string(), "see above")
+            let detail = e.to_string();
+            return vec![Check::bad("secrets vault", CheckStatus::Fail, detail, "see above")];
         }
     };
     let count = vault.list(None).len();
-    match vault.state() {
+    let state = match vault.state() {
         VaultState::On => Check::ok("secrets vault", format!("on, {count} secret(s) stored")),
         VaultState::Off(why) => Check::bad(
             "secrets vault",
@@ -136,7 +140,30 @@ async fn vault(config: &Config) -> Check {
             format!("NEXBOT_MASTER_KEY does not open it ({count} secret(s) stored)"),
             "set the key the vault was written with",
         ),
-    }
+    };
+    let mut checks = vec![state];
+    checks.extend(vault.legacy_bindings().iter().map(legacy_binding));
+    checks
+}
+
+/// One legacy binding (a bare host stored before bindings named a place): a warning naming
+/// the secret, its scope and host, and the command that narrows it — never the value, which
+/// doctor does not read. Why a warning even for one this release still honours: it is refused
+/// from [`LEGACY_BINDINGS_REFUSED_FROM`], and doctor is where an operator looks before an
+/// upgrade.
+fn legacy_binding(legacy: &LegacyBinding) -> Check {
+    let LegacyBinding { scope, name, host, refused, narrow } = legacy;
+    let detail = match refused {
+        Some(reason) => format!(
+            "secret {name} of {scope}: legacy binding {host:?} {reason}, so the secret is not \
+             used; bind it to the service's own host name"
+        ),
+        None => format!(
+            "secret {name} of {scope}: legacy binding {host:?} (anywhere in a request to it, \
+             any port), refused from release {LEGACY_BINDINGS_REFUSED_FROM}"
+        ),
+    };
+    Check::bad("secrets legacy binding", CheckStatus::Warn, detail, narrow.clone())
 }
 
 /// Whether each provider answers (`GET /models` with its key) and lists its model.
@@ -398,4 +425,84 @@ fn effective_uid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(2)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vault::Scope;
+    use nexbot_core::ChatRef;
+    use secrecy::SecretString;
+
+    const VALUE: &str = "ghp_PLANTED_doctor_value_0123456789";
+
+    /// Doctor names each legacy binding — secret, scope, host — with the exact command that
+    /// narrows it, and the deadline; never the value. One over a public suffix says it is not
+    /// used. A narrowed secret is not listed.
+    #[tokio::test]
+    async fn doctor_lists_each_legacy_binding_with_the_command_to_narrow_it() {
+        let dir = std::env::temp_dir().join(format!("nxh-doctor-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut config = Config::default();
+        config.workspace.dir = dir.clone();
+        let master = SecretString::from("master-key-for-doctor-0123456789");
+        config.secrets.master_key = Some(master.clone());
+        let store = Store::open(&config.database_path()).await.unwrap();
+        let chat = Scope::Chat(ChatRef::Telegram(42));
+        let store_row = |scope: Scope, name: &'static str, host: &'static str| {
+            let (store, master) = (store.clone(), master.clone());
+            async move {
+                crate::vault::legacy::store_legacy_row(
+                    &store,
+                    &master,
+                    &scope,
+                    name,
+                    VALUE,
+                    &[host],
+                )
+                .await
+            }
+        };
+        store_row(chat.clone(), "GH_TOKEN", "api.github.com").await;
+        store_row(Scope::Operator, "SEARCH_KEY", "api.search.example").await;
+        store_row(chat.clone(), "PAGES", "*.github.io").await;
+        let opened = Vault::open(store.clone(), Some(&master), None).await.unwrap();
+        let hosts = ["api.example.com".to_owned()];
+        let value = SecretString::from(VALUE);
+        opened.set(&chat, "NEW", value, &hosts, &[], None).await.unwrap();
+        drop(opened);
+
+        let checks = vault(&config).await;
+        let shown: Vec<String> = checks.iter().map(Check::render).collect();
+        let all = shown.join("\n");
+        assert!(shown[0].starts_with("[ok]   secrets vault: on, 4 secret(s)"), "{all}");
+        assert_eq!(checks.len(), 4, "{all}");
+        for (name, scope, host, fix) in [
+            (
+                "GH_TOKEN",
+                "chat telegram:42",
+                "api.github.com",
+                "nexbot-ctl secrets set GH_TOKEN --chat telegram:42 --host api.github.com",
+            ),
+            (
+                "SEARCH_KEY",
+                "the operator scope",
+                "api.search.example",
+                "nexbot-ctl secrets set SEARCH_KEY --operator --host api.search.example",
+            ),
+        ] {
+            let line = shown.iter().find(|l| l.contains(name)).unwrap();
+            assert!(line.starts_with("[warn] secrets legacy binding: "), "{line}");
+            assert!(line.contains(&format!("secret {name} of {scope}")), "{line}");
+            assert!(line.contains(&format!("legacy binding \"{host}\"")), "{line}");
+            assert!(line.contains("refused from release 0.2.0"), "{line}");
+            assert!(line.contains(&format!("fix: printf %s \"$VALUE\" | {fix}")), "{line}");
+        }
+        let pages = shown.iter().find(|l| l.contains("PAGES")).unwrap();
+        assert!(pages.contains("public suffix \"github.io\"") && pages.contains("not used"));
+        assert!(pages.contains("--chat telegram:42 --host HOST"), "{pages}");
+        assert!(!all.contains("secret NEW"), "a narrowed secret is not legacy: {all}");
+        assert!(!all.contains(VALUE), "doctor showed a value: {all}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

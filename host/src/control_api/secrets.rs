@@ -41,6 +41,7 @@ fn vault_error(e: VaultError) -> ApiError {
         VaultError::Off(_)
         | VaultError::WrongKey
         | VaultError::Corrupt { .. }
+        | VaultError::LegacyBinding { .. }
         | VaultError::TooMany { .. } => StatusCode::CONFLICT,
         VaultError::NotFound { .. } => StatusCode::NOT_FOUND,
         VaultError::Crypto(_) | VaultError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,

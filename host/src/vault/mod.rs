@@ -18,6 +18,7 @@
 
 pub mod command;
 mod crypto;
+pub(crate) mod legacy;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,6 +35,7 @@ use crate::store::{unix_now, Store, StoreError};
 use crypto::{CryptoError, VaultKey};
 
 pub use crypto::MIN_MASTER_KEY_CHARS;
+pub use legacy::{narrow_command, LegacyBinding};
 
 /// A value is at most this many bytes.
 pub const MAX_VALUE_BYTES: usize = 8 * 1024;
@@ -223,6 +225,11 @@ pub enum VaultError {
          another chat or name, or is corrupt; set it again"
     )]
     Corrupt { name: String, scope: Scope },
+    #[error(
+        "secret {name} of {scope} is not used: its binding {host:?}, stored by an earlier \
+         version as a bare host, {reason}; bind it to the service's own host name: {command}"
+    )]
+    LegacyBinding { name: String, scope: Scope, host: String, reason: String, command: String },
     #[error("the vault's key cannot be made: {0}")]
     Crypto(String),
     #[error(transparent)]
@@ -446,31 +453,16 @@ impl Vault {
                 (None, _, _) => Err(Unreadable::Off),
             };
             let (hosts, mode) = parsed.unwrap_or((Vec::new(), Mode::Proxy));
-            let legacy: Vec<String> =
-                hosts.iter().filter(|b| b.is_legacy()).map(ToString::to_string).collect();
-            if mode == Mode::Proxy && !legacy.is_empty() {
-                tracing::warn!(
-                    %scope,
-                    name = %row.name,
-                    hosts = %legacy.join(", "),
-                    "legacy binding: this secret was stored before bindings named a place, so \
-                     its value may still be filled in anywhere in a request to these hosts, on \
-                     any port and over http; set it again (/secret set or nexbot-ctl secrets \
-                     set, with --host and optionally --in) to bind it to https and the \
-                     Authorization header or the places you name"
-                );
-            }
-            entries.insert(
-                (scope, row.name),
-                Entry {
-                    value,
-                    hosts,
-                    mode,
-                    updated_at: row.updated_at,
-                    hold: Hold::default(),
-                    confirm: row.confirm,
-                },
-            );
+            let entry = Entry {
+                value,
+                hosts,
+                mode,
+                updated_at: row.updated_at,
+                hold: Hold::default(),
+                confirm: row.confirm,
+            };
+            legacy::warn_at_open(&scope, &row.name, &entry);
+            entries.insert((scope, row.name), entry);
         }
         let vault = Arc::new(Self {
             store,
@@ -730,6 +722,9 @@ impl Vault {
                 available,
             });
         };
+        if let Some(refused) = legacy::refused_use(scope, name, entry) {
+            return Err(refused);
+        }
         match &entry.value {
             Ok(value) => Ok(Resolved {
                 name: name.to_owned(),

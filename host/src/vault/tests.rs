@@ -255,6 +255,72 @@ async fn a_binding_stored_before_places_keeps_working_as_a_legacy_one() {
     assert!(old.hosts[0].is_legacy());
 }
 
+/// A legacy binding over a public suffix (a bare `*.github.io`, `*.com`, `co.uk` stored by an
+/// earlier version, which skipped the check a new binding gets) is not honoured: using the
+/// secret is refused with an error naming it, the binding and the command that narrows it.
+/// A fine legacy binding beside it keeps working.
+#[tokio::test]
+async fn a_legacy_binding_over_a_public_suffix_is_refused_at_use_naming_the_fix() {
+    let dir = temp_dir();
+    let store = store(&dir).await;
+    let master = secret(MASTER);
+    for (name, host) in [("PAGES", "*.github.io"), ("DOTCOM", "*.com"), ("UK", "co.uk")] {
+        legacy::store_legacy_row(&store, &master, &chat(1), name, VALUE, &[host]).await;
+    }
+    legacy::store_legacy_row(&store, &master, &chat(1), "FINE", VALUE, &["api.example.com"]).await;
+    let vault = Vault::open(store, Some(&master), None).await.unwrap();
+    for (name, suffix) in [("PAGES", "github.io"), ("DOTCOM", "com"), ("UK", "co.uk")] {
+        let err = vault.resolve(&chat(1), name).unwrap_err();
+        assert!(matches!(err, VaultError::LegacyBinding { .. }), "{name}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("secret {name} of chat telegram:1")), "{text}");
+        assert!(text.contains(&format!("public suffix \"{suffix}\"")), "{text}");
+        let fix = format!("nexbot-ctl secrets set {name} --chat telegram:1 --host HOST");
+        assert!(text.contains(&fix), "{text}");
+        assert!(!text.contains(VALUE), "{text}");
+    }
+    let fine = vault.resolve(&chat(1), "FINE").unwrap();
+    assert_eq!(fine.value.expose_secret(), VALUE);
+    assert!(fine.hosts[0].is_legacy());
+    let listed = vault.legacy_bindings();
+    assert_eq!(listed.len(), 4, "{listed:?}");
+    let pages = listed.iter().find(|l| l.name == "PAGES").unwrap();
+    assert_eq!(pages.host, "*.github.io");
+    assert!(pages.refused.as_deref().is_some_and(|r| r.contains("github.io")), "{pages:?}");
+    let fine = listed.iter().find(|l| l.name == "FINE").unwrap();
+    assert_eq!(fine.refused, None);
+    assert!(fine.narrow.contains("--chat telegram:1 --host api.example.com"), "{fine:?}");
+}
+
+/// Setting a legacy secret again with `--host` replaces its bindings: the migration is that
+/// one command. The new binding is https on 443 in the `Authorization` header, kept across a
+/// restart, and the secret is no longer listed as legacy (nor refused, for one that was).
+#[tokio::test]
+async fn setting_a_legacy_secret_again_with_a_host_narrows_it() {
+    let dir = temp_dir();
+    let store = store(&dir).await;
+    let master = secret(MASTER);
+    legacy::store_legacy_row(&store, &master, &Scope::Operator, "OLD", VALUE, &["api.example.com"])
+        .await;
+    legacy::store_legacy_row(&store, &master, &chat(1), "PAGES", VALUE, &["*.github.io"]).await;
+    let vault = Vault::open(store.clone(), Some(&master), None).await.unwrap();
+    assert_eq!(vault.legacy_bindings().len(), 2);
+    let hosts = ["api.example.com".to_owned()];
+    let info = vault.set(&Scope::Operator, "OLD", secret(VALUE), &hosts, &[], None).await.unwrap();
+    assert_eq!(info.hosts, ["https://api.example.com:443 header:authorization"]);
+    let pages = ["me.github.io".to_owned()];
+    vault.set(&chat(1), "PAGES", secret(VALUE), &pages, &[], None).await.unwrap();
+    assert_eq!(vault.legacy_bindings(), []);
+    drop(vault);
+    let vault = Vault::open(store, Some(&master), None).await.unwrap();
+    assert_eq!(vault.legacy_bindings(), []);
+    let old = vault.resolve(&Scope::Operator, "OLD").unwrap();
+    assert!(!old.hosts[0].is_legacy());
+    assert_eq!(old.hosts[0].to_string(), "https://api.example.com:443 header:authorization");
+    let pages = vault.resolve(&chat(1), "PAGES").unwrap();
+    assert_eq!(pages.hosts[0].to_string(), "https://me.github.io:443 header:authorization");
+}
+
 /// `--confirm` is kept across a restart, needs proxy mode, and is sealed in: a database
 /// write that drops it leaves the value unusable rather than unconfirmed.
 #[tokio::test]
