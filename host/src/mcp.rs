@@ -17,7 +17,8 @@
 //! tools work in) mounted at that path, read and written, and runs as the daemon's own user, so
 //! what it writes is the chat's file and what the chat wrote it can read; the probe sees an
 //! empty folder there. No other chat's room is in its container, and no instance serves two
-//! chats.
+//! chats. A root daemon's room servers never run as root: they run as the pool's user, and the
+//! room is handed over to it before each start and call ([`rooms`]).
 //!
 //! When an instance's container dies or its session ends, calls in flight fail at once with
 //! the reason, and the instance is started again: a shared one in the background, a chat's at
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nexbot_core::{BoxFuture, ChatRef};
-use nexbot_docker::{Pool, Service, ServiceMount, ServiceSpec};
+use nexbot_docker::{Pool, Service, ServiceSpec};
 use nexbot_egress::{AttributionTable, Door, Doors};
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
@@ -41,6 +42,8 @@ use tokio_util::sync::CancellationToken;
 use crate::delegation::TaskQuestions;
 use crate::tools::delegate::SecretSource;
 use crate::vault::{Hold, Mode};
+
+pub mod rooms;
 
 /// The role label of an MCP server's container.
 pub const ROLE: &str = "mcp";
@@ -88,7 +91,8 @@ pub struct McpRooms {
     /// machine: a daemon in a container finds it through its own mounts), or why it is not
     /// known; then a server with `room` does not start for a chat, and says why.
     pub on_engine: Result<PathBuf, String>,
-    /// Who a server with a room runs as (`uid:gid`): the daemon's own user.
+    /// Who a server with a room runs as (`uid:gid`): the daemon's own user; when that is root,
+    /// the pool's user instead, the room handed over to it ([`rooms::never_root`]).
     pub user: String,
     /// Whether `on_engine` is a guess to check before a room is given (a daemon in a container
     /// it cannot identify guesses that the engine sees its paths): a throw-away container reads
@@ -98,14 +102,11 @@ pub struct McpRooms {
 
 impl McpRooms {
     /// The rooms under `dir` as this process sees them, on an engine that sees the same paths,
-    /// run as this process's user.
+    /// run as this process's user (unless root: [`rooms::never_root`]).
     pub fn local(dir: PathBuf) -> Self {
         Self { on_engine: Ok(dir.clone()), dir, user: own_user(), check: false }
     }
 }
-
-/// Where a check container finds the folder of rooms.
-const CHECK_TARGET: &str = "/rooms-check";
 
 /// This process's `uid:gid`.
 pub fn own_user() -> String {
@@ -256,6 +257,9 @@ pub struct McpServers {
     egress: McpEgress,
     /// Where servers with `room` find their chat's (`None`: such a server does not start).
     rooms: Option<McpRooms>,
+    /// Who a root daemon hands a chat's room over to before its room server starts or is
+    /// called (the pool's user); `None` when the servers run as the daemon's own user.
+    room_owner: Option<rooms::Owner>,
     /// The answer of the one check that the engine sees the rooms where `rooms` guesses.
     rooms_checked: tokio::sync::OnceCell<Result<(), String>>,
     /// Asks a chat before its server reaches a new destination (`egress.mode = "ask"`); set
@@ -279,12 +283,20 @@ impl McpServers {
         egress: McpEgress,
         rooms: Option<McpRooms>,
     ) -> Arc<Self> {
+        let (rooms, room_owner) = match rooms {
+            Some(rooms) => {
+                let (rooms, owner) = rooms::never_root(rooms, pool.config());
+                (Some(rooms), owner)
+            }
+            None => (None, None),
+        };
         let this = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             pool,
             servers,
             egress,
             rooms,
+            room_owner,
             rooms_checked: tokio::sync::OnceCell::new(),
             questions: OnceLock::new(),
             instances: Mutex::default(),
@@ -352,9 +364,16 @@ impl McpServers {
         instances.entry(key.clone()).or_default().clone()
     }
 
-    /// The instance's session, started when it is not running (unless backing off).
+    /// The instance's session, started when it is not running (unless backing off). A chat's
+    /// room server gets the room handed over first, when a root daemon runs it as the pool's
+    /// user: for its start, and for each call (the daemon may have written there since).
     async fn instance(&self, key: &Key) -> Result<Arc<Session>, McpError> {
         let config = self.config(&key.0)?.clone();
+        if let (Some(chat), Some(owner), Some(rooms)) = (&key.1, self.room_owner, &self.rooms) {
+            if config.room.is_some() && rooms.on_engine.is_ok() {
+                rooms::hand_over_room(rooms.dir.clone(), chat.clone(), owner).await?;
+            }
+        }
         let slot = self.slot(key);
         let mut instance = slot.lock().await;
         instance.last_used = Some(Instant::now());
@@ -487,110 +506,6 @@ impl McpServers {
             holds.push(resolved.hold);
         }
         Ok((credentials, holds))
-    }
-
-    /// What a server with `room` gets: its chat's room (created when missing), or an empty
-    /// folder for the probe; and the daemon's user to run as. Nothing for any other server.
-    async fn room_mount(
-        &self,
-        config: &ServerConfig,
-        key: &Key,
-    ) -> Result<(Option<String>, Vec<ServiceMount>), McpError> {
-        let Some(target) = config.room.clone() else { return Ok((None, Vec::new())) };
-        let rooms = self.rooms.as_ref().ok_or_else(|| {
-            McpError::Start(
-                "it is given its chat's room (room), and this daemon has no rooms".into(),
-            )
-        })?;
-        let mount = match &key.1 {
-            None => ServiceMount::Empty { target },
-            Some(chat) => {
-                let on_engine = rooms.on_engine.as_ref().map_err(|why| {
-                    McpError::Start(format!("its chat's room cannot be given to it: {why}"))
-                })?;
-                if rooms.check {
-                    let checked =
-                        self.rooms_checked.get_or_init(|| self.check_rooms(rooms, on_engine)).await;
-                    checked.clone().map_err(|why| {
-                        McpError::Start(format!("its chat's room cannot be given to it: {why}"))
-                    })?;
-                }
-                nexbot_tools::rooms::ensure_room(&rooms.dir, chat).map_err(|e| {
-                    McpError::Start(format!(
-                        "the room of {chat} under {}: {e}",
-                        rooms.dir.display()
-                    ))
-                })?;
-                let source = on_engine.join(nexbot_tools::rooms::room_name(chat));
-                ServiceMount::Folder { source, target }
-            }
-        };
-        Ok((Some(rooms.user.clone()), vec![mount]))
-    }
-
-    /// Whether the engine sees `rooms.dir` at `on_engine`: a marker of random text written there
-    /// is read back by a throw-away container (the pool's image, its busybox) given that
-    /// folder. Said in the log either way.
-    async fn check_rooms(
-        &self,
-        rooms: &McpRooms,
-        on_engine: &std::path::Path,
-    ) -> Result<(), String> {
-        use tokio::io::AsyncReadExt;
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let name = format!(".engine-check-{token}");
-        let marker = rooms.dir.join(&name);
-        std::fs::create_dir_all(&rooms.dir)
-            .and_then(|()| std::fs::write(&marker, &token))
-            .map_err(|e| {
-                format!("could not write a check file into {}: {e}", rooms.dir.display())
-            })?;
-        let spec = ServiceSpec {
-            role: ROLE.to_owned(),
-            service: "mcp:rooms-check".to_owned(),
-            name: "mcp-rooms-check".to_owned(),
-            image: self.pool.config().image.clone(),
-            command: vec!["/bin/busybox".into(), "cat".into(), format!("{CHECK_TARGET}/{name}")],
-            env: BTreeMap::new(),
-            labels: BTreeMap::new(),
-            user: Some(rooms.user.clone()),
-            mounts: vec![ServiceMount::Folder {
-                source: on_engine.to_path_buf(),
-                target: CHECK_TARGET.to_owned(),
-            }],
-        };
-        let read = async {
-            let (service, mut io) =
-                self.pool.start_service(&spec).await.map_err(|e| e.to_string())?;
-            let mut seen = String::new();
-            let read = io.stdout.read_to_string(&mut seen).await;
-            service.stop().await;
-            read.map_err(|e| e.to_string())?;
-            Ok::<_, String>(seen)
-        };
-        let seen = tokio::time::timeout(Duration::from_secs(30), read)
-            .await
-            .unwrap_or_else(|_| Err("the check container did not answer in 30 s".into()));
-        let _ = std::fs::remove_file(&marker);
-        let answer = match seen {
-            Ok(seen) if seen.trim() == token => Ok(()),
-            Ok(_) => Err(format!(
-                "the Docker engine does not see {} at the same path (a check container could not \
-                 read a file written there); run the daemon where the engine sees its workspace, \
-                 or as a compose service",
-                rooms.dir.display()
-            )),
-            Err(e) => {
-                Err(format!("the check that the engine sees {} failed: {e}", rooms.dir.display()))
-            }
-        };
-        match &answer {
-            Ok(()) => {
-                tracing::info!(rooms = %rooms.dir.display(), "the Docker engine sees the chats' rooms at the daemon's path")
-            }
-            Err(why) => tracing::warn!("MCP servers with `room` cannot start: {why}"),
-        }
-        answer
     }
 
     /// Starts the container and the session; removes the container when the session fails.

@@ -313,6 +313,18 @@ mod tests {
         assert_eq!(config.servers[0].room.as_deref(), Some("/room"));
     }
 
+    /// Who a server runs as is the daemon's choice, never the config's (never root: the
+    /// daemon's own user, or the pool's for a root daemon), so `user` is refused as unknown.
+    #[test]
+    fn a_servers_user_cannot_be_set() {
+        for user in ["0", "0:0", "1000:1000"] {
+            let json = format!(
+                r#"{{"mcp":{{"servers":[{{"name":"files","command":"x","room":"/room","user":"{user}"}}]}}}}"#
+            );
+            assert!(parse(&json).unwrap_err().contains("user"), "{user}");
+        }
+    }
+
     #[test]
     fn a_remote_server_has_a_url_and_headers() {
         let config = parse(r#"{"mcp":{"servers":[{"name":"gh","url":"https://api.example.com/mcp","headers":{"Authorization":"Bearer {{secret:GH_TOKEN}}"},"scope":"shared"}]}}"#).unwrap();

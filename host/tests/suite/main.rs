@@ -38,6 +38,7 @@ mod host_skills;
 mod host_use_cli;
 mod mcp;
 mod mcp_grants;
+mod mcp_room_owner;
 mod rooms;
 mod telegram;
 mod telegram_files;

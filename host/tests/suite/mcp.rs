@@ -134,7 +134,7 @@ fn daemon_env(
 }
 
 /// A daemon test's workspace (`nexbot init`) and its own pool names; `None` without Docker.
-async fn daemon_test(
+pub(crate) async fn daemon_test(
     tag: &str,
 ) -> Option<(crate::common::TempWorkspace, crate::common::Leftovers)> {
     docker_or_skip(tag).await?;
@@ -145,7 +145,7 @@ async fn daemon_test(
 }
 
 /// No container of the stopped daemon's pool is left.
-fn assert_daemon_left_nothing(leftovers: &crate::common::Leftovers) {
+pub(crate) fn assert_daemon_left_nothing(leftovers: &crate::common::Leftovers) {
     let filter = format!("label=nexbot.pool={}", leftovers.pool);
     let left = docker_cli(&["ps", "-aq", "--filter", &filter]);
     assert!(left.trim().is_empty(), "the daemon's containers outlived it: {left}");
@@ -434,7 +434,12 @@ async fn a_filesystem_server_works_in_its_chats_room_and_never_sees_another_room
     let made = alice_room.join("summary.md");
     assert_eq!(std::fs::read_to_string(&made).unwrap(), "# made by the server");
     let meta = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&made).unwrap());
-    assert_eq!(meta.to_string(), user.split(':').next().unwrap(), "written as the daemon's user");
+    // The daemon's user, or the pool's for a root daemon (never root).
+    let expected = match user.split(':').next().unwrap() {
+        "0" => PoolConfig::default().uid_gid().unwrap().0,
+        uid => uid.parse().unwrap(),
+    };
+    assert_eq!(meta, expected, "written as the room server's user");
     let a = h.container("files", &alice.to_string()).await.expect("Alice's container");
     let mounts = docker_cli(&["inspect", "-f", "{{json .Mounts}}", &a]);
     let mounts: Value = serde_json::from_str(&mounts).unwrap();

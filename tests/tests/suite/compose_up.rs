@@ -461,7 +461,8 @@ async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     assert_eq!(config.image.as_deref(), Some(HOST_IMAGE));
     let host_config = host_inspect.host_config.clone().unwrap();
     assert_eq!(host_config.network_mode.as_deref(), Some("host"));
-    assert_eq!(host_config.cap_add, Some(vec!["NET_ADMIN".to_owned()]));
+    let caps = ["NET_ADMIN", "CHOWN", "DAC_OVERRIDE"].map(str::to_owned);
+    assert_eq!(host_config.cap_add, Some(caps.to_vec()));
     assert_eq!(host_config.cap_drop, Some(vec!["ALL".to_owned()]));
     assert_eq!(host_config.readonly_rootfs, Some(true));
     assert_eq!(host_config.log_config.unwrap().config.unwrap()["max-size"], "10m");
