@@ -26,6 +26,11 @@ fn nexbot_binary() -> PathBuf {
     nexbot
 }
 
+/// A data directory written by `nexbot init`, named after the test.
+fn workspace(name: &str) -> Workspace {
+    Workspace::init(nexbot_binary(), &format!("nbctl-daemon-{}-{name}", std::process::id()))
+}
+
 /// The running daemon (the shared harness's: SIGTERM on drop, then SIGKILL if it lingers),
 /// then its data directory, removed.
 struct Daemon {
@@ -40,9 +45,12 @@ impl Daemon {
 
     /// A daemon in its own data directory (`name`), with extra environment.
     fn start_with(name: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_in(workspace(name), env)
+    }
+
+    /// A daemon in a workspace made (and maybe filled) beforehand.
+    fn start_in(workspace: Workspace, env: &[(&str, &str)]) -> Self {
         let nexbot = nexbot_binary();
-        let name = format!("nbctl-daemon-{}-{name}", std::process::id());
-        let workspace = Workspace::init(&nexbot, &name);
         let base = [
             ("NEXBOT_SUBAGENT__ENABLED", "false"),
             ("NEXBOT_LLM__BASE_URL", "http://127.0.0.1:9/v1"),
@@ -189,4 +197,118 @@ fn skills_ls_follows_the_folder_while_the_daemon_runs() {
     assert!(channels.iter().all(|c| c["name"] != "skills"), "{status}");
     drop(daemon);
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A chat's turn, a finished task and an answered Telegram update, written before the daemon
+/// first starts, as an earlier life of the daemon would have left them.
+fn seed(database: &Path) {
+    use nexbot_core::{ChatRef, Usage};
+    use nexbot_store::{LedgerRow, Store, TaskEnd, TaskStatus, UpdateState};
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let store = Store::open(database).await.unwrap();
+        let chat = ChatRef::Telegram(42);
+        let session = store.active_session(&chat).await.unwrap();
+        let usage = Usage { prompt_tokens: 120, completion_tokens: 12 };
+        store
+            .append_turn(session, "what is on my calendar?", "Two meetings.", usage)
+            .await
+            .unwrap();
+        store.start_task("3f1c9a2e", &chat, Some(session), "summarise the calendar").await.unwrap();
+        let end = TaskEnd {
+            status: TaskStatus::Success,
+            duration_ms: 1500,
+            receipt: Some("Task done: summarise the calendar".into()),
+            ..TaskEnd::default()
+        };
+        store.finish_task("3f1c9a2e", end).await.unwrap();
+        let update = LedgerRow {
+            update_id: 700,
+            chat,
+            user_id: Some(42),
+            message_id: Some(9),
+            text: "what is on my calendar?".into(),
+            state: UpdateState::Answered,
+            detail: Some("[10]".into()),
+            file: None,
+        };
+        assert!(store.receive_update(update).await.unwrap());
+    });
+}
+
+/// `nexbot-ctl backup FILE` of a running daemon, restored into a fresh data directory by the
+/// README's steps (Upgrades and restores): the daemon started there serves what the first one
+/// had, including a job added over the control API just before the backup (still in the
+/// first daemon's WAL, not yet in its main file).
+#[test]
+fn a_backup_restored_into_a_fresh_data_directory_serves_the_history() {
+    let first = workspace("backup-from");
+    seed(&first.database());
+    let daemon = Daemon::start_in(first, &[]);
+    let out = daemon.ctl(&[
+        "cron",
+        "add",
+        "--chat",
+        "telegram:42",
+        "--cron",
+        "0 0 9 * * 1-5",
+        "--tz",
+        "UTC",
+        "--name",
+        "standup",
+        "Summarise yesterday's tasks",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let backups = std::env::temp_dir().join(format!("nbctl-backups-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&backups);
+    std::fs::create_dir_all(&backups).unwrap();
+    let backup = backups.join("nexbot-backup.db");
+    let report = json(&daemon.ctl(&["backup", backup.to_str().unwrap(), "--json"]));
+    assert!(report["bytes"].as_u64().unwrap() > 0, "{report}");
+    drop(daemon);
+
+    // The README's restore, into a data directory `nexbot init` just wrote: the daemon is
+    // stopped; nexbot.db and its -wal and -shm are moved aside (a WAL left beside a restored
+    // file would be replayed into it); the backup becomes nexbot.db, owner-only.
+    let fresh = workspace("backup-into");
+    let db = fresh.database();
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", db.display()));
+        if file.exists() {
+            std::fs::rename(&file, format!("{}.old", file.display())).unwrap();
+        }
+    }
+    std::fs::copy(&backup, &db).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let daemon = Daemon::start_in(fresh, &[]);
+    let tasks = json(&daemon.ctl(&["tasks", "--json"]));
+    assert_eq!(tasks["tasks"][0]["id"], "3f1c9a2e", "{tasks}");
+    let out = daemon.ctl(&["tasks", "show", "3f1c9a2e"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("summarise the calendar"), "{}", text(&out.stdout));
+    let messages = json(&daemon.ctl(&["messages", "--json"]));
+    assert_eq!(messages["messages"][0]["text"], "what is on my calendar?", "{messages}");
+    let out = daemon.ctl(&["cron", "ls"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("standup"),
+        "the job added before the backup: {}",
+        text(&out.stdout)
+    );
+
+    // The chat's history (read by the agent, not served on the control API) is in the file
+    // the restored daemon ran on, at the newest schema.
+    let Daemon { daemon, workspace } = daemon;
+    drop(daemon);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let store = nexbot_store::Store::open(&workspace.database()).await.unwrap();
+        let session = store.active_session(&nexbot_core::ChatRef::Telegram(42)).await.unwrap();
+        let history = store.history(session, 10).await.unwrap();
+        let texts: Vec<&str> = history.iter().map(|h| h.content.as_str()).collect();
+        assert_eq!(texts, ["what is on my calendar?", "Two meetings."]);
+    });
+    let _ = std::fs::remove_dir_all(&backups);
 }

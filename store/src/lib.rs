@@ -63,7 +63,10 @@ macro_rules! words {
 }
 
 pub mod jobs;
+mod schema;
 pub mod vault;
+
+pub use schema::SCHEMA_VERSION;
 
 /// Migrations in order; `user_version` is the number applied.
 const MIGRATIONS: &[&str] = &[
@@ -315,7 +318,11 @@ pub enum StoreError {
     Corrupt { path: PathBuf, reason: String },
     #[error("database {path} is locked by another process ({reason}); is another nexbot running?")]
     Locked { path: PathBuf, reason: String },
-    #[error("database {path} has schema version {found}, newer than this nexbot knows ({known})")]
+    #[error(
+        "database {path} was written by a newer nexbot (schema {found}; this build knows up to \
+         {known}) and was left untouched: run that newer version, or restore a backup made by \
+         this one (README: Upgrades and restores)"
+    )]
     TooNew { path: PathBuf, found: i64, known: i64 },
     #[error("database {path}: {reason}")]
     Other { path: PathBuf, reason: String },
@@ -1179,6 +1186,8 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
             reason: format!("cannot create its directory: {e}"),
         })?;
     }
+    // Before anything that writes (the WAL switch, a checkpoint at close, migrations).
+    schema::refuse_newer(path)?;
     let fail = |e| classify(path, e);
     let mut conn = Connection::open(path).map_err(fail)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(fail)?;
@@ -1196,7 +1205,7 @@ fn open_blocking(path: &Path) -> Result<Connection, StoreError> {
     migrate(&mut conn).map_err(|e| match e {
         MigrateError::Sql(e) => classify(path, e),
         MigrateError::TooNew(found) => {
-            StoreError::TooNew { path: path.to_owned(), found, known: MIGRATIONS.len() as i64 }
+            StoreError::TooNew { path: path.to_owned(), found, known: SCHEMA_VERSION }
         }
     })?;
     Ok(conn)
