@@ -99,8 +99,8 @@ fn cut(text: String) -> (String, Option<usize>) {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(shown) => shown,
     };
-    // A string the reader already cut (`stdio.rs`) says so in the text; the answer says it too.
-    let read_cut = crate::stdio::read_cut_bytes(&text);
+    // A string the reader already cut (`cut.rs`) says so in the text; the answer says it too.
+    let read_cut = crate::cut::read_cut_bytes(&text);
     if text.len() <= MAX_RESULT_BYTES {
         return (text, read_cut);
     }
@@ -123,7 +123,7 @@ mod tests {
     /// reader's note names.
     #[test]
     fn a_result_cut_while_read_is_answered_as_cut() {
-        let text = format!("abc\n{}1048576 bytes in all]", crate::stdio::READ_CUT_NOTE);
+        let text = format!("abc\n{}1048576 bytes in all]", crate::cut::READ_CUT_NOTE);
         assert_eq!(cut(text.clone()), (text, Some(1_048_576)));
         assert_eq!(cut("plain".to_owned()).1, None);
     }

@@ -8,6 +8,8 @@
 //!   `initialize`, the tool list (paginated, re-read on `list_changed`), calls with progress,
 //!   cancellation (`/stop`) and a deadline, each telling the server when it ends early.
 //! - [`stdio`]: a stdio server's transport, each message cut as it is read (never held whole).
+//! - [`door`]: a remote server's HTTP client (through the egress door), each message cut as it
+//!   is read, like stdio's (the one cutter of `cut`).
 //! - [`catalog`]: what a server says about its tools is untrusted: names must fit, long or
 //!   hostile descriptions are cut and marked as the server's words, schemas are checked.
 //! - [`answer`]: a result as text (blocks in order, no bytes of images, cut when huge).
@@ -21,6 +23,8 @@
 pub mod answer;
 pub mod catalog;
 pub mod config;
+mod cut;
+pub mod door;
 pub mod remote;
 pub mod session;
 pub mod stdio;

@@ -1,8 +1,9 @@
-//! A remote server's session: Streamable HTTP (rmcp's client over hyper) through a Unix
-//! socket the caller names, which is the egress proxy's door for that server (the host's
-//! business): every request goes there in absolute form (`POST https://host/mcp`), so the
-//! proxy applies its policy, fills in `{{secret:NAME}}` where a secret is bound, scrubs the
-//! answers and audits. This crate never dials the network itself.
+//! A remote server's session: Streamable HTTP (rmcp's transport; [`DoorClient`] reads the
+//! answers, cut as they stream in like stdio's) through a Unix socket the caller names, which
+//! is the egress proxy's door for that server (the host's business): every request goes there
+//! in absolute form (`POST https://host/mcp`), so the proxy applies its policy, fills in
+//! `{{secret:NAME}}` where a secret is bound, scrubs the answers and audits. This crate never
+//! dials the network itself.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,8 +12,9 @@ use std::time::Duration;
 
 use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, UnixSocketHttpClient};
+use rmcp::transport::StreamableHttpClientTransport;
 
+use crate::door::DoorClient;
 use crate::{McpError, ServerConfig, Session};
 
 /// How often a response stream the server dropped is resumed before its call fails.
@@ -59,8 +61,7 @@ pub async fn connect(
     }
     let mut config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
     config.retry_config = Arc::new(Resume);
-    let transport =
-        StreamableHttpClientTransport::with_client(UnixSocketHttpClient::new(door, url), config);
+    let transport = StreamableHttpClientTransport::with_client(DoorClient::new(door, url), config);
     let session = Session::connect(&server.name, transport, timeout).await?;
     session.keep_alive(HEARTBEAT);
     Ok(session)

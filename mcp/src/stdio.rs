@@ -6,47 +6,22 @@
 //! so what it writes is bounded before anything collects it. The SDK keeps the JSON-RPC side
 //! (rmcp's `AsyncRwTransport`); only the bytes it reads pass through [`CutLines`] first.
 //!
-//! The rule, line by line (stdio's framing is one message a line):
-//! - every JSON string longer than [`MAX_STRING_BYTES`] keeps its first bytes (cut between
-//!   whole characters and escapes) and ends with a note of its size; the rest is dropped as it
-//!   is read. The message stays valid JSON with its `id` wherever it stands, so the call gets
-//!   a cut result that says so (one text block fits the model's limit with its note);
-//! - a message still over [`MAX_MESSAGE_BYTES`] after that (a huge structure of small parts)
-//!   is dropped while read, up to its newline (the next message is read as ever); when it was
-//!   an answer, its request gets an error saying why instead of waiting for its limit.
+//! Each line (stdio's framing is one message a line) passes through the one cutter of
+//! [`crate::cut`], whose rule it follows; a message dropped as over the limit is dropped up to
+//! its newline, and the next one is read as ever.
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-
-/// How a string cut while reading says so (then `N bytes in all]`): the model reads it in
-/// the result, and [`read_cut_bytes`] finds it again so the call's answer can say it was cut.
-pub(crate) const READ_CUT_NOTE: &str = "[cut by Nexbot while reading: ";
-
-/// The largest original size a note of [`READ_CUT_NOTE`] in `text` names (`None`: no note).
-pub(crate) fn read_cut_bytes(text: &str) -> Option<usize> {
-    text.match_indices(READ_CUT_NOTE)
-        .filter_map(|(at, note)| {
-            let rest = &text[at + note.len()..];
-            rest.split_once(" bytes in all]")?.0.parse::<usize>().ok()
-        })
-        .max()
-}
 
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::RoleClient;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Bytes of one JSON string (as written, escapes included) kept; the model's limit less room
-/// for the cut's note, so a single cut text reaches the model with its note.
-pub const MAX_STRING_BYTES: usize = crate::answer::MAX_RESULT_BYTES - 1024;
-/// Bytes of one message kept once its strings are cut; a bigger one is dropped.
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
-/// Bytes of a message's `id` kept to answer it (an id is a number or a short string).
-const MAX_ID_BYTES: usize = 128;
+use crate::cut::Cutter;
+pub use crate::cut::{MAX_MESSAGE_BYTES, MAX_STRING_BYTES};
+
 /// Bytes read from the server at a time.
 const CHUNK: usize = 16 * 1024;
-/// A line buffer that grew past this is let go after its line (not kept at its peak).
-const KEEP_CAPACITY: usize = 256 * 1024;
 
 /// The transport of a session over a server's stdio: writes requests to `write`, reads its
 /// answers from `read` through [`CutLines`].
@@ -112,238 +87,23 @@ impl<R: AsyncRead + Unpin> AsyncRead for CutLines<R> {
                 this.ended = true;
                 this.cutter.finish(&mut this.out);
             } else {
-                this.cutter.push(read.filled(), &mut this.out);
+                push_lines(&mut this.cutter, read.filled(), &mut this.out);
             }
         }
     }
 }
 
-/// Where an `id` at the top level of a message is in the scan.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum IdState {
-    #[default]
-    Unseen,
-    /// After the key `"id"`, before its colon.
-    Key,
-    /// After `"id":`, its bytes being collected.
-    Reading,
-    Read,
-    /// Too long to be an id.
-    Unusable,
-}
-
-/// The scan of one line: where in the JSON it is, and what is kept of it.
-#[derive(Debug, Default)]
-struct Cutter {
-    /// The line as kept (strings cut), at most [`MAX_MESSAGE_BYTES`].
-    line: Vec<u8>,
-    /// Bytes of the line read (uncut).
-    read: usize,
-    /// Over [`MAX_MESSAGE_BYTES`] even cut: dropped at its end.
-    over: bool,
-    depth: usize,
-    in_string: bool,
-    /// Bytes of the current string read (as written).
-    string_bytes: usize,
-    /// The current string is past [`MAX_STRING_BYTES`]: the rest of it is dropped.
-    cutting: bool,
-    /// In an escape: 1 right after `\`, 2..=5 in the hex digits of `\u`.
-    escape: u8,
-    hex: u32,
-    /// The last escape was a high surrogate: the low one must stay with it.
-    high_surrogate: bool,
-    /// At the top level of an object, a string now would be a key.
-    expect_key: bool,
-    /// The current top-level key, when it is short (`id`, `method`).
-    key: Option<Vec<u8>>,
-    id: Vec<u8>,
-    id_state: IdState,
-    has_method: bool,
-}
-
-impl Cutter {
-    /// Scans `bytes`, appending every line they complete, cut, to `out`.
-    fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        for &b in bytes {
-            if b == b'\n' {
-                self.end_line(out);
-            } else {
-                self.read += 1;
-                self.byte(b);
-            }
-        }
-    }
-
-    /// The stream ended: what is left of a line without its newline, as it is.
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if !self.over {
-            out.append(&mut self.line);
-        }
-        *self = Self::default();
-    }
-
-    fn end_line(&mut self, out: &mut Vec<u8>) {
-        if !self.over {
-            out.append(&mut self.line);
-            out.push(b'\n');
-        } else if let Some(answer) = self.refusal() {
-            out.extend_from_slice(answer.as_bytes());
-            out.push(b'\n');
-        } else {
-            tracing::warn!(bytes = self.read, "an MCP server's message over the limit was dropped");
-        }
-        let mut line = std::mem::take(&mut self.line);
-        line.clear();
-        if line.capacity() > KEEP_CAPACITY {
-            line = Vec::new();
-        }
-        *self = Self { line, ..Self::default() };
-    }
-
-    /// The error answering a dropped message, when it was an answer with a usable `id` (a
-    /// request or notification of the server's is only dropped: an error in its name could
-    /// end a request of ours with the same id).
-    fn refusal(&self) -> Option<String> {
-        tracing::warn!(bytes = self.read, "an MCP server's answer over the limit was dropped");
-        if self.has_method || self.id_state != IdState::Read {
-            return None;
-        }
-        let id: serde_json::Value = serde_json::from_slice(&self.id).ok()?;
-        if !(id.is_number() || id.is_string()) {
-            return None;
-        }
-        let message = format!(
-            "the server's answer was {} bytes or more, over the limit of {MAX_MESSAGE_BYTES} \
-             bytes a message (each text cut to {MAX_STRING_BYTES} bytes); it was dropped",
-            self.read
-        );
-        let answer = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {"code": -32603, "message": message},
-        });
-        Some(answer.to_string())
-    }
-
-    fn keep(&mut self, b: u8) {
-        if self.over {
-            return;
-        }
-        if self.line.len() == MAX_MESSAGE_BYTES {
-            self.over = true;
-            self.line = Vec::new();
-            return;
-        }
-        self.line.push(b);
-    }
-
-    fn keep_all(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.keep(b);
-        }
-    }
-
-    fn byte(&mut self, b: u8) {
-        if self.id_state == IdState::Key && b == b':' {
-            self.id_state = IdState::Reading;
-        } else if self.id_state == IdState::Reading && !self.ends_id(b) {
-            if self.id.len() == MAX_ID_BYTES {
-                self.id_state = IdState::Unusable;
-            } else if !b.is_ascii_whitespace() || self.in_string {
-                self.id.push(b);
-            }
-        }
-        if self.in_string {
-            return self.string_byte(b);
-        }
-        self.keep(b);
-        match b {
-            b'"' => {
-                self.in_string = true;
-                self.string_bytes = 0;
-                self.key = (self.depth == 1 && self.expect_key).then(Vec::new);
-                self.expect_key = false;
-            }
-            b'{' | b'[' => {
-                self.depth += 1;
-                self.expect_key = self.depth == 1 && b == b'{';
-            }
-            b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-            b',' if self.depth == 1 => self.expect_key = true,
-            _ => {}
-        }
-    }
-
-    /// Whether `b` ends a top-level `id` being read (then it is read).
-    fn ends_id(&mut self, b: u8) -> bool {
-        let ends = !self.in_string && self.depth == 1 && (b == b',' || b == b'}');
-        if ends {
-            self.id_state = IdState::Read;
-        }
-        ends
-    }
-
-    fn string_byte(&mut self, b: u8) {
-        if self.escape == 0 && b == b'"' {
-            self.in_string = false;
-            if self.cutting {
-                let note = format!("\\n{READ_CUT_NOTE}{} bytes in all]", self.string_bytes);
-                self.keep_all(note.as_bytes());
-                self.cutting = false;
-            }
-            self.keep(b);
-            self.after_string();
-            return;
-        }
-        let starts_unit = self.escape == 0 && (b & 0xC0) != 0x80;
-        if starts_unit {
-            if self.string_bytes >= MAX_STRING_BYTES && !self.high_surrogate {
-                self.cutting = true;
-            }
-            if b != b'\\' {
-                self.high_surrogate = false;
-            }
-        }
-        self.string_bytes += 1;
-        self.escape_byte(b);
-        if let Some(key) = self.key.as_mut().filter(|k| k.len() < 8) {
-            key.push(b);
-        }
-        if !self.cutting {
-            self.keep(b);
-        }
-    }
-
-    /// Follows `\` escapes, to know where one ends and whether it was a high surrogate.
-    fn escape_byte(&mut self, b: u8) {
-        match (self.escape, b) {
-            (0, b'\\') => self.escape = 1,
-            (0, _) => {}
-            (1, b'u') => {
-                self.escape = 2;
-                self.hex = 0;
-            }
-            (1, _) => {
-                self.escape = 0;
-                self.high_surrogate = false;
-            }
-            (2..=5, _) => {
-                self.hex = self.hex * 16 + (b as char).to_digit(16).unwrap_or(0);
-                self.escape = if self.escape == 5 { 0 } else { self.escape + 1 };
-                if self.escape == 0 {
-                    self.high_surrogate = (0xD800..=0xDBFF).contains(&self.hex);
+/// Scans `bytes` with `cutter`, appending every line they complete, cut, to `out`.
+fn push_lines(cutter: &mut Cutter, bytes: &[u8], out: &mut Vec<u8>) {
+    for part in bytes.split_inclusive(|b| *b == b'\n') {
+        match part.split_last() {
+            Some((b'\n', line)) => {
+                cutter.scan(line);
+                if cutter.end(out) {
+                    out.push(b'\n');
                 }
             }
-            _ => self.escape = 0,
-        }
-    }
-
-    /// A string ended: a top-level key says whether an `id` follows, or a `method` was seen.
-    fn after_string(&mut self) {
-        match self.key.take().as_deref() {
-            Some(b"id") if self.id_state == IdState::Unseen => self.id_state = IdState::Key,
-            Some(b"method") => self.has_method = true,
-            _ => {}
+            _ => cutter.scan(part),
         }
     }
 }
@@ -358,7 +118,7 @@ mod tests {
         let mut cutter = Cutter::default();
         let mut out = Vec::new();
         for chunk in input.chunks(size) {
-            cutter.push(chunk, &mut out);
+            push_lines(&mut cutter, chunk, &mut out);
         }
         cutter.finish(&mut out);
         out
