@@ -361,10 +361,15 @@ fn refuse(
 ) -> Response<ResponseBody> {
     let message = format!("nexbot egress proxy: {}", audit.scrub_text(&reason));
     audit.verdict(verdict, reason);
-    let mut response = text(status, message);
-    // A refused client's connection is closed, not kept alive: an idle connection after a
-    // refusal would hold one of the listener's slots until its header timeout (a flood of
-    // refused requests must not keep the connections others need).
+    text(status, message)
+}
+
+/// Marks a refused CONNECT's answer `Connection: close`: a client whose tunnel was refused has
+/// nothing more to send, and an idle connection kept alive after the refusal would hold one of
+/// the listener's slots until its header timeout (a flood of refused tunnels must not keep
+/// the connections other chats need). Plain requests keep their keep-alive: a client may send
+/// its next request on the same connection.
+fn closing(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
@@ -620,7 +625,7 @@ async fn connect(
     let held = Held { method: "CONNECT".to_owned(), path: None, secret: false };
     let stream = match open(target, attributed, held, &audit, &shared).await {
         Ok(stream) => stream,
-        Err(response) => return response,
+        Err(response) => return closing(response),
     };
     // The connection's life starts when it is allowed, not while it was held.
     let deadline = Instant::now() + shared.config.proxy.max_duration();
