@@ -149,6 +149,13 @@ pub struct PoolSummary {
     pub blank: usize,
     #[serde(default)]
     pub bound: usize,
+    /// Containers the pool let go of but could not remove yet (the engine was away); they
+    /// are retried until gone. A daemon older than this sends none.
+    #[serde(default)]
+    pub pending_removal: usize,
+    /// While the pool cannot reach the Docker engine: since when, why, and what to check.
+    #[serde(default)]
+    pub engine: Option<String>,
 }
 
 /// One pool slot and its current container, for `subagents ps`.
@@ -181,6 +188,12 @@ pub struct Subagent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubagentList {
     pub subagents: Vec<Subagent>,
+    /// Containers pending removal ([`PoolSummary::pending_removal`]).
+    #[serde(default)]
+    pub pending_removal: usize,
+    /// The engine's outage, when there is one ([`PoolSummary::engine`]).
+    #[serde(default)]
+    pub engine: Option<String>,
 }
 
 /// `GET /v1/subagents/{id}/logs`: the container's stderr JSON log lines, oldest first.

@@ -56,7 +56,7 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         }
         Command::Subagents(SubagentsCommand::Ps { watch: false, .. }) => {
             let value = get(ctx, paths::SUBAGENTS).await?;
-            show(ctx, value, |l: SubagentList| views::subagents(&l.subagents))
+            show(ctx, value, |l: SubagentList| views::subagent_list(&l))
         }
         Command::Subagents(SubagentsCommand::Ps { watch: true, interval }) => {
             watch_ps(ctx, Duration::from_secs(interval)).await
@@ -177,7 +177,7 @@ async fn watch_ps(ctx: &Ctx, interval: Duration) -> anyhow::Result<()> {
     let frame = |value: Result<Value, ClientError>| -> anyhow::Result<String> {
         Ok(match value {
             Ok(value) if ctx.json => pretty(&value),
-            Ok(value) => views::subagents(&decode::<SubagentList>(value)?.subagents),
+            Ok(value) => views::subagent_list(&decode::<SubagentList>(value)?),
             Err(e) => format!("nexbot-ctl: error: {e}\n"),
         })
     };

@@ -49,6 +49,12 @@ pub fn status(s: &Status) -> String {
                     pool.unplanned_restarts, pool.planned_replacements
                 ),
             ));
+            if pool.pending_removal > 0 {
+                pairs.push(("pending removal".into(), pool.pending_removal.to_string()));
+            }
+            if let Some(engine) = &pool.engine {
+                pairs.push(("engine".into(), engine.clone()));
+            }
         }
         None => pairs.push(("pool".into(), "none".into())),
     }
@@ -103,6 +109,24 @@ pub fn health(h: &nexbot_control::Health) -> String {
         out.push_str(&format!("\n  degraded: {reason}"));
     }
     out.push('\n');
+    out
+}
+
+/// `subagents ps`: the table, then what the pool could not remove yet and the engine's
+/// outage, when there are.
+pub fn subagent_list(list: &nexbot_control::SubagentList) -> String {
+    let mut out = subagents(&list.subagents);
+    if list.pending_removal > 0 {
+        out.push_str(&format!(
+            "{} container{} pending removal (retried until the engine removes {})\n",
+            list.pending_removal,
+            if list.pending_removal == 1 { "" } else { "s" },
+            if list.pending_removal == 1 { "it" } else { "them" },
+        ));
+    }
+    if let Some(engine) = &list.engine {
+        out.push_str(&format!("engine: {engine}\n"));
+    }
     out
 }
 
@@ -365,6 +389,27 @@ mod tests {
     }
 
     #[test]
+    fn subagents_ps_names_what_waits_for_removal_and_the_engine_below_the_table() {
+        let mut list = nexbot_control::SubagentList {
+            subagents: Vec::new(),
+            pending_removal: 0,
+            engine: None,
+        };
+        assert_eq!(subagent_list(&list), subagents(&[]));
+        list.pending_removal = 2;
+        list.engine = Some("unreachable since 01:23:45 (42 s): client error (Connect)".into());
+        let text = subagent_list(&list);
+        let tail: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(
+            tail,
+            [
+                "2 containers pending removal (retried until the engine removes them)",
+                "engine: unreachable since 01:23:45 (42 s): client error (Connect)",
+            ]
+        );
+    }
+
+    #[test]
     fn subagents_table() {
         let idle = Subagent {
             id: "main-1".into(),
@@ -481,6 +526,8 @@ mod tests {
                 unplanned_restarts: 1,
                 planned_replacements: 2,
                 blank: 1,
+                pending_removal: 0,
+                engine: None,
                 bound: 1,
             }),
             delegation_off: None,

@@ -23,6 +23,7 @@ use crate::link::{Link, LinkError};
 use crate::logs::LogRing;
 use crate::member::Member;
 use crate::owner::{self, Liveness, Owner};
+use crate::removal::{Removals, Remove};
 use crate::restart::RestartReason;
 use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
 
@@ -45,9 +46,38 @@ pub(crate) struct Engine {
     pub(crate) owner: Owner,
     /// Fires when the pool goes away; background readers stop on it.
     pub(crate) stop: CancellationToken,
+    /// Containers let go of but not removed yet (the engine was away), and their retries.
+    pub(crate) removals: Removals,
+}
+
+impl Remove for Engine {
+    /// Force-removes container `id`; one that is already gone counts as removed.
+    async fn try_remove(&self, id: &str) -> Result<(), PoolError> {
+        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        let removal = self.docker.remove_container(id, Some(options));
+        match tokio::time::timeout(REMOVE_TIMEOUT, removal).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            })) => Ok(()),
+            Ok(Err(e)) => {
+                let short: String = id.chars().take(12).collect();
+                Err(PoolError::docker(format!("remove container {short}"), e))
+            }
+            Err(_) => Err(PoolError::EngineTimeout {
+                action: "remove a container".into(),
+                secs: REMOVE_TIMEOUT.as_secs(),
+            }),
+        }
+    }
 }
 
 impl Engine {
+    pub(crate) fn new(docker: Docker, instance: String, owner: Owner, config: PoolConfig) -> Self {
+        let (stop, removals) = (CancellationToken::new(), Removals::default());
+        Self { docker, config, instance, owner, stop, removals }
+    }
+
     /// Creates, attaches and starts the container for `slot`, and waits for its first pong.
     /// Anything created is removed again when a later step fails.
     pub(crate) async fn bring_up(
@@ -234,19 +264,22 @@ impl Engine {
         Some(usage.saturating_sub(cache.unwrap_or(0)))
     }
 
-    /// Force-removes one container; failures are logged (it may already be gone).
+    /// Force-removes one container, once; failures are logged (it may already be gone).
+    /// Where a failure must not leave the container behind, see [`Engine::remove_in_background`].
     pub(crate) async fn remove(&self, id: &str) {
-        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        match tokio::time::timeout(REMOVE_TIMEOUT, self.docker.remove_container(id, Some(options)))
-            .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            })) => {}
-            Ok(Err(e)) => tracing::warn!(container = id, "could not remove container: {e}"),
-            Err(_) => tracing::warn!(container = id, "removing container timed out"),
+        if let Err(e) = self.try_remove(id).await {
+            tracing::warn!(container = id, "could not remove container: {e}");
         }
+    }
+
+    /// Removes a container the pool let go of, in the background: retried with back-off
+    /// while the engine cannot (it is away, restarting), and counted as pending removal
+    /// meanwhile ([`crate::removal`]).
+    pub(crate) fn remove_in_background(self: &Arc<Self>, id: &str) {
+        let (engine, id) = (self.clone(), id.to_owned());
+        tokio::spawn(async move {
+            engine.removals.remove_until_gone(&*engine, &id, &engine.stop).await;
+        });
     }
 
     /// Ids of the containers of this pool run.

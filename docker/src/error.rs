@@ -19,6 +19,13 @@ pub enum PoolError {
         source: bollard::errors::Error,
     },
 
+    /// The engine took too long over one operation: it is hung or overloaded.
+    #[error(
+        "the Docker engine did not {action} within {secs} s; is dockerd hung or overloaded? \
+         `systemctl status docker`, `docker info`"
+    )]
+    EngineTimeout { action: String, secs: u64 },
+
     #[error("image {image:?} not found in the local Docker engine (build it with `make image`)")]
     ImageMissing { image: String },
 

@@ -64,7 +64,10 @@
 //!
 //! Per slot, a task watches the member (link closed, condemned, ping timeout), removes and
 //! replaces it — at once the first time, then with exponential back-off while replacements
-//! keep failing. One task per pool follows the engine's `oom`/`die` events: an OOM condemns the
+//! keep failing. A removal the engine cannot do (it is away) stays pending and is retried
+//! until the container is gone (`removal.rs`); while the slots fail for want of the engine,
+//! [`Pool::engine_outage`] names it, from each slot's last error (`outage.rs`, which also says
+//! what happens after an engine restart and under `live-restore`). One task per pool follows the engine's `oom`/`die` events: an OOM condemns the
 //! container even when only a child process was killed. Every replacement has a
 //! `RestartReason`. *Planned* ones — the pool's policy retiring a container that still
 //! answered (task budget, not clean, timed-out or abandoned task, room retirement, operator
@@ -115,9 +118,11 @@ mod link;
 mod logs;
 mod member;
 pub mod network;
+mod outage;
 mod own;
 pub mod owner;
 mod pool;
+mod removal;
 mod restart;
 mod room;
 mod service;
@@ -136,6 +141,7 @@ pub use network::{
     ensure_internal_network, ensure_pool_network, ensure_pool_network_owned, remove_network,
     NetworkInfo,
 };
+pub use outage::EngineOutage;
 pub use own::{
     discover_own_container, OwnContainer, SelfDiscovery, DISCOVERY_ATTEMPTS, DISCOVERY_PAUSE,
 };

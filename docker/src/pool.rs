@@ -83,7 +83,7 @@ pub struct TaskRun {
 /// reaped by the next pool of the same name (their stdin closes, so they exit).
 #[derive(Debug)]
 pub struct Pool {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Marks this run alive in this process until the pool is dropped.
     /// Alive in this process until the pool is shut down or dropped; another pool of the
@@ -153,8 +153,7 @@ impl Pool {
         config.validate()?;
         let instance = uuid::Uuid::new_v4().simple().to_string();
         let run = RunRegistration::register(&config.name, &instance, &owner)?;
-        let engine =
-            Arc::new(Engine { docker, instance, owner, stop: CancellationToken::new(), config });
+        let engine = Arc::new(Engine::new(docker, instance, owner, config));
         let config = &engine.config;
         // Independent preparations, run together: start-up time is the pool's first promise.
         let (network, (), reaped) = tokio::try_join!(
@@ -401,6 +400,7 @@ impl Pool {
             blank: 0,
             bound: 0,
             rooms: self.inner.rooms.sample(),
+            pending_removal: self.pending_removals(),
         };
         for slot in &self.inner.slots {
             let s = slot.lock();

@@ -4,11 +4,12 @@
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 use tokio::sync::Notify;
 
+use crate::error::PoolError;
 use crate::logs::LogRing;
 use crate::member::Member;
 use crate::restart::RestartReason;
@@ -120,7 +121,13 @@ pub(crate) struct SlotInner {
     pub(crate) last_ping_at: Option<Instant>,
     pub(crate) backoff: Option<Backoff>,
     pub(crate) memory: Option<u64>,
+    /// Why the last container was replaced or the last attempt failed (`ps` shows it).
     pub(crate) last_error: Option<String>,
+    /// When `last_error` says the engine could not be reached: since when it has said so
+    /// without a break (the first failed attempt of the run). The pool's engine outage is
+    /// read from here ([`crate::outage`]); cleared by any other error and by a container
+    /// coming up.
+    pub(crate) engine_unreachable_since: Option<SystemTime>,
 }
 
 #[derive(Debug)]
@@ -155,6 +162,7 @@ impl Slot {
                 backoff: None,
                 memory: None,
                 last_error: None,
+                engine_unreachable_since: None,
             }),
         }
     }
@@ -184,6 +192,27 @@ impl Slot {
         }
         s.last_restart = Some(cause.clone());
         s.last_error = Some(reason.to_owned());
+        s.engine_unreachable_since = None;
+    }
+
+    /// Records a failed attempt to start this slot's container: `message` for `ps`, and,
+    /// when `error` says the engine is out of reach, since when (kept from the first such
+    /// failure in a row).
+    pub(crate) fn record_failed_attempt(&self, message: String, error: &PoolError) {
+        let mut s = self.lock();
+        s.engine_unreachable_since = if crate::outage::engine_unreachable(error) {
+            s.engine_unreachable_since.or_else(|| Some(SystemTime::now()))
+        } else {
+            None
+        };
+        s.last_error = Some(message);
+    }
+
+    /// Records that a container of this slot came up: the engine answers.
+    pub(crate) fn record_container_up(&self) {
+        let mut s = self.lock();
+        s.memory = None;
+        s.engine_unreachable_since = None;
     }
 
     pub(crate) fn snapshot(&self) -> ContainerSnapshot {

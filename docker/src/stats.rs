@@ -36,6 +36,9 @@ pub struct PoolStats {
     pub bound: usize,
     /// Blanks taken, waits for a blank, and containers retired for their room.
     pub rooms: RoomCounts,
+    /// Containers let go of but not removed yet, because the engine could not (it was
+    /// away); they are retried until gone. Not a counter: it falls back to 0.
+    pub pending_removal: usize,
 }
 
 /// How the rooms used the pool since it started ([`crate::Pool::stats`]); monotonic.

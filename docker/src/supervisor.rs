@@ -12,7 +12,6 @@ use futures_util::StreamExt;
 
 use tokio::task::JoinHandle;
 
-use crate::engine::Engine;
 use crate::error::PoolError;
 use crate::member::{Member, Retirement};
 use crate::pool::Inner;
@@ -75,7 +74,7 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
         } else {
             tracing::info!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
         }
-        remove_in_background(&engine, &member.container_id);
+        engine.remove_in_background(&member.container_id);
 
         let ready = match successor.take() {
             Some(mut handle) => tokio::select! {
@@ -86,7 +85,7 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
                 result = &mut handle => match result {
                     Ok(Ok(fresh)) if !fresh.link.is_closed() => Some(fresh),
                     Ok(Ok(fresh)) => {
-                        remove_in_background(&engine, &fresh.container_id);
+                        engine.remove_in_background(&fresh.container_id);
                         None
                     }
                     Ok(Err(e)) => {
@@ -99,7 +98,8 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
             None => None,
         };
         if let Some(fresh) = ready {
-            slot.lock().memory = None;
+            slot.record_container_up();
+            engine.removals.engine_answered();
             inner.install(index, fresh.clone());
             member = fresh;
             continue;
@@ -141,18 +141,14 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
                     let message = format!("replacement failed (attempt {failures}): {e}");
                     tracing::warn!(slot = %slot.id, "{message}");
                     slot.logs.note("error", "", &message);
-                    slot.lock().last_error = Some(message);
+                    slot.record_failed_attempt(message, &e);
                 }
             }
         };
-        slot.lock().memory = None;
+        slot.record_container_up();
+        engine.removals.engine_answered();
         inner.install(index, member.clone());
     }
-}
-
-fn remove_in_background(engine: &Arc<Engine>, id: &str) {
-    let (engine, id) = (engine.clone(), id.to_owned());
-    tokio::spawn(async move { engine.remove(&id).await });
 }
 
 /// Starts bringing up a container for slot `index` ahead of need.

@@ -108,6 +108,18 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             "Slots waiting (back-off) before their next container",
             stats.backoff.len() as i64,
         );
+        gauge(
+            &mut registry,
+            "pool_pending_removal_containers",
+            "Containers let go of but not removed yet (the engine was away); retried until gone",
+            stats.pending_removal as i64,
+        );
+        gauge(
+            &mut registry,
+            "pool_engine_unreachable",
+            "1 while the pool cannot reach the Docker engine, else 0",
+            i64::from(pool.engine_outage().is_some()),
+        );
         let rooms: Vec<(Labels, i64)> = [("blank", stats.blank), ("chat", stats.bound)]
             .iter()
             .map(|(room, n)| (labels(&[("room", room)]), *n as i64))

@@ -10,7 +10,7 @@ use nexbot_control::{
     ReloadReport, Status, Subagent, SubagentList, TaskDetail, TaskList, TaskRow, TokenCount,
 };
 use nexbot_core::ChatRef;
-use nexbot_docker::{ContainerSnapshot, Pool, PoolError};
+use nexbot_docker::{ContainerSnapshot, EngineOutage, Pool, PoolError};
 
 use super::{ApiError, ControlState};
 use crate::store::{unix_now, TaskRecord};
@@ -72,7 +72,22 @@ pub fn pool_summary(pool: &Pool) -> PoolSummary {
         planned_replacements: stats.planned_replacements_total,
         blank: stats.blank,
         bound: stats.bound,
+        pending_removal: stats.pending_removal,
+        engine: pool.engine_outage().map(|o| engine_line(&o, std::time::SystemTime::now())),
     }
+}
+
+/// The engine's outage in words, for `health` (after `engine: `, naming it the degraded
+/// part), `/status`, `subagents ps` and the dashboard: since when (local time, and how
+/// long), the pool's last error, and what to check first.
+pub fn engine_line(outage: &EngineOutage, now: std::time::SystemTime) -> String {
+    let since = chrono::DateTime::<chrono::Local>::from(outage.since).format("%H:%M:%S");
+    let secs = now.duration_since(outage.since).unwrap_or_default().as_secs();
+    format!(
+        "unreachable since {since} ({secs} s): {} — is dockerd running? \
+         `systemctl status docker`",
+        outage.error
+    )
 }
 
 /// The pool's task counters by outcome name.
@@ -90,7 +105,10 @@ pub async fn health(state: &ControlState) -> nexbot_control::Health {
     if let Err(e) = inner.store.size_bytes().await {
         problems.push(format!("the database does not answer: {e}"));
     }
+    let mut engine = None;
     if let Some(pool) = &inner.pool {
+        let now = std::time::SystemTime::now();
+        engine = pool.engine_outage().map(|o| format!("engine: {}", engine_line(&o, now)));
         let snapshot = pool.snapshot();
         let warm = snapshot
             .iter()
@@ -99,10 +117,13 @@ pub async fn health(state: &ControlState) -> nexbot_control::Health {
             })
             .count();
         if warm == 0 {
+            // The cause first: without the engine no container can come up.
+            problems.extend(engine.take());
             problems.push(format!("no subagent container is warm yet (0 of {})", snapshot.len()));
         }
     }
     let mut degraded = inner.degraded.clone();
+    degraded.extend(engine);
     if let Some(why) = &inner.delegation_off {
         degraded.push(format!("delegation to subagents is off: {why}"));
     }
@@ -167,7 +188,13 @@ pub async fn status(state: &ControlState) -> Status {
 }
 
 pub fn subagents(state: &ControlState) -> Result<SubagentList, ApiError> {
-    Ok(SubagentList { subagents: pool(state)?.snapshot().iter().map(subagent).collect() })
+    let pool = pool(state)?;
+    let now = std::time::SystemTime::now();
+    Ok(SubagentList {
+        subagents: pool.snapshot().iter().map(subagent).collect(),
+        pending_removal: pool.pending_removals(),
+        engine: pool.engine_outage().map(|o| engine_line(&o, now)),
+    })
 }
 
 pub fn logs(state: &ControlState, id: &str, n: Option<usize>) -> Result<LogLines, ApiError> {
@@ -351,5 +378,28 @@ pub async fn allow_skill(
         Err(e @ AllowError::NoSuchSkill(_)) => Err(ApiError::not_found(e.to_string())),
         Err(e @ AllowError::Store(_)) => Err(ApiError::internal(e)),
         Err(e) => Err(ApiError::bad_request(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    #[test]
+    fn the_engine_line_says_since_when_why_and_what_to_check() {
+        let since = SystemTime::now() - Duration::from_secs(42);
+        let outage = EngineOutage {
+            since,
+            error: "replacement failed (attempt 3): Docker engine error while trying to create \
+                    container x: Error in the hyper legacy client: client error (Connect)"
+                .into(),
+        };
+        let line = engine_line(&outage, since + Duration::from_secs(42));
+        let clock = chrono::DateTime::<chrono::Local>::from(since).format("%H:%M:%S");
+        assert!(line.starts_with(&format!("unreachable since {clock} (42 s): ")), "{line}");
+        assert!(line.contains("client error (Connect)"), "{line}");
+        assert!(line.ends_with("is dockerd running? `systemctl status docker`"), "{line}");
     }
 }

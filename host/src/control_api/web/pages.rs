@@ -262,7 +262,9 @@ pub fn pool(
             "pool " code { (p.name) } ", " (p.size) " containers: " (p.blank) " blank, "
             (p.bound) " bound to a chat; queue " (p.queue_depth) "; "
             (p.unplanned_restarts) " unplanned restarts"
+            @if p.pending_removal > 0 { "; " (p.pending_removal) " pending removal" }
         }
+        @if let Some(engine) = &p.engine { p.bad { "engine: " (engine) } }
         div.scroll {
             table #pool-table {
                 thead { tr {
