@@ -9,6 +9,10 @@
 //! notice per update (kept in memory only, since nothing can be written) saying the message
 //! waits. A recording failure is logged once, then once a minute with its count
 //! ([`nexbot_core::repeat`]), and once more with the count when recording works again.
+//!
+//! Each round tries only the oldest waiting update (the loop stops at the first it cannot
+//! record, so the offset never passes an unrecorded one), so the chats of later updates are
+//! told when their turn comes, not all at once.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
