@@ -3,8 +3,8 @@
 //! agent can do in a chat ([`channel::Channel`]), which every channel implements, how text
 //! from outside is cut for a log line ([`text::excerpt`]) and shown without its control
 //! characters ([`text::visible_controls`]), how many tokens a call used
-//! ([`Usage`]), and the hook contract both agent
-//! loops use ([`hooks`]).
+//! ([`Usage`]), the hook contract both agent loops use ([`hooks`]), and how a retry loop logs
+//! an error that repeats once with a count ([`repeat`]).
 //!
 //! Why a crate of its own: the channels (Telegram, console), the store, the agent, the control
 //! API and `nexbot-ctl` all name chats, and none of them should pull in the others (or their
@@ -13,6 +13,7 @@
 pub mod channel;
 mod chat;
 pub mod hooks;
+pub mod repeat;
 pub mod text;
 mod usage;
 

@@ -233,6 +233,8 @@ impl App {
         }
         let router = Arc::new(Router::new().with_exits(exits.clone()));
         let status = StatusBoard::default();
+        let disk = crate::disk::DiskSpace::new(config.data_dir(), config.storage.min_free_mb);
+        disk.add_to(&status);
         if let Some(skills) = agent.skills().cloned() {
             status.add("skills", move || match skills.dir() {
                 None => "no skills folder ([skills] dir)".to_owned(),
@@ -312,6 +314,7 @@ impl App {
             channels: Vec::new(),
             scheduler: None,
         };
+        app.spawn("disk", Stage::Service, move |stop| disk.watch(stop));
         if config.scheduler.enabled {
             let scheduler = crate::scheduler::Scheduler::new(
                 config,

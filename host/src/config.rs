@@ -107,6 +107,10 @@ pub struct StorageConfig {
     pub task_records_days: u32,
     /// Days before a history message is deleted (0, the default, keeps the history).
     pub history_days: u32,
+    /// Below this much free space (MB) in the data directory, `disk` is a degraded part of
+    /// health and `/status` (0: not checked). Why 50: room for a day of history and the
+    /// ledger, and enough warning before SQLite refuses writes.
+    pub min_free_mb: u64,
 }
 
 impl Default for StorageConfig {
@@ -116,6 +120,7 @@ impl Default for StorageConfig {
             telegram_updates_days: 30,
             task_records_days: 90,
             history_days: 0,
+            min_free_mb: 50,
         }
     }
 }

@@ -14,7 +14,8 @@
 //! - [`inbox`]: files users send, kept in the chat's room and told to the model; voice heard.
 //! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]:
 //!   `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`, shared by every
-//!   channel; [`status`]: the lines `/status` shows.
+//!   channel; [`status`]: the lines `/status` shows; [`disk`]: the data directory's free
+//!   space, degraded when low.
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
 //!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
 //! - [`scheduler`]: scheduled jobs and the heartbeat, run as turns of their chat.
@@ -37,6 +38,7 @@ pub mod config;
 pub mod control_api;
 pub mod deadlines;
 pub mod delegation;
+pub mod disk;
 pub mod doctor;
 pub mod inbox;
 pub mod instance;

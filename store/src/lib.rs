@@ -324,8 +324,21 @@ pub enum StoreError {
          this one (README: Upgrades and restores)"
     )]
     TooNew { path: PathBuf, found: i64, known: i64 },
+    /// SQLite's `SQLITE_FULL`: nothing more can be written until space is freed.
+    #[error(
+        "database {path}: the disk is full ({reason}); free space in its directory, nothing \
+         new is stored until then"
+    )]
+    Full { path: PathBuf, reason: String },
     #[error("database {path}: {reason}")]
     Other { path: PathBuf, reason: String },
+}
+
+impl StoreError {
+    /// Whether the write failed for lack of space (the caller may say so to the user).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, Self::Full { .. })
+    }
 }
 
 /// How old (days) rows may get before [`Store::prune`] deletes them; 0 keeps them forever.
@@ -528,6 +541,7 @@ fn classify(path: &Path, err: rusqlite::Error) -> StoreError {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
             StoreError::Locked { path, reason }
         }
+        Some(ErrorCode::DiskFull) => StoreError::Full { path, reason },
         _ => StoreError::Other { path, reason },
     }
 }
@@ -1403,6 +1417,26 @@ mod tests {
         assert_eq!(store.history(session, 10).await.unwrap().len(), 2);
         let all = Retention { history_days: 30, ..ages };
         assert_eq!(store.prune(all, later).await.unwrap(), [0, 0, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_for_lack_of_space_is_a_full_disk_with_what_to_do() {
+        let path = temp_db("full");
+        let store = Store::open(&path).await.unwrap();
+        // SQLite answers SQLITE_FULL, as on a full disk, once the file may not grow.
+        store
+            .call(|c| {
+                let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| r.get::<_, i64>(0))
+            })
+            .await
+            .unwrap();
+        let chat = ChatRef::default_console();
+        let err = store.set_setting(&chat, "big", &"x".repeat(200_000)).await.unwrap_err();
+        assert!(err.is_disk_full(), "{err:?}");
+        assert!(err.to_string().contains("the disk is full"), "{err}");
+        assert!(err.to_string().contains("free space in its directory"), "{err}");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     fn temp_db(tag: &str) -> PathBuf {

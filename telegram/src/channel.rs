@@ -40,6 +40,9 @@ use crate::format::{self, Part};
 use crate::health::{Health, PollState};
 use crate::ledger::{Ledger, LedgerError, ReceivedUpdate, Settlement};
 use crate::policy::{self, BotIdentity, Decision};
+use disk_full::{log_record_failure, log_recorded_again, DiskFullNotices};
+
+mod disk_full;
 
 /// Lines of a task's progress shown in its message.
 const PROGRESS_LINES: usize = 6;
@@ -101,6 +104,8 @@ struct Inner {
     parts: Mutex<PartGroups>,
     /// Chats whose updates wait behind a file being fetched ([`Inner::take_in_order`]).
     lanes: Mutex<HashMap<i64, mpsc::UnboundedSender<Arrival>>>,
+    /// Updates not recorded for lack of space whose chat was told so.
+    disk_full: DiskFullNotices,
 }
 
 /// A recorded update on its way to the bus, with what it still needs: its file fetched.
@@ -238,6 +243,7 @@ impl Telegram {
                 parts: Mutex::default(),
                 refused: Mutex::new(HashSet::new()),
                 lanes: Mutex::new(HashMap::new()),
+                disk_full: DiskFullNotices::default(),
             }),
         })
     }
@@ -383,6 +389,7 @@ impl Inner {
         let mut backoff = Duration::ZERO;
         let mut last_identify = Instant::now();
         let mut conflict_logged = false;
+        let mut record_errors = nexbot_core::repeat::RepeatFilter::default();
         loop {
             if !backoff.is_zero() {
                 tokio::select! {
@@ -467,11 +474,15 @@ impl Inner {
             for update in updates {
                 let id = i64::from(update.id.0);
                 match self.handle(update, &inbound).await {
-                    Ok(()) => offset = Some(offset.map_or(id + 1, |o| o.max(id + 1))),
+                    Ok(()) => {
+                        offset = Some(offset.map_or(id + 1, |o| o.max(id + 1)));
+                        log_recorded_again(&mut record_errors);
+                        self.health.recorded();
+                    }
                     Err(e) => {
                         // Not recorded, so the offset stays: Telegram sends it again.
-                        tracing::error!(update_id = id, error = %e, "cannot record a Telegram update; it will be fetched again");
-                        self.health.count_poll_error(short(&e.to_string()));
+                        log_record_failure(&mut record_errors, id, &e);
+                        self.health.count_record_failure(short(&e.message));
                         backoff = next_backoff(backoff);
                         break;
                     }
@@ -518,10 +529,15 @@ impl Inner {
                     text: ledger_text,
                     file: file.as_ref().map(policy::FileRef::to_ledger),
                 };
-                if !self.ledger.receive(record.clone(), None).await? {
+                let received = self.ledger.receive(record.clone(), None).await;
+                if let Err(e) = &received {
+                    self.tell_if_disk_full(e, update_id, chat_id, message_id);
+                }
+                if !received? {
                     tracing::debug!(update_id, "update seen before; not handled again");
                     return Ok(());
                 }
+                self.disk_full.recorded(update_id);
                 let group = !update.chat().is_some_and(|c| c.is_private());
                 let inbound = inbound.clone();
                 self.take_in_order(Arrival { record, chat_id, group, text, file, inbound }).await;

@@ -29,6 +29,9 @@ struct State {
     /// Since when `getUpdates` fails to reach the Bot API (network, 5xx, an unreadable
     /// answer); `None` once a poll works again.
     unreachable_since: Option<Instant>,
+    /// Since when updates cannot be recorded (the ledger fails: a full disk), and why;
+    /// `None` once one is recorded again.
+    unrecorded_since: Option<(Instant, String)>,
     conflicts: u64,
     rate_limited: u64,
     poll_errors: u64,
@@ -48,6 +51,7 @@ impl Default for Health {
             bot_username: None,
             last_poll_ok: None,
             unreachable_since: None,
+            unrecorded_since: None,
             conflicts: 0,
             rate_limited: 0,
             poll_errors: 0,
@@ -105,6 +109,20 @@ impl Health {
         self.count_poll_error(reason);
     }
 
+    /// An update that could not be recorded (it waits at Telegram).
+    pub(crate) fn count_record_failure(&self, reason: String) {
+        self.with(|s| match &mut s.unrecorded_since {
+            Some((_, why)) => *why = reason.clone(),
+            None => s.unrecorded_since = Some((Instant::now(), reason.clone())),
+        });
+        self.count_poll_error(reason);
+    }
+
+    /// An update was recorded: recording works.
+    pub(crate) fn recorded(&self) {
+        self.with(|s| s.unrecorded_since = None);
+    }
+
     pub(crate) fn count_rate_limited(&self) {
         self.with(|s| s.rate_limited += 1);
     }
@@ -135,11 +153,17 @@ impl Health {
     }
 
     /// What makes the channel a degraded part of the daemon, if anything: the token refused
-    /// (the channel stopped), or the Bot API out of reach (messages do not come in).
+    /// (the channel stopped), the Bot API out of reach (messages do not come in), or updates
+    /// that cannot be recorded (they wait at Telegram, unanswered).
     pub fn problem(&self) -> Option<String> {
-        self.with(|s| match (&s.poll, s.unreachable_since) {
-            (PollState::Stopped { reason }, _) => Some(format!("STOPPED: {reason}")),
-            (PollState::BackingOff { reason }, Some(since)) => {
+        self.with(|s| match (&s.poll, s.unreachable_since, &s.unrecorded_since) {
+            (PollState::Stopped { reason }, _, _) => Some(format!("STOPPED: {reason}")),
+            (_, _, Some((since, why))) => Some(format!(
+                "cannot record incoming updates for {}s ({why}); they wait at Telegram and are \
+                 answered once they can be recorded",
+                since.elapsed().as_secs()
+            )),
+            (PollState::BackingOff { reason }, Some(since), None) => {
                 let last = s
                     .last_poll_ok
                     .map_or("never".to_owned(), |t| format!("{}s ago", t.elapsed().as_secs()));

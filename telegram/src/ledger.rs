@@ -54,8 +54,26 @@ impl Settlement {
 
 /// The storage's failure, with its own words.
 #[derive(Debug, Clone, Error)]
-#[error("the Telegram update ledger failed: {0}")]
-pub struct LedgerError(pub String);
+#[error("the Telegram update ledger failed: {message}")]
+pub struct LedgerError {
+    pub message: String,
+    /// The storage is out of space (SQLite's `SQLITE_FULL`, the OS's ENOSPC): the channel
+    /// tells the user so (once per update) instead of staying silent, and the update waits at
+    /// Telegram until space returns (see `disk_full.rs`).
+    pub disk_full: bool,
+}
+
+impl LedgerError {
+    /// Any failure but a full disk.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into(), disk_full: false }
+    }
+
+    /// The storage is out of space.
+    pub fn disk_full(message: impl Into<String>) -> Self {
+        Self { message: message.into(), disk_full: true }
+    }
+}
 
 /// Where the channel writes down updates (the host's store).
 pub trait Ledger: Send + Sync + std::fmt::Debug {

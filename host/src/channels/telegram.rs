@@ -16,7 +16,11 @@ use crate::store::{LedgerRow, Store, UpdateState};
 pub struct StoreLedger(pub Store);
 
 fn ledger_error(e: crate::store::StoreError) -> LedgerError {
-    LedgerError(e.to_string())
+    if e.is_disk_full() {
+        LedgerError::disk_full(e.to_string())
+    } else {
+        LedgerError::new(e.to_string())
+    }
 }
 
 /// The ledger's state of a settled update.

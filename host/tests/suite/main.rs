@@ -25,6 +25,7 @@ mod host_cli;
 mod host_ctl_secrets;
 mod host_delegation;
 mod host_deploy;
+mod host_disk;
 mod host_hooks;
 mod host_llm;
 mod host_llmock;

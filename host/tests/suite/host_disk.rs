@@ -1,0 +1,139 @@
+//! A full disk under the real `nexbot serve`: its database on a 2 MB tmpfs of the test's own,
+//! filled to the last byte while the Telegram fixture brings a message. The user is told once
+//! that the disk is full and gets the real answer once space returns (exactly once); health
+//! and `/status` name the disk with its number; the log has the recording failure once and
+//! then its count, not a line a second.
+//!
+//! Needs root (it mounts the tmpfs); skipped with a note otherwise.
+
+use crate::common::{echo, Serving, TempWorkspace};
+use crate::telegram::{has_text, start, telegram_env, texts, LIMIT, OWNER};
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use nexbot_control::{paths, Client};
+use nexbot_tests::scripted_llm::ScriptedLlm;
+use nexbot_tests::telegram::TelegramFixture;
+
+/// What the channel says when a message cannot be recorded (`telegram/src/channel/disk_full.rs`).
+const NOTICE: &str = "the disk of the server I run on is full";
+
+/// A tmpfs of `size` mounted on a new directory, unmounted and removed on drop (however the
+/// test ends).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(tag: &str, size: &str) -> Option<Self> {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("nxh-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let disk = Self(dir);
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&disk.0)
+            .status()
+            .expect("run mount");
+        assert!(mounted.success(), "cannot mount a tmpfs on {}", disk.0.display());
+        Some(disk)
+    }
+
+    /// Writes a file until the disk refuses (ENOSPC).
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 4096];
+        loop {
+            match file.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(28) => break,
+                Err(e) => panic!("filling {}: {e}", path.display()),
+            }
+        }
+        let _ = file.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn count(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// The states of the ledger's rows (the database is not the workspace's).
+fn ledger_states(database: &Path) -> Vec<String> {
+    let db = rusqlite::Connection::open(database).unwrap();
+    let mut stmt = db.prepare("SELECT state FROM telegram_updates ORDER BY update_id").unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+async fn degraded(api: &Client) -> Vec<String> {
+    let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
+    health.degraded
+}
+
+#[tokio::test]
+async fn a_full_disk_is_told_to_the_user_named_by_health_and_logged_once_with_a_count() {
+    let Some(disk) = SmallDisk::mount("disk-full", "2m") else { return };
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("disk-full");
+    let mut env = telegram_env(&llm, &tg);
+    let database = disk.0.join("nexbot.db");
+    env.push(("NEXBOT_STORAGE__DATABASE".to_owned(), database.display().to_string()));
+    let serving: Serving = start(&ws, &env).await;
+    let api = Client::new(disk.0.join("nexbot.sock"));
+
+    // 2 MB is below the default 50 MB: health and /status name the disk with its number.
+    let below = format!("free in {} (below 50 MB)", disk.0.display());
+    let named = degraded(&api).await;
+    assert!(named.iter().any(|d| d.starts_with("disk: ") && d.contains(&below)), "{named:?}");
+    tg.user_says(OWNER, OWNER, "/status").await;
+    let status = tg.wait_bot_messages(OWNER, |m| has_text(m, "DEGRADED: disk:"), LIMIT).await;
+    assert!(texts(&status).concat().contains(&below), "{:?}", texts(&status));
+
+    // The disk fills: the message cannot be recorded; its user is told so, once.
+    let filler = disk.fill();
+    tg.user_says(OWNER, OWNER, "while the disk is full").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, NOTICE), LIMIT).await;
+    // Health says the channel cannot record (the loop retries about once a second).
+    let start_full = std::time::Instant::now();
+    let mut named = degraded(&api).await;
+    while !named.iter().any(|d| d.contains("cannot record incoming updates")) {
+        assert!(start_full.elapsed() < LIMIT, "{named:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        named = degraded(&api).await;
+    }
+    assert!(named.iter().any(|d| d.starts_with("disk: 0")), "{named:?}");
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(start_full.elapsed())).await;
+
+    // Space returns: the message is answered, exactly once; the notice was sent once.
+    std::fs::remove_file(&filler).unwrap();
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: while the disk is full"), LIMIT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let all = texts(&tg.bot_messages(OWNER).await);
+    assert_eq!(count(&all.join("\n"), "echo: while the disk is full"), 1, "{all:?}");
+    assert_eq!(all.iter().filter(|t| t.contains(NOTICE)).count(), 1, "{all:?}");
+    let states = ledger_states(&database);
+    assert!(states.iter().all(|s| s == "answered"), "{states:?}");
+
+    // The failure was logged once, then once with its count, not once a second.
+    let log = serving.stop(LIMIT).await;
+    let failed = count(&log, "cannot record a Telegram update;");
+    let counted = count(&log, "cannot record a Telegram update (repeated ");
+    assert_eq!((failed, counted), (1, 1), "{log}");
+}
