@@ -40,6 +40,7 @@ pub mod delegation;
 pub mod doctor;
 pub mod inbox;
 pub mod instance;
+pub mod interrupted;
 pub mod mcp;
 pub mod pool_runner;
 pub mod runtime;
