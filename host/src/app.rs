@@ -112,6 +112,9 @@ pub struct App {
     channels: Vec<ChannelKind>,
     /// The scheduler's counters, when it runs (`scheduler.enabled`).
     scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
+    /// The tasks a dead run left running, settled at start; their progress messages are
+    /// edited as their channels are added.
+    interrupted: Vec<crate::interrupted::InterruptedTask>,
 }
 
 impl App {
@@ -129,6 +132,8 @@ impl App {
             tracing::warn!("{warning}");
         }
         let store = open_store(config).await?;
+        // Before anything of this run can start a task: what a dead run left is settled.
+        let interrupted = crate::interrupted::settle(&store).await;
         let exits = options.exits.unwrap_or_else(|| Exits::new(config.secrets.daemon_keys()));
         let vault =
             Vault::open(store.clone(), config.secrets.master_key.as_ref(), Some(exits.clone()))
@@ -313,6 +318,7 @@ impl App {
             parts,
             channels: Vec::new(),
             scheduler: None,
+            interrupted,
         };
         app.spawn("disk", Stage::Service, move |stop| disk.watch(stop));
         if config.scheduler.enabled {
@@ -391,8 +397,10 @@ impl App {
     }
 
     /// Makes `channel` serve chats of `kind` until the app stops. A channel that also runs a
-    /// loop of its own (polling) starts it with [`App::spawn`] at [`Stage::Input`].
+    /// loop of its own (polling) starts it with [`App::spawn`] at [`Stage::Input`]. The
+    /// progress messages a dead run left in its chats are edited to say "interrupted".
     pub fn add_channel(&mut self, kind: ChannelKind, channel: Arc<dyn Channel>) {
+        crate::interrupted::tell_chats(&self.interrupted, kind, &channel);
         self.router.register(kind, channel);
         self.channels.push(kind);
     }

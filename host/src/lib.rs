@@ -42,6 +42,7 @@ pub mod disk;
 pub mod doctor;
 pub mod inbox;
 pub mod instance;
+pub mod interrupted;
 pub mod mcp;
 pub mod pool_runner;
 pub mod runtime;

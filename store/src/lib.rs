@@ -62,6 +62,7 @@ macro_rules! words {
     };
 }
 
+pub mod interrupted;
 pub mod jobs;
 mod schema;
 pub mod vault;
@@ -284,6 +285,13 @@ const MIGRATIONS: &[&str] = &[
         allowed_at INTEGER NOT NULL,
         allowed_by TEXT NOT NULL
     );",
+    // 15: which daemon run recorded a task (`run_id`, [`interrupted::this_run`]), so the
+    // start-up settles only a dead run's `running` records, never its own; and the task's
+    // progress message in its chat (`progress_message_id`, Telegram's id), so a later run can
+    // say in it that the task was interrupted. Earlier rows: none (a `running` one is a dead
+    // run's, as every run before this one is).
+    "ALTER TABLE task_records ADD COLUMN run_id TEXT;
+    ALTER TABLE task_records ADD COLUMN progress_message_id INTEGER;",
 ];
 
 /// One model call (or one delegated task) to count in `llm_usage`.
@@ -488,6 +496,9 @@ words! {
         Error => "error",
         Timeout => "timeout",
         Cancelled => "cancelled",
+        /// The daemon stopped while it ran (a crash or a kill): settled by the next run
+        /// ([`Store::settle_interrupted_tasks`]).
+        Interrupted => "interrupted",
     }
 }
 
@@ -884,7 +895,7 @@ impl Store {
         .await
     }
 
-    /// Records that a delegation started (status `running`).
+    /// Records that a delegation started (status `running`), by this daemon run.
     pub async fn start_task(
         &self,
         id: &str,
@@ -895,9 +906,10 @@ impl Store {
         let (id, chat, task) = (id.to_owned(), chat.to_string(), task.to_owned());
         self.call(move |c| {
             c.execute(
-                "INSERT INTO task_records (id, chat_id, session_id, task, status, started_at)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
-                params![id, chat, session_id, task, unix_now()],
+                "INSERT INTO task_records
+                 (id, chat_id, session_id, task, status, started_at, run_id)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+                params![id, chat, session_id, task, unix_now(), interrupted::this_run()],
             )
             .map(drop)
         })

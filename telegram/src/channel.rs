@@ -1105,6 +1105,12 @@ impl Inner {
                         None
                     }
                 };
+                if let Some(id) = message_id {
+                    // Kept, so a run after a crash can edit it to say the task was interrupted.
+                    if let Err(e) = self.ledger.task_message(task_id, id).await {
+                        tracing::warn!(task_id, error = %e, "cannot record a task's progress message");
+                    }
+                }
                 let view = TaskView {
                     chat_id,
                     message_id,

@@ -99,4 +99,16 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// Updates received but not settled (the daemon stopped while handling them), oldest
     /// first.
     fn unsettled(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>>;
+
+    /// Records `message_id` as the message showing delegated task `task_id`'s progress, so
+    /// that the next run can say in it that the task was interrupted if this one dies first.
+    /// The default keeps nothing (a ledger without task records).
+    fn task_message(
+        &self,
+        task_id: &str,
+        message_id: i32,
+    ) -> BoxFuture<'_, Result<(), LedgerError>> {
+        let _ = (task_id, message_id);
+        Box::pin(async { Ok(()) })
+    }
 }

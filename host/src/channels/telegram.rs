@@ -96,6 +96,17 @@ impl Ledger for StoreLedger {
                 .collect())
         })
     }
+
+    fn task_message(
+        &self,
+        task_id: &str,
+        message_id: i32,
+    ) -> BoxFuture<'_, Result<(), LedgerError>> {
+        let task_id = task_id.to_owned();
+        Box::pin(async move {
+            self.0.set_task_message(&task_id, i64::from(message_id)).await.map_err(ledger_error)
+        })
+    }
 }
 
 /// Starts the Telegram channel when `NEXBOT_TELEGRAM_TOKEN` is set and `telegram.enabled`;

@@ -22,6 +22,7 @@ mod host_approvals;
 mod host_bus;
 mod host_chat;
 mod host_cli;
+mod host_crash;
 mod host_ctl_secrets;
 mod host_delegation;
 mod host_deploy;
