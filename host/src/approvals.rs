@@ -45,6 +45,8 @@ use crate::store::{EgressQuestionRow, Store};
 
 /// The command word of the egress questions' buttons.
 mod digest;
+mod held;
+mod owner;
 pub use digest::{QuestionsCommand, QUESTIONS_COMMAND};
 
 pub const COMMAND: &str = "egress";
@@ -208,24 +210,6 @@ struct Pending {
     /// goes out, so a slow channel does not lengthen it).
     deadline: tokio::time::Instant,
     outcome: watch::Sender<Option<Outcome>>,
-}
-
-/// One held request's place in [`State::held`], given back when it stops waiting.
-struct HeldSlot {
-    approvals: Arc<Approvals>,
-    chat: ChatRef,
-}
-
-impl Drop for HeldSlot {
-    fn drop(&mut self) {
-        let mut state = self.approvals.lock();
-        if let Some(count) = state.held.get_mut(&self.chat) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                state.held.remove(&self.chat);
-            }
-        }
-    }
 }
 
 /// The id of a question reserved but not yet recorded (ids are SQLite rowids, from 1): no
@@ -470,64 +454,6 @@ impl Approvals {
         task.and_then(|t| state.tasks.get(t)).is_some_and(|t| t.user == Some(user))
     }
 
-    /// Whether the person who pressed in `chat` (`user`, the Telegram user) is the owner: a
-    /// console is the owner's; in Telegram only `telegram.owner` is.
-    fn is_owner(&self, chat: &ChatRef, user: Option<i64>) -> bool {
-        match chat {
-            ChatRef::Telegram(_) => user.is_some() && user == self.owner,
-            _ => true,
-        }
-    }
-
-    /// Whether an answer given in `chat` by `user` may be any chat's: the owner's private
-    /// Telegram chat (pressed by the owner) and the console, the operator's own places.
-    pub fn answers_anywhere(&self, chat: &ChatRef, user: Option<i64>) -> bool {
-        match chat {
-            ChatRef::Telegram(id) => *id > 0 && Some(*id) == self.owner && user == self.owner,
-            _ => true,
-        }
-    }
-
-    /// Whether the "Always for this chat" answer is offered in `chat`'s questions: where the
-    /// owner can press it (the owner's own chats and groups), not in another user's private
-    /// chat, whose user may not make a rule that outlives the task.
-    fn always_shown(&self, chat: &ChatRef) -> bool {
-        match chat {
-            ChatRef::Telegram(id) if *id > 0 => Some(*id) == self.owner,
-            _ => true,
-        }
-    }
-
-    /// Whether `user`, pressing in `chat`, may give `choice` to question `id`: anything
-    /// that outlives the task is the owner's alone. "Always for this chat" is a permanent
-    /// rule; a `--confirm` secret in a group is the group's, and its use there is the
-    /// owner's to confirm. Others get once or the task. `Err`: what to tell them.
-    pub fn may_choose(
-        &self,
-        id: i64,
-        choice: Choice,
-        chat: &ChatRef,
-        user: Option<i64>,
-    ) -> Result<(), String> {
-        if self.is_owner(chat, user) {
-            return Ok(());
-        }
-        if choice == Choice::Chat {
-            return Err("Only the owner can allow a destination always for a chat (a rule that \
-                        outlives the task); press Allow once or Allow for this task instead. \
-                        Nothing was changed."
-                .to_owned());
-        }
-        let group = matches!(chat, ChatRef::Telegram(id) if *id < 0);
-        let kind = self.lock().pending_by_id(id).map(|p| p.question.kind());
-        if group && kind == Some(Kind::Secret) {
-            return Err("In a group only the owner confirms the use of a --confirm secret; \
-                        nothing was changed (`nexbot-ctl approvals` answers it too)."
-                .to_owned());
-        }
-        Ok(())
-    }
-
     /// The task ended: its grants go, its waiting questions expire.
     pub fn end_task(&self, task_id: &str) {
         let mut state = self.lock();
@@ -721,34 +647,6 @@ impl Approvals {
             Err(e) => tracing::warn!(error = %e, "cannot read the chat's egress rules; asking"),
         }
         self.wait_answer(Question::Request(request), chat).await
-    }
-
-    /// A held request's share of the proxy, kept while it waits: a chat may hold at most
-    /// `egress.max_held_per_chat` requests at once and all chats together at most
-    /// `egress.max_held` (half the listener's connections by default). A held request keeps
-    /// its client connection open; without these shares one chat's flood of held requests
-    /// would take the connections other chats' tasks — the owner's model calls among them —
-    /// need. Only requests that really wait are counted (a grant or a rule answers at once).
-    fn hold(self: &Arc<Self>, chat: &ChatRef) -> Result<HeldSlot, Approval> {
-        let (per_chat, total) = self.max_held;
-        let mut state = self.lock();
-        let all: usize = state.held.values().sum();
-        let mine = state.held.get(chat).copied().unwrap_or(0);
-        if mine >= per_chat {
-            return Err(Approval::Refuse(format!(
-                "too_many_held: {mine} requests of this chat already wait for answers \
-                 (egress.max_held_per_chat = {per_chat}); this one is refused at once — answer \
-                 the questions waiting, or let them time out"
-            )));
-        }
-        if all >= total {
-            return Err(Approval::Refuse(format!(
-                "too_many_held: {all} requests already wait for answers across the chats \
-                 (egress.max_held = {total}); this one is refused at once"
-            )));
-        }
-        *state.held.entry(chat.clone()).or_insert(0) += 1;
-        Ok(HeldSlot { approvals: self.clone(), chat: chat.clone() })
     }
 
     /// Asks (or joins the question already asked) and waits for how it ended.
