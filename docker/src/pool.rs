@@ -477,10 +477,17 @@ impl Pool {
     /// Which container has address `ip` on the internal network, and the task it is serving:
     /// the egress proxy attributes connections by source address with this.
     pub fn container_for_address(&self, ip: IpAddr) -> Option<(String, Option<String>)> {
+        self.attribution_of(ip).map(|(container, task, _)| (container, task))
+    }
+
+    /// [`Pool::container_for_address`] with the room (chat) the container belongs to, if any.
+    pub fn attribution_of(&self, ip: IpAddr) -> Option<(String, Option<String>, Option<String>)> {
         self.inner.slots.iter().find_map(|slot| {
             let member = slot.member()?;
-            (member.ip == Some(ip) && !member.is_retired())
-                .then(|| (member.container_id.clone(), member.current_task().map(|t| t.id)))
+            (member.ip == Some(ip) && !member.is_retired()).then(|| {
+                let room = member.room().map(|r| r.to_string());
+                (member.container_id.clone(), member.current_task().map(|t| t.id), room)
+            })
         })
     }
 

@@ -21,6 +21,10 @@ pub struct Attributed {
     /// alone says whose a request is, so the proxy asks no credential of it. A pool container
     /// is never dedicated (it serves one task after another).
     pub dedicated: bool,
+    /// The room (chat) the container belongs to, when it has one: the listener counts a
+    /// room's open connections together (`max_connections_per_chat`), however many of the
+    /// room's containers they come from.
+    pub room: Option<String>,
 }
 
 /// Maps a source address on the pool network to its container and current task.
@@ -59,8 +63,20 @@ pub struct AttributionTable {
 impl AttributionTable {
     /// Registers (or replaces) the container at `ip`, with no task.
     pub fn set_container(&self, ip: IpAddr, container: impl Into<String>) {
-        let entry = Attributed { container: container.into(), task_id: None, dedicated: false };
+        let entry =
+            Attributed { container: container.into(), task_id: None, dedicated: false, room: None };
         self.write().insert(ip.to_canonical(), entry);
+    }
+
+    /// Sets or clears the room of the container at `ip`; `false` when no container is there.
+    pub fn set_room(&self, ip: IpAddr, room: Option<String>) -> bool {
+        match self.write().get_mut(&ip.to_canonical()) {
+            Some(entry) => {
+                entry.room = room;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Registers (or replaces) the container at `ip` as dedicated to `identity` for life.
@@ -74,6 +90,7 @@ impl AttributionTable {
             container: container.into(),
             task_id: Some(identity.into()),
             dedicated: true,
+            room: None,
         };
         self.write().insert(ip.to_canonical(), entry);
     }
@@ -133,7 +150,8 @@ mod tests {
             Some(Attributed {
                 container: "c1".into(),
                 task_id: Some("t".into()),
-                dedicated: false
+                dedicated: false,
+                room: None
             })
         );
         table.remove(ip);

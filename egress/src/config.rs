@@ -55,6 +55,9 @@ pub struct EgressConfig {
     pub max_connections: usize,
     /// Most client connections from one source address (one container). Default `64`.
     pub max_connections_per_source: usize,
+    /// Most client connections from the containers of one room (chat) together: one chat can
+    /// take only its share of the listener, however many containers it has. Default `128`.
+    pub max_connections_per_chat: usize,
     /// What happens to a destination no rule names: `"ask"` holds the connection and asks
     /// the task's chat, `"allowlist"` refuses it silently, `"open"` allows any host
     /// `proxy.allow_domains` matches. Left out (a config from before modes existed): `open`,
@@ -107,6 +110,7 @@ impl Default for EgressConfig {
             header_timeout_secs: 10,
             max_connections: 256,
             max_connections_per_source: 64,
+            max_connections_per_chat: 128,
             mode: None,
             allow: Vec::new(),
             approval_timeout_secs: 120,
@@ -451,6 +455,7 @@ impl EgressConfig {
             ("audit_max_refusals_per_sec", self.audit_max_refusals_per_sec),
             ("max_connections", self.max_connections as u64),
             ("max_connections_per_source", self.max_connections_per_source as u64),
+            ("max_connections_per_chat", self.max_connections_per_chat as u64),
             ("approval_timeout_secs", self.approval_timeout_secs),
             ("max_questions_per_task", self.max_questions_per_task as u64),
             ("max_held_per_chat", self.max_held_per_chat as u64),

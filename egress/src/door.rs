@@ -107,6 +107,7 @@ impl Doors {
             container: DOOR_CONTAINER.to_owned(),
             task_id: Some(identity.to_owned()),
             dedicated: true,
+            room: None,
         });
         shared.tracker.spawn(serve(listener, who, stop.clone(), shared.clone()));
         tracing::debug!(identity, path = %path.display(), "egress door open");

@@ -40,6 +40,7 @@ use super::inject::{self, ScrubbedBody, MAX_SECRET_BODY_BYTES};
 use super::meter::{full, pump, MeteredBody, PumpEnd, ResponseBody};
 use super::policy::{CheckedAddr, Refusal, Target};
 use super::tokens::ProxyCredential;
+use super::EgressConfig;
 use super::{relay, Shared};
 
 /// One client connection's share of the listener's capacity. A CONNECT tunnel outlives the
@@ -47,27 +48,71 @@ use super::{relay, Shared};
 pub(crate) struct ConnectionPermit {
     _permit: OwnedSemaphorePermit,
     source: IpAddr,
-    per_source: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// The room (chat) of the source's container, when it has one.
+    room: Option<String>,
+    counts: Arc<Mutex<Counts>>,
 }
 
-impl Drop for ConnectionPermit {
-    fn drop(&mut self) {
-        let mut counts = self.per_source.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = counts.get_mut(&self.source) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.source);
-            }
+/// Open client connections by source address and by room (chat).
+#[derive(Default)]
+pub(crate) struct Counts {
+    per_source: HashMap<IpAddr, usize>,
+    per_room: HashMap<String, usize>,
+}
+
+/// One less of `key` in `counts` (the entry goes at zero).
+fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(count) = counts.get_mut(key) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(key);
         }
     }
 }
 
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        release(&mut counts.per_source, &self.source);
+        if let Some(room) = &self.room {
+            release(&mut counts.per_room, room);
+        }
+    }
+}
+
+impl Counts {
+    /// Counts a new connection from `source` (of `room`), or says which share it would pass.
+    fn admit(
+        &mut self,
+        source: IpAddr,
+        room: Option<&String>,
+        config: &EgressConfig,
+    ) -> Result<(), String> {
+        let from_source = self.per_source.get(&source).copied().unwrap_or(0);
+        if from_source >= config.max_connections_per_source {
+            return Err(format!("{from_source} from source {source} (max_connections_per_source)"));
+        }
+        if let Some(room) = room {
+            let from_room = self.per_room.get(room).copied().unwrap_or(0);
+            if from_room >= config.max_connections_per_chat {
+                return Err(format!(
+                    "{from_room} from the chat {room}'s containers (max_connections_per_chat)"
+                ));
+            }
+            *self.per_room.entry(room.clone()).or_insert(0) += 1;
+        }
+        *self.per_source.entry(source).or_insert(0) += 1;
+        Ok(())
+    }
+}
+
 /// Accepts connections until the listener is told to stop. At most `max_connections` are
-/// served at once (the rest wait in the backlog), and at most `max_connections_per_source`
-/// from one address, so one container cannot starve the others.
+/// served at once (the rest wait in the backlog), at most `max_connections_per_source` from
+/// one address and `max_connections_per_chat` from the containers of one room together, so
+/// one container or one chat cannot starve the others.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     let capacity = Arc::new(Semaphore::new(shared.config.max_connections));
-    let per_source = Arc::new(Mutex::new(HashMap::<IpAddr, usize>::new()));
+    let counts = Arc::new(Mutex::new(Counts::default()));
     loop {
         let permit = tokio::select! {
             permit = capacity.clone().acquire_owned() => match permit {
@@ -93,17 +138,18 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         // on the peer's delayed ACK (tens of ms per SSE event).
         let _ = stream.set_nodelay(true);
         let source = peer.ip().to_canonical();
-        {
-            let mut counts = per_source.lock().unwrap_or_else(|p| p.into_inner());
-            let count = counts.entry(source).or_insert(0);
-            if *count >= shared.config.max_connections_per_source {
-                tracing::warn!(%source, limit = *count, "egress: too many connections from one source; refused");
-                continue; // dropping the stream closes it
-            }
-            *count += 1;
+        let room = shared.attribution.lookup(source).and_then(|a| a.room);
+        let admitted = counts.lock().unwrap_or_else(|p| p.into_inner()).admit(
+            source,
+            room.as_ref(),
+            &shared.config,
+        );
+        if let Err(over) = admitted {
+            tracing::warn!(%source, "egress: too many connections ({over}); refused");
+            continue; // dropping the stream closes it
         }
         let permit =
-            Arc::new(ConnectionPermit { _permit: permit, source, per_source: per_source.clone() });
+            Arc::new(ConnectionPermit { _permit: permit, source, room, counts: counts.clone() });
         shared.tracker.spawn(connection(stream, Caller::Peer(peer), Some(permit), shared.clone()));
     }
 }

@@ -368,8 +368,8 @@ pub struct PoolAttribution(pub Arc<Pool>);
 
 impl Attribution for PoolAttribution {
     fn lookup(&self, source: IpAddr) -> Option<Attributed> {
-        let (container, task_id) = self.0.container_for_address(source.to_canonical())?;
-        Some(Attributed { container, task_id, dedicated: false })
+        let (container, task_id, room) = self.0.attribution_of(source.to_canonical())?;
+        Some(Attributed { container, task_id, dedicated: false, room })
     }
 }
 
