@@ -311,6 +311,53 @@ pub async fn connect(proxy: SocketAddr, target: &str) -> (u16, TcpStream) {
     connect_with(proxy, target, credential.as_ref().map(|c| c.expose_secret())).await
 }
 
+/// How the proxy met a request sent from a given source ([`request_from`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+    /// The answer's status code.
+    Status(u16),
+    /// The connection was closed before a whole answer head came.
+    Closed,
+    /// No whole answer head within the limit (a held request).
+    Waiting,
+}
+
+/// Sends `request` (a whole request head) to `proxy` from the loopback address `source` (a
+/// container of the test's attribution table) and reads the answer's head within `limit`.
+/// The stream stays open for the caller (a tunnel, or a held request).
+pub async fn request_from(
+    source: &str,
+    proxy: SocketAddr,
+    request: &str,
+    limit: Duration,
+) -> (Answered, TcpStream) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source.parse().unwrap(), 0)).unwrap();
+    let mut stream = socket.connect(proxy).await.unwrap();
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while !head.ends_with(b"\r\n\r\n") {
+            if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                return false;
+            }
+            head.push(byte[0]);
+        }
+        true
+    };
+    let answered = match tokio::time::timeout(limit, read).await {
+        Err(_) => Answered::Waiting,
+        Ok(false) => Answered::Closed,
+        Ok(true) => {
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let code = head.split(' ').nth(1).and_then(|c| c.parse().ok());
+            Answered::Status(code.expect("a status line"))
+        }
+    };
+    (answered, stream)
+}
+
 /// [`connect`] presenting `credential` (or none), whatever is registered.
 pub async fn connect_with(
     proxy: SocketAddr,

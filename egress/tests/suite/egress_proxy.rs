@@ -6,7 +6,9 @@ use nexbot_tests::egress as egress_support;
 
 use std::sync::atomic::Ordering;
 
-use egress_support::{connect, echo_server, firehose_server, http_server, start, WAIT};
+use egress_support::{
+    connect, echo_server, firehose_server, http_server, request_from, start, Answered, WAIT,
+};
 use nexbot_egress::{Cidr, EgressConfig, HostPattern, InternalAllow};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -474,29 +476,15 @@ async fn one_source_cannot_hold_more_than_its_share_of_connections_tunnels_inclu
 }
 
 /// A `CONNECT target` from the loopback address `source` (a container of the test's table),
-/// presenting task `t-1`'s credential: the status code (`None`: closed unanswered) and the
-/// stream.
+/// presenting task `t-1`'s credential.
 async fn connect_from(
     source: &str,
     proxy: std::net::SocketAddr,
     target: std::net::SocketAddr,
-) -> (Option<u16>, tokio::net::TcpStream) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind(std::net::SocketAddr::new(source.parse().unwrap(), 0)).unwrap();
-    let mut stream = socket.connect(proxy).await.unwrap();
+) -> (Answered, tokio::net::TcpStream) {
     let auth = egress_support::auth_line(proxy);
     let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n");
-    let _ = stream.write_all(request.as_bytes()).await;
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match tokio::time::timeout(WAIT, stream.read(&mut byte)).await.expect("answer or close") {
-            Ok(1) => head.push(byte[0]),
-            _ => return (None, stream),
-        }
-    }
-    let code = String::from_utf8_lossy(&head).split(' ').nth(1).and_then(|c| c.parse().ok());
-    (code, stream)
+    request_from(source, proxy, &request, WAIT).await
 }
 
 /// The containers of one room (chat) share `max_connections_per_chat`, whatever their
@@ -520,19 +508,19 @@ async fn one_chats_containers_together_hold_only_the_chats_share_of_connections(
         assert!(started.table.set_room(ip, Some(room.into())));
     }
     let (code, first) = connect_from("127.0.0.1", proxy, target).await;
-    assert_eq!(code, Some(200));
+    assert_eq!(code, Answered::Status(200));
     let (code, _second) = connect_from("127.0.0.1", proxy, target).await;
-    assert_eq!(code, Some(200));
+    assert_eq!(code, Answered::Status(200));
     let (code, _third) = connect_from("127.0.0.2", proxy, target).await;
-    assert_eq!(code, Some(200), "another container of the chat, within the share");
+    assert_eq!(code, Answered::Status(200), "another container of the chat, within the share");
     // The chat's share is taken, from either of its containers.
     let (code, _) = connect_from("127.0.0.2", proxy, target).await;
-    assert_eq!(code, None, "closed unanswered: the chat's share is taken");
+    assert_eq!(code, Answered::Closed, "closed unanswered: the chat's share is taken");
     // Another chat is served.
     let (code, _other) = connect_from("127.0.0.3", proxy, target).await;
-    assert_eq!(code, Some(200));
+    assert_eq!(code, Answered::Status(200));
     // Ending a tunnel frees the chat's place.
     drop(first);
     started.audit_lines(1).await;
-    assert_eq!(connect_from("127.0.0.2", proxy, target).await.0, Some(200));
+    assert_eq!(connect_from("127.0.0.2", proxy, target).await.0, Answered::Status(200));
 }

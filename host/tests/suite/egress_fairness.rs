@@ -10,45 +10,19 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::egress_support::{http_server, launch, proxy_authorization};
+use crate::egress_support::{http_server, launch, proxy_authorization, request_from, Answered};
 use nexbot_core::ChatRef;
 use nexbot_host::approvals::{Approvals, EgressApprover};
 use nexbot_host::egress::InternalAllow;
 use nexbot_host::egress::{AllowRule, AttributionTable, Cidr, EgressConfig, EgressMode};
 use nexbot_host::store::Store;
 use secrecy::ExposeSecret;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 const FLOOD: &str = "127.0.0.2";
 const OWNER: &str = "127.0.0.3";
 /// More than a chat's share (16) and fewer than one source may open (64).
 const FLOOD_SIZE: usize = 60;
-
-/// A connection to `proxy` from `source` (a loopback address standing for a container).
-async fn from(source: &str, proxy: SocketAddr) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(SocketAddr::new(source.parse().unwrap(), 0)).unwrap();
-    socket.connect(proxy).await.unwrap()
-}
-
-/// Sends `request` and reads the answer's status line within `limit` (`None`: nothing yet).
-async fn status_within(stream: &mut TcpStream, request: &str, limit: Duration) -> Option<u16> {
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    let read = async {
-        while !head.ends_with(b"\r\n") {
-            if stream.read(&mut byte).await.unwrap_or(0) == 0 {
-                break;
-            }
-            head.push(byte[0]);
-        }
-    };
-    tokio::time::timeout(limit, read).await.ok()?;
-    let head = String::from_utf8_lossy(&head).into_owned();
-    head.split(' ').nth(1).and_then(|c| c.parse().ok())
-}
 
 /// The flood's result: how many of its CONNECTs were refused at once, and the connections
 /// still held (kept open until the test ends). All are sent at once, as an attacker would;
@@ -63,9 +37,7 @@ async fn flood(proxy: SocketAddr, token: &str) -> (usize, Vec<TcpStream>) {
         .map(|_| {
             let request = request.clone();
             tokio::spawn(async move {
-                let mut stream = from(FLOOD, proxy).await;
-                let status = status_within(&mut stream, &request, Duration::from_secs(2)).await;
-                (status, stream)
+                request_from(FLOOD, proxy, &request, Duration::from_secs(2)).await
             })
         })
         .collect();
@@ -73,9 +45,9 @@ async fn flood(proxy: SocketAddr, token: &str) -> (usize, Vec<TcpStream>) {
     let mut refused = 0;
     for one in sent {
         match one.await.unwrap() {
-            (Some(403), _) => refused += 1,
-            (Some(other), _) => panic!("a held CONNECT answered {other}"),
-            (None, stream) => held.push(stream),
+            (Answered::Status(403), _) => refused += 1,
+            (Answered::Waiting, stream) => held.push(stream),
+            (other, _) => panic!("a held CONNECT answered {other:?}"),
         }
     }
     (refused, held)
@@ -128,10 +100,13 @@ async fn owner_requests(
     let mut out = Vec::new();
     for _ in 0..n {
         let start = Instant::now();
-        let mut stream = from(OWNER, proxy).await;
-        let status = status_within(&mut stream, &request, Duration::from_secs(10)).await;
-        out.push((status.unwrap_or(0), start.elapsed().as_secs_f64() * 1000.0));
-        if status != Some(200) {
+        let (answered, _) = request_from(OWNER, proxy, &request, Duration::from_secs(10)).await;
+        let status = match answered {
+            Answered::Status(code) => code,
+            Answered::Closed | Answered::Waiting => 0,
+        };
+        out.push((status, start.elapsed().as_secs_f64() * 1000.0));
+        if status != 200 {
             break; // not served within 10 s: the rest would wait the same
         }
     }
