@@ -2,7 +2,7 @@
 # as the parts `make image`, `make cli-image`, `make mcp-image`, `make lint-build` and
 # `make lint-test-run`, each timed).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance order-file cli-npm
+  bench soak up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance order-file cli-npm
 
 build:
 	cargo build --workspace
@@ -297,6 +297,15 @@ bench: image cli-image mcp-image
 # shared libraries it needs (docker/stage-host-image.sh), FROM scratch.
 HOST_IMAGE ?= nexbot-host:dev
 HOST_CTX := target/host-image
+
+# The soak run with faults (tests/src/soak.rs, run by host/tests/soak.rs): 20 chats through
+# the Telegram fixture while containers, the daemon and an engine of the run's own are killed and
+# restarted, the model fails and stalls and the disk fills, for DURATION seconds (CI runs the
+# 180-second form in `make test`); SEED replays a run's choices (it prints its seed). Needs root.
+DURATION ?= 3600
+SEED ?=
+soak: image
+	NEXBOT_SOAK_SECS=$(DURATION) NEXBOT_SOAK_SEED=$(SEED) cargo test -p nexbot-host --test soak -- --nocapture
 
 host-image: image-bins
 	docker/stage-host-image.sh $(HOST_CTX) $(IMAGE_BINS)

@@ -36,9 +36,12 @@ grep -F '"test":true},"features"' "$work/artifacts" |
 root=$(pwd)
 # The two Docker-heavy suites: `host/tests/suite` and `tests/tests/suite`.
 host_suite=$(grep "^$root/host .*/deps/suite-" "$work/binaries" || true)
+# The soak run (host/tests/soak.rs: 3 minutes of chats and faults on an engine of its own):
+# it mostly waits, so it runs beside everything else, from the start.
+soak=$(grep "^$root/host .*/deps/soak-" "$work/binaries" || true)
 docker_suite=$(grep "^$root/tests .*/deps/suite-" "$work/binaries" || true)
-[ -n "$host_suite" ] && [ -n "$docker_suite" ] || {
-  echo "run-suites: the host suite or the Docker suite is not among the test binaries" >&2
+[ -n "$host_suite" ] && [ -n "$docker_suite" ] && [ -n "$soak" ] || {
+  echo "run-suites: the host suite, the Docker suite or the soak is not among the test binaries" >&2
   exit 1
 }
 
@@ -49,14 +52,19 @@ run() {
   (cd "$1" && "$2" < /dev/null) || failed="$failed $2"
 }
 
+(cd "${soak% *}" && "${soak#* }" < /dev/null) > "$work/soak.log" 2>&1 &
+soak_pid=$!
 (cd "${host_suite% *}" && "${host_suite#* }" < /dev/null) > "$work/host-suite.log" 2>&1 &
 host_pid=$!
-grep -v -e "^$host_suite\$" -e "^$docker_suite\$" "$work/binaries" > "$work/light"
+grep -v -e "^$host_suite\$" -e "^$docker_suite\$" -e "^$soak\$" "$work/binaries" > "$work/light"
 while read -r dir binary; do run "$dir" "$binary"; done < "$work/light"
 echo "     Running ${host_suite#* } (beside the above)"
 wait "$host_pid" || failed="$failed ${host_suite#* }"
 cat "$work/host-suite.log"
 run "${docker_suite% *}" "${docker_suite#* }"
+echo "     Running ${soak#* } (beside the above)"
+wait "$soak_pid" || failed="$failed ${soak#* }"
+cat "$work/soak.log"
 
 if [ -n "$failed" ]; then
   echo "run-suites: failed:$failed" >&2

@@ -26,6 +26,7 @@
 //! IPv6 needs no rules: the pool network has no IPv6 and containers have it switched off
 //! (`nexbot_docker::ensure_internal_network` says why).
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -109,6 +110,7 @@ impl Firewall {
             iptables_insert(&drop_rest).await?;
         }
         while iptables("-D", &accept).await.is_ok() {}
+        remove_stale(interface).await;
         iptables_insert(&accept).await?;
         tracing::info!(%interface, %gateway, %port, "egress firewall: the pool network reaches only the proxy on the host");
         let stop = CancellationToken::new();
@@ -137,6 +139,7 @@ impl Firewall {
         if let Err(err) = iptables("-D", &accept).await {
             tracing::warn!(%err, "egress firewall: a rule could not be removed");
         }
+        remove_stale(&self.interface).await;
         match other_listeners(&self.interface).await {
             Ok(false) => while iptables("-D", &drop_rest).await.is_ok() {},
             Ok(true) => {}
@@ -267,6 +270,78 @@ fn is_listener_accept(line: &str, interface: &str) -> bool {
         && line.ends_with("-j ACCEPT")
 }
 
+/// Deletes the ACCEPT rules of `interface` whose port nothing listens on any more: what a
+/// killed listener left (a rerun on another port, e.g. `egress.port = 0`, would otherwise keep
+/// it for ever, and with it the shared DROP at its stop, and a hole for whatever listens on
+/// that port later). Best effort, under the rules lock.
+async fn remove_stale(interface: &str) {
+    let Ok(listing) = run(&["-S", "INPUT"]).await else { return };
+    let gone = |name: &str| !std::path::Path::new("/sys/class/net").join(name).exists();
+    let mut stale = stale_accepts(&listing, interface, &listening_ports());
+    stale.extend(rules_of_gone_bridges(&listing, gone));
+    for rule in stale {
+        let mut args = vec!["-D"];
+        args.extend(rule.split_whitespace().skip(1));
+        match run(&args).await {
+            Ok(_) => {
+                tracing::warn!(%rule, "egress firewall: removed a rule a stopped listener left")
+            }
+            Err(err) => tracing::warn!(%err, "egress firewall: a stale rule could not be removed"),
+        }
+    }
+}
+
+/// The listener ACCEPT rules of `interface` in `listing` (`iptables -S INPUT`) whose
+/// `--dport` is not in `live`.
+fn stale_accepts(listing: &str, interface: &str, live: &HashSet<u16>) -> Vec<String> {
+    listing
+        .lines()
+        .filter(|line| line.starts_with("-A INPUT ") && is_listener_accept(line, interface))
+        .filter(|line| {
+            let port = line.split_whitespace().skip_while(|w| *w != "--dport").nth(1);
+            port.and_then(|p| p.parse::<u16>().ok()).is_some_and(|p| !live.contains(&p))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The nexbot rules (ACCEPT and DROP) in `listing` whose interface is `gone`: a pool network
+/// removed and made again (after an engine restart, say) has a new bridge, and the old one's
+/// rules would stay for ever.
+fn rules_of_gone_bridges(listing: &str, gone: impl Fn(&str) -> bool) -> Vec<String> {
+    listing
+        .lines()
+        .filter(|line| line.starts_with("-A INPUT ") && line.contains(COMMENT))
+        .filter(|line| {
+            let interface = line.split_whitespace().skip_while(|w| *w != "-i").nth(1);
+            interface.is_some_and(&gone)
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The TCP ports something listens on in this network namespace (IPv4 and IPv6), from
+/// `/proc/net/tcp{,6}` (state `0A` is LISTEN).
+fn listening_ports() -> HashSet<u16> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let mut fields = line.split_whitespace();
+                    let local = fields.nth(1)?;
+                    let state = fields.nth(1)?;
+                    let port = local.rsplit(':').next()?;
+                    (state == "0A").then(|| u16::from_str_radix(port, 16).ok()).flatten()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Whether another listener's ACCEPT rule for `interface` is still installed.
 async fn other_listeners(interface: &str) -> Result<bool, FirewallError> {
     let listing = run(&["-S", "INPUT"]).await?;
@@ -317,6 +392,34 @@ mod tests {
         assert_eq!(drop_position("-P INPUT ACCEPT\n", "br-a"), 1);
         // A bridge whose name is a prefix of another's is not confused with it.
         assert_eq!(drop_position(listing, "br-"), 1);
+    }
+
+    #[test]
+    fn an_accept_whose_port_nothing_listens_on_is_stale() {
+        let listing = "-P INPUT ACCEPT
+-A INPUT -d 172.18.0.1/32 -i br-a1 -p tcp -m tcp --dport 44351 -m comment --comment nexbot-egress -j ACCEPT
+-A INPUT -d 172.18.0.1/32 -i br-a1 -p tcp -m tcp --dport 40000 -m comment --comment nexbot-egress -j ACCEPT
+-A INPUT -d 172.19.0.1/32 -i br-b2 -p tcp -m tcp --dport 44351 -m comment --comment nexbot-egress -j ACCEPT
+-A INPUT -i br-a1 -m comment --comment nexbot-egress -j DROP
+-A INPUT -i br-a1 -p tcp -m tcp --dport 44351 -j ACCEPT";
+        let live: HashSet<u16> = [40000].into();
+        let stale = stale_accepts(listing, "br-a1", &live);
+        assert_eq!(stale.len(), 1, "{stale:?}");
+        assert!(stale[0].contains("--dport 44351") && stale[0].contains("-i br-a1"));
+        assert!(stale_accepts(listing, "br-a1", &[40000, 44351].into()).is_empty());
+        let gone = rules_of_gone_bridges(listing, |name| name == "br-b2");
+        assert_eq!(gone.len(), 1, "{gone:?}");
+        assert!(gone[0].contains("-i br-b2"));
+        assert!(rules_of_gone_bridges(listing, |_| false).is_empty());
+    }
+
+    #[test]
+    fn this_process_listening_is_seen() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(listening_ports().contains(&port));
+        drop(listener);
+        assert!(!listening_ports().contains(&port));
     }
 
     #[test]

@@ -85,6 +85,15 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
+/// The free space of `dir`'s file system as [`low_space`] prints it ("1.2 MB", "812 MB"), or
+/// why it cannot be read.
+pub fn free_text(dir: &Path) -> String {
+    match free_bytes(dir) {
+        Ok(free) => megabytes(free),
+        Err(e) => format!("unknown ({e})"),
+    }
+}
+
 /// The degraded text when `free` bytes in `dir` is below `min_free`:
 /// "1.2 MB free in /data (below 50 MB)".
 pub fn low_space(dir: &Path, free: u64, min_free: u64) -> Option<String> {

@@ -62,7 +62,7 @@ impl Check {
 
 /// Runs every check that the (already loaded) config allows.
 pub async fn run(config: &Config) -> Vec<Check> {
-    let mut checks = vec![workspace(config), database(config).await];
+    let mut checks = vec![workspace(config), disk(config), database(config).await];
     checks.extend(vault(config).await);
     checks.extend(llm(config).await);
     if config.subagent.enabled {
@@ -101,6 +101,24 @@ fn workspace(config: &Config) -> Check {
             format!("{} lacks {}", dir.display(), missing.join(", ")),
             format!("nexbot init --dir {} (keeps existing files)", dir.display()),
         )
+    }
+}
+
+/// The data directory's free space against `storage.min_free_mb` (what health watches): with
+/// the disk full nothing can be recorded.
+fn disk(config: &Config) -> Check {
+    let dir = config.data_dir();
+    match crate::disk::DiskSpace::new(&dir, config.storage.min_free_mb).problem() {
+        None => {
+            Check::ok("disk", format!("{} free in {}", crate::disk::free_text(&dir), dir.display()))
+        }
+        Some(problem) => Check::bad(
+            "disk",
+            CheckStatus::Fail,
+            problem,
+            "free space there (old backups, logs, `docker system prune`), or lower \
+             storage.min_free_mb",
+        ),
     }
 }
 

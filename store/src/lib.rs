@@ -62,8 +62,11 @@ macro_rules! words {
     };
 }
 
+mod answering;
 pub mod interrupted;
 pub mod jobs;
+mod later;
+pub use answering::SENDING;
 mod schema;
 pub mod vault;
 

@@ -344,6 +344,9 @@ impl Inner {
         self: &Arc<Self>,
         inbound: &mpsc::Sender<InboundMessage>,
     ) -> Result<(), LedgerError> {
+        for update in self.ledger.cut_off().await? {
+            self.cut_off(update).await;
+        }
         let pending = self.ledger.unsettled().await?;
         if !pending.is_empty() {
             tracing::info!(
@@ -372,6 +375,25 @@ impl Inner {
             self.fetch_and_hand_over(&update, chat_id, group, text, file, inbound).await;
         }
         Ok(())
+    }
+
+    /// An update whose answer was being sent when the last run stopped: whether it arrived is
+    /// unknown, so it is not answered again (that could answer it twice); its user is told.
+    async fn cut_off(&self, update: ReceivedUpdate) {
+        let ChatRef::Telegram(chat_id) = update.chat else { return };
+        let said: String = update.text.chars().take(60).collect();
+        let notice = format!(
+            "⚠️ I was restarted while sending my answer to «{said}». If it did not arrive just \
+             before this, please ask again."
+        );
+        if let Err(e) = self.deliver(chat_id, &notice, None).await {
+            tracing::warn!(chat_id, error = %e, "cannot say that an answer may not have arrived");
+        }
+        let error = "the daemon stopped while sending the answer; the user was told it may not \
+                     have arrived"
+            .to_owned();
+        tracing::warn!(update_id = update.update_id, "{error}");
+        self.settle(update.update_id, Settlement::Failed { error }).await;
     }
 
     async fn poll(
@@ -765,6 +787,14 @@ impl Inner {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
+        }
+    }
+
+    /// Marks `update_id`'s answer as on its way (see [`Ledger::sending`]). A failure (a full
+    /// disk) is logged and the answer sent anyway: answering beats the rare double.
+    async fn mark_sending(&self, update_id: i64) {
+        if let Err(e) = self.ledger.sending(update_id).await {
+            tracing::warn!(update_id, error = %e, "cannot mark a Telegram update's answer as being sent");
         }
     }
 
@@ -1252,6 +1282,9 @@ impl Channel for Telegram {
                     let reply_to = flight
                         .filter(|f| f.group && f.chat_id == chat_id)
                         .and_then(|f| f.message_id);
+                    if let Some(update_id) = update_id {
+                        inner.mark_sending(update_id).await;
+                    }
                     let result = inner
                         .deliver_with(chat_id, &message.text, reply_to, &message.buttons)
                         .await;

@@ -100,6 +100,20 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// first.
     fn unsettled(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>>;
 
+    /// Records that the answer to pending update `update_id` is being sent now: if this run
+    /// dies before [`Ledger::settle`], the next one must not answer it again
+    /// ([`Ledger::cut_off`]). The default keeps nothing.
+    fn sending(&self, update_id: i64) -> BoxFuture<'_, Result<(), LedgerError>> {
+        let _ = update_id;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Updates whose answer was being sent when the last run stopped (not in
+    /// [`Ledger::unsettled`]): whether it arrived is unknown. The default has none.
+    fn cut_off(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// Records `message_id` as the message showing delegated task `task_id`'s progress, so
     /// that the next run can say in it that the task was interrupted if this one dies first.
     /// The default keeps nothing (a ledger without task records).

@@ -6,16 +6,21 @@
 //! plays Telegram and its users ([`telegram`]), the shared parts of the `make bench`
 //! benchmarks ([`bench`]); [`daemon`] is the one harness for `nexbot init` and `nexbot serve`;
 //! [`browser`] is a headless Chromium for the dashboard's tests; [`dns`] is a recording name
-//! server and a `resolv.conf` of a process's own, for what a daemon looks up.
+//! server and a `resolv.conf` of a process's own, for what a daemon looks up; [`disk`] is a
+//! small tmpfs to fill, [`engine`] a Docker engine of the test's own to stop and restart, and
+//! [`soak`] the soak run with faults (`make soak`).
 
 pub mod bench;
 pub mod browser;
 pub mod daemon;
+pub mod disk;
 pub mod dns;
 pub mod egress;
+pub mod engine;
 pub mod llmock;
 pub mod pdf;
 pub mod scripted_llm;
+pub mod soak;
 pub mod telegram;
 
 use bollard::Docker;

@@ -192,6 +192,12 @@ pub fn is_main(body: &Value) -> bool {
         .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == "delegate_to_sub_agent"))
 }
 
+/// How many tool results a chat-completion request's conversation holds (which step of a
+/// script this is).
+pub fn tool_results(body: &Value) -> usize {
+    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
+}
+
 /// The text of the last user message of a chat-completion request body (empty if none).
 pub fn last_user(body: &Value) -> String {
     body["messages"]

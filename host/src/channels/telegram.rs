@@ -24,6 +24,18 @@ fn ledger_error(e: crate::store::StoreError) -> LedgerError {
 }
 
 /// The ledger's state of a settled update.
+/// A ledger row as the channel reads it.
+fn received(row: crate::store::LedgerRow) -> ReceivedUpdate {
+    ReceivedUpdate {
+        update_id: row.update_id,
+        chat: row.chat,
+        user_id: row.user_id,
+        message_id: row.message_id.and_then(|id| i32::try_from(id).ok()),
+        text: row.text,
+        file: row.file,
+    }
+}
+
 fn state(settlement: &Settlement) -> UpdateState {
     match settlement {
         Settlement::Answered { .. } => UpdateState::Answered,
@@ -72,9 +84,15 @@ impl Ledger for StoreLedger {
         update_id: i64,
         settlement: Settlement,
     ) -> BoxFuture<'_, Result<(), LedgerError>> {
+        // The answer was sent: a lost "answered" would replay the update at the next start.
+        let (state, detail) = (state(&settlement), detail(&settlement));
+        let what = format!("how Telegram update {update_id} ended");
         Box::pin(async move {
             self.0
-                .settle_update(update_id, state(&settlement), detail(&settlement))
+                .write_or_retry(what, move |store| {
+                    let detail = detail.clone();
+                    async move { store.settle_update(update_id, state, detail).await }
+                })
                 .await
                 .map_err(ledger_error)
         })
@@ -82,18 +100,19 @@ impl Ledger for StoreLedger {
 
     fn unsettled(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>> {
         Box::pin(async move {
-            let rows = self.0.updates(UpdateState::Pending).await.map_err(ledger_error)?;
-            Ok(rows
-                .into_iter()
-                .map(|row| ReceivedUpdate {
-                    update_id: row.update_id,
-                    chat: row.chat,
-                    user_id: row.user_id,
-                    message_id: row.message_id.and_then(|id| i32::try_from(id).ok()),
-                    text: row.text,
-                    file: row.file,
-                })
-                .collect())
+            let (again, _) = self.0.pending_updates().await.map_err(ledger_error)?;
+            Ok(again.into_iter().map(received).collect())
+        })
+    }
+
+    fn sending(&self, update_id: i64) -> BoxFuture<'_, Result<(), LedgerError>> {
+        Box::pin(async move { self.0.mark_update_sending(update_id).await.map_err(ledger_error) })
+    }
+
+    fn cut_off(&self) -> BoxFuture<'_, Result<Vec<ReceivedUpdate>, LedgerError>> {
+        Box::pin(async move {
+            let (_, cut) = self.0.pending_updates().await.map_err(ledger_error)?;
+            Ok(cut.into_iter().map(received).collect())
         })
     }
 

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono_tz::Tz;
+use nexbot_core::repeat::{RepeatFilter, Verdict};
 use nexbot_core::ChatRef;
 use tokio_util::sync::CancellationToken;
 
@@ -472,6 +473,7 @@ impl Scheduler {
         let _heartbeat_watch = watch_file(&self.heartbeat_file, heartbeat_changed.clone());
         let mut pruned: Option<Instant> = None;
         let mut sleep = Duration::ZERO;
+        let mut tick_failures = RepeatFilter::default();
         loop {
             // Sleeps until the next due time, a job changing, or the heartbeat file changing:
             // nothing is polled.
@@ -504,7 +506,20 @@ impl Scheduler {
                     continue;
                 }
             };
-            self.handle_all(due, now).await;
+            if let Err(e) = self.handle_all(due, now).await {
+                // Nothing of the tick was stored (a full disk, say): the same jobs are due
+                // again at once, so wait before trying, and log the failure once a minute.
+                log_tick_failure(&mut tick_failures, &e.to_string());
+                sleep = RETRY;
+                continue;
+            }
+            if let Some(repeated) = tick_failures.clear(Instant::now()) {
+                tracing::warn!(
+                    error = %repeated.message,
+                    "the due jobs are recorded again; until now: cannot record the due jobs ({})",
+                    repeated.note()
+                );
+            }
             // Every wake-up that matters is pushed (a job changed, the heartbeat file changed)
             // or due; the heartbeat's look is the longest sleep, a safety net.
             sleep = match self.store.next_due().await {
@@ -528,7 +543,7 @@ impl Scheduler {
 
     /// Plans every due job and writes the whole tick in one transaction (next times, skipped
     /// and dropped runs, queued runs), then hands the queued runs to the workers.
-    async fn handle_all(&self, due: Vec<Job>, now: i64) {
+    async fn handle_all(&self, due: Vec<Job>, now: i64) -> Result<(), crate::store::StoreError> {
         let cap = self.workers + self.queue;
         let mut reserved = 0usize;
         let mut items = Vec::with_capacity(due.len());
@@ -589,15 +604,9 @@ impl Scheduler {
             jobs.push(job);
         }
         if items.is_empty() {
-            return;
+            return Ok(());
         }
-        let run_ids = match self.store.apply_tick(items).await {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot record the due jobs; tried again next tick");
-                return;
-            }
-        };
+        let run_ids = self.store.apply_tick(items).await?;
         for run_id in &gave_way {
             let why = "the queue was full: gave way to a run of a chat with fewer waiting";
             if let Err(e) = self.store.drop_queued_run(*run_id, why).await {
@@ -616,6 +625,7 @@ impl Scheduler {
             self.stats.submitted.fetch_add(1, Ordering::Relaxed);
             self.waiting.push(Work { job, run_id });
         }
+        Ok(())
     }
 
     /// Keeps the heartbeat's jobs in step with `HEARTBEAT.md` when the file changed.
@@ -885,6 +895,22 @@ impl Worker {
             }
         }
         end
+    }
+}
+
+/// Logs that a tick could not be recorded: the first time, then once a minute with how often
+/// it failed meanwhile (it is retried every [`RETRY`]).
+fn log_tick_failure(filter: &mut RepeatFilter, error: &str) {
+    match filter.check(error, Instant::now()) {
+        Verdict::Log => {
+            tracing::error!(error, "cannot record the due jobs; tried again in {RETRY:?}")
+        }
+        Verdict::Repeated(repeated) => tracing::error!(
+            error,
+            "cannot record the due jobs; tried again in {RETRY:?} ({})",
+            repeated.note()
+        ),
+        Verdict::Quiet => tracing::debug!(error, "cannot record the due jobs (again)"),
     }
 }
 

@@ -40,7 +40,7 @@ use crate::deadlines::TaskDeadlines;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
-use crate::store::{Store, TaskEnd, TaskStatus};
+use crate::store::{Store, StoreError, TaskEnd, TaskStatus};
 use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
 use nexbot_egress::TaskSummary;
 use nexbot_protocol::TaskFile;
@@ -725,11 +725,23 @@ impl TypedTool for Delegate {
                 }
             }
         }
-        if let Err(e) = self.store.finish_task(&id, end).await {
+        if let Err(e) = finish_task(&self.store, id.clone(), end).await {
             tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
         }
         mention_dropped(answer, &dropped)
     }
+}
+
+/// Records how task `id` ended; with the disk full, again in the background until it lands
+/// (a record left `running` would be called interrupted at the next start).
+async fn finish_task(store: &Store, id: String, end: TaskEnd) -> Result<(), StoreError> {
+    let what = format!("the end of task {id}");
+    store
+        .write_or_retry(what, move |store| {
+            let (id, end) = (id.clone(), end.clone());
+            async move { store.finish_task(&id, end).await }
+        })
+        .await
 }
 
 impl nexbot_agent::CodingCli for Delegate {
@@ -934,7 +946,7 @@ impl Drop for Access<'_> {
             ..TaskEnd::default()
         };
         runtime.spawn(async move {
-            if let Err(e) = store.finish_task(&id, end).await {
+            if let Err(e) = finish_task(&store, id.clone(), end).await {
                 tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
             }
         });

@@ -100,6 +100,23 @@ async fn doctor_passes_with_a_reachable_llm_and_fails_naming_the_fix() {
     assert!(stdout.contains("[ok]   llm:") && stdout.contains("lists scripted"), "{stdout}");
     assert!(stdout.contains("[warn] llm key"), "{stdout}");
     assert!(llm.requests().iter().any(|r| r.path == "/v1/models"));
+    let free = format!(" free in {}", ws.dir.display());
+    assert!(
+        stdout.lines().any(|l| l.starts_with("[ok]   disk: ") && l.contains(&free)),
+        "{stdout}"
+    );
+
+    // Less free space in the data directory than storage.min_free_mb asks: a failure, named.
+    let mut env = base_env(&llm.base_url());
+    env.push(("NEXBOT_STORAGE__MIN_FREE_MB".into(), "1000000000".into()));
+    let out = run(env).await;
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("[FAIL] disk: ") && stdout.contains("(below 1000000000 MB)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("fix: free space there"), "{stdout}");
 
     let out = run(base_env("http://127.0.0.1:9/v1")).await;
     let stdout = text(&out.stdout);

@@ -123,3 +123,43 @@ async fn a_task_the_daemon_was_killed_in_is_settled_as_interrupted_after_the_res
     assert_eq!((ledger.len(), ledger[0].2.as_str()), (1, "answered"), "{ledger:#?}");
     serving.stop(LIMIT).await;
 }
+
+/// The daemon killed while its answer is on the way to Telegram (here: Telegram answering
+/// 500, so the send is retried): the next run does not answer the update again, which could
+/// answer it twice, but tells its user the answer may not have arrived, and records why.
+#[tokio::test]
+async fn an_answer_cut_off_by_a_kill_is_not_sent_again_and_its_user_is_told() {
+    use crate::common::echo;
+    use crate::telegram::ledger;
+    use nexbot_tests::telegram::Fault;
+
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("crash-sending");
+    let env = telegram_env(&llm, &tg);
+    let serving = start(&ws, &env).await;
+    tg.fail_for("sendMessage", Fault::ServerError, Duration::from_secs(300)).await;
+    tg.user_says(OWNER, OWNER, "answer me once").await;
+    let waited = Instant::now();
+    while !ledger(&ws).iter().any(|r| r.2 == "pending" && r.3.as_deref() == Some("sending")) {
+        assert!(waited.elapsed() < LIMIT, "the answer was never marked as sent: {:?}", ledger(&ws));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    serving.kill().await;
+    tg.clear_faults().await;
+
+    let serving = start(&ws, &env).await;
+    let told = "I was restarted while sending my answer to «answer me once»";
+    tg.wait_bot_messages(OWNER, |m| has_text(m, told), LIMIT).await;
+    let ledger = settled_ledger(&ws).await;
+    assert_eq!(ledger.len(), 1, "{ledger:#?}");
+    assert_eq!(ledger[0].2, "failed", "{ledger:#?}");
+    assert!(ledger[0].3.as_deref().unwrap_or_default().contains("while sending"), "{ledger:#?}");
+    // Not handled again: the model was asked once, and no answer went out after the restart.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(llm.chat_requests().len(), 1, "the update was handled again");
+    let all = tg.bot_messages(OWNER).await;
+    assert!(!all.iter().any(|m| m.text.contains("echo: answer me once")), "{:?}", texts(&all));
+    serving.stop(LIMIT).await;
+}

@@ -9,64 +9,16 @@
 use crate::common::{echo, Serving, TempWorkspace};
 use crate::telegram::{has_text, start, telegram_env, texts, LIMIT, OWNER};
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use nexbot_control::{paths, Client};
+use nexbot_tests::disk::SmallDisk;
 use nexbot_tests::scripted_llm::ScriptedLlm;
 use nexbot_tests::telegram::TelegramFixture;
 
 /// What the channel says when a message cannot be recorded (`telegram/src/channel/disk_full.rs`).
 const NOTICE: &str = "the disk of the server I run on is full";
-
-/// A tmpfs of `size` mounted on a new directory, unmounted and removed on drop (however the
-/// test ends).
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(tag: &str, size: &str) -> Option<Self> {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("nxh-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let disk = Self(dir);
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&disk.0)
-            .status()
-            .expect("run mount");
-        assert!(mounted.success(), "cannot mount a tmpfs on {}", disk.0.display());
-        Some(disk)
-    }
-
-    /// Writes a file until the disk refuses (ENOSPC).
-    fn fill(&self) -> PathBuf {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut file = std::fs::File::create(&path).unwrap();
-        let chunk = vec![0u8; 4096];
-        loop {
-            match file.write(&chunk) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(28) => break,
-                Err(e) => panic!("filling {}: {e}", path.display()),
-            }
-        }
-        let _ = file.sync_all();
-        path
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn count(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle)).count()
@@ -93,13 +45,13 @@ async fn a_full_disk_is_told_to_the_user_named_by_health_and_logged_once_with_a_
     llm.set_responder(echo);
     let ws = TempWorkspace::init("disk-full");
     let mut env = telegram_env(&llm, &tg);
-    let database = disk.0.join("nexbot.db");
+    let database = disk.path().join("nexbot.db");
     env.push(("NEXBOT_STORAGE__DATABASE".to_owned(), database.display().to_string()));
     let serving: Serving = start(&ws, &env).await;
-    let api = Client::new(disk.0.join("nexbot.sock"));
+    let api = Client::new(disk.path().join("nexbot.sock"));
 
     // 2 MB is below the default 50 MB: health and /status name the disk with its number.
-    let below = format!("free in {} (below 50 MB)", disk.0.display());
+    let below = format!("free in {} (below 50 MB)", disk.path().display());
     let named = degraded(&api).await;
     assert!(named.iter().any(|d| d.starts_with("disk: ") && d.contains(&below)), "{named:?}");
     tg.user_says(OWNER, OWNER, "/status").await;

@@ -275,10 +275,7 @@ pub fn parsed_tool_results(body: &serde_json::Value) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// How many tool results the request's conversation holds (which step of a script this is).
-pub fn tool_results(body: &serde_json::Value) -> usize {
-    body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
-}
+pub use nexbot_tests::scripted_llm::tool_results;
 
 /// Echoes the user's words, so each answer names its message.
 pub fn echo(body: &serde_json::Value) -> nexbot_tests::scripted_llm::Step {
