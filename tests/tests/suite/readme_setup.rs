@@ -83,9 +83,8 @@ fn every_nexbot_ctl_example_for_compose_runs_in_the_daemons_container() {
     assert!(by_hand_seen, "docs/deploy.md holds \"Try the agent in a terminal\"");
     let mut bare = Vec::new();
     for (path, text) in &texts {
-        bare.extend(
-            bare_ctl_examples(text).into_iter().map(|l| format!("{}: {l}", path.display())),
-        );
+        let shown = path.strip_prefix(repo()).unwrap_or(path).display().to_string();
+        bare.extend(bare_ctl_examples(text).into_iter().map(|l| format!("{shown}: {l}")));
     }
     assert!(
         bare.is_empty(),
