@@ -110,8 +110,8 @@ else ifeq ($(IMAGE_FROM),image)
 # `.relr.dyn` instead of 1.9 MB of `.rela.dyn`, 1.8 MB less idle RSS for the daemon; and the
 # functions the daemon and the sandbox's program run (docker/nexbot.order,
 # docker/nexbot-subagent.order) placed together at the start of `.text`, so that the pages
-# their start-up touches are few (docker/link-order.sh; README, "Host idle RSS"). The order is
-# made from the binaries' own symbols, so they link twice when it changed (after a code
+# their start-up touches are few (docker/link-order.sh; docs/performance.md, "Host idle RSS").
+# The order is made from the binaries' own symbols, so they link twice when it changed (after a code
 # change): once to learn their names, once with them. Needs binutils ≥ 2.38 and glibc ≥ 2.36
 # (Debian 12 has both) and rustc's default linker here, lld (its --symbol-ordering-file).
 IMAGE_ORDER_KEYS := docker/nexbot.order docker/nexbot-subagent.order

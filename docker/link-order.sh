@@ -11,7 +11,7 @@
 # Why: the kernel maps a binary's code into memory in 64 KiB windows around each page touched
 # (fault-around), so a daemon whose start-up touches a few thousand functions scattered over
 # 31 MB of `.text` keeps most of `.text` resident. Placed together (first in `.text`), the same
-# functions cost about their own size (README, "Host idle RSS").
+# functions cost about their own size (docs/performance.md, "Host idle RSS").
 #
 # KEYS (docker/nexbot.order, written by docker/profile-order.sh) names functions by their
 # symbol without LLVM's `.llvm.N` suffix, which changes with the code around them. A Rust

@@ -51,8 +51,8 @@ for bench in "$@"; do
 done
 
 {
-  echo "# The functions \`$(basename "$bin")\` runs, in the order the images' binaries hold them (README,"
-  echo "# \"Host idle RSS\"). Written by \`make order-file\` (docker/profile-order.sh) on $(date -u +%F)"
+  echo "# The functions \`$(basename "$bin")\` runs, in the order the images' binaries hold them"
+  echo "# (docs/performance.md, \"Host idle RSS\"). Written by \`make order-file\` (docker/profile-order.sh) on $(date -u +%F)"
   echo "# from the benches: $(for b in "$@"; do basename "$b" | sed 's/-[0-9a-f]*$//'; done | tr '\n' ' ')"
   nm --defined-only "$bin" | awk '$2 ~ /^[tTwW]$/ { print $1, $3 }' > "$work/nm"
   i=0

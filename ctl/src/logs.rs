@@ -2,9 +2,9 @@
 //! of a poll for `--follow`.
 //!
 //! The subagent logs one JSON object per line, `{"time","level","message","task_id"?,
-//! "correlation_id"?,"metadata":{…}}` (docs/protocol.md#logs). The pretty form puts time, level
-//! and message first and every other field after as `key=value`; a line that is not such an
-//! object (a panic message, a stray print) is shown as it is.
+//! "correlation_id"?,"metadata":{…}}` (docs/protocol-limits.md#logs). The pretty form puts time,
+//! level and message first and every other field after as `key=value`; a line that is not such
+//! an object (a panic message, a stray print) is shown as it is.
 
 use serde_json::{Map, Value};
 

@@ -237,9 +237,9 @@ fn seed(database: &Path) {
 }
 
 /// `nexbot-ctl backup FILE` of a running daemon, restored into a fresh data directory by the
-/// README's steps (Upgrades and restores): the daemon started there serves what the first one
-/// had, including a job added over the control API just before the backup (still in the
-/// first daemon's WAL, not yet in its main file).
+/// steps of docs/operating.md (Upgrades and restores): the daemon started there serves what the
+/// first one had, including a job added over the control API just before the backup (still in
+/// the first daemon's WAL, not yet in its main file).
 #[test]
 fn a_backup_restored_into_a_fresh_data_directory_serves_the_history() {
     let first = workspace("backup-from");
@@ -267,8 +267,8 @@ fn a_backup_restored_into_a_fresh_data_directory_serves_the_history() {
     assert!(report["bytes"].as_u64().unwrap() > 0, "{report}");
     drop(daemon);
 
-    // The README's restore, into a data directory `nexbot init` just wrote: the daemon is
-    // stopped; nexbot.db and its -wal and -shm are moved aside (a WAL left beside a restored
+    // The restore of docs/operating.md, into a data directory `nexbot init` just wrote: the daemon
+    // is stopped; nexbot.db and its -wal and -shm are moved aside (a WAL left beside a restored
     // file would be replayed into it); the backup becomes nexbot.db, owner-only.
     let fresh = workspace("backup-into");
     let db = fresh.database();

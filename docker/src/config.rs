@@ -63,7 +63,8 @@ pub struct PoolConfig {
     pub ping_timeout_ms: u64,
     /// Soft task timeout sent to the subagent when a request names none.
     pub default_task_timeout_secs: u64,
-    /// The host's hard limit is the task's timeout plus this; see `docs/protocol.md#deadlines`.
+    /// The host's hard limit is the task's timeout plus this; see
+    /// `docs/protocol-limits.md#deadlines`.
     pub hard_limit_grace_secs: u64,
     /// After a `cancel`, how long the final answer is awaited before the container is recycled.
     pub cancel_grace_ms: u64,

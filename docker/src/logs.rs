@@ -8,7 +8,8 @@ use std::sync::Mutex;
 
 use serde::Deserialize;
 
-/// The fields of a subagent log line (`docs/protocol.md#logs`) that the host's log carries over.
+/// The fields of a subagent log line (`docs/protocol-limits.md#logs`) that the host's log
+/// carries over.
 #[derive(Deserialize)]
 struct LogLine {
     #[serde(default)]

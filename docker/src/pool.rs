@@ -947,7 +947,7 @@ impl Lease {
             other => failed(format!("{other:?}")),
         })?;
         self.used = true;
-        // Its files first, chunk by chunk (`docs/protocol.md#files`); the subagent refuses an
+        // Its files first, chunk by chunk (`docs/protocol-files.md#files`); the subagent refuses an
         // `execute` whose files did not all arrive whole.
         let id = task_id.as_str();
         let puts = files.iter().flat_map(|file| {

@@ -631,7 +631,7 @@ mod tests {
         }
     }
 
-    /// The deadline is a promise in the README and the daemon's warnings: once the workspace
+    /// The deadline is a promise in docs/secrets.md and the daemon's warnings: once the workspace
     /// reaches that release, legacy bindings must be refused outright (and this test, with the
     /// legacy path, removed).
     #[test]

@@ -858,7 +858,7 @@ fn non_empty_secret(value: String) -> Option<SecretString> {
 
 /// A secret from variable `var`: empty is unset; shorter than the protocol's minimum is
 /// refused, because a value that short cannot be redacted from output without destroying it
-/// (docs/protocol.md, "Secrets").
+/// (docs/protocol-files.md, "Secrets").
 fn secret_from(var: &str, value: String) -> Result<Option<SecretString>, ConfigError> {
     let min = nexbot_protocol::secrets::MIN_SECRET_VALUE_BYTES;
     if !value.is_empty() && value.len() < min {

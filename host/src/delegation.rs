@@ -49,7 +49,7 @@ impl SubagentError {
 /// full: progress is for showing, never a reason to slow a task). Its `mcp_call`s are
 /// answered by `mcp` (the MCP tools the delegation granted; `None`: none), each answer
 /// written back to the task as an `mcp_result` while it runs. `files` go into the task's
-/// scratch folder before it starts (`docs/protocol.md#files`).
+/// scratch folder before it starts (`docs/protocol-files.md#files`).
 pub trait SubagentRunner: Send + Sync + std::fmt::Debug {
     fn execute(
         &self,

@@ -1,4 +1,4 @@
-//! Files carried between the host and a task's scratch folder (`docs/protocol.md#files`):
+//! Files carried between the host and a task's scratch folder (`docs/protocol-files.md#files`):
 //! into it before the task starts (`put_file` requests), and back with its answer (`file`
 //! lines, named in the `success`'s `files`). Additive to 1.0.
 //!

@@ -1,9 +1,9 @@
-//! The partial-results report (`docs/protocol.md#reports`) sent with a `timeout` or failed
+//! The partial-results report (`docs/protocol-files.md#reports`) sent with a `timeout` or failed
 //! task, so the delegating agent can use what the subagent found before it stopped.
 
 use serde::{Deserialize, Serialize};
 
-/// The note every report carries, word for word as `docs/protocol.md#reports` gives it.
+/// The note every report carries, word for word as `docs/protocol-files.md#reports` gives it.
 pub const REPORT_NOTE: &str = "Sub-agent did not finish the task. Use partial results below.";
 /// How many of the most recent messages a report keeps.
 pub const REPORT_RECENT_MESSAGES: usize = 6;

@@ -20,7 +20,7 @@ pub enum RequestType {
     Cancel,
     /// The host's answer to a task's `mcp_call` (`docs/protocol.md#mcp-tools`). Additive.
     McpResult,
-    /// One chunk of a file for the next task's scratch (`docs/protocol.md#files`). Additive.
+    /// One chunk of a file for the next task's scratch (`docs/protocol-files.md#files`). Additive.
     PutFile,
     Unknown(String),
 }
@@ -59,7 +59,8 @@ impl<'de> Deserialize<'de> for RequestType {
 }
 
 /// One request line, with the spec's field names. Optional fields that are absent stay absent
-/// when serialized, so a minimal 1.0 request (`docs/protocol.md#examples`) round-trips unchanged.
+/// when serialized, so a minimal 1.0 request (`docs/protocol-history.md#examples`) round-trips
+/// unchanged.
 #[derive(Clone, Default, Serialize, Deserialize)]
 pub struct Request {
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -118,7 +119,7 @@ pub struct Request {
     /// Secrets the host's egress proxy fills in, by name and bound hosts; their values never
     /// enter the container. `http_request` sends a request that uses one to the proxy in
     /// absolute form with the placeholder `{{secret:NAME}}` ([`PROXY_PLACEHOLDER`]).
-    /// Additive (`docs/protocol.md#secrets`); not remembered.
+    /// Additive (`docs/protocol-files.md#secrets`); not remembered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_secrets: Option<Vec<ProxySecret>>,
     /// The search backend `search_web` queries (the operator's `[search]`). Additive
@@ -172,7 +173,7 @@ pub struct Request {
     pub data: Option<String>,
     /// `execute`: the files put for this task (`put_file` with its `id`), by name: they are
     /// in its scratch folder when it starts and its model is told so. Additive
-    /// (`docs/protocol.md#files`); an older subagent ignores it.
+    /// (`docs/protocol-files.md#files`); an older subagent ignores it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<Vec<String>>,
     /// `execute`: the host takes files back with the answer: the model gets the

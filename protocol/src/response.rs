@@ -25,13 +25,13 @@ pub struct Response {
     #[serde(flatten)]
     pub body: ResponseBody,
     /// On a final answer (`success`, `error`, `timeout`): what the subagent cleaned after the
-    /// task, before answering. Added in 1.0 (additive, docs/protocol.md "Version history"):
+    /// task, before answering. Added in 1.0 (additive, docs/protocol-history.md "Version history"):
     /// a host must treat its absence as "not known to be clean".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub: Option<Scrub>,
     /// On a final answer to an `execute` that ran: the names in the request's `tools` that
     /// this subagent does not offer, so it ran without them. Added in 1.0 (additive,
-    /// docs/protocol.md "Version history"); absent means none were dropped (or an older
+    /// docs/protocol-history.md "Version history"); absent means none were dropped (or an older
     /// subagent that does not say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped_tools: Vec<String>,
@@ -81,7 +81,7 @@ pub enum ResponseBody {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         open_todos: Vec<Todo>,
         /// The files the task returned (`return_file`), by name: each came whole in `file`
-        /// lines before this answer. Additive (`docs/protocol.md#files`); absent means none.
+        /// lines before this answer. Additive (`docs/protocol-files.md#files`); absent means none.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         files: Vec<String>,
     },
@@ -114,7 +114,7 @@ pub enum ResponseBody {
     },
     /// Before the `success` of an `execute` with `return_files`: one chunk of a file the
     /// task returned, `data` the base64 of its bytes at `offset`, `size` the whole file's.
-    /// Not final. Additive (`docs/protocol.md#files`).
+    /// Not final. Additive (`docs/protocol-files.md#files`).
     File { name: String, offset: u64, size: u64, data: String },
 }
 

@@ -34,7 +34,7 @@ pub const TOOL_ALIASES: &[(&str, &str)] =
 pub const PLANNING_TOOL: &str = "update_todos";
 
 /// Tools a subagent can never be granted: no recursive delegation, no direct contact with the
-/// user (`docs/protocol.md#limits`).
+/// user (`docs/protocol-limits.md#limits`).
 pub const BLOCKED_TOOLS: &[&str] = &["delegate_to_sub_agent", "spawn", "send_file_to_user"];
 
 /// The canonical name of the subagent tool `name` stands for: itself when it is one of

@@ -332,7 +332,7 @@ pub enum StoreError {
     #[error(
         "database {path} was written by a newer nexbot (schema {found}; this build knows up to \
          {known}) and was left untouched: run that newer version, or restore a backup made by \
-         this one (README: Upgrades and restores)"
+         this one (docs/operating.md: Upgrades and restores)"
     )]
     TooNew { path: PathBuf, found: i64, known: i64 },
     /// SQLite's `SQLITE_FULL`: nothing more can be written until space is freed.

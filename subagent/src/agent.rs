@@ -1,5 +1,5 @@
 //! The agent loop: the model thinks, calls tools, reads their (sanitized, redacted) results,
-//! and finally answers — within the subagent limits of `docs/protocol.md#limits` (60
+//! and finally answers — within the subagent limits of `docs/protocol-limits.md#limits` (60
 //! iterations, 64,000 tokens of context, blocked tools refused) and the task's soft timeout.
 //! The loop offers every hook event (`crate::hooks`); the limits, the completion check, the
 //! search budget and the timeout's wording are hooks there, not code here.
@@ -8,7 +8,7 @@
 //! long run of big tool results shortens the conversation instead of failing the call.
 //!
 //! Every way a task can end becomes exactly one response: `success`; `timeout` with the
-//! partial-results report (`docs/protocol.md#reports`) when the soft limit hits; `error` with
+//! partial-results report (`docs/protocol-files.md#reports`) when the soft limit hits; `error` with
 //! a report when the LLM fails, a limit is reached, or the task is cancelled. Tool failures are
 //! not endings: they go back to the model as text. Everything the model sees and everything the
 //! response carries is redacted of the task's secrets; external text is wrapped and neutralized

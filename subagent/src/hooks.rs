@@ -103,7 +103,7 @@ impl<'a> Hook<TaskView<'a>> for CompletionCheck {
     }
 }
 
-/// The sub-agent limits of `docs/protocol.md#limits`: 60 iterations, 64,000 tokens of
+/// The sub-agent limits of `docs/protocol-limits.md#limits`: 60 iterations, 64,000 tokens of
 /// context, blocked tools refused.
 #[derive(Debug)]
 pub struct Safety;
@@ -169,7 +169,7 @@ impl<'a> Hook<TaskView<'a>> for SearchBudget {
 }
 
 /// When the soft time limit passes, words the `timeout` response's error; the loop sends it
-/// with the partial-results report (`docs/protocol.md#reports`: status, task id, error, note,
+/// with the partial-results report (`docs/protocol-files.md#reports`: status, task id, error, note,
 /// timeout, tokens, todos, recent messages).
 #[derive(Debug)]
 pub struct TimeoutReport;

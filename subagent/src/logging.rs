@@ -1,4 +1,4 @@
-//! JSON log lines on stderr in the exact shape `docs/protocol.md#logs` names:
+//! JSON log lines on stderr in the exact shape `docs/protocol-limits.md#logs` names:
 //! `{"time","level","message","task_id"?,"correlation_id"?,"metadata":{"event",...}}`.
 //!
 //! The host parses these lines and re-emits them, so the shape is a contract; the stock JSON

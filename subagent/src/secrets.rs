@@ -15,7 +15,7 @@ use regex::{Captures, Regex};
 use secrecy::{ExposeSecret, SecretString};
 use zeroize::Zeroizing;
 
-/// How long a task's secrets stay usable, from the task's start (`docs/protocol.md#secrets`).
+/// How long a task's secrets stay usable, from the task's start (`docs/protocol-files.md#secrets`).
 pub const SECRET_TTL: Duration = Duration::from_secs(300);
 
 static PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| {
@@ -36,7 +36,7 @@ pub enum SecretError {
 
 /// One task's secrets with their expiry.
 ///
-/// Two kinds (`docs/protocol.md#secrets`): values that came in the request (stdin mode),
+/// Two kinds (`docs/protocol-files.md#secrets`): values that came in the request (stdin mode),
 /// filled in here; and proxy-mode secrets, of which this process knows only the name and the
 /// hosts — their placeholders become `{{secret:NAME}}` for the egress proxy to fill in.
 #[derive(Debug)]

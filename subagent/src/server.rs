@@ -2,7 +2,7 @@
 //! once, and runs at most one task at a time on its own tokio task so that the reader never
 //! waits behind it (a ping or a cancel is answered while a task runs).
 //!
-//! Shutdown follows `docs/protocol.md#lifecycle`: on EOF the task in flight is allowed to
+//! Shutdown follows `docs/protocol-limits.md#lifecycle`: on EOF the task in flight is allowed to
 //! finish (its soft timeout bounds that); on SIGTERM/SIGINT it is cancelled. Either way it is
 //! answered before the process exits 0.
 
@@ -157,7 +157,7 @@ struct Server {
     staged: Option<Staged>,
 }
 
-/// Files put for task `id` before its `execute` (`docs/protocol.md#files`): those that
+/// Files put for task `id` before its `execute` (`docs/protocol-files.md#files`): those that
 /// arrived whole (already in the scratch folder), the one arriving, or why the putting
 /// failed (its `execute` is then refused with that).
 #[derive(Debug)]
@@ -286,7 +286,7 @@ impl Server {
         }
     }
 
-    /// One chunk of a file for the next task (`docs/protocol.md#files`). It has no response
+    /// One chunk of a file for the next task (`docs/protocol-files.md#files`). It has no response
     /// of its own unless a task runs (then an `error`): a chunk that breaks a rule fails the
     /// putting, and the `execute` that names the files is refused with why.
     async fn put_file(&mut self, request: &Request) {

@@ -174,7 +174,7 @@ impl Delegate {
     }
 
     /// The files `paths` of the delegating chat's room, read for the task's scratch folder
-    /// under their plain names (`docs/protocol.md#files`), within the wire's caps.
+    /// under their plain names (`docs/protocol-files.md#files`), within the wire's caps.
     async fn files_for_task(
         &self,
         paths: &[String],

@@ -142,7 +142,7 @@ async fn one_chat_holds_only_its_share_and_the_owner_is_served_meanwhile() {
 /// The attacker's setting (`max_connections = 48`): before, the flood's held connections took
 /// every slot and the owner's requests waited for the flood's questions to time out; now the
 /// flood holds its share and the owner's requests are served at once. Prints the owner's
-/// latency under the flood (p50/p99), the figure README gives.
+/// latency under the flood (p50/p99), the figure docs/performance-details.md gives.
 #[tokio::test]
 async fn a_flood_at_a_small_listener_does_not_delay_the_owner() {
     let (started, approvals, server) = setup(|c| c.max_connections = 48).await;

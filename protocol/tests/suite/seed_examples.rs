@@ -1,4 +1,4 @@
-//! The first implementation's examples (`docs/protocol.md#examples`) round-trip unchanged.
+//! The first implementation's examples (`docs/protocol-history.md#examples`) round-trip unchanged.
 
 use nexbot_protocol::{Request, RequestType, Response, ResponseBody};
 use secrecy::ExposeSecret;
@@ -55,7 +55,8 @@ fn seed_execute_fields_land_where_expected() {
     assert_eq!(secrets.get("API_KEY").unwrap().expose_secret(), "secret");
     assert_eq!(req.llm_api_key.as_ref().unwrap().expose_secret(), "zai-key");
     // The seed's 6-byte example secret still parses, but is refused since secrets must be at
-    // least 8 bytes (docs/protocol.md, version history): a value that short cannot be redacted.
+    // least 8 bytes (docs/protocol-history.md, version history): a value that short cannot be
+    // redacted.
     let err = req.validate(0).unwrap_err();
     assert_eq!(err.id, "task-uuid");
     assert_eq!(
@@ -106,8 +107,8 @@ fn timeout_response_with_report_round_trips() {
 
 #[test]
 fn dropped_tools_on_a_final_answer_round_trip_and_old_answers_still_parse() {
-    // The additive field (docs/protocol.md, Version history): names the request granted that
-    // the subagent does not offer.
+    // The additive field (docs/protocol-history.md, Version history): names the request granted
+    // that the subagent does not offer.
     let json = r#"{"id":"t","version":"1.0","status":"success","result":"ok",
       "scrub":{"clean":true,"killed":0,"removed":1},"dropped_tools":["web_search","fetch_url"]}"#;
     let r: Response = assert_round_trip(json);

@@ -168,11 +168,11 @@ pub async fn list_dir(root: &Path, args: ListArgs) -> Result<ToolOutput, ToolErr
 }
 
 /// `return_file`: the file at `requested` (confined like the other file tools), read whole,
-/// to go back with the task's answer (`docs/protocol.md#files`) under its plain name. Refused:
-/// not a regular file, over the caps ([`nexbot_protocol::files`]: a file's size, how many, how
-/// much in all, counting `taken`), a name already taken, and a file or name that holds one of
-/// the task's secrets (in any form the redactor knows): a file leaves the sandbox only as what
-/// the answer's text may be, free of them.
+/// to go back with the task's answer (`docs/protocol-files.md#files`) under its plain name.
+/// Refused: not a regular file, over the caps ([`nexbot_protocol::files`]: a file's size, how
+/// many, how much in all, counting `taken`), a name already taken, and a file or name that holds
+/// one of the task's secrets (in any form the redactor knows): a file leaves the sandbox only as
+/// what the answer's text may be, free of them.
 pub fn take_for_return(
     root: &Path,
     requested: &str,

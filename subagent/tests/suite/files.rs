@@ -1,4 +1,4 @@
-//! Files into a task's scratch folder and back (`docs/protocol.md#files`), over pipes: the
+//! Files into a task's scratch folder and back (`docs/protocol-files.md#files`), over pipes: the
 //! real binary, the scripted model, real commands.
 
 use crate::common;

@@ -1,8 +1,8 @@
 //! `docker/link-order.sh`, which `make image-bins` runs to link the images' binaries with the
-//! daemon's start-up functions together (README, "Host idle RSS"): the real script on a copy of
-//! this very test binary, whose symbols stand in for the daemon's. What it must get right: a
-//! function named exactly is ordered; one whose hash changed (a new toolchain) is found by its
-//! name when that name is one function's; a generic function's many copies are not guessed at;
+//! daemon's start-up functions together (docs/performance.md, "Host idle RSS"): the real script on
+//! a copy of this very test binary, whose symbols stand in for the daemon's. What it must get
+//! right: a function named exactly is ordered; one whose hash changed (a new toolchain) is found by
+//! its name when that name is one function's; a generic function's many copies are not guessed at;
 //! and the binaries are removed for relinking when, and only when, the order changed.
 
 use nexbot_tests::TempDir;

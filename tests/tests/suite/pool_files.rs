@@ -1,4 +1,4 @@
-//! Files into a task's container and back through a real pool (`docs/protocol.md#files`):
+//! Files into a task's container and back through a real pool (`docs/protocol-files.md#files`):
 //! 5 MB go in whole over the task's own link, a file the task made comes back whole, the
 //! next task of the same room finds nothing of them, and a task of another room never does.
 

@@ -1,7 +1,9 @@
-//! The README is the whole set-up (issue 27, item 4): its quick start names every prerequisite
-//! and the first build's time, every `nexbot-ctl` example meant for compose runs it in the
-//! daemon's container, it says where `localhost` points from the sandbox, it lists every
-//! bundled skill; and `.env.example` describes `NEXBOT_MASTER_KEY` as what it is.
+//! The README and the pages under `docs/` it links to are the whole set-up (issue 27, item 4;
+//! issue 45 moved all but the quick start into `docs/`): the README's quick start names every
+//! prerequisite and the first build's time, every `nexbot-ctl` example meant for compose (in
+//! the README or any `docs/*.md` page) runs it in the daemon's container, `docs/deploy.md` says
+//! where `localhost` points from the sandbox, `docs/skills.md` lists every bundled skill; and
+//! `.env.example` describes `NEXBOT_MASTER_KEY` as what it is.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +13,29 @@ fn repo() -> PathBuf {
 
 fn readme() -> String {
     std::fs::read_to_string(repo().join("README.md")).expect("README.md")
+}
+
+/// A page under `docs/`, by its file name.
+fn page(name: &str) -> String {
+    std::fs::read_to_string(repo().join("docs").join(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Every `docs/*.md` page, each with its path (for messages).
+fn pages() -> Vec<(PathBuf, String)> {
+    let mut pages: Vec<(PathBuf, String)> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+            (p, text)
+        })
+        .collect();
+    pages.sort();
+    assert!(pages.len() > 10, "docs/ holds the pages the README links to: {pages:?}");
+    pages
 }
 
 /// The text of the `## ` section titled `title` (up to the next `## `).
@@ -40,10 +65,41 @@ fn the_quick_start_names_every_prerequisite_and_the_first_build_time() {
 
 #[test]
 fn every_nexbot_ctl_example_for_compose_runs_in_the_daemons_container() {
-    let text = readme();
-    // Running the daemon by hand, the client is called directly.
-    let by_hand = section(&text, "Try the agent in a terminal");
-    let text = text.replace(&by_hand, "");
+    // The README and every page of docs/, each scanned on its own (a code block never spans
+    // two files).
+    let mut texts = vec![(PathBuf::from("README.md"), readme())];
+    let mut by_hand_seen = false;
+    for (path, text) in pages() {
+        // Running the daemon by hand, the client is called directly.
+        let text = if path.ends_with("deploy.md") {
+            by_hand_seen = true;
+            let by_hand = section(&text, "Try the agent in a terminal");
+            text.replace(&by_hand, "")
+        } else {
+            text
+        };
+        texts.push((path, text));
+    }
+    assert!(by_hand_seen, "docs/deploy.md holds \"Try the agent in a terminal\"");
+    let mut bare = Vec::new();
+    for (path, text) in &texts {
+        let shown = path.strip_prefix(repo()).unwrap_or(path).display().to_string();
+        bare.extend(bare_ctl_examples(text).into_iter().map(|l| format!("{shown}: {l}")));
+    }
+    assert!(
+        bare.is_empty(),
+        "nexbot-ctl examples without `docker-compose exec host` or `make ctl`:\n{}",
+        bare.join("\n")
+    );
+    // The operating page is the `## Operate it` section that was the README's, now its title.
+    let ctl = page("operating.md");
+    assert!(ctl.starts_with("# Operate it: `nexbot-ctl` and metrics\n"), "docs/operating.md");
+    assert!(ctl.contains("`make ctl ARGS=\"...\"`"), "the shortcut is not explained");
+}
+
+/// The lines of `text` that run `nexbot-ctl` bare: whole lines in code blocks, and piped
+/// commands in inline code.
+fn bare_ctl_examples(text: &str) -> Vec<String> {
     let mut bare = Vec::new();
     let mut in_block = false;
     for line in text.lines() {
@@ -74,20 +130,14 @@ fn every_nexbot_ctl_example_for_compose_runs_in_the_daemons_container() {
             }
         }
     }
-    assert!(
-        bare.is_empty(),
-        "nexbot-ctl examples without `docker-compose exec host` or `make ctl`:\n{}",
-        bare.join("\n")
-    );
-    let ctl = section(&text, "Operate it: `nexbot-ctl` and metrics");
-    assert!(ctl.contains("`make ctl ARGS=\"...\"`"), "the shortcut is not explained");
+    bare
 }
 
 #[test]
-fn the_readme_says_where_localhost_points_and_lists_every_bundled_skill() {
-    let text = readme();
-    let localhost = text.find("### Where `localhost` points").expect("no localhost section");
-    let localhost = &text[localhost..localhost + 1500];
+fn the_docs_say_where_localhost_points_and_list_every_bundled_skill() {
+    let text = page("deploy.md");
+    let localhost = text.find("\n## Where `localhost` points").expect("no localhost section");
+    let localhost = &text[localhost..(localhost + 1500).min(text.len())];
     assert!(localhost.contains("**Inside the sandbox**"), "{localhost}");
     assert!(localhost.contains("`localhost` is the subagent container itself"), "{localhost}");
     let mut skills: Vec<String> = std::fs::read_dir(repo().join("skills"))
@@ -98,8 +148,9 @@ fn the_readme_says_where_localhost_points_and_lists_every_bundled_skill() {
         .collect();
     skills.sort();
     assert!(skills.len() >= 5, "{skills:?}");
+    let text = page("skills.md");
     for skill in skills {
-        assert!(text.contains(&format!("| `{skill}` |")), "README does not list {skill}");
+        assert!(text.contains(&format!("| `{skill}` |")), "docs/skills.md does not list {skill}");
     }
 }
 

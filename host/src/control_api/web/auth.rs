@@ -180,8 +180,8 @@ impl SessionCookie {
     /// read: the browser gets the login page and logs in again.
     ///
     /// Why `Secure` only when served beyond loopback: such a dashboard is meant to be reached
-    /// through TLS in front of it (README), so its session must never travel over plain http
-    /// (a browser then keeps the cookie off any http:// request). On loopback it is reached
+    /// through TLS in front of it (docs/operating.md), so its session must never travel over plain
+    /// http (a browser then keeps the cookie off any http:// request). On loopback it is reached
     /// over plain http (the machine itself, an ssh tunnel), where a `Secure` cookie would be
     /// dropped by browsers that do not treat loopback as secure.
     pub fn new(addr: std::net::SocketAddr, remote: bool) -> Self {
