@@ -195,15 +195,7 @@ impl App {
             Some(sandbox) => sandbox.pool().capabilities().await,
             None => None,
         };
-        let clis = match (&sandbox, &delegation_off) {
-            (None, why) => Clis::none(format!(
-                "the sandbox is not running ({})",
-                why.as_deref().unwrap_or("no subagent pool")
-            )),
-            (Some(_), _) => {
-                Clis::of_image(&config.subagent.image, caps.as_ref().map(|c| c.tools.as_slice()))
-            }
-        };
+        let clis = clis_of(config, sandbox.as_ref(), delegation_off.as_deref(), caps.as_ref());
         if let Some(skills) = agent.skills().cloned() {
             parts.extend(start_skills(skills, &store, caps).await);
         }
@@ -505,6 +497,23 @@ async fn start_skills(
     let recording = crate::skill_grants::record_first_seen(skills, store.clone(), stop.clone());
     let task = tokio::spawn(recording);
     [watch, Part { name: "skill hashes", stage: Stage::Service, stop, task }]
+}
+
+/// The coding CLIs `/agent` offers: the image's, or none while the sandbox is not running
+/// (`off`: why).
+fn clis_of(
+    config: &Config,
+    sandbox: Option<&Sandbox>,
+    off: Option<&str>,
+    caps: Option<&nexbot_protocol::Capabilities>,
+) -> Clis {
+    match sandbox {
+        None => Clis::none(format!(
+            "the sandbox is not running ({})",
+            off.unwrap_or("no subagent pool")
+        )),
+        Some(_) => Clis::of_image(&config.subagent.image, caps.map(|c| c.tools.as_slice())),
+    }
 }
 
 /// `/status`'s MCP line of a chat: its servers, or why there are none.

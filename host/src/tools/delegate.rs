@@ -37,7 +37,9 @@ use tokio::sync::mpsc;
 use super::mcp_grants::{self, GrantedCalls};
 use super::{success, ToolContext, ToolError, ToolOutput, ToolResult, ToolSource, TypedTool};
 use crate::deadlines::TaskDeadlines;
-use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
+use crate::delegation::{
+    AccessEnd, LlmAccess, SubagentError, SubagentOutcome, SubagentRunner, TaskLlm, TaskSecret,
+};
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
 use crate::store::{Store, TaskEnd, TaskStatus};
@@ -412,80 +414,31 @@ impl TypedTool for Delegate {
         let mut secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
         // Dropped last, when the task is over (or abandoned).
         let mut held = Held { holds: Vec::new(), source: self.secrets.clone() };
-        let searches = own.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
-        let search = self.settings.search.clone().filter(|_| searches);
-        if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
-            if secrets.egress.iter().any(|s| s.name == name) {
-                return Err(ToolError::new(format!(
-                    "the chat's secret {name} has the name of search_web's API key; do not \
-                     hand it over by name together with search_web"
-                )));
-            }
-            self.add_search_key(name, &mut secrets)?;
-        }
+        let search = self.search_for(own.as_deref(), &mut secrets)?;
         held.holds = std::mem::take(&mut secrets.holds);
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
-        let budget_cap = match &self.settings.spend {
-            Some(spend) => {
-                Some(spend.task_budget(&ctx.chat, u64::MAX).await.map_err(ToolError::new)?)
-            }
-            None => None,
-        };
-        let llm = self
-            .tokens
-            .issue(&id, budget_cap)
-            .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
+        let llm = self.issue_token(&id, ctx).await?;
         // From here on the token dies however this future ends, dropped included.
         let access = Access::new(self.tokens.as_ref(), &self.store, &id);
-        let watched = self.secrets.as_ref().map(|s| s.watched(&ctx.chat)).unwrap_or_default();
-        if !secrets.egress.is_empty() || !watched.is_empty() {
-            self.tokens
-                .grant_secrets(&id, secrets.egress, watched)
-                .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
-        }
-        let recorded_task = match &self.settings.exits {
-            Some(exits) => exits.scan(Exit::TaskRecord, Some(&ctx.chat), &args.task).into_owned(),
-            None => args.task.clone(),
-        };
+        self.grant_secrets(&id, ctx, secrets.egress)?;
+        let recorded_task = self.recorded_task(ctx, &args.task);
         self.store
             .start_task(&id, &ctx.chat, Some(ctx.session_id), &recorded_task)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
         // From here the proxy's questions about the task reach its chat; they end with it.
-        let asking = self.settings.approvals.clone().map(|approvals| {
-            let (unattended, user) = match ctx.turn {
-                crate::agent::turns::TurnOrigin::Message { user } => (false, user),
-                _ => (true, None),
-            };
-            approvals.task_started(&id, &ctx.chat, &recorded_task, unattended, user);
-            Asking { approvals, task_id: id.clone() }
-        });
+        let asking = self.start_asking(&id, ctx, &recorded_task);
         // What the skills this turn read declare, if their content is the recorded one.
-        let mut skill_grants = Vec::new();
-        if let Some(asking) = &asking {
-            let reads = ctx.skills_read.list();
-            if !reads.is_empty() {
-                let granting = crate::skill_grants::granting(&self.store, &reads).await;
-                let destinations = crate::skill_grants::destinations(&granting);
-                if asking.approvals.grant(&id, &destinations) {
-                    skill_grants = crate::skill_grants::receipt_lines(&granting);
-                }
-            }
-        }
+        let skill_grants = match &asking {
+            Some(asking) => self.grant_skills(asking, &id, ctx).await,
+            None => Vec::new(),
+        };
         let mut request = Request::execute(&id, args.task);
         request.context = args.context;
         // Canonical names only (`fetch_page` goes as `web_fetch`): an older image may not know
         // the aliases. `check_tools` passed every name, so each has one.
-        request.tools = own.map(|tools| {
-            let mut canonical: Vec<String> = Vec::new();
-            for name in tools.iter().filter_map(|t| canonical_tool(t)) {
-                if !canonical.iter().any(|c| c == name) {
-                    canonical.push(name.to_owned());
-                }
-            }
-            canonical
-        });
+        request.tools = own.map(|tools| canonical_tools(&tools));
         request.mcp_tools = (!granted.is_empty()).then(|| mcp_grants::specs(&granted));
         request.max_blocked_commands = Some(self.settings.max_blocked_commands);
         let search_budget = args
@@ -499,13 +452,7 @@ impl TypedTool for Delegate {
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
         request.search_backend = search;
         // Skills the operator allowed despite the screen since the containers started.
-        request.skills_allow = match self.store.skill_allowances().await {
-            Ok(hashes) => (!hashes.is_empty()).then_some(hashes),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the skills allowed by the operator");
-                None
-            }
-        };
+        request.skills_allow = self.skills_allowed().await;
         request.egress_token = self.tokens.egress_token(&id).map_err(|e| {
             ToolError::new(format!("cannot issue the task's egress credential: {e}"))
         })?;
@@ -515,31 +462,13 @@ impl TypedTool for Delegate {
         request.run_tool = args.run_tool;
         // A task of the loop may give files back; they land in the chat's room.
         request.return_files = (!direct && self.rooms.is_some()).then_some(true);
-        match llm {
-            // The default: a per-task token the LLM relay accepts while the task lives.
-            TaskLlm::Relay { base_url, token } => {
-                request.llm_base_url = Some(base_url);
-                request.llm_token = Some(token);
-            }
-            // Only with egress.relay.send_provider_key_to_subagents.
-            TaskLlm::ProviderKey { base_url, key } => {
-                request.llm_base_url = Some(base_url);
-                request.llm_api_key = key;
-            }
-        }
+        set_llm(&mut request, llm);
         tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
 
         let started = Instant::now();
         let cancel = ctx.cancel.child_token();
         let secret_names = args.secrets.clone();
-        let first_line = request
-            .task
-            .as_deref()
-            .unwrap_or_default()
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let first_line = first_line(request.task.as_deref().unwrap_or_default());
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Started { task: first_line }).await;
         // The subagent's progress goes to the chat as it comes; the tools it used are kept
         // for the receipt.
@@ -580,6 +509,81 @@ impl TypedTool for Delegate {
         };
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
+        let Read { answer, dropped, killed, searches } =
+            self.read_outcome(outcome, limit, direct, &id, ctx, &mut end).await;
+        let AccessEnd { relay_tokens, relay_cost, egress } = access.end();
+        // The relay saw every call; the subagent's own count is the fallback.
+        let used = relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
+        ctx.task_tokens.fetch_add(used, std::sync::atomic::Ordering::Relaxed);
+        if let Some(spend) = &self.settings.spend {
+            spend.charge_task(&ctx.chat, used, relay_cost).await;
+        }
+        let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
+        let asked = match &asking {
+            Some(asking) => asking.approvals.receipt_lines(&id).await,
+            None => Vec::new(),
+        };
+        drop(asking);
+        end.egress = egress.as_ref().map(record_json);
+        if end.usage == Usage::default() {
+            // No usage in the answer (a failure, a timeout, a bare report): what the relay
+            // charged is the best count there is; kept as completion tokens, like a report.
+            end.usage.completion_tokens = relay_tokens.unwrap_or(0);
+        }
+        let receipt = TaskReceipt {
+            // The record keeps `error` (its error names the kill); the chat reads why.
+            status: if killed {
+                "killed by the operator".to_owned()
+            } else {
+                end.status.to_string()
+            },
+            duration: started.elapsed(),
+            tokens: end.usage.prompt_tokens + end.usage.completion_tokens,
+            tools: tools_used,
+            contacted,
+            denied,
+            secrets: secret_names,
+            // A direct call runs no loop of the subagent's, so no budget applies to it.
+            searches: searches.filter(|_| !direct).map(|made| (made, search_budget)),
+            asked,
+            skills: skill_grants,
+        };
+        // The record keeps what the chat was shown, for the dashboard's task page.
+        end.receipt = Some(receipt.render());
+        end.progress = (!progress_lines.is_empty()).then(|| progress_lines.join("\n"));
+        ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
+        log_end(&id, &end, relay_tokens);
+        self.scan_record(ctx, &mut end);
+        if let Err(e) = self.store.finish_task(&id, end).await {
+            tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+        }
+        mention_dropped(answer, &dropped)
+    }
+}
+
+/// What a task's answer (or its absence) says: the tool's result, and what the receipt needs.
+struct Read {
+    answer: ToolResult,
+    /// Granted tools the subagent does not offer (it ran without them).
+    dropped: Vec<String>,
+    /// The operator killed the task's container.
+    killed: bool,
+    /// The searches the task made, as it reported them.
+    searches: Option<u32>,
+}
+
+impl Delegate {
+    /// Reads the task's `outcome` (`None`: no answer within `limit`) into the tool's result,
+    /// filling in the record's `end`. `direct`: a direct call's output goes to the user as is.
+    async fn read_outcome(
+        &self,
+        outcome: Option<Result<SubagentOutcome, SubagentError>>,
+        limit: Duration,
+        direct: bool,
+        id: &str,
+        ctx: &ToolContext,
+        end: &mut TaskEnd,
+    ) -> Read {
         let mut dropped = Vec::new();
         let mut killed = false;
         let mut searches = None;
@@ -628,28 +632,28 @@ impl TypedTool for Delegate {
                         if direct {
                             Ok(success(result))
                         } else {
-                            let answer = success(untrusted(&id, &result));
+                            let answer = success(untrusted(id, &result));
                             let answer = match returned.is_empty() {
                                 true => answer,
                                 false => answer.with(
                                     "returned_files",
                                     format!(
                                         "in this chat's folder: {}; send one to the user with \
-                                         send_file",
+                                             send_file",
                                         returned.join(", ")
                                     ),
                                 ),
                             };
-                            Ok(mention_open_todos(answer, &id, &open_todos))
+                            Ok(mention_open_todos(answer, id, &open_todos))
                         }
                     }
                     ResponseBody::Error { error, report } => {
                         searches = report.as_ref().and_then(|r| r.searches);
-                        unfinished(&mut end, ctx, &id, TaskStatus::Error, error, report)
+                        unfinished(end, ctx, id, TaskStatus::Error, error, report)
                     }
                     ResponseBody::Timeout { error, report } => {
                         searches = report.as_ref().and_then(|r| r.searches);
-                        unfinished(&mut end, ctx, &id, TaskStatus::Timeout, error, report)
+                        unfinished(end, ctx, id, TaskStatus::Timeout, error, report)
                     }
                     other => {
                         end.status = TaskStatus::Error;
@@ -659,65 +663,70 @@ impl TypedTool for Delegate {
                 }
             }
         };
-        let AccessEnd { relay_tokens, relay_cost, egress } = access.end();
-        // The relay saw every call; the subagent's own count is the fallback.
-        let used = relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
-        ctx.task_tokens.fetch_add(used, std::sync::atomic::Ordering::Relaxed);
-        if let Some(spend) = &self.settings.spend {
-            spend.charge_task(&ctx.chat, used, relay_cost).await;
+        Read { answer, dropped, killed, searches }
+    }
+
+    /// The search backend the task gets (when it may search), its API key among the task's
+    /// secrets; a chat secret by the key's name is refused.
+    fn search_for(
+        &self,
+        own: Option<&[String]>,
+        secrets: &mut TaskSecrets,
+    ) -> Result<Option<SearchBackend>, ToolError> {
+        let searches = own.is_none_or(|t| t.iter().any(|t| t == "search_web"));
+        let search = self.settings.search.clone().filter(|_| searches);
+        if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
+            if secrets.egress.iter().any(|s| s.name == name) {
+                return Err(ToolError::new(format!(
+                    "the chat's secret {name} has the name of search_web's API key; do not \
+                     hand it over by name together with search_web"
+                )));
+            }
+            self.add_search_key(name, secrets)?;
         }
-        let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
-        let asked = match &asking {
-            Some(asking) => asking.approvals.receipt_lines(&id).await,
-            None => Vec::new(),
+        Ok(search)
+    }
+
+    /// The task's LLM access (a relay token, capped by the chat's spending budget).
+    async fn issue_token(&self, id: &str, ctx: &ToolContext) -> Result<TaskLlm, ToolError> {
+        let budget_cap = match &self.settings.spend {
+            Some(spend) => {
+                Some(spend.task_budget(&ctx.chat, u64::MAX).await.map_err(ToolError::new)?)
+            }
+            None => None,
         };
-        drop(asking);
-        end.egress = egress.as_ref().map(record_json);
-        if end.usage == Usage::default() {
-            // No usage in the answer (a failure, a timeout, a bare report): what the relay
-            // charged is the best count there is; kept as completion tokens, like a report.
-            end.usage.completion_tokens = relay_tokens.unwrap_or(0);
+        self.tokens
+            .issue(id, budget_cap)
+            .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))
+    }
+
+    /// The task's text as its record keeps it (scanned for what must not be kept).
+    fn recorded_task(&self, ctx: &ToolContext, task: &str) -> String {
+        match &self.settings.exits {
+            Some(exits) => exits.scan(Exit::TaskRecord, Some(&ctx.chat), task).into_owned(),
+            None => task.to_owned(),
         }
-        let receipt = TaskReceipt {
-            // The record keeps `error` (its error names the kill); the chat reads why.
-            status: if killed {
-                "killed by the operator".to_owned()
-            } else {
-                end.status.to_string()
-            },
-            duration: started.elapsed(),
-            tokens: end.usage.prompt_tokens + end.usage.completion_tokens,
-            tools: tools_used,
-            contacted,
-            denied,
-            secrets: secret_names,
-            // A direct call runs no loop of the subagent's, so no budget applies to it.
-            searches: searches.filter(|_| !direct).map(|made| (made, search_budget)),
-            asked,
-            skills: skill_grants,
-        };
-        // The record keeps what the chat was shown, for the dashboard's task page.
-        end.receipt = Some(receipt.render());
-        end.progress = (!progress_lines.is_empty()).then(|| progress_lines.join("\n"));
-        ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
-        match &end.error {
-            // The reason is in the log, not only in the task record.
-            Some(error) => tracing::warn!(
-                task_id = %id,
-                status = %end.status,
-                duration_ms = end.duration_ms,
-                relay_tokens = relay_tokens.unwrap_or(0),
-                %error,
-                "subagent task failed; its LLM access is revoked"
-            ),
-            None => tracing::info!(
-                task_id = %id,
-                status = %end.status,
-                duration_ms = end.duration_ms,
-                relay_tokens = relay_tokens.unwrap_or(0),
-                "subagent task ended and its LLM access revoked"
-            ),
+    }
+
+    /// Hands the task its proxy-mode secrets, and the values the relay scans its LLM calls
+    /// for (the chat's and the operator's, [`Vault::watched`]).
+    fn grant_secrets(
+        &self,
+        id: &str,
+        ctx: &ToolContext,
+        egress: Vec<TaskSecret>,
+    ) -> Result<(), ToolError> {
+        let watched = self.secrets.as_ref().map(|s| s.watched(&ctx.chat)).unwrap_or_default();
+        if !egress.is_empty() || !watched.is_empty() {
+            self.tokens
+                .grant_secrets(id, egress, watched)
+                .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// The record's texts scanned for what must not be kept (the daemon's keys).
+    fn scan_record(&self, ctx: &ToolContext, end: &mut TaskEnd) {
         if let Some(exits) = &self.settings.exits {
             for text in [&mut end.error, &mut end.receipt, &mut end.progress] {
                 if let Some(text) = text.as_mut() {
@@ -725,10 +734,45 @@ impl TypedTool for Delegate {
                 }
             }
         }
-        if let Err(e) = self.store.finish_task(&id, end).await {
-            tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+    }
+
+    /// Grants the task the destinations the skills this turn read declare (only the recorded
+    /// contents'); returns the receipt's lines of what was granted.
+    async fn grant_skills(&self, asking: &Asking, id: &str, ctx: &ToolContext) -> Vec<String> {
+        let mut skill_grants = Vec::new();
+        let reads = ctx.skills_read.list();
+        if !reads.is_empty() {
+            let granting = crate::skill_grants::granting(&self.store, &reads).await;
+            let destinations = crate::skill_grants::destinations(&granting);
+            if asking.approvals.grant(id, &destinations) {
+                skill_grants = crate::skill_grants::receipt_lines(&granting);
+            }
         }
-        mention_dropped(answer, &dropped)
+        skill_grants
+    }
+
+    /// The skills' contents the operator allowed despite the screen, if any.
+    async fn skills_allowed(&self) -> Option<Vec<String>> {
+        match self.store.skill_allowances().await {
+            Ok(hashes) => (!hashes.is_empty()).then_some(hashes),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the skills allowed by the operator");
+                None
+            }
+        }
+    }
+
+    /// Registers the task with the approvals (unattended unless a message started its turn):
+    /// the proxy's questions about it reach its chat until the returned guard drops.
+    fn start_asking(&self, id: &str, ctx: &ToolContext, recorded_task: &str) -> Option<Asking> {
+        self.settings.approvals.clone().map(|approvals| {
+            let (unattended, user) = match ctx.turn {
+                crate::agent::turns::TurnOrigin::Message { user } => (false, user),
+                _ => (true, None),
+            };
+            approvals.task_started(id, &ctx.chat, recorded_task, unattended, user);
+            Asking { approvals, task_id: id.to_owned() }
+        })
     }
 }
 
@@ -938,6 +982,60 @@ impl Drop for Access<'_> {
                 tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
             }
         });
+    }
+}
+
+/// The first line of a task, as its progress message starts.
+fn first_line(task: &str) -> String {
+    task.lines().next().unwrap_or_default().to_owned()
+}
+
+/// The tools' canonical names, each once, in the order given.
+fn canonical_tools(tools: &[String]) -> Vec<String> {
+    let mut canonical: Vec<String> = Vec::new();
+    for name in tools.iter().filter_map(|t| canonical_tool(t)) {
+        if !canonical.iter().any(|c| c == name) {
+            canonical.push(name.to_owned());
+        }
+    }
+    canonical
+}
+
+/// How the task reaches the LLM, into its request.
+fn set_llm(request: &mut Request, llm: TaskLlm) {
+    match llm {
+        // The default: a per-task token the LLM relay accepts while the task lives.
+        TaskLlm::Relay { base_url, token } => {
+            request.llm_base_url = Some(base_url);
+            request.llm_token = Some(token);
+        }
+        // Only with egress.relay.send_provider_key_to_subagents.
+        TaskLlm::ProviderKey { base_url, key } => {
+            request.llm_base_url = Some(base_url);
+            request.llm_api_key = key;
+        }
+    }
+}
+
+/// The log line of a task's end; a failure's reason is in the log, not only in the record.
+fn log_end(id: &str, end: &TaskEnd, relay_tokens: Option<u64>) {
+    match &end.error {
+        // The reason is in the log, not only in the task record.
+        Some(error) => tracing::warn!(
+            task_id = %id,
+            status = %end.status,
+            duration_ms = end.duration_ms,
+            relay_tokens = relay_tokens.unwrap_or(0),
+            %error,
+            "subagent task failed; its LLM access is revoked"
+        ),
+        None => tracing::info!(
+            task_id = %id,
+            status = %end.status,
+            duration_ms = end.duration_ms,
+            relay_tokens = relay_tokens.unwrap_or(0),
+            "subagent task ended and its LLM access revoked"
+        ),
     }
 }
 
