@@ -37,7 +37,7 @@
 //! container still answers health pings. When the link dies every waiter is woken at once with
 //! the reason (exit code, OOM, unanswered ping): no waiter can hang.
 //!
-//! # Rooms and dispatch (`room.rs`, `pool.rs`)
+//! # Rooms and dispatch (`room.rs`, `pool.rs`, `pool/dispatch.rs`)
 //!
 //! Every task runs in a [`Room`] (the host names it by the chat; this crate compares opaque
 //! keys). A container starts *blank*; the first task handed to it binds it to that task's room

@@ -41,6 +41,8 @@
 //! `egress.proxy.allow_ports` (per host pattern: `port_rules`). Domain allow/deny patterns,
 //! byte and time limits apply to every connection; sources that are not pool containers are
 //! refused unless `require_attribution` is off (an egress without a pool: tests on loopback).
+//! In `ask` and `allowlist` modes a destination no `egress.allow` rule covers passes the gate
+//! (`proxy/gate.rs`): refused, or held while the host's approver asks.
 //!
 //! # Attribution: by the task, never by "whatever runs there now" (`attribution.rs`, `tokens.rs`)
 //!

@@ -150,19 +150,7 @@ impl App {
         // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
         // are registered with them, the router (below) shows them, `/egress` answers them.
         // Built without a sandbox too: the tools' confirmations (`agent.confirm`) use them.
-        let approvals = {
-            let owner = config.telegram.owner;
-            let egress = match &sandbox {
-                Some(sandbox) => sandbox.egress().config().clone(),
-                None => config.egress_config(),
-            };
-            let approvals = Approvals::with_owner(&egress, store.clone(), owner);
-            if let Some(sandbox) = &sandbox {
-                let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
-                sandbox.egress().set_approver(approver);
-            }
-            Some(approvals)
-        };
+        let approvals = Some(start_approvals(config, sandbox.as_ref(), &store));
         if let Some(approvals) = &approvals {
             approvals.expire_leftovers().await;
         }
@@ -207,34 +195,9 @@ impl App {
             Some(sandbox) => sandbox.pool().capabilities().await,
             None => None,
         };
-        let clis = match (&sandbox, &delegation_off) {
-            (None, why) => Clis::none(format!(
-                "the sandbox is not running ({})",
-                why.as_deref().unwrap_or("no subagent pool")
-            )),
-            (Some(_), _) => {
-                Clis::of_image(&config.subagent.image, caps.as_ref().map(|c| c.tools.as_slice()))
-            }
-        };
+        let clis = clis_of(config, sandbox.as_ref(), delegation_off.as_deref(), caps.as_ref());
         if let Some(skills) = agent.skills().cloned() {
-            // The contents the operator allowed despite the screen, before the first turn.
-            crate::skill_grants::apply_allowances(&skills, &store).await;
-            if let Some(caps) = caps {
-                let skills = skills.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    skills.set_capabilities(Some(caps.tools), caps.programs)
-                })
-                .await;
-            }
-            let stop = CancellationToken::new();
-            let task = tokio::spawn(skills.clone().watch(stop.clone()));
-            parts.push(Part { name: "skills", stage: Stage::Service, stop, task });
-            // The content hashes whose declared domains are granted (`skill_grants`).
-            let stop = CancellationToken::new();
-            let recording =
-                crate::skill_grants::record_first_seen(skills, store.clone(), stop.clone());
-            let task = tokio::spawn(recording);
-            parts.push(Part { name: "skill hashes", stage: Stage::Service, stop, task });
+            parts.extend(start_skills(skills, &store, caps).await);
         }
         let router = Arc::new(Router::new().with_exits(exits.clone()));
         let status = StatusBoard::default();
@@ -274,18 +237,7 @@ impl App {
         let line = vault.clone();
         status.add(crate::commands::SECRETS_LINE, move || crate::vault::status_line(&line));
         if !config.mcp.servers.is_empty() {
-            match &sandbox {
-                Some(sandbox) => {
-                    let (mcp, agent) = (sandbox.mcp().clone(), agent.clone());
-                    status.add_for_chat(MCP_LINE, move |chat| {
-                        let servers = mcp.for_chat(chat, agent.is_owner_chat(chat));
-                        Some(crate::commands::mcp_line(&servers))
-                    });
-                }
-                None => status.add_for_chat(MCP_LINE, |_| {
-                    Some("off (they run in the sandbox, which is not running)".to_owned())
-                }),
-            }
+            add_mcp_line(&status, sandbox.as_ref(), &agent);
         }
         let turns = CancellationToken::new();
         let inbox = Arc::new(crate::inbox::Inbox::new(
@@ -321,22 +273,27 @@ impl App {
             interrupted,
         };
         app.spawn("disk", Stage::Service, move |stop| disk.watch(stop));
+        app.start_scheduler(config);
+        Ok(app)
+    }
+
+    /// The scheduler, when `scheduler.enabled`: its status line, its counters, its loop.
+    fn start_scheduler(&mut self, config: &Config) {
         if config.scheduler.enabled {
             let scheduler = crate::scheduler::Scheduler::new(
                 config,
-                app.store.clone(),
-                app.agent.clone(),
-                app.router.clone(),
+                self.store.clone(),
+                self.agent.clone(),
+                self.router.clone(),
             );
             let stats = scheduler.stats();
             let line = stats.clone();
-            app.status.add("scheduler", move || line.line());
-            app.scheduler = Some(stats);
-            app.spawn("scheduler", Stage::Input, move |stop| scheduler.run(stop));
+            self.status.add("scheduler", move || line.line());
+            self.scheduler = Some(stats);
+            self.spawn("scheduler", Stage::Input, move |stop| scheduler.run(stop));
         } else {
-            app.status.add("scheduler", || "off (scheduler.enabled = false)".to_owned());
+            self.status.add("scheduler", || "off (scheduler.enabled = false)".to_owned());
         }
-        Ok(app)
     }
 
     /// The scheduler's counters; `None` when it is off.
@@ -497,5 +454,80 @@ async fn stop_parts(parts: &mut Vec<Part>, stage: Stage) {
                 part.task.abort();
             }
         }
+    }
+}
+
+/// The approvals of this run: the sandbox's egress settings (or the config's without a
+/// sandbox), the owner, and the proxy's approver set when the sandbox runs.
+fn start_approvals(config: &Config, sandbox: Option<&Sandbox>, store: &Store) -> Arc<Approvals> {
+    let owner = config.telegram.owner;
+    let egress = match sandbox {
+        Some(sandbox) => sandbox.egress().config().clone(),
+        None => config.egress_config(),
+    };
+    let approvals = Approvals::with_owner(&egress, store.clone(), owner);
+    if let Some(sandbox) = sandbox {
+        let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
+        sandbox.egress().set_approver(approver);
+    }
+    approvals
+}
+
+/// The skills' services: the operator's allowances applied and the image's capabilities
+/// set before the first turn, then the folder's watcher and the first-seen hashes' recorder.
+async fn start_skills(
+    skills: crate::skills::Skills,
+    store: &Store,
+    caps: Option<nexbot_protocol::Capabilities>,
+) -> [Part; 2] {
+    // The contents the operator allowed despite the screen, before the first turn.
+    crate::skill_grants::apply_allowances(&skills, store).await;
+    if let Some(caps) = caps {
+        let skills = skills.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            skills.set_capabilities(Some(caps.tools), caps.programs)
+        })
+        .await;
+    }
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(skills.clone().watch(stop.clone()));
+    let watch = Part { name: "skills", stage: Stage::Service, stop, task };
+    // The content hashes whose declared domains are granted (`skill_grants`).
+    let stop = CancellationToken::new();
+    let recording = crate::skill_grants::record_first_seen(skills, store.clone(), stop.clone());
+    let task = tokio::spawn(recording);
+    [watch, Part { name: "skill hashes", stage: Stage::Service, stop, task }]
+}
+
+/// The coding CLIs `/agent` offers: the image's, or none while the sandbox is not running
+/// (`off`: why).
+fn clis_of(
+    config: &Config,
+    sandbox: Option<&Sandbox>,
+    off: Option<&str>,
+    caps: Option<&nexbot_protocol::Capabilities>,
+) -> Clis {
+    match sandbox {
+        None => Clis::none(format!(
+            "the sandbox is not running ({})",
+            off.unwrap_or("no subagent pool")
+        )),
+        Some(_) => Clis::of_image(&config.subagent.image, caps.map(|c| c.tools.as_slice())),
+    }
+}
+
+/// `/status`'s MCP line of a chat: its servers, or why there are none.
+fn add_mcp_line(status: &StatusBoard, sandbox: Option<&Sandbox>, agent: &Arc<Agent>) {
+    match sandbox {
+        Some(sandbox) => {
+            let (mcp, agent) = (sandbox.mcp().clone(), agent.clone());
+            status.add_for_chat(MCP_LINE, move |chat| {
+                let servers = mcp.for_chat(chat, agent.is_owner_chat(chat));
+                Some(crate::commands::mcp_line(&servers))
+            });
+        }
+        None => status.add_for_chat(MCP_LINE, |_| {
+            Some("off (they run in the sandbox, which is not running)".to_owned())
+        }),
     }
 }

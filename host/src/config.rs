@@ -611,17 +611,18 @@ impl Config {
     }
 
     fn validate_sections(&self) -> Result<(), (&'static str, String)> {
-        fn range<T: PartialOrd + fmt::Display + Copy>(
-            key: &'static str,
-            value: T,
-            min: T,
-            max: T,
-        ) -> Result<(), (&'static str, String)> {
-            if value < min || value > max {
-                return Err((key, format!("{value} is out of range (allowed {min}..={max})")));
-            }
-            Ok(())
-        }
+        self.validate_control()?;
+        self.validate_agent()?;
+        self.validate_llm()?;
+        self.validate_search()?;
+        self.validate_scheduler()?;
+        self.validate_storage_and_bus()?;
+        self.validate_subagent()?;
+        self.validate_skills_and_logging()
+    }
+
+    /// `[control]`: the dashboard listens on loopback unless told, and needs the control API.
+    fn validate_control(&self) -> Result<(), (&'static str, String)> {
         if let Some(addr) = self.control.web_addr {
             if !addr.ip().is_loopback() && !self.control.web_remote {
                 return Err((
@@ -643,6 +644,11 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// `[agent]`'s limits, and the vault's.
+    fn validate_agent(&self) -> Result<(), (&'static str, String)> {
         let a = &self.agent;
         range("agent.max_iterations", a.max_iterations, 1, 1000)?;
         range("agent.tool_timeout_secs", a.tool_timeout_secs, 1, 3600)?;
@@ -651,6 +657,11 @@ impl Config {
         range("agent.context_max_chars", a.context_max_chars, 1_000, 1_000_000)?;
         range("agent.history_max_messages", a.history_max_messages, 0, 1_000)?;
         range("vault.max_secrets_per_scope", self.vault.max_secrets_per_scope, 1, 10_000)?;
+        Ok(())
+    }
+
+    /// `[llm]`: the provider(s), the caps, the time-outs and retries, the temperature.
+    fn validate_llm(&self) -> Result<(), (&'static str, String)> {
         let l = &self.llm;
         if l.providers.is_empty() {
             check_url("llm.base_url", &l.base_url)?;
@@ -678,6 +689,29 @@ impl Config {
                 return Err((key, format!("{usd} must be a number ≥ 0")));
             }
         }
+        if caps.time_zone.parse::<chrono_tz::Tz>().is_err() {
+            return Err((
+                "llm.caps.time_zone",
+                format!(
+                    "{:?} is not an IANA time zone (e.g. \"UTC\", \"Europe/Berlin\")",
+                    caps.time_zone
+                ),
+            ));
+        }
+        range("llm.timeout_secs", l.timeout_secs, 1, 3600)?;
+        range("llm.max_retries", l.max_retries, 0, 10)?;
+        range("llm.retry_initial_ms", l.retry_initial_ms, 1, 60_000)?;
+        range("llm.retry_max_wait_secs", l.retry_max_wait_secs, 1, 600)?;
+        if let Some(t) = l.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(("llm.temperature", format!("{t} is out of range (allowed 0..=2)")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `[search]`: the backend, its URL and its key's secret name.
+    fn validate_search(&self) -> Result<(), (&'static str, String)> {
         let search = &self.search;
         if !search.url.trim().is_empty() {
             check_url("search.url", &search.url)?;
@@ -700,6 +734,11 @@ impl Config {
         {
             return Err(("search.api_key_secret", "use a secret name, [A-Z_][A-Z0-9_]*".into()));
         }
+        Ok(())
+    }
+
+    /// `[scheduler]`'s limits and time zone.
+    fn validate_scheduler(&self) -> Result<(), (&'static str, String)> {
         let sch = &self.scheduler;
         range("scheduler.workers", sch.workers, 1, 256)?;
         range("scheduler.queue", sch.queue, 0, 100_000)?;
@@ -715,24 +754,11 @@ impl Config {
                 ),
             ));
         }
-        if caps.time_zone.parse::<chrono_tz::Tz>().is_err() {
-            return Err((
-                "llm.caps.time_zone",
-                format!(
-                    "{:?} is not an IANA time zone (e.g. \"UTC\", \"Europe/Berlin\")",
-                    caps.time_zone
-                ),
-            ));
-        }
-        range("llm.timeout_secs", l.timeout_secs, 1, 3600)?;
-        range("llm.max_retries", l.max_retries, 0, 10)?;
-        range("llm.retry_initial_ms", l.retry_initial_ms, 1, 60_000)?;
-        range("llm.retry_max_wait_secs", l.retry_max_wait_secs, 1, 600)?;
-        if let Some(t) = l.temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(("llm.temperature", format!("{t} is out of range (allowed 0..=2)")));
-            }
-        }
+        Ok(())
+    }
+
+    /// `[storage]`'s database and `[bus]`'s capacities.
+    fn validate_storage_and_bus(&self) -> Result<(), (&'static str, String)> {
         if self.storage.database.as_os_str().is_empty() {
             return Err(("storage.database", "must not be empty".into()));
         }
@@ -741,6 +767,12 @@ impl Config {
         range("bus.outbound_capacity", b.outbound_capacity, 1, 100_000)?;
         range("bus.per_chat_queue", b.per_chat_queue, 1, 10_000)?;
         range("bus.max_parallel_turns", b.max_parallel_turns, 1, 1_000)?;
+        Ok(())
+    }
+
+    /// `[subagent]`: the image and the pool's limits (as the pool checks them, named by
+    /// `[subagent]`'s keys).
+    fn validate_subagent(&self) -> Result<(), (&'static str, String)> {
         let s = &self.subagent;
         if s.image.trim().is_empty() {
             return Err(("subagent.image", "must not be empty".into()));
@@ -769,6 +801,11 @@ impl Config {
                 None => ("subagent", invalid.to_string()),
             });
         }
+        Ok(())
+    }
+
+    /// `[skills]`' folder, allowed hashes and debounce; `[logging]`'s format and level.
+    fn validate_skills_and_logging(&self) -> Result<(), (&'static str, String)> {
         let k = &self.skills;
         if k.dir.as_ref().is_some_and(|dir| !dir.is_absolute()) {
             return Err(("skills.dir", "must be an absolute path".into()));
@@ -828,6 +865,19 @@ impl Config {
             (field, _) => (format!("egress.{field}"), e.reason),
         })
     }
+}
+
+/// `Err` unless `min <= value <= max`, naming `key`.
+fn range<T: PartialOrd + fmt::Display + Copy>(
+    key: &'static str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), (&'static str, String)> {
+    if value < min || value > max {
+        return Err((key, format!("{value} is out of range (allowed {min}..={max})")));
+    }
+    Ok(())
 }
 
 fn check_url(key: &'static str, url: &str) -> Result<(), (&'static str, String)> {

@@ -115,7 +115,8 @@ mod tests {
     use rusqlite::Connection;
 
     use super::*;
-    use crate::{LedgerRow, TaskEnd, TaskStatus, UpdateState, MIGRATIONS};
+    use crate::schema::MIGRATIONS;
+    use crate::{LedgerRow, TaskEnd, TaskStatus, UpdateState};
 
     fn temp_db(tag: &str) -> PathBuf {
         std::env::temp_dir().join(format!("nxh-store-{tag}-{}", uuid::Uuid::new_v4())).join("t.db")

@@ -440,24 +440,7 @@ impl Server {
             return_files: request.return_files == Some(true),
             skills_allow: request.skills_allow.clone().unwrap_or_default(),
         };
-        info!(
-            event = "task",
-            task_id = %spec.id,
-            correlation_id = correlation.as_deref().unwrap_or(""),
-            secret_count = spec.secrets.len(),
-            tools = %spec.tools.join(","),
-            mcp_tools = %spec.mcp_tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(","),
-            timeout_secs = spec.timeout.as_secs(),
-            "task started"
-        );
-        if !spec.dropped_tools.is_empty() {
-            warn!(
-                event = "task",
-                task_id = %spec.id,
-                dropped_tools = %spec.dropped_tools.join(","),
-                "requested tools this subagent does not offer were dropped"
-            );
-        }
+        log_task_start(&spec);
         let cancel = Cancel::default();
         let span = tracing::info_span!(
             "task",
@@ -480,29 +463,7 @@ impl Server {
                 crate::net::set_task_credential(None);
                 // The clean room: nothing of this task is left for the next one (processes,
                 // files) before the host may send it; the answer says whether that held.
-                let dirs = scrub::wiped_dirs(&tools::ToolEnv::from_env().scratch);
-                let scrub = tokio::task::spawn_blocking(move || scrub::after_task(&dirs))
-                    .await
-                    .unwrap_or_else(|e| Scrub {
-                        clean: false,
-                        left: Some(format!("the scrub failed: {e}")),
-                        ..Scrub::default()
-                    });
-                if scrub.clean {
-                    info!(
-                        event = "scrub",
-                        killed = scrub.killed,
-                        removed = scrub.removed,
-                        "scrubbed after the task"
-                    );
-                } else {
-                    warn!(
-                        event = "scrub",
-                        left = scrub.left.as_deref().unwrap_or(""),
-                        "not clean after the task"
-                    );
-                }
-                response.scrub = Some(scrub);
+                response.scrub = Some(scrub_after_task().await);
                 let status = response.status();
                 // The answer carries its own redactor; the process-wide one goes back to the
                 // idle set before the slot is freed, so it never clobbers the next task's.
@@ -627,6 +588,54 @@ fn hide_quoted(message: &str) -> String {
         }
     }
     out
+}
+
+/// The log line of a task that starts (never its secrets' values: their count), and a
+/// warning for the tools it asked for that this image does not offer.
+fn log_task_start(spec: &TaskSpec) {
+    info!(
+        event = "task",
+        task_id = %spec.id,
+        correlation_id = spec.correlation_id.as_deref().unwrap_or(""),
+        secret_count = spec.secrets.len(),
+        tools = %spec.tools.join(","),
+        mcp_tools = %spec.mcp_tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(","),
+        timeout_secs = spec.timeout.as_secs(),
+        "task started"
+    );
+    if !spec.dropped_tools.is_empty() {
+        warn!(
+            event = "task",
+            task_id = %spec.id,
+            dropped_tools = %spec.dropped_tools.join(","),
+            "requested tools this subagent does not offer were dropped"
+        );
+    }
+}
+
+/// The scrub after a task (its processes killed, its files removed), logged; a scrub that
+/// could not run is not clean.
+async fn scrub_after_task() -> Scrub {
+    let dirs = scrub::wiped_dirs(&tools::ToolEnv::from_env().scratch);
+    let scrub =
+        tokio::task::spawn_blocking(move || scrub::after_task(&dirs)).await.unwrap_or_else(|e| {
+            Scrub { clean: false, left: Some(format!("the scrub failed: {e}")), ..Scrub::default() }
+        });
+    if scrub.clean {
+        info!(
+            event = "scrub",
+            killed = scrub.killed,
+            removed = scrub.removed,
+            "scrubbed after the task"
+        );
+    } else {
+        warn!(
+            event = "scrub",
+            left = scrub.left.as_deref().unwrap_or(""),
+            "not clean after the task"
+        );
+    }
+    scrub
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! A message's way in and out (the host's parts named as the host wires them):
 //!
 //! ```text
-//!  Telegram ─ getUpdates (long poll, offset) ─► channel.rs (poll loop)
+//!  Telegram ─ getUpdates (long poll, offset) ─► channel/poll.rs (poll loop)
 //!    │                                   │ policy::decide: allow-list, group addressed?, /secret
 //!    │                                   │   recognised (its value never recorded)
 //!    │                                   ▼

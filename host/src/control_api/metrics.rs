@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::ControlState;
+use super::{ControlState, Inner};
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -71,10 +71,31 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         inner.started.elapsed().as_secs() as i64,
     );
 
+    // One family of metrics after another, each from the part that owns it (the order is
+    // the text's).
+    pool_metrics(&mut registry, inner);
+    task_metrics(&mut registry, inner).await?;
+    scheduler_metrics(&mut registry, inner);
+    telegram_metrics(&mut registry, inner).await?;
+    llm_metrics(&mut registry, inner);
+    egress_metrics(&mut registry, inner);
+    approval_metrics(&mut registry, inner);
+    relay_metrics(&mut registry, inner);
+    if let Some(mcp) = &inner.mcp {
+        let views = mcp.instances().await;
+        mcp_servers(&mut registry, mcp.servers(), &views, &mcp.counters());
+    }
+    let mut text = String::new();
+    encode(&mut text, &registry).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// The pool's containers, queue, rooms, tasks and replacements.
+fn pool_metrics(registry: &mut Registry, inner: &Inner) {
     if let Some(pool) = &inner.pool {
         let snapshot = pool.snapshot();
         gauge(
-            &mut registry,
+            registry,
             "pool_size",
             "Containers the pool keeps warm (configured)",
             pool.config().size as i64,
@@ -83,7 +104,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             .iter()
             .map(|(s, n)| (labels(&[("state", s)]), *n as i64))
             .collect();
-        gauge_family(&mut registry, "pool_containers", "Pool containers by state", &rows);
+        gauge_family(registry, "pool_containers", "Pool containers by state", &rows);
         let pings = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         for slot in &snapshot {
             if let Some(us) = slot.last_ping_us {
@@ -97,25 +118,25 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         );
         let stats = pool.stats();
         gauge(
-            &mut registry,
+            registry,
             "pool_queue_depth",
             "Tasks waiting for a container",
             stats.queue_depth as i64,
         );
         gauge(
-            &mut registry,
+            registry,
             "pool_backoff_slots",
             "Slots waiting (back-off) before their next container",
             stats.backoff.len() as i64,
         );
         gauge(
-            &mut registry,
+            registry,
             "pool_pending_removal_containers",
             "Containers let go of but not removed yet (the engine was away); retried until gone",
             stats.pending_removal as i64,
         );
         gauge(
-            &mut registry,
+            registry,
             "pool_engine_unreachable",
             "1 while the pool cannot reach the Docker engine, else 0",
             i64::from(pool.engine_outage().is_some()),
@@ -125,7 +146,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             .map(|(room, n)| (labels(&[("room", room)]), *n as i64))
             .collect();
         gauge_family(
-            &mut registry,
+            registry,
             "pool_containers_by_room",
             "Pool containers up: blank (never used) or bound to a chat",
             &rooms,
@@ -141,7 +162,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         .map(|(event, n)| (labels(&[("event", event)]), *n))
         .collect();
         counter_family(
-            &mut registry,
+            registry,
             "pool_room_events",
             "Blanks taken, waits with no blank ready, and containers retired for their chat",
             &room_events,
@@ -151,19 +172,19 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             .map(|(outcome, n)| (labels(&[("outcome", outcome)]), *n))
             .collect();
         counter_family(
-            &mut registry,
+            registry,
             "pool_tasks",
             "Tasks the pool ran since the start, by outcome",
             &outcomes,
         );
         counter(
-            &mut registry,
+            registry,
             "pool_restarts",
             "Unplanned container replacements (exit, OOM, hung, operator kill)",
             stats.unplanned_restarts_total,
         );
         counter(
-            &mut registry,
+            registry,
             "pool_planned_replacements",
             "Planned container replacements (recycling, not clean, operator restart, timeouts)",
             stats.planned_replacements_total,
@@ -178,7 +199,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             })
             .collect();
         gauge_family(
-            &mut registry,
+            registry,
             "pool_last_restart_info",
             "Why each slot's container was last replaced",
             &last,
@@ -187,38 +208,40 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             .iter()
             .filter_map(|s| Some((labels(&[("slot", &s.id)]), s.memory_bytes? as i64)))
             .collect();
-        gauge_family(
-            &mut registry,
-            "pool_memory_bytes",
-            "Memory in use by each container",
-            &memory,
-        );
+        gauge_family(registry, "pool_memory_bytes", "Memory in use by each container", &memory);
     }
+}
 
+/// Delegated tasks from their records: started, finished by outcome, running, durations.
+async fn task_metrics(registry: &mut Registry, inner: &Inner) -> Result<(), String> {
     let store = &inner.store;
     let counts = store.task_counts().await.map_err(|e| e.to_string())?;
     let started: u64 = counts.iter().map(|(_, n)| n).sum();
-    counter(&mut registry, "tasks_started", "Delegated tasks started (kept records)", started);
+    counter(registry, "tasks_started", "Delegated tasks started (kept records)", started);
     let finished: Vec<(Labels, u64)> = counts
         .iter()
         .filter(|(status, _)| status != "running")
         .map(|(status, n)| (labels(&[("outcome", status)]), *n))
         .collect();
     counter_family(
-        &mut registry,
+        registry,
         "tasks_finished",
         "Delegated tasks finished, by outcome (kept records)",
         &finished,
     );
     let running = counts.iter().find(|(s, _)| s == "running").map_or(0, |(_, n)| *n);
-    gauge(&mut registry, "tasks_running", "Delegated tasks running now", running as i64);
+    gauge(registry, "tasks_running", "Delegated tasks running now", running as i64);
     let histogram =
         Histogram::new([0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0]);
     for ms in store.task_durations_ms().await.map_err(|e| e.to_string())? {
         histogram.observe(ms as f64 / 1000.0);
     }
     registry.register("task_duration_seconds", "Duration of finished delegated tasks", histogram);
+    Ok(())
+}
 
+/// The scheduler's job runs.
+fn scheduler_metrics(registry: &mut Registry, inner: &Inner) {
     if let Some(sched) = &inner.scheduler {
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         for (name, help, value) in [
@@ -228,10 +251,10 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             ("scheduler_runs_skipped", "Missed job runs recorded as skipped", n(&sched.skipped)),
             ("scheduler_runs_dropped", "Job runs dropped: the queue was full", n(&sched.dropped)),
         ] {
-            counter(&mut registry, name, help, value);
+            counter(registry, name, help, value);
         }
         gauge(
-            &mut registry,
+            registry,
             "scheduler_runs_pending",
             "Job runs queued or running now",
             sched.pending.load(Ordering::Relaxed) as i64,
@@ -242,7 +265,11 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             sched.duration.clone(),
         );
     }
+}
 
+/// Telegram updates from the ledger, by outcome.
+async fn telegram_metrics(registry: &mut Registry, inner: &Inner) -> Result<(), String> {
+    let store = &inner.store;
     let updates: Vec<(Labels, u64)> = store
         .update_counts()
         .await
@@ -251,24 +278,29 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         .map(|(state, n)| (labels(&[("outcome", state)]), *n))
         .collect();
     counter_family(
-        &mut registry,
+        registry,
         "telegram_updates",
         "Telegram updates by outcome (kept ledger rows)",
         &updates,
     );
+    Ok(())
+}
 
+/// The main agent's LLM calls, tokens and fallbacks, and each provider's answers, failures
+/// and breaker.
+fn llm_metrics(registry: &mut Registry, inner: &Inner) {
     let (provider, model) = (&inner.llm_target.0, &inner.llm_target.1);
     let stats = &inner.llm_stats;
     let target = labels(&[("provider", provider), ("model", model)]);
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     counter_family(
-        &mut registry,
+        registry,
         "llm_requests",
         "Main agent LLM calls",
         &[(target.clone(), load(&stats.calls))],
     );
     counter_family(
-        &mut registry,
+        registry,
         "llm_errors",
         "Main agent LLM calls that failed after their retries",
         &[(target.clone(), load(&stats.errors))],
@@ -278,13 +310,13 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
     let mut completion = target;
     completion.push(("kind".into(), "completion".into()));
     counter_family(
-        &mut registry,
+        registry,
         "llm_tokens",
         "LLM tokens the provider reported for the main agent",
         &[(tokens, load(&stats.prompt_tokens)), (completion, load(&stats.completion_tokens))],
     );
     counter(
-        &mut registry,
+        registry,
         "llm_fallbacks",
         "Main agent LLM calls answered by a provider other than the first",
         load(&stats.fallbacks),
@@ -299,7 +331,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
                 .collect()
         };
     counter_family(
-        &mut registry,
+        registry,
         "llm_provider_answers",
         "Main agent LLM calls each provider answered",
         &by_provider(&|p| load(&p.answered)),
@@ -314,7 +346,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         }
     }
     counter_family(
-        &mut registry,
+        registry,
         "llm_provider_failures",
         "Failed LLM attempts by provider and error class",
         &failures,
@@ -322,54 +354,61 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
     let open: Vec<(Labels, i64)> =
         by_provider(&|p| load(&p.breaker_open)).into_iter().map(|(l, v)| (l, v as i64)).collect();
     gauge_family(
-        &mut registry,
+        registry,
         "llm_provider_breaker_open",
         "1 while a provider's circuit breaker is open (skipped until a probe)",
         &open,
     );
+}
 
+/// The egress proxy's connections, the LLM relay's calls and the firewall's repairs.
+fn egress_metrics(registry: &mut Registry, inner: &Inner) {
     if let Some(egress) = &inner.egress {
         let m = egress();
         let verdicts = [("allowed", m.allowed), ("denied", m.denied), ("error", m.errors)];
         let rows: Vec<(Labels, u64)> =
             verdicts.iter().map(|(v, n)| (labels(&[("verdict", v)]), *n)).collect();
         counter_family(
-            &mut registry,
+            registry,
             "egress_connections",
             "Egress proxy connections by verdict",
             &rows,
         );
         counter(
-            &mut registry,
+            registry,
             "egress_relay_calls",
             "LLM relay calls forwarded for subagents",
             m.relay_calls,
         );
         counter(
-            &mut registry,
+            registry,
             "egress_relay_refused",
             "LLM relay calls refused (token, budget, request)",
             m.relay_refused,
         );
         counter(
-            &mut registry,
+            registry,
             "egress_relay_fallbacks",
             "LLM relay calls answered by a provider other than the first",
             m.relay_fallbacks,
         );
         counter(
-            &mut registry,
+            registry,
             "egress_relay_tokens",
             "LLM tokens charged to subagent tasks by the relay",
             m.relay_tokens,
         );
         counter(
-            &mut registry,
+            registry,
             "egress_firewall_rules_reinserted",
             "Firewall rules put back after something removed them",
             crate::egress::firewall_rules_reinserted(),
         );
     }
+}
+
+/// The approvals' questions by how they ended, and the confirmations.
+fn approval_metrics(registry: &mut Registry, inner: &Inner) {
     if let Some(approvals) = &inner.approvals {
         let m = approvals.metrics();
         let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
@@ -384,19 +423,19 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
         let rows: Vec<(Labels, u64)> =
             answers.iter().map(|(a, n)| (labels(&[("answer", a)]), *n)).collect();
         counter_family(
-            &mut registry,
+            registry,
             "egress_questions",
             "Egress questions (egress.mode = ask) by how they ended",
             &rows,
         );
         counter(
-            &mut registry,
+            registry,
             "egress_question_answer_ms_sum",
             "Milliseconds the answered egress questions waited for their answer, summed",
             load(&m.answer_ms_sum),
         );
         counter(
-            &mut registry,
+            registry,
             "egress_questions_answered",
             "Egress questions answered by someone (the count of the sum above)",
             load(&m.answered),
@@ -407,34 +446,31 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
             .map(|((kind, answer), n)| (labels(&[("kind", kind), ("answer", answer)]), n))
             .collect();
         counter_family(
-            &mut registry,
+            registry,
             "confirmation_questions",
             "Confirmations (a --confirm secret's use, agent.confirm's steps) by kind and how \
              they ended",
             &rows,
         );
     }
+}
+
+/// Per-task relay tokens issued and revoked.
+fn relay_metrics(registry: &mut Registry, inner: &Inner) {
     if let Some(relay) = &inner.relay {
         counter(
-            &mut registry,
+            registry,
             "relay_task_tokens_issued",
             "Per-task relay tokens issued",
             relay.issued.load(Ordering::Relaxed),
         );
         counter(
-            &mut registry,
+            registry,
             "relay_task_tokens_revoked",
             "Per-task relay tokens revoked",
             relay.revoked.load(Ordering::Relaxed),
         );
     }
-    if let Some(mcp) = &inner.mcp {
-        let views = mcp.instances().await;
-        mcp_servers(&mut registry, mcp.servers(), &views, &mcp.counters());
-    }
-    let mut text = String::new();
-    encode(&mut text, &registry).map_err(|e| e.to_string())?;
-    Ok(text)
 }
 
 /// Each configured MCP server's calls and instances, labelled by server (every configured one,

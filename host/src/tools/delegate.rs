@@ -26,7 +26,7 @@ use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
     canonical_tool, closest_tool, unknown_tools, McpCalls, ProgressEvent, ProxySecret, Request,
-    Response, ResponseBody, SearchBackend, SecretMap, Todo, BLOCKED_TOOLS, MAX_SEARCH_BUDGET,
+    Response, ResponseBody, SearchBackend, SecretMap, BLOCKED_TOOLS, MAX_SEARCH_BUDGET,
     PLANNING_TOOL, SUBAGENT_TOOLS,
 };
 use secrecy::SecretString;
@@ -35,16 +35,20 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::mcp_grants::{self, GrantedCalls};
-use super::{success, ToolContext, ToolError, ToolOutput, ToolResult, ToolSource, TypedTool};
+use super::{ToolContext, ToolError, ToolResult, ToolSource, TypedTool};
 use crate::deadlines::TaskDeadlines;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
 use crate::store::{Store, StoreError, TaskEnd, TaskStatus};
 use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
-use nexbot_egress::TaskSummary;
 use nexbot_protocol::TaskFile;
 use nexbot_tools::rooms::Rooms;
+
+mod outcome;
+
+pub use outcome::untrusted;
+use outcome::{destinations, log_end, mention_dropped, record_json, Read};
 
 pub const TOOL_NAME: &str = "delegate_to_sub_agent";
 
@@ -412,80 +416,31 @@ impl TypedTool for Delegate {
         let mut secrets = self.collect_secrets(&ctx.chat, &args.secrets)?;
         // Dropped last, when the task is over (or abandoned).
         let mut held = Held { holds: Vec::new(), source: self.secrets.clone() };
-        let searches = own.as_ref().is_none_or(|t| t.iter().any(|t| t == "search_web"));
-        let search = self.settings.search.clone().filter(|_| searches);
-        if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
-            if secrets.egress.iter().any(|s| s.name == name) {
-                return Err(ToolError::new(format!(
-                    "the chat's secret {name} has the name of search_web's API key; do not \
-                     hand it over by name together with search_web"
-                )));
-            }
-            self.add_search_key(name, &mut secrets)?;
-        }
+        let search = self.search_for(own.as_deref(), &mut secrets)?;
         held.holds = std::mem::take(&mut secrets.holds);
         let deadlines = self.settings.longest.for_request(args.timeout_secs);
         let id = uuid::Uuid::new_v4().to_string();
-        let budget_cap = match &self.settings.spend {
-            Some(spend) => {
-                Some(spend.task_budget(&ctx.chat, u64::MAX).await.map_err(ToolError::new)?)
-            }
-            None => None,
-        };
-        let llm = self
-            .tokens
-            .issue(&id, budget_cap)
-            .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))?;
+        let llm = self.issue_token(&id, ctx).await?;
         // From here on the token dies however this future ends, dropped included.
         let access = Access::new(self.tokens.as_ref(), &self.store, &id);
-        let watched = self.secrets.as_ref().map(|s| s.watched(&ctx.chat)).unwrap_or_default();
-        if !secrets.egress.is_empty() || !watched.is_empty() {
-            self.tokens
-                .grant_secrets(&id, secrets.egress, watched)
-                .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
-        }
-        let recorded_task = match &self.settings.exits {
-            Some(exits) => exits.scan(Exit::TaskRecord, Some(&ctx.chat), &args.task).into_owned(),
-            None => args.task.clone(),
-        };
+        self.grant_secrets(&id, ctx, secrets.egress)?;
+        let recorded_task = self.recorded_task(ctx, &args.task);
         self.store
             .start_task(&id, &ctx.chat, Some(ctx.session_id), &recorded_task)
             .await
             .map_err(|e| ToolError::new(e.to_string()))?;
         // From here the proxy's questions about the task reach its chat; they end with it.
-        let asking = self.settings.approvals.clone().map(|approvals| {
-            let (unattended, user) = match ctx.turn {
-                crate::agent::turns::TurnOrigin::Message { user } => (false, user),
-                _ => (true, None),
-            };
-            approvals.task_started(&id, &ctx.chat, &recorded_task, unattended, user);
-            Asking { approvals, task_id: id.clone() }
-        });
+        let asking = self.start_asking(&id, ctx, &recorded_task);
         // What the skills this turn read declare, if their content is the recorded one.
-        let mut skill_grants = Vec::new();
-        if let Some(asking) = &asking {
-            let reads = ctx.skills_read.list();
-            if !reads.is_empty() {
-                let granting = crate::skill_grants::granting(&self.store, &reads).await;
-                let destinations = crate::skill_grants::destinations(&granting);
-                if asking.approvals.grant(&id, &destinations) {
-                    skill_grants = crate::skill_grants::receipt_lines(&granting);
-                }
-            }
-        }
+        let skill_grants = match &asking {
+            Some(asking) => self.grant_skills(asking, &id, ctx).await,
+            None => Vec::new(),
+        };
         let mut request = Request::execute(&id, args.task);
         request.context = args.context;
         // Canonical names only (`fetch_page` goes as `web_fetch`): an older image may not know
         // the aliases. `check_tools` passed every name, so each has one.
-        request.tools = own.map(|tools| {
-            let mut canonical: Vec<String> = Vec::new();
-            for name in tools.iter().filter_map(|t| canonical_tool(t)) {
-                if !canonical.iter().any(|c| c == name) {
-                    canonical.push(name.to_owned());
-                }
-            }
-            canonical
-        });
+        request.tools = own.map(|tools| canonical_tools(&tools));
         request.mcp_tools = (!granted.is_empty()).then(|| mcp_grants::specs(&granted));
         request.max_blocked_commands = Some(self.settings.max_blocked_commands);
         let search_budget = args
@@ -499,13 +454,7 @@ impl TypedTool for Delegate {
         request.proxy_secrets = (!secrets.proxied.is_empty()).then_some(secrets.proxied);
         request.search_backend = search;
         // Skills the operator allowed despite the screen since the containers started.
-        request.skills_allow = match self.store.skill_allowances().await {
-            Ok(hashes) => (!hashes.is_empty()).then_some(hashes),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the skills allowed by the operator");
-                None
-            }
-        };
+        request.skills_allow = self.skills_allowed().await;
         request.egress_token = self.tokens.egress_token(&id).map_err(|e| {
             ToolError::new(format!("cannot issue the task's egress credential: {e}"))
         })?;
@@ -515,31 +464,13 @@ impl TypedTool for Delegate {
         request.run_tool = args.run_tool;
         // A task of the loop may give files back; they land in the chat's room.
         request.return_files = (!direct && self.rooms.is_some()).then_some(true);
-        match llm {
-            // The default: a per-task token the LLM relay accepts while the task lives.
-            TaskLlm::Relay { base_url, token } => {
-                request.llm_base_url = Some(base_url);
-                request.llm_token = Some(token);
-            }
-            // Only with egress.relay.send_provider_key_to_subagents.
-            TaskLlm::ProviderKey { base_url, key } => {
-                request.llm_base_url = Some(base_url);
-                request.llm_api_key = key;
-            }
-        }
+        set_llm(&mut request, llm);
         tracing::info!(task_id = %id, chat = %ctx.chat, "delegating to a subagent");
 
         let started = Instant::now();
         let cancel = ctx.cancel.child_token();
         let secret_names = args.secrets.clone();
-        let first_line = request
-            .task
-            .as_deref()
-            .unwrap_or_default()
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let first_line = first_line(request.task.as_deref().unwrap_or_default());
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Started { task: first_line }).await;
         // The subagent's progress goes to the chat as it comes; the tools it used are kept
         // for the receipt.
@@ -580,85 +511,8 @@ impl TypedTool for Delegate {
         };
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
-        let mut dropped = Vec::new();
-        let mut killed = false;
-        let mut searches = None;
-        let answer = match outcome {
-            None => {
-                end.status = TaskStatus::Timeout;
-                end.error = Some(format!("no answer within {}s", limit.as_secs()));
-                Err(ToolError::new(format!(
-                    "the sub-agent did not answer within {}s",
-                    limit.as_secs()
-                )))
-            }
-            Some(Err(e)) => {
-                killed = e.killed_by_operator;
-                end.status = if ctx.cancel.is_cancelled() {
-                    TaskStatus::Cancelled
-                } else {
-                    TaskStatus::Error
-                };
-                end.error = Some(e.to_string());
-                Err(ToolError::new(format!("the sub-agent could not run the task: {e}")))
-            }
-            Some(Ok(outcome)) => {
-                end.container = outcome.container;
-                let returned = self.keep_returned(outcome.files, &ctx.chat).await;
-                dropped = outcome.response.dropped_tools;
-                if !dropped.is_empty() {
-                    tracing::warn!(
-                        task_id = %id,
-                        dropped_tools = %dropped.join(","),
-                        "the subagent does not offer tools the task was granted; it ran without them"
-                    );
-                }
-                match outcome.response.body {
-                    ResponseBody::Success { result, usage, searches: made, open_todos, .. } => {
-                        searches = made;
-                        end.status = TaskStatus::Success;
-                        end.usage = usage
-                            .map(|u| Usage {
-                                prompt_tokens: u.prompt_tokens,
-                                completion_tokens: u.completion_tokens,
-                            })
-                            .unwrap_or_default();
-                        // A direct call's output goes to the user, not to a model: no
-                        // envelope (the subagent sanitized and redacted it).
-                        if direct {
-                            Ok(success(result))
-                        } else {
-                            let answer = success(untrusted(&id, &result));
-                            let answer = match returned.is_empty() {
-                                true => answer,
-                                false => answer.with(
-                                    "returned_files",
-                                    format!(
-                                        "in this chat's folder: {}; send one to the user with \
-                                         send_file",
-                                        returned.join(", ")
-                                    ),
-                                ),
-                            };
-                            Ok(mention_open_todos(answer, &id, &open_todos))
-                        }
-                    }
-                    ResponseBody::Error { error, report } => {
-                        searches = report.as_ref().and_then(|r| r.searches);
-                        unfinished(&mut end, ctx, &id, TaskStatus::Error, error, report)
-                    }
-                    ResponseBody::Timeout { error, report } => {
-                        searches = report.as_ref().and_then(|r| r.searches);
-                        unfinished(&mut end, ctx, &id, TaskStatus::Timeout, error, report)
-                    }
-                    other => {
-                        end.status = TaskStatus::Error;
-                        end.error = Some(format!("unexpected answer: {other:?}"));
-                        Err(ToolError::new("the sub-agent gave an unexpected answer"))
-                    }
-                }
-            }
-        };
+        let Read { answer, dropped, killed, searches } =
+            self.read_outcome(outcome, limit, direct, &id, ctx, &mut end).await;
         let AccessEnd { relay_tokens, relay_cost, egress } = access.end();
         // The relay saw every call; the subagent's own count is the fallback.
         let used = relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
@@ -700,24 +554,77 @@ impl TypedTool for Delegate {
         end.receipt = Some(receipt.render());
         end.progress = (!progress_lines.is_empty()).then(|| progress_lines.join("\n"));
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Finished(receipt)).await;
-        match &end.error {
-            // The reason is in the log, not only in the task record.
-            Some(error) => tracing::warn!(
-                task_id = %id,
-                status = %end.status,
-                duration_ms = end.duration_ms,
-                relay_tokens = relay_tokens.unwrap_or(0),
-                %error,
-                "subagent task failed; its LLM access is revoked"
-            ),
-            None => tracing::info!(
-                task_id = %id,
-                status = %end.status,
-                duration_ms = end.duration_ms,
-                relay_tokens = relay_tokens.unwrap_or(0),
-                "subagent task ended and its LLM access revoked"
-            ),
+        log_end(&id, &end, relay_tokens);
+        self.scan_record(ctx, &mut end);
+        if let Err(e) = finish_task(&self.store, id.clone(), end).await {
+            tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
         }
+        mention_dropped(answer, &dropped)
+    }
+}
+
+impl Delegate {
+    /// The search backend the task gets (when it may search), its API key among the task's
+    /// secrets; a chat secret by the key's name is refused.
+    fn search_for(
+        &self,
+        own: Option<&[String]>,
+        secrets: &mut TaskSecrets,
+    ) -> Result<Option<SearchBackend>, ToolError> {
+        let searches = own.is_none_or(|t| t.iter().any(|t| t == "search_web"));
+        let search = self.settings.search.clone().filter(|_| searches);
+        if let Some(name) = search.as_ref().and_then(|s| s.key_secret.as_deref()) {
+            if secrets.egress.iter().any(|s| s.name == name) {
+                return Err(ToolError::new(format!(
+                    "the chat's secret {name} has the name of search_web's API key; do not \
+                     hand it over by name together with search_web"
+                )));
+            }
+            self.add_search_key(name, secrets)?;
+        }
+        Ok(search)
+    }
+
+    /// The task's LLM access (a relay token, capped by the chat's spending budget).
+    async fn issue_token(&self, id: &str, ctx: &ToolContext) -> Result<TaskLlm, ToolError> {
+        let budget_cap = match &self.settings.spend {
+            Some(spend) => {
+                Some(spend.task_budget(&ctx.chat, u64::MAX).await.map_err(ToolError::new)?)
+            }
+            None => None,
+        };
+        self.tokens
+            .issue(id, budget_cap)
+            .map_err(|e| ToolError::new(format!("cannot issue a task token: {e}")))
+    }
+
+    /// The task's text as its record keeps it (scanned for what must not be kept).
+    fn recorded_task(&self, ctx: &ToolContext, task: &str) -> String {
+        match &self.settings.exits {
+            Some(exits) => exits.scan(Exit::TaskRecord, Some(&ctx.chat), task).into_owned(),
+            None => task.to_owned(),
+        }
+    }
+
+    /// Hands the task its proxy-mode secrets, and the values the relay scans its LLM calls
+    /// for (the chat's and the operator's, [`Vault::watched`]).
+    fn grant_secrets(
+        &self,
+        id: &str,
+        ctx: &ToolContext,
+        egress: Vec<TaskSecret>,
+    ) -> Result<(), ToolError> {
+        let watched = self.secrets.as_ref().map(|s| s.watched(&ctx.chat)).unwrap_or_default();
+        if !egress.is_empty() || !watched.is_empty() {
+            self.tokens
+                .grant_secrets(id, egress, watched)
+                .map_err(|e| ToolError::new(format!("cannot hand the task its secrets: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// The record's texts scanned for what must not be kept (the daemon's keys).
+    fn scan_record(&self, ctx: &ToolContext, end: &mut TaskEnd) {
         if let Some(exits) = &self.settings.exits {
             for text in [&mut end.error, &mut end.receipt, &mut end.progress] {
                 if let Some(text) = text.as_mut() {
@@ -725,10 +632,45 @@ impl TypedTool for Delegate {
                 }
             }
         }
-        if let Err(e) = finish_task(&self.store, id.clone(), end).await {
-            tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
+    }
+
+    /// Grants the task the destinations the skills this turn read declare (only the recorded
+    /// contents'); returns the receipt's lines of what was granted.
+    async fn grant_skills(&self, asking: &Asking, id: &str, ctx: &ToolContext) -> Vec<String> {
+        let mut skill_grants = Vec::new();
+        let reads = ctx.skills_read.list();
+        if !reads.is_empty() {
+            let granting = crate::skill_grants::granting(&self.store, &reads).await;
+            let destinations = crate::skill_grants::destinations(&granting);
+            if asking.approvals.grant(id, &destinations) {
+                skill_grants = crate::skill_grants::receipt_lines(&granting);
+            }
         }
-        mention_dropped(answer, &dropped)
+        skill_grants
+    }
+
+    /// The skills' contents the operator allowed despite the screen, if any.
+    async fn skills_allowed(&self) -> Option<Vec<String>> {
+        match self.store.skill_allowances().await {
+            Ok(hashes) => (!hashes.is_empty()).then_some(hashes),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the skills allowed by the operator");
+                None
+            }
+        }
+    }
+
+    /// Registers the task with the approvals (unattended unless a message started its turn):
+    /// the proxy's questions about it reach its chat until the returned guard drops.
+    fn start_asking(&self, id: &str, ctx: &ToolContext, recorded_task: &str) -> Option<Asking> {
+        self.settings.approvals.clone().map(|approvals| {
+            let (unattended, user) = match ctx.turn {
+                crate::agent::turns::TurnOrigin::Message { user } => (false, user),
+                _ => (true, None),
+            };
+            approvals.task_started(id, &ctx.chat, recorded_task, unattended, user);
+            Asking { approvals, task_id: id.to_owned() }
+        })
     }
 }
 
@@ -816,34 +758,6 @@ fn check_tools(tools: &[String]) -> Result<(), ToolError> {
     )))
 }
 
-/// The answer for the model, telling it which granted tools the sub-agent did not have (the
-/// answer's `dropped_tools`: a subagent image older than this host's list of tools).
-fn mention_dropped(answer: ToolResult, dropped: &[String]) -> ToolResult {
-    if dropped.is_empty() {
-        return answer;
-    }
-    let note = format!(
-        "The sub-agent does not offer {}, so the task ran without {}.",
-        dropped.join(", "),
-        if dropped.len() == 1 { "it" } else { "them" }
-    );
-    match answer {
-        Ok(output) => Ok(output.with("dropped_tools", dropped).with("note", note)),
-        Err(error) => Err(error.with("dropped_tools", dropped).with("note", note)),
-    }
-}
-
-/// The answer for the model, naming the todo items the sub-agent left open (the answer's
-/// `open_todos`, after its completion check asked once more): its words, so in the envelope.
-fn mention_open_todos(answer: ToolOutput, task_id: &str, open: &[Todo]) -> ToolOutput {
-    if open.is_empty() {
-        return answer;
-    }
-    let items: Vec<String> =
-        open.iter().map(|t| format!("- {} ({})", t.content, t.status)).collect();
-    answer.with("open_todos", untrusted(task_id, &items.join("\n")))
-}
-
 /// Progress lines a task's record keeps (its first ones; the chat saw them all).
 const KEPT_PROGRESS_LINES: usize = 200;
 
@@ -878,29 +792,9 @@ async fn show_progress(
     (tools, kept)
 }
 
-/// The destinations of an egress task summary (`destinations`: `host:port` → counts) it
-/// reached, and those it was refused.
-fn destinations(summary: &TaskSummary) -> (Vec<String>, Vec<String>) {
-    let (mut contacted, mut denied) = (Vec::new(), Vec::new());
-    for (destination, counts) in &summary.destinations {
-        if counts.allowed > 0 {
-            contacted.push(destination.clone());
-        }
-        if counts.denied > 0 {
-            denied.push(destination.clone());
-        }
-    }
-    (contacted, denied)
-}
-
 /// Bindings in their text form, as the wire (`ProxySecret.hosts`) carries them.
 fn texts(bindings: &[nexbot_egress::Binding]) -> Vec<String> {
     bindings.iter().map(ToString::to_string).collect()
-}
-
-/// The egress summary as the task record stores it (JSON text: the SQL edge).
-fn record_json(summary: &TaskSummary) -> String {
-    serde_json::to_string(summary).unwrap_or_default()
 }
 
 /// A task's LLM access; revoked when the task ends, or when the tool's future is dropped
@@ -953,41 +847,43 @@ impl Drop for Access<'_> {
     }
 }
 
-/// Records a task that ended without a result and gives the model its error and report.
-fn unfinished(
-    end: &mut TaskEnd,
-    ctx: &ToolContext,
-    task_id: &str,
-    status: TaskStatus,
-    error: String,
-    report: Option<nexbot_protocol::Report>,
-) -> ToolResult {
-    end.status = if ctx.cancel.is_cancelled() { TaskStatus::Cancelled } else { status };
-    // A report gives only a total; it is kept as completion tokens.
-    end.usage.completion_tokens = report.as_ref().map_or(0, |r| r.tokens);
-    end.error = Some(error.clone());
-    // The report's todos and recent messages are the sub-agent's words: data, like a result.
-    let report =
-        report.map(|r| untrusted(task_id, &serde_json::to_string_pretty(&r).unwrap_or_default()));
-    Err(ToolError::new(error).with("report", report))
+/// The first line of a task, as its progress message starts.
+fn first_line(task: &str) -> String {
+    task.lines().next().unwrap_or_default().to_owned()
 }
 
-/// A sub-agent's words as the main agent's model sees them: inside markers, with a note that
-/// they are data and not instructions (`nexbot_core::text::data_envelope`). The sub-agent read
-/// untrusted pages and ran commands, so its answer may carry an injection.
-pub fn untrusted(task_id: &str, text: &str) -> String {
-    nexbot_core::text::data_envelope(
-        "SUBAGENT_RESULT",
-        &format!("task={task_id}"),
-        "a sandboxed sub-agent that handled untrusted content",
-        text,
-    )
+/// The tools' canonical names, each once, in the order given.
+fn canonical_tools(tools: &[String]) -> Vec<String> {
+    let mut canonical: Vec<String> = Vec::new();
+    for name in tools.iter().filter_map(|t| canonical_tool(t)) {
+        if !canonical.iter().any(|c| c == name) {
+            canonical.push(name.to_owned());
+        }
+    }
+    canonical
+}
+
+/// How the task reaches the LLM, into its request.
+fn set_llm(request: &mut Request, llm: TaskLlm) {
+    match llm {
+        // The default: a per-task token the LLM relay accepts while the task lives.
+        TaskLlm::Relay { base_url, token } => {
+            request.llm_base_url = Some(base_url);
+            request.llm_token = Some(token);
+        }
+        // Only with egress.relay.send_provider_key_to_subagents.
+        TaskLlm::ProviderKey { base_url, key } => {
+            request.llm_base_url = Some(base_url);
+            request.llm_api_key = key;
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::egress;
+    use nexbot_protocol::Todo;
 
     /// The end of the envelope around a sub-agent's words.
     const UNTRUSTED_END: &str = "<<<END_SUBAGENT_RESULT>>>";

@@ -93,7 +93,10 @@ fn allow(addr: SocketAddr) -> InternalAllow {
     InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
 }
 
+// One end-to-end scenario on one expensive setup (containers, a daemon), its steps in
+// order; split only by count it would not read better (test code only).
 #[tokio::test]
+#[allow(clippy::too_many_lines)]
 async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and_relay() {
     let Some(docker) = docker_or_skip("egress_docker").await else { return };
     let run = format!("nxe-bb-{}", std::process::id());

@@ -65,7 +65,10 @@ fn relay_call(relay: std::net::SocketAddr, token: &str) -> String {
     )
 }
 
+// One end-to-end scenario on one expensive setup (containers, a daemon), its steps in
+// order; split only by count it would not read better (test code only).
 #[tokio::test]
+#[allow(clippy::too_many_lines)]
 async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let Some(docker) = docker_or_skip("egress_pool").await else { return };
     let image = image();

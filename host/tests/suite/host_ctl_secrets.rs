@@ -51,7 +51,10 @@ fn assert_no_value_in(what: &str, haystack: &[u8]) {
     }
 }
 
+// One end-to-end scenario on one expensive setup (containers, a daemon), its steps in
+// order; split only by count it would not read better (test code only).
 #[tokio::test]
+#[allow(clippy::too_many_lines)]
 async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_every_output() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(echo);

@@ -115,7 +115,10 @@ async fn same_origin(browser: &Browser, origin: &str) {
     assert!(foreign.is_empty(), "requests to other origins: {foreign:?}");
 }
 
+// One end-to-end scenario on one expensive setup (containers, a daemon), its steps in
+// order; split only by count it would not read better (test code only).
 #[tokio::test]
+#[allow(clippy::too_many_lines)]
 async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refuses_forged_actions()
 {
     let Some(_docker) = nexbot_tests::docker_or_skip("web_dashboard").await else { return };

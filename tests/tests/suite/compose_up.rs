@@ -421,7 +421,10 @@ fn project_name(suffix: &str) -> (String, String) {
     (format!("{PROJECT_PREFIX}{run}{suffix}"), run)
 }
 
+// One end-to-end scenario on one expensive setup (containers, a daemon), its steps in
+// order; split only by count it would not read better (test code only).
 #[tokio::test]
+#[allow(clippy::too_many_lines)]
 async fn compose_up_serves_keeps_secrets_in_place_and_down_leaves_nothing() {
     let test = "compose_up";
     let Some((docker, compose)) = engine_and_compose(test).await else { return };

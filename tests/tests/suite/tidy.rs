@@ -7,7 +7,8 @@
 //!
 //! Scans of the product's sources live here too, over the workspace's members as
 //! `cargo metadata` lists them (never a hand-kept list of folders), so a new crate is scanned
-//! from its first commit.
+//! from its first commit: the provider wire read only by `nexbot-llm`, and no product file
+//! over 1,000 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -367,6 +368,69 @@ fn only_nexbot_llm_reads_the_provider_wire() {
     assert!(!wire_keys_in(&llm).is_empty());
 }
 
+/// The most lines a product source file may have, its unit tests not counted (issue 45): a
+/// file past it holds more than one thing and is split by meaning, not by count.
+const MAX_PRODUCT_LINES: usize = 1_000;
+
+/// A source file's product lines: those before its `#[cfg(test)]` test module (the attribute
+/// at the start of a line, maybe more attributes, then `mod name {`), or all of them when the
+/// file has none (its tests, if any, are in a file of their own).
+fn product_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    let opens_test_module = |at: usize| {
+        let item = lines[at + 1..].iter().map(|l| l.trim()).find(|l| !l.starts_with("#["));
+        item.is_some_and(|item| {
+            let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+            item.starts_with("mod ") && item.ends_with('{')
+        })
+    };
+    (0..lines.len())
+        .find(|&i| lines[i] == "#[cfg(test)]" && opens_test_module(i))
+        .unwrap_or(lines.len())
+}
+
+/// Every product source file of the workspace's members with its product lines: the `.rs`
+/// files under each crate's `src/` but the test-fixture crate's and test modules kept in files
+/// of their own (`tests.rs`, a `tests/` folder); tests, benches and the fuzz crate are outside
+/// `src/` or outside the workspace.
+fn product_sources(members: &[Member]) -> Vec<(String, usize)> {
+    let mut sizes = Vec::new();
+    for member in members.iter().filter(|m| m.name != "nexbot-tests") {
+        let mut files = Vec::new();
+        rust_files(&root().join(&member.dir).join("src"), &mut files);
+        for file in files {
+            let is_tests = file.components().any(|c| c.as_os_str() == "tests")
+                || file.file_stem().is_some_and(|s| s == "tests");
+            if is_tests {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).expect("read a source file");
+            let name = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
+            sizes.push((name, product_lines(&text)));
+        }
+    }
+    sizes
+}
+
+/// No product source file is over [`MAX_PRODUCT_LINES`] lines (unit tests after them not
+/// counted); each offender is named with its count.
+#[test]
+fn no_product_source_file_is_over_a_thousand_lines() {
+    let sizes = product_sources(&members());
+    assert!(sizes.len() > 100, "the scan sees the product's sources: {}", sizes.len());
+    let over: Vec<String> = sizes
+        .iter()
+        .filter(|(_, lines)| *lines > MAX_PRODUCT_LINES)
+        .map(|(file, lines)| format!("{file}: {lines} product lines"))
+        .collect();
+    assert!(
+        over.is_empty(),
+        "product source files over {MAX_PRODUCT_LINES} lines (before their test module); split \
+         them by meaning into modules:\n{}",
+        over.join("\n")
+    );
+}
+
 #[test]
 fn the_tidy_scans_see_what_they_look_for() {
     let doc = "```text crate-graph\na -> b, c # why\nb ->\n```\nsee `host/src/app.rs`, `pool.rs`, \
@@ -396,4 +460,10 @@ fn the_tidy_scans_see_what_they_look_for() {
         invariants(doc),
         ["one → `host/src/app.rs::a_test`, the rest wrapped", "two, by no one"]
     );
+    // Product lines stop at the test module, not at another `#[cfg(test)]` item.
+    let source = "fn a() {}\n#[cfg(test)]\nfn helper() {}\nfn b() {}\n#[cfg(test)]\n\
+                  #[allow(dead_code)]\nmod tests {\n    fn t() {}\n}\n";
+    assert_eq!(product_lines(source), 4);
+    assert_eq!(product_lines("fn a() {}\n#[cfg(test)]\nmod tests;\n"), 3);
+    assert_eq!(product_lines(""), 0);
 }

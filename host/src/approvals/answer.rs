@@ -1,0 +1,149 @@
+//! Answers: a press of a question's buttons or the command typed (`/egress`, `/approve`) in a
+//! chat, checked (who may answer in a group, who may choose "always"), or the operator's
+//! `nexbot-ctl approvals`; the first answer wins, and a grant is kept before anyone waiting is
+//! let go.
+//!
+//! Why apart: every way in for an answer ends in [`Approvals::answer`]; the question's side
+//! is [`super::ask`].
+
+use std::sync::Arc;
+
+use nexbot_core::ChatRef;
+
+use super::{
+    settle, AnswerError, Approvals, Choice, Kind, Outcome, Question, COMMAND, CONFIRM_COMMAND,
+};
+
+impl Approvals {
+    /// Answers question `id` as `by` (`telegram:42`, `nexbot-ctl`). `from`: the chat the
+    /// answer came from, which must be the question's (`None`: the operator's `nexbot-ctl`).
+    pub fn answer(
+        &self,
+        id: i64,
+        choice: Choice,
+        by: &str,
+        from: Option<&ChatRef>,
+    ) -> Result<Kind, AnswerError> {
+        let mut state = self.lock();
+        let pending = state.pending_by_id(id);
+        let Some(pending) = pending else { return Err(AnswerError::NotWaiting(id)) };
+        if from.is_some_and(|chat| *chat != pending.chat) {
+            return Err(AnswerError::OtherChat { id });
+        }
+        let kind = pending.question.kind();
+        if !kind.takes(choice) {
+            return Err(AnswerError::WrongAnswer {
+                id,
+                kind: kind.as_str(),
+                answers: kind.answers(),
+            });
+        }
+        let outcome = Outcome::Answered { choice, by: by.to_owned() };
+        if !pending.outcome.send_if_modified(|o| settle(o, outcome)) {
+            return Err(AnswerError::NotWaiting(id));
+        }
+        // Granted before anyone waiting is let go: the task's next request to the same
+        // destination (or with the same secret) must find it, not ask again.
+        if let Question::Request(r) = &pending.question {
+            let r = r.clone();
+            if let Some(task) = state.tasks.get_mut(&r.task_id) {
+                match (r.secret_name.clone(), choice) {
+                    (Some(name), Choice::Task) => task.secrets.insert(name),
+                    (Some(name), Choice::Deny) => task.denied_secrets.insert(name),
+                    (None, Choice::Task | Choice::Chat) => {
+                        task.granted.insert((r.host.clone(), r.port))
+                    }
+                    _ => false,
+                };
+            }
+            // The destination allowed for the task (or always): the task's other questions
+            // about it (other methods or paths) are answered by the same press.
+            if r.secret_name.is_none() && matches!(choice, Choice::Task | Choice::Chat) {
+                let outcome = Outcome::Answered { choice, by: by.to_owned() };
+                for other in state.pending.values().filter(|p| p.id != id) {
+                    if let Question::Request(o) = &other.question {
+                        let same = o.task_id == r.task_id && o.host == r.host && o.port == r.port;
+                        if same && o.secret_name.is_none() {
+                            other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(kind)
+    }
+}
+
+/// Answers a question from a chat: a press of its buttons, or the command typed.
+async fn answer_in_chat(
+    approvals: &Approvals,
+    ctx: crate::commands::CommandContext<'_>,
+    command: &str,
+) -> String {
+    let mut words = ctx.args.split_whitespace();
+    let id = words.next().and_then(|w| w.parse::<i64>().ok());
+    let choice = words.next().and_then(Choice::parse);
+    let (Some(id), Some(choice)) = (id, choice) else {
+        return format!("Usage: /{command} <question id> once|allow|task|chat|deny");
+    };
+    // In a group anyone the allow-list admits may press; the owner and the member who
+    // started the task decide.
+    let group = matches!(ctx.chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
+    if group && !approvals.may_answer(id, ctx.user) {
+        return "Only the member who started the task, or the owner, can answer this question \
+                in a group; nothing was changed (`nexbot-ctl approvals` answers it too)."
+            .to_owned();
+    }
+    if let Err(refusal) = approvals.may_choose(id, choice, ctx.chat, ctx.user) {
+        return refusal;
+    }
+    // Who: the Telegram user who pressed (in a private chat the same as the chat).
+    let by = match (ctx.chat, ctx.user) {
+        (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
+        _ => ctx.chat.to_string(),
+    };
+    // The owner answers any chat's question from their private chat (`/questions`).
+    let from = (!approvals.answers_anywhere(ctx.chat, ctx.user)).then_some(ctx.chat);
+    match approvals.answer(id, choice, &by, from) {
+        Ok(kind) => format!("{}.", choice.decided(kind)),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `/egress <id> once|task|chat|deny`: the egress questions' buttons (or typed); it answers
+/// any question, as it did before there were other kinds.
+#[derive(Debug)]
+pub struct EgressCommand(pub Arc<Approvals>);
+
+impl crate::commands::ChatCommand for EgressCommand {
+    fn name(&self) -> &'static str {
+        COMMAND
+    }
+
+    fn summary(&self) -> &'static str {
+        "answer an egress question: /egress <id> once|task|chat|deny (its buttons do it)"
+    }
+
+    fn run<'a>(&'a self, ctx: crate::commands::CommandContext<'a>) -> crate::BoxFuture<'a, String> {
+        Box::pin(answer_in_chat(&self.0, ctx, COMMAND))
+    }
+}
+
+/// `/approve <id> allow|task|deny`: the other questions' buttons (a `--confirm` secret's
+/// use, `agent.confirm`'s steps), or typed.
+#[derive(Debug)]
+pub struct ApproveCommand(pub Arc<Approvals>);
+
+impl crate::commands::ChatCommand for ApproveCommand {
+    fn name(&self) -> &'static str {
+        CONFIRM_COMMAND
+    }
+
+    fn summary(&self) -> &'static str {
+        "answer a confirmation: /approve <id> allow|task|deny (its buttons do it)"
+    }
+
+    fn run<'a>(&'a self, ctx: crate::commands::CommandContext<'a>) -> crate::BoxFuture<'a, String> {
+        Box::pin(answer_in_chat(&self.0, ctx, CONFIRM_COMMAND))
+    }
+}

@@ -1,0 +1,137 @@
+//! What a question says: its text and buttons in the chat (each with the letter a console
+//! types for it), and the task receipt's lines of what was asked and answered.
+//!
+//! Why apart: the words the user reads, kept apart from the flow that sends them.
+
+use nexbot_agent::confirm::Step;
+
+use crate::agent::channel::Button;
+
+use super::{Approvals, Question, COMMAND, CONFIRM_COMMAND};
+
+impl Approvals {
+    /// The question's message: its text and buttons, and its first lines (kept when it is
+    /// edited to what was decided).
+    /// `always`: whether the "Always for this chat" answer is offered (see
+    /// [`Approvals::always_shown`]).
+    pub(super) fn message(
+        &self,
+        id: i64,
+        question: &Question,
+        words: &str,
+        always: bool,
+    ) -> (String, String, Vec<Vec<Button>>) {
+        let secs = self.wait.as_secs();
+        // Each button also has the letter a console types for it (`Button::key`).
+        let button = |label: &str, command: &str, word: &str| {
+            let button = Button::new(label, format!("/{command} {id} {word}"));
+            match word {
+                "once" => button.with_key('o'),
+                "task" => button.with_key('t'),
+                "chat" | "allow" => button.with_key('a'),
+                "deny" => button.with_key('d'),
+                _ => button,
+            }
+        };
+        match question {
+            Question::Request(request) => {
+                let destination = format!("{}:{}", request.host, request.port);
+                let what = match &request.path {
+                    Some(path) => format!("{} {path}", request.method),
+                    None => "a tunnel (CONNECT)".to_owned(),
+                };
+                if let Some(name) = &request.secret_name {
+                    let head = format!(
+                        "🔑 A task wants to use the secret {name}\nTask: «{words}»\n\
+                         Request: {what} to {destination}"
+                    );
+                    let text = format!(
+                        "{head}\n\nThe secret was stored with --confirm: it is filled in only \
+                         if you allow it for this task. No answer within {secs} s denies it. \
+                         (Or type /{CONFIRM_COMMAND} {id} task|deny.)"
+                    );
+                    let buttons = vec![vec![
+                        button("Allow for this task", CONFIRM_COMMAND, "task"),
+                        button("Deny", CONFIRM_COMMAND, "deny"),
+                    ]];
+                    return (head, text, buttons);
+                }
+                let secret = match request.secret {
+                    true => "\nA stored secret would be filled into this request.",
+                    false => "",
+                };
+                let head = format!(
+                    "🔒 A task wants to reach {destination}\nTask: «{words}»\nRequest: {what}"
+                );
+                let words = if always { "once|task|chat|deny" } else { "once|task|deny" };
+                let text = format!(
+                    "{head}{secret}\n\nAllow it? No answer within {secs} s denies it. (Or type \
+                     /{COMMAND} {id} {words}.)"
+                );
+                let mut last = vec![button("Deny", COMMAND, "deny")];
+                if always {
+                    last.insert(0, button("Always for this chat", COMMAND, "chat"));
+                }
+                let buttons = vec![
+                    vec![
+                        button("Allow once", COMMAND, "once"),
+                        button("Allow for this task", COMMAND, "task"),
+                    ],
+                    last,
+                ];
+                (head, text, buttons)
+            }
+            Question::Step(step) => {
+                let head = match step {
+                    Step::SendFile { path, bytes } => format!(
+                        "📤 The assistant wants to send you the file {path} ({})",
+                        human_bytes(*bytes)
+                    ),
+                    Step::Delete { path } => {
+                        format!("🗑 The assistant wants to delete the file {path}")
+                    }
+                    Step::Schedule { job } => {
+                        format!("🗓 The assistant wants to schedule a job in this chat:\n{job}")
+                    }
+                };
+                let text = format!(
+                    "{head}\n\nAllow it? No answer within {secs} s refuses it. (Or type \
+                     /{CONFIRM_COMMAND} {id} allow|deny.)"
+                );
+                let buttons = vec![vec![
+                    button("Allow", CONFIRM_COMMAND, "allow"),
+                    button("Deny", CONFIRM_COMMAND, "deny"),
+                ]];
+                (head, text, buttons)
+            }
+        }
+    }
+
+    /// The receipt's lines of a task: what was asked, answered and by whom.
+    pub async fn asked_lines(&self, task_id: &str) -> Vec<String> {
+        let rows = self.store.egress_questions_of(task_id).await.unwrap_or_default();
+        rows.into_iter()
+            .map(|q| {
+                let answer = q.answer.as_deref().unwrap_or("waiting");
+                let what = match (q.kind.as_str(), &q.subject) {
+                    ("secret", Some(name)) => format!("secret {name} to {}:{}", q.host, q.port),
+                    _ => format!("{}:{}", q.host, q.port),
+                };
+                match q.answered_by.as_deref() {
+                    Some(by) if by != "daemon" => format!("{what} → {answer} by {by}"),
+                    _ => format!("{what} → {answer}"),
+                }
+            })
+            .collect()
+    }
+}
+
+/// `12.3 MB`, `512 KB`, `900 bytes`.
+fn human_bytes(bytes: u64) -> String {
+    const MB: u64 = 1024 * 1024;
+    match bytes {
+        b if b >= MB => format!("{:.1} MB", b as f64 / MB as f64),
+        b if b >= 1024 => format!("{} KB", b / 1024),
+        b => format!("{b} bytes"),
+    }
+}
