@@ -58,6 +58,15 @@ async fn a_full_disk_is_told_to_the_user_named_by_health_and_logged_once_with_a_
     let status = tg.wait_bot_messages(OWNER, |m| has_text(m, "DEGRADED: disk:"), LIMIT).await;
     assert!(texts(&status).concat().contains(&below), "{:?}", texts(&status));
 
+    // A one-shot job comes due while the disk is full: its tick cannot be recorded.
+    let job = nexbot_control::CronAdd {
+        chat: format!("telegram:{OWNER}"),
+        task: "the job due on a full disk".into(),
+        at: Some("in 2s".into()),
+        ..nexbot_control::CronAdd::default()
+    };
+    api.post::<_, nexbot_control::CronJob>(nexbot_control::cron_paths::CRON, &job).await.unwrap();
+
     // The disk fills: the message cannot be recorded; its user is told so, once.
     let filler = disk.fill();
     tg.user_says(OWNER, OWNER, "while the disk is full").await;
@@ -82,10 +91,20 @@ async fn a_full_disk_is_told_to_the_user_named_by_health_and_logged_once_with_a_
     assert_eq!(all.iter().filter(|t| t.contains(NOTICE)).count(), 1, "{all:?}");
     let states = ledger_states(&database);
     assert!(states.iter().all(|s| s == "answered"), "{states:?}");
+    // The job ran once when space returned.
+    let job_said = "the job due on a full disk";
+    tg.wait_bot_messages(OWNER, |m| has_text(m, job_said), LIMIT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ran = texts(&tg.bot_messages(OWNER).await);
+    assert_eq!(ran.iter().filter(|t| t.contains(job_said)).count(), 1, "{ran:?}");
 
     // The failure was logged once, then once with its count, not once a second.
     let log = serving.stop(LIMIT).await;
     let failed = count(&log, "cannot record a Telegram update;");
     let counted = count(&log, "cannot record a Telegram update (repeated ");
     assert_eq!((failed, counted), (1, 1), "{log}");
+    // The scheduler's failed tick was retried once a second and logged once (the old loop
+    // retried at once: a thousand lines a second).
+    let ticks = count(&log, "cannot record the due jobs");
+    assert!((1..=2).contains(&ticks), "{ticks} lines:\n{log}");
 }

@@ -142,6 +142,7 @@ async fn outcome(
             failure(&m.text)
                 && number_after(&m.text, "answer m").is_none()
                 && number_after(&m.text, "job m").is_none()
+                && number_after(&m.text, "job-m").is_none()
         });
         if let Some(failed) = failed {
             return Outcome::Failed(failed.text.clone());
@@ -167,6 +168,7 @@ mod tests {
             "⚠️ Task interrupted: x\nIt is not retried: ask again if you still need it."
         ));
         assert!(!failure("⚠️ Task error in 4.0s, 428 tokens"));
+        assert!(failure("Scheduled «fire job-m99» failed: the model"), "told apart by its job");
         assert!(failure("Sorry, something is wrong on my side: the model is down"));
     }
 }

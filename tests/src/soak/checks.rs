@@ -194,7 +194,9 @@ async fn fires(report: &mut Report, users: &Users, site: &Site, chats: i64) {
         *outcomes
             .entry(if outcome.is_empty() { "not run".into() } else { outcome.clone() })
             .or_default() += 1;
-        if *runs != 1 || times > 1 || (outcome == "ok") != (times == 1) {
+        // Ran once; its message came at most once, and came if the run is recorded as done. A
+        // run cut by a kill is recorded `cancelled` at the next start, its message sent or not.
+        if *runs != 1 || times > 1 || (outcome == "ok" && times == 0) {
             report.problem(format!(
                 "job m{n}: {runs} runs ({outcome}), its message came {times} times"
             ));
@@ -221,21 +223,20 @@ async fn records(report: &mut Report, site: &Site) {
     if running > 0 {
         report.problem(format!("{running} task records still running"));
     }
-    let states = db
-        .prepare("SELECT state, COUNT(*) FROM telegram_updates GROUP BY state ORDER BY state")
-        .and_then(|mut s| {
-            s.query_map([], |r| Ok(format!("{} {}", r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .expect("the ledger's states");
-    let tasks = db
-        .prepare("SELECT status, COUNT(*) FROM task_records GROUP BY status ORDER BY status")
-        .and_then(|mut s| {
-            s.query_map([], |r| Ok(format!("{} {}", r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .expect("the task records");
+    let states = tally(&db, "telegram_updates", "state");
+    let tasks = tally(&db, "task_records", "status");
     report.say(format!("updates: {}; task records: {}", states.join(", "), tasks.join(", ")));
+}
+
+/// "value count" for each value of `column` in `table` (fixed names, never input).
+fn tally(db: &rusqlite::Connection, table: &str, column: &str) -> Vec<String> {
+    let sql = format!("SELECT {column}, COUNT(*) FROM {table} GROUP BY {column} ORDER BY {column}");
+    db.prepare(&sql)
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok(format!("{} {}", r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 /// After the daemon's clean stop: the database whole, no panic in any run's log, nothing on
@@ -248,10 +249,30 @@ async fn left_behind(report: &mut Report, site: &Site) {
         report.problem(format!("the database's integrity check says {integrity:?}"));
     }
     let logs = site.logs.lock().unwrap().clone();
+    let mut loudest = (0, String::new());
     for (i, log) in logs.iter().enumerate() {
         if let Some(line) = log.lines().find(|l| l.contains("panicked")) {
             report.problem(format!("run {} of the daemon panicked: {line}", i + 1));
         }
+        // The same error again and again (a loop that retries at once) floods the log; a
+        // repeat is logged once with its count.
+        let mut repeats: HashMap<&str, usize> = HashMap::new();
+        for line in log.lines().filter(|l| l.contains(" ERROR ")) {
+            let text = line.split_once(' ').map_or(line, |(_, rest)| rest);
+            *repeats.entry(text).or_default() += 1;
+        }
+        if let Some((text, n)) = repeats.into_iter().max_by_key(|(_, n)| *n) {
+            if n > loudest.0 {
+                loudest = (n, text.chars().take(160).collect());
+            }
+        }
+    }
+    if loudest.0 > 0 {
+        report
+            .say(format!("the most repeated error line, {}× in one run: {}", loudest.0, loudest.1));
+    }
+    if loudest.0 > 100 {
+        report.problem(format!("an error line was logged {} times in one run", loudest.0));
     }
     let engine = site.engine.clone();
     let (containers, networks) = tokio::task::spawn_blocking(move || {
