@@ -26,7 +26,7 @@ use nexbot_llm::Usage;
 
 use crate::config::{CapsConfig, Unpriced};
 use crate::store::{Store, UsageRow};
-pub use nexbot_control::SpendSummary;
+pub use nexbot_core::SpendSummary;
 
 /// Today's and this month's allowances.
 #[derive(Debug)]
