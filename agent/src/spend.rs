@@ -26,7 +26,7 @@ use nexbot_llm::Usage;
 
 use crate::config::{CapsConfig, Unpriced};
 use crate::store::{Store, UsageRow};
-pub use nexbot_control::SpendSummary;
+pub use nexbot_core::SpendSummary;
 
 /// Today's and this month's allowances.
 #[derive(Debug)]
@@ -214,8 +214,7 @@ impl Spend {
             chat,
             provider: provider.to_owned(),
             source: "agent",
-            prompt_tokens: usage.prompt_tokens,
-            completion_tokens: usage.completion_tokens,
+            usage,
             cost_micros,
         })
         .await;
@@ -272,8 +271,7 @@ impl Spend {
             chat: chat.clone(),
             provider: "relay".into(),
             source: "task",
-            prompt_tokens: 0,
-            completion_tokens: tokens,
+            usage: Usage { prompt_tokens: 0, completion_tokens: tokens },
             cost_micros: micros,
         })
         .await;

@@ -1,5 +1,9 @@
-//! The human forms of the control API's numbers — durations, sizes, UTC times, ids — one
-//! form for `nexbot-ctl` and the daemon's web dashboard, so both read the same.
+//! The human forms of the control API's numbers — durations, UTC times, ids — one form for
+//! `nexbot-ctl` and the daemon's web dashboard, so both read the same. Sizes are
+//! [`human_size`] (`nexbot_core::text::human_size`, re-exported), the one form every part of
+//! Nexbot shows them in.
+
+pub use nexbot_core::text::human_size;
 
 /// Seconds as the two largest units: `45s`, `3m12s`, `2h05m`, `3d04h`.
 pub fn human_secs(secs: u64) -> String {
@@ -24,21 +28,6 @@ pub fn human_ms(ms: u64) -> String {
     } else {
         human_secs(ms / 1000)
     }
-}
-
-/// Bytes in binary units with one decimal: `512B`, `1.5KiB`, `52.3MiB`, `1.2GiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes}B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1}{}", UNITS[unit])
 }
 
 /// The proleptic Gregorian date `(year, month, day)` of a day count since 1970-01-01
@@ -87,14 +76,6 @@ mod tests {
         assert_eq!(human_ms(850), "850ms");
         assert_eq!(human_ms(12_340), "12.3s");
         assert_eq!(human_ms(192_000), "3m12s");
-    }
-
-    #[test]
-    fn sizes_are_humanized() {
-        assert_eq!(human_bytes(512), "512B");
-        assert_eq!(human_bytes(1536), "1.5KiB");
-        assert_eq!(human_bytes(52 * 1024 * 1024 + 300 * 1024), "52.3MiB");
-        assert_eq!(human_bytes(3 << 30), "3.0GiB");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! Why a crate of its own: the daemon's server and `nexbot-ctl` must agree on every field, and
 //! `nexbot-ctl` must stay a small, fast binary that links neither the daemon, nor Docker's
 //! client, nor axum. Types mirror the daemon's own (the pool's snapshot, task records, the
-//! Telegram ledger) instead of reusing them, so this crate depends on nothing of Nexbot.
+//! Telegram ledger) instead of reusing them, so this crate depends on nothing of Nexbot but
+//! `nexbot-core`, the vocabulary every part shares (no daemon code).
 
 pub mod approvals;
 mod client;

@@ -87,12 +87,25 @@ pub fn excerpt(text: &str) -> String {
     out.trim().to_owned()
 }
 
-/// `bytes` for a person: `512 B`, `1.5 KB`, `20.0 MB`.
+/// `bytes` for a person, the one form every part of Nexbot shows a size in (chat messages,
+/// `/status`, the dashboard, `nexbot-ctl`): binary multiples (1 KB = 1024 B, as Telegram and
+/// most file managers count), one decimal under 10 of a unit, whole from 10 up: `512 B`,
+/// `1.5 KB`, `20 MB`, `2.0 GB`.
 pub fn human_size(bytes: u64) -> String {
-    match bytes {
-        b if b < 1024 => format!("{b} B"),
-        b if b < 1024 * 1024 => format!("{:.1} KB", b as f64 / 1024.0),
-        b => format!("{:.1} MB", b as f64 / (1024.0 * 1024.0)),
+    const UNITS: [&str; 4] = ["KB", "MB", "GB", "TB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value < 9.95 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value:.0} {}", UNITS[unit])
     }
 }
 
@@ -170,6 +183,19 @@ mod tests {
         assert!(matches!(visible_controls("plain ␛ text é"), Cow::Borrowed(_)));
         let shown = visible_controls("\x1b\x1b");
         assert_eq!(visible_controls(&shown), shown, "showing twice changes nothing");
+    }
+
+    #[test]
+    fn sizes_are_shown_in_binary_multiples_with_a_decimal_only_when_small() {
+        assert_eq!(human_size(0), "0 B");
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(1536), "1.5 KB");
+        assert_eq!(human_size(5000), "4.9 KB");
+        assert_eq!(human_size(1_258_291), "1.2 MB");
+        assert_eq!(human_size(20 * 1024 * 1024), "20 MB");
+        assert_eq!(human_size(52 * 1024 * 1024 + 300 * 1024), "52 MB");
+        assert_eq!(human_size(2 << 30), "2.0 GB");
+        assert_eq!(human_size(u64::MAX), "16777216 TB");
     }
 
     #[test]

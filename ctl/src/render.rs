@@ -1,6 +1,6 @@
 //! Text rendering shared by every command: aligned tables and `key: value` blocks; the
 //! human forms of durations, sizes and UTC times are `nexbot_control::human`'s (the
-//! dashboard shows them the same way), re-exported here.
+//! dashboard shows them the same way; sizes as everywhere), re-exported here.
 //!
 //! Everything here is pure (strings in, string out) so that it is unit-tested without a
 //! daemon. Cells are made safe for a terminal: table cells and values come from chats, task
@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-pub use nexbot_control::human::{human_bytes, human_ms, human_secs, or_dash, short_id, utc_time};
+pub use nexbot_control::human::{human_ms, human_secs, human_size, or_dash, short_id, utc_time};
 
 /// A table whose columns are padded to their widest cell, two spaces apart, header in upper
 /// case. An empty table renders as its header alone.

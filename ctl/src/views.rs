@@ -9,7 +9,7 @@ use nexbot_control::{
 };
 
 use crate::render::{
-    cut, human_bytes, human_ms, human_secs, key_values, one_line, or_dash, safe_block, short_id,
+    cut, human_ms, human_secs, human_size, key_values, one_line, or_dash, safe_block, short_id,
     utc_time, Table,
 };
 
@@ -85,7 +85,7 @@ pub fn status(s: &Status) -> String {
     pairs.push(("spend".into(), s.spend.render()));
     pairs.push((
         "database".into(),
-        format!("{} ({} bytes)", human_bytes(s.database_bytes), s.database_bytes),
+        format!("{} ({} bytes)", human_size(s.database_bytes), s.database_bytes),
     ));
     key_values(&pairs)
 }
@@ -162,7 +162,7 @@ pub fn subagents(list: &[Subagent]) -> String {
             current,
             or_dash(s.last_ping_us, |us| format!("{:.2}ms", us as f64 / 1000.0)),
             restarts,
-            or_dash(s.memory_bytes, |b| format!("{:.1}MiB", b as f64 / (1024.0 * 1024.0))),
+            or_dash(s.memory_bytes, human_size),
         ]);
     }
     t.render()
@@ -360,7 +360,7 @@ pub fn skills(list: &SkillList) -> String {
 
 /// `backup`: where the copy is and how big.
 pub fn backup(b: &BackupReport) -> String {
-    format!("backup written to {} ({}, {} bytes)\n", b.path, human_bytes(b.bytes), b.bytes)
+    format!("backup written to {} ({}, {} bytes)\n", b.path, human_size(b.bytes), b.bytes)
 }
 
 #[cfg(test)]
@@ -428,7 +428,7 @@ mod tests {
         assert_eq!(
             subagents(&[subagent("main-0"), idle]),
             "ID      CONTAINER     STATE     ROOM         UPTIME  TASKS  CURRENT        PING    RESTARTS  MEMORY\n\
-             main-0  3f2a1b0c9d8e  busy      telegram:42  3m12s   7      1a2b3c4d 4.2s  1.23ms  1 (oom)   50.0MiB\n\
+             main-0  3f2a1b0c9d8e  busy      telegram:42  3m12s   7      1a2b3c4d 4.2s  1.23ms  1 (oom)   50 MB\n\
              main-1  -             starting  blank        -       7      -              -       0         -\n"
         );
         assert_eq!(
@@ -552,7 +552,7 @@ mod tests {
             "channel telegram:  ok\n",
             "tokens today:      15 (10 prompt + 5 completion)\n",
             "spend:             Spend today (2026-11-23): 15 tokens of 1000; $0.0000 today, $0.0000 this month\n",
-            "database:          2.0KiB (2048 bytes)\n",
+            "database:          2.0 KB (2048 bytes)\n",
         ] {
             assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
         }

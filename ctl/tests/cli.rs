@@ -323,7 +323,7 @@ fn backup_sends_an_absolute_path_and_prints_the_report() {
     let cwd = TempDir::new("nbctl");
     let out = daemon.run_in(&cwd.0, &["backup", "copy.db"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "backup written to /somewhere/copy.db (4.0KiB, 4096 bytes)\n");
+    assert_eq!(text(&out.stdout), "backup written to /somewhere/copy.db (4.0 KB, 4096 bytes)\n");
     let sent: serde_json::Value = serde_json::from_str(&daemon.requests()[0].body).unwrap();
     let cwd = std::fs::canonicalize(&cwd.0).unwrap();
     let sent = std::fs::canonicalize(Path::new(sent["path"].as_str().unwrap()).parent().unwrap())

@@ -22,7 +22,7 @@ use crate::error::PoolError;
 use crate::link::{Link, LinkError};
 use crate::logs::LogRing;
 use crate::member::Member;
-use crate::owner::{self, Liveness, Owner};
+use crate::pool_owner::{self, Liveness, Owner};
 use crate::removal::{Removals, Remove};
 use crate::restart::RestartReason;
 use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
@@ -329,7 +329,7 @@ impl Engine {
                 Some(verdict) => verdict.clone(),
                 None => {
                     let verdict = match &recorded {
-                        Some(owner) => owner::owner_of_run_is_live(&self.docker, owner, &run).await?,
+                        Some(owner) => pool_owner::owner_of_run_is_live(&self.docker, owner, &run).await?,
                         // An older nexbot's container: dead once it stopped (its stdin closed).
                         None if container.state.as_ref().is_some_and(|s| s.to_string() == "running") => {
                             Liveness::Live("a container of it, made by an older nexbot without owner labels, is running".into())

@@ -13,11 +13,11 @@
 //! [`ensure_internal_network`] (and [`ensure_pool_network`]) and [`spec::container_spec`] are
 //! public for the parts that need to see the network and the container spec (egress proxy,
 //! compose). A pool and its network belong to one daemon instance, an [`Owner`] (see
-//! [`owner`]): [`Pool::start_owned`] and [`ensure_pool_network_owned`] let tests stand in for
+//! [`pool_owner`]): [`Pool::start_owned`] and [`ensure_pool_network_owned`] let tests stand in for
 //! other daemons. The host reaches Docker only through this crate: [`connect`] makes its connection,
 //! and [`engine_version`], [`image_present`] and [`network_gateway`] answer `nexbot doctor`.
 //!
-//! # Start (`network.rs`, `owner.rs`, `spec.rs`, `engine.rs`)
+//! # Start (`network.rs`, `pool_owner.rs`, `spec.rs`, `engine.rs`)
 //!
 //! [`Pool::start`] ensures the internal network (internal, inter-container traffic off, no
 //! IPv6; a wrong existing network is recreated when unused, else refused with the fix), refuses
@@ -119,9 +119,9 @@ mod logs;
 mod member;
 pub mod network;
 mod outage;
-mod own;
-pub mod owner;
+mod own_container;
 mod pool;
+pub mod pool_owner;
 mod removal;
 mod restart;
 mod room;
@@ -142,11 +142,11 @@ pub use network::{
     NetworkInfo,
 };
 pub use outage::EngineOutage;
-pub use own::{
+pub use own_container::{
     discover_own_container, OwnContainer, SelfDiscovery, DISCOVERY_ATTEMPTS, DISCOVERY_PAUSE,
 };
-pub use owner::Owner;
 pub use pool::{PingResult, Pool, TaskIo, TaskRun, MAX_TASK_TIMEOUT_SECS};
+pub use pool_owner::Owner;
 pub use restart::RestartReason;
 pub use room::{Room, DEFAULT_ROOM};
 pub use service::{

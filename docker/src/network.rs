@@ -28,7 +28,7 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 
 use crate::error::PoolError;
-use crate::owner::{self, Liveness, Owner};
+use crate::pool_owner::{self, Liveness, Owner};
 use crate::spec::{LABEL_INSTANCE, LABEL_ROLE};
 
 /// Label put on networks this crate creates, so they can be told apart from the operator's.
@@ -162,7 +162,7 @@ fn create_request(
         .and_then(|t| t.labels.clone())
         .unwrap_or_default()
         .into_iter()
-        .filter(|(k, _)| !k.starts_with(owner::LABEL_OWNER))
+        .filter(|(k, _)| !k.starts_with(pool_owner::LABEL_OWNER))
         .collect();
     all_labels.extend(labels.clone());
     all_labels.insert(NETWORK_LABEL.into(), name.into());
@@ -206,7 +206,7 @@ async fn assess(
     if !mine {
         return Ok(Some(match &recorded {
             None => "it carries no owner (made by an older nexbot or by hand)".to_owned(),
-            Some(r) => match owner::liveness(docker, r).await? {
+            Some(r) => match pool_owner::liveness(docker, r).await? {
                 Liveness::Live(why) => {
                     return Err(PoolError::Owned {
                         what: format!("network {name:?}"),
@@ -264,7 +264,7 @@ async fn take_over(docker: &Docker, net: &NetworkInspect, why: &str) -> Result<(
         let verdict = match Owner::from_labels(&labels) {
             Some(owner) => {
                 let run = labels.get(LABEL_INSTANCE).cloned().unwrap_or_default();
-                let verdict = owner::owner_of_run_is_live(docker, &owner, &run).await?;
+                let verdict = pool_owner::owner_of_run_is_live(docker, &owner, &run).await?;
                 if let Liveness::Live(live) = &verdict {
                     if owner.same_process(Owner::current()) {
                         return Err(PoolError::Network {

@@ -33,7 +33,7 @@ use crate::error::PoolError;
 use crate::link::LinkError;
 use crate::member::{Member, Retirement};
 use crate::network::{ensure_pool_network_owned, NetworkInfo};
-use crate::owner::{Owner, RunRegistration};
+use crate::pool_owner::{Owner, RunRegistration};
 use crate::restart::RestartReason;
 use crate::room::Room;
 use crate::slot::{ContainerSnapshot, Slot, SlotState};

@@ -14,7 +14,7 @@ use bollard::models::{
 
 use crate::config::PoolConfig;
 use crate::error::PoolError;
-use crate::owner::Owner;
+use crate::pool_owner::Owner;
 
 /// Label naming the pool a container belongs to: start-up reaping and cleanup filter on it.
 pub const LABEL_POOL: &str = "nexbot.pool";
@@ -183,8 +183,8 @@ mod tests {
         assert_eq!(labels[LABEL_POOL], "nexbot");
         assert_eq!(labels[LABEL_INSTANCE], "inst-1");
         assert_eq!(labels[LABEL_SLOT], "2");
-        assert_eq!(labels[crate::owner::LABEL_OWNER], Owner::current().instance);
-        assert_eq!(labels[crate::owner::LABEL_OWNER_PID], std::process::id().to_string());
+        assert_eq!(labels[crate::pool_owner::LABEL_OWNER], Owner::current().instance);
+        assert_eq!(labels[crate::pool_owner::LABEL_OWNER_PID], std::process::id().to_string());
         let sysctls = host.sysctls.unwrap();
         assert_eq!(sysctls["net.ipv6.conf.all.disable_ipv6"], "1");
         assert_eq!(sysctls["net.ipv6.conf.default.disable_ipv6"], "1");

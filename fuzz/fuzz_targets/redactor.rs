@@ -1,49 +1,21 @@
 //! The redactor. A secret (at least 8 bytes, as validation demands) and a short LLM key come
 //! from the input, one covered form of the secret is planted in text from the input, and the
 //! text is redacted in one piece and as a stream cut where the input says. Properties: no
-//! covered form of the secret survives (forms computed here, independently of the redactor),
-//! redacting again changes nothing, and the stream gives exactly what one piece gives.
+//! covered form of the secret survives (forms computed by `redact/tests/forms/mod.rs`,
+//! independently of the redactor), redacting again changes nothing, and the stream gives
+//! exactly what one piece gives.
 #![no_main]
 
 use std::sync::Arc;
 
-use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
-use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
 use nexbot_protocol::{Redactor, SecretMap};
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use secrecy::SecretString;
 
-fn lower_hex_escapes(pct: &str) -> String {
-    let mut out = String::new();
-    let mut digits = 0u8;
-    for c in pct.chars() {
-        out.push(if digits > 0 { c.to_ascii_lowercase() } else { c });
-        digits = if c == '%' { 2 } else { digits.saturating_sub(1) };
-    }
-    out
-}
-
-fn forms(value: &str) -> Vec<String> {
-    let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
-    let pct = utf8_percent_encode(value, NON_ALPHANUMERIC).to_string();
-    let json = serde_json::to_string(value).unwrap();
-    let all_escaped: String = value.encode_utf16().map(|u| format!("\\u{u:04X}")).collect();
-    vec![
-        value.to_owned(),
-        STANDARD.encode(value),
-        STANDARD_NO_PAD.encode(value),
-        URL_SAFE.encode(value),
-        URL_SAFE_NO_PAD.encode(value),
-        hex.to_uppercase(),
-        hex,
-        lower_hex_escapes(&pct),
-        pct.replace("%20", "+"),
-        pct,
-        json[1..json.len() - 1].to_owned(),
-        all_escaped,
-    ]
-}
+/// The covered forms, the one oracle the redactor's property test also uses.
+#[path = "../../redact/tests/forms/mod.rs"]
+mod forms;
+use forms::forms;
 
 /// Splits off a length-prefixed piece.
 fn take<'a>(data: &mut &'a [u8], max: usize) -> &'a [u8] {

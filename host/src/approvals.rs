@@ -947,7 +947,7 @@ mod tests {
         let big = Step::SendFile { path: "big.bin".into(), bytes: 5000 };
         let waiting = tokio::spawn(async move { asking.confirm(&ChatRef::Telegram(7), big).await });
         let question = sent.recv().await.unwrap();
-        assert!(question.text.contains("big.bin (4 KB)"), "{}", question.text);
+        assert!(question.text.contains("big.bin (4.9 KB)"), "{}", question.text);
         let labels: Vec<String> = question.buttons.concat().into_iter().map(|b| b.label).collect();
         assert_eq!(labels, ["Allow", "Deny"]);
         let listed = approvals.pending();

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use nexbot_core::text::human_size;
+
 use crate::status::StatusBoard;
 
 /// How often the watcher looks, to log a drop below the threshold.
@@ -89,7 +91,7 @@ pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
 /// why it cannot be read.
 pub fn free_text(dir: &Path) -> String {
     match free_bytes(dir) {
-        Ok(free) => megabytes(free),
+        Ok(free) => human_size(free),
         Err(e) => format!("unknown ({e})"),
     }
 }
@@ -98,20 +100,8 @@ pub fn free_text(dir: &Path) -> String {
 /// "1.2 MB free in /data (below 50 MB)".
 pub fn low_space(dir: &Path, free: u64, min_free: u64) -> Option<String> {
     (free < min_free).then(|| {
-        format!("{} free in {} (below {})", megabytes(free), dir.display(), megabytes(min_free))
+        format!("{} free in {} (below {})", human_size(free), dir.display(), human_size(min_free))
     })
-}
-
-/// `bytes` in MB: one decimal under 10 MB ("1.2 MB", "0 MB"), whole above ("50 MB").
-fn megabytes(bytes: u64) -> String {
-    let mb = bytes as f64 / MB as f64;
-    if bytes == 0 {
-        "0 MB".to_owned()
-    } else if mb < 10.0 {
-        format!("{mb:.1} MB")
-    } else {
-        format!("{} MB", bytes / MB)
-    }
 }
 
 #[cfg(test)]
@@ -123,7 +113,7 @@ mod tests {
         let dir = Path::new("/data");
         let low = low_space(dir, 1_258_291, 50 * MB);
         assert_eq!(low.as_deref(), Some("1.2 MB free in /data (below 50 MB)"));
-        assert_eq!(low_space(dir, 0, 50 * MB).as_deref(), Some("0 MB free in /data (below 50 MB)"));
+        assert_eq!(low_space(dir, 0, 50 * MB).as_deref(), Some("0 B free in /data (below 50 MB)"));
         assert_eq!(low_space(dir, 50 * MB, 50 * MB), None);
         assert_eq!(low_space(dir, 5000 * MB, 50 * MB), None);
     }

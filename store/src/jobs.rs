@@ -1,6 +1,6 @@
 //! Jobs and their run ledger in the store (tables `jobs` and `job_runs`, migrations 6 and 8).
 
-use nexbot_core::ChatRef;
+use nexbot_core::{ChatRef, Usage};
 use rusqlite::{params, OptionalExtension};
 
 use crate::{unix_now, Store, StoreError};
@@ -251,8 +251,8 @@ fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<JobRun> {
 pub struct RunEnd {
     pub outcome: RunOutcome,
     pub detail: Option<String>,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    /// The run's own model calls.
+    pub usage: Usage,
     /// Tokens of the tasks the run delegated.
     pub task_tokens: u64,
     pub message: Option<String>,
@@ -560,8 +560,8 @@ impl Store {
                     run_id,
                     end.outcome.as_str(),
                     end.detail,
-                    end.prompt_tokens as i64,
-                    end.completion_tokens as i64,
+                    end.usage.prompt_tokens as i64,
+                    end.usage.completion_tokens as i64,
                     end.message,
                     end.message_id,
                     unix_now(),
@@ -737,8 +737,7 @@ mod tests {
             store.start_job_run(run).await.unwrap();
             let end = RunEnd {
                 outcome: RunOutcome::Ok,
-                prompt_tokens: tokens,
-                completion_tokens: 0,
+                usage: Usage { prompt_tokens: tokens, completion_tokens: 0 },
                 message: Some("hi".into()),
                 ..RunEnd::default()
             };

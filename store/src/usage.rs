@@ -18,8 +18,7 @@ pub struct UsageRow {
     pub provider: String,
     /// `agent` or `task`.
     pub source: &'static str,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    pub usage: Usage,
     /// `None`: the provider has no prices.
     pub cost_micros: Option<u64>,
 }
@@ -163,8 +162,8 @@ impl Store {
                     row.chat.to_string(),
                     row.provider,
                     row.source,
-                    row.prompt_tokens as i64,
-                    row.completion_tokens as i64,
+                    row.usage.prompt_tokens as i64,
+                    row.usage.completion_tokens as i64,
                     row.cost_micros.unwrap_or(0) as i64,
                     i64::from(row.cost_micros.is_none()),
                 ],

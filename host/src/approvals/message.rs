@@ -85,7 +85,7 @@ impl Approvals {
                 let head = match step {
                     Step::SendFile { path, bytes } => format!(
                         "📤 The assistant wants to send you the file {path} ({})",
-                        human_bytes(*bytes)
+                        nexbot_core::text::human_size(*bytes)
                     ),
                     Step::Delete { path } => {
                         format!("🗑 The assistant wants to delete the file {path}")
@@ -123,15 +123,5 @@ impl Approvals {
                 }
             })
             .collect()
-    }
-}
-
-/// `12.3 MB`, `512 KB`, `900 bytes`.
-fn human_bytes(bytes: u64) -> String {
-    const MB: u64 = 1024 * 1024;
-    match bytes {
-        b if b >= MB => format!("{:.1} MB", b as f64 / MB as f64),
-        b if b >= 1024 => format!("{} KB", b / 1024),
-        b => format!("{b} bytes"),
     }
 }

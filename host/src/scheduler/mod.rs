@@ -817,8 +817,7 @@ impl Worker {
         let outcome = outcome.await;
         let mut end = RunEnd {
             outcome: RunOutcome::Ok,
-            prompt_tokens: outcome.usage.prompt_tokens,
-            completion_tokens: outcome.usage.completion_tokens,
+            usage: outcome.usage,
             task_tokens: outcome.task_tokens,
             ..RunEnd::default()
         };

@@ -699,7 +699,7 @@ async fn compose_recreated_ten_times_keeps_its_pool_network_and_skills() {
         let model = format!("NEXBOT_LLM__MODEL=recreated-{round}");
         assert!(env.contains(&model), "round {round}: the setting did not arrive: {env:?}");
         // The first pool container this daemon made, whatever it named its pool.
-        let owned_by = format!("{}={host}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+        let owned_by = format!("{}={host}", nexbot_docker::pool_owner::LABEL_OWNER_CONTAINER);
         let made = wait_for(Duration::from_secs(120), || async {
             containers(&docker, &owned_by, true).await.into_iter().next()
         })
@@ -773,15 +773,18 @@ impl Drop for Unidentified {
             run_bounded(docker_cli(&["rm", "-f", name]));
         }
         for fake in &self.fakes {
-            let label = format!("label={}={fake}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+            let label =
+                format!("label={}={fake}", nexbot_docker::pool_owner::LABEL_OWNER_CONTAINER);
             if let Ok(out) = docker_cli(&["ps", "-aq", "--filter", &label]).output() {
                 for id in text(&out.stdout).split_whitespace() {
                     run_bounded(docker_cli(&["rm", "-f", id]));
                 }
             }
         }
-        let owner =
-            format!("{{{{index .Labels \"{}\"}}}}", nexbot_docker::owner::LABEL_OWNER_CONTAINER);
+        let owner = format!(
+            "{{{{index .Labels \"{}\"}}}}",
+            nexbot_docker::pool_owner::LABEL_OWNER_CONTAINER
+        );
         if let Ok(out) =
             docker_cli(&["network", "inspect", "-f", &owner, "nexbot-subagents"]).output()
         {
@@ -837,7 +840,8 @@ async fn a_daemon_that_cannot_tell_its_container_warns_and_owned_defaults_are_re
         dir: std::env::temp_dir().join(format!("nxd-cannot-tell-{}", std::process::id())),
     };
     let first = daemons.start(1);
-    let owned_by = format!("{}={}", nexbot_docker::owner::LABEL_OWNER_CONTAINER, daemons.fakes[0]);
+    let owned_by =
+        format!("{}={}", nexbot_docker::pool_owner::LABEL_OWNER_CONTAINER, daemons.fakes[0]);
     let pool = wait_for(Duration::from_secs(120), || async {
         containers(&docker, &owned_by, false).await.into_iter().next()
     })

@@ -11,7 +11,7 @@ use crate::pool_common;
 use std::process::{Child, Command};
 
 use bollard::Docker;
-use nexbot_docker::owner::LABEL_OWNER;
+use nexbot_docker::pool_owner::LABEL_OWNER;
 use nexbot_docker::{
     ensure_pool_network, ensure_pool_network_owned, Owner, Pool, PoolConfig, PoolError,
 };

@@ -2,7 +2,7 @@
 //! escapes every value), and the fragments the live stream re-sends.
 
 use maud::{html, Markup, DOCTYPE};
-use nexbot_control::human::{human_bytes, human_ms, human_secs, or_dash, short_id, utc_time};
+use nexbot_control::human::{human_ms, human_secs, human_size, or_dash, short_id, utc_time};
 use nexbot_control::{
     ApprovalList, CronJobList, CronRunList, Health, MessageList, PoolSummary, SecretList,
     SkillList, Status, SubagentList, TaskDetail, TaskRow,
@@ -184,7 +184,7 @@ pub fn overview(v: &OverviewData, csrf: &str) -> Markup {
                     @for c in &st.channels { dt { (c.name) } dd { (c.health) } }
                     dt { "scheduler" } dd { (st.scheduler) }
                     dt { "vault" } dd { (st.vault) }
-                    dt { "database" } dd { (human_bytes(st.database_bytes)) }
+                    dt { "database" } dd { (human_size(st.database_bytes)) }
                 }
                 form.inline method="post" action="/reload" {
                     (csrf_field(csrf))
@@ -286,7 +286,7 @@ pub fn pool(
                                 } @else { "-" }
                             }
                             td { (or_dash(s.last_ping_us, |us| format!("{:.2}ms", us as f64 / 1000.0))) }
-                            td { (or_dash(s.memory_bytes, human_bytes)) }
+                            td { (or_dash(s.memory_bytes, human_size)) }
                             td {
                                 (s.restarts)
                                 @if let Some(why) = &s.last_restart { " (" (why) ")" }

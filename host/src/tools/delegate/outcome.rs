@@ -10,7 +10,6 @@ use std::time::Duration;
 use nexbot_protocol::{ResponseBody, Todo};
 
 use crate::delegation::{SubagentError, SubagentOutcome};
-use crate::llm::Usage;
 use crate::store::{TaskEnd, TaskStatus};
 use crate::tools::{success, ToolContext, ToolError, ToolOutput, ToolResult};
 use nexbot_egress::TaskSummary;
@@ -77,12 +76,7 @@ impl Delegate {
                     ResponseBody::Success { result, usage, searches: made, open_todos, .. } => {
                         searches = made;
                         end.status = TaskStatus::Success;
-                        end.usage = usage
-                            .map(|u| Usage {
-                                prompt_tokens: u.prompt_tokens,
-                                completion_tokens: u.completion_tokens,
-                            })
-                            .unwrap_or_default();
+                        end.usage = usage.unwrap_or_default();
                         // A direct call's output goes to the user, not to a model: no
                         // envelope (the subagent sanitized and redacted it).
                         if direct {

@@ -4,7 +4,7 @@
 //! Why: subagent containers get the skills folder by its path *on the Docker host* (the engine
 //! resolves bind sources there), and a daemon in compose only knows its own mount point
 //! (`/skills`). With host networking the hostname is the host's, so it names nothing; the
-//! container's id comes from the kernel instead ([`crate::owner::own_container_id`]: the
+//! container's id comes from the kernel instead ([`crate::pool_owner::own_container_id`]: the
 //! container's own `/etc/hostname` bind mount in `/proc/self/mountinfo`, else its cgroup), and
 //! the engine is asked about that one container by id. Listing containers is not used: right
 //! after `docker-compose up` recreates the service, the engine may not list the new container
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 
-use crate::owner::own_container_id;
+use crate::pool_owner::own_container_id;
 
 /// This process's own container.
 #[derive(Debug, Clone, PartialEq, Eq)]
