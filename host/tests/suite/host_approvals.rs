@@ -780,7 +780,7 @@ async fn agent_confirm_asks_before_a_large_send_file_and_a_delete_and_the_answer
     // Over the size: asked, with Allow / Deny; a stranger's press is refused; Allow sends.
     tg.user_says(OWNER, OWNER, "send_file big.bin").await;
     let question = wait_asked(&tg, OWNER, SEND_QUESTION, 0).await;
-    assert!(question.text.contains("big.bin (3 KB)"), "{}", question.text);
+    assert!(question.text.contains("big.bin (3.9 KB)"), "{}", question.text);
     let labels: Vec<String> = question.buttons().into_iter().map(|(l, _)| l).collect();
     assert_eq!(labels, ["Allow", "Deny"]);
     assert_eq!(documents(&tg.bot_messages(OWNER).await), 0, "nothing sent while it asks");

@@ -113,7 +113,7 @@ async fn doctor_passes_with_a_reachable_llm_and_fails_naming_the_fix() {
     let stdout = text(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
     assert!(
-        stdout.contains("[FAIL] disk: ") && stdout.contains("(below 1000000000 MB)"),
+        stdout.contains("[FAIL] disk: ") && stdout.contains("(below 954 TB)"),
         "{stdout}"
     );
     assert!(stdout.contains("fix: free space there"), "{stdout}");
