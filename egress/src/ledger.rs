@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::audit::Verdict;
@@ -28,7 +28,8 @@ pub const MAX_DESTINATIONS: usize = 256;
 const ENDED_MEMORY: usize = 4096;
 
 /// Connections (or relay calls) to one destination, by verdict.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct DestinationCounts {
     pub allowed: u64,
     pub denied: u64,
@@ -46,8 +47,10 @@ impl DestinationCounts {
     }
 }
 
-/// What one task did through the egress: handed over by [`crate::TaskTokens::finish`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// What one task did through the egress: handed over by [`crate::TaskTokens::finish`], kept
+/// in the task record as JSON and read back as this type (the dashboard's task page).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TaskSummary {
     pub task_id: String,
     /// Per destination `host:port` (the LLM provider's for relay calls), what became of the
@@ -287,6 +290,24 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_summary_read_back_from_its_json_is_the_same_and_an_older_one_reads_too() {
+        let mut summary =
+            TaskSummary { task_id: "t1".into(), bytes_up: 7, ..TaskSummary::default() };
+        summary.destinations.insert(
+            "example.org:443".into(),
+            DestinationCounts { allowed: 2, denied: 1, errors: 0 },
+        );
+        summary.secrets_injected = 3;
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(serde_json::from_value::<TaskSummary>(json).unwrap(), summary);
+        // A record written before a field existed (or without the skipped zero ones).
+        let old = serde_json::json!({"task_id": "t0", "destinations": {"a:80": {"allowed": 1}}});
+        let read: TaskSummary = serde_json::from_value(old).unwrap();
+        assert_eq!(read.destinations["a:80"].allowed, 1);
+        assert_eq!(read.secrets_injected, 0);
+    }
 
     #[test]
     fn a_task_is_counted_until_it_ends_then_refused() {

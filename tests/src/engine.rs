@@ -1,6 +1,6 @@
 //! A Docker engine of the test's own: a second `dockerd` with its own data root, exec root,
-//! socket and bridge, which a test may stop (gracefully, as `systemctl restart docker` does, or
-//! with SIGKILL) and start again without touching the machine's engine or other tests.
+//! socket and bridge, which a test may stop (gracefully, as `systemctl restart docker` does)
+//! and start again without touching the machine's engine or other tests.
 //!
 //! Why a network namespace: a second `dockerd` started in the machine's own network namespace
 //! deletes the host's `docker0` and breaks the first engine (ENVIRONMENT.md). So the engine
@@ -70,8 +70,6 @@ pub struct TestEngine {
     dir: PathBuf,
     child: Option<Child>,
     live_restore: bool,
-    /// How many times it was started.
-    pub starts: u32,
 }
 
 impl TestEngine {
@@ -85,7 +83,7 @@ impl TestEngine {
         );
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir).expect("the engine's folder");
-        let mut engine = Self { dir: dir.to_owned(), child: None, live_restore: false, starts: 0 };
+        let mut engine = Self { dir: dir.to_owned(), child: None, live_restore: false };
         engine.boot();
         engine
     }
@@ -132,7 +130,6 @@ impl TestEngine {
             command.arg("--live-restore");
         }
         self.child = Some(command.spawn().expect("run dockerd"));
-        self.starts += 1;
         let start = Instant::now();
         while !self.answers() {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
@@ -195,13 +192,7 @@ impl TestEngine {
         self.wait_exit(Duration::from_secs(60));
     }
 
-    /// SIGKILL: the engine dies without stopping its containers.
-    pub fn kill(&mut self) {
-        self.signal("KILL");
-        self.wait_exit(Duration::from_secs(10));
-    }
-
-    /// Starts it again after [`Self::stop`] or [`Self::kill`].
+    /// Starts it again after [`Self::stop`].
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "the engine still runs");
         self.boot();

@@ -112,10 +112,7 @@ async fn doctor_passes_with_a_reachable_llm_and_fails_naming_the_fix() {
     let out = run(env).await;
     let stdout = text(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("[FAIL] disk: ") && stdout.contains("(below 954 TB)"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("[FAIL] disk: ") && stdout.contains("(below 954 TB)"), "{stdout}");
     assert!(stdout.contains("fix: free space there"), "{stdout}");
 
     let out = run(base_env("http://127.0.0.1:9/v1")).await;

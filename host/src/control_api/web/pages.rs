@@ -390,8 +390,10 @@ pub fn task_logs(s: &ControlState, detail: &TaskDetail) -> Result<Vec<String>, S
 /// A task's page: its record, receipt, destinations, progress and log lines.
 pub fn task(d: &TaskDetail, logs: &Result<Vec<String>, String>) -> Markup {
     let r = &d.row;
-    let destinations =
-        d.egress.as_ref().and_then(|e| e.get("destinations")).and_then(|v| v.as_object());
+    // The record keeps the egress's summary as JSON (the wire); read back as its type.
+    let summary: Option<crate::egress::TaskSummary> =
+        d.egress.clone().and_then(|e| serde_json::from_value(e).ok());
+    let destinations = summary.as_ref().map(|s| &s.destinations);
     html! {
         dl.pairs {
             dt { "id" } dd { code { (r.id) } }
@@ -417,9 +419,9 @@ pub fn task(d: &TaskDetail, logs: &Result<Vec<String>, String>) -> Markup {
                 tbody { @for (dest, counts) in map {
                     tr {
                         td { code { (dest) } }
-                        td { (counts.get("allowed").and_then(|v| v.as_u64()).unwrap_or(0)) }
-                        td { (counts.get("denied").and_then(|v| v.as_u64()).unwrap_or(0)) }
-                        td { (counts.get("errors").and_then(|v| v.as_u64()).unwrap_or(0)) }
+                        td { (counts.allowed) }
+                        td { (counts.denied) }
+                        td { (counts.errors) }
                     }
                 } }
             } },
