@@ -47,6 +47,14 @@ pub async fn engine_version(docker: &Docker) -> Result<(String, String), EngineU
     }
 }
 
+/// Where the engine keeps its images and containers (`DockerRootDir` of `docker info`), as
+/// the engine names it (a path on the engine's machine: visible here only when it is local and
+/// not hidden by a container's mount namespace). `None` when the engine does not say.
+pub async fn engine_root_dir(docker: &Docker) -> Option<std::path::PathBuf> {
+    let info = tokio::time::timeout(ENGINE_TIMEOUT, docker.info()).await.ok()?.ok()?;
+    info.docker_root_dir.filter(|d| !d.is_empty()).map(std::path::PathBuf::from)
+}
+
 /// Whether `image` exists in the local engine (nothing is ever pulled).
 pub async fn image_present(docker: &Docker, image: &str) -> Result<(), PoolError> {
     match docker.inspect_image(image).await {

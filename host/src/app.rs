@@ -202,7 +202,13 @@ impl App {
         let router = Arc::new(Router::new().with_exits(exits.clone()));
         let status = StatusBoard::default();
         let disk = crate::disk::DiskSpace::new(config.data_dir(), config.storage.min_free_mb);
-        disk.add_to(&status);
+        disk.add_to(&status, "disk");
+        if let Some(sandbox) = &sandbox {
+            let engine = crate::disk::engine_disk(sandbox.docker(), config.storage.min_free_mb);
+            if let Some(engine) = engine.await {
+                engine.add_to(&status, "engine disk");
+            }
+        }
         if let Some(skills) = agent.skills().cloned() {
             status.add("skills", move || match skills.dir() {
                 None => "no skills folder ([skills] dir)".to_owned(),

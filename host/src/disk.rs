@@ -50,10 +50,20 @@ impl DiskSpace {
         }
     }
 
-    /// Adds the check to `board` as the part `disk`.
-    pub fn add_to(&self, board: &StatusBoard) {
+    /// The directory whose file system it watches.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Its free space now, as the degraded text prints it (or why it cannot be read).
+    pub fn free(&self) -> String {
+        free_text(&self.dir)
+    }
+
+    /// Adds the check to `board` as the part `part` (`disk`, `engine disk`).
+    pub fn add_to(&self, board: &StatusBoard, part: &'static str) {
         let space = self.clone();
-        board.add_problem("disk", move || space.problem());
+        board.add_problem(part, move || space.problem());
     }
 
     /// Logs when the space drops below the threshold (with what to do) and when it is back,
@@ -79,6 +89,14 @@ impl DiskSpace {
             }
         }
     }
+}
+
+/// The engine's data directory ([`nexbot_docker::engine_root_dir`]) when this process can see
+/// it (a local engine, the daemon not in a container): its free space is watched as the part
+/// `engine disk`, since a full engine disk fails every container start.
+pub async fn engine_disk(docker: &nexbot_docker::Docker, min_free_mb: u64) -> Option<DiskSpace> {
+    let root = nexbot_docker::engine_root_dir(docker).await?;
+    root.is_dir().then(|| DiskSpace::new(root, min_free_mb))
 }
 
 /// Bytes an unprivileged process may still write in `dir`'s file system.

@@ -269,6 +269,17 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
         Err(e) => return (fail(e.to_string()), None),
     };
     let mut checks = vec![Check::ok("docker", format!("engine {version} (API {api})"))];
+    if let Some(engine) = crate::disk::engine_disk(&docker, config.storage.min_free_mb).await {
+        checks.push(match engine.problem() {
+            None => Check::ok("engine disk", format!("{} free in {}", engine.free(), engine.dir().display())),
+            Some(problem) => Check::bad(
+                "engine disk",
+                CheckStatus::Fail,
+                problem,
+                "free space there (`docker system prune`, old images), or lower storage.min_free_mb",
+            ),
+        });
+    }
     let image = &config.subagent.image;
     checks.push(match nexbot_docker::image_present(&docker, image).await {
         Ok(_) => Check::ok("subagent image", image.clone()),

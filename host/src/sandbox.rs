@@ -311,6 +311,11 @@ impl Sandbox {
         &self.pool
     }
 
+    /// The engine the pool runs on.
+    pub fn docker(&self) -> &nexbot_docker::Docker {
+        &self.docker
+    }
+
     /// The MCP servers, whose tools the agent gets.
     pub fn mcp(&self) -> &Arc<crate::mcp::McpServers> {
         &self.mcp

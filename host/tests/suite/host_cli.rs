@@ -132,6 +132,17 @@ async fn doctor_passes_with_a_reachable_llm_and_fails_naming_the_fix() {
         assert!(stdout.contains("[ok]   docker: engine"), "{stdout}");
         assert!(stdout.contains("[FAIL] subagent image: nxh-no-such-image:none"), "{stdout}");
         assert!(stdout.contains("make image"), "{stdout}");
+        // The engine's data directory is visible here: its free space is checked too.
+        assert!(stdout.lines().any(|l| l.starts_with("[ok]   engine disk: ")), "{stdout}");
+        let mut env = base_env(&llm.base_url());
+        env.push(("NEXBOT_SUBAGENT__ENABLED".into(), "true".into()));
+        env.push(("NEXBOT_STORAGE__MIN_FREE_MB".into(), "1000000000".into()));
+        let stdout = text(&run(env).await.stdout);
+        assert!(
+            stdout.contains("[FAIL] engine disk: ") && stdout.contains("(below 954 TB)"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("docker system prune"), "{stdout}");
     }
 }
 
