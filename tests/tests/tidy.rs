@@ -5,6 +5,9 @@
 //! function of that file, and every invariant points at what enforces it. A renamed file or
 //! test, a new crate or a new dependency between crates fails here until the document says so.
 //!
+//! A test binary of its own (`cargo test -p nexbot-tests --test tidy`): it needs no Docker, and
+//! `tests/run-suites.sh` runs it first, so a stale map fails within seconds.
+//!
 //! Scans of the product's sources live here too, over the workspace's members as
 //! `cargo metadata` lists them (never a hand-kept list of folders), so a new crate is scanned
 //! from its first commit: the provider wire read only by `nexbot-llm`, and no product file
