@@ -388,6 +388,76 @@ fn no_product_source_file_is_over_a_thousand_lines() {
     );
 }
 
+/// Every definition of each type name in `names` in the product code of `members`, as
+/// `file:line`.
+fn type_definitions(members: &[&Member], names: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in product_sources(members) {
+        for (n, line) in file.product_lines() {
+            for name in sources::defined_types(line).into_iter().filter(|t| names.contains(t)) {
+                found.entry(name.to_owned()).or_default().push(format!("{}:{n}", file.path));
+            }
+        }
+    }
+    found
+}
+
+/// Product lines of `members` that hold one of `words` as a whole word or path (not part of a
+/// longer name), comments left out.
+fn forbidden_in(members: &[&Member], words: &[&str]) -> Vec<String> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    for file in product_sources(members) {
+        for (n, line) in file.product_lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for word in words {
+                let whole = code.match_indices(word).any(|(at, _)| {
+                    !code[..at].ends_with(is_ident)
+                        && !code[at + word.len()..].starts_with(is_ident)
+                });
+                if whole {
+                    found.push(format!("{}:{n}: {word}", file.path));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// One meaning per name (issue 45): each type name of the "```text unique-type-names" block
+/// is defined (`struct`, `enum`, `union`, `trait` or `type`) at most once in the product code
+/// of the workspace, and no name of the "```text forbidden-names" block (old names of what was
+/// renamed) appears in it at all. The Glossary says what each name means.
+#[test]
+fn each_listed_type_name_has_one_meaning() {
+    let doc = architecture();
+    let unique: Vec<&str> = fenced_block(&doc, "unique-type-names")
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .collect();
+    assert!(unique.len() > 3, "the unique-type-names block lists names: {unique:?}");
+    let members = members();
+    let members: Vec<&Member> = members.iter().collect();
+    let definitions = type_definitions(&members, &unique);
+    // Positive control: the scan finds the definitions there are.
+    assert!(definitions.contains_key("Scope"), "the scan finds `Scope`: {definitions:?}");
+    let doubled: Vec<String> = definitions
+        .iter()
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, places)| format!("{name}: {}", places.join(", ")))
+        .collect();
+    assert!(
+        doubled.is_empty(),
+        "each of these names means one thing (ARCHITECTURE.md, Glossary); rename all but one by \
+         what it is:\n{}",
+        doubled.join("\n")
+    );
+    let forbidden: Vec<&str> =
+        fenced_block(&doc, "forbidden-names").into_iter().flat_map(str::split_whitespace).collect();
+    let found = forbidden_in(&members, &forbidden);
+    assert!(found.is_empty(), "old names that were renamed came back:\n{}", found.join("\n"));
+}
+
 #[test]
 fn the_tidy_scans_see_what_they_look_for() {
     let doc = "```text crate-graph\na -> b, c # why\nb ->\n```\nsee `host/src/app.rs`, `pool.rs`, \
@@ -426,4 +496,6 @@ fn the_tidy_scans_see_what_they_look_for() {
     assert_eq!(lines, [1, 2, 3, 10]);
     assert_eq!(sources::product_lines("fn a() {}\n#[cfg(test)]\nmod tests;\n").len(), 3);
     assert!(sources::product_lines("").is_empty());
+    assert_eq!(sources::defined_types("pub(crate) struct Scope<'a> { // enum Not"), ["Scope"]);
+    assert_eq!(sources::defined_types("    type Output = Ledger;"), ["Output"]);
 }

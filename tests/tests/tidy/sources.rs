@@ -216,3 +216,18 @@ pub fn product_files(root: &Path, crate_dir: &str) -> Vec<Source> {
         })
         .collect()
 }
+
+/// The names a line of code defines as types: the word after `struct`, `enum`, `union`,
+/// `trait` or `type` (a comment after `//` left out).
+pub fn defined_types(line: &str) -> Vec<&str> {
+    let code = line.split("//").next().unwrap_or_default();
+    let words: Vec<&str> = code
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .filter(|w| matches!(w[0], "struct" | "enum" | "union" | "trait" | "type"))
+        .map(|w| w[1])
+        .collect()
+}
