@@ -56,7 +56,13 @@ run() {
 soak_pid=$!
 (cd "${host_suite% *}" && "${host_suite#* }" < /dev/null) > "$work/host-suite.log" 2>&1 &
 host_pid=$!
-grep -v -e "^$host_suite\$" -e "^$docker_suite\$" -e "^$soak\$" "$work/binaries" > "$work/light"
+grep -v -e "^$host_suite\$" -e "^$docker_suite\$" -e "^$soak\$" "$work/binaries" > "$work/others"
+# The light ones run one by one in this list's order: the tree's and the documentation's checks first
+# (`tests/tests/tidy.rs`, `tests/tests/docs.rs`): they need no Docker and take about a second,
+# so a stale ARCHITECTURE.md, a doubled type name or a broken link shows within seconds of the
+# start, not after the minutes the other suites take.
+{ grep "^$root/tests .*/deps/tidy-" "$work/others"; grep "^$root/tests .*/deps/docs-" "$work/others"; } > "$work/first"
+{ cat "$work/first"; grep -v -x -F -f "$work/first" "$work/others"; } > "$work/light"
 while read -r dir binary; do run "$dir" "$binary"; done < "$work/light"
 echo "     Running ${host_suite#* } (beside the above)"
 wait "$host_pid" || failed="$failed ${host_suite#* }"

@@ -16,7 +16,7 @@ pub const REPEAT_WINDOW: Duration = Duration::from_secs(60);
 
 /// What to do with one occurrence of a message ([`RepeatFilter::check`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum LogDecision {
     /// Log it as it is: the first time, or the first after another message or a recovery.
     Log,
     /// Log nothing: the same message was logged less than a window ago; it is counted.
@@ -76,21 +76,21 @@ impl RepeatFilter {
     /// One occurrence of `message` at `now`. A different message than the last one ends the
     /// last one's count: the caller loses it unless it took it with [`Self::clear`] first
     /// (the usual loop logs one message at a time, so [`Self::check`] alone is enough).
-    pub fn check(&mut self, message: &str, now: Instant) -> Verdict {
+    pub fn check(&mut self, message: &str, now: Instant) -> LogDecision {
         match &mut self.last {
             Some(last) if last.message == message => {
                 last.quiet += 1;
                 let over = now.saturating_duration_since(last.logged_at);
                 if over < self.window {
-                    return Verdict::Quiet;
+                    return LogDecision::Quiet;
                 }
                 let times = std::mem::take(&mut last.quiet);
                 last.logged_at = now;
-                Verdict::Repeated(Repeated { message: message.to_owned(), times, over })
+                LogDecision::Repeated(Repeated { message: message.to_owned(), times, over })
             }
             _ => {
                 self.last = Some(Last { message: message.to_owned(), logged_at: now, quiet: 0 });
-                Verdict::Log
+                LogDecision::Log
             }
         }
     }
@@ -120,9 +120,9 @@ mod tests {
         let mut lines = Vec::new();
         for second in 0..=130u64 {
             match filter.check("database or disk is full", start + SEC * second as u32) {
-                Verdict::Quiet => {}
-                Verdict::Log => lines.push(format!("{second}: logged")),
-                Verdict::Repeated(r) => lines.push(format!("{second}: {}", r.note())),
+                LogDecision::Quiet => {}
+                LogDecision::Log => lines.push(format!("{second}: logged")),
+                LogDecision::Repeated(r) => lines.push(format!("{second}: {}", r.note())),
             }
         }
         assert_eq!(
@@ -139,17 +139,17 @@ mod tests {
         assert_eq!(rest.note(), "repeated 10 times in the last 11 s");
         assert_eq!(filter.clear(start + SEC * 132), None);
         // After a recovery the same message is news again.
-        assert_eq!(filter.check("database or disk is full", start + SEC * 140), Verdict::Log);
+        assert_eq!(filter.check("database or disk is full", start + SEC * 140), LogDecision::Log);
     }
 
     #[test]
     fn another_message_is_logged_at_once_and_a_lone_failure_leaves_nothing_pending() {
         let mut filter = RepeatFilter::new(Duration::from_secs(60));
         let now = Instant::now();
-        assert_eq!(filter.check("a", now), Verdict::Log);
-        assert_eq!(filter.check("b", now + SEC), Verdict::Log);
-        assert_eq!(filter.check("b", now + SEC * 2), Verdict::Quiet);
-        assert_eq!(filter.check("a", now + SEC * 3), Verdict::Log);
+        assert_eq!(filter.check("a", now), LogDecision::Log);
+        assert_eq!(filter.check("b", now + SEC), LogDecision::Log);
+        assert_eq!(filter.check("b", now + SEC * 2), LogDecision::Quiet);
+        assert_eq!(filter.check("a", now + SEC * 3), LogDecision::Log);
         assert_eq!(filter.clear(now + SEC * 4), None);
         let once = Repeated { message: "a".into(), times: 1, over: Duration::ZERO };
         assert_eq!(once.note(), "repeated once in the last 1 s");

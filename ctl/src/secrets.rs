@@ -35,14 +35,14 @@ pub enum SecretsCommand {
         /// The secret's name
         name: String,
         #[command(flatten)]
-        scope: Scope,
+        scope: SecretScopeArgs,
     },
 }
 
 /// Whose secret: exactly one of `--chat` and `--operator`.
 #[derive(Debug, Args)]
 #[group(required = true, multiple = false)]
-pub struct Scope {
+pub struct SecretScopeArgs {
     /// A chat's secret (`telegram:<id>`, `console:<name>`): tasks of that chat may use it
     #[arg(long, value_name = "CHATREF")]
     pub chat: Option<String>,
@@ -51,7 +51,7 @@ pub struct Scope {
     pub operator: bool,
 }
 
-impl Scope {
+impl SecretScopeArgs {
     fn key(&self) -> String {
         self.chat.clone().unwrap_or_else(|| OPERATOR_SCOPE.to_owned())
     }
@@ -74,7 +74,7 @@ pub struct SetArgs {
     /// The secret's name: [A-Z_][A-Z0-9_]*, at most 64 characters
     pub name: String,
     #[command(flatten)]
-    pub scope: Scope,
+    pub scope: SecretScopeArgs,
     /// A host the egress proxy may fill the value in for (api.github.com, *.example.com);
     /// repeat for more
     #[arg(long = "host", value_name = "HOST")]

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use nexbot_redact::Redactor;
 
-use super::ledger::{Attach, Ledger, TaskStats};
+use super::ledger::{Attach, TaskStats, TaskStatsTable};
 use super::scrub::Scrubber;
 
 /// What became of a connection.
@@ -214,7 +214,7 @@ pub struct AuditLog {
     rate: Mutex<Rate>,
     started: Instant,
     metrics: Metrics,
-    ledger: Arc<Ledger>,
+    ledger: Arc<TaskStatsTable>,
 }
 
 fn open_live(path: &Path) -> std::io::Result<File> {
@@ -249,7 +249,7 @@ impl AuditLog {
         Ok(log)
     }
 
-    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+    pub(crate) fn ledger(&self) -> &Arc<TaskStatsTable> {
         &self.ledger
     }
 

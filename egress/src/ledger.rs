@@ -197,7 +197,7 @@ impl TaskStats {
     }
 }
 
-/// What [`Ledger::attach`] found.
+/// What [`TaskStatsTable::attach`] found.
 #[derive(Debug)]
 pub(crate) enum Attach {
     Live(Arc<TaskStats>),
@@ -214,11 +214,11 @@ struct Inner {
 
 /// Every task's counters. Cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
-pub(crate) struct Ledger {
+pub(crate) struct TaskStatsTable {
     inner: Mutex<Inner>,
 }
 
-impl Ledger {
+impl TaskStatsTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -311,7 +311,7 @@ mod tests {
 
     #[test]
     fn a_task_is_counted_until_it_ends_then_refused() {
-        let ledger = Ledger::default();
+        let ledger = TaskStatsTable::default();
         let Attach::Live(stats) = ledger.attach("t") else { panic!("new task") };
         stats.opened();
         stats.record("example.com:443", Verdict::Allowed);
@@ -333,7 +333,7 @@ mod tests {
 
     #[test]
     fn destinations_and_tasks_are_bounded() {
-        let ledger = Ledger::default();
+        let ledger = TaskStatsTable::default();
         let Attach::Live(stats) = ledger.attach("t") else { panic!() };
         for i in 0..MAX_DESTINATIONS + 10 {
             stats.record(&format!("h{i}:443"), Verdict::Denied);

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use super::audit::AuditLog;
 use super::credentials::TaskCredentials;
-use super::ledger::{Ledger, TaskSummary};
+use super::ledger::{TaskStatsTable, TaskSummary};
 
 /// Prefix of every relay token, so a leaked one is recognisable in a scan.
 pub const TOKEN_PREFIX: &str = "nxr_";
@@ -145,7 +145,7 @@ impl Entry {
 #[derive(Debug, Default)]
 pub struct TaskTokens {
     table: Mutex<Table>,
-    ledger: Arc<Ledger>,
+    ledger: Arc<TaskStatsTable>,
     /// The listener's audit log, told when a task ends (for its suppressed-lines line).
     audit: Option<Arc<AuditLog>>,
     /// The tasks' proxy-mode secrets, dropped with the task.

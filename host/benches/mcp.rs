@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use nexbot_docker::{Pool, PoolConfig};
 use nexbot_host::mcp::{McpEgress, McpServers};
-use nexbot_mcp::{Connector, Scope, ServerConfig, Session};
+use nexbot_mcp::{Connector, ServerConfig, ServerScope, Session};
 use nexbot_tests::bench::{ms, record, DockerCleanup, Figure, Stats, Target};
 use tokio_util::sync::CancellationToken;
 
@@ -101,7 +101,7 @@ async fn main() {
         url: None,
         headers: Default::default(),
         env: Default::default(),
-        scope: Scope::Shared,
+        scope: ServerScope::Shared,
         room: None,
         allowed_chats: Vec::new(),
         call_timeout_secs: 30,

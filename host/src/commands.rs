@@ -567,11 +567,11 @@ mod tests {
             let vault = vault.clone();
             move || crate::vault::status_line(&vault)
         });
-        let scope = |n: i64| crate::vault::Scope::Chat(ChatRef::Telegram(n));
+        let scope = |n: i64| crate::vault::SecretScope::Chat(ChatRef::Telegram(n));
         crate::vault::set_stdin(&vault, &scope(1), "MINE", "value-of-mine-123").await;
         crate::vault::set_stdin(&vault, &scope(2), "THEIRS", "value-of-theirs-1").await;
         crate::vault::set_stdin(&vault, &scope(2), "THEIRS2", "value-of-theirs-2").await;
-        let operator = crate::vault::Scope::Operator;
+        let operator = crate::vault::SecretScope::Operator;
         crate::vault::set_stdin(&vault, &operator, "OPS", "value-of-operator").await;
         // A line worded for the chat asking: the MCP servers it may use.
         board.add_for_chat("MCP servers", |chat| match chat {

@@ -1136,7 +1136,7 @@ mod tests {
         let config = load(file, &[]).unwrap();
         let server = &config.mcp.servers[0];
         assert_eq!(server.command_line(), ["mcp-server-memory"]);
-        assert_eq!(server.scope, nexbot_mcp::Scope::Shared);
+        assert_eq!(server.scope, nexbot_mcp::ServerScope::Shared);
         assert_eq!(server.env["MEMORY_FILE_PATH"], "/tmp/m.jsonl");
         // Appended to a generated file (whose `[mcp]` holds only comments), as people do.
         let appended = format!("{}\n{file}", crate::workspace::CONFIG_TEMPLATE);

@@ -459,7 +459,7 @@ fn effective_uid() -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vault::Scope;
+    use crate::vault::SecretScope;
     use nexbot_core::ChatRef;
     use secrecy::SecretString;
 
@@ -477,8 +477,8 @@ mod tests {
         let master = SecretString::from("master-key-for-doctor-0123456789");
         config.secrets.master_key = Some(master.clone());
         let store = Store::open(&config.database_path()).await.unwrap();
-        let chat = Scope::Chat(ChatRef::Telegram(42));
-        let store_row = |scope: Scope, name: &'static str, host: &'static str| {
+        let chat = SecretScope::Chat(ChatRef::Telegram(42));
+        let store_row = |scope: SecretScope, name: &'static str, host: &'static str| {
             let (store, master) = (store.clone(), master.clone());
             async move {
                 crate::vault::legacy::store_legacy_row(
@@ -493,7 +493,7 @@ mod tests {
             }
         };
         store_row(chat.clone(), "GH_TOKEN", "api.github.com").await;
-        store_row(Scope::Operator, "SEARCH_KEY", "api.search.example").await;
+        store_row(SecretScope::Operator, "SEARCH_KEY", "api.search.example").await;
         store_row(chat.clone(), "PAGES", "*.github.io").await;
         let opened = Vault::open(store.clone(), Some(&master), None).await.unwrap();
         let hosts = ["api.example.com".to_owned()];

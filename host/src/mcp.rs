@@ -36,12 +36,12 @@ use nexbot_docker::{Pool, Service, ServiceSpec};
 use nexbot_egress::{AttributionTable, Door, Doors};
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
-use nexbot_mcp::{Connector, McpError, Progress, Scope, ServerConfig, Session};
+use nexbot_mcp::{Connector, McpError, Progress, ServerConfig, ServerScope, Session};
 use tokio_util::sync::CancellationToken;
 
 use crate::delegation::TaskQuestions;
 use crate::tools::delegate::SecretSource;
-use crate::vault::{Hold, Mode};
+use crate::vault::{Mode, SecretHold};
 
 pub mod rooms;
 
@@ -129,7 +129,7 @@ struct Running {
 #[derive(Debug)]
 struct RemoteExit {
     _door: Door,
-    _holds: Vec<Hold>,
+    _holds: Vec<SecretHold>,
 }
 
 impl Running {
@@ -308,7 +308,7 @@ impl McpServers {
         for server in &this.servers {
             let this = this.clone();
             let name = server.name.clone();
-            let probe = server.scope == Scope::Chat;
+            let probe = server.scope == ServerScope::Chat;
             starts.spawn(async move {
                 let key = (name.clone(), None);
                 match this.instance(&key).await {
@@ -354,8 +354,8 @@ impl McpServers {
 
     fn key(&self, config: &ServerConfig, chat: &ChatRef) -> Key {
         match config.scope {
-            Scope::Chat => (config.name.clone(), Some(chat.clone())),
-            Scope::Shared => (config.name.clone(), None),
+            ServerScope::Chat => (config.name.clone(), Some(chat.clone())),
+            ServerScope::Shared => (config.name.clone(), None),
         }
     }
 
@@ -471,7 +471,7 @@ impl McpServers {
     fn remote_secrets(
         &self,
         config: &ServerConfig,
-    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<Hold>), McpError> {
+    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<SecretHold>), McpError> {
         let mut text = config.url.clone().unwrap_or_default();
         for value in config.headers.values() {
             text.push('\n');
@@ -586,7 +586,7 @@ impl McpServers {
             let wait = instance.ended(reason.clone());
             drop(instance);
             tracing::warn!(server = %key.0, serves = %serves(&key), "MCP server ended: {reason}; started again in {} s", wait.as_secs());
-            let shared = this.config(&key.0).is_ok_and(|c| c.scope == Scope::Shared);
+            let shared = this.config(&key.0).is_ok_and(|c| c.scope == ServerScope::Shared);
             // A shared server comes back by itself, trying until it does (or the daemon
             // stops), each wait the back-off's; a chat's comes back at its next call.
             if !shared {
@@ -670,7 +670,7 @@ impl McpServers {
             instance.failures = 0;
         }
         let mut container = None;
-        if config.scope == Scope::Shared {
+        if config.scope == ServerScope::Shared {
             let key = (server.to_owned(), None);
             self.instance(&key).await?;
             // Read under the slot's lock, which the old instance's watcher may hold a moment
@@ -704,7 +704,7 @@ impl McpServers {
         let mut views = Vec::new();
         for (key, slot) in slots {
             let probe =
-                key.1.is_none() && self.config(&key.0).is_ok_and(|c| c.scope == Scope::Chat);
+                key.1.is_none() && self.config(&key.0).is_ok_and(|c| c.scope == ServerScope::Chat);
             let serves = if probe { "probe".to_owned() } else { serves(&key) };
             // A start holds the instance (up to its start timeout): the operator's view does
             // not wait for it.

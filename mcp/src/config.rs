@@ -55,7 +55,7 @@ pub struct ServerConfig {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     #[serde(default)]
-    pub scope: Scope,
+    pub scope: ServerScope,
     /// A stdio server with `scope = "chat"` may get its chat's room (the folder the chat's
     /// file tools work in) at this path in its container, read and written: e.g.
     /// `@modelcontextprotocol/server-filesystem` with `args = ["/room"]` and `room = "/room"`
@@ -88,7 +88,7 @@ fn default_start_timeout() -> u64 {
 /// Whose a server's container is.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
-pub enum Scope {
+pub enum ServerScope {
     /// One container per chat that uses it, stopped when idle: nothing one chat's calls leave
     /// in the server (files, memory, a session) reaches another chat.
     #[default]
@@ -97,11 +97,11 @@ pub enum Scope {
     Shared,
 }
 
-impl Scope {
+impl ServerScope {
     pub fn as_str(self) -> &'static str {
         match self {
-            Scope::Chat => "chat",
-            Scope::Shared => "shared",
+            ServerScope::Chat => "chat",
+            ServerScope::Shared => "shared",
         }
     }
 }
@@ -144,7 +144,7 @@ impl McpConfig {
                     problems.push(format!("{at}.command: empty"))
                 }
                 (Some(_), None) => {
-                    if server.room.is_some() && server.scope != Scope::Chat {
+                    if server.room.is_some() && server.scope != ServerScope::Chat {
                         problems.push(format!(
                             "{at}.room: a shared server serves every chat, so it gets no chat's \
                              room; set scope = \"chat\" (one container per chat)"
@@ -299,7 +299,7 @@ mod tests {
     fn a_stdio_server_has_defaults_and_the_owner_always_may() {
         let config = parse(r#"{"mcp":{"servers":[{"name":"everything","command":"mcp-server-everything","args":["stdio"]}]}}"#).unwrap();
         let server = &config.servers[0];
-        assert_eq!(server.scope, Scope::Chat);
+        assert_eq!(server.scope, ServerScope::Chat);
         assert_eq!(server.image(), DEFAULT_IMAGE);
         assert_eq!(server.command_line(), ["mcp-server-everything", "stdio"]);
         let other = "telegram:7".parse::<ChatRef>().unwrap();

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::TelegramConfig;
 use crate::format::Part;
-use crate::health::{Health, PollState};
+use crate::health::{ChannelHealth, PollState};
 use crate::ledger::{Ledger, Settlement};
 use crate::policy::BotIdentity;
 use deliver::PartGroups;
@@ -77,7 +77,7 @@ struct Inner {
     /// Who may talk to the bot: the config's lists, replaced by [`Telegram::set_access`].
     access: RwLock<TelegramConfig>,
     ledger: Arc<dyn Ledger>,
-    health: Health,
+    health: ChannelHealth,
     me: RwLock<BotIdentity>,
     /// Updates handed to the bus and not yet answered, by update id.
     inflight: Mutex<HashMap<i64, Inflight>>,
@@ -131,7 +131,7 @@ impl Telegram {
                 access: RwLock::new(config.clone()),
                 config,
                 ledger,
-                health: Health::default(),
+                health: ChannelHealth::default(),
                 me: RwLock::new(BotIdentity::default()),
                 inflight: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
@@ -158,7 +158,7 @@ impl Telegram {
     }
 
     /// How the channel is doing.
-    pub fn health(&self) -> Health {
+    pub fn health(&self) -> ChannelHealth {
         self.inner.health.clone()
     }
 

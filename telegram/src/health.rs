@@ -41,9 +41,9 @@ struct State {
 
 /// A shared, cheap-to-clone view of the channel's health.
 #[derive(Debug, Clone)]
-pub struct Health(Arc<Mutex<State>>);
+pub struct ChannelHealth(Arc<Mutex<State>>);
 
-impl Default for Health {
+impl Default for ChannelHealth {
     fn default() -> Self {
         Self(Arc::new(Mutex::new(State {
             poll: PollState::Starting,
@@ -73,7 +73,7 @@ pub struct HealthSnapshot {
     pub delivery_failures: u64,
 }
 
-impl Health {
+impl ChannelHealth {
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }

@@ -39,5 +39,5 @@ pub mod policy;
 
 pub use channel::{Telegram, TelegramError, KIND};
 pub use config::TelegramConfig;
-pub use health::{Health, HealthSnapshot, PollState};
+pub use health::{ChannelHealth, HealthSnapshot, PollState};
 pub use ledger::{Ledger, LedgerError, ReceivedUpdate, Settlement};

@@ -136,11 +136,11 @@ pub async fn restart(state: &ControlState, server: &str) -> Result<Done, ApiErro
     let stopped = restarted.stopped;
     tracing::info!(server, stopped, "MCP server restarted by the operator");
     let message = match scope {
-        nexbot_mcp::Scope::Shared => format!(
+        nexbot_mcp::ServerScope::Shared => format!(
             "MCP server {server} restarted: container {}",
             restarted.container.as_deref().unwrap_or("-")
         ),
-        nexbot_mcp::Scope::Chat => format!(
+        nexbot_mcp::ServerScope::Chat => format!(
             "MCP server {server}: {stopped} instance(s) stopped; each chat's starts again at its \
              next call"
         ),

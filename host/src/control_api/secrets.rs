@@ -18,7 +18,9 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::vault::{status_line, Bind, Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
+use crate::vault::{
+    status_line, Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState,
+};
 
 pub fn routes() -> Router<ControlState> {
     Router::new()
@@ -49,8 +51,8 @@ fn vault_error(e: VaultError) -> ApiError {
     ApiError::new(status, e.to_string())
 }
 
-fn scope(text: &str) -> Result<Scope, ApiError> {
-    Scope::parse(text).map_err(|e| {
+fn scope(text: &str) -> Result<SecretScope, ApiError> {
+    SecretScope::parse(text).map_err(|e| {
         ApiError::bad_request(format!(
             "invalid scope {text:?}: {e}; use {OPERATOR_SCOPE} or a chat (telegram:<id>, \
              console:<name>)"
@@ -72,7 +74,7 @@ pub fn entry(info: &SecretInfo) -> SecretEntry {
 }
 
 /// The listing of `scope` (every scope with `None`) and the vault's state.
-pub fn listing(vault: &Vault, scope: Option<&Scope>) -> SecretList {
+pub fn listing(vault: &Vault, scope: Option<&SecretScope>) -> SecretList {
     SecretList {
         vault: status_line(vault),
         vault_on: *vault.state() == VaultState::On,

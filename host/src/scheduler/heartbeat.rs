@@ -21,7 +21,7 @@ pub const OK: &str = "HEARTBEAT_OK";
 
 /// A valid check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
+pub struct HeartbeatCheck {
     pub name: String,
     pub cron: String,
     pub task: String,
@@ -30,7 +30,7 @@ pub struct Check {
 /// What the file holds: the valid checks and why the others were left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Parsed {
-    pub checks: Vec<Check>,
+    pub checks: Vec<HeartbeatCheck>,
     pub problems: Vec<String>,
 }
 
@@ -98,7 +98,7 @@ pub fn parse(text: &str, zone: Tz) -> Parsed {
             parsed.problems.push(format!("{at}: {err}"));
             continue;
         }
-        parsed.checks.push(Check { name: e.name, cron, task });
+        parsed.checks.push(HeartbeatCheck { name: e.name, cron, task });
     }
     parsed
 }
@@ -147,12 +147,12 @@ mod tests {
         assert_eq!(
             parsed.checks,
             vec![
-                Check {
+                HeartbeatCheck {
                     name: "Morning".into(),
                     cron: "0 9 * * *".into(),
                     task: "Say good morning".into()
                 },
-                Check {
+                HeartbeatCheck {
                     name: "Fast".into(),
                     cron: "*/5 * * * * *".into(),
                     task: "Check the disk".into()

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono_tz::Tz;
-use nexbot_core::repeat::{RepeatFilter, Verdict};
+use nexbot_core::repeat::{LogDecision, RepeatFilter};
 use nexbot_core::ChatRef;
 use tokio_util::sync::CancellationToken;
 
@@ -901,15 +901,15 @@ impl Worker {
 /// it failed meanwhile (it is retried every [`RETRY`]).
 fn log_tick_failure(filter: &mut RepeatFilter, error: &str) {
     match filter.check(error, Instant::now()) {
-        Verdict::Log => {
+        LogDecision::Log => {
             tracing::error!(error, "cannot record the due jobs; tried again in {RETRY:?}")
         }
-        Verdict::Repeated(repeated) => tracing::error!(
+        LogDecision::Repeated(repeated) => tracing::error!(
             error,
             "cannot record the due jobs; tried again in {RETRY:?} ({})",
             repeated.note()
         ),
-        Verdict::Quiet => tracing::debug!(error, "cannot record the due jobs (again)"),
+        LogDecision::Quiet => tracing::debug!(error, "cannot record the due jobs (again)"),
     }
 }
 

@@ -41,7 +41,7 @@ use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecre
 use crate::exits::{Exit, Exits};
 use crate::llm::Usage;
 use crate::store::{Store, StoreError, TaskEnd, TaskStatus};
-use crate::vault::{Hold, Mode, Resolved, Scope, Vault};
+use crate::vault::{Mode, Resolved, SecretHold, SecretScope, Vault};
 use nexbot_protocol::TaskFile;
 use nexbot_tools::rooms::Rooms;
 
@@ -64,17 +64,17 @@ pub trait SecretSource: Send + Sync + std::fmt::Debug {
         let _ = chat;
         Vec::new()
     }
-    /// A task ended and let go of its values' [`Hold`]s: changed or deleted values no task
+    /// A task ended and let go of its values' [`SecretHold`]s: changed or deleted values no task
     /// holds any more leave the exit scan.
     fn release(&self) {}
 }
 
 impl SecretSource for Vault {
     fn resolve(&self, chat: &ChatRef, name: &str) -> Result<Resolved, String> {
-        Vault::resolve(self, &Scope::Chat(chat.clone()), name).map_err(|e| e.to_string())
+        Vault::resolve(self, &SecretScope::Chat(chat.clone()), name).map_err(|e| e.to_string())
     }
     fn resolve_operator(&self, name: &str) -> Result<Resolved, String> {
-        Vault::resolve(self, &Scope::Operator, name).map_err(|e| e.to_string())
+        Vault::resolve(self, &SecretScope::Operator, name).map_err(|e| e.to_string())
     }
     fn watched(&self, chat: &ChatRef) -> Vec<(String, SecretString)> {
         Vault::watched(self, chat)
@@ -94,13 +94,13 @@ struct TaskSecrets {
     /// Every one of them, for the egress (proxy filling and relay scanning).
     egress: Vec<TaskSecret>,
     /// Their values' holds, kept until the task ends ([`Held`]).
-    holds: Vec<Hold>,
+    holds: Vec<SecretHold>,
 }
 
-/// A task's [`Hold`]s: let go when the task ends however it ends (its future dropped too),
+/// A task's [`SecretHold`]s: let go when the task ends however it ends (its future dropped too),
 /// then the vault is told, so a value changed or deleted meanwhile leaves the exit scan.
 struct Held {
-    holds: Vec<Hold>,
+    holds: Vec<SecretHold>,
     source: Option<Arc<dyn SecretSource>>,
 }
 
@@ -1103,7 +1103,7 @@ mod tests {
         let vault = Vault::open(Store::open(&dir.join("v.db")).await.unwrap(), Some(&master), None)
             .await
             .unwrap();
-        let chat = Scope::Chat(ToolContext::for_tests().chat);
+        let chat = SecretScope::Chat(ToolContext::for_tests().chat);
         let value = |v: &str| secrecy::SecretString::from(v.to_owned());
         vault
             .set(
@@ -1124,9 +1124,9 @@ mod tests {
         // Not given to the task, but watched for in its LLM calls; another chat's is not.
         let stdin = Some(crate::vault::Mode::Stdin);
         vault.set(&chat, "UNUSED", value("unused-value-123456"), &[], &[], stdin).await.unwrap();
-        let op = Scope::Operator;
+        let op = SecretScope::Operator;
         vault.set(&op, "OPS_KEY", value("operator-value-123456"), &[], &[], stdin).await.unwrap();
-        let other = Scope::Chat(ChatRef::Telegram(424_242));
+        let other = SecretScope::Chat(ChatRef::Telegram(424_242));
         vault.set(&other, "THEIRS", value("other-chat-value-1234"), &[], &[], stdin).await.unwrap();
         let f = Fixture::build(answer("done", &[]), None, Some(vault)).await;
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use nexbot_core::ChatRef;
 use secrecy::SecretString;
 
-use super::{Bind, Mode, Scope, SecretInfo, Vault, VaultError, VaultState};
+use super::{Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState};
 use crate::commands::{ChatCommand, CommandContext};
 use crate::BoxFuture;
 
@@ -106,7 +106,7 @@ impl ChatCommand for SecretCommand {
         Box::pin(async move {
             let (sub, rest) = ctx.args.split_once(char::is_whitespace).unwrap_or((ctx.args, ""));
             let private = !matches!(ctx.chat, ChatRef::Telegram(id) if *id < 0);
-            let scope = Scope::Chat(ctx.chat.clone());
+            let scope = SecretScope::Chat(ctx.chat.clone());
             match sub.to_ascii_lowercase().as_str() {
                 "set" => {
                     // Deleted whatever happens next: the message holds a value.

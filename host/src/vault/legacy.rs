@@ -10,12 +10,12 @@
 
 use nexbot_egress::{Binding, LEGACY_BINDINGS_REFUSED_FROM};
 
-use super::{Entry, Mode, Scope, Vault, VaultError};
+use super::{Entry, Mode, SecretScope, Vault, VaultError};
 
 /// One legacy binding of a stored secret, for doctor and the logs. Holds no value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LegacyBinding {
-    pub scope: Scope,
+    pub scope: SecretScope,
     pub name: String,
     /// The stored bare host pattern.
     pub host: String,
@@ -29,10 +29,15 @@ pub struct LegacyBinding {
 /// `Authorization` header unless `--in` says otherwise; `None` for `host` when the legacy
 /// pattern cannot be kept (a public suffix): the operator names the service's own host.
 /// `--confirm` is kept when the secret has it (setting again replaces every setting).
-pub fn narrow_command(scope: &Scope, name: &str, host: Option<&str>, confirm: bool) -> String {
+pub fn narrow_command(
+    scope: &SecretScope,
+    name: &str,
+    host: Option<&str>,
+    confirm: bool,
+) -> String {
     let who = match scope {
-        Scope::Chat(chat) => format!("--chat {chat}"),
-        Scope::Operator => "--operator".to_owned(),
+        SecretScope::Chat(chat) => format!("--chat {chat}"),
+        SecretScope::Operator => "--operator".to_owned(),
     };
     let host = match host {
         // An IPv6 address needs its brackets, or its last group reads as a port.
@@ -47,7 +52,7 @@ pub fn narrow_command(scope: &Scope, name: &str, host: Option<&str>, confirm: bo
     )
 }
 
-fn describe(scope: &Scope, name: &str, binding: &Binding, confirm: bool) -> LegacyBinding {
+fn describe(scope: &SecretScope, name: &str, binding: &Binding, confirm: bool) -> LegacyBinding {
     let refused = binding.refusal();
     let host = binding.to_string();
     let keep = refused.is_none().then_some(host.as_str());
@@ -61,7 +66,7 @@ fn describe(scope: &Scope, name: &str, binding: &Binding, confirm: bool) -> Lega
 }
 
 /// The legacy bindings of one proxy-mode secret (a stdin-mode secret's hosts are never used).
-fn of_entry(scope: &Scope, name: &str, entry: &Entry) -> Vec<LegacyBinding> {
+fn of_entry(scope: &SecretScope, name: &str, entry: &Entry) -> Vec<LegacyBinding> {
     if entry.mode != Mode::Proxy {
         return Vec::new();
     }
@@ -77,7 +82,7 @@ fn of_entry(scope: &Scope, name: &str, entry: &Entry) -> Vec<LegacyBinding> {
 /// binding over a public suffix or `*`. Why the whole secret and not only that binding: a
 /// silently dropped binding would surface as an obscure "not bound" at some later request;
 /// refusing at use names the secret, the binding and the fix at once.
-pub(super) fn refused_use(scope: &Scope, name: &str, entry: &Entry) -> Option<VaultError> {
+pub(super) fn refused_use(scope: &SecretScope, name: &str, entry: &Entry) -> Option<VaultError> {
     of_entry(scope, name, entry).into_iter().find_map(|legacy| {
         let reason = legacy.refused?;
         Some(VaultError::LegacyBinding {
@@ -92,7 +97,7 @@ pub(super) fn refused_use(scope: &Scope, name: &str, entry: &Entry) -> Option<Va
 
 /// The start-up log line for a secret read with legacy bindings: an error for one not used
 /// ([`refused_use`]), a warning with the deadline for the rest.
-pub(super) fn warn_at_open(scope: &Scope, name: &str, entry: &Entry) {
+pub(super) fn warn_at_open(scope: &SecretScope, name: &str, entry: &Entry) {
     for legacy in of_entry(scope, name, entry) {
         match &legacy.refused {
             Some(reason) => tracing::error!(
@@ -134,7 +139,7 @@ impl Vault {
 pub(crate) async fn store_legacy_row(
     store: &crate::store::Store,
     master: &secrecy::SecretString,
-    scope: &Scope,
+    scope: &SecretScope,
     name: &str,
     value: &str,
     hosts: &[&str],

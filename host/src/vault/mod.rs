@@ -48,11 +48,11 @@ pub const DEFAULT_MAX_PER_SCOPE: usize = 256;
 /// current. A changed or deleted value stays in the exit scan while any task still holds it
 /// (its process may print it), and leaves it when the last one ends ([`Vault::release`]).
 #[derive(Debug, Clone, Default)]
-pub struct Hold(Arc<()>);
+pub struct SecretHold(Arc<()>);
 
 /// A changed or deleted value some running task still holds.
 struct Retired {
-    scope: Scope,
+    scope: SecretScope,
     name: String,
     value: SecretString,
     held: std::sync::Weak<()>,
@@ -60,12 +60,12 @@ struct Retired {
 
 /// Whose secret: a chat's, or the operator's (the daemon's own tool backends).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Scope {
+pub enum SecretScope {
     Chat(ChatRef),
     Operator,
 }
 
-impl Scope {
+impl SecretScope {
     /// The stored form: the chat reference (`telegram:42`) or `operator`.
     pub fn key(&self) -> String {
         match self {
@@ -82,7 +82,7 @@ impl Scope {
     }
 }
 
-impl fmt::Display for Scope {
+impl fmt::Display for SecretScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Chat(chat) => write!(f, "chat {chat}"),
@@ -122,7 +122,7 @@ impl Mode {
 /// What is known of a secret without its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretInfo {
-    pub scope: Scope,
+    pub scope: SecretScope,
     pub name: String,
     pub hosts: Vec<String>,
     pub mode: Mode,
@@ -143,7 +143,7 @@ pub struct Resolved {
     pub mode: Mode,
     /// Keep it while the task runs: the value stays in the exit scan until then, even if it
     /// is changed or deleted meanwhile.
-    pub hold: Hold,
+    pub hold: SecretHold,
     /// Stored with `--confirm`: the egress fills it in only once the user allowed it for
     /// the task.
     pub confirm: bool,
@@ -205,7 +205,7 @@ pub enum VaultError {
         "{scope} already has {cap} secrets, the most one scope may store \
          (vault.max_secrets_per_scope): delete one first, or raise the setting"
     )]
-    TooMany { scope: Scope, cap: usize },
+    TooMany { scope: SecretScope, cap: usize },
     #[error(
         "secret {0}: --confirm asks before the egress fills the value into a task's request, \
          so it needs proxy mode (a host, and no --mode stdin)"
@@ -219,17 +219,23 @@ pub enum VaultError {
     )]
     ProxyNeedsHost(String),
     #[error("no secret named {name} in {scope}{}", available_names(available))]
-    NotFound { name: String, scope: Scope, available: Vec<String> },
+    NotFound { name: String, scope: SecretScope, available: Vec<String> },
     #[error(
         "secret {name} of {scope} cannot be decrypted: the stored row was altered, moved to \
          another chat or name, or is corrupt; set it again"
     )]
-    Corrupt { name: String, scope: Scope },
+    Corrupt { name: String, scope: SecretScope },
     #[error(
         "secret {name} of {scope} is not used: its binding {host:?}, stored by an earlier \
          version as a bare host, {reason}; bind it to the service's own host name: {command}"
     )]
-    LegacyBinding { name: String, scope: Scope, host: String, reason: String, command: String },
+    LegacyBinding {
+        name: String,
+        scope: SecretScope,
+        host: String,
+        reason: String,
+        command: String,
+    },
     #[error("the vault's key cannot be made: {0}")]
     Crypto(String),
     #[error(transparent)]
@@ -250,7 +256,7 @@ struct Entry {
     hosts: Vec<Binding>,
     mode: Mode,
     updated_at: i64,
-    hold: Hold,
+    hold: SecretHold,
     confirm: bool,
 }
 
@@ -261,7 +267,7 @@ enum Unreadable {
     Off,
 }
 
-type Key = (Scope, String);
+type Key = (SecretScope, String);
 
 /// The vault. Share it behind an `Arc`.
 pub struct Vault {
@@ -428,7 +434,7 @@ impl Vault {
         };
         let mut entries = BTreeMap::new();
         for row in rows {
-            let Ok(scope) = Scope::parse(&row.scope) else {
+            let Ok(scope) = SecretScope::parse(&row.scope) else {
                 tracing::warn!(scope = %row.scope, name = %row.name, "a stored secret has an unknown scope; skipped");
                 continue;
             };
@@ -458,7 +464,7 @@ impl Vault {
                 hosts,
                 mode,
                 updated_at: row.updated_at,
-                hold: Hold::default(),
+                hold: SecretHold::default(),
                 confirm: row.confirm,
             };
             legacy::warn_at_open(&scope, &row.name, &entry);
@@ -519,7 +525,7 @@ impl Vault {
     }
 
     /// Drops from the exit scan the changed or deleted values no running task holds any
-    /// more. Called when a task ends, after it let go of its [`Hold`]s.
+    /// more. Called when a task ends, after it let go of its [`SecretHold`]s.
     pub fn release(&self) {
         let gone = {
             let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
@@ -536,15 +542,15 @@ impl Vault {
     /// as `(label name, value)`: the chat's named, the operator's unnamed (a chat never learns
     /// the names of the operator's secrets). What the relay scans a task's LLM calls for.
     pub fn watched(&self, chat: &ChatRef) -> Vec<(String, SecretString)> {
-        let own = Scope::Chat(chat.clone());
-        let label = |scope: &Scope, name: &str| match scope == &own {
+        let own = SecretScope::Chat(chat.clone());
+        let label = |scope: &SecretScope, name: &str| match scope == &own {
             true => name.to_owned(),
             false => String::new(),
         };
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let mut values: Vec<(String, SecretString)> = entries
             .iter()
-            .filter(|((scope, _), _)| scope == &own || scope == &Scope::Operator)
+            .filter(|((scope, _), _)| scope == &own || scope == &SecretScope::Operator)
             .filter_map(|((scope, name), e)| Some((label(scope, name), e.value.clone().ok()?)))
             .collect();
         let retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
@@ -552,7 +558,7 @@ impl Vault {
             retired
                 .iter()
                 .filter(|r| r.held.strong_count() > 0)
-                .filter(|r| r.scope == own || r.scope == Scope::Operator)
+                .filter(|r| r.scope == own || r.scope == SecretScope::Operator)
                 .map(|r| (label(&r.scope, &r.name), r.value.clone())),
         );
         values
@@ -562,7 +568,7 @@ impl Vault {
     /// to a host, stdin otherwise.
     pub async fn set(
         &self,
-        scope: &Scope,
+        scope: &SecretScope,
         name: &str,
         value: SecretString,
         hosts: &[String],
@@ -576,7 +582,7 @@ impl Vault {
     /// [`Vault::set`] with every setting, `--confirm` included.
     pub async fn set_bound(
         &self,
-        scope: &Scope,
+        scope: &SecretScope,
         name: &str,
         value: SecretString,
         bind: Bind<'_>,
@@ -615,7 +621,7 @@ impl Vault {
                 hosts: hosts.clone(),
                 mode,
                 updated_at: now,
-                hold: Hold::default(),
+                hold: SecretHold::default(),
                 confirm,
             },
         );
@@ -636,7 +642,7 @@ impl Vault {
 
     /// Refuses a new name in a scope that holds `vault.max_secrets_per_scope` secrets already
     /// (replacing one is always allowed).
-    fn check_room(&self, scope: &Scope, name: &str) -> Result<(), VaultError> {
+    fn check_room(&self, scope: &SecretScope, name: &str) -> Result<(), VaultError> {
         let cap = self.max_per_scope.load(std::sync::atomic::Ordering::Relaxed);
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let key = (scope.clone(), name.to_owned());
@@ -648,7 +654,7 @@ impl Vault {
     }
 
     /// Keeps a deleted or replaced value in the exit scan while a running task holds it.
-    fn retire(&self, scope: &Scope, name: &str, entry: Option<Entry>) {
+    fn retire(&self, scope: &SecretScope, name: &str, entry: Option<Entry>) {
         let Some(entry) = entry else { return };
         let held = Arc::downgrade(&entry.hold.0);
         drop(entry.hold);
@@ -659,7 +665,7 @@ impl Vault {
     }
 
     /// Deletes `name` from `scope`; false if there was none.
-    pub async fn delete(&self, scope: &Scope, name: &str) -> Result<bool, VaultError> {
+    pub async fn delete(&self, scope: &SecretScope, name: &str) -> Result<bool, VaultError> {
         let deleted = self.store.delete_sealed(&scope.key(), name).await?;
         let removed = self
             .entries
@@ -675,7 +681,7 @@ impl Vault {
     }
 
     /// The secrets of `scope` (every scope with `None`), names and bindings only.
-    pub fn list(&self, scope: Option<&Scope>) -> Vec<SecretInfo> {
+    pub fn list(&self, scope: Option<&SecretScope>) -> Vec<SecretInfo> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         entries
             .iter()
@@ -696,7 +702,7 @@ impl Vault {
             .collect()
     }
 
-    fn unreadable(&self, why: Unreadable, scope: &Scope, name: &str) -> VaultError {
+    fn unreadable(&self, why: Unreadable, scope: &SecretScope, name: &str) -> VaultError {
         match why {
             Unreadable::WrongKey => VaultError::WrongKey,
             Unreadable::Corrupt => {
@@ -711,7 +717,7 @@ impl Vault {
 
     /// The secret `name` of `scope`, to hand to a task or a tool backend. An unknown name is an
     /// error listing the names that exist.
-    pub fn resolve(&self, scope: &Scope, name: &str) -> Result<Resolved, VaultError> {
+    pub fn resolve(&self, scope: &SecretScope, name: &str) -> Result<Resolved, VaultError> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let Some(entry) = entries.get(&(scope.clone(), name.to_owned())) else {
             let available =
@@ -741,7 +747,7 @@ impl Vault {
 
 /// Stores `value` as `name` in `scope`, stdin mode (no host): the setup most tests need.
 #[cfg(test)]
-pub(crate) async fn set_stdin(vault: &Vault, scope: &Scope, name: &str, value: &str) {
+pub(crate) async fn set_stdin(vault: &Vault, scope: &SecretScope, name: &str, value: &str) {
     let value = SecretString::from(value.to_owned());
     vault.set(scope, name, value, &[], &[], Some(Mode::Stdin)).await.expect("store a secret");
 }
@@ -754,7 +760,7 @@ pub fn status_line(vault: &Vault) -> String {
 /// The vault's line of a chat's `/status`: that chat's secrets only, never another scope's
 /// count or names.
 pub fn chat_status_line(vault: &Vault, chat: &ChatRef) -> String {
-    let count = vault.list(Some(&Scope::Chat(chat.clone()))).len();
+    let count = vault.list(Some(&SecretScope::Chat(chat.clone()))).len();
     state_line(vault, &format!("{count} stored for this chat"))
 }
 
@@ -794,7 +800,7 @@ pub async fn rotate_master_key(
         let (new_key, new_meta) = fresh_meta(&new)?;
         let mut rewritten = Vec::new();
         for row in rows {
-            let scope = Scope::parse(&row.scope).unwrap_or(Scope::Operator);
+            let scope = SecretScope::parse(&row.scope).unwrap_or(SecretScope::Operator);
             let bound = binding(&row.mode, &row.hosts, row.confirm);
             let value = old_key
                 .open(&row.scope, &row.name, &bound, &row.nonce, &row.sealed)

@@ -9,8 +9,8 @@ fn secret(text: &str) -> SecretString {
     SecretString::from(text.to_owned())
 }
 
-fn chat(id: i64) -> Scope {
-    Scope::Chat(ChatRef::Telegram(id))
+fn chat(id: i64) -> SecretScope {
+    SecretScope::Chat(ChatRef::Telegram(id))
 }
 
 fn temp_dir() -> std::path::PathBuf {
@@ -300,13 +300,21 @@ async fn setting_a_legacy_secret_again_with_a_host_narrows_it() {
     let dir = temp_dir();
     let store = store(&dir).await;
     let master = secret(MASTER);
-    legacy::store_legacy_row(&store, &master, &Scope::Operator, "OLD", VALUE, &["api.example.com"])
-        .await;
+    legacy::store_legacy_row(
+        &store,
+        &master,
+        &SecretScope::Operator,
+        "OLD",
+        VALUE,
+        &["api.example.com"],
+    )
+    .await;
     legacy::store_legacy_row(&store, &master, &chat(1), "PAGES", VALUE, &["*.github.io"]).await;
     let vault = Vault::open(store.clone(), Some(&master), None).await.unwrap();
     assert_eq!(vault.legacy_bindings().len(), 2);
     let hosts = ["api.example.com".to_owned()];
-    let info = vault.set(&Scope::Operator, "OLD", secret(VALUE), &hosts, &[], None).await.unwrap();
+    let info =
+        vault.set(&SecretScope::Operator, "OLD", secret(VALUE), &hosts, &[], None).await.unwrap();
     assert_eq!(info.hosts, ["https://api.example.com:443 header:authorization"]);
     let pages = ["me.github.io".to_owned()];
     vault.set(&chat(1), "PAGES", secret(VALUE), &pages, &[], None).await.unwrap();
@@ -314,7 +322,7 @@ async fn setting_a_legacy_secret_again_with_a_host_narrows_it() {
     drop(vault);
     let vault = Vault::open(store, Some(&master), None).await.unwrap();
     assert_eq!(vault.legacy_bindings(), []);
-    let old = vault.resolve(&Scope::Operator, "OLD").unwrap();
+    let old = vault.resolve(&SecretScope::Operator, "OLD").unwrap();
     assert!(!old.hosts[0].is_legacy());
     assert_eq!(old.hosts[0].to_string(), "https://api.example.com:443 header:authorization");
     let pages = vault.resolve(&chat(1), "PAGES").unwrap();
@@ -356,7 +364,7 @@ async fn rotating_the_master_key_re_encrypts_everything_or_nothing() {
     vault.set(&chat(1), "A_TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
     vault
         .set(
-            &Scope::Operator,
+            &SecretScope::Operator,
             "SEARCH_KEY",
             secret("operator-search-key-1"),
             &["search.example.com".into()],
@@ -378,7 +386,7 @@ async fn rotating_the_master_key_re_encrypts_everything_or_nothing() {
     let vault = Vault::open(store.clone(), Some(&new), None).await.unwrap();
     assert_eq!(vault.resolve(&chat(1), "A_TOKEN").unwrap().value.expose_secret(), VALUE);
     assert_eq!(
-        vault.resolve(&Scope::Operator, "SEARCH_KEY").unwrap().hosts[0].to_string(),
+        vault.resolve(&SecretScope::Operator, "SEARCH_KEY").unwrap().hosts[0].to_string(),
         "https://search.example.com:443 header:authorization"
     );
     let stale = Vault::open(store, Some(&old), None).await.unwrap();
@@ -448,7 +456,7 @@ async fn a_scope_holds_at_most_its_cap_of_secrets() {
     assert_eq!(vault.list(Some(&chat(1))).len(), 2, "nothing stored");
     crate::vault::set_stdin(&vault, &chat(1), "TWO", "value-long-enough-2b").await;
     crate::vault::set_stdin(&vault, &chat(2), "THREE", "value-long-enough-3").await;
-    crate::vault::set_stdin(&vault, &Scope::Operator, "OPS", "value-long-enough-4").await;
+    crate::vault::set_stdin(&vault, &SecretScope::Operator, "OPS", "value-long-enough-4").await;
     // The default lets an existing configuration go on as before.
     assert_eq!(crate::config::Config::default().vault.max_secrets_per_scope, 256);
 }
@@ -498,7 +506,7 @@ async fn a_chats_watched_values_are_its_own_and_the_operators() {
     let vault = Vault::open(store(&dir).await, Some(&secret(MASTER)), None).await.unwrap();
     crate::vault::set_stdin(&vault, &chat(7), "MINE", "mine-PLANTED-value-1").await;
     crate::vault::set_stdin(&vault, &chat(8), "THEIRS", "theirs-PLANTED-value-2").await;
-    crate::vault::set_stdin(&vault, &Scope::Operator, "OPS", "ops-PLANTED-value-3").await;
+    crate::vault::set_stdin(&vault, &SecretScope::Operator, "OPS", "ops-PLANTED-value-3").await;
     let mut watched: Vec<(String, String)> = vault
         .watched(&ChatRef::Telegram(7))
         .into_iter()

@@ -357,7 +357,7 @@ async fn serve_with_delegation_starts_the_sandbox_and_stops_it_in_order() {
 #[tokio::test]
 async fn rotate_key_re_encrypts_the_vault_and_refuses_while_the_daemon_runs() {
     use nexbot_host::store::Store;
-    use nexbot_host::vault::{Scope, Vault, VaultState};
+    use nexbot_host::vault::{SecretScope, Vault, VaultState};
     use secrecy::{ExposeSecret, SecretString};
     use tokio::io::AsyncWriteExt;
     const OLD: &str = "the-old-master-key-0123456789";
@@ -365,7 +365,7 @@ async fn rotate_key_re_encrypts_the_vault_and_refuses_while_the_daemon_runs() {
     const VALUE: &str = "rotated-PLANTED-value-2a9f";
     let ws = TempWorkspace::init("rotate");
     let secret = |s: &str| SecretString::from(s.to_owned());
-    let scope = Scope::Operator;
+    let scope = SecretScope::Operator;
     {
         let store = Store::open(&ws.database()).await.unwrap();
         let vault = Vault::open(store, Some(&secret(OLD)), None).await.unwrap();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{base_env, is_main, tool_results, ChatSession, Leftovers, TempWorkspace};
 use egress_support::docker::host_address_off_network;
 use nexbot_host::store::Store;
-use nexbot_host::vault::{Scope, Vault};
+use nexbot_host::vault::{SecretScope, Vault};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::SecretString;
@@ -148,7 +148,7 @@ async fn search_web_queries_the_operators_backend_through_the_proxy() {
         let key = SecretString::from(KEY.to_owned());
         let hosts = [format!("http://{brave}")];
         let places = ["header:x-subscription-token".to_owned()];
-        vault.set(&Scope::Operator, "BRAVE_KEY", key, &hosts, &places, None).await.unwrap();
+        vault.set(&SecretScope::Operator, "BRAVE_KEY", key, &hosts, &places, None).await.unwrap();
     }
     let mut env = leftovers.env();
     env.push(("NEXBOT_MASTER_KEY".into(), MASTER.into()));

@@ -15,7 +15,7 @@ use nexbot_agent::tools::{tool_message, Tool, ToolContext, ToolSource};
 use nexbot_core::ChatRef;
 use nexbot_docker::{Pool, PoolConfig};
 use nexbot_host::mcp::{McpEgress, McpRooms, McpServers};
-use nexbot_mcp::{Connector, McpTools, Scope, ServerConfig};
+use nexbot_mcp::{Connector, McpTools, ServerConfig, ServerScope};
 use nexbot_tests::docker_or_skip;
 use serde_json::{json, Value};
 
@@ -25,7 +25,7 @@ fn subagent_image() -> String {
     std::env::var("NEXBOT_TEST_IMAGE").unwrap_or_else(|_| "nexbot-subagent:dev".to_owned())
 }
 
-pub(crate) fn server(name: &str, command: &str, scope: Scope) -> ServerConfig {
+pub(crate) fn server(name: &str, command: &str, scope: ServerScope) -> ServerConfig {
     ServerConfig {
         name: name.into(),
         command: Some(command.into()),
@@ -159,7 +159,7 @@ fn docker_cli(args: &[&str]) -> String {
 async fn a_servers_tools_reach_the_agent_from_its_own_hardened_container() {
     let planted = "sk-nxm-PLANTED-daemon-env-7c1d";
     std::env::set_var("NXM_PLANTED_KEY", planted);
-    let mut everything = server("everything", "mcp-server-everything", Scope::Shared);
+    let mut everything = server("everything", "mcp-server-everything", ServerScope::Shared);
     everything.env.insert("GREETING".into(), "from-config".into());
     let Some(h) = Harness::start("mcp-tools", vec![everything]).await else { return };
     let owner = ChatRef::console("owner").unwrap();
@@ -253,7 +253,7 @@ async fn a_servers_tools_reach_the_agent_from_its_own_hardened_container() {
 async fn calls_end_on_stop_deadline_and_crash_and_the_server_comes_back() {
     // The tools' limit (30 s) is far from what each ending below takes; the error says which
     // ending it was, so no timing is asserted but "before the limit".
-    let everything = server("everything", "mcp-server-everything", Scope::Shared);
+    let everything = server("everything", "mcp-server-everything", ServerScope::Shared);
     let limit = Duration::from_secs(everything.call_timeout_secs);
     let Some(h) = Harness::start("mcp-ends", vec![everything]).await else { return };
     let owner = ChatRef::console("owner").unwrap();
@@ -342,7 +342,7 @@ async fn calls_end_on_stop_deadline_and_crash_and_the_server_comes_back() {
 
 #[tokio::test]
 async fn each_chat_has_its_own_server_and_nothing_of_one_chat_reaches_another() {
-    let mut memory = server("memory", "mcp-server-memory", Scope::Chat);
+    let mut memory = server("memory", "mcp-server-memory", ServerScope::Chat);
     memory.args.clear();
     memory.env.insert("MEMORY_FILE_PATH".into(), "/tmp/memory.jsonl".into());
     memory.call_timeout_secs = 2;
@@ -402,7 +402,7 @@ async fn a_filesystem_server_works_in_its_chats_room_and_never_sees_another_room
     // Beside the rooms, in the workspace: no server may see it either.
     std::fs::write(workspace.0.join("MEMORY.md"), secret).unwrap();
 
-    let mut files = server("files", "mcp-server-filesystem", Scope::Chat);
+    let mut files = server("files", "mcp-server-filesystem", ServerScope::Chat);
     files.args = vec!["/room".into()];
     files.room = Some("/room".into());
     let rooms_config = McpRooms::local(rooms.clone());
@@ -526,7 +526,7 @@ async fn a_wrong_guess_of_where_the_engine_sees_the_rooms_gives_no_room() {
     let workspace = nexbot_tests::TempDir::new("mcp-fs-guess");
     let elsewhere = nexbot_tests::TempDir::new("mcp-fs-elsewhere");
     let rooms = workspace.0.canonicalize().unwrap().join(nexbot_tools::rooms::ROOMS_DIR);
-    let mut files = server("files", "mcp-server-filesystem", Scope::Chat);
+    let mut files = server("files", "mcp-server-filesystem", ServerScope::Chat);
     files.args = vec!["/room".into()];
     files.room = Some("/room".into());
     // The guess names a real folder, but not the one the daemon writes to.
@@ -641,7 +641,7 @@ async fn a_servers_requests_go_through_the_egress_proxy_under_its_own_name() {
 /// said, its container goes, and meanwhile the operator's view does not wait for it.
 #[tokio::test]
 async fn a_server_that_never_answers_fails_its_start_and_the_view_does_not_wait() {
-    let mut mute = server("mute", "node", Scope::Chat);
+    let mut mute = server("mute", "node", ServerScope::Chat);
     mute.args = vec!["-e".into(), "setTimeout(() => {}, 600000)".into()];
     mute.start_timeout_secs = 3;
     let Some(h) = Harness::start("mcp-mute", vec![mute]).await else { return };
@@ -700,7 +700,7 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
     use crate::egress_support::start as start_egress;
     use nexbot_host::store::Store;
     use nexbot_host::tools::delegate::SecretSource;
-    use nexbot_host::vault::{Mode, Scope as VaultScope, Vault};
+    use nexbot_host::vault::{Mode, SecretScope, Vault};
     use secrecy::SecretString;
     const VALUE: &str = "remote-PLANTED-bearer-5e0c9a1b";
     let tag = "mcp-remote";
@@ -732,9 +732,9 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
     let vault: Arc<Vault> = Vault::open(store, Some(&master), None).await.unwrap();
     let bound = [format!("http://{addr}")];
     let value = SecretString::from(VALUE.to_owned());
-    vault.set(&VaultScope::Operator, "REMOTE_TOKEN", value, &bound, &[], None).await.unwrap();
+    vault.set(&SecretScope::Operator, "REMOTE_TOKEN", value, &bound, &[], None).await.unwrap();
     let plain = SecretString::from("stdin-PLANTED-value-77aa11".to_owned());
-    vault.set(&VaultScope::Operator, "PLAIN", plain, &[], &[], Some(Mode::Stdin)).await.unwrap();
+    vault.set(&SecretScope::Operator, "PLAIN", plain, &[], &[], Some(Mode::Stdin)).await.unwrap();
 
     let remote = |name: &str, secret: &str| ServerConfig {
         command: None,
@@ -742,7 +742,7 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
         image: None,
         url: Some(format!("http://{addr}/mcp")),
         headers: [("Authorization".to_owned(), format!("Bearer {{{{secret:{secret}}}}}"))].into(),
-        ..server(name, "", Scope::Shared)
+        ..server(name, "", ServerScope::Shared)
     };
     let servers = vec![remote("remote", "REMOTE_TOKEN"), remote("leaky", "PLAIN")];
     let mcp_egress = McpEgress {
@@ -942,7 +942,7 @@ async fn the_list_grows(h: &Harness) {
 /// A stdio server whose tool list changes while it runs: the chat's model gets the new tool.
 #[tokio::test]
 async fn a_tool_list_that_changes_reaches_the_model() {
-    let mut grow = server("grow", "node", Scope::Shared);
+    let mut grow = server("grow", "node", ServerScope::Shared);
     grow.args = vec!["-e".into(), format!("{GROW}{GROW_STDIO}")];
     let Some(h) = Harness::start("mcp-grow", vec![grow]).await else { return };
     the_list_grows(&h).await;
@@ -969,7 +969,7 @@ async fn a_remote_servers_tool_list_that_changes_reaches_the_model() {
         args: Vec::new(),
         image: None,
         url: Some(format!("http://{addr}/mcp")),
-        ..server("grow", "", Scope::Shared)
+        ..server("grow", "", ServerScope::Shared)
     };
     let mcp_egress = McpEgress { doors: Some(egress.egress.doors()), ..McpEgress::default() };
     let Some(h) = Harness::start_with(tag, vec![grow], mcp_egress).await else { return };
@@ -993,7 +993,7 @@ async fn a_remote_servers_tool_list_that_changes_reaches_the_model() {
 async fn a_remote_servers_header_secret_reaches_the_server_and_nowhere_else() {
     use crate::common::{chat, text, Leftovers, TempWorkspace};
     use nexbot_host::store::Store;
-    use nexbot_host::vault::{Scope as VaultScope, Vault};
+    use nexbot_host::vault::{SecretScope, Vault};
     use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
     use secrecy::SecretString;
     const VALUE: &str = "hdr-PLANTED-remote-token-41c2e9";
@@ -1035,7 +1035,7 @@ require('http').createServer((req, res) => {
         let vault = Vault::open(store, Some(&master), None).await.unwrap();
         let value = SecretString::from(VALUE.to_owned());
         let bound = [format!("http://{addr}")];
-        vault.set(&VaultScope::Operator, "REMOTE_TOKEN", value, &bound, &[], None).await.unwrap();
+        vault.set(&SecretScope::Operator, "REMOTE_TOKEN", value, &bound, &[], None).await.unwrap();
     }
     let leftovers = Leftovers::new(tag);
     let llm = ScriptedLlm::start(vec![

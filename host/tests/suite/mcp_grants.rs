@@ -24,7 +24,7 @@ use nexbot_host::delegation::{
 };
 use nexbot_host::store::Store;
 use nexbot_host::tools::delegate::{Delegate, DelegateSettings};
-use nexbot_mcp::{McpTools, Scope};
+use nexbot_mcp::{McpTools, ServerScope};
 use nexbot_protocol::{McpAnswer, McpCall, McpCalls, Request, Response, Usage};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{is_main, last_user, ScriptedLlm, Step};
@@ -238,7 +238,7 @@ async fn delegate(h: &Harness, runner: Arc<Rogue>, dir: &std::path::Path) -> Del
 
 #[tokio::test]
 async fn a_subagent_asking_for_a_tool_it_was_not_granted_gets_an_error_and_nothing_is_called() {
-    let everything = server("everything", "mcp-server-everything", Scope::Chat);
+    let everything = server("everything", "mcp-server-everything", ServerScope::Chat);
     let Some(h) = Harness::start("mcp-rogue", vec![everything]).await else { return };
     let dir = std::env::temp_dir().join(format!("nxw-mcp-rogue-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use nexbot_core::repeat::{RepeatFilter, Verdict};
+use nexbot_core::repeat::{LogDecision, RepeatFilter};
 
 use super::Inner;
 use crate::ledger::LedgerError;
@@ -75,16 +75,16 @@ pub(super) fn log_record_failure(filter: &mut RepeatFilter, update_id: i64, erro
         "; it will be fetched again"
     };
     match filter.check(&error.message, Instant::now()) {
-        Verdict::Log => {
+        LogDecision::Log => {
             tracing::error!(update_id, error = %error, "cannot record a Telegram update{hint}");
         }
-        Verdict::Repeated(repeated) => tracing::error!(
+        LogDecision::Repeated(repeated) => tracing::error!(
             update_id,
             error = %error,
             "cannot record a Telegram update{hint} ({})",
             repeated.note()
         ),
-        Verdict::Quiet => {
+        LogDecision::Quiet => {
             tracing::debug!(update_id, error = %error, "cannot record a Telegram update (again)");
         }
     }

@@ -36,4 +36,3 @@ mod readme_setup;
 mod scripted_llm;
 mod subagent_image;
 mod telegram_fixture;
-mod tidy;

@@ -5,6 +5,9 @@
 //! function of that file, and every invariant points at what enforces it. A renamed file or
 //! test, a new crate or a new dependency between crates fails here until the document says so.
 //!
+//! A test binary of its own (`cargo test -p nexbot-tests --test tidy`): it needs no Docker, and
+//! `tests/run-suites.sh` runs it first, so a stale map fails within seconds.
+//!
 //! Scans of the product's sources live here too, over the workspace's members as
 //! `cargo metadata` lists them (never a hand-kept list of folders), so a new crate is scanned
 //! from its first commit: the provider wire read only by `nexbot-llm`, and no product file
@@ -12,6 +15,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+#[path = "tidy/sources.rs"]
+mod sources;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_owned()
@@ -306,19 +312,6 @@ fn every_invariant_points_at_what_enforces_it() {
     );
 }
 
-/// Rust files under `dir`, recursively.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// Keys only a parser (or builder) of chat-completion JSON needs, as string literals or as
 /// serde field names.
 const WIRE_KEYS: &[&str] = &[
@@ -330,22 +323,24 @@ const WIRE_KEYS: &[&str] = &[
     "\"tool_calls\"",
 ];
 
-/// Lines of the `src/` folders of `members` (outside `#[cfg(test)]` and comments) that hold a
-/// key of the provider wire.
+/// The product sources of `members` (see [`sources`]), the test-fixture crate's left out.
+fn product_sources(members: &[&Member]) -> Vec<sources::Source> {
+    members
+        .iter()
+        .filter(|m| m.name != "nexbot-tests")
+        .flat_map(|m| sources::product_files(&root(), &m.dir))
+        .collect()
+}
+
+/// Product lines of `members` (outside test modules and comments) that hold a key of the
+/// provider wire.
 fn wire_keys_in(members: &[&Member]) -> Vec<String> {
     let mut found = Vec::new();
-    for member in members {
-        let mut files = Vec::new();
-        rust_files(&root().join(&member.dir).join("src"), &mut files);
-        for file in files {
-            let text = std::fs::read_to_string(&file).expect("read a source file");
-            // Unit tests inside a source file may spell the wire out.
-            let code = text.split("#[cfg(test)]").next().unwrap_or("");
-            for (n, line) in code.lines().enumerate() {
-                let line = line.split("//").next().unwrap_or("");
-                if let Some(key) = WIRE_KEYS.iter().find(|k| line.contains(*k)) {
-                    found.push(format!("{}:{}: {key}", file.display(), n + 1));
-                }
+    for file in product_sources(members) {
+        for (n, line) in file.product_lines() {
+            let line = line.split("//").next().unwrap_or("");
+            if let Some(key) = WIRE_KEYS.iter().find(|k| line.contains(*k)) {
+                found.push(format!("{}:{n}: {key}", file.path));
             }
         }
     }
@@ -372,63 +367,95 @@ fn only_nexbot_llm_reads_the_provider_wire() {
 /// file past it holds more than one thing and is split by meaning, not by count.
 const MAX_PRODUCT_LINES: usize = 1_000;
 
-/// A source file's product lines: those before its `#[cfg(test)]` test module (the attribute
-/// at the start of a line, maybe more attributes, then `mod name {`), or all of them when the
-/// file has none (its tests, if any, are in a file of their own).
-fn product_lines(text: &str) -> usize {
-    let lines: Vec<&str> = text.lines().collect();
-    let opens_test_module = |at: usize| {
-        let item = lines[at + 1..].iter().map(|l| l.trim()).find(|l| !l.starts_with("#["));
-        item.is_some_and(|item| {
-            let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub ");
-            item.starts_with("mod ") && item.ends_with('{')
-        })
-    };
-    (0..lines.len())
-        .find(|&i| lines[i] == "#[cfg(test)]" && opens_test_module(i))
-        .unwrap_or(lines.len())
-}
-
-/// Every product source file of the workspace's members with its product lines: the `.rs`
-/// files under each crate's `src/` but the test-fixture crate's and test modules kept in files
-/// of their own (`tests.rs`, a `tests/` folder); tests, benches and the fuzz crate are outside
-/// `src/` or outside the workspace.
-fn product_sources(members: &[Member]) -> Vec<(String, usize)> {
-    let mut sizes = Vec::new();
-    for member in members.iter().filter(|m| m.name != "nexbot-tests") {
-        let mut files = Vec::new();
-        rust_files(&root().join(&member.dir).join("src"), &mut files);
-        for file in files {
-            let is_tests = file.components().any(|c| c.as_os_str() == "tests")
-                || file.file_stem().is_some_and(|s| s == "tests");
-            if is_tests {
-                continue;
-            }
-            let text = std::fs::read_to_string(&file).expect("read a source file");
-            let name = file.strip_prefix(root()).unwrap_or(&file).display().to_string();
-            sizes.push((name, product_lines(&text)));
-        }
-    }
-    sizes
-}
-
-/// No product source file is over [`MAX_PRODUCT_LINES`] lines (unit tests after them not
-/// counted); each offender is named with its count.
+/// No product source file is over [`MAX_PRODUCT_LINES`] lines (its test modules not counted);
+/// each offender is named with its count.
 #[test]
 fn no_product_source_file_is_over_a_thousand_lines() {
-    let sizes = product_sources(&members());
-    assert!(sizes.len() > 100, "the scan sees the product's sources: {}", sizes.len());
-    let over: Vec<String> = sizes
+    let members = members();
+    let files = product_sources(&members.iter().collect::<Vec<_>>());
+    assert!(files.len() > 100, "the scan sees the product's sources: {}", files.len());
+    let over: Vec<String> = files
         .iter()
+        .map(|f| (&f.path, f.product_lines().len()))
         .filter(|(_, lines)| *lines > MAX_PRODUCT_LINES)
         .map(|(file, lines)| format!("{file}: {lines} product lines"))
         .collect();
     assert!(
         over.is_empty(),
-        "product source files over {MAX_PRODUCT_LINES} lines (before their test module); split \
+        "product source files over {MAX_PRODUCT_LINES} lines (outside their test modules); split \
          them by meaning into modules:\n{}",
         over.join("\n")
     );
+}
+
+/// Every definition of each type name in `names` in the product code of `members`, as
+/// `file:line`.
+fn type_definitions(members: &[&Member], names: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let mut found: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in product_sources(members) {
+        for (n, line) in file.product_lines() {
+            for name in sources::defined_types(line).into_iter().filter(|t| names.contains(t)) {
+                found.entry(name.to_owned()).or_default().push(format!("{}:{n}", file.path));
+            }
+        }
+    }
+    found
+}
+
+/// Product lines of `members` that hold one of `words` as a whole word or path (not part of a
+/// longer name), comments left out.
+fn forbidden_in(members: &[&Member], words: &[&str]) -> Vec<String> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = Vec::new();
+    for file in product_sources(members) {
+        for (n, line) in file.product_lines() {
+            let code = line.split("//").next().unwrap_or_default();
+            for word in words {
+                let whole = code.match_indices(word).any(|(at, _)| {
+                    !code[..at].ends_with(is_ident)
+                        && !code[at + word.len()..].starts_with(is_ident)
+                });
+                if whole {
+                    found.push(format!("{}:{n}: {word}", file.path));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// One meaning per name (issue 45): each type name of the "```text unique-type-names" block
+/// is defined (`struct`, `enum`, `union`, `trait` or `type`) at most once in the product code
+/// of the workspace, and no name of the "```text forbidden-names" block (old names of what was
+/// renamed) appears in it at all. The Glossary says what each name means.
+#[test]
+fn each_listed_type_name_has_one_meaning() {
+    let doc = architecture();
+    let unique: Vec<&str> = fenced_block(&doc, "unique-type-names")
+        .into_iter()
+        .flat_map(str::split_whitespace)
+        .collect();
+    assert!(unique.len() > 3, "the unique-type-names block lists names: {unique:?}");
+    let members = members();
+    let members: Vec<&Member> = members.iter().collect();
+    let definitions = type_definitions(&members, &unique);
+    // Positive control: the scan finds the definitions there are.
+    assert!(definitions.contains_key("Scope"), "the scan finds `Scope`: {definitions:?}");
+    let doubled: Vec<String> = definitions
+        .iter()
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, places)| format!("{name}: {}", places.join(", ")))
+        .collect();
+    assert!(
+        doubled.is_empty(),
+        "each of these names means one thing (ARCHITECTURE.md, Glossary); rename all but one by \
+         what it is:\n{}",
+        doubled.join("\n")
+    );
+    let forbidden: Vec<&str> =
+        fenced_block(&doc, "forbidden-names").into_iter().flat_map(str::split_whitespace).collect();
+    let found = forbidden_in(&members, &forbidden);
+    assert!(found.is_empty(), "old names that were renamed came back:\n{}", found.join("\n"));
 }
 
 #[test]
@@ -460,10 +487,15 @@ fn the_tidy_scans_see_what_they_look_for() {
         invariants(doc),
         ["one → `host/src/app.rs::a_test`, the rest wrapped", "two, by no one"]
     );
-    // Product lines stop at the test module, not at another `#[cfg(test)]` item.
-    let source = "fn a() {}\n#[cfg(test)]\nfn helper() {}\nfn b() {}\n#[cfg(test)]\n\
-                  #[allow(dead_code)]\nmod tests {\n    fn t() {}\n}\n";
-    assert_eq!(product_lines(source), 4);
-    assert_eq!(product_lines("fn a() {}\n#[cfg(test)]\nmod tests;\n"), 3);
-    assert_eq!(product_lines(""), 0);
+    // Product lines leave out the test module only, by its braces (not those in strings, chars
+    // or comments), and go on after it; another `#[cfg(test)]` item is product code.
+    let source = "fn a() {}\n#[cfg(test)]\nfn helper() {}\n#[cfg(test)]\n#[allow(dead_code)]\n\
+                  mod tests {\n    fn t() { let _ = (\"}\", '}', r#\"}\"#); } // }\n    /* } */\n}\n\
+                  fn b<'a>(x: &'a str) {}\n";
+    let lines: Vec<usize> = sources::product_lines(source).iter().map(|(n, _)| *n).collect();
+    assert_eq!(lines, [1, 2, 3, 10]);
+    assert_eq!(sources::product_lines("fn a() {}\n#[cfg(test)]\nmod tests;\n").len(), 3);
+    assert!(sources::product_lines("").is_empty());
+    assert_eq!(sources::defined_types("pub(crate) struct Scope<'a> { // enum Not"), ["Scope"]);
+    assert_eq!(sources::defined_types("    type Output = Ledger;"), ["Output"]);
 }
