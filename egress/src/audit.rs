@@ -18,6 +18,7 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use nexbot_core::repeat::{LogDecision, RepeatFilter};
 use nexbot_redact::Redactor;
 
 use super::ledger::{Attach, TaskStats, TaskStatsTable};
@@ -194,6 +195,9 @@ struct SuppressedRecord<'a> {
 struct Live {
     file: File,
     size: u64,
+    /// Write failures (a full disk fails every line): logged once, then once a minute with a
+    /// count, and once more when lines are written again.
+    failures: RepeatFilter,
 }
 
 /// Refusal lines of the current second.
@@ -237,7 +241,7 @@ impl AuditLog {
         let size = file.metadata()?.len();
         let log = Self {
             path: path.to_owned(),
-            live: Mutex::new(Live { file, size }),
+            live: Mutex::new(Live { file, size, failures: RepeatFilter::default() }),
             limits,
             scrubber,
             rate: Mutex::default(),
@@ -418,10 +422,29 @@ impl AuditLog {
         }
         // One write of one whole line on an O_APPEND file keeps lines intact.
         match live.file.write_all(&line) {
-            Ok(()) => live.size += line.len() as u64,
+            Ok(()) => {
+                live.size += line.len() as u64;
+                if let Some(repeated) = live.failures.clear(Instant::now()) {
+                    tracing::warn!(
+                        path = %self.path.display(),
+                        "egress audit lines are written again; until now: egress audit line not \
+                         written ({}; the metric counts them)",
+                        repeated.note()
+                    );
+                }
+            }
             Err(err) => {
                 self.metrics.audit_write_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(path = %self.path.display(), %err, "egress audit line not written");
+                let path = self.path.display();
+                match live.failures.check(&err.to_string(), Instant::now()) {
+                    LogDecision::Log => {
+                        tracing::error!(path = %path, %err, "egress audit line not written")
+                    }
+                    LogDecision::Repeated(r) => tracing::error!(
+                        path = %path, %err, "egress audit line not written ({})", r.note()
+                    ),
+                    LogDecision::Quiet => {}
+                }
             }
         }
     }
@@ -445,7 +468,10 @@ impl AuditLog {
             open_live(&self.path)
         });
         match shifted {
-            Some(Ok(file)) => *live = Live { file, size: 0 },
+            Some(Ok(file)) => {
+                live.file = file;
+                live.size = 0;
+            }
             other => {
                 if let Some(Err(err)) = other {
                     tracing::error!(path = %self.path.display(), %err, "egress audit log not rotated; emptied instead");
