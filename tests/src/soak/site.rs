@@ -54,7 +54,8 @@ impl Site {
     pub async fn prepare(config: &SoakConfig, tg: &TelegramFixture, llm: &ScriptedLlm) -> Self {
         let root = std::env::temp_dir().join(format!("nxsoak-{}", std::process::id()));
         let engine = tokio::task::spawn_blocking(move || {
-            let engine = TestEngine::start(&root.join("e"));
+            // The engine's folder is the run's own: removed with the engine, nothing left in /tmp.
+            let engine = TestEngine::start(&root);
             engine.load_image("nexbot-subagent:dev");
             engine
         })
