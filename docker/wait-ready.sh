@@ -19,9 +19,22 @@ if [ -z "$cid" ]; then
   exit 1
 fi
 
+# The log of the container's last run only: in a crash loop, earlier runs' errors printed
+# above the current one were read first. A run's first lines can be stamped a few
+# microseconds before its StartedAt, and the engine waits at least 100 ms before a restart:
+# the log from 50 ms before the last start is that run's whole.
 fail() {
-  echo "make up: $1; its last log lines:" >&2
-  docker logs --tail 40 "$cid" >&2 2>&1 || true
+  echo "make up: $1; the log of its last run:" >&2
+  since=
+  started_at=$(docker inspect -f '{{.State.StartedAt}}' "$cid" 2>/dev/null) &&
+    ns=$(date -d "$started_at" +%s%N 2>/dev/null) &&
+    ns=$((ns - 50000000)) &&
+    since=$(printf '%d.%09d' $((ns / 1000000000)) $((ns % 1000000000))) || since=
+  if [ -n "$since" ]; then
+    docker logs --since "$since" --tail 40 "$cid" >&2 2>&1 || true
+  else
+    docker logs --tail 40 "$cid" >&2 2>&1 || true
+  fi
   exit 1
 }
 

@@ -411,6 +411,12 @@ impl Agent {
         };
         let owner = self.is_owner_chat(chat);
         let tools_on = self.store.agent_mode_on(chat).await;
+        // A source still learning its tools (MCP servers starting with the daemon) is waited
+        // for, within its own bound, or until the turn is stopped.
+        tokio::select! {
+            _ = self.tools.sources_ready() => {}
+            _ = cancel.cancelled() => {}
+        }
         let tools = self.tools.for_chat(chat, owner);
         let turn = Turn {
             chat,

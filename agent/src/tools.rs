@@ -243,6 +243,13 @@ pub fn tool_message(result: &ToolResult) -> String {
 /// next turn.
 pub trait ToolSource: Send + Sync + std::fmt::Debug {
     fn tools(&self, chat: &ChatRef, owner: bool) -> Vec<Arc<dyn Tool>>;
+
+    /// Resolves when the source knows its first tool lists (or has given up waiting for
+    /// them): a turn waits for it, so the daemon can open its doors while the source starts
+    /// and the first turn is still offered its tools. At once by default.
+    fn ready(&self) -> nexbot_core::BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// The tools offered to the model, by name; `spawn` is accepted as an alias of
@@ -264,6 +271,13 @@ impl ToolRegistry {
     /// Adds a source of run-time tools, asked by [`ToolRegistry::for_chat`].
     pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
         self.sources.push(source);
+    }
+
+    /// Resolves when every source is [`ToolSource::ready`].
+    pub async fn sources_ready(&self) {
+        for source in &self.sources {
+            source.ready().await;
+        }
     }
 
     /// The tools of one turn in `chat`: these, and what every source offers the chat. A

@@ -115,7 +115,24 @@ fn list(l: &McpServerList) -> String {
             ]);
         }
     }
-    t.render()
+    let mut out = t.render();
+    // A cut error hides what matters most at its end ("... No such image: nexbot-mcp:dev"):
+    // each one cut in the table is also written whole below it.
+    let cut_errors: Vec<String> = l
+        .servers
+        .iter()
+        .flat_map(|s| s.instances.iter().map(move |i| (s, i)))
+        .filter_map(|(s, i)| {
+            let error = one_line(i.last_error.as_deref()?);
+            (error.chars().count() > ERROR_CELL)
+                .then(|| format!("  {} ({}): {error}\n", one_line(&s.name), one_line(&i.serves)))
+        })
+        .collect();
+    if !cut_errors.is_empty() {
+        out.push_str("\nlast errors in full:\n");
+        out.extend(cut_errors);
+    }
+    out
 }
 
 /// `mcp tools NAME`: each offered tool with the description the model reads, then the
@@ -202,7 +219,10 @@ mod tests {
         };
         let text = super::list(&list);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines.len(), 7, "{text}");
+        // The cut error is written whole below the table.
+        assert_eq!(lines[4..6], ["", "last errors in full:"], "{text}");
+        assert_eq!(lines[6], format!("  fs (telegram:42): exited with 1: {}", "x".repeat(100)));
         assert!(lines[0].starts_with("SERVER      SCOPE   SERVES"), "{text}");
         assert!(lines[0].ends_with("RESTARTS  LAST ERROR"), "{text}");
         assert_eq!(

@@ -72,11 +72,13 @@ pub fn status(s: &Status) -> String {
     }
     pairs.push(("scheduler".into(), s.scheduler.clone()));
     pairs.push(("vault".into(), s.vault.clone()));
+    // Not the spend's figure, and it says why: these are the main agent's turns since UTC
+    // midnight, the spend counts every call (delegated tasks' too) in the operator's day.
     let t = s.tokens_today;
     pairs.push((
-        "tokens today".into(),
+        "agent tokens".into(),
         format!(
-            "{} ({} prompt + {} completion)",
+            "{} ({} prompt + {} completion) since 00:00 UTC; delegated tasks' are in spend",
             t.prompt.saturating_add(t.completion),
             t.prompt,
             t.completion
@@ -550,7 +552,7 @@ mod tests {
             "tasks:             none yet\n",
             "delegation:        on\n",
             "channel telegram:  ok\n",
-            "tokens today:      15 (10 prompt + 5 completion)\n",
+            "agent tokens:      15 (10 prompt + 5 completion) since 00:00 UTC; delegated tasks' are in spend\n",
             "spend:             Spend today (2026-11-23): 15 tokens of 1000; $0.0000 today, $0.0000 this month\n",
             "database:          2.0 KB (2048 bytes)\n",
         ] {

@@ -1,8 +1,8 @@
 //! Reaching the Docker engine, and the few questions the host asks it outside a pool.
 //!
 //! The host talks to Docker only through this crate: [`connect`] makes the one connection (and
-//! says clearly why there is none), [`engine_version`], [`image_present`] and
-//! [`network_gateway`] answer `nexbot doctor`, and the connection is then handed to
+//! says clearly why there is none), [`engine_version`], [`image_present`], [`image_program`]
+//! and [`network_gateway`] answer `nexbot doctor`, and the connection is then handed to
 //! [`crate::Pool::start`] and [`crate::ensure_pool_network`].
 
 use std::net::IpAddr;
@@ -64,6 +64,75 @@ pub async fn image_present(docker: &Docker, image: &str) -> Result<(), PoolError
         }
         Err(e) => Err(PoolError::docker(format!("inspect image {image}"), e)),
     }
+}
+
+/// Where `program` is in `image`'s file system: itself when it is a path, else the first
+/// folder of the image's `PATH` that holds it (`None`: nowhere). Answers `nexbot doctor`'s
+/// question whether a configured command can run, without running anything: the engine
+/// makes a container that is never started (no network, labelled `nexbot.role=doctor`),
+/// is asked for the paths, and removes it.
+pub async fn image_program(
+    docker: &Docker,
+    image: &str,
+    program: &str,
+) -> Result<Option<String>, PoolError> {
+    use bollard::models::{ContainerCreateBody, HostConfig};
+    use bollard::query_parameters::{ContainerArchiveInfoOptions, RemoveContainerOptions};
+    image_present(docker, image).await?;
+    let inspected = docker
+        .inspect_image(image)
+        .await
+        .map_err(|e| PoolError::docker(format!("inspect image {image}"), e))?;
+    let path_var = inspected
+        .config
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|v| v.strip_prefix("PATH=").map(str::to_owned))
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    let candidates: Vec<String> = match program.contains('/') {
+        true => vec![program.to_owned()],
+        false => path_var
+            .split(':')
+            .filter(|dir| dir.starts_with('/'))
+            .map(|dir| format!("{}/{program}", dir.trim_end_matches('/')))
+            .collect(),
+    };
+    let body = ContainerCreateBody {
+        image: Some(image.to_owned()),
+        entrypoint: Some(vec![program.to_owned()]),
+        labels: Some([("nexbot.role".to_owned(), "doctor".to_owned())].into()),
+        network_disabled: Some(true),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            ..HostConfig::default()
+        }),
+        ..ContainerCreateBody::default()
+    };
+    let created = docker
+        .create_container(None::<bollard::query_parameters::CreateContainerOptions>, body)
+        .await
+        .map_err(|e| PoolError::docker(format!("create a container of {image}"), e))?;
+    let mut found = Ok(None);
+    for path in candidates {
+        let options = ContainerArchiveInfoOptions { path: path.clone() };
+        match docker.get_container_archive_info(&created.id, Some(options)).await {
+            Ok(_) => {
+                found = Ok(Some(path));
+                break;
+            }
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            Err(e) => {
+                found = Err(PoolError::docker(format!("look for {path} in {image}"), e));
+                break;
+            }
+        }
+    }
+    let remove = RemoveContainerOptions { force: true, ..RemoveContainerOptions::default() };
+    if let Err(e) = docker.remove_container(&created.id, Some(remove)).await {
+        tracing::warn!(container = %created.id, "cannot remove doctor's container: {e}");
+    }
+    found
 }
 
 /// The gateway address of the internal network `name` (where host services for the pool

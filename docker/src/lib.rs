@@ -133,8 +133,8 @@ mod supervisor;
 
 pub use config::{InvalidField, PoolConfig};
 pub use connect::{
-    connect, engine_root_dir, engine_version, image_present, network_gateway, Docker,
-    EngineUnreachable, ENGINE_TIMEOUT,
+    connect, engine_root_dir, engine_version, image_present, image_program, network_gateway,
+    Docker, EngineUnreachable, ENGINE_TIMEOUT,
 };
 pub use error::PoolError;
 pub use network::{

@@ -41,7 +41,20 @@ impl fmt::Display for Denial {
                 write!(f, "{} address {v4} embedded in {addr}", class.as_str())
             }
             Self::Address { class, addr, embedded: None } => {
-                write!(f, "{} address {addr}", class.as_str())
+                write!(f, "{} address {addr}", class.as_str())?;
+                if class.may_be_the_users_network() {
+                    // A task that meant a service on the user's own network reads how to open it.
+                    let ip = match addr {
+                        IpAddr::V6(v6) => format!("[{v6}]"),
+                        IpAddr::V4(v4) => v4.to_string(),
+                    };
+                    write!(
+                        f,
+                        "; a service on your own network is opened by an \
+                         egress.proxy.allow_internal entry (e.g. \"{ip}:PORT\")"
+                    )?;
+                }
+                Ok(())
             }
             Self::HostAddress { addr, port, what } => write!(
                 f,
@@ -89,6 +102,12 @@ pub enum AddrClass {
 }
 
 impl AddrClass {
+    /// Whether an address of this class may be a service on the user's own network (a LAN,
+    /// a VPN's carrier-grade NAT range, IPv6 unique local), which `allow_internal` can open.
+    pub fn may_be_the_users_network(self) -> bool {
+        matches!(self, Self::Private | Self::SharedCgnat | Self::UniqueLocal)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Unspecified => "unspecified",
@@ -412,6 +431,28 @@ mod tests {
 
     fn class(ip: &str) -> Option<&'static str> {
         classify(ip.parse().unwrap()).map(|(c, _)| c.as_str())
+    }
+
+    /// A refused address that may be the user's own network says how to open it; loopback or
+    /// the cloud's metadata address does not (nothing should open those).
+    #[test]
+    fn a_refused_lan_address_names_allow_internal() {
+        let refused = |ip: &str| {
+            let addr: IpAddr = ip.parse().unwrap();
+            let (class, _) = classify(addr).unwrap();
+            Denial::Address { class, addr, embedded: None }.to_string()
+        };
+        let lan = refused("192.168.1.20");
+        assert!(lan.starts_with("private address 192.168.1.20; "), "{lan}");
+        assert!(
+            lan.contains("egress.proxy.allow_internal entry (e.g. \"192.168.1.20:PORT\")"),
+            "{lan}"
+        );
+        assert!(refused("100.101.102.103").contains("allow_internal"), "a VPN's address");
+        assert!(refused("fd12::7").contains("(e.g. \"[fd12::7]:PORT\")"));
+        for closed in ["127.0.0.1", "169.254.169.254", "224.0.0.1"] {
+            assert!(!refused(closed).contains("allow_internal"), "{closed}");
+        }
     }
 
     #[test]

@@ -109,6 +109,7 @@ async fn main() {
         start_timeout_secs: 60,
     };
     let mcp = McpServers::start(pool.clone(), vec![server], McpEgress::default(), None).await;
+    mcp.ready().await;
     let owner = nexbot_core::ChatRef::default_console();
     let session = mcp.session("everything", &owner).await.expect("the server's container");
     let contained = timed_calls(&session).await;

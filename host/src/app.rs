@@ -522,14 +522,17 @@ fn clis_of(
     }
 }
 
-/// `/status`'s MCP line of a chat: its servers, or why there are none.
+/// `/status`'s MCP line of a chat (its servers, or why there are none), and the degraded part
+/// `mcp` (the servers that do not start, with why).
 fn add_mcp_line(status: &StatusBoard, sandbox: Option<&Sandbox>, agent: &Arc<Agent>) {
     match sandbox {
         Some(sandbox) => {
+            let mcp = sandbox.mcp().clone();
+            status.add_problem("mcp", move || mcp.problem());
             let (mcp, agent) = (sandbox.mcp().clone(), agent.clone());
             status.add_for_chat(MCP_LINE, move |chat| {
                 let servers = mcp.for_chat(chat, agent.is_owner_chat(chat));
-                Some(crate::commands::mcp_line(&servers))
+                Some(crate::mcp::health::status_line(&servers))
             });
         }
         None => status.add_for_chat(MCP_LINE, |_| {

@@ -291,18 +291,6 @@ impl ChatCommand for Status {
 /// The status board's name of the vault's line, which `/status` shows per chat.
 pub const SECRETS_LINE: &str = "secrets";
 
-/// The MCP servers a chat may use, with their tool counts, for its `/status`.
-pub fn mcp_line(servers: &[(String, usize)]) -> String {
-    if servers.is_empty() {
-        return "none for this chat".to_owned();
-    }
-    let named: Vec<String> = servers
-        .iter()
-        .map(|(name, n)| format!("{name} ({n} tool{})", if *n == 1 { "" } else { "s" }))
-        .collect();
-    named.join(", ")
-}
-
 fn capitalized(name: &str) -> String {
     let mut chars = name.chars();
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
@@ -576,7 +564,12 @@ mod tests {
         // A line worded for the chat asking: the MCP servers it may use.
         board.add_for_chat("MCP servers", |chat| match chat {
             ChatRef::Telegram(1) => {
-                Some(mcp_line(&[("everything".into(), 13), ("time".into(), 1)]))
+                let line = |name: &str, tools| crate::mcp::ServerLine {
+                    name: name.into(),
+                    tools,
+                    failing: None,
+                };
+                Some(crate::mcp::health::status_line(&[line("everything", 13), line("time", 1)]))
             }
             _ => None,
         });
@@ -609,12 +602,6 @@ mod tests {
         assert_eq!(Clis::of_image("cli:dev", Some(&with_cli)).offered, AGENT_CLIS);
         assert_eq!(Clis::of_image("any", None).offered, AGENT_CLIS);
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn the_mcp_line_names_each_server_with_its_tools_or_says_there_is_none() {
-        assert_eq!(mcp_line(&[]), "none for this chat");
-        assert_eq!(mcp_line(&[("fs".into(), 0)]), "fs (0 tools)");
     }
 
     #[tokio::test]

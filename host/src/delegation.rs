@@ -32,13 +32,15 @@ pub struct SubagentOutcome {
 pub struct SubagentError {
     pub message: String,
     /// The operator killed the task's container (`nexbot-ctl subagents kill`): the receipt
-    /// says so, not "error".
+    /// and the record say so, not "error".
     pub killed_by_operator: bool,
+    /// The container the task ran in, when it got one before it failed (its record names it).
+    pub container: Option<String>,
 }
 
 impl SubagentError {
     pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into(), killed_by_operator: false }
+        Self { message: message.into(), killed_by_operator: false, container: None }
     }
 }
 

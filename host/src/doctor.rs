@@ -73,6 +73,9 @@ pub async fn run(config: &Config) -> Vec<Check> {
             Some(docker) => crate::sandbox::deployed_config(config, docker).await,
             None => config.clone(),
         };
+        if let Some(docker) = &engine {
+            checks.extend(mcp_servers(config, docker).await);
+        }
         checks.push(egress_listener(&deployed, engine.as_ref()).await);
         checks.push(egress_firewall(config).await);
         checks.extend(egress_relay(config));
@@ -291,6 +294,45 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
         ),
     });
     (checks, Some(docker))
+}
+
+/// Each configured MCP server: a stdio server's image is on the engine and its command is a
+/// program of that image (nothing is started); a remote one is reached through the proxy.
+async fn mcp_servers(config: &Config, docker: &Docker) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for server in &config.mcp.servers {
+        let name = format!("mcp {}", server.name);
+        if let Some(url) = &server.url {
+            checks.push(Check::ok(name, format!("remote, {url}, through the egress proxy")));
+            continue;
+        }
+        let image = server.image();
+        let command = server.command_line();
+        let Some(program) = command.first() else {
+            checks.push(Check::bad(name, CheckStatus::Fail, "no command", "set its command"));
+            continue;
+        };
+        checks.push(match nexbot_docker::image_program(docker, image, program).await {
+            Ok(Some(path)) => Check::ok(name, format!("image {image}, command {program} ({path})")),
+            Ok(None) => Check::bad(
+                name,
+                CheckStatus::Fail,
+                format!("the image {image} has no program {program} (absolute, or along its PATH)"),
+                "set the server's command to a program of its image, or its image to one that has it",
+            ),
+            Err(nexbot_docker::PoolError::ImageMissing { .. }) => Check::bad(
+                name,
+                CheckStatus::Fail,
+                format!("the engine has no image {image}"),
+                match image == nexbot_mcp::config::DEFAULT_IMAGE {
+                    true => "build it with `make mcp-image`".to_owned(),
+                    false => format!("pull or build {image} on the engine"),
+                },
+            ),
+            Err(e) => Check::bad(name, CheckStatus::Warn, e.to_string(), "check the engine (`docker info`)"),
+        });
+    }
+    checks
 }
 
 /// Whether the listener's address exists on this host and its port is free.

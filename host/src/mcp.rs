@@ -43,6 +43,7 @@ use crate::delegation::TaskQuestions;
 use crate::tools::delegate::SecretSource;
 use crate::vault::{Mode, SecretHold};
 
+pub mod health;
 pub mod rooms;
 
 /// The role label of an MCP server's container.
@@ -231,6 +232,16 @@ pub struct Restarted {
     pub container: Option<String>,
 }
 
+/// A server as `/status` shows it to a chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerLine {
+    pub name: String,
+    /// The tools last learned.
+    pub tools: usize,
+    /// Why its last start failed, while it does not run.
+    pub failing: Option<String>,
+}
+
 /// One instance as the operator sees it (`nexbot-ctl mcp ls`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceView {
@@ -269,14 +280,21 @@ pub struct McpServers {
     /// The last tool list each server gave (any instance), with the skipped ones.
     catalogs: Mutex<HashMap<String, ToolList>>,
     counters: Mutex<HashMap<String, ServerCounters>>,
+    /// The servers whose last start failed (the degraded part `mcp`).
+    failing: health::Failing,
+    /// `true` once the servers started with the daemon gave their first tool lists (or
+    /// [`START_WAIT`] passed): what a turn waits for ([`Connector::ready`]).
+    first_lists: tokio::sync::watch::Receiver<bool>,
     stop: CancellationToken,
 }
 
 impl McpServers {
     /// Starts what must run from the start: each shared server's instance, and a probe of each
-    /// chat-scoped one (its tool list), all at once; and the idle sweep. Waits for them at
-    /// most [`START_WAIT`], so the first turn's model knows the tools of every server that
-    /// came up; a slower one joins later turns when it is up.
+    /// chat-scoped one (its tool list), all at once, in the background; and the idle sweep.
+    /// Returns at once: the daemon opens its control socket and channels meanwhile (they
+    /// opened up to [`START_WAIT`] late). A turn waits for the first lists at most until
+    /// [`START_WAIT`] after this start ([`Connector::ready`]), so the first turn's model knows
+    /// the tools of every server that came up; a slower one joins later turns when it is up.
     pub async fn start(
         pool: Arc<Pool>,
         servers: Vec<ServerConfig>,
@@ -290,6 +308,7 @@ impl McpServers {
             }
             None => (None, None),
         };
+        let (lists_in, first_lists) = tokio::sync::watch::channel(false);
         let this = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             pool,
@@ -302,6 +321,8 @@ impl McpServers {
             instances: Mutex::default(),
             catalogs: Mutex::default(),
             counters: Mutex::default(),
+            failing: health::Failing::default(),
+            first_lists,
             stop: CancellationToken::new(),
         });
         let mut starts = tokio::task::JoinSet::new();
@@ -318,13 +339,16 @@ impl McpServers {
                 }
             });
         }
-        let all = async { while starts.join_next().await.is_some() {} };
-        if tokio::time::timeout(START_WAIT, all).await.is_err() {
-            tracing::warn!(
-                "MCP servers still starting after {START_WAIT:?}; their tools come later"
-            );
-            starts.detach_all();
-        }
+        tokio::spawn(async move {
+            let all = async { while starts.join_next().await.is_some() {} };
+            if tokio::time::timeout(START_WAIT, all).await.is_err() {
+                tracing::warn!(
+                    "MCP servers still starting after {START_WAIT:?}; their tools come later"
+                );
+                starts.detach_all();
+            }
+            lists_in.send_replace(true);
+        });
         let sweeper = this.clone();
         tokio::spawn(async move { sweeper.sweep_idle().await });
         this
@@ -406,10 +430,12 @@ impl McpServers {
                 instance.running = Some(running.clone());
                 instance.not_before = None;
                 drop(instance);
+                self.failing.started(&key.0);
                 self.watch(key.clone(), running);
                 Ok(session)
             }
             Err(e) => {
+                self.failing.failed(&config, &e.to_string());
                 instance.failures += 1;
                 instance.last_error = Some(e.to_string());
                 instance.not_before = Some(Instant::now() + backoff(instance.failures));
@@ -655,7 +681,7 @@ impl McpServers {
     }
 
     /// Restarts a server: every instance of it stops; shared ones start again now, chat ones
-    /// at their next call. The back-off is forgotten.
+    /// at their next call (their probe runs again now). The back-off is forgotten.
     pub async fn restart(&self, server: &str) -> Result<Restarted, McpError> {
         let config = self.config(server)?.clone();
         let keys: Vec<Key> = {
@@ -670,8 +696,13 @@ impl McpServers {
             instance.failures = 0;
         }
         let mut container = None;
-        if config.scope == ServerScope::Shared {
-            let key = (server.to_owned(), None);
+        let key = (server.to_owned(), None);
+        if config.scope != ServerScope::Shared {
+            // A chat-scoped server's probe again, as at the daemon's start: its tool list, and
+            // whether it starts at all (after `make mcp-image`, health is clear at once).
+            self.instance(&key).await?;
+            self.stop_instance(&key, "its tool list is read").await;
+        } else {
             self.instance(&key).await?;
             // Read under the slot's lock, which the old instance's watcher may hold a moment
             // (it wakes when the restart ends that session): a non-blocking look could miss it.
@@ -779,13 +810,23 @@ impl McpServers {
     }
 
     /// The servers `chat` may use, with their state for it (`/status`).
-    pub fn for_chat(&self, chat: &ChatRef, owner: bool) -> Vec<(String, usize)> {
+    pub fn for_chat(&self, chat: &ChatRef, owner: bool) -> Vec<ServerLine> {
         let catalogs = self.catalogs.lock().unwrap_or_else(|e| e.into_inner());
         self.servers
             .iter()
             .filter(|s| s.allows(chat, owner))
-            .map(|s| (s.name.clone(), catalogs.get(&s.name).map_or(0, |c| c.0.len())))
+            .map(|s| ServerLine {
+                name: s.name.clone(),
+                tools: catalogs.get(&s.name).map_or(0, |c| c.0.len()),
+                failing: self.failing.reason(&s.name),
+            })
             .collect()
+    }
+
+    /// What makes MCP a degraded part now: each server whose last start failed, with the whole
+    /// reason and the fix where it is known (`None`: every server started).
+    pub fn problem(&self) -> Option<String> {
+        self.failing.problem()
     }
 
     /// Stops every instance (the daemon stops; the pool's shutdown removes the containers
@@ -829,6 +870,14 @@ fn backoff(failures: u32) -> Duration {
 }
 
 impl Connector for McpServers {
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        let mut lists = self.first_lists.clone();
+        Box::pin(async move {
+            // Its sender is dropped only after it said `true`, or with the daemon stopping.
+            let _ = lists.wait_for(|in_| *in_).await;
+        })
+    }
+
     fn catalog(&self, server: &str, chat: &ChatRef) -> Vec<ServerTool> {
         // The list of the chat's own instance while it runs (re-read on `list_changed`), and
         // the last one learned otherwise (every instance runs the same program).

@@ -73,6 +73,11 @@ impl SubagentRunner for PoolRunner {
                 })
                 .map_err(|e| SubagentError {
                     killed_by_operator: matches!(e, PoolError::KilledByOperator { .. }),
+                    container: match &e {
+                        PoolError::KilledByOperator { container, .. }
+                        | PoolError::ContainerFailed { container, .. } => Some(container.clone()),
+                        _ => None,
+                    },
                     message: e.to_string(),
                 })
         })

@@ -46,6 +46,11 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     fn progress(&self, server: &str, chat: &ChatRef, tool: &str, progress: &Progress) {
         let _ = (server, chat, tool, progress);
     }
+    /// Resolves when the servers that start with the daemon have given their first tool
+    /// lists, or the connector stopped waiting for them ([`ToolSource::ready`]).
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// The [`ToolSource`] of the configured servers.
@@ -62,6 +67,10 @@ impl McpTools {
 }
 
 impl ToolSource for McpTools {
+    fn ready(&self) -> BoxFuture<'_, ()> {
+        self.connector.ready()
+    }
+
     fn tools(&self, chat: &ChatRef, owner: bool) -> Vec<Arc<dyn Tool>> {
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         for server in self.servers.iter().filter(|s| s.allows(chat, owner)) {

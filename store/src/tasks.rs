@@ -72,6 +72,8 @@ words! {
         /// The daemon stopped while it ran (a crash or a kill): settled by the next run
         /// ([`Store::settle_interrupted_tasks`]).
         Interrupted => "interrupted",
+        /// The operator killed its container (`nexbot-ctl subagents kill`).
+        Killed => "killed",
     }
 }
 

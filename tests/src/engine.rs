@@ -230,8 +230,28 @@ impl Drop for TestEngine {
             }
             self.stop();
         }
-        // What the engine mounted lives in the test's own mount namespace and goes with it;
-        // the files stay on disk unless removed.
+        // What the engine mounted lives in the test's own mount namespace and goes with it,
+        // but while the namespace lives its mount points (the data root is one) cannot be
+        // removed, and an empty folder stayed in /tmp after each run: they are detached first.
+        for mount in mounts_under(&self.dir) {
+            let _ = Command::new("umount").arg("-l").arg(&mount).status();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The mount points under `dir` in this process's mount namespace, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // The fifth field is the mount point (spaces in it are written `\040`).
+    let mut found: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(point.replace("\\040", " ")))
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    found.sort();
+    found.dedup();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    found
 }

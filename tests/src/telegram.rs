@@ -142,6 +142,8 @@ pub enum Fault {
     BadJsonOfSize { size: u64 },
     /// 500 `Internal Server Error`.
     ServerError,
+    /// Answered as usual, after `delay` (a Bot API server that is slow to answer a method).
+    Slow { delay: Duration },
 }
 
 impl Fault {
@@ -154,6 +156,7 @@ impl Fault {
             Self::BadJson => json!({"kind": "bad_json"}),
             Self::BadJsonOfSize { size } => json!({"kind": "bad_json", "size": size}),
             Self::ServerError => json!({"kind": "server_error"}),
+            Self::Slow { delay } => json!({"kind": "slow", "delay_ms": millis(delay)}),
         }
     }
 }

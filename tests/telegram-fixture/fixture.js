@@ -68,8 +68,9 @@
  *   GET  /__fixture/calls[?method=M][&token=T]              -> [Call]
  *   GET  /__fixture/updates?token=T                         -> pending (unconfirmed) updates
  *   POST /__fixture/faults {method?: name or "*" (default), kind: "rate_limit"|"conflict"|
- *        "bad_json"|"server_error", count?: N, duration_ms?: D, retry_after?: X (default 1),
- *        size?: bytes of the bad_json body (default: a short HTML page)}
+ *        "bad_json"|"server_error"|"slow", count?: N, duration_ms?: D, retry_after?: X
+ *        (default 1), size?: bytes of the bad_json body (default: a short HTML page),
+ *        delay_ms?: how long a "slow" call waits before it is answered as usual}
  *                                                          -> {id}
  *        The next N matching calls (or every matching call for D ms; count 1 when neither is
  *        given) answer 429 `Too Many Requests: retry after X` with parameters.retry_after,
@@ -858,7 +859,9 @@ async function botApi(req, res, url, token, methodName) {
   try {
     if (!tokenValid(token)) throw new ApiError(401, 'Unauthorized');
     const fault = takeFault(method);
-    if (fault) {
+    if (fault && fault.kind === 'slow') {
+      await new Promise((resolve) => setTimeout(resolve, fault.delay_ms));
+    } else if (fault) {
       const err = faultAnswer(fault);
       if (err) throw err;
       const page = '<html><body>502 Bad Gateway</body></html>\n';
@@ -983,7 +986,7 @@ async function control(req, res, url) {
       return b ? b.updates : [];
     }
     case 'POST /faults': {
-      const kinds = ['rate_limit', 'conflict', 'bad_json', 'server_error'];
+      const kinds = ['rate_limit', 'conflict', 'bad_json', 'server_error', 'slow'];
       if (!kinds.includes(body.kind)) throw new ControlError(`kind must be one of ${kinds.join(', ')}`);
       const count = body.count === undefined || body.count === null ? null : toInt(body.count);
       const duration = body.duration_ms === undefined || body.duration_ms === null ? null : toInt(body.duration_ms);
@@ -993,6 +996,7 @@ async function control(req, res, url) {
         until: duration === null ? null : Date.now() + duration,
         retry_after: toInt(body.retry_after) || 1,
         size: toInt(body.size) || 0,
+        delay_ms: toInt(body.delay_ms) || 0,
       };
       state.faults.push(fault);
       if (fault.kind === 'conflict' && (fault.method === '*' || fault.method === 'getupdates')) {

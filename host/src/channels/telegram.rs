@@ -154,10 +154,18 @@ pub fn attach(app: &mut App, config: &Config) -> Result<Telegram, String> {
     let inbound = app.inbound();
     let channel = telegram.clone();
     app.spawn("telegram", Stage::Input, move |stop| async move {
-        let menu: Vec<(&str, &str)> =
-            commands.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
-        channel.set_commands(&menu).await;
+        // The command menu is registered beside polling, never before it: a slow
+        // `setMyCommands` (10 s against the emulator) held up the first message of every run.
+        let menu = {
+            let channel = channel.clone();
+            tokio::spawn(async move {
+                let menu: Vec<(&str, &str)> =
+                    commands.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+                channel.set_commands(&menu).await;
+            })
+        };
         channel.run(inbound, stop).await;
+        menu.abort();
     });
     Ok(telegram)
 }

@@ -79,6 +79,9 @@ pub(crate) struct Inner {
     pub mcp: Option<Arc<crate::mcp::McpServers>>,
     /// The web dashboard (`None`: off, `control.web_addr` unset).
     pub web: Option<Arc<web::Web>>,
+    /// Why the dashboard is off although `control.web_addr` is set (its port could not be
+    /// taken), for `web login`'s answer.
+    pub web_off: Option<String>,
 }
 
 impl std::fmt::Debug for ControlState {
@@ -293,11 +296,13 @@ pub fn attach(
     // The dashboard's port is taken at once: a port in use leaves the dashboard off (said in
     // health) and the control API on.
     let mut degraded = degraded;
+    let mut web_off = None;
     let web_listener = config.control.web_addr.and_then(|addr| match tcp_listener(addr) {
         Ok(listener) => Some((addr, listener)),
         Err(e) => {
             tracing::error!(%addr, error = %e, "the dashboard is off: cannot listen");
             degraded.push(format!("the dashboard: cannot listen on {addr}: {e}"));
+            web_off = Some(format!("cannot listen on control.web_addr {addr}: {e}"));
             None
         }
     });
@@ -335,6 +340,7 @@ pub fn attach(
         web: web_listener
             .as_ref()
             .map(|(addr, _)| Arc::new(web::Web::new(*addr, config.control.web_remote))),
+        web_off,
     }));
     let probed = state.clone();
     let probe_config = config.clone();

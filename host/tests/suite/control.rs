@@ -425,6 +425,13 @@ async fn subagents_ps_restart_kill_logs_and_metrics_match_the_pool_and_the_recor
         let long = tasks.tasks.iter().find(|t| t.status != "success");
         if let Some(task) = long.filter(|t| t.status != "running") {
             assert!(task.error.as_deref().unwrap_or("").contains("killed by operator"), "{task:?}");
+            // Its record says who ended it and where it ran (it said `error`, no container).
+            assert_eq!(task.status, "killed", "{task:?}");
+            let (ran_in, was) = (task.container.as_deref().unwrap_or("-"), &busy.container);
+            assert!(
+                was.as_deref().is_some_and(|c| ran_in.starts_with(c) || c.starts_with(ran_in)),
+                "{task:?} {busy:?}"
+            );
             break;
         }
         assert!(start.elapsed() < LIMIT, "the killed task did not end: {tasks:?}");

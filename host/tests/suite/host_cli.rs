@@ -146,6 +146,66 @@ async fn doctor_passes_with_a_reachable_llm_and_fails_naming_the_fix() {
     }
 }
 
+/// Each configured MCP server: its image on the engine and its command a program of that image,
+/// found along the image's PATH, without running it; what is wrong is named with its fix, and
+/// the container made to look is gone.
+#[tokio::test]
+async fn doctor_checks_each_mcp_servers_image_and_command() {
+    if nexbot_tests::docker_or_skip("doctor_mcp").await.is_none() {
+        return;
+    }
+    let ws = TempWorkspace::init("doctor-mcp");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let leftover = Leftovers::new("doctor-mcp");
+    let pid = std::process::id();
+    let (missing, wrong) = (format!("nxh-no-such-mcp-{pid}:none"), format!("nx-no-program-{pid}"));
+    let mut env = delegation_env(&llm, &leftover);
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        format!(
+            r#"[{{ name = "everything", command = "mcp-server-everything", args = ["stdio"] }},
+                {{ name = "absent", command = "x", image = "{missing}" }},
+                {{ name = "typo", command = "{wrong}" }},
+                {{ name = "far", url = "https://mcp.example.com/mcp" }}]"#
+        ),
+    ));
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        nexbot(&["doctor"], &ws.config(), &env).output(),
+    )
+    .await
+    .expect("doctor did not finish")
+    .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            "[ok]   mcp everything: image nexbot-mcp:dev, command mcp-server-everything (/"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("[FAIL] mcp absent: the engine has no image {missing}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&format!("fix: pull or build {missing} on the engine")), "{stdout}");
+    assert!(
+        stdout
+            .contains(&format!("[FAIL] mcp typo: the image nexbot-mcp:dev has no program {wrong}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[ok]   mcp far: remote, https://mcp.example.com/mcp"), "{stdout}");
+    let left = common::docker_cli(&[
+        "ps",
+        "-a",
+        "--filter",
+        "label=nexbot.role=doctor",
+        "--format",
+        "{{.Command}}",
+    ]);
+    assert!(!left.contains(&wrong) && !left.contains("mcp-server-everything"), "{left}");
+}
+
 #[tokio::test]
 async fn serve_runs_until_sigterm_and_exits_cleanly() {
     let ws = TempWorkspace::init("serve");

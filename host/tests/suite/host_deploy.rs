@@ -126,3 +126,65 @@ async fn serve_init_refuses_a_config_name_init_would_not_write() {
     assert!(std::fs::read_dir(&volume).unwrap().next().is_none(), "nothing written");
     std::fs::remove_dir_all(&volume).unwrap();
 }
+
+/// `make up`'s wait (docker/wait-ready.sh) on a host container in a crash loop shows the log of
+/// its last run only: before, `--tail 40` printed the errors of earlier runs above the current
+/// one, so the operator read an old error first. Each run here prints one line of its own.
+#[test]
+fn make_ups_wait_shows_only_the_last_runs_log_of_a_crash_loop() {
+    if std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        assert!(std::env::var("CI").is_err(), "CI=true: this test needs the Docker engine");
+        return;
+    }
+    let name = format!("nxd-crashloop-{}", std::process::id());
+    let docker = |args: &[&str]| common::docker_cli(args);
+    let _ = docker(&["rm", "-f", &name]);
+    let script = "echo \"run $(cat /proc/sys/kernel/random/uuid)\"; echo 'error: the config is bad' >&2; sleep 1; exit 1";
+    docker(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--restart",
+        "always",
+        "--network",
+        "none",
+        "--entrypoint",
+        "/bin/sh",
+        "nexbot-subagent:dev",
+        "-c",
+        script,
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while docker(&["inspect", "-f", "{{.RestartCount}}", &name]).trim().parse::<u32>().unwrap_or(0)
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "the container did not restart twice");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A stand-in for compose: `ps -q host` names the container.
+    let dir = empty_volume("crashloop");
+    let compose = dir.join("compose");
+    std::fs::write(&compose, format!("#!/bin/sh\ndocker inspect -f '{{{{.Id}}}}' {name}\n"))
+        .unwrap();
+    std::fs::set_permissions(&compose, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new(root.join("docker/wait-ready.sh"))
+        .args([compose.to_str().unwrap(), "host", "30"])
+        .output()
+        .unwrap();
+    let _ = docker(&["rm", "-f", &name]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("make up: the host container"), "{stderr}");
+    let runs = stderr.lines().filter(|l| l.starts_with("run ")).count();
+    assert!(runs <= 1, "lines of earlier runs are shown: {stderr}");
+    let errors = stderr.lines().filter(|l| l.contains("error: the config is bad")).count();
+    assert!(errors <= 1, "errors of earlier runs are shown: {stderr}");
+}

@@ -174,3 +174,101 @@ async fn without_the_sandbox_mcp_says_it_needs_it() {
     }
     serving.stop(LIMIT).await;
 }
+
+/// A server that is slow to start (it never answers `initialize`; it gives up after
+/// `start_timeout_secs`) holds up neither the control socket nor Telegram: while it is still
+/// starting the control API answers and shows it `starting` (before, the daemon opened its
+/// doors only once the start had ended). The first message's turn waits for the start to end,
+/// so the model is offered whatever came up; then `health` names the server that did not start.
+#[tokio::test]
+async fn a_slow_server_holds_up_neither_the_control_socket_nor_telegram() {
+    if nexbot_tests::docker_or_skip("mcp_slow_start").await.is_none() {
+        return;
+    }
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("mcp-slow");
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let mute = r#"
+[[mcp.servers]]
+name = "mute"
+command = "node"
+args = ["-e", "setTimeout(() => {}, 600000)"]
+scope = "shared"
+start_timeout_secs = 25
+"#;
+    std::fs::write(ws.config(), format!("{config}\n{mute}")).unwrap();
+    let names = Leftovers::new("mcpslow");
+    let mut env = base_env(&llm.base_url());
+    env.extend(names.env());
+    common::telegram_env(&mut env, &tg, OWNER);
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let list = servers(&ws).await;
+    let states: Vec<&str> = list.servers[0].instances.iter().map(|i| i.state.as_str()).collect();
+    assert_eq!(states, ["starting"], "the doors opened only after the start ended: {list:?}");
+
+    tg.user_says(OWNER, OWNER, "hello there").await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text == "echo: hello there"), LIMIT).await;
+    // The turn waited for the start, which had ended (failed) by the time it answered.
+    let list = servers(&ws).await;
+    let states: Vec<&str> = list.servers[0].instances.iter().map(|i| i.state.as_str()).collect();
+    assert_eq!(states, ["failed"], "{list:?}");
+    let health = ctl(&ws, &["health"], "").await;
+    assert!(health.stdout.contains("server mute does not start: "), "{health:?}");
+    assert!(health.stdout.contains("initialize"), "{health:?}");
+    serving.stop(LIMIT).await;
+}
+
+/// A chat-scoped server whose image the engine lacks: `health` names it as the degraded part
+/// `mcp` with the whole reason, `mcp ls` shows the error whole (the table cut it before "No
+/// such image"); once the image exists, `mcp restart` probes it again and health is clear.
+#[tokio::test]
+async fn a_server_whose_image_is_missing_is_named_until_a_restart_finds_it() {
+    let Some(docker) = nexbot_tests::docker_or_skip("mcp_missing_image").await else { return };
+    if docker.inspect_image(IMAGE).await.is_err() {
+        panic!("the image {IMAGE} is missing: build it with `make mcp-image`");
+    }
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("mcp-late");
+    let image = format!("nxh-late-mcp-{}:none", std::process::id());
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let late = format!(
+        "\n[[mcp.servers]]\nname = \"late\"\ncommand = \"mcp-server-everything\"\nargs = [\"stdio\"]\nimage = \"{image}\"\n"
+    );
+    std::fs::write(ws.config(), format!("{config}{late}")).unwrap();
+    let names = Leftovers::new("mcplate");
+    let mut env = base_env(&llm.base_url());
+    env.extend(names.env());
+    env.push(("NEXBOT_TELEGRAM__ENABLED".into(), "false".into()));
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let start = std::time::Instant::now();
+    let health = loop {
+        let health = ctl(&ws, &["health"], "").await;
+        if health.stdout.contains("server late does not start") {
+            break health;
+        }
+        assert!(start.elapsed() < LIMIT, "no degraded mcp part: {health:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(health.stdout.contains(&format!("No such image: {image}")), "{health:?}");
+    assert!(health.stdout.contains("pull or build it"), "{health:?}");
+    let ls = ctl(&ws, &["mcp", "ls"], "").await;
+    assert!(ls.stdout.contains("last errors in full:"), "{ls:?}");
+    assert!(ls.stdout.contains(&format!("No such image: {image}")), "{ls:?}");
+
+    let tagged =
+        std::process::Command::new("docker").args(["tag", IMAGE, &image]).status().unwrap();
+    assert!(tagged.success());
+    let restarted = ctl(&ws, &["mcp", "restart", "late"], "").await;
+    let _ = std::process::Command::new("docker").args(["rmi", &image]).output();
+    assert_ok(&restarted);
+    let health = ctl(&ws, &["health"], "").await;
+    assert!(!health.stdout.contains("does not start"), "{health:?}");
+    let list = servers(&ws).await;
+    assert!(list.servers[0].tools > 0, "the probe read its tools: {list:?}");
+    serving.stop(LIMIT).await;
+}

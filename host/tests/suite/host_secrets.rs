@@ -341,7 +341,7 @@ async fn a_planted_secret_reaches_only_its_bound_host_and_is_found_nowhere_else(
     let requests = llm.chat_requests();
     let sub: Vec<&Value> =
         requests.iter().map(|r| &r.body).filter(|b| !is_main(b) && tool_results(b) > 0).collect();
-    assert_eq!(sub.len(), 2, "one answer step per task");
+    assert_eq!(sub.len(), 2, "one answer step per task; the daemon said:\n{stderr}");
     let results = |body: &Value| -> Vec<String> {
         body["messages"]
             .as_array()

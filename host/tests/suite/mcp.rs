@@ -84,6 +84,8 @@ impl Harness {
         };
         let pool = Arc::new(Pool::start(docker, config).await.expect("pool starts"));
         let mcp = McpServers::start(pool.clone(), servers.clone(), egress, rooms).await;
+        // Its start returns at once; the tests read the first tool lists, as a turn does.
+        mcp.ready().await;
         let tools = McpTools::new(servers, mcp.clone());
         Some(Self { pool, mcp, tools, _network: network })
     }
@@ -513,6 +515,40 @@ async fn the_model_calls_a_configured_servers_tool_through_the_daemon() {
     let content = answer["content"].as_str().unwrap();
     assert!(content.contains("<<<MCP_RESULT server=everything tool=echo>>>"), "{content}");
     assert!(content.contains("Echo: ping-from-the-model"), "{content}");
+    assert_daemon_left_nothing(&leftovers);
+}
+
+/// A configured server that cannot start is not hidden: `/status` names the degraded part
+/// `mcp` with the whole reason (the engine has no such image, and the fix), and the chat's MCP
+/// line says the server does not start instead of "0 tools". Before, health said ready and
+/// the line read "missing (0 tools)".
+#[tokio::test]
+async fn a_server_that_cannot_start_is_a_degraded_part_with_its_whole_reason() {
+    use crate::common::{chat, text};
+    let Some((ws, leftovers)) = daemon_test("mcp-missing").await else { return };
+    let llm = nexbot_tests::scripted_llm::ScriptedLlm::start(vec![]).await;
+    let mut env = crate::common::base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    let image = format!("nxh-no-such-mcp-{}:none", std::process::id());
+    env.push((
+        "NEXBOT_MCP__SERVERS".into(),
+        format!(r#"[{{ name = "missing", command = "x", image = "{image}", scope = "shared" }}]"#),
+    ));
+    let out = chat(&ws.config(), &env, &["/status"], Duration::from_secs(240)).await;
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let degraded = stdout.lines().find(|l| l.starts_with("DEGRADED: mcp: "));
+    let degraded = degraded.unwrap_or_else(|| panic!("no degraded mcp part:\n{stdout}"));
+    assert!(degraded.contains("server missing does not start: "), "{degraded}");
+    assert!(degraded.contains(&format!("No such image: {image}")), "{degraded}");
+    assert!(
+        degraded.contains(&format!("the engine has no image {image}: pull or build it")),
+        "{degraded}"
+    );
+    let line = stdout.lines().find(|l| l.starts_with("MCP servers: "));
+    let line = line.unwrap_or_else(|| panic!("no MCP line:\n{stdout}"));
+    assert!(line.starts_with("MCP servers: missing (does not start: "), "{line}");
+    assert!(!line.contains("0 tools"), "{line}");
     assert_daemon_left_nothing(&leftovers);
 }
 

@@ -408,6 +408,24 @@ async fn the_dashboard_is_off_by_default_and_loopback_only_unless_the_operator_s
     assert!(!out.status.success());
     let err = common::text(&out.stderr);
     assert!(err.contains("control.web_addr") && err.contains("control.web_remote = true"), "{err}");
+
+    // Set, but its port is taken: the daemon serves without the dashboard, and `web login`
+    // says why instead of asking for the setting it has.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = squatter.local_addr().unwrap();
+    let mut env = common::base_env(&llm.base_url());
+    env.push(("NEXBOT_SUBAGENT__ENABLED".into(), "false".into()));
+    env.push(("NEXBOT_CONTROL__WEB_ADDR".into(), taken.to_string()));
+    let serving = common::Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let ran = common::ctl(&ws, &["web", "login"], "").await;
+    assert_ne!(ran.code, Some(0), "{ran:?}");
+    let said = format!("the dashboard is off: it cannot listen on control.web_addr {taken}: ");
+    assert!(ran.stderr.contains(&said), "{ran:?}");
+    assert!(ran.stderr.contains("stop what holds that port"), "{ran:?}");
+    assert!(!ran.stderr.contains("set control.web_addr (e.g."), "{ran:?}");
+    serving.stop(LIMIT).await;
+    drop(squatter);
 }
 
 /// The daemon's open sockets (`/proc/<pid>/fd`).

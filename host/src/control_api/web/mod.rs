@@ -82,12 +82,20 @@ impl Web {
 
 /// `POST /v1/web/login` on the control socket.
 pub fn login_link(state: &ControlState) -> Result<WebLogin, ApiError> {
-    let web = state.0.web.as_ref().ok_or_else(|| {
-        ApiError::new(
+    let web = state.0.web.as_ref().ok_or_else(|| match &state.0.web_off {
+        // Set, but its port could not be taken: setting it again would not help.
+        Some(why) => ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "the dashboard is off: it {why}; stop what holds that port or set another \
+                 control.web_addr, then restart the daemon"
+            ),
+        ),
+        None => ApiError::new(
             StatusCode::CONFLICT,
             "the dashboard is off: set control.web_addr (e.g. \"127.0.0.1:8088\") in \
              config.toml and restart the daemon",
-        )
+        ),
     })?;
     web.login_link().map_err(ApiError::internal)
 }

@@ -318,7 +318,8 @@ pub async fn task_rows(s: &ControlState, filter: &TaskFilter) -> Result<Vec<Task
 }
 
 pub fn tasks(filter: &TaskFilter, rows: Result<Vec<TaskRow>, ApiError>) -> Markup {
-    let statuses = ["", "running", "success", "error", "timeout", "cancelled", "interrupted"];
+    let statuses =
+        ["", "running", "success", "error", "timeout", "cancelled", "interrupted", "killed"];
     let chosen = filter.status.as_deref().unwrap_or("");
     html! {
         form.filters method="get" action="/tasks" {

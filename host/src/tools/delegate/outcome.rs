@@ -53,7 +53,10 @@ impl Delegate {
             }
             Some(Err(e)) => {
                 killed = e.killed_by_operator;
-                end.status = if ctx.cancel.is_cancelled() {
+                end.container = e.container.clone();
+                end.status = if killed {
+                    TaskStatus::Killed
+                } else if ctx.cancel.is_cancelled() {
                     TaskStatus::Cancelled
                 } else {
                     TaskStatus::Error
