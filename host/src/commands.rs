@@ -10,6 +10,8 @@
 //! digits or `_` (Telegram's rule), optionally `@botname`. Anything else starting with `/`
 //! (a path such as `/etc/hosts is …`) is an ordinary message for the agent.
 
+mod secret;
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -113,7 +115,7 @@ impl CommandRegistry {
         let status = Status { store: store.clone(), model, spend, board, vault: vault.clone() };
         registry.add(Arc::new(status));
         registry.add(Arc::new(AgentModeCommand { store, clis }));
-        registry.add(Arc::new(crate::vault::command::SecretCommand::new(vault)));
+        registry.add(Arc::new(secret::SecretCommand::new(vault)));
         registry
     }
 

@@ -27,6 +27,7 @@ pub use nexbot_agent::config::{
     AgentConfig, CapsConfig, LlmConfig, Unpriced, DEFAULT_MAX_TOKENS, LLM_API_KEY_ENV,
 };
 pub use nexbot_telegram::TelegramConfig;
+pub use nexbot_vault::VaultConfig;
 
 /// The Telegram bot token.
 pub const TELEGRAM_TOKEN_ENV: &str = "NEXBOT_TELEGRAM_TOKEN";
@@ -77,22 +78,6 @@ pub struct WorkspaceConfig {
 impl Default for WorkspaceConfig {
     fn default() -> Self {
         Self { dir: PathBuf::from(".") }
-    }
-}
-
-/// The secrets vault's limits.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct VaultConfig {
-    /// Secrets one scope (a chat, or the operator) may store. Every value is scanned for at
-    /// each of that chat's exits and in its tasks' LLM calls, so the scan's cost and memory
-    /// grow with it; setting one more is refused with an error naming this setting.
-    pub max_secrets_per_scope: usize,
-}
-
-impl Default for VaultConfig {
-    fn default() -> Self {
-        Self { max_secrets_per_scope: crate::vault::DEFAULT_MAX_PER_SCOPE }
     }
 }
 

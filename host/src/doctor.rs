@@ -523,15 +523,7 @@ mod tests {
         let store_row = |scope: SecretScope, name: &'static str, host: &'static str| {
             let (store, master) = (store.clone(), master.clone());
             async move {
-                crate::vault::legacy::store_legacy_row(
-                    &store,
-                    &master,
-                    &scope,
-                    name,
-                    VALUE,
-                    &[host],
-                )
-                .await
+                crate::vault::store_legacy_row(&store, &master, &scope, name, VALUE, &[host]).await
             }
         };
         store_row(chat.clone(), "GH_TOKEN", "api.github.com").await;

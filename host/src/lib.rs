@@ -19,7 +19,6 @@
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
 //!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
 //! - [`scheduler`]: scheduled jobs and the heartbeat, run as turns of their chat.
-//! - [`vault`]: the secrets vault, over [`store`]'s sealed rows.
 //! - [`deadlines`]: every limit of a delegated task, computed in one place.
 //! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
@@ -27,7 +26,8 @@
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
 //! The crates the host wires are re-exported as its modules: [`agent`] (with
-//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`] and [`store`].
+//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`store`] and [`vault`] (the
+//! secrets vault, over [`store`]'s sealed rows).
 
 pub mod app;
 pub mod approvals;
@@ -52,7 +52,6 @@ pub mod skill_grants;
 pub mod status;
 
 pub mod tools;
-pub mod vault;
 pub mod workspace;
 
 pub use nexbot_core::BoxFuture;
@@ -65,3 +64,4 @@ pub use nexbot_agent::{exits, llm, skills, spend};
 pub use nexbot_egress as egress;
 pub use nexbot_store as store;
 pub use nexbot_tools::rooms;
+pub use nexbot_vault as vault;

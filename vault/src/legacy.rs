@@ -135,16 +135,16 @@ impl Vault {
 
 /// Writes `name` of `scope` as a release before places wrote it: `hosts` bare, sealed with
 /// them. For tests of the migration here and in doctor.
-#[cfg(test)]
-pub(crate) async fn store_legacy_row(
-    store: &crate::store::Store,
+#[cfg(any(test, feature = "test-support"))]
+pub async fn store_legacy_row(
+    store: &nexbot_store::Store,
     master: &secrecy::SecretString,
     scope: &SecretScope,
     name: &str,
     value: &str,
     hosts: &[&str],
 ) {
-    use crate::store::vault::SealedRow;
+    use nexbot_store::vault::SealedRow;
     let vault = Vault::open(store.clone(), Some(master), None).await.expect("the vault opens");
     drop(vault);
     let meta = store.vault_contents().await.unwrap().0.expect("the vault's key is stored");
@@ -159,7 +159,7 @@ pub(crate) async fn store_legacy_row(
         sealed,
         hosts: hosts_json,
         mode: "proxy".to_owned(),
-        updated_at: crate::store::unix_now(),
+        updated_at: nexbot_store::unix_now(),
         confirm: false,
     };
     store.put_sealed(row).await.unwrap();

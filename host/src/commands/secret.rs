@@ -11,8 +11,8 @@ use std::sync::Arc;
 use nexbot_core::ChatRef;
 use secrecy::SecretString;
 
-use super::{Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState};
 use crate::commands::{ChatCommand, CommandContext};
+use crate::vault::{Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState};
 use crate::BoxFuture;
 
 const USAGE: &str = "Usage:\n\

@@ -401,18 +401,18 @@ async fn the_exit_scanner_follows_what_the_vault_holds() {
         Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(exits.clone())).await.unwrap();
     vault.set(&chat(1), "TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
     let text = format!("here: {VALUE}");
-    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
+    assert_eq!(exits.scan(nexbot_agent::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
     let held = vault.resolve(&chat(1), "TOKEN").unwrap().hold;
     vault.delete(&chat(1), "TOKEN").await.unwrap();
     // A deleted value stays scanned for while a task given it may still run, and not after
     // (a_retired_value_leaves_the_scan_when_the_last_task_holding_it_ends).
-    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
+    assert_eq!(exits.scan(nexbot_agent::exits::Exit::Chat, None, &text), "here: [REDACTED:TOKEN]");
     drop(held);
     vault.release();
-    assert_eq!(exits.scan(crate::exits::Exit::Chat, None, &text), text);
+    assert_eq!(exits.scan(nexbot_agent::exits::Exit::Chat, None, &text), text);
     let restarted = Exits::new([]);
     Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(restarted.clone())).await.unwrap();
-    assert_eq!(restarted.scan(crate::exits::Exit::Chat, None, &text), text);
+    assert_eq!(restarted.scan(nexbot_agent::exits::Exit::Chat, None, &text), text);
 }
 
 /// Issue 25: a scope holds at most `vault.max_secrets_per_scope` secrets; one more is refused
@@ -425,26 +425,12 @@ async fn a_scope_holds_at_most_its_cap_of_secrets() {
     vault.set_max_per_scope(2);
     for name in ["ONE", "TWO"] {
         vault
-            .set(
-                &chat(1),
-                name,
-                secret("value-long-enough-1"),
-                &[],
-                &[],
-                Some(crate::vault::Mode::Stdin),
-            )
+            .set(&chat(1), name, secret("value-long-enough-1"), &[], &[], Some(crate::Mode::Stdin))
             .await
             .unwrap();
     }
     let err = vault
-        .set(
-            &chat(1),
-            "THREE",
-            secret("value-long-enough-3"),
-            &[],
-            &[],
-            Some(crate::vault::Mode::Stdin),
-        )
+        .set(&chat(1), "THREE", secret("value-long-enough-3"), &[], &[], Some(crate::Mode::Stdin))
         .await;
     let err = err.unwrap_err();
     assert!(matches!(err, VaultError::TooMany { cap: 2, .. }), "{err:?}");
@@ -454,11 +440,11 @@ async fn a_scope_holds_at_most_its_cap_of_secrets() {
     }
     assert!(!text.contains("value-long-enough"), "{text}");
     assert_eq!(vault.list(Some(&chat(1))).len(), 2, "nothing stored");
-    crate::vault::set_stdin(&vault, &chat(1), "TWO", "value-long-enough-2b").await;
-    crate::vault::set_stdin(&vault, &chat(2), "THREE", "value-long-enough-3").await;
-    crate::vault::set_stdin(&vault, &SecretScope::Operator, "OPS", "value-long-enough-4").await;
+    crate::set_stdin(&vault, &chat(1), "TWO", "value-long-enough-2b").await;
+    crate::set_stdin(&vault, &chat(2), "THREE", "value-long-enough-3").await;
+    crate::set_stdin(&vault, &SecretScope::Operator, "OPS", "value-long-enough-4").await;
     // The default lets an existing configuration go on as before.
-    assert_eq!(crate::config::Config::default().vault.max_secrets_per_scope, 256);
+    assert_eq!(VaultConfig::default().max_secrets_per_scope, 256);
 }
 
 /// Issue 25: a changed or deleted value stays in the exit scan while a running task holds it
@@ -467,25 +453,20 @@ async fn a_scope_holds_at_most_its_cap_of_secrets() {
 #[tokio::test]
 async fn a_retired_value_leaves_the_scan_when_the_last_task_holding_it_ends() {
     let dir = temp_dir();
-    let exits = crate::exits::Exits::new(std::iter::empty());
+    let exits = nexbot_agent::exits::Exits::new(std::iter::empty());
     let vault =
         Vault::open(store(&dir).await, Some(&secret(MASTER)), Some(exits.clone())).await.unwrap();
     let seven = ChatRef::Telegram(7);
-    let scanned = |value: &str| exits.scan(crate::exits::Exit::Chat, Some(&seven), value) != value;
+    let scanned =
+        |value: &str| exits.scan(nexbot_agent::exits::Exit::Chat, Some(&seven), value) != value;
     let (old, new) = ("tok-PLANTED-old-value-111", "tok-PLANTED-new-value-222");
-    vault
-        .set(&chat(7), "TOKEN", secret(old), &[], &[], Some(crate::vault::Mode::Stdin))
-        .await
-        .unwrap();
+    vault.set(&chat(7), "TOKEN", secret(old), &[], &[], Some(crate::Mode::Stdin)).await.unwrap();
     // Two tasks hold the old value.
     let first = vault.resolve(&chat(7), "TOKEN").unwrap();
     let second = vault.resolve(&chat(7), "TOKEN").unwrap();
-    vault
-        .set(&chat(7), "TOKEN", secret(new), &[], &[], Some(crate::vault::Mode::Stdin))
-        .await
-        .unwrap();
+    vault.set(&chat(7), "TOKEN", secret(new), &[], &[], Some(crate::Mode::Stdin)).await.unwrap();
     assert!(scanned(old) && scanned(new));
-    assert_eq!(exits.scan(crate::exits::Exit::Chat, Some(&seven), old), "[REDACTED:TOKEN]");
+    assert_eq!(exits.scan(nexbot_agent::exits::Exit::Chat, Some(&seven), old), "[REDACTED:TOKEN]");
     drop(first.hold);
     vault.release();
     assert!(scanned(old), "the second task still holds it");
@@ -504,9 +485,9 @@ async fn a_retired_value_leaves_the_scan_when_the_last_task_holding_it_ends() {
 async fn a_chats_watched_values_are_its_own_and_the_operators() {
     let dir = temp_dir();
     let vault = Vault::open(store(&dir).await, Some(&secret(MASTER)), None).await.unwrap();
-    crate::vault::set_stdin(&vault, &chat(7), "MINE", "mine-PLANTED-value-1").await;
-    crate::vault::set_stdin(&vault, &chat(8), "THEIRS", "theirs-PLANTED-value-2").await;
-    crate::vault::set_stdin(&vault, &SecretScope::Operator, "OPS", "ops-PLANTED-value-3").await;
+    crate::set_stdin(&vault, &chat(7), "MINE", "mine-PLANTED-value-1").await;
+    crate::set_stdin(&vault, &chat(8), "THEIRS", "theirs-PLANTED-value-2").await;
+    crate::set_stdin(&vault, &SecretScope::Operator, "OPS", "ops-PLANTED-value-3").await;
     let mut watched: Vec<(String, String)> = vault
         .watched(&ChatRef::Telegram(7))
         .into_iter()

@@ -1,24 +1,29 @@
 //! The secrets vault: each chat's secrets, and the operator's, encrypted at rest in the store.
 //!
-//! Why here and not in a crate: the vault is the host's state (its SQLite store, its master
-//! key); the egress gets proxy-mode credentials through its own `Credential` type and never
-//! sees a vault type. The cryptography is in `crypto.rs`.
+//! Its one job: hold the master key's derived key and turn sealed rows into values and back.
+//! Why a crate of its own: the key, the cipher (`chacha20poly1305`, `argon2`) and the opened
+//! values are reachable only through this crate, and only the host (the composition root)
+//! depends on it. The egress gets proxy-mode credentials through its own `Credential` type,
+//! the control API and its dashboard reach what [`Vault`] exposes (names, bindings, set and
+//! delete; never a value back), and no other crate can name a vault type at all: the crate
+//! graph (`ARCHITECTURE.md`, checked by the tidy test) enforces it. The store keeps the rows
+//! (`nexbot_store::vault`) but never sees a key or an open value. The cryptography is in
+//! `crypto.rs`; bindings of an earlier release in `legacy.rs`.
 //!
 //! Invariants:
 //! - A value is stored only sealed (XChaCha20-Poly1305, a random nonce per value, its scope
 //!   and name bound as associated data) under a key derived from `NEXBOT_MASTER_KEY`; names,
 //!   hosts and mode are plain (listing needs no key).
 //! - Values are decrypted once, at start-up and when set, into `secrecy` types, so every exit
-//!   can be scanned for them ([`crate::exits::Exits`]); they never reach a log, a prompt, an
-//!   error or `Debug`.
+//!   can be scanned for them ([`nexbot_agent::exits::Exits`]); they never reach a log, a
+//!   prompt, an error or `Debug`.
 //! - A wrong master key, a corrupt or moved row: that secret is unreadable with an error that
 //!   says which and why; the daemon goes on, nothing is replaced by an empty value.
 //! - Without a (long enough) master key the vault is off and says so; listing and deleting
 //!   still work.
 
-pub mod command;
 mod crypto;
-pub(crate) mod legacy;
+mod legacy;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -26,15 +31,18 @@ use std::sync::{Arc, RwLock};
 
 use nexbot_core::ChatRef;
 use nexbot_egress::Binding;
-use nexbot_protocol::secrets::{is_valid_secret_name, MIN_SECRET_VALUE_BYTES};
+use nexbot_redact::{is_valid_secret_name, MIN_SECRET_VALUE_BYTES};
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::exits::Exits;
-use crate::store::vault::{Resealed, SealedRow, VaultMeta};
-use crate::store::{unix_now, Store, StoreError};
 use crypto::{CryptoError, VaultKey};
+use nexbot_agent::exits::Exits;
+use nexbot_store::vault::{Resealed, SealedRow, VaultMeta};
+use nexbot_store::{unix_now, Store, StoreError};
+use serde::{Deserialize, Serialize};
 
 pub use crypto::MIN_MASTER_KEY_CHARS;
+#[cfg(any(test, feature = "test-support"))]
+pub use legacy::store_legacy_row;
 pub use legacy::{narrow_command, LegacyBinding};
 
 /// A value is at most this many bytes.
@@ -43,6 +51,22 @@ pub const MAX_VALUE_BYTES: usize = 8 * 1024;
 pub const MAX_HOSTS: usize = 16;
 /// Secrets one scope may store unless `vault.max_secrets_per_scope` says otherwise.
 pub const DEFAULT_MAX_PER_SCOPE: usize = 256;
+
+/// The config's `[vault]` section: the secrets vault's limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VaultConfig {
+    /// Secrets one scope (a chat, or the operator) may store. Every value is scanned for at
+    /// each of that chat's exits and in its tasks' LLM calls, so the scan's cost and memory
+    /// grow with it; setting one more is refused with an error naming this setting.
+    pub max_secrets_per_scope: usize,
+}
+
+impl Default for VaultConfig {
+    fn default() -> Self {
+        Self { max_secrets_per_scope: DEFAULT_MAX_PER_SCOPE }
+    }
+}
 
 /// Held by every task given a value (in [`Resolved`]) and by the vault while the value is
 /// current. A changed or deleted value stays in the exit scan while any task still holds it
@@ -746,8 +770,8 @@ impl Vault {
 }
 
 /// Stores `value` as `name` in `scope`, stdin mode (no host): the setup most tests need.
-#[cfg(test)]
-pub(crate) async fn set_stdin(vault: &Vault, scope: &SecretScope, name: &str, value: &str) {
+#[cfg(any(test, feature = "test-support"))]
+pub async fn set_stdin(vault: &Vault, scope: &SecretScope, name: &str, value: &str) {
     let value = SecretString::from(value.to_owned());
     vault.set(scope, name, value, &[], &[], Some(Mode::Stdin)).await.expect("store a secret");
 }
