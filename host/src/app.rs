@@ -286,12 +286,16 @@ impl App {
     /// The scheduler, when `scheduler.enabled`: its status line, its counters, its loop.
     fn start_scheduler(&mut self, config: &Config) {
         if config.scheduler.enabled {
-            let scheduler = crate::scheduler::Scheduler::new(
-                config,
-                self.store.clone(),
-                self.agent.clone(),
-                self.router.clone(),
-            );
+            let parts = crate::scheduler::SchedulerParts {
+                store: self.store.clone(),
+                agent: self.agent.clone(),
+                channel: self.router.clone(),
+                workspace: config.workspace.dir.clone(),
+                owner_chat: config.owner_chat(),
+                zone: config.scheduler.default_zone(&config.llm.caps),
+                keep_days: config.storage.task_records_days,
+            };
+            let scheduler = crate::scheduler::Scheduler::new(&config.scheduler, parts);
             let stats = scheduler.stats();
             let line = stats.clone();
             self.status.add("scheduler", move || line.line());

@@ -26,6 +26,7 @@ use crate::egress::EgressConfig;
 pub use nexbot_agent::config::{
     AgentConfig, CapsConfig, LlmConfig, Unpriced, DEFAULT_MAX_TOKENS, LLM_API_KEY_ENV,
 };
+pub use nexbot_scheduler::SchedulerConfig;
 pub use nexbot_telegram::TelegramConfig;
 pub use nexbot_vault::VaultConfig;
 
@@ -182,51 +183,6 @@ impl SearchConfig {
     }
 }
 
-/// `[scheduler]`: jobs (recurring and one-shot) and the `HEARTBEAT.md` checks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SchedulerConfig {
-    /// Run due jobs and heartbeat checks.
-    pub enabled: bool,
-    /// The time zone of jobs created without one; empty: `llm.caps.time_zone`.
-    pub time_zone: String,
-    /// Job runs (agent turns) at once.
-    pub workers: usize,
-    /// Runs waiting for a worker; one more is recorded as `dropped: busy`.
-    pub queue: usize,
-    /// A run found this many seconds after its time counts as missed (the daemon was down
-    /// or stalled) and follows the job's policy (`skip` or `once`).
-    pub late_secs: u64,
-    /// `once`: a missed run older than this is skipped too.
-    pub missed_window_secs: u64,
-    /// Tokens one run of a job may use (the agent's and its delegated tasks') when the job
-    /// names no budget of its own; a run that passes it is stopped and recorded
-    /// `over budget`. A chat's assistant may give its jobs less, never more.
-    pub job_token_budget: u64,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            time_zone: String::new(),
-            workers: 2,
-            queue: 32,
-            late_secs: 30,
-            missed_window_secs: 86_400,
-            job_token_budget: 100_000,
-        }
-    }
-}
-
-impl SchedulerConfig {
-    /// The jobs' default time zone (validated with the config).
-    pub fn default_zone(&self, caps: &CapsConfig) -> chrono_tz::Tz {
-        let name = if self.time_zone.is_empty() { &caps.time_zone } else { &self.time_zone };
-        name.parse().unwrap_or(chrono_tz::Tz::UTC)
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BusConfig {
@@ -326,6 +282,15 @@ impl Config {
     /// path when the daemon runs on the Docker host itself).
     pub fn skills_dir(&self) -> Option<PathBuf> {
         self.skills.dir.clone().or_else(|| self.subagent.skills_dir.clone())
+    }
+
+    /// The owner's chat: the Telegram owner's, else the default console chat (heartbeat
+    /// answers go there, and the owner's files are its room's).
+    pub fn owner_chat(&self) -> nexbot_core::ChatRef {
+        match self.telegram.owner {
+            Some(owner) => nexbot_core::ChatRef::Telegram(owner),
+            None => nexbot_core::ChatRef::default_console(),
+        }
     }
 }
 

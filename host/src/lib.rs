@@ -18,7 +18,8 @@
 //!   space, degraded when low.
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
 //!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
-//! - [`scheduler`]: scheduled jobs and the heartbeat, run as turns of their chat.
+//! - [`scheduler`] (`nexbot-scheduler`): scheduled jobs and the heartbeat, run as turns of
+//!   their chat; wired in [`app`].
 //! - [`deadlines`]: every limit of a delegated task, computed in one place.
 //! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
@@ -47,7 +48,6 @@ pub mod mcp;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
-pub mod scheduler;
 pub mod skill_grants;
 pub mod status;
 
@@ -62,6 +62,7 @@ mod architecture_tests;
 pub use nexbot_agent as agent;
 pub use nexbot_agent::{exits, llm, skills, spend};
 pub use nexbot_egress as egress;
+pub use nexbot_scheduler as scheduler;
 pub use nexbot_store as store;
 pub use nexbot_tools::rooms;
 pub use nexbot_vault as vault;

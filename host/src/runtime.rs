@@ -97,10 +97,7 @@ pub fn build_agent_with_hooks(
     // Each chat's file tools work in its own room; on the first start with rooms an older
     // install's loose files move into the owner's room (the owner's private Telegram chat, else
     // the console's).
-    let owner_chat = match config.telegram.owner {
-        Some(id) => nexbot_core::ChatRef::Telegram(id),
-        None => nexbot_core::ChatRef::default_console(),
-    };
+    let owner_chat = config.owner_chat();
     let rooms = Rooms::open(workspace, &owner_chat, &daemon_files(config))
         .with_context(|| format!("the chats' rooms in workspace {}", workspace.display()))?;
     let rooms = Arc::new(rooms);

@@ -142,7 +142,7 @@ impl FairQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::jobs::{JobCreator, Missed};
+    use crate::jobs::{JobCreator, Missed};
 
     fn work(chat: &str, heartbeat: bool, run_id: i64) -> Work {
         let job = Job {
@@ -156,7 +156,7 @@ mod tests {
             missed: Missed::Skip,
             next_run: None,
             heartbeat,
-            state: crate::scheduler::jobs::JobState::Active,
+            state: crate::jobs::JobState::Active,
             created_at: 0,
             created_by: JobCreator::Operator,
             token_budget: None,

@@ -1,6 +1,13 @@
 //! The scheduler: jobs of a chat (recurring by cron, with seconds, or one-shot) and the
 //! `HEARTBEAT.md` checks, run as agent turns for their chat by a bounded pool of workers.
 //!
+//! Why a crate of its own: when a job runs is a promise kept across restarts (the ledger, the
+//! missed-run policy, fairness between chats), and none of it needs the daemon. What it needs
+//! is handed in at the wiring ([`SchedulerParts`]): the store, the [`Agent`] whose turn a run
+//! is, the [`Channel`] its answer goes out through (the host's outbound router), and a stop
+//! token. So it knows no channel crate, no Docker, no egress and no HTTP server, and not the
+//! daemon's life cycle; its section of `config.toml` is its own ([`SchedulerConfig`]).
+//!
 //! Why it is shaped like this:
 //! - **Nothing is silently dropped, nothing fires N times.** Every due time ends up in the
 //!   run ledger (`job_runs`): run (`ok`/`failed`/`cancelled`), `skipped` (missed while the
@@ -11,8 +18,8 @@
 //!   at once. Chats (and the heartbeat) take turns for the workers and a full queue drops the
 //!   newest run of the chat with the most waiting (`queue.rs`), so one chat's fifty jobs
 //!   cannot starve another chat or the heartbeat; a job's drops within a minute are one row.
-//! - **A part of [`crate::app::App`] at `Stage::Input`**: it feeds turns like a channel, so it
-//!   stops first; runs still going are cancelled and recorded as such.
+//! - **It feeds turns like a channel**, so the daemon stops it with its inputs, first
+//!   ([`Scheduler::run`]'s stop token); runs still going are cancelled and recorded as such.
 //! - **The heartbeat is jobs too**: each valid check of `HEARTBEAT.md` is a job of the owner's
 //!   chat (`heartbeat` = 1) kept in step with the file, so the ledger, metrics and
 //!   `nexbot-ctl cron ls` see it; an answer of exactly `HEARTBEAT_OK` is not sent.
@@ -20,10 +27,13 @@
 //!   woken by `Store::jobs_changed` when a job is added, changed or cancelled, and by a watch
 //!   on `HEARTBEAT.md`; the only timed look is a long safety net.
 
+pub mod config;
 pub mod heartbeat;
 pub use nexbot_store::jobs;
 mod queue;
 pub mod schedule;
+
+pub use config::SchedulerConfig;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -31,19 +41,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono_tz::Tz;
+use nexbot_agent::turns::TurnOrigin;
+use nexbot_agent::{Agent, TurnStatus};
+use nexbot_core::channel::{Channel, OutboundKind, OutboundMessage};
 use nexbot_core::repeat::{LogDecision, RepeatFilter};
 use nexbot_core::ChatRef;
+use nexbot_store::{unix_now, Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use self::jobs::{Job, JobCreator, Missed, NewJob, RunEnd, RunOutcome, TickItem};
 use self::queue::{FairQueue, LaneKey, Work};
 use self::schedule::Schedule;
-use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
-use crate::agent::turns::TurnOrigin;
-use crate::agent::{Agent, TurnStatus};
-use crate::channels::Router;
-use crate::config::Config;
-use crate::store::{unix_now, Store};
 
 /// How often `HEARTBEAT.md` is looked at besides its watch (inotify can overflow, the folder
 /// may be replaced); re-read only when it changed.
@@ -206,7 +214,7 @@ pub enum JobError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] StoreError),
 }
 
 /// A job as asked for (by `nexbot-ctl cron add` or the agent's `schedule_task`).
@@ -381,12 +389,12 @@ fn interleave(due: Vec<Job>) -> Vec<Job> {
     out
 }
 
-/// The scheduler part; [`Scheduler::run`] until the app stops.
+/// The scheduler; [`Scheduler::run`] until its stop token fires.
 #[derive(Debug)]
 pub struct Scheduler {
     store: Store,
     agent: Arc<Agent>,
-    router: Arc<Router>,
+    channel: Arc<dyn Channel>,
     workers: usize,
     queue: usize,
     late: i64,
@@ -404,31 +412,43 @@ pub struct Scheduler {
     waiting: Arc<FairQueue>,
 }
 
-/// The chat heartbeat answers go to: the Telegram owner's, else the default console chat.
-pub fn owner_chat(config: &Config) -> ChatRef {
-    match config.telegram.owner {
-        Some(owner) => ChatRef::Telegram(owner),
-        None => ChatRef::default_console(),
-    }
+/// What the daemon hands the scheduler at the wiring, besides its section.
+#[derive(Debug)]
+pub struct SchedulerParts {
+    pub store: Store,
+    /// Whose turns the runs are: admitted like a message's turn.
+    pub agent: Arc<Agent>,
+    /// Where a run's answer is sent (the daemon's outbound router).
+    pub channel: Arc<dyn Channel>,
+    /// The folder of `HEARTBEAT.md`.
+    pub workspace: PathBuf,
+    /// The chat heartbeat answers go to.
+    pub owner_chat: ChatRef,
+    /// The jobs' default time zone ([`SchedulerConfig::default_zone`]).
+    pub zone: Tz,
+    /// Finished runs older than this many days are deleted (`storage.task_records_days`;
+    /// 0 keeps them).
+    pub keep_days: u32,
 }
 
 impl Scheduler {
-    pub fn new(config: &Config, store: Store, agent: Arc<Agent>, router: Arc<Router>) -> Self {
-        let s = &config.scheduler;
+    pub fn new(config: &SchedulerConfig, parts: SchedulerParts) -> Self {
+        let SchedulerParts { store, agent, channel, workspace, owner_chat, zone, keep_days } =
+            parts;
         Self {
             store,
             agent,
-            router,
-            workers: s.workers.max(1),
-            queue: s.queue,
-            late: s.late_secs as i64,
-            window: s.missed_window_secs as i64,
-            zone: s.default_zone(&config.llm.caps),
-            heartbeat_file: config.workspace.dir.join(heartbeat::FILE),
-            owner_chat: owner_chat(config),
+            channel,
+            workers: config.workers.max(1),
+            queue: config.queue,
+            late: config.late_secs as i64,
+            window: config.missed_window_secs as i64,
+            zone,
+            heartbeat_file: workspace.join(heartbeat::FILE),
+            owner_chat,
             stats: Arc::new(SchedulerStats::default()),
-            keep_days: config.storage.task_records_days,
-            budget: config.scheduler.job_token_budget,
+            keep_days,
+            budget: config.job_token_budget,
             waiting: Arc::default(),
         }
     }
@@ -454,7 +474,7 @@ impl Scheduler {
                 budget: self.budget,
                 store: self.store.clone(),
                 agent: self.agent.clone(),
-                router: self.router.clone(),
+                channel: self.channel.clone(),
                 stats: self.stats.clone(),
                 cancel: cancel.clone(),
             };
@@ -543,7 +563,7 @@ impl Scheduler {
 
     /// Plans every due job and writes the whole tick in one transaction (next times, skipped
     /// and dropped runs, queued runs), then hands the queued runs to the workers.
-    async fn handle_all(&self, due: Vec<Job>, now: i64) -> Result<(), crate::store::StoreError> {
+    async fn handle_all(&self, due: Vec<Job>, now: i64) -> Result<(), StoreError> {
         let cap = self.workers + self.queue;
         let mut reserved = 0usize;
         let mut items = Vec::with_capacity(due.len());
@@ -759,7 +779,7 @@ struct Worker {
     budget: u64,
     store: Store,
     agent: Arc<Agent>,
-    router: Arc<Router>,
+    channel: Arc<dyn Channel>,
     stats: Arc<SchedulerStats>,
     cancel: CancellationToken,
 }
@@ -796,7 +816,7 @@ impl Worker {
         let prompt =
             if job.heartbeat { heartbeat::prompt(&job.name, &job.task) } else { job_prompt(job) };
         let budget = job.token_budget.unwrap_or(self.budget);
-        let channel: Arc<dyn Channel> = self.router.clone();
+        let channel = self.channel.clone();
         let origin = if job.heartbeat {
             TurnOrigin::Heartbeat { name: job.name.clone() }
         } else {
@@ -879,7 +899,7 @@ impl Worker {
             kind: OutboundKind::Final,
             buttons: Vec::new(),
         };
-        match self.router.send(message).await {
+        match self.channel.send(message).await {
             Ok(id) => {
                 end.message = Some(text);
                 end.message_id = id.map(|m| m.0);

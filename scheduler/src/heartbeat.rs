@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 use super::schedule::Schedule;
 
 /// The file's name in the workspace.
-pub use crate::workspace::HEARTBEAT_FILE as FILE;
+pub use nexbot_agent::workspace::HEARTBEAT_FILE as FILE;
 /// The answer that means "all good": never sent.
 pub const OK: &str = "HEARTBEAT_OK";
 
