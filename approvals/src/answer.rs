@@ -69,9 +69,7 @@ impl Approvals {
         }
         Ok(kind)
     }
-}
 
-impl Approvals {
     /// Answers a question from a chat: a press of its buttons, or the command typed
     /// (`/{command} <id> <answer>`, `args` the words after the command). `user`: who pressed
     /// (the Telegram user), where the channel tells users apart. Returns what to tell them.

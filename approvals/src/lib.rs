@@ -43,15 +43,13 @@ use std::time::{Duration, Instant};
 
 use nexbot_agent::confirm::{Confirm, ConfirmKind, Refused, Step};
 use nexbot_control::PendingApproval;
-use nexbot_core::ChatRef;
-use tokio::sync::watch;
-
 use nexbot_core::channel::Channel;
-use nexbot_core::BoxFuture;
+use nexbot_core::{BoxFuture, ChatRef};
 use nexbot_egress::{
     ApprovalFuture, ApprovalRequest, Approver, EgressConfig, EgressMode, Unattended,
 };
 use nexbot_store::Store;
+use tokio::sync::watch;
 
 mod answer;
 mod ask;

@@ -27,7 +27,8 @@
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
 //! The crates the host wires are re-exported as its modules: [`agent`] (with
-//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`] and [`store`].
+//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`] and [`store`]; [`approvals`] is
+//! `nexbot-approvals` with the commands its buttons press.
 
 pub mod app;
 pub mod approvals;
