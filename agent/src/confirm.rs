@@ -1,12 +1,12 @@
 //! Confirmations of risky steps a tool is about to take (`agent.confirm`).
 //!
 //! Why a trait here: the tools (`nexbot-tools`) must not know the host, yet a step such as
-//! sending a large file or deleting one may need the chat's user to say yes first. The host's
-//! question machinery (one pending question with a deadline, answered by a button, a typed
-//! command or `nexbot-ctl approvals`) implements [`Confirm`]; a tool only says what it is
-//! about to do and gets back "go" or why not. Which steps ask is the implementation's
-//! configuration: a tool asks every time and is told to go at once when nothing is to be
-//! asked.
+//! sending a large file or deleting one may need the chat's user to say yes first. The
+//! question machinery (`nexbot-approvals`: one pending question with a deadline, answered by
+//! a button, a typed command or `nexbot-ctl approvals`) implements [`Confirm`]; a tool only
+//! says what it is about to do and gets back "go" or why not. Which steps ask is the
+//! implementation's configuration: a tool asks every time and is told to go at once when
+//! nothing is to be asked.
 
 use std::fmt;
 

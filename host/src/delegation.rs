@@ -116,8 +116,8 @@ impl std::fmt::Debug for TaskSecret {
 }
 
 /// Grants each delegated task its LLM access (and its secrets at the egress) while it runs.
-/// Where the egress proxy's questions about a task go (`egress.mode = "ask"`, the host's
-/// `approvals.rs`): the delegation tool registers each task with its chat, and the receipt
+/// Where the egress proxy's questions about a task go (`egress.mode = "ask"`,
+/// `nexbot-approvals`): the delegation tool registers each task with its chat, and the receipt
 /// lists what was asked. A trait, so the tools know no more of it than this.
 pub trait TaskQuestions: Send + Sync + std::fmt::Debug {
     /// A task starts in `chat`; `unattended`: a scheduled job's or a heartbeat check's, with

@@ -28,7 +28,8 @@
 //!
 //! The crates the host wires are re-exported as its modules: [`agent`] (with
 //! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`store`] and [`vault`] (the
-//! secrets vault, over [`store`]'s sealed rows).
+//! secrets vault, over [`store`]'s sealed rows); [`approvals`] is `nexbot-approvals` with the
+//! commands its buttons press.
 
 pub mod app;
 pub mod approvals;

@@ -2,8 +2,8 @@
 //! file to send or delete) with its answer and who gave it, and the chats' "always" egress
 //! rules that survive restarts (tables `egress_questions`, `egress_rules`; migrations 9 and 11).
 //!
-//! Why a module: the host's approvals (`host/src/approvals.rs`) are their only writer; kept in
-//! one block so the store can move.
+//! Why a module: the approvals (`nexbot-approvals`, `approvals/src/lib.rs`) are their only
+//! writer; kept in one block so the store can move.
 
 use rusqlite::{params, OptionalExtension};
 

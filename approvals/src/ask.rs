@@ -14,9 +14,9 @@ use nexbot_agent::confirm::{Refused, Step};
 use nexbot_core::ChatRef;
 use tokio::sync::watch;
 
-use crate::agent::channel::{MessageId, OutboundMessage};
-use crate::egress::{Approval, ApprovalRequest, Unattended, DENIED_BY_USER, NO_ANSWER};
-use crate::store::EgressQuestionRow;
+use nexbot_core::channel::{MessageId, OutboundMessage};
+use nexbot_egress::{Approval, ApprovalRequest, Unattended, DENIED_BY_USER, NO_ANSWER};
+use nexbot_store::EgressQuestionRow;
 
 use super::{
     settle, step_subject, Approvals, Choice, Key, Kind, Outcome, Pending, Question, RESERVED,
@@ -377,7 +377,7 @@ fn question_row(question: &Question, chat: &ChatRef) -> EgressQuestionRow {
         method,
         path,
         secret,
-        asked_at: crate::store::unix_now(),
+        asked_at: nexbot_store::unix_now(),
         answer: None,
         answered_by: None,
         kind: question.kind().as_str().to_owned(),

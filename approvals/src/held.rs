@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::egress::Approval;
 use nexbot_core::ChatRef;
+use nexbot_egress::Approval;
 
 use super::Approvals;
 

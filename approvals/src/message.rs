@@ -5,7 +5,7 @@
 
 use nexbot_agent::confirm::Step;
 
-use crate::agent::channel::Button;
+use nexbot_core::channel::Button;
 
 use super::{Approvals, Question, COMMAND, CONFIRM_COMMAND};
 

@@ -4,15 +4,12 @@
 //! let go.
 //!
 //! Why apart: every way in for an answer ends in [`Approvals::answer`]; the question's side
-//! is [`super::ask`].
-
-use std::sync::Arc;
+//! is [`super::ask`]. The commands that carry a press here are the host's (its command
+//! registry); what a press means is [`Approvals::answer_in_chat`]'s.
 
 use nexbot_core::ChatRef;
 
-use super::{
-    settle, AnswerError, Approvals, Choice, Kind, Outcome, Question, COMMAND, CONFIRM_COMMAND,
-};
+use super::{settle, AnswerError, Approvals, Choice, Kind, Outcome, Question};
 
 impl Approvals {
     /// Answers question `id` as `by` (`telegram:42`, `nexbot-ctl`). `from`: the chat the
@@ -72,78 +69,45 @@ impl Approvals {
         }
         Ok(kind)
     }
-}
 
-/// Answers a question from a chat: a press of its buttons, or the command typed.
-async fn answer_in_chat(
-    approvals: &Approvals,
-    ctx: crate::commands::CommandContext<'_>,
-    command: &str,
-) -> String {
-    let mut words = ctx.args.split_whitespace();
-    let id = words.next().and_then(|w| w.parse::<i64>().ok());
-    let choice = words.next().and_then(Choice::parse);
-    let (Some(id), Some(choice)) = (id, choice) else {
-        return format!("Usage: /{command} <question id> once|allow|task|chat|deny");
-    };
-    // In a group anyone the allow-list admits may press; the owner and the member who
-    // started the task decide.
-    let group = matches!(ctx.chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
-    if group && !approvals.may_answer(id, ctx.user) {
-        return "Only the member who started the task, or the owner, can answer this question \
-                in a group; nothing was changed (`nexbot-ctl approvals` answers it too)."
-            .to_owned();
-    }
-    if let Err(refusal) = approvals.may_choose(id, choice, ctx.chat, ctx.user) {
-        return refusal;
-    }
-    // Who: the Telegram user who pressed (in a private chat the same as the chat).
-    let by = match (ctx.chat, ctx.user) {
-        (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
-        _ => ctx.chat.to_string(),
-    };
-    // The owner answers any chat's question from their private chat (`/questions`).
-    let from = (!approvals.answers_anywhere(ctx.chat, ctx.user)).then_some(ctx.chat);
-    match approvals.answer(id, choice, &by, from) {
-        Ok(kind) => format!("{}.", choice.decided(kind)),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// `/egress <id> once|task|chat|deny`: the egress questions' buttons (or typed); it answers
-/// any question, as it did before there were other kinds.
-#[derive(Debug)]
-pub struct EgressCommand(pub Arc<Approvals>);
-
-impl crate::commands::ChatCommand for EgressCommand {
-    fn name(&self) -> &'static str {
-        COMMAND
-    }
-
-    fn summary(&self) -> &'static str {
-        "answer an egress question: /egress <id> once|task|chat|deny (its buttons do it)"
-    }
-
-    fn run<'a>(&'a self, ctx: crate::commands::CommandContext<'a>) -> crate::BoxFuture<'a, String> {
-        Box::pin(answer_in_chat(&self.0, ctx, COMMAND))
-    }
-}
-
-/// `/approve <id> allow|task|deny`: the other questions' buttons (a `--confirm` secret's
-/// use, `agent.confirm`'s steps), or typed.
-#[derive(Debug)]
-pub struct ApproveCommand(pub Arc<Approvals>);
-
-impl crate::commands::ChatCommand for ApproveCommand {
-    fn name(&self) -> &'static str {
-        CONFIRM_COMMAND
-    }
-
-    fn summary(&self) -> &'static str {
-        "answer a confirmation: /approve <id> allow|task|deny (its buttons do it)"
-    }
-
-    fn run<'a>(&'a self, ctx: crate::commands::CommandContext<'a>) -> crate::BoxFuture<'a, String> {
-        Box::pin(answer_in_chat(&self.0, ctx, CONFIRM_COMMAND))
+    /// Answers a question from a chat: a press of its buttons, or the command typed
+    /// (`/{command} <id> <answer>`, `args` the words after the command). `user`: who pressed
+    /// (the Telegram user), where the channel tells users apart. Returns what to tell them.
+    pub fn answer_in_chat(
+        &self,
+        chat: &ChatRef,
+        user: Option<i64>,
+        args: &str,
+        command: &str,
+    ) -> String {
+        let mut words = args.split_whitespace();
+        let id = words.next().and_then(|w| w.parse::<i64>().ok());
+        let choice = words.next().and_then(Choice::parse);
+        let (Some(id), Some(choice)) = (id, choice) else {
+            return format!("Usage: /{command} <question id> once|allow|task|chat|deny");
+        };
+        // In a group anyone the allow-list admits may press; the owner and the member who
+        // started the task decide.
+        let group = matches!(chat, ChatRef::Telegram(chat_id) if *chat_id < 0);
+        if group && !self.may_answer(id, user) {
+            return "Only the member who started the task, or the owner, can answer this \
+                    question in a group; nothing was changed (`nexbot-ctl approvals` answers it \
+                    too)."
+                .to_owned();
+        }
+        if let Err(refusal) = self.may_choose(id, choice, chat, user) {
+            return refusal;
+        }
+        // Who: the Telegram user who pressed (in a private chat the same as the chat).
+        let by = match (chat, user) {
+            (ChatRef::Telegram(_), Some(user)) => format!("telegram:{user}"),
+            _ => chat.to_string(),
+        };
+        // The owner answers any chat's question from their private chat (`/questions`).
+        let from = (!self.answers_anywhere(chat, user)).then_some(chat);
+        match self.answer(id, choice, &by, from) {
+            Ok(kind) => format!("{}.", choice.decided(kind)),
+            Err(e) => e.to_string(),
+        }
     }
 }
