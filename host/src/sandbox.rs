@@ -240,7 +240,7 @@ impl Sandbox {
     /// `secrets`: where remote MCP servers' header values come from (the vault).
     pub async fn start(
         config: &Config,
-        secrets: Option<Arc<dyn crate::tools::delegate::SecretSource>>,
+        secrets: Option<Arc<dyn crate::mcp::OperatorSecrets>>,
     ) -> Result<Self, SandboxError> {
         let docker = nexbot_docker::connect().await?;
         let (from, found) = in_compose(config, &docker).await;
