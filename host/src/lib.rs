@@ -27,7 +27,8 @@
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
 //! The crates the host wires are re-exported as its modules: [`agent`] (with
-//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`store`] and [`vault`] (the
+//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`mcp`] (`nexbot-mcp-host`: the MCP
+//! servers in the sandbox), [`store`] and [`vault`] (the
 //! secrets vault, over [`store`]'s sealed rows); [`approvals`] is `nexbot-approvals` with the
 //! commands its buttons press.
 

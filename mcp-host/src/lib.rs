@@ -47,13 +47,11 @@ use nexbot_mcp::tools::CallOutcome;
 use nexbot_mcp::{Connector, McpError, Progress, ServerConfig, ServerScope, Session};
 use tokio_util::sync::CancellationToken;
 
-use nexbot_vault::{Mode, SecretHold};
-
 pub mod health;
 pub mod rooms;
 mod seams;
 
-pub use seams::{OperatorSecrets, ServerQuestions};
+pub use seams::{OperatorSecret, OperatorSecrets, ServerQuestions};
 
 /// The role label of an MCP server's container.
 pub const ROLE: &str = "mcp";
@@ -73,6 +71,9 @@ const START_WAIT: Duration = Duration::from_secs(30);
 /// Which instance: the server, and the chat for a chat-scoped one (`None`: shared, or the
 /// probe of a chat-scoped one).
 type Key = (String, Option<ChatRef>);
+
+/// What keeps a secret's value in the exit scan ([`OperatorSecret::hold`]).
+type Hold = Box<dyn std::fmt::Debug + Send + Sync>;
 
 /// A server's tools: offered, and skipped with why.
 type ToolList = (Vec<ServerTool>, Vec<Skipped>);
@@ -139,7 +140,7 @@ struct Running {
 #[derive(Debug)]
 struct RemoteExit {
     _door: Door,
-    _holds: Vec<SecretHold>,
+    _holds: Vec<Hold>,
 }
 
 impl Running {
@@ -506,7 +507,7 @@ impl McpServers {
     fn remote_secrets(
         &self,
         config: &ServerConfig,
-    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<SecretHold>), McpError> {
+    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<Hold>), McpError> {
         let mut text = config.url.clone().unwrap_or_default();
         for value in config.headers.values() {
             text.push('\n');
@@ -526,7 +527,7 @@ impl McpServers {
                      --operator --host HOST)"
                 ))
             })?;
-            if resolved.mode != Mode::Proxy {
+            if !resolved.proxy {
                 return Err(McpError::Start(format!(
                     "its headers name the secret {name}, which must be bound to the server's \
                      host so that only the proxy fills it in (nexbot-ctl secrets set {name} \

@@ -1,12 +1,13 @@
 //! What the servers need from the rest of the daemon, as the two small traits the host
-//! implements at the wiring. Why traits here and not the host's own: the questions and the
-//! secrets belong to delegation and the vault's chat scope, which this crate must not reach
-//! (it runs servers; it does not delegate). A server asks for no more than it uses: that its
+//! implements at the wiring. Why traits here and not the host's own: the questions belong to
+//! delegation and the secrets to the vault, which this crate must not reach (it runs servers;
+//! it neither delegates nor holds a key). A server asks for no more than it uses: that its
 //! chat be asked before it reaches something new, and the operator's secrets its remote
 //! headers name.
 
 use nexbot_core::ChatRef;
-use nexbot_vault::{Resolved, SecretScope, Vault};
+use nexbot_egress::Binding;
+use secrecy::SecretString;
 
 /// Asks a chat before its server reaches a new destination (`egress.mode = "ask"`): a chat's
 /// server instance is, for the egress, a task of its chat under the instance's identity.
@@ -21,14 +22,25 @@ pub trait ServerQuestions: Send + Sync + std::fmt::Debug {
 }
 
 /// Where a remote server's `{{secret:NAME}}` values come from: the operator's secrets only
-/// (a server is the daemon's, not a chat's).
+/// (a server is the daemon's, not a chat's). The host hands the vault in through it; this
+/// crate names no vault type, so it reaches no key and no other value.
 pub trait OperatorSecrets: Send + Sync + std::fmt::Debug {
     /// The operator's secret `name`; an unknown name's error lists the names that exist.
-    fn resolve_operator(&self, name: &str) -> Result<Resolved, String>;
+    fn resolve_operator(&self, name: &str) -> Result<OperatorSecret, String>;
 }
 
-impl OperatorSecrets for Vault {
-    fn resolve_operator(&self, name: &str) -> Result<Resolved, String> {
-        Vault::resolve(self, &SecretScope::Operator, name).map_err(|e| e.to_string())
-    }
+/// One operator secret as a remote server's door needs it.
+#[derive(Debug)]
+pub struct OperatorSecret {
+    pub value: SecretString,
+    /// Where the value may be sent (the egress proxy honours it).
+    pub hosts: Vec<Binding>,
+    /// Bound so that only the proxy fills it in (the vault's proxy mode): the only kind a
+    /// remote server may name.
+    pub proxy: bool,
+    /// Stored with `--confirm`: filled in only once the user allowed it.
+    pub confirm: bool,
+    /// Kept while the instance runs: the value stays in the exit scan until then, even if it
+    /// is changed or deleted meanwhile (the vault's hold).
+    pub hold: Box<dyn std::fmt::Debug + Send + Sync>,
 }
