@@ -73,7 +73,7 @@ const START_WAIT: Duration = Duration::from_secs(30);
 type Key = (String, Option<ChatRef>);
 
 /// What keeps a secret's value in the exit scan ([`OperatorSecret::hold`]).
-type Hold = Box<dyn std::fmt::Debug + Send + Sync>;
+type ScanHold = Box<dyn std::fmt::Debug + Send + Sync>;
 
 /// A server's tools: offered, and skipped with why.
 type ToolList = (Vec<ServerTool>, Vec<Skipped>);
@@ -140,7 +140,7 @@ struct Running {
 #[derive(Debug)]
 struct RemoteExit {
     _door: Door,
-    _holds: Vec<Hold>,
+    _holds: Vec<ScanHold>,
 }
 
 impl Running {
@@ -507,7 +507,7 @@ impl McpServers {
     fn remote_secrets(
         &self,
         config: &ServerConfig,
-    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<Hold>), McpError> {
+    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<ScanHold>), McpError> {
         let mut text = config.url.clone().unwrap_or_default();
         for value in config.headers.values() {
             text.push('\n');
