@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::channel::Channel;
 use crate::agent::hooks::Hook;
 use crate::agent::Agent;
-use crate::approvals::Approvals;
+use crate::approvals::{Approvals, McpQuestions};
 use crate::bus::{self, BusHandle, InboundMessage};
 use crate::channels::Router;
 use crate::commands::{Clis, CommandRegistry};
@@ -162,7 +162,7 @@ impl App {
             delegation.approvals =
                 approvals.clone().map(|a| a as Arc<dyn crate::delegation::TaskQuestions>);
             if let Some(questions) = &delegation.approvals {
-                sandbox.mcp().set_questions(questions.clone());
+                sandbox.mcp().set_questions(Arc::new(McpQuestions(questions.clone())));
             }
             if let Some(wrap) = options.llm_access {
                 delegation.tokens = wrap(delegation.tokens);

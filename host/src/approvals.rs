@@ -1,6 +1,7 @@
 //! The approvals (`nexbot-approvals`) wired into the daemon: re-exported under their old path,
 //! the chat commands a question's buttons press (`/egress`, `/approve`, the owner's
-//! `/questions`) in the command registry, and the delegation's [`TaskQuestions`] seam.
+//! `/questions`) in the command registry, the delegation's [`TaskQuestions`] seam, and the MCP
+//! servers' ([`McpQuestions`]).
 //!
 //! Why here: the command registry and the delegation tool are the host's; what a press means
 //! and who may make it are the approvals' ([`Approvals::answer_in_chat`],
@@ -108,5 +109,21 @@ impl TaskQuestions for Approvals {
 
     fn receipt_lines<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Vec<String>> {
         Box::pin(self.asked_lines(task_id))
+    }
+}
+
+/// The MCP servers' side of the questions ([`crate::mcp::ServerQuestions`]): a chat's server
+/// instance is asked about like a task of its chat, attended, by no member but the owner.
+/// Why a wrapper: the servers' crate knows no delegation, so it names only what it calls.
+#[derive(Debug)]
+pub struct McpQuestions(pub Arc<dyn TaskQuestions>);
+
+impl crate::mcp::ServerQuestions for McpQuestions {
+    fn server_started(&self, identity: &str, chat: &ChatRef, what: &str) {
+        self.0.task_started(identity, chat, what, false, None);
+    }
+
+    fn server_ended(&self, identity: &str) {
+        self.0.task_ended(identity);
     }
 }

@@ -27,7 +27,8 @@
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
 //! The crates the host wires are re-exported as its modules: [`agent`] (with
-//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`store`] and [`vault`] (the
+//! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`mcp`] (`nexbot-mcp-host`: the MCP
+//! servers in the sandbox), [`store`] and [`vault`] (the
 //! secrets vault, over [`store`]'s sealed rows); [`approvals`] is `nexbot-approvals` with the
 //! commands its buttons press.
 
@@ -45,7 +46,6 @@ pub mod doctor;
 pub mod inbox;
 pub mod instance;
 pub mod interrupted;
-pub mod mcp;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
@@ -63,6 +63,7 @@ mod architecture_tests;
 pub use nexbot_agent as agent;
 pub use nexbot_agent::{exits, llm, skills, spend};
 pub use nexbot_egress as egress;
+pub use nexbot_mcp_host as mcp;
 pub use nexbot_scheduler as scheduler;
 pub use nexbot_store as store;
 pub use nexbot_tools::rooms;

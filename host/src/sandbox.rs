@@ -284,7 +284,8 @@ impl Sandbox {
             addresses: services,
             proxy_env,
             doors: Some(egress.doors()),
-            secrets,
+            secrets: secrets
+                .map(|s| Arc::new(McpSecrets(s)) as Arc<dyn crate::mcp::OperatorSecrets>),
         };
         let rooms = mcp_rooms(&config.workspace.dir, &found);
         let mcp = crate::mcp::McpServers::start(
@@ -363,6 +364,25 @@ impl Sandbox {
 /// What the egress listener needs of the pool network: its gateway and its bridge.
 pub fn egress_network(network: &NetworkInfo) -> egress::Network {
     egress::Network { gateway: network.gateway, bridge: network.bridge_interface() }
+}
+
+/// The secrets as the MCP servers see them ([`crate::mcp::OperatorSecrets`]): the
+/// operator's only, for a remote server's headers. Why a wrapper: the servers' crate names no
+/// vault type.
+#[derive(Debug)]
+pub struct McpSecrets(pub Arc<dyn crate::tools::delegate::SecretSource>);
+
+impl crate::mcp::OperatorSecrets for McpSecrets {
+    fn resolve_operator(&self, name: &str) -> Result<crate::mcp::OperatorSecret, String> {
+        let resolved = self.0.resolve_operator(name)?;
+        Ok(crate::mcp::OperatorSecret {
+            value: resolved.value,
+            hosts: resolved.hosts,
+            proxy: resolved.mode == crate::vault::Mode::Proxy,
+            confirm: resolved.confirm,
+            hold: Box::new(resolved.hold),
+        })
+    }
 }
 
 /// The pool as the listener's [`Attribution`]: which container has a source address on the

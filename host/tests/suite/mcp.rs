@@ -734,8 +734,8 @@ async fn a_server_that_never_answers_fails_its_start_and_the_view_does_not_wait(
 #[tokio::test]
 async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_there() {
     use crate::egress_support::start as start_egress;
+    use nexbot_host::sandbox::McpSecrets;
     use nexbot_host::store::Store;
-    use nexbot_host::tools::delegate::SecretSource;
     use nexbot_host::vault::{Mode, SecretScope, Vault};
     use secrecy::SecretString;
     const VALUE: &str = "remote-PLANTED-bearer-5e0c9a1b";
@@ -783,7 +783,7 @@ async fn a_remote_server_is_reached_through_the_proxy_with_its_secret_filled_in_
     let servers = vec![remote("remote", "REMOTE_TOKEN"), remote("leaky", "PLAIN")];
     let mcp_egress = McpEgress {
         doors: Some(egress.egress.doors()),
-        secrets: Some(vault.clone() as Arc<dyn SecretSource>),
+        secrets: Some(Arc::new(McpSecrets(vault.clone()))),
         ..McpEgress::default()
     };
     let Some(h) = Harness::start_with(tag, servers, mcp_egress).await else { return };

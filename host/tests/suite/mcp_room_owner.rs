@@ -1,6 +1,6 @@
 //! A root daemon's MCP `room` servers (the tests' CI, the compose service), through the real
 //! daemon: they never run as uid 0, and the chat's room is handed over to the pool's user they
-//! run as (`host/src/mcp/rooms.rs`).
+//! run as (`mcp-host/src/rooms.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,10 +1,18 @@
-//! MCP servers in the sandbox: every stdio server runs as the main process of its own
-//! service container (made by the pool, hardened like its containers, on its internal
-//! network), and the host speaks MCP to it over the container's attached stdio. Nothing of a
-//! server runs on the host. A remote server (`url`) is reached over Streamable HTTP through
+//! The main agent's MCP servers run in the sandbox: their containers, their sessions, their
+//! restarts, and the operator's view of them (`nexbot-ctl mcp`, the degraded part `mcp`).
+//! [`McpServers`] is the agent's [`nexbot_mcp::Connector`]; `nexbot-mcp` speaks the protocol.
+//!
+//! Why a crate of its own: nothing of a server runs on the host. Every stdio server runs as the
+//! main process of its own service container (made by the pool of `nexbot-docker`, hardened
+//! like its containers, on its internal network), and the host speaks MCP to it over the
+//! container's attached stdio. A remote server (`url`) is reached over Streamable HTTP through
 //! its own door into the egress proxy (`nexbot_egress::Door`): in its identity, under the
 //! proxy's policy and audit, its `{{secret:NAME}}` headers filled in by the proxy (operator
-//! secrets in proxy mode, bound to the server's host), never by the host.
+//! secrets in proxy mode, bound to the server's host), never by the host. So it reaches Docker
+//! only through `nexbot-docker` and the network only through `nexbot-egress`, and knows no
+//! channel, no HTTP server and not the daemon: what it needs of the rest (a chat's questions,
+//! the operator's secrets) are two small traits the host implements at the wiring
+//! ([`ServerQuestions`], [`OperatorSecrets`]).
 //!
 //! An *instance* is one server's container and session: per chat for `scope = "chat"` (the
 //! default: one chat's calls never meet another chat's state), one for every chat for
@@ -39,12 +47,11 @@ use nexbot_mcp::tools::CallOutcome;
 use nexbot_mcp::{Connector, McpError, Progress, ServerConfig, ServerScope, Session};
 use tokio_util::sync::CancellationToken;
 
-use crate::delegation::TaskQuestions;
-use crate::tools::delegate::SecretSource;
-use crate::vault::{Mode, SecretHold};
-
 pub mod health;
 pub mod rooms;
+mod seams;
+
+pub use seams::{OperatorSecret, OperatorSecrets, ServerQuestions};
 
 /// The role label of an MCP server's container.
 pub const ROLE: &str = "mcp";
@@ -65,6 +72,9 @@ const START_WAIT: Duration = Duration::from_secs(30);
 /// probe of a chat-scoped one).
 type Key = (String, Option<ChatRef>);
 
+/// What keeps a secret's value in the exit scan ([`OperatorSecret::hold`]).
+type ScanHold = Box<dyn std::fmt::Debug + Send + Sync>;
+
 /// A server's tools: offered, and skipped with why.
 type ToolList = (Vec<ServerTool>, Vec<Skipped>);
 
@@ -80,7 +90,7 @@ pub struct McpEgress {
     /// Opens a remote server's door into the proxy (`None`: no proxy, so no remote server).
     pub doors: Option<Doors>,
     /// Where a remote server's `{{secret:NAME}}` values come from (the operator's secrets).
-    pub secrets: Option<Arc<dyn SecretSource>>,
+    pub secrets: Option<Arc<dyn OperatorSecrets>>,
 }
 
 /// Where the chats' rooms are, for the servers that get one (`room`).
@@ -130,7 +140,7 @@ struct Running {
 #[derive(Debug)]
 struct RemoteExit {
     _door: Door,
-    _holds: Vec<SecretHold>,
+    _holds: Vec<ScanHold>,
 }
 
 impl Running {
@@ -146,7 +156,7 @@ impl Running {
             }
         }
         if let (Some(questions), Some(_)) = (servers.questions.get(), &key.1) {
-            questions.task_ended(&identity(key));
+            questions.server_ended(&identity(key));
         }
     }
 
@@ -275,7 +285,7 @@ pub struct McpServers {
     rooms_checked: tokio::sync::OnceCell<Result<(), String>>,
     /// Asks a chat before its server reaches a new destination (`egress.mode = "ask"`); set
     /// once the approvals exist ([`McpServers::set_questions`]).
-    questions: OnceLock<Arc<dyn TaskQuestions>>,
+    questions: OnceLock<Arc<dyn ServerQuestions>>,
     instances: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<Instance>>>>,
     /// The last tool list each server gave (any instance), with the skipped ones.
     catalogs: Mutex<HashMap<String, ToolList>>,
@@ -356,7 +366,7 @@ impl McpServers {
 
     /// Binds the egress questions: a chat's server asks that chat before it reaches anything
     /// new. Shared servers (and the probes) ask nobody: only `egress.allow` rules open a way.
-    pub fn set_questions(&self, questions: Arc<dyn TaskQuestions>) {
+    pub fn set_questions(&self, questions: Arc<dyn ServerQuestions>) {
         let _ = self.questions.set(questions);
     }
 
@@ -468,7 +478,7 @@ impl McpServers {
         }
         if let (Some(questions), Some(chat)) = (self.questions.get(), &key.1) {
             let what = format!("MCP server {}", config.name);
-            questions.task_started(&identity, chat, &what, false, None);
+            questions.server_started(&identity, chat, &what);
         }
         Ok(running)
     }
@@ -497,7 +507,7 @@ impl McpServers {
     fn remote_secrets(
         &self,
         config: &ServerConfig,
-    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<SecretHold>), McpError> {
+    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<ScanHold>), McpError> {
         let mut text = config.url.clone().unwrap_or_default();
         for value in config.headers.values() {
             text.push('\n');
@@ -517,7 +527,7 @@ impl McpServers {
                      --operator --host HOST)"
                 ))
             })?;
-            if resolved.mode != Mode::Proxy {
+            if !resolved.proxy {
                 return Err(McpError::Start(format!(
                     "its headers name the secret {name}, which must be bound to the server's \
                      host so that only the proxy fills it in (nexbot-ctl secrets set {name} \
