@@ -6,7 +6,7 @@
 //! every value it must never emit — the vault's secrets of every chat and of the operator,
 //! and the daemon's own keys (LLM provider keys, the Telegram token, the master key) — and
 //! the exits run text through [`Exits::scan`]: chat messages and drafts (`channels::Router`),
-//! the main agent's LLM requests (`llm.rs`), task records (`tools/delegate.rs`) and log lines
+//! the main agent's LLM requests (`llm.rs`), task records (`nexbot-delegation`'s `delegate.rs`) and log lines
 //! ([`RedactingWriter`]). A hit is replaced by `[REDACTED:NAME]` in every form the redactor
 //! knows (raw, base64, hex, percent- and JSON-escaped) and audited by name and exit, never by
 //! value.

@@ -128,7 +128,7 @@ impl App {
 
     /// [`App::start`] with `options`.
     pub async fn start_with(config: &Config, options: AppOptions) -> anyhow::Result<Self> {
-        for warning in crate::deadlines::warnings(config) {
+        for warning in crate::deadlines::warnings(&crate::pool_runner::task_limits(config)) {
             tracing::warn!("{warning}");
         }
         let store = open_store(config).await?;
@@ -159,8 +159,7 @@ impl App {
         }
         let delegation = sandbox.as_ref().map(|sandbox| {
             let mut delegation = Delegation::on(sandbox);
-            delegation.approvals =
-                approvals.clone().map(|a| a as Arc<dyn crate::delegation::TaskQuestions>);
+            delegation.approvals = approvals.clone().map(crate::approvals::task_questions);
             if let Some(questions) = &delegation.approvals {
                 sandbox.mcp().set_questions(Arc::new(McpQuestions(questions.clone())));
             }

@@ -86,7 +86,17 @@ impl ChatCommand for QuestionsCommand {
     }
 }
 
-impl TaskQuestions for Approvals {
+/// The approvals as the delegation's [`TaskQuestions`] seam.
+pub fn task_questions(approvals: Arc<Approvals>) -> Arc<dyn TaskQuestions> {
+    Arc::new(TaskQuestionsOf(approvals))
+}
+
+/// A wrapper: the trait is `nexbot-delegation`'s and the type `nexbot-approvals`', so the
+/// host that wires them implements it.
+#[derive(Debug)]
+struct TaskQuestionsOf(Arc<Approvals>);
+
+impl TaskQuestions for TaskQuestionsOf {
     fn task_started(
         &self,
         task_id: &str,
@@ -95,20 +105,20 @@ impl TaskQuestions for Approvals {
         unattended: bool,
         user: Option<i64>,
     ) {
-        self.start_task(task_id, chat, task, unattended);
-        self.started_by(task_id, user);
+        self.0.start_task(task_id, chat, task, unattended);
+        self.0.started_by(task_id, user);
     }
 
     fn task_ended(&self, task_id: &str) {
-        self.end_task(task_id);
+        self.0.end_task(task_id);
     }
 
     fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) -> bool {
-        self.grant_for_task(task_id, destinations)
+        self.0.grant_for_task(task_id, destinations)
     }
 
     fn receipt_lines<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Vec<String>> {
-        Box::pin(self.asked_lines(task_id))
+        Box::pin(self.0.asked_lines(task_id))
     }
 }
 

@@ -11,14 +11,13 @@
 //! and the file created relative to it, exclusively: something else in the room (an MCP
 //! server given the room) cannot redirect the write elsewhere by swapping `inbox` for a link.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use nexbot_core::channel::{FileKind, InboundFile};
 use nexbot_core::ChatRef;
 use nexbot_llm::Transcriber;
-use rustix::fs::{Mode, OFlags};
+use nexbot_tools::rooms::store_file;
 
 /// The folder of a chat's room that received files go into.
 pub const INBOX_DIR: &str = "inbox";
@@ -190,46 +189,6 @@ fn store(rooms: &std::path::Path, chat: &ChatRef, file: &InboundFile) -> std::io
     Ok(Stored { path })
 }
 
-/// Writes `bytes` into `folder` (made if missing) of the chat's `room` as a new file named
-/// `name` (an already clean name), or `name-2`, `name-3`, … when taken; returns its path in
-/// the room (`inbox/report.pdf`). Never follows a symlink, never writes over a file: the
-/// folder and the file are opened relative to the room's open handle with `O_NOFOLLOW`, the
-/// file created with `O_EXCL`, so something else writing in the room (an MCP server given
-/// it) cannot redirect the write. The one way files from outside (Telegram, a task's
-/// returned files) land in a room.
-pub fn store_file(
-    room: &std::path::Path,
-    folder: &str,
-    name: &str,
-    bytes: &[u8],
-) -> std::io::Result<String> {
-    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
-    let room = rustix::fs::open(room, dir_flags, Mode::empty())?;
-    match rustix::fs::mkdirat(&room, folder, Mode::from_raw_mode(0o700)) {
-        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let dir = rustix::fs::openat(&room, folder, dir_flags, Mode::empty())?;
-    let file_flags =
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    for n in 1..=1000 {
-        let candidate = numbered(name, n);
-        match rustix::fs::openat(&dir, candidate.as_str(), file_flags, Mode::from_raw_mode(0o600)) {
-            Ok(fd) => {
-                let mut out = std::fs::File::from(fd);
-                out.write_all(bytes)?;
-                out.sync_all()?;
-                return Ok(format!("{folder}/{candidate}"));
-            }
-            Err(rustix::io::Errno::EXIST) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(std::io::Error::other(format!(
-        "a thousand files named like {name} are already in {folder}/"
-    )))
-}
-
 /// `a document: inbox/report.pdf (application/pdf, 1.2 MB)`.
 fn describe(file: &InboundFile, stored: &Stored) -> String {
     let size = nexbot_core::text::human_size(file.bytes.len() as u64);
@@ -241,17 +200,6 @@ fn describe(file: &InboundFile, stored: &Stored) -> String {
 fn one_line(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     nexbot_core::text::clip(&flat, max).into_owned()
-}
-
-/// `name` with `-n` before its extension (`n` = 1: the name itself).
-fn numbered(name: &str, n: u32) -> String {
-    if n == 1 {
-        return name.to_owned();
-    }
-    match name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => format!("{stem}-{n}.{ext}"),
-        _ => format!("{name}-{n}"),
-    }
 }
 
 /// The name a received file is stored under (see the module documentation): core's one
@@ -331,13 +279,6 @@ mod tests {
         let voice = InboundFile { mime: Some("audio/ogg".into()), ..file(FileKind::Voice, None) };
         let name = safe_name(&voice);
         assert!(name.starts_with("voice-") && name.ends_with(".ogg"), "{name}");
-    }
-
-    #[test]
-    fn a_taken_name_gets_a_number_before_its_extension() {
-        assert_eq!(numbered("a.pdf", 1), "a.pdf");
-        assert_eq!(numbered("a.pdf", 2), "a-2.pdf");
-        assert_eq!(numbered("README", 3), "README-3");
     }
 
     #[tokio::test]

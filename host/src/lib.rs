@@ -10,7 +10,7 @@
 //! - [`workspace`]: `nexbot init` (the bootstrap files and the prompt are
 //!   [`agent::workspace`]'s). [`rooms`]: one folder per chat, the file tools' root.
 //! - [`tools`]: the host's tools (files in the chat's room, memory, todos, messages, skills,
-//!   schedules, delegation) on [`agent::tools`]'s trait.
+//!   schedules, and delegation from [`delegation`]) on [`agent::tools`]'s trait.
 //! - [`inbox`]: files users send, kept in the chat's room and told to the model; voice heard.
 //! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]:
 //!   `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`, shared by every
@@ -20,8 +20,9 @@
 //!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
 //! - [`scheduler`] (`nexbot-scheduler`): scheduled jobs and the heartbeat, run as turns of
 //!   their chat; wired in [`app`].
-//! - [`deadlines`]: every limit of a delegated task, computed in one place.
-//! - [`delegation`]: the seams to the container pool; [`pool_runner`]: the pool behind it.
+//! - [`delegation`] (`nexbot-delegation`): a delegated task from the main agent's side (the
+//!   seams to the pool, the tool, [`deadlines`], [`skill_grants`]); [`pool_runner`]: the pool
+//!   behind it, and the limits it is planned with.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
 //! - [`control_api`]: the operator's API for `nexbot-ctl` on a Unix socket, and `/metrics`;
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
@@ -39,8 +40,6 @@ pub mod channels;
 pub mod commands;
 pub mod config;
 pub mod control_api;
-pub mod deadlines;
-pub mod delegation;
 pub mod disk;
 pub mod doctor;
 pub mod inbox;
@@ -49,7 +48,6 @@ pub mod interrupted;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;
-pub mod skill_grants;
 pub mod status;
 
 pub mod tools;
@@ -62,6 +60,8 @@ mod architecture_tests;
 
 pub use nexbot_agent as agent;
 pub use nexbot_agent::{exits, llm, skills, spend};
+pub use nexbot_delegation as delegation;
+pub use nexbot_delegation::{deadlines, skill_grants};
 pub use nexbot_egress as egress;
 pub use nexbot_mcp_host as mcp;
 pub use nexbot_scheduler as scheduler;

@@ -15,10 +15,11 @@
 //! `console_my_2ebot`. Readable, safe as one path component (never `.`, `..`, no `/`), and
 //! injective: the kind has no `_`, and `_` in the rest is always an escape.
 
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use nexbot_core::ChatRef;
+use rustix::fs::{Mode, OFlags};
 
 use crate::files::{Confinement, Shared, SharedKind};
 use nexbot_agent::workspace::{
@@ -328,6 +329,50 @@ fn free_name(dir: &Path, name: &str) -> PathBuf {
         })
         .find(|p| p.symlink_metadata().is_err())
         .expect("some name is free")
+}
+
+/// Writes `bytes` into `folder` (made if missing) of the chat's `room` as a new file named
+/// `name` (an already clean name), or `name-2`, `name-3`, … when taken; returns its path in
+/// the room (`inbox/report.pdf`). Never follows a symlink, never writes over a file: the
+/// folder and the file are opened relative to the room's open handle with `O_NOFOLLOW`, the
+/// file created with `O_EXCL`, so something else writing in the room (an MCP server given
+/// it) cannot redirect the write. The one way files from outside (Telegram, a task's
+/// returned files) land in a room.
+pub fn store_file(room: &Path, folder: &str, name: &str, bytes: &[u8]) -> io::Result<String> {
+    let dir_flags = OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC;
+    let room = rustix::fs::open(room, dir_flags, Mode::empty())?;
+    match rustix::fs::mkdirat(&room, folder, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let dir = rustix::fs::openat(&room, folder, dir_flags, Mode::empty())?;
+    let file_flags =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for n in 1..=1000 {
+        let candidate = numbered(name, n);
+        match rustix::fs::openat(&dir, candidate.as_str(), file_flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => {
+                let mut out = std::fs::File::from(fd);
+                out.write_all(bytes)?;
+                out.sync_all()?;
+                return Ok(format!("{folder}/{candidate}"));
+            }
+            Err(rustix::io::Errno::EXIST) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::other(format!("a thousand files named like {name} are already in {folder}/")))
+}
+
+/// `name` with `-n` before its extension (`n` = 1: the name itself).
+fn numbered(name: &str, n: u32) -> String {
+    if n == 1 {
+        return name.to_owned();
+    }
+    match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => format!("{stem}-{n}.{ext}"),
+        _ => format!("{name}-{n}"),
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ async fn a_root_daemons_room_server_never_runs_as_root_and_is_handed_the_room() 
     std::fs::write(rooms.join(nexbot_tools::rooms::MOVED_MARKER), "").unwrap();
     // Kept the way a file from Telegram is, by root, before any server runs.
     let sent =
-        nexbot_host::inbox::store_file(&room, "inbox", "sent.txt", b"sent-before-PLANTED").unwrap();
+        nexbot_host::rooms::store_file(&room, "inbox", "sent.txt", b"sent-before-PLANTED").unwrap();
     let llm = ScriptedLlm::start(vec![
         Step::tool_call("mcp__files__read_text_file", json!({"path": format!("/room/{sent}")})),
         Step::tool_call(

@@ -156,3 +156,10 @@ fn free_names_keep_both_files() {
     assert_eq!(free_name(&dir, "README"), dir.join("README.moved"));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_taken_name_gets_a_number_before_its_extension() {
+    assert_eq!(numbered("a.pdf", 1), "a.pdf");
+    assert_eq!(numbered("a.pdf", 2), "a-2.pdf");
+    assert_eq!(numbered("README", 3), "README-3");
+}

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use nexbot_protocol::{ResponseBody, Todo};
 
-use crate::delegation::{SubagentError, SubagentOutcome};
-use crate::store::{TaskEnd, TaskStatus};
-use crate::tools::{success, ToolContext, ToolError, ToolOutput, ToolResult};
+use crate::{SubagentError, SubagentOutcome};
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolOutput, ToolResult};
 use nexbot_egress::TaskSummary;
+use nexbot_store::{TaskEnd, TaskStatus};
 
 use super::Delegate;
 

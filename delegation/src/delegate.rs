@@ -34,16 +34,16 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::mcp_grants::{self, GrantedCalls};
-use super::{ToolContext, ToolError, ToolResult, ToolSource, TypedTool};
 use crate::deadlines::TaskDeadlines;
-use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
-use crate::exits::{Exit, Exits};
-use crate::llm::Usage;
-use crate::store::{Store, StoreError, TaskEnd, TaskStatus};
-use crate::vault::{Mode, Resolved, SecretHold, SecretScope, Vault};
+use crate::mcp_grants::{self, GrantedCalls};
+use crate::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
+use nexbot_agent::exits::{Exit, Exits};
+use nexbot_agent::llm::Usage;
+use nexbot_agent::tools::{ToolContext, ToolError, ToolResult, ToolSource, TypedTool};
 use nexbot_protocol::TaskFile;
-use nexbot_tools::rooms::Rooms;
+use nexbot_store::{Store, StoreError, TaskEnd, TaskStatus};
+use nexbot_tools::rooms::{store_file, Rooms};
+use nexbot_vault::{Mode, Resolved, SecretHold, SecretScope, Vault};
 
 mod outcome;
 
@@ -127,7 +127,7 @@ pub struct DelegateSettings {
     pub llm_context_window: Option<u32>,
     /// The spending caps: a task's relay budget is cut to what its chat has left, and what
     /// it used is charged to the chat.
-    pub spend: Option<Arc<crate::spend::Spend>>,
+    pub spend: Option<Arc<nexbot_agent::spend::Spend>>,
     /// Scans what the task record keeps before it is written.
     pub exits: Option<Arc<Exits>>,
     /// `search_web`'s backend (`[search]`), handed to every task that may use it.
@@ -139,7 +139,7 @@ pub struct DelegateSettings {
     /// (`subagent.search_budget`, sent as `execute.search_budget`).
     pub search_budget: u32,
     /// Where the task's egress questions go (`egress.mode = "ask"`).
-    pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
+    pub approvals: Option<Arc<dyn crate::TaskQuestions>>,
 }
 
 #[derive(Debug)]
@@ -239,7 +239,7 @@ impl Delegate {
                 .iter()
                 .map(|file| {
                     let size = nexbot_core::text::human_size(file.bytes.len() as u64);
-                    match crate::inbox::store_file(&room, FROM_TASKS_DIR, &file.name, &file.bytes)
+                    match store_file(&room, FROM_TASKS_DIR, &file.name, &file.bytes)
                     {
                         Ok(path) => format!("{path} ({size})"),
                         Err(e) => {
@@ -328,7 +328,7 @@ impl Delegate {
 /// A task registered with the egress questions: unregistered (grants gone, waiting
 /// questions expired) however the task's future ends, dropped included.
 struct Asking {
-    approvals: Arc<dyn crate::delegation::TaskQuestions>,
+    approvals: Arc<dyn crate::TaskQuestions>,
     task_id: String,
 }
 
@@ -665,7 +665,7 @@ impl Delegate {
     fn start_asking(&self, id: &str, ctx: &ToolContext, recorded_task: &str) -> Option<Asking> {
         self.settings.approvals.clone().map(|approvals| {
             let (unattended, user) = match ctx.turn {
-                crate::agent::turns::TurnOrigin::Message { user } => (false, user),
+                nexbot_agent::turns::TurnOrigin::Message { user } => (false, user),
                 _ => (true, None),
             };
             approvals.task_started(id, &ctx.chat, recorded_task, unattended, user);
@@ -692,7 +692,7 @@ impl nexbot_agent::CodingCli for Delegate {
         cli: &'a str,
         text: &'a str,
         ctx: &'a ToolContext,
-    ) -> crate::BoxFuture<'a, String> {
+    ) -> nexbot_core::BoxFuture<'a, String> {
         Box::pin(Delegate::run_cli(self, cli, text, ctx))
     }
 }
@@ -882,7 +882,7 @@ fn set_llm(request: &mut Request, llm: TaskLlm) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::egress;
+    use nexbot_egress as egress;
     use nexbot_protocol::Todo;
 
     /// The end of the envelope around a sub-agent's words.
@@ -1000,19 +1000,13 @@ mod tests {
             _progress: Option<mpsc::Sender<Response>>,
             mcp: Option<Arc<dyn McpCalls>>,
             _files: Vec<nexbot_protocol::TaskFile>,
-        ) -> crate::BoxFuture<
-            '_,
-            Result<crate::delegation::SubagentOutcome, crate::delegation::SubagentError>,
-        > {
+        ) -> nexbot_core::BoxFuture<'_, Result<crate::SubagentOutcome, crate::SubagentError>>
+        {
             self.callers.lock().unwrap().push(mcp.is_some());
             let response = Response { id: request.id.clone(), ..self.response.clone() };
             self.requests.lock().unwrap().push(request);
             Box::pin(async move {
-                Ok(crate::delegation::SubagentOutcome {
-                    response,
-                    container: None,
-                    files: Vec::new(),
-                })
+                Ok(crate::SubagentOutcome { response, container: None, files: Vec::new() })
             })
         }
     }
@@ -1023,7 +1017,7 @@ mod tests {
         runner: Arc<Canned>,
         tokens: Arc<Table>,
         delegate: Delegate,
-        spend: Option<Arc<crate::spend::Spend>>,
+        spend: Option<Arc<nexbot_agent::spend::Spend>>,
     }
 
     impl Fixture {
@@ -1031,24 +1025,20 @@ mod tests {
             Self::with_caps(response, None).await
         }
 
-        async fn with_caps(response: Response, caps: Option<crate::config::CapsConfig>) -> Self {
+        async fn with_caps(
+            response: Response,
+            caps: Option<nexbot_agent::config::CapsConfig>,
+        ) -> Self {
             Self::build(response, caps, None).await
         }
 
         async fn build(
             response: Response,
-            caps: Option<crate::config::CapsConfig>,
+            caps: Option<nexbot_agent::config::CapsConfig>,
             secrets: Option<Arc<dyn SecretSource>>,
         ) -> Self {
             let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
             let store = Store::open(&dir.join("t.db")).await.unwrap();
-            let config = crate::config::Config::from_parts(
-                "",
-                &dir.join("config.toml"),
-                &dir,
-                Vec::<(String, String)>::new(),
-            )
-            .unwrap();
             let runner = Arc::new(Canned {
                 response,
                 requests: Default::default(),
@@ -1061,9 +1051,9 @@ mod tests {
                 Default::default(),
                 Default::default(),
             ));
-            let spend = caps.map(|caps| crate::spend::Spend::new(caps, store.clone()));
+            let spend = caps.map(|caps| nexbot_agent::spend::Spend::new(caps, store.clone()));
             let settings = DelegateSettings {
-                longest: TaskDeadlines::plan(&config, None),
+                longest: TaskDeadlines::plan(&crate::deadlines::tests::defaults(), None),
                 llm_model: "m".into(),
                 llm_context_window: Some(8192),
                 spend: spend.clone(),
@@ -1079,7 +1069,7 @@ mod tests {
         }
 
         async fn call(&self, args: Value) -> ToolResult {
-            use crate::tools::Tool as _;
+            use nexbot_agent::tools::Tool as _;
             self.delegate.call(args, &ToolContext::for_tests()).await
         }
     }
@@ -1112,7 +1102,7 @@ mod tests {
                 value("plain-value-123456"),
                 &[],
                 &[],
-                Some(crate::vault::Mode::Stdin),
+                Some(nexbot_vault::Mode::Stdin),
             )
             .await
             .unwrap();
@@ -1122,7 +1112,7 @@ mod tests {
             .await
             .unwrap();
         // Not given to the task, but watched for in its LLM calls; another chat's is not.
-        let stdin = Some(crate::vault::Mode::Stdin);
+        let stdin = Some(nexbot_vault::Mode::Stdin);
         vault.set(&chat, "UNUSED", value("unused-value-123456"), &[], &[], stdin).await.unwrap();
         let op = SecretScope::Operator;
         vault.set(&op, "OPS_KEY", value("operator-value-123456"), &[], &[], stdin).await.unwrap();
@@ -1209,8 +1199,8 @@ mod tests {
     struct ChatsMcp;
 
     impl ToolSource for ChatsMcp {
-        fn tools(&self, chat: &ChatRef, _owner: bool) -> Vec<Arc<dyn crate::tools::Tool>> {
-            use super::mcp_grants::tests::Named;
+        fn tools(&self, chat: &ChatRef, _owner: bool) -> Vec<Arc<dyn nexbot_agent::tools::Tool>> {
+            use crate::mcp_grants::tests::Named;
             if *chat != ToolContext::for_tests().chat {
                 return Vec::new();
             }
@@ -1251,7 +1241,7 @@ mod tests {
         assert!(err.message().contains("mcp__a__echo, mcp__a__sum"), "{err}");
         let stranger = ToolContext { chat: ChatRef::Telegram(7), ..ToolContext::for_tests() };
         let err = {
-            use crate::tools::Tool as _;
+            use nexbot_agent::tools::Tool as _;
             let args = json!({"task": "t", "tools": ["mcp__a__echo"]});
             f.delegate.call(args, &stranger).await.unwrap_err()
         };
@@ -1283,13 +1273,13 @@ mod tests {
     #[derive(Debug, Default)]
     struct Receipts(std::sync::Mutex<Vec<TaskReceipt>>);
 
-    impl crate::agent::channel::Channel for Receipts {
+    impl nexbot_agent::channel::Channel for Receipts {
         fn send(
             &self,
-            _: crate::agent::channel::OutboundMessage,
+            _: nexbot_agent::channel::OutboundMessage,
         ) -> nexbot_core::BoxFuture<
             '_,
-            Result<Option<crate::agent::channel::MessageId>, crate::agent::channel::ChannelError>,
+            Result<Option<nexbot_agent::channel::MessageId>, nexbot_agent::channel::ChannelError>,
         > {
             Box::pin(async { Ok(None) })
         }
@@ -1333,7 +1323,7 @@ mod tests {
         let receipts = Arc::new(Receipts::default());
         let ctx = ToolContext { channel: receipts.clone(), ..ToolContext::for_tests() };
         let out = {
-            use crate::tools::Tool as _;
+            use nexbot_agent::tools::Tool as _;
             f.delegate.call(json!({"task": "look it up"}), &ctx).await
         };
         let value = message(out);
@@ -1352,7 +1342,7 @@ mod tests {
         let f = Fixture::new(answer("ok", &[])).await;
         let ctx = ToolContext { channel: receipts.clone(), ..ToolContext::for_tests() };
         let out = {
-            use crate::tools::Tool as _;
+            use nexbot_agent::tools::Tool as _;
             message(f.delegate.call(json!({"task": "t"}), &ctx).await)
         };
         assert!(out.get("open_todos").is_none(), "{out}");
@@ -1363,7 +1353,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_task_budget_is_cut_to_what_the_chat_has_left_and_its_use_is_charged() {
-        let caps = crate::config::CapsConfig { chat_tokens_per_day: 1_000, ..Default::default() };
+        let caps =
+            nexbot_agent::config::CapsConfig { chat_tokens_per_day: 1_000, ..Default::default() };
         let f = Fixture::with_caps(answer("done", &[]), Some(caps)).await;
         let spend = f.spend.clone().unwrap();
         let chat = ToolContext::for_tests().chat;

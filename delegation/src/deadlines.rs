@@ -20,16 +20,28 @@
 
 use std::time::Duration;
 
-use nexbot_docker::PoolConfig;
-
-use crate::config::Config;
-
 /// The longest a task waits for a free container.
 pub const MAX_QUEUE_WAIT: Duration = Duration::from_secs(600);
 /// The shortest queue wait, whatever the turn leaves.
 pub const MIN_QUEUE_WAIT: Duration = Duration::from_secs(5);
 /// Room between a limit and the one that encloses it (answering `cancel`, recording the task).
 pub const MARGIN: Duration = Duration::from_secs(10);
+
+/// The configured numbers the deadlines are computed from. The host builds it from its
+/// configuration (`agent.turn_timeout_secs`, `subagent.task_timeout_secs`) and the pool's
+/// graces (`nexbot-docker`'s `PoolConfig`), and hands the queue wait back to the pool: this
+/// crate knows neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskLimits {
+    /// `agent.turn_timeout_secs`: the turn a delegation runs in.
+    pub turn_timeout_secs: u64,
+    /// `subagent.task_timeout_secs`: the longest soft timeout a task may ask for.
+    pub task_timeout_secs: u64,
+    /// The pool's hard limit after the soft timeout.
+    pub hard_limit_grace_secs: u64,
+    /// The pool's wait for a `cancel`'s answer.
+    pub cancel_grace_ms: u64,
+}
 
 /// The deadlines of one delegated task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,19 +58,18 @@ pub struct TaskDeadlines {
 
 impl TaskDeadlines {
     /// The deadlines of a task that asked for `requested_secs` (the default when `None`).
-    pub fn plan(config: &Config, requested_secs: Option<u64>) -> Self {
-        let pool = crate::pool_runner::pool_config(config);
-        let max = config.subagent.task_timeout_secs.max(1);
+    pub fn plan(limits: &TaskLimits, requested_secs: Option<u64>) -> Self {
+        let max = limits.task_timeout_secs.max(1);
         let soft = Duration::from_secs(requested_secs.unwrap_or(max).clamp(1, max));
-        Self::with_pool(&pool, soft)
+        Self::with_queue_wait(limits, queue_wait(limits), soft)
     }
 
-    fn with_pool(pool: &PoolConfig, soft: Duration) -> Self {
+    fn with_queue_wait(limits: &TaskLimits, queue_wait: Duration, soft: Duration) -> Self {
         Self {
             soft,
-            queue_wait: Duration::from_secs(pool.queue_timeout_secs),
-            hard: soft + Duration::from_secs(pool.hard_limit_grace_secs),
-            cancel_grace: Duration::from_millis(pool.cancel_grace_ms),
+            queue_wait: Duration::from_secs(queue_wait.as_secs()),
+            hard: soft + Duration::from_secs(limits.hard_limit_grace_secs),
+            cancel_grace: Duration::from_millis(limits.cancel_grace_ms),
         }
     }
 
@@ -90,20 +101,19 @@ impl TaskDeadlines {
 }
 
 /// The pool's queue wait: what the turn leaves once the longest task, its grace and the
-/// margins are taken out, within [`MIN_QUEUE_WAIT`]..=[`MAX_QUEUE_WAIT`].
-pub fn queue_wait(config: &Config, pool: &PoolConfig) -> Duration {
-    let turn = Duration::from_secs(config.agent.turn_timeout_secs);
-    let longest = TaskDeadlines {
-        queue_wait: Duration::ZERO,
-        ..TaskDeadlines::with_pool(pool, Duration::from_secs(config.subagent.task_timeout_secs))
-    };
+/// margins are taken out, within [`MIN_QUEUE_WAIT`]..=[`MAX_QUEUE_WAIT`] (the pool's
+/// `queue_timeout_secs`, in whole seconds).
+pub fn queue_wait(limits: &TaskLimits) -> Duration {
+    let turn = Duration::from_secs(limits.turn_timeout_secs);
+    let soft = Duration::from_secs(limits.task_timeout_secs);
+    let longest = TaskDeadlines::with_queue_wait(limits, Duration::ZERO, soft);
     turn.saturating_sub(longest.agent_limit()).clamp(MIN_QUEUE_WAIT, MAX_QUEUE_WAIT)
 }
 
 /// What is wrong with the configured limits, in words for the operator (said once at start).
-pub fn warnings(config: &Config) -> Vec<String> {
-    let longest = TaskDeadlines::plan(config, None);
-    let turn = Duration::from_secs(config.agent.turn_timeout_secs);
+pub fn warnings(limits: &TaskLimits) -> Vec<String> {
+    let longest = TaskDeadlines::plan(limits, None);
+    let turn = Duration::from_secs(limits.turn_timeout_secs);
     let needed = longest.agent_limit() - longest.queue_wait + MIN_QUEUE_WAIT;
     if turn < needed {
         vec![format!(
@@ -122,50 +132,49 @@ pub fn warnings(config: &Config) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn config(env: &[(&str, &str)]) -> Config {
-        let dir = std::env::temp_dir();
-        let env: Vec<(String, String)> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::from_parts("", &dir.join("config.toml"), &dir, env).unwrap()
+    /// The limits of a default configuration: a 900 s turn, 300 s tasks, the pool's graces.
+    pub(crate) fn defaults() -> TaskLimits {
+        TaskLimits {
+            turn_timeout_secs: 900,
+            task_timeout_secs: 300,
+            hard_limit_grace_secs: 30,
+            cancel_grace_ms: 5_000,
+        }
     }
 
     #[test]
     fn each_limit_encloses_the_one_it_must_outlast() {
-        let config = config(&[]);
-        let pool = crate::pool_runner::pool_config(&config);
+        let limits = defaults();
         for requested in [None, Some(1), Some(60), Some(100_000)] {
-            let d = TaskDeadlines::plan(&config, requested);
-            assert!(d.soft <= Duration::from_secs(config.subagent.task_timeout_secs));
+            let d = TaskDeadlines::plan(&limits, requested);
+            assert!(d.soft <= Duration::from_secs(limits.task_timeout_secs));
             assert!(d.soft >= Duration::from_secs(1));
-            assert_eq!(d.queue_wait, Duration::from_secs(pool.queue_timeout_secs));
+            assert_eq!(d.queue_wait, queue_wait(&limits));
             assert!(d.hard > d.soft);
             // The tool waits for the queue AND the hard limit AND the cancel: a long queue
             // no longer eats the task's grace.
             assert!(d.tool_limit() >= d.queue_wait + d.hard + d.cancel_grace);
             assert!(d.agent_limit() > d.tool_limit() + d.cancel_grace);
-            assert_eq!(TaskDeadlines::plan(&config, None).for_request(requested), d);
+            assert_eq!(TaskDeadlines::plan(&limits, None).for_request(requested), d);
         }
         // Defaults: a 300 s task fits the 900 s turn, with the queue wait what is left.
-        let longest = TaskDeadlines::plan(&config, None);
-        assert!(longest.agent_limit() <= Duration::from_secs(config.agent.turn_timeout_secs));
-        assert!(warnings(&config).is_empty(), "{:?}", warnings(&config));
+        let longest = TaskDeadlines::plan(&limits, None);
+        assert!(longest.agent_limit() <= Duration::from_secs(limits.turn_timeout_secs));
+        assert!(warnings(&limits).is_empty(), "{:?}", warnings(&limits));
     }
 
     #[test]
     fn a_turn_too_short_for_a_task_is_named() {
-        let short = config(&[("NEXBOT_AGENT__TURN_TIMEOUT_SECS", "120")]);
+        let short = TaskLimits { turn_timeout_secs: 120, ..defaults() };
         let d = TaskDeadlines::plan(&short, None);
         assert_eq!(d.queue_wait, MIN_QUEUE_WAIT);
         let warnings = warnings(&short);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("agent.turn_timeout_secs = 120"), "{}", warnings[0]);
-        let fits = config(&[
-            ("NEXBOT_AGENT__TURN_TIMEOUT_SECS", "120"),
-            ("NEXBOT_SUBAGENT__TASK_TIMEOUT_SECS", "30"),
-        ]);
+        let fits = TaskLimits { task_timeout_secs: 30, ..short };
         assert!(super::warnings(&fits).is_empty(), "{:?}", super::warnings(&fits));
     }
 }

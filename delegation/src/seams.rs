@@ -4,7 +4,7 @@
 //! Why traits: delegation logic (task records, secrets by name, cancellation, turning a
 //! response or report into text for the model) must not care how containers are supervised
 //! or how LLM access is granted. The daemon plugs in the warm Docker pool (`nexbot-docker`)
-//! and the egress relay's per-task tokens (`sandbox.rs`).
+//! and the egress relay's per-task tokens (the host's `pool_runner.rs` and `sandbox.rs`).
 
 use nexbot_core::ChatRef;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::BoxFuture;
+pub use nexbot_core::BoxFuture;
 
 /// A subagent's final answer and, when known, the container that produced it.
 #[derive(Debug, Clone)]
@@ -139,7 +139,7 @@ pub trait TaskQuestions: Send + Sync + std::fmt::Debug {
     /// turn reading a skill is no person's yes to the hosts the skill names).
     fn grant(&self, task_id: &str, destinations: &[nexbot_skill::Destination]) -> bool;
     /// The receipt's lines: what was asked, answered and by whom.
-    fn receipt_lines<'a>(&'a self, task_id: &'a str) -> crate::BoxFuture<'a, Vec<String>>;
+    fn receipt_lines<'a>(&'a self, task_id: &'a str) -> BoxFuture<'a, Vec<String>>;
 }
 
 pub trait LlmAccess: Send + Sync + std::fmt::Debug {

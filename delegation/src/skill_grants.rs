@@ -35,7 +35,7 @@ use nexbot_agent::skills::{SkillRead, Skills};
 use nexbot_skill::{Destination, State};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use nexbot_store::Store;
 
 /// Records the content hash of every usable skill the daemon has no hash for, now and after
 /// each scan, until `stop`. A skill whose hash is recorded keeps it (an edit is not accepted
