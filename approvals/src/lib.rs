@@ -646,9 +646,17 @@ mod tests {
     use nexbot_core::channel::{ChannelError, MessageId, OutboundMessage};
     use nexbot_egress::Approval;
 
-    /// A chat that records what is sent (every message id 1).
+    /// A chat that records what is sent (every message id 1). It also owns the test's folder
+    /// and removes it when the approvals (which hold it) are dropped: every test left its
+    /// database folder in /tmp before.
     #[derive(Debug)]
-    struct Recorder(mpsc::UnboundedSender<OutboundMessage>);
+    struct Recorder(mpsc::UnboundedSender<OutboundMessage>, std::path::PathBuf);
+
+    impl Drop for Recorder {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
 
     impl Channel for Recorder {
         fn send(
@@ -677,7 +685,7 @@ mod tests {
         edit(&mut config);
         let approvals = Approvals::with_owner(&config, store, owner);
         let (tx, rx) = mpsc::unbounded_channel();
-        approvals.set_channel(Arc::new(Recorder(tx)));
+        approvals.set_channel(Arc::new(Recorder(tx, dir)));
         (approvals, rx)
     }
 
