@@ -57,8 +57,16 @@ pub async fn engine_root_dir(docker: &Docker) -> Option<std::path::PathBuf> {
 
 /// Whether `image` exists in the local engine (nothing is ever pulled).
 pub async fn image_present(docker: &Docker, image: &str) -> Result<(), PoolError> {
+    inspect_image(docker, image).await.map(|_| ())
+}
+
+/// The engine's account of `image`; one it does not have is [`PoolError::ImageMissing`].
+async fn inspect_image(
+    docker: &Docker,
+    image: &str,
+) -> Result<bollard::models::ImageInspect, PoolError> {
     match docker.inspect_image(image).await {
-        Ok(_) => Ok(()),
+        Ok(inspected) => Ok(inspected),
         Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
             Err(PoolError::ImageMissing { image: image.to_owned() })
         }
@@ -78,11 +86,7 @@ pub async fn image_program(
 ) -> Result<Option<String>, PoolError> {
     use bollard::models::{ContainerCreateBody, HostConfig};
     use bollard::query_parameters::{ContainerArchiveInfoOptions, RemoveContainerOptions};
-    image_present(docker, image).await?;
-    let inspected = docker
-        .inspect_image(image)
-        .await
-        .map_err(|e| PoolError::docker(format!("inspect image {image}"), e))?;
+    let inspected = inspect_image(docker, image).await?;
     let path_var = inspected
         .config
         .and_then(|c| c.env)

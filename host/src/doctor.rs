@@ -324,10 +324,7 @@ async fn mcp_servers(config: &Config, docker: &Docker) -> Vec<Check> {
                 name,
                 CheckStatus::Fail,
                 format!("the engine has no image {image}"),
-                match image == nexbot_mcp::config::DEFAULT_IMAGE {
-                    true => "build it with `make mcp-image`".to_owned(),
-                    false => format!("pull or build {image} on the engine"),
-                },
+                server.missing_image_fix(),
             ),
             Err(e) => Check::bad(name, CheckStatus::Warn, e.to_string(), "check the engine (`docker info`)"),
         });

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use nexbot_mcp::config::DEFAULT_IMAGE;
 use nexbot_mcp::ServerConfig;
 
 /// The servers whose last start failed, each with its reason; a start that succeeds (of any of
@@ -49,13 +48,7 @@ pub(crate) fn start_failure(config: &ServerConfig, reason: &str) -> String {
     if config.is_remote() || !reason.to_ascii_lowercase().contains("no such image") {
         return reason.to_owned();
     }
-    let image = config.image();
-    match image == DEFAULT_IMAGE {
-        true => {
-            format!("{reason} (the engine has no image {image}: build it with `make mcp-image`)")
-        }
-        false => format!("{reason} (the engine has no image {image}: pull or build it)"),
-    }
+    format!("{reason} (the engine has no image {}: {})", config.image(), config.missing_image_fix())
 }
 
 /// A chat's `/status` line of the MCP servers it may use: each with its tools, or why it does
@@ -97,7 +90,8 @@ mod tests {
         let problem = failing.problem().expect("degraded");
         assert!(problem.contains(&format!("server memory does not start: {error}")), "{problem}");
         assert!(problem.contains("build it with `make mcp-image`"), "{problem}");
-        assert!(problem.contains("no image ghcr.io/x/search:1: pull or build it"), "{problem}");
+        let fix = "no image ghcr.io/x/search:1: pull or build ghcr.io/x/search:1 on the engine";
+        assert!(problem.contains(fix), "{problem}");
         assert!(
             problem.contains("server slow does not start: did not answer initialize within 60 s;")
                 || problem

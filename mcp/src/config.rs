@@ -121,6 +121,15 @@ impl ServerConfig {
         self.image.as_deref().unwrap_or(DEFAULT_IMAGE)
     }
 
+    /// What to do when the engine has no [`ServerConfig::image`], for `doctor` and the
+    /// degraded part `mcp` alike: build the bundled one, pull or build any other.
+    pub fn missing_image_fix(&self) -> String {
+        match self.image() {
+            DEFAULT_IMAGE => "build it with `make mcp-image`".to_owned(),
+            image => format!("pull or build {image} on the engine"),
+        }
+    }
+
     /// Whether `chat` may use this server (`owner`: the chat is the owner's).
     pub fn allows(&self, chat: &ChatRef, owner: bool) -> bool {
         owner || self.allowed_chats.iter().any(|c| c == "*" || *c == chat.to_string())

@@ -20,7 +20,8 @@ use rusqlite::{Connection, ErrorCode};
 use thiserror::Error;
 
 /// An enum whose values are stored (and shown) as words: each variant names its word once, and
-/// gets `as_str`, `parse` (`None` for a word this daemon does not know) and `Display`.
+/// gets `as_str`, `parse` (`None` for a word this daemon does not know), `WORDS` (every word,
+/// in the order declared: what a filter offers) and `Display`.
 macro_rules! words {
     (
         $(#[$meta:meta])*
@@ -34,6 +35,9 @@ macro_rules! words {
         }
 
         impl $name {
+            /// Every word, in the order the variants are declared.
+            pub const WORDS: &'static [&'static str] = &[$($word,)+];
+
             /// The stored and shown word.
             pub fn as_str(self) -> &'static str {
                 match self {
@@ -224,6 +228,20 @@ mod tests {
     use super::*;
     use crate::schema::MIGRATIONS;
     use nexbot_core::{ChatRef, Usage};
+
+    /// `WORDS` lists every word once, in the declared order, each parsing back to itself (the
+    /// dashboard's outcome filter offers exactly these).
+    #[test]
+    fn words_lists_every_word_in_order() {
+        let words = TaskStatus::WORDS;
+        assert_eq!(words.first(), Some(&"running"));
+        assert_eq!(words.last(), Some(&"killed"));
+        for word in words {
+            assert_eq!(TaskStatus::parse(word).map(TaskStatus::as_str), Some(*word));
+        }
+        let unique: std::collections::BTreeSet<_> = words.iter().collect();
+        assert_eq!(unique.len(), words.len());
+    }
 
     #[tokio::test]
     async fn bare_chat_ids_of_schema_1_become_console_chats() {

@@ -255,7 +255,8 @@ async fn a_server_whose_image_is_missing_is_named_until_a_restart_finds_it() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(health.stdout.contains(&format!("No such image: {image}")), "{health:?}");
-    assert!(health.stdout.contains("pull or build it"), "{health:?}");
+    let fix = format!("the engine has no image {image}: pull or build {image} on the engine");
+    assert!(health.stdout.contains(&fix), "{health:?}");
     let ls = ctl(&ws, &["mcp", "ls"], "").await;
     assert!(ls.stdout.contains("last errors in full:"), "{ls:?}");
     assert!(ls.stdout.contains(&format!("No such image: {image}")), "{ls:?}");

@@ -542,7 +542,9 @@ async fn a_server_that_cannot_start_is_a_degraded_part_with_its_whole_reason() {
     assert!(degraded.contains("server missing does not start: "), "{degraded}");
     assert!(degraded.contains(&format!("No such image: {image}")), "{degraded}");
     assert!(
-        degraded.contains(&format!("the engine has no image {image}: pull or build it")),
+        degraded.contains(&format!(
+            "the engine has no image {image}: pull or build {image} on the engine"
+        )),
         "{degraded}"
     );
     let line = stdout.lines().find(|l| l.starts_with("MCP servers: "));

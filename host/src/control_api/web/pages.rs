@@ -318,8 +318,8 @@ pub async fn task_rows(s: &ControlState, filter: &TaskFilter) -> Result<Vec<Task
 }
 
 pub fn tasks(filter: &TaskFilter, rows: Result<Vec<TaskRow>, ApiError>) -> Markup {
-    let statuses =
-        ["", "running", "success", "error", "timeout", "cancelled", "interrupted", "killed"];
+    // Every outcome a record can have (a new one is offered without an edit here), and "" for any.
+    let statuses = std::iter::once("").chain(crate::store::TaskStatus::WORDS.iter().copied());
     let chosen = filter.status.as_deref().unwrap_or("");
     html! {
         form.filters method="get" action="/tasks" {
