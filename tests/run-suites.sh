@@ -68,6 +68,35 @@ echo "     Running ${host_suite#* } (beside the above)"
 wait "$host_pid" || failed="$failed ${host_suite#* }"
 cat "$work/host-suite.log"
 run "${docker_suite% *}" "${docker_suite#* }"
+# The gVisor leg: the pool's isolation suites again, the same test code, with every container
+# under `runsc` (NEXBOT_TEST_RUNTIME; docker/register-runsc.sh registers it). Not yet in it,
+# each a measured difference of gVisor (docs/runtimes.md): the clean-room attacks that read
+# /proc/<pid>/status and /proc/<pid>/mem or make POSIX message queues (gVisor shows and allows
+# them differently, so their positive controls fail), the in-container hardening and IPv6
+# checks (gVisor's kernel has no cgroupfs, NoNewPrivs line or /proc/sys/net/ipv6 to read), the
+# recovery and operator suites (killing a paused gVisor sandbox hung the engine), and the
+# daemon's secrets hunt (it reads the task's processes from the host, which under gVisor are
+# not host processes).
+if docker info --format '{{range $name, $_ := .Runtimes}}{{$name}} {{end}}' 2>/dev/null | grep -qw runsc; then
+  echo "     Running ${docker_suite#* } under runsc (the gVisor leg)"
+  (cd "${docker_suite% *}" && NEXBOT_TEST_RUNTIME=runsc "${docker_suite#* }" \
+    pool_lifecycle:: pool_tasks:: pool_rooms:: pool_files:: pool_clean_room:: pool_service:: \
+    pool_isolation::pool_containers pool_network:: pool_ownership:: pool_recycling:: \
+    pool_mcp_calls:: pool_limits:: pool_clean_room_attacks::docker_stop \
+    pool_clean_room_attacks::the_orphans < /dev/null) || failed="$failed gvisor-leg"
+  # The daemon end to end under runsc: egress from inside a container (only the proxy and the
+  # relay), DNS only after an allow, two chats never sharing a container, the rooms, the wall
+  # named in ps/health/status/metrics, doctor's probe and a missing runtime refused.
+  echo "     Running ${host_suite#* } under runsc (the gVisor leg)"
+  (cd "${host_suite% *}" && NEXBOT_TEST_RUNTIME=runsc "${host_suite#* }" \
+    egress_docker:: egress_dns:: rooms:: host_delegation::two_chats control::subagents_ps \
+    host_cli::doctor_probes < /dev/null) || failed="$failed gvisor-leg-host"
+elif [ "${CI:-}" = true ]; then
+  echo "run-suites: the engine has no runsc for the gVisor leg (docker/register-runsc.sh)" >&2
+  failed="$failed gvisor-leg"
+else
+  echo "!!! SKIPPED the gVisor leg: the engine has no runsc (apt-get install runsc; docker/register-runsc.sh) !!!"
+fi
 echo "     Running ${soak#* } (beside the above)"
 wait "$soak_pid" || failed="$failed ${soak#* }"
 cat "$work/soak.log"

@@ -48,6 +48,10 @@ pub struct Health {
     pub problems: Vec<String>,
     /// Serving, but degraded: each reason in a sentence.
     pub degraded: Vec<String>,
+    /// The OCI runtime the sandboxes run under (`runc`, `runsc`), when there is a pool. A
+    /// daemon older than `sandbox.runtime` sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 /// `GET /v1/status`.
@@ -112,6 +116,9 @@ pub struct PoolSummary {
     /// While the pool cannot reach the Docker engine: since when, why, and what to check.
     #[serde(default)]
     pub engine: Option<String>,
+    /// The OCI runtime its containers run under ([`Health::runtime`]).
+    #[serde(default)]
+    pub runtime: Option<String>,
 }
 
 /// One pool slot and its current container, for `subagents ps`.
@@ -150,6 +157,9 @@ pub struct SubagentList {
     /// The engine's outage, when there is one ([`PoolSummary::engine`]).
     #[serde(default)]
     pub engine: Option<String>,
+    /// The OCI runtime the containers run under ([`Health::runtime`]).
+    #[serde(default)]
+    pub runtime: Option<String>,
 }
 
 /// `GET /v1/subagents/{id}/logs`: the container's stderr JSON log lines, oldest first.

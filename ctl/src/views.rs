@@ -41,6 +41,9 @@ pub fn status(s: &Status) -> String {
                     pool.queue_depth
                 ),
             ));
+            if let Some(runtime) = &pool.runtime {
+                pairs.push(("runtime".into(), runtime.clone()));
+            }
             pairs.push(("tasks".into(), counts(&pool.tasks, "none yet")));
             pairs.push((
                 "restarts".into(),
@@ -104,6 +107,9 @@ fn counts<N: std::fmt::Display>(map: &BTreeMap<String, N>, empty: &str) -> Strin
 /// `health`: ready or not, then each problem and each degraded part on its own line.
 pub fn health(h: &nexbot_control::Health) -> String {
     let mut out = String::from(if h.ready { "ready" } else { "NOT READY" });
+    if let Some(runtime) = &h.runtime {
+        out.push_str(&format!(" (sandboxes under {runtime})"));
+    }
     for problem in &h.problems {
         out.push_str(&format!("\n  problem: {problem}"));
     }
@@ -118,6 +124,9 @@ pub fn health(h: &nexbot_control::Health) -> String {
 /// outage, when there are.
 pub fn subagent_list(list: &nexbot_control::SubagentList) -> String {
     let mut out = subagents(&list.subagents);
+    if let Some(runtime) = &list.runtime {
+        out.push_str(&format!("runtime: {runtime}\n"));
+    }
     if list.pending_removal > 0 {
         out.push_str(&format!(
             "{} container{} pending removal (retried until the engine removes {})\n",
@@ -396,8 +405,10 @@ mod tests {
             subagents: Vec::new(),
             pending_removal: 0,
             engine: None,
+            runtime: None,
         };
         assert_eq!(subagent_list(&list), subagents(&[]));
+        list.runtime = Some("runsc".into());
         list.pending_removal = 2;
         list.engine = Some("unreachable since 01:23:45 (42 s): client error (Connect)".into());
         let text = subagent_list(&list);
@@ -405,6 +416,7 @@ mod tests {
         assert_eq!(
             tail,
             [
+                "runtime: runsc",
                 "2 containers pending removal (retried until the engine removes them)",
                 "engine: unreachable since 01:23:45 (42 s): client error (Connect)",
             ]
@@ -530,6 +542,7 @@ mod tests {
                 blank: 1,
                 pending_removal: 0,
                 engine: None,
+                runtime: Some("runsc".into()),
                 bound: 1,
             }),
             delegation_off: None,
@@ -549,6 +562,7 @@ mod tests {
         for needle in [
             "uptime:            1h01m\n",
             "pool:              main: 2 containers (busy 1, idle 1; 1 blank, 1 in chats), queue 0\n",
+            "runtime:           runsc\n",
             "tasks:             none yet\n",
             "delegation:        on\n",
             "channel telegram:  ok\n",
@@ -562,6 +576,22 @@ mod tests {
         let text = status(&off);
         assert!(text.contains("pool:              none\n"), "{text}");
         assert!(text.contains("delegation:        off: disabled\n"), "{text}");
+    }
+
+    #[test]
+    fn health_names_the_wall_after_ready_and_an_older_daemon_reads_as_before() {
+        let mut h = nexbot_control::Health {
+            ready: true,
+            problems: Vec::new(),
+            degraded: vec!["disk: 3 MB free".into()],
+            runtime: None,
+        };
+        assert_eq!(health(&h), "ready\n  degraded: disk: 3 MB free\n");
+        h.runtime = Some("runsc".into());
+        assert_eq!(health(&h), "ready (sandboxes under runsc)\n  degraded: disk: 3 MB free\n");
+        let old: nexbot_control::Health =
+            serde_json::from_str(r#"{"ready":false,"problems":["x"],"degraded":[]}"#).unwrap();
+        assert_eq!(health(&old), "NOT READY\n  problem: x\n");
     }
 
     #[test]

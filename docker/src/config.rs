@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::PoolError;
 
@@ -119,6 +119,58 @@ impl Default for PoolConfig {
             max_containers_per_room: 0,
             room_idle_secs: 900,
         }
+    }
+}
+
+/// `[sandbox]` of the daemon's config: which engine makes every container the daemon runs
+/// (the pool, the CLI image's, the MCP services'), and behind which wall (OCI runtime).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// The OCI runtime: `runsc` (gVisor) puts a kernel of its own between a task and the
+    /// host's; unset, the engine's default (`runc` on a stock Docker). The engine must have it
+    /// registered: start-up and `nexbot doctor` check, and say how.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// The engine's API socket, `unix:///path` (e.g. Podman's `podman system service`);
+    /// unset, `DOCKER_HOST`, else the local Docker socket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+}
+
+impl SandboxConfig {
+    /// Refuses a runtime name the engine could not have, and an engine address that is not a
+    /// local socket (a remote engine needs mutual TLS, which is not built: refused rather than
+    /// reached in the clear).
+    pub fn check(&self) -> Result<(), InvalidField> {
+        let bad = |field: &str, reason: String| InvalidField { field: field.into(), reason };
+        if let Some(runtime) = &self.runtime {
+            if !valid_name(runtime) {
+                return Err(bad(
+                    "runtime",
+                    format!("{runtime:?} must match [A-Za-z0-9][A-Za-z0-9_.-]* (≤ 40), e.g. runsc"),
+                ));
+            }
+        }
+        if let Some(engine) = &self.engine {
+            self.socket_path().ok_or_else(|| {
+                bad(
+                    "engine",
+                    format!(
+                        "{engine:?} is not unix:///absolute/path (a local engine's socket); a \
+                         remote engine (tcp://) needs mutual TLS, which this version does not \
+                         have: run the daemon beside that engine, or leave sandbox.engine unset"
+                    ),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The socket `engine` names, when it is a `unix://` address of an absolute path.
+    pub fn socket_path(&self) -> Option<&str> {
+        let path = self.engine.as_deref()?.strip_prefix("unix://")?;
+        (path.starts_with('/') && !path.contains("..")).then_some(path)
     }
 }
 
@@ -417,6 +469,31 @@ mod tests {
         for (c, field) in cases {
             let err = c.validate().unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_sandbox_names_a_runtime_and_a_local_socket_never_a_plain_remote_engine() {
+        let ok = |runtime: Option<&str>, engine: Option<&str>| SandboxConfig {
+            runtime: runtime.map(str::to_owned),
+            engine: engine.map(str::to_owned),
+        };
+        ok(None, None).check().unwrap();
+        ok(Some("runsc"), Some("unix:///run/podman/podman.sock")).check().unwrap();
+        assert_eq!(
+            ok(None, Some("unix:///run/podman/podman.sock")).socket_path(),
+            Some("/run/podman/podman.sock")
+        );
+        for (runtime, engine, field, says) in [
+            (Some("run sc"), None, "runtime", "run sc"),
+            (Some("--privileged"), None, "runtime", "--privileged"),
+            (None, Some("tcp://10.0.0.2:2375"), "engine", "mutual TLS"),
+            (None, Some("unix://relative.sock"), "engine", "unix:///absolute/path"),
+            (None, Some("/var/run/docker.sock"), "engine", "unix:///absolute/path"),
+        ] {
+            let err = ok(runtime, engine).check().unwrap_err();
+            assert_eq!(err.field, field);
+            assert!(err.reason.contains(says), "{err}");
         }
     }
 }

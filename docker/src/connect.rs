@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub use bollard::Docker;
 
+use crate::config::SandboxConfig;
 use crate::error::PoolError;
 
 /// How long the engine gets to answer the first ping (and the version question).
@@ -26,11 +27,19 @@ pub enum EngineUnreachable {
     Timeout,
 }
 
-/// Connects to the local engine (`DOCKER_HOST`, else the local socket) and checks that it
-/// answers a ping within [`ENGINE_TIMEOUT`].
-pub async fn connect() -> Result<Docker, EngineUnreachable> {
-    let docker = Docker::connect_with_local_defaults()
-        .map_err(|e| EngineUnreachable::Connect(e.to_string()))?;
+/// Connects to the engine `sandbox.engine` names (its socket; unset: `DOCKER_HOST`, else the
+/// local socket) and checks that it answers a ping within [`ENGINE_TIMEOUT`].
+pub async fn connect(sandbox: &SandboxConfig) -> Result<Docker, EngineUnreachable> {
+    let docker = match (sandbox.socket_path(), &sandbox.engine) {
+        (Some(path), _) => Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION),
+        (None, Some(engine)) => {
+            return Err(EngineUnreachable::Connect(format!(
+                "sandbox.engine {engine:?} is not a socket"
+            )))
+        }
+        (None, None) => Docker::connect_with_local_defaults(),
+    }
+    .map_err(|e| EngineUnreachable::Connect(e.to_string()))?;
     match tokio::time::timeout(ENGINE_TIMEOUT, docker.ping()).await {
         Ok(Ok(_)) => Ok(docker),
         Ok(Err(e)) => Err(EngineUnreachable::Refused(e.to_string())),

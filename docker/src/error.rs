@@ -29,6 +29,13 @@ pub enum PoolError {
     #[error("image {image:?} not found in the local Docker engine (build it with `make image`)")]
     ImageMissing { image: String },
 
+    /// The engine has no runtime of that name registered (`sandbox.runtime`).
+    #[error(
+        "the Docker engine has no runtime {runtime:?} (it has: {registered}); to run the \
+         sandboxes under it, {fix}"
+    )]
+    RuntimeMissing { runtime: String, registered: String, fix: String },
+
     #[error("network {name:?}: {reason}")]
     Network { name: String, reason: String },
 

@@ -125,13 +125,14 @@ pub mod pool_owner;
 mod removal;
 mod restart;
 mod room;
+pub mod runtime;
 mod service;
 mod slot;
 pub mod spec;
 mod stats;
 mod supervisor;
 
-pub use config::{InvalidField, PoolConfig};
+pub use config::{InvalidField, PoolConfig, SandboxConfig};
 pub use connect::{
     connect, engine_root_dir, engine_version, image_present, image_program, network_gateway,
     Docker, EngineUnreachable, ENGINE_TIMEOUT,
@@ -149,6 +150,7 @@ pub use pool::{PingResult, Pool, TaskIo, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use pool_owner::Owner;
 pub use restart::RestartReason;
 pub use room::{Room, DEFAULT_ROOM};
+pub use runtime::{probe, resolve_runtime, runtime_fix, Probe};
 pub use service::{
     check_mount_target, Service, ServiceIo, ServiceMount, ServiceSpec, LABEL_SERVICE,
 };

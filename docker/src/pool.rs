@@ -102,6 +102,8 @@ pub struct Pool {
 pub(crate) struct Inner {
     pub(crate) engine: Arc<Engine>,
     pub(crate) network: NetworkInfo,
+    /// The OCI runtime every container runs under, as the engine named it at start.
+    runtime: String,
     pub(crate) slots: Vec<Slot>,
     dispatch: Mutex<Dispatch>,
     /// Signalled whenever a task ends, so that shutdown can stop waiting.
@@ -138,10 +140,11 @@ impl Pool {
         let engine = Arc::new(Engine::new(docker, instance, owner, config));
         let config = &engine.config;
         // Independent preparations, run together: start-up time is the pool's first promise.
-        let (network, (), reaped) = tokio::try_join!(
+        let (network, (), reaped, runtime) = tokio::try_join!(
             ensure_pool_network_owned(&engine.docker, &config.network, &engine.owner),
             image_present(&engine.docker, &config.image),
             engine.reap_dead_runs(),
+            crate::runtime::resolve_runtime(&engine.docker, config.runtime.as_deref()),
         )?;
         if reaped > 0 {
             tracing::info!(pool = %config.name, reaped, "removed containers left by an earlier run");
@@ -171,6 +174,7 @@ impl Pool {
         let inner = Arc::new(Inner {
             engine,
             network,
+            runtime,
             slots,
             dispatch: Mutex::new(Dispatch::default()),
             drained: Notify::new(),
@@ -188,6 +192,7 @@ impl Pool {
             pool = %inner.engine.config.name,
             size = inner.slots.len(),
             network = %inner.network.name,
+            runtime = %inner.runtime,
             owner = %inner.engine.owner.describe(),
             "pool ready"
         );
@@ -363,6 +368,12 @@ impl Pool {
     /// One entry per slot, for `ps`. Cheap: reads what the supervisors last recorded.
     pub fn snapshot(&self) -> Vec<ContainerSnapshot> {
         self.inner.slots.iter().map(Slot::snapshot).collect()
+    }
+
+    /// The OCI runtime the pool's containers run under (`sandbox.runtime`, or the engine's
+    /// default when none was set), as the engine named it when the pool started.
+    pub fn runtime(&self) -> &str {
+        &self.inner.runtime
     }
 
     /// The pool in numbers: containers up, queue depth, tasks by outcome, slots backing off,

@@ -52,6 +52,22 @@ pub fn sysctls() -> HashMap<String, String> {
     ])
 }
 
+/// The engine's pids limit for a container: `pids_limit` itself under runc. gVisor (`runsc`)
+/// counts differently: its own kernel runs in the container's cgroup (41 host threads for an
+/// idle subagent, measured) and its `ptrace` platform backs each process of the task with
+/// about ten host threads (50 `sleep`s took 496), while inside it no per-process limit is
+/// kept. So the cgroup is sized to hold `pids_limit` processes of the task: a fork bomb still
+/// meets a wall on the host, where gVisor's kernel fails and the container ends (the pool
+/// replaces it) instead of the fork being refused.
+pub fn host_pids_limit(config: &PoolConfig) -> i64 {
+    const GVISOR_KERNEL: i64 = 64;
+    const HOST_THREADS_PER_PROCESS: i64 = 12;
+    match config.runtime.as_deref() {
+        Some("runsc") => GVISOR_KERNEL + HOST_THREADS_PER_PROCESS * config.pids_limit,
+        _ => config.pids_limit,
+    }
+}
+
 /// Builds the create body for one container of slot `slot`. The container keeps stdin open
 /// and is attached before it starts; closing the attach connection closes its stdin, so a
 /// crashed host leaves containers that exit on EOF rather than run on unattended.
@@ -95,7 +111,7 @@ pub fn container_spec(
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         privileged: Some(false),
-        pids_limit: Some(config.pids_limit),
+        pids_limit: Some(host_pids_limit(config)),
         memory: Some(config.memory_bytes),
         memory_swap: Some(config.memory_bytes),
         nano_cpus: Some(config.nano_cpus()),
@@ -203,6 +219,9 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.binds, Some(vec![format!("/srv/skills:{SKILLS_DIR}:ro")]));
         assert_eq!(host.runtime.as_deref(), Some("runsc"));
+        // gVisor's kernel and its threads per process live in the cgroup too.
+        assert_eq!(host.pids_limit, Some(64 + 12 * config.pids_limit));
+        assert_eq!(spec(&PoolConfig::default()).host_config.unwrap().pids_limit, Some(64));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nexbot_core::ChannelKind;
+use nexbot_docker::PoolError;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +38,7 @@ use crate::config::Config;
 use crate::delegation::LlmAccess;
 use crate::exits::Exits;
 use crate::runtime::{build_agent_with_hooks, open_store, Delegation, Guards};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Sandbox, SandboxError};
 use crate::status::StatusBoard;
 use crate::store::Store;
 use crate::vault::Vault;
@@ -139,14 +140,7 @@ impl App {
             Vault::open(store.clone(), config.secrets.master_key.as_ref(), Some(exits.clone()))
                 .await?;
         vault.set_max_per_scope(config.vault.max_secrets_per_scope);
-        let (sandbox, delegation_off) = if !config.subagent.enabled {
-            (None, Some("subagent.enabled = false".to_owned()))
-        } else {
-            match Sandbox::start(config, Some(vault.clone())).await {
-                Ok(sandbox) => (Some(sandbox), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        };
+        let (sandbox, delegation_off) = start_sandbox(config, &vault).await?;
         // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
         // are registered with them, the router (below) shows them, `/egress` answers them.
         // Built without a sandbox too: the tools' confirmations (`agent.confirm`) use them.
@@ -216,7 +210,7 @@ impl App {
         }
         if let Some(sandbox) = &sandbox {
             let pool = sandbox.pool().clone();
-            status.add("pool", move || pool_line(&pool.snapshot()));
+            status.add("pool", move || pool_line(&pool.snapshot(), pool.runtime()));
         } else if let Some(why) = &delegation_off {
             let why = why.clone();
             status.add("pool", move || format!("off ({why})"));
@@ -427,7 +421,27 @@ fn transcriber(config: &Config) -> anyhow::Result<Option<nexbot_llm::Transcriber
     Ok(Some(transcriber))
 }
 
-fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot]) -> String {
+/// The sandbox (pool, egress, MCP services), or why delegation is off. A `sandbox.runtime` the
+/// engine lacks refuses the start: the operator asked for a wall the engine does not have, and
+/// running without it (or without delegation, which they may not notice) is not what they asked.
+async fn start_sandbox(
+    config: &Config,
+    vault: &Arc<Vault>,
+) -> anyhow::Result<(Option<Sandbox>, Option<String>)> {
+    if !config.subagent.enabled {
+        return Ok((None, Some("subagent.enabled = false".to_owned())));
+    }
+    match Sandbox::start(config, Some(vault.clone())).await {
+        Ok(sandbox) => Ok((Some(sandbox), None)),
+        Err(e @ SandboxError::Pool(PoolError::RuntimeMissing { .. })) => {
+            anyhow::bail!("sandbox.runtime: {e}")
+        }
+        Err(e) => Ok((None, Some(e.to_string()))),
+    }
+}
+
+/// `/status`'s pool line: containers by state, the wall they run behind, running tasks.
+fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot], runtime: &str) -> String {
     let states: Vec<String> =
         nexbot_docker::count_by_state(snapshot).iter().map(|(s, n)| format!("{n} {s}")).collect();
     let running: Vec<String> = snapshot
@@ -437,7 +451,8 @@ fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot]) -> String {
             Some(format!("{} for {age}s", s.id))
         })
         .collect();
-    let mut line = format!("{} containers ({})", snapshot.len(), states.join(", "));
+    let mut line =
+        format!("{} containers ({}), runtime {runtime}", snapshot.len(), states.join(", "));
     if !running.is_empty() {
         line.push_str(&format!("; tasks running on {}", running.join(", ")));
     }

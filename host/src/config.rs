@@ -49,6 +49,8 @@ pub struct Config {
     /// Scheduled jobs and the heartbeat.
     pub scheduler: SchedulerConfig,
     pub subagent: SubagentConfig,
+    /// Which engine makes the sandboxes, and behind which wall (OCI runtime, e.g. gVisor).
+    pub sandbox: nexbot_docker::SandboxConfig,
     /// The sandbox's way out: egress proxy and LLM relay (used only with delegation on).
     pub egress: EgressConfig,
     /// The Telegram channel (it runs when `NEXBOT_TELEGRAM_TOKEN` is set).
@@ -734,6 +736,12 @@ impl Config {
         range("subagent.search_budget", s.search_budget, 1, most)?;
         range("subagent.max_containers_per_chat", s.max_containers_per_chat, 0, 64)?;
         range("subagent.chat_idle_secs", s.chat_idle_secs, 1, 7 * 86_400)?;
+        if let Err(invalid) = self.sandbox.check() {
+            return Err(match invalid.field.as_str() {
+                "runtime" => ("sandbox.runtime", invalid.reason),
+                _ => ("sandbox.engine", invalid.reason),
+            });
+        }
         if let Err(invalid) = crate::pool_runner::pool_config(self).check() {
             // The pool's fields that `[subagent]` sets have their own key names there.
             let key = match invalid.field.as_str() {

@@ -263,7 +263,7 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
     let no_docker = "start the Docker engine, or set subagent.enabled = false to run without \
                      delegation";
     let fail = |detail: String| vec![Check::bad("docker", CheckStatus::Fail, detail, no_docker)];
-    let docker = match nexbot_docker::connect().await {
+    let docker = match nexbot_docker::connect(&config.sandbox).await {
         Ok(docker) => docker,
         Err(e) => return (fail(e.to_string()), None),
     };
@@ -284,16 +284,53 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
         });
     }
     let image = &config.subagent.image;
-    checks.push(match nexbot_docker::image_present(&docker, image).await {
-        Ok(_) => Check::ok("subagent image", image.clone()),
-        Err(e) => Check::bad(
+    match nexbot_docker::image_present(&docker, image).await {
+        Ok(_) => {
+            checks.push(Check::ok("subagent image", image.clone()));
+            checks.push(runtime_probe(config, &docker).await);
+        }
+        Err(e) => checks.push(Check::bad(
             "subagent image",
             CheckStatus::Fail,
             format!("{image}: {e}"),
             "build it with `make image`",
-        ),
-    });
+        )),
+    }
     (checks, Some(docker))
+}
+
+/// The wall: the engine has `sandbox.runtime` (or its default), and a container of the pool's
+/// image, made as the pool makes them, answers `ping` under it (then goes).
+async fn runtime_probe(config: &Config, docker: &Docker) -> Check {
+    const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+    let pool = crate::pool_runner::pool_config(config);
+    match nexbot_docker::probe(docker, &pool, PROBE_TIMEOUT).await {
+        Ok(probe) => Check::ok(
+            "sandbox runtime",
+            format!(
+                "{}: a container of {} answered its first ping {} ms after it was created",
+                probe.runtime,
+                pool.image,
+                probe.first_pong.as_millis()
+            ),
+        ),
+        Err(nexbot_docker::PoolError::RuntimeMissing { runtime, registered, fix }) => Check::bad(
+            "sandbox runtime",
+            CheckStatus::Fail,
+            format!("the engine has no runtime {runtime:?} (it has: {registered})"),
+            fix,
+        ),
+        Err(e) => Check::bad(
+            "sandbox runtime",
+            CheckStatus::Fail,
+            format!(
+                "a container of {} did not answer under the configured runtime: {e}",
+                pool.image
+            ),
+            "try it by hand: `echo '{\"type\":\"ping\",\"id\":\"1\"}' | docker run --rm -i \
+             --runtime=<sandbox.runtime> <subagent.image>`, and read the engine's log",
+        ),
+    }
 }
 
 /// Each configured MCP server: a stdio server's image is on the engine and its command is a

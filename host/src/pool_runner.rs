@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::deadlines::TaskLimits;
 use crate::delegation::{BoxFuture, SubagentError, SubagentOutcome, SubagentRunner};
 
-/// The pool's settings derived from `[subagent]`; its queue wait from the deadlines
+/// The pool's settings derived from `[subagent]` and `[sandbox]`'s runtime; its queue wait from the deadlines
 /// (`crate::deadlines`).
 pub fn pool_config(config: &Config) -> PoolConfig {
     let s = &config.subagent;
@@ -29,6 +29,7 @@ pub fn pool_config(config: &Config) -> PoolConfig {
         skills_dir: s.skills_dir.clone(),
         max_containers_per_room: s.max_containers_per_chat,
         room_idle_secs: s.chat_idle_secs,
+        runtime: config.sandbox.runtime.clone(),
         ..PoolConfig::default()
     };
     pool.queue_timeout_secs = crate::deadlines::queue_wait(&task_limits(config)).as_secs();

@@ -242,7 +242,7 @@ impl Sandbox {
         config: &Config,
         secrets: Option<Arc<dyn crate::tools::delegate::SecretSource>>,
     ) -> Result<Self, SandboxError> {
-        let docker = nexbot_docker::connect().await?;
+        let docker = nexbot_docker::connect(&config.sandbox).await?;
         let (from, found) = in_compose(config, &docker).await;
         let (config, cannot_tell) = match &from {
             FromContainer::Compose(derived) => (&**derived, None),

@@ -33,7 +33,7 @@ fn docker() -> Command {
 /// containers reach the scripted LLM. (The default bridge's IPAM may list no gateway after an
 /// engine restart, which made this bench fail.)
 async fn own_network(name: &str) -> std::net::IpAddr {
-    let docker = nexbot_docker::connect().await.expect("Docker engine");
+    let docker = nexbot_docker::connect(&Default::default()).await.expect("Docker engine");
     nexbot_docker::ensure_pool_network(&docker, name)
         .await
         .unwrap_or_else(|e| panic!("network {name}: {e}"))

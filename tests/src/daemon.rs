@@ -81,6 +81,10 @@ where
             command.env_remove(key);
         }
     }
+    // The wall the test run asked for; a test's own setting (in `env`) still wins.
+    if let Some(runtime) = crate::test_runtime() {
+        command.env("NEXBOT_SANDBOX__RUNTIME", runtime);
+    }
     command.envs(env);
     command
 }

@@ -54,6 +54,22 @@ pub async fn docker_or_skip(test: &str) -> Option<Docker> {
     None
 }
 
+/// The variable that puts every sandbox a test makes behind another wall: the OCI runtime the
+/// pools of the Docker suite and of the daemons the tests start run under (`runsc` in CI's
+/// gVisor leg, `.ci/run`). Unset: the engine's default (runc).
+pub const TEST_RUNTIME_ENV: &str = "NEXBOT_TEST_RUNTIME";
+
+/// The runtime [`TEST_RUNTIME_ENV`] names, if any: the same tests run on each wall.
+pub fn test_runtime() -> Option<String> {
+    std::env::var(TEST_RUNTIME_ENV).ok().filter(|r| !r.trim().is_empty())
+}
+
+/// The runtime the engine reports the tests' containers running under: [`test_runtime`], or
+/// runc (the engine's default here).
+pub fn expected_runtime() -> String {
+    test_runtime().unwrap_or_else(|| "runc".to_owned())
+}
+
 /// Packs `files` (path in the archive, contents, mode) into a tar stream, the form the
 /// Docker build API takes its context in.
 pub fn tar_context(files: &[(&str, &[u8], u32)]) -> std::io::Result<Vec<u8>> {

@@ -105,6 +105,12 @@ fn pool_metrics(registry: &mut Registry, inner: &Inner) {
             .map(|(s, n)| (labels(&[("state", s)]), *n as i64))
             .collect();
         gauge_family(registry, "pool_containers", "Pool containers by state", &rows);
+        gauge_family(
+            registry,
+            "pool_runtime_info",
+            "The OCI runtime the pool's containers run under (runc, runsc): 1",
+            &[(labels(&[("runtime", pool.runtime())]), 1)],
+        );
         let pings = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         for slot in &snapshot {
             if let Some(us) = slot.last_ping_us {

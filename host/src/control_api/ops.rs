@@ -74,6 +74,7 @@ pub fn pool_summary(pool: &Pool) -> PoolSummary {
         bound: stats.bound,
         pending_removal: stats.pending_removal,
         engine: pool.engine_outage().map(|o| engine_line(&o, std::time::SystemTime::now())),
+        runtime: Some(pool.runtime().to_owned()),
     }
 }
 
@@ -133,7 +134,8 @@ pub async fn health(state: &ControlState) -> nexbot_control::Health {
     for (name, problem) in inner.status.problems() {
         degraded.push(format!("{name}: {problem}"));
     }
-    nexbot_control::Health { ready: problems.is_empty(), problems, degraded }
+    let runtime = inner.pool.as_deref().map(|pool| pool.runtime().to_owned());
+    nexbot_control::Health { ready: problems.is_empty(), problems, degraded, runtime }
 }
 
 /// What keeps the model from answering, as the newest word on it says: the probe's
@@ -194,6 +196,7 @@ pub fn subagents(state: &ControlState) -> Result<SubagentList, ApiError> {
         subagents: pool.snapshot().iter().map(subagent).collect(),
         pending_removal: pool.pending_removals(),
         engine: pool.engine_outage().map(|o| engine_line(&o, now)),
+        runtime: Some(pool.runtime().to_owned()),
     })
 }
 

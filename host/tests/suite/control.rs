@@ -55,6 +55,7 @@ async fn the_control_api_answers_on_a_private_socket_and_bad_requests_get_json_e
     // Ready (store open; no pool to warm), and it says what is degraded.
     let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
     assert!(health.ready, "{health:?}");
+    assert_eq!(health.runtime, None, "no pool, no wall to name");
     assert!(
         health.degraded.iter().any(|d| d.contains("delegation to subagents is off")),
         "{health:?}"
@@ -223,6 +224,18 @@ async fn an_unreachable_telegram_api_is_a_degraded_part_until_it_answers_again()
 }
 
 /// Samples of a Prometheus text exposition, as `name{label=value,...}` (labels sorted) → value.
+/// The wall the containers run behind (the runtime the run asked for), named where the
+/// operator looks: `subagents ps`, `health` and `status`. Returns its name.
+async fn the_wall_is_named(api: &Client, ps: &SubagentList) -> String {
+    let runtime = nexbot_tests::expected_runtime();
+    assert_eq!(ps.runtime.as_deref(), Some(runtime.as_str()));
+    let health: nexbot_control::Health = api.get(paths::HEALTH).await.unwrap();
+    assert_eq!(health.runtime.as_deref(), Some(runtime.as_str()), "{health:?}");
+    let status: nexbot_control::Status = api.get(paths::STATUS).await.unwrap();
+    assert_eq!(status.pool.and_then(|p| p.runtime).as_deref(), Some(runtime.as_str()));
+    runtime
+}
+
 fn parse_metrics(text: &str) -> HashMap<String, f64> {
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text");
@@ -344,6 +357,7 @@ async fn subagents_ps_restart_kill_logs_and_metrics_match_the_pool_and_the_recor
         }
     };
     let ps = wait_ps(2).await;
+    let runtime = the_wall_is_named(&api, &ps).await;
     let mut short: Vec<String> = ps.subagents.iter().filter_map(|s| s.container.clone()).collect();
     short.sort();
     let running: Vec<String> =
@@ -377,6 +391,8 @@ async fn subagents_ps_restart_kill_logs_and_metrics_match_the_pool_and_the_recor
         .map(|(_, v)| v)
         .sum();
     assert_eq!(containers, 2.0);
+    let info = format!("nexbot_pool_runtime_info{{runtime={runtime}}}");
+    assert_eq!(samples.get(&info), Some(&1.0), "{samples:?}");
     assert_eq!(samples.get("nexbot_tasks_finished_total{outcome=success}"), Some(&2.0));
     assert_eq!(samples.get("nexbot_tasks_started_total"), Some(&2.0));
 

@@ -6,7 +6,7 @@ use crate::common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{base_env, nexbot, text, Leftovers, TempWorkspace, NEXBOT};
+use common::{base_env, docker_cli, nexbot, text, Leftovers, TempWorkspace, NEXBOT};
 use nexbot_tests::scripted_llm::ScriptedLlm;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -319,6 +319,65 @@ async fn doctor_checks_the_egress_listener_and_firewall_prerequisites() {
     .await;
     assert!(stdout.contains("[warn] egress firewall: off"), "{stdout}");
     assert!(stdout.contains("[warn] egress relay: the real LLM key is sent"), "{stdout}");
+    drop(leftover);
+}
+
+/// The wall (`sandbox.runtime`): doctor starts one container as the pool would and waits for
+/// its pong under the runtime, then removes it; a runtime the engine lacks is a failure with
+/// the lines that register it, and `serve` refuses to start rather than run without it.
+#[tokio::test]
+async fn doctor_probes_the_runtime_and_serve_refuses_one_the_engine_lacks() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("doctor_runtime").await else { return };
+    let ws = TempWorkspace::init("nxw-runtime");
+    let llm = ScriptedLlm::start(vec![]).await;
+    let leftover = Leftovers::new("runtime");
+    let run = |program: &'static str, extra: &[(&str, &str)]| {
+        let mut env = delegation_env(&llm, &leftover);
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let config = ws.config();
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(90),
+                nexbot(&[program], &config, &env).output(),
+            )
+            .await
+            .expect("it did not finish")
+            .unwrap()
+        }
+    };
+    let out = run("doctor", &[]).await;
+    let stdout = text(&out.stdout);
+    let expected = format!(
+        "[ok]   sandbox runtime: {}: a container of nexbot-subagent:dev answered its first ping",
+        nexbot_tests::expected_runtime()
+    );
+    assert!(stdout.contains(&expected), "{stdout}");
+    let probes = docker_cli(&["ps", "-aq", "--filter", &format!("name={}-probe", leftover.pool)]);
+    assert_eq!(probes, "", "the probe container was removed");
+
+    let missing = [("NEXBOT_SANDBOX__RUNTIME", "nxw-no-such-runtime")];
+    let out = run("doctor", &missing).await;
+    let stdout = text(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            "[FAIL] sandbox runtime: the engine has no runtime \"nxw-no-such-runtime\" (it has: "
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("/etc/docker/daemon.json") && stdout.contains("kill -HUP"), "{stdout}");
+
+    let out = run("serve", &missing).await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "serve ran without the runtime asked for: {stderr}");
+    assert!(
+        stderr.contains("sandbox.runtime") && stderr.contains("nxw-no-such-runtime"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("/etc/docker/daemon.json"), "{stderr}");
+    let left =
+        docker_cli(&["ps", "-aq", "--filter", &format!("label=nexbot.pool={}", leftover.pool)]);
+    assert_eq!(left, "", "nothing of the pool was made");
     drop(leftover);
 }
 

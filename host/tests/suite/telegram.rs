@@ -628,6 +628,8 @@ async fn stop_during_a_delegated_task_cancels_it_and_frees_the_container() {
         let messages = tg.wait_bot_messages(OWNER, |m| has_text(m, "Pool:"), LIMIT).await;
         let status = messages.iter().rev().find(|m| m.text.contains("Pool:")).unwrap().text.clone();
         if status.contains("1 containers (1 idle)") && status.contains("Running: nothing") {
+            let wall = format!("runtime {}", nexbot_tests::expected_runtime());
+            assert!(status.contains(&wall), "/status names the wall: {status}");
             break;
         }
         assert!(start_wait.elapsed() < LIMIT, "the pool did not come back: {status}");

@@ -31,6 +31,14 @@ async fn pool_of_three_starts_answers_pings_and_shutdown_leaves_nothing() {
         assert!(p.round_trip.is_ok(), "{p:?}");
     }
     assert_eq!(containers_of(&docker, &name).await.len(), 3);
+    // The wall: every container runs under the runtime asked for (the engine's default, runc,
+    // unless the run names another), and the pool says which.
+    assert_eq!(pool.runtime(), nexbot_tests::expected_runtime());
+    for id in containers_of(&docker, &name).await {
+        let inspected = docker.inspect_container(&id, None).await.expect("inspect");
+        let runtime = inspected.host_config.and_then(|h| h.runtime);
+        assert_eq!(runtime.as_deref(), Some(pool.runtime()), "container {id}");
+    }
 
     // The egress proxy's view: a source address names its container.
     for s in &snapshot {
@@ -89,7 +97,11 @@ async fn start_refuses_a_missing_image_and_a_bad_runtime_and_leaves_nothing() {
 
     let bad_runtime = PoolConfig { runtime: Some("nxp-no-such-runtime".into()), ..config.clone() };
     let err = Pool::start(docker.clone(), bad_runtime).await.expect_err("bad runtime, no pool");
-    assert!(err.to_string().contains("nxp-no-such-runtime"), "{err}");
+    // Refused before anything is created, naming what the engine has and how to register it.
+    let PoolError::RuntimeMissing { runtime, registered, fix } = &err else { panic!("{err}") };
+    assert_eq!(runtime, "nxp-no-such-runtime");
+    assert!(registered.split(", ").any(|r| r == "runc"), "{err}");
+    assert!(fix.contains("/etc/docker/daemon.json") && fix.contains("kill -HUP"), "{err}");
     assert!(containers_of(&docker, &name).await.is_empty(), "a failed start leaves nothing");
 
     let invalid = PoolConfig { size: 0, ..config };

@@ -259,7 +259,9 @@ pub fn pool(
     };
     html! {
         p {
-            "pool " code { (p.name) } ", " (p.size) " containers: " (p.blank) " blank, "
+            "pool " code { (p.name) } ", " (p.size) " containers"
+            @if let Some(runtime) = &p.runtime { " under " code { (runtime) } }
+            ": " (p.blank) " blank, "
             (p.bound) " bound to a chat; queue " (p.queue_depth) "; "
             (p.unplanned_restarts) " unplanned restarts"
             @if p.pending_removal > 0 { "; " (p.pending_removal) " pending removal" }

@@ -94,6 +94,7 @@ pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
         size: 3,
         ping_interval_ms: 1_000,
         ping_timeout_ms: 2_000,
+        runtime: nexbot_tests::test_runtime(),
         ..PoolConfig::default()
     };
     Some((docker, config))
