@@ -108,3 +108,27 @@ async fn start_refuses_a_missing_image_and_a_bad_runtime_and_leaves_nothing() {
     let err = Pool::start(docker, invalid).await.expect_err("invalid config");
     assert!(err.to_string().contains("size"), "{err}");
 }
+
+/// `sandbox.engine`: the daemon reaches the engine through the socket it names (here the local
+/// engine's own), and one that is not there is said with the path, not taken for the default.
+#[tokio::test]
+async fn the_engine_is_reached_through_the_socket_sandbox_engine_names() {
+    let Some(_) = setup("engine").await else { return };
+    let socket = ["/var/run/docker.sock", "/run/docker.sock"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("the local engine's socket");
+    let named = nexbot_docker::SandboxConfig {
+        engine: Some(format!("unix://{socket}")),
+        ..Default::default()
+    };
+    let docker = nexbot_docker::connect(&named).await.expect("the named socket answers");
+    let (version, _) = nexbot_docker::engine_version(&docker).await.expect("version");
+    assert!(!version.is_empty());
+    let gone = nexbot_docker::SandboxConfig {
+        engine: Some("unix:///nonexistent/nxp-engine.sock".into()),
+        ..Default::default()
+    };
+    let err = nexbot_docker::connect(&gone).await.expect_err("no engine there");
+    assert!(err.to_string().contains("/nonexistent/nxp-engine.sock"), "{err}");
+}
