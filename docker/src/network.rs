@@ -144,6 +144,22 @@ async fn ensure(
             });
         }
     }
+    if winner == created.id {
+        if let Some(problems) = unsafe_settings(&net) {
+            // Made by this call with the safe settings, yet the engine reports otherwise: it
+            // cannot keep them. Measured: Podman 4.3 drops enable_icc=false.
+            let _ = docker.remove_network(&winner).await;
+            return Err(PoolError::Network {
+                name: name.into(),
+                reason: format!(
+                    "the engine made it, asked for internal, no inter-container traffic and no \
+                     IPv6, but it {problems}: this engine cannot keep the sandbox's network \
+                     walls (Podman's networks have no way to turn inter-container traffic off), \
+                     so nothing is attached to it; run the sandboxes on Docker's engine"
+                ),
+            });
+        }
+    }
     let mut info = info(net)?;
     info.created = winner == created.id;
     Ok(info)

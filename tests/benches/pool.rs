@@ -218,6 +218,8 @@ async fn main() {
 
     let rooms = rooms_run(&docker, &config, &llm, gateway).await;
 
+    let gvisor = gvisor_run(&docker, &config, &llm, gateway).await;
+
     let fresh_ping = fresh_runs(&run, FRESH_PINGS, None).await;
     println!("{}", fresh_ping.answer.line("fresh `docker run --rm -i`: ping answered"));
     println!("{}", fresh_ping.exit.line("fresh `docker run --rm -i`: ping, container gone"));
@@ -282,6 +284,23 @@ async fn main() {
         &format!("{} / {} ms", number(ms(steady.overhead.p50)), number(ms(steady.overhead.p99))),
         "(max_tasks_per_container = ∞)",
     ));
+    if let Some(g) = &gvisor {
+        record(Figure::reference(
+            "  under gVisor (runsc): warm ping p50 / p99",
+            &format!("{} / {} ms", number(ms(g.ping.p50)), number(ms(g.ping.p99))),
+            &format!("(runc: {} / {} ms)", number(ms(ping.p50)), number(ms(ping.p99))),
+        ));
+        record(Figure::reference(
+            "  under gVisor (runsc): execute overhead p50 / p99",
+            &format!("{} / {} ms", number(ms(g.overhead.p50)), number(ms(g.overhead.p99))),
+            &format!("(runc: {} / {} ms)", number(ms(overhead.p50)), number(ms(overhead.p99))),
+        ));
+        record(Figure::reference(
+            &format!("  under gVisor (runsc): pool of {POOL_SIZE} ready"),
+            &format!("{} ms", number(ms(g.start))),
+            &format!("(runc: {} ms)", number(ms(starts.last().map(|s| s.0).unwrap_or_default()))),
+        ));
+    }
     record(Figure::reference(
         "  alternative: fresh `docker run` execute overhead p50",
         &format!("{} ms", number(ms(fresh_overhead.p50))),
@@ -514,6 +533,59 @@ struct ExecuteRun {
     /// Overheads of the tasks that were the first one of a freshly (re)created container.
     first_on_container: Vec<Duration>,
     recycled: u64,
+}
+
+/// The warm figures with every container under gVisor (`runsc`), beside runc's in one run.
+struct GvisorRun {
+    start: Duration,
+    ping: Stats,
+    overhead: Stats,
+}
+
+/// The same pool under gVisor, when the engine has it (docker/register-runsc.sh): its start,
+/// warm ping, execute overhead and idle memory (gVisor's kernel is in the container's cgroup).
+async fn gvisor_run(
+    docker: &Docker,
+    config: &PoolConfig,
+    llm: &ScriptedLlm,
+    gateway: IpAddr,
+) -> Option<GvisorRun> {
+    if let Err(e) = nexbot_docker::resolve_runtime(docker, Some("runsc")).await {
+        println!("no gVisor figures: {e}");
+        return None;
+    }
+    let config = PoolConfig { runtime: Some("runsc".into()), ..config.clone() };
+    let started = Instant::now();
+    let pool = Pool::start(docker.clone(), config.clone()).await.expect("a runsc pool starts");
+    let start = started.elapsed();
+    println!("runsc: pool of {POOL_SIZE} ready (network already there) {:>10.1} ms", ms(start));
+    let target = pool.snapshot()[0].id.clone();
+    for _ in 0..WARM_UP {
+        pool.ping(&target).await.expect("warm-up ping");
+    }
+    let mut pings = Vec::with_capacity(ROUND_TRIPS);
+    for _ in 0..ROUND_TRIPS {
+        let t = Instant::now();
+        pool.ping(&target).await.expect("ping");
+        pings.push(t.elapsed());
+    }
+    let ping = Stats::of(pings);
+    println!("{}", ping.line("runsc: warm pool ping"));
+    let execute = execute_run(&pool, llm, gateway).await;
+    execute.print("runsc: warm pool execute (default recycling)", config.max_tasks_per_container);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The host's view (the container's cgroup): under gVisor the subagent is not a host
+    // process, and gVisor's kernel is the container's memory too.
+    for slot in pool.snapshot() {
+        let id = slot.container_id.unwrap_or_default();
+        let file = format!("/sys/fs/cgroup/memory/docker/{id}/memory.usage_in_bytes");
+        let bytes = std::fs::read_to_string(&file).ok().and_then(|b| b.trim().parse::<u64>().ok());
+        let text =
+            bytes.map_or("not readable here".into(), |b| format!("{:.1} MB", b as f64 / 1e6));
+        println!("runsc: container {} cgroup memory: {text}", slot.id);
+    }
+    pool.shutdown().await.expect("shutdown");
+    Some(GvisorRun { start, ping, overhead: execute.overhead })
 }
 
 async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> ExecuteRun {

@@ -207,3 +207,54 @@ async fn remove_container(docker: &Docker, id: &str) {
     let options = RemoveContainerOptionsBuilder::default().force(true).build();
     docker.remove_container(id, Some(options)).await.expect("remove container");
 }
+
+/// Podman (Debian's 4.3) behind the same seam (`sandbox.engine` = its API socket): the pool
+/// network is asked for with inter-container traffic off, Podman makes it without, and the
+/// pool refuses it (and removes it) rather than attach sandboxes that could reach each other.
+/// The service is this test's own (runc and cgroupfs: Podman's crun refused this VM's hybrid
+/// cgroups), on a socket of its own, ended with the test.
+#[tokio::test]
+async fn podman_cannot_turn_inter_container_traffic_off_so_its_network_is_refused() {
+    let Some(_) = setup("podman").await else { return };
+    if std::process::Command::new("podman").arg("--version").output().is_err() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "podman is not installed");
+        eprintln!("!!! SKIPPED podman: `apt-get install podman` !!!");
+        return;
+    }
+    let socket = std::env::temp_dir().join(format!("nxp-podman-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&socket);
+    let mut service = tokio::process::Command::new("podman")
+        .args(["--runtime", "/usr/sbin/runc", "--cgroup-manager", "cgroupfs"])
+        .args(["system", "service", "--time=0"])
+        .arg(format!("unix://{}", socket.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("podman system service starts");
+    let engine = nexbot_docker::SandboxConfig {
+        engine: Some(format!("unix://{}", socket.display())),
+        ..Default::default()
+    };
+    let up = eventually(Duration::from_secs(30), || async {
+        nexbot_docker::connect(&engine).await.is_ok()
+    })
+    .await;
+    assert!(up, "podman's API did not answer on {}", socket.display());
+    let podman = nexbot_docker::connect(&engine).await.expect("podman");
+    let version = podman.version().await.expect("version");
+    let names: Vec<String> =
+        version.components.unwrap_or_default().into_iter().map(|c| c.name).collect();
+    assert!(names.iter().any(|n| n.contains("Podman")), "not Podman: {names:?}");
+
+    let name = format!("nxp-podman-{}", std::process::id());
+    let err = ensure_pool_network(&podman, &name).await.expect_err("refused");
+    let text = err.to_string();
+    assert!(matches!(err, PoolError::Network { .. }), "{text}");
+    assert!(text.contains("reach each other") && text.contains("cannot keep"), "{text}");
+    let left = podman.inspect_network(&name, None).await;
+    assert!(left.is_err(), "the network it could not make safe was left behind: {left:?}");
+    let _ = service.kill().await;
+    let _ = std::fs::remove_file(&socket);
+}
