@@ -146,9 +146,12 @@ fn implant_pid(out: &str) -> String {
         panic!("task 1 planted nothing:\n{out}");
     });
     let fields: Vec<&str> = line.split_whitespace().collect();
+    // gVisor lists no tasks under a thread group whose leader exited (measured: `Threads: 0`,
+    // an empty /proc/<pid>/task) though its other thread runs on (it keeps reporting).
+    let threads = if nexbot_tests::expected_runtime() == "runsc" { "0" } else { "2" };
     assert_eq!(
         fields.get(2..).map(|f| f.join(" ")),
-        Some("state Z threads 2".to_owned()),
+        Some(format!("state Z threads {threads}")),
         "the implant is a thread group whose leader exited: {line}"
     );
     fields[1].to_owned()
@@ -366,8 +369,11 @@ async fn pid_1_is_the_subagent_and_its_memory_is_closed_to_commands() {
     assert!(out.contains("pid1-mem-read-denied"), "{out}");
     assert!(out.contains("pid1-mem-write-denied"), "{out}");
     assert!(!out.contains("PID1-MEM"), "{out}");
-    // Positive control: the same reads work on the command's own child.
-    assert!(out.contains("own-mem-readable"), "{out}");
+    // Positive control: the same reads work on the command's own child. Not under gVisor,
+    // which refuses every process's `/proc/<pid>/mem` to a task (measured; docs/runtimes.md).
+    if nexbot_tests::expected_runtime() != "runsc" {
+        assert!(out.contains("own-mem-readable"), "{out}");
+    }
     pool.shutdown().await.unwrap();
 }
 
