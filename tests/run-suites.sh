@@ -72,8 +72,8 @@ run "${docker_suite% *}" "${docker_suite#* }"
 # under `runsc` (NEXBOT_TEST_RUNTIME; docker/register-runsc.sh registers it). Not yet in it,
 # each a measured difference of gVisor (docs/runtimes.md): the clean-room attacks that write
 # /proc/<pid>/mem or make POSIX message queues (gVisor allows neither, so the attack cannot be
-# planted and the positive control fails), the in-container hardening and IPv6
-# checks (gVisor's kernel has no cgroupfs, NoNewPrivs line or /proc/sys/net/ipv6 to read), the
+# planted and the positive control fails), the IPv6 check (gVisor shows no
+# /proc/sys/net/ipv6 to read), the
 # recovery and operator suites (killing a paused gVisor sandbox hung the engine), and the
 # daemon's secrets hunt (it reads the task's processes from the host, which under gVisor are
 # not host processes).
@@ -84,7 +84,7 @@ if docker info --format '{{range $name, $_ := .Runtimes}}{{$name}} {{end}}' 2>/d
     pool_isolation::pool_containers pool_network:: pool_ownership:: pool_recycling:: \
     pool_mcp_calls:: pool_limits:: pool_clean_room_attacks::docker_stop \
     pool_clean_room_attacks::the_orphans pool_clean_room_attacks::a_thread_group \
-    pool_clean_room_attacks::pid_1 < /dev/null) || failed="$failed gvisor-leg"
+    pool_clean_room_attacks::pid_1 pool_hardening:: < /dev/null) || failed="$failed gvisor-leg"
   # The daemon end to end under runsc: egress from inside a container (only the proxy and the
   # relay), DNS only after an allow, two chats never sharing a container, the rooms, the wall
   # named in ps/health/status/metrics, doctor's probe and a missing runtime refused.

@@ -27,6 +27,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     std::fs::create_dir_all(skills.join("demo")).unwrap();
     std::fs::write(skills.join("demo/SKILL.md"), "---\nname: demo\n---\n").unwrap();
     config.skills_dir = Some(skills.clone());
+    let pids_limit = nexbot_docker::spec::host_pids_limit(&config);
     let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
     let gateway = pool.network().gateway;
     let id = pool.snapshot()[0].container_id.clone().unwrap();
@@ -70,8 +71,8 @@ async fn inside_a_pool_container_the_sandbox_holds() {
         ("root filesystem is read-only", "! touch /nxp-probe 2>/dev/null && ! touch /bin/nxp-probe 2>/dev/null"),
         ("scratch is writable", "echo ok > /workspace/scratch/probe && test \"$(cat /workspace/scratch/probe)\" = ok"),
         ("/tmp is writable", "echo ok > /tmp/probe"),
-        ("scratch is a size-limited tmpfs", "grep -E ' /workspace/scratch tmpfs .*size=65536k' /proc/mounts"),
-        ("/tmp is a size-limited tmpfs", "grep -E ' /tmp tmpfs .*size=16384k' /proc/mounts"),
+        ("scratch is a size-limited tmpfs", "grep -E ' /workspace/scratch tmpfs .*size=(65536k|67108864)' /proc/mounts"),
+        ("/tmp is a size-limited tmpfs", "grep -E ' /tmp tmpfs .*size=(16384k|16777216)' /proc/mounts"),
         ("skills are mounted read-only", "test -f /workspace/skills/demo/SKILL.md && ! touch /workspace/skills/x 2>/dev/null"),
         ("no Docker socket", "! ls /var/run/docker.sock /run/docker.sock 2>/dev/null && ! grep -q docker.sock /proc/mounts"),
         ("pids limit is 64", "test \"$(cat /sys/fs/cgroup/pids/pids.max)\" = 64"),
@@ -82,8 +83,17 @@ async fn inside_a_pool_container_the_sandbox_holds() {
         ("a container on another network is not", &format!("! nc -w 3 {peer_ip} 8080 </dev/null 2>/dev/null")),
         ("no secret in the environment", &format!("! cat /proc/$(pidof nexbot-subagent)/environ | tr '\\0' '\\n' | grep -q -e {PLANTED_SECRET} -e {PLANTED_KEY}")),
     ];
+    // gVisor's kernel has no cgroup files and no NoNewPrivs line to read from inside: there
+    // those settings are checked on the container (`docker inspect`, below) only.
+    let host_only = [
+        "no new privileges",
+        "pids limit is 64",
+        "memory limit is 256 MiB",
+        "no swap beyond memory",
+    ];
+    let gvisor = nexbot_tests::expected_runtime() == "runsc";
     let mut failed = Vec::new();
-    for (what, script) in checks {
+    for (what, script) in checks.iter().filter(|(what, _)| !(gvisor && host_only.contains(what))) {
         let (code, output) = exec(&docker, &id, script).await;
         if code != 0 {
             failed.push(format!("{what}: exit {code}: {output}"));
@@ -109,7 +119,9 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     let host = inspect.host_config.unwrap();
     assert_eq!(host.readonly_rootfs, Some(true));
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
-    assert_eq!(host.pids_limit, Some(64));
+    assert_eq!(host.pids_limit, Some(pids_limit));
+    assert_eq!(host.memory, Some(256 * 1024 * 1024));
+    assert_eq!(host.security_opt, Some(vec!["no-new-privileges:true".to_owned()]));
     assert_eq!(host.memory_swap, host.memory);
     assert_eq!(host.nano_cpus, Some(1_000_000_000));
     assert_eq!(host.init, Some(false), "the subagent is pid 1: no init a task could take over");
