@@ -104,6 +104,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         size: 1,
         env: egress.container_env(),
         image: image.clone(),
+        runtime: nexbot_tests::test_runtime(),
         ..PoolConfig::default()
     };
     let pool = Arc::new(Pool::start(docker.clone(), pool_config).await.expect("pool starts"));
@@ -244,7 +245,11 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
         "busybox tr '\\0' '\\n' < /proc/$(busybox pidof nexbot-subagent)/environ",
     )
     .await;
-    assert!(env.contains("Permission denied") && !env.contains("PLANTED"), "{env}");
+    // gVisor does not close a non-dumpable process's `environ` (measured; docs/runtimes.md):
+    // there it is read, and holds nothing of the secrets (they come on stdin).
+    let closed = nexbot_tests::expected_runtime() != "runsc";
+    assert!(!closed || env.contains("Permission denied"), "{env}");
+    assert!(!env.contains("PLANTED") && !env.contains(KEY), "{env}");
     let grep = "busybox grep -rl PLANT''ED /bin /etc /tmp /workspace /.dockerenv 2>/dev/null; echo scanned";
     let (_, files) = exec(&docker, &id, grep).await;
     assert_eq!(files.trim(), "scanned", "files holding the key: {files}");

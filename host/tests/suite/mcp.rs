@@ -80,6 +80,7 @@ impl Harness {
             network: network.name.clone(),
             size: 1,
             image: subagent_image(),
+            runtime: nexbot_tests::test_runtime(),
             ..PoolConfig::default()
         };
         let pool = Arc::new(Pool::start(docker, config).await.expect("pool starts"));

@@ -164,11 +164,18 @@ async fn outcomes(report: &mut Report, users: &Users, sent: &[Sent], windows: &[
 /// Each confirmed one-shot job ran once, and its chat got its message at most once.
 async fn fires(report: &mut Report, users: &Users, site: &Site, chats: i64) {
     let mut fired: HashMap<u64, usize> = HashMap::new();
+    // How each job's messages came (for a problem's report): id, time, first text, edits.
+    let mut seen: HashMap<u64, Vec<String>> = HashMap::new();
     for chat in FIRST_USER..FIRST_USER + chats {
         for m in users.tg.bot_messages(chat).await {
             if m.text.contains("fired") {
                 if let Some(n) = number_after(&m.text, "job m") {
                     *fired.entry(n).or_default() += 1;
+                    let edits: Vec<&str> = m.edits.iter().map(|e| e.text.as_str()).collect();
+                    seen.entry(n).or_default().push(format!(
+                        "message {} at {} ms, sent as {:?}, edits {edits:?}",
+                        m.message_id, m.time_ms, m.raw
+                    ));
                 }
             }
         }
@@ -197,8 +204,9 @@ async fn fires(report: &mut Report, users: &Users, site: &Site, chats: i64) {
         // Ran once; its message came at most once, and came if the run is recorded as done. A
         // run cut by a kill is recorded `cancelled` at the next start, its message sent or not.
         if *runs != 1 || times > 1 || (outcome == "ok" && times == 0) {
+            let how = seen.get(&n).map(|s| s.join("; ")).unwrap_or_default();
             report.problem(format!(
-                "job m{n}: {runs} runs ({outcome}), its message came {times} times"
+                "job m{n}: {runs} runs ({outcome}), its message came {times} times: {how}"
             ));
         }
     }
