@@ -58,7 +58,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             channel: Arc::new(NoChannel),
             owner: true,
-            turn: TurnOrigin::Message { user: None },
+            turn: TurnOrigin::Message { user: None, message: 0 },
             task_tokens: Arc::default(),
             skills_read: Default::default(),
             confirm: Arc::new(crate::confirm::NoConfirm),

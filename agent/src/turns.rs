@@ -26,7 +26,9 @@ pub const DEFAULT_MAX_PARALLEL_TURNS: usize = 4;
 pub enum TurnOrigin {
     /// A message of the chat (through the bus), and who wrote it: the Telegram user (in a
     /// group, the member), `None` where the chat is its user (the console).
-    Message { user: Option<i64> },
+    /// `message` is the channel's id of the message (Telegram's update id), the same when a
+    /// restart handles a message again: what the turn stores can be told apart by it.
+    Message { user: Option<i64>, message: u64 },
     /// A scheduled job's run.
     Job { id: i64, name: String },
     /// A heartbeat check.
@@ -191,7 +193,10 @@ mod tests {
     async fn one_turn_per_chat_and_the_limit_across_chats() {
         let turns = Arc::new(Turns::new(2));
         let never = CancellationToken::new();
-        let a = turns.admit(&chat(1), TurnOrigin::Message { user: None }, &never).await.unwrap();
+        let a = turns
+            .admit(&chat(1), TurnOrigin::Message { user: None, message: 0 }, &never)
+            .await
+            .unwrap();
         // The same chat waits for its slot, whoever asks.
         let job = TurnOrigin::Job { id: 7, name: "digest".into() };
         let waiting = {
@@ -203,12 +208,15 @@ mod tests {
         };
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "a second turn of one chat waits");
-        let b = turns.admit(&chat(2), TurnOrigin::Message { user: None }, &never).await.unwrap();
+        let b = turns
+            .admit(&chat(2), TurnOrigin::Message { user: None, message: 0 }, &never)
+            .await
+            .unwrap();
         assert_eq!(turns.running_count(), 2);
         // The limit of 2 is reached: a third chat waits; cancelling its wait holds nothing.
         let give_up = CancellationToken::new();
         let three = chat(3);
-        let third = turns.admit(&three, TurnOrigin::Message { user: None }, &give_up);
+        let third = turns.admit(&three, TurnOrigin::Message { user: None, message: 0 }, &give_up);
         give_up.cancel();
         assert!(third.await.is_none());
         assert_eq!(turns.running(&chat(3)), None);

@@ -665,7 +665,7 @@ impl Delegate {
     fn start_asking(&self, id: &str, ctx: &ToolContext, recorded_task: &str) -> Option<Asking> {
         self.settings.approvals.clone().map(|approvals| {
             let (unattended, user) = match ctx.turn {
-                nexbot_agent::turns::TurnOrigin::Message { user } => (false, user),
+                nexbot_agent::turns::TurnOrigin::Message { user, .. } => (false, user),
                 _ => (true, None),
             };
             approvals.task_started(id, &ctx.chat, recorded_task, unattended, user);

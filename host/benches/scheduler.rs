@@ -131,6 +131,7 @@ async fn memory(llm: &ScriptedLlm) {
                     heartbeat: false,
                     created_by: Default::default(),
                     token_budget: None,
+                    origin: None,
                 })
                 .await
                 .unwrap();

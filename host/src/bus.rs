@@ -221,7 +221,8 @@ impl Dispatcher {
                     }
                     if turn {
                         let channel: Arc<dyn Channel> = router.clone();
-                        let origin = TurnOrigin::Message { user: message.user };
+                        let origin =
+                            TurnOrigin::Message { user: message.user, message: message.id };
                         let cancel = shutdown.clone();
                         let outcome = agent
                             .run_turn_with_images(&chat, &text, images, origin, cancel, channel);

@@ -349,6 +349,7 @@ pub fn prepare_job(chat: &ChatRef, spec: JobSpec, default_zone: Tz) -> Result<Ne
         heartbeat: false,
         created_by: spec.created_by,
         token_budget: spec.token_budget,
+        origin: None,
     })
 }
 
@@ -703,6 +704,7 @@ impl Scheduler {
                         heartbeat: true,
                         created_by: JobCreator::Heartbeat,
                         token_budget: None,
+                        origin: None,
                     })
                     .await
                     .map(drop),

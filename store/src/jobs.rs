@@ -163,6 +163,9 @@ pub struct NewJob {
     pub heartbeat: bool,
     pub created_by: JobCreator,
     pub token_budget: Option<u64>,
+    /// The message whose turn stores it (`message <id>`), when a message's turn does: the
+    /// same message handled again after a restart finds it ([`Store::job_stored_by`]).
+    pub origin: Option<String>,
 }
 
 /// One row of the run ledger.
@@ -384,8 +387,8 @@ impl Store {
             let (created_by, created_in) = job.created_by.columns();
             c.execute(
                 "INSERT INTO jobs (chat_id, name, task, cron, at, time_zone, missed, next_run,
-                     heartbeat, state, created_at, created_by, created_in, token_budget)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', ?10, ?11, ?12, ?13)",
+                     heartbeat, state, created_at, created_by, created_in, token_budget, origin)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', ?10, ?11, ?12, ?13, ?14)",
                 params![
                     job.chat.to_string(),
                     job.name,
@@ -400,6 +403,7 @@ impl Store {
                     created_by,
                     created_in,
                     job.token_budget.map(|b| b.min(i64::MAX as u64) as i64),
+                    job.origin,
                 ],
             )?;
             Ok(c.last_insert_rowid())
@@ -417,6 +421,26 @@ impl Store {
     }
 
     /// Active jobs, of one chat or all, oldest first.
+    /// The job with `task` of `chat` that the turn of message `origin` stored (in any state:
+    /// one that ran or was cancelled since is not stored again either), if any.
+    pub async fn job_stored_by(
+        &self,
+        chat: &ChatRef,
+        origin: &str,
+        task: &str,
+    ) -> Result<Option<Job>, StoreError> {
+        let (chat, origin, task) = (chat.to_string(), origin.to_owned(), task.to_owned());
+        self.call(move |c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {JOB_COLUMNS} FROM jobs
+                 WHERE chat_id = ?1 AND origin = ?2 AND task = ?3 ORDER BY id"
+            ))?;
+            let mut rows = stmt.query_map([chat, origin, task], job_row)?;
+            rows.next().transpose()
+        })
+        .await
+    }
+
     pub async fn active_jobs(&self, chat: Option<&ChatRef>) -> Result<Vec<Job>, StoreError> {
         let chat = chat.map(ToString::to_string);
         self.call(move |c| {
@@ -661,6 +685,7 @@ mod tests {
             heartbeat: false,
             created_by: JobCreator::Operator,
             token_budget: None,
+            origin: None,
         }
     }
 

@@ -267,6 +267,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // run's, as every run before this one is).
     "ALTER TABLE task_records ADD COLUMN run_id TEXT;
     ALTER TABLE task_records ADD COLUMN progress_message_id INTEGER;",
+    // 16: the message whose turn stored a job (`origin`, e.g. `message 812`), so that the same
+    // message handled again after a restart does not store its job twice. Earlier rows: none.
+    "ALTER TABLE jobs ADD COLUMN origin TEXT;",
 ];
 
 pub(crate) enum MigrateError {

@@ -146,10 +146,27 @@ impl TypedTool for ScheduleTask {
                     JobError::Store(e) => store_error(e),
                     other => ToolError::new(other.to_string()),
                 };
+                // The same message handled again (the daemon stopped during its turn): what
+                // its first turn stored is not stored, nor asked about, a second time.
+                let origin = match ctx.turn {
+                    TurnOrigin::Message { message, .. } => Some(format!("message {message}")),
+                    _ => None,
+                };
+                if let Some(origin) = &origin {
+                    let stored = self.store.job_stored_by(&ctx.chat, origin, task.trim()).await;
+                    if let Some(job) = stored.map_err(store_error)? {
+                        return Ok(success(json!({
+                            "already_stored": "this message's job was stored before the \
+                                               daemon restarted; it is not stored again",
+                            "job": describe(&job),
+                        })));
+                    }
+                }
                 let created_by = JobCreator::Chat { turn: ctx.turn.to_string() };
                 let spec =
                     JobSpec { name, task, cron, at, time_zone, missed, token_budget, created_by };
-                let job = prepare_job(&ctx.chat, spec, self.zone).map_err(job_error)?;
+                let mut job = prepare_job(&ctx.chat, spec, self.zone).map_err(job_error)?;
+                job.origin = origin;
                 self.confirmed(&job, ctx).await?;
                 let job = store_job(&self.store, job).await.map_err(job_error)?;
                 Ok(success(describe(&job)))
@@ -299,6 +316,31 @@ mod tests {
         let (ctx, _) = answering(Some(true));
         tool.run(create(), &ctx).await.unwrap();
         assert_eq!(tool.store.active_jobs(None).await.unwrap().len(), 1);
+    }
+
+    /// A message handled again after a restart (the same message id) does not store its job a
+    /// second time, nor ask again (the soak's daemon kills doubled a job this way: the user
+    /// confirmed twice); another message, or another task of the same message, does.
+    #[tokio::test]
+    async fn the_same_message_handled_again_stores_its_job_once() {
+        let tool = tool("again").await;
+        let create = |task: &str| args(json!({"action": "create", "task": task, "at": "in 1h"}));
+        let from = |message: u64| {
+            let (mut ctx, user) = answering(Some(true));
+            ctx.turn = TurnOrigin::Message { user: None, message };
+            (ctx, user)
+        };
+        let (ctx, _) = from(812);
+        tool.run(create("water the plants"), &ctx).await.unwrap();
+        let (again, user) = from(812);
+        let answer = tool.run(create(" water the plants "), &again).await.unwrap();
+        assert!(answer.to_string().contains("already_stored"), "{answer}");
+        assert!(user.asked.lock().unwrap().is_empty(), "asked again");
+        assert_eq!(tool.store.active_jobs(None).await.unwrap().len(), 1);
+        tool.run(create("feed the cat"), &again).await.unwrap();
+        let (other, _) = from(813);
+        tool.run(create("water the plants"), &other).await.unwrap();
+        assert_eq!(tool.store.active_jobs(None).await.unwrap().len(), 3);
     }
 
     /// A job's run (or a heartbeat check's) may store no job, confirmed or not: the chain of

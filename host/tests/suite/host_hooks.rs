@@ -87,7 +87,7 @@ async fn hooks_block_inject_and_finish() {
         .run_turn(
             &ChatRef::console("c").unwrap(),
             "forbidden request",
-            TurnOrigin::Message { user: None },
+            TurnOrigin::Message { user: None, message: 0 },
             CancellationToken::new(),
             tx.clone(),
         )
@@ -102,7 +102,7 @@ async fn hooks_block_inject_and_finish() {
         .run_turn(
             &ChatRef::console("c").unwrap(),
             "clean up",
-            TurnOrigin::Message { user: None },
+            TurnOrigin::Message { user: None, message: 0 },
             CancellationToken::new(),
             tx.clone(),
         )
@@ -123,7 +123,7 @@ async fn hooks_block_inject_and_finish() {
         .run_turn(
             &ChatRef::console("finish").unwrap(),
             "keep listing",
-            TurnOrigin::Message { user: None },
+            TurnOrigin::Message { user: None, message: 0 },
             CancellationToken::new(),
             tx,
         )
@@ -145,7 +145,7 @@ async fn a_turn_that_runs_out_of_time_is_stopped_with_a_message() {
         agent.run_turn(
             &ChatRef::console("c").unwrap(),
             "take your time",
-            TurnOrigin::Message { user: None },
+            TurnOrigin::Message { user: None, message: 0 },
             cancel.clone(),
             tx,
         ),
