@@ -101,6 +101,13 @@ impl Channel for ConsoleChannel {
     }
 }
 
+/// The first message id of a console session: the time in microseconds since 1970, so the
+/// ids of each session lie above those of every earlier one.
+fn session_base() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 2))
+}
+
 /// Pumps lines from `input` into the bus as messages of `chat` (of the console kind), and
 /// what the [`ConsoleChannel`] queued to `output`, until EOF has been reached and everything
 /// was answered, or `shutdown` fires.
@@ -115,7 +122,9 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let mut lines = input.lines();
     let mut pending = 0usize;
-    let mut next_id = 0u64;
+    // Not from 0: an id of this session must not repeat one of an earlier session, since
+    // what a turn stores is told apart by its message (`schedule_task`'s jobs).
+    let mut next_id = session_base();
     let mut eof = false;
     // What was printed of the answer being streamed.
     let mut drafted = String::new();
@@ -340,6 +349,30 @@ mod tests {
         let (result, ()) = tokio::join!(run, answer_it);
         result.unwrap();
         assert_eq!(String::from_utf8(output).unwrap(), "\\e[31mred\\e[0m\\rok\n");
+    }
+
+    /// Each session's message ids lie above every earlier session's: what a turn stored is
+    /// told apart by its message, and a new session's first message is not an old one's.
+    #[tokio::test]
+    async fn a_new_sessions_ids_do_not_repeat_an_earlier_sessions() {
+        let mut last = 0;
+        for _ in 0..2 {
+            let chat = ChatRef::console("test").unwrap();
+            let (_channel, outbound) = ConsoleChannel::terminal(4);
+            let (inbound, mut inbound_rx) = mpsc::channel(4);
+            let stop = CancellationToken::new();
+            let session =
+                run(chat, &b"one\ntwo\n"[..], Vec::new(), inbound, outbound, 4, stop.clone());
+            let read = async {
+                let (a, b) = (inbound_rx.recv().await.unwrap(), inbound_rx.recv().await.unwrap());
+                stop.cancel();
+                (a.id, b.id)
+            };
+            let (_, (a, b)) = tokio::join!(session, read);
+            assert!(a > last && b > a, "ids {a}, {b} after {last}");
+            last = b;
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
     }
 
     /// A question's buttons become a one-letter prompt; the typed letter is the button's
