@@ -146,17 +146,7 @@ async fn main() {
 
     let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
     let gateway = pool.network().gateway;
-    let target = pool.snapshot()[0].id.clone();
-    for _ in 0..WARM_UP {
-        pool.ping(&target).await.expect("warm-up ping");
-    }
-    let mut pings = Vec::with_capacity(ROUND_TRIPS);
-    for _ in 0..ROUND_TRIPS {
-        let t = Instant::now();
-        pool.ping(&target).await.expect("ping");
-        pings.push(t.elapsed());
-    }
-    let ping = Stats::of(pings);
+    let ping = warm_pings(&pool).await;
     println!("{}", ping.line("warm pool ping"));
 
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -535,6 +525,21 @@ struct ExecuteRun {
     recycled: u64,
 }
 
+/// [`ROUND_TRIPS`] pings of the pool's first slot, timed, after [`WARM_UP`] untimed ones.
+async fn warm_pings(pool: &Pool) -> Stats {
+    let target = pool.snapshot()[0].id.clone();
+    for _ in 0..WARM_UP {
+        pool.ping(&target).await.expect("warm-up ping");
+    }
+    let mut pings = Vec::with_capacity(ROUND_TRIPS);
+    for _ in 0..ROUND_TRIPS {
+        let t = Instant::now();
+        pool.ping(&target).await.expect("ping");
+        pings.push(t.elapsed());
+    }
+    Stats::of(pings)
+}
+
 /// The warm figures with every container under gVisor (`runsc`), beside runc's in one run.
 struct GvisorRun {
     start: Duration,
@@ -559,17 +564,7 @@ async fn gvisor_run(
     let pool = Pool::start(docker.clone(), config.clone()).await.expect("a runsc pool starts");
     let start = started.elapsed();
     println!("runsc: pool of {POOL_SIZE} ready (network already there) {:>10.1} ms", ms(start));
-    let target = pool.snapshot()[0].id.clone();
-    for _ in 0..WARM_UP {
-        pool.ping(&target).await.expect("warm-up ping");
-    }
-    let mut pings = Vec::with_capacity(ROUND_TRIPS);
-    for _ in 0..ROUND_TRIPS {
-        let t = Instant::now();
-        pool.ping(&target).await.expect("ping");
-        pings.push(t.elapsed());
-    }
-    let ping = Stats::of(pings);
+    let ping = warm_pings(&pool).await;
     println!("{}", ping.line("runsc: warm pool ping"));
     let execute = execute_run(&pool, llm, gateway).await;
     execute.print("runsc: warm pool execute (default recycling)", config.max_tasks_per_container);
