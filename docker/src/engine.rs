@@ -25,6 +25,7 @@ use crate::member::Member;
 use crate::pool_owner::{self, Liveness, Owner};
 use crate::removal::{Removals, Remove};
 use crate::restart::RestartReason;
+use crate::runtime::OciRuntime;
 use crate::spec::{container_spec, LABEL_INSTANCE, LABEL_POOL};
 
 /// How long the engine gets to remove a container before the pool stops waiting.
@@ -39,6 +40,8 @@ const INSPECT_TIMEOUT: Duration = Duration::from_millis(500);
 pub(crate) struct Engine {
     pub(crate) docker: Docker,
     pub(crate) config: PoolConfig,
+    /// The runtime every container is made under, resolved with the engine before any is.
+    pub(crate) runtime: OciRuntime,
     /// Unique per `Pool::start` (the pool *run*), so that a restarted host can tell its
     /// containers from an earlier run's.
     pub(crate) instance: String,
@@ -73,9 +76,15 @@ impl Remove for Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(docker: Docker, instance: String, owner: Owner, config: PoolConfig) -> Self {
+    pub(crate) fn new(
+        docker: Docker,
+        instance: String,
+        owner: Owner,
+        config: PoolConfig,
+        runtime: OciRuntime,
+    ) -> Self {
         let (stop, removals) = (CancellationToken::new(), Removals::default());
-        Self { docker, config, instance, owner, stop, removals }
+        Self { docker, config, runtime, instance, owner, stop, removals }
     }
 
     /// Creates, attaches and starts the container for `slot`, and waits for its first pong.
@@ -86,7 +95,7 @@ impl Engine {
         logs: Arc<LogRing>,
         ready_timeout: Duration,
     ) -> Result<Arc<Member>, PoolError> {
-        let body = container_spec(&self.config, &self.owner, &self.instance, slot)?;
+        let body = container_spec(&self.config, &self.runtime, &self.owner, &self.instance, slot)?;
         let suffix = uuid::Uuid::new_v4().simple().to_string();
         let name = format!("{}-{slot}-{}", self.config.name, &suffix[..8]);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();

@@ -150,7 +150,7 @@ pub use pool::{PingResult, Pool, TaskIo, TaskRun, MAX_TASK_TIMEOUT_SECS};
 pub use pool_owner::Owner;
 pub use restart::RestartReason;
 pub use room::{Room, DEFAULT_ROOM};
-pub use runtime::{probe, resolve_runtime, runtime_fix, Probe};
+pub use runtime::{probe, resolve_runtime, runtime_fix, OciRuntime, Probe};
 pub use service::{
     check_mount_target, Service, ServiceIo, ServiceMount, ServiceSpec, LABEL_SERVICE,
 };

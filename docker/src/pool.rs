@@ -102,8 +102,6 @@ pub struct Pool {
 pub(crate) struct Inner {
     pub(crate) engine: Arc<Engine>,
     pub(crate) network: NetworkInfo,
-    /// The OCI runtime every container runs under, as the engine named it at start.
-    runtime: String,
     pub(crate) slots: Vec<Slot>,
     dispatch: Mutex<Dispatch>,
     /// Signalled whenever a task ends, so that shutdown can stop waiting.
@@ -137,14 +135,15 @@ impl Pool {
         config.validate()?;
         let instance = uuid::Uuid::new_v4().simple().to_string();
         let run = RunRegistration::register(&config.name, &instance, &owner)?;
-        let engine = Arc::new(Engine::new(docker, instance, owner, config));
+        // First, as the containers' spec depends on it (gVisor's need more host threads).
+        let runtime = crate::runtime::resolve_runtime(&docker, config.runtime.as_deref()).await?;
+        let engine = Arc::new(Engine::new(docker, instance, owner, config, runtime));
         let config = &engine.config;
         // Independent preparations, run together: start-up time is the pool's first promise.
-        let (network, (), reaped, runtime) = tokio::try_join!(
+        let (network, (), reaped) = tokio::try_join!(
             ensure_pool_network_owned(&engine.docker, &config.network, &engine.owner),
             image_present(&engine.docker, &config.image),
             engine.reap_dead_runs(),
-            crate::runtime::resolve_runtime(&engine.docker, config.runtime.as_deref()),
         )?;
         if reaped > 0 {
             tracing::info!(pool = %config.name, reaped, "removed containers left by an earlier run");
@@ -174,7 +173,6 @@ impl Pool {
         let inner = Arc::new(Inner {
             engine,
             network,
-            runtime,
             slots,
             dispatch: Mutex::new(Dispatch::default()),
             drained: Notify::new(),
@@ -192,7 +190,7 @@ impl Pool {
             pool = %inner.engine.config.name,
             size = inner.slots.len(),
             network = %inner.network.name,
-            runtime = %inner.runtime,
+            runtime = %inner.engine.runtime.name,
             owner = %inner.engine.owner.describe(),
             "pool ready"
         );
@@ -373,7 +371,7 @@ impl Pool {
     /// The OCI runtime the pool's containers run under (`sandbox.runtime`, or the engine's
     /// default when none was set), as the engine named it when the pool started.
     pub fn runtime(&self) -> &str {
-        &self.inner.runtime
+        &self.inner.engine.runtime.name
     }
 
     /// The pool in numbers: containers up, queue depth, tasks by outcome, slots backing off,

@@ -21,10 +21,24 @@ use crate::pool_owner::Owner;
 /// The runtime an engine uses when it names none (`DefaultRuntime` missing from its info).
 const ENGINE_DEFAULT: &str = "runc";
 
+/// A runtime the engine has registered, as the pool uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OciRuntime {
+    /// The engine's name for it (`sandbox.runtime`, or the engine's default).
+    pub name: String,
+    /// Whether it is gVisor, by the program the engine runs for it (a file named `runsc`),
+    /// not by its name: an operator may register gVisor as `gvisor`, and its processes still
+    /// cost what gVisor's cost (see [`crate::spec::host_pids_limit`]).
+    pub gvisor: bool,
+}
+
 /// The runtime the pool's containers run under: `wanted` when the engine has it registered,
 /// the engine's default when `wanted` is `None`. Refused with [`PoolError::RuntimeMissing`]
 /// (what the engine has, and how to register the one asked for) otherwise.
-pub async fn resolve_runtime(docker: &Docker, wanted: Option<&str>) -> Result<String, PoolError> {
+pub async fn resolve_runtime(
+    docker: &Docker,
+    wanted: Option<&str>,
+) -> Result<OciRuntime, PoolError> {
     let info = match tokio::time::timeout(ENGINE_TIMEOUT, docker.info()).await {
         Ok(Ok(info)) => info,
         Ok(Err(e)) => return Err(PoolError::docker("ask which runtimes it has", e)),
@@ -36,22 +50,26 @@ pub async fn resolve_runtime(docker: &Docker, wanted: Option<&str>) -> Result<St
         }
     };
     let default = info.default_runtime.filter(|d| !d.is_empty());
-    let mut registered: Vec<String> = info.runtimes.unwrap_or_default().into_keys().collect();
+    let runtimes = info.runtimes.unwrap_or_default();
+    let mut registered: Vec<String> = runtimes.keys().cloned().collect();
     registered.sort();
-    match wanted {
-        None => Ok(default.unwrap_or_else(|| ENGINE_DEFAULT.to_owned())),
-        Some(name) if registered.iter().any(|r| r == name) => Ok(name.to_owned()),
+    let name = match wanted {
+        None => default.unwrap_or_else(|| ENGINE_DEFAULT.to_owned()),
+        Some(name) if registered.iter().any(|r| r == name) => name.to_owned(),
         // An engine that lists no runtimes (an API that leaves them out) is taken at its
         // word for its default only.
-        Some(name) if registered.is_empty() && default.as_deref() == Some(name) => {
-            Ok(name.to_owned())
+        Some(name) if registered.is_empty() && default.as_deref() == Some(name) => name.to_owned(),
+        Some(name) => {
+            return Err(PoolError::RuntimeMissing {
+                runtime: name.to_owned(),
+                registered: registered.join(", "),
+                fix: runtime_fix(name),
+            })
         }
-        Some(name) => Err(PoolError::RuntimeMissing {
-            runtime: name.to_owned(),
-            registered: registered.join(", "),
-            fix: runtime_fix(name),
-        }),
-    }
+    };
+    let program = runtimes.get(&name).and_then(|r| r.path.clone()).unwrap_or_else(|| name.clone());
+    let gvisor = std::path::Path::new(&program).file_name().is_some_and(|f| f == "runsc");
+    Ok(OciRuntime { name, gvisor })
 }
 
 /// How to install and register runtime `name` with the engine: the exact `daemon.json` lines
@@ -102,14 +120,15 @@ pub async fn probe(
         config.network = "none".into();
     }
     let instance = uuid::Uuid::new_v4().simple().to_string();
-    let engine = Arc::new(Engine::new(docker.clone(), instance, Owner::current().clone(), config));
+    let owner = Owner::current().clone();
+    let engine = Arc::new(Engine::new(docker.clone(), instance, owner, config, runtime.clone()));
     let t0 = Instant::now();
     let up = engine.bring_up(0, Arc::new(LogRing::new(20)), timeout).await;
     let first_pong = t0.elapsed();
     engine.stop.cancel();
     let member = up?;
     engine.remove(&member.container_id).await;
-    Ok(Probe { runtime, first_pong })
+    Ok(Probe { runtime: runtime.name, first_pong })
 }
 
 #[cfg(test)]

@@ -209,7 +209,7 @@ impl Engine {
         for mount in &spec.mounts {
             check_mount_target(mount.target()).map_err(|why| invalid(format!("mount: {why}")))?;
         }
-        let mut body = container_spec(&self.config, &self.owner, &self.instance, 0)?;
+        let mut body = container_spec(&self.config, &self.runtime, &self.owner, &self.instance, 0)?;
         body.user = Some(format!("{uid}:{gid}"));
         let labels = body.labels.get_or_insert_with(HashMap::new);
         labels.remove(LABEL_SLOT);

@@ -15,6 +15,7 @@ use bollard::models::{
 use crate::config::PoolConfig;
 use crate::error::PoolError;
 use crate::pool_owner::Owner;
+use crate::runtime::OciRuntime;
 
 /// Label naming the pool a container belongs to: start-up reaping and cleanup filter on it.
 pub const LABEL_POOL: &str = "nexbot.pool";
@@ -52,19 +53,20 @@ pub fn sysctls() -> HashMap<String, String> {
     ])
 }
 
-/// The engine's pids limit for a container: `pids_limit` itself under runc. gVisor (`runsc`)
-/// counts differently: its own kernel runs in the container's cgroup (41 host threads for an
-/// idle subagent, measured) and its `ptrace` platform backs each process of the task with
-/// about ten host threads (50 `sleep`s took 496), while inside it no per-process limit is
-/// kept. So the cgroup is sized to hold `pids_limit` processes of the task: a fork bomb still
-/// meets a wall on the host, where gVisor's kernel fails and the container ends (the pool
-/// replaces it) instead of the fork being refused.
-pub fn host_pids_limit(config: &PoolConfig) -> i64 {
+/// The engine's pids limit for a container: `pids_limit` itself under runc. gVisor counts
+/// differently: its own kernel runs in the container's cgroup (41 host threads for an idle
+/// subagent, measured) and its `ptrace` platform backs each process of the task with about
+/// ten host threads (50 `sleep`s took 496), while inside it no per-process limit is kept. So
+/// the cgroup is sized to hold `pids_limit` processes of the task: a fork bomb still meets a
+/// wall on the host, where gVisor's kernel fails and the container ends (the pool replaces
+/// it) instead of the fork being refused.
+pub fn host_pids_limit(config: &PoolConfig, runtime: &OciRuntime) -> i64 {
     const GVISOR_KERNEL: i64 = 64;
     const HOST_THREADS_PER_PROCESS: i64 = 12;
-    match config.runtime.as_deref() {
-        Some("runsc") => GVISOR_KERNEL + HOST_THREADS_PER_PROCESS * config.pids_limit,
-        _ => config.pids_limit,
+    if runtime.gvisor {
+        GVISOR_KERNEL + HOST_THREADS_PER_PROCESS * config.pids_limit
+    } else {
+        config.pids_limit
     }
 }
 
@@ -73,6 +75,7 @@ pub fn host_pids_limit(config: &PoolConfig) -> i64 {
 /// crashed host leaves containers that exit on EOF rather than run on unattended.
 pub fn container_spec(
     config: &PoolConfig,
+    runtime: &OciRuntime,
     owner: &Owner,
     run: &str,
     slot: usize,
@@ -111,7 +114,7 @@ pub fn container_spec(
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         privileged: Some(false),
-        pids_limit: Some(host_pids_limit(config)),
+        pids_limit: Some(host_pids_limit(config, runtime)),
         memory: Some(config.memory_bytes),
         memory_swap: Some(config.memory_bytes),
         nano_cpus: Some(config.nano_cpus()),
@@ -164,8 +167,12 @@ mod tests {
         Owner::current().clone()
     }
 
+    fn runc() -> OciRuntime {
+        OciRuntime { name: "runc".into(), gvisor: false }
+    }
+
     fn spec(config: &PoolConfig) -> ContainerCreateBody {
-        container_spec(config, &owner(), "inst-1", 2).unwrap()
+        container_spec(config, &runc(), &owner(), "inst-1", 2).unwrap()
     }
 
     #[test]
@@ -219,8 +226,12 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.binds, Some(vec![format!("/srv/skills:{SKILLS_DIR}:ro")]));
         assert_eq!(host.runtime.as_deref(), Some("runsc"));
-        // gVisor's kernel and its threads per process live in the cgroup too.
-        assert_eq!(host.pids_limit, Some(64 + 12 * config.pids_limit));
+        // gVisor's kernel and its threads per process live in the cgroup too, whatever the
+        // engine calls it; the name alone decides nothing.
+        let gvisor = OciRuntime { name: "gvisor".into(), gvisor: true };
+        let body = container_spec(&config, &gvisor, &owner(), "inst-1", 2).unwrap();
+        assert_eq!(body.host_config.unwrap().pids_limit, Some(64 + 12 * config.pids_limit));
+        assert_eq!(host.pids_limit, Some(config.pids_limit));
         assert_eq!(spec(&PoolConfig::default()).host_config.unwrap().pids_limit, Some(64));
     }
 
@@ -228,7 +239,10 @@ mod tests {
     fn no_docker_socket_and_no_secret_anywhere() {
         let mut config = PoolConfig::default();
         config.env.insert("OPENAI_API_KEY".into(), "sk-live-123".into());
-        assert!(container_spec(&config, &owner(), "i", 0).is_err(), "secret-looking env refused");
+        assert!(
+            container_spec(&config, &runc(), &owner(), "i", 0).is_err(),
+            "secret-looking env refused"
+        );
         let body = spec(&PoolConfig::default());
         let text = serde_json::to_string(&body).unwrap();
         assert!(!text.contains("docker.sock"));
@@ -238,6 +252,6 @@ mod tests {
     #[test]
     fn invalid_config_is_refused() {
         let config = PoolConfig { user: "0".into(), ..PoolConfig::default() };
-        assert!(container_spec(&config, &owner(), "i", 0).is_err());
+        assert!(container_spec(&config, &runc(), &owner(), "i", 0).is_err());
     }
 }

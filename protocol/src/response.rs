@@ -54,6 +54,16 @@ pub struct Scrub {
     /// What is left, in words, when not clean.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left: Option<String>,
+    /// How long the scrub took, in microseconds, timed in the subagent (0 from one older
+    /// than this field, and then not written: an older answer round-trips unchanged): the
+    /// clean room's share of the time between two tasks.
+    #[serde(default, skip_serializing_if = "untimed")]
+    pub micros: u64,
+}
+
+/// A scrub nobody timed (`micros` 0).
+fn untimed(micros: &u64) -> bool {
+    *micros == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -19,6 +19,17 @@ fn main() -> std::process::ExitCode {
     if let Err(err) = scrub::harden_process() {
         tracing::error!(event = "init", error = %err, "process hardening failed");
     }
+    match scrub::seal_unscrubbable_ipc() {
+        Ok(refused) if refused.is_empty() => {}
+        Ok(refused) => tracing::info!(
+            event = "init",
+            refused = refused.join(","),
+            "IPC the scrub cannot list is refused to commands"
+        ),
+        Err(err) => {
+            tracing::error!(event = "init", error = %err, "IPC the scrub cannot list stays open")
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -42,6 +42,80 @@ pub fn harden_process() -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses to every command the IPC the scrub could not remove. It removes POSIX message
+/// queues through `/dev/mqueue` and System V objects by their `/proc/sysvipc` listings. gVisor
+/// has neither (measured, runsc 2022-12): a queue made by one task was there for the next,
+/// and `mq_unlink` was refused; a System V segment made by one task was there for the next,
+/// and gVisor's counts of them (`SHM_INFO`) stay up after a removal and `msgctl(IPC_RMID)`
+/// says yes to ids that do not exist, so they cannot be found without a listing either. There
+/// a seccomp filter on this process, inherited by every command it starts, answers the calls
+/// that make them (`mq_open`; `shmget`, `semget`, `msgget`) with `ENOSYS`. Called at start,
+/// before any command runs; returns what it refused.
+pub fn seal_unscrubbable_ipc() -> Result<Vec<&'static str>, String> {
+    if !in_sandbox() {
+        return Ok(Vec::new());
+    }
+    let mut calls = Vec::new();
+    if Unscrubbable::Queues.unlisted() {
+        calls.push((libc::SYS_mq_open, "mq_open"));
+    }
+    if Unscrubbable::SystemV.unlisted() {
+        calls.extend([
+            (libc::SYS_shmget, "shmget"),
+            (libc::SYS_semget, "semget"),
+            (libc::SYS_msgget, "msgget"),
+        ]);
+    }
+    if calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    use seccompiler::{apply_filter_all_threads, BpfProgram, SeccompAction, SeccompFilter};
+    let arch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e}"))?;
+    let filter = SeccompFilter::new(
+        calls.iter().map(|(nr, _)| (*nr, Vec::new())).collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| format!("seccomp filter: {e}"))?;
+    let program: BpfProgram = filter.try_into().map_err(|e| format!("seccomp program: {e}"))?;
+    apply_filter_all_threads(&program)
+        .map_err(|e| format!("cannot load the seccomp filter: {e}"))?;
+    IPC_SEALED.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(calls.into_iter().map(|(_, name)| name).collect())
+}
+
+/// Whether [`seal_unscrubbable_ipc`] loaded its filter. Where it was needed and did not load,
+/// every scrub says so (the container is not clean, so it is replaced after each task).
+static IPC_SEALED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The IPC the scrub removes through what the kernel lists.
+#[derive(Debug, Clone, Copy)]
+enum Unscrubbable {
+    Queues,
+    SystemV,
+}
+
+impl Unscrubbable {
+    /// Whether the kernel lists none of it (so the scrub cannot remove it).
+    fn unlisted(self) -> bool {
+        match self {
+            Unscrubbable::Queues => !Path::new("/dev/mqueue").is_dir(),
+            Unscrubbable::SystemV => !Path::new("/proc/sysvipc").is_dir(),
+        }
+    }
+}
+
+/// What is left of `kind` when the kernel lists none of it and no filter refuses it.
+fn unsealed(kind: Unscrubbable) -> Option<String> {
+    let sealed = IPC_SEALED.load(std::sync::atomic::Ordering::SeqCst);
+    let what = match kind {
+        Unscrubbable::Queues => "POSIX message queues: no /dev/mqueue to empty, none refused",
+        Unscrubbable::SystemV => "System V IPC: no /proc/sysvipc listing, none refused",
+    };
+    (kind.unlisted() && !sealed).then(|| what.to_owned())
+}
+
 /// The folders emptied after every task. `/dev/mqueue` is the container's POSIX message
 /// queue file system (Docker mounts it): removing an entry there is `mq_unlink`.
 pub fn wiped_dirs(scratch: &Path) -> Vec<PathBuf> {
@@ -120,11 +194,14 @@ pub fn after_task(dirs: &[PathBuf]) -> Scrub {
             Err(e) => left.push(format!("{}: {e}", dir.display())),
         }
     }
+    left.extend(unsealed(Unscrubbable::Queues));
     Scrub {
         clean: left.is_empty(),
         killed,
         removed,
         left: (!left.is_empty()).then(|| left.join("; ")),
+        // Timed by the caller, around this whole call.
+        micros: 0,
     }
 }
 
@@ -290,8 +367,10 @@ fn ipc_ids(listing: &str) -> Vec<i32> {
 fn remove_ipc(kind: IpcKind) -> (u32, Vec<String>) {
     let listing = match std::fs::read_to_string(kind.file()) {
         Ok(listing) => listing,
-        // A kernel without System V IPC has none to leave behind.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (0, Vec::new()),
+        // Unlisted (gVisor): refused to every command by [`seal_unscrubbable_ipc`], or left.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return (0, unsealed(Unscrubbable::SystemV).into_iter().collect())
+        }
         Err(e) => return (0, vec![format!("{}: {e}", kind.file())]),
     };
     let mut removed = 0;
@@ -314,8 +393,8 @@ fn remove_ipc(kind: IpcKind) -> (u32, Vec<String>) {
 }
 
 /// `IPC_RMID` of object `id`. The one unsafe code of the subagent: rustix has no System V
-/// IPC calls. Each call passes only integers and a null buffer, which `IPC_RMID` does not
-/// read.
+/// IPC calls. Each call passes only integers and a null buffer, which
+/// `IPC_RMID` does not read.
 #[allow(unsafe_code)]
 fn ipc_rmid(kind: IpcKind, id: i32) -> std::io::Result<()> {
     // SAFETY: plain integer arguments; the buffer pointer is null, which IPC_RMID ignores.

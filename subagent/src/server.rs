@@ -617,15 +617,18 @@ fn log_task_start(spec: &TaskSpec) {
 /// could not run is not clean.
 async fn scrub_after_task() -> Scrub {
     let dirs = scrub::wiped_dirs(&tools::ToolEnv::from_env().scratch);
-    let scrub =
+    let started = Instant::now();
+    let mut scrub =
         tokio::task::spawn_blocking(move || scrub::after_task(&dirs)).await.unwrap_or_else(|e| {
             Scrub { clean: false, left: Some(format!("the scrub failed: {e}")), ..Scrub::default() }
         });
+    scrub.micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
     if scrub.clean {
         info!(
             event = "scrub",
             killed = scrub.killed,
             removed = scrub.removed,
+            micros = scrub.micros,
             "scrubbed after the task"
         );
     } else {

@@ -62,6 +62,9 @@ use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+#[path = "pool/gvisor.rs"]
+mod gvisor;
+
 /// The subagent image: `NEXBOT_TEST_IMAGE` (as the Docker tests read it), else the one
 /// `make image` builds.
 fn image_name() -> String {
@@ -161,6 +164,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let served_memory = subagent_memory(&docker, &pool, true).await;
     println!("subagent idle memory, container that served tasks: {}", served_memory.text());
+    let runc_memory = gvisor::host_view(&pool);
     pool.shutdown().await.expect("shutdown");
     let left = containers_labelled(nexbot_docker::spec::LABEL_POOL, &config.name);
     println!("containers of the pool left after shutdown: {}", left.len());
@@ -208,7 +212,7 @@ async fn main() {
 
     let rooms = rooms_run(&docker, &config, &llm, gateway).await;
 
-    let gvisor = gvisor_run(&docker, &config, &llm, gateway).await;
+    let gvisor = gvisor::run(&docker, &config, &llm, gateway).await;
 
     let fresh_ping = fresh_runs(&run, FRESH_PINGS, None).await;
     println!("{}", fresh_ping.answer.line("fresh `docker run --rm -i`: ping answered"));
@@ -275,21 +279,13 @@ async fn main() {
         "(max_tasks_per_container = ∞)",
     ));
     if let Some(g) = &gvisor {
-        record(Figure::reference(
-            "  under gVisor (runsc): warm ping p50 / p99",
-            &format!("{} / {} ms", number(ms(g.ping.p50)), number(ms(g.ping.p99))),
-            &format!("(runc: {} / {} ms)", number(ms(ping.p50)), number(ms(ping.p99))),
-        ));
-        record(Figure::reference(
-            "  under gVisor (runsc): execute overhead p50 / p99",
-            &format!("{} / {} ms", number(ms(g.overhead.p50)), number(ms(g.overhead.p99))),
-            &format!("(runc: {} / {} ms)", number(ms(overhead.p50)), number(ms(overhead.p99))),
-        ));
-        record(Figure::reference(
-            &format!("  under gVisor (runsc): pool of {POOL_SIZE} ready"),
-            &format!("{} ms", number(ms(g.start))),
-            &format!("(runc: {} ms)", number(ms(starts.last().map(|s| s.0).unwrap_or_default()))),
-        ));
+        g.record(&gvisor::Runc {
+            start: starts.last().map(|s| s.0).unwrap_or_default(),
+            ping: &ping,
+            execute: &deployed,
+            memory: runc_memory,
+            round_robin: &rooms.large,
+        });
     }
     record(Figure::reference(
         "  alternative: fresh `docker run` execute overhead p50",
@@ -519,6 +515,8 @@ struct ExecuteRun {
     overhead: Stats,
     /// The subagent's own `duration_ms` (whole milliseconds).
     inside: Stats,
+    /// The scrub after each task, as the subagent timed it (`scrub.micros`).
+    scrub: Stats,
     over_2ms: usize,
     /// Overheads of the tasks that were the first one of a freshly (re)created container.
     first_on_container: Vec<Duration>,
@@ -540,49 +538,6 @@ async fn warm_pings(pool: &Pool) -> Stats {
     Stats::of(pings)
 }
 
-/// The warm figures with every container under gVisor (`runsc`), beside runc's in one run.
-struct GvisorRun {
-    start: Duration,
-    ping: Stats,
-    overhead: Stats,
-}
-
-/// The same pool under gVisor, when the engine has it (docker/register-runsc.sh): its start,
-/// warm ping, execute overhead and idle memory (gVisor's kernel is in the container's cgroup).
-async fn gvisor_run(
-    docker: &Docker,
-    config: &PoolConfig,
-    llm: &ScriptedLlm,
-    gateway: IpAddr,
-) -> Option<GvisorRun> {
-    if let Err(e) = nexbot_docker::resolve_runtime(docker, Some("runsc")).await {
-        println!("no gVisor figures: {e}");
-        return None;
-    }
-    let config = PoolConfig { runtime: Some("runsc".into()), ..config.clone() };
-    let started = Instant::now();
-    let pool = Pool::start(docker.clone(), config.clone()).await.expect("a runsc pool starts");
-    let start = started.elapsed();
-    println!("runsc: pool of {POOL_SIZE} ready (network already there) {:>10.1} ms", ms(start));
-    let ping = warm_pings(&pool).await;
-    println!("{}", ping.line("runsc: warm pool ping"));
-    let execute = execute_run(&pool, llm, gateway).await;
-    execute.print("runsc: warm pool execute (default recycling)", config.max_tasks_per_container);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    // The host's view (the container's cgroup): under gVisor the subagent is not a host
-    // process, and gVisor's kernel is the container's memory too.
-    for slot in pool.snapshot() {
-        let id = slot.container_id.unwrap_or_default();
-        let file = format!("/sys/fs/cgroup/memory/docker/{id}/memory.usage_in_bytes");
-        let bytes = std::fs::read_to_string(&file).ok().and_then(|b| b.trim().parse::<u64>().ok());
-        let text =
-            bytes.map_or("not readable here".into(), |b| format!("{:.1} MB", b as f64 / 1e6));
-        println!("runsc: container {} cgroup memory: {text}", slot.id);
-    }
-    pool.shutdown().await.expect("shutdown");
-    Some(GvisorRun { start, ping, overhead: execute.overhead })
-}
-
 async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> ExecuteRun {
     // Every replacement, planned (the task budget) or not.
     let replaced = |pool: &Pool| -> u64 {
@@ -593,6 +548,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
     let mut llm_time = Vec::with_capacity(EXECUTES);
     let mut overhead = Vec::with_capacity(EXECUTES);
     let mut inside = Vec::with_capacity(EXECUTES);
+    let mut scrub = Vec::with_capacity(EXECUTES);
     let mut first_on_container = Vec::new();
     for i in 0..EXECUTE_WARM_UP + EXECUTES {
         let before = llm.chat_handling_times().len();
@@ -605,6 +561,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
             .expect("execute answered in time")
             .expect("execute");
         let took = t.elapsed();
+        let scrubbed = Duration::from_micros(answer.scrub.as_ref().map_or(0, |s| s.micros));
         let ResponseBody::Success { duration_ms, .. } = answer.body else {
             panic!("the one-step task failed: {answer:?}")
         };
@@ -616,6 +573,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
             llm_time.push(own);
             overhead.push(took.saturating_sub(own));
             inside.push(Duration::from_millis(duration_ms.unwrap_or_default()));
+            scrub.push(scrubbed);
             let first =
                 pool.snapshot().into_iter().zip(served_before).any(|(now, (id, n))| {
                     now.tasks_served == 1 && (n == 0 || now.container_id != id)
@@ -632,6 +590,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
         over_2ms: overhead.iter().filter(|d| ms(**d) > 2.0).count(),
         overhead: Stats::of(overhead),
         inside: Stats::of(inside),
+        scrub: Stats::of(scrub),
         first_on_container,
         recycled,
     }
@@ -643,6 +602,7 @@ impl ExecuteRun {
         println!("{}", self.llm.line("  of which the LLM server's own handling"));
         println!("{}", self.overhead.line("  overhead = end to end − LLM handling"));
         println!("{}", self.inside.line("  the subagent's own duration_ms (1 ms steps)"));
+        println!("{}", self.scrub.line("  the scrub after each task (subagent's own timing)"));
         let max_tasks = if max_tasks == u64::MAX { "∞".into() } else { max_tasks.to_string() };
         println!(
             "  {} of {EXECUTES} tasks over 2 ms of overhead; {} were the first task of a fresh \
@@ -1024,10 +984,13 @@ struct EngineCeiling {
 async fn engine_ceiling(docker: &Docker, config: &PoolConfig) -> EngineCeiling {
     let owner = nexbot_docker::Owner::current();
     let run = format!("nxb-{}", std::process::id());
+    let runtime = nexbot_docker::resolve_runtime(docker, config.runtime.as_deref())
+        .await
+        .expect("the engine's runtime");
     let rate = |network_less: bool| {
-        let run = run.clone();
+        let (run, runtime) = (run.clone(), runtime.clone());
         async move {
-            let mut body = nexbot_docker::spec::container_spec(config, owner, &run, 0)
+            let mut body = nexbot_docker::spec::container_spec(config, &runtime, owner, &run, 0)
                 .expect("the pool's spec");
             body.labels.get_or_insert_with(Default::default).insert(RUN_LABEL.into(), run);
             if network_less {

@@ -17,6 +17,7 @@ pub mod disk;
 pub mod dns;
 pub mod egress;
 pub mod engine;
+pub mod gvisor;
 pub mod llmock;
 pub mod pdf;
 pub mod scripted_llm;
@@ -68,6 +69,18 @@ pub fn test_runtime() -> Option<String> {
 /// runc (the engine's default here).
 pub fn expected_runtime() -> String {
     test_runtime().unwrap_or_else(|| "runc".to_owned())
+}
+
+/// The pids limit the engine should show on a container of a pool whose `pids_limit` is
+/// `limit`: itself under runc; under gVisor room for its kernel (64) and about twelve host
+/// threads per process of the task (docs/runtimes.md, measured), written out here rather
+/// than asked of the code under test.
+pub fn expected_pids_limit(limit: i64) -> i64 {
+    if expected_runtime() == "runsc" {
+        64 + 12 * limit
+    } else {
+        limit
+    }
 }
 
 /// Packs `files` (path in the archive, contents, mode) into a tar stream, the form the

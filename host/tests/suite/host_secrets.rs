@@ -13,14 +13,16 @@
 //! the task records, the database file, `docker inspect`, and — for proxy mode, while the
 //! task runs — the container's filesystem and the memory of every process in it, read from
 //! the host through `/proc/<pid>/mem`, after a canary the task text put there was found by
-//! the same read (the positive control).
+//! the same read (the positive control). Under gVisor (`NEXBOT_TEST_RUNTIME=runsc`) the
+//! task's processes are not the host's: the hunt reads the sandbox's memory file instead,
+//! which also holds gVisor's tmpfs (the scratch folder), and asks `runsc ps` what runs.
 
 use crate::common;
 use crate::egress_support;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::os::unix::fs::FileExt as _;
+use std::os::unix::fs::{FileExt as _, MetadataExt};
 use std::time::Duration;
 
 use bollard::query_parameters::ListContainersOptionsBuilder;
@@ -30,6 +32,7 @@ use egress_support::read_audit;
 use nexbot_protocol::{Redactor, SecretMap};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::egress::{web_echo_server, Echoed};
+use nexbot_tests::gvisor;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -142,49 +145,92 @@ fn assert_clean(what: &str, text: &str) {
     }
 }
 
-/// The host pids of every process of `container` (by its cgroup).
-fn container_pids(container: &str) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        if cgroup.contains(container) {
-            pids.push(pid);
+/// Which of `needles` the memory of processes `pids` holds, read as root from the host: each
+/// process's readable mappings, and every memory file one holds open. The second is
+/// gVisor's: there the task's processes are not host processes; their memory (and the
+/// sandbox's tmpfs files) live in `memfd:runsc-memory`, which the sandbox's processes share
+/// and map only in part. Each memory file is read once, where it has data (gVisor's is 1 GiB
+/// with some MiB written).
+fn memory_holds(pids: &[u32], needles: &[&[u8]]) -> Vec<bool> {
+    let mut found = vec![false; needles.len()];
+    let mut files_read = std::collections::HashSet::new();
+    for pid in pids {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) {
+            for (start, end) in readable_ranges(&maps) {
+                search(&mem, start, end, needles, &mut found);
+            }
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        for fd in fds.flatten() {
+            let target = std::fs::read_link(fd.path()).unwrap_or_default();
+            if !target.to_string_lossy().starts_with("/memfd:") {
+                continue;
+            }
+            let Ok(file) = std::fs::File::open(fd.path()) else { continue };
+            let Ok(meta) = file.metadata() else { continue };
+            if !files_read.insert((MetadataExt::dev(&meta), MetadataExt::ino(&meta))) {
+                continue;
+            }
+            let mut at = 0;
+            while let Ok(start) = rustix::fs::seek(&file, rustix::fs::SeekFrom::Data(at)) {
+                let Ok(end) = rustix::fs::seek(&file, rustix::fs::SeekFrom::Hole(start)) else {
+                    break;
+                };
+                search(&file, start, end, needles, &mut found);
+                at = end;
+            }
         }
     }
-    pids
+    found
 }
 
-/// Whether the readable memory of process `pid` holds `needle`, read as root from the host.
-fn memory_holds(pid: u32, needle: &[u8]) -> bool {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else { return false };
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
-        if !perms.starts_with('r') || line.ends_with("[vvar]") || line.ends_with("[vsyscall]") {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
-        else {
-            continue;
-        };
-        // Read in chunks that overlap by the needle's length.
-        let chunk = 1 << 20;
-        let mut at = start;
-        while at < end {
-            let len = ((end - at) as usize).min(chunk + needle.len());
-            let mut buf = vec![0u8; len];
-            if let Ok(read) = mem.read_at(&mut buf, at) {
-                if memchr::memmem::find(&buf[..read], needle).is_some() {
-                    return true;
-                }
+/// The readable ranges of a `/proc/<pid>/maps` listing (not the kernel's own pages).
+fn readable_ranges(maps: &str) -> Vec<(u64, u64)> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (range, perms) = (fields.next()?, fields.next()?);
+            if !perms.starts_with('r') || line.ends_with("[vvar]") || line.ends_with("[vsyscall]") {
+                return None;
             }
-            at += chunk as u64;
+            let (start, end) = range.split_once('-')?;
+            Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+        })
+        .collect()
+}
+
+/// Marks in `found` each of `needles` that bytes `start..end` of `file` hold, read in chunks
+/// that overlap by the longest needle's length.
+fn search(file: &std::fs::File, start: u64, end: u64, needles: &[&[u8]], found: &mut [bool]) {
+    let chunk = 1 << 20;
+    let overlap = needles.iter().map(|n| n.len()).max().unwrap_or(0);
+    let mut buf = vec![0u8; chunk + overlap];
+    let mut at = start;
+    while at < end {
+        let len = ((end - at) as usize).min(chunk + overlap);
+        if let Ok(read) = file.read_at(&mut buf[..len], at) {
+            for (needle, seen) in needles.iter().zip(found.iter_mut()) {
+                *seen |= memchr::memmem::find(&buf[..read], needle).is_some();
+            }
         }
+        at += chunk as u64;
     }
-    false
+}
+
+/// The commands running in the container, as its runtime lists them: the host's
+/// `/proc/<pid>/cmdline` under runc; under gVisor (the host's processes are `runsc-*`), what
+/// `runsc ps` says.
+fn container_commands(container: &str, pids: &[u32]) -> String {
+    if under_gvisor(pids) {
+        return gvisor::runsc(container, &["ps", container]);
+    }
+    pids.iter().map(|pid| gvisor::cmdline(*pid)).collect::<Vec<_>>().join("\n")
+}
+
+/// Whether the container's processes are gVisor's sandbox (`runsc-sandbox` on the host).
+fn under_gvisor(pids: &[u32]) -> bool {
+    pids.iter().any(|pid| gvisor::cmdline(*pid).starts_with("runsc-sandbox "))
 }
 
 /// Every regular file of the container's filesystem (through the host's view of its root),
@@ -232,12 +278,8 @@ async fn hunt_in_the_container(docker: &bollard::Docker, pool: &str) -> String {
     // Wait for the task's `sleep`: the attack commands ran, the subagent waits.
     let pids = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
-            let pids = container_pids(&id);
-            let sleeping = pids.iter().any(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("sleep"))
-            });
-            if sleeping {
+            let pids = gvisor::host_pids(&id);
+            if container_commands(&id, &pids).contains("sleep") {
                 return pids;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -246,20 +288,27 @@ async fn hunt_in_the_container(docker: &bollard::Docker, pool: &str) -> String {
     .await
     .expect("the task never reached its sleep");
     assert!(!pids.is_empty());
-    let canary_found = pids.iter().any(|pid| memory_holds(*pid, CANARY.as_bytes()));
-    assert!(canary_found, "positive control: the canary was not found in {pids:?}'s memory");
-    for pid in &pids {
-        for needle in [PROXIED.as_bytes(), PLAIN.as_bytes()] {
-            assert!(!memory_holds(*pid, needle), "a secret value in the memory of pid {pid}");
-        }
-    }
-    let files = container_files(pids[0]);
+    // The files first: the task's sleep does not wait for a slow memory read.
+    // Under gVisor each host process has a root of its own (the file proxy's is the image's).
+    let gvisor = under_gvisor(&pids);
+    let roots = if gvisor { &pids[..] } else { &pids[..1] };
+    let files: Vec<(String, Vec<u8>)> =
+        roots.iter().flat_map(|pid| container_files(*pid)).collect();
     let leak = files.iter().find(|(path, _)| path.ends_with("/leak.txt"));
-    let (path, content) = leak.expect("positive control: the task's leak.txt is visible");
-    assert_eq!(String::from_utf8_lossy(content).trim(), "{{secret:GH_TOKEN}}", "{path}");
+    if gvisor {
+        // gVisor's tmpfs is inside its kernel: the file is not on the host's side of any mount,
+        // only in the memory file the hunt below reads.
+        assert!(leak.is_none(), "under gVisor the scratch tmpfs is not a host mount");
+    } else {
+        let (path, content) = leak.expect("positive control: the task's leak.txt is visible");
+        assert_eq!(String::from_utf8_lossy(content).trim(), "{{secret:GH_TOKEN}}", "{path}");
+    }
     for (path, content) in &files {
         assert_clean(&format!("the container's file {path}"), &String::from_utf8_lossy(content));
     }
+    let found = memory_holds(&pids, &[CANARY.as_bytes(), PROXIED.as_bytes(), PLAIN.as_bytes()]);
+    assert!(found[0], "positive control: the canary was not found in {pids:?}'s memory");
+    assert!(!found[1] && !found[2], "a secret value in the memory of {pids:?}: {found:?}");
     format!("{} processes, {} files", pids.len(), files.len())
 }
 

@@ -285,6 +285,17 @@ async fn a_busybox_only_implant_through_proc_mem_dies_with_its_task() {
          echo \"implant $pid state $(cut -d' ' -f3 /proc/$pid/stat) threads $(ls /proc/$pid/task | wc -l)\""
     );
     let (out, planted) = run_command(&pool, &llm, "esc-1", &plant, None).await;
+    if nexbot_tests::expected_runtime() == "runsc" {
+        // gVisor opens no process's memory to a task, its own child's included (measured):
+        // the implant cannot be written, so there is nothing to outlive the task.
+        assert!(
+            out.contains("dd: can't open '/proc/") && out.contains("Permission denied"),
+            "{out}"
+        );
+        assert!(planted.clean, "{planted:?}");
+        pool.shutdown().await.unwrap();
+        return;
+    }
     let pid = implant_pid(&out);
     assert!(planted.clean, "{planted:?}");
 
@@ -316,12 +327,22 @@ async fn message_queues_and_system_v_ipc_do_not_reach_the_next_task() {
         None,
     )
     .await;
-    // Positive control: all four exist and are seen where the next task would look.
+    // Positive control: all four exist and are seen where the next task would look. Under
+    // gVisor, which lists none of them where the scrub looks (no /dev/mqueue, no
+    // /proc/sysvipc), the subagent refuses all four to every command instead.
+    let gvisor = nexbot_tests::expected_runtime() == "runsc";
     assert!(out.contains("ipc made"), "{out}");
     for kind in ["mq", "shm", "sem", "msg"] {
-        assert!(out.contains(&format!("FOUND {kind}")), "{kind} was made: {out}");
+        if gvisor {
+            assert!(out.contains(&format!("no {kind}: Function not implemented")), "{out}");
+            assert!(out.contains(&format!("none {kind}")), "{out}");
+        } else {
+            assert!(out.contains(&format!("FOUND {kind}")), "{kind} was made: {out}");
+        }
     }
-    assert!(out.contains("nxs-leftover"), "{out}");
+    if !gvisor {
+        assert!(out.contains("nxs-leftover"), "{out}");
+    }
     assert!(scrub.clean, "{scrub:?}");
     let made = scrub;
 
@@ -340,7 +361,9 @@ async fn message_queues_and_system_v_ipc_do_not_reach_the_next_task() {
         assert!(!out.contains(key), "System V key {key} is still listed:\n{out}");
     }
     // (Checked last, so that a scrub that misses them fails on what is left.)
-    assert!(made.removed >= 4, "the queue and three IPC objects were removed: {made:?}");
+    if !gvisor {
+        assert!(made.removed >= 4, "the queue and three IPC objects were removed: {made:?}");
+    }
 
     let snapshot = &pool.snapshot()[0];
     assert_eq!(snapshot.container_id.as_deref(), Some(container.as_str()), "{snapshot:?}");

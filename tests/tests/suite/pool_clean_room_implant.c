@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <mqueue.h>
 #include <netinet/in.h>
@@ -91,20 +92,27 @@ static void *collect(void *unused) {
     return NULL;
 }
 
+/* Each object is made, or "no <kind>: <error>" is said (gVisor refuses them to a task: the
+ * subagent's filter) and the others are still tried. */
 static int make_ipc(void) {
     struct mq_attr attr = {0};
     attr.mq_maxmsg = 4;
     attr.mq_msgsize = 64;
     mqd_t q = mq_open(MQ_NAME, O_CREAT | O_RDWR, 0600, &attr);
-    if (q == (mqd_t)-1 || mq_send(q, "FILEMARK-mq", 11, 0) != 0) { perror("mq"); return 1; }
+    if (q == (mqd_t)-1) printf("no mq: %s\n", strerror(errno));
+    else if (mq_send(q, "FILEMARK-mq", 11, 0) != 0) { perror("mq"); return 1; }
     int shm = shmget(SHM_KEY, 4096, IPC_CREAT | 0600);
-    char *mem = shm < 0 ? (char *)-1 : shmat(shm, NULL, 0);
-    if (mem == (char *)-1) { perror("shm"); return 1; }
-    strcpy(mem, "FILEMARK-shm");
-    if (semget(SEM_KEY, 1, IPC_CREAT | 0600) < 0) { perror("sem"); return 1; }
+    if (shm < 0) printf("no shm: %s\n", strerror(errno));
+    else {
+        char *mem = shmat(shm, NULL, 0);
+        if (mem == (char *)-1) { perror("shm"); return 1; }
+        strcpy(mem, "FILEMARK-shm");
+    }
+    if (semget(SEM_KEY, 1, IPC_CREAT | 0600) < 0) printf("no sem: %s\n", strerror(errno));
     int msg = msgget(MSG_KEY, IPC_CREAT | 0600);
     struct { long type; char text[16]; } m = {1, "FILEMARK-msg"};
-    if (msg < 0 || msgsnd(msg, &m, sizeof m.text, 0) != 0) { perror("msg"); return 1; }
+    if (msg < 0) printf("no msg: %s\n", strerror(errno));
+    else if (msgsnd(msg, &m, sizeof m.text, 0) != 0) { perror("msg"); return 1; }
     printf("ipc made\n");
     return 0;
 }

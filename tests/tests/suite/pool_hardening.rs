@@ -27,7 +27,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     std::fs::create_dir_all(skills.join("demo")).unwrap();
     std::fs::write(skills.join("demo/SKILL.md"), "---\nname: demo\n---\n").unwrap();
     config.skills_dir = Some(skills.clone());
-    let pids_limit = nexbot_docker::spec::host_pids_limit(&config);
+    let pids_limit = nexbot_tests::expected_pids_limit(config.pids_limit);
     let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
     let gateway = pool.network().gateway;
     let id = pool.snapshot()[0].container_id.clone().unwrap();

@@ -28,7 +28,13 @@ async fn a_frozen_container_is_detected_by_ping_and_replaced() {
     let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
     let old = pool.snapshot()[0].container_id.clone().unwrap();
 
-    docker.pause_container(&old).await.expect("docker pause");
+    // Under gVisor `docker pause` froze gVisor's kernel and the engine's kill of the paused
+    // sandbox never returned (it hung the engine): there its pid 1 is stopped instead.
+    if nexbot_tests::expected_runtime() == "runsc" {
+        nexbot_tests::gvisor::runsc(&old, &["kill", "--pid", "1", &old, "STOP"]);
+    } else {
+        docker.pause_container(&old).await.expect("docker pause");
+    }
     let healed =
         eventually(Duration::from_secs(15), || async { replaced(&pool, 0, &old).is_some() }).await;
     assert!(healed, "frozen container not replaced: {:?}", pool.snapshot());
@@ -56,20 +62,14 @@ async fn a_task_past_the_hard_limit_gets_timeout_and_a_fresh_container() {
 
     // Freeze the subagent process itself: the container lives, the task is never answered.
     // The subagent is the container's pid 1, which ignores SIGSTOP sent from inside its pid
-    // namespace (a task cannot freeze it), so the signal comes from the host, as root.
-    let pid = docker
-        .inspect_container(&old, None)
-        .await
-        .unwrap()
-        .state
-        .and_then(|state| state.pid)
-        .filter(|pid| *pid > 0)
-        .expect("the subagent's pid on the host");
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(stopped.success(), "kill -STOP {pid} (the tests run as root)");
+    // namespace (a task cannot freeze it), so the signal comes from the host, as root. Under
+    // gVisor the host's pid is gVisor's kernel: stopping it froze the whole sandbox and the
+    // engine's kill then never returned, so there gVisor is asked to stop its pid 1 instead.
+    if nexbot_tests::expected_runtime() == "runsc" {
+        nexbot_tests::gvisor::runsc(&old, &["kill", "--pid", "1", &old, "STOP"]);
+    } else {
+        stop_on_the_host(&docker, &old).await;
+    }
     let mut request = Request::execute("hard-limit-1", "never answered");
     request.timeout = Some(1);
     let started = Instant::now();
@@ -155,4 +155,21 @@ async fn a_crashed_hosts_containers_are_reaped_by_the_next_pool() {
     assert!(old.iter().all(|id| !now.contains(id)), "old containers were not reaped");
     pool.shutdown().await.unwrap();
     assert!(containers_of(&docker, &name).await.is_empty());
+}
+
+/// SIGSTOP to the container's main process, from the host.
+async fn stop_on_the_host(docker: &bollard::Docker, container: &str) {
+    let pid = docker
+        .inspect_container(container, None)
+        .await
+        .unwrap()
+        .state
+        .and_then(|state| state.pid)
+        .filter(|pid| *pid > 0)
+        .expect("the subagent's pid on the host");
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(stopped.success(), "kill -STOP {pid} (the tests run as root)");
 }

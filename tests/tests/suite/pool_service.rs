@@ -45,7 +45,7 @@ async fn a_service_container_is_hardened_like_the_pools_and_speaks_plain_bytes()
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
     assert_eq!(host.security_opt, Some(vec!["no-new-privileges:true".to_owned()]));
     assert_eq!(host.network_mode.as_deref(), Some(config.network.as_str()));
-    assert_eq!(host.pids_limit, Some(nexbot_docker::spec::host_pids_limit(&config)));
+    assert_eq!(host.pids_limit, Some(nexbot_tests::expected_pids_limit(config.pids_limit)));
     assert_eq!(host.runtime.as_deref(), Some(nexbot_tests::expected_runtime().as_str()));
     assert_eq!(host.memory, Some(config.memory_bytes));
     assert!(host.binds.is_none(), "nothing of the host is mounted");
