@@ -74,7 +74,7 @@ cat "$work/host-suite.log"
 # suite (both mostly wait on containers: 140 s and 79 s alone, 2026-12-02), the pool's part
 # after it.
 gvisor=
-if docker info --format '{{range $name, $_ := .Runtimes}}{{$name}} {{end}}' 2>/dev/null | grep -qw runsc; then
+if docker/register-runsc.sh --check; then
   gvisor=yes
   # The daemon end to end under runsc: egress from inside a container (only the proxy and
   # the relay), DNS only after an allow, two chats never sharing a container, the rooms, the

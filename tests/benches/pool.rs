@@ -40,6 +40,11 @@
 //!   with more blanks than chats: each chat's first task while blanks last, and the same
 //!   round-robin.
 //!
+//! - the same under gVisor (`runsc`) when the engine has it, each figure beside runc's
+//!   (`pool/gvisor.rs`): start, warm ping, execute overhead, the scrub between tasks, one
+//!   container's create to first pong, memory per warm container from the host's side, and
+//!   the round-robin on a pool as large as the chats.
+//!
 //! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
 //! are KiB and are converted.
 
