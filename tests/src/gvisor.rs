@@ -23,10 +23,10 @@ pub fn cmdline(pid: u32) -> String {
     String::from_utf8_lossy(&raw).replace('\0', " ").trim_end().to_owned()
 }
 
-/// The state folder (`--root`) gVisor's sandbox process of `container` was started with, or
-/// `None` when the container does not run under gVisor.
-pub fn runsc_root(container: &str) -> Option<String> {
-    host_pids(container).into_iter().map(cmdline).find_map(|line| {
+/// The state folder (`--root`) gVisor's sandbox process among host processes `pids` was
+/// started with, or `None` when none of them is gVisor's sandbox (`runsc-sandbox`).
+pub fn sandbox_root(pids: &[u32]) -> Option<String> {
+    pids.iter().map(|pid| cmdline(*pid)).find_map(|line| {
         let args = line.strip_prefix("runsc-sandbox ")?;
         args.split(' ').find_map(|arg| arg.strip_prefix("--root=")).map(str::to_owned)
     })
@@ -35,10 +35,16 @@ pub fn runsc_root(container: &str) -> Option<String> {
 /// Runs `runsc --root <its root> <args>` for `container` (which must run under gVisor) and
 /// returns its stdout; panics with its stderr when it fails.
 pub fn runsc(container: &str, args: &[&str]) -> String {
-    let root = runsc_root(container)
+    let root = sandbox_root(&host_pids(container))
         .unwrap_or_else(|| panic!("{container} has no runsc-sandbox process on this host"));
+    runsc_at(&root, args)
+}
+
+/// Runs `runsc --root <root> <args>` and returns its stdout; panics with its stderr when it
+/// fails.
+pub fn runsc_at(root: &str, args: &[&str]) -> String {
     let out = std::process::Command::new("runsc")
-        .args(["--root", &root])
+        .args(["--root", root])
         .args(args)
         .output()
         .expect("run runsc");

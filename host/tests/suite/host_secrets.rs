@@ -222,15 +222,15 @@ fn search(file: &std::fs::File, start: u64, end: u64, needles: &[&[u8]], found: 
 /// `/proc/<pid>/cmdline` under runc; under gVisor (the host's processes are `runsc-*`), what
 /// `runsc ps` says.
 fn container_commands(container: &str, pids: &[u32]) -> String {
-    if under_gvisor(pids) {
-        return gvisor::runsc(container, &["ps", container]);
+    if let Some(root) = gvisor::sandbox_root(pids) {
+        return gvisor::runsc_at(&root, &["ps", container]);
     }
     pids.iter().map(|pid| gvisor::cmdline(*pid)).collect::<Vec<_>>().join("\n")
 }
 
 /// Whether the container's processes are gVisor's sandbox (`runsc-sandbox` on the host).
 fn under_gvisor(pids: &[u32]) -> bool {
-    pids.iter().any(|pid| gvisor::cmdline(*pid).starts_with("runsc-sandbox "))
+    gvisor::sandbox_root(pids).is_some()
 }
 
 /// Every regular file of the container's filesystem (through the host's view of its root),
