@@ -136,13 +136,16 @@ impl Firewall {
         }
         let Some((accept, drop_rest)) = self.rules.take() else { return };
         let _lock = rules_lock().await;
-        if let Err(err) = iptables("-D", &accept).await {
-            tracing::warn!(%err, "egress firewall: a rule could not be removed");
-        }
+        delete_surely(&accept).await;
         remove_stale(&self.interface).await;
         match other_listeners(&self.interface).await {
-            Ok(false) => while iptables("-D", &drop_rest).await.is_ok() {},
-            Ok(true) => {}
+            Ok(others) if others.is_empty() => delete_surely(&drop_rest).await,
+            // Said, so that a DROP left at a stop names what kept it.
+            Ok(others) => tracing::info!(
+                interface = %self.interface,
+                kept_by = ?others,
+                "egress firewall: the bridge's DROP stays for the other listeners' rules"
+            ),
             Err(err) => tracing::warn!(%err, "egress firewall: rules could not be listed"),
         }
     }
@@ -232,8 +235,8 @@ async fn repair(
 ) -> Result<u64, FirewallError> {
     // Serialised with every other listener's changes on this host (see `rules_lock`).
     let _lock = rules_lock().await;
-    let drop_present = iptables("-C", drop_rest).await.is_ok();
-    let accept_present = iptables("-C", accept).await.is_ok();
+    let drop_present = present(drop_rest).await?;
+    let accept_present = present(accept).await?;
     let mut put_back = 0;
     if !drop_present {
         let listing = run(&["-S", "INPUT"]).await?;
@@ -250,6 +253,17 @@ async fn repair(
         put_back += 1;
     }
     Ok(put_back)
+}
+
+/// Whether `rule` is in `INPUT`. A check that fails for another reason (the tables being
+/// rewritten by the engine, say) is an error, not "missing": taken for missing, the rule was
+/// put back beside itself, and the copy outlived the listener's stop.
+async fn present(rule: &[String]) -> Result<bool, FirewallError> {
+    match iptables("-C", rule).await {
+        Ok(()) => Ok(true),
+        Err(FirewallError::Iptables { reason, .. }) if is_absent(&reason) => Ok(false),
+        Err(err) => Err(err),
+    }
 }
 
 /// Where in `INPUT` (1-based) the bridge's DROP belongs: below every nexbot ACCEPT rule of
@@ -342,10 +356,46 @@ fn listening_ports() -> HashSet<u16> {
         .collect()
 }
 
-/// Whether another listener's ACCEPT rule for `interface` is still installed.
-async fn other_listeners(interface: &str) -> Result<bool, FirewallError> {
+/// The other listeners' ACCEPT rules for `interface` still installed.
+async fn other_listeners(interface: &str) -> Result<Vec<String>, FirewallError> {
     let listing = run(&["-S", "INPUT"]).await?;
-    Ok(listing.lines().any(|line| is_listener_accept(line, interface)))
+    Ok(listing
+        .lines()
+        .filter(|line| is_listener_accept(line, interface))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Deletes every copy of `rule` and checks it is gone: a delete can fail while the engine or a
+/// firewall manager is rewriting the tables (an engine restart does), so it is tried again
+/// for a few seconds; a rule still there after that is logged as an error with the command
+/// that removes it by hand.
+async fn delete_surely(rule: &[String]) {
+    for attempt in 0..DELETE_ATTEMPTS {
+        while iptables("-D", rule).await.is_ok() {}
+        match present(rule).await {
+            Ok(false) => return,
+            Err(err) => {
+                tracing::warn!(%err, attempt, "egress firewall: a rule could not be checked")
+            }
+            Ok(true) => {
+                tracing::warn!(attempt, "egress firewall: a rule is still there after its deletion")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tracing::error!(
+        command = %format!("iptables -D INPUT {}", rule.join(" ")),
+        "egress firewall: a rule of this listener could not be removed; remove it by hand"
+    );
+}
+
+const DELETE_ATTEMPTS: u32 = 6;
+
+/// Whether `iptables -C`'s complaint says the rule is not there (rather than that the check
+/// itself failed).
+fn is_absent(reason: &str) -> bool {
+    reason.contains("does a matching rule exist") || reason.contains("Bad rule")
 }
 
 async fn iptables_insert(rule: &[String]) -> Result<(), FirewallError> {
@@ -411,6 +461,14 @@ mod tests {
         assert_eq!(gone.len(), 1, "{gone:?}");
         assert!(gone[0].contains("-i br-b2"));
         assert!(rules_of_gone_bridges(listing, |_| false).is_empty());
+    }
+
+    #[test]
+    fn only_iptables_saying_no_such_rule_is_absent() {
+        // What iptables (nft and legacy) prints for `-C` of a rule that is not there.
+        assert!(is_absent("iptables: Bad rule (does a matching rule exist in that chain?)."));
+        assert!(!is_absent("iptables: Resource temporarily unavailable."));
+        assert!(!is_absent("timed out"));
     }
 
     #[test]

@@ -307,7 +307,23 @@ async fn left_behind(report: &mut Report, site: &Site) {
     let rules = String::from_utf8_lossy(&rules.stdout);
     let ours: Vec<&str> = rules.lines().filter(|l| l.contains("nexbot-egress")).collect();
     if !ours.is_empty() {
-        report.problem(format!("firewall rules left after the daemon stopped: {ours:?}"));
+        // What each run of the daemon said of its rules: whose rule stayed, and why.
+        let said: Vec<String> = logs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, log)| {
+                log.lines()
+                    .filter(|l| {
+                        l.contains("egress firewall")
+                            || l.contains("egress proxy and LLM relay listening")
+                    })
+                    .map(move |l| format!("run {}: {l}", i + 1))
+            })
+            .collect();
+        report.problem(format!(
+            "firewall rules left after the daemon stopped: {ours:?}; the daemon said:\n{}",
+            said.join("\n")
+        ));
     }
     report.say(format!(
         "left behind after the clean stop: {} containers, {} foreign networks, {} firewall rules; database: {integrity}",

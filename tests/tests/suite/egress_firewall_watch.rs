@@ -123,7 +123,13 @@ async fn firewall_rules_removed_by_someone_else_are_put_back_within_the_period()
     assert!(in_order(), "{}", iptables(&["-S", "INPUT"]).1);
     assert!(eventually(Duration::from_secs(1), || firewall_rules_reinserted() > before).await);
 
-    // Stopped with the listener: its rules are removed and stay removed.
+    // Stopped with the listener, its ACCEPT there twice (a check that failed while the engine
+    // rewrote the tables was once taken for "missing", and the rule put back beside itself):
+    // every copy is removed, and the DROP with them, and they stay removed. (Deleted once,
+    // the copy kept both: the ACCEPT, and the DROP as if another listener used the bridge.)
+    let mut twice = vec!["-I", "INPUT", "1"];
+    twice.extend(accept.iter().map(String::as_str));
+    assert!(iptables(&twice).0);
     egress.shutdown(Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!rule("-C", &accept) && !rule("-C", &drop), "{}", iptables(&["-S", "INPUT"]).1);
