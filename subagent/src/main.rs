@@ -38,8 +38,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     let served = runtime.block_on(server::run(redaction));
-    // tokio reads stdin with a blocking read that cannot be cancelled; after a signal it may
-    // still be waiting, so do not wait for it when tearing the runtime down.
+    // Where stdin is not a pipe, tokio reads it with a blocking read that cannot be cancelled;
+    // after a signal it may still be waiting, so do not wait for it when tearing down.
     runtime.shutdown_background();
     match served {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -57,8 +57,33 @@ pub async fn run(redaction: Arc<Redaction>) -> anyhow::Result<()> {
             }
         });
     }
-    serve(tokio::io::stdin(), tokio::io::stdout(), redaction, shutdown).await;
+    let (input, output) = stdio();
+    serve(input, output, redaction, shutdown).await;
     Ok(())
+}
+
+/// The protocol's stdin and stdout. When they are pipes (as the engine's attach and the
+/// tests make them), the runtime reads and writes them itself, woken by epoll; tokio's own
+/// `stdin()`/`stdout()` do every read and write on a blocking thread, so each ping crossed
+/// threads three times (a read handed back, a write handed over and back). Anything else (a
+/// terminal, a file) keeps tokio's. Nothing else uses fds 0 and 1: commands get their own
+/// (`tools/command.rs`), so making the pipes non-blocking affects no one else.
+fn stdio() -> (Box<dyn AsyncRead + Unpin + Send>, Box<dyn AsyncWrite + Unpin + Send>) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let input = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Receiver::from_owned_fd)
+        .map(|pipe| Box::new(pipe) as Box<dyn AsyncRead + Unpin + Send>)
+        .unwrap_or_else(|_| Box::new(tokio::io::stdin()));
+    let output = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(pipe::Sender::from_owned_fd)
+        .map(|pipe| Box::new(pipe) as Box<dyn AsyncWrite + Unpin + Send>)
+        .unwrap_or_else(|_| Box::new(tokio::io::stdout()));
+    (input, output)
 }
 
 /// Why the reader stopped.

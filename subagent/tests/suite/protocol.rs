@@ -192,3 +192,37 @@ async fn log_lines_have_the_protocol_shape() {
     let time = log["time"].as_str().unwrap();
     assert!(time.len() >= 20 && time.ends_with('Z'), "RFC 3339 UTC: {time}");
 }
+
+/// The protocol's pipes are read and written by the runtime itself when they are pipes (as the
+/// engine's attach and the other tests make them); anything else (a file here) still serves,
+/// through tokio's own stdin and stdout.
+#[tokio::test]
+async fn stdin_and_stdout_that_are_files_are_served_too() {
+    let dir = std::env::temp_dir().join(format!("nxs-stdio-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.jsonl");
+    let output = dir.join("out.jsonl");
+    std::fs::write(
+        &input,
+        "{\"type\":\"ping\",\"id\":\"p1\"}\n{\"type\":\"ping\",\"id\":\"p2\"}\n",
+    )
+    .unwrap();
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_nexbot-subagent"))
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::fs::File::create(&output).unwrap())
+        .stderr(std::process::Stdio::null())
+        .status();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), status)
+        .await
+        .expect("it ends at the file's end")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let answers = std::fs::read_to_string(&output).unwrap();
+    let ids: Vec<String> = answers
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
+        .collect();
+    assert_eq!(ids, ["\"p1\"", "\"p2\""], "{answers}");
+    assert!(answers.lines().all(|l| l.contains("\"status\":\"pong\"")), "{answers}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
