@@ -106,6 +106,21 @@ elif [ "${CI:-}" = true ]; then
 else
   echo "!!! SKIPPED the gVisor leg: the engine has no runsc (apt-get install runsc; docker/register-runsc.sh) !!!"
 fi
+# The pool bench's short form (tests/benches/pool.rs, NEXBOT_BENCH_SHORT): the warm path
+# against the floor of the same run, printed (the figures of a debug build on a busy machine:
+# a trend, not the release figures of `make bench`); it fails only if the bench cannot run.
+cargo test --workspace --benches --no-run --message-format=json > "$work/benches" || {
+  echo "run-suites: cargo test --benches --no-run failed" >&2
+  exit 1
+}
+bench=$(sed -n 's/.*"executable":"\([^"]*\/deps\/pool-[^"]*\)".*/\1/p' "$work/benches" | head -n 1)
+if [ -n "$bench" ]; then
+  echo "     Running $bench (the pool bench's short form)"
+  (cd tests && NEXBOT_BENCH_SHORT=1 "$bench" < /dev/null) || failed="$failed pool-bench-short"
+else
+  echo "run-suites: the pool bench is not among the built benches" >&2
+  failed="$failed pool-bench-short"
+fi
 echo "     Running ${soak#* } (beside the above)"
 wait "$soak_pid" || failed="$failed ${soak#* }"
 cat "$work/soak.log"

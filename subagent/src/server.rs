@@ -371,7 +371,7 @@ impl Server {
                 Ok(files) => files,
                 Err(text) => {
                     warn!(event = "task", task_id = %request.id, error = %text, "refused: files");
-                    self.out.send(refuse(text)).await;
+                    self.refused(refuse(text)).await;
                     return;
                 }
             };
@@ -385,7 +385,7 @@ impl Server {
             Err(text) => {
                 warn!(event = "task", task_id = %request.id, error = %text, "refused: tools");
                 discard(&files_in);
-                self.out.send(refuse(text)).await;
+                self.refused(refuse(text)).await;
                 return;
             }
         };
@@ -403,14 +403,14 @@ impl Server {
                     discard(&files_in);
                     let mut answer = refuse(text);
                     answer.dropped_tools = selection.dropped;
-                    self.out.send(answer).await;
+                    self.refused(answer).await;
                     return;
                 }
                 None => {
                     let text = format!("run_tool {name:?} is not one of {DIRECT_TOOLS:?}");
                     warn!(event = "task", task_id = %request.id, error = %text, "refused: run_tool");
                     discard(&files_in);
-                    self.out.send(refuse(text)).await;
+                    self.refused(refuse(text)).await;
                     return;
                 }
             },
@@ -420,7 +420,7 @@ impl Server {
             Err(err) => {
                 warn!(event = "task", task_id = %request.id, error = %err, "refused: no LLM");
                 discard(&files_in);
-                self.out.send(refuse(err.to_string())).await;
+                self.refused(refuse(err.to_string())).await;
                 return;
             }
         };
@@ -507,6 +507,16 @@ impl Server {
             .instrument(span),
         );
         *guard = Some(Running { id, cancel, handle, mcp });
+    }
+
+    /// A task refused before anything of it ran: its proxy credential unset, and the scrub
+    /// run as after any task (the files put for it are gone, nothing else of it ran), so the
+    /// host keeps this container; without a scrub report it replaced the container after
+    /// every refusal (a container start, ~300 ms here, for a misconfigured request).
+    async fn refused(&self, mut answer: Response) {
+        crate::net::set_task_credential(None);
+        answer.scrub = Some(scrub_after_task().await);
+        self.out.send(answer).await;
     }
 
     /// The redactor for what stays alive between tasks: the remembered LLM key.

@@ -163,6 +163,43 @@ async fn cancelling_a_task_sends_cancel_and_keeps_the_container() {
     pool.shutdown().await.unwrap();
 }
 
+/// A request the subagent refuses before anything of it runs (no LLM settings, a tool it does
+/// not have) is answered with the scrub a task's answer carries, so its container stays: it
+/// used to be replaced after every refusal (a container start each, ~300 ms, and the pool a
+/// container short meanwhile).
+#[tokio::test]
+async fn a_refused_request_keeps_its_container() {
+    let Some((docker, mut config)) = setup("refused").await else { return };
+    config.size = 1;
+    let pool = Pool::start(docker, config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+    let llm = llm_on(gateway, vec![Step::text("done")]).await;
+    let first = pool.snapshot()[0].container_id.clone().expect("a container");
+    let mut no_tool = task("refused-2", "x", &llm, gateway);
+    no_tool.tools = Some(vec!["no_such_tool".into()]);
+    for request in [nexbot_protocol::Request::execute("refused-1", "no LLM settings"), no_tool] {
+        let answer = tokio::time::timeout(LIMIT, pool.execute(request, CancellationToken::new()))
+            .await
+            .expect("answered")
+            .expect("execute");
+        assert!(matches!(answer.body, ResponseBody::Error { .. }), "{answer:?}");
+        let scrub = answer.scrub.as_ref().expect("a refusal carries the scrub");
+        assert!(scrub.clean, "{scrub:?}");
+    }
+    let answer = tokio::time::timeout(
+        LIMIT,
+        pool.execute(task("after-1", "go", &llm, gateway), CancellationToken::new()),
+    )
+    .await
+    .expect("answered")
+    .expect("execute");
+    assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+    let slot = &pool.snapshot()[0];
+    assert_eq!(slot.container_id.as_deref(), Some(first.as_str()), "replaced: {slot:?}");
+    assert_eq!((slot.restarts, slot.planned_replacements), (0, 0), "{slot:?}");
+    pool.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn killing_a_busy_container_fails_its_waiter_fast_and_the_pool_recovers() {
     let Some((docker, config)) = setup("kill").await else { return };
