@@ -566,6 +566,10 @@ struct ExecuteRun {
     /// Overheads of the tasks that were the first one of a freshly (re)created container.
     first_on_container: Vec<Duration>,
     recycled: u64,
+    /// The five slowest tasks (index in the run, overhead), and the tasks after which a
+    /// replacement had been installed: whether the slow ones sit beside the recycling.
+    slowest: Vec<(usize, Duration)>,
+    replaced_after: Vec<usize>,
 }
 
 /// [`round_trips`] pings of the pool's first slot, timed, after [`WARM_UP`] untimed ones.
@@ -595,6 +599,8 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
     let mut inside = Vec::with_capacity(executes());
     let mut scrub = Vec::with_capacity(executes());
     let mut first_on_container = Vec::new();
+    let mut replaced_after = Vec::new();
+    let mut replacements = replaced(pool);
     for i in 0..EXECUTE_WARM_UP + executes() {
         let before = llm.chat_handling_times().len();
         let served_before: Vec<(Option<String>, u64)> =
@@ -626,8 +632,16 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
             if first {
                 first_on_container.push(took.saturating_sub(own));
             }
+            let now = replaced(pool);
+            if now != replacements {
+                replaced_after.push(i - EXECUTE_WARM_UP);
+                replacements = now;
+            }
         }
     }
+    let mut slowest: Vec<(usize, Duration)> = overhead.iter().copied().enumerate().collect();
+    slowest.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
+    slowest.truncate(5);
     let recycled = replaced(pool) - restarts_before;
     ExecuteRun {
         end_to_end: Stats::of(end_to_end),
@@ -638,6 +652,8 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
         scrub: Stats::of(scrub),
         first_on_container,
         recycled,
+        slowest,
+        replaced_after,
     }
 }
 
@@ -658,6 +674,13 @@ impl ExecuteRun {
             self.first_on_container.len(),
             self.first_on_container.iter().map(|d| number(ms(*d))).collect::<Vec<_>>(),
             self.recycled,
+        );
+        let slowest: Vec<String> =
+            self.slowest.iter().map(|(i, d)| format!("#{i} {} ms", number(ms(*d)))).collect();
+        println!(
+            "  slowest: {}; a replacement installed after tasks {:?}",
+            slowest.join(", "),
+            self.replaced_after
         );
     }
 }
