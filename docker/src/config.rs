@@ -72,6 +72,11 @@ pub struct PoolConfig {
     /// budget is this less a random share of up to a quarter, so that containers started
     /// together are not all replaced together (and its successor starts during its last task).
     pub max_tasks_per_container: u64,
+    /// A container whose budget is spent is retired at once, but its successor's start and
+    /// its removal wait until no task has been dispatched for this long (or a task needs the
+    /// capacity, or 10 s have passed), so that engine work does not compete with a run of
+    /// quick tasks. 0: at once.
+    pub recycle_pause_ms: u64,
     /// How long the whole pool may take to become ready in [`Pool::start`](crate::Pool::start).
     pub startup_timeout_secs: u64,
     /// First and largest delay between failed attempts to (re)create a container.
@@ -113,6 +118,7 @@ impl Default for PoolConfig {
             hard_limit_grace_secs: 30,
             cancel_grace_ms: 5_000,
             max_tasks_per_container: 100,
+            recycle_pause_ms: 50,
             startup_timeout_secs: 30,
             backoff_initial_ms: 250,
             backoff_max_ms: 30_000,

@@ -46,6 +46,7 @@ use lease::{check_files, check_line_size};
 
 mod dispatch;
 mod lease;
+mod pause;
 
 /// How long writing one request to a container's stdin may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -111,6 +112,8 @@ pub(crate) struct Inner {
     counts: TaskCounters,
     /// Blanks taken, waits for one, containers retired for their room, for [`Pool::stats`].
     rooms: RoomCounters,
+    /// When dispatch last ran, for recycling's wait for a pause (`pool/pause.rs`).
+    pause: pause::Pause,
 }
 
 impl Pool {
@@ -179,6 +182,7 @@ impl Pool {
             ping_seq: AtomicU64::new(0),
             counts: TaskCounters::default(),
             rooms: RoomCounters::default(),
+            pause: pause::Pause::default(),
         });
         let mut tasks = Vec::with_capacity(members.len() + 1);
         for (slot, member) in inner.slots.iter().zip(members) {

@@ -74,7 +74,13 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
         } else {
             tracing::info!(slot = %slot.id, container = %member.short_id, "replacing container: {}", retirement.reason);
         }
-        engine.remove_in_background(&member.container_id);
+        if retirement.cause == RestartReason::Recycled {
+            // Routine: its removal waits for a pause in dispatch, as its successor's start
+            // does (`pool/pause.rs`).
+            inner.remove_after_pause(&member.container_id);
+        } else {
+            engine.remove_in_background(&member.container_id);
+        }
 
         let ready = match successor.take() {
             Some(mut handle) => tokio::select! {
@@ -151,11 +157,13 @@ pub(crate) async fn supervise(inner: Arc<Inner>, index: usize, mut member: Arc<M
     }
 }
 
-/// Starts bringing up a container for slot `index` ahead of need.
+/// Starts bringing up a container for slot `index` ahead of need: once dispatch pauses, or
+/// at once when the pool needs it (`pool/pause.rs`).
 fn bring_up_successor(inner: &Arc<Inner>, index: usize) -> Successor {
-    let engine = inner.engine.clone();
+    let (inner, engine) = (inner.clone(), inner.engine.clone());
     let logs = inner.slots[index].logs.clone();
     tokio::spawn(async move {
+        inner.pause_or(|inner| inner.successor_needed(index)).await;
         let startup = Duration::from_secs(engine.config.startup_timeout_secs);
         tokio::time::timeout(startup, engine.bring_up(index, logs, startup)).await.unwrap_or_else(
             |_| {

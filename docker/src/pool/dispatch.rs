@@ -181,6 +181,11 @@ impl Inner {
         true
     }
 
+    /// Whether a task waits in the queue for a container.
+    pub(super) fn has_waiters(&self) -> bool {
+        self.dispatch().queue.iter().any(|w| !w.tx.is_closed())
+    }
+
     /// Takes an idle container of `room`, or a blank (up to the room's limit), or a place in
     /// the queue, or fails with "busy".
     pub(super) async fn acquire(
@@ -189,6 +194,7 @@ impl Inner {
         task_id: &str,
         cancel: &CancellationToken,
     ) -> Result<Lease, PoolError> {
+        self.pause.dispatched();
         let mut rx = {
             let mut dispatch = self.dispatch();
             if dispatch.shutting_down {
@@ -219,6 +225,7 @@ impl Inner {
             }
             let (tx, rx) = oneshot::channel();
             dispatch.queue.push_back(Waiter { room: room.clone(), tx });
+            self.pause.demanded();
             rx
         };
         let queue_timeout = Duration::from_secs(self.engine.config.queue_timeout_secs);

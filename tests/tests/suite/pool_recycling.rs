@@ -6,6 +6,7 @@
 
 use crate::pool_common;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use nexbot_docker::{Pool, RestartReason, SlotState};
@@ -65,5 +66,65 @@ async fn a_container_at_the_end_of_its_budget_is_replaced_before_its_last_task_e
     .await;
     assert!(old_gone, "the recycled container was not removed");
     assert_eq!(containers_of(&docker, &name).await.len(), 1, "one container per slot again");
+    pool.shutdown().await.expect("shutdown");
+}
+
+/// A container whose budget is spent serves no further task, but its successor's start and
+/// its removal wait for a pause in dispatch (`recycle_pause_ms`), so that engine work does not
+/// compete with a run of quick tasks; a task that needs the capacity (no other container ready,
+/// or one queued) starts it at once. (Before, the successor started during the last task and
+/// the spent container was removed at once: both competed with every task of the run.)
+#[tokio::test]
+async fn a_spent_containers_replacement_waits_for_a_pause_unless_a_task_needs_it() {
+    let Some((docker, mut config)) = setup("pause").await else { return };
+    config.size = 3;
+    config.max_tasks_per_container = 2;
+    config.recycle_pause_ms = 8_000;
+    let name = config.name.clone();
+    let pool = Pool::start(docker.clone(), config).await.expect("pool starts");
+    let gateway = pool.network().gateway;
+    let first: HashSet<String> = containers_of(&docker, &name).await.into_iter().collect();
+    assert_eq!(first.len(), 3);
+    let llm = llm_on(gateway, Vec::new()).await;
+    llm.set_responder(|_| Step::text("done"));
+    let pool = &pool;
+    let llm = &llm;
+    let run = |i: usize| async move {
+        let request = task(&format!("pause-{i}"), "quick", llm, gateway);
+        let answer = tokio::time::timeout(LIMIT, pool.execute(request, CancellationToken::new()))
+            .await
+            .expect("in time")
+            .expect("the task ran");
+        assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
+    };
+
+    // Four quick tasks spend two containers' budgets; one container is left ready, so the
+    // two replacements wait: no successor made, nothing removed yet.
+    for i in 1..=4 {
+        run(i).await;
+    }
+    let spent = eventually(Duration::from_secs(2), || async {
+        pool.snapshot().iter().filter(|s| s.state == SlotState::Restarting).count() == 2
+    })
+    .await;
+    assert!(spent, "{:?}", pool.snapshot());
+    let now: HashSet<String> = containers_of(&docker, &name).await.into_iter().collect();
+    assert_eq!(now, first, "the replacements did not wait for a pause");
+
+    // The last ready container spends its budget: its successor is needed, and the next task
+    // queues for a container, which starts the waiting ones too. It is served.
+    for i in 5..=7 {
+        run(i).await;
+    }
+
+    // All three replaced, the spent ones removed.
+    let replaced = eventually(Duration::from_secs(30), || async {
+        let now: HashSet<String> = containers_of(&docker, &name).await.into_iter().collect();
+        now.len() == 3 && now.is_disjoint(&first)
+    })
+    .await;
+    assert!(replaced, "{:?}", pool.snapshot());
+    let planned: u64 = pool.snapshot().iter().map(|s| s.planned_replacements).sum();
+    assert_eq!(planned, 3, "{:?}", pool.snapshot());
     pool.shutdown().await.expect("shutdown");
 }
