@@ -8,9 +8,9 @@
 //! runc here. Done at once, during a run of quick tasks on two cores, they competed with every
 //! task of the run: with the default budget of 100, 300 back-to-back one-step tasks had an
 //! execute overhead of 2.59 / 25.4 ms (p50 / p99) against 1.54 / 2.86 ms without recycling
-//! (pool bench, 2026-12-02). A task that needs the capacity does not wait for the pause: a
-//! task queued for a container, or a slot whose successor is the pool's last ready container,
-//! starts the work at once, as before.
+//! (pool bench, 2026-12-02). What needs the capacity does not wait for the pause: a task
+//! queued for a container, or a pool left with no idle blank (the successor is one), starts
+//! the work at once, as before.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -88,14 +88,14 @@ impl Inner {
         }
     }
 
-    /// Whether slot `index`'s successor is needed now: no other slot has a container that can
-    /// take a task (the pool would have none ready until it comes).
+    /// Whether slot `index`'s successor is needed now: no other slot has an idle blank (what
+    /// a new chat's first task, or the next task of the chat whose container this was, takes).
     pub(crate) fn successor_needed(&self, index: usize) -> bool {
         !self.slots.iter().enumerate().any(|(i, slot)| {
             let s = slot.lock();
             i != index
-                && matches!(s.state, SlotState::Idle | SlotState::Busy)
-                && s.member.as_ref().is_some_and(|m| !m.is_retired())
+                && s.state == SlotState::Idle
+                && s.member.as_ref().is_some_and(|m| m.is_blank() && !m.is_retired())
         })
     }
 

@@ -98,7 +98,7 @@ async fn a_spent_containers_replacement_waits_for_a_pause_unless_a_task_needs_it
         assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
     };
 
-    // Four quick tasks spend two containers' budgets; one container is left ready, so the
+    // Four quick tasks spend two containers' budgets; an idle blank is left, so the
     // two replacements wait: no successor made, nothing removed yet.
     for i in 1..=4 {
         run(i).await;
