@@ -239,11 +239,7 @@ async fn repair(
     let accept_present = present(accept).await?;
     let mut put_back = 0;
     if !drop_present {
-        let listing = run(&["-S", "INPUT"]).await?;
-        let position = drop_position(&listing, interface).to_string();
-        let mut args = vec!["-I", "INPUT", &position];
-        args.extend(drop_rest.iter().map(String::as_str));
-        run(&args).await?;
+        insert_drop(interface, drop_rest).await?;
         REINSERTED.fetch_add(1, Ordering::Relaxed);
         put_back += 1;
     }
@@ -263,6 +259,43 @@ async fn present(rule: &[String]) -> Result<bool, FirewallError> {
         Ok(()) => Ok(true),
         Err(FirewallError::Iptables { reason, .. }) if is_absent(&reason) => Ok(false),
         Err(err) => Err(err),
+    }
+}
+
+/// Inserts the bridge's DROP right below its last nexbot ACCEPT. A writer that does not share
+/// the rules lock (a daemon in a container has a `/run` of its own) may insert or delete a rule
+/// between the listing and the insert, which moves the position: the DROP is checked to be
+/// below every ACCEPT of the bridge, and moved if not (above one, it shuts that listener out).
+async fn insert_drop(interface: &str, drop_rest: &[String]) -> Result<(), FirewallError> {
+    for _ in 0..DELETE_ATTEMPTS {
+        let listing = run(&["-S", "INPUT"]).await?;
+        let position = drop_position(&listing, interface).to_string();
+        let mut args = vec!["-I", "INPUT", &position];
+        args.extend(drop_rest.iter().map(String::as_str));
+        run(&args).await?;
+        if drop_below_accepts(&run(&["-S", "INPUT"]).await?, interface) {
+            return Ok(());
+        }
+        tracing::warn!(%interface, "egress firewall: the DROP landed above an ACCEPT (rules changed meanwhile); moved");
+        iptables("-D", drop_rest).await?;
+    }
+    // Still moving under us: the bridge closed (a DROP on top) rather than open.
+    iptables_insert(drop_rest).await
+}
+
+/// Whether every nexbot DROP of `interface` in `listing` is below all its nexbot ACCEPTs.
+fn drop_below_accepts(listing: &str, interface: &str) -> bool {
+    let rules: Vec<&str> = listing.lines().filter(|line| line.starts_with("-A INPUT ")).collect();
+    let is_drop = |line: &str| {
+        line.contains(&format!("-i {interface} "))
+            && line.contains(COMMENT)
+            && line.ends_with("-j DROP")
+    };
+    let last_accept = rules.iter().rposition(|line| is_listener_accept(line, interface));
+    let first_drop = rules.iter().position(|line| is_drop(line));
+    match (last_accept, first_drop) {
+        (Some(accept), Some(drop)) => drop > accept,
+        _ => true,
     }
 }
 
@@ -461,6 +494,19 @@ mod tests {
         assert_eq!(gone.len(), 1, "{gone:?}");
         assert!(gone[0].contains("-i br-b2"));
         assert!(rules_of_gone_bridges(listing, |_| false).is_empty());
+    }
+
+    #[test]
+    fn a_drop_above_an_accept_of_its_bridge_is_out_of_place() {
+        let accept = "-A INPUT -d 10.0.0.1/32 -i br-a -p tcp -m tcp --dport 3128 -m comment --comment nexbot-egress -j ACCEPT";
+        let drop = "-A INPUT -i br-a -m comment --comment nexbot-egress -j DROP";
+        let other = "-A INPUT -i br-b -m comment --comment nexbot-egress -j DROP";
+        let listing = |lines: &[&str]| format!("-P INPUT ACCEPT\n{}\n", lines.join("\n"));
+        assert!(drop_below_accepts(&listing(&[accept, other, drop]), "br-a"));
+        assert!(!drop_below_accepts(&listing(&[drop, accept]), "br-a"));
+        // Another bridge's DROP above is no matter; nor is a bridge with one of the two.
+        assert!(drop_below_accepts(&listing(&[other, accept, drop]), "br-a"));
+        assert!(drop_below_accepts(&listing(&[drop]), "br-a"));
     }
 
     #[test]

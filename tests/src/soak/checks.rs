@@ -63,11 +63,14 @@ pub(super) async fn check(
             let loud: Vec<&str> =
                 log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
             println!(
-                "soak: run {} of the daemon: {} warnings and errors, the last 40:",
+                "soak: run {} of the daemon: {} warnings and errors, the first 15 and the last 40:",
                 i + 1,
                 loud.len()
             );
-            for line in &loud[loud.len().saturating_sub(40)..] {
+            let first = loud.len().min(15);
+            for line in
+                loud[..first].iter().chain(&loud[loud.len().saturating_sub(40).max(first)..])
+            {
                 println!("  {line}");
             }
         }
@@ -273,6 +276,13 @@ async fn left_behind(report: &mut Report, site: &Site) {
             if n > loudest.0 {
                 loudest = (n, text.chars().take(160).collect());
             }
+        }
+    }
+    // Every run must have its sandbox: a run without delegation answers tasks in words only,
+    // and leaves what the run before it left (its containers, its firewall rules).
+    for (i, log) in logs.iter().enumerate() {
+        if let Some(line) = log.lines().find(|l| l.contains("delegation to subagents is off")) {
+            report.problem(format!("run {} of the daemon had no sandbox: {line}", i + 1));
         }
     }
     if loudest.0 > 0 {
