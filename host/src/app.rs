@@ -431,14 +431,34 @@ async fn start_sandbox(
     if !config.subagent.enabled {
         return Ok((None, Some("subagent.enabled = false".to_owned())));
     }
-    match Sandbox::start(config, Some(vault.clone())).await {
-        Ok(sandbox) => Ok((Some(sandbox), None)),
-        Err(e @ SandboxError::Pool(PoolError::RuntimeMissing { .. })) => {
-            anyhow::bail!("sandbox.runtime: {e}")
+    let mut attempt = 1;
+    loop {
+        match Sandbox::start(config, Some(vault.clone())).await {
+            Ok(sandbox) => return Ok((Some(sandbox), None)),
+            Err(e @ SandboxError::Pool(PoolError::RuntimeMissing { .. })) => {
+                anyhow::bail!("sandbox.runtime: {e}")
+            }
+            Err(e) if attempt <= SANDBOX_RETRIES.len() && e.may_pass() => {
+                let wait = SANDBOX_RETRIES[attempt - 1];
+                tracing::warn!(
+                    attempt,
+                    error = %e,
+                    "the sandbox did not start; trying again in {} s",
+                    wait.as_secs()
+                );
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+            }
+            Err(e) => return Ok((None, Some(e.to_string()))),
         }
-        Err(e) => Ok((None, Some(e.to_string()))),
     }
 }
+
+/// The waits before the sandbox's second and third attempts. Why try again: a daemon that
+/// starts while the one before it is still going away (killed, its containers exiting; the
+/// engine restarting) meets a network or containers in that state for a moment, and without a
+/// sandbox it would run the whole time without delegation.
+const SANDBOX_RETRIES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(2)];
 
 /// `/status`'s pool line: containers by state, the wall they run behind, running tasks.
 fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot], runtime: &str) -> String {

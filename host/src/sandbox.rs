@@ -59,6 +59,25 @@ pub enum SandboxError {
     DefaultsOwned { why: String, source: Box<SandboxError> },
 }
 
+impl SandboxError {
+    /// Whether another attempt in a moment may succeed: not for an engine that is not there,
+    /// an image or runtime it lacks, or a setting the pool refuses; yes for what a daemon that
+    /// is still going away (or an engine busy with it) leaves for a moment.
+    pub fn may_pass(&self) -> bool {
+        match self {
+            Self::Docker(_) => false,
+            Self::Egress(_) => true,
+            Self::Network(e) | Self::Pool(e) => !matches!(
+                e,
+                PoolError::InvalidConfig(_)
+                    | PoolError::ImageMissing { .. }
+                    | PoolError::RuntimeMissing { .. }
+            ),
+            Self::DefaultsOwned { source, .. } => source.may_pass(),
+        }
+    }
+}
+
 /// What a daemon takes from its own container (see [`compose_settings`]).
 #[derive(Debug, Clone, PartialEq)]
 enum FromContainer {

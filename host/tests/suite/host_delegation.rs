@@ -706,3 +706,45 @@ async fn the_configured_search_budget_refuses_the_fetch_after_it_and_the_task_st
         "{results:?}"
     );
 }
+
+/// A daemon that starts while the one before it is still going away (killed, its containers
+/// exiting) meets that one's network for a moment: the sandbox tries again (after 1 s, then
+/// 2 s) rather than running the whole time without delegation. The predecessor here: a child
+/// process that owns the pool's network and exits after 2 s. (Before: the first refusal left
+/// the daemon without a sandbox; the soak's run after a SIGKILL once came up so.)
+#[tokio::test]
+async fn a_daemon_starting_while_its_predecessor_goes_away_gets_its_sandbox() {
+    let Some(docker) = docker_or_skip("predecessor_goes_away").await else { return };
+    image_present(&docker).await;
+    let leftovers = Leftovers::new("heir");
+    let mut predecessor =
+        std::process::Command::new("sleep").arg("2").spawn().expect("spawn the predecessor");
+    let owner = nexbot_docker::Owner::of_process(predecessor.id()).expect("its identity");
+    nexbot_docker::ensure_pool_network_owned(&docker, &leftovers.network, &owner)
+        .await
+        .expect("the predecessor's network");
+    let reaper = std::thread::spawn(move || predecessor.wait());
+    let llm = ScriptedLlm::start(vec![]).await;
+    let ws = TempWorkspace::init("nxw-heir");
+    let mut env = base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.extend(test_image());
+    assert!(!reaper.is_finished(), "the predecessor is alive when the daemon starts");
+    let host = InProcess::start(&ws, env).await;
+    let network = docker
+        .inspect_network(
+            &leftovers.network,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+        .expect("the pool's network");
+    let labels = network.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("nexbot.owner.pid").map(String::as_str),
+        Some(std::process::id().to_string().as_str()),
+        "taken over once its owner was gone: {labels:?}"
+    );
+    reaper.join().unwrap().unwrap();
+    host.stop().await;
+    drop(leftovers);
+}

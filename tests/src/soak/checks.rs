@@ -284,6 +284,9 @@ async fn left_behind(report: &mut Report, site: &Site) {
         if let Some(line) = log.lines().find(|l| l.contains("delegation to subagents is off")) {
             report.problem(format!("run {} of the daemon had no sandbox: {line}", i + 1));
         }
+        for line in log.lines().filter(|l| l.contains("the sandbox did not start; trying again")) {
+            report.say(format!("run {}: {line}", i + 1));
+        }
     }
     if loudest.0 > 0 {
         report
