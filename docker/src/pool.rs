@@ -48,6 +48,8 @@ mod dispatch;
 mod lease;
 mod pause;
 
+pub(crate) use pause::NeededStart;
+
 /// How long writing one request to a container's stdin may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest soft timeout a task may ask for (one day).

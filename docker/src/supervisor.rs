@@ -163,16 +163,28 @@ fn bring_up_successor(inner: &Arc<Inner>, index: usize) -> Successor {
     let (inner, engine) = (inner.clone(), inner.engine.clone());
     let logs = inner.slots[index].logs.clone();
     tokio::spawn(async move {
-        inner.pause_or(|inner| inner.successor_needed(index)).await;
+        let claimed = std::sync::atomic::AtomicBool::new(false);
+        inner
+            .pause_or(|inner| {
+                let needed = inner.successor_needed(index);
+                claimed.store(needed, std::sync::atomic::Ordering::Relaxed);
+                needed
+            })
+            .await;
+        // Released however this ends (up, failed, or aborted with the pool).
+        let _claim = claimed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| crate::pool::NeededStart(inner.clone()));
         let startup = Duration::from_secs(engine.config.startup_timeout_secs);
-        tokio::time::timeout(startup, engine.bring_up(index, logs, startup)).await.unwrap_or_else(
-            |_| {
+        let up = tokio::time::timeout(startup, engine.bring_up(index, logs, startup))
+            .await
+            .unwrap_or_else(|_| {
                 Err(PoolError::StartupTimeout {
                     secs: startup.as_secs(),
                     detail: format!("successor for slot {index} was not ready"),
                 })
-            },
-        )
+            });
+        up
     })
 }
 

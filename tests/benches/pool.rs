@@ -567,7 +567,7 @@ struct ExecuteRun {
     first_on_container: Vec<Duration>,
     recycled: u64,
     /// The five slowest tasks (index in the run, overhead), and the tasks after which a
-    /// replacement had been installed: whether the slow ones sit beside the recycling.
+    /// container was retired: whether the slow ones sit beside the recycling.
     slowest: Vec<(usize, Duration)>,
     replaced_after: Vec<usize>,
 }
@@ -678,7 +678,7 @@ impl ExecuteRun {
         let slowest: Vec<String> =
             self.slowest.iter().map(|(i, d)| format!("#{i} {} ms", number(ms(*d)))).collect();
         println!(
-            "  slowest: {}; a replacement installed after tasks {:?}",
+            "  slowest: {}; a container retired (its replacement due) after tasks {:?}",
             slowest.join(", "),
             self.replaced_after
         );

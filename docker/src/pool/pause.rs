@@ -12,7 +12,7 @@
 //! queued for a container, or a pool left with no idle blank (the successor is one), starts
 //! the work at once, as before.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,11 +34,18 @@ pub(crate) struct Pause {
     last: AtomicU64,
     /// Notified when a task queues for a container.
     demand: Notify,
+    /// Successors started because the pool needed one (see [`Inner::successor_needed`]).
+    needed_starting: AtomicUsize,
 }
 
 impl Default for Pause {
     fn default() -> Self {
-        Self { base: Instant::now(), last: AtomicU64::new(0), demand: Notify::new() }
+        Self {
+            base: Instant::now(),
+            last: AtomicU64::new(0),
+            demand: Notify::new(),
+            needed_starting: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -89,14 +96,23 @@ impl Inner {
     }
 
     /// Whether slot `index`'s successor is needed now: no other slot has an idle blank (what
-    /// a new chat's first task, or the next task of the chat whose container this was, takes).
+    /// a new chat's first task, or the next task of the chat whose container this was, takes),
+    /// and no other successor is already starting for that reason: one at a time, so a pool
+    /// whose blanks run out during a run of quick tasks meets one container start, not one per
+    /// spent container. `true` claims that one start; a [`NeededStart`] releases it.
     pub(crate) fn successor_needed(&self, index: usize) -> bool {
-        !self.slots.iter().enumerate().any(|(i, slot)| {
+        let blank_left = self.slots.iter().enumerate().any(|(i, slot)| {
             let s = slot.lock();
             i != index
                 && s.state == SlotState::Idle
                 && s.member.as_ref().is_some_and(|m| m.is_blank() && !m.is_retired())
-        })
+        });
+        !blank_left
+            && self
+                .pause
+                .needed_starting
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
     }
 
     /// Removes a recycled container once dispatch pauses (the pool's stop leaves it to the
@@ -110,6 +126,16 @@ impl Inner {
                 engine.removals.remove_until_gone(&**engine, &id, &engine.stop).await;
             }
         });
+    }
+}
+
+/// The one start [`Inner::successor_needed`] claimed, released when dropped (the successor up,
+/// failed, or aborted with the pool).
+pub(crate) struct NeededStart(pub(crate) Arc<Inner>);
+
+impl Drop for NeededStart {
+    fn drop(&mut self) {
+        self.0.pause.needed_starting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
