@@ -22,19 +22,26 @@ fi
 # The log of the container's last run only: in a crash loop, earlier runs' errors printed
 # above the current one were read first. A run's first lines can be stamped a few
 # microseconds before its StartedAt, and the engine waits at least 100 ms before a restart:
-# the log from 50 ms before the last start is that run's whole.
+# the log from 50 ms before the last start is that run's whole. A run that starts while the
+# log is read would add its lines: the start is read again after the log, and the log read
+# again if it moved.
 fail() {
   echo "make up: $1; the log of its last run:" >&2
-  since=
-  started_at=$(docker inspect -f '{{.State.StartedAt}}' "$cid" 2>/dev/null) &&
-    ns=$(date -d "$started_at" +%s%N 2>/dev/null) &&
-    ns=$((ns - 50000000)) &&
-    since=$(printf '%d.%09d' $((ns / 1000000000)) $((ns % 1000000000))) || since=
-  if [ -n "$since" ]; then
-    docker logs --since "$since" --tail 40 "$cid" >&2 2>&1 || true
-  else
-    docker logs --tail 40 "$cid" >&2 2>&1 || true
-  fi
+  log=
+  for _ in 1 2 3 4 5; do
+    since=
+    started_at=$(docker inspect -f '{{.State.StartedAt}}' "$cid" 2>/dev/null) &&
+      ns=$(date -d "$started_at" +%s%N 2>/dev/null) &&
+      ns=$((ns - 50000000)) &&
+      since=$(printf '%d.%09d' $((ns / 1000000000)) $((ns % 1000000000))) || since=
+    if [ -z "$since" ]; then
+      log=$(docker logs --tail 40 "$cid" 2>&1 || true)
+      break
+    fi
+    log=$(docker logs --since "$since" --tail 40 "$cid" 2>&1 || true)
+    [ "$(docker inspect -f '{{.State.StartedAt}}' "$cid" 2>/dev/null)" = "$started_at" ] && break
+  done
+  printf '%s\n' "$log" >&2
   exit 1
 }
 
