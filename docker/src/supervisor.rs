@@ -163,28 +163,19 @@ fn bring_up_successor(inner: &Arc<Inner>, index: usize) -> Successor {
     let (inner, engine) = (inner.clone(), inner.engine.clone());
     let logs = inner.slots[index].logs.clone();
     tokio::spawn(async move {
-        let claimed = std::sync::atomic::AtomicBool::new(false);
-        inner
-            .pause_or(|inner| {
-                let needed = inner.successor_needed(index);
-                claimed.store(needed, std::sync::atomic::Ordering::Relaxed);
-                needed
-            })
-            .await;
-        // Released however this ends (up, failed, or aborted with the pool).
-        let _claim = claimed
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .then(|| crate::pool::NeededStart(inner.clone()));
+        let needed = inner.pause_or(|inner| inner.successor_needed(index)).await;
+        // The claim `successor_needed` took, released however this ends (up, failed, or
+        // aborted with the pool).
+        let _claim = needed.then(|| crate::pool::NeededStart(inner.clone()));
         let startup = Duration::from_secs(engine.config.startup_timeout_secs);
-        let up = tokio::time::timeout(startup, engine.bring_up(index, logs, startup))
-            .await
-            .unwrap_or_else(|_| {
+        tokio::time::timeout(startup, engine.bring_up(index, logs, startup)).await.unwrap_or_else(
+            |_| {
                 Err(PoolError::StartupTimeout {
                     secs: startup.as_secs(),
                     detail: format!("successor for slot {index} was not ready"),
                 })
-            });
-        up
+            },
+        )
     })
 }
 

@@ -267,7 +267,7 @@ async fn present(rule: &[String]) -> Result<bool, FirewallError> {
 /// between the listing and the insert, which moves the position: the DROP is checked to be
 /// below every ACCEPT of the bridge, and moved if not (above one, it shuts that listener out).
 async fn insert_drop(interface: &str, drop_rest: &[String]) -> Result<(), FirewallError> {
-    for _ in 0..DELETE_ATTEMPTS {
+    for _ in 0..RULE_ATTEMPTS {
         let listing = run(&["-S", "INPUT"]).await?;
         let position = drop_position(&listing, interface).to_string();
         let mut args = vec!["-I", "INPUT", &position];
@@ -286,13 +286,8 @@ async fn insert_drop(interface: &str, drop_rest: &[String]) -> Result<(), Firewa
 /// Whether every nexbot DROP of `interface` in `listing` is below all its nexbot ACCEPTs.
 fn drop_below_accepts(listing: &str, interface: &str) -> bool {
     let rules: Vec<&str> = listing.lines().filter(|line| line.starts_with("-A INPUT ")).collect();
-    let is_drop = |line: &str| {
-        line.contains(&format!("-i {interface} "))
-            && line.contains(COMMENT)
-            && line.ends_with("-j DROP")
-    };
-    let last_accept = rules.iter().rposition(|line| is_listener_accept(line, interface));
-    let first_drop = rules.iter().position(|line| is_drop(line));
+    let last_accept = rules.iter().rposition(|line| is_ours(line, interface, "ACCEPT"));
+    let first_drop = rules.iter().position(|line| is_ours(line, interface, "DROP"));
     match (last_accept, first_drop) {
         (Some(accept), Some(drop)) => drop > accept,
         _ => true,
@@ -312,9 +307,14 @@ fn drop_position(listing: &str, interface: &str) -> usize {
 }
 
 fn is_listener_accept(line: &str, interface: &str) -> bool {
+    is_ours(line, interface, "ACCEPT")
+}
+
+/// Whether `line` (of `iptables -S`) is a nexbot rule of `interface` ending in `-j target`.
+fn is_ours(line: &str, interface: &str, target: &str) -> bool {
     line.contains(&format!("-i {interface} "))
         && line.contains(COMMENT)
-        && line.ends_with("-j ACCEPT")
+        && line.strip_suffix(target).is_some_and(|rest| rest.ends_with("-j "))
 }
 
 /// Deletes the ACCEPT rules of `interface` whose port nothing listens on any more: what a
@@ -404,7 +404,7 @@ async fn other_listeners(interface: &str) -> Result<Vec<String>, FirewallError> 
 /// for a few seconds; a rule still there after that is logged as an error with the command
 /// that removes it by hand.
 async fn delete_surely(rule: &[String]) {
-    for attempt in 0..DELETE_ATTEMPTS {
+    for attempt in 0..RULE_ATTEMPTS {
         while iptables("-D", rule).await.is_ok() {}
         match present(rule).await {
             Ok(false) => return,
@@ -423,7 +423,9 @@ async fn delete_surely(rule: &[String]) {
     );
 }
 
-const DELETE_ATTEMPTS: u32 = 6;
+/// How often a rule change that the tables did not keep is tried (half a second apart when
+/// deleting).
+const RULE_ATTEMPTS: u32 = 6;
 
 /// Whether `iptables -C`'s complaint says the rule is not there (rather than that the check
 /// itself failed).

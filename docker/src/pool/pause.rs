@@ -70,8 +70,8 @@ impl Pause {
 
 impl Inner {
     /// Returns once dispatch has paused for `recycle_pause_ms`, a task waits for a container,
-    /// `needed` holds, [`LONGEST`] has passed, or the pool stops.
-    pub(crate) async fn pause_or(&self, needed: impl Fn(&Inner) -> bool) {
+    /// `needed` holds, [`LONGEST`] has passed, or the pool stops; `true` when it was `needed`.
+    pub(crate) async fn pause_or(&self, needed: impl Fn(&Inner) -> bool) -> bool {
         let pause = Duration::from_millis(self.engine.config.recycle_pause_ms);
         let until = tokio::time::Instant::now() + LONGEST;
         loop {
@@ -80,17 +80,20 @@ impl Inner {
             tokio::pin!(demand);
             demand.as_mut().enable();
             let quiet = self.pause.quiet_for();
-            if quiet >= pause || self.has_waiters() || needed(self) {
-                return;
+            if quiet >= pause || self.has_waiters() {
+                return false;
+            }
+            if needed(self) {
+                return true;
             }
             let wake = (tokio::time::Instant::now() + (pause - quiet)).min(until);
             tokio::select! {
-                _ = self.engine.stop.cancelled() => return,
-                _ = &mut demand => return,
+                _ = self.engine.stop.cancelled() => return false,
+                _ = &mut demand => return false,
                 _ = tokio::time::sleep_until(wake) => {}
             }
             if tokio::time::Instant::now() >= until {
-                return;
+                return false;
             }
         }
     }
@@ -122,8 +125,7 @@ impl Inner {
         tokio::spawn(async move {
             inner.pause_or(|_| false).await;
             if !inner.engine.stop.is_cancelled() {
-                let engine = &inner.engine;
-                engine.removals.remove_until_gone(&**engine, &id, &engine.stop).await;
+                inner.engine.remove_in_background(&id);
             }
         });
     }
