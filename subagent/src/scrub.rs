@@ -222,20 +222,29 @@ fn own_children() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
 }
 
 /// A child this program spawned and waits for itself, marked so from its spawn until its
-/// wait returned ([`OwnChild::waited`]). Create it right after the spawn, with no `.await`
-/// between: the orphan reaper runs on the same (single-threaded) runtime, so it cannot see
-/// the child before it is marked. A child dropped unwaited (a timeout) stays marked until the
-/// scrub, which reaps everything.
+/// wait returned ([`OwnChild::waited`]). Made by [`OwnChild::spawn`], which starts the child
+/// and marks it under the lock [`reap_orphans`] holds while it looks and reaps: a child that
+/// exits at once is never taken for an orphan between its spawn and its mark, whatever thread
+/// the reaper runs on (the unit tests run it on another thread; measured: a `true` spawned by
+/// one test was reaped by another's reaper before it was marked, and its `wait` failed). A
+/// child dropped unwaited (a timeout) stays marked until the scrub, which reaps everything.
 #[derive(Debug)]
 pub struct OwnChild(Option<i32>);
 
 impl OwnChild {
-    pub fn new(pid: Option<u32>) -> Self {
-        let pid = pid.and_then(|pid| i32::try_from(pid).ok());
+    /// Runs `spawn` and marks the child it started (its pid as `id` reads it), both under
+    /// the reaper's lock. A failed spawn marks nothing.
+    pub fn spawn<C, E>(
+        spawn: impl FnOnce() -> Result<C, E>,
+        id: impl FnOnce(&C) -> Option<u32>,
+    ) -> Result<(C, Self), E> {
+        let mut own = own_children();
+        let child = spawn()?;
+        let pid = id(&child).and_then(|pid| i32::try_from(pid).ok());
         if let Some(pid) = pid {
-            own_children().insert(pid);
+            own.insert(pid);
         }
-        Self(pid)
+        Ok((child, Self(pid)))
     }
 
     /// Its wait returned: the pid is reaped and may be reused by anything.
@@ -255,10 +264,12 @@ pub fn reap_orphans() -> u32 {
     let me = process::getpid().as_raw_nonzero().get();
     let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
     let mut reaped = 0;
+    // Held while looking and reaping: a child being spawned is marked before it is looked at.
+    let own = own_children();
     for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         let orphan = state(&stat) == Some('Z') && parent(&stat) == Some(me);
-        if !orphan || own_children().contains(&pid) {
+        if !orphan || own.contains(&pid) {
             continue;
         }
         if let Some(pid) = Pid::from_raw(pid) {
@@ -494,14 +505,44 @@ mod tests {
         assert!(!alive(i32::MAX), "a pid that does not exist");
         assert!(alive(std::process::id() as i32));
         // A child that has exited and is not reaped yet: a zombie, not alive.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
         // (Marked as waited for: another test's orphan reaper must not take its status.)
-        let own = OwnChild::new(Some(child.id()));
+        let (mut child, own) = spawn_own("true");
         let pid = child.id() as i32;
         assert!(becomes_zombie(pid), "the child became a zombie");
         assert!(!alive(pid));
         child.wait().unwrap();
         own.waited();
+    }
+
+    fn spawn_own(program: &str) -> (std::process::Child, OwnChild) {
+        OwnChild::spawn(|| std::process::Command::new(program).spawn(), |c| Some(c.id())).unwrap()
+    }
+
+    #[test]
+    fn a_child_that_exits_at_once_is_never_taken_by_a_reaper_on_another_thread() {
+        // The reaper runs in a loop on its own thread while children that exit at once are
+        // spawned: every child's own wait must get its status (the old mark-after-spawn lost
+        // some to the reaper, which then made their wait fail).
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reaper = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    reap_orphans();
+                }
+            }
+        });
+        let lost = (0..300)
+            .filter(|_| {
+                let (mut child, own) = spawn_own("true");
+                let waited = child.wait();
+                own.waited();
+                waited.is_err()
+            })
+            .count();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        reaper.join().unwrap();
+        assert_eq!(lost, 0, "children whose status the reaper took");
     }
 
     /// Waits (at most 5 s) until `pid` is a zombie.
@@ -524,8 +565,7 @@ mod tests {
     #[test]
     fn the_orphan_reaper_leaves_the_children_this_program_waits_for() {
         // An own child that has exited: the reaper must not take its status.
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let own = OwnChild::new(Some(child.id()));
+        let (mut child, own) = spawn_own("true");
         let pid = child.id() as i32;
         assert!(becomes_zombie(pid), "the child became a zombie");
         reap_orphans();

@@ -133,11 +133,10 @@ pub async fn use_cli(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child =
-        child.spawn().map_err(|e| ToolError::Failed(format!("cannot start the CLI: {e}")))?;
-    let _group = super::command::GroupKiller(child.id());
     // Its exit status is for the `wait` below, not for the orphan reaper.
-    let own = crate::scrub::OwnChild::new(child.id());
+    let (mut child, own) = crate::scrub::OwnChild::spawn(|| child.spawn(), |c| c.id())
+        .map_err(|e| ToolError::Failed(format!("cannot start the CLI: {e}")))?;
+    let _group = super::command::GroupKiller(child.id());
     if let Some(mut stdin) = child.stdin.take() {
         use tokio::io::AsyncWriteExt;
         let task = args.task_text.clone();

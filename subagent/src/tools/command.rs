@@ -151,12 +151,11 @@ pub async fn run_command(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child =
-        child.spawn().map_err(|e| ToolError::Failed(format!("cannot start /bin/sh: {e}")))?;
+    // Its exit status is for the `wait` below, not for the orphan reaper.
+    let (mut child, own) = crate::scrub::OwnChild::spawn(|| child.spawn(), |c| c.id())
+        .map_err(|e| ToolError::Failed(format!("cannot start /bin/sh: {e}")))?;
     drop(secret_env);
     let _group = GroupKiller(child.id());
-    // Its exit status is for the `wait` below, not for the orphan reaper.
-    let own = crate::scrub::OwnChild::new(child.id());
     let half = MAX_TOOL_OUTPUT / 2;
     let mut stdout = HeadTail::new(half);
     let mut stderr = HeadTail::new(half);
