@@ -22,6 +22,9 @@ pub enum ClientError {
          nexbot.sock"
     )]
     NotRunning { socket: PathBuf, reason: String },
+    /// The daemon is there but still starting (its parts are not up yet).
+    #[error("{message}")]
+    Starting { message: String },
     /// The daemon answered with an error.
     #[error("{message}")]
     Daemon { status: u16, message: String },
@@ -31,10 +34,11 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// 3 when the daemon is not running, 1 otherwise.
+    /// 3 when the daemon is not running, 4 while it is starting, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Self::NotRunning { .. } => 3,
+            Self::Starting { .. } => 4,
             Self::Daemon { .. } | Self::Protocol(_) => 1,
         }
     }
@@ -110,10 +114,16 @@ impl Client {
             .map_err(|e| ClientError::Protocol(e.to_string()))?
             .to_bytes();
         if !status.is_success() {
-            let message = serde_json::from_slice::<ErrorBody>(&body)
-                .map(|e| e.error)
-                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-            return Err(ClientError::Daemon { status: status.as_u16(), message });
+            return Err(match serde_json::from_slice::<ErrorBody>(&body) {
+                Ok(ErrorBody { error, starting: true }) => ClientError::Starting { message: error },
+                Ok(ErrorBody { error, .. }) => {
+                    ClientError::Daemon { status: status.as_u16(), message: error }
+                }
+                Err(_) => ClientError::Daemon {
+                    status: status.as_u16(),
+                    message: String::from_utf8_lossy(&body).into_owned(),
+                },
+            });
         }
         Ok(body)
     }

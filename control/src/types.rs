@@ -37,6 +37,10 @@ pub mod paths {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
+    /// The daemon is still starting (its answer before the control API is up: 503). Added
+    /// later: absent from other answers and from older daemons'.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub starting: bool,
 }
 
 /// `GET /v1/health`: whether the daemon serves (store open, pool warm), and what works less

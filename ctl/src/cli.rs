@@ -11,7 +11,8 @@ Socket: --socket, else $NEXBOT_SOCKET, else nexbot.sock in the directory of $NEX
 (the daemon's own default config), else ./nexbot.sock (the data directory of ./config.toml).
 
 Exit codes: 0 ok, 1 the daemon answered an error (its message is printed), 2 usage error,
-3 the daemon is not running (nothing listens on the socket).";
+3 the daemon is not running (nothing listens on the socket), 4 the daemon is starting (try
+again in a moment).";
 
 #[derive(Debug, Parser)]
 #[command(

@@ -182,6 +182,13 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     }
     // One daemon per data directory, held until the process ends.
     let _lock = DataDirLock::acquire(&config.data_dir())?;
+    // The control socket first: while the parts below start, `nexbot-ctl` hears "starting"
+    // rather than finding no daemon.
+    let early = config.control.enabled.then(|| config.control_socket()).and_then(|path| {
+        control_api::early::EarlySocket::open(&path)
+            .inspect_err(|e| tracing::warn!(socket = %path.display(), error = %e, "cannot open the control socket early; it opens when the daemon is up"))
+            .ok()
+    });
     let options = AppOptions { exits: Some(exits), ..AppOptions::default() };
     let mut app = App::start_with(&config, options).await?;
     if let Some(why) = app.delegation_off() {
@@ -202,7 +209,7 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
         }
     };
     let reloader = Arc::new(Reloader::new(path.to_owned(), config.clone(), telegram));
-    match control_api::attach(&mut app, &config, Some(reloader.clone()), degraded) {
+    match control_api::attach(&mut app, &config, Some(reloader.clone()), degraded, early).await {
         Ok(socket) => {
             tracing::info!(socket = %socket.display(), "the control API is on (nexbot-ctl)")
         }

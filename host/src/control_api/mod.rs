@@ -9,6 +9,7 @@
 
 pub mod approvals;
 pub mod cron;
+pub mod early;
 pub mod mcp;
 pub mod metrics;
 pub mod ops;
@@ -114,7 +115,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.message })).into_response()
+        (self.status, Json(ErrorBody { error: self.message, starting: false })).into_response()
     }
 }
 
@@ -281,11 +282,14 @@ pub fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 /// Starts the control API (and the metrics-only TCP listener when `control.metrics_addr` is
 /// set) as `Stage::Service` parts of `app`, and the daily pruning of old records. Returns the
 /// socket's path; an error says why the control API is off (the daemon serves on without it).
-pub fn attach(
+/// `early`: the socket as the daemon opened it before the app started (answering "starting"
+/// meanwhile); the control API takes it over, or binds the socket itself when there is none.
+pub async fn attach(
     app: &mut App,
     config: &Config,
     reloader: Option<Arc<Reloader>>,
     degraded: Vec<String>,
+    early: Option<early::EarlySocket>,
 ) -> Result<PathBuf, String> {
     let retention = config.storage.retention();
     let store = app.store().clone();
@@ -346,8 +350,11 @@ pub fn attach(
     let probe_config = config.clone();
     app.spawn("model probe", Stage::Service, move |stop| probe_model(probed, probe_config, stop));
     let path = config.control_socket();
-    let listener =
-        bind_unix(&path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let listener = match early {
+        Some(early) => early.hand_over().await,
+        None => bind_unix(&path),
+    }
+    .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
     let socket = path.clone();
     let api_state = state.clone();
     app.spawn("control API", Stage::Service, move |stop| async move {

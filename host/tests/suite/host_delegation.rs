@@ -748,3 +748,49 @@ async fn a_daemon_starting_while_its_predecessor_goes_away_gets_its_sandbox() {
     host.stop().await;
     drop(leftovers);
 }
+
+/// The control socket opens before the parts start: while the daemon waits for its sandbox
+/// (here a predecessor that still owns the pool's network for 3 s), `nexbot-ctl` hears
+/// "starting" (exit 4) rather than "not running" (exit 3), then the real answer.
+#[tokio::test]
+async fn a_starting_daemon_says_so_on_its_control_socket() {
+    let Some(docker) = docker_or_skip("starting_daemon").await else { return };
+    image_present(&docker).await;
+    let leftovers = Leftovers::new("starting");
+    let mut predecessor =
+        std::process::Command::new("sleep").arg("3").spawn().expect("spawn the predecessor");
+    let owner = nexbot_docker::Owner::of_process(predecessor.id()).expect("its identity");
+    nexbot_docker::ensure_pool_network_owned(&docker, &leftovers.network, &owner)
+        .await
+        .expect("the predecessor's network");
+    let reaper = std::thread::spawn(move || predecessor.wait());
+    let llm = ScriptedLlm::start(vec![]).await;
+    let ws = TempWorkspace::init("nxw-starting");
+    let mut env = base_env(&llm.base_url());
+    env.extend(leftovers.env());
+    env.extend(test_image());
+    let daemon = nexbot_tests::daemon::Daemon::spawn(common::NEXBOT, &ws.config(), env);
+    let mut seen = Vec::new();
+    let start = std::time::Instant::now();
+    loop {
+        let ran = common::ctl(&ws, &["health"], "").await;
+        if seen.last().map(|(code, _)| code) != Some(&ran.code) {
+            seen.push((ran.code, ran.stderr.clone()));
+        }
+        if ran.code == Some(0) {
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "never healthy: {seen:?}\n{}", daemon.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let starting = seen.iter().find(|(code, _)| *code == Some(4));
+    let (_, said) = starting.unwrap_or_else(|| panic!("never \"starting\": {seen:?}"));
+    assert!(said.contains("daemon is starting"), "{said}");
+    // Once the socket answered, it never said "not running" again.
+    let first = seen.iter().position(|(code, _)| *code == Some(4)).unwrap();
+    assert!(seen[first..].iter().all(|(code, _)| *code != Some(3)), "{seen:?}");
+    assert!(daemon.log().contains("trying again"), "the start did wait: {}", daemon.log());
+    reaper.join().unwrap().unwrap();
+    daemon.stop(LIMIT).await;
+    drop(leftovers);
+}
