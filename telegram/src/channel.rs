@@ -44,6 +44,7 @@ mod cut_off;
 mod deliver;
 mod disk_full;
 mod poll;
+mod press;
 mod progress;
 
 /// Why the channel could not be built.
@@ -94,6 +95,8 @@ struct Inner {
     lanes: Mutex<HashMap<i64, mpsc::UnboundedSender<Arrival>>>,
     /// Updates not recorded for lack of space whose chat was told so.
     disk_full: DiskFullNotices,
+    /// Pressed buttons waiting for their command's answer ([`press`]).
+    presses: press::Presses,
 }
 
 struct Inflight {
@@ -140,6 +143,7 @@ impl Telegram {
                 refused: Mutex::new(HashSet::new()),
                 lanes: Mutex::new(HashMap::new()),
                 disk_full: DiskFullNotices::default(),
+                presses: press::Presses::default(),
             }),
         })
     }
@@ -229,6 +233,7 @@ impl Channel for Telegram {
                 OutboundKind::Taken => {
                     if let Some(update_id) = update_id {
                         inner.finish_inflight(update_id);
+                        inner.answer_press(update_id, None).await;
                         inner
                             .settle(update_id, Settlement::Answered { message_ids: Vec::new() })
                             .await;
@@ -237,6 +242,16 @@ impl Channel for Telegram {
                 }
                 OutboundKind::Final => {
                     let flight = update_id.and_then(|id| inner.finish_inflight(id));
+                    // A pressed button's short answer is the press's notice, not a message.
+                    if let Some(update_id) = update_id {
+                        let notice = press::fits_a_notice(&message.text, !message.buttons.is_empty())
+                            .then_some(message.text.as_str());
+                        if inner.answer_press(update_id, notice).await && notice.is_some() {
+                            let answered = Settlement::Answered { message_ids: Vec::new() };
+                            inner.settle(update_id, answered).await;
+                            return Ok(None);
+                        }
+                    }
                     // In a group the answer quotes the message it answers.
                     let reply_to = flight
                         .filter(|f| f.group && f.chat_id == chat_id)

@@ -426,6 +426,27 @@ impl TelegramFixture {
         }
     }
 
+    /// The answer to the press `click` (`answerCallbackQuery`, status 200): the notice it
+    /// showed (`""` for none). Polls until it comes; panics with the answers seen when
+    /// `deadline` passes first.
+    pub async fn press_answer(&self, click: &Clicked, deadline: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let answers = self.calls("answerCallbackQuery").await;
+            let answer = answers.iter().find(|c| {
+                c.status == 200 && c.params["callback_query_id"] == click.callback_query_id.as_str()
+            });
+            if let Some(answer) = answer {
+                return answer.params["text"].as_str().unwrap_or_default().to_owned();
+            }
+            if start.elapsed() >= deadline {
+                let seen: Vec<&Value> = answers.iter().map(|c| &c.params).collect();
+                panic!("press {click:?} not answered within {deadline:?}; answers: {seen:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The calls of `method` (any case), oldest first; `""` for every call.
     pub async fn calls(&self, method: &str) -> Vec<Call> {
         let path = format!("calls?method={}&token={}", encode(method), encode(&self.token));

@@ -44,9 +44,11 @@
  *     a Message with the matching field; caption <= 1024.
  *   - editMessageReplyMarkup -> the Message; getFile -> a File for files users sent;
  *     getChat -> the Chat; getWebhookInfo -> {url, has_custom_certificate:false,
- *     pending_update_count}; getMyCommands -> what setMyCommands stored; every other method
- *     (sendChatAction, setMyCommands, deleteMyCommands, setWebhook, deleteWebhook,
- *     answerCallbackQuery, unknown ones) -> {ok:true, result:true}.
+ *     pending_update_count}; getMyCommands -> what setMyCommands stored; answerCallbackQuery
+ *     -> true once per press a user made (/__fixture/callbacks), 400 `query is too old ...`
+ *     for a second answer or an unknown id, 400 `MESSAGE_TOO_LONG` for a text over 200
+ *     characters; every other method (sendChatAction, setMyCommands, deleteMyCommands,
+ *     setWebhook, deleteWebhook, unknown ones) -> {ok:true, result:true}.
  *   - every call is recorded: {method (lower case), token, params, time_ms (since start),
  *     status (0 when the connection was cut)}; multipart files are recorded as
  *     {file_name, size, mime_type} in place of their contents.
@@ -121,6 +123,7 @@ function freshState() {
     faults: [],
     invalidTokens: new Set(),
     downUntil: 0,
+    callbacks: new Map(), // callback_query_id -> answered (bool), for presses users made
   };
 }
 let state = freshState();
@@ -767,6 +770,7 @@ async function userCallback(body) {
       chat_instance: `ci${Math.abs(chatId)}`, data,
     };
     const update = pushUpdate(token, { callback_query: cq });
+    state.callbacks.set(cq.id, false);
     return { update_id: update.update_id, callback_query_id: cq.id };
   });
 }
@@ -907,6 +911,18 @@ async function dispatch(token, method, params, files, res) {
       b.webhook = '';
       if (params.drop_pending_updates) b.updates = [];
       return true;
+    case 'answercallbackquery': {
+      // A press is answered once; its notice is at most 200 characters (Telegram's limits).
+      const id = String(params.callback_query_id || '');
+      if (state.callbacks.get(id) !== false) {
+        throw badRequest('query is too old and response timeout expired or query ID is invalid');
+      }
+      if (params.text !== undefined && [...String(params.text)].length > 200) {
+        throw badRequest('MESSAGE_TOO_LONG');
+      }
+      state.callbacks.set(id, true);
+      return true;
+    }
     case 'setmycommands':
       b.commands = Array.isArray(params.commands) ? params.commands : [];
       return true;
@@ -923,7 +939,7 @@ async function dispatch(token, method, params, files, res) {
       if (!f) throw badRequest('invalid file_id');
       return { ...f.file, file_path: f.path };
     }
-    default: return true; // sendChatAction, answerCallbackQuery, ... and unknown methods
+    default: return true; // sendChatAction, ... and unknown methods
   }
 }
 

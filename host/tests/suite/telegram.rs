@@ -269,21 +269,20 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
     // A stranger's press changes nothing and is answered as refused.
     let refused = tg.user_clicks(OWNER, STRANGER, menu.message_id, "/agent off").await;
     // The owner's presses: a CLI the image cannot run (one line why), then off; each press
-    // is answered.
+    // is answered by its notice, not by one more message (the menu is the message).
+    let messages_before = tg.bot_messages(OWNER).await.len();
     let cli = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cli qwen").await;
-    let said = tg.wait_bot_messages(OWNER, |m| has_text(m, "The qwen CLI cannot run here"), LIMIT);
-    let said = said.await;
-    let why = said.iter().find(|m| m.text.contains("cannot run here")).unwrap();
-    assert!(why.text.contains("the sandbox is not running") && !why.text.contains('\n'), "{why:?}");
+    let why = tg.press_answer(&cli, LIMIT).await;
+    assert!(why.contains("The qwen CLI cannot run here"), "{why}");
+    assert!(why.contains("the sandbox is not running"), "{why}");
     let off = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent off").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "the model answers alone"), LIMIT).await;
+    assert!(tg.press_answer(&off, LIMIT).await.contains("the model answers alone"));
     let cancel = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent cancel").await;
-    tg.wait_bot_messages(
-        OWNER,
-        |m| has_text(m, "Nothing changed: agent mode off, CLI none"),
-        LIMIT,
-    )
-    .await;
+    let nothing = tg.press_answer(&cancel, LIMIT).await;
+    assert!(nothing.contains("Nothing changed: agent mode off, CLI none"), "{nothing}");
+    let after: Vec<String> =
+        tg.bot_messages(OWNER).await.into_iter().map(|m| m.text).skip(messages_before).collect();
+    assert!(after.is_empty(), "a press's answer came as a message too: {after:?}");
     let answered: Vec<Value> =
         tg.calls("answerCallbackQuery").await.into_iter().map(|c| c.params).collect();
     for click in [&refused, &cli, &off, &cancel] {
@@ -318,8 +317,8 @@ async fn the_agent_menu_is_an_inline_keyboard_whose_presses_change_the_mode_acro
         tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode is off here"), LIMIT).await;
     let menu = messages.iter().rev().find(|m| !m.buttons().is_empty()).unwrap();
     assert!(menu.buttons()[1].0.starts_with('✅'), "off is ticked: {:?}", menu.buttons());
-    tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent on").await;
-    tg.wait_bot_messages(OWNER, |m| has_text(m, "Agent mode on"), LIMIT).await;
+    let on = tg.user_clicks(OWNER, OWNER, menu.message_id, "/agent on").await;
+    assert!(tg.press_answer(&on, LIMIT).await.contains("Agent mode on"));
     tg.user_says(OWNER, OWNER, "tools again").await;
     tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: tools again"), LIMIT).await;
     serving.stop(LIMIT).await;

@@ -263,18 +263,14 @@ impl Inner {
         let access = self.access.read().unwrap_or_else(|p| p.into_inner()).clone();
         let decision = policy::decide(&access, &me, &update);
         if let UpdateKind::CallbackQuery(query) = &update.kind {
-            // A pressed button: Telegram shows a spinner on it until the press is answered,
-            // whatever is decided. The command's own answer comes as a message.
-            let note = match &decision {
-                Decision::Handle { .. } => None,
-                Decision::Refuse { .. } => Some("Not allowed."),
-            };
-            let mut answer = self.bot.answer_callback_query(query.id.clone());
-            if let Some(note) = note {
-                answer = answer.text(note);
-            }
-            if let Err(e) = answer.send().await {
-                tracing::debug!(update_id, error = %said(&e), "answerCallbackQuery failed");
+            // A pressed button: Telegram shows a spinner on it until the press is answered.
+            // A refusal at once; a press that is handled waits (briefly) for its command's
+            // answer, which is then the press's notice (`press.rs`).
+            match &decision {
+                Decision::Handle { .. } => self.hold_press(update_id, query.id.clone()),
+                Decision::Refuse { .. } => {
+                    super::press::answer_query(self, query.id.clone(), Some("Not allowed.")).await
+                }
             }
         }
         match decision {
@@ -290,6 +286,10 @@ impl Inner {
                 let received = self.ledger.receive(record.clone(), None).await;
                 if let Err(e) = &received {
                     self.tell_if_disk_full(e, update_id, chat_id, message_id);
+                }
+                if !received.as_ref().is_ok_and(|new| *new) {
+                    // Not handed over: nothing will answer the press.
+                    self.answer_press(update_id, None).await;
                 }
                 if !received? {
                     tracing::debug!(update_id, "update seen before; not handled again");

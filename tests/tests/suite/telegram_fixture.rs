@@ -565,7 +565,19 @@ async fn users_send_files_replies_groups_and_button_presses() {
     assert!(q["chat_instance"].is_string());
     assert_eq!(q["message"]["message_id"], bot_id);
     assert_eq!(q["from"]["id"], 11);
-    assert_eq!(ok(&fx, "answerCallbackQuery", json!({"callback_query_id": q["id"]})).await, true);
+    // A notice over 200 characters is refused; a press is answered once (Telegram's limits).
+    let long = json!({"callback_query_id": q["id"], "text": "é".repeat(201)});
+    let (status, refused) = api(&fx, "answerCallbackQuery", long).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["description"].as_str().unwrap().contains("MESSAGE_TOO_LONG"), "{refused}");
+    let notice = json!({"callback_query_id": q["id"], "text": "é".repeat(200)});
+    assert_eq!(ok(&fx, "answerCallbackQuery", notice).await, true);
+    let (status, again) =
+        api(&fx, "answerCallbackQuery", json!({"callback_query_id": q["id"]})).await;
+    assert_eq!(status, 400, "{again}");
+    assert!(again["description"].as_str().unwrap().contains("query is too old"), "{again}");
+    let unknown = json!({"callback_query_id": "no-such-press"});
+    assert_eq!(api(&fx, "answerCallbackQuery", unknown).await.0, 400);
 }
 
 #[tokio::test]
