@@ -35,6 +35,10 @@ impl Approvals {
                 answers: kind.answers(),
             });
         }
+        let reads = matches!(&pending.question, Question::Request(r) if r.reads_only());
+        if choice == Choice::Read && !reads {
+            return Err(AnswerError::NotARead { id });
+        }
         let outcome = Outcome::Answered { choice, by: by.to_owned() };
         if !pending.outcome.send_if_modified(|o| settle(o, outcome)) {
             return Err(AnswerError::NotWaiting(id));
@@ -50,8 +54,24 @@ impl Approvals {
                     (None, Choice::Task | Choice::Chat) => {
                         task.granted.insert((r.host.clone(), r.port))
                     }
+                    (None, Choice::Read) => {
+                        task.reading = true;
+                        true
+                    }
                     _ => false,
                 };
+            }
+            // The allowance given: the task's other questions about requests that only read
+            // are answered by the same press.
+            if r.secret_name.is_none() && choice == Choice::Read {
+                let outcome = Outcome::Answered { choice, by: by.to_owned() };
+                for other in state.pending.values().filter(|p| p.id != id) {
+                    if let Question::Request(o) = &other.question {
+                        if o.task_id == r.task_id && o.reads_only() {
+                            other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        }
+                    }
+                }
             }
             // The destination allowed for the task (or always): the task's other questions
             // about it (other methods or paths) are answered by the same press.

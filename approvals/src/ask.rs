@@ -22,13 +22,18 @@ use super::{
     settle, step_subject, Approvals, Choice, Key, Kind, Outcome, Pending, Question, RESERVED,
 };
 
+/// Why a request the reading allowance was chosen for does not go.
+const NOT_A_READ: &str = "the reading allowance covers only GET and HEAD requests the proxy \
+     sends itself, without a body or a secret, to a host name, with a URL of at most 2048 \
+     characters; this request is none of that, so it was not sent";
+
 impl Approvals {
     /// The decision about one held request (see the module's docs).
     pub(super) async fn decide(self: Arc<Self>, request: ApprovalRequest) -> Approval {
         let destination = (request.host.clone(), request.port);
         let (chat, unattended) = {
-            let state = self.lock();
-            let Some(task) = state.tasks.get(&request.task_id) else {
+            let mut state = self.lock();
+            let Some(task) = state.tasks.get_mut(&request.task_id) else {
                 return Approval::Refuse(
                     "the daemon knows no running task of this request to ask about".into(),
                 );
@@ -38,6 +43,12 @@ impl Approvals {
                 None => task.granted.contains(&destination),
             };
             if granted {
+                return Approval::Allow;
+            }
+            // The task's reading allowance: a request that only reads goes unasked (and is
+            // kept for the receipt); anything else is asked as before.
+            if task.reading && request.reads_only() {
+                task.read.insert(destination.clone());
                 return Approval::Allow;
             }
             if request.secret_name.as_ref().is_some_and(|n| task.denied_secrets.contains(n)) {
@@ -82,6 +93,8 @@ impl Approvals {
 
     /// Asks (or joins the question already asked) and waits for how it ended.
     async fn wait_answer(self: Arc<Self>, question: Question, chat: ChatRef) -> Approval {
+        // A reading allowance lets only what reads go, this request included.
+        let reads = matches!(&question, Question::Request(r) if r.reads_only());
         let _held = match self.hold(&chat) {
             Ok(held) => held,
             Err(refused) => return refused,
@@ -94,6 +107,9 @@ impl Approvals {
         match ended {
             Ok(Some(Outcome::Answered { choice: Choice::Deny, .. })) => {
                 Approval::Refuse(DENIED_BY_USER.into())
+            }
+            Ok(Some(Outcome::Answered { choice: Choice::Read, .. })) if !reads => {
+                Approval::Refuse(NOT_A_READ.into())
             }
             Ok(Some(Outcome::Answered { .. })) => Approval::Allow,
             Ok(Some(Outcome::NoAnswer)) | Ok(None) | Err(_) => Approval::Refuse(NO_ANSWER.into()),

@@ -36,7 +36,7 @@
 //! which survives restarts. Several held requests of one task about one thing wait on one
 //! question; a task may ask about at most `egress.max_questions_per_task` destinations.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -72,6 +72,9 @@ pub enum Choice {
     Task,
     /// An "always" rule for the chat: every task of the chat, across restarts (egress only).
     Chat,
+    /// The task's reading allowance (egress only): this request, and every later one of the
+    /// task that only reads ([`ApprovalRequest::reads_only`]), go without a question.
+    Read,
     Deny,
 }
 
@@ -81,6 +84,7 @@ impl Choice {
             "once" | "o" | "allow" | "yes" => Some(Self::Once),
             "task" | "t" => Some(Self::Task),
             "chat" | "always" | "a" => Some(Self::Chat),
+            "read" | "r" => Some(Self::Read),
             "deny" | "d" | "no" => Some(Self::Deny),
             _ => None,
         }
@@ -92,6 +96,7 @@ impl Choice {
             Self::Once => "once",
             Self::Task => "task",
             Self::Chat => "chat",
+            Self::Read => "read",
             Self::Deny => "deny",
         }
     }
@@ -102,6 +107,7 @@ impl Choice {
             (Self::Once, _) => "Allowed",
             (Self::Task, _) => "Allowed for this task",
             (Self::Chat, _) => "Always allowed for this chat",
+            (Self::Read, _) => "Reading the web allowed for this task",
             (Self::Deny, _) => "Denied",
         }
     }
@@ -132,7 +138,7 @@ impl Kind {
     fn takes(self, choice: Choice) -> bool {
         match self {
             Self::Egress => true,
-            Self::Secret => choice != Choice::Chat,
+            Self::Secret => matches!(choice, Choice::Once | Choice::Task | Choice::Deny),
             Self::Step(_) => matches!(choice, Choice::Once | Choice::Deny),
         }
     }
@@ -140,7 +146,7 @@ impl Kind {
     /// The answers it takes, in words (an error lists them).
     fn answers(self) -> &'static str {
         match self {
-            Self::Egress => "once, task, chat or deny",
+            Self::Egress => "once, task, chat, read or deny",
             Self::Secret => "task (or once) or deny",
             Self::Step(_) => "allow or deny",
         }
@@ -246,6 +252,10 @@ struct TaskEntry {
     denied_secrets: HashSet<String>,
     /// Destinations asked about (the cap counts them).
     asked: HashSet<(String, u16)>,
+    /// "Allow reading the web for this task": its requests that only read go unasked.
+    reading: bool,
+    /// The destinations its reading allowance let through unasked, for the receipt.
+    read: BTreeSet<(String, u16)>,
     /// Whether the chat was told that the cap was reached.
     capped: bool,
 }
@@ -276,6 +286,7 @@ pub struct ApprovalMetrics {
     pub once: AtomicU64,
     pub task: AtomicU64,
     pub chat: AtomicU64,
+    pub read: AtomicU64,
     pub deny: AtomicU64,
     pub no_answer: AtomicU64,
     pub expired: AtomicU64,
@@ -307,6 +318,7 @@ impl ApprovalMetrics {
             "once" => &self.once,
             "task" => &self.task,
             "chat" => &self.chat,
+            "read" => &self.read,
             "deny" => &self.deny,
             "no_answer" => &self.no_answer,
             _ => &self.expired,
@@ -331,6 +343,12 @@ pub enum AnswerError {
     OtherChat { id: i64 },
     #[error("question {id} is a {kind} question; it takes {answers}")]
     WrongAnswer { id: i64, kind: &'static str, answers: &'static str },
+    #[error(
+        "question {id} is about a request that does more than read (a tunnel, a body, a \
+         method other than GET or HEAD, a secret, an address or a long URL): answer once, task, \
+         chat or deny"
+    )]
+    NotARead { id: i64 },
 }
 
 /// The approvals of the daemon. Cheap to share (`Arc`).
@@ -416,6 +434,8 @@ impl Approvals {
             secrets: HashSet::new(),
             denied_secrets: HashSet::new(),
             asked: HashSet::new(),
+            reading: false,
+            read: BTreeSet::new(),
             capped: false,
         };
         self.lock().tasks.insert(task_id.to_owned(), entry);
@@ -698,6 +718,8 @@ mod tests {
             path: Some("/".into()),
             secret: false,
             secret_name: None,
+            body: false,
+            url_len: 30,
         }
     }
 

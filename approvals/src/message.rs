@@ -28,6 +28,7 @@ impl Approvals {
             match word {
                 "once" => button.with_key('o'),
                 "task" => button.with_key('t'),
+                "read" => button.with_key('r'),
                 "chat" | "allow" => button.with_key('a'),
                 "deny" => button.with_key('d'),
                 _ => button,
@@ -63,7 +64,15 @@ impl Approvals {
                 let head = format!(
                     "🔒 A task wants to reach {destination}\nTask: «{words}»\nRequest: {what}"
                 );
-                let words = if always { "once|task|chat|deny" } else { "once|task|deny" };
+                // Offered only for a request that itself only reads (the answer covers the
+                // task's later reads, never more than this request does).
+                let reads = request.reads_only();
+                let words = match (always, reads) {
+                    (true, true) => "once|task|read|chat|deny",
+                    (true, false) => "once|task|chat|deny",
+                    (false, true) => "once|task|read|deny",
+                    (false, false) => "once|task|deny",
+                };
                 let text = format!(
                     "{head}{secret}\n\nAllow it? No answer within {secs} s denies it. (Or type \
                      /{COMMAND} {id} {words}.)"
@@ -72,13 +81,15 @@ impl Approvals {
                 if always {
                     last.insert(0, button("Always for this chat", COMMAND, "chat"));
                 }
-                let buttons = vec![
-                    vec![
-                        button("Allow once", COMMAND, "once"),
-                        button("Allow for this task", COMMAND, "task"),
-                    ],
-                    last,
-                ];
+                let mut buttons = vec![vec![
+                    button("Allow once", COMMAND, "once"),
+                    button("Allow for this task", COMMAND, "task"),
+                ]];
+                if reads {
+                    let label = "Allow reading the web for this task";
+                    buttons.push(vec![button(label, COMMAND, "read")]);
+                }
+                buttons.push(last);
                 (head, text, buttons)
             }
             Question::Step(step) => {
@@ -107,10 +118,17 @@ impl Approvals {
         }
     }
 
-    /// The receipt's lines of a task: what was asked, answered and by whom.
+    /// The receipt's lines of a task: what was asked, answered and by whom, then what its
+    /// reading allowance let through unasked.
     pub async fn asked_lines(&self, task_id: &str) -> Vec<String> {
+        let read: Vec<String> = {
+            let state = self.lock();
+            let read = state.tasks.get(task_id).map(|t| t.read.iter()).into_iter().flatten();
+            read.map(|(host, port)| format!("{host}:{port}")).collect()
+        };
         let rows = self.store.egress_questions_of(task_id).await.unwrap_or_default();
-        rows.into_iter()
+        let mut lines: Vec<String> = rows
+            .into_iter()
             .map(|q| {
                 let answer = q.answer.as_deref().unwrap_or("waiting");
                 let what = match (q.kind.as_str(), &q.subject) {
@@ -122,6 +140,10 @@ impl Approvals {
                     _ => format!("{what} → {answer}"),
                 }
             })
-            .collect()
+            .collect();
+        if !read.is_empty() {
+            lines.push(format!("read unasked ({}): {}", read.len(), read.join(" ")));
+        }
+        lines
     }
 }

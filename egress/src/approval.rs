@@ -156,6 +156,33 @@ pub struct ApprovalRequest {
     /// proxy-mode secret, stored with `--confirm`, into the task's request — asked once per
     /// task and secret. The name only: the value never leaves the proxy's table.
     pub secret_name: Option<String>,
+    /// Whether an absolute-form request carries a body (a length over 0, or one sent
+    /// chunked); `false` for a tunnel, whose bytes the proxy cannot see.
+    pub body: bool,
+    /// The length of an absolute-form request's URL (scheme, host, path and query); 0 for a
+    /// tunnel.
+    pub url_len: usize,
+}
+
+/// The longest URL a reading allowance lets through without a question: a query long enough
+/// to carry a document out is asked about (2 KiB holds any ordinary page's address).
+pub const MAX_READ_URL: usize = 2048;
+
+impl ApprovalRequest {
+    /// Whether this request only reads (what "allow reading the web for this task" covers):
+    /// a `GET` or `HEAD` the proxy sends itself (absolute-form, so it sees the method and the
+    /// body; a tunnel could carry anything), with no body, no proxy-mode secret to fill in,
+    /// a URL of at most [`MAX_READ_URL`], to a host name (an address written out is not "the
+    /// web", and the address rules still judge what a name resolves to).
+    pub fn reads_only(&self) -> bool {
+        matches!(self.method.as_str(), "GET" | "HEAD")
+            && self.path.is_some()
+            && !self.body
+            && !self.secret
+            && self.secret_name.is_none()
+            && self.url_len <= MAX_READ_URL
+            && self.host.parse::<std::net::IpAddr>().is_err()
+    }
 }
 
 /// The approver's answer.
@@ -221,6 +248,36 @@ mod tests {
         assert!(rule("example.com:0").is_err());
         assert!(rule("example.com:http").is_err());
         assert!(rule("exa mple.com").is_err());
+    }
+
+    #[test]
+    fn only_a_bodiless_get_or_head_the_proxy_sends_itself_to_a_name_only_reads() {
+        let read = ApprovalRequest {
+            task_id: "t".into(),
+            host: "docs.example.org".into(),
+            port: 443,
+            method: "GET".into(),
+            path: Some("/guide".into()),
+            secret: false,
+            secret_name: None,
+            body: false,
+            url_len: 40,
+        };
+        assert!(read.reads_only());
+        assert!(ApprovalRequest { method: "HEAD".into(), ..read.clone() }.reads_only());
+        let not = [
+            ApprovalRequest { method: "POST".into(), ..read.clone() },
+            ApprovalRequest { method: "CONNECT".into(), path: None, ..read.clone() },
+            ApprovalRequest { body: true, ..read.clone() },
+            ApprovalRequest { secret: true, ..read.clone() },
+            ApprovalRequest { secret_name: Some("GH".into()), ..read.clone() },
+            ApprovalRequest { url_len: MAX_READ_URL + 1, ..read.clone() },
+            ApprovalRequest { host: "10.0.0.7".into(), ..read.clone() },
+            ApprovalRequest { host: "2001:db8::1".into(), ..read.clone() },
+        ];
+        for request in not {
+            assert!(!request.reads_only(), "{request:?}");
+        }
     }
 
     #[test]

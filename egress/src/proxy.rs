@@ -528,7 +528,7 @@ async fn connect(
             return refuse(&audit, Verdict::Denied, StatusCode::FORBIDDEN, reason);
         }
     }
-    let held = Held { method: "CONNECT".to_owned(), path: None, secret: false };
+    let held = Held::tunnel();
     let stream = match open(target, attributed, held, &audit, &shared).await {
         Ok(stream) => stream,
         Err(response) => return closing(response),
@@ -558,6 +558,16 @@ async fn connect(
         drop(permit);
     });
     Response::new(full(""))
+}
+
+/// Whether a request carries a body (RFC 9112 §6.3): a `Transfer-Encoding`, or a
+/// `Content-Length` that is not 0 (an unreadable one counts: the proxy does not guess).
+fn carries_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .any(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) != Some(0))
 }
 
 /// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the proxy's own.
@@ -629,6 +639,9 @@ async fn forward(
     let target = Target::parse(&host, port);
     let method = req.method().to_string();
     let server_name = target.as_ref().map(|t| t.host.clone()).unwrap_or_default();
+    // Read before the hop-by-hop headers go (a chunked body says so only there).
+    let body_sent = carries_body(req.headers());
+    let url_len = uri.to_string().len();
 
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -653,7 +666,13 @@ async fn forward(
                     Ok(prepared) => prepared,
                     Err(response) => return response,
                 };
-            let held = Held { method: method.clone(), path: path.clone(), secret: true };
+            let held = Held {
+                method: method.clone(),
+                path: path.clone(),
+                secret: true,
+                body: body_sent,
+                url_len,
+            };
             let to = (target.host.as_str(), port);
             if let Err(response) =
                 confirm_secrets(&filled, secrets, to, &held, &audit, &shared).await
@@ -675,7 +694,7 @@ async fn forward(
     };
     let upstream = Request::from_parts(parts, body);
 
-    let held = Held { method, path, secret };
+    let held = Held { method, path, secret, body: body_sent, url_len };
     let stream = match open(target, attributed, held, &audit, &shared).await {
         Ok(stream) => stream,
         Err(response) => return response,
@@ -858,5 +877,30 @@ where
             let reason = "cut: duration limit reached before a response".to_owned();
             Err(refuse(audit, Verdict::Allowed, StatusCode::GATEWAY_TIMEOUT, reason))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_is_a_length_over_zero_or_a_transfer_encoding() {
+        let with = |pairs: &[(&str, &str)]| {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(
+                    HeaderName::try_from(*name).unwrap(),
+                    HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            carries_body(&headers)
+        };
+        assert!(!with(&[]));
+        assert!(!with(&[("content-length", "0")]));
+        assert!(with(&[("content-length", "12")]));
+        assert!(with(&[("content-length", "soon")]), "unreadable counts as a body");
+        assert!(with(&[("content-length", "0"), ("content-length", "5")]));
+        assert!(with(&[("transfer-encoding", "chunked")]));
     }
 }

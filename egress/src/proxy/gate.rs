@@ -30,6 +30,17 @@ pub(super) struct Held {
     /// Without the query.
     pub(super) path: Option<String>,
     pub(super) secret: bool,
+    /// Whether the request carries a body; `false` for a tunnel.
+    pub(super) body: bool,
+    /// The request's URL length; 0 for a tunnel.
+    pub(super) url_len: usize,
+}
+
+impl Held {
+    /// A CONNECT: no method, path or body the proxy can see.
+    pub(super) fn tunnel() -> Self {
+        Self { method: "CONNECT".to_owned(), path: None, secret: false, body: false, url_len: 0 }
+    }
 }
 
 /// The allow decision of `ask` and `allowlist` modes, after the deny list and the name rules
@@ -78,6 +89,8 @@ pub(super) async fn gate(
         path: held.path,
         secret: held.secret,
         secret_name: None,
+        body: held.body,
+        url_len: held.url_len,
     };
     match held_for_answer(approver.as_ref(), request, audit, shared).await {
         Approval::Allow => Ok(()),
@@ -153,6 +166,8 @@ pub(super) async fn confirm_secrets(
             path: held.path.clone(),
             secret: true,
             secret_name: Some(name.clone()),
+            body: held.body,
+            url_len: held.url_len,
         };
         if let Approval::Refuse(why) =
             held_for_answer(approver.as_ref(), request, audit, shared).await

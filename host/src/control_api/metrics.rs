@@ -422,6 +422,7 @@ fn approval_metrics(registry: &mut Registry, inner: &Inner) {
             ("once", load(&m.once)),
             ("task", load(&m.task)),
             ("chat", load(&m.chat)),
+            ("read", load(&m.read)),
             ("deny", load(&m.deny)),
             ("no_answer", load(&m.no_answer)),
             ("expired", load(&m.expired)),
