@@ -327,6 +327,7 @@ up: preflight
 	@$(MAKE) --no-print-directory image
 	$(COMPOSE) up -d --no-build
 	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
+	@docker/mcp-images.sh "$(COMPOSE) exec -T host nexbot-ctl" $(MCP_IMAGE) "$(MAKE) --no-print-directory mcp-image"
 	@echo "logs:   make logs"
 	@echo "pool:   make ctl ARGS=\"subagents ps\"   (= $(COMPOSE) exec host nexbot-ctl subagents ps)"
 	@echo "stop:   make down   (the data volume is kept; '$(COMPOSE) down -v' deletes it)"

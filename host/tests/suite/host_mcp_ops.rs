@@ -273,3 +273,62 @@ async fn a_server_whose_image_is_missing_is_named_until_a_restart_finds_it() {
     assert!(list.servers[0].tools > 0, "the probe read its tools: {list:?}");
     serving.stop(LIMIT).await;
 }
+
+/// `make up`'s MCP step (docker/mcp-images.sh): a configured server running the bundled image
+/// the engine lacks gets the image built and is restarted, so health clears without the
+/// operator; a server on another missing image is left to the operator (still named), and a
+/// second run, with the image there, does nothing. The build command is a stand-in (tagging
+/// the bundled image under the test's name): `make mcp-image` itself is what CI builds.
+#[tokio::test]
+async fn make_ups_mcp_step_builds_a_missing_bundled_image_and_restarts_its_servers() {
+    let Some(docker) = nexbot_tests::docker_or_skip("mcp_up_image").await else { return };
+    if docker.inspect_image(IMAGE).await.is_err() {
+        panic!("the image {IMAGE} is missing: build it with `make mcp-image`");
+    }
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("mcp-up");
+    let bundled = format!("nxh-up-mcp-{}:dev", std::process::id());
+    let other = format!("nxh-up-other-{}:none", std::process::id());
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let server = |name: &str, image: &str| {
+        format!("\n[[mcp.servers]]\nname = \"{name}\"\ncommand = \"mcp-server-everything\"\nargs = [\"stdio\"]\nimage = \"{image}\"\n")
+    };
+    let servers_toml = format!("{}{}", server("bundled", &bundled), server("theirs", &other));
+    std::fs::write(ws.config(), format!("{config}{servers_toml}")).unwrap();
+    let names = Leftovers::new("mcpup");
+    let mut env = base_env(&llm.base_url());
+    env.extend(names.env());
+    env.push(("NEXBOT_TELEGRAM__ENABLED".into(), "false".into()));
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let start = std::time::Instant::now();
+    while !ctl(&ws, &["health"], "").await.stdout.contains("server bundled does not start") {
+        assert!(start.elapsed() < LIMIT, "no degraded mcp part");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let ctl_command =
+        format!("{} --socket {}", common::ctl_binary().display(), ws.dir.join("nexbot.sock").display());
+    let step = || {
+        std::process::Command::new(root.join("docker/mcp-images.sh"))
+            .args([&ctl_command, &bundled, &format!("docker tag {IMAGE} {bundled}")])
+            .output()
+            .unwrap()
+    };
+    let first = step();
+    let said = format!("{}{}", common::text(&first.stdout), common::text(&first.stderr));
+    let built = docker.inspect_image(&bundled).await.is_ok();
+    let health = ctl(&ws, &["health"], "").await;
+    let second = step();
+    let _ = std::process::Command::new("docker").args(["rmi", &bundled]).output();
+    assert!(first.status.success(), "{said}");
+    assert!(said.contains("MCP server(s) bundled run") && said.contains("building it"), "{said}");
+    assert!(said.contains("MCP server bundled restarted"), "{said}");
+    assert!(built, "the image was built: {said}");
+    assert!(!health.stdout.contains("server bundled does not start"), "{health:?}");
+    assert!(health.stdout.contains("server theirs does not start"), "left alone: {health:?}");
+    let again = format!("{}{}", common::text(&second.stdout), common::text(&second.stderr));
+    assert!(second.status.success() && again.trim().is_empty(), "the image is there: {again}");
+    serving.stop(LIMIT).await;
+}
