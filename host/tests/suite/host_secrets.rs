@@ -384,7 +384,21 @@ async fn a_planted_secret_reaches_only_its_bound_host_and_is_found_nowhere_else(
     assert!(echo.target.contains(PROXIED), "{}", echo.target);
     let form = api_seen.iter().find(|e| e.target.starts_with("/b64")).expect("the b64 call");
     assert_eq!(form.body, format!("token={PROXIED}"));
-    let plain = api_seen.iter().find(|e| e.target.contains("redirect?t=plain")).expect("stdin");
+    let plain = api_seen.iter().find(|e| e.target.contains("redirect?t=plain"));
+    let plain = plain.unwrap_or_else(|| {
+        // What the stdin task's tools answered says where the request stopped.
+        let told: Vec<String> = llm
+            .chat_requests()
+            .iter()
+            .filter(|r| !is_main(&r.body) && r.body.to_string().contains("stdin task"))
+            .map(|r| r.body["messages"].to_string())
+            .collect();
+        let targets: Vec<&str> = api_seen.iter().map(|e| e.target.as_str()).collect();
+        panic!(
+            "the stdin task's request never reached the API (it saw {targets:?}); the \
+             subagent's conversation: {told:#?}\nthe daemon said:\n{stderr}"
+        )
+    });
     assert_eq!(plain.header("authorization"), Some(format!("Bearer {PLAIN}").as_str()));
     assert!(other_seen.lock().unwrap().is_empty(), "the other host was reached");
 
