@@ -244,8 +244,9 @@ impl Channel for Telegram {
                     let flight = update_id.and_then(|id| inner.finish_inflight(id));
                     // A pressed button's short answer is the press's notice, not a message.
                     if let Some(update_id) = update_id {
-                        let notice = press::fits_a_notice(&message.text, !message.buttons.is_empty())
-                            .then_some(message.text.as_str());
+                        let notice =
+                            press::fits_a_notice(&message.text, !message.buttons.is_empty())
+                                .then_some(message.text.as_str());
                         if inner.answer_press(update_id, notice).await && notice.is_some() {
                             let answered = Settlement::Answered { message_ids: Vec::new() };
                             inner.settle(update_id, answered).await;

@@ -140,7 +140,9 @@ async fn a_reading_allowance_asks_once_where_per_host_answers_ask_for_every_site
         tg.user_clicks(OWNER, OWNER, question.message_id, &task).await;
     }
     let done = |n: usize| {
-        move |m: &[BotMessage]| m.iter().filter(|m| m.text.contains("done with the task")).count() >= n
+        move |m: &[BotMessage]| {
+            m.iter().filter(|m| m.text.contains("done with the task")).count() >= n
+        }
     };
     tg.wait_bot_messages(OWNER, done(1), LIMIT * 2).await;
     let per_host = questions_so_far(&tg).await;
@@ -154,7 +156,11 @@ async fn a_reading_allowance_asks_once_where_per_host_answers_ask_for_every_site
     let read = press(&first, "Allow reading the web for this task");
     tg.user_clicks(OWNER, OWNER, first.message_id, &read).await;
     let post = wait_question(&tg, OWNER, 9).await;
-    assert!(post.text.contains("POST /hello") && post.text.contains(sites[2].as_str()), "{}", post.text);
+    assert!(
+        post.text.contains("POST /hello") && post.text.contains(sites[2].as_str()),
+        "{}",
+        post.text
+    );
     assert!(
         post.buttons().iter().all(|(label, _)| !label.contains("reading")),
         "a POST is not offered the reading allowance: {:?}",

@@ -308,8 +308,11 @@ async fn make_ups_mcp_step_builds_a_missing_bundled_image_and_restarts_its_serve
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let ctl_command =
-        format!("{} --socket {}", common::ctl_binary().display(), ws.dir.join("nexbot.sock").display());
+    let ctl_command = format!(
+        "{} --socket {}",
+        common::ctl_binary().display(),
+        ws.dir.join("nexbot.sock").display()
+    );
     let step = || {
         std::process::Command::new(root.join("docker/mcp-images.sh"))
             .args([&ctl_command, &bundled, &format!("docker tag {IMAGE} {bundled}")])
