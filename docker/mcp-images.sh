@@ -15,14 +15,18 @@ ctl=$1
 image=$2
 build=$3
 
-# The servers whose image is IMAGE: `mcp ls --json` prints one field a line, each server's
-# "name" before its "image" (instances have neither).
+# The servers whose image is IMAGE: `mcp ls --json` prints one field a line (serde's pretty
+# print, two spaces a level, keys in any order): a server's fields six spaces in, its object
+# closing at four (an instance's fields are deeper).
 listed=$($ctl --json mcp ls) || {
   echo "make up: cannot list the MCP servers (nexbot-ctl mcp ls); the MCP image was not checked" >&2
   exit 0
 }
 servers=$(printf '%s\n' "$listed" |
-  awk -F'"' -v image="$image" '$2 == "name" { name = $4 } $2 == "image" && $4 == image { print name }')
+  awk -F'"' -v image="$image" '
+    /^      "name": / { name = $4 }
+    /^      "image": / { img = $4 }
+    /^    }/ { if (img == image && name != "") print name; name = ""; img = "" }')
 [ -n "$servers" ] || exit 0
 docker image inspect "$image" >/dev/null 2>&1 && exit 0
 

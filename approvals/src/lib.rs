@@ -744,7 +744,7 @@ mod tests {
         let _held = tokio::spawn(ask(&approvals, "p", "private.example"));
         let question = sent.recv().await.unwrap();
         assert!(!labels(&question).iter().any(|l| l.contains("Always")), "{question:?}");
-        assert!(question.text.contains("once|task|deny"), "{}", question.text);
+        assert!(question.text.contains("once|task|read|deny"), "{}", question.text);
         let id = wait_pending(&approvals, 1).await;
         let refused = approvals.may_choose(id, Choice::Chat, &private, Some(MEMBER));
         assert!(refused.unwrap_err().contains("Only the owner"));
@@ -880,6 +880,53 @@ mod tests {
         }
     }
 
+    /// "Allow reading the web for this task": the held read goes, the task's later reads to
+    /// any host name go unasked (and are in its receipt), a POST is still asked (and cannot
+    /// be answered "read"), another task is asked as before.
+    #[tokio::test]
+    async fn a_reading_allowance_lets_the_tasks_later_reads_go_and_asks_the_rest() {
+        let (approvals, mut sent) = setup(|_| {}).await;
+        let chat = ChatRef::Telegram(7);
+        let offers_reading =
+            |m: &OutboundMessage| m.buttons.concat().iter().any(|b| b.label.contains("reading"));
+        approvals.start_task("t1", &chat, "research", false);
+        let first = tokio::spawn(ask(&approvals, "t1", "one.example"));
+        assert!(offers_reading(&sent.recv().await.unwrap()));
+        let id = wait_pending(&approvals, 1).await;
+        approvals.answer(id, Choice::Read, "telegram:7", Some(&chat)).unwrap();
+        assert_eq!(first.await.unwrap(), Approval::Allow);
+        assert_eq!(ask(&approvals, "t1", "two.example").await, Approval::Allow, "unasked");
+        assert_eq!(ask(&approvals, "t1", "three.example").await, Approval::Allow, "unasked");
+
+        let post =
+            ApprovalRequest { method: "POST".into(), body: true, ..request("t1", "two.example") };
+        let held = tokio::spawn(EgressApprover(approvals.clone()).approve(post));
+        assert!(!offers_reading(&sent.recv().await.unwrap()), "a POST is not offered it");
+        let id = wait_pending(&approvals, 1).await;
+        let wrong = approvals.answer(id, Choice::Read, "telegram:7", Some(&chat)).unwrap_err();
+        assert!(matches!(wrong, AnswerError::NotARead { .. }), "{wrong}");
+        approvals.answer(id, Choice::Deny, "telegram:7", Some(&chat)).unwrap();
+        assert!(matches!(held.await.unwrap(), Approval::Refuse(_)));
+
+        approvals.start_task("t2", &chat, "another", false);
+        let other = tokio::spawn(ask(&approvals, "t2", "two.example"));
+        loop {
+            let next = sent.recv().await.unwrap();
+            if next.text.contains("A task wants to reach two.example") {
+                break;
+            }
+        }
+        let lines = approvals.asked_lines("t1").await;
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("read unasked (2): three.example:443 two.example:443"),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("one.example:443 → read by telegram:7"), "{lines:?}");
+        approvals.shutdown().await;
+        assert!(matches!(other.await.unwrap(), Approval::Refuse(_)));
+    }
+
     #[tokio::test]
     async fn requests_of_one_task_to_one_destination_wait_on_one_question() {
         let (approvals, mut sent) = setup(|_| {}).await;
@@ -889,8 +936,8 @@ mod tests {
         let second = tokio::spawn(ask(&approvals, "t1", "api.example.com"));
         let question = sent.recv().await.unwrap();
         assert!(question.text.contains("api.example.com:443"), "{}", question.text);
-        // Not the owner's chat (no owner here): "always" is not offered.
-        assert_eq!(question.buttons.concat().len(), 3);
+        // Not the owner's chat (no owner here): "always" is not offered; a GET may read on.
+        assert_eq!(question.buttons.concat().len(), 4);
         // Wait until both wait, then answer once.
         while approvals.pending().is_empty() {
             tokio::task::yield_now().await;
