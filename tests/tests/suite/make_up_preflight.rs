@@ -147,3 +147,92 @@ fn a_setting_in_dot_env_that_compose_does_not_pass_is_reported() {
     std::fs::set_permissions(&env, std::fs::Permissions::from_mode(0o600)).unwrap();
     assert_eq!(check(&env), "", ".env.example documents a setting compose does not pass");
 }
+
+/// Issue 48 §1: `make up` builds nothing when the engine's images carry the key of this very
+/// commit's sources (docker/source-key.sh, the images' `nexbot.source` label), and builds when
+/// any differs, is missing or unlabelled, or the sources have uncommitted changes (no key).
+#[test]
+fn make_up_reuses_images_built_from_the_same_commit_and_rebuilds_otherwise() {
+    let docker_here = Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success());
+    if !docker_here {
+        assert!(std::env::var("CI").is_err(), "CI=true: this test needs the Docker engine");
+        return;
+    }
+    // The key: the commit's tree, or nothing while something is not committed.
+    let dir = TempDir::new("nxt-source-key");
+    let root = dir.0.clone();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let key = || {
+        let out =
+            Command::new(repo().join("docker/source-key.sh")).current_dir(&root).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(key(), "", "not a git checkout");
+    git(&["init", "-q"]);
+    std::fs::write(root.join("a.rs"), "fn main() {}\n").unwrap();
+    git(&["add", "a.rs"]);
+    git(&["commit", "-qm", "one"]);
+    let tree = git(&["rev-parse", "HEAD^{tree}"]);
+    assert_eq!(key(), tree);
+    std::fs::write(root.join("a.rs"), "fn main() { }\n").unwrap();
+    assert_eq!(key(), "", "an edit not committed");
+    git(&["checkout", "-q", "a.rs"]);
+    std::fs::write(root.join("b.rs"), "").unwrap();
+    assert_eq!(key(), "", "a file not committed");
+    std::fs::remove_file(root.join("b.rs")).unwrap();
+    assert_eq!(key(), tree);
+
+    // The engine's images against a key.
+    let id = std::process::id();
+    let tag = |n: u8| format!("nxt-current-{id}-{n}:dev");
+    let build = |name: &str, label: Option<&str>| {
+        let mut cmd = Command::new("docker");
+        cmd.args(["build", "-q", "-t", name]);
+        if let Some(label) = label {
+            cmd.args(["--label", &format!("nexbot.source={label}")]);
+        }
+        let mut child = cmd.arg("-").stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(b"FROM nexbot-subagent:dev\n").unwrap();
+        assert!(child.wait().unwrap().success(), "docker build {name}");
+    };
+    let current = |key: &str, images: &[String]| {
+        let out = Command::new(repo().join("docker/images-current.sh"))
+            .arg(key)
+            .args(images)
+            .output()
+            .unwrap();
+        (out.status.success(), text(&out))
+    };
+    let key = format!("{tree}-image");
+    build(&tag(1), Some(&key));
+    build(&tag(2), Some(&key));
+    build(&tag(3), Some(&format!("{tree}-test")));
+    build(&tag(4), None);
+    let (same, said) = current(&key, &[tag(1), tag(2)]);
+    let others = [
+        current(&key, &[tag(1), tag(3)]).0,
+        current(&key, &[tag(1), tag(4)]).0,
+        current(&key, &[tag(1), format!("nxt-current-{id}-missing:dev")]).0,
+        current("", &[tag(1), tag(2)]).0,
+        current(&format!("{tree}-other"), &[tag(1)]).0,
+    ];
+    for n in 1..=4 {
+        let _ = Command::new("docker").args(["rmi", "-f", &tag(n)]).output();
+    }
+    assert!(same, "{said}");
+    assert!(said.contains("not building them again"), "{said}");
+    assert_eq!(
+        others, [false; 5],
+        "another build, the test build, no label, missing, no key, another key"
+    );
+}
