@@ -716,14 +716,7 @@ async fn the_configured_search_budget_refuses_the_fetch_after_it_and_the_task_st
 async fn a_daemon_starting_while_its_predecessor_goes_away_gets_its_sandbox() {
     let Some(docker) = docker_or_skip("predecessor_goes_away").await else { return };
     image_present(&docker).await;
-    let leftovers = Leftovers::new("heir");
-    let mut predecessor =
-        std::process::Command::new("sleep").arg("2").spawn().expect("spawn the predecessor");
-    let owner = nexbot_docker::Owner::of_process(predecessor.id()).expect("its identity");
-    nexbot_docker::ensure_pool_network_owned(&docker, &leftovers.network, &owner)
-        .await
-        .expect("the predecessor's network");
-    let reaper = std::thread::spawn(move || predecessor.wait());
+    let (leftovers, reaper) = network_of_a_predecessor(&docker, "heir", 2).await;
     let llm = ScriptedLlm::start(vec![]).await;
     let ws = TempWorkspace::init("nxw-heir");
     let mut env = base_env(&llm.base_url());
@@ -749,6 +742,25 @@ async fn a_daemon_starting_while_its_predecessor_goes_away_gets_its_sandbox() {
     drop(leftovers);
 }
 
+/// What a daemon still going away leaves: the pool's network owned by a live process (here
+/// `sleep SECS`), and the thread that reaps it once it exits.
+async fn network_of_a_predecessor(
+    docker: &bollard::Docker,
+    tag: &str,
+    secs: u32,
+) -> (Leftovers, std::thread::JoinHandle<std::io::Result<std::process::ExitStatus>>) {
+    let leftovers = Leftovers::new(tag);
+    let mut predecessor = std::process::Command::new("sleep")
+        .arg(secs.to_string())
+        .spawn()
+        .expect("spawn the predecessor");
+    let owner = nexbot_docker::Owner::of_process(predecessor.id()).expect("its identity");
+    nexbot_docker::ensure_pool_network_owned(docker, &leftovers.network, &owner)
+        .await
+        .expect("the predecessor's network");
+    (leftovers, std::thread::spawn(move || predecessor.wait()))
+}
+
 /// The control socket opens before the parts start: while the daemon waits for its sandbox
 /// (here a predecessor that still owns the pool's network for 3 s), `nexbot-ctl` hears
 /// "starting" (exit 4) rather than "not running" (exit 3), then the real answer.
@@ -756,14 +768,7 @@ async fn a_daemon_starting_while_its_predecessor_goes_away_gets_its_sandbox() {
 async fn a_starting_daemon_says_so_on_its_control_socket() {
     let Some(docker) = docker_or_skip("starting_daemon").await else { return };
     image_present(&docker).await;
-    let leftovers = Leftovers::new("starting");
-    let mut predecessor =
-        std::process::Command::new("sleep").arg("3").spawn().expect("spawn the predecessor");
-    let owner = nexbot_docker::Owner::of_process(predecessor.id()).expect("its identity");
-    nexbot_docker::ensure_pool_network_owned(&docker, &leftovers.network, &owner)
-        .await
-        .expect("the predecessor's network");
-    let reaper = std::thread::spawn(move || predecessor.wait());
+    let (leftovers, reaper) = network_of_a_predecessor(&docker, "starting", 3).await;
     let llm = ScriptedLlm::start(vec![]).await;
     let ws = TempWorkspace::init("nxw-starting");
     let mut env = base_env(&llm.base_url());

@@ -221,6 +221,31 @@ start_timeout_secs = 25
     serving.stop(LIMIT).await;
 }
 
+/// `nexbot serve` (no Telegram, an echoing model, a pool of its own named after `tag`) with the
+/// reference server `mcp-server-everything` configured under each (name, image).
+async fn serving_with(
+    tag: &str,
+    servers: &[(&str, &str)],
+) -> (ScriptedLlm, TempWorkspace, Leftovers, Serving) {
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init(tag);
+    let mut config = std::fs::read_to_string(ws.config()).unwrap();
+    for (name, image) in servers {
+        config.push_str(&format!(
+            "\n[[mcp.servers]]\nname = \"{name}\"\ncommand = \"mcp-server-everything\"\nargs = [\"stdio\"]\nimage = \"{image}\"\n"
+        ));
+    }
+    std::fs::write(ws.config(), config).unwrap();
+    let names = Leftovers::new(&tag.replace('-', ""));
+    let mut env = base_env(&llm.base_url());
+    env.extend(names.env());
+    env.push(("NEXBOT_TELEGRAM__ENABLED".into(), "false".into()));
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    (llm, ws, names, serving)
+}
+
 /// A chat-scoped server whose image the engine lacks: `health` names it as the degraded part
 /// `mcp` with the whole reason, `mcp ls` shows the error whole (the table cut it before "No
 /// such image"); once the image exists, `mcp restart` probes it again and health is clear.
@@ -230,21 +255,8 @@ async fn a_server_whose_image_is_missing_is_named_until_a_restart_finds_it() {
     if docker.inspect_image(IMAGE).await.is_err() {
         panic!("the image {IMAGE} is missing: build it with `make mcp-image`");
     }
-    let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(echo);
-    let ws = TempWorkspace::init("mcp-late");
     let image = format!("nxh-late-mcp-{}:none", std::process::id());
-    let config = std::fs::read_to_string(ws.config()).unwrap();
-    let late = format!(
-        "\n[[mcp.servers]]\nname = \"late\"\ncommand = \"mcp-server-everything\"\nargs = [\"stdio\"]\nimage = \"{image}\"\n"
-    );
-    std::fs::write(ws.config(), format!("{config}{late}")).unwrap();
-    let names = Leftovers::new("mcplate");
-    let mut env = base_env(&llm.base_url());
-    env.extend(names.env());
-    env.push(("NEXBOT_TELEGRAM__ENABLED".into(), "false".into()));
-    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
-    serving.wait_log("the control API is on", LIMIT).await;
+    let (_llm, ws, _names, serving) = serving_with("mcp-late", &[("late", &image)]).await;
     let start = std::time::Instant::now();
     let health = loop {
         let health = ctl(&ws, &["health"], "").await;
@@ -285,23 +297,10 @@ async fn make_ups_mcp_step_builds_a_missing_bundled_image_and_restarts_its_serve
     if docker.inspect_image(IMAGE).await.is_err() {
         panic!("the image {IMAGE} is missing: build it with `make mcp-image`");
     }
-    let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(echo);
-    let ws = TempWorkspace::init("mcp-up");
     let bundled = format!("nxh-up-mcp-{}:dev", std::process::id());
     let other = format!("nxh-up-other-{}:none", std::process::id());
-    let config = std::fs::read_to_string(ws.config()).unwrap();
-    let server = |name: &str, image: &str| {
-        format!("\n[[mcp.servers]]\nname = \"{name}\"\ncommand = \"mcp-server-everything\"\nargs = [\"stdio\"]\nimage = \"{image}\"\n")
-    };
-    let servers_toml = format!("{}{}", server("bundled", &bundled), server("theirs", &other));
-    std::fs::write(ws.config(), format!("{config}{servers_toml}")).unwrap();
-    let names = Leftovers::new("mcpup");
-    let mut env = base_env(&llm.base_url());
-    env.extend(names.env());
-    env.push(("NEXBOT_TELEGRAM__ENABLED".into(), "false".into()));
-    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
-    serving.wait_log("the control API is on", LIMIT).await;
+    let (_llm, ws, _names, serving) =
+        serving_with("mcp-up", &[("bundled", &bundled), ("theirs", &other)]).await;
     let start = std::time::Instant::now();
     while !ctl(&ws, &["health"], "").await.stdout.contains("server bundled does not start") {
         assert!(start.elapsed() < LIMIT, "no degraded mcp part");
