@@ -59,6 +59,17 @@ pub struct Scrub {
     /// clean room's share of the time between two tasks.
     #[serde(default, skip_serializing_if = "untimed")]
     pub micros: u64,
+    /// Processes the kernel killed for memory while the task ran (the container's cgroup
+    /// `oom_kill` count's rise; 0, and not written, when none or when the subagent cannot
+    /// read it, or from one older than this field). Above 0 the host condemns the container
+    /// and the task fails as OOM-killed, whatever the answer says.
+    #[serde(default, skip_serializing_if = "none_killed")]
+    pub oom_kills: u32,
+}
+
+/// No memory kill counted (`oom_kills` 0).
+fn none_killed(kills: &u32) -> bool {
+    *kills == 0
 }
 
 /// A scrub nobody timed (`micros` 0).

@@ -46,6 +46,7 @@
 //!   `NO_PROXY`, hickory DNS because static glibc cannot resolve in a scratch image, no idle
 //!   connections kept); it presents the task's egress credential as `Proxy-Authorization`,
 //!   and puts it into the proxy variables of the commands it runs.
+//! - [`oom`]: the kernel's memory kills during a task, counted in its answer's scrub.
 //! - [`scrub`]: the clean room between tasks (not dumpable, pid 1, every other process killed
 //!   and scratch, `/tmp`, `/dev/shm`, `/dev/mqueue` and System V IPC emptied before the answer).
 
@@ -55,6 +56,7 @@ pub mod llm;
 pub mod logging;
 pub mod mcp;
 pub mod net;
+pub mod oom;
 pub mod output;
 pub mod programs;
 pub mod redaction;

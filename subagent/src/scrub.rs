@@ -200,8 +200,9 @@ pub fn after_task(dirs: &[PathBuf]) -> Scrub {
         killed,
         removed,
         left: (!left.is_empty()).then(|| left.join("; ")),
-        // Timed by the caller, around this whole call.
+        // Timed and counted by the caller, around this whole call.
         micros: 0,
+        oom_kills: 0,
     }
 }
 

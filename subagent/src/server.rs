@@ -658,6 +658,7 @@ async fn scrub_after_task() -> Scrub {
             Scrub { clean: false, left: Some(format!("the scrub failed: {e}")), ..Scrub::default() }
         });
     scrub.micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    scrub.oom_kills = crate::oom::kills_since_last();
     if scrub.clean {
         info!(
             event = "scrub",

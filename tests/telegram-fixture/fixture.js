@@ -848,6 +848,9 @@ async function botApi(req, res, url, token, methodName) {
   res.on('close', () => openBotRequests.delete(entry));
   const respond = (status, body, raw) => { call.status = status; send(res, status, body, raw); };
   if (Date.now() < state.downUntil) { req.socket.destroy(); return; }
+  // The fault is chosen when the request arrives, not after its body is read: a request
+  // whose sender is killed mid-send must not slip past a fault cleared meanwhile.
+  const fault = tokenValid(token) ? takeFault(method) : null;
   let parsed;
   try {
     parsed = await parseParams(req, url);
@@ -862,7 +865,6 @@ async function botApi(req, res, url, token, methodName) {
   if (Date.now() < state.downUntil) { req.socket.destroy(); return; }
   try {
     if (!tokenValid(token)) throw new ApiError(401, 'Unauthorized');
-    const fault = takeFault(method);
     if (fault && fault.kind === 'slow') {
       await new Promise((resolve) => setTimeout(resolve, fault.delay_ms));
     } else if (fault) {

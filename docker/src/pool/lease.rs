@@ -138,23 +138,7 @@ impl Lease {
                             let _ = tx.try_send(response);
                         }
                     }
-                    Some(response) => {
-                        member.mark_proven();
-                        if matches!(response.body, ResponseBody::Timeout { .. }) {
-                            self.recycle = Some(Retirement::new(
-                                RestartReason::TaskTimedOut,
-                                "recycled after its task timed out",
-                            ));
-                        } else if let Some(why) = not_clean(&response) {
-                            // A task never sees anything of another: a container the subagent
-                            // could not scrub (or that does not say) serves no further task.
-                            self.recycle = Some(Retirement::new(
-                                RestartReason::NotClean,
-                                format!("recycled: {why}"),
-                            ));
-                        }
-                        break Ok(response);
-                    }
+                    Some(response) => break self.final_answer(&member, response).map_err(failed),
                     None => break Err(failed(member.link.reason())),
                 },
                 Some((call_id, answer)) = calls.next(), if !calls.is_empty() => {
@@ -406,6 +390,33 @@ fn hard_timeout_response(
     );
     report.recent_messages = recent;
     Response::timeout(task_id, correlation_id, error, report)
+}
+
+impl Lease {
+    /// A task's final answer: what it says of its container. A memory kill during the task
+    /// fails it (the engine's `oom` event may come after the answer; the task's state is lost
+    /// all the same: `subagent/src/oom.rs`); a timeout or an unclean scrub retires the
+    /// container after it.
+    fn final_answer(&mut self, member: &Member, response: Response) -> Result<Response, String> {
+        member.mark_proven();
+        if response.scrub.as_ref().is_some_and(|s| s.oom_kills > 0) {
+            let reason = self.inner.engine.oom_reason();
+            member.retire(Retirement::new(RestartReason::OomKilled, reason.clone()));
+            return Err(reason);
+        }
+        if matches!(response.body, ResponseBody::Timeout { .. }) {
+            self.recycle = Some(Retirement::new(
+                RestartReason::TaskTimedOut,
+                "recycled after its task timed out",
+            ));
+        } else if let Some(why) = not_clean(&response) {
+            // A task never sees anything of another: a container the subagent could not
+            // scrub (or that does not say) serves no further task.
+            self.recycle =
+                Some(Retirement::new(RestartReason::NotClean, format!("recycled: {why}")));
+        }
+        Ok(response)
+    }
 }
 
 /// Why a container may not serve another task after `response`, if it may not: its subagent

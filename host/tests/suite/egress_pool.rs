@@ -250,12 +250,14 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     let closed = nexbot_tests::expected_runtime() != "runsc";
     assert!(!closed || env.contains("Permission denied"), "{env}");
     assert!(!env.contains("PLANTED") && !env.contains(KEY), "{env}");
-    let grep = "busybox grep -rl PLANT''ED /bin /etc /tmp /workspace /.dockerenv 2>/dev/null; echo scanned";
+    // `-F`: a fixed string (busybox's regex scan of the 30 MB subagent binary took 23 s on a
+    // quiet machine, past the exec's minute under CI's load; `-F` takes 0.6 s).
+    let grep = "busybox grep -rlF PLANT''ED /bin /etc /tmp /workspace /.dockerenv 2>/dev/null; echo scanned";
     let (_, files) = exec(&docker, &id, grep).await;
     assert_eq!(files.trim(), "scanned", "files holding the key: {files}");
     // Positive control: the same scan finds a marker planted in the scratch tmpfs.
     let control = "echo NXE''-CONTROL > /workspace/scratch/nxe-control; \
-                   busybox grep -rl NXE''-CONTROL /bin /etc /tmp /workspace /.dockerenv 2>/dev/null";
+                   busybox grep -rlF NXE''-CONTROL /bin /etc /tmp /workspace /.dockerenv 2>/dev/null";
     let (_, found) = exec(&docker, &id, control).await;
     assert_eq!(found.trim(), "/workspace/scratch/nxe-control", "the scan reads files");
     let mut logs = String::new();

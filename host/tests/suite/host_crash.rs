@@ -147,6 +147,9 @@ async fn an_answer_cut_off_by_a_kill_is_not_sent_again_and_its_user_is_told() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     serving.kill().await;
+    // What the killed daemon had written is in the fixture's socket buffers; let it be read
+    // (and refused: the fixture picks a fault when a request arrives) before faults clear.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     tg.clear_faults().await;
 
     let serving = start(&ws, &env).await;
