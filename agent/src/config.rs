@@ -99,6 +99,9 @@ pub struct LlmConfig {
     /// they are stored, not transcribed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transcription: Option<nexbot_llm::TranscriptionSpec>,
+    /// Text to speech for voice answers (`[llm.speech]`); without it every answer is text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speech: Option<nexbot_llm::SpeechSpec>,
 }
 
 /// The completion limit when `llm.max_tokens` is unset.
@@ -124,6 +127,7 @@ impl Default for LlmConfig {
             providers: Vec::new(),
             caps: CapsConfig::default(),
             transcription: None,
+            speech: None,
         }
     }
 }

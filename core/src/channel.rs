@@ -190,6 +190,27 @@ pub struct OutboundFile {
     pub contents: Option<PathBuf>,
 }
 
+/// A spoken answer to send into a chat as a voice message: Ogg/Opus audio, made by the
+/// daemon's speech provider from text that passed the exit scan. The text goes out beside it
+/// as the answer (the text stays the record).
+#[derive(Clone)]
+pub struct OutboundVoice {
+    pub chat: ChatRef,
+    pub audio: Vec<u8>,
+    /// The channel's id of the inbound message this answers.
+    pub reply_to: Option<u64>,
+}
+
+impl std::fmt::Debug for OutboundVoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboundVoice")
+            .field("chat", &self.chat)
+            .field("audio", &self.audio.len())
+            .field("reply_to", &self.reply_to)
+            .finish()
+    }
+}
+
 /// A message the bot sent, as its channel numbers it (Telegram message ids); what edit and
 /// delete take. Channels without ids (the console) return none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -308,6 +329,14 @@ pub trait Channel: Send + Sync + std::fmt::Debug {
         file: OutboundFile,
     ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
         unsupported(file.chat.kind(), "send files")
+    }
+
+    /// Sends a voice message.
+    fn send_voice(
+        &self,
+        voice: OutboundVoice,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        unsupported(voice.chat.kind(), "send voice messages")
     }
 
     /// Replaces the text of a message the bot sent.

@@ -223,6 +223,9 @@ impl App {
             vault.clone(),
             clis,
         );
+        let spend = agent.model().spend().clone();
+        let voice = crate::voice::Voice::new(speaker(config)?, store.clone(), spend);
+        commands.add(Arc::new(crate::voice::VoiceCommand(voice.clone())));
         if let Some(approvals) = &approvals {
             approvals.set_channel(router.clone());
             commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));
@@ -249,6 +252,7 @@ impl App {
             router.clone(),
             commands.clone(),
             inbox,
+            voice,
             &config.bus,
             turns.clone(),
         );
@@ -413,6 +417,13 @@ const MCP_LINE: &str = "MCP servers";
 
 /// The pool in one line: containers by state, and the tasks running.
 /// `[llm.transcription]`'s endpoint, when it is set.
+fn speaker(config: &Config) -> anyhow::Result<Option<nexbot_llm::Speaker>> {
+    let Some(spec) = config.llm.speech.clone() else { return Ok(None) };
+    let speaker = nexbot_llm::Speaker::new(spec, config.secrets.speech_key.clone())
+        .map_err(|e| anyhow::anyhow!("[llm.speech]: {e}"))?;
+    Ok(Some(speaker))
+}
+
 fn transcriber(config: &Config) -> anyhow::Result<Option<nexbot_llm::Transcriber>> {
     let Some(spec) = config.llm.transcription.clone() else { return Ok(None) };
     let key = config.secrets.transcription_key.clone();

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nexbot_core::channel::FileKind;
 use nexbot_core::ChatRef;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -26,6 +27,7 @@ use crate::channels::Router;
 use crate::commands::{CommandContext, CommandRegistry, CommandReply, Parsed};
 use crate::config::BusConfig;
 use crate::inbox::Inbox;
+use crate::voice::Voice;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
 const IDLE_WORKER: Duration = Duration::from_secs(600);
@@ -43,7 +45,8 @@ struct ChatWorker {
 }
 
 /// Starts the dispatcher: commands are answered from `commands`, everything else is a turn of
-/// `agent`; answers and whatever turns send go out through `router`. Turns are cancelled
+/// `agent`; answers and whatever turns send go out through `router`, spoken too when `voice`
+/// says the chat wants them spoken. Turns are cancelled
 /// when `shutdown` fires. `config.max_parallel_turns` is applied by the agent's admission
 /// ([`Agent::with_parallel_turns`]), which the scheduler's turns share.
 pub fn start(
@@ -51,6 +54,7 @@ pub fn start(
     router: Arc<Router>,
     commands: CommandRegistry,
     inbox: Arc<Inbox>,
+    voice: Voice,
     config: &BusConfig,
     shutdown: CancellationToken,
 ) -> BusHandle {
@@ -58,6 +62,7 @@ pub fn start(
     let dispatcher = Dispatcher {
         agent,
         inbox,
+        voice,
         router,
         commands,
         per_chat_queue: config.per_chat_queue,
@@ -73,6 +78,7 @@ struct Dispatcher {
     agent: Arc<Agent>,
     /// Where a message's files go before its turn (the chat's room).
     inbox: Arc<Inbox>,
+    voice: Voice,
     router: Arc<Router>,
     commands: CommandRegistry,
     per_chat_queue: usize,
@@ -183,6 +189,7 @@ impl Dispatcher {
         let (tx, mut rx) = mpsc::channel::<InboundMessage>(self.per_chat_queue);
         let agent = self.agent.clone();
         let inbox = self.inbox.clone();
+        let voice = self.voice.clone();
         let router = self.router.clone();
         let shutdown = self.shutdown.clone();
         tracing::debug!(%chat, "chat worker started");
@@ -203,6 +210,7 @@ impl Dispatcher {
                     let chat = message.chat.clone();
                     let mut text = std::mem::take(&mut message.text);
                     let files = std::mem::take(&mut message.files);
+                    let heard = files.iter().any(|f| f.kind == FileKind::Voice);
                     let mut turn = true;
                     let mut images = Vec::new();
                     if !files.is_empty() {
@@ -226,7 +234,14 @@ impl Dispatcher {
                         let cancel = shutdown.clone();
                         let outcome = agent
                             .run_turn_with_images(&chat, &text, images, origin, cancel, channel);
-                        outcome.await.answer
+                        let mut answer = outcome.await.answer;
+                        if voice.wanted(&chat, heard).await {
+                            let spoken = voice.speak(&router, &chat, message.id, &answer).await;
+                            if let Some(note) = spoken {
+                                answer = format!("{answer}\n\n{note}");
+                            }
+                        }
+                        answer
                     } else {
                         text
                     }

@@ -326,6 +326,8 @@ pub struct Secrets {
     pub relay_keys: nexbot_egress::ProviderKeys,
     /// `[llm.transcription]`'s key, from the variable it names.
     pub transcription_key: Option<SecretString>,
+    /// `[llm.speech]`'s key, from the variable it names.
+    pub speech_key: Option<SecretString>,
 }
 
 impl fmt::Debug for Secrets {
@@ -339,6 +341,7 @@ impl fmt::Debug for Secrets {
             .field("provider_keys", &self.provider_keys.iter().map(set).collect::<Vec<_>>())
             .field("relay_keys", &self.relay_keys)
             .field("transcription_key", &set(&self.transcription_key))
+            .field("speech_key", &set(&self.speech_key))
             .finish()
     }
 }
@@ -355,6 +358,7 @@ impl Secrets {
         ];
         keys.extend(self.provider_keys.iter().map(|k| ("LLM_PROVIDER_KEY".to_owned(), k.clone())));
         keys.push(("LLM_TRANSCRIPTION_KEY".to_owned(), self.transcription_key.clone()));
+        keys.push(("LLM_SPEECH_KEY".to_owned(), self.speech_key.clone()));
         keys.extend(
             self.relay_keys
                 .values()
@@ -478,6 +482,9 @@ impl Config {
         if let Some(name) = config.llm.transcription.as_ref().and_then(|t| t.api_key_env.as_deref())
         {
             secrets.transcription_key = key_of(name)?;
+        }
+        if let Some(name) = config.llm.speech.as_ref().and_then(|t| t.api_key_env.as_deref()) {
+            secrets.speech_key = key_of(name)?;
         }
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
@@ -627,6 +634,9 @@ impl Config {
         }
         if let Some(spec) = &l.transcription {
             spec.check("llm.transcription").map_err(|reason| ("llm.transcription", reason))?;
+        }
+        if let Some(spec) = &l.speech {
+            spec.check("llm.speech").map_err(|reason| ("llm.speech", reason))?;
         }
         range("llm.total_timeout_secs", l.total_timeout_secs, 1, 86_400)?;
         range("llm.breaker_failures", l.breaker_failures, 1, 1_000)?;

@@ -12,6 +12,7 @@
 //! - [`tools`]: the host's tools (files in the chat's room, memory, todos, messages, skills,
 //!   schedules, and delegation from [`delegation`]) on [`agent::tools`]'s trait.
 //! - [`inbox`]: files users send, kept in the chat's room and told to the model; voice heard.
+//!   [`voice`]: answers spoken (`[llm.speech]`, `/voice`).
 //! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]:
 //!   `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`, shared by every
 //!   channel; [`status`]: the lines `/status` shows; [`disk`]: the data directory's free
@@ -51,6 +52,7 @@ pub mod sandbox;
 pub mod status;
 
 pub mod tools;
+pub mod voice;
 pub mod workspace;
 
 pub use nexbot_core::BoxFuture;

@@ -17,6 +17,7 @@
 //!   pass a cap.
 //! - [`context`]: fitting a conversation into a model's context window.
 //! - [`transcribe`]: speech to text over `/audio/transcriptions`, by the same provider code.
+//! - [`speech`]: text to speech over `/audio/speech` (a chat's voice answers), the same way.
 //! - [`usage`]: token accounting read off a response as it streams past (the relay).
 //!
 //! Nothing else in the workspace parses provider JSON.
@@ -27,6 +28,7 @@ pub mod context;
 pub mod error;
 pub mod provider;
 pub mod retry;
+pub mod speech;
 pub mod stream;
 pub mod transcribe;
 pub mod usage;
@@ -36,6 +38,7 @@ pub use budget::{Allowance, Exceeded, Hold, TaskCost};
 pub use chain::{CallOutcome, Chain, ChainStats, RetryPolicy, StreamEvent};
 pub use error::{classify, parse_retry_after, ErrorClass, LlmError};
 pub use provider::{Provider, ProviderSpec};
+pub use speech::{Speaker, SpeechSpec};
 pub use transcribe::{Transcriber, TranscriptionSpec};
 pub use wire::{
     ChatMessage, ChatRequest, Completion, FunctionCall, FunctionSpec, Image, ToolCall, ToolSpec,

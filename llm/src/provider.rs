@@ -286,6 +286,22 @@ impl Provider {
         parse_completion(&body, &self.name).map_err(|e| self.error(e.class, e.message))
     }
 
+    /// A provider for one audio endpoint (`[llm.transcription]`, `[llm.speech]`): one model
+    /// at `base_url`, its key from `api_key_env`, each call within `timeout_secs`.
+    pub(crate) fn endpoint(
+        base_url: &str,
+        model: &str,
+        api_key_env: Option<String>,
+        key: Option<SecretString>,
+        timeout_secs: u64,
+    ) -> Result<Self, LlmError> {
+        let mut spec = ProviderSpec::new(base_url, model);
+        spec.api_key_env = api_key_env;
+        let timeout = Duration::from_secs(timeout_secs);
+        let timeouts = Timeouts { connect: Duration::from_secs(10), call: timeout, stall: timeout };
+        Self::new(spec, key, timeouts)
+    }
+
     /// An error of this provider, its key scrubbed from the message.
     pub(crate) fn fail(&self, class: ErrorClass, message: impl Into<String>) -> LlmError {
         self.error(class, message)
@@ -299,14 +315,38 @@ impl Provider {
         url: &str,
         form: reqwest::multipart::Form,
     ) -> Result<(u16, Option<Duration>, Vec<u8>), LlmError> {
-        let mut request = self.http.post(url).multipart(form).timeout(self.timeouts.call);
+        self.post(self.http.post(url).multipart(form), MAX_ANSWER_BYTES).await
+    }
+
+    /// Posts JSON `body` to `url` as [`Self::post_form`] does a form, reading at most `limit`
+    /// bytes of the answer (speech answers with audio, not JSON).
+    pub(crate) async fn post_json(
+        &self,
+        url: &str,
+        body: &serde_json::Value,
+        limit: usize,
+    ) -> Result<(u16, Option<Duration>, Vec<u8>), LlmError> {
+        let request = self
+            .http
+            .post(url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(body).unwrap_or_default());
+        self.post(request, limit).await
+    }
+
+    async fn post(
+        &self,
+        request: reqwest::RequestBuilder,
+        limit: usize,
+    ) -> Result<(u16, Option<Duration>, Vec<u8>), LlmError> {
+        let mut request = request.timeout(self.timeouts.call);
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         let status = response.status().as_u16();
         let retry_after = asked_wait(&response);
-        let body = self.read_limited(response, MAX_ANSWER_BYTES).await?;
+        let body = self.read_limited(response, limit).await?;
         Ok((status, retry_after, body))
     }
 

@@ -31,6 +31,37 @@ fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// Runs `attempt` until it succeeds, fails for good, or has been retried `max_retries` times
+/// after retryable failures (429, 5xx, timeouts), waiting [`backoff`] between (1 s doubling to
+/// 30 s, or what `Retry-After` asked). `what` names the call in the warning each retry logs.
+pub(crate) async fn retried<T, F, Fut>(
+    max_retries: u32,
+    what: &str,
+    mut attempt: F,
+) -> Result<T, crate::LlmError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, crate::LlmError>>,
+{
+    let mut tries = 0;
+    loop {
+        match attempt().await {
+            Err(e) if e.class.is_retryable() && tries < max_retries => {
+                tries += 1;
+                let wait = backoff(
+                    tries,
+                    e.retry_after,
+                    std::time::Duration::from_secs(1),
+                    std::time::Duration::from_secs(30),
+                );
+                tracing::warn!(attempt = tries, error = %e, ?wait, "{what} failed; retrying");
+                tokio::time::sleep(wait).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,13 +6,11 @@
 //! (its client without redirects, its key in a sensitive header, its errors classified from
 //! the raw answer and scrubbed of the key) and retried by the same back-off.
 
-use std::time::Duration;
-
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{classify, excerpt, ErrorClass, LlmError};
-use crate::provider::{Provider, ProviderSpec, Timeouts};
+use crate::provider::{Provider, ProviderSpec};
 
 /// `[llm.transcription]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,11 +91,8 @@ struct Transcript {
 
 impl Transcriber {
     pub fn new(spec: TranscriptionSpec, key: Option<SecretString>) -> Result<Self, LlmError> {
-        let mut provider_spec = ProviderSpec::new(&spec.base_url, &spec.model);
-        provider_spec.api_key_env = spec.api_key_env.clone();
-        let timeout = Duration::from_secs(spec.timeout_secs);
-        let timeouts = Timeouts { connect: Duration::from_secs(10), call: timeout, stall: timeout };
-        let provider = Provider::new(provider_spec, key, timeouts)?;
+        let (url, model, key_env) = (&spec.base_url, &spec.model, spec.api_key_env.clone());
+        let provider = Provider::endpoint(url, model, key_env, key, spec.timeout_secs)?;
         Ok(Self { spec, provider })
     }
 
@@ -120,24 +115,8 @@ impl Transcriber {
         file_name: &str,
         mime: &str,
     ) -> Result<String, LlmError> {
-        let mut attempt = 0;
-        loop {
-            match self.attempt(audio, file_name, mime).await {
-                Ok(text) => return Ok(text),
-                Err(e) if e.class.is_retryable() && attempt < self.spec.max_retries => {
-                    attempt += 1;
-                    let wait = crate::retry::backoff(
-                        attempt,
-                        e.retry_after,
-                        Duration::from_secs(1),
-                        Duration::from_secs(30),
-                    );
-                    tracing::warn!(attempt, error = %e, ?wait, "transcription failed; retrying");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let attempt = || self.attempt(audio, file_name, mime);
+        crate::retry::retried(self.spec.max_retries, "transcription", attempt).await
     }
 
     async fn attempt(&self, audio: &[u8], file_name: &str, mime: &str) -> Result<String, LlmError> {

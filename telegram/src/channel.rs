@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use nexbot_core::channel::{
     Channel, ChannelError, InboundMessage, MessageId, OutboundFile, OutboundKind, OutboundMessage,
-    TaskUpdate,
+    OutboundVoice, TaskUpdate,
 };
 use nexbot_core::text::excerpt;
 use nexbot_core::{BoxFuture, ChannelKind, ChatRef};
@@ -196,6 +196,12 @@ impl Telegram {
 }
 
 impl Inner {
+    /// The Telegram id of the message update `update_id` brought, while it is being answered.
+    fn inbound_message(&self, update_id: u64) -> Option<i32> {
+        let inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        inflight.get(&i64::try_from(update_id).ok()?).and_then(|f| f.message_id)
+    }
+
     /// The `Final` (or `Taken`) of update `update_id`: stops its typing, says where to reply.
     fn finish_inflight(&self, update_id: i64) -> Option<Inflight> {
         let flight = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&update_id);
@@ -286,6 +292,23 @@ impl Channel for Telegram {
             let id = self
                 .inner
                 .send_document(chat_id, file.path, file.contents, file.caption)
+                .await
+                .map_err(|e| ChannelError::Failed(e.to_string()))?;
+            Ok(id.map(|id| MessageId(i64::from(id))))
+        })
+    }
+
+    fn send_voice(
+        &self,
+        voice: OutboundVoice,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move {
+            let chat_id = telegram_chat(&voice.chat)?;
+            // The inbound message's Telegram id, as the answer's reply uses it.
+            let reply_to = voice.reply_to.and_then(|update| self.inner.inbound_message(update));
+            let id = self
+                .inner
+                .send_voice(chat_id, voice.audio, reply_to)
                 .await
                 .map_err(|e| ChannelError::Failed(e.to_string()))?;
             Ok(id.map(|id| MessageId(i64::from(id))))

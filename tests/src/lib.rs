@@ -19,6 +19,7 @@ pub mod egress;
 pub mod engine;
 pub mod gvisor;
 pub mod llmock;
+pub mod ogg;
 pub mod pdf;
 pub mod scripted_llm;
 pub mod soak;

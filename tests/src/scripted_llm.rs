@@ -180,6 +180,9 @@ struct Shared {
     queue: Mutex<VecDeque<Step>>,
     /// Answers of `/audio/transcriptions`, in order: (status, body).
     transcriptions: Mutex<VecDeque<(u16, String)>>,
+    /// Answers of `/audio/speech`, in order: (status, body); once empty, a real Ogg/Opus
+    /// recording ([`crate::ogg::silent_opus`]).
+    speech: Mutex<VecDeque<(u16, Vec<u8>)>>,
     responder: Mutex<Option<Responder>>,
     recorded: Mutex<Vec<Recorded>>,
 }
@@ -233,6 +236,7 @@ impl ScriptedLlm {
         let shared = Arc::new(Shared {
             queue: Mutex::new(steps.into()),
             transcriptions: Mutex::new(VecDeque::new()),
+            speech: Mutex::new(VecDeque::new()),
             responder: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
         });
@@ -240,6 +244,7 @@ impl ScriptedLlm {
             .route("/v1/chat/completions", post(chat))
             .route("/chat/completions", post(chat))
             .route("/v1/audio/transcriptions", post(transcription))
+            .route("/v1/audio/speech", post(speech))
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .with_state(shared.clone());
@@ -310,6 +315,17 @@ impl ScriptedLlm {
         self.requests().into_iter().filter(|r| r.path.ends_with("/audio/transcriptions")).collect()
     }
 
+    /// The next answer of `/audio/speech` (text to speech): `status` and `body`. Without one
+    /// queued it answers 200 with a second of silence as Ogg/Opus.
+    pub fn push_speech(&self, status: u16, body: &[u8]) {
+        self.shared.speech.lock().unwrap().push_back((status, body.to_vec()));
+    }
+
+    /// Only the speech requests (their JSON bodies).
+    pub fn speech_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.path.ends_with("/audio/speech")).collect()
+    }
+
     pub fn remaining_steps(&self) -> usize {
         self.shared.queue.lock().unwrap().len()
     }
@@ -371,6 +387,23 @@ async fn transcription(State(shared): State<Arc<Shared>>, request: Request) -> R
     let status = axum::http::StatusCode::from_u16(status)
         .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
     let response = (status, [("content-type", "application/json")], body).into_response();
+    finish(&shared, index, started);
+    response
+}
+
+async fn speech(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let json: Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let index = record(&shared, parts.method.as_str(), parts.uri.path(), &parts.headers, json);
+    let next = shared.speech.lock().unwrap().pop_front();
+    let (status, body) = next.unwrap_or_else(|| (200, crate::ogg::silent_opus(50)));
+    let status = axum::http::StatusCode::from_u16(status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let kind = if status.is_success() { "audio/ogg" } else { "application/json" };
+    let response = (status, [("content-type", kind)], body).into_response();
     finish(&shared, index, started);
     response
 }

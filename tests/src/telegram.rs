@@ -318,6 +318,25 @@ impl TelegramFixture {
         &self.token
     }
 
+    /// The bytes of the file the bot sent in `message` (a document, a voice message), as a
+    /// client would get them: `getFile`, then the download.
+    pub async fn sent_file_bytes(&self, message: &BotMessage) -> Vec<u8> {
+        let file_id = message.json["file_object"]["file_id"].as_str().expect("a sent file");
+        let url = self.method_url("getFile");
+        let request = self
+            .http
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(json!({ "file_id": file_id }).to_string());
+        let body = request.send().await.expect("getFile").text().await.expect("getFile's body");
+        let answer: Value = serde_json::from_str(&body).expect("getFile's JSON");
+        let path = answer["result"]["file_path"].as_str().expect("a file path");
+        let url = format!("{}/file/bot{}/{path}", self.api_url, self.token);
+        let response = self.http.get(&url).send().await.expect("file download");
+        assert!(response.status().is_success(), "download {url}: {}", response.status());
+        response.bytes().await.expect("file bytes").to_vec()
+    }
+
     /// The URL of one Bot API method for [`Self::token`].
     pub fn method_url(&self, method: &str) -> String {
         format!("{}/bot{}/{method}", self.api_url, self.token)

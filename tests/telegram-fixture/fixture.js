@@ -971,6 +971,7 @@ function messageRecord(m) {
     date: m.date, time_ms: m.time_ms,
   };
   if (m.file) r.file = m.file;
+  if (m.file_object) r.file_object = m.file_object;
   return r;
 }
 

@@ -28,7 +28,8 @@ use nexbot_core::{ChannelKind, ChatRef};
 use tokio::sync::oneshot;
 
 use crate::agent::channel::{
-    Button, Channel, ChannelError, MessageId, OutboundFile, OutboundMessage, TaskUpdate,
+    Button, Channel, ChannelError, MessageId, OutboundFile, OutboundMessage, OutboundVoice,
+    TaskUpdate,
 };
 use crate::exits::{Exit, Exits};
 use crate::BoxFuture;
@@ -109,6 +110,14 @@ impl Router {
     pub fn with_exits(mut self, exits: Arc<Exits>) -> Self {
         self.exits = Some(exits);
         self
+    }
+
+    /// `text` as it may leave for `chat`: through the exit scan every text passes (a secret
+    /// in it is blocked). What is spoken aloud is this, never the raw text.
+    pub fn scanned(&self, chat: &ChatRef, text: &str) -> String {
+        let mut text = text.to_owned();
+        self.scan(chat, &mut text);
+        text
     }
 
     fn scan(&self, chat: &ChatRef, text: &mut String) {
@@ -260,6 +269,19 @@ impl Channel for Router {
         Box::pin(async move {
             let chat = file.chat.clone();
             let sent = self.channel(&chat)?.send_file(file).await?;
+            self.record_sent(&chat, sent);
+            Ok(sent)
+        })
+    }
+
+    /// Sends a voice message; its audio was spoken from text that passed [`Router::scanned`].
+    fn send_voice(
+        &self,
+        voice: OutboundVoice,
+    ) -> BoxFuture<'_, Result<Option<MessageId>, ChannelError>> {
+        Box::pin(async move {
+            let chat = voice.chat.clone();
+            let sent = self.channel(&chat)?.send_voice(voice).await?;
             self.record_sent(&chat, sent);
             Ok(sent)
         })

@@ -44,4 +44,5 @@ mod mcp_room_owner;
 mod rooms;
 mod telegram;
 mod telegram_files;
+mod telegram_voice;
 mod web;

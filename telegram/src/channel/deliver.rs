@@ -216,11 +216,9 @@ impl Inner {
         contents: Option<std::path::PathBuf>,
         caption: Option<String>,
     ) -> Result<Option<i32>, DeliveryError> {
-        let deadline = Instant::now() + Duration::from_secs(self.config.delivery_deadline_secs);
-        let mut backoff = Duration::from_millis(500);
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
         let read_from = contents.unwrap_or(path);
-        loop {
+        self.upload(chat_id, "file", || {
             let mut document = InputFile::file(&read_from);
             if let Some(name) = &name {
                 document = document.file_name(name.clone());
@@ -229,9 +227,49 @@ impl Inner {
             if let Some(caption) = &caption {
                 request = request.caption(caption.clone());
             }
-            let wait = match request.send().await {
+            request.send()
+        })
+        .await
+    }
+
+    /// Uploads Ogg/Opus `audio` as a voice message (`sendVoice`), replying to `reply_to`,
+    /// retried as [`Self::send_document`] is.
+    pub(super) async fn send_voice(
+        &self,
+        chat_id: i64,
+        audio: Vec<u8>,
+        reply_to: Option<i32>,
+    ) -> Result<Option<i32>, DeliveryError> {
+        self.upload(chat_id, "voice message", || {
+            let voice = InputFile::memory(audio.clone()).file_name("answer.ogg");
+            let mut request = self.bot.send_voice(ChatId(chat_id), voice);
+            if let Some(id) = reply_to {
+                request = request.reply_parameters(
+                    ReplyParameters::new(TgMessageId(id)).allow_sending_without_reply(),
+                );
+            }
+            request.send()
+        })
+        .await
+    }
+
+    /// Sends what `attempt` makes until it is answered, within the delivery deadline.
+    async fn upload<F, Fut>(
+        &self,
+        chat_id: i64,
+        what: &str,
+        attempt: F,
+    ) -> Result<Option<i32>, DeliveryError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<teloxide_core::types::Message, RequestError>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(self.config.delivery_deadline_secs);
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let wait = match attempt().await {
                 Ok(message) => return Ok(Some(message.id.0)),
-                Err(e) => match self.after_failure(chat_id, "file", e, &mut backoff) {
+                Err(e) => match self.after_failure(chat_id, what, e, &mut backoff) {
                     Next::Wait(wait) => wait,
                     Next::AssumeSent => return Ok(None),
                     Next::Fail(e) => return Err(e),
