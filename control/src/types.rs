@@ -31,6 +31,9 @@ pub mod paths {
     /// `POST`: a one-time login link for the web dashboard ([`super::WebLogin`]); 409 when
     /// the dashboard is off.
     pub const WEB_LOGIN: &str = "/v1/web/login";
+    /// `GET`: the egress audit file's hash chain walked ([`super::AuditCheck`]); 409 when
+    /// there is no audit file (the sandbox is off).
+    pub const AUDIT_VERIFY: &str = "/v1/audit/verify";
 }
 
 /// Every error answer: a message for the operator.
@@ -319,4 +322,35 @@ pub struct SkillFinding {
     pub line: usize,
     pub rule: String,
     pub text: String,
+}
+
+/// The egress audit file's hash chain, walked oldest line first (`nexbot-ctl audit verify`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditCheck {
+    /// The audit file (its rotated copies beside it).
+    pub path: String,
+    /// Lines and files walked (0 when the chain breaks).
+    pub lines: u64,
+    pub files: usize,
+    /// The hash of the newest line: compare it with a copy kept off the host (empty when the
+    /// chain breaks).
+    pub head: String,
+    /// Lines from before the chain existed (older installs), at its start.
+    #[serde(default)]
+    pub unlinked: u64,
+    /// The oldest kept line links to one rotated away: checked from there.
+    #[serde(default)]
+    pub starts_after_rotation: bool,
+    /// The first line that does not fit; `None`: the chain holds.
+    #[serde(default)]
+    pub broken: Option<AuditBreak>,
+}
+
+/// Where the chain breaks: the line after an edited, removed or moved one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditBreak {
+    pub file: String,
+    /// 1-based, within `file`.
+    pub line: u64,
+    pub reason: String,
 }

@@ -67,6 +67,10 @@ pub enum Command {
     /// operator's (--operator)
     #[command(subcommand)]
     Secrets(crate::secrets::SecretsCommand),
+    /// The egress audit file's hash chain: `audit verify` names the first line that does not
+    /// follow the one before it (exit 1) and prints the head to compare with a copy
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Skills: each folder's state (ok, invalid, ineligible, quarantined), reason and hash
     #[command(subcommand)]
     Skills(SkillsCommand),
@@ -127,6 +131,12 @@ pub enum SubagentsCommand {
         /// Slot id, as `subagents ps` shows it
         id: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk the chain, oldest line first
+    Verify,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,13 +11,16 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use nexbot_control::{
-    paths, BackupReport, BackupRequest, Client, ClientError, Done, Health, LogLines, MessageList,
-    ReloadReport, SkillAllow, SkillList, Status, SubagentList, TaskDetail, TaskList, WebLogin,
+    paths, AuditCheck, BackupReport, BackupRequest, Client, ClientError, Done, Health, LogLines,
+    MessageList, ReloadReport, SkillAllow, SkillList, Status, SubagentList, TaskDetail, TaskList,
+    WebLogin,
 };
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::cli::{Command, SkillsCommand, SubagentsCommand, TasksArgs, TasksCommand, WebCommand};
+use crate::cli::{
+    AuditCommand, Command, SkillsCommand, SubagentsCommand, TasksArgs, TasksCommand, WebCommand,
+};
 use crate::{logs, render, views};
 
 /// Clears a terminal and puts the cursor home, for `--watch` refreshes.
@@ -99,6 +102,16 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
         Command::Metrics => {
             let text = ctx.client.get_text(paths::METRICS).await?;
             print(&text)
+        }
+        Command::Audit(AuditCommand::Verify) => {
+            let value = get(ctx, paths::AUDIT_VERIFY).await?;
+            let check: AuditCheck =
+                serde_json::from_value(value.clone()).context("unexpected audit answer")?;
+            show(ctx, value, |c: AuditCheck| views::audit_check(&c))?;
+            if let Some(broken) = check.broken {
+                anyhow::bail!("the audit chain breaks at {}:{}", broken.file, broken.line);
+            }
+            Ok(())
         }
         Command::Cron(command) => crate::cron::run(ctx, command).await,
         Command::Skills(SkillsCommand::Ls) => {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use nexbot_control::{
-    BackupReport, MessageRow, ReloadReport, SkillList, Status, Subagent, TaskDetail, TaskRow,
-    WebLogin,
+    AuditCheck, BackupReport, MessageRow, ReloadReport, SkillList, Status, Subagent, TaskDetail,
+    TaskRow, WebLogin,
 };
 
 use crate::render::{
@@ -370,6 +370,27 @@ pub fn skills(list: &SkillList) -> String {
 }
 
 /// `backup`: where the copy is and how big.
+pub fn audit_check(c: &AuditCheck) -> String {
+    let mut out = format!("audit file: {}\n", one_line(&c.path));
+    match &c.broken {
+        Some(b) => {
+            let (file, reason) = (one_line(&b.file), one_line(&b.reason));
+            return out + &format!("BROKEN at {file}:{}: {reason}\n", b.line);
+        }
+        None => {
+            out.push_str(&format!("the chain holds: {} lines in {} files\n", c.lines, c.files));
+            if c.unlinked > 0 {
+                out.push_str(&format!("{} older lines from before the chain\n", c.unlinked));
+            }
+            if c.starts_after_rotation {
+                out.push_str("its oldest lines were rotated away; checked from the oldest kept\n");
+            }
+        }
+    }
+    out.push_str(&format!("head: {}\n", c.head));
+    out
+}
+
 pub fn backup(b: &BackupReport) -> String {
     format!("backup written to {} ({}, {} bytes)\n", b.path, human_size(b.bytes), b.bytes)
 }

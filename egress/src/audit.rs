@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use nexbot_core::repeat::{LogDecision, RepeatFilter};
 use nexbot_redact::Redactor;
 
+use super::audit_chain as chain;
 use super::ledger::{Attach, TaskStats, TaskStatsTable};
 use super::scrub::Scrubber;
 
@@ -198,6 +199,8 @@ struct Live {
     /// Write failures (a full disk fails every line): logged once, then once a minute with a
     /// count, and once more when lines are written again.
     failures: RepeatFilter,
+    /// The hash of the newest line written: the next line's link (`audit_chain`).
+    head: String,
 }
 
 /// Refusal lines of the current second.
@@ -239,9 +242,12 @@ impl AuditLog {
     ) -> std::io::Result<Self> {
         let file = open_live(path)?;
         let size = file.metadata()?.len();
+        // A restarted daemon goes on with the chain where the newest kept line left it.
+        let head = chain::head_of(path, limits.max_files);
+        let failures = RepeatFilter::default();
         let log = Self {
             path: path.to_owned(),
-            live: Mutex::new(Live { file, size, failures: RepeatFilter::default() }),
+            live: Mutex::new(Live { file, size, failures, head }),
             limits,
             scrubber,
             rate: Mutex::default(),
@@ -255,6 +261,12 @@ impl AuditLog {
 
     pub(crate) fn ledger(&self) -> &Arc<TaskStatsTable> {
         &self.ledger
+    }
+
+    /// Walks the chain of the kept files (`audit_chain::verify`), no line written meanwhile.
+    pub fn verify(&self) -> Result<chain::Verified, chain::Break> {
+        let _live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        chain::verify(&self.path, self.limits.max_files)
     }
 
     pub fn path(&self) -> &Path {
@@ -407,7 +419,7 @@ impl AuditLog {
 
     /// Appends one line, rotating first when it would pass `max_bytes`.
     fn append(&self, line: serde_json::Result<Vec<u8>>) {
-        let mut line = match line {
+        let line = match line {
             Ok(line) => line,
             Err(err) => {
                 tracing::error!(%err, "egress audit record did not serialise");
@@ -415,8 +427,11 @@ impl AuditLog {
                 return;
             }
         };
-        line.push(b'\n');
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        // Linked under the lock: lines are chained in the order they are written.
+        let mut line = chain::chained(&line, &live.head);
+        let hash = chain::line_hash(&line);
+        line.push(b'\n');
         if live.size > 0 && live.size + line.len() as u64 > self.limits.max_bytes {
             self.rotate(&mut live);
         }
@@ -424,6 +439,7 @@ impl AuditLog {
         match live.file.write_all(&line) {
             Ok(()) => {
                 live.size += line.len() as u64;
+                live.head = hash;
                 if let Some(repeated) = live.failures.clear(Instant::now()) {
                     tracing::warn!(
                         path = %self.path.display(),
@@ -911,6 +927,72 @@ mod tests {
         assert!(!dir.join("s.jsonl.1").exists());
         let text = std::fs::read_to_string(&single).unwrap();
         assert!(text.lines().last().unwrap().contains("host-99.example"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_chain_holds_across_rotation_and_a_restart_and_names_the_line_after_a_tampered_one() {
+        use crate::audit_chain::{line_hash, verify};
+        let dir = std::env::temp_dir().join(format!("nxe-chain-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.jsonl");
+        // Lines of an install from before the chain: kept, counted as unlinked.
+        std::fs::write(&path, "{\"kind\":\"old\"}\n{\"kind\":\"older\"}\n").unwrap();
+        let limits = AuditLimits { max_bytes: 4096, max_files: 3, ..AuditLimits::default() };
+        let log = AuditLog::open(&path, limits, Scrubber::default()).unwrap();
+        for i in 0..5 {
+            log.write(&mut record(&format!("host-{i}.example")), None);
+        }
+        let early = verify(&path, 3).unwrap();
+        assert_eq!((early.lines, early.unlinked, early.starts_after_rotation), (7, 2, false));
+        for i in 5..60 {
+            log.write(&mut record(&format!("host-{i}.example")), None);
+        }
+        drop(log);
+        // A restart goes on with the chain.
+        let log = AuditLog::open(&path, limits, Scrubber::default()).unwrap();
+        for i in 60..70 {
+            log.write(&mut record(&format!("host-{i}.example")), None);
+        }
+        let held = log.verify().unwrap();
+        assert_eq!(held.files, 3);
+        assert!(held.starts_after_rotation, "the oldest lines were rotated away");
+        let live = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(held.head, line_hash(live.lines().last().unwrap().as_bytes()));
+        assert!(live.lines().last().unwrap().contains("host-69.example"));
+
+        let middle = dir.join("a.jsonl.1");
+        let kept = std::fs::read_to_string(&middle).unwrap();
+        let lines: Vec<&str> = kept.lines().collect();
+        assert!(lines.len() > 4, "{}", lines.len());
+        let tampered = |lines: Vec<String>| {
+            std::fs::write(&middle, lines.join("\n") + "\n").unwrap();
+            let broken = verify(&path, 3).unwrap_err();
+            std::fs::write(&middle, &kept).unwrap();
+            assert!(broken.file.ends_with("a.jsonl.1"), "{broken}");
+            broken
+        };
+        let owned = || lines.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        // Edited: the line after it no longer follows.
+        let mut edited = owned();
+        edited[2] = edited[2].replace("host-", "elsewhere-");
+        assert_eq!(tampered(edited).line, 4);
+        // Removed.
+        let mut removed = owned();
+        removed.remove(2);
+        assert_eq!(tampered(removed).line, 3);
+        // Two lines swapped.
+        let mut moved = owned();
+        moved.swap(1, 2);
+        assert_eq!(tampered(moved).line, 2);
+        // A line without a link slipped in.
+        let mut inserted = owned();
+        inserted.insert(3, "{\"kind\":\"connect\",\"host\":\"forged\"}".into());
+        let broken = tampered(inserted);
+        assert_eq!(broken.line, 4);
+        assert!(broken.reason.contains("inserted"), "{broken}");
+        assert_eq!(verify(&path, 3).unwrap(), held, "restored");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

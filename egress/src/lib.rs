@@ -155,6 +155,7 @@
 mod approval;
 mod attribution;
 mod audit;
+pub mod audit_chain;
 mod binding;
 mod config;
 mod credentials;
@@ -460,6 +461,20 @@ impl Egress {
 
     pub fn audit_path(&self) -> &Path {
         self.shared.audit.path()
+    }
+
+    /// Checks the audit file's hash chain ([`audit_chain::verify`]).
+    pub fn verify_audit(&self) -> Result<audit_chain::Verified, audit_chain::Break> {
+        self.shared.audit.verify()
+    }
+
+    /// Checks the audit chain later, without holding the listener (as [`Self::metrics_source`]).
+    pub fn audit_verifier(
+        &self,
+    ) -> impl Fn() -> Result<audit_chain::Verified, audit_chain::Break> + Send + Sync + 'static
+    {
+        let shared = self.shared.clone();
+        move || shared.audit.verify()
     }
 
     /// Stops accepting, cuts open tunnels and waits (at most `grace`) for handlers to finish

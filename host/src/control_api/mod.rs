@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub store: Store,
     pub pool: Option<Arc<Pool>>,
     pub egress: Option<Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>>,
+    /// The egress audit file and its chain's walk (`None` without a sandbox).
+    pub audit: Option<(PathBuf, Arc<ops::AuditVerifier>)>,
     pub relay: Option<Arc<crate::sandbox::RelayCounters>>,
     pub delegation_off: Option<String>,
     pub status: StatusBoard,
@@ -204,6 +206,7 @@ pub fn router(state: ControlState) -> Router {
             get(|State(s): State<ControlState>| async move { Json(ops::skills(&s).await) }),
         )
         .route(paths::SKILLS_ALLOW, post(allow_skill))
+        .route(paths::AUDIT_VERIFY, get(audit_verify))
         .route(
             paths::WEB_LOGIN,
             post(|State(s): State<ControlState>| async move { web::login_link(&s).map(Json) }),
@@ -240,6 +243,11 @@ async fn messages(
 ) -> Answer<nexbot_control::MessageList> {
     let Query(query) = query?;
     ops::messages(&s, query.failed.unwrap_or(false), query.limit).await.map(Json)
+}
+
+async fn audit_verify(State(s): State<ControlState>) -> Answer<nexbot_control::AuditCheck> {
+    let check = tokio::task::spawn_blocking(move || ops::audit_check(&s)).await;
+    check.map_err(ApiError::internal)?.map(Json)
 }
 
 async fn backup(
@@ -320,6 +328,10 @@ pub async fn attach(
         egress: app.sandbox().map(|s| {
             let source = s.egress().metrics_source();
             Arc::new(source) as Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>
+        }),
+        audit: app.sandbox().map(|s| {
+            let verifier = s.egress().audit_verifier();
+            (s.egress().audit_path().to_owned(), Arc::new(verifier) as Arc<ops::AuditVerifier>)
         }),
         relay: app.sandbox().map(|s| s.relay_counters()),
         delegation_off: app.delegation_off().map(str::to_owned),

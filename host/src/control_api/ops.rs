@@ -384,6 +384,47 @@ pub async fn allow_skill(
     }
 }
 
+/// Walks the egress audit file's chain (`nexbot_egress::audit_chain`).
+pub type AuditVerifier = dyn Fn() -> Result<crate::egress::audit_chain::Verified, crate::egress::audit_chain::Break>
+    + Send
+    + Sync;
+
+/// The audit chain walked, for `nexbot-ctl audit verify`; 409 without a sandbox (no audit
+/// file). Blocking: it reads every kept audit file.
+pub fn audit_check(state: &ControlState) -> Result<nexbot_control::AuditCheck, ApiError> {
+    let Some((path, verify)) = &state.0.audit else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "there is no egress audit file: the sandbox is off (subagent.enabled = false)",
+        ));
+    };
+    let path = path.display().to_string();
+    Ok(match verify() {
+        Ok(v) => nexbot_control::AuditCheck {
+            path,
+            lines: v.lines,
+            files: v.files,
+            head: v.head,
+            unlinked: v.unlinked,
+            starts_after_rotation: v.starts_after_rotation,
+            broken: None,
+        },
+        Err(b) => nexbot_control::AuditCheck {
+            path,
+            lines: 0,
+            files: 0,
+            head: String::new(),
+            unlinked: 0,
+            starts_after_rotation: false,
+            broken: Some(nexbot_control::AuditBreak {
+                file: b.file,
+                line: b.line,
+                reason: b.reason,
+            }),
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};

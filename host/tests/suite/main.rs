@@ -19,6 +19,7 @@ mod egress_docker;
 mod egress_fairness;
 mod egress_pool;
 mod host_approvals;
+mod host_audit;
 mod host_bus;
 mod host_chat;
 mod host_cli;
