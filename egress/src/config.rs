@@ -38,6 +38,9 @@ pub struct EgressConfig {
     /// Audit lines written for one task; the rest are counted and left out, and one line
     /// says how many when the task ends. Default `10000`.
     pub audit_max_lines_per_task: u64,
+    /// How often the owner is sent the audit chain's head in Telegram (seconds; a copy that
+    /// lives off the host). Default `86400` (a day); `0`: never (`/audit` still shows it).
+    pub audit_head_secs: u64,
     /// Lines for refused (or failed) connections written in one second; the rest are counted
     /// and left out, and one line says how many after that second. Default `50`.
     pub audit_max_refusals_per_sec: u64,
@@ -104,6 +107,7 @@ impl Default for EgressConfig {
             audit_max_bytes: 16 << 20,
             audit_max_files: 5,
             audit_max_lines_per_task: 10_000,
+            audit_head_secs: 86_400,
             audit_max_refusals_per_sec: 50,
             require_attribution: true,
             firewall: true,

@@ -223,9 +223,8 @@ impl App {
             vault.clone(),
             clis,
         );
-        let spend = agent.model().spend().clone();
-        let voice = crate::voice::Voice::new(speaker(config)?, store.clone(), spend);
-        commands.add(Arc::new(crate::voice::VoiceCommand(voice.clone())));
+        let (voice, audit_head) =
+            voice_and_audit(&mut commands, config, &store, &agent, sandbox.as_ref())?;
         if let Some(approvals) = &approvals {
             approvals.set_channel(router.clone());
             commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));
@@ -277,7 +276,21 @@ impl App {
         };
         app.spawn("disk", Stage::Service, move |stop| disk.watch(stop));
         app.start_scheduler(config);
+        app.send_audit_head(audit_head, config);
         Ok(app)
+    }
+
+    /// The audit chain's head to the Telegram owner every `egress.audit_head_secs`.
+    fn send_audit_head(&mut self, head: Option<crate::audit_head::AuditHead>, config: &Config) {
+        let every = config.egress.audit_head_secs;
+        let (Some(head), Some(owner), true) = (head, config.telegram.owner, every > 0) else {
+            return;
+        };
+        let channel: Arc<dyn Channel> = self.router.clone();
+        let (owner, every) = (nexbot_core::ChatRef::Telegram(owner), Duration::from_secs(every));
+        self.spawn("audit head", Stage::Input, move |stop| {
+            head.send_every(every, owner, channel, stop)
+        });
     }
 
     /// The scheduler, when `scheduler.enabled`: its status line, its counters, its loop.
@@ -417,6 +430,28 @@ const MCP_LINE: &str = "MCP servers";
 
 /// The pool in one line: containers by state, and the tasks running.
 /// `[llm.transcription]`'s endpoint, when it is set.
+/// The chats' voice (`/voice`) and, with a sandbox, the audit chain's head (`/audit`), their
+/// commands added to `commands`.
+fn voice_and_audit(
+    commands: &mut CommandRegistry,
+    config: &Config,
+    store: &Store,
+    agent: &Agent,
+    sandbox: Option<&Sandbox>,
+) -> anyhow::Result<(crate::voice::Voice, Option<crate::audit_head::AuditHead>)> {
+    let spend = agent.model().spend().clone();
+    let voice = crate::voice::Voice::new(speaker(config)?, store.clone(), spend);
+    commands.add(Arc::new(crate::voice::VoiceCommand(voice.clone())));
+    let head = sandbox.map(|s| {
+        let verify = Arc::new(s.egress().audit_verifier());
+        crate::audit_head::AuditHead::new(verify, config.telegram.owner)
+    });
+    if let Some(head) = &head {
+        commands.add(Arc::new(crate::audit_head::AuditCommand(head.clone())));
+    }
+    Ok((voice, head))
+}
+
 fn speaker(config: &Config) -> anyhow::Result<Option<nexbot_llm::Speaker>> {
     let Some(spec) = config.llm.speech.clone() else { return Ok(None) };
     let speaker = nexbot_llm::Speaker::new(spec, config.secrets.speech_key.clone())

@@ -36,6 +36,7 @@
 
 pub mod app;
 pub mod approvals;
+pub mod audit_head;
 pub mod bus;
 pub mod channels;
 pub mod commands;

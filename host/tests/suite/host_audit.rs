@@ -12,6 +12,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 const OWNER: i64 = 6101;
+const FRIEND: i64 = 6102;
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn sha256_hex(line: &str) -> String {
@@ -37,6 +38,9 @@ async fn the_audit_chain_holds_and_an_edited_line_is_named_by_audit_verify() {
     env.extend(names.env());
     env.push(("NEXBOT_SUBAGENT__POOL_SIZE".into(), "1".into()));
     common::telegram_env(&mut env, &tg, OWNER);
+    env.push(("NEXBOT_TELEGRAM__ALLOWED_USERS".into(), format!("[{FRIEND}]")));
+    // The owner's copy of the head, sent every 2 s here (a day by default).
+    env.push(("NEXBOT_EGRESS__AUDIT_HEAD_SECS".into(), "2".into()));
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;
     serving.wait_log("the control API is on", LIMIT).await;
 
@@ -67,6 +71,16 @@ async fn the_audit_chain_holds_and_an_edited_line_is_named_by_audit_verify() {
     assert!(ran.stdout.contains(&format!("the chain holds: {total} lines in 1 files")), "{ran:?}");
     assert!(ran.stdout.contains("1 older lines from before the chain"), "{ran:?}");
     assert!(ran.stdout.contains(&sha256_hex(written.last().unwrap())), "the head: {ran:?}");
+    // The owner's copies: sent to their chat, and `/audit` there; another user gets neither.
+    let head = sha256_hex(written.last().unwrap());
+    let sent = |m: &[nexbot_tests::telegram::BotMessage]| {
+        m.iter().any(|m| m.text.contains(&format!("Audit chain head: {head}")))
+    };
+    tg.wait_bot_messages(OWNER, sent, LIMIT).await;
+    tg.user_says(FRIEND, FRIEND, "/audit").await;
+    tg.wait_bot_messages(FRIEND, |m| m.iter().any(|m| m.text.starts_with("Only the owner")), LIMIT)
+        .await;
+    assert!(!tg.bot_messages(FRIEND).await.iter().any(|m| m.text.contains(&head)));
     let second: serde_json::Value = serde_json::from_str(&written[1]).unwrap();
     assert_eq!(second["prev"], sha256_hex(&written[0]), "linked to the older install's line");
 
@@ -81,5 +95,10 @@ async fn the_audit_chain_holds_and_an_edited_line_is_named_by_audit_verify() {
     let json = common::ctl(&ws, &["--json", "audit", "verify"], "").await;
     let check: nexbot_control::AuditCheck = serde_json::from_str(&json.stdout).unwrap();
     assert_eq!(check.broken.map(|b| b.line), Some(3));
+    tg.user_says(OWNER, OWNER, "/audit").await;
+    let broken = |m: &[nexbot_tests::telegram::BotMessage]| {
+        m.iter().any(|m| m.text.contains("The audit chain is BROKEN at") && m.text.contains(":3:"))
+    };
+    tg.wait_bot_messages(OWNER, broken, LIMIT).await;
     serving.stop(LIMIT).await;
 }
