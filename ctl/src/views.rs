@@ -369,7 +369,7 @@ pub fn skills(list: &SkillList) -> String {
     out
 }
 
-/// `backup`: where the copy is and how big.
+/// `audit verify`: the chain holds (lines, files, head) or where it breaks.
 pub fn audit_check(c: &AuditCheck) -> String {
     let mut out = format!("audit file: {}\n", one_line(&c.path));
     match &c.broken {
@@ -391,6 +391,7 @@ pub fn audit_check(c: &AuditCheck) -> String {
     out
 }
 
+/// `backup`: where the copy is and how big.
 pub fn backup(b: &BackupReport) -> String {
     format!("backup written to {} ({}, {} bytes)\n", b.path, human_size(b.bytes), b.bytes)
 }

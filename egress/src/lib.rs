@@ -463,12 +463,8 @@ impl Egress {
         self.shared.audit.path()
     }
 
-    /// Checks the audit file's hash chain ([`audit_chain::verify`]).
-    pub fn verify_audit(&self) -> Result<audit_chain::Verified, audit_chain::Break> {
-        self.shared.audit.verify()
-    }
-
-    /// Checks the audit chain later, without holding the listener (as [`Self::metrics_source`]).
+    /// Checks the audit file's hash chain ([`audit_chain::verify`]) later, without holding
+    /// the listener (as [`Self::metrics_source`]).
     pub fn audit_verifier(
         &self,
     ) -> impl Fn() -> Result<audit_chain::Verified, audit_chain::Break> + Send + Sync + 'static

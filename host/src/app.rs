@@ -428,8 +428,6 @@ impl App {
 /// The status board's name of the MCP servers' line (per chat).
 const MCP_LINE: &str = "MCP servers";
 
-/// The pool in one line: containers by state, and the tasks running.
-/// `[llm.transcription]`'s endpoint, when it is set.
 /// The chats' voice (`/voice`) and, with a sandbox, the audit chain's head (`/audit`), their
 /// commands added to `commands`.
 fn voice_and_audit(
@@ -452,6 +450,7 @@ fn voice_and_audit(
     Ok((voice, head))
 }
 
+/// `[llm.speech]`'s endpoint, when it is set.
 fn speaker(config: &Config) -> anyhow::Result<Option<nexbot_llm::Speaker>> {
     let Some(spec) = config.llm.speech.clone() else { return Ok(None) };
     let speaker = nexbot_llm::Speaker::new(spec, config.secrets.speech_key.clone())
@@ -459,6 +458,7 @@ fn speaker(config: &Config) -> anyhow::Result<Option<nexbot_llm::Speaker>> {
     Ok(Some(speaker))
 }
 
+/// `[llm.transcription]`'s endpoint, when it is set.
 fn transcriber(config: &Config) -> anyhow::Result<Option<nexbot_llm::Transcriber>> {
     let Some(spec) = config.llm.transcription.clone() else { return Ok(None) };
     let key = config.secrets.transcription_key.clone();

@@ -236,6 +236,9 @@ impl Dispatcher {
                             .run_turn_with_images(&chat, &text, images, origin, cancel, channel);
                         let mut answer = outcome.await.answer;
                         if voice.wanted(&chat, heard).await {
+                            // Scanned once here: the answer's send finds nothing more in it,
+                            // so a secret's hit is logged and counted once.
+                            answer = router.scanned(&chat, &answer);
                             let spoken = voice.speak(&router, &chat, message.id, &answer).await;
                             if let Some(note) = spoken {
                                 answer = format!("{answer}\n\n{note}");

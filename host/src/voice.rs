@@ -86,18 +86,19 @@ impl Voice {
             }
     }
 
-    /// Speaks `answer` into `chat` as voice messages replying to `reply_to`; the note to add
-    /// to the text when not all of it was spoken (`None`: all of it was).
+    /// Speaks `scanned` (the answer as [`Router::scanned`] let it out) into `chat` as voice
+    /// messages replying to `reply_to`; the note to add to the text when not all of it was
+    /// spoken (`None`: all of it was).
     pub async fn speak(
         &self,
         router: &Router,
         chat: &ChatRef,
         reply_to: u64,
-        answer: &str,
+        scanned: &str,
     ) -> Option<String> {
         let speaker = self.speaker.as_ref()?;
         let spec = speaker.spec();
-        let (parts, cut) = spoken_parts(&router.scanned(chat, answer), spec.max_chars_per_part);
+        let (parts, cut) = spoken_parts(scanned, spec.max_chars_per_part);
         if parts.is_empty() {
             return None;
         }
