@@ -206,3 +206,52 @@ pub enum Unpriced {
     Refuse,
     Allow,
 }
+
+/// `[memory]`: each chat's long-term memory (entries with where they came from).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Entries recalled into each turn's prompt (those that best match the message); 0: none
+    /// (the model can still `recall`).
+    pub recall: usize,
+    /// Entries one chat keeps; past it, the least recently used goes.
+    pub max_entries: u64,
+    /// Characters one entry may have.
+    pub max_entry_chars: usize,
+    /// Entries neither stored nor recalled for this many days are deleted; 0 keeps them.
+    pub prune_unused_days: u32,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self { recall: 5, max_entries: 10_000, max_entry_chars: 1_000, prune_unused_days: 365 }
+    }
+}
+
+impl MemoryConfig {
+    pub fn limits(&self) -> nexbot_store::MemoryLimits {
+        nexbot_store::MemoryLimits {
+            max_entries: self.max_entries,
+            max_chars: self.max_entry_chars,
+        }
+    }
+
+    /// What is wrong with these settings, in the operator's words.
+    /// Each as (key, reason).
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if self.max_entries == 0 {
+            out.push(("memory.max_entries", "must be at least 1".to_owned()));
+        }
+        if !(20..=100_000).contains(&self.max_entry_chars) {
+            out.push(("memory.max_entry_chars", "must be between 20 and 100000".to_owned()));
+        }
+        if self.recall > 50 {
+            out.push((
+                "memory.recall",
+                "may be at most 50 (each recalled entry is in the prompt)".to_owned(),
+            ));
+        }
+        out
+    }
+}

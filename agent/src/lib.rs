@@ -62,7 +62,7 @@ use self::channel::Channel;
 use crate::config::AgentConfig;
 use crate::llm::{ChatMessage, ErrorClass, Model, StreamEvent, ToolCall, Usage};
 use crate::store::Store;
-use crate::tools::{tool_message, ToolContext, ToolError, ToolRegistry};
+use crate::tools::{tool_message, ToolContext, ToolError, ToolRegistry, ToolResult};
 use crate::workspace::assemble_context;
 
 /// Tool output longer than this is cut before it goes back to the model.
@@ -195,6 +195,9 @@ pub struct Agent {
     /// Asks before the risky steps `agent.confirm` lists ([`Agent::with_confirm`]); without
     /// it nothing asks.
     confirm: Arc<dyn crate::confirm::Confirm>,
+    /// Entries of the chat's memory recalled into each turn's prompt ([`Agent::with_recall`]);
+    /// 0: none.
+    recall: usize,
 }
 
 impl Turn<'_> {
@@ -224,6 +227,7 @@ impl Turn<'_> {
             task_tokens: self.meter.task_tokens.clone(),
             skills_read: self.meter.skills_read.clone(),
             confirm: self.confirm.clone(),
+            reads: self.reads.clone(),
         }
     }
 }
@@ -246,6 +250,8 @@ struct Turn<'a> {
     tools_on: bool,
     /// Asks the chat's user before a risky step (`agent.confirm`).
     confirm: &'a Arc<dyn crate::confirm::Confirm>,
+    /// What outside the chat's own words the turn has read.
+    reads: crate::tools::TurnReads,
 }
 
 impl Agent {
@@ -271,7 +277,15 @@ impl Agent {
             skills: None,
             cli: None,
             confirm: Arc::new(crate::confirm::NoConfirm),
+            recall: 0,
         }
+    }
+
+    /// Recalls up to `entries` of the chat's memory that best match each message into its
+    /// turn's prompt, each marked with its source (`memory.recall`).
+    pub fn with_recall(mut self, entries: usize) -> Self {
+        self.recall = entries;
+        self
     }
 
     /// At most `max_parallel` turns run at once across all chats (`bus.max_parallel_turns`).
@@ -430,6 +444,7 @@ impl Agent {
             owner,
             tools_on,
             confirm: &self.confirm,
+            reads: crate::tools::TurnReads::default(),
         };
         let budget = Duration::from_secs(self.config.turn_timeout_secs);
         let inner = self.run_loop(&turn, text, images);
@@ -529,8 +544,35 @@ impl Agent {
             .map_err(|e| e.to_string())?;
         let mut messages = vec![ChatMessage::system(system)];
         messages.extend(history.into_iter().map(|h| ChatMessage::text(&h.role, h.content)));
+        let recalled = self.recalled(turn, text).await;
+        if !recalled.is_empty() {
+            // Beside the message, not in the system prompt: the prompt's cached prefix stays.
+            messages.push(ChatMessage::system(recalled));
+        }
         messages.push(ChatMessage { images, ..ChatMessage::user(text) });
         Ok(messages)
+    }
+
+    /// The prompt's section of the chat's entries that match `text` ([`Self::with_recall`]).
+    /// An outside entry recalled counts as read by the turn: what the turn remembers after
+    /// it is from outside too. A memory that cannot be read is logged, and the turn goes on.
+    async fn recalled(&self, turn: &Turn<'_>, text: &str) -> String {
+        if self.recall == 0 {
+            return String::new();
+        }
+        let entries = match self.store.recall(turn.chat, text, self.recall, true).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(chat = %turn.chat, error = %e, "cannot recall the chat's memory");
+                return String::new();
+            }
+        };
+        for entry in &entries {
+            if let nexbot_core::memory::MemorySource::Outside { origins } = &entry.source {
+                origins.iter().cloned().for_each(|o| turn.reads.note(o));
+            }
+        }
+        nexbot_core::memory::prompt_section(&entries)
     }
 
     async fn run_loop(
@@ -755,7 +797,10 @@ impl Agent {
         let (mut result, timeout_note) = match tokio::time::timeout(limit, tool.call(args, &ctx))
             .await
         {
-            Ok(result) => (result, None),
+            Ok(result) => {
+                note_reads(&turn.reads, tool.as_ref(), &result);
+                (result, None)
+            }
             Err(_) => {
                 ctx.cancel.cancel();
                 tracing::warn!(chat = %turn.chat, tool = name, "tool timed out");
@@ -787,6 +832,19 @@ impl Agent {
             message = format!("{message}\n\n[note] {text}");
         }
         ToolStep::Result { message, failed: result.is_err() }
+    }
+}
+
+/// Notes in `reads` what outside the chat a tool's answer carried: the origins it named, or
+/// the tool itself when it [`reads_outside`](crate::tools::Tool::reads_outside) and named none
+/// (a failure's words may be outside words too).
+fn note_reads(reads: &crate::tools::TurnReads, tool: &dyn crate::tools::Tool, result: &ToolResult) {
+    let named = result.as_ref().map(|out| out.origins()).unwrap_or_default();
+    for origin in named {
+        reads.note(origin.clone());
+    }
+    if named.is_empty() && tool.reads_outside() {
+        reads.note(nexbot_core::memory::Origin::tool(tool.name()));
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nexbot_core::memory::Origin;
 use nexbot_core::ChatRef;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -45,6 +46,34 @@ pub struct ToolContext {
     /// Asks the chat's user before a risky step (`agent.confirm`); goes on at once when the
     /// step is not listed.
     pub confirm: Arc<dyn crate::confirm::Confirm>,
+    /// What outside the chat's own words the turn has read so far (the `memory` tool's
+    /// source of what it remembers).
+    pub reads: TurnReads,
+}
+
+/// What outside the chat's own words a turn has read: every tool answer that
+/// [`Tool::reads_outside`], and the outside entries of its memory it recalled. Shared by the
+/// turn's tool calls (cheap to clone).
+///
+/// Why the daemon keeps it and not the model: the model decides what to remember, but where
+/// the fact came from is what a prompt injection would lie about. A turn that read a page
+/// remembers as from that page, whatever the model says.
+#[derive(Debug, Clone, Default)]
+pub struct TurnReads(Arc<std::sync::Mutex<Vec<Origin>>>);
+
+impl TurnReads {
+    /// Notes that the turn read `origin` (once).
+    pub fn note(&self, origin: Origin) {
+        let mut reads = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !reads.contains(&origin) {
+            reads.push(origin);
+        }
+    }
+
+    /// Everything read so far, in the order first read.
+    pub fn all(&self) -> Vec<Origin> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl ToolContext {
@@ -62,6 +91,7 @@ impl ToolContext {
             task_tokens: Arc::default(),
             skills_read: Default::default(),
             confirm: Arc::new(crate::confirm::NoConfirm),
+            reads: TurnReads::default(),
         }
     }
 }
@@ -94,11 +124,25 @@ type Extra = Vec<(&'static str, Value)>;
 pub struct ToolOutput {
     output: Value,
     extra: Extra,
+    /// What outside the chat's words the answer carries, when the tool can say more than its
+    /// name (a task's destinations, an MCP server, a file): see [`TurnReads`].
+    origins: Vec<Origin>,
 }
 
 impl ToolOutput {
     pub fn new(output: impl Into<Value>) -> Self {
-        Self { output: output.into(), extra: Vec::new() }
+        Self { output: output.into(), extra: Vec::new(), origins: Vec::new() }
+    }
+
+    /// The output, read from `origin`.
+    pub fn read_from(mut self, origin: Origin) -> Self {
+        self.origins.push(origin);
+        self
+    }
+
+    /// Where the output was read from ([`Self::read_from`]).
+    pub fn origins(&self) -> &[Origin] {
+        &self.origins
     }
 
     /// The output with `key` beside it in the tool message.
@@ -164,6 +208,12 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+    /// Whether its answers carry words from outside the chat (a page, a file, a server, a
+    /// subagent's answer): true unless the tool says otherwise, so a new tool is counted as
+    /// outside until someone decides it is not. See [`TurnReads`].
+    fn reads_outside(&self) -> bool {
+        true
+    }
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult>;
 }
 
@@ -177,6 +227,8 @@ pub trait TypedTool: Send + Sync + std::fmt::Debug {
     type Args: DeserializeOwned + Send;
     const NAME: &'static str;
     const DESCRIPTION: &'static str;
+    /// See [`Tool::reads_outside`].
+    const READS_OUTSIDE: bool = true;
     /// JSON Schema of [`Self::Args`].
     fn schema() -> Value;
     /// See [`Tool::timeout`].
@@ -198,6 +250,9 @@ impl<T: TypedTool> Tool for T {
     }
     fn timeout(&self) -> Option<Duration> {
         TypedTool::timeout(self)
+    }
+    fn reads_outside(&self) -> bool {
+        T::READS_OUTSIDE
     }
     fn call<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move { self.run(parse_args(T::NAME, args)?, ctx).await })

@@ -14,6 +14,7 @@ mod client;
 pub mod cron;
 pub mod human;
 pub mod mcp;
+pub mod memory;
 pub mod secrets;
 pub mod types;
 
@@ -26,6 +27,7 @@ pub use cron::{cron_paths, CronAdd, CronJob, CronJobList, CronRun, CronRunList};
 pub use mcp::{
     mcp_paths, McpInstance, McpServer, McpServerList, McpSkippedTool, McpTool, McpToolList,
 };
+pub use memory::{memory_paths, MemoryEntry, MemoryForget, MemoryList};
 pub use secrets::{
     secrets_paths, SecretEntry, SecretList, SecretRemove, SecretSet, SecretValue, OPERATOR_SCOPE,
 };
@@ -35,3 +37,18 @@ pub use types::*;
 pub const SOCKET_FILE: &str = "nexbot.sock";
 /// The variable that names the socket (`nexbot-ctl --socket` wins over it).
 pub const SOCKET_ENV: &str = "NEXBOT_SOCKET";
+
+/// Percent-encodes `s` for a path segment or a query value: everything but the unreserved
+/// characters and `:` (which chat refs like `telegram:42` contain, and which both allow).
+/// `nexbot-ctl`'s requests and the dashboard's links both use it.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for byte in s.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b':') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

@@ -3,7 +3,7 @@
 //! agent can do in a chat ([`channel::Channel`]), which every channel implements, how text
 //! from outside is cut for a log line ([`text::excerpt`]) and shown without its control
 //! characters ([`text::visible_controls`]), how many tokens a call used
-//! ([`Usage`]) and what the calls cost against the caps ([`SpendSummary`]), the hook contract both agent loops use ([`hooks`]), and how a retry loop logs
+//! ([`Usage`]) and what the calls cost against the caps ([`SpendSummary`]), the hook contract both agent loops use ([`hooks`]), a chat's remembered entries and where each came from ([`memory`]), and how a retry loop logs
 //! an error that repeats once with a count ([`repeat`]).
 //!
 //! Why a crate of its own: the channels (Telegram, console), the store, the agent, the control
@@ -13,6 +13,7 @@
 pub mod channel;
 mod chat;
 pub mod hooks;
+pub mod memory;
 pub mod repeat;
 mod spend;
 pub mod text;

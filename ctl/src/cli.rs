@@ -77,6 +77,10 @@ pub enum Command {
     /// Scheduled jobs and heartbeat checks: add, ls (with their token cost), rm, runs
     #[command(subcommand)]
     Cron(crate::cron::CronCommand),
+    /// A chat's long-term memory: ls, search WORDS, rm ID|--all (each entry with where it came
+    /// from)
+    #[command(subcommand)]
+    Memory(crate::memory::MemoryCommand),
     /// Egress questions waiting (egress.mode = "ask"): ls, allow ID [--for once|task|chat],
     /// deny ID
     #[command(subcommand)]

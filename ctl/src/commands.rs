@@ -114,6 +114,7 @@ pub async fn run(ctx: &Ctx, command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Cron(command) => crate::cron::run(ctx, command).await,
+        Command::Memory(command) => crate::memory::run(ctx, command).await,
         Command::Skills(SkillsCommand::Ls) => {
             let value = get(ctx, paths::SKILLS).await?;
             show(ctx, value, |l: SkillList| views::skills(&l))
@@ -301,19 +302,7 @@ fn absolute(file: &Path) -> anyhow::Result<std::path::PathBuf> {
     Ok(cwd.join(file))
 }
 
-/// Percent-encodes `s` for a path segment or a query value: everything but the unreserved
-/// characters and `:` (which chat refs like `telegram:42` contain, and which both allow).
-pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for byte in s.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b':') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
+pub use nexbot_control::encode;
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ mod commands;
 mod cron;
 mod logs;
 mod mcp;
+mod memory;
 mod render;
 mod secrets;
 mod socket;

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nexbot_core::channel::{TaskReceipt, TaskUpdate};
+use nexbot_core::memory::Origin;
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
@@ -521,6 +522,11 @@ impl TypedTool for Delegate {
             spend.charge_task(&ctx.chat, used, relay_cost).await;
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
+        // What the answer carries was read there: what the turn remembers after it is too.
+        let mut origin = Origin::tool(Self::NAME).with_task(id.clone());
+        if !contacted.is_empty() {
+            origin = origin.with_detail(format!("contacted {}", contacted.join(", ")));
+        }
         let asked = match &asking {
             Some(asking) => asking.approvals.receipt_lines(&id).await,
             None => Vec::new(),
@@ -559,7 +565,7 @@ impl TypedTool for Delegate {
         if let Err(e) = finish_task(&self.store, id.clone(), end).await {
             tracing::error!(task_id = %id, error = %e, "cannot record the end of a task");
         }
-        mention_dropped(answer, &dropped)
+        mention_dropped(answer, &dropped).map(|out| out.read_from(origin))
     }
 }
 

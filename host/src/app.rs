@@ -429,7 +429,7 @@ impl App {
 const MCP_LINE: &str = "MCP servers";
 
 /// The chats' voice (`/voice`) and, with a sandbox, the audit chain's head (`/audit`), their
-/// commands added to `commands`.
+/// commands added to `commands` with `/memory`.
 fn voice_and_audit(
     commands: &mut CommandRegistry,
     config: &Config,
@@ -440,6 +440,8 @@ fn voice_and_audit(
     let spend = agent.model().spend().clone();
     let voice = crate::voice::Voice::new(speaker(config)?, store.clone(), spend);
     commands.add(Arc::new(crate::voice::VoiceCommand(voice.clone())));
+    let memory = crate::memory::MemoryCommand::new(store.clone(), config.telegram.owner);
+    commands.add(Arc::new(memory));
     let head = sandbox.map(|s| {
         let verify = Arc::new(s.egress().audit_verifier());
         crate::audit_head::AuditHead::new(verify, config.telegram.owner)

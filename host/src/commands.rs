@@ -270,6 +270,7 @@ impl ChatCommand for Status {
                     }
                     None => "Running: nothing".to_owned(),
                 },
+                crate::memory::status_line(&self.store, ctx.chat).await,
             ];
             for (name, line) in self.board.lines() {
                 let line = match name {

@@ -24,7 +24,7 @@ use thiserror::Error;
 
 use crate::egress::EgressConfig;
 pub use nexbot_agent::config::{
-    AgentConfig, CapsConfig, LlmConfig, Unpriced, DEFAULT_MAX_TOKENS, LLM_API_KEY_ENV,
+    AgentConfig, CapsConfig, LlmConfig, MemoryConfig, Unpriced, DEFAULT_MAX_TOKENS, LLM_API_KEY_ENV,
 };
 pub use nexbot_scheduler::SchedulerConfig;
 pub use nexbot_telegram::TelegramConfig;
@@ -65,6 +65,8 @@ pub struct Config {
     pub vault: VaultConfig,
     /// MCP servers, each in its own sandbox container (`[[mcp.servers]]`).
     pub mcp: nexbot_mcp::McpConfig,
+    /// Each chat's long-term memory.
+    pub memory: MemoryConfig,
     pub logging: LoggingConfig,
     /// Filled from the environment only; never read from or written to the file.
     #[serde(skip)]
@@ -564,6 +566,9 @@ impl Config {
             }
         }
         if let Some((key, reason)) = self.telegram.problems().into_iter().next() {
+            return Err((key.to_owned(), reason));
+        }
+        if let Some((key, reason)) = self.memory.problems().into_iter().next() {
             return Err((key.to_owned(), reason));
         }
         self.validate_egress()

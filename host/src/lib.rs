@@ -47,6 +47,7 @@ pub mod doctor;
 pub mod inbox;
 pub mod instance;
 pub mod interrupted;
+pub mod memory;
 pub mod pool_runner;
 pub mod runtime;
 pub mod sandbox;

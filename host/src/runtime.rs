@@ -29,9 +29,15 @@ use crate::tools::{ToolRegistry, ToolSource};
 use crate::vault::Vault;
 use crate::workspace::{CONFIG_FILE, MEMORY_FILE};
 
-/// Opens the database named by the config.
+/// Opens the database named by the config; an older install's `MEMORY.md` notes are imported
+/// into the owner's memory the first time.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    Ok(Store::open(&config.database_path()).await?)
+    let store = Store::open(&config.database_path()).await?;
+    // An older install's MEMORY.md notes join the owner's memory, once.
+    let file = config.workspace.dir.join(MEMORY_FILE);
+    let owner = config.owner_chat();
+    crate::memory::import_memory_md(&store, &owner, &file, config.memory.limits()).await;
+    Ok(store)
 }
 
 /// What delegated tasks run on, and how each reaches the LLM.
@@ -108,7 +114,11 @@ pub fn build_agent_with_hooks(
     for tool in crate::tools::search::search_tools(rooms.clone()) {
         tools.add(tool);
     }
-    tools.add(Arc::new(Memory::new(workspace.join(MEMORY_FILE))));
+    tools.add(Arc::new(Memory::new(
+        store.clone(),
+        config.memory.limits(),
+        workspace.join(MEMORY_FILE),
+    )));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
     tools.add(Arc::new(SendFile::new(rooms.clone())));
@@ -167,6 +177,7 @@ pub fn build_agent_with_hooks(
     hooks.extend(extra);
     let agent = Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
         .with_owner(config.telegram.owner)
+        .with_recall(config.memory.recall)
         .with_parallel_turns(config.bus.max_parallel_turns)
         .with_skills(skills);
     let agent = match guards.confirm {

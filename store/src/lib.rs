@@ -1,6 +1,6 @@
 //! Durable state in SQLite: sessions, history, todos, per-chat settings, task records, the
-//! Telegram update ledger, scheduled jobs and their runs ([`jobs`]), and the vault's sealed
-//! rows ([`vault`]).
+//! Telegram update ledger, scheduled jobs and their runs ([`jobs`]), the vault's sealed
+//! rows ([`vault`]), and each chat's long-term memory with where each entry came from.
 //!
 //! Why a crate of its own: every SQL statement and every migration of the daemon is here, behind
 //! a typed API, and this is the only crate that depends on `rusqlite` — so a schema change is
@@ -73,6 +73,7 @@ mod approvals;
 mod chats;
 mod ledger;
 mod maintenance;
+mod memories;
 mod skills;
 mod tasks;
 mod usage;
@@ -81,6 +82,7 @@ pub use approvals::{EgressQuestionRow, EgressRuleRow};
 pub use chats::{HistoryEntry, Todo, AGENT_CLIS, AGENT_CLI_SETTING, AGENT_MODE_SETTING};
 pub use ledger::{LedgerRow, UpdateState};
 pub use maintenance::Retention;
+pub use memories::{match_query, one_line, MemoryLimits, MemoryStats, Remembered};
 pub use schema::SCHEMA_VERSION;
 use schema::{migrate, MigrateError};
 pub use tasks::{TaskEnd, TaskRecord, TaskStatus};

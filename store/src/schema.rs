@@ -270,6 +270,29 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 16: the message whose turn stored a job (`origin`, e.g. `message 812`), so that the same
     // message handled again after a restart does not store its job twice. Earlier rows: none.
     "ALTER TABLE jobs ADD COLUMN origin TEXT;",
+    // 17: each chat's long-term memory (issue 50): entries with their source (JSON of
+    // `MemorySource`, its kind beside it for filters) and use, a full-text index of their text
+    // with the chat as a token of its own, and the imports run once (the owner's `MEMORY.md`).
+    "CREATE TABLE memories (
+        id INTEGER PRIMARY KEY,
+        chat_id TEXT NOT NULL,
+        text TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        source TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        uses INTEGER NOT NULL DEFAULT 0,
+        used_at INTEGER
+    );
+    CREATE INDEX memories_chat ON memories(chat_id, text);
+    CREATE VIRTUAL TABLE memories_fts USING fts5(text, chat_key,
+        tokenize = 'unicode61 remove_diacritics 2');
+    CREATE TABLE memory_imports (
+        chat_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        imported_at INTEGER NOT NULL,
+        entries INTEGER NOT NULL,
+        PRIMARY KEY (chat_id, name)
+    );",
 ];
 
 pub(crate) enum MigrateError {

@@ -52,6 +52,8 @@ pub struct Args {
 impl TypedTool for AskUser {
     type Args = Args;
     const NAME: &'static str = "ask_user";
+    // Its answer is the chat's user's own answer, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str =
         "Ask the user a question in this chat and wait for the answer (their next message). \
          Use it only when you cannot go on without their decision or information. Returns \

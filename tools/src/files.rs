@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use crate::rooms::Rooms;
 use nexbot_agent::confirm::Step;
 use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
+use nexbot_core::memory::Origin;
 
 /// The longest `delete_file` may take, its confirmation's wait included.
 const DELETE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
@@ -405,7 +406,8 @@ impl TypedTool for ReadFile {
         path_schema()
     }
     async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
-        in_room(&self.0, ctx, move |confinement| {
+        let origin = Origin::tool(Self::NAME).with_detail(format!("file {}", args.path));
+        let read = in_room(&self.0, ctx, move |confinement| {
             let path = confinement.existing(&args.path)?;
             if path.is_dir() {
                 return Err(ToolError::new(format!("{}: is a directory", args.path)));
@@ -423,7 +425,8 @@ impl TypedTool for ReadFile {
             }
             Ok(success(text))
         })
-        .await
+        .await?;
+        Ok(read.read_from(origin))
     }
 }
 
@@ -440,6 +443,8 @@ pub struct WriteArgs {
 impl TypedTool for WriteFile {
     type Args = WriteArgs;
     const NAME: &'static str = "write_file";
+    // Its answer is a confirmation, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str =
         "Create or overwrite a text file in this chat's folder (parent directories are \
          created).";
@@ -585,6 +590,8 @@ pub struct DeleteFile(Arc<Rooms>);
 impl TypedTool for DeleteFile {
     type Args = PathArgs;
     const NAME: &'static str = "delete_file";
+    // Its answer is a confirmation, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str = "Delete a file of this chat's folder (not a directory).";
     fn schema() -> Value {
         path_schema()

@@ -36,6 +36,8 @@ pub struct Args {
 impl TypedTool for ManageMessage {
     type Args = Args;
     const NAME: &'static str = "manage_message";
+    // Its answer is about the chat's own messages, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str =
         "Edit (replace the text of) or delete a message you sent earlier in this chat, by the \
          `message_id` that `send_message` or `send_file` returned. Only your own recent \

@@ -84,6 +84,8 @@ impl SendFile {
 impl TypedTool for SendFile {
     type Args = Args;
     const NAME: &'static str = "send_file";
+    // Its answer is about what it sent, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str =
         "Send a file of this chat's folder to the user in this chat (a document in Telegram), \
          with an optional caption. `path` is relative to the folder; at most 50 MB. Returns the \

@@ -21,6 +21,8 @@ pub struct Args {
 impl TypedTool for SendMessage {
     type Args = Args;
     const NAME: &'static str = "send_message";
+    // Its answer is about what it sent, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str =
         "Send the user a message now (e.g. progress), before the final answer. Returns its \
          `message_id` (null where the chat has no ids), which `manage_message` can edit or \

@@ -31,6 +31,8 @@ pub enum Args {
 impl TypedTool for ManageTasks {
     type Args = Args;
     const NAME: &'static str = "manage_tasks";
+    // Its answer is the turn's own todo list, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str =
         "The todo list of this conversation. action=list|add (text)|complete (id)|remove (id)|clear.";
     fn schema() -> Value {

@@ -11,6 +11,7 @@ pub mod approvals;
 pub mod cron;
 pub mod early;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod ops;
 pub mod reload;
@@ -213,6 +214,7 @@ pub fn router(state: ControlState) -> Router {
         )
         .route(paths::METRICS, get(metrics_text))
         .merge(cron::routes())
+        .merge(memory::routes())
         .merge(secrets::routes())
         .merge(approvals::routes())
         .merge(mcp::routes())
@@ -301,7 +303,10 @@ pub async fn attach(
 ) -> Result<PathBuf, String> {
     let retention = config.storage.retention();
     let store = app.store().clone();
-    app.spawn("retention", Stage::Service, move |stop| prune_daily(store, retention, stop));
+    let memory_days = config.memory.prune_unused_days;
+    app.spawn("retention", Stage::Service, move |stop| {
+        prune_daily(store, retention, memory_days, stop)
+    });
     if !config.control.enabled {
         return Err("control.enabled = false".to_owned());
     }
@@ -439,8 +444,14 @@ async fn probe_model(state: ControlState, config: Config, stop: CancellationToke
     }
 }
 
-/// Deletes old records a minute after the start, then daily.
-async fn prune_daily(store: Store, retention: crate::store::Retention, stop: CancellationToken) {
+/// Deletes old records, and memories unused for `memory_days`, a minute after the start, then
+/// daily.
+async fn prune_daily(
+    store: Store,
+    retention: crate::store::Retention,
+    memory_days: u32,
+    stop: CancellationToken,
+) {
     let mut wait = std::time::Duration::from_secs(60);
     loop {
         tokio::select! {
@@ -452,6 +463,11 @@ async fn prune_daily(store: Store, retention: crate::store::Retention, stop: Can
                 tracing::info!(updates, tasks, history, "old records pruned")
             }
             Err(e) => tracing::warn!(error = %e, "cannot prune old records"),
+        }
+        match store.prune_memories(memory_days, crate::store::unix_now()).await {
+            Ok(0) => {}
+            Ok(memories) => tracing::info!(memories, memory_days, "unused memories pruned"),
+            Err(e) => tracing::warn!(error = %e, "cannot prune unused memories"),
         }
         wait = std::time::Duration::from_secs(86_400);
     }

@@ -97,6 +97,8 @@ pub enum Args {
 impl TypedTool for ScheduleTask {
     type Args = Args;
     const NAME: &'static str = "schedule_task";
+    // Its answer is about the job it stored, nothing from outside the chat.
+    const READS_OUTSIDE: bool = false;
     const DESCRIPTION: &'static str = "Scheduled jobs of this chat: at each run you get the \
         task as a message and your answer is sent here. action=create (task, and cron — six \
         fields with seconds first, e.g. \"0 0 9 * * 1-5\" — or at — \"2026-05-01 09:00\", \

@@ -18,6 +18,7 @@
 
 pub mod auth;
 mod conn;
+mod memory;
 mod pages;
 
 use std::collections::HashMap;
@@ -253,6 +254,8 @@ pub fn router(state: ControlState) -> Router {
         .route("/skills", get(skills))
         .route("/skills/allow", post(allow_skill))
         .route("/secrets", get(secrets))
+        .route("/memory", get(memory::memory))
+        .route("/memory/forget", post(memory::forget))
         .route("/subagents/{id}/{action}", post(subagent_action))
         .route("/reload", post(reload))
         .route("/metrics", get(metrics))

@@ -30,9 +30,10 @@ pub enum Nav {
     Jobs,
     Skills,
     Secrets,
+    Memory,
 }
 
-const NAV: [(Nav, &str, &str); 7] = [
+const NAV: [(Nav, &str, &str); 8] = [
     (Nav::Overview, "/", "Overview"),
     (Nav::Tasks, "/tasks", "Tasks"),
     (Nav::Questions, "/questions", "Questions"),
@@ -40,6 +41,7 @@ const NAV: [(Nav, &str, &str); 7] = [
     (Nav::Jobs, "/jobs", "Jobs"),
     (Nav::Skills, "/skills", "Skills"),
     (Nav::Secrets, "/secrets", "Secrets"),
+    (Nav::Memory, "/memory", "Memory"),
 ];
 
 fn head(title: &str) -> Markup {
@@ -129,7 +131,7 @@ pub fn problem(message: &str) -> Markup {
     html! { p.problem role="alert" { (message) } }
 }
 
-fn csrf_field(csrf: &str) -> Markup {
+pub fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
