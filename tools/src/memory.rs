@@ -39,11 +39,14 @@ impl Memory {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "lowercase", tag = "action")]
 pub enum MemoryArgs {
+    /// A `source` the model gives is read and ignored: the daemon fills it in.
     Remember {
         text: String,
+        #[serde(default)]
+        #[allow(dead_code)]
+        source: Option<Value>,
     },
-    /// The earlier name of `remember`: the model's `source` is read and ignored (the daemon
-    /// fills it in).
+    /// The earlier name of `remember`.
     Append {
         text: String,
         #[serde(default)]
@@ -101,7 +104,7 @@ impl TypedTool for Memory {
     async fn run(&self, args: MemoryArgs, ctx: &ToolContext) -> ToolResult {
         let failed = |e: nexbot_store::StoreError| ToolError::new(format!("memory: {e}"));
         match args {
-            MemoryArgs::Remember { text } | MemoryArgs::Append { text, .. } => {
+            MemoryArgs::Remember { text, .. } | MemoryArgs::Append { text, .. } => {
                 let source = source_of(ctx);
                 let done = self
                     .store

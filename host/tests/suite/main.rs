@@ -32,6 +32,7 @@ mod host_hooks;
 mod host_llm;
 mod host_llmock;
 mod host_mcp_ops;
+mod host_memory;
 mod host_owner_questions;
 mod host_scheduler;
 mod host_search;
