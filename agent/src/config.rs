@@ -102,6 +102,10 @@ pub struct LlmConfig {
     /// Text to speech for voice answers (`[llm.speech]`); without it every answer is text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speech: Option<nexbot_llm::SpeechSpec>,
+    /// Vectors of memories and messages for meaning-based recall (`[llm.embeddings]`);
+    /// without it memory is searched by its words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embeddings: Option<nexbot_llm::EmbeddingsSpec>,
 }
 
 /// The completion limit when `llm.max_tokens` is unset.
@@ -128,6 +132,7 @@ impl Default for LlmConfig {
             caps: CapsConfig::default(),
             transcription: None,
             speech: None,
+            embeddings: None,
         }
     }
 }

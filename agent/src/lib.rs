@@ -26,6 +26,7 @@ pub mod confirm;
 pub mod exits;
 pub mod hooks;
 pub mod llm;
+pub mod memory;
 pub mod skills;
 pub mod spend;
 pub mod tools;
@@ -195,9 +196,9 @@ pub struct Agent {
     /// Asks before the risky steps `agent.confirm` lists ([`Agent::with_confirm`]); without
     /// it nothing asks.
     confirm: Arc<dyn crate::confirm::Confirm>,
-    /// Entries of the chat's memory recalled into each turn's prompt ([`Agent::with_recall`]);
-    /// 0: none.
-    recall: usize,
+    /// The chats' memories, and how many entries of a chat's are recalled into each turn's
+    /// prompt ([`Agent::with_recall`]); none: nothing is recalled.
+    recall: Option<(memory::Memories, usize)>,
 }
 
 impl Turn<'_> {
@@ -277,14 +278,14 @@ impl Agent {
             skills: None,
             cli: None,
             confirm: Arc::new(crate::confirm::NoConfirm),
-            recall: 0,
+            recall: None,
         }
     }
 
     /// Recalls up to `entries` of the chat's memory that best match each message into its
     /// turn's prompt, each marked with its source (`memory.recall`).
-    pub fn with_recall(mut self, entries: usize) -> Self {
-        self.recall = entries;
+    pub fn with_recall(mut self, memories: memory::Memories, entries: usize) -> Self {
+        self.recall = (entries > 0).then_some((memories, entries));
         self
     }
 
@@ -557,10 +558,10 @@ impl Agent {
     /// An outside entry recalled counts as read by the turn: what the turn remembers after
     /// it is from outside too. A memory that cannot be read is logged, and the turn goes on.
     async fn recalled(&self, turn: &Turn<'_>, text: &str) -> String {
-        if self.recall == 0 {
+        let Some((memories, k)) = &self.recall else {
             return String::new();
-        }
-        let entries = match self.store.recall(turn.chat, text, self.recall, true).await {
+        };
+        let entries = match memories.recall(turn.chat, text, *k, true).await {
             Ok(entries) => entries,
             Err(e) => {
                 tracing::warn!(chat = %turn.chat, error = %e, "cannot recall the chat's memory");

@@ -330,6 +330,8 @@ pub struct Secrets {
     pub transcription_key: Option<SecretString>,
     /// `[llm.speech]`'s key, from the variable it names.
     pub speech_key: Option<SecretString>,
+    /// `[llm.embeddings]`'s key, from the variable it names.
+    pub embeddings_key: Option<SecretString>,
 }
 
 impl fmt::Debug for Secrets {
@@ -344,6 +346,7 @@ impl fmt::Debug for Secrets {
             .field("relay_keys", &self.relay_keys)
             .field("transcription_key", &set(&self.transcription_key))
             .field("speech_key", &set(&self.speech_key))
+            .field("embeddings_key", &set(&self.embeddings_key))
             .finish()
     }
 }
@@ -361,6 +364,7 @@ impl Secrets {
         keys.extend(self.provider_keys.iter().map(|k| ("LLM_PROVIDER_KEY".to_owned(), k.clone())));
         keys.push(("LLM_TRANSCRIPTION_KEY".to_owned(), self.transcription_key.clone()));
         keys.push(("LLM_SPEECH_KEY".to_owned(), self.speech_key.clone()));
+        keys.push(("LLM_EMBEDDINGS_KEY".to_owned(), self.embeddings_key.clone()));
         keys.extend(
             self.relay_keys
                 .values()
@@ -487,6 +491,9 @@ impl Config {
         }
         if let Some(name) = config.llm.speech.as_ref().and_then(|t| t.api_key_env.as_deref()) {
             secrets.speech_key = key_of(name)?;
+        }
+        if let Some(name) = config.llm.embeddings.as_ref().and_then(|t| t.api_key_env.as_deref()) {
+            secrets.embeddings_key = key_of(name)?;
         }
         config.secrets = secrets;
         config.validate().map_err(|(key, reason)| ConfigError::Key {
@@ -642,6 +649,9 @@ impl Config {
         }
         if let Some(spec) = &l.speech {
             spec.check("llm.speech").map_err(|reason| ("llm.speech", reason))?;
+        }
+        if let Some(spec) = &l.embeddings {
+            spec.check("llm.embeddings").map_err(|reason| ("llm.embeddings", reason))?;
         }
         range("llm.total_timeout_secs", l.total_timeout_secs, 1, 86_400)?;
         range("llm.breaker_failures", l.breaker_failures, 1, 1_000)?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use crate::agent::hooks::{Hook, HookContext, HookEvent, HookResult};
+use crate::agent::memory::Memories;
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::delegation::{LlmAccess, SubagentRunner};
@@ -21,7 +22,7 @@ use crate::tools::ask_user::AskUser;
 use crate::tools::delegate::{Delegate, DelegateSettings, SecretSource};
 use crate::tools::files::file_tools;
 use crate::tools::manage_message::ManageMessage;
-use crate::tools::memory::Memory;
+use crate::tools::memory::MemoryTool;
 use crate::tools::send_file::SendFile;
 use crate::tools::send_message::SendMessage;
 use crate::tools::tasks::ManageTasks;
@@ -38,6 +39,14 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     let owner = config.owner_chat();
     crate::memory::import_memory_md(&store, &owner, &file, config.memory.limits()).await;
     Ok(store)
+}
+
+/// `[llm.embeddings]`'s endpoint, when it is set.
+fn embedder(config: &Config) -> anyhow::Result<Option<nexbot_llm::Embedder>> {
+    let Some(spec) = config.llm.embeddings.clone() else { return Ok(None) };
+    let embedder = nexbot_llm::Embedder::new(spec, config.secrets.embeddings_key.clone())
+        .map_err(|e| anyhow::anyhow!("[llm.embeddings]: {e}"))?;
+    Ok(Some(embedder))
 }
 
 /// What delegated tasks run on, and how each reaches the LLM.
@@ -114,11 +123,8 @@ pub fn build_agent_with_hooks(
     for tool in crate::tools::search::search_tools(rooms.clone()) {
         tools.add(tool);
     }
-    tools.add(Arc::new(Memory::new(
-        store.clone(),
-        config.memory.limits(),
-        workspace.join(MEMORY_FILE),
-    )));
+    let memories = Memories::new(store.clone(), config.memory.limits(), embedder(config)?);
+    tools.add(Arc::new(MemoryTool::new(memories.clone(), workspace.join(MEMORY_FILE))));
     tools.add(Arc::new(ManageTasks::new(store.clone())));
     tools.add(Arc::new(SendMessage));
     tools.add(Arc::new(SendFile::new(rooms.clone())));
@@ -177,7 +183,7 @@ pub fn build_agent_with_hooks(
     hooks.extend(extra);
     let agent = Agent::new(llm, tools, hooks, store, workspace.clone(), config.agent.clone())
         .with_owner(config.telegram.owner)
-        .with_recall(config.memory.recall)
+        .with_recall(memories, config.memory.recall)
         .with_parallel_turns(config.bus.max_parallel_turns)
         .with_skills(skills);
     let agent = match guards.confirm {

@@ -25,6 +25,7 @@
 pub mod budget;
 pub mod chain;
 pub mod context;
+pub mod embeddings;
 pub mod error;
 pub mod provider;
 pub mod retry;
@@ -36,6 +37,7 @@ pub mod wire;
 
 pub use budget::{Allowance, Exceeded, Hold, TaskCost};
 pub use chain::{CallOutcome, Chain, ChainStats, RetryPolicy, StreamEvent};
+pub use embeddings::{cosine, Embedder, EmbeddingsSpec};
 pub use error::{classify, parse_retry_after, ErrorClass, LlmError};
 pub use provider::{Provider, ProviderSpec};
 pub use speech::{Speaker, SpeechSpec};

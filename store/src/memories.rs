@@ -50,12 +50,125 @@ fn chat_key(chat: &ChatRef) -> String {
     chat.to_string().bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The FTS5 query of `text`: its words, each quoted, any of them; `None` when it has none.
+/// Words too common to say what a message is about (English and Russian): matched, they would
+/// recall every entry that has them.
+const STOP_WORDS: &[&str] = &[
+    "a",
+    "an",
+    "and",
+    "are",
+    "as",
+    "at",
+    "be",
+    "but",
+    "by",
+    "can",
+    "do",
+    "does",
+    "for",
+    "from",
+    "had",
+    "has",
+    "have",
+    "he",
+    "her",
+    "his",
+    "how",
+    "i",
+    "if",
+    "in",
+    "is",
+    "it",
+    "its",
+    "me",
+    "my",
+    "no",
+    "not",
+    "of",
+    "on",
+    "or",
+    "our",
+    "she",
+    "so",
+    "that",
+    "the",
+    "their",
+    "them",
+    "then",
+    "there",
+    "they",
+    "this",
+    "to",
+    "was",
+    "we",
+    "were",
+    "what",
+    "when",
+    "where",
+    "which",
+    "who",
+    "why",
+    "will",
+    "with",
+    "you",
+    "your",
+    "и",
+    "в",
+    "во",
+    "не",
+    "что",
+    "он",
+    "на",
+    "я",
+    "с",
+    "со",
+    "как",
+    "а",
+    "то",
+    "все",
+    "она",
+    "так",
+    "его",
+    "но",
+    "да",
+    "ты",
+    "к",
+    "у",
+    "же",
+    "вы",
+    "за",
+    "бы",
+    "по",
+    "только",
+    "ее",
+    "мне",
+    "было",
+    "вот",
+    "от",
+    "меня",
+    "еще",
+    "нет",
+    "о",
+    "из",
+    "ему",
+    "мой",
+    "моя",
+    "мои",
+    "это",
+    "где",
+    "когда",
+    "кто",
+    "ли",
+];
+
+/// The FTS5 query of `text`: its words but the commonest, each quoted, any of them; `None`
+/// when it has none.
 pub fn match_query(text: &str) -> Option<String> {
     let mut terms: Vec<String> = Vec::new();
     for word in text.split(|c: char| !c.is_alphanumeric()) {
         let word = word.to_lowercase();
-        if word.chars().count() < 2 || terms.contains(&word) {
+        if word.chars().count() < 2 || terms.contains(&word) || STOP_WORDS.contains(&word.as_str())
+        {
             continue;
         }
         terms.push(word);
@@ -181,29 +294,26 @@ impl Store {
         };
         let (name, key) = (chat.to_string(), chat_key(chat));
         let fts = format!("chat_key : \"{key}\" AND ({terms})");
-        self.call(move |c| {
-            let now = unix_now();
-            let found: Vec<Memory> = c
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM memories_fts f JOIN memories m ON m.id = f.rowid
+        let found = self
+            .call(move |c| {
+                let now = unix_now();
+                let found: Vec<Memory> = c
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM memories_fts f JOIN memories m ON m.id = f.rowid
                      WHERE memories_fts MATCH ?1 AND m.chat_id = ?2
                      ORDER BY bm25(memories_fts, 1.0, 0.0)
                               / (1.0 + max(0, ?3 - m.created_at) / ?4)
                      LIMIT ?5"
-                ))?
-                .query_map(params![fts, name, now, RECENCY_SECS, k as i64], row_to_memory)?
-                .collect::<rusqlite::Result<_>>()?;
-            if touch {
-                let mut used = c.prepare_cached(
-                    "UPDATE memories SET uses = uses + 1, used_at = ?2 WHERE id = ?1",
-                )?;
-                for m in &found {
-                    used.execute(params![m.id, now])?;
-                }
-            }
-            Ok(found)
-        })
-        .await
+                    ))?
+                    .query_map(params![fts, name, now, RECENCY_SECS, k as i64], row_to_memory)?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(found)
+            })
+            .await?;
+        if touch {
+            self.touch_memories(found.iter().map(|m| m.id).collect()).await?;
+        }
+        Ok(found)
     }
 
     /// `chat`'s newest entries, newest first.
@@ -353,6 +463,89 @@ impl Store {
         })
         .await?;
         Ok(Some(stored))
+    }
+
+    /// Keeps `vector` (made by `model`) beside entry `id`.
+    pub async fn set_memory_vector(
+        &self,
+        id: i64,
+        model: &str,
+        vector: &[f32],
+    ) -> Result<(), StoreError> {
+        let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let model = model.to_owned();
+        self.call(move |c| {
+            c.execute(
+                "UPDATE memories SET vector = ?2, vector_model = ?3 WHERE id = ?1",
+                params![id, bytes, model],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    /// The vectors `model` made of `chat`'s newest `limit` entries that have one: (id, vector).
+    pub async fn memory_vectors(
+        &self,
+        chat: &ChatRef,
+        model: &str,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<f32>)>, StoreError> {
+        let (name, model) = (chat.to_string(), model.to_owned());
+        self.call(move |c| {
+            c.prepare_cached(
+                "SELECT id, vector FROM memories
+                 WHERE chat_id = ?1 AND vector_model = ?2 AND vector IS NOT NULL
+                 ORDER BY id DESC LIMIT ?3",
+            )?
+            .query_map(params![name, model, limit as i64], |r| {
+                let bytes: Vec<u8> = r.get(1)?;
+                let vector = bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                Ok((r.get(0)?, vector))
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    /// `chat`'s entries `ids`, in that order (an id of another chat, or gone, is skipped).
+    pub async fn memories_by_id(
+        &self,
+        chat: &ChatRef,
+        ids: Vec<i64>,
+    ) -> Result<Vec<Memory>, StoreError> {
+        let name = chat.to_string();
+        self.call(move |c| {
+            let mut one = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM memories m WHERE m.id = ?1 AND m.chat_id = ?2"
+            ))?;
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(m) = one.query_row(params![id, name], row_to_memory).optional()? {
+                    out.push(m);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Counts entries `ids` as used now (recalled into a prompt, or by the model).
+    pub async fn touch_memories(&self, ids: Vec<i64>) -> Result<(), StoreError> {
+        self.call(move |c| {
+            let now = unix_now();
+            let mut used = c.prepare_cached(
+                "UPDATE memories SET uses = uses + 1, used_at = ?2 WHERE id = ?1",
+            )?;
+            for id in ids {
+                used.execute(params![id, now])?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     fn invalid(&self, reason: &str) -> StoreError {

@@ -272,7 +272,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN origin TEXT;",
     // 17: each chat's long-term memory (issue 50): entries with their source (JSON of
     // `MemorySource`, its kind beside it for filters) and use, a full-text index of their text
-    // with the chat as a token of its own, and the imports run once (the owner's `MEMORY.md`).
+    // with the chat as a token of its own, each entry's vector when `[llm.embeddings]` gave one
+    // (little-endian f32s, and the model that made it), and the imports run once (the
+    // owner's `MEMORY.md`).
     "CREATE TABLE memories (
         id INTEGER PRIMARY KEY,
         chat_id TEXT NOT NULL,
@@ -281,7 +283,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         source TEXT NOT NULL,
         created_at INTEGER NOT NULL,
         uses INTEGER NOT NULL DEFAULT 0,
-        used_at INTEGER
+        used_at INTEGER,
+        vector BLOB,
+        vector_model TEXT
     );
     CREATE INDEX memories_chat ON memories(chat_id, text);
     CREATE VIRTUAL TABLE memories_fts USING fts5(text, chat_key,

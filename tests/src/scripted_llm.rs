@@ -176,6 +176,9 @@ impl Recorded {
 /// Decides the step for a request once the queue is empty.
 pub type Responder = Arc<dyn Fn(&Value) -> Step + Send + Sync>;
 
+/// The vector `/embeddings` answers for a text; `None` answers 503 (the endpoint down).
+pub type Embedding = Arc<dyn Fn(&str) -> Option<Vec<f32>> + Send + Sync>;
+
 struct Shared {
     queue: Mutex<VecDeque<Step>>,
     /// Answers of `/audio/transcriptions`, in order: (status, body).
@@ -184,6 +187,8 @@ struct Shared {
     /// recording ([`crate::ogg::silent_opus`]).
     speech: Mutex<VecDeque<(u16, Vec<u8>)>>,
     responder: Mutex<Option<Responder>>,
+    /// How `/embeddings` answers; unset: 500.
+    embedding: Mutex<Option<Embedding>>,
     recorded: Mutex<Vec<Recorded>>,
 }
 
@@ -238,6 +243,7 @@ impl ScriptedLlm {
             transcriptions: Mutex::new(VecDeque::new()),
             speech: Mutex::new(VecDeque::new()),
             responder: Mutex::new(None),
+            embedding: Mutex::new(None),
             recorded: Mutex::new(Vec::new()),
         });
         let app = Router::new()
@@ -245,6 +251,7 @@ impl ScriptedLlm {
             .route("/chat/completions", post(chat))
             .route("/v1/audio/transcriptions", post(transcription))
             .route("/v1/audio/speech", post(speech))
+            .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .with_state(shared.clone());
@@ -319,6 +326,16 @@ impl ScriptedLlm {
     /// queued it answers 200 with a second of silence as Ogg/Opus.
     pub fn push_speech(&self, status: u16, body: &[u8]) {
         self.shared.speech.lock().unwrap().push_back((status, body.to_vec()));
+    }
+
+    /// How `/embeddings` answers each input text from now on (`None` from it: a 503).
+    pub fn set_embedding(&self, f: impl Fn(&str) -> Option<Vec<f32>> + Send + Sync + 'static) {
+        *self.shared.embedding.lock().unwrap() = Some(Arc::new(f));
+    }
+
+    /// Only the embeddings requests (their JSON bodies).
+    pub fn embeddings_requests(&self) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| r.path.ends_with("/embeddings")).collect()
     }
 
     /// Only the speech requests (their JSON bodies).
@@ -404,6 +421,45 @@ async fn speech(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
     let kind = if status.is_success() { "audio/ogg" } else { "application/json" };
     let response = (status, [("content-type", kind)], body).into_response();
+    finish(&shared, index, started);
+    response
+}
+
+/// OpenAI's `/embeddings`: one vector per input text, from [`ScriptedLlm::set_embedding`].
+async fn embeddings(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 64 * 1024 * 1024).await.unwrap_or_default();
+    let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let index =
+        record(&shared, parts.method.as_str(), parts.uri.path(), &parts.headers, json.clone());
+    let inputs: Vec<String> = match &json["input"] {
+        Value::String(one) => vec![one.clone()],
+        Value::Array(many) => many.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+        _ => Vec::new(),
+    };
+    let embedding = shared.embedding.lock().unwrap().clone();
+    let vectors: Option<Vec<Vec<f32>>> = match embedding {
+        Some(f) => inputs.iter().map(|t| f(t)).collect(),
+        None => None,
+    };
+    let (status, body) = match vectors {
+        Some(vectors) => {
+            let data: Vec<Value> = vectors
+                .into_iter()
+                .enumerate()
+                .map(
+                    |(i, v)| serde_json::json!({"object": "embedding", "index": i, "embedding": v}),
+                )
+                .collect();
+            (200, serde_json::json!({"object": "list", "data": data, "model": json["model"]}))
+        }
+        None => (503, serde_json::json!({"error": {"message": "embeddings are down"}})),
+    };
+    let status = axum::http::StatusCode::from_u16(status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    let response =
+        (status, [("content-type", "application/json")], body.to_string()).into_response();
     finish(&shared, index, started);
     response
 }

@@ -13,26 +13,26 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use nexbot_agent::memory::Memories;
 use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 use nexbot_agent::turns::TurnOrigin;
 use nexbot_core::memory::MemorySource;
-use nexbot_store::{MemoryLimits, Remembered, Store};
+use nexbot_store::Remembered;
 
 /// Entries one `recall` returns unless the model asks for fewer or more (at most [`MAX_K`]).
 const DEFAULT_K: usize = 5;
 const MAX_K: usize = 20;
 
 #[derive(Debug)]
-pub struct Memory {
-    store: Store,
-    limits: MemoryLimits,
+pub struct MemoryTool {
+    memories: Memories,
     /// The operator's `MEMORY.md` (the owner's chat reads it).
     file: PathBuf,
 }
 
-impl Memory {
-    pub fn new(store: Store, limits: MemoryLimits, file: PathBuf) -> Self {
-        Self { store, limits, file }
+impl MemoryTool {
+    pub fn new(memories: Memories, file: PathBuf) -> Self {
+        Self { memories, file }
     }
 }
 
@@ -80,7 +80,7 @@ pub fn source_of(ctx: &ToolContext) -> MemorySource {
     }
 }
 
-impl TypedTool for Memory {
+impl TypedTool for MemoryTool {
     type Args = MemoryArgs;
     const NAME: &'static str = "memory";
     const DESCRIPTION: &'static str =
@@ -106,11 +106,8 @@ impl TypedTool for Memory {
         match args {
             MemoryArgs::Remember { text, .. } | MemoryArgs::Append { text, .. } => {
                 let source = source_of(ctx);
-                let done = self
-                    .store
-                    .remember(&ctx.chat, &text, &source, self.limits)
-                    .await
-                    .map_err(failed)?;
+                let done =
+                    self.memories.remember(&ctx.chat, &text, &source).await.map_err(failed)?;
                 Ok(success(match done {
                     Remembered::New { id, .. } => {
                         format!("remembered as #{id}, from {}", source.describe())
@@ -120,7 +117,8 @@ impl TypedTool for Memory {
             }
             MemoryArgs::Recall { query, k } => {
                 let k = k.unwrap_or(DEFAULT_K).clamp(1, MAX_K);
-                let found = self.store.recall(&ctx.chat, &query, k, true).await.map_err(failed)?;
+                let found =
+                    self.memories.recall(&ctx.chat, &query, k, true).await.map_err(failed)?;
                 let lines: Vec<String> = found.iter().map(|m| m.line()).collect();
                 let mut out = success(if lines.is_empty() {
                     "nothing remembered matches".to_owned()
@@ -137,7 +135,7 @@ impl TypedTool for Memory {
                 Ok(out)
             }
             MemoryArgs::Forget { id } => {
-                if self.store.forget(&ctx.chat, id).await.map_err(failed)? {
+                if self.memories.store().forget(&ctx.chat, id).await.map_err(failed)? {
                     Ok(success(format!("forgot #{id}")))
                 } else {
                     Err(ToolError::new(format!("this chat's memory has no entry #{id}")))
@@ -166,15 +164,16 @@ mod tests {
     use nexbot_agent::tools::Tool;
     use nexbot_core::memory::{Origin, Trust};
     use nexbot_core::ChatRef;
+    use nexbot_store::{MemoryLimits, Store};
 
     const LIMITS: MemoryLimits = MemoryLimits { max_entries: 100, max_chars: 200 };
 
-    async fn tool() -> (Memory, PathBuf) {
+    async fn tool() -> (MemoryTool, PathBuf) {
         let dir = std::env::temp_dir().join(format!("nxh-mem-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("MEMORY.md"), "# Memory").unwrap();
         let store = Store::open(&dir.join("db.sqlite")).await.unwrap();
-        (Memory::new(store, LIMITS, dir.join("MEMORY.md")), dir)
+        (MemoryTool::new(Memories::new(store, LIMITS, None), dir.join("MEMORY.md")), dir)
     }
 
     #[tokio::test]
@@ -205,7 +204,7 @@ mod tests {
         assert_eq!(found.origins(), [Origin::tool("delegate_to_sub_agent").with_task("t-3")]);
         let tea = tool.call(json!({"action": "recall", "query": "tea"}), &next).await.unwrap();
         assert!(tea.origins().is_empty(), "the chat's own words are not outside");
-        let entries = tool.store.recent_memories(&ctx.chat, 5).await.unwrap();
+        let entries = tool.memories.store().recent_memories(&ctx.chat, 5).await.unwrap();
         assert_eq!(entries[0].trust(), Trust::Data);
         assert_eq!(entries[1].trust(), Trust::User);
         std::fs::remove_dir_all(dir).unwrap();

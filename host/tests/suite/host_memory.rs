@@ -223,3 +223,49 @@ async fn a_fact_from_a_fetched_page_is_stored_and_recalled_as_data_from_that_pag
     serving.stop(LIMIT).await;
     drop(names);
 }
+
+/// A scripted embedding: texts about a cat (any word for one) point one way, anything else
+/// another; `down` answers 503.
+fn about_cats(text: &str) -> Option<Vec<f32>> {
+    let text = text.to_lowercase();
+    if text.contains("down") {
+        return None;
+    }
+    let cat = ["cat", "kitten", "miso"].iter().any(|w| text.contains(w));
+    Some(if cat { vec![1.0, 0.0, 0.1] } else { vec![0.0, 1.0, 0.1] })
+}
+
+#[tokio::test]
+async fn with_embeddings_a_fact_is_recalled_by_meaning_and_by_words_when_they_fail() {
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(remembering);
+    llm.set_embedding(about_cats);
+    let ws = TempWorkspace::init("mem-meaning");
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    let section = format!(
+        "\n[llm.embeddings]\nbase_url = \"{}\"\nmodel = \"embed-test\"\nmax_retries = 0\n",
+        llm.base_url()
+    );
+    std::fs::write(ws.config(), config + &section).unwrap();
+    let serving = start(&ws, &telegram_env(&llm, &tg)).await;
+    tg.user_says(OWNER, OWNER, "remember: my pet Miso sleeps all day").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "noted"), LIMIT).await;
+    tg.user_says(OWNER, OWNER, "remember: the car is blue").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: ") || m.len() >= 2, LIMIT).await;
+    // Not one word in common with the entry: found by meaning.
+    tg.user_says(OWNER, OWNER, "how does the kitten spend its time?").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: how does the kitten"), LIMIT).await;
+    let found = recalled(&request_for(&llm, "how does the kitten")).join("\n");
+    assert!(found.contains("Miso sleeps all day"), "{found}");
+    assert!(!found.contains("car is blue"), "not about the same thing: {found}");
+    let asked = llm.embeddings_requests();
+    assert!(asked.iter().any(|r| r.body["input"][0] == "my pet Miso sleeps all day"), "{asked:?}");
+    // The endpoint down: recall goes on by words, and says so in the log.
+    tg.user_says(OWNER, OWNER, "is the car down the road? the car!").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "echo: is the car down"), LIMIT).await;
+    let by_words = recalled(&request_for(&llm, "is the car down")).join("\n");
+    assert!(by_words.contains("car is blue"), "{by_words}");
+    let log = serving.stop(LIMIT).await;
+    assert!(log.contains("recall by words only"), "{log}");
+}
