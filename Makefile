@@ -283,7 +283,8 @@ BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench poo
   "-p nexbot-host --bench serve_idle" "-p nexbot-host --bench telegram" \
   "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" \
   "-p nexbot-host --bench approvals" "-p nexbot-host --bench mcp" \
-  "-p nexbot-host --bench dashboard" "-p nexbot-ctl --bench ps" \
+  "-p nexbot-host --bench dashboard" "-p nexbot-host --bench memory" \
+  "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \
   "-p nexbot-tests --bench summary"
 

@@ -845,7 +845,7 @@ fn note_reads(reads: &crate::tools::TurnReads, tool: &dyn crate::tools::Tool, re
         reads.note(origin.clone());
     }
     if named.is_empty() && tool.reads_outside() {
-        reads.note(nexbot_core::memory::Origin::tool(tool.name()));
+        reads.note(nexbot_core::memory::OutsideRead::tool(tool.name()));
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nexbot_core::memory::Origin;
+use nexbot_core::memory::OutsideRead;
 use nexbot_core::ChatRef;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -59,11 +59,11 @@ pub struct ToolContext {
 /// the fact came from is what a prompt injection would lie about. A turn that read a page
 /// remembers as from that page, whatever the model says.
 #[derive(Debug, Clone, Default)]
-pub struct TurnReads(Arc<std::sync::Mutex<Vec<Origin>>>);
+pub struct TurnReads(Arc<std::sync::Mutex<Vec<OutsideRead>>>);
 
 impl TurnReads {
     /// Notes that the turn read `origin` (once).
-    pub fn note(&self, origin: Origin) {
+    pub fn note(&self, origin: OutsideRead) {
         let mut reads = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if !reads.contains(&origin) {
             reads.push(origin);
@@ -71,7 +71,7 @@ impl TurnReads {
     }
 
     /// Everything read so far, in the order first read.
-    pub fn all(&self) -> Vec<Origin> {
+    pub fn all(&self) -> Vec<OutsideRead> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
@@ -126,7 +126,7 @@ pub struct ToolOutput {
     extra: Extra,
     /// What outside the chat's words the answer carries, when the tool can say more than its
     /// name (a task's destinations, an MCP server, a file): see [`TurnReads`].
-    origins: Vec<Origin>,
+    origins: Vec<OutsideRead>,
 }
 
 impl ToolOutput {
@@ -135,13 +135,13 @@ impl ToolOutput {
     }
 
     /// The output, read from `origin`.
-    pub fn read_from(mut self, origin: Origin) -> Self {
+    pub fn read_from(mut self, origin: OutsideRead) -> Self {
         self.origins.push(origin);
         self
     }
 
     /// Where the output was read from ([`Self::read_from`]).
-    pub fn origins(&self) -> &[Origin] {
+    pub fn origins(&self) -> &[OutsideRead] {
         &self.origins
     }
 

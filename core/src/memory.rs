@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Something outside the chat's own words that a turn read: a tool's answer (a page a task
 /// fetched, an MCP server's result, a file).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Origin {
+pub struct OutsideRead {
     /// The tool that returned it (`delegate_to_sub_agent`, `mcp__files__read`, `read_file`).
     pub tool: String,
     /// What it read, when the tool knows: the destinations a task contacted, an MCP server, a
@@ -25,7 +25,7 @@ pub struct Origin {
     pub task: Option<String>,
 }
 
-impl Origin {
+impl OutsideRead {
     pub fn tool(tool: impl Into<String>) -> Self {
         Self { tool: tool.into(), detail: None, task: None }
     }
@@ -41,7 +41,7 @@ impl Origin {
     }
 }
 
-impl std::fmt::Display for Origin {
+impl std::fmt::Display for OutsideRead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.tool)?;
         if let Some(detail) = &self.detail {
@@ -67,7 +67,7 @@ pub enum MemorySource {
     Heartbeat,
     /// A turn that read something outside the chat's own words before remembering: every such
     /// thing it read (the daemon cannot tell which of them the model took the fact from).
-    Outside { origins: Vec<Origin> },
+    Outside { origins: Vec<OutsideRead> },
     /// The operator wrote it (`nexbot-ctl memory add`, the import of `MEMORY.md`).
     Operator { via: String },
 }
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn an_outside_entry_is_marked_data_and_quoted() {
-        let page = Origin::tool("delegate_to_sub_agent")
+        let page = OutsideRead::tool("delegate_to_sub_agent")
             .with_detail("docs.example.org:443")
             .with_task("t-9");
         let e = entry(
@@ -252,7 +252,9 @@ mod tests {
             MemorySource::Message { message: 3, user: None },
             MemorySource::Job { id: 4 },
             MemorySource::Heartbeat,
-            MemorySource::Outside { origins: vec![Origin::tool("read_file").with_detail("a.txt")] },
+            MemorySource::Outside {
+                origins: vec![OutsideRead::tool("read_file").with_detail("a.txt")],
+            },
             MemorySource::Operator { via: "MEMORY.md".into() },
         ] {
             let json = serde_json::to_string(&source).unwrap();

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nexbot_core::channel::{TaskReceipt, TaskUpdate};
-use nexbot_core::memory::Origin;
+use nexbot_core::memory::OutsideRead;
 use nexbot_core::ChatRef;
 use nexbot_protocol::secrets::is_valid_secret_name;
 use nexbot_protocol::{
@@ -523,7 +523,7 @@ impl TypedTool for Delegate {
         }
         let (contacted, denied) = egress.as_ref().map(destinations).unwrap_or_default();
         // What the answer carries was read there: what the turn remembers after it is too.
-        let mut origin = Origin::tool(Self::NAME).with_task(id.clone());
+        let mut origin = OutsideRead::tool(Self::NAME).with_task(id.clone());
         if !contacted.is_empty() {
             origin = origin.with_detail(format!("contacted {}", contacted.join(", ")));
         }

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use nexbot_core::memory::{MemorySource, Origin};
+use nexbot_core::memory::{MemorySource, OutsideRead};
 use nexbot_core::text::{clip, human_size};
 use nexbot_core::ChatRef;
 use nexbot_store::MemoryLimits;
@@ -146,7 +146,8 @@ pub fn memory_md_notes(text: &str) -> Vec<(String, MemorySource)> {
             continue;
         }
         let source = if from_tool {
-            let origin = Origin::tool("memory").with_detail("MEMORY.md, noted from a tool result");
+            let origin =
+                OutsideRead::tool("memory").with_detail("MEMORY.md, noted from a tool result");
             MemorySource::Outside { origins: vec![origin] }
         } else {
             MemorySource::Operator { via: "MEMORY.md".to_owned() }

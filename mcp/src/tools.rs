@@ -190,7 +190,7 @@ impl Tool for McpTool {
             let started = Instant::now();
             let (outcome, result) = self.run(args, ctx).await;
             self.connector.record(&self.server, &ctx.chat, outcome, started.elapsed());
-            let origin = nexbot_core::memory::Origin::tool(self.name())
+            let origin = nexbot_core::memory::OutsideRead::tool(self.name())
                 .with_detail(format!("MCP server {}", self.server));
             result.map(|out| out.read_from(origin))
         })

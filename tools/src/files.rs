@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use crate::rooms::Rooms;
 use nexbot_agent::confirm::Step;
 use nexbot_agent::tools::{success, Tool, ToolContext, ToolError, ToolResult, TypedTool};
-use nexbot_core::memory::Origin;
+use nexbot_core::memory::OutsideRead;
 
 /// The longest `delete_file` may take, its confirmation's wait included.
 const DELETE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
@@ -406,7 +406,7 @@ impl TypedTool for ReadFile {
         path_schema()
     }
     async fn run(&self, args: PathArgs, ctx: &ToolContext) -> ToolResult {
-        let origin = Origin::tool(Self::NAME).with_detail(format!("file {}", args.path));
+        let origin = OutsideRead::tool(Self::NAME).with_detail(format!("file {}", args.path));
         let read = in_room(&self.0, ctx, move |confinement| {
             let path = confinement.existing(&args.path)?;
             if path.is_dir() {
@@ -859,7 +859,10 @@ mod tests {
         // B writing the same name writes B's own file.
         f.call("write_file", json!({"path": "plans.md", "content": "B's"})).await.unwrap();
         let mine = f.call_as(&a, "read_file", json!({"path": "plans.md"})).await.unwrap();
-        assert_eq!(mine, success("A's plans"));
+        assert_eq!(mine.text(), "A's plans");
+        // What a file said is outside the chat's words: named, for what the turn remembers.
+        let read = OutsideRead::tool("read_file").with_detail("file plans.md");
+        assert_eq!(mine.origins(), [read]);
         // The room's folder is named after the chat.
         assert!(f.room_a.ends_with("chats/telegram_1") && f.room_b.ends_with("chats/telegram_2"));
     }
@@ -869,7 +872,7 @@ mod tests {
         let f = fixture();
         for chat in [ctx(B, false), ctx(A, true)] {
             let out = f.call_as(&chat, "read_file", json!({"path": "./TOOLS.md"})).await.unwrap();
-            assert_eq!(out, success("operator's TOOLS.md"));
+            assert_eq!(out.text(), "operator's TOOLS.md");
             for name in nexbot_agent::workspace::OPERATOR_FILES {
                 for path in [name.to_owned(), format!("./{name}")] {
                     for tool in ["write_file", "edit_file", "delete_file"] {
@@ -902,9 +905,9 @@ mod tests {
     async fn tools_work_inside_the_room() {
         let f = fixture();
         let out = f.call("read_file", json!({"path": "note.txt"})).await.unwrap();
-        assert_eq!(out, success("hello world"));
+        assert_eq!(out.text(), "hello world");
         let out = f.call("read_file", json!({"path": "./inner_link"})).await.unwrap();
-        assert_eq!(out, success("hello world"));
+        assert_eq!(out.text(), "hello world");
         f.call("write_file", json!({"path": "a/b/c.txt", "content": "x y x"})).await.unwrap();
         assert_eq!(std::fs::read_to_string(f.room_b.join("a/b/c.txt")).unwrap(), "x y x");
         let err = f
