@@ -359,20 +359,8 @@ impl Store {
     /// Removes every entry of `chat`; returns how many.
     pub async fn forget_all(&self, chat: &ChatRef) -> Result<u64, StoreError> {
         let name = chat.to_string();
-        self.call(move |c| {
-            let tx = c.transaction()?;
-            let ids: Vec<i64> = tx
-                .prepare("SELECT id FROM memories WHERE chat_id = ?1")?
-                .query_map(params![name], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            let mut gone = 0;
-            for id in ids {
-                gone += delete_entry(&tx, id)?;
-            }
-            tx.commit()?;
-            Ok(gone)
-        })
-        .await
+        self.call(move |c| delete_selected(c, "SELECT id FROM memories WHERE chat_id = ?1", &name))
+            .await
     }
 
     /// `chat`'s memory in numbers.
@@ -403,20 +391,8 @@ impl Store {
             return Ok(0);
         }
         let cutoff = now - i64::from(days) * 86_400;
-        self.call(move |c| {
-            let tx = c.transaction()?;
-            let ids: Vec<i64> = tx
-                .prepare("SELECT id FROM memories WHERE COALESCE(used_at, created_at) < ?1")?
-                .query_map(params![cutoff], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            let mut gone = 0;
-            for id in ids {
-                gone += delete_entry(&tx, id)?;
-            }
-            tx.commit()?;
-            Ok(gone)
-        })
-        .await
+        let select = "SELECT id FROM memories WHERE COALESCE(used_at, created_at) < ?1";
+        self.call(move |c| delete_selected(c, select, &cutoff)).await
     }
 
     /// Runs `import` once per `chat` and `name` (e.g. the owner's `MEMORY.md`): `None` when it
@@ -551,6 +527,24 @@ impl Store {
     fn invalid(&self, reason: &str) -> StoreError {
         StoreError::Other { path: self.path().to_owned(), reason: reason.to_owned() }
     }
+}
+
+/// Deletes the entries `select` (one parameter, `value`) names, with their index rows, in one
+/// transaction; returns how many.
+fn delete_selected(
+    c: &mut rusqlite::Connection,
+    select: &str,
+    value: &dyn rusqlite::ToSql,
+) -> rusqlite::Result<u64> {
+    let tx = c.transaction()?;
+    let ids: Vec<i64> =
+        tx.prepare(select)?.query_map([value], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    let mut gone = 0;
+    for id in ids {
+        gone += delete_entry(&tx, id)?;
+    }
+    tx.commit()?;
+    Ok(gone)
 }
 
 /// Deletes entry `id` and its index row; returns 1 when it was there.
