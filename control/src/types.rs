@@ -59,6 +59,10 @@ pub struct Health {
     /// daemon older than `sandbox.runtime` sends none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// Where the engine is: its address, for a remote engine the certificate it presented,
+    /// the last round trip. A daemon older than this sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_at: Option<String>,
 }
 
 /// `GET /v1/status`.
@@ -126,6 +130,9 @@ pub struct PoolSummary {
     /// The OCI runtime its containers run under ([`Health::runtime`]).
     #[serde(default)]
     pub runtime: Option<String>,
+    /// Where the engine is ([`Health::engine_at`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_at: Option<String>,
 }
 
 /// One pool slot and its current container, for `subagents ps`.
@@ -167,6 +174,9 @@ pub struct SubagentList {
     /// The OCI runtime the containers run under ([`Health::runtime`]).
     #[serde(default)]
     pub runtime: Option<String>,
+    /// Where the engine is ([`Health::engine_at`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_at: Option<String>,
 }
 
 /// `GET /v1/subagents/{id}/logs`: the container's stderr JSON log lines, oldest first.

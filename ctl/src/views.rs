@@ -44,6 +44,9 @@ pub fn status(s: &Status) -> String {
             if let Some(runtime) = &pool.runtime {
                 pairs.push(("runtime".into(), runtime.clone()));
             }
+            if let Some(engine) = &pool.engine_at {
+                pairs.push(("engine at".into(), engine.clone()));
+            }
             pairs.push(("tasks".into(), counts(&pool.tasks, "none yet")));
             pairs.push((
                 "restarts".into(),
@@ -56,7 +59,7 @@ pub fn status(s: &Status) -> String {
                 pairs.push(("pending removal".into(), pool.pending_removal.to_string()));
             }
             if let Some(engine) = &pool.engine {
-                pairs.push(("engine".into(), engine.clone()));
+                pairs.push(("engine at".into(), engine.clone()));
             }
         }
         None => pairs.push(("pool".into(), "none".into())),
@@ -110,6 +113,9 @@ pub fn health(h: &nexbot_control::Health) -> String {
     if let Some(runtime) = &h.runtime {
         out.push_str(&format!(" (sandboxes under {runtime})"));
     }
+    if let Some(engine) = &h.engine_at {
+        out.push_str(&format!("\n  engine at: {engine}"));
+    }
     for problem in &h.problems {
         out.push_str(&format!("\n  problem: {problem}"));
     }
@@ -126,6 +132,9 @@ pub fn subagent_list(list: &nexbot_control::SubagentList) -> String {
     let mut out = subagents(&list.subagents);
     if let Some(runtime) = &list.runtime {
         out.push_str(&format!("runtime: {runtime}\n"));
+    }
+    if let Some(engine) = &list.engine_at {
+        out.push_str(&format!("engine at: {engine}\n"));
     }
     if list.pending_removal > 0 {
         out.push_str(&format!(
@@ -428,9 +437,12 @@ mod tests {
             pending_removal: 0,
             engine: None,
             runtime: None,
+            engine_at: None,
         };
         assert_eq!(subagent_list(&list), subagents(&[]));
         list.runtime = Some("runsc".into());
+        list.engine_at =
+            Some("tcp://10.0.0.2:2376 over mutual TLS (engine certificate sha256:ab)".into());
         list.pending_removal = 2;
         list.engine = Some("unreachable since 01:23:45 (42 s): client error (Connect)".into());
         let text = subagent_list(&list);
@@ -439,6 +451,7 @@ mod tests {
             tail,
             [
                 "runtime: runsc",
+                "engine at: tcp://10.0.0.2:2376 over mutual TLS (engine certificate sha256:ab)",
                 "2 containers pending removal (retried until the engine removes them)",
                 "engine: unreachable since 01:23:45 (42 s): client error (Connect)",
             ]
@@ -566,6 +579,7 @@ mod tests {
                 engine: None,
                 runtime: Some("runsc".into()),
                 bound: 1,
+                engine_at: Some("tcp://10.0.0.2:2376, round trip 1.3 ms".into()),
             }),
             delegation_off: None,
             channels: vec![ChannelStatus { name: "telegram".into(), health: "ok".into() }],
@@ -585,6 +599,7 @@ mod tests {
             "uptime:            1h01m\n",
             "pool:              main: 2 containers (busy 1, idle 1; 1 blank, 1 in chats), queue 0\n",
             "runtime:           runsc\n",
+            "engine at:         tcp://10.0.0.2:2376, round trip 1.3 ms\n",
             "tasks:             none yet\n",
             "delegation:        on\n",
             "channel telegram:  ok\n",
@@ -607,10 +622,16 @@ mod tests {
             problems: Vec::new(),
             degraded: vec!["disk: 3 MB free".into()],
             runtime: None,
+            engine_at: None,
         };
         assert_eq!(health(&h), "ready\n  degraded: disk: 3 MB free\n");
         h.runtime = Some("runsc".into());
         assert_eq!(health(&h), "ready (sandboxes under runsc)\n  degraded: disk: 3 MB free\n");
+        h.engine_at = Some("tcp://10.0.0.2:2376".into());
+        assert_eq!(
+            health(&h),
+            "ready (sandboxes under runsc)\n  engine at: tcp://10.0.0.2:2376\n  degraded: disk: 3 MB free\n"
+        );
         let old: nexbot_control::Health =
             serde_json::from_str(r#"{"ready":false,"problems":["x"],"degraded":[]}"#).unwrap();
         assert_eq!(health(&old), "NOT READY\n  problem: x\n");

@@ -138,39 +138,131 @@ pub struct SandboxConfig {
     /// registered: start-up and `nexbot doctor` check, and say how.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
-    /// The engine's API socket, `unix:///path` (e.g. Podman's `podman system service`);
-    /// unset, `DOCKER_HOST`, else the local Docker socket.
+    /// Where the engine is: `unix:///path` (a local socket, e.g. Podman's), or
+    /// `tcp://HOST:PORT` (an engine on another machine, reached only over mutual TLS: the three
+    /// `tls_*` files are then required); unset, `DOCKER_HOST`, else the local Docker socket.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<String>,
+    /// The CA that signed the remote engine's certificate (PEM); the only one trusted for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
+    /// The daemon's client certificate for the remote engine (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Where the engine `sandbox.engine` names is ([`SandboxConfig::address`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineAddress {
+    /// Unset: `DOCKER_HOST`, else the local Docker socket.
+    Default,
+    /// `unix:///path`: a socket on this machine.
+    Socket(String),
+    /// `tcp://HOST:PORT`: an engine on another machine, over mutual TLS.
+    Remote(RemoteEngine),
+}
+
+/// A remote engine's address and the files of the mutual TLS it is reached over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteEngine {
+    pub host: String,
+    pub port: u16,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl RemoteEngine {
+    /// `tcp://HOST:PORT`, as the operator wrote it.
+    pub fn url(&self) -> String {
+        match self.host.contains(':') {
+            true => format!("tcp://[{}]:{}", self.host, self.port),
+            false => format!("tcp://{}:{}", self.host, self.port),
+        }
+    }
 }
 
 impl SandboxConfig {
-    /// Refuses a runtime name the engine could not have, and an engine address that is not a
-    /// local socket (a remote engine needs mutual TLS, which is not built: refused rather than
-    /// reached in the clear).
+    /// Refuses a runtime name the engine could not have, and an engine address that is neither
+    /// a local socket nor a remote engine with all three files of mutual TLS (plain TCP would
+    /// hand root on the engine's machine to anyone on the path: refused, never tried).
     pub fn check(&self) -> Result<(), InvalidField> {
-        let bad = |field: &str, reason: String| InvalidField { field: field.into(), reason };
         if let Some(runtime) = &self.runtime {
             if !valid_name(runtime) {
-                return Err(bad(
-                    "runtime",
-                    format!("{runtime:?} must match [A-Za-z0-9][A-Za-z0-9_.-]* (≤ 40), e.g. runsc"),
-                ));
+                return Err(InvalidField {
+                    field: "runtime".into(),
+                    reason: format!(
+                        "{runtime:?} must match [A-Za-z0-9][A-Za-z0-9_.-]* (≤ 40), e.g. runsc"
+                    ),
+                });
             }
         }
-        if let Some(engine) = &self.engine {
-            self.socket_path().ok_or_else(|| {
+        self.address().map(|_| ())
+    }
+
+    /// Where the engine is, checked (see [`Self::check`]).
+    pub fn address(&self) -> Result<EngineAddress, InvalidField> {
+        let bad = |field: &str, reason: String| InvalidField { field: field.into(), reason };
+        let tls =
+            [("tls_ca", &self.tls_ca), ("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)];
+        let Some(engine) = &self.engine else {
+            return match tls.iter().find(|(_, v)| v.is_some()) {
+                Some((field, _)) => Err(bad(
+                    field,
+                    "is only for a remote engine: set sandbox.engine = \"tcp://HOST:2376\" too, \
+                     or remove it"
+                        .into(),
+                )),
+                None => Ok(EngineAddress::Default),
+            };
+        };
+        if let Some(rest) = engine.strip_prefix("tcp://") {
+            let (host, port) = split_host_port(rest).ok_or_else(|| {
                 bad(
                     "engine",
-                    format!(
-                        "{engine:?} is not unix:///absolute/path (a local engine's socket); a \
-                         remote engine (tcp://) needs mutual TLS, which this version does not \
-                         have: run the daemon beside that engine, or leave sandbox.engine unset"
-                    ),
+                    format!("{engine:?} is not tcp://HOST:PORT (e.g. tcp://10.0.0.2:2376)"),
                 )
             })?;
+            let mut files = Vec::new();
+            for (field, value) in tls {
+                match value {
+                    Some(path) if path.is_absolute() => files.push(path.clone()),
+                    Some(path) => {
+                        return Err(bad(
+                            field,
+                            format!("{} must be an absolute path", path.display()),
+                        ))
+                    }
+                    None => {
+                        return Err(bad(
+                            field,
+                            format!(
+                                "a remote engine ({engine}) is reached only over mutual TLS: set \
+                                 sandbox.tls_ca, tls_cert and tls_key (plain TCP is refused; \
+                                 docs/remote.md says how to make them)"
+                            ),
+                        ))
+                    }
+                }
+            }
+            let [ca, cert, key]: [PathBuf; 3] = files.try_into().expect("three TLS files");
+            return Ok(EngineAddress::Remote(RemoteEngine { host, port, ca, cert, key }));
         }
-        Ok(())
+        if let Some(field) = tls.iter().find(|(_, v)| v.is_some()).map(|(f, _)| *f) {
+            return Err(bad(field, format!("is only for a tcp:// engine, not {engine:?}")));
+        }
+        self.socket_path().map(|p| EngineAddress::Socket(p.to_owned())).ok_or_else(|| {
+            bad(
+                "engine",
+                format!(
+                    "{engine:?} is neither unix:///absolute/path (a local engine's socket) nor \
+                     tcp://HOST:PORT with mutual TLS (a remote engine)"
+                ),
+            )
+        })
     }
 
     /// The socket `engine` names, when it is a `unix://` address of an absolute path.
@@ -178,6 +270,27 @@ impl SandboxConfig {
         let path = self.engine.as_deref()?.strip_prefix("unix://")?;
         (path.starts_with('/') && !path.contains("..")).then_some(path)
     }
+
+    /// Whether the engine is on another machine (`tcp://`).
+    pub fn is_remote(&self) -> bool {
+        matches!(self.address(), Ok(EngineAddress::Remote(_)))
+    }
+}
+
+/// `HOST:PORT` or `[V6]:PORT` (a non-empty host without `/`, a port that is not 0).
+fn split_host_port(rest: &str) -> Option<(String, u16)> {
+    let (host, port) = match rest.strip_prefix('[') {
+        Some(v6) => {
+            let (host, port) = v6.split_once("]:")?;
+            (host, port)
+        }
+        None => rest.rsplit_once(':')?,
+    };
+    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+    let bad_host = host.is_empty()
+        || host.contains(['/', '@', ' '])
+        || (host.contains(':') && !rest.starts_with('['));
+    (!bad_host).then(|| (host.to_owned(), port))
 }
 
 /// Words that mark an environment variable name as secret-bearing.
@@ -479,10 +592,11 @@ mod tests {
     }
 
     #[test]
-    fn a_sandbox_names_a_runtime_and_a_local_socket_never_a_plain_remote_engine() {
+    fn a_sandbox_names_a_runtime_a_local_socket_or_a_remote_engine_never_plain_tcp() {
         let ok = |runtime: Option<&str>, engine: Option<&str>| SandboxConfig {
             runtime: runtime.map(str::to_owned),
             engine: engine.map(str::to_owned),
+            ..SandboxConfig::default()
         };
         ok(None, None).check().unwrap();
         ok(Some("runsc"), Some("unix:///run/podman/podman.sock")).check().unwrap();
@@ -493,7 +607,9 @@ mod tests {
         for (runtime, engine, field, says) in [
             (Some("run sc"), None, "runtime", "run sc"),
             (Some("--privileged"), None, "runtime", "--privileged"),
-            (None, Some("tcp://10.0.0.2:2375"), "engine", "mutual TLS"),
+            (None, Some("tcp://10.0.0.2:2375"), "tls_ca", "plain TCP is refused"),
+            (None, Some("tcp://10.0.0.2"), "engine", "tcp://HOST:PORT"),
+            (None, Some("http://10.0.0.2:2375"), "engine", "tcp://HOST:PORT with mutual TLS"),
             (None, Some("unix://relative.sock"), "engine", "unix:///absolute/path"),
             (None, Some("/var/run/docker.sock"), "engine", "unix:///absolute/path"),
         ] {
@@ -501,5 +617,26 @@ mod tests {
             assert_eq!(err.field, field);
             assert!(err.reason.contains(says), "{err}");
         }
+        let tls = |engine: &str, key: &str| SandboxConfig {
+            engine: Some(engine.to_owned()),
+            tls_ca: Some("/etc/nexbot/ca.pem".into()),
+            tls_cert: Some("/etc/nexbot/cert.pem".into()),
+            tls_key: Some(key.into()),
+            ..SandboxConfig::default()
+        };
+        let remote = tls("tcp://[fd00::2]:2376", "/etc/nexbot/key.pem");
+        let Ok(EngineAddress::Remote(r)) = remote.address() else { panic!("{remote:?}") };
+        assert_eq!(
+            (r.host.as_str(), r.port, r.url()),
+            ("fd00::2", 2376, "tcp://[fd00::2]:2376".into())
+        );
+        assert!(remote.is_remote());
+        let err = tls("tcp://10.0.0.2:2376", "key.pem").check().unwrap_err();
+        assert_eq!(err.field, "tls_key");
+        assert!(err.reason.contains("absolute"), "{err}");
+        let err = tls("unix:///run/docker.sock", "/k.pem").check().unwrap_err();
+        assert!(err.reason.contains("only for a tcp:// engine"), "{err}");
+        let stray = SandboxConfig { tls_ca: Some("/ca.pem".into()), ..SandboxConfig::default() };
+        assert_eq!(stray.check().unwrap_err().field, "tls_ca");
     }
 }

@@ -6,11 +6,12 @@
 //! [`crate::Pool::start`] and [`crate::ensure_pool_network`].
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use bollard::Docker;
 
-use crate::config::SandboxConfig;
+use crate::config::{EngineAddress, SandboxConfig};
 use crate::error::PoolError;
 
 /// How long the engine gets to answer the first ping (and the version question).
@@ -27,23 +28,111 @@ pub enum EngineUnreachable {
     Timeout,
 }
 
-/// Connects to the engine `sandbox.engine` names (its socket; unset: `DOCKER_HOST`, else the
-/// local socket) and checks that it answers a ping within [`ENGINE_TIMEOUT`].
+/// Connects to the engine `sandbox.engine` names (its socket, a remote engine over mutual TLS;
+/// unset: `DOCKER_HOST`, else the local socket) and checks that it answers a ping within
+/// [`ENGINE_TIMEOUT`].
 pub async fn connect(sandbox: &SandboxConfig) -> Result<Docker, EngineUnreachable> {
-    let docker = match (sandbox.socket_path(), &sandbox.engine) {
-        (Some(path), _) => Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION),
-        (None, Some(engine)) => {
-            return Err(EngineUnreachable::Connect(format!(
-                "sandbox.engine {engine:?} is not a socket"
-            )))
+    connect_reach(sandbox).await.map(|(docker, _)| docker)
+}
+
+/// [`connect`], and where the engine is, as [`EngineReach`] says it (address, the remote
+/// engine's certificate, round trip).
+pub async fn connect_reach(
+    sandbox: &SandboxConfig,
+) -> Result<(Docker, EngineReach), EngineUnreachable> {
+    let address = sandbox.address().map_err(|e| EngineUnreachable::Connect(e.to_string()))?;
+    let (docker, identity, place) = match &address {
+        EngineAddress::Socket(path) => (
+            Docker::connect_with_unix(path, 120, bollard::API_DEFAULT_VERSION),
+            None,
+            format!("unix://{path}"),
+        ),
+        EngineAddress::Default => {
+            (Docker::connect_with_local_defaults(), None, "the local engine".to_owned())
         }
-        (None, None) => Docker::connect_with_local_defaults(),
-    }
-    .map_err(|e| EngineUnreachable::Connect(e.to_string()))?;
-    match tokio::time::timeout(ENGINE_TIMEOUT, docker.ping()).await {
-        Ok(Ok(_)) => Ok(docker),
-        Ok(Err(e)) => Err(EngineUnreachable::Refused(e.to_string())),
+        EngineAddress::Remote(remote) => {
+            let (docker, seen) = crate::remote::connect(remote)?;
+            (Ok(docker), Some(seen), remote.url())
+        }
+    };
+    let docker = docker.map_err(|e| EngineUnreachable::Connect(e.to_string()))?;
+    let reach = EngineReach::new(place, identity);
+    match tokio::time::timeout(ENGINE_TIMEOUT, reach.probe(&docker)).await {
+        Ok(Ok(_)) => Ok((docker, reach)),
+        Ok(Err(e)) => Err(EngineUnreachable::Refused(format!("{}: {}", reach.place, causes(&e)))),
         Err(_) => Err(EngineUnreachable::Timeout),
+    }
+}
+
+/// `error` and each of its causes, `: `-separated: the HTTP client says only "client error
+/// (Connect)"; the cause (refused, a certificate of an unknown issuer, a closed handshake) is
+/// what the operator needs.
+fn causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(&format!(": {said}"));
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// Where the engine is and how it last answered: its address, for a remote engine the
+/// certificate it presented, and the round trip of the last ping. Shared: clones see the same
+/// figures.
+#[derive(Debug, Clone)]
+pub struct EngineReach {
+    /// `unix:///…`, `tcp://HOST:PORT` or "the local engine".
+    pub place: String,
+    identity: Option<crate::remote::SeenIdentity>,
+    last_rtt: Arc<Mutex<Option<Duration>>>,
+}
+
+impl EngineReach {
+    fn new(place: String, identity: Option<crate::remote::SeenIdentity>) -> Self {
+        Self { place, identity, last_rtt: Arc::default() }
+    }
+
+    /// Whether the engine is on another machine, reached over mutual TLS.
+    pub fn remote(&self) -> bool {
+        self.identity.is_some()
+    }
+
+    /// Pings the engine and records the round trip.
+    pub async fn probe(&self, docker: &Docker) -> Result<Duration, bollard::errors::Error> {
+        let start = std::time::Instant::now();
+        docker.ping().await?;
+        let rtt = start.elapsed();
+        *self.last_rtt.lock().unwrap_or_else(|p| p.into_inner()) = Some(rtt);
+        Ok(rtt)
+    }
+
+    /// Pings every `every` while `docker` lives in the caller's runtime, so the figures stay
+    /// fresh (a failed ping leaves the last round trip; the outage is the pool's to report).
+    pub fn watch(&self, docker: Docker, every: Duration) -> tokio::task::JoinHandle<()> {
+        let reach = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let _ = tokio::time::timeout(ENGINE_TIMEOUT, reach.probe(&docker)).await;
+            }
+        })
+    }
+
+    /// One line: `tcp://10.0.0.2:2376 over mutual TLS (engine sha256:1a2b…), 1.3 ms`.
+    pub fn line(&self) -> String {
+        let mut line = self.place.clone();
+        if let Some(identity) = &self.identity {
+            let seen = identity.get().unwrap_or_else(|| "not yet seen".into());
+            line.push_str(&format!(" over mutual TLS (engine certificate {seen})"));
+        }
+        if let Some(rtt) = *self.last_rtt.lock().unwrap_or_else(|p| p.into_inner()) {
+            line.push_str(&format!(", round trip {:.1} ms", rtt.as_secs_f64() * 1e3));
+        }
+        line
     }
 }
 

@@ -113,6 +113,7 @@ pub mod config;
 mod connect;
 mod engine;
 pub mod error;
+mod images;
 mod lines;
 mod link;
 mod logs;
@@ -122,6 +123,7 @@ mod outage;
 mod own_container;
 mod pool;
 pub mod pool_owner;
+mod remote;
 mod removal;
 mod restart;
 mod room;
@@ -132,12 +134,13 @@ pub mod spec;
 mod stats;
 mod supervisor;
 
-pub use config::{InvalidField, PoolConfig, SandboxConfig};
+pub use config::{EngineAddress, InvalidField, PoolConfig, RemoteEngine, SandboxConfig};
 pub use connect::{
-    connect, engine_root_dir, engine_version, image_present, image_program, network_gateway,
-    Docker, EngineUnreachable, ENGINE_TIMEOUT,
+    connect, connect_reach, engine_root_dir, engine_version, image_present, image_program,
+    network_gateway, Docker, EngineReach, EngineUnreachable, ENGINE_TIMEOUT,
 };
 pub use error::PoolError;
+pub use images::{sync_image, ImageSync};
 pub use network::{
     ensure_internal_network, ensure_pool_network, ensure_pool_network_owned, remove_network,
     NetworkInfo,

@@ -99,6 +99,8 @@ pub struct Pool {
     /// Alive in this process until the pool is shut down or dropped; another pool of the
     /// same name may start after either.
     run: Mutex<Option<RunRegistration>>,
+    /// Where the engine is and how it answers, when the caller said ([`Pool::set_reach`]).
+    reach: std::sync::OnceLock<crate::connect::EngineReach>,
 }
 
 #[derive(Debug)]
@@ -200,7 +202,12 @@ impl Pool {
             owner = %inner.engine.owner.describe(),
             "pool ready"
         );
-        Ok(Pool { inner, tasks: Mutex::new(tasks), run: Mutex::new(Some(run)) })
+        Ok(Pool {
+            inner,
+            tasks: Mutex::new(tasks),
+            run: Mutex::new(Some(run)),
+            reach: std::sync::OnceLock::new(),
+        })
     }
 
     /// Runs one `execute` request on a container of the default room ([`Room::default`])
@@ -378,6 +385,17 @@ impl Pool {
     /// default when none was set), as the engine named it when the pool started.
     pub fn runtime(&self) -> &str {
         &self.inner.engine.runtime.name
+    }
+
+    /// Records where the engine is ([`crate::connect_reach`]); the first call counts.
+    pub fn set_reach(&self, reach: crate::connect::EngineReach) {
+        let _ = self.reach.set(reach);
+    }
+
+    /// Where the engine is, for `health`, `ps` and the dashboard: address, the remote
+    /// engine's certificate, the last round trip (`None` unless [`Pool::set_reach`] said).
+    pub fn engine_place(&self) -> Option<String> {
+        self.reach.get().map(crate::connect::EngineReach::line)
     }
 
     /// The pool in numbers: containers up, queue depth, tasks by outcome, slots backing off,

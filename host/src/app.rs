@@ -197,10 +197,7 @@ impl App {
         let disk = crate::disk::DiskSpace::new(config.data_dir(), config.storage.min_free_mb);
         disk.add_to(&status, "disk");
         if let Some(sandbox) = &sandbox {
-            let engine = crate::disk::engine_disk(sandbox.docker(), config.storage.min_free_mb);
-            if let Some(engine) = engine.await {
-                engine.add_to(&status, "engine disk");
-            }
+            sandbox.add_to(&status, config.storage.min_free_mb).await;
         }
         if let Some(skills) = agent.skills().cloned() {
             status.add("skills", move || match skills.dir() {
@@ -208,12 +205,11 @@ impl App {
                 Some(_) => crate::skills::status_line(&skills.current()),
             });
         }
-        if let Some(sandbox) = &sandbox {
-            let pool = sandbox.pool().clone();
-            status.add("pool", move || pool_line(&pool.snapshot(), pool.runtime()));
-        } else if let Some(why) = &delegation_off {
-            let why = why.clone();
-            status.add("pool", move || format!("off ({why})"));
+        if sandbox.is_none() {
+            if let Some(why) = &delegation_off {
+                let why = why.clone();
+                status.add("pool", move || format!("off ({why})"));
+            }
         }
         let mut commands = CommandRegistry::builtin(
             store.clone(),
@@ -507,25 +503,6 @@ async fn start_sandbox(
 /// engine restarting) meets a network or containers in that state for a moment, and without a
 /// sandbox it would run the whole time without delegation.
 const SANDBOX_RETRIES: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(2)];
-
-/// `/status`'s pool line: containers by state, the wall they run behind, running tasks.
-fn pool_line(snapshot: &[nexbot_docker::ContainerSnapshot], runtime: &str) -> String {
-    let states: Vec<String> =
-        nexbot_docker::count_by_state(snapshot).iter().map(|(s, n)| format!("{n} {s}")).collect();
-    let running: Vec<String> = snapshot
-        .iter()
-        .filter_map(|s| {
-            let age = s.current_task_age_ms? / 1000;
-            Some(format!("{} for {age}s", s.id))
-        })
-        .collect();
-    let mut line =
-        format!("{} containers ({}), runtime {runtime}", snapshot.len(), states.join(", "));
-    if !running.is_empty() {
-        line.push_str(&format!("; tasks running on {}", running.join(", ")));
-    }
-    line
-}
 
 async fn stop_parts(parts: &mut Vec<Part>, stage: Stage) {
     let (now, later): (Vec<_>, Vec<_>) = parts.drain(..).partition(|p| p.stage == stage);

@@ -33,6 +33,58 @@ use crate::config::Config;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::pool_runner::{pool_config, PoolRunner};
 
+/// How often the engine is pinged for the round trip `health` and `ps` show.
+const ENGINE_WATCH: Duration = Duration::from_secs(15);
+
+/// `[egress]` as the listener takes it. With a remote engine the listener cannot sit on the
+/// pool network's gateway (that is on the other machine): it serves this daemon's own requests
+/// on loopback, and no firewall rule is made here for a bridge that is not here.
+fn egress_config(config: &Config, remote: bool) -> egress::EgressConfig {
+    let mut egress = config.egress_config();
+    if remote {
+        egress.listen_addr = Some(IpAddr::from([127, 0, 0, 1]));
+        egress.port = 0;
+        egress.firewall = false;
+    }
+    egress
+}
+
+/// Gives the remote engine the images this daemon runs (the subagent's, the MCP servers'),
+/// by id, from the local engine; progress in the log. Without a local engine, or on failure,
+/// the pool's own check says what is missing.
+async fn remote_images(config: &Config, remote: &nexbot_docker::Docker, place: &str) {
+    let local = match nexbot_docker::connect(&nexbot_docker::SandboxConfig::default()).await {
+        Ok(local) => local,
+        Err(e) => {
+            tracing::info!(engine = %place, "no local engine to copy images from ({e})");
+            return;
+        }
+    };
+    let mut images = vec![config.subagent.image.clone()];
+    images.extend(config.mcp.servers.iter().filter_map(|s| s.image.clone()));
+    images.dedup();
+    for image in images {
+        let name = image.clone();
+        let mut logged = 0;
+        let progress = move |sent: u64, total: u64| {
+            let percent = (sent * 100).checked_div(total).unwrap_or(0).min(100);
+            if percent >= logged + 25 {
+                logged = percent - percent % 25;
+                tracing::info!(image = %name, sent, total, "copying to the remote engine: {logged} %");
+            }
+        };
+        match nexbot_docker::sync_image(&local, remote, &image, progress).await {
+            Ok(nexbot_docker::ImageSync::Same { id }) => {
+                tracing::info!(%image, %id, engine = %place, "the remote engine has the image")
+            }
+            Ok(nexbot_docker::ImageSync::Copied { id, bytes }) => {
+                tracing::info!(%image, %id, bytes, engine = %place, "image copied to the remote engine")
+            }
+            Err(e) => tracing::warn!(%image, engine = %place, "cannot copy the image: {e}"),
+        }
+    }
+}
+
 /// How long the listener's open connections get to finish at shutdown.
 const EGRESS_GRACE: Duration = Duration::from_secs(5);
 
@@ -169,11 +221,21 @@ async fn in_compose(
 /// daemon sees it, and as the engine does (this path on the host, or through this daemon's
 /// container's mounts). A workspace on no mount of the container (its own layer) cannot be
 /// given to another container, and a container that cannot be told has no known mounts.
-fn mcp_rooms(workspace: &Path, found: &nexbot_docker::SelfDiscovery) -> crate::mcp::McpRooms {
+fn mcp_rooms(
+    workspace: &Path,
+    found: &nexbot_docker::SelfDiscovery,
+    remote: Option<&str>,
+) -> crate::mcp::McpRooms {
     use nexbot_docker::SelfDiscovery;
     let dir = nexbot_tools::rooms::rooms_dir(workspace);
     let mut check = false;
     let on_engine = match found {
+        _ if remote.is_some() => Err(format!(
+            "the chats' rooms ({}) are on this machine and the engine ({}) on another: a \
+             server that needs a room cannot run there",
+            dir.display(),
+            remote.unwrap_or_default()
+        )),
         SelfDiscovery::NotInContainer => Ok(dir.clone()),
         SelfDiscovery::Found(own) => own.host_path(&dir).ok_or_else(|| {
             format!(
@@ -240,6 +302,8 @@ pub struct Sandbox {
     tokens: Arc<RelayAccess>,
     /// The MCP servers' containers (made by the pool).
     mcp: Arc<crate::mcp::McpServers>,
+    /// Whether the engine is on another machine (no egress beside it yet).
+    remote: bool,
     /// The pool as the listener's attribution: the listener holds it only weakly.
     _attribution: Arc<dyn Attribution>,
 }
@@ -261,8 +325,13 @@ impl Sandbox {
         config: &Config,
         secrets: Option<Arc<dyn crate::tools::delegate::SecretSource>>,
     ) -> Result<Self, SandboxError> {
-        let docker = nexbot_docker::connect(&config.sandbox).await?;
-        let (from, found) = in_compose(config, &docker).await;
+        let (docker, reach) = nexbot_docker::connect_reach(&config.sandbox).await?;
+        let remote = reach.remote().then(|| reach.place.clone());
+        let (from, found) = match &remote {
+            None => in_compose(config, &docker).await,
+            // Its own container, if any, is on this machine's engine, not that one.
+            Some(_) => (FromContainer::Unchanged, nexbot_docker::SelfDiscovery::NotInContainer),
+        };
         let (config, cannot_tell) = match &from {
             FromContainer::Compose(derived) => (&**derived, None),
             FromContainer::CannotTell { why, defaults: true } => (config, Some(why.as_str())),
@@ -271,9 +340,12 @@ impl Sandbox {
         let network = ensure_pool_network(&docker, &config.subagent.network)
             .await
             .map_err(|e| refused_defaults(SandboxError::Network(e), cannot_tell))?;
+        if let Some(place) = &remote {
+            remote_images(config, &docker, place).await;
+        }
         let late = Arc::new(LateAttribution::default());
         let egress = Egress::start_with_keys(
-            config.egress_config(),
+            egress_config(config, remote.is_some()),
             &egress_network(&network),
             &config.data_dir(),
             late.clone(),
@@ -281,10 +353,25 @@ impl Sandbox {
         )
         .await?;
         let mut pool_config = pool_config(config);
-        pool_config.env.extend(egress.container_env());
+        match &remote {
+            None => pool_config.env.extend(egress.container_env()),
+            Some(place) => {
+                tracing::warn!(
+                    engine = %place,
+                    "the pool runs on a remote engine, where no egress node runs yet: its \
+                     containers have no way out (no proxy, no LLM relay); the skills folder is \
+                     not mounted there"
+                );
+                pool_config.skills_dir = None;
+            }
+        }
         let engine = docker.clone();
         let pool = match Pool::start(docker, pool_config).await {
-            Ok(pool) => Arc::new(pool),
+            Ok(pool) => {
+                pool.set_reach(reach.clone());
+                reach.watch(engine.clone(), ENGINE_WATCH);
+                Arc::new(pool)
+            }
             Err(e) => {
                 egress.shutdown(EGRESS_GRACE).await;
                 return Err(refused_defaults(SandboxError::Pool(e), cannot_tell));
@@ -306,7 +393,7 @@ impl Sandbox {
             secrets: secrets
                 .map(|s| Arc::new(McpSecrets(s)) as Arc<dyn crate::mcp::OperatorSecrets>),
         };
-        let rooms = mcp_rooms(&config.workspace.dir, &found);
+        let rooms = mcp_rooms(&config.workspace.dir, &found, remote.as_deref());
         let mcp = crate::mcp::McpServers::start(
             pool.clone(),
             config.mcp.servers.clone(),
@@ -314,7 +401,42 @@ impl Sandbox {
             Some(rooms),
         )
         .await;
-        Ok(Self { pool, docker: engine, network, egress, tokens, mcp, _attribution: attribution })
+        let remote = remote.is_some();
+        Ok(Self {
+            pool,
+            docker: engine,
+            network,
+            egress,
+            tokens,
+            mcp,
+            remote,
+            _attribution: attribution,
+        })
+    }
+
+    /// `/status`'s lines and degraded parts of the sandbox: the engine's disk (when it is on
+    /// this machine), the pool, and with a remote engine that its containers have no way out.
+    pub async fn add_to(&self, status: &crate::status::StatusBoard, min_free_mb: u64) {
+        let place = self.pool.engine_place();
+        match self.remote {
+            false => {
+                if let Some(engine) = crate::disk::engine_disk(&self.docker, min_free_mb).await {
+                    engine.add_to(status, "engine disk");
+                }
+            }
+            true => {
+                let at = place.clone().unwrap_or_default();
+                status.add_problem("egress", move || {
+                    Some(format!(
+                        "the pool runs on a remote engine ({at}) where no egress node runs yet: \
+                         its containers have no way out (no proxy, no LLM relay)"
+                    ))
+                });
+            }
+        }
+        let pool = self.pool.clone();
+        status
+            .add("pool", move || pool_line(&pool.snapshot(), pool.runtime(), pool.engine_place()));
     }
 
     /// What the delegation tool runs tasks on.
@@ -378,6 +500,33 @@ impl Sandbox {
             Err(e) => tracing::debug!(network = %self.network, error = %e, "pool network kept"),
         }
     }
+}
+
+/// `/status`'s pool line: containers by state, the wall they run behind (and, for a remote
+/// engine, where), running tasks.
+fn pool_line(
+    snapshot: &[nexbot_docker::ContainerSnapshot],
+    runtime: &str,
+    engine_at: Option<String>,
+) -> String {
+    let states: Vec<String> =
+        nexbot_docker::count_by_state(snapshot).iter().map(|(s, n)| format!("{n} {s}")).collect();
+    let running: Vec<String> = snapshot
+        .iter()
+        .filter_map(|s| {
+            let age = s.current_task_age_ms? / 1000;
+            Some(format!("{} for {age}s", s.id))
+        })
+        .collect();
+    let mut line =
+        format!("{} containers ({}), runtime {runtime}", snapshot.len(), states.join(", "));
+    if let Some(at) = engine_at.filter(|at| at.starts_with("tcp://")) {
+        line.push_str(&format!(", engine {at}"));
+    }
+    if !running.is_empty() {
+        line.push_str(&format!("; tasks running on {}", running.join(", ")));
+    }
+    line
 }
 
 /// What the egress listener needs of the pool network: its gateway and its bridge.
@@ -616,7 +765,7 @@ mod tests {
 
     #[test]
     fn the_rooms_are_found_on_the_engine_through_the_daemons_own_mounts() {
-        let rooms = |found| mcp_rooms(Path::new("/data"), &found);
+        let rooms = |found| mcp_rooms(Path::new("/data"), &found, None);
         assert_eq!(
             rooms(own(Some("shop"))).on_engine,
             Ok(std::path::PathBuf::from("/var/lib/docker/v/_data/chats"))
@@ -627,8 +776,11 @@ mod tests {
         let unknown = rooms(nexbot_docker::SelfDiscovery::Unknown("no".into()));
         assert!(unknown.check, "a guess, checked before a room is given");
         assert_eq!(unknown.on_engine.as_ref(), Ok(&unknown.dir));
-        let layer = mcp_rooms(Path::new("/srv/ws"), &own(Some("shop")));
+        let layer = mcp_rooms(Path::new("/srv/ws"), &own(Some("shop")), None);
         assert!(layer.on_engine.unwrap_err().contains("no volume or bind mount"));
+        let far = mcp_rooms(Path::new("/data"), &own(None), Some("tcp://10.0.0.2:2376"));
+        let why = far.on_engine.unwrap_err();
+        assert!(why.contains("/data/chats") && why.contains("tcp://10.0.0.2:2376"), "{why}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod gvisor;
 pub mod llmock;
 pub mod ogg;
 pub mod pdf;
+pub mod remote;
 pub mod scripted_llm;
 pub mod soak;
 pub mod telegram;

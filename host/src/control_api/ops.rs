@@ -75,6 +75,7 @@ pub fn pool_summary(pool: &Pool) -> PoolSummary {
         pending_removal: stats.pending_removal,
         engine: pool.engine_outage().map(|o| engine_line(&o, std::time::SystemTime::now())),
         runtime: Some(pool.runtime().to_owned()),
+        engine_at: pool.engine_place(),
     }
 }
 
@@ -135,7 +136,8 @@ pub async fn health(state: &ControlState) -> nexbot_control::Health {
         degraded.push(format!("{name}: {problem}"));
     }
     let runtime = inner.pool.as_deref().map(|pool| pool.runtime().to_owned());
-    nexbot_control::Health { ready: problems.is_empty(), problems, degraded, runtime }
+    let engine_at = inner.pool.as_deref().and_then(Pool::engine_place);
+    nexbot_control::Health { ready: problems.is_empty(), problems, degraded, runtime, engine_at }
 }
 
 /// What keeps the model from answering, as the newest word on it says: the probe's
@@ -197,6 +199,7 @@ pub fn subagents(state: &ControlState) -> Result<SubagentList, ApiError> {
         pending_removal: pool.pending_removals(),
         engine: pool.engine_outage().map(|o| engine_line(&o, now)),
         runtime: Some(pool.runtime().to_owned()),
+        engine_at: pool.engine_place(),
     })
 }
 

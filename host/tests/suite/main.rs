@@ -34,6 +34,7 @@ mod host_llmock;
 mod host_mcp_ops;
 mod host_memory;
 mod host_owner_questions;
+mod host_remote;
 mod host_scheduler;
 mod host_search;
 mod host_secrets;

@@ -33,6 +33,7 @@ mod pool_rooms;
 mod pool_service;
 mod pool_tasks;
 mod readme_setup;
+mod remote_engine;
 mod scripted_llm;
 mod subagent_image;
 mod telegram_fixture;

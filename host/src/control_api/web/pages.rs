@@ -268,6 +268,7 @@ pub fn pool(
             (p.unplanned_restarts) " unplanned restarts"
             @if p.pending_removal > 0 { "; " (p.pending_removal) " pending removal" }
         }
+        @if let Some(at) = &p.engine_at { p { "engine at " code { (at) } } }
         @if let Some(engine) = &p.engine { p.bad { "engine: " (engine) } }
         div.scroll {
             table #pool-table {

@@ -1,0 +1,77 @@
+//! `nexbot serve` with its sandboxes on an engine on "another machine"
+//! ([`nexbot_tests::remote::RemoteEngine`], over mutual TLS): the image copied there by id,
+//! the pool made there and nowhere here, the engine's address, certificate and round trip in
+//! `health`, `subagents ps` and `/v1/status`, the missing egress a degraded part, and nothing
+//! left behind on either engine after a stop.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{base_env, echo, Leftovers, Serving, TempWorkspace};
+use nexbot_control::{paths, Client, Health, Status, SubagentList};
+use nexbot_tests::remote::RemoteEngine;
+use nexbot_tests::scripted_llm::ScriptedLlm;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[tokio::test]
+async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
+    let Some(local) = nexbot_tests::docker_or_skip("host_remote").await else { return };
+    let remote = RemoteEngine::start();
+    let llm = ScriptedLlm::start(vec![]).await;
+    llm.set_responder(echo);
+    let ws = TempWorkspace::init("remote");
+    let names = Leftovers::new("remote");
+    let mut env = base_env(&llm.base_url());
+    env.extend(names.env());
+    for (name, value) in [
+        ("NEXBOT_SANDBOX__ENGINE", remote.url()),
+        ("NEXBOT_SANDBOX__TLS_CA", remote.client.ca.display().to_string()),
+        ("NEXBOT_SANDBOX__TLS_CERT", remote.client.cert.display().to_string()),
+        ("NEXBOT_SANDBOX__TLS_KEY", remote.client.key.display().to_string()),
+    ] {
+        env.push((name.to_owned(), value));
+    }
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the control API is on", LIMIT).await;
+    let api = Client::new(ws.dir.join("nexbot.sock"));
+    let start = std::time::Instant::now();
+    let ps = loop {
+        let list: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
+        if list.subagents.iter().any(|s| s.state == "idle") {
+            break list;
+        }
+        assert!(start.elapsed() < LIMIT, "no idle container: {list:?}\n{}", serving.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let log = serving.log();
+    assert!(log.contains("image copied to the remote engine"), "{log}");
+    // Where the engine is, and whom the daemon reached there.
+    let at = ps.engine_at.clone().expect("ps names the engine");
+    assert!(at.starts_with(&remote.url()) && at.contains(&remote.server_fingerprint), "{at}");
+    let health: Health = api.get(paths::HEALTH).await.unwrap();
+    assert!(health.engine_at.as_deref().is_some_and(|a| a.contains(&remote.server_fingerprint)));
+    assert!(
+        health.degraded.iter().any(|d| d.contains("no egress node runs yet")),
+        "the missing way out is said: {health:?}"
+    );
+    let status: Status = api.get(paths::STATUS).await.unwrap();
+    assert!(status.pool.and_then(|p| p.engine_at).is_some_and(|a| a.contains(&remote.url())));
+    // The container is there, and nothing of the pool is here.
+    let id = ps.subagents[0].container.clone().expect("a container");
+    let there = remote.docker(&["ps", "-q"]).unwrap_or_default();
+    assert!(there.contains(&id), "{id} not on the remote engine: {there}");
+    let label = format!("nexbot.pool={}", names.pool);
+    let here = common::docker_cli(&["ps", "-aq", "--filter", &format!("label={label}")]);
+    assert!(here.is_empty(), "the pool made containers here: {here}");
+    let _ = local;
+
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains("panicked"), "{log}");
+    let left = remote.docker(&["ps", "-aq"]).unwrap_or_default();
+    assert!(left.is_empty(), "containers left on the remote engine: {left}");
+    let networks =
+        remote.docker(&["network", "ls", "-q", "--filter", &format!("name={}", names.network)]);
+    assert_eq!(networks.as_deref(), Some(""), "the pool network stays on the remote engine");
+}

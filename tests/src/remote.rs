@@ -1,0 +1,271 @@
+//! A Docker engine on "another machine": a `dockerd` in a network namespace this test made,
+//! reachable from here only over TCP with mutual TLS (certificates the test makes).
+//!
+//! Why a namespace: it plays a remote host well (its own interfaces, routes, bridges and
+//! firewall; the only way in is a veth pair whose two addresses the test chose), and a second
+//! `dockerd` in the machine's own namespace would delete its `docker0` (ENVIRONMENT.md). The
+//! engine also listens on a socket in its folder: that is the test's look at the remote host
+//! (what a `docker` on that machine would see), never given to the daemon under test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The files of one side of mutual TLS (PEM).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A remote engine of the test's own. Stopped, its namespace deleted and its folder removed
+/// on drop.
+#[derive(Debug)]
+pub struct RemoteEngine {
+    dir: PathBuf,
+    namespace: String,
+    /// The engine's address inside its namespace.
+    pub address: std::net::Ipv4Addr,
+    /// This machine's end of the veth pair (what the remote host would call the daemon's).
+    pub peer: std::net::Ipv4Addr,
+    pub port: u16,
+    /// What the daemon is given: the CA of the engine's certificate, its own client pair.
+    pub client: TlsFiles,
+    /// A client pair signed by another CA (the engine must refuse it), and that CA.
+    pub stranger: TlsFiles,
+    /// The SHA-256 of the engine's certificate (DER), as `sha256:<hex>`.
+    pub server_fingerprint: String,
+    child: Option<Child>,
+}
+
+fn run(args: &[&str]) {
+    let out = Command::new(args[0]).args(&args[1..]).output().expect("run a setup command");
+    assert!(
+        out.status.success(),
+        "setting up the remote engine: {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, and certificates it signs.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params.key_usages =
+            vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+        let key = rcgen::KeyPair::generate().expect("a CA key");
+        let cert = params.self_signed(&key).expect("a CA certificate");
+        Self { cert, key }
+    }
+
+    /// A certificate for `name` (an IP address for a server), and its key.
+    fn sign(&self, name: &str, server: bool) -> (rcgen::Certificate, rcgen::KeyPair) {
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).expect("params");
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![match server {
+            true => rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+            false => rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        }];
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let cert = params.signed_by(&key, &self.cert, &self.key).expect("signed");
+        (cert, key)
+    }
+
+    /// Writes the CA, a certificate for `who` and its key; returns the files and the
+    /// certificate's DER.
+    fn write_pair(&self, dir: &Path, name: &str, who: &str, server: bool) -> (TlsFiles, Vec<u8>) {
+        let (cert, key) = self.sign(who, server);
+        let files = TlsFiles {
+            ca: dir.join(format!("{name}-ca.pem")),
+            cert: dir.join(format!("{name}-cert.pem")),
+            key: dir.join(format!("{name}-key.pem")),
+        };
+        std::fs::write(&files.ca, self.cert.pem()).expect("write the CA");
+        std::fs::write(&files.cert, cert.pem()).expect("write a certificate");
+        std::fs::write(&files.key, key.serialize_pem()).expect("write a key");
+        (files, cert.der().to_vec())
+    }
+}
+
+impl RemoteEngine {
+    /// Starts an engine in a namespace of its own, its files under `/tmp/nxr-<pid>-<n>`.
+    pub fn start() -> Self {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let tag = format!("{}{n}", pid % 100_000);
+        let dir = std::env::temp_dir().join(format!("nxr-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("the remote engine's folder");
+        // A /30 of its own in 10.213.0.0/16 (pid and counter spread parallel runs).
+        let net = (pid.wrapping_mul(7).wrapping_add(n * 13) % 16_000) * 4;
+        let (hi, lo) = ((net >> 8) as u8, (net & 0xff) as u8);
+        let address = std::net::Ipv4Addr::new(10, 213, hi, lo + 2);
+        let here = std::net::Ipv4Addr::new(10, 213, hi, lo + 1);
+        let namespace = format!("nxr-{tag}");
+        let (outer, inner) = (format!("nxr{tag}h"), format!("nxr{tag}r"));
+        let _ =
+            Command::new("ip").args(["netns", "del", &namespace]).stderr(Stdio::null()).status();
+        run(&["ip", "netns", "add", &namespace]);
+        run(&["ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        run(&["ip", "link", "set", &inner, "netns", &namespace]);
+        run(&["ip", "addr", "add", &format!("{here}/30"), "dev", &outer]);
+        run(&["ip", "link", "set", &outer, "up"]);
+        let inside = |args: &[&str]| {
+            let mut all = vec!["ip", "netns", "exec", &namespace];
+            all.extend_from_slice(args);
+            run(&all);
+        };
+        inside(&["ip", "addr", "add", &format!("{address}/30"), "dev", &inner]);
+        inside(&["ip", "link", "set", &inner, "up"]);
+        inside(&["ip", "link", "set", "lo", "up"]);
+        let ca = Ca::new("nexbot test engine CA");
+        let (server, der) = ca.write_pair(&dir, "server", &address.to_string(), true);
+        let (client, _) = ca.write_pair(&dir, "client", "nexbot daemon", false);
+        let (stranger, _) =
+            Ca::new("someone else's CA").write_pair(&dir, "stranger", "intruder", false);
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(&der);
+        let server_fingerprint =
+            format!("sha256:{}", digest.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let mut engine = Self {
+            dir,
+            namespace,
+            address,
+            peer: here,
+            port: 2376,
+            client,
+            stranger,
+            server_fingerprint,
+            child: None,
+        };
+        engine.boot(&server);
+        engine
+    }
+
+    /// `tcp://ADDRESS:PORT`, for `sandbox.engine`.
+    pub fn url(&self) -> String {
+        format!("tcp://{}:{}", self.address, self.port)
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("docker.sock")
+    }
+
+    fn boot(&mut self, server: &TlsFiles) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("dockerd.log"))
+            .expect("the engine's log");
+        // A mount namespace of its own with a /sys of its network namespace (bridges are read
+        // there), the machine's cgroups kept under it.
+        const SCRIPT: &str = r#"set -e
+aside="$1/cgroup"; mkdir -p "$aside"
+mount --rbind /sys/fs/cgroup "$aside"
+mount -t sysfs sysfs /sys
+mount --move "$aside" /sys/fs/cgroup
+shift
+exec dockerd "$@""#;
+        let d = |name: &str| self.dir.join(name).display().to_string();
+        let tcp = format!("tcp://{}:{}", self.address, self.port);
+        let unix = format!("unix://{}", self.socket().display());
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.namespace))
+            .args(["unshare", "--mount", "--propagation", "private", "sh", "-c", SCRIPT, "sh"])
+            .arg(self.dir.display().to_string())
+            .args(["--data-root", &d("data"), "--exec-root", &d("exec")])
+            .args(["--pidfile", &d("docker.pid"), "-H", &unix, "-H", &tcp, "--tlsverify"])
+            .args(["--tlscacert", &server.ca.display().to_string()])
+            .args(["--tlscert", &server.cert.display().to_string()])
+            .args(["--tlskey", &server.key.display().to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("run nsenter (util-linux) and dockerd");
+        self.child = Some(child);
+        let start = Instant::now();
+        while self.docker(&["version", "--format", "{{.Server.Version}}"]).is_none() {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("the remote dockerd exited ({status}):\n{}", self.log_tail());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the remote dockerd did not answer within 60 s:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The last lines of the engine's own log.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Runs the `docker` CLI on the remote host (through its local socket); its stdout when
+    /// it succeeded.
+    pub fn docker(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(format!("unix://{}", self.socket().display()))
+            .args(args)
+            .output()
+            .ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Stops the engine gracefully (SIGTERM), as a restart of the remote host's service would.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("docker.pid")) {
+            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+        }
+        let start = Instant::now();
+        while child.try_wait().ok().flatten().is_none() {
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts it again after [`Self::stop`].
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the engine still runs");
+        let server = TlsFiles {
+            ca: self.dir.join("server-ca.pem"),
+            cert: self.dir.join("server-cert.pem"),
+            key: self.dir.join("server-key.pem"),
+        };
+        self.boot(&server);
+    }
+}
+
+impl Drop for RemoteEngine {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            if let Some(ids) = self.docker(&["ps", "-aq"]) {
+                for id in ids.split_whitespace() {
+                    let _ = self.docker(&["rm", "-f", id]);
+                }
+            }
+            self.stop();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
