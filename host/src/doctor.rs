@@ -263,16 +263,23 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
     let no_docker = "start the Docker engine, or set subagent.enabled = false to run without \
                      delegation";
     let fail = |detail: String| vec![Check::bad("docker", CheckStatus::Fail, detail, no_docker)];
-    let docker = match nexbot_docker::connect(&config.sandbox).await {
-        Ok(docker) => docker,
+    let (docker, reach) = match nexbot_docker::connect_reach(&config.sandbox).await {
+        Ok(found) => found,
         Err(e) => return (fail(e.to_string()), None),
     };
     let (version, api) = match nexbot_docker::engine_version(&docker).await {
         Ok(version) => version,
         Err(e) => return (fail(e.to_string()), None),
     };
-    let mut checks = vec![Check::ok("docker", format!("engine {version} (API {api})"))];
-    if let Some(engine) = crate::disk::engine_disk(&docker, config.storage.min_free_mb).await {
+    let mut checks =
+        vec![Check::ok("docker", format!("engine {version} (API {api}), {}", reach.line()))];
+    // A remote engine's disk is on its machine: a path it names may exist here too and mean
+    // another disk.
+    let engine_disk = match reach.remote() {
+        true => None,
+        false => crate::disk::engine_disk(&docker, config.storage.min_free_mb).await,
+    };
+    if let Some(engine) = engine_disk {
         checks.push(match engine.problem() {
             None => Check::ok("engine disk", format!("{} free in {}", engine.free(), engine.dir().display())),
             Some(problem) => Check::bad(
@@ -289,6 +296,12 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
             checks.push(Check::ok("subagent image", image.clone()));
             checks.push(runtime_probe(config, &docker).await);
         }
+        Err(e) if reach.remote() => checks.push(Check::bad(
+            "subagent image",
+            CheckStatus::Warn,
+            format!("{image} is not on the remote engine yet: {e}"),
+            "the daemon copies it there from this machine's engine at start (docs/remote.md)",
+        )),
         Err(e) => checks.push(Check::bad(
             "subagent image",
             CheckStatus::Fail,
@@ -374,6 +387,16 @@ async fn egress_listener(config: &Config, docker: Option<&Docker>) -> Check {
     const NAME: &str = "egress listener";
     let egress = &config.egress;
     let network = &config.subagent.network;
+    if config.sandbox.is_remote() {
+        return Check::bad(
+            NAME,
+            CheckStatus::Warn,
+            "the engine is on another machine, where no egress node runs yet: the pool there \
+             has no way out (no proxy, no LLM relay)"
+                .to_owned(),
+            "docs/remote.md says what works on a remote engine today",
+        );
+    }
     let addr = match (egress.listen_addr, docker) {
         (Some(addr), _) => addr,
         (None, None) => {

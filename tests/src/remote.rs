@@ -23,7 +23,7 @@ pub struct TlsFiles {
 /// A remote engine of the test's own. Stopped, its namespace deleted and its folder removed
 /// on drop.
 #[derive(Debug)]
-pub struct RemoteEngine {
+pub struct RemoteHost {
     dir: PathBuf,
     namespace: String,
     /// The engine's address inside its namespace.
@@ -96,7 +96,7 @@ impl Ca {
     }
 }
 
-impl RemoteEngine {
+impl RemoteHost {
     /// Starts an engine in a namespace of its own, its files under `/tmp/nxr-<pid>-<n>`.
     pub fn start() -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -255,7 +255,7 @@ exec dockerd "$@""#;
     }
 }
 
-impl Drop for RemoteEngine {
+impl Drop for RemoteHost {
     fn drop(&mut self) {
         if self.child.is_some() {
             if let Some(ids) = self.docker(&["ps", "-aq"]) {

@@ -1,5 +1,5 @@
 //! `nexbot serve` with its sandboxes on an engine on "another machine"
-//! ([`nexbot_tests::remote::RemoteEngine`], over mutual TLS): the image copied there by id,
+//! ([`nexbot_tests::remote::RemoteHost`], over mutual TLS): the image copied there by id,
 //! the pool made there and nowhere here, the engine's address, certificate and round trip in
 //! `health`, `subagents ps` and `/v1/status`, the missing egress a degraded part, and nothing
 //! left behind on either engine after a stop.
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{base_env, echo, Leftovers, Serving, TempWorkspace};
 use nexbot_control::{paths, Client, Health, Status, SubagentList};
-use nexbot_tests::remote::RemoteEngine;
+use nexbot_tests::remote::RemoteHost;
 use nexbot_tests::scripted_llm::ScriptedLlm;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -18,7 +18,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 #[tokio::test]
 async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     let Some(local) = nexbot_tests::docker_or_skip("host_remote").await else { return };
-    let remote = RemoteEngine::start();
+    let remote = RemoteHost::start();
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(echo);
     let ws = TempWorkspace::init("remote");
@@ -33,6 +33,14 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     ] {
         env.push((name.to_owned(), value));
     }
+    // `doctor` reaches the engine over TLS and says the pool there has no way out.
+    let doctor = common::nexbot(&["doctor"], &ws.config(), &env).output().await.unwrap();
+    let said = common::text(&doctor.stdout);
+    let docker_line = said.lines().find(|l| l.contains("docker:")).unwrap_or_default();
+    assert!(docker_line.contains(&remote.server_fingerprint), "{said}");
+    assert!(!said.contains("engine disk"), "a remote engine's disk is not read here: {said}");
+    assert!(said.contains("is not on the remote engine yet"), "{said}");
+    assert!(said.contains("no egress node runs yet"), "{said}");
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;
     serving.wait_log("the control API is on", LIMIT).await;
     let api = Client::new(ws.dir.join("nexbot.sock"));

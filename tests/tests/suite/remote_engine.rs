@@ -1,4 +1,4 @@
-//! The pool on an engine on "another machine" ([`nexbot_tests::remote::RemoteEngine`]: a
+//! The pool on an engine on "another machine" ([`nexbot_tests::remote::RemoteHost`]: a
 //! `dockerd` in a network namespace of the test's own, reached only over TCP with mutual TLS):
 //! images copied by id, the pool's containers made there and nowhere else, hardened as here,
 //! unable to reach anything; a wrong certificate on either side refused; the engine's restart
@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use nexbot_docker::{sync_image, ImageSync, Pool, SandboxConfig, SlotState};
 use nexbot_protocol::ResponseBody;
-use nexbot_tests::remote::{RemoteEngine, TlsFiles};
+use nexbot_tests::remote::{RemoteHost, TlsFiles};
 use pool_common::{containers_of, eventually, setup};
 use tokio_util::sync::CancellationToken;
 
-fn sandbox(engine: &RemoteEngine, tls: &TlsFiles, ca: &std::path::Path) -> SandboxConfig {
+fn sandbox(engine: &RemoteHost, tls: &TlsFiles, ca: &std::path::Path) -> SandboxConfig {
     SandboxConfig {
         engine: Some(engine.url()),
         tls_ca: Some(ca.to_owned()),
@@ -27,7 +27,7 @@ fn sandbox(engine: &RemoteEngine, tls: &TlsFiles, ca: &std::path::Path) -> Sandb
 #[tokio::test]
 async fn a_pool_runs_on_a_remote_engine_over_mutual_tls_and_nothing_of_it_runs_here() {
     let Some((local, mut config)) = setup("remote").await else { return };
-    let remote = RemoteEngine::start();
+    let remote = RemoteHost::start();
     let (docker, reach) =
         nexbot_docker::connect_reach(&sandbox(&remote, &remote.client, &remote.client.ca))
             .await
@@ -134,7 +134,7 @@ async fn a_wrong_certificate_on_either_side_is_refused() {
     if nexbot_tests::docker_or_skip("remote-refused").await.is_none() {
         return;
     }
-    let remote = RemoteEngine::start();
+    let remote = RemoteHost::start();
     // A client the engine's CA never signed: the engine ends the handshake.
     let err = nexbot_docker::connect(&sandbox(&remote, &remote.stranger, &remote.client.ca))
         .await
