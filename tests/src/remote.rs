@@ -26,6 +26,8 @@ pub struct TlsFiles {
 pub struct RemoteHost {
     dir: PathBuf,
     namespace: String,
+    /// This machine's end of the veth pair (the only way to the engine).
+    link: String,
     /// The engine's address inside its namespace.
     pub address: std::net::Ipv4Addr,
     /// This machine's end of the veth pair (what the remote host would call the daemon's).
@@ -139,6 +141,7 @@ impl RemoteHost {
         let mut engine = Self {
             dir,
             namespace,
+            link: outer.clone(),
             address,
             peer: here,
             port: 2376,
@@ -224,6 +227,17 @@ exec dockerd "$@""#;
             .output()
             .ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Cuts the only link to the remote host (its cable pulled: nothing answers, nothing is
+    /// refused by the far end).
+    pub fn cut(&self) {
+        run(&["ip", "link", "set", &self.link, "down"]);
+    }
+
+    /// Puts the link back after [`Self::cut`].
+    pub fn mend(&self) {
+        run(&["ip", "link", "set", &self.link, "up"]);
     }
 
     /// Stops the engine gracefully (SIGTERM), as a restart of the remote host's service would.

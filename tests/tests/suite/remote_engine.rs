@@ -159,3 +159,51 @@ async fn a_wrong_certificate_on_either_side_is_refused() {
         .await
         .expect("the daemon's own certificate is accepted");
 }
+
+#[tokio::test]
+async fn a_cut_link_ends_the_task_in_time_and_the_pool_comes_back_when_it_returns() {
+    let Some((local, mut config)) = setup("remote-cut").await else { return };
+    let remote = RemoteHost::start();
+    let engine = sandbox(&remote, &remote.client, &remote.client.ca);
+    let docker = nexbot_docker::connect(&engine).await.expect("the remote engine");
+    sync_image(&local, &docker, &config.image, |_, _| {}).await.expect("the image");
+    config.size = 1;
+    let pool = Pool::start(docker.clone(), config).await.expect("the pool starts there");
+    remote.cut();
+    let mut request = nexbot_protocol::Request::execute("cut-1", "no LLM settings");
+    request.timeout = Some(3);
+    let started = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(60),
+        pool.execute(request, CancellationToken::new()),
+    )
+    .await
+    .expect("the task ends although the link is cut");
+    eprintln!("with the link cut, after {:?}: {answer:?}", started.elapsed());
+    match &answer {
+        Ok(response) => assert!(matches!(response.body, ResponseBody::Error { .. }), "{answer:?}"),
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+    let down = eventually(Duration::from_secs(30), || async {
+        pool.snapshot().iter().all(|s| s.state != SlotState::Idle)
+    })
+    .await;
+    assert!(down, "the container that cannot be heard is not offered: {:?}", pool.snapshot());
+    remote.mend();
+    let back = eventually(Duration::from_secs(120), || async {
+        pool.snapshot().iter().all(|s| s.state == SlotState::Idle)
+    })
+    .await;
+    assert!(back, "the pool came back: {:?}", pool.snapshot());
+    for p in pool.ping_all().await {
+        assert!(p.round_trip.is_ok(), "{p:?}");
+    }
+    // The container it could not hear is removed once the engine answers: nothing left there.
+    let one = eventually(Duration::from_secs(60), || async {
+        let all = remote.docker(&["ps", "-aq"]).unwrap_or_default();
+        pool.pending_removals() == 0 && all.split_whitespace().count() == 1
+    })
+    .await;
+    assert!(one, "left on the remote engine: {:?}", remote.docker(&["ps", "-a"]));
+    pool.shutdown().await.expect("clean shutdown");
+}
