@@ -45,6 +45,10 @@
 //!   container's create to first pong, memory per warm container from the host's side, and
 //!   the round-robin on a pool as large as the chats.
 //!
+//! - the same on a remote engine over mutual TLS (`pool/remote.rs`), each figure beside the
+//!   local engine's: the image copied by id, start from cold, warm ping, the dispatch path
+//!   and a new chat's first task.
+//!
 //! Sizes are in decimal megabytes (10^6 bytes), as `docker images` shows them; /proc's "kB"
 //! are KiB and are converted.
 
@@ -69,6 +73,8 @@ use tokio_util::sync::CancellationToken;
 
 #[path = "pool/gvisor.rs"]
 mod gvisor;
+#[path = "pool/remote.rs"]
+mod remote;
 
 /// The subagent image: `NEXBOT_TEST_IMAGE` (as the Docker tests read it), else the one
 /// `make image` builds.
@@ -138,6 +144,14 @@ async fn main() {
         .label(nexbot_docker::spec::LABEL_POOL, &config.name)
         .label(RUN_LABEL, &run)
         .network(&network);
+    // `NEXBOT_BENCH_ONLY=remote`: the remote engine's figures and the local ones beside them,
+    // nothing else (what an operator runs to see what moving the sandboxes would cost).
+    if std::env::var("NEXBOT_BENCH_ONLY").is_ok_and(|only| only == "remote") {
+        if let Some(remote) = remote::run(&docker, &config).await {
+            remote.record();
+        }
+        return;
+    }
     println!(
         "nexbot pool benchmark{}: {} round trips, {} executes, {FRESH_PINGS}+\
          {FRESH_EXECUTES} fresh runs; pool of {POOL_SIZE} with the default PoolConfig; load \
@@ -251,6 +265,7 @@ async fn main() {
     let rooms = rooms_run(&docker, &config, &llm, gateway).await;
 
     let gvisor = gvisor::run(&docker, &config, &llm, gateway).await;
+    let remote = remote::run(&docker, &config).await;
 
     let fresh_ping = fresh_runs(&run, FRESH_PINGS, None).await;
     println!("{}", fresh_ping.answer.line("fresh `docker run --rm -i`: ping answered"));
@@ -331,6 +346,9 @@ async fn main() {
             memory: runc_memory,
             round_robin: &rooms.large,
         });
+    }
+    if let Some(remote) = &remote {
+        remote.record();
     }
     record(Figure::reference(
         "  alternative: fresh `docker run` execute overhead p50",
