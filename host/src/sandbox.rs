@@ -61,7 +61,10 @@ async fn remote_images(config: &Config, remote: &nexbot_docker::Docker, place: &
         }
     };
     let mut images = vec![config.subagent.image.clone()];
-    images.extend(config.mcp.servers.iter().filter_map(|s| s.image.clone()));
+    // Remote (url) servers run no container.
+    let servers = config.mcp.servers.iter().filter(|s| !s.is_remote());
+    images.extend(servers.map(|s| s.image().to_owned()));
+    images.sort();
     images.dedup();
     for image in images {
         let name = image.clone();

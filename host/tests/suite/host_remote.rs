@@ -15,6 +15,15 @@ use nexbot_tests::scripted_llm::ScriptedLlm;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// The reference MCP server, one container for every chat (no room: the rooms stay here).
+const EVERYTHING: &str = r#"
+[[mcp.servers]]
+name = "everything"
+command = "mcp-server-everything"
+args = ["stdio"]
+scope = "shared"
+"#;
+
 #[tokio::test]
 async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     let Some(local) = nexbot_tests::docker_or_skip("host_remote").await else { return };
@@ -22,6 +31,8 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(echo);
     let ws = TempWorkspace::init("remote");
+    let config = std::fs::read_to_string(ws.config()).unwrap();
+    std::fs::write(ws.config(), format!("{config}\n{EVERYTHING}")).unwrap();
     let names = Leftovers::new("remote");
     let mut env = base_env(&llm.base_url());
     env.extend(names.env());
@@ -74,6 +85,40 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     let here = common::docker_cli(&["ps", "-aq", "--filter", &format!("label={label}")]);
     assert!(here.is_empty(), "the pool made containers here: {here}");
     let _ = local;
+    // The operator's commands reach the containers there: logs, then a kill (replaced there).
+    let logs = common::ctl(&ws, &["subagents", "logs", &ps.subagents[0].id, "-n", "5"], "").await;
+    assert_eq!(logs.code, Some(0), "{logs:?}");
+    assert!(!logs.stdout.trim().is_empty(), "the subagent's log lines: {logs:?}");
+    let kill = common::ctl(&ws, &["subagents", "kill", &ps.subagents[0].id], "").await;
+    assert_eq!(kill.code, Some(0), "{kill:?}");
+    let start = std::time::Instant::now();
+    loop {
+        let list: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
+        let now = list.subagents[0].container.clone().filter(|_| list.subagents[0].state == "idle");
+        if let Some(new) = now.filter(|c| *c != id) {
+            let there = remote.docker(&["ps", "-q"]).unwrap_or_default();
+            assert!(there.contains(&new) && !there.contains(&id), "{there}");
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "not replaced: {list:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The MCP server's container runs there too, its tools listed.
+    let start = std::time::Instant::now();
+    let server = loop {
+        let ran = common::ctl(&ws, &["mcp", "ls", "--json"], "").await;
+        let list: nexbot_control::McpServerList = serde_json::from_str(&ran.stdout).unwrap();
+        let running = list.servers[0].instances.iter().find(|i| i.state == "running");
+        if let (Some(container), true) =
+            (running.and_then(|i| i.container.clone()), list.servers[0].tools > 0)
+        {
+            break container;
+        }
+        assert!(start.elapsed() < LIMIT, "no running MCP server: {list:?}\n{}", serving.log());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let names_there = remote.docker(&["ps", "--format", "{{.Names}}"]).unwrap_or_default();
+    assert!(names_there.contains(&server), "{server} not there: {names_there}");
 
     let log = serving.stop(LIMIT).await;
     assert!(!log.contains("panicked"), "{log}");
