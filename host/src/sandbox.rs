@@ -420,7 +420,6 @@ impl Sandbox {
     /// `/status`'s lines and degraded parts of the sandbox: the engine's disk (when it is on
     /// this machine), the pool, and with a remote engine that its containers have no way out.
     pub async fn add_to(&self, status: &crate::status::StatusBoard, min_free_mb: u64) {
-        let place = self.pool.engine_place();
         match self.remote {
             false => {
                 if let Some(engine) = crate::disk::engine_disk(&self.docker, min_free_mb).await {
@@ -428,18 +427,26 @@ impl Sandbox {
                 }
             }
             true => {
-                let at = place.clone().unwrap_or_default();
-                status.add_problem("egress", move || {
-                    Some(format!(
-                        "the pool runs on a remote engine ({at}) where no egress node runs yet: \
-                         its containers have no way out (no proxy, no LLM relay)"
-                    ))
-                });
+                let why = self.no_way_out().unwrap_or_default();
+                status.add_problem("egress", move || Some(why.clone()));
             }
         }
         let pool = self.pool.clone();
         status
             .add("pool", move || pool_line(&pool.snapshot(), pool.runtime(), pool.engine_place()));
+    }
+
+    /// Why its containers have no way out, when they have none: the engine is on another
+    /// machine, where no egress node runs yet (no proxy, no LLM relay: a delegated task could
+    /// not reach the model). `None` on a local engine.
+    pub fn no_way_out(&self) -> Option<String> {
+        self.remote.then(|| {
+            format!(
+                "the pool runs on a remote engine ({}) where no egress node runs yet: its \
+                 containers have no way out (no proxy, no LLM relay)",
+                self.pool.engine_place().unwrap_or_default()
+            )
+        })
     }
 
     /// What the delegation tool runs tasks on.

@@ -12,8 +12,10 @@ use common::{base_env, echo, Leftovers, Serving, TempWorkspace};
 use nexbot_control::{paths, Client, Health, Status, SubagentList};
 use nexbot_tests::remote::RemoteHost;
 use nexbot_tests::scripted_llm::ScriptedLlm;
+use nexbot_tests::telegram::TelegramFixture;
 
 const LIMIT: Duration = Duration::from_secs(120);
+const OWNER: i64 = 7301;
 
 /// The reference MCP server, one container for every chat (no room: the rooms stay here).
 const EVERYTHING: &str = r#"
@@ -34,8 +36,10 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     let config = std::fs::read_to_string(ws.config()).unwrap();
     std::fs::write(ws.config(), format!("{config}\n{EVERYTHING}")).unwrap();
     let names = Leftovers::new("remote");
+    let tg = TelegramFixture::start().await;
     let mut env = base_env(&llm.base_url());
     env.extend(names.env());
+    common::telegram_env(&mut env, &tg, OWNER);
     for (name, value) in [
         ("NEXBOT_SANDBOX__ENGINE", remote.url()),
         ("NEXBOT_SANDBOX__TLS_CA", remote.client.ca.display().to_string()),
@@ -75,6 +79,27 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
         health.degraded.iter().any(|d| d.contains("no egress node runs yet")),
         "the missing way out is said: {health:?}"
     );
+    // No way out there, so no task could reach the model: delegation is off, said why, and
+    // the model is not offered the tool (nor `use_cli`, which runs there too).
+    assert!(
+        health.degraded.iter().any(|d| d.starts_with(
+            "delegation to subagents is off: the pool \
+             runs on a remote engine"
+        )),
+        "{health:?}"
+    );
+    tg.user_says(OWNER, OWNER, "hello there").await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("hello there")), LIMIT).await;
+    let offered: Vec<String> = llm
+        .chat_requests()
+        .iter()
+        .flat_map(|r| r.body["tools"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(!offered.is_empty(), "the model was offered tools");
+    for tool in ["delegate_to_sub_agent", "use_cli"] {
+        assert!(!offered.iter().any(|t| t == tool), "{tool} offered: {offered:?}");
+    }
     let status: Status = api.get(paths::STATUS).await.unwrap();
     assert!(status.pool.and_then(|p| p.engine_at).is_some_and(|a| a.contains(&remote.url())));
     // The container is there, and nothing of the pool is here.
