@@ -152,7 +152,14 @@ pub struct SandboxConfig {
     /// The client certificate's private key (PEM).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
+    /// The egress node's image on a remote engine (the daemon's own, with `nexbot` and
+    /// iptables); unset, [`DEFAULT_NODE_IMAGE`]. Copied there by id like the subagent's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_image: Option<String>,
 }
+
+/// The egress node's image unless `sandbox.node_image` names another (`make image` builds it).
+pub const DEFAULT_NODE_IMAGE: &str = "nexbot-host:dev";
 
 /// Where the engine `sandbox.engine` names is ([`SandboxConfig::address`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,6 +276,11 @@ impl SandboxConfig {
     pub fn socket_path(&self) -> Option<&str> {
         let path = self.engine.as_deref()?.strip_prefix("unix://")?;
         (path.starts_with('/') && !path.contains("..")).then_some(path)
+    }
+
+    /// The egress node's image ([`SandboxConfig::node_image`]).
+    pub fn node_image(&self) -> &str {
+        self.node_image.as_deref().unwrap_or(DEFAULT_NODE_IMAGE)
     }
 
     /// Whether the engine is on another machine (`tcp://`).

@@ -111,6 +111,7 @@
 
 pub mod config;
 mod connect;
+mod egress_node;
 mod engine;
 pub mod error;
 mod images;
@@ -134,10 +135,15 @@ pub mod spec;
 mod stats;
 mod supervisor;
 
-pub use config::{EngineAddress, InvalidField, PoolConfig, RemoteEngine, SandboxConfig};
+pub use config::{
+    EngineAddress, InvalidField, PoolConfig, RemoteEngine, SandboxConfig, DEFAULT_NODE_IMAGE,
+};
 pub use connect::{
     connect, connect_reach, engine_root_dir, engine_version, image_present, image_program,
     network_gateway, Docker, EngineReach, EngineUnreachable, ENGINE_TIMEOUT,
+};
+pub use egress_node::{
+    remove_egress_node, start_egress_node, EgressNodeLink, EgressNodeSpec, LABEL_EGRESS_NODE,
 };
 pub use error::PoolError;
 pub use images::{sync_image, ImageSync};

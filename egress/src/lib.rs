@@ -166,12 +166,15 @@ mod inject;
 mod ledger;
 mod literal;
 mod meter;
+mod node;
 mod policy;
 mod proxy;
 mod relay;
 mod scrub;
 mod tls;
 mod tokens;
+
+pub use node::{run_node, NodeLinks, SOURCE_HEADER};
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -254,8 +257,20 @@ pub(crate) struct Shared {
     approver: approval::ApproverSlot,
     relay: relay::Relay,
     local: SocketAddr,
+    /// Where containers reach the listener when that is not `local`: an egress node's
+    /// address on a remote engine's network (`node.rs`).
+    advertised: std::sync::OnceLock<SocketAddr>,
+    /// The connections served now, and each source's and room's share.
+    intake: proxy::Intake,
     stop: CancellationToken,
     tracker: TaskTracker,
+}
+
+impl Shared {
+    /// Where containers reach the listener ([`Egress::advertise`]).
+    fn public(&self) -> SocketAddr {
+        self.advertised.get().copied().unwrap_or(self.local)
+    }
 }
 
 /// The running proxy + relay listener. Dropping it stops it; [`Egress::shutdown`] also waits
@@ -328,6 +343,7 @@ impl Egress {
             false => None,
         };
         let audit = Arc::new(audit);
+        let intake = proxy::Intake::new(config.max_connections);
         let shared = Arc::new(Shared {
             header_timeout: Duration::from_secs(config.header_timeout_secs),
             policy: policy::Policy::new(
@@ -345,6 +361,8 @@ impl Egress {
             approver: approval::ApproverSlot::default(),
             relay,
             local,
+            advertised: std::sync::OnceLock::new(),
+            intake,
             stop: CancellationToken::new(),
             tracker: TaskTracker::new(),
         });
@@ -369,21 +387,28 @@ impl Egress {
         self.shared.local
     }
 
+    /// Containers reach the listener at `addr` (an egress node's, `node.rs`), not at its own
+    /// address: what [`Egress::proxy_url`], [`Egress::relay_base_url`] and
+    /// [`Egress::container_env`] say from now on. The first call counts.
+    pub fn advertise(&self, addr: SocketAddr) {
+        let _ = self.shared.advertised.set(addr);
+    }
+
     /// `http://<ip>:<port>`: the value of `HTTP_PROXY`/`HTTPS_PROXY` in containers.
     pub fn proxy_url(&self) -> String {
-        format!("http://{}", self.shared.local)
+        format!("http://{}", self.shared.public())
     }
 
     /// `http://<ip>:<port>/v1`: the `llm_base_url` of execute requests.
     pub fn relay_base_url(&self) -> String {
-        format!("http://{}/v1", self.shared.local)
+        format!("http://{}/v1", self.shared.public())
     }
 
     /// The (non-secret) environment every pool container needs: both spellings of the proxy
     /// variables, and `NO_PROXY` naming the listener so relay calls go to it directly.
     pub fn container_env(&self) -> BTreeMap<String, String> {
         let proxy = self.proxy_url();
-        let no_proxy = format!("{},localhost,127.0.0.1,::1", self.shared.local.ip());
+        let no_proxy = format!("{},localhost,127.0.0.1,::1", self.shared.public().ip());
         [
             ("HTTP_PROXY", &proxy),
             ("HTTPS_PROXY", &proxy),

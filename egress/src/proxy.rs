@@ -109,16 +109,41 @@ impl Counts {
     }
 }
 
+/// The listener's capacity and each source's and room's share of it, for the listener's own
+/// connections and those an egress node tunnels in alike (`node.rs`).
+pub(crate) struct Intake {
+    capacity: Arc<Semaphore>,
+    counts: Arc<Mutex<Counts>>,
+}
+
+impl Intake {
+    pub(crate) fn new(max_connections: usize) -> Self {
+        Self { capacity: Arc::new(Semaphore::new(max_connections)), counts: Arc::default() }
+    }
+
+    /// Admits a connection from `source` under `permit`, or says which share it would pass.
+    fn admit(
+        &self,
+        permit: OwnedSemaphorePermit,
+        source: IpAddr,
+        shared: &Shared,
+    ) -> Result<Arc<ConnectionPermit>, String> {
+        let room = shared.attribution.lookup(source).and_then(|a| a.room);
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.admit(source, room.as_ref(), &shared.config)?;
+        let counts = self.counts.clone();
+        Ok(Arc::new(ConnectionPermit { _permit: permit, source, room, counts }))
+    }
+}
+
 /// Accepts connections until the listener is told to stop. At most `max_connections` are
 /// served at once (the rest wait in the backlog), at most `max_connections_per_source` from
 /// one address and `max_connections_per_chat` from the containers of one room together, so
 /// one container or one chat cannot starve the others.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    let capacity = Arc::new(Semaphore::new(shared.config.max_connections));
-    let counts = Arc::new(Mutex::new(Counts::default()));
     loop {
         let permit = tokio::select! {
-            permit = capacity.clone().acquire_owned() => match permit {
+            permit = shared.intake.capacity.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => return,
             },
@@ -141,19 +166,34 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         // on the peer's delayed ACK (tens of ms per SSE event).
         let _ = stream.set_nodelay(true);
         let source = peer.ip().to_canonical();
-        let room = shared.attribution.lookup(source).and_then(|a| a.room);
-        let admitted = counts.lock().unwrap_or_else(|p| p.into_inner()).admit(
-            source,
-            room.as_ref(),
-            &shared.config,
-        );
-        if let Err(over) = admitted {
-            tracing::warn!(%source, "egress: too many connections ({over}); refused");
-            continue; // dropping the stream closes it
+        match shared.intake.admit(permit, source, &shared) {
+            Ok(permit) => {
+                let caller = Caller::Peer(peer);
+                shared.tracker.spawn(connection(stream, caller, Some(permit), shared.clone()));
+            }
+            // Dropping the stream closes it.
+            Err(over) => tracing::warn!(%source, "egress: too many connections ({over}); refused"),
         }
-        let permit =
-            Arc::new(ConnectionPermit { _permit: permit, source, room, counts: counts.clone() });
-        shared.tracker.spawn(connection(stream, Caller::Peer(peer), Some(permit), shared.clone()));
+    }
+}
+
+/// Serves a connection an egress node accepted from `peer` on its network and tunnelled here
+/// (`node.rs`): as one of the listener's own, counted against the same shares.
+pub(crate) async fn serve_tunnelled<S>(stream: S, peer: SocketAddr, shared: Arc<Shared>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let permit = tokio::select! {
+        permit = shared.intake.capacity.clone().acquire_owned() => match permit {
+            Ok(permit) => permit,
+            Err(_) => return,
+        },
+        () = shared.stop.cancelled() => return,
+    };
+    let source = peer.ip().to_canonical();
+    match shared.intake.admit(permit, source, &shared) {
+        Ok(permit) => connection(stream, Caller::Peer(peer), Some(permit), shared).await,
+        Err(over) => tracing::warn!(%source, "egress: too many connections ({over}); refused"),
     }
 }
 
@@ -228,7 +268,8 @@ async fn handle(
         if req.uri().scheme().is_none() {
             return relay::handle(req, origin, running, shared).await;
         }
-        if targets_listener(req.uri(), shared.local) {
+        if targets_listener(req.uri(), shared.local) || targets_listener(req.uri(), shared.public())
+        {
             // A client that sent its relay call through the proxy (NO_PROXY not honoured).
             let (mut parts, body) = req.into_parts();
             parts.uri =
@@ -302,7 +343,7 @@ fn admit(headers: &HeaderMap, attributed: Option<&Attributed>, shared: &Shared) 
                      `{CREDENTIAL_USER}` and the execute request's `egress_token` as the \
                      password, e.g. HTTP_PROXY=http://{CREDENTIAL_USER}:<token>@{}); a \
                      subagent older than that field sends none",
-                    shared.local
+                    shared.public()
                 ),
                 None,
             )

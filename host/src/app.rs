@@ -151,8 +151,6 @@ impl App {
         if config.egress.mode.is_none() && sandbox.is_some() {
             tracing::warn!("egress: {}", crate::approvals::mode_line(&config.egress));
         }
-        // A sandbox with no way out (a remote engine without its egress node) still runs the
-        // MCP servers; the delegation tool is not offered (`delegation_off` says why).
         let delegation = sandbox.as_ref().map(|sandbox| {
             let mut delegation = Delegation::on(sandbox);
             delegation.approvals = approvals.clone().map(crate::approvals::task_questions);
@@ -164,7 +162,6 @@ impl App {
             }
             delegation
         });
-        let delegation = delegation.filter(|_| delegation_off.is_none());
         let confirm = approvals.clone().map(|approvals| {
             let confirm = crate::approvals::StepConfirm::new(approvals, &config.agent);
             Arc::new(confirm) as Arc<dyn nexbot_agent::confirm::Confirm>
@@ -481,10 +478,7 @@ async fn start_sandbox(
     let mut attempt = 1;
     loop {
         match Sandbox::start(config, Some(vault.clone())).await {
-            Ok(sandbox) => {
-                let off = sandbox.no_way_out();
-                return Ok((Some(sandbox), off));
-            }
+            Ok(sandbox) => return Ok((Some(sandbox), None)),
             Err(e @ SandboxError::Pool(PoolError::RuntimeMissing { .. })) => {
                 anyhow::bail!("sandbox.runtime: {e}")
             }
@@ -582,13 +576,12 @@ fn clis_of(
     off: Option<&str>,
     caps: Option<&nexbot_protocol::Capabilities>,
 ) -> Clis {
-    match (sandbox, off) {
-        (None, off) => Clis::none(format!(
+    match sandbox {
+        None => Clis::none(format!(
             "the sandbox is not running ({})",
             off.unwrap_or("no subagent pool")
         )),
-        (Some(_), Some(off)) => Clis::none(off.to_owned()),
-        (Some(_), None) => Clis::of_image(&config.subagent.image, caps.map(|c| c.tools.as_slice())),
+        Some(_) => Clis::of_image(&config.subagent.image, caps.map(|c| c.tools.as_slice())),
     }
 }
 

@@ -388,13 +388,14 @@ async fn egress_listener(config: &Config, docker: Option<&Docker>) -> Check {
     let egress = &config.egress;
     let network = &config.subagent.network;
     if config.sandbox.is_remote() {
-        return Check::bad(
+        return Check::ok(
             NAME,
-            CheckStatus::Warn,
-            "the engine is on another machine, where no egress node runs yet: the pool there \
-             has no way out (no proxy, no LLM relay)"
-                .to_owned(),
-            "docs/remote.md says what works on a remote engine today",
+            format!(
+                "the engine is on another machine: the pool there gets out only through the \
+                 egress node the daemon starts beside it ({}, on {network}'s gateway there), \
+                 tunnelled to this daemon's proxy and relay (docs/remote.md)",
+                config.sandbox.node_image()
+            ),
         );
     }
     let addr = match (egress.listen_addr, docker) {

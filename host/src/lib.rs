@@ -44,6 +44,7 @@ pub mod config;
 pub mod control_api;
 pub mod disk;
 pub mod doctor;
+pub mod egress_node;
 pub mod inbox;
 pub mod instance;
 pub mod interrupted;

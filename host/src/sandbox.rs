@@ -31,7 +31,11 @@ use secrecy::SecretString;
 
 use crate::config::Config;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
+use crate::egress_node::RemoteNode;
 use crate::pool_runner::{pool_config, PoolRunner};
+
+/// How long the start waits for a remote engine's egress node to come up.
+const NODE_START: Duration = Duration::from_secs(20);
 
 /// How often the engine is pinged for the round trip `health` and `ps` show.
 const ENGINE_WATCH: Duration = Duration::from_secs(15);
@@ -64,6 +68,7 @@ async fn remote_images(config: &Config, remote: &nexbot_docker::Docker, place: &
     // Remote (url) servers run no container.
     let servers = config.mcp.servers.iter().filter(|s| !s.is_remote());
     images.extend(servers.map(|s| s.image().to_owned()));
+    images.push(config.sandbox.node_image().to_owned());
     images.sort();
     images.dedup();
     for image in images {
@@ -305,8 +310,8 @@ pub struct Sandbox {
     tokens: Arc<RelayAccess>,
     /// The MCP servers' containers (made by the pool).
     mcp: Arc<crate::mcp::McpServers>,
-    /// Whether the engine is on another machine (no egress beside it yet).
-    remote: bool,
+    /// The egress node beside a remote engine's pool (`None`: the engine is on this machine).
+    node: Option<RemoteNode>,
     /// The pool as the listener's attribution: the listener holds it only weakly.
     _attribution: Arc<dyn Attribution>,
 }
@@ -355,18 +360,18 @@ impl Sandbox {
             config.secrets.relay_keys.clone(),
         )
         .await?;
+        // A remote engine's pool gets out only through the egress node beside it.
+        let node = remote.as_ref().map(|place| {
+            let node = RemoteNode::start(config, &docker, &network, egress.node_links());
+            egress.advertise(node.addr);
+            tracing::info!(engine = %place, node = %node.addr, "the pool's way out: the egress node");
+            node
+        });
         let mut pool_config = pool_config(config);
-        match &remote {
-            None => pool_config.env.extend(egress.container_env()),
-            Some(place) => {
-                tracing::warn!(
-                    engine = %place,
-                    "the pool runs on a remote engine, where no egress node runs yet: its \
-                     containers have no way out (no proxy, no LLM relay); the skills folder is \
-                     not mounted there"
-                );
-                pool_config.skills_dir = None;
-            }
+        pool_config.env.extend(egress.container_env());
+        if let Some(place) = &remote {
+            tracing::warn!(engine = %place, "the skills folder is not mounted on a remote engine");
+            pool_config.skills_dir = None;
         }
         let engine = docker.clone();
         let pool = match Pool::start(docker, pool_config).await {
@@ -376,17 +381,27 @@ impl Sandbox {
                 Arc::new(pool)
             }
             Err(e) => {
+                if let Some(node) = node {
+                    node.stop().await;
+                }
                 egress.shutdown(EGRESS_GRACE).await;
                 return Err(refused_defaults(SandboxError::Pool(e), cannot_tell));
             }
         };
+        if let Some(node) = &node {
+            if !node.wait_up(NODE_START).await {
+                tracing::warn!("{}", node.watch().down().unwrap_or_default());
+            }
+        }
         let services = Arc::new(egress::AttributionTable::default());
         let attribution: Arc<dyn Attribution> = Arc::new(SandboxAttribution {
             pool: PoolAttribution(pool.clone()),
             services: services.clone(),
         });
         late.bind(&attribution);
-        let tokens = Arc::new(RelayAccess::new(config, &egress));
+        let mut tokens = RelayAccess::new(config, &egress);
+        tokens.node = node.as_ref().map(RemoteNode::watch);
+        let tokens = Arc::new(tokens);
         let network = network.name.clone();
         let proxy_env = egress.container_env().into_iter().collect();
         let mcp_egress = crate::mcp::McpEgress {
@@ -404,7 +419,6 @@ impl Sandbox {
             Some(rooms),
         )
         .await;
-        let remote = remote.is_some();
         Ok(Self {
             pool,
             docker: engine,
@@ -412,41 +426,28 @@ impl Sandbox {
             egress,
             tokens,
             mcp,
-            remote,
+            node,
             _attribution: attribution,
         })
     }
 
     /// `/status`'s lines and degraded parts of the sandbox: the engine's disk (when it is on
-    /// this machine), the pool, and with a remote engine that its containers have no way out.
+    /// this machine), the pool, and with a remote engine its egress node while it is down.
     pub async fn add_to(&self, status: &crate::status::StatusBoard, min_free_mb: u64) {
-        match self.remote {
-            false => {
+        match &self.node {
+            None => {
                 if let Some(engine) = crate::disk::engine_disk(&self.docker, min_free_mb).await {
                     engine.add_to(status, "engine disk");
                 }
             }
-            true => {
-                let why = self.no_way_out().unwrap_or_default();
-                status.add_problem("egress", move || Some(why.clone()));
+            Some(node) => {
+                let watch = node.watch();
+                status.add_problem("egress node", move || watch.down());
             }
         }
         let pool = self.pool.clone();
         status
             .add("pool", move || pool_line(&pool.snapshot(), pool.runtime(), pool.engine_place()));
-    }
-
-    /// Why its containers have no way out, when they have none: the engine is on another
-    /// machine, where no egress node runs yet (no proxy, no LLM relay: a delegated task could
-    /// not reach the model). `None` on a local engine.
-    pub fn no_way_out(&self) -> Option<String> {
-        self.remote.then(|| {
-            format!(
-                "the pool runs on a remote engine ({}) where no egress node runs yet: its \
-                 containers have no way out (no proxy, no LLM relay)",
-                self.pool.engine_place().unwrap_or_default()
-            )
-        })
     }
 
     /// What the delegation tool runs tasks on.
@@ -492,6 +493,9 @@ impl Sandbox {
         let left = self.egress.tokens().revoke_all();
         if left > 0 {
             tracing::warn!(left, "relay tokens of unfinished tasks revoked at shutdown");
+        }
+        if let Some(node) = self.node {
+            node.stop().await;
         }
         let local = self.egress.local_addr();
         let reinserted = egress::firewall_rules_reinserted();
@@ -600,6 +604,8 @@ pub struct RelayAccess {
     relay_base_url: String,
     budget: u64,
     provider_key: Option<ProviderKey>,
+    /// With a remote engine, its egress node: no task starts while it is down.
+    pub node: Option<crate::egress_node::NodeWatch>,
 }
 
 struct ProviderKey {
@@ -632,12 +638,16 @@ impl RelayAccess {
             relay_base_url: egress.relay_base_url(),
             budget: relay.default_token_budget,
             provider_key,
+            node: None,
         }
     }
 }
 
 impl LlmAccess for RelayAccess {
     fn issue(&self, task_id: &str, budget_cap: Option<u64>) -> Result<TaskLlm, String> {
+        if let Some(down) = self.node.as_ref().and_then(crate::egress_node::NodeWatch::down) {
+            return Err(down);
+        }
         if let Some(direct) = &self.provider_key {
             return Ok(TaskLlm::ProviderKey {
                 base_url: direct.base_url.clone(),

@@ -53,6 +53,17 @@ enum Command {
     /// The secrets vault's offline operations (stored secrets: `nexbot-ctl secrets`).
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// The egress node beside a remote engine's sandboxes (docs/remote.md): started by the
+    /// daemon as a container there; tunnels every connection over its stdin/stdout.
+    #[command(hide = true)]
+    EgressNode {
+        /// The pool network's gateway there, and the port containers reach.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// The network's bridge, confined to `listen` by firewall rules.
+        #[arg(long)]
+        bridge: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -97,6 +108,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Chat(arg) => chat(&arg.config).await,
             Command::Doctor(arg) => doctor(&arg.config).await,
             Command::Secrets(SecretsCommand::RotateKey(arg)) => rotate_key(&arg.config).await,
+            Command::EgressNode { listen, bridge } => {
+                // Stdout is the link: every log line goes to stderr.
+                tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+                nexbot_egress::run_node(listen, bridge.as_deref()).await?;
+                Ok(())
+            }
         }
     })
 }

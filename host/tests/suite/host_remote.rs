@@ -1,8 +1,10 @@
 //! `nexbot serve` with its sandboxes on an engine on "another machine"
-//! ([`nexbot_tests::remote::RemoteHost`], over mutual TLS): the image copied there by id,
+//! ([`nexbot_tests::remote::RemoteHost`], over mutual TLS): the images copied there by id,
 //! the pool made there and nowhere here, the engine's address, certificate and round trip in
-//! `health`, `subagents ps` and `/v1/status`, the missing egress a degraded part, and nothing
-//! left behind on either engine after a stop.
+//! `doctor`, `health`, `subagents ps` and `/v1/status`; the egress node beside the pool (its
+//! hardening, its firewall), a delegated task reaching the model only through it, the node
+//! killed and started again; the operator's commands and an MCP server there; nothing left
+//! behind on either engine after a stop.
 
 use crate::common;
 
@@ -11,8 +13,9 @@ use std::time::Duration;
 use common::{base_env, echo, Leftovers, Serving, TempWorkspace};
 use nexbot_control::{paths, Client, Health, Status, SubagentList};
 use nexbot_tests::remote::RemoteHost;
-use nexbot_tests::scripted_llm::ScriptedLlm;
+use nexbot_tests::scripted_llm::{is_main, last_user, tool_results, ScriptedLlm, Step};
 use nexbot_tests::telegram::TelegramFixture;
+use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const OWNER: i64 = 7301;
@@ -26,12 +29,36 @@ args = ["stdio"]
 scope = "shared"
 "#;
 
+/// Delegates on "delegate N"; the sub-agent answers from the remote pool.
+fn responder(body: &serde_json::Value) -> Step {
+    if !is_main(body) {
+        return Step::text("SUB-OK from the remote pool");
+    }
+    match (tool_results(body), last_user(body).starts_with("delegate")) {
+        (0, true) => Step::tool_call("delegate_to_sub_agent", json!({"task": "say ok"})),
+        (_, true) => Step::text(&format!("turn done: {}", last_user(body))),
+        _ => echo(body),
+    }
+}
+
+/// Says `text` in the owner's chat and waits for the turn's end.
+async fn delegate(tg: &TelegramFixture, text: &str) {
+    tg.user_says(OWNER, OWNER, text).await;
+    let done = format!("turn done: {text}");
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text == done), LIMIT).await;
+}
+
+/// The sub-agent's requests the model got (each came through the node and the relay).
+fn sub_agent_calls(llm: &ScriptedLlm) -> usize {
+    llm.chat_requests().iter().filter(|r| !is_main(&r.body)).count()
+}
+
 #[tokio::test]
-async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
+async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let Some(local) = nexbot_tests::docker_or_skip("host_remote").await else { return };
     let remote = RemoteHost::start();
     let llm = ScriptedLlm::start(vec![]).await;
-    llm.set_responder(echo);
+    llm.set_responder(responder);
     let ws = TempWorkspace::init("remote");
     let config = std::fs::read_to_string(ws.config()).unwrap();
     std::fs::write(ws.config(), format!("{config}\n{EVERYTHING}")).unwrap();
@@ -48,14 +75,15 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     ] {
         env.push((name.to_owned(), value));
     }
-    // `doctor` reaches the engine over TLS and says the pool there has no way out.
+    // `doctor` reaches the engine over TLS, names it, and says how the pool there gets out.
     let doctor = common::nexbot(&["doctor"], &ws.config(), &env).output().await.unwrap();
     let said = common::text(&doctor.stdout);
     let docker_line = said.lines().find(|l| l.contains("docker:")).unwrap_or_default();
     assert!(docker_line.contains(&remote.server_fingerprint), "{said}");
     assert!(!said.contains("engine disk"), "a remote engine's disk is not read here: {said}");
     assert!(said.contains("is not on the remote engine yet"), "{said}");
-    assert!(said.contains("no egress node runs yet"), "{said}");
+    assert!(said.contains("egress node the daemon starts beside it"), "{said}");
+
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;
     serving.wait_log("the control API is on", LIMIT).await;
     let api = Client::new(ws.dir.join("nexbot.sock"));
@@ -70,39 +98,16 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     };
     let log = serving.log();
     assert!(log.contains("image copied to the remote engine"), "{log}");
+    assert!(log.contains("egress node started"), "{log}");
     // Where the engine is, and whom the daemon reached there.
     let at = ps.engine_at.clone().expect("ps names the engine");
     assert!(at.starts_with(&remote.url()) && at.contains(&remote.server_fingerprint), "{at}");
     let health: Health = api.get(paths::HEALTH).await.unwrap();
     assert!(health.engine_at.as_deref().is_some_and(|a| a.contains(&remote.server_fingerprint)));
-    assert!(
-        health.degraded.iter().any(|d| d.contains("no egress node runs yet")),
-        "the missing way out is said: {health:?}"
-    );
-    // No way out there, so no task could reach the model: delegation is off, said why, and
-    // the model is not offered the tool (nor `use_cli`, which runs there too).
-    assert!(
-        health.degraded.iter().any(|d| d.starts_with(
-            "delegation to subagents is off: the pool \
-             runs on a remote engine"
-        )),
-        "{health:?}"
-    );
-    tg.user_says(OWNER, OWNER, "hello there").await;
-    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text.contains("hello there")), LIMIT).await;
-    let offered: Vec<String> = llm
-        .chat_requests()
-        .iter()
-        .flat_map(|r| r.body["tools"].as_array().cloned().unwrap_or_default())
-        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-        .collect();
-    assert!(!offered.is_empty(), "the model was offered tools");
-    for tool in ["delegate_to_sub_agent", "use_cli"] {
-        assert!(!offered.iter().any(|t| t == tool), "{tool} offered: {offered:?}");
-    }
+    assert!(!health.degraded.iter().any(|d| d.contains("egress node")), "{health:?}");
     let status: Status = api.get(paths::STATUS).await.unwrap();
     assert!(status.pool.and_then(|p| p.engine_at).is_some_and(|a| a.contains(&remote.url())));
-    // The container is there, and nothing of the pool is here.
+    // The pool's container is there, and nothing of the pool is here.
     let id = ps.subagents[0].container.clone().expect("a container");
     let there = remote.docker(&["ps", "-q"]).unwrap_or_default();
     assert!(there.contains(&id), "{id} not on the remote engine: {there}");
@@ -110,7 +115,63 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
     let here = common::docker_cli(&["ps", "-aq", "--filter", &format!("label={label}")]);
     assert!(here.is_empty(), "the pool made containers here: {here}");
     let _ = local;
+
+    // The node: on that machine's network, root with NET_ADMIN and NET_RAW only, read-only.
+    let node = format!("{}-egress-node", names.pool);
+    let inspect = remote.docker(&["inspect", &node]).expect("the egress node runs there");
+    let inspected: serde_json::Value = serde_json::from_str(&inspect).unwrap();
+    let host = &inspected[0]["HostConfig"];
+    assert_eq!(host["NetworkMode"], "host", "{host}");
+    assert_eq!(host["CapDrop"], json!(["ALL"]), "{host}");
+    assert_eq!(host["CapAdd"], json!(["NET_ADMIN", "NET_RAW"]), "{host}");
+    assert_eq!(host["ReadonlyRootfs"], true, "{host}");
+    assert!(!inspect.contains("BEGIN") && !inspect.contains("KEY"), "no key in the node's spec");
+
+    // A delegated task runs there and reaches the model only through the node.
+    delegate(&tg, "delegate 1").await;
+    assert!(sub_agent_calls(&llm) >= 1, "the sub-agent reached the model through the node");
+    // The node's firewall: a service on the remote host is not reachable from the pool there
+    // (reachable on that host itself: the positive control).
+    let image = "nexbot-subagent:dev";
+    let web = ["run", "-d", "--network", "host", "--entrypoint", "busybox", image];
+    let web = [&web[..], &["httpd", "-f", "-p", "9917"]].concat();
+    let served = remote.docker(&web).expect("a web server on the remote host");
+    let gateway = remote
+        .docker(&["network", "inspect", &names.network, "-f", "{{(index .IPAM.Config 0).Gateway}}"])
+        .expect("the pool network's gateway");
+    // (busybox's wget crashes in this static image; nc speaks the request by hand.)
+    let probe = |container: &str, ip: &str| {
+        let script =
+            format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 3 {ip} 9917 2>&1; true");
+        remote.docker(&["exec", container, "/bin/sh", "-c", &script]).unwrap_or_default()
+    };
+    let control = probe(&served, "127.0.0.1");
+    assert!(control.contains("HTTP/1"), "the server answers on its own host: {control}");
+    let ps: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
+    let id = ps.subagents[0].container.clone().expect("a container");
+    let direct = probe(&id, &gateway);
+    assert!(!direct.contains("HTTP/1"), "the pool reached a service of the remote host: {direct}");
+
+    // The node killed: started again, and tasks get out again.
+    remote.docker(&["rm", "-f", &node]).expect("the node removed");
+    let start = std::time::Instant::now();
+    loop {
+        let back = remote.docker(&["ps", "-q", "--filter", &format!("name={node}")]);
+        let health: Health = api.get(paths::HEALTH).await.unwrap();
+        let up = !health.degraded.iter().any(|d| d.contains("egress node"));
+        if back.is_some_and(|b| !b.is_empty()) && up {
+            break;
+        }
+        assert!(start.elapsed() < LIMIT, "the node did not come back: {health:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = sub_agent_calls(&llm);
+    delegate(&tg, "delegate 2").await;
+    assert!(sub_agent_calls(&llm) > before, "tasks get out again through the new node");
+
     // The operator's commands reach the containers there: logs, then a kill (replaced there).
+    let ps: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
+    let id = ps.subagents[0].container.clone().expect("a container");
     let logs = common::ctl(&ws, &["subagents", "logs", &ps.subagents[0].id, "-n", "5"], "").await;
     assert_eq!(logs.code, Some(0), "{logs:?}");
     assert!(!logs.stdout.trim().is_empty(), "the subagent's log lines: {logs:?}");
@@ -134,9 +195,8 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
         let ran = common::ctl(&ws, &["mcp", "ls", "--json"], "").await;
         let list: nexbot_control::McpServerList = serde_json::from_str(&ran.stdout).unwrap();
         let running = list.servers[0].instances.iter().find(|i| i.state == "running");
-        if let (Some(container), true) =
-            (running.and_then(|i| i.container.clone()), list.servers[0].tools > 0)
-        {
+        let container = running.and_then(|i| i.container.clone());
+        if let (Some(container), true) = (container, list.servers[0].tools > 0) {
             break container;
         }
         assert!(start.elapsed() < LIMIT, "no running MCP server: {list:?}\n{}", serving.log());
@@ -147,6 +207,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_and_says_where() {
 
     let log = serving.stop(LIMIT).await;
     assert!(!log.contains("panicked"), "{log}");
+    remote.docker(&["rm", "-f", &served]);
     let left = remote.docker(&["ps", "-aq"]).unwrap_or_default();
     assert!(left.is_empty(), "containers left on the remote engine: {left}");
     let networks =
