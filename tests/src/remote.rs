@@ -229,6 +229,30 @@ exec dockerd "$@""#;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// Every file where the engine keeps its containers (their configs, logs and state: the
+    /// data root's `containers`, the exec root) whose bytes contain `needle`: the remote
+    /// host's disk, as far as anything of a running task is written there. (The images'
+    /// layers are copies of this machine's images.)
+    pub fn files_containing(&self, needle: &[u8]) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let mut stack = vec![self.dir.join("data/containers"), self.dir.join("exec")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else { continue };
+                if kind.is_dir() {
+                    stack.push(entry.path());
+                } else if kind.is_file() {
+                    let Ok(bytes) = std::fs::read(entry.path()) else { continue };
+                    if bytes.windows(needle.len()).any(|w| w == needle) {
+                        found.push(entry.path());
+                    }
+                }
+            }
+        }
+        found
+    }
+
     /// Cuts the only link to the remote host (its cable pulled: nothing answers, nothing is
     /// refused by the far end).
     pub fn cut(&self) {

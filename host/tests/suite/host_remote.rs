@@ -19,6 +19,9 @@ use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(120);
 const OWNER: i64 = 7301;
+/// The provider key, planted: the relay that adds it runs on the daemon's machine, so no form
+/// of it may ever be on the remote host.
+const KEY: &str = "sk-PLANTED-remote-7c1e55d0b9a24f6e";
 
 /// The reference MCP server, one container for every chat (no room: the rooms stay here).
 const EVERYTHING: &str = r#"
@@ -67,6 +70,8 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let mut env = base_env(&llm.base_url());
     env.extend(names.env());
     common::telegram_env(&mut env, &tg, OWNER);
+    env.retain(|(name, _)| name != "NEXBOT_LLM_API_KEY");
+    env.push(("NEXBOT_LLM_API_KEY".to_owned(), KEY.to_owned()));
     for (name, value) in [
         ("NEXBOT_SANDBOX__ENGINE", remote.url()),
         ("NEXBOT_SANDBOX__TLS_CA", remote.client.ca.display().to_string()),
@@ -127,9 +132,16 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     assert_eq!(host["ReadonlyRootfs"], true, "{host}");
     assert!(!inspect.contains("BEGIN") && !inspect.contains("KEY"), "no key in the node's spec");
 
-    // A delegated task runs there and reaches the model only through the node.
+    // A delegated task runs there and reaches the model only through the node; the model
+    // gets the key (added by the relay here), the remote host never does.
     delegate(&tg, "delegate 1").await;
     assert!(sub_agent_calls(&llm) >= 1, "the sub-agent reached the model through the node");
+    let keyed = llm
+        .chat_requests()
+        .iter()
+        .filter(|r| !is_main(&r.body))
+        .all(|r| r.header("authorization").is_some_and(|a| a.ends_with(KEY)));
+    assert!(keyed, "the relay called the model with the key");
     // The node's firewall: a service on the remote host is not reachable from the pool there
     // (reachable on that host itself: the positive control).
     let image = "nexbot-subagent:dev";
@@ -204,6 +216,22 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     };
     let names_there = remote.docker(&["ps", "--format", "{{.Names}}"]).unwrap_or_default();
     assert!(names_there.contains(&server), "{server} not there: {names_there}");
+
+    // The hunt: no form of the key in any container's spec there, or on the remote disk.
+    let all = remote.docker(&["ps", "-aq"]).unwrap_or_default();
+    for id in all.split_whitespace() {
+        let inspect = remote.docker(&["inspect", id]).unwrap_or_default();
+        assert!(!inspect.contains(KEY) && !inspect.contains("PLANTED"), "{id}'s spec");
+    }
+    // The positive control: the containers' environment is on that disk, and found.
+    assert!(!remote.files_containing(b"HTTP_PROXY=http://").is_empty(), "the hunt reads nothing");
+    use base64::Engine as _;
+    let hex: String = KEY.bytes().map(|b| format!("{b:02x}")).collect();
+    let base64 = base64::engine::general_purpose::STANDARD.encode(KEY);
+    for form in [KEY.to_owned(), hex, base64] {
+        let found = remote.files_containing(form.as_bytes());
+        assert!(found.is_empty(), "the key ({form}) on the remote host's disk: {found:?}");
+    }
 
     let log = serving.stop(LIMIT).await;
     assert!(!log.contains("panicked"), "{log}");
