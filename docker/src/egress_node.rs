@@ -12,9 +12,7 @@ use std::net::SocketAddr;
 
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
-use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder,
-};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
 use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -95,17 +93,7 @@ pub async fn start_egress_node(
         .create_container(Some(options), body)
         .await
         .map_err(|e| PoolError::docker(format!("create the egress node {}", spec.name), e))?;
-    let attach = AttachContainerOptionsBuilder::default()
-        .stdin(true)
-        .stdout(true)
-        .stderr(true)
-        .stream(true)
-        .logs(false)
-        .build();
-    let attached = docker
-        .attach_container(&created.id, Some(attach))
-        .await
-        .map_err(|e| PoolError::docker(format!("attach to the egress node {}", spec.name), e))?;
+    let attached = crate::engine::attach_stdio(docker, &created.id, &spec.name).await?;
     docker
         .start_container(&created.id, None::<bollard::query_parameters::StartContainerOptions>)
         .await

@@ -169,17 +169,7 @@ impl Engine {
         id: &str,
         name: &str,
     ) -> Result<bollard::container::AttachContainerResults, PoolError> {
-        let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .stream(true)
-            .logs(false)
-            .build();
-        self.docker
-            .attach_container(id, Some(options))
-            .await
-            .map_err(|e| PoolError::docker(format!("attach to container {name}"), e))
+        attach_stdio(&self.docker, id, name).await
     }
 
     /// Reads the container's output until it ends, then fails the link with the best
@@ -363,4 +353,24 @@ impl Engine {
         futures_util::future::join_all(dead.iter().map(|id| self.remove(id))).await;
         Ok(dead.len())
     }
+}
+
+/// Attaches to the stdio of created container `id` (`name` for errors), from now on (no
+/// earlier output): the pool's link and the egress node's.
+pub(crate) async fn attach_stdio(
+    docker: &Docker,
+    id: &str,
+    name: &str,
+) -> Result<bollard::container::AttachContainerResults, PoolError> {
+    let options = AttachContainerOptionsBuilder::default()
+        .stdin(true)
+        .stdout(true)
+        .stderr(true)
+        .stream(true)
+        .logs(false)
+        .build();
+    docker
+        .attach_container(id, Some(options))
+        .await
+        .map_err(|e| PoolError::docker(format!("attach to container {name}"), e))
 }

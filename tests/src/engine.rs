@@ -129,36 +129,19 @@ impl TestEngine {
         if self.live_restore {
             command.arg("--live-restore");
         }
-        self.child = Some(command.spawn().expect("run dockerd"));
-        let start = Instant::now();
-        while !self.answers() {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("the test's dockerd exited ({status}):\n{}", self.log_tail());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the test's dockerd did not answer within 60 s:\n{}",
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut child = command.spawn().expect("run dockerd");
+        wait_answering(&mut child, &self.host(), &self.dir, "the test's dockerd");
+        self.child = Some(child);
     }
 
     /// The last lines of the engine's own log.
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    fn answers(&self) -> bool {
-        self.docker(&["version", "--format", "{{.Server.Version}}"]).is_some()
+        dockerd_log_tail(&self.dir)
     }
 
     /// Runs the `docker` CLI against this engine; its stdout when it succeeded.
     pub fn docker(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("docker").arg("-H").arg(self.host()).args(args).output().ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        docker_at(&self.host(), args)
     }
 
     /// Copies `image` from the machine's engine into this one (`docker save | docker load`:
@@ -223,11 +206,7 @@ impl TestEngine {
 impl Drop for TestEngine {
     fn drop(&mut self) {
         if self.child.is_some() {
-            if let Some(ids) = self.docker(&["ps", "-aq"]) {
-                for id in ids.split_whitespace() {
-                    let _ = self.docker(&["rm", "-f", id]);
-                }
-            }
+            remove_all_containers(&self.host());
             self.stop();
         }
         // What the engine mounted lives in the test's own mount namespace and goes with it,
@@ -237,6 +216,47 @@ impl Drop for TestEngine {
             let _ = Command::new("umount").arg("-l").arg(&mount).status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs the `docker` CLI against the engine at `host` (`unix://…`); its stdout when it
+/// succeeded.
+pub(crate) fn docker_at(host: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new("docker").arg("-H").arg(host).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Removes every container of the engine at `host`, whatever its state (a test engine's
+/// teardown, before it stops).
+pub(crate) fn remove_all_containers(host: &str) {
+    if let Some(ids) = docker_at(host, &["ps", "-aq"]) {
+        for id in ids.split_whitespace() {
+            let _ = docker_at(host, &["rm", "-f", id]);
+        }
+    }
+}
+
+/// The last lines of the log a test's `dockerd` writes to `dir/dockerd.log`.
+pub(crate) fn dockerd_log_tail(dir: &Path) -> String {
+    let log = std::fs::read_to_string(dir.join("dockerd.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// Waits until the `dockerd` `child` (`what`, logging under `dir`) answers at `host`; panics
+/// with its log when it exits first or takes over a minute.
+pub(crate) fn wait_answering(child: &mut Child, host: &str, dir: &Path, what: &str) {
+    let start = Instant::now();
+    while docker_at(host, &["version", "--format", "{{.Server.Version}}"]).is_none() {
+        if let Some(status) = child.try_wait().ok().flatten() {
+            panic!("{what} exited ({status}):\n{}", dockerd_log_tail(dir));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{what} did not answer within 60 s:\n{}",
+            dockerd_log_tail(dir)
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

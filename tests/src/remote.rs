@@ -181,7 +181,7 @@ exec dockerd "$@""#;
         let d = |name: &str| self.dir.join(name).display().to_string();
         let tcp = format!("tcp://{}:{}", self.address, self.port);
         let unix = format!("unix://{}", self.socket().display());
-        let child = Command::new("nsenter")
+        let mut child = Command::new("nsenter")
             .arg(format!("--net=/run/netns/{}", self.namespace))
             .args(["unshare", "--mount", "--propagation", "private", "sh", "-c", SCRIPT, "sh"])
             .arg(self.dir.display().to_string())
@@ -195,38 +195,20 @@ exec dockerd "$@""#;
             .stderr(log)
             .spawn()
             .expect("run nsenter (util-linux) and dockerd");
+        let host = format!("unix://{}", self.socket().display());
+        crate::engine::wait_answering(&mut child, &host, &self.dir, "the remote dockerd");
         self.child = Some(child);
-        let start = Instant::now();
-        while self.docker(&["version", "--format", "{{.Server.Version}}"]).is_none() {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("the remote dockerd exited ({status}):\n{}", self.log_tail());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the remote dockerd did not answer within 60 s:\n{}",
-                self.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 
     /// The last lines of the engine's own log.
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        crate::engine::dockerd_log_tail(&self.dir)
     }
 
     /// Runs the `docker` CLI on the remote host (through its local socket); its stdout when
     /// it succeeded.
     pub fn docker(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("docker")
-            .arg("-H")
-            .arg(format!("unix://{}", self.socket().display()))
-            .args(args)
-            .output()
-            .ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        crate::engine::docker_at(&format!("unix://{}", self.socket().display()), args)
     }
 
     /// Every file where the engine keeps its containers (their configs, logs and state: the
@@ -296,11 +278,7 @@ exec dockerd "$@""#;
 impl Drop for RemoteHost {
     fn drop(&mut self) {
         if self.child.is_some() {
-            if let Some(ids) = self.docker(&["ps", "-aq"]) {
-                for id in ids.split_whitespace() {
-                    let _ = self.docker(&["rm", "-f", id]);
-                }
-            }
+            crate::engine::remove_all_containers(&format!("unix://{}", self.socket().display()));
             self.stop();
         }
         let _ = Command::new("ip").args(["netns", "del", &self.namespace]).status();

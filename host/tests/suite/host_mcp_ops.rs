@@ -18,15 +18,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 const OWNER: i64 = 7101;
 const IMAGE: &str = "nexbot-mcp:dev";
 
-/// `[[mcp.servers]]`: the reference server, one container for every chat.
-const EVERYTHING: &str = r#"
-[[mcp.servers]]
-name = "everything"
-command = "mcp-server-everything"
-args = ["stdio"]
-scope = "shared"
-"#;
-
 /// `mcp ls --json`, decoded.
 async fn servers(ws: &TempWorkspace) -> McpServerList {
     let ran = ctl(ws, &["mcp", "ls", "--json"], "").await;
@@ -68,7 +59,7 @@ async fn mcp_ls_tools_restart_logs_metrics_and_status_show_the_running_server() 
     llm.set_responder(echo);
     let ws = TempWorkspace::init("mcp-ops");
     let config = std::fs::read_to_string(ws.config()).unwrap();
-    std::fs::write(ws.config(), format!("{config}\n{EVERYTHING}")).unwrap();
+    std::fs::write(ws.config(), format!("{config}\n{}", common::MCP_EVERYTHING_SHARED)).unwrap();
     let names = Leftovers::new("mcpops");
     let mut env = base_env(&llm.base_url());
     env.extend(names.env());
@@ -161,7 +152,7 @@ async fn without_the_sandbox_mcp_says_it_needs_it() {
     llm.set_responder(echo);
     let ws = TempWorkspace::init("mcp-nosandbox");
     let config = std::fs::read_to_string(ws.config()).unwrap();
-    std::fs::write(ws.config(), format!("{config}\n{EVERYTHING}")).unwrap();
+    std::fs::write(ws.config(), format!("{config}\n{}", common::MCP_EVERYTHING_SHARED)).unwrap();
     let mut env = base_env(&llm.base_url()); // subagent.enabled = false
     env.push(("NEXBOT_TELEGRAM__ENABLED".into(), "false".into()));
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;

@@ -23,15 +23,6 @@ const OWNER: i64 = 7301;
 /// of it may ever be on the remote host.
 const KEY: &str = "sk-PLANTED-remote-7c1e55d0b9a24f6e";
 
-/// The reference MCP server, one container for every chat (no room: the rooms stay here).
-const EVERYTHING: &str = r#"
-[[mcp.servers]]
-name = "everything"
-command = "mcp-server-everything"
-args = ["stdio"]
-scope = "shared"
-"#;
-
 /// Delegates on "delegate N"; the sub-agent answers from the remote pool.
 fn responder(body: &serde_json::Value) -> Step {
     if !is_main(body) {
@@ -64,7 +55,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     llm.set_responder(responder);
     let ws = TempWorkspace::init("remote");
     let config = std::fs::read_to_string(ws.config()).unwrap();
-    std::fs::write(ws.config(), format!("{config}\n{EVERYTHING}")).unwrap();
+    std::fs::write(ws.config(), format!("{config}\n{}", common::MCP_EVERYTHING_SHARED)).unwrap();
     let names = Leftovers::new("remote");
     let tg = TelegramFixture::start().await;
     let mut env = base_env(&llm.base_url());
@@ -121,16 +112,8 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     assert!(here.is_empty(), "the pool made containers here: {here}");
     let _ = local;
 
-    // The node: on that machine's network, root with NET_ADMIN and NET_RAW only, read-only.
     let node = format!("{}-egress-node", names.pool);
-    let inspect = remote.docker(&["inspect", &node]).expect("the egress node runs there");
-    let inspected: serde_json::Value = serde_json::from_str(&inspect).unwrap();
-    let host = &inspected[0]["HostConfig"];
-    assert_eq!(host["NetworkMode"], "host", "{host}");
-    assert_eq!(host["CapDrop"], json!(["ALL"]), "{host}");
-    assert_eq!(host["CapAdd"], json!(["NET_ADMIN", "NET_RAW"]), "{host}");
-    assert_eq!(host["ReadonlyRootfs"], true, "{host}");
-    assert!(!inspect.contains("BEGIN") && !inspect.contains("KEY"), "no key in the node's spec");
+    node_is_hardened(&remote, &node);
 
     // A delegated task runs there and reaches the model only through the node; the model
     // gets the key (added by the relay here), the remote host never does.
@@ -142,27 +125,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
         .filter(|r| !is_main(&r.body))
         .all(|r| r.header("authorization").is_some_and(|a| a.ends_with(KEY)));
     assert!(keyed, "the relay called the model with the key");
-    // The node's firewall: a service on the remote host is not reachable from the pool there
-    // (reachable on that host itself: the positive control).
-    let image = "nexbot-subagent:dev";
-    let web = ["run", "-d", "--network", "host", "--entrypoint", "busybox", image];
-    let web = [&web[..], &["httpd", "-f", "-p", "9917"]].concat();
-    let served = remote.docker(&web).expect("a web server on the remote host");
-    let gateway = remote
-        .docker(&["network", "inspect", &names.network, "-f", "{{(index .IPAM.Config 0).Gateway}}"])
-        .expect("the pool network's gateway");
-    // (busybox's wget crashes in this static image; nc speaks the request by hand.)
-    let probe = |container: &str, ip: &str| {
-        let script =
-            format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 3 {ip} 9917 2>&1; true");
-        remote.docker(&["exec", container, "/bin/sh", "-c", &script]).unwrap_or_default()
-    };
-    let control = probe(&served, "127.0.0.1");
-    assert!(control.contains("HTTP/1"), "the server answers on its own host: {control}");
-    let ps: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
-    let id = ps.subagents[0].container.clone().expect("a container");
-    let direct = probe(&id, &gateway);
-    assert!(!direct.contains("HTTP/1"), "the pool reached a service of the remote host: {direct}");
+    let served = pool_cannot_reach_the_remote_host(&remote, &api, &names.network).await;
 
     // The node killed: started again, and tasks get out again.
     remote.docker(&["rm", "-f", &node]).expect("the node removed");
@@ -217,21 +180,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let names_there = remote.docker(&["ps", "--format", "{{.Names}}"]).unwrap_or_default();
     assert!(names_there.contains(&server), "{server} not there: {names_there}");
 
-    // The hunt: no form of the key in any container's spec there, or on the remote disk.
-    let all = remote.docker(&["ps", "-aq"]).unwrap_or_default();
-    for id in all.split_whitespace() {
-        let inspect = remote.docker(&["inspect", id]).unwrap_or_default();
-        assert!(!inspect.contains(KEY) && !inspect.contains("PLANTED"), "{id}'s spec");
-    }
-    // The positive control: the containers' environment is on that disk, and found.
-    assert!(!remote.files_containing(b"HTTP_PROXY=http://").is_empty(), "the hunt reads nothing");
-    use base64::Engine as _;
-    let hex: String = KEY.bytes().map(|b| format!("{b:02x}")).collect();
-    let base64 = base64::engine::general_purpose::STANDARD.encode(KEY);
-    for form in [KEY.to_owned(), hex, base64] {
-        let found = remote.files_containing(form.as_bytes());
-        assert!(found.is_empty(), "the key ({form}) on the remote host's disk: {found:?}");
-    }
+    hunt_the_key(&remote);
 
     let log = serving.stop(LIMIT).await;
     assert!(!log.contains("panicked"), "{log}");
@@ -241,4 +190,63 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let networks =
         remote.docker(&["network", "ls", "-q", "--filter", &format!("name={}", names.network)]);
     assert_eq!(networks.as_deref(), Some(""), "the pool network stays on the remote engine");
+}
+
+/// The node: on that machine's network, root with NET_ADMIN and NET_RAW only, read-only.
+fn node_is_hardened(remote: &RemoteHost, node: &str) {
+    let inspect = remote.docker(&["inspect", node]).expect("the egress node runs there");
+    let inspected: serde_json::Value = serde_json::from_str(&inspect).unwrap();
+    let host = &inspected[0]["HostConfig"];
+    assert_eq!(host["NetworkMode"], "host", "{host}");
+    assert_eq!(host["CapDrop"], json!(["ALL"]), "{host}");
+    assert_eq!(host["CapAdd"], json!(["NET_ADMIN", "NET_RAW"]), "{host}");
+    assert_eq!(host["ReadonlyRootfs"], true, "{host}");
+    assert!(!inspect.contains("BEGIN") && !inspect.contains("KEY"), "no key in the node's spec");
+}
+
+/// The node's firewall: a service on the remote host (started here; its container returned)
+/// is not reachable from the pool there, and is on that host itself (the positive control).
+async fn pool_cannot_reach_the_remote_host(
+    remote: &RemoteHost,
+    api: &Client,
+    network: &str,
+) -> String {
+    let image = "nexbot-subagent:dev";
+    let web = ["run", "-d", "--network", "host", "--entrypoint", "busybox", image];
+    let web = [&web[..], &["httpd", "-f", "-p", "9917"]].concat();
+    let served = remote.docker(&web).expect("a web server on the remote host");
+    let gateway = remote
+        .docker(&["network", "inspect", network, "-f", "{{(index .IPAM.Config 0).Gateway}}"])
+        .expect("the pool network's gateway");
+    // (busybox's wget crashes in this static image; nc speaks the request by hand.)
+    let probe = |container: &str, ip: &str| {
+        let script =
+            format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 3 {ip} 9917 2>&1; true");
+        remote.docker(&["exec", container, "/bin/sh", "-c", &script]).unwrap_or_default()
+    };
+    let control = probe(&served, "127.0.0.1");
+    assert!(control.contains("HTTP/1"), "the server answers on its own host: {control}");
+    let ps: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
+    let id = ps.subagents[0].container.clone().expect("a container");
+    let direct = probe(&id, &gateway);
+    assert!(!direct.contains("HTTP/1"), "the pool reached a service of the remote host: {direct}");
+    served
+}
+
+/// The hunt: no form of the key in any container's spec there, or on the remote disk.
+fn hunt_the_key(remote: &RemoteHost) {
+    use base64::Engine as _;
+    let all = remote.docker(&["ps", "-aq"]).unwrap_or_default();
+    for id in all.split_whitespace() {
+        let inspect = remote.docker(&["inspect", id]).unwrap_or_default();
+        assert!(!inspect.contains(KEY) && !inspect.contains("PLANTED"), "{id}'s spec");
+    }
+    // The positive control: the containers' environment is on that disk, and found.
+    assert!(!remote.files_containing(b"HTTP_PROXY=http://").is_empty(), "the hunt reads nothing");
+    let hex: String = KEY.bytes().map(|b| format!("{b:02x}")).collect();
+    let base64 = base64::engine::general_purpose::STANDARD.encode(KEY);
+    for form in [KEY.to_owned(), hex, base64] {
+        let found = remote.files_containing(form.as_bytes());
+        assert!(found.is_empty(), "the key ({form}) on the remote host's disk: {found:?}");
+    }
 }

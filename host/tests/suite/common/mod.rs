@@ -277,6 +277,16 @@ pub fn parsed_tool_results(body: &serde_json::Value) -> Vec<serde_json::Value> {
 
 pub use nexbot_tests::scripted_llm::tool_results;
 
+/// `[[mcp.servers]]`: the reference server (in `nexbot-mcp:dev`), one container for every
+/// chat.
+pub const MCP_EVERYTHING_SHARED: &str = r#"
+[[mcp.servers]]
+name = "everything"
+command = "mcp-server-everything"
+args = ["stdio"]
+scope = "shared"
+"#;
+
 /// Echoes the user's words, so each answer names its message.
 pub fn echo(body: &serde_json::Value) -> nexbot_tests::scripted_llm::Step {
     let text = nexbot_tests::scripted_llm::last_user(body);
