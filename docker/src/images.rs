@@ -81,3 +81,32 @@ async fn remote_id(docker: &Docker, image: &str) -> Result<Option<String>, PoolE
         Err(e) => Err(PoolError::docker(format!("inspect {image} on the engine"), e)),
     }
 }
+
+/// Loads a `docker save` archive (`file`) into `docker`, as `docker load -i` does; the names
+/// (or ids) of the images it loaded.
+pub async fn load_image_file(
+    docker: &Docker,
+    file: &std::path::Path,
+) -> Result<Vec<String>, PoolError> {
+    let what = format!("load {}", file.display());
+    let opened = tokio::fs::File::open(file)
+        .await
+        .map_err(|e| PoolError::docker(what.clone(), bollard::errors::Error::IOError { err: e }))?;
+    let body = tokio_util::io::ReaderStream::new(opened);
+    let options = ImportImageOptionsBuilder::new().quiet(false).build();
+    let mut answers = docker.import_image_stream(options, body, None);
+    let mut loaded = Vec::new();
+    while let Some(answer) = answers.next().await {
+        let info = answer.map_err(|e| PoolError::docker(what.clone(), e))?;
+        if let Some(error) = info.error_detail.and_then(|d| d.message) {
+            return Err(load_failed(&file.display().to_string(), error));
+        }
+        let said = info.stream.unwrap_or_default();
+        for prefix in ["Loaded image: ", "Loaded image ID: "] {
+            if let Some(name) = said.trim().strip_prefix(prefix) {
+                loaded.push(name.to_owned());
+            }
+        }
+    }
+    Ok(loaded)
+}

@@ -45,6 +45,7 @@ pub mod control_api;
 pub mod disk;
 pub mod doctor;
 pub mod egress_node;
+pub mod images;
 pub mod inbox;
 pub mod instance;
 pub mod interrupted;

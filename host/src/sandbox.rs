@@ -53,43 +53,28 @@ fn egress_config(config: &Config, remote: bool) -> egress::EgressConfig {
     egress
 }
 
-/// Gives the remote engine the images this daemon runs (the subagent's, the MCP servers'),
-/// by id, from the local engine; progress in the log. Without a local engine, or on failure,
-/// the pool's own check says what is missing.
+/// Gives the remote engine the images this daemon runs ([`crate::images::needed`]), by id,
+/// from the local engine; progress in the log. Without a local engine, or on failure, the
+/// pool's own check says what is missing.
 async fn remote_images(config: &Config, remote: &nexbot_docker::Docker, place: &str) {
-    let local = match nexbot_docker::connect(&nexbot_docker::SandboxConfig::default()).await {
-        Ok(local) => local,
-        Err(e) => {
-            tracing::info!(engine = %place, "no local engine to copy images from ({e})");
-            return;
+    use crate::images::Copying;
+    let report = |event: Copying| match event {
+        Copying::Percent { image, percent } => {
+            tracing::info!(%image, "copying to the remote engine: {percent} %")
+        }
+        Copying::Same { image, id } => {
+            tracing::info!(%image, %id, engine = %place, "the remote engine has the image")
+        }
+        Copying::Copied { image, id, bytes } => {
+            tracing::info!(%image, %id, bytes, engine = %place, "image copied to the remote engine")
+        }
+        Copying::Failed { image, error } => {
+            tracing::warn!(%image, engine = %place, "cannot copy the image: {error}")
         }
     };
-    let mut images = vec![config.subagent.image.clone()];
-    // Remote (url) servers run no container.
-    let servers = config.mcp.servers.iter().filter(|s| !s.is_remote());
-    images.extend(servers.map(|s| s.image().to_owned()));
-    images.push(config.sandbox.node_image().to_owned());
-    images.sort();
-    images.dedup();
-    for image in images {
-        let name = image.clone();
-        let mut logged = 0;
-        let progress = move |sent: u64, total: u64| {
-            let percent = (sent * 100).checked_div(total).unwrap_or(0).min(100);
-            if percent >= logged + 25 {
-                logged = percent - percent % 25;
-                tracing::info!(image = %name, sent, total, "copying to the remote engine: {logged} %");
-            }
-        };
-        match nexbot_docker::sync_image(&local, remote, &image, progress).await {
-            Ok(nexbot_docker::ImageSync::Same { id }) => {
-                tracing::info!(%image, %id, engine = %place, "the remote engine has the image")
-            }
-            Ok(nexbot_docker::ImageSync::Copied { id, bytes }) => {
-                tracing::info!(%image, %id, bytes, engine = %place, "image copied to the remote engine")
-            }
-            Err(e) => tracing::warn!(%image, engine = %place, "cannot copy the image: {e}"),
-        }
+    let images = crate::images::needed(config);
+    if let Err(e) = crate::images::copy_from_local(remote, &images, &report).await {
+        tracing::info!(engine = %place, "{e}");
     }
 }
 

@@ -53,6 +53,9 @@ enum Command {
     /// The secrets vault's offline operations (stored secrets: `nexbot-ctl secrets`).
     #[command(subcommand)]
     Secrets(SecretsCommand),
+    /// The images the sandboxes run, on the engine `sandbox.engine` names.
+    #[command(subcommand)]
+    Images(ImagesCommand),
     /// The egress node beside a remote engine's sandboxes (docs/remote.md): started by the
     /// daemon as a container there; tunnels every connection over its stdin/stdout.
     #[command(hide = true)]
@@ -72,6 +75,20 @@ enum SecretsCommand {
     /// current key comes from NEXBOT_MASTER_KEY, the new one from NEXBOT_NEW_MASTER_KEY or
     /// the first line of stdin. The daemon must be stopped; start it again with the new key.
     RotateKey(ConfigArg),
+}
+
+#[derive(Debug, Subcommand)]
+enum ImagesCommand {
+    /// Copy the images the daemon runs (subagent, MCP servers, egress node) from this
+    /// machine's engine to a remote one, by id, where missing or different; or, with
+    /// `--file`, load a `docker save` archive into the configured engine.
+    Push {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// A `docker save` archive to load instead.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -108,6 +125,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Chat(arg) => chat(&arg.config).await,
             Command::Doctor(arg) => doctor(&arg.config).await,
             Command::Secrets(SecretsCommand::RotateKey(arg)) => rotate_key(&arg.config).await,
+            Command::Images(ImagesCommand::Push { config, file }) => {
+                let config = Config::load(&config.config)?;
+                nexbot_host::images::push(&config, file.as_deref()).await
+            }
             Command::EgressNode { listen, bridge } => {
                 // Stdout is the link: every log line goes to stderr.
                 tracing_subscriber::fmt().with_writer(std::io::stderr).init();

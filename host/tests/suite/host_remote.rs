@@ -80,6 +80,10 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     assert!(said.contains("is not on the remote engine yet"), "{said}");
     assert!(said.contains("egress node the daemon starts beside it"), "{said}");
 
+    images_pushed(&ws, &env, &remote).await;
+    // One image taken away again: the start copies it back.
+    remote.docker(&["rmi", "-f", "nexbot-host:dev"]).expect("the node's image removed");
+
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;
     serving.wait_log("the control API is on", LIMIT).await;
     let api = Client::new(ws.dir.join("nexbot.sock"));
@@ -93,7 +97,8 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let log = serving.log();
-    assert!(log.contains("image copied to the remote engine"), "{log}");
+    assert!(log.contains("image copied to the remote engine image=nexbot-host:dev"), "{log}");
+    assert!(log.contains("the remote engine has the image image=nexbot-subagent:dev"), "{log}");
     assert!(log.contains("egress node started"), "{log}");
     // Where the engine is, and whom the daemon reached there.
     let at = ps.engine_at.clone().expect("ps names the engine");
@@ -249,4 +254,39 @@ fn hunt_the_key(remote: &RemoteHost) {
         let found = remote.files_containing(form.as_bytes());
         assert!(found.is_empty(), "the key ({form}) on the remote host's disk: {found:?}");
     }
+}
+
+/// `nexbot images push`: every image copied by id, then nothing to copy; `--file` loads an
+/// archive (the subagent's, removed there first) as it is.
+async fn images_pushed(ws: &TempWorkspace, env: &[(String, String)], remote: &RemoteHost) {
+    let push = |args: &'static [&'static str]| {
+        let mut all = vec!["images", "push"];
+        all.extend_from_slice(args);
+        common::nexbot(&all, &ws.config(), env).output()
+    };
+    let first = push(&[]).await.unwrap();
+    let said = common::text(&first.stdout);
+    assert!(first.status.success(), "{said}{}", common::text(&first.stderr));
+    assert!(said.contains(&remote.server_fingerprint), "the engine named: {said}");
+    for image in ["nexbot-subagent:dev", "nexbot-mcp:dev", "nexbot-host:dev"] {
+        assert!(said.contains(&format!("{image}: copied")), "{image}: {said}");
+        assert!(said.contains(&format!("{image}: 100 %")), "progress of {image}: {said}");
+    }
+    let again = common::text(&push(&[]).await.unwrap().stdout);
+    assert_eq!(again.matches(": already there (sha256:").count(), 3, "{again}");
+    let archive = ws.dir.join("subagent.tar");
+    let archive_arg = archive.display().to_string();
+    let saved = common::docker_cli(&["save", "nexbot-subagent:dev", "-o", &archive_arg]);
+    assert!(archive.exists(), "docker save: {saved}");
+    remote.docker(&["rmi", "-f", "nexbot-subagent:dev"]).expect("removed there");
+    let args = ["images", "push", "--file", &archive_arg];
+    let loaded = common::nexbot(&args, &ws.config(), env).output().await.unwrap();
+    let said = common::text(&loaded.stdout);
+    assert!(loaded.status.success() && said.contains("loaded nexbot-subagent:dev"), "{said}");
+    let id = |inspect: Option<String>| inspect.unwrap_or_default();
+    let here =
+        id(Some(common::docker_cli(&["image", "inspect", "-f", "{{.Id}}", "nexbot-subagent:dev"])));
+    let there = id(remote.docker(&["image", "inspect", "-f", "{{.Id}}", "nexbot-subagent:dev"]));
+    assert!(!here.is_empty() && here == there, "{here} / {there}");
+    let _ = std::fs::remove_file(&archive);
 }
