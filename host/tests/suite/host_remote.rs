@@ -3,7 +3,7 @@
 //! the pool made there and nowhere here, the engine's address, certificate and round trip in
 //! `doctor`, `health`, `subagents ps` and `/v1/status`; the egress node beside the pool (its
 //! hardening, its firewall), a delegated task reaching the model only through it, the node
-//! killed and started again; the operator's commands and an MCP server there; nothing left
+//! killed and started again, the remote engine restarted; the operator's commands and an MCP server there; nothing left
 //! behind on either engine after a stop.
 
 use crate::common;
@@ -50,7 +50,7 @@ fn sub_agent_calls(llm: &ScriptedLlm) -> usize {
 #[tokio::test]
 async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let Some(local) = nexbot_tests::docker_or_skip("host_remote").await else { return };
-    let remote = RemoteHost::start();
+    let mut remote = RemoteHost::start();
     let llm = ScriptedLlm::start(vec![]).await;
     llm.set_responder(responder);
     let ws = TempWorkspace::init("remote");
@@ -148,6 +148,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let before = sub_agent_calls(&llm);
     delegate(&tg, "delegate 2").await;
     assert!(sub_agent_calls(&llm) > before, "tasks get out again through the new node");
+    engine_restarted(&mut remote, &api, &tg, &llm).await;
 
     // The operator's commands reach the containers there: logs, then a kill (replaced there).
     let ps: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
@@ -289,4 +290,35 @@ async fn images_pushed(ws: &TempWorkspace, env: &[(String, String)], remote: &Re
     let there = id(remote.docker(&["image", "inspect", "-f", "{{.Id}}", "nexbot-subagent:dev"]));
     assert!(!here.is_empty() && here == there, "{here} / {there}");
     let _ = std::fs::remove_file(&archive);
+}
+
+/// The remote engine restarted (its containers stopped with it): the pool refills and the
+/// node comes back by themselves, and the next task gets out again.
+async fn engine_restarted(
+    remote: &mut RemoteHost,
+    api: &Client,
+    tg: &TelegramFixture,
+    llm: &ScriptedLlm,
+) {
+    remote.stop();
+    remote.restart();
+    let start = std::time::Instant::now();
+    loop {
+        let health: Health = api.get(paths::HEALTH).await.unwrap();
+        let list: SubagentList = api.get(paths::SUBAGENTS).await.unwrap();
+        let idle = list.subagents.iter().all(|s| s.state == "idle");
+        if idle
+            && health.degraded.iter().all(|d| !d.contains("egress node") && !d.contains("engine"))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "not back after the engine's restart: {health:?} {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let before = sub_agent_calls(llm);
+    delegate(tg, "delegate 3").await;
+    assert!(sub_agent_calls(llm) > before, "tasks get out after the engine's restart");
 }
