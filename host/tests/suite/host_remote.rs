@@ -3,8 +3,9 @@
 //! the pool made there and nowhere here, the engine's address, certificate and round trip in
 //! `doctor`, `health`, `subagents ps` and `/v1/status`; the egress node beside the pool (its
 //! hardening, its firewall), a delegated task reaching the model only through it, the node
-//! killed and started again, the remote engine restarted; the operator's commands and an MCP server there; nothing left
-//! behind on either engine after a stop.
+//! killed and started again, the remote engine restarted; the operator's commands and an MCP
+//! server there; the planted key hunted there; nothing left behind on either engine after a
+//! stop.
 
 use crate::common;
 
