@@ -159,7 +159,7 @@ pub async fn image_present(docker: &Docker, image: &str) -> Result<(), PoolError
 }
 
 /// The engine's account of `image`; one it does not have is [`PoolError::ImageMissing`].
-async fn inspect_image(
+pub(crate) async fn inspect_image(
     docker: &Docker,
     image: &str,
 ) -> Result<bollard::models::ImageInspect, PoolError> {

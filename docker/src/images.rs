@@ -9,6 +9,7 @@ use bollard::query_parameters::ImportImageOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
 
+use crate::connect::inspect_image;
 use crate::error::PoolError;
 
 /// What [`sync_image`] found and did.
@@ -29,12 +30,7 @@ pub async fn sync_image(
     image: &str,
     mut progress: impl FnMut(u64, u64) + Send + 'static,
 ) -> Result<ImageSync, PoolError> {
-    let here = local.inspect_image(image).await.map_err(|e| match e {
-        bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => {
-            PoolError::ImageMissing { image: image.to_owned() }
-        }
-        e => PoolError::docker(format!("inspect {image} on the local engine"), e),
-    })?;
+    let here = inspect_image(local, image).await?;
     let id = here.id.unwrap_or_default();
     if remote_id(remote, image).await?.as_deref() == Some(id.as_str()) {
         return Ok(ImageSync::Same { id });
@@ -75,10 +71,10 @@ fn load_failed(image: &str, message: String) -> PoolError {
 
 /// The id of `image` on `docker`, `None` when it has none under that name.
 async fn remote_id(docker: &Docker, image: &str) -> Result<Option<String>, PoolError> {
-    match docker.inspect_image(image).await {
+    match inspect_image(docker, image).await {
         Ok(found) => Ok(found.id),
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(None),
-        Err(e) => Err(PoolError::docker(format!("inspect {image} on the engine"), e)),
+        Err(PoolError::ImageMissing { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

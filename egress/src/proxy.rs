@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use base64::Engine;
 use secrecy::{ExposeSecret, SecretString};
+use tokio_util::sync::CancellationToken;
 use zeroize::Zeroizing;
 
 use super::approval::EgressMode;
@@ -121,18 +122,30 @@ impl Intake {
         Self { capacity: Arc::new(Semaphore::new(max_connections)), counts: Arc::default() }
     }
 
-    /// Admits a connection from `source` under `permit`, or says which share it would pass.
+    /// Waits for a free place in the listener's capacity; `None` once the listener stops.
+    async fn place(&self, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+        tokio::select! {
+            permit = self.capacity.clone().acquire_owned() => permit.ok(),
+            () = stop.cancelled() => None,
+        }
+    }
+
+    /// Admits a connection from `source` under `permit`; `None` (said in the log) when it
+    /// would pass its source's or its room's share.
     fn admit(
         &self,
         permit: OwnedSemaphorePermit,
         source: IpAddr,
         shared: &Shared,
-    ) -> Result<Arc<ConnectionPermit>, String> {
+    ) -> Option<Arc<ConnectionPermit>> {
         let room = shared.attribution.lookup(source).and_then(|a| a.room);
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.admit(source, room.as_ref(), &shared.config)?;
+        if let Err(over) = counts.admit(source, room.as_ref(), &shared.config) {
+            tracing::warn!(%source, "egress: too many connections ({over}); refused");
+            return None;
+        }
         let counts = self.counts.clone();
-        Ok(Arc::new(ConnectionPermit { _permit: permit, source, room, counts }))
+        Some(Arc::new(ConnectionPermit { _permit: permit, source, room, counts }))
     }
 }
 
@@ -142,13 +155,7 @@ impl Intake {
 /// one container or one chat cannot starve the others.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
     loop {
-        let permit = tokio::select! {
-            permit = shared.intake.capacity.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => return,
-            },
-            () = shared.stop.cancelled() => return,
-        };
+        let Some(permit) = shared.intake.place(&shared.stop).await else { return };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = shared.stop.cancelled() => return,
@@ -166,13 +173,10 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         // on the peer's delayed ACK (tens of ms per SSE event).
         let _ = stream.set_nodelay(true);
         let source = peer.ip().to_canonical();
-        match shared.intake.admit(permit, source, &shared) {
-            Ok(permit) => {
-                let caller = Caller::Peer(peer);
-                shared.tracker.spawn(connection(stream, caller, Some(permit), shared.clone()));
-            }
-            // Dropping the stream closes it.
-            Err(over) => tracing::warn!(%source, "egress: too many connections ({over}); refused"),
+        // Refused: dropping the stream closes it.
+        if let Some(permit) = shared.intake.admit(permit, source, &shared) {
+            let caller = Caller::Peer(peer);
+            shared.tracker.spawn(connection(stream, caller, Some(permit), shared.clone()));
         }
     }
 }
@@ -183,17 +187,10 @@ pub(crate) async fn serve_tunnelled<S>(stream: S, peer: SocketAddr, shared: Arc<
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let permit = tokio::select! {
-        permit = shared.intake.capacity.clone().acquire_owned() => match permit {
-            Ok(permit) => permit,
-            Err(_) => return,
-        },
-        () = shared.stop.cancelled() => return,
-    };
+    let Some(permit) = shared.intake.place(&shared.stop).await else { return };
     let source = peer.ip().to_canonical();
-    match shared.intake.admit(permit, source, &shared) {
-        Ok(permit) => connection(stream, Caller::Peer(peer), Some(permit), shared).await,
-        Err(over) => tracing::warn!(%source, "egress: too many connections ({over}); refused"),
+    if let Some(permit) = shared.intake.admit(permit, source, &shared) {
+        connection(stream, Caller::Peer(peer), Some(permit), shared).await;
     }
 }
 

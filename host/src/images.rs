@@ -4,6 +4,8 @@
 //! beside the daemon). Which images, and the copy itself: `nexbot_docker::sync_image`.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use nexbot_docker::{Docker, ImageSync};
 
@@ -50,38 +52,29 @@ pub fn needed(config: &Config) -> Vec<String> {
     images
 }
 
+/// What hears about each image as it is copied.
+pub type Report = Arc<dyn Fn(Copying) + Send + Sync>;
+
 /// Copies each of `images` from this machine's engine to `remote` where it is missing or
 /// differs (by id), telling `report` as it goes. Fails only when there is no local engine.
 pub async fn copy_from_local(
     remote: &Docker,
     images: &[String],
-    report: &(dyn Fn(Copying) + Send + Sync),
+    report: Report,
 ) -> Result<(), String> {
     let local = nexbot_docker::connect(&nexbot_docker::SandboxConfig::default())
         .await
         .map_err(|e| format!("no local engine to copy images from ({e})"))?;
     for image in images {
-        let (name, mut told) = (image.clone(), 0);
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (name, told_to, mut told) = (image.clone(), report.clone(), 0);
         let progress = move |sent: u64, total: u64| {
             let percent = (sent * 100).checked_div(total).unwrap_or(0).min(100);
             if percent >= told + 25 {
                 told = percent - percent % 25;
-                let _ = tx.send(Copying::Percent { image: name.clone(), percent: told });
+                told_to(Copying::Percent { image: name.clone(), percent: told });
             }
         };
-        let copy = nexbot_docker::sync_image(&local, remote, image, progress);
-        tokio::pin!(copy);
-        let done = loop {
-            tokio::select! {
-                done = &mut copy => break done,
-                Some(event) = rx.recv() => report(event),
-            }
-        };
-        while let Ok(event) = rx.try_recv() {
-            report(event);
-        }
-        report(match done {
+        report(match nexbot_docker::sync_image(&local, remote, image, progress).await {
             Ok(ImageSync::Same { id }) => Copying::Same { image: image.clone(), id },
             Ok(ImageSync::Copied { id, bytes }) => {
                 Copying::Copied { image: image.clone(), id, bytes }
@@ -110,17 +103,15 @@ pub async fn push(config: &Config, file: Option<&Path>) -> anyhow::Result<()> {
         println!("sandbox.engine is this machine's: its images are already where they run");
         return Ok(());
     }
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let report = |event: Copying| {
-        failed.fetch_or(
-            matches!(event, Copying::Failed { .. }),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    let failed = Arc::new(AtomicBool::new(false));
+    let seen = failed.clone();
+    let report: Report = Arc::new(move |event: Copying| {
+        seen.fetch_or(matches!(event, Copying::Failed { .. }), Ordering::Relaxed);
         println!("{}", event.line());
-    };
-    copy_from_local(&engine, &needed(config), &report).await.map_err(anyhow::Error::msg)?;
+    });
+    copy_from_local(&engine, &needed(config), report).await.map_err(anyhow::Error::msg)?;
     anyhow::ensure!(
-        !failed.load(std::sync::atomic::Ordering::Relaxed),
+        !failed.load(Ordering::Relaxed),
         "some images were not copied (above); `make image` builds them here"
     );
     Ok(())

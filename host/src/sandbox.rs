@@ -58,7 +58,9 @@ fn egress_config(config: &Config, remote: bool) -> egress::EgressConfig {
 /// pool's own check says what is missing.
 async fn remote_images(config: &Config, remote: &nexbot_docker::Docker, place: &str) {
     use crate::images::Copying;
-    let report = |event: Copying| match event {
+    let engine = place.to_owned();
+    let place = engine.clone();
+    let report = Arc::new(move |event: Copying| match event {
         Copying::Percent { image, percent } => {
             tracing::info!(%image, "copying to the remote engine: {percent} %")
         }
@@ -71,10 +73,10 @@ async fn remote_images(config: &Config, remote: &nexbot_docker::Docker, place: &
         Copying::Failed { image, error } => {
             tracing::warn!(%image, engine = %place, "cannot copy the image: {error}")
         }
-    };
+    });
     let images = crate::images::needed(config);
-    if let Err(e) = crate::images::copy_from_local(remote, &images, &report).await {
-        tracing::info!(engine = %place, "{e}");
+    if let Err(e) = crate::images::copy_from_local(remote, &images, report).await {
+        tracing::info!(%engine, "{e}");
     }
 }
 
@@ -299,6 +301,8 @@ pub struct Sandbox {
     node: Option<RemoteNode>,
     /// The pool as the listener's attribution: the listener holds it only weakly.
     _attribution: Arc<dyn Attribution>,
+    /// The engine's round-trip pings ([`nexbot_docker::EngineReach::watch`]), ended at shutdown.
+    reach_watch: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -362,7 +366,6 @@ impl Sandbox {
         let pool = match Pool::start(docker, pool_config).await {
             Ok(pool) => {
                 pool.set_reach(reach.clone());
-                reach.watch(engine.clone(), ENGINE_WATCH);
                 Arc::new(pool)
             }
             Err(e) => {
@@ -404,6 +407,7 @@ impl Sandbox {
             Some(rooms),
         )
         .await;
+        let reach_watch = reach.watch(engine.clone(), ENGINE_WATCH);
         Ok(Self {
             pool,
             docker: engine,
@@ -413,6 +417,7 @@ impl Sandbox {
             mcp,
             node,
             _attribution: attribution,
+            reach_watch,
         })
     }
 
@@ -471,6 +476,7 @@ impl Sandbox {
     /// Drains the pool (running tasks finish, still served by the proxy and relay), revokes
     /// every token left, then stops the listener and removes its firewall rules.
     pub async fn shutdown(self) {
+        self.reach_watch.abort();
         self.mcp.shutdown().await;
         if let Err(e) = self.pool.shutdown().await {
             tracing::warn!(error = %e, "pool shutdown was not clean");
