@@ -89,6 +89,23 @@ if docker/register-runsc.sh --check; then
   gvisor_host_pid=$!
 fi
 run "${docker_suite% *}" "${docker_suite#* }"
+# The remote leg: the pool's rooms, clean-room and isolation suites again, the same test code,
+# with every pool on an engine on "another machine" (a `dockerd` in a network namespace,
+# mutual TLS: NEXBOT_TEST_ENGINE=remote, tests/src/remote.rs), beside the gVisor leg (its
+# own engine). Left out: the one test there that runs its container with the local CLI.
+remote=
+if [ "$(id -u)" = 0 ]; then
+  echo "     Running ${docker_suite#* } against a remote engine (the remote leg, beside the next)"
+  (cd "${docker_suite% *}" && NEXBOT_TEST_ENGINE=remote "${docker_suite#* }" \
+    pool_rooms:: pool_clean_room:: pool_clean_room_attacks:: pool_isolation::pool_containers \
+    --skip docker_stop_still < /dev/null) > "$work/remote.log" 2>&1 &
+  remote=$!
+elif [ "${CI:-}" = true ]; then
+  echo "run-suites: the remote leg makes a network namespace, which needs root" >&2
+  failed="$failed remote-leg"
+else
+  echo "!!! SKIPPED the remote leg: making a network namespace needs root !!!"
+fi
 if [ -n "$gvisor" ]; then
   echo "     Running ${docker_suite#* } under runsc (the gVisor leg)"
   (cd "${docker_suite% *}" && NEXBOT_TEST_RUNTIME=runsc "${docker_suite#* }" \
@@ -105,6 +122,10 @@ elif [ "${CI:-}" = true ]; then
   failed="$failed gvisor-leg"
 else
   echo "!!! SKIPPED the gVisor leg: the engine has no runsc (apt-get install runsc; docker/register-runsc.sh) !!!"
+fi
+if [ -n "$remote" ]; then
+  wait "$remote" || failed="$failed remote-leg"
+  cat "$work/remote.log"
 fi
 # The pool bench's short form (tests/benches/pool.rs, NEXBOT_BENCH_SHORT): the warm path
 # against the floor of the same run, printed (the figures of a debug build on a busy machine:

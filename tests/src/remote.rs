@@ -159,6 +159,42 @@ impl RemoteHost {
         format!("tcp://{}:{}", self.address, self.port)
     }
 
+    /// The daemon's `[sandbox]` for this engine, presenting `client` and trusting `ca`.
+    pub fn sandbox_with(&self, client: &TlsFiles, ca: &Path) -> nexbot_docker::SandboxConfig {
+        nexbot_docker::SandboxConfig {
+            engine: Some(self.url()),
+            tls_ca: Some(ca.to_owned()),
+            tls_cert: Some(client.cert.clone()),
+            tls_key: Some(client.key.clone()),
+            ..nexbot_docker::SandboxConfig::default()
+        }
+    }
+
+    /// The daemon's `[sandbox]` for this engine, with the client pair it trusts.
+    pub fn sandbox(&self) -> nexbot_docker::SandboxConfig {
+        self.sandbox_with(&self.client, &self.client.ca)
+    }
+
+    /// A listener on `addr` inside the remote host's network namespace: a server "on that
+    /// machine" (its pool network's gateway is an address only there), served by this
+    /// process. The socket stays in the namespace it was made in; only the short-lived
+    /// thread that makes it enters it.
+    pub fn listen(&self, addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+        let namespace = PathBuf::from("/run/netns").join(&self.namespace);
+        std::thread::spawn(move || {
+            let fd = std::fs::File::open(&namespace)?;
+            rustix::thread::move_into_link_name_space(
+                std::os::fd::AsFd::as_fd(&fd),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
+            let listener = std::net::TcpListener::bind(addr)?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        })
+        .join()
+        .expect("the thread that binds in the remote host's namespace")
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.join("docker.sock")
     }
@@ -272,6 +308,62 @@ exec dockerd "$@""#;
             key: self.dir.join("server-key.pem"),
         };
         self.boot(&server);
+    }
+}
+
+/// The variable that runs pool tests against a remote engine: `remote` (CI's remote leg,
+/// `tests/run-suites.sh`) puts every pool `pool_common::setup` makes on [`shared`]'s engine.
+pub const TEST_ENGINE_ENV: &str = "NEXBOT_TEST_ENGINE";
+
+/// Whether [`TEST_ENGINE_ENV`] says `remote`. Any other value is refused: a typo must not
+/// quietly test the local engine instead.
+pub fn remote_leg() -> bool {
+    match std::env::var(TEST_ENGINE_ENV).as_deref() {
+        Ok("remote") => true,
+        Ok("") | Ok("local") | Err(_) => false,
+        Ok(other) => panic!("{TEST_ENGINE_ENV}={other:?}: say `remote` or leave it unset"),
+    }
+}
+
+/// The remote host of this test process's remote leg: started on first use, one for every
+/// test of the process (each would otherwise pay an engine's start), and stopped, its
+/// namespace and folder removed, by a watcher once the process has ended (a `static` is
+/// never dropped).
+pub fn shared() -> &'static RemoteHost {
+    static SHARED: std::sync::OnceLock<RemoteHost> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let host = RemoteHost::start();
+        host.remove_at_exit();
+        host
+    })
+}
+
+impl RemoteHost {
+    /// A watcher, detached into its own process group, that waits for this process to end,
+    /// then stops the engine (its containers with it), deletes the namespace and the folder:
+    /// what `Drop` does for a host that is dropped.
+    fn remove_at_exit(&self) {
+        use std::os::unix::process::CommandExt;
+        const SCRIPT: &str = r#"
+while kill -0 "$1" 2>/dev/null; do sleep 1; done
+docker -H "unix://$2/docker.sock" ps -aq | xargs -r docker -H "unix://$2/docker.sock" rm -f >/dev/null 2>&1
+pid=$(cat "$2/docker.pid" 2>/dev/null) && kill -TERM "$pid" 2>/dev/null
+for try in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+ip netns del "$3" 2>/dev/null
+rm -rf "$2"
+"#;
+        let spawned = Command::new("sh")
+            .args(["-c", SCRIPT, "nxr-watcher", &std::process::id().to_string()])
+            .arg(&self.dir)
+            .arg(&self.namespace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        if let Err(e) = spawned {
+            eprintln!("cannot start the watcher that removes {} at exit: {e}", self.dir.display());
+        }
     }
 }
 

@@ -238,6 +238,12 @@ impl ScriptedLlm {
     /// Starts on `bind` (port 0 for a random port): use a Docker network's gateway address or
     /// `0.0.0.0` when containers must reach it.
     pub async fn start_on(bind: SocketAddr, steps: Vec<Step>) -> Self {
+        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind scripted LLM");
+        Self::start_listening(listener, steps)
+    }
+
+    /// Starts on a listener the caller made (one inside another network namespace, say).
+    pub fn start_listening(listener: tokio::net::TcpListener, steps: Vec<Step>) -> Self {
         let shared = Arc::new(Shared {
             queue: Mutex::new(steps.into()),
             transcriptions: Mutex::new(VecDeque::new()),
@@ -255,7 +261,6 @@ impl ScriptedLlm {
             .route("/v1/models", get(models))
             .route("/models", get(models))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind(bind).await.expect("bind scripted LLM");
         let addr = listener.local_addr().expect("local addr");
         let stop = CancellationToken::new();
         let stopped = stop.clone();

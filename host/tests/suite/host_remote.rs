@@ -5,7 +5,7 @@
 //! hardening, its firewall), a delegated task reaching the model only through it, the node
 //! killed and started again, the remote engine restarted; the operator's commands and an MCP
 //! server there; the planted key hunted there; nothing left behind on either engine after a
-//! stop.
+//! stop; a task's fetch there held until the owner answers in Telegram.
 
 use crate::common;
 
@@ -64,14 +64,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     common::telegram_env(&mut env, &tg, OWNER);
     env.retain(|(name, _)| name != "NEXBOT_LLM_API_KEY");
     env.push(("NEXBOT_LLM_API_KEY".to_owned(), KEY.to_owned()));
-    for (name, value) in [
-        ("NEXBOT_SANDBOX__ENGINE", remote.url()),
-        ("NEXBOT_SANDBOX__TLS_CA", remote.client.ca.display().to_string()),
-        ("NEXBOT_SANDBOX__TLS_CERT", remote.client.cert.display().to_string()),
-        ("NEXBOT_SANDBOX__TLS_KEY", remote.client.key.display().to_string()),
-    ] {
-        env.push((name.to_owned(), value));
-    }
+    env.extend(remote_env(&remote));
     // `doctor` reaches the engine over TLS, names it, and says how the pool there gets out.
     let doctor = common::nexbot(&["doctor"], &ws.config(), &env).output().await.unwrap();
     let said = common::text(&doctor.stdout);
@@ -197,6 +190,71 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let networks =
         remote.docker(&["network", "ls", "-q", "--filter", &format!("name={}", names.network)]);
     assert_eq!(networks.as_deref(), Some(""), "the pool network stays on the remote engine");
+}
+
+/// The daemon's `[sandbox]` settings for `remote`: its address and the TLS files.
+fn remote_env(remote: &RemoteHost) -> Vec<(String, String)> {
+    let path = |p: &std::path::Path| p.display().to_string();
+    [
+        ("NEXBOT_SANDBOX__ENGINE", remote.url()),
+        ("NEXBOT_SANDBOX__TLS_CA", path(&remote.client.ca)),
+        ("NEXBOT_SANDBOX__TLS_CERT", path(&remote.client.cert)),
+        ("NEXBOT_SANDBOX__TLS_KEY", path(&remote.client.key)),
+    ]
+    .map(|(name, value)| (name.to_owned(), value))
+    .to_vec()
+}
+
+/// `egress.mode = "ask"` with the pool on the remote engine: a task's fetch there is held
+/// (nothing reaches the server) while the owner is asked in the emulated Telegram; a Deny
+/// keeps it in, an Allow once lets exactly that request out, through the node.
+#[tokio::test]
+async fn a_remote_tasks_fetch_is_held_until_the_owner_answers_in_telegram() {
+    use crate::host_approvals::{ask_env, fetching_model, press, results_when, wait_question};
+    use crate::telegram::{has_text, OWNER as ASKED};
+    let Some(_) = nexbot_tests::docker_or_skip("host_remote_ask").await else { return };
+    let remote = RemoteHost::start();
+    let tg = TelegramFixture::start().await;
+    let host = crate::host_approvals::host();
+    let (denied, denied_seen) = crate::egress_support::http_server_at(host).await;
+    let (allowed, allowed_seen) = crate::egress_support::http_server_at(host).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let urls = [denied, allowed].map(|s| format!("http://{s}/hello")).to_vec();
+    let results = fetching_model(&llm, "collect two pages", urls);
+    let ws = TempWorkspace::init("remote-ask");
+    let names = Leftovers::new("remask");
+    let mut env = ask_env(&llm, &tg, &names, &[denied, allowed]);
+    env.extend(remote_env(&remote));
+    let serving = Serving::start(&ws.config(), &env, LIMIT).await;
+    serving.wait_log("the Telegram channel is on", LIMIT).await;
+    tg.user_says(ASKED, ASKED, "collect them").await;
+
+    let first = wait_question(&tg, ASKED, 0).await;
+    assert!(first.text.contains(&denied.to_string()), "{}", first.text);
+    assert!(denied_seen.lock().unwrap().is_empty(), "held: nothing reached the server yet");
+    tg.user_clicks(ASKED, ASKED, first.message_id, &press(&first, "Deny")).await;
+    let second = wait_question(&tg, ASKED, 1).await;
+    assert!(second.text.contains(&allowed.to_string()), "{}", second.text);
+    assert!(allowed_seen.lock().unwrap().is_empty(), "held: nothing reached the server yet");
+    tg.user_clicks(ASKED, ASKED, second.message_id, &press(&second, "Allow once")).await;
+
+    let got = results_when(&results, 2).await;
+    let said: Vec<String> = got.iter().map(serde_json::Value::to_string).collect();
+    assert!(said[0].contains("denied by the user"), "the task reads why: {}", said[0]);
+    assert!(said[1].contains("hello from the allowed server"), "{}", said[1]);
+    assert!(denied_seen.lock().unwrap().is_empty(), "the denied request never left");
+    assert_eq!(allowed_seen.lock().unwrap().len(), 1, "exactly the allowed request left");
+    tg.wait_bot_messages(ASKED, |m| has_text(m, "done with the task"), LIMIT).await;
+    // It ran there, and got out through the node.
+    let log = serving.log();
+    assert!(log.contains("egress node started"), "{log}");
+    let label = format!("label=nexbot.pool={}", names.pool);
+    let there = remote.docker(&["ps", "-q", "--filter", &label]).unwrap_or_default();
+    assert!(!there.trim().is_empty(), "the pool is on the remote engine");
+    let here = common::docker_cli(&["ps", "-aq", "--filter", &label]);
+    assert!(here.is_empty(), "the pool made containers here: {here}");
+    let log = serving.stop(LIMIT).await;
+    assert!(!log.contains("panicked"), "{log}");
 }
 
 /// The node: on that machine's network, root with NET_ADMIN and NET_RAW only, read-only.

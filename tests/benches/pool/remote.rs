@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
-use nexbot_docker::{Pool, PoolConfig, Room, SandboxConfig};
+use nexbot_docker::{Pool, PoolConfig, Room};
 use nexbot_protocol::{Request, ResponseBody};
 use nexbot_tests::bench::{ms, number, record, Figure, Stats};
 use nexbot_tests::remote::RemoteHost;
@@ -44,14 +44,7 @@ pub async fn run(local: &Docker, config: &PoolConfig) -> Option<RemoteRun> {
         return None;
     }
     let host = RemoteHost::start();
-    let sandbox = SandboxConfig {
-        engine: Some(host.url()),
-        tls_ca: Some(host.client.ca.clone()),
-        tls_cert: Some(host.client.cert.clone()),
-        tls_key: Some(host.client.key.clone()),
-        ..SandboxConfig::default()
-    };
-    let remote = nexbot_docker::connect(&sandbox).await.expect("the remote engine answers");
+    let remote = nexbot_docker::connect(&host.sandbox()).await.expect("the remote engine answers");
     let started = Instant::now();
     let copied = nexbot_docker::sync_image(local, &remote, &config.image, |_, _| {})
         .await

@@ -21,7 +21,6 @@ use nexbot_protocol::SecretMap;
 use pool_common::{llm_on, setup};
 use secrecy::SecretString;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpListener;
 
 /// The attacker's helper, in C (`pool_clean_room_implant.c`): see its header for its modes.
 const HELPER_SOURCE: &str = include_str!("pool_clean_room_implant.c");
@@ -105,7 +104,7 @@ impl Received {
 /// A TCP server on the pool network's gateway (where containers reach the host) that keeps
 /// what each connection sends: the implant's reports.
 async fn echo_server(gateway: IpAddr) -> (SocketAddr, Received) {
-    let listener = TcpListener::bind(SocketAddr::new(gateway, 0)).await.expect("bind on gateway");
+    let listener = pool_common::listen_beside_the_pool(SocketAddr::new(gateway, 0));
     let addr = listener.local_addr().unwrap();
     let received = Received::default();
     let keep = received.clone();
@@ -127,6 +126,10 @@ async fn one_container_pool(test: &str, image: Option<String>) -> Option<(Pool, 
     let (docker, mut config) = setup(test).await?;
     config.size = 1;
     if let Some(image) = image {
+        if nexbot_tests::remote::remote_leg() {
+            let local = nexbot_tests::docker_or_skip(test).await?;
+            pool_common::on_the_remote_host(&local, &image).await;
+        }
         config.image = image;
     }
     let pool = Pool::start(docker, config.clone()).await.expect("pool starts");

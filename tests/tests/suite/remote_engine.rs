@@ -8,30 +8,19 @@ use crate::pool_common;
 
 use std::time::Duration;
 
-use nexbot_docker::{sync_image, ImageSync, Pool, SandboxConfig, SlotState};
+use nexbot_docker::{sync_image, ImageSync, Pool, SlotState};
 use nexbot_protocol::ResponseBody;
-use nexbot_tests::remote::{RemoteHost, TlsFiles};
+use nexbot_tests::remote::RemoteHost;
 use pool_common::{containers_of, eventually, setup};
 use tokio_util::sync::CancellationToken;
-
-fn sandbox(engine: &RemoteHost, tls: &TlsFiles, ca: &std::path::Path) -> SandboxConfig {
-    SandboxConfig {
-        engine: Some(engine.url()),
-        tls_ca: Some(ca.to_owned()),
-        tls_cert: Some(tls.cert.clone()),
-        tls_key: Some(tls.key.clone()),
-        ..SandboxConfig::default()
-    }
-}
 
 #[tokio::test]
 async fn a_pool_runs_on_a_remote_engine_over_mutual_tls_and_nothing_of_it_runs_here() {
     let Some((local, mut config)) = setup("remote").await else { return };
     let remote = RemoteHost::start();
-    let (docker, reach) =
-        nexbot_docker::connect_reach(&sandbox(&remote, &remote.client, &remote.client.ca))
-            .await
-            .expect("the remote engine answers over mutual TLS");
+    let (docker, reach) = nexbot_docker::connect_reach(&remote.sandbox())
+        .await
+        .expect("the remote engine answers over mutual TLS");
     assert!(reach.remote());
     let line = reach.line();
     assert!(line.starts_with(&remote.url()), "{line}");
@@ -136,26 +125,26 @@ async fn a_wrong_certificate_on_either_side_is_refused() {
     }
     let remote = RemoteHost::start();
     // A client the engine's CA never signed: the engine ends the handshake.
-    let err = nexbot_docker::connect(&sandbox(&remote, &remote.stranger, &remote.client.ca))
+    let err = nexbot_docker::connect(&remote.sandbox_with(&remote.stranger, &remote.client.ca))
         .await
         .expect_err("a stranger's certificate is refused");
     eprintln!("a stranger client: {err}");
     assert!(err.to_string().contains(&remote.url()), "{err}");
     assert!(err.to_string().contains("BadCertificate"), "the engine's alert: {err}");
     // An engine whose certificate the daemon's CA did not sign: the daemon ends it.
-    let err = nexbot_docker::connect(&sandbox(&remote, &remote.client, &remote.stranger.ca))
+    let err = nexbot_docker::connect(&remote.sandbox_with(&remote.client, &remote.stranger.ca))
         .await
         .expect_err("an engine of another CA is refused");
     let text = format!("{err:?}");
     eprintln!("an engine of another CA: {err}");
     assert!(text.contains("invalid peer certificate: UnknownIssuer"), "{text}");
     // Files that are not there: said with the setting's name.
-    let mut missing = sandbox(&remote, &remote.client, &remote.client.ca);
+    let mut missing = remote.sandbox();
     missing.tls_key = Some("/nonexistent/key.pem".into());
     let err = nexbot_docker::connect(&missing).await.expect_err("no key");
     assert!(err.to_string().contains("sandbox.tls_key /nonexistent/key.pem"), "{err}");
     // The right pair still works.
-    nexbot_docker::connect(&sandbox(&remote, &remote.client, &remote.client.ca))
+    nexbot_docker::connect(&remote.sandbox())
         .await
         .expect("the daemon's own certificate is accepted");
 }
@@ -164,7 +153,7 @@ async fn a_wrong_certificate_on_either_side_is_refused() {
 async fn a_cut_link_ends_the_task_in_time_and_the_pool_comes_back_when_it_returns() {
     let Some((local, mut config)) = setup("remote-cut").await else { return };
     let remote = RemoteHost::start();
-    let engine = sandbox(&remote, &remote.client, &remote.client.ca);
+    let engine = remote.sandbox();
     let docker = nexbot_docker::connect(&engine).await.expect("the remote engine");
     sync_image(&local, &docker, &config.image, |_, _| {}).await.expect("the image");
     config.size = 1;

@@ -77,15 +77,23 @@ done
 
 /// The engine and a config for a pool named after `test`, or `None` (outside CI) when
 /// Docker is missing. The image must exist: `make test` builds it first.
+///
+/// In the remote leg ([`nexbot_tests::remote::remote_leg`]) the engine returned is the
+/// process's shared remote host's (over mutual TLS), with the image copied there by id: the
+/// same test code then runs its pools on "another machine".
 pub async fn setup(test: &str) -> Option<(Docker, PoolConfig)> {
-    let docker = docker_or_skip(test).await?;
+    let local = docker_or_skip(test).await?;
     let image = image();
-    if docker.inspect_image(&image).await.is_err() {
+    if local.inspect_image(&image).await.is_err() {
         panic!(
             "{test}: image {image} is missing; build it with `make image` (`make test` does), \
              or `make subagent-image IMAGE={image}` for a NEXBOT_TEST_IMAGE of your own"
         );
     }
+    let docker = match nexbot_tests::remote::remote_leg() {
+        true => on_the_remote_host(&local, &image).await,
+        false => local,
+    };
     reap_dead_runs(&docker, test).await;
     let config = PoolConfig {
         name: format!("nxp-{test}-{}", std::process::id()),
@@ -213,8 +221,8 @@ pub async fn llm_on(
     gateway: std::net::IpAddr,
     steps: Vec<nexbot_tests::scripted_llm::Step>,
 ) -> nexbot_tests::scripted_llm::ScriptedLlm {
-    nexbot_tests::scripted_llm::ScriptedLlm::start_on(std::net::SocketAddr::new(gateway, 0), steps)
-        .await
+    let listener = listen_beside_the_pool(std::net::SocketAddr::new(gateway, 0));
+    nexbot_tests::scripted_llm::ScriptedLlm::start_listening(listener, steps)
 }
 
 /// Removes containers and networks by name or id when dropped, so that a failing test leaves
@@ -248,6 +256,30 @@ pub fn tool_results(body: &serde_json::Value) -> Vec<String> {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
         .collect()
+}
+
+/// The shared remote host's engine ([`nexbot_tests::remote::shared`]), with `image` there.
+pub async fn on_the_remote_host(local: &Docker, image: &str) -> Docker {
+    let remote = nexbot_tests::remote::shared();
+    let docker = nexbot_docker::connect(&remote.sandbox()).await.expect("the remote engine");
+    nexbot_docker::sync_image(local, &docker, image, |_, _| {})
+        .await
+        .unwrap_or_else(|e| panic!("copying {image} to the remote engine: {e}"));
+    docker
+}
+
+/// A listener on `addr` where the pool's containers are: here, or inside the remote host's
+/// namespace in the remote leg (the pool network's gateway is an address of that machine).
+pub fn listen_beside_the_pool(addr: std::net::SocketAddr) -> tokio::net::TcpListener {
+    let listener = match nexbot_tests::remote::remote_leg() {
+        true => nexbot_tests::remote::shared().listen(addr),
+        false => std::net::TcpListener::bind(addr).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        }),
+    };
+    let listener = listener.unwrap_or_else(|e| panic!("listening on {addr}: {e}"));
+    tokio::net::TcpListener::from_std(listener).expect("a tokio listener")
 }
 
 /// A `success`'s result text; any other answer fails the test, naming it.
