@@ -2,8 +2,9 @@
 //! mutual TLS: `nexbot_tests::remote`), beside the local engine in the same run, measured the
 //! same way on both: the image copied by id, a pool of 4 ready from cold (network absent),
 //! warm ping, the dispatch path (an `execute` refused at once: a remote pool has no LLM to
-//! reach yet) and a new chat's first task on a blank. Not measured: an egress request through
-//! the node and an approval's press to first byte (no egress node yet: docs/remote.md).
+//! reach yet) and a new chat's first task on a blank. An egress request through the node
+//! and an approval's press to first byte need the daemon (the node is its part): measured
+//! beside the local engine's in `host/benches/approvals.rs`.
 
 use std::time::{Duration, Instant};
 
