@@ -47,6 +47,9 @@ pub struct PoolConfig {
     /// Host directory with skills, mounted read-only at
     /// [`SKILLS_DIR`](crate::spec::SKILLS_DIR); none when unset.
     pub skills_dir: Option<PathBuf>,
+    /// A volume mounted read-only at [`SKILLS_DIR`](crate::spec::SKILLS_DIR) instead: a remote
+    /// engine's copy of the skills folder ([`skills_volume`](crate::skills_volume)).
+    pub skills_volume: Option<String>,
     /// OCI runtime name (e.g. `runsc`); the engine's default when unset.
     pub runtime: Option<String>,
     /// Extra, NON-secret environment for every container (e.g. `HTTP_PROXY`, `NO_PROXY` set by
@@ -107,6 +110,7 @@ impl Default for PoolConfig {
             tmp_size_bytes: 16 * 1024 * 1024,
             scratch_size_bytes: 64 * 1024 * 1024,
             skills_dir: None,
+            skills_volume: None,
             runtime: None,
             env: BTreeMap::new(),
             log_max_size: "1m".into(),
@@ -423,6 +427,15 @@ impl PoolConfig {
                 return bad("skills_dir", "the Docker socket is never mounted".into());
             }
         }
+        if let Some(volume) = &self.skills_volume {
+            if self.skills_dir.is_some() {
+                return bad("skills_volume", "the skills come from skills_dir or a volume".into());
+            }
+            let named = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
+            if volume.is_empty() || !volume.chars().all(named) {
+                return bad("skills_volume", format!("{volume:?} is not a volume's name"));
+            }
+        }
         for (name, value) in &self.env {
             if let Err(why) = check_env(name, value) {
                 return bad(&format!("env.{name}"), why.to_string());
@@ -579,6 +592,18 @@ mod tests {
             (PoolConfig { memory_bytes: 1024, ..Default::default() }, "memory_bytes"),
             (PoolConfig { ping_timeout_ms: 0, ..Default::default() }, "ping_timeout_ms"),
             (PoolConfig { skills_dir: Some("rel".into()), ..Default::default() }, "skills_dir"),
+            (
+                PoolConfig { skills_volume: Some("/etc:/x".into()), ..Default::default() },
+                "skills_volume",
+            ),
+            (
+                PoolConfig {
+                    skills_dir: Some("/srv/skills".into()),
+                    skills_volume: Some("p-skills".into()),
+                    ..Default::default()
+                },
+                "skills_volume",
+            ),
             (
                 PoolConfig {
                     skills_dir: Some("/var/run/docker.sock".into()),

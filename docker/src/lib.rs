@@ -130,6 +130,7 @@ mod restart;
 mod room;
 pub mod runtime;
 mod service;
+mod skills_copy;
 mod slot;
 pub mod spec;
 mod stats;
@@ -163,5 +164,6 @@ pub use runtime::{probe, resolve_runtime, runtime_fix, OciRuntime, Probe};
 pub use service::{
     check_mount_target, Service, ServiceIo, ServiceMount, ServiceSpec, LABEL_SERVICE,
 };
+pub use skills_copy::{fill_skills_volume, pack_folder, remove_skills_volume, skills_volume};
 pub use slot::{count_by_state, ContainerSnapshot, SlotState};
 pub use stats::{PoolStats, RoomCounts, SlotBackoff, TaskCounts};

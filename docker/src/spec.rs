@@ -98,8 +98,11 @@ pub fn container_spec(
             ),
         ),
     ]);
-    let binds =
-        config.skills_dir.as_ref().map(|dir| vec![format!("{}:{SKILLS_DIR}:ro", dir.display())]);
+    let skills = match (&config.skills_dir, &config.skills_volume) {
+        (Some(dir), _) => Some(dir.display().to_string()),
+        (None, volume) => volume.clone(),
+    };
+    let binds = skills.map(|from| vec![format!("{from}:{SKILLS_DIR}:ro")]);
     let log_config = HostConfigLogConfig {
         typ: Some("json-file".into()),
         config: Some(HashMap::from([
@@ -226,6 +229,9 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.binds, Some(vec![format!("/srv/skills:{SKILLS_DIR}:ro")]));
         assert_eq!(host.runtime.as_deref(), Some("runsc"));
+        let copy = PoolConfig { skills_volume: Some("p-skills".into()), ..PoolConfig::default() };
+        let binds = spec(&copy).host_config.unwrap().binds;
+        assert_eq!(binds, Some(vec![format!("p-skills:{SKILLS_DIR}:ro")]));
         // gVisor's kernel and its threads per process live in the cgroup too, whatever the
         // engine calls it; the name alone decides nothing.
         let gvisor = OciRuntime { name: "gvisor".into(), gvisor: true };

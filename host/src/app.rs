@@ -190,6 +190,12 @@ impl App {
         };
         let clis = clis_of(config, sandbox.as_ref(), delegation_off.as_deref(), caps.as_ref());
         if let Some(skills) = agent.skills().cloned() {
+            // A remote engine's copy of the folder follows the watcher's new sets.
+            if let Some(copy) = sandbox.as_ref().and_then(Sandbox::skills_copy) {
+                let stop = CancellationToken::new();
+                let task = tokio::spawn(copy.follow(skills.subscribe(), stop.clone()));
+                parts.push(Part { name: "skills copy", stage: Stage::Service, stop, task });
+            }
             parts.extend(start_skills(skills, &store, caps).await);
         }
         let router = Arc::new(Router::new().with_exits(exits.clone()));

@@ -51,6 +51,7 @@ pub mod instance;
 pub mod interrupted;
 pub mod memory;
 pub mod pool_runner;
+pub mod remote_skills;
 pub mod runtime;
 pub mod sandbox;
 pub mod status;

@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::egress_node::RemoteNode;
 use crate::pool_runner::{pool_config, PoolRunner};
+use crate::remote_skills::SkillsCopy;
 
 /// How long the start waits for a remote engine's egress node to come up.
 const NODE_START: Duration = Duration::from_secs(20);
@@ -303,6 +304,8 @@ pub struct Sandbox {
     _attribution: Arc<dyn Attribution>,
     /// The engine's round-trip pings ([`nexbot_docker::EngineReach::watch`]), ended at shutdown.
     reach_watch: tokio::task::JoinHandle<()>,
+    /// A remote engine's copy of the skills folder (`None`: a local engine mounts the folder).
+    skills_copy: Option<Arc<SkillsCopy>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -358,9 +361,14 @@ impl Sandbox {
         });
         let mut pool_config = pool_config(config);
         pool_config.env.extend(egress.container_env());
-        if let Some(place) = &remote {
-            tracing::warn!(engine = %place, "the skills folder is not mounted on a remote engine");
+        // A remote engine cannot mount this machine's folder: it gets a copy in a volume.
+        let mut skills_copy = None;
+        if let (Some(_), Some(dir)) = (&remote, config.skills_dir()) {
             pool_config.skills_dir = None;
+            let copy = SkillsCopy::new(&pool_config, &docker, dir);
+            pool_config.skills_volume = Some(copy.volume().to_owned());
+            copy.refresh_logged().await;
+            skills_copy = Some(Arc::new(copy));
         }
         let engine = docker.clone();
         let pool = match Pool::start(docker, pool_config).await {
@@ -418,6 +426,7 @@ impl Sandbox {
             node,
             _attribution: attribution,
             reach_watch,
+            skills_copy,
         })
     }
 
@@ -448,6 +457,11 @@ impl Sandbox {
     /// Each task's LLM access: relay tokens (or, opted in, the provider key).
     pub fn tokens(&self) -> Arc<dyn LlmAccess> {
         self.tokens.clone()
+    }
+
+    /// A remote engine's copy of the skills folder, to follow the folder's changes.
+    pub fn skills_copy(&self) -> Option<Arc<SkillsCopy>> {
+        self.skills_copy.clone()
     }
 
     pub fn pool(&self) -> &Arc<Pool> {
@@ -503,6 +517,9 @@ impl Sandbox {
         match nexbot_docker::remove_network(&self.docker, &self.network).await {
             Ok(()) => tracing::info!(network = %self.network, "pool network removed"),
             Err(e) => tracing::debug!(network = %self.network, error = %e, "pool network kept"),
+        }
+        if let Some(copy) = self.skills_copy {
+            copy.remove().await;
         }
     }
 }

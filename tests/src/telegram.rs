@@ -295,8 +295,12 @@ impl TelegramFixture {
         };
         let api_url = field("api_url");
         let emulator_url = field("emulator");
+        // Idle connections are dropped here long before the fixture's server closes them
+        // (its keep-alive: 30 s), so a request never goes out on a connection the server is
+        // closing at that moment ("error sending request", seen once in the soak).
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .expect("reqwest client");
         Self { child, _stdin: stdin, api_url, emulator_url, token: fresh_token(), http, stderr }
@@ -563,7 +567,7 @@ impl TelegramFixture {
 
     async fn control(&self, url: &str, request: reqwest::RequestBuilder) -> Value {
         let response = request.send().await.unwrap_or_else(|err| {
-            panic!("telegram fixture {url}: {err}; its stderr:\n{}", self.stderr())
+            panic!("telegram fixture {url}: {err} ({err:?}); its stderr:\n{}", self.stderr())
         });
         let status = response.status();
         let text = response.text().await.unwrap_or_default();

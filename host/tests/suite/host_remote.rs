@@ -65,6 +65,9 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     env.retain(|(name, _)| name != "NEXBOT_LLM_API_KEY");
     env.push(("NEXBOT_LLM_API_KEY".to_owned(), KEY.to_owned()));
     env.extend(remote_env(&remote));
+    let skills = ws.dir.join("skills");
+    crate::host_skills::skill(&skills, "alpha", "Alpha things", "# Alpha\nAlpha steps here.");
+    env.push(("NEXBOT_SKILLS__DIR".to_owned(), skills.display().to_string()));
     // `doctor` reaches the engine over TLS, names it, and says how the pool there gets out.
     let doctor = common::nexbot(&["doctor"], &ws.config(), &env).output().await.unwrap();
     let said = common::text(&doctor.stdout);
@@ -110,6 +113,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let here = common::docker_cli(&["ps", "-aq", "--filter", &format!("label={label}")]);
     assert!(here.is_empty(), "the pool made containers here: {here}");
     let _ = local;
+    skills_copied_there(&remote, &id, &skills, &serving).await;
 
     let node = format!("{}-egress-node", names.pool);
     node_is_hardened(&remote, &node);
@@ -190,6 +194,34 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     let networks =
         remote.docker(&["network", "ls", "-q", "--filter", &format!("name={}", names.network)]);
     assert_eq!(networks.as_deref(), Some(""), "the pool network stays on the remote engine");
+    let volumes = remote.docker(&["volume", "ls", "-q"]).unwrap_or_default();
+    assert!(volumes.trim().is_empty(), "volumes left on the remote engine: {volumes}");
+}
+
+/// The skills folder reaches container `id` on the remote engine as a read-only copy, and
+/// the copy follows the folder: a skill added appears there, a skill removed goes.
+async fn skills_copied_there(
+    remote: &RemoteHost,
+    id: &str,
+    skills: &std::path::Path,
+    serving: &Serving,
+) {
+    let read = |name: &str| {
+        remote.docker(&["exec", id, "cat", &format!("/workspace/skills/{name}/SKILL.md")])
+    };
+    let alpha = read("alpha").unwrap_or_default();
+    let listed = remote.docker(&["exec", id, "ls", "-lR", "/workspace/skills"]);
+    let log = serving.log();
+    assert!(alpha.contains("Alpha steps here."), "the skill there: {alpha:?} in {listed:?}\n{log}");
+    let planted = remote.docker(&["exec", id, "touch", "/workspace/skills/planted"]);
+    assert!(planted.is_none(), "a task cannot write the skills' copy");
+    crate::host_skills::skill(skills, "beta", "Beta things", "# Beta\nBeta steps here.");
+    std::fs::remove_dir_all(skills.join("alpha")).unwrap();
+    let start = std::time::Instant::now();
+    while !(read("beta").is_some_and(|b| b.contains("Beta steps")) && read("alpha").is_none()) {
+        assert!(start.elapsed() < LIMIT, "the copy did not follow the folder");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The daemon's `[sandbox]` settings for `remote`: its address and the TLS files.

@@ -20,7 +20,7 @@ use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-fn skill(dir: &Path, name: &str, description: &str, body: &str) {
+pub(crate) fn skill(dir: &Path, name: &str, description: &str, body: &str) {
     std::fs::create_dir_all(dir.join(name)).unwrap();
     let text = format!("---\nname: {name}\ndescription: \"{description}\"\n---\n{body}\n");
     std::fs::write(dir.join(name).join("SKILL.md"), text).unwrap();
