@@ -71,18 +71,6 @@ impl Place<'_> {
             Place::Remote(_) => "remote engine (TLS), its egress node",
         }
     }
-
-    /// The daemon's `[sandbox]` settings for this place.
-    fn env(&self) -> Vec<(&'static str, String)> {
-        let Place::Remote(host) = self else { return Vec::new() };
-        let path = |p: &std::path::Path| p.display().to_string();
-        vec![
-            ("NEXBOT_SANDBOX__ENGINE", host.url()),
-            ("NEXBOT_SANDBOX__TLS_CA", path(&host.client.ca)),
-            ("NEXBOT_SANDBOX__TLS_CERT", path(&host.client.cert)),
-            ("NEXBOT_SANDBOX__TLS_KEY", path(&host.client.key)),
-        ]
-    }
 }
 
 /// One leg's figures.
@@ -166,7 +154,7 @@ async fn leg(docker: &bollard::Docker, place: Place<'_>) -> Leg {
         (_, true) => Step::text("done"),
     });
     let workspace = Workspace::init(NEXBOT.as_str(), &format!("{run}-workspace"));
-    let mut env = vec![
+    let env = vec![
         ("NEXBOT_LLM__BASE_URL", llm.base_url()),
         ("NEXBOT_LLM__MODEL", "scripted".into()),
         ("NEXBOT_SUBAGENT__ENABLED", "true".into()),
@@ -183,8 +171,12 @@ async fn leg(docker: &bollard::Docker, place: Place<'_>) -> Leg {
         ("NEXBOT_TELEGRAM__API_URL", tg.api_url().to_owned()),
         ("NEXBOT_TELEGRAM__OWNER", OWNER.to_string()),
     ];
-    env.extend(place.env());
-    let daemon = Daemon::spawn(NEXBOT.as_str(), &workspace.config(), env);
+    let env = env.into_iter().map(|(name, value)| (name.to_owned(), value));
+    let remote = match place {
+        Place::Local => Vec::new(),
+        Place::Remote(host) => host.daemon_env(),
+    };
+    let daemon = Daemon::spawn(NEXBOT.as_str(), &workspace.config(), env.chain(remote));
     daemon.wait_log("the Telegram channel is on", LIMIT).await;
     println!(
         "Egress question answered in Telegram ({place}): {bin}, mode ask, pool of 2, \

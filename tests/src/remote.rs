@@ -170,6 +170,20 @@ impl RemoteHost {
         }
     }
 
+    /// The daemon's `[sandbox]` settings for this engine as its environment
+    /// (`NEXBOT_SANDBOX__ENGINE` and the three TLS files), for a `nexbot` the test starts.
+    pub fn daemon_env(&self) -> Vec<(String, String)> {
+        let path = |p: &Path| p.display().to_string();
+        [
+            ("NEXBOT_SANDBOX__ENGINE", self.url()),
+            ("NEXBOT_SANDBOX__TLS_CA", path(&self.client.ca)),
+            ("NEXBOT_SANDBOX__TLS_CERT", path(&self.client.cert)),
+            ("NEXBOT_SANDBOX__TLS_KEY", path(&self.client.key)),
+        ]
+        .map(|(name, value)| (name.to_owned(), value))
+        .to_vec()
+    }
+
     /// The daemon's `[sandbox]` for this engine, with the client pair it trusts.
     pub fn sandbox(&self) -> nexbot_docker::SandboxConfig {
         self.sandbox_with(&self.client, &self.client.ca)

@@ -64,7 +64,7 @@ async fn the_daemon_runs_its_pool_on_a_remote_engine_through_its_egress_node() {
     common::telegram_env(&mut env, &tg, OWNER);
     env.retain(|(name, _)| name != "NEXBOT_LLM_API_KEY");
     env.push(("NEXBOT_LLM_API_KEY".to_owned(), KEY.to_owned()));
-    env.extend(remote_env(&remote));
+    env.extend(remote.daemon_env());
     let skills = ws.dir.join("skills");
     crate::host_skills::skill(&skills, "alpha", "Alpha things", "# Alpha\nAlpha steps here.");
     env.push(("NEXBOT_SKILLS__DIR".to_owned(), skills.display().to_string()));
@@ -224,19 +224,6 @@ async fn skills_copied_there(
     }
 }
 
-/// The daemon's `[sandbox]` settings for `remote`: its address and the TLS files.
-fn remote_env(remote: &RemoteHost) -> Vec<(String, String)> {
-    let path = |p: &std::path::Path| p.display().to_string();
-    [
-        ("NEXBOT_SANDBOX__ENGINE", remote.url()),
-        ("NEXBOT_SANDBOX__TLS_CA", path(&remote.client.ca)),
-        ("NEXBOT_SANDBOX__TLS_CERT", path(&remote.client.cert)),
-        ("NEXBOT_SANDBOX__TLS_KEY", path(&remote.client.key)),
-    ]
-    .map(|(name, value)| (name.to_owned(), value))
-    .to_vec()
-}
-
 /// `egress.mode = "ask"` with the pool on the remote engine: a task's fetch there is held
 /// (nothing reaches the server) while the owner is asked in the emulated Telegram; a Deny
 /// keeps it in, an Allow once lets exactly that request out, through the node.
@@ -256,7 +243,7 @@ async fn a_remote_tasks_fetch_is_held_until_the_owner_answers_in_telegram() {
     let ws = TempWorkspace::init("remote-ask");
     let names = Leftovers::new("remask");
     let mut env = ask_env(&llm, &tg, &names, &[denied, allowed]);
-    env.extend(remote_env(&remote));
+    env.extend(remote.daemon_env());
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;
     serving.wait_log("the Telegram channel is on", LIMIT).await;
     tg.user_says(ASKED, ASKED, "collect them").await;
