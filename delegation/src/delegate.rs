@@ -141,6 +141,8 @@ pub struct DelegateSettings {
     pub search_budget: u32,
     /// Where the task's egress questions go (`egress.mode = "ask"`).
     pub approvals: Option<Arc<dyn crate::TaskQuestions>>,
+    /// Where a task given a decoy secret is armed, for the host's alarm.
+    pub traps: Option<Arc<crate::decoy_traps::DecoyTraps>>,
 }
 
 #[derive(Debug)]
@@ -281,22 +283,46 @@ impl Delegate {
                     "{e}; ask the user to store it with /secret set {name} <value> [--host HOST]"
                 ))
             })?;
+            // A decoy goes as a proxy-mode secret bound where a real one would be; the egress
+            // knows it bound nowhere.
+            let shown = match &resolved.decoy {
+                Some(shown_as) => vec![shown_as.clone()],
+                None => texts(&resolved.hosts),
+            };
             match resolved.mode {
                 Mode::Stdin => secrets.stdin.insert(name.clone(), resolved.value.clone()),
-                Mode::Proxy => secrets
-                    .proxied
-                    .push(ProxySecret { name: name.clone(), hosts: texts(&resolved.hosts) }),
+                Mode::Proxy => {
+                    secrets.proxied.push(ProxySecret { name: name.clone(), hosts: shown })
+                }
             }
             let hosts = match resolved.mode {
                 Mode::Proxy => resolved.hosts,
                 Mode::Stdin => Vec::new(),
             };
             secrets.holds.push(resolved.hold);
-            let confirm = resolved.confirm;
+            let (confirm, decoy) = (resolved.confirm, resolved.decoy.is_some());
             let value = resolved.value;
-            secrets.egress.push(TaskSecret { name: name.clone(), value, hosts, confirm });
+            secrets.egress.push(TaskSecret { name: name.clone(), value, hosts, confirm, decoy });
         }
         Ok(secrets)
+    }
+
+    /// Arms the decoy trap of task `id` (given a decoy secret): disarmed when the returned
+    /// guard drops, when the task's future ends however it ends.
+    fn arm_trap(
+        &self,
+        id: &str,
+        ctx: &ToolContext,
+        request: &Request,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Option<crate::decoy_traps::Armed> {
+        let trap = crate::decoy_traps::Trap {
+            chat: ctx.chat.clone(),
+            task: first_line(request.task.as_deref().unwrap_or_default()),
+            reads: ctx.reads.all(),
+            cancel: cancel.clone(),
+        };
+        Some(self.settings.traps.as_ref()?.arm(id, trap))
     }
 
     /// The search backend's API key (an operator secret, proxy mode only: no container ever
@@ -321,6 +347,7 @@ impl Delegate {
             value: resolved.value,
             hosts: resolved.hosts,
             confirm: resolved.confirm,
+            decoy: false,
         });
         Ok(())
     }
@@ -424,6 +451,7 @@ impl TypedTool for Delegate {
         let llm = self.issue_token(&id, ctx).await?;
         // From here on the token dies however this future ends, dropped included.
         let access = Access::new(self.tokens.as_ref(), &self.store, &id);
+        let decoyed = secrets.egress.iter().any(|s| s.decoy);
         self.grant_secrets(&id, ctx, secrets.egress)?;
         let recorded_task = self.recorded_task(ctx, &args.task);
         self.store
@@ -470,6 +498,7 @@ impl TypedTool for Delegate {
 
         let started = Instant::now();
         let cancel = ctx.cancel.child_token();
+        let _trap = decoyed.then(|| self.arm_trap(&id, ctx, &request, &cancel)).flatten();
         let secret_names = args.secrets.clone();
         let first_line = first_line(request.task.as_deref().unwrap_or_default());
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Started { task: first_line }).await;
@@ -1068,6 +1097,7 @@ mod tests {
                 max_blocked_commands: 4,
                 search_budget: 6,
                 approvals: None,
+                traps: None,
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);

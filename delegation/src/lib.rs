@@ -17,8 +17,10 @@
 //!   [`deadlines::TaskLimits`] (the host builds them from its configuration).
 //! - [`mcp_grants`]: the chat's MCP tools a delegation grants its task, called here.
 //! - [`skill_grants`]: the destinations the skills a turn read declare, granted to its tasks.
+//! - [`decoy_traps`]: the tasks given a decoy secret, for the alarm when one is sent.
 
 pub mod deadlines;
+pub mod decoy_traps;
 pub mod delegate;
 pub mod mcp_grants;
 mod seams;

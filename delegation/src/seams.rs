@@ -103,6 +103,8 @@ pub struct TaskSecret {
     pub hosts: Vec<nexbot_egress::Binding>,
     /// Stored with `--confirm`: the egress asks the chat's user before the task's first use.
     pub confirm: bool,
+    /// A decoy: bound nowhere, never filled in; a request carrying it rings the alarm.
+    pub decoy: bool,
 }
 
 impl std::fmt::Debug for TaskSecret {
@@ -111,6 +113,7 @@ impl std::fmt::Debug for TaskSecret {
             .field("name", &self.name)
             .field("hosts", &self.hosts)
             .field("confirm", &self.confirm)
+            .field("decoy", &self.decoy)
             .finish_non_exhaustive()
     }
 }

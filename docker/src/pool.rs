@@ -474,17 +474,28 @@ impl Pool {
     /// removes it by force and starts a new one; the error says what the engine answered.
     pub async fn kill(&self, target: &str) -> Result<String, PoolError> {
         const WHY: &str = "killed by the operator (SIGKILL)";
+        self.kill_because(target, RestartReason::KilledByOperator, WHY).await
+    }
+
+    /// [`Pool::kill`] for `cause`; `why` is what the task's caller reads (the container
+    /// failed, unless `cause` is the operator's kill).
+    pub async fn kill_because(
+        &self,
+        target: &str,
+        cause: RestartReason,
+        why: &str,
+    ) -> Result<String, PoolError> {
         let slot = self.inner.find(target)?;
         let member = slot.member().ok_or_else(|| PoolError::NoContainer(slot.id.clone()))?;
         // Condemned before the signal: whoever then sees the container die (its waiter, the
-        // supervisor) learns the operator did it, not only "exited with code 137".
-        member.condemn(Retirement::new(RestartReason::KilledByOperator, WHY));
+        // supervisor) learns why, not only "exited with code 137".
+        member.condemn(Retirement::new(cause.clone(), why));
         let options = KillContainerOptionsBuilder::default().signal("SIGKILL").build();
         let killed =
             self.inner.engine.docker.kill_container(&member.container_id, Some(options)).await;
         // Only now is the waiter woken (if the attach stream has not already ended): a caller
         // told of the kill can rely on the task's processes having been signalled.
-        member.link.fail_because(Some(RestartReason::KilledByOperator), WHY);
+        member.link.fail_because(Some(cause), why);
         killed.map_err(|e| PoolError::docker(format!("kill container {}", member.short_id), e))?;
         Ok(member.short_id.clone())
     }

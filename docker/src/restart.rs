@@ -43,6 +43,9 @@ pub enum RestartReason {
     RoomIdle,
     /// Blanks were short: its room's idle container made way for a blank another room needed.
     RoomYielded,
+    /// A task in it sent a decoy secret (`Pool::kill_because`): a prompt injection was at
+    /// work, so what it left in the container is not trusted.
+    DecoyTripped,
     /// Anything else (a broken stdin pipe, a death the engine could not explain); the text
     /// says what.
     Other { detail: String },
@@ -78,6 +81,7 @@ impl fmt::Display for RestartReason {
             Self::TaskAbandoned => f.write_str("a task was abandoned"),
             Self::RoomIdle => f.write_str("idle in its room too long"),
             Self::RoomYielded => f.write_str("gave way to a blank for another room"),
+            Self::DecoyTripped => f.write_str("a task in it sent a decoy secret"),
             Self::Other { detail } => f.write_str(detail),
         }
     }

@@ -212,10 +212,27 @@ async fn secret_figures(started: &egress_support::Started, web_echo: std::net::S
     let credentials = started.egress.credentials();
     let bound = vec![Binding::new(&format!("http://{web_echo}"), &[]).unwrap()];
     let token = SecretString::from("bench-SECRET-token-0123456789");
-    credentials.grant("t-1", vec![Credential::new("BENCH_TOKEN", token, bound)]).unwrap();
+    credentials.grant("t-1", vec![Credential::new("BENCH_TOKEN", token, bound.clone())]).unwrap();
     let injected = timed(|| send("Bearer {{secret:BENCH_TOKEN}}")).await;
+    // The same with four decoys held beside it: the proxy looks for their placeholders in
+    // every request of the task before filling anything in.
+    let token = SecretString::from("bench-SECRET-token-0123456789");
+    let mut held = vec![Credential::new("BENCH_TOKEN", token, bound.clone())];
+    held.extend(
+        ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "STRIPE_SECRET_KEY"].map(
+            |name| Credential::decoy(name, SecretString::from(format!("decoy-{name}-0123456789"))),
+        ),
+    );
+    credentials.grant("t-1", held).unwrap();
+    let decoyed = Stats::of(timed(|| send("Bearer {{secret:BENCH_TOKEN}}")).await);
     credentials.revoke("t-1");
     let (plain, injected) = (Stats::of(plain), Stats::of(injected));
+    println!("  HTTP GET echo, injected, 4 decoys held  {}", stats(&decoyed));
+    record(Figure::reference(
+        "  egress: injected secret with / without 4 decoys held, p50",
+        &format!("{:.3} / {:.3} ms", ms(decoyed.p50), ms(injected.p50)),
+        "(the decoy check: their placeholders looked for first)",
+    ));
     println!("  HTTP GET echo, through proxy, no secret {}", stats(&plain));
     println!("  HTTP GET echo, proxy-injected secret    {}", stats(&injected));
     println!(
@@ -319,6 +336,27 @@ fn scan_figures() {
             "(the search finds only raw, base64, hex)",
         ));
     }
+    // Decoys are secrets to the exit scan: four more values in the same automaton.
+    let with_decoys = |count: usize| {
+        let secrets: Vec<(String, SecretString)> = values[..count]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("S{i}"), SecretString::from(v.clone())))
+            .collect();
+        let redactor = Redactor::from_pairs(secrets.iter().map(|(n, v)| (n.as_str(), v)));
+        median(&mut || assert!(redactor.redact_found(&text).is_some()))
+    };
+    let (without, with) = (with_decoys(64), with_decoys(68));
+    println!(
+        "  64 secrets and 4 decoys: scan {:>9.3} ms; the 64 alone {:>9.3} ms",
+        ms(with),
+        ms(without)
+    );
+    record(Figure::reference(
+        "  exit scan of 64 KiB, 64 secrets with / without 4 decoys",
+        &format!("{:.3} / {:.3} ms", ms(with), ms(without)),
+        "(decoys are secrets: one automaton)",
+    ));
     let value = SecretString::from(format!("{}ac", "ab".repeat(32 * 1024 - 1)));
     let periodic = "ab".repeat(32 * 1024);
     let redactor = Redactor::from_pairs([("PERIODIC", &value)]);

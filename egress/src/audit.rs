@@ -76,6 +76,10 @@ pub struct AuditRecord {
     /// refused a denied one, or those scrubbed out of a relay call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
+    /// The request carried a decoy secret (`decoy.rs`; the one in `secrets`): refused, and
+    /// the owner alerted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub decoy: bool,
 }
 
 /// Counters for metrics; read them with [`Metrics::snapshot`].
@@ -569,6 +573,8 @@ struct State {
     fallback: bool,
     host_address: bool,
     secrets: Vec<String>,
+    /// The request carried a decoy ([`ConnAudit::decoy`]).
+    decoy: bool,
     /// Whether the task's summary has this connection's verdict already.
     summarised: bool,
 }
@@ -597,6 +603,7 @@ impl ConnAudit {
                 fallback: false,
                 host_address: false,
                 secrets: Vec::new(),
+                decoy: false,
                 summarised: false,
             }),
             origin,
@@ -768,6 +775,14 @@ impl ConnAudit {
         }
     }
 
+    /// Marks the connection's request as carrying the decoy `name` (its line says so).
+    pub(crate) fn decoy(&self, name: &str) {
+        if let Ok(mut state) = self.state.lock() {
+            state.secrets = vec![name.to_owned()];
+            state.decoy = true;
+        }
+    }
+
     /// Names secrets of this connection without counting them: those scrubbed out of a relay
     /// call, the one that refused a tunnel.
     pub(crate) fn mention_secrets(&self, names: Vec<String>) {
@@ -811,6 +826,7 @@ impl Drop for ConnAudit {
             fallback: state.fallback,
             host_address: state.host_address,
             secrets: std::mem::take(&mut state.secrets),
+            decoy: state.decoy,
         };
         if let Some(redactor) = self.redactor.get() {
             record.host = redactor.redact(&record.host);
@@ -882,6 +898,7 @@ mod tests {
             fallback: false,
             host_address: false,
             secrets: Vec::new(),
+            decoy: false,
         }
     }
 

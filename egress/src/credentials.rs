@@ -35,11 +35,20 @@ pub struct Credential {
     /// Stored with `--confirm`: filled into a request of the task only once the chat's user
     /// allowed it for the task (the proxy asks its [`crate::Approver`] first).
     pub confirm: bool,
+    /// A decoy (`decoy.rs`): bound nowhere, never filled in; a request carrying its
+    /// placeholder is refused and rings the alarm. The task's container holds only the
+    /// placeholder, and no tunnel is opened for the task, as for a proxy-mode secret.
+    pub decoy: bool,
 }
 
 impl Credential {
     pub fn new(name: impl Into<String>, value: SecretString, bindings: Vec<Binding>) -> Self {
-        Self { name: name.into(), value, bindings, confirm: false }
+        Self { name: name.into(), value, bindings, confirm: false, decoy: false }
+    }
+
+    /// A decoy secret (`decoy.rs`): no binding, never filled in anywhere.
+    pub fn decoy(name: impl Into<String>, value: SecretString) -> Self {
+        Self { decoy: true, ..Self::new(name, value, Vec::new()) }
     }
 
     /// This credential, asked about before its first use by the task (`--confirm`).
@@ -72,6 +81,7 @@ impl std::fmt::Debug for Credential {
             .field("value", &"[hidden]")
             .field("bindings", &self.bindings)
             .field("confirm", &self.confirm)
+            .field("decoy", &self.decoy)
             .finish()
     }
 }
@@ -122,7 +132,12 @@ impl TaskSecrets {
     /// be stored there and read back through a tunnel to any other name (or the same server
     /// behind a shared front), where nothing can scrub it.
     pub(crate) fn proxied(&self) -> Option<&Credential> {
-        self.credentials.iter().find(|c| !c.bindings.is_empty())
+        self.credentials.iter().find(|c| !c.bindings.is_empty() || c.decoy)
+    }
+
+    /// Whether the task was given a decoy.
+    pub(crate) fn has_decoy(&self) -> bool {
+        self.credentials.iter().any(|c| c.decoy)
     }
 
     /// `text` with every value (in any form the redactor knows) replaced by its label, and the

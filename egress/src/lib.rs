@@ -159,6 +159,7 @@ pub mod audit_chain;
 mod binding;
 mod config;
 mod credentials;
+mod decoy;
 mod door;
 mod firewall;
 mod host_addrs;
@@ -198,6 +199,7 @@ pub use config::{
     ProxyConfig, RelayConfig, RelayProvider,
 };
 pub use credentials::{Credential, CredentialError, TaskCredentials};
+pub use decoy::{DecoyAlarm, DecoyTrip};
 pub use door::{Door, DoorError, Doors, DOOR_CONTAINER};
 pub use firewall::{
     firewall_check_period, firewall_rules_reinserted, set_firewall_check_period, FirewallError,
@@ -255,6 +257,8 @@ pub(crate) struct Shared {
     attribution: Arc<dyn Attribution>,
     /// Who decides about held destinations in `ask` mode (set by the host after start).
     approver: approval::ApproverSlot,
+    /// Told when a task's request carries a decoy secret (set by the host after start).
+    decoys: decoy::AlarmSlot,
     relay: relay::Relay,
     local: SocketAddr,
     /// Where containers reach the listener when that is not `local`: an egress node's
@@ -359,6 +363,7 @@ impl Egress {
             audit,
             attribution,
             approver: approval::ApproverSlot::default(),
+            decoys: decoy::AlarmSlot::default(),
             relay,
             local,
             advertised: std::sync::OnceLock::new(),
@@ -381,6 +386,12 @@ impl Egress {
     /// is set, `ask` refuses what it would ask about, saying that nobody can be asked.
     pub fn set_approver(&self, approver: Arc<dyn Approver>) {
         self.shared.approver.set(approver);
+    }
+
+    /// Sets who is told when a task's request carries a decoy secret ([`DecoyAlarm`]). Until
+    /// it is set such a request is still refused, audited and logged.
+    pub fn set_decoy_alarm(&self, alarm: Arc<dyn DecoyAlarm>) {
+        self.shared.decoys.set(alarm);
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -700,7 +700,7 @@ async fn forward(
         (Some(secrets), Ok(target)) => {
             let to = Destination { host: &target.host, port, https };
             let (body, filled) =
-                match prepare(&mut parts, body, secrets, &to, &audit, deadline, limits).await {
+                match prepare(&mut parts, body, secrets, &to, &audit, deadline, &shared).await {
                     Ok(prepared) => prepared,
                     Err(response) => return response,
                 };
@@ -796,8 +796,9 @@ async fn prepare(
     to: &Destination<'_>,
     audit: &Arc<ConnAudit>,
     deadline: Instant,
-    limits: &super::ProxyConfig,
+    shared: &Shared,
 ) -> Result<(ResponseBody, BTreeSet<String>), Response<ResponseBody>> {
+    let limits = &shared.config.proxy;
     let too_large = || {
         let reason = format!(
             "secret_body_too_large: a request of a task with secrets is read whole to put them \
@@ -827,6 +828,9 @@ async fn prepare(
             return Err(refuse(audit, Verdict::Error, StatusCode::REQUEST_TIMEOUT, reason));
         }
     };
+    if let Some(name) = super::decoy::carried(secrets, parts, &bytes) {
+        return Err(tripped(name, parts, to, audit, shared));
+    }
     let mut used = BTreeSet::new();
     let escape = inject::body_escape(&parts.headers);
     let body = inject::Part::Body;
@@ -867,6 +871,35 @@ async fn prepare(
     let body =
         MeteredBody::new(body, audit.clone(), Direction::Up, limits.max_bytes_up, Some(deadline));
     Ok((body.boxed_unsync(), used))
+}
+
+/// A request carrying the decoy `name`: refused with the answer a secret not bound to `to`
+/// gets (the task must not learn it held a decoy), its audit line marked, the alarm rung.
+fn tripped(
+    name: &str,
+    parts: &http::request::Parts,
+    to: &Destination<'_>,
+    audit: &Arc<ConnAudit>,
+    shared: &Shared,
+) -> Response<ResponseBody> {
+    audit.decoy(name);
+    let scheme = if to.https { "https" } else { "http" };
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut request = format!("{} {scheme}://{}:{}{target}", parts.method, to.host, to.port);
+    if request.len() > 300 {
+        let cut = (0..=300).rev().find(|&i| request.is_char_boundary(i)).unwrap_or(0);
+        request.truncate(cut);
+        request.push('…');
+    }
+    let origin = audit.origin();
+    shared.decoys.ring(super::decoy::DecoyTrip {
+        task_id: origin.task_id.clone(),
+        container: origin.container.clone(),
+        secret: name.to_owned(),
+        request,
+    });
+    let refused = inject::Refused::NotBound { name: name.to_owned(), host: to.host.to_owned() };
+    refuse(audit, Verdict::Denied, StatusCode::FORBIDDEN, refused.to_string())
 }
 
 /// Sends `request` over `io` (a connection to the checked address, TLS or not) and waits for

@@ -140,6 +140,7 @@ impl App {
             Vault::open(store.clone(), config.secrets.master_key.as_ref(), Some(exits.clone()))
                 .await?;
         vault.set_max_per_scope(config.vault.max_secrets_per_scope);
+        crate::decoys::plant(&vault, &config.vault.decoys).await;
         let (sandbox, delegation_off) = start_sandbox(config, &vault).await?;
         // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
         // are registered with them, the router (below) shows them, `/egress` answers them.
@@ -162,6 +163,7 @@ impl App {
             }
             delegation
         });
+        let traps = delegation.as_ref().map(|d| d.traps.clone());
         let confirm = approvals.clone().map(|approvals| {
             let confirm = crate::approvals::StepConfirm::new(approvals, &config.agent);
             Arc::new(confirm) as Arc<dyn nexbot_agent::confirm::Confirm>
@@ -199,6 +201,7 @@ impl App {
             parts.extend(start_skills(skills, &store, caps).await);
         }
         let router = Arc::new(Router::new().with_exits(exits.clone()));
+        crate::decoys::set_alarm(sandbox.as_ref(), traps, router.clone(), config.owner_chat());
         let status = StatusBoard::default();
         let disk = crate::disk::DiskSpace::new(config.data_dir(), config.storage.min_free_mb);
         disk.add_to(&status, "disk");

@@ -628,6 +628,7 @@ impl Config {
         range("agent.context_max_chars", a.context_max_chars, 1_000, 1_000_000)?;
         range("agent.history_max_messages", a.history_max_messages, 0, 1_000)?;
         range("vault.max_secrets_per_scope", self.vault.max_secrets_per_scope, 1, 10_000)?;
+        crate::vault::decoys::check_names(&self.vault.decoys).map_err(|e| ("vault.decoys", e))?;
         Ok(())
     }
 
@@ -1085,6 +1086,9 @@ mod tests {
         expected.workspace.dir = PathBuf::from("/base/.");
         // A new install (the template) asks; a config without the key keeps `open`.
         expected.egress.mode = Some(crate::egress::EgressMode::Ask);
+        // A new install plants decoys; a config without the key plants none.
+        expected.vault.decoys =
+            crate::vault::decoys::DEFAULT_DECOYS.iter().map(|n| n.to_string()).collect();
         assert_eq!(config, expected);
         assert_eq!(Config::default().egress.effective_mode(), crate::egress::EgressMode::Open);
         // Every key of the defaults (nested tables included), and the optional ones, appears

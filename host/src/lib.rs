@@ -25,6 +25,7 @@
 //!   seams to the pool, the tool, [`deadlines`], [`skill_grants`]); [`pool_runner`]: the pool
 //!   behind it, and the limits it is planned with.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
+//!   [`decoys`]: the decoy secrets' alarm (the owner told, the task stopped).
 //! - [`control_api`]: the operator's API for `nexbot-ctl` on a Unix socket, and `/metrics`;
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
@@ -42,6 +43,7 @@ pub mod channels;
 pub mod commands;
 pub mod config;
 pub mod control_api;
+pub mod decoys;
 pub mod disk;
 pub mod doctor;
 pub mod egress_node;

@@ -59,6 +59,8 @@ pub struct Delegation {
     pub approvals: Option<Arc<dyn crate::delegation::TaskQuestions>>,
     /// The MCP servers whose tools the agent gets (`None`: none).
     pub mcp: Option<Arc<crate::mcp::McpServers>>,
+    /// The tasks given a decoy secret, for the alarm (`decoys.rs`).
+    pub traps: Arc<crate::delegation::decoy_traps::DecoyTraps>,
 }
 
 impl Delegation {
@@ -69,6 +71,7 @@ impl Delegation {
             tokens: sandbox.tokens(),
             approvals: None,
             mcp: Some(sandbox.mcp().clone()),
+            traps: Arc::default(),
         }
     }
 }
@@ -147,7 +150,7 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let mut cli = None;
-    if let Some(Delegation { runner, tokens, approvals, mcp }) = delegation {
+    if let Some(Delegation { runner, tokens, approvals, mcp, traps }) = delegation {
         // The chat's MCP tools: offered to its model, and grantable to its delegated tasks.
         let mcp = mcp.map(|mcp| {
             let servers = mcp.servers().to_vec();
@@ -169,6 +172,7 @@ pub fn build_agent_with_hooks(
             max_blocked_commands: config.subagent.max_blocked_commands,
             search_budget: config.subagent.search_budget,
             approvals,
+            traps: Some(traps),
         };
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         let delegate = Delegate::new(runner, store.clone(), secrets, tokens, settings);

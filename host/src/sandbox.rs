@@ -683,7 +683,10 @@ impl LlmAccess for RelayAccess {
     ) -> Result<(), String> {
         let mut credentials = Vec::with_capacity(secrets.len());
         for secret in secrets {
-            let credential = egress::Credential::new(secret.name, secret.value, secret.hosts);
+            let credential = match secret.decoy {
+                true => egress::Credential::decoy(secret.name, secret.value),
+                false => egress::Credential::new(secret.name, secret.value, secret.hosts),
+            };
             credentials.push(match secret.confirm {
                 true => credential.confirmed_first(),
                 false => credential,
@@ -876,6 +879,7 @@ mod tests {
             value: SecretString::from(HELD.to_owned()),
             hosts: Vec::new(),
             confirm: false,
+            decoy: false,
         };
         let watched = vec![
             ("UNHELD".to_owned(), SecretString::from(UNHELD.to_owned())),

@@ -297,6 +297,14 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         entries INTEGER NOT NULL,
         PRIMARY KEY (chat_id, name)
     );",
+    // 18: decoy secrets (issue 51): values shaped like providers' keys, bound nowhere, the
+    // same for every chat; kept so a value taken before a restart is still known after it.
+    // Plain, not sealed: they open nothing.
+    "CREATE TABLE decoys (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );",
 ];
 
 pub(crate) enum MigrateError {

@@ -23,6 +23,7 @@
 //!   still work.
 
 mod crypto;
+pub mod decoys;
 mod legacy;
 
 use std::collections::BTreeMap;
@@ -60,11 +61,15 @@ pub struct VaultConfig {
     /// each of that chat's exits and in its tasks' LLM calls, so the scan's cost and memory
     /// grow with it; setting one more is refused with an error naming this setting.
     pub max_secrets_per_scope: usize,
+    /// Decoy secrets to plant ([`decoys`]): names from [`decoys::known_names`]. None (the
+    /// default of a config written before decoys existed) plants none; `nexbot init`'s
+    /// config lists [`decoys::DEFAULT_DECOYS`].
+    pub decoys: Vec<String>,
 }
 
 impl Default for VaultConfig {
     fn default() -> Self {
-        Self { max_secrets_per_scope: DEFAULT_MAX_PER_SCOPE }
+        Self { max_secrets_per_scope: DEFAULT_MAX_PER_SCOPE, decoys: Vec::new() }
     }
 }
 
@@ -171,6 +176,9 @@ pub struct Resolved {
     /// Stored with `--confirm`: the egress fills it in only once the user allowed it for
     /// the task.
     pub confirm: bool,
+    /// A decoy ([`decoys`]), with the binding its task's prompt shows (a real provider's
+    /// API); bound nowhere (`hosts` is empty), never filled in.
+    pub decoy: Option<String>,
 }
 
 impl fmt::Debug for Resolved {
@@ -180,6 +188,7 @@ impl fmt::Debug for Resolved {
             .field("hosts", &self.hosts)
             .field("mode", &self.mode)
             .field("confirm", &self.confirm)
+            .field("decoy", &self.decoy.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -262,6 +271,8 @@ pub enum VaultError {
     },
     #[error("the vault's key cannot be made: {0}")]
     Crypto(String),
+    #[error("vault.decoys: {0}")]
+    Decoy(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -305,6 +316,8 @@ pub struct Vault {
     /// `vault.max_secrets_per_scope`.
     max_per_scope: std::sync::atomic::AtomicUsize,
     exits: Option<Arc<Exits>>,
+    /// The planted decoys ([`Vault::plant_decoys`]), in name order.
+    decoys: RwLock<Vec<decoys::Decoy>>,
 }
 
 impl fmt::Debug for Vault {
@@ -502,6 +515,7 @@ impl Vault {
             retired: std::sync::Mutex::default(),
             max_per_scope: DEFAULT_MAX_PER_SCOPE.into(),
             exits,
+            decoys: RwLock::default(),
         });
         vault.refresh_exits();
         Ok(vault)
@@ -532,6 +546,8 @@ impl Vault {
         retired.retain(|r| r.held.strong_count() > 0);
         let keys: Vec<String> = entries.keys().map(|(scope, _)| scope.key()).collect();
         let retired_keys: Vec<String> = retired.iter().map(|r| r.scope.key()).collect();
+        let decoys = self.decoys.read().unwrap_or_else(|p| p.into_inner());
+        let operator = SecretScope::Operator.key();
         exits.refresh(
             entries
                 .iter()
@@ -544,7 +560,9 @@ impl Vault {
                         .iter()
                         .zip(&retired_keys)
                         .map(|(r, scope)| (Some(scope.as_str()), r.name.as_str(), &r.value)),
-                ),
+                )
+                // Shown as a bare `[REDACTED]` in a chat: a decoy's name says nothing there.
+                .chain(decoys.iter().map(|d| (Some(operator.as_str()), d.name.as_str(), &d.value))),
         );
     }
 
@@ -585,7 +603,63 @@ impl Vault {
                 .filter(|r| r.scope == own || r.scope == SecretScope::Operator)
                 .map(|r| (label(&r.scope, &r.name), r.value.clone())),
         );
+        let decoys = self.decoys.read().unwrap_or_else(|p| p.into_inner());
+        values.extend(decoys.iter().map(|d| (d.name.clone(), d.value.clone())));
         values
+    }
+
+    /// Plants the decoys `names` (each a known kind, [`decoys::check_names`]): the value
+    /// kept in the store since the first start that planted it, a fresh one otherwise. An
+    /// empty list plants none. Returns how many are planted.
+    pub async fn plant_decoys(&self, names: &[String]) -> Result<usize, VaultError> {
+        decoys::check_names(names).map_err(VaultError::Decoy)?;
+        let mut planted = Vec::new();
+        for name in names {
+            let fresh = decoys::fresh_value(name).map_err(VaultError::Decoy)?;
+            let value = self.store.plant_decoy(name, &fresh).await?;
+            planted.push(decoys::Decoy { name: name.clone(), value: SecretString::from(value) });
+        }
+        planted.sort_by(|a, b| a.name.cmp(&b.name));
+        let count = planted.len();
+        *self.decoys.write().unwrap_or_else(|p| p.into_inner()) = planted;
+        self.refresh_exits();
+        if count > 0 {
+            tracing::info!(decoys = count, "decoy secrets planted");
+        }
+        Ok(count)
+    }
+
+    /// How many decoys are planted.
+    pub fn decoy_count(&self) -> usize {
+        self.decoys.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The decoy `name`, when one is planted and `scope` (a chat) has no real secret of that
+    /// name (checked by the caller).
+    fn decoy(&self, scope: &SecretScope, name: &str) -> Option<Resolved> {
+        let SecretScope::Chat(_) = scope else { return None };
+        let decoys = self.decoys.read().unwrap_or_else(|p| p.into_inner());
+        let decoy = decoys.iter().find(|d| d.name == name)?;
+        Some(Resolved {
+            name: name.to_owned(),
+            value: decoy.value.clone(),
+            hosts: Vec::new(),
+            mode: Mode::Proxy,
+            hold: SecretHold::default(),
+            confirm: false,
+            decoy: Some(decoy.shown_as()),
+        })
+    }
+
+    /// The names of the decoys a chat's lists show beside its own secrets' names.
+    fn decoy_names(&self, scope: &SecretScope) -> Vec<String> {
+        match scope {
+            SecretScope::Chat(_) => {
+                let decoys = self.decoys.read().unwrap_or_else(|p| p.into_inner());
+                decoys.iter().map(|d| d.name.clone()).collect()
+            }
+            SecretScope::Operator => Vec::new(),
+        }
     }
 
     /// Stores (or replaces) `name` in `scope`. `mode`: `None` picks proxy for a secret bound
@@ -744,8 +818,15 @@ impl Vault {
     pub fn resolve(&self, scope: &SecretScope, name: &str) -> Result<Resolved, VaultError> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let Some(entry) = entries.get(&(scope.clone(), name.to_owned())) else {
-            let available =
+            if let Some(decoy) = self.decoy(scope, name) {
+                return Ok(decoy);
+            }
+            // Decoys are listed where a chat's own secrets are, indistinguishable from them.
+            let mut available: Vec<String> =
                 entries.keys().filter(|(s, _)| s == scope).map(|(_, n)| n.clone()).collect();
+            available.extend(self.decoy_names(scope));
+            available.sort();
+            available.dedup();
             return Err(VaultError::NotFound {
                 name: name.to_owned(),
                 scope: scope.clone(),
@@ -763,6 +844,7 @@ impl Vault {
                 mode: entry.mode,
                 hold: entry.hold.clone(),
                 confirm: entry.confirm,
+                decoy: None,
             }),
             Err(why) => Err(self.unreadable(*why, scope, name)),
         }
@@ -778,7 +860,11 @@ pub async fn set_stdin(vault: &Vault, scope: &SecretScope, name: &str, value: &s
 
 /// The vault's line of `nexbot-ctl status` (every scope: the operator's view).
 pub fn status_line(vault: &Vault) -> String {
-    state_line(vault, &format!("{} stored", vault.list(None).len()))
+    let line = state_line(vault, &format!("{} stored", vault.list(None).len()));
+    match vault.decoy_count() {
+        0 => line,
+        n => format!("{line}, {n} decoys planted"),
+    }
 }
 
 /// The vault's line of a chat's `/status`: that chat's secrets only, never another scope's

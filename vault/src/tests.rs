@@ -1,6 +1,7 @@
 //! The vault against a real SQLite file: what is on disk, wrong keys, moved rows, rotation.
 
 use super::*;
+use nexbot_agent::exits::Exit;
 
 const VALUE: &str = "ghp_PLANTED_vault_value_0123456789";
 const MASTER: &str = "master-key-for-tests-0123456789";
@@ -517,4 +518,52 @@ async fn tamper(store: &Store, name: &str, change: impl FnOnce(&mut SealedRow)) 
 async fn sealed_of(store: &Store, name: &str) -> Vec<u8> {
     let (_, rows) = store.vault_contents().await.unwrap();
     rows.into_iter().find(|r| r.name == name).unwrap().sealed
+}
+
+#[tokio::test]
+async fn decoys_are_offered_to_chats_beside_their_secrets_kept_across_restarts_and_step_aside() {
+    let dir = temp_dir();
+    let master = secret(MASTER);
+    let names: Vec<String> = vec!["OPENAI_API_KEY".into(), "GITHUB_TOKEN".into()];
+    let exits = Exits::new(Vec::new());
+    let vault = Vault::open(store(&dir).await, Some(&master), Some(exits.clone())).await.unwrap();
+    assert_eq!(vault.plant_decoys(&names).await.unwrap(), 2);
+    let decoy = vault.resolve(&chat(1), "OPENAI_API_KEY").unwrap();
+    let value = decoy.value.expose_secret().to_owned();
+    assert!(value.starts_with("sk-proj-"), "shaped like the provider's: {value}");
+    assert_eq!(decoy.mode, Mode::Proxy);
+    assert!(decoy.hosts.is_empty(), "bound nowhere");
+    assert_eq!(
+        decoy.decoy.as_deref(),
+        Some("https://api.openai.com:443 header:authorization"),
+        "shown bound where a real one would be"
+    );
+    assert!(!format!("{decoy:?}").contains(&value), "Debug shows no value");
+    // Listed among a chat's names as its own are, indistinguishable.
+    vault
+        .set(&chat(1), "MINE", secret("my-own-value-123456"), &[], &[], Some(Mode::Stdin))
+        .await
+        .unwrap();
+    let err = vault.resolve(&chat(1), "NOPE").unwrap_err().to_string();
+    assert!(err.contains("(stored: GITHUB_TOKEN, MINE, OPENAI_API_KEY)"), "{err}");
+    // Never the operator's; scanned for at the exits and in a chat's tasks' LLM calls.
+    assert!(vault.resolve(&SecretScope::Operator, "OPENAI_API_KEY").is_err());
+    assert!(vault.watched(&ChatRef::Telegram(1)).iter().any(|(n, _)| n == "OPENAI_API_KEY"));
+    let said = exits.scan(Exit::Log, None, &format!("leaked {value}")).into_owned();
+    assert!(!said.contains(&value), "{said}");
+    assert!(status_line(&vault).ends_with("2 decoys planted"), "{}", status_line(&vault));
+    // A chat's own secret of the same name wins.
+    vault.set(&chat(2), "GITHUB_TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
+    assert!(vault.resolve(&chat(2), "GITHUB_TOKEN").unwrap().decoy.is_none());
+    drop(vault);
+
+    // A restart keeps the values (a value taken before it is known after it); none planted
+    // when the list is empty.
+    let vault = Vault::open(store(&dir).await, Some(&master), None).await.unwrap();
+    vault.plant_decoys(&names).await.unwrap();
+    let again = vault.resolve(&chat(3), "OPENAI_API_KEY").unwrap();
+    assert_eq!(again.value.expose_secret(), value);
+    assert_eq!(vault.plant_decoys(&[]).await.unwrap(), 0);
+    assert!(vault.resolve(&chat(3), "OPENAI_API_KEY").is_err());
+    assert!(vault.plant_decoys(&["MY_KEY".into()]).await.is_err(), "an unknown kind is refused");
 }

@@ -7,6 +7,7 @@
 mod egress_approval;
 mod egress_attribution;
 mod egress_audit;
+mod egress_decoys;
 mod egress_doors;
 mod egress_host;
 mod egress_proxy;

@@ -46,7 +46,9 @@ fn vault_error(e: VaultError) -> ApiError {
         | VaultError::LegacyBinding { .. }
         | VaultError::TooMany { .. } => StatusCode::CONFLICT,
         VaultError::NotFound { .. } => StatusCode::NOT_FOUND,
-        VaultError::Crypto(_) | VaultError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        VaultError::Crypto(_) | VaultError::Store(_) | VaultError::Decoy(_) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     };
     ApiError::new(status, e.to_string())
 }

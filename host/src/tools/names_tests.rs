@@ -67,6 +67,7 @@ async fn real_registry(dir: &Path) -> ToolRegistry {
         tokens: Arc::new(NoPool),
         approvals: None,
         mcp: None,
+        traps: Arc::default(),
     };
     build_agent(&config, store, Some(delegation)).unwrap().tools().clone()
 }

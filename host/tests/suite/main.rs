@@ -25,6 +25,7 @@ mod host_chat;
 mod host_cli;
 mod host_crash;
 mod host_ctl_secrets;
+mod host_decoys;
 mod host_delegation;
 mod host_deploy;
 mod host_disk;

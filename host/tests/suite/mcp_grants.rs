@@ -230,6 +230,7 @@ async fn delegate(h: &Harness, runner: Arc<Rogue>, dir: &std::path::Path) -> Del
         max_blocked_commands: 3,
         search_budget: 20,
         approvals: None,
+        traps: None,
     };
     let source = McpTools::new(h.mcp.servers().to_vec(), h.mcp.clone());
     Delegate::new(runner, store, None, Arc::new(NoRelay), settings)

@@ -1,0 +1,81 @@
+//! Decoy secrets at the proxy: the trip wire for a prompt injection that starts working.
+//!
+//! A decoy is a secret that looks real (the right shape for the provider it imitates), is
+//! listed to the model like a real one, and is bound nowhere: no legitimate task ever needs
+//! one. A task given one holds only its placeholder, exactly as for a proxy-mode secret
+//! ([`crate::Credential::decoy`]); the proxy never fills it in, whatever the destination. A
+//! request that carries a decoy's placeholder is therefore the act of sending "all the API
+//! keys" somewhere: it is refused with the very answer a secret not bound to that host gets
+//! (nothing tells the task it was a decoy), written to the audit with `"decoy": true`, and
+//! the [`DecoyAlarm`] the host set is rung — it tells the owner, stops the task and retires
+//! its container.
+
+use std::sync::{Arc, RwLock};
+
+use super::credentials::TaskSecrets;
+use super::inject;
+
+/// What the proxy saw: a task's request carrying a decoy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecoyTrip {
+    /// The task in whose name the request came (attributed by its egress credential).
+    pub task_id: Option<String>,
+    /// The container it came from.
+    pub container: Option<String>,
+    /// The decoy's name.
+    pub secret: String,
+    /// The request that carried it: method and URL (its placeholder shown, no value).
+    pub request: String,
+}
+
+/// Told when a decoy trips (set by the host with [`crate::Egress::set_decoy_alarm`]). Called
+/// on the proxy's connection task: it must not block (spawn what takes time).
+pub trait DecoyAlarm: Send + Sync {
+    fn tripped(&self, trip: DecoyTrip);
+}
+
+/// The alarm, set once the host has built what it needs (its router, the pool).
+#[derive(Default)]
+pub(crate) struct AlarmSlot(RwLock<Option<Arc<dyn DecoyAlarm>>>);
+
+impl AlarmSlot {
+    pub(crate) fn set(&self, alarm: Arc<dyn DecoyAlarm>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(alarm);
+    }
+
+    /// Rings the alarm; without one the trip is only logged (and audited by the caller).
+    pub(crate) fn ring(&self, trip: DecoyTrip) {
+        tracing::error!(
+            task = trip.task_id.as_deref().unwrap_or("-"),
+            container = trip.container.as_deref().unwrap_or("-"),
+            secret = %trip.secret,
+            request = %trip.request,
+            "a task tried to send a decoy secret: a prompt injection is likely at work"
+        );
+        let alarm = self.0.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(alarm) = alarm {
+            alarm.tripped(trip);
+        }
+    }
+}
+
+/// The first decoy of `secrets` whose placeholder is in the request target, a header value
+/// or the body — wherever it stands, before any other placeholder is looked at (a refused
+/// real secret earlier in the request must not hide it).
+pub(crate) fn carried<'a>(
+    secrets: &'a TaskSecrets,
+    parts: &http::request::Parts,
+    body: &[u8],
+) -> Option<&'a str> {
+    if !secrets.has_decoy() {
+        return None;
+    }
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    std::iter::once(target.as_bytes())
+        .chain(parts.headers.values().map(http::HeaderValue::as_bytes))
+        .chain(std::iter::once(body))
+        .flat_map(inject::find)
+        .find_map(|placeholder| {
+            secrets.get(&placeholder.name).filter(|c| c.decoy).map(|c| c.name.as_str())
+        })
+}
