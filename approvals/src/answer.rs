@@ -43,6 +43,14 @@ impl Approvals {
         if !pending.outcome.send_if_modified(|o| settle(o, outcome)) {
             return Err(AnswerError::NotWaiting(id));
         }
+        // Written to the chained audit once the answer is settled (the first answer wins).
+        let event = nexbot_core::audit::AuditEvent {
+            event: "approval",
+            actor: by.to_owned(),
+            chat: Some(pending.chat.to_string()),
+            subject: format!("question {id} ({}): {}", kind.as_str(), pending.question.subject()),
+            outcome: choice.as_str().to_owned(),
+        };
         // Granted before anyone waiting is let go: the task's next request to the same
         // destination (or with the same secret) must find it, not ask again.
         if let Question::Request(r) = &pending.question {
@@ -86,6 +94,10 @@ impl Approvals {
                     }
                 }
             }
+        }
+        drop(state);
+        if let Some(trail) = self.trail.get() {
+            trail.record(event);
         }
         Ok(kind)
     }

@@ -368,6 +368,8 @@ pub struct Approvals {
     /// Where questions are asked: the router, set once it exists (it is built after the
     /// sandbox whose proxy asks).
     channel: OnceLock<Arc<dyn Channel>>,
+    /// The chained audit each answer is written to (the sandbox's egress), set once.
+    trail: OnceLock<Arc<dyn nexbot_core::audit::AuditTrail>>,
     state: Mutex<State>,
     metrics: ApprovalMetrics,
 }
@@ -394,6 +396,7 @@ impl Approvals {
             unattended: config.unattended,
             store,
             channel: OnceLock::new(),
+            trail: OnceLock::new(),
             state: Mutex::default(),
             metrics: ApprovalMetrics::default(),
         })
@@ -402,6 +405,11 @@ impl Approvals {
     /// Sets where questions are asked (the router); later calls change nothing.
     pub fn set_channel(&self, channel: Arc<dyn Channel>) {
         let _ = self.channel.set(channel);
+    }
+
+    /// Writes every answer to `trail` (the chained audit) from now on.
+    pub fn set_trail(&self, trail: Arc<dyn nexbot_core::audit::AuditTrail>) {
+        let _ = self.trail.set(trail);
     }
 
     pub fn mode(&self) -> EgressMode {

@@ -10,6 +10,7 @@
 //! API and `nexbot-ctl` all name chats, and none of them should pull in the others (or their
 //! heavy dependencies) to agree on one spelling. This crate depends on nothing of Nexbot.
 
+pub mod audit;
 pub mod channel;
 mod chat;
 pub mod hooks;

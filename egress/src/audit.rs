@@ -195,6 +195,19 @@ struct SuppressedRecord<'a> {
     reason: String,
 }
 
+/// An event of another part ([`nexbot_core::audit::AuditEvent`]) as its line.
+#[derive(Debug, Serialize)]
+struct EventRecord<'a> {
+    time: String,
+    kind: &'static str,
+    event: &'static str,
+    actor: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chat: Option<&'a str>,
+    subject: String,
+    outcome: String,
+}
+
 /// The live file and its size.
 #[derive(Debug)]
 struct Live {
@@ -353,6 +366,29 @@ impl AuditLog {
             "egress",
         );
         self.append(serde_json::to_vec(record));
+    }
+
+    /// Writes `event` as a line of the chain (`"kind":"event"`), its text scrubbed and cut like
+    /// a connection's.
+    pub fn write_event(&self, event: &nexbot_core::audit::AuditEvent) {
+        tracing::info!(
+            target: "nexbot::egress::audit",
+            event = event.event,
+            actor = %event.actor,
+            chat = event.chat.as_deref(),
+            subject = %event.subject,
+            outcome = %event.outcome,
+            "audit event",
+        );
+        self.append(serde_json::to_vec(&EventRecord {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            kind: "event",
+            event: event.event,
+            actor: &event.actor,
+            chat: event.chat.as_deref(),
+            subject: self.clean(&event.subject, MAX_REASON_CHARS),
+            outcome: self.clean(&event.outcome, MAX_REASON_CHARS),
+        }));
     }
 
     /// Whether one more refusal line fits in this second's budget. A new second first
@@ -792,6 +828,12 @@ impl ConnAudit {
     }
 }
 
+impl nexbot_core::audit::AuditTrail for AuditLog {
+    fn record(&self, event: nexbot_core::audit::AuditEvent) {
+        self.write_event(&event);
+    }
+}
+
 impl Drop for ConnAudit {
     fn drop(&mut self) {
         let destination = self.destination();
@@ -1010,6 +1052,39 @@ mod tests {
         assert_eq!(broken.line, 4);
         assert!(broken.reason.contains("inserted"), "{broken}");
         assert_eq!(verify(&path, 3).unwrap(), held, "restored");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn another_parts_events_join_the_chain_and_an_edited_one_is_named() {
+        use crate::audit_chain::verify;
+        use nexbot_core::audit::{AuditEvent, AuditTrail};
+        let dir = std::env::temp_dir().join(format!("nxe-events-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.jsonl");
+        let log =
+            Arc::new(AuditLog::open(&path, AuditLimits::default(), Scrubber::default()).unwrap());
+        log.write(&mut record("before.example"), None);
+        let trail: Arc<dyn AuditTrail> = log.clone();
+        trail.record(AuditEvent {
+            event: "approval",
+            actor: "telegram:42".into(),
+            chat: Some("telegram:42".into()),
+            subject: "GET api.example.com:443".into(),
+            outcome: "allow once".into(),
+        });
+        log.write(&mut record("after.example"), None);
+        let held = verify(&path, 3).unwrap();
+        assert_eq!((held.lines, held.unlinked), (3, 0));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let event: serde_json::Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+        assert_eq!(event["kind"], "event");
+        assert_eq!(event["event"], "approval");
+        assert_eq!(event["outcome"], "allow once");
+        // The answer changed afterwards: the line after it no longer follows.
+        std::fs::write(&path, text.replace("allow once", "deny")).unwrap();
+        assert_eq!(verify(&path, 3).unwrap_err().line, 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -388,6 +388,11 @@ impl Egress {
         self.shared.approver.set(approver);
     }
 
+    /// The audit trail other parts write their events into: the same chained file.
+    pub fn trail(&self) -> Arc<dyn nexbot_core::audit::AuditTrail> {
+        self.shared.audit.clone()
+    }
+
     /// Sets who is told when a task's request carries a decoy secret ([`DecoyAlarm`]). Until
     /// it is set such a request is still refused, audited and logged.
     pub fn set_decoy_alarm(&self, alarm: Arc<dyn DecoyAlarm>) {

@@ -164,11 +164,7 @@ impl App {
             delegation
         });
         let traps = delegation.as_ref().map(|d| d.traps.clone());
-        let confirm = approvals.clone().map(|approvals| {
-            let confirm = crate::approvals::StepConfirm::new(approvals, &config.agent);
-            Arc::new(confirm) as Arc<dyn nexbot_agent::confirm::Confirm>
-        });
-        let guards = Guards { vault: Some(vault.clone()), exits: Some(exits.clone()), confirm };
+        let guards = guards(config, approvals.as_ref(), &vault, &exits, sandbox.as_ref());
         let agent = match build_agent_with_hooks(
             config,
             store.clone(),
@@ -537,6 +533,24 @@ async fn stop_parts(parts: &mut Vec<Part>, stage: Stage) {
 
 /// The approvals of this run: the sandbox's egress settings (or the config's without a
 /// sandbox), the owner, and the proxy's approver set when the sandbox runs.
+/// What keeps secrets in and the steps asked about: the vault, the exit scan, the
+/// confirmations of `agent.confirm` (through the approvals) and the chained audit (the
+/// sandbox's egress; none without one).
+fn guards(
+    config: &Config,
+    approvals: Option<&Arc<Approvals>>,
+    vault: &Arc<Vault>,
+    exits: &Arc<Exits>,
+    sandbox: Option<&Sandbox>,
+) -> Guards {
+    let confirm = approvals.cloned().map(|approvals| {
+        let confirm = crate::approvals::StepConfirm::new(approvals, &config.agent);
+        Arc::new(confirm) as Arc<dyn nexbot_agent::confirm::Confirm>
+    });
+    let trail = sandbox.map(|s| s.egress().trail());
+    Guards { vault: Some(vault.clone()), exits: Some(exits.clone()), confirm, trail }
+}
+
 fn start_approvals(config: &Config, sandbox: Option<&Sandbox>, store: &Store) -> Arc<Approvals> {
     let owner = config.telegram.owner;
     let egress = match sandbox {
@@ -547,6 +561,7 @@ fn start_approvals(config: &Config, sandbox: Option<&Sandbox>, store: &Store) ->
     if let Some(sandbox) = sandbox {
         let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
         sandbox.egress().set_approver(approver);
+        approvals.set_trail(sandbox.egress().trail());
     }
     approvals
 }

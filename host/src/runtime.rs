@@ -85,6 +85,8 @@ pub struct Guards {
     /// Asks the chat's user before the risky steps `agent.confirm` lists; `None`: nothing
     /// asks.
     pub confirm: Option<Arc<dyn nexbot_agent::confirm::Confirm>>,
+    /// The chained audit a stored job is written to (`None` without a sandbox: no audit).
+    pub trail: Option<Arc<dyn nexbot_core::audit::AuditTrail>>,
 }
 
 /// The agent with every tool; delegation is offered only when `delegation` is given.
@@ -135,12 +137,15 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(AskUser::new(Duration::from_secs(config.agent.ask_timeout_secs))));
     if config.scheduler.enabled {
         let zone = config.scheduler.default_zone(&config.llm.caps);
-        tools.add(Arc::new(crate::tools::schedule::ScheduleTask::new(
-            store.clone(),
-            zone,
-            config.scheduler.job_token_budget,
-            Duration::from_secs(config.egress.approval_timeout_secs),
-        )));
+        tools.add(Arc::new(
+            crate::tools::schedule::ScheduleTask::new(
+                store.clone(),
+                zone,
+                config.scheduler.job_token_budget,
+                Duration::from_secs(config.egress.approval_timeout_secs),
+            )
+            .with_trail(guards.trail.clone()),
+        ));
     }
     let skills = crate::skills::Skills::load(
         config.skills_dir(),

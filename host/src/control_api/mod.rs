@@ -7,6 +7,7 @@
 //! A bad request gets a JSON error naming what was wrong; nothing an operator sends can panic
 //! the daemon (a handler that panicked would still only end that request).
 
+mod actions;
 pub mod approvals;
 pub mod cron;
 pub mod early;
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     pub egress: Option<Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>>,
     /// The egress audit file and its chain's walk (`None` without a sandbox).
     pub audit: Option<(PathBuf, Arc<ops::AuditVerifier>)>,
+    /// The chained audit the operator's actions are written to (`actions.rs`).
+    pub trail: Option<Arc<dyn nexbot_core::audit::AuditTrail>>,
     pub relay: Option<Arc<crate::sandbox::RelayCounters>>,
     pub delegation_off: Option<String>,
     pub status: StatusBoard,
@@ -219,6 +222,7 @@ pub fn router(state: ControlState) -> Router {
         .merge(approvals::routes())
         .merge(mcp::routes())
         .fallback(|| async { ApiError::not_found("no such endpoint (see `nexbot-ctl --help`)") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), actions::by_ctl))
         .with_state(state)
 }
 
@@ -338,6 +342,7 @@ pub async fn attach(
             let verifier = s.egress().audit_verifier();
             (s.egress().audit_path().to_owned(), Arc::new(verifier) as Arc<ops::AuditVerifier>)
         }),
+        trail: app.sandbox().map(|s| s.egress().trail()),
         relay: app.sandbox().map(|s| s.relay_counters()),
         delegation_off: app.delegation_off().map(str::to_owned),
         status: app.status().clone(),

@@ -6,6 +6,7 @@ use chrono_tz::Tz;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
@@ -36,12 +37,21 @@ pub struct ScheduleTask {
     /// How long the user has to answer the confirmation (`egress.approval_timeout_secs`,
     /// the deadline of every question of the approvals).
     confirm_wait: Duration,
+    /// The chained audit each stored job is written to.
+    trail: Option<Arc<dyn nexbot_core::audit::AuditTrail>>,
 }
 
 impl ScheduleTask {
     /// Jobs created without a zone get `zone`; without a budget, `budget`.
     pub fn new(store: Store, zone: Tz, budget: u64, confirm_wait: Duration) -> Self {
-        Self { store, zone, budget, confirm_wait: confirm_wait.max(Duration::from_secs(1)) }
+        let confirm_wait = confirm_wait.max(Duration::from_secs(1));
+        Self { store, zone, budget, confirm_wait, trail: None }
+    }
+
+    /// Writes each stored job to `trail` (the chained audit).
+    pub fn with_trail(mut self, trail: Option<Arc<dyn nexbot_core::audit::AuditTrail>>) -> Self {
+        self.trail = trail;
+        self
     }
 
     /// Asks the chat's user whether `job` may be stored — a question of the approvals
@@ -171,6 +181,15 @@ impl TypedTool for ScheduleTask {
                 job.origin = origin;
                 self.confirmed(&job, ctx).await?;
                 let job = store_job(&self.store, job).await.map_err(job_error)?;
+                if let Some(trail) = &self.trail {
+                    trail.record(nexbot_core::audit::AuditEvent {
+                        event: "job",
+                        actor: ctx.chat.to_string(),
+                        chat: Some(ctx.chat.to_string()),
+                        subject: format!("job {} {:?}: {}", job.id, job.name, job.task),
+                        outcome: "stored (the chat's user allowed it)".to_owned(),
+                    });
+                }
                 Ok(success(describe(&job)))
             }
             Args::List => {

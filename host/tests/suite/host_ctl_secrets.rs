@@ -94,7 +94,8 @@ async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_ever
     let ran = ctl(&ws, &["secrets", "ls"], "").await;
     assert_eq!(ran.code, Some(0), "{ran:?}");
     let lines: Vec<&str> = ran.stdout.lines().collect();
-    assert_eq!(lines[0], "vault: vault on, 2 stored", "{ran:?}");
+    // The decoys `nexbot init`'s config plants are counted, never listed.
+    assert_eq!(lines[0], "vault: vault on, 2 stored, 4 decoys planted", "{ran:?}");
     assert!(lines[1].starts_with("SCOPE ") && lines[1].contains("HOSTS"), "{ran:?}");
     let row = |name: &str| lines.iter().find(|l| l.contains(name)).copied().unwrap_or_default();
     let gh: Vec<&str> = row("GH_TOKEN").split_whitespace().collect();
@@ -112,7 +113,11 @@ async fn secrets_set_ls_rm_through_nexbot_ctl_keep_values_sealed_and_out_of_ever
     assert_eq!(ran.code, Some(0), "{ran:?}");
     let vault: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("vault")).collect();
     assert_eq!(vault.len(), 1, "{ran:?}");
-    assert!(vault[0].starts_with("vault:") && vault[0].ends_with("vault on, 2 stored"), "{ran:?}");
+    assert!(
+        vault[0].starts_with("vault:")
+            && vault[0].ends_with("vault on, 2 stored, 4 decoys planted"),
+        "{ran:?}"
+    );
     outputs.push(ran);
     let ran = ctl(&ws, &["secrets", "ls", "--operator", "--json"], "").await;
     assert_eq!(ran.code, Some(0), "{ran:?}");

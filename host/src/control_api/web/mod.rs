@@ -264,6 +264,7 @@ pub fn router(state: ControlState) -> Router {
             (StatusCode::NOT_FOUND, Html(pages::refused("No such page.").into_string()))
         })
         .layer(axum::middleware::map_response(harden))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), super::actions::by_dashboard))
         .with_state(state)
 }
 

@@ -1,0 +1,50 @@
+//! The operator's actions in the chained audit: every request of the control API
+//! (`nexbot-ctl`) and the dashboard that is not a read (a `POST`: a kill, a restart, a secret
+//! set or removed, a job added or removed, a skill allowed, a reload, an answer) becomes an
+//! `operator` line of the egress's audit file — its method, path and status, never a body (a
+//! secret's value travels in one).
+//!
+//! Why a layer and not a call in each handler: an action added later is audited without
+//! anyone remembering to.
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use nexbot_core::audit::AuditEvent;
+
+use super::ControlState;
+
+/// For the control API's router: actions of `nexbot-ctl` (the socket's owner).
+pub(crate) async fn by_ctl(
+    State(s): State<ControlState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    audited(&s, "nexbot-ctl", request, next).await
+}
+
+/// For the dashboard's router: actions of a logged-in viewer.
+pub(crate) async fn by_dashboard(
+    State(s): State<ControlState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    audited(&s, "the dashboard", request, next).await
+}
+
+async fn audited(s: &ControlState, actor: &str, request: Request, next: Next) -> Response {
+    let acts = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let subject = format!("{} {}", request.method(), request.uri().path());
+    let response = next.run(request).await;
+    if let (true, Some(trail)) = (acts, &s.0.trail) {
+        trail.record(AuditEvent {
+            event: "operator",
+            actor: actor.to_owned(),
+            chat: None,
+            subject,
+            outcome: response.status().as_u16().to_string(),
+        });
+    }
+    response
+}
