@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use nexbot_egress::{Attribution, AttributionTable, Egress, EgressConfig, Network, ProviderKeys};
+use nexbot_egress::{
+    Attribution, AttributionTable, Cidr, Egress, EgressConfig, InternalAllow, Network, ProviderKeys,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,6 +48,12 @@ pub fn auth_line(proxy: SocketAddr) -> String {
 }
 
 /// `Proxy-Authorization` for an egress credential, as a task's processes send it.
+/// `egress.proxy.allow_internal`'s entry for exactly `addr` (its address, its port): how a
+/// test lets the proxy reach a server of its own on this machine.
+pub fn allow(addr: std::net::SocketAddr) -> InternalAllow {
+    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
+}
+
 pub fn proxy_authorization(token: &str) -> String {
     use base64::Engine;
     let pair = format!("task:{token}");

@@ -4,6 +4,7 @@
 //! it is refused with a reason the client reads. The deny list and the address rules win
 //! first, without a question. `allowlist` refuses what no rule allows, without asking.
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
 use std::net::SocketAddr;
@@ -11,16 +12,12 @@ use std::sync::Arc;
 
 use egress_support::{connect, echo_server, http_server, start, web_echo_server, Started, WAIT};
 use nexbot_egress::{
-    AllowRule, Approval, ApprovalFuture, ApprovalRequest, Approver, Binding, Cidr, Credential,
-    EgressConfig, EgressMode, HostPattern, InternalAllow,
+    AllowRule, Approval, ApprovalFuture, ApprovalRequest, Approver, Binding, Credential,
+    EgressConfig, EgressMode, HostPattern,
 };
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
-
-fn allow(addr: SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
-}
 
 /// An approver the test answers by hand: each question arrives with a sender for its answer.
 struct ByHand(mpsc::UnboundedSender<(ApprovalRequest, oneshot::Sender<Approval>)>);

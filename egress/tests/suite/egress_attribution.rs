@@ -5,6 +5,7 @@
 //! it belongs to — never under the task running now. The client at 127.0.0.1 is the pool
 //! container `c-test` (see `nexbot_tests::egress::start`).
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
 use std::net::SocketAddr;
@@ -13,15 +14,11 @@ use std::sync::atomic::Ordering;
 use egress_support::{
     connect, connect_with, echo_server, proxy_authorization, start, web_echo_server, Echoed, WAIT,
 };
-use nexbot_egress::{Cidr, EgressConfig, InternalAllow};
+use nexbot_egress::EgressConfig;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn allow(addr: SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
-}
 
 const LOCAL: &str = "127.0.0.1";
 

@@ -5,14 +5,13 @@
 //! request. A real secret of the same kind of name (the control) refuses without an alarm; a
 //! task holding a decoy gets no tunnel; the decoy's value is in no line.
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
 use std::sync::{Arc, Mutex};
 
 use egress_support::{connect, start, web_echo_server, Echoed, WAIT};
-use nexbot_egress::{
-    Binding, Cidr, Credential, DecoyAlarm, DecoyTrip, EgressConfig, InternalAllow,
-};
+use nexbot_egress::{Binding, Credential, DecoyAlarm, DecoyTrip, EgressConfig};
 use secrecy::SecretString;
 use serde_json::json;
 
@@ -26,10 +25,6 @@ impl DecoyAlarm for Recorded {
     fn tripped(&self, trip: DecoyTrip) {
         self.0.lock().unwrap().push(trip);
     }
-}
-
-fn allow(addr: std::net::SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
 }
 
 #[tokio::test]

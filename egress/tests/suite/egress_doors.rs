@@ -3,6 +3,7 @@
 //! secrets filled in only where they are bound, answers scrubbed, the policy applied, audited;
 //! no tunnel; gone (socket and secrets) when the door drops.
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
 use std::net::SocketAddr;
@@ -10,17 +11,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use egress_support::{start, web_echo_server};
-use nexbot_egress::{Binding, Cidr, Credential, EgressConfig, InternalAllow, DOOR_CONTAINER};
+use nexbot_egress::{Binding, Credential, EgressConfig, DOOR_CONTAINER};
 use secrecy::SecretString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 const VALUE: &str = "mcp_PLANTED_door_value_0123456789";
 const IDENTITY: &str = "mcp:remote";
-
-fn allow(addr: SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
-}
 
 fn token(host: &str) -> Vec<Credential> {
     vec![Credential::new(

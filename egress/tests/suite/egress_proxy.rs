@@ -2,6 +2,7 @@
 //! servers, every internal-address disguise denied with its reason, domain lists, attribution,
 //! byte and duration limits, bad requests, and one audit line per connection.
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
 use std::sync::atomic::Ordering;
@@ -12,10 +13,6 @@ use egress_support::{
 use nexbot_egress::{Cidr, EgressConfig, HostPattern, InternalAllow};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn allow(addr: std::net::SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
-}
 
 fn config_allowing(addrs: &[std::net::SocketAddr]) -> EgressConfig {
     let mut config = EgressConfig::default();

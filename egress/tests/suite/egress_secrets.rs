@@ -5,6 +5,7 @@
 //! bound host refused, credentials gone when the task ends, the relay scrubbing a stdin-mode
 //! value out of a chat call — and the values hunted for in the logs and the audit file.
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
 use std::net::SocketAddr;
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use egress_support::{connect, start, web_echo_app, web_echo_server, Echoed, Started, WAIT};
-use nexbot_egress::{Binding, Cidr, Credential, EgressConfig, InternalAllow};
+use nexbot_egress::{Binding, Credential, EgressConfig};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
@@ -25,10 +26,6 @@ const VALUE_PERCENT: &str = "ghp_PLANTED%2Fsecret%2Bvalue%3D0123456789";
 /// A stdin-mode secret: never sent, only scrubbed.
 const STDIN_VALUE: &str = "stdin-PLANTED-value-abcdef012345";
 const LABEL: &str = "[REDACTED:GH_TOKEN]";
-
-fn allow(addr: SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
-}
 
 /// `GH_TOKEN` has a legacy binding (a bare host, as stored before bindings named places):
 /// anywhere in a request to 127.0.0.1, any port and scheme — what these tests exercise is the

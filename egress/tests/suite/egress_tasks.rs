@@ -2,20 +2,15 @@
 //! while it runs and handed over when it ends, by the same call that revokes its relay token;
 //! its open tunnels and requests are cut then, and nothing more leaves in its name.
 
+use egress_support::allow;
 use nexbot_tests::egress as egress_support;
 
-use std::net::SocketAddr;
-
 use egress_support::{connect, echo_server, http_server, start, WAIT};
-use nexbot_egress::{Cidr, DestinationCounts, EgressConfig, InternalAllow};
+use nexbot_egress::{DestinationCounts, EgressConfig};
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn allow(addr: SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
-}
 
 #[tokio::test]
 async fn a_task_is_summarised_when_it_ends_and_its_tunnels_are_cut_then() {

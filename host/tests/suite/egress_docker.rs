@@ -5,6 +5,7 @@
 //! task's token only, and refuses beyond the budget.
 
 use crate::egress_support;
+use egress_support::allow;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,7 +18,7 @@ use egress_support::docker::{
 };
 use egress_support::{echo_server, http_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
-use nexbot_host::egress::{AttributionTable, Cidr, EgressConfig, InternalAllow};
+use nexbot_host::egress::{AttributionTable, EgressConfig};
 use nexbot_host::sandbox::egress_network;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
 use nexbot_tests::testcontainers::runners::AsyncRunner;
@@ -87,10 +88,6 @@ fn relay_call(relay: SocketAddr, token: &str, through_proxy: bool) -> String {
 /// The status code on the first line of a raw HTTP answer (0 when there is none).
 fn status(raw: &str) -> u16 {
     raw.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
-}
-
-fn allow(addr: SocketAddr) -> InternalAllow {
-    InternalAllow { cidr: Cidr::try_from(addr.ip().to_string()).unwrap(), ports: vec![addr.port()] }
 }
 
 // One end-to-end scenario on one expensive setup (containers, a daemon), its steps in
