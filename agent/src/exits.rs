@@ -27,6 +27,31 @@ use nexbot_core::ChatRef;
 use nexbot_redact::Redactor;
 use secrecy::SecretString;
 
+/// The chained audit's events scanned for every value first, as a log line is: a job's words
+/// or a held request's path may carry a chat's secret, and the audit file is the operator's.
+#[derive(Debug)]
+pub struct ScannedTrail {
+    trail: Arc<dyn nexbot_core::audit::AuditTrail>,
+    exits: Arc<Exits>,
+}
+
+impl ScannedTrail {
+    pub fn wrap(
+        trail: Arc<dyn nexbot_core::audit::AuditTrail>,
+        exits: Arc<Exits>,
+    ) -> Arc<dyn nexbot_core::audit::AuditTrail> {
+        Arc::new(Self { trail, exits })
+    }
+}
+
+impl nexbot_core::audit::AuditTrail for ScannedTrail {
+    fn record(&self, mut event: nexbot_core::audit::AuditEvent) {
+        event.subject = self.exits.scan(Exit::Log, None, &event.subject).into_owned();
+        event.outcome = self.exits.scan(Exit::Log, None, &event.outcome).into_owned();
+        self.trail.record(event);
+    }
+}
+
 /// Where a text was leaving through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
@@ -281,6 +306,31 @@ mod tests {
         let token = SecretString::from(TOKEN.to_owned());
         exits.refresh([(Some("telegram:7"), "GITHUB_TOKEN", &token)].into_iter());
         exits
+    }
+
+    #[test]
+    fn an_audit_events_words_are_scanned_before_the_chain_gets_them() {
+        use nexbot_core::audit::{AuditEvent, AuditTrail};
+        #[derive(Debug, Default)]
+        struct Kept(std::sync::Mutex<Vec<AuditEvent>>);
+        impl AuditTrail for Kept {
+            fn record(&self, event: AuditEvent) {
+                self.0.lock().unwrap().push(event);
+            }
+        }
+        let kept = Arc::new(Kept::default());
+        let trail = ScannedTrail::wrap(kept.clone(), exits());
+        trail.record(AuditEvent {
+            event: "job",
+            actor: "telegram:7".into(),
+            chat: Some("telegram:7".into()),
+            subject: format!("job 3 \"sync\": curl -H 'token: {TOKEN}' …"),
+            outcome: format!("stored {KEY}"),
+        });
+        let event = kept.0.lock().unwrap().remove(0);
+        assert!(!event.subject.contains(TOKEN) && event.subject.contains("[REDACTED"), "{event:?}");
+        assert!(!event.outcome.contains(KEY), "{event:?}");
+        assert_eq!(event.actor, "telegram:7");
     }
 
     #[test]

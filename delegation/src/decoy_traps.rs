@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone)]
 pub struct Trap {
     pub chat: ChatRef,
-    /// The delegating call: its task's first words.
-    pub task: String,
+    /// The delegating call: its task's first line.
+    pub first_line: String,
     /// What outside the chat's own words the turn had read when it delegated: pages tasks
     /// fetched, files, MCP results — the likely source of an injection.
     pub reads: Vec<OutsideRead>,
@@ -77,7 +77,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let trap = Trap {
             chat: ChatRef::Telegram(5),
-            task: "send the keys".into(),
+            first_line: "send the keys".into(),
             reads: vec![OutsideRead::tool("delegate_to_sub_agent").with_task("t-0")],
             cancel: cancel.clone(),
         };

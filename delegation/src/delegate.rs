@@ -318,7 +318,7 @@ impl Delegate {
     ) -> Option<crate::decoy_traps::Armed> {
         let trap = crate::decoy_traps::Trap {
             chat: ctx.chat.clone(),
-            task: first_line(request.task.as_deref().unwrap_or_default()),
+            first_line: first_line(request.task.as_deref().unwrap_or_default()),
             reads: ctx.reads.all(),
             cancel: cancel.clone(),
         };

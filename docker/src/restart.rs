@@ -63,6 +63,7 @@ impl RestartReason {
                 | Self::TaskAbandoned
                 | Self::RoomIdle
                 | Self::RoomYielded
+                | Self::DecoyTripped
         )
     }
 }
@@ -111,6 +112,8 @@ mod tests {
         assert!(RestartReason::NotClean.is_planned());
         assert!(RestartReason::RoomIdle.is_planned());
         assert!(RestartReason::RoomYielded.is_planned());
+        // Chosen by the daemon: an injection tripping decoys must not push a slot into back-off.
+        assert!(RestartReason::DecoyTripped.is_planned());
         assert!(!RestartReason::KilledByOperator.is_planned());
         assert!(!RestartReason::Hung.is_planned());
         assert!(!RestartReason::OomKilled.is_planned());

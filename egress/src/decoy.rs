@@ -36,9 +36,9 @@ pub trait DecoyAlarm: Send + Sync {
 
 /// The alarm, set once the host has built what it needs (its router, the pool).
 #[derive(Default)]
-pub(crate) struct AlarmSlot(RwLock<Option<Arc<dyn DecoyAlarm>>>);
+pub(crate) struct Alarm(RwLock<Option<Arc<dyn DecoyAlarm>>>);
 
-impl AlarmSlot {
+impl Alarm {
     pub(crate) fn set(&self, alarm: Arc<dyn DecoyAlarm>) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(alarm);
     }

@@ -258,7 +258,7 @@ pub(crate) struct Shared {
     /// Who decides about held destinations in `ask` mode (set by the host after start).
     approver: approval::ApproverSlot,
     /// Told when a task's request carries a decoy secret (set by the host after start).
-    decoys: decoy::AlarmSlot,
+    decoys: decoy::Alarm,
     relay: relay::Relay,
     local: SocketAddr,
     /// Where containers reach the listener when that is not `local`: an egress node's
@@ -363,7 +363,7 @@ impl Egress {
             audit,
             attribution,
             approver: approval::ApproverSlot::default(),
-            decoys: decoy::AlarmSlot::default(),
+            decoys: decoy::Alarm::default(),
             relay,
             local,
             advertised: std::sync::OnceLock::new(),

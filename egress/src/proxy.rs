@@ -799,6 +799,10 @@ async fn prepare(
     shared: &Shared,
 ) -> Result<(ResponseBody, BTreeSet<String>), Response<ResponseBody>> {
     let limits = &shared.config.proxy;
+    // Before the body is read (a refusal for its size must not hide a placeholder in the URL).
+    if let Some(name) = super::decoy::carried(secrets, parts, &[]) {
+        return Err(tripped(name, parts, to, secrets, audit, shared));
+    }
     let too_large = || {
         let reason = format!(
             "secret_body_too_large: a request of a task with secrets is read whole to put them \
@@ -829,7 +833,7 @@ async fn prepare(
         }
     };
     if let Some(name) = super::decoy::carried(secrets, parts, &bytes) {
-        return Err(tripped(name, parts, to, audit, shared));
+        return Err(tripped(name, parts, to, secrets, audit, shared));
     }
     let mut used = BTreeSet::new();
     let escape = inject::body_escape(&parts.headers);
@@ -875,22 +879,21 @@ async fn prepare(
 
 /// A request carrying the decoy `name`: refused with the answer a secret not bound to `to`
 /// gets (the task must not learn it held a decoy), its audit line marked, the alarm rung.
+/// The request is told scrubbed of the task's values (it goes to the owner's chat, whose exit
+/// scan does not know this chat's), then cut.
 fn tripped(
     name: &str,
     parts: &http::request::Parts,
     to: &Destination<'_>,
+    secrets: &TaskSecrets,
     audit: &Arc<ConnAudit>,
     shared: &Shared,
 ) -> Response<ResponseBody> {
     audit.decoy(name);
     let scheme = if to.https { "https" } else { "http" };
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut request = format!("{} {scheme}://{}:{}{target}", parts.method, to.host, to.port);
-    if request.len() > 300 {
-        let cut = (0..=300).rev().find(|&i| request.is_char_boundary(i)).unwrap_or(0);
-        request.truncate(cut);
-        request.push('…');
-    }
+    let request = format!("{} {scheme}://{}:{}{target}", parts.method, to.host, to.port);
+    let request = nexbot_core::text::clip(&secrets.redactor().redact(&request), 300).into_owned();
     let origin = audit.origin();
     shared.decoys.ring(super::decoy::DecoyTrip {
         task_id: origin.task_id.clone(),

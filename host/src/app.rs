@@ -42,6 +42,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 use crate::status::StatusBoard;
 use crate::store::Store;
 use crate::vault::Vault;
+use nexbot_core::audit::AuditTrail;
 
 /// How long running turns get to end (and answer) once the daemon stops.
 pub const TURNS_GRACE: Duration = Duration::from_secs(30);
@@ -145,7 +146,7 @@ impl App {
         // The egress questions (`egress.mode = "ask"`): the proxy asks them, delegated tasks
         // are registered with them, the router (below) shows them, `/egress` answers them.
         // Built without a sandbox too: the tools' confirmations (`agent.confirm`) use them.
-        let approvals = Some(start_approvals(config, sandbox.as_ref(), &store));
+        let approvals = Some(start_approvals(config, sandbox.as_ref(), &store, &exits));
         if let Some(approvals) = &approvals {
             approvals.expire_leftovers().await;
         }
@@ -351,6 +352,11 @@ impl App {
     }
 
     /// The exit scanner every outbound text passes.
+    /// The chained audit the operator's actions are written to (none without a sandbox).
+    pub fn trail(&self) -> Option<Arc<dyn AuditTrail>> {
+        trail(self.sandbox.as_ref(), &self.exits)
+    }
+
     pub fn exits(&self) -> &Arc<Exits> {
         &self.exits
     }
@@ -531,8 +537,6 @@ async fn stop_parts(parts: &mut Vec<Part>, stage: Stage) {
     }
 }
 
-/// The approvals of this run: the sandbox's egress settings (or the config's without a
-/// sandbox), the owner, and the proxy's approver set when the sandbox runs.
 /// What keeps secrets in and the steps asked about: the vault, the exit scan, the
 /// confirmations of `agent.confirm` (through the approvals) and the chained audit (the
 /// sandbox's egress; none without one).
@@ -547,11 +551,24 @@ fn guards(
         let confirm = crate::approvals::StepConfirm::new(approvals, &config.agent);
         Arc::new(confirm) as Arc<dyn nexbot_agent::confirm::Confirm>
     });
-    let trail = sandbox.map(|s| s.egress().trail());
+    let trail = trail(sandbox, exits);
     Guards { vault: Some(vault.clone()), exits: Some(exits.clone()), confirm, trail }
 }
 
-fn start_approvals(config: &Config, sandbox: Option<&Sandbox>, store: &Store) -> Arc<Approvals> {
+/// The chained audit other parts write to (the sandbox's egress log; none without one), its
+/// events scanned for every secret first.
+fn trail(sandbox: Option<&Sandbox>, exits: &Arc<Exits>) -> Option<Arc<dyn AuditTrail>> {
+    sandbox.map(|s| crate::exits::ScannedTrail::wrap(s.egress().trail(), exits.clone()))
+}
+
+/// The approvals of this run: the sandbox's egress settings (or the config's without a
+/// sandbox), the owner, and the proxy's approver set when the sandbox runs.
+fn start_approvals(
+    config: &Config,
+    sandbox: Option<&Sandbox>,
+    store: &Store,
+    exits: &Arc<Exits>,
+) -> Arc<Approvals> {
     let owner = config.telegram.owner;
     let egress = match sandbox {
         Some(sandbox) => sandbox.egress().config().clone(),
@@ -561,7 +578,8 @@ fn start_approvals(config: &Config, sandbox: Option<&Sandbox>, store: &Store) ->
     if let Some(sandbox) = sandbox {
         let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
         sandbox.egress().set_approver(approver);
-        approvals.set_trail(sandbox.egress().trail());
+        approvals
+            .set_trail(crate::exits::ScannedTrail::wrap(sandbox.egress().trail(), exits.clone()));
     }
     approvals
 }

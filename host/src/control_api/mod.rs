@@ -342,7 +342,7 @@ pub async fn attach(
             let verifier = s.egress().audit_verifier();
             (s.egress().audit_path().to_owned(), Arc::new(verifier) as Arc<ops::AuditVerifier>)
         }),
-        trail: app.sandbox().map(|s| s.egress().trail()),
+        trail: app.trail(),
         relay: app.sandbox().map(|s| s.relay_counters()),
         delegation_off: app.delegation_off().map(str::to_owned),
         status: app.status().clone(),

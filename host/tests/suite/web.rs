@@ -377,6 +377,20 @@ async fn the_dashboard_shows_the_live_pool_and_tasks_answers_questions_and_refus
         pool_on_page(&browser).await == now
     })
     .await;
+    // The kill is an operator line of the chained audit; the refused ones (no session, no or
+    // a forged token, another site) are no actions and left no line.
+    let audit = std::fs::read_to_string(ws.dir.join("egress-audit.jsonl")).unwrap();
+    let actions: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["event"] == "operator" && l["actor"] == "the dashboard")
+        .collect();
+    let kills: Vec<_> =
+        actions.iter().filter(|l| l["subject"].as_str().unwrap().contains("/kill")).collect();
+    assert_eq!(kills.len(), 1, "{actions:?}");
+    assert_eq!(kills[0]["subject"], format!("POST /subagents/{slot}/kill"));
+    assert_eq!(kills[0]["outcome"], "303", "{actions:?}");
+    assert!(!actions.iter().any(|l| l["subject"] == "POST /reload"), "{actions:?}");
 
     // Log out: the session ends.
     page.find(Locator::Css("header form button")).await.unwrap().click().await.unwrap();
