@@ -9,7 +9,7 @@
 
 use nexbot_core::ChatRef;
 
-use super::{settle, AnswerError, Approvals, Choice, Kind, Outcome, Question};
+use super::{settle, AnswerError, Approvals, Choice, Kind, Outcome, Pending, Question};
 
 impl Approvals {
     /// Answers question `id` as `by` (`telegram:42`, `nexbot-ctl`). `from`: the chat the
@@ -43,14 +43,9 @@ impl Approvals {
         if !pending.outcome.send_if_modified(|o| settle(o, outcome)) {
             return Err(AnswerError::NotWaiting(id));
         }
-        // Written to the chained audit once the answer is settled (the first answer wins).
-        let event = nexbot_core::audit::AuditEvent {
-            event: "approval",
-            actor: by.to_owned(),
-            chat: Some(pending.chat.to_string()),
-            subject: format!("question {id} ({}): {}", kind.as_str(), pending.question.subject()),
-            outcome: choice.as_str().to_owned(),
-        };
+        // Written to the chained audit once the answer is settled (the first answer wins),
+        // with a line for each other question the same press settles.
+        let mut events = vec![answered(pending, by, choice.as_str().to_owned())];
         // Granted before anyone waiting is let go: the task's next request to the same
         // destination (or with the same secret) must find it, not ask again.
         if let Question::Request(r) = &pending.question {
@@ -75,8 +70,15 @@ impl Approvals {
                 let outcome = Outcome::Answered { choice, by: by.to_owned() };
                 for other in state.pending.values().filter(|p| p.id != id) {
                     if let Question::Request(o) = &other.question {
-                        if o.task_id == r.task_id && o.reads_only() {
-                            other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        let settled = o.task_id == r.task_id
+                            && o.reads_only()
+                            && other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        if settled {
+                            events.push(answered(
+                                other,
+                                by,
+                                format!("{} (by {id})", choice.as_str()),
+                            ));
                         }
                     }
                 }
@@ -88,8 +90,15 @@ impl Approvals {
                 for other in state.pending.values().filter(|p| p.id != id) {
                     if let Question::Request(o) = &other.question {
                         let same = o.task_id == r.task_id && o.host == r.host && o.port == r.port;
-                        if same && o.secret_name.is_none() {
-                            other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        let settled = same
+                            && o.secret_name.is_none()
+                            && other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
+                        if settled {
+                            events.push(answered(
+                                other,
+                                by,
+                                format!("{} (by {id})", choice.as_str()),
+                            ));
                         }
                     }
                 }
@@ -97,7 +106,7 @@ impl Approvals {
         }
         drop(state);
         if let Some(trail) = self.trail.get() {
-            trail.record(event);
+            events.into_iter().for_each(|event| trail.record(event));
         }
         Ok(kind)
     }
@@ -141,5 +150,22 @@ impl Approvals {
             Ok(kind) => format!("{}.", choice.decided(kind)),
             Err(e) => e.to_string(),
         }
+    }
+}
+
+/// The audit's line for question `pending` answered by `by` (`outcome`: the answer).
+fn answered(pending: &Pending, by: &str, outcome: String) -> nexbot_core::audit::AuditEvent {
+    let kind = pending.question.kind();
+    nexbot_core::audit::AuditEvent {
+        event: "approval",
+        actor: by.to_owned(),
+        chat: Some(pending.chat.to_string()),
+        subject: format!(
+            "question {} ({}): {}",
+            pending.id,
+            kind.as_str(),
+            pending.question.subject()
+        ),
+        outcome,
     }
 }

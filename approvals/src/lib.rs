@@ -764,7 +764,7 @@ mod tests {
         let _held = tokio::spawn(ask(&approvals, "g", "group.example"));
         let question = sent.recv().await.unwrap();
         assert!(labels(&question).iter().any(|l| l.contains("Always")), "the owner may press it");
-        let id = wait_pending(&approvals, 2).await;
+        wait_pending(&approvals, 2).await;
         assert!(approvals.may_answer(id, Some(MEMBER)), "the starter answers");
         assert!(approvals.may_choose(id, Choice::Chat, &group, Some(MEMBER)).is_err());
         assert!(approvals.may_choose(id, Choice::Once, &group, Some(MEMBER)).is_ok());
@@ -780,6 +780,41 @@ mod tests {
 
         let console = ChatRef::console("main").unwrap();
         assert!(approvals.may_choose(id, Choice::Chat, &console, None).is_ok());
+        approvals.shutdown().await;
+    }
+
+    /// Every answer is a line of the chained audit — and so is each other question the same
+    /// press settles (here: the destination allowed for the task answers its other path).
+    #[tokio::test]
+    async fn each_question_a_press_settles_is_a_line_of_the_audit() {
+        use nexbot_core::audit::{AuditEvent, AuditTrail};
+        #[derive(Debug, Default)]
+        struct Kept(std::sync::Mutex<Vec<AuditEvent>>);
+        impl AuditTrail for Kept {
+            fn record(&self, event: AuditEvent) {
+                self.0.lock().unwrap().push(event);
+            }
+        }
+        let (approvals, _sent) = setup(|_| {}).await;
+        let kept = Arc::new(Kept::default());
+        approvals.set_trail(kept.clone());
+        let chat = ChatRef::Telegram(21);
+        approvals.start_task("t", &chat, "fetch", false);
+        let first = tokio::spawn(ask(&approvals, "t", "api.example.com"));
+        let mut other = request("t", "api.example.com");
+        other.path = Some("/other".into());
+        let second = tokio::spawn(EgressApprover(approvals.clone()).approve(other));
+        wait_pending(&approvals, 2).await;
+        let pressed = approvals.pending().into_iter().map(|p| p.id).min().unwrap();
+        approvals.answer(pressed, Choice::Task, "telegram:21", Some(&chat)).unwrap();
+        assert!(matches!(first.await.unwrap(), Approval::Allow));
+        assert!(matches!(second.await.unwrap(), Approval::Allow));
+        let events = kept.0.lock().unwrap().clone();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert!(events.iter().all(|e| e.event == "approval" && e.actor == "telegram:21"));
+        assert!(events[0].subject.starts_with(&format!("question {pressed} ")), "{events:?}");
+        assert_eq!(events[1].outcome, format!("task (by {pressed})"), "{events:?}");
+        assert!(events.iter().any(|e| e.subject.contains("/other")), "{events:?}");
         approvals.shutdown().await;
     }
 

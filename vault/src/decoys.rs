@@ -12,9 +12,11 @@
 
 use secrecy::SecretString;
 
-/// One kind of decoy: its name and the shape of a real value of that provider.
-struct Kind {
+/// One kind of decoy: its usual name and the shape of a real value of that provider.
+pub(crate) struct Kind {
     name: &'static str,
+    /// What `vault.decoys` calls it after a name of the operator's (`ACME_TOKEN:github`).
+    alias: &'static str,
     prefix: &'static str,
     alphabet: &'static [u8],
     len: usize,
@@ -29,6 +31,7 @@ const BASE64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 const KINDS: &[Kind] = &[
     Kind {
         name: "OPENAI_API_KEY",
+        alias: "openai",
         prefix: "sk-proj-",
         alphabet: URL_SAFE,
         len: 148,
@@ -36,6 +39,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "ANTHROPIC_API_KEY",
+        alias: "anthropic",
         prefix: "sk-ant-api03-",
         alphabet: URL_SAFE,
         len: 95,
@@ -43,6 +47,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "AWS_SECRET_ACCESS_KEY",
+        alias: "aws",
         prefix: "",
         alphabet: BASE64,
         len: 40,
@@ -50,6 +55,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "STRIPE_SECRET_KEY",
+        alias: "stripe",
         prefix: "sk_live_",
         alphabet: ALNUM,
         len: 99,
@@ -57,6 +63,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "GITHUB_TOKEN",
+        alias: "github",
         prefix: "ghp_",
         alphabet: ALNUM,
         len: 36,
@@ -73,29 +80,49 @@ pub fn known_names() -> Vec<&'static str> {
     KINDS.iter().map(|k| k.name).collect()
 }
 
-/// `vault.decoys` checked: each name a known kind, once.
-pub fn check_names(names: &[String]) -> Result<(), String> {
-    for (i, name) in names.iter().enumerate() {
-        if kind(name).is_none() {
-            return Err(format!(
-                "{name:?} is no decoy this version can shape; choose from {}",
-                known_names().join(", ")
-            ));
-        }
-        if names[..i].contains(name) {
+/// One entry of `vault.decoys`: a known kind's usual name (`OPENAI_API_KEY`), or a name of
+/// the operator's with the kind it imitates (`ACME_DEPLOY_TOKEN:github`) — names an injection
+/// written against the defaults cannot know.
+pub(crate) fn parse(entry: &str) -> Result<(String, &'static Kind), String> {
+    let aliases = || KINDS.iter().map(|k| k.alias).collect::<Vec<_>>().join(", ");
+    let (name, kind) = match entry.split_once(':') {
+        Some((name, alias)) => match KINDS.iter().find(|k| k.alias == alias) {
+            Some(kind) => (name, kind),
+            None => return Err(format!("{entry:?}: no decoy kind {alias:?}; use {}", aliases())),
+        },
+        None => match KINDS.iter().find(|k| k.name == entry) {
+            Some(kind) => (entry, kind),
+            None => {
+                return Err(format!(
+                    "{entry:?} is no decoy this version can shape; use one of {}, or \
+                     NAME:KIND with KIND one of {}",
+                    known_names().join(", "),
+                    aliases()
+                ))
+            }
+        },
+    };
+    if !nexbot_redact::is_valid_secret_name(name) {
+        return Err(format!("{entry:?}: {name:?} is no secret name ([A-Z_][A-Z0-9_]*)"));
+    }
+    Ok((name.to_owned(), kind))
+}
+
+/// `vault.decoys` checked: each entry parses ([`parse`]), each name once.
+pub fn check_names(entries: &[String]) -> Result<(), String> {
+    let mut seen = Vec::new();
+    for entry in entries {
+        let (name, _) = parse(entry)?;
+        if seen.contains(&name) {
             return Err(format!("{name} is listed twice"));
         }
+        seen.push(name);
     }
     Ok(())
 }
 
-fn kind(name: &str) -> Option<&'static Kind> {
-    KINDS.iter().find(|k| k.name == name)
-}
-
-/// A fresh value for the decoy `name` (a known kind), from the system's random source.
-pub(crate) fn fresh_value(name: &str) -> Result<String, String> {
-    let kind = kind(name).ok_or_else(|| format!("no decoy kind {name}"))?;
+/// A fresh value of `kind`'s shape, from the system's random source.
+pub(crate) fn fresh_value(kind: &Kind) -> Result<String, String> {
     let bytes = super::crypto::random::<256>().map_err(|e| e.to_string())?;
     let mut value = String::with_capacity(kind.prefix.len() + kind.len);
     value.push_str(kind.prefix);
@@ -113,12 +140,13 @@ pub(crate) fn fresh_value(name: &str) -> Result<String, String> {
 pub(crate) struct Decoy {
     pub(crate) name: String,
     pub(crate) value: SecretString,
+    pub(crate) kind: &'static Kind,
 }
 
 impl Decoy {
     /// What a task's prompt shows it bound to.
     pub(crate) fn shown_as(&self) -> String {
-        kind(&self.name).map(|k| k.shown_as.to_owned()).unwrap_or_default()
+        self.kind.shown_as.to_owned()
     }
 }
 
@@ -128,14 +156,21 @@ mod tests {
 
     #[test]
     fn each_kind_has_its_providers_shape_and_a_fresh_value_each_time() {
-        let openai = fresh_value("OPENAI_API_KEY").unwrap();
+        let value = |entry: &str| fresh_value(parse(entry).unwrap().1).unwrap();
+        let openai = value("OPENAI_API_KEY");
         assert!(openai.starts_with("sk-proj-") && openai.len() == 8 + 148, "{openai}");
-        let github = fresh_value("GITHUB_TOKEN").unwrap();
+        let github = value("GITHUB_TOKEN");
         assert!(github.starts_with("ghp_") && github.len() == 40, "{github}");
         assert!(github[4..].bytes().all(|b| b.is_ascii_alphanumeric()));
-        let aws = fresh_value("AWS_SECRET_ACCESS_KEY").unwrap();
-        assert_eq!(aws.len(), 40);
-        assert_ne!(fresh_value("GITHUB_TOKEN").unwrap(), github);
+        assert_eq!(value("AWS_SECRET_ACCESS_KEY").len(), 40);
+        assert_ne!(value("GITHUB_TOKEN"), github);
+        // A name of the operator's, shaped like the kind it names.
+        let (name, kind) = parse("ACME_DEPLOY_TOKEN:github").unwrap();
+        assert_eq!(
+            (name.as_str(), kind.shown_as),
+            ("ACME_DEPLOY_TOKEN", "https://api.github.com:443 header:authorization")
+        );
+        assert!(fresh_value(kind).unwrap().starts_with("ghp_"));
         for kind in KINDS {
             // What the task's prompt shows parses as a binding, like a real secret's.
             nexbot_egress::Binding::parse(kind.shown_as).unwrap();
@@ -147,7 +182,11 @@ mod tests {
         check_names(&DEFAULT_DECOYS.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
         let err = check_names(&["MY_KEY".into()]).unwrap_err();
         assert!(err.contains("MY_KEY") && err.contains("GITHUB_TOKEN"), "{err}");
-        let err = check_names(&["GITHUB_TOKEN".into(), "GITHUB_TOKEN".into()]).unwrap_err();
+        let err = check_names(&["GITHUB_TOKEN".into(), "GITHUB_TOKEN:github".into()]).unwrap_err();
         assert!(err.contains("twice"), "{err}");
+        let err = check_names(&["MY_KEY:gitlab".into()]).unwrap_err();
+        assert!(err.contains("\"gitlab\"") && err.contains("openai, anthropic"), "{err}");
+        let err = check_names(&["my key:github".into()]).unwrap_err();
+        assert!(err.contains("no secret name"), "{err}");
     }
 }

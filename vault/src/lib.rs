@@ -61,7 +61,8 @@ pub struct VaultConfig {
     /// each of that chat's exits and in its tasks' LLM calls, so the scan's cost and memory
     /// grow with it; setting one more is refused with an error naming this setting.
     pub max_secrets_per_scope: usize,
-    /// Decoy secrets to plant ([`decoys`]): names from [`decoys::known_names`]. None (the
+    /// Decoy secrets to plant ([`decoys`]): names from [`decoys::known_names`], or a name of
+    /// the operator's with its kind (`ACME_DEPLOY_TOKEN:github`). None (the
     /// default of a config written before decoys existed) plants none; `nexbot init`'s
     /// config lists [`decoys::DEFAULT_DECOYS`].
     pub decoys: Vec<String>,
@@ -614,10 +615,11 @@ impl Vault {
     pub async fn plant_decoys(&self, names: &[String]) -> Result<usize, VaultError> {
         decoys::check_names(names).map_err(VaultError::Decoy)?;
         let mut planted = Vec::new();
-        for name in names {
-            let fresh = decoys::fresh_value(name).map_err(VaultError::Decoy)?;
-            let value = self.store.plant_decoy(name, &fresh).await?;
-            planted.push(decoys::Decoy { name: name.clone(), value: SecretString::from(value) });
+        for entry in names {
+            let (name, kind) = decoys::parse(entry).map_err(VaultError::Decoy)?;
+            let fresh = decoys::fresh_value(kind).map_err(VaultError::Decoy)?;
+            let value = SecretString::from(self.store.plant_decoy(&name, &fresh).await?);
+            planted.push(decoys::Decoy { name, value, kind });
         }
         planted.sort_by(|a, b| a.name.cmp(&b.name));
         let count = planted.len();

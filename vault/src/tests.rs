@@ -524,10 +524,13 @@ async fn sealed_of(store: &Store, name: &str) -> Vec<u8> {
 async fn decoys_are_offered_to_chats_beside_their_secrets_kept_across_restarts_and_step_aside() {
     let dir = temp_dir();
     let master = secret(MASTER);
-    let names: Vec<String> = vec!["OPENAI_API_KEY".into(), "GITHUB_TOKEN".into()];
+    let names: Vec<String> =
+        vec!["OPENAI_API_KEY".into(), "GITHUB_TOKEN".into(), "ACME_DEPLOY_TOKEN:stripe".into()];
     let exits = Exits::new(Vec::new());
     let vault = Vault::open(store(&dir).await, Some(&master), Some(exits.clone())).await.unwrap();
-    assert_eq!(vault.plant_decoys(&names).await.unwrap(), 2);
+    assert_eq!(vault.plant_decoys(&names).await.unwrap(), 3);
+    let own = vault.resolve(&chat(1), "ACME_DEPLOY_TOKEN").unwrap();
+    assert!(own.value.expose_secret().starts_with("sk_live_"), "a name of the operator's");
     let decoy = vault.resolve(&chat(1), "OPENAI_API_KEY").unwrap();
     let value = decoy.value.expose_secret().to_owned();
     assert!(value.starts_with("sk-proj-"), "shaped like the provider's: {value}");
@@ -545,13 +548,16 @@ async fn decoys_are_offered_to_chats_beside_their_secrets_kept_across_restarts_a
         .await
         .unwrap();
     let err = vault.resolve(&chat(1), "NOPE").unwrap_err().to_string();
-    assert!(err.contains("(stored: GITHUB_TOKEN, MINE, OPENAI_API_KEY)"), "{err}");
+    assert!(
+        err.contains("(stored: ACME_DEPLOY_TOKEN, GITHUB_TOKEN, MINE, OPENAI_API_KEY)"),
+        "{err}"
+    );
     // Never the operator's; scanned for at the exits and in a chat's tasks' LLM calls.
     assert!(vault.resolve(&SecretScope::Operator, "OPENAI_API_KEY").is_err());
     assert!(vault.watched(&ChatRef::Telegram(1)).iter().any(|(n, _)| n == "OPENAI_API_KEY"));
     let said = exits.scan(Exit::Log, None, &format!("leaked {value}")).into_owned();
     assert!(!said.contains(&value), "{said}");
-    assert!(status_line(&vault).ends_with("2 decoys planted"), "{}", status_line(&vault));
+    assert!(status_line(&vault).ends_with("3 decoys planted"), "{}", status_line(&vault));
     // A chat's own secret of the same name wins.
     vault.set(&chat(2), "GITHUB_TOKEN", secret(VALUE), &[], &[], Some(Mode::Stdin)).await.unwrap();
     assert!(vault.resolve(&chat(2), "GITHUB_TOKEN").unwrap().decoy.is_none());
