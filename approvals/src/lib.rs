@@ -764,7 +764,7 @@ mod tests {
         let _held = tokio::spawn(ask(&approvals, "g", "group.example"));
         let question = sent.recv().await.unwrap();
         assert!(labels(&question).iter().any(|l| l.contains("Always")), "the owner may press it");
-        wait_pending(&approvals, 2).await;
+        let id = wait_pending(&approvals, 2).await;
         assert!(approvals.may_answer(id, Some(MEMBER)), "the starter answers");
         assert!(approvals.may_choose(id, Choice::Chat, &group, Some(MEMBER)).is_err());
         assert!(approvals.may_choose(id, Choice::Once, &group, Some(MEMBER)).is_ok());
