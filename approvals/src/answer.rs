@@ -64,42 +64,25 @@ impl Approvals {
                     _ => false,
                 };
             }
-            // The allowance given: the task's other questions about requests that only read
-            // are answered by the same press.
-            if r.secret_name.is_none() && choice == Choice::Read {
-                let outcome = Outcome::Answered { choice, by: by.to_owned() };
-                for other in state.pending.values().filter(|p| p.id != id) {
-                    if let Question::Request(o) = &other.question {
-                        let settled = o.task_id == r.task_id
-                            && o.reads_only()
-                            && other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
-                        if settled {
-                            events.push(answered(
-                                other,
-                                by,
-                                format!("{} (by {id})", choice.as_str()),
-                            ));
-                        }
+            // The same press answers the task's other questions it covers: with the reading
+            // allowance, those about requests that only read; with the destination allowed for
+            // the task (or always), those about it (other methods or paths).
+            let covers = |o: &nexbot_egress::ApprovalRequest| {
+                o.task_id == r.task_id
+                    && o.secret_name.is_none()
+                    && match choice {
+                        Choice::Read => o.reads_only(),
+                        Choice::Task | Choice::Chat => o.host == r.host && o.port == r.port,
+                        _ => false,
                     }
-                }
-            }
-            // The destination allowed for the task (or always): the task's other questions
-            // about it (other methods or paths) are answered by the same press.
-            if r.secret_name.is_none() && matches!(choice, Choice::Task | Choice::Chat) {
+            };
+            if r.secret_name.is_none() {
                 let outcome = Outcome::Answered { choice, by: by.to_owned() };
+                let by_press = format!("{} (by {id})", choice.as_str());
                 for other in state.pending.values().filter(|p| p.id != id) {
-                    if let Question::Request(o) = &other.question {
-                        let same = o.task_id == r.task_id && o.host == r.host && o.port == r.port;
-                        let settled = same
-                            && o.secret_name.is_none()
-                            && other.outcome.send_if_modified(|o| settle(o, outcome.clone()));
-                        if settled {
-                            events.push(answered(
-                                other,
-                                by,
-                                format!("{} (by {id})", choice.as_str()),
-                            ));
-                        }
+                    let Question::Request(o) = &other.question else { continue };
+                    if covers(o) && other.outcome.send_if_modified(|s| settle(s, outcome.clone())) {
+                        events.push(answered(other, by, by_press.clone()));
                     }
                 }
             }

@@ -205,17 +205,23 @@ pub trait Approver: Send + Sync {
     fn approve(&self, request: ApprovalRequest) -> ApprovalFuture;
 }
 
-/// The approver, set once the host has built what answers (its router, its store) — after
-/// the listener started. Until then (or without one) `ask` mode refuses what it would ask.
-#[derive(Default)]
-pub(crate) struct ApproverSlot(RwLock<Option<Arc<dyn Approver>>>);
+/// What the host sets once it has built it, after the listener started: the approver (its
+/// router, its store answer; until then `ask` mode refuses what it would ask) and the decoy
+/// alarm (`decoy.rs`).
+pub(crate) struct Late<T: ?Sized>(RwLock<Option<Arc<T>>>);
 
-impl ApproverSlot {
-    pub(crate) fn set(&self, approver: Arc<dyn Approver>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(approver);
+impl<T: ?Sized> Default for Late<T> {
+    fn default() -> Self {
+        Self(RwLock::new(None))
+    }
+}
+
+impl<T: ?Sized> Late<T> {
+    pub(crate) fn set(&self, value: Arc<T>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(value);
     }
 
-    pub(crate) fn get(&self) -> Option<Arc<dyn Approver>> {
+    pub(crate) fn get(&self) -> Option<Arc<T>> {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }

@@ -10,8 +10,7 @@
 //! the [`DecoyAlarm`] the host set is rung — it tells the owner, stops the task and retires
 //! its container.
 
-use std::sync::{Arc, RwLock};
-
+use super::approval::Late;
 use super::credentials::TaskSecrets;
 use super::inject;
 
@@ -34,48 +33,39 @@ pub trait DecoyAlarm: Send + Sync {
     fn tripped(&self, trip: DecoyTrip);
 }
 
-/// The alarm, set once the host has built what it needs (its router, the pool).
-#[derive(Default)]
-pub(crate) struct Alarm(RwLock<Option<Arc<dyn DecoyAlarm>>>);
-
-impl Alarm {
-    pub(crate) fn set(&self, alarm: Arc<dyn DecoyAlarm>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(alarm);
-    }
-
-    /// Rings the alarm; without one the trip is only logged (and audited by the caller).
-    pub(crate) fn ring(&self, trip: DecoyTrip) {
-        tracing::error!(
-            task = trip.task_id.as_deref().unwrap_or("-"),
-            container = trip.container.as_deref().unwrap_or("-"),
-            secret = %trip.secret,
-            request = %trip.request,
-            "a task tried to send a decoy secret: a prompt injection is likely at work"
-        );
-        let alarm = self.0.read().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(alarm) = alarm {
-            alarm.tripped(trip);
-        }
+/// Rings `alarm` (set by the host); without one the trip is only logged (and audited by the
+/// caller).
+pub(crate) fn ring(alarm: &Late<dyn DecoyAlarm>, trip: DecoyTrip) {
+    tracing::error!(
+        task = trip.task_id.as_deref().unwrap_or("-"),
+        container = trip.container.as_deref().unwrap_or("-"),
+        secret = %trip.secret,
+        request = %trip.request,
+        "a task tried to send a decoy secret: a prompt injection is likely at work"
+    );
+    if let Some(alarm) = alarm.get() {
+        alarm.tripped(trip);
     }
 }
 
-/// The first decoy of `secrets` whose placeholder is in the request target, a header value
-/// or the body — wherever it stands, before any other placeholder is looked at (a refused
-/// real secret earlier in the request must not hide it).
-pub(crate) fn carried<'a>(
+/// The request target and the header values: where a decoy is looked for before the body
+/// is read.
+pub(crate) fn head(parts: &http::request::Parts) -> impl Iterator<Item = &[u8]> {
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    std::iter::once(target.as_bytes()).chain(parts.headers.values().map(|v| v.as_bytes()))
+}
+
+/// The first decoy of `secrets` whose placeholder is in one of `texts` (the request's
+/// [`head`], then its body) — wherever it stands, before any other placeholder is looked at
+/// (a refused real secret earlier in the request must not hide it).
+pub(crate) fn carried<'a, 'b>(
     secrets: &'a TaskSecrets,
-    parts: &http::request::Parts,
-    body: &[u8],
+    texts: impl IntoIterator<Item = &'b [u8]>,
 ) -> Option<&'a str> {
     if !secrets.has_decoy() {
         return None;
     }
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    std::iter::once(target.as_bytes())
-        .chain(parts.headers.values().map(http::HeaderValue::as_bytes))
-        .chain(std::iter::once(body))
-        .flat_map(inject::find)
-        .find_map(|placeholder| {
-            secrets.get(&placeholder.name).filter(|c| c.decoy).map(|c| c.name.as_str())
-        })
+    texts.into_iter().flat_map(inject::find).find_map(|placeholder| {
+        secrets.get(&placeholder.name).filter(|c| c.decoy).map(|c| c.name.as_str())
+    })
 }

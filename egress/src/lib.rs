@@ -256,9 +256,9 @@ pub(crate) struct Shared {
     tls: Arc<rustls::ClientConfig>,
     attribution: Arc<dyn Attribution>,
     /// Who decides about held destinations in `ask` mode (set by the host after start).
-    approver: approval::ApproverSlot,
+    approver: approval::Late<dyn Approver>,
     /// Told when a task's request carries a decoy secret (set by the host after start).
-    decoys: decoy::Alarm,
+    decoys: approval::Late<dyn DecoyAlarm>,
     relay: relay::Relay,
     local: SocketAddr,
     /// Where containers reach the listener when that is not `local`: an egress node's
@@ -362,8 +362,8 @@ impl Egress {
             tls,
             audit,
             attribution,
-            approver: approval::ApproverSlot::default(),
-            decoys: decoy::Alarm::default(),
+            approver: approval::Late::default(),
+            decoys: approval::Late::default(),
             relay,
             local,
             advertised: std::sync::OnceLock::new(),

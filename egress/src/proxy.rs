@@ -800,7 +800,7 @@ async fn prepare(
 ) -> Result<(ResponseBody, BTreeSet<String>), Response<ResponseBody>> {
     let limits = &shared.config.proxy;
     // Before the body is read (a refusal for its size must not hide a placeholder in the URL).
-    if let Some(name) = super::decoy::carried(secrets, parts, &[]) {
+    if let Some(name) = super::decoy::carried(secrets, super::decoy::head(parts)) {
         return Err(tripped(name, parts, to, secrets, audit, shared));
     }
     let too_large = || {
@@ -832,7 +832,7 @@ async fn prepare(
             return Err(refuse(audit, Verdict::Error, StatusCode::REQUEST_TIMEOUT, reason));
         }
     };
-    if let Some(name) = super::decoy::carried(secrets, parts, &bytes) {
+    if let Some(name) = super::decoy::carried(secrets, [&bytes[..]]) {
         return Err(tripped(name, parts, to, secrets, audit, shared));
     }
     let mut used = BTreeSet::new();
@@ -895,12 +895,15 @@ fn tripped(
     let request = format!("{} {scheme}://{}:{}{target}", parts.method, to.host, to.port);
     let request = nexbot_core::text::clip(&secrets.redactor().redact(&request), 300).into_owned();
     let origin = audit.origin();
-    shared.decoys.ring(super::decoy::DecoyTrip {
-        task_id: origin.task_id.clone(),
-        container: origin.container.clone(),
-        secret: name.to_owned(),
-        request,
-    });
+    super::decoy::ring(
+        &shared.decoys,
+        super::decoy::DecoyTrip {
+            task_id: origin.task_id.clone(),
+            container: origin.container.clone(),
+            secret: name.to_owned(),
+            request,
+        },
+    );
     let refused = inject::Refused::NotBound { name: name.to_owned(), host: to.host.to_owned() };
     refuse(audit, Verdict::Denied, StatusCode::FORBIDDEN, refused.to_string())
 }

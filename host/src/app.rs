@@ -351,12 +351,12 @@ impl App {
         &self.vault
     }
 
-    /// The exit scanner every outbound text passes.
     /// The chained audit the operator's actions are written to (none without a sandbox).
     pub fn trail(&self) -> Option<Arc<dyn AuditTrail>> {
         trail(self.sandbox.as_ref(), &self.exits)
     }
 
+    /// The exit scanner every outbound text passes.
     pub fn exits(&self) -> &Arc<Exits> {
         &self.exits
     }
@@ -578,8 +578,9 @@ fn start_approvals(
     if let Some(sandbox) = sandbox {
         let approver = Arc::new(crate::approvals::EgressApprover(approvals.clone()));
         sandbox.egress().set_approver(approver);
-        approvals
-            .set_trail(crate::exits::ScannedTrail::wrap(sandbox.egress().trail(), exits.clone()));
+        if let Some(trail) = trail(Some(sandbox), exits) {
+            approvals.set_trail(trail);
+        }
     }
     approvals
 }

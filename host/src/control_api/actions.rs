@@ -21,7 +21,7 @@ pub(crate) async fn by_ctl(
     request: Request,
     next: Next,
 ) -> Response {
-    audited(&s, "nexbot-ctl", request, next).await
+    audited(&s, Actor::Ctl, request, next).await
 }
 
 /// For the dashboard's router: actions of a logged-in viewer. A request refused (no session,
@@ -32,18 +32,29 @@ pub(crate) async fn by_dashboard(
     request: Request,
     next: Next,
 ) -> Response {
-    audited(&s, "the dashboard", request, next).await
+    audited(&s, Actor::Dashboard, request, next).await
 }
 
-async fn audited(s: &ControlState, actor: &str, request: Request, next: Next) -> Response {
+/// Whose request: the socket's owner, whose every request is theirs (a refused one too), or
+/// the dashboard's, whose refused requests need not be the owner's at all.
+#[derive(Clone, Copy)]
+enum Actor {
+    Ctl,
+    Dashboard,
+}
+
+async fn audited(s: &ControlState, actor: Actor, request: Request, next: Next) -> Response {
     let acts = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let subject = format!("{} {}", request.method(), request.uri().path());
     let response = next.run(request).await;
-    let refused = actor == "the dashboard" && response.status().is_client_error();
+    let (name, refused) = match actor {
+        Actor::Ctl => ("nexbot-ctl", false),
+        Actor::Dashboard => ("the dashboard", response.status().is_client_error()),
+    };
     if let (true, false, Some(trail)) = (acts, refused, &s.0.trail) {
         trail.record(AuditEvent {
             event: "operator",
-            actor: actor.to_owned(),
+            actor: name.to_owned(),
             chat: None,
             subject,
             outcome: response.status().as_u16().to_string(),
