@@ -34,6 +34,9 @@ pub mod paths {
     /// `GET`: the egress audit file's hash chain walked ([`super::AuditCheck`]); 409 when
     /// there is no audit file (the sandbox is off).
     pub const AUDIT_VERIFY: &str = "/v1/audit/verify";
+    /// `POST`: runs the owner's self-test and answers its report (`nexbot doctor --attack`);
+    /// 409 while one runs, 503 without a sandbox.
+    pub const SELFTEST: &str = "/v1/selftest";
 }
 
 /// Every error answer: a message for the operator.

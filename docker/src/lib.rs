@@ -114,6 +114,7 @@ mod connect;
 mod egress_node;
 mod engine;
 pub mod error;
+mod hardening;
 mod images;
 mod lines;
 mod link;
@@ -147,6 +148,7 @@ pub use egress_node::{
     remove_egress_node, start_egress_node, EgressNodeLink, EgressNodeSpec, LABEL_EGRESS_NODE,
 };
 pub use error::PoolError;
+pub use hardening::Hardening;
 pub use images::{load_image_file, sync_image, ImageSync};
 pub use network::{
     ensure_internal_network, ensure_pool_network, ensure_pool_network_owned, remove_network,

@@ -46,6 +46,9 @@ pub enum RestartReason {
     /// A task in it sent a decoy secret (`Pool::kill_because`): a prompt injection was at
     /// work, so what it left in the container is not trusted.
     DecoyTripped,
+    /// The owner's self-test is over (`Pool::kill_because`): what its attacks left in the
+    /// container goes with it.
+    SelfTestDone,
     /// Anything else (a broken stdin pipe, a death the engine could not explain); the text
     /// says what.
     Other { detail: String },
@@ -64,6 +67,7 @@ impl RestartReason {
                 | Self::RoomIdle
                 | Self::RoomYielded
                 | Self::DecoyTripped
+                | Self::SelfTestDone
         )
     }
 }
@@ -83,6 +87,7 @@ impl fmt::Display for RestartReason {
             Self::RoomIdle => f.write_str("idle in its room too long"),
             Self::RoomYielded => f.write_str("gave way to a blank for another room"),
             Self::DecoyTripped => f.write_str("a task in it sent a decoy secret"),
+            Self::SelfTestDone => f.write_str("the owner's self-test in it is over"),
             Self::Other { detail } => f.write_str(detail),
         }
     }

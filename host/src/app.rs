@@ -117,6 +117,8 @@ pub struct App {
     /// The tasks a dead run left running, settled at start; their progress messages are
     /// edited as their channels are added.
     interrupted: Vec<crate::interrupted::InterruptedTask>,
+    /// The owner's self-test (`None` without a sandbox: nothing to attack).
+    selftest: Option<Arc<crate::selftest::SelfTest>>,
 }
 
 impl App {
@@ -165,6 +167,7 @@ impl App {
             delegation
         });
         let traps = delegation.as_ref().map(|d| d.traps.clone());
+        let built = delegation.as_ref().map(|d| d.built.clone());
         let guards = guards(config, approvals.as_ref(), &vault, &exits, sandbox.as_ref());
         let agent = match build_agent_with_hooks(
             config,
@@ -205,18 +208,7 @@ impl App {
         if let Some(sandbox) = &sandbox {
             sandbox.add_to(&status, config.storage.min_free_mb).await;
         }
-        if let Some(skills) = agent.skills().cloned() {
-            status.add("skills", move || match skills.dir() {
-                None => "no skills folder ([skills] dir)".to_owned(),
-                Some(_) => crate::skills::status_line(&skills.current()),
-            });
-        }
-        if sandbox.is_none() {
-            if let Some(why) = &delegation_off {
-                let why = why.clone();
-                status.add("pool", move || format!("off ({why})"));
-            }
-        }
+        skills_and_pool_lines(&status, &agent, sandbox.is_none(), delegation_off.as_deref());
         let mut commands = CommandRegistry::builtin(
             store.clone(),
             config.llm.primary().1,
@@ -227,6 +219,9 @@ impl App {
         );
         let (voice, audit_head) =
             voice_and_audit(&mut commands, config, &store, &agent, sandbox.as_ref())?;
+        let selftest = crate::selftest::start(config, &store, sandbox.as_ref(), built, &router)
+            .await
+            .map(|test| crate::selftest::add_to(test, &status, &mut commands));
         if let Some(approvals) = &approvals {
             approvals.set_channel(router.clone());
             commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));
@@ -275,6 +270,7 @@ impl App {
             channels: Vec::new(),
             scheduler: None,
             interrupted,
+            selftest,
         };
         app.spawn("disk", Stage::Service, move |stop| disk.watch(stop));
         app.start_scheduler(config);
@@ -406,6 +402,11 @@ impl App {
         self.approvals.as_ref()
     }
 
+    /// The owner's self-test, when the sandbox runs.
+    pub fn selftest(&self) -> Option<&Arc<crate::selftest::SelfTest>> {
+        self.selftest.as_ref()
+    }
+
     /// Stops everything in order (see the module documentation).
     pub async fn stop(mut self) {
         stop_parts(&mut self.parts, Stage::Input).await;
@@ -429,6 +430,20 @@ impl App {
         if let Some(sandbox) = self.sandbox {
             sandbox.shutdown().await;
         }
+    }
+}
+
+/// The skills' line, and the pool's when delegation is off (`why`).
+fn skills_and_pool_lines(status: &StatusBoard, agent: &Agent, no_sandbox: bool, why: Option<&str>) {
+    if let Some(skills) = agent.skills().cloned() {
+        status.add("skills", move || match skills.dir() {
+            None => "no skills folder ([skills] dir)".to_owned(),
+            Some(_) => crate::skills::status_line(&skills.current()),
+        });
+    }
+    if let (true, Some(why)) = (no_sandbox, why) {
+        let why = why.to_owned();
+        status.add("pool", move || format!("off ({why})"));
     }
 }
 

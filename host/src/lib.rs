@@ -25,7 +25,8 @@
 //!   seams to the pool, the tool, [`deadlines`], [`skill_grants`]); [`pool_runner`]: the pool
 //!   behind it, and the limits it is planned with.
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
-//!   [`decoys`]: the decoy secrets' alarm (the owner told, the task stopped).
+//!   [`decoys`]: the decoy secrets' alarm (the owner told, the task stopped). [`selftest`]:
+//!   the owner's attacks on the walls (`/selftest`, `nexbot doctor --attack`) wired in.
 //! - [`control_api`]: the operator's API for `nexbot-ctl` on a Unix socket, and `/metrics`;
 //!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
@@ -56,6 +57,7 @@ pub mod pool_runner;
 pub mod remote_skills;
 pub mod runtime;
 pub mod sandbox;
+pub mod selftest;
 pub mod status;
 
 pub mod tools;

@@ -61,6 +61,9 @@ pub struct Delegation {
     pub mcp: Option<Arc<crate::mcp::McpServers>>,
     /// The tasks given a decoy secret, for the alarm (`decoys.rs`).
     pub traps: Arc<crate::delegation::decoy_traps::DecoyTraps>,
+    /// Where the delegation tool built from this is put: the self-test (`selftest.rs`) runs
+    /// its attacks through it, on the path every task takes.
+    pub built: Arc<std::sync::OnceLock<Arc<Delegate>>>,
 }
 
 impl Delegation {
@@ -72,6 +75,7 @@ impl Delegation {
             approvals: None,
             mcp: Some(sandbox.mcp().clone()),
             traps: Arc::default(),
+            built: Arc::default(),
         }
     }
 }
@@ -155,7 +159,7 @@ pub fn build_agent_with_hooks(
     tools.add(Arc::new(crate::tools::skills::ReadSkill::new(skills.clone())));
     let spend = Spend::new(config.llm.caps.clone(), store.clone());
     let mut cli = None;
-    if let Some(Delegation { runner, tokens, approvals, mcp, traps }) = delegation {
+    if let Some(Delegation { runner, tokens, approvals, mcp, traps, built }) = delegation {
         // The chat's MCP tools: offered to its model, and grantable to its delegated tasks.
         let mcp = mcp.map(|mcp| {
             let servers = mcp.servers().to_vec();
@@ -182,6 +186,7 @@ pub fn build_agent_with_hooks(
         let secrets = guards.vault.clone().map(|vault| vault as Arc<dyn SecretSource>);
         let delegate = Delegate::new(runner, store.clone(), secrets, tokens, settings);
         let delegate = Arc::new(delegate.with_mcp(mcp).with_rooms(rooms.clone()));
+        let _ = built.set(delegate.clone());
         tools.add(delegate.clone());
         cli = Some(delegate);
     }

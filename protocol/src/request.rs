@@ -133,9 +133,11 @@ pub struct Request {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_blocked_commands: Option<u32>,
     /// The task is one call of this tool, with the task text as its argument, and no agent
-    /// loop of the subagent's own: today only `use_cli` (whose CLI has its loop), which the
-    /// host uses for a chat whose agent mode is off. The tool must be among the granted ones.
-    /// Additive; an older subagent ignores it and runs its loop with the tool granted.
+    /// loop of the subagent's own: `use_cli` (whose CLI has its loop), which the host uses for
+    /// a chat whose agent mode is off, and `run_command` (the text is the command), which the
+    /// owner's self-test uses. The tool must be among the granted ones. Additive; an older
+    /// subagent ignores it and runs its loop with the tool granted, and one without
+    /// `run_command` here refuses it naming the tools it runs directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_tool: Option<String>,
     /// How many search and fetch calls the task may make ([`search_budget`]: absent or 0 means
@@ -224,8 +226,8 @@ pub struct SearchBackend {
     pub key_secret: Option<String>,
 }
 
-/// The one tool an `execute` may run directly ([`Request::run_tool`]).
-pub const DIRECT_TOOLS: &[&str] = &["use_cli"];
+/// The tools an `execute` may run directly ([`Request::run_tool`]).
+pub const DIRECT_TOOLS: &[&str] = &["use_cli", "run_command"];
 
 /// A secret the egress proxy fills in for its hosts (`Request::proxy_secrets`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

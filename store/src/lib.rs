@@ -67,6 +67,7 @@ pub mod jobs;
 mod later;
 pub use answering::SENDING;
 mod schema;
+mod selftests;
 pub mod vault;
 
 mod approvals;

@@ -305,6 +305,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         value TEXT NOT NULL,
         created_at INTEGER NOT NULL
     );",
+    // 19: the owner's self-tests (issue 51): when each ended and its report (the
+    // `nexbot-selftest` crate's JSON), for `/status` and the dashboard's "last self-test".
+    "CREATE TABLE selftests (
+        id INTEGER PRIMARY KEY,
+        ended_at INTEGER NOT NULL,
+        report TEXT NOT NULL
+    );",
 ];
 
 pub(crate) enum MigrateError {

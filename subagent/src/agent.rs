@@ -314,13 +314,17 @@ impl TaskLoop {
     async fn run_direct(&mut self, tool: &str, task: String, started: Instant) -> Response {
         info!(event = "task", tool, "running the tool directly");
         self.progress(ProgressEvent::ToolCall, Some(tool), None).await;
-        let args = json!({ "task_text": task });
+        // `run_command`'s text is the command; its answer is the tool's own text (exit code,
+        // stdout, stderr), whatever the code: the caller judges it.
+        let plain = tool == "run_command";
+        let args = if plain { json!({ "command": task }) } else { json!({ "task_text": task }) };
         let outcome =
             self.guard(tools::call(tool, args, &self.env, &self.secrets, &self.redactor)).await;
         let ms = || started.elapsed().as_millis() as u64;
         let ending = match outcome {
             Err(interrupt) => Ending::Interrupted(interrupt),
             Ok(Err(err)) => Ending::Failed(format!("{tool}: {err}")),
+            Ok(Ok(output)) if plain => Ending::Answer(output.text),
             Ok(Ok(output)) => {
                 let value: Value = serde_json::from_str(&output.text).unwrap_or_default();
                 let text = |key: &str| value[key].as_str().unwrap_or_default().to_owned();

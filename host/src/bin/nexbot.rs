@@ -49,7 +49,14 @@ enum Command {
     /// Talk to the agent in the terminal: one line is one message; exits at end of input.
     Chat(ConfigArg),
     /// Check config, workspace, database, LLM, Docker and the subagent image.
-    Doctor(ConfigArg),
+    Doctor {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Instead: attack the running daemon's walls (its self-test, as `/selftest`) and
+        /// report each attack held or broken; exits 1 unless all held, 3 without a daemon.
+        #[arg(long)]
+        attack: bool,
+    },
     /// The secrets vault's offline operations (stored secrets: `nexbot-ctl secrets`).
     #[command(subcommand)]
     Secrets(SecretsCommand),
@@ -123,7 +130,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Init { .. } => Ok(()),
             Command::Serve { config, init } => serve(&config.config, init).await,
             Command::Chat(arg) => chat(&arg.config).await,
-            Command::Doctor(arg) => doctor(&arg.config).await,
+            Command::Doctor { config, attack: false } => doctor(&config.config).await,
+            Command::Doctor { config, attack: true } => attack(&config.config).await,
             Command::Secrets(SecretsCommand::RotateKey(arg)) => rotate_key(&arg.config).await,
             Command::Images(ImagesCommand::Push { config, file }) => {
                 let config = Config::load(&config.config)?;
@@ -317,6 +325,25 @@ async fn chat(path: &Path) -> anyhow::Result<()> {
     };
     app.stop().await;
     result
+}
+
+/// `doctor --attack`: the running daemon's self-test, through its control socket.
+async fn attack(path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(path).context("the configuration is not usable")?;
+    let client = nexbot_control::Client::new(config.control_socket());
+    let path = nexbot_control::paths::SELFTEST;
+    let report: nexbot_selftest::Report = match client.post(path, &()).await {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(e.exit_code());
+        }
+    };
+    print!("{}", report.render());
+    if !report.all_held() {
+        anyhow::bail!("the self-test did not hold: {}", report.summary());
+    }
+    Ok(())
 }
 
 async fn doctor(path: &Path) -> anyhow::Result<()> {

@@ -84,6 +84,8 @@ pub(crate) struct Inner {
     pub egress_mode: String,
     /// The MCP servers (`None` without a sandbox: they run in it).
     pub mcp: Option<Arc<crate::mcp::McpServers>>,
+    /// The owner's self-test (`None` without a sandbox).
+    pub selftest: Option<Arc<crate::selftest::SelfTest>>,
     /// The web dashboard (`None`: off, `control.web_addr` unset).
     pub web: Option<Arc<web::Web>>,
     /// Why the dashboard is off although `control.web_addr` is set (its port could not be
@@ -211,6 +213,7 @@ pub fn router(state: ControlState) -> Router {
         )
         .route(paths::SKILLS_ALLOW, post(allow_skill))
         .route(paths::AUDIT_VERIFY, get(audit_verify))
+        .route(paths::SELFTEST, post(selftest))
         .route(
             paths::WEB_LOGIN,
             post(|State(s): State<ControlState>| async move { web::login_link(&s).map(Json) }),
@@ -254,6 +257,21 @@ async fn messages(
 async fn audit_verify(State(s): State<ControlState>) -> Answer<nexbot_control::AuditCheck> {
     let check = tokio::task::spawn_blocking(move || ops::audit_check(&s)).await;
     check.map_err(ApiError::internal)?.map(Json)
+}
+
+async fn selftest(State(s): State<ControlState>) -> Answer<nexbot_selftest::Report> {
+    let Some(test) = &s.0.selftest else {
+        let why = s.0.delegation_off.as_deref().unwrap_or("the sandbox is not running");
+        let message = format!("no self-test: there is no sandbox to attack ({why})");
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message));
+    };
+    match test.run().await {
+        Some(report) => Ok(Json(report)),
+        None => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "a self-test is already running; ask again when it has ended",
+        )),
+    }
 }
 
 async fn backup(
@@ -363,6 +381,7 @@ pub async fn attach(
         approvals: app.approvals().cloned(),
         egress_mode: crate::approvals::mode_line(&config.egress),
         mcp: app.sandbox().map(|s| s.mcp().clone()),
+        selftest: app.selftest().cloned(),
         web: web_listener
             .as_ref()
             .map(|(addr, _)| Arc::new(web::Web::new(*addr, config.control.web_remote))),

@@ -68,6 +68,7 @@ async fn real_registry(dir: &Path) -> ToolRegistry {
         approvals: None,
         mcp: None,
         traps: Arc::default(),
+        built: Arc::default(),
     };
     build_agent(&config, store, Some(delegation)).unwrap().tools().clone()
 }

@@ -39,6 +39,7 @@ mod host_remote;
 mod host_scheduler;
 mod host_search;
 mod host_secrets;
+mod host_selftest;
 mod host_skill_grants;
 mod host_skills;
 mod host_use_cli;
