@@ -1,6 +1,8 @@
 //! What the engine says of a pool container's walls (`docker inspect`), for the owner's
 //! self-test: read from the engine, not from the spec the pool meant to give, so a setting
-//! lost on the way (an engine that ignores an option, a runtime fallback) shows.
+//! lost on the way (an engine that ignores an option, a runtime fallback) shows. And a
+//! command run in a room's container between its tasks (`docker exec`, as its user): what a
+//! process left behind could do while no task runs.
 
 use crate::pool::Pool;
 use crate::PoolError;
@@ -27,15 +29,60 @@ pub struct Hardening {
 }
 
 impl Pool {
-    /// The hardening of the container serving `room` (as [`crate::ContainerSnapshot::room`]
-    /// names it), or [`PoolError::UnknownContainer`] when no container serves it.
-    pub async fn hardening_of_room(&self, room: &str) -> Result<Hardening, PoolError> {
-        let id = self
-            .snapshot()
+    /// The full id of the container serving `room`.
+    fn container_of_room(&self, room: &str) -> Result<String, PoolError> {
+        self.snapshot()
             .into_iter()
             .find(|s| s.room.as_deref() == Some(room))
             .and_then(|s| s.container_id)
-            .ok_or_else(|| PoolError::UnknownContainer(format!("the container of room {room}")))?;
+            .ok_or_else(|| PoolError::UnknownContainer(format!("the container of room {room}")))
+    }
+
+    /// Runs `sh -c command` in the container serving `room` (`docker exec`, as the
+    /// container's user, with its environment) while no task runs there; its output, cut
+    /// off after `limit`.
+    pub async fn exec_in_room(
+        &self,
+        room: &str,
+        command: &str,
+        limit: std::time::Duration,
+    ) -> Result<String, PoolError> {
+        use bollard::exec::StartExecResults;
+        use bollard::models::ExecConfig;
+        use futures_util::StreamExt;
+
+        let id = self.container_of_room(room)?;
+        let docker = &self.inner.engine.docker;
+        let config = ExecConfig {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(vec!["/bin/sh".into(), "-c".into(), command.into()]),
+            ..Default::default()
+        };
+        let created = docker
+            .create_exec(&id, config)
+            .await
+            .map_err(|e| PoolError::docker(format!("exec in container {id}"), e))?;
+        let started = docker
+            .start_exec(&created.id, None)
+            .await
+            .map_err(|e| PoolError::docker(format!("exec in container {id}"), e))?;
+        let mut output = String::new();
+        if let StartExecResults::Attached { output: mut stream, .. } = started {
+            let read = async {
+                while let Some(Ok(chunk)) = stream.next().await {
+                    output.push_str(&chunk.to_string());
+                }
+            };
+            let _ = tokio::time::timeout(limit, read).await;
+        }
+        Ok(output)
+    }
+
+    /// The hardening of the container serving `room` (as [`crate::ContainerSnapshot::room`]
+    /// names it), or [`PoolError::UnknownContainer`] when no container serves it.
+    pub async fn hardening_of_room(&self, room: &str) -> Result<Hardening, PoolError> {
+        let id = self.container_of_room(room)?;
         let info = self
             .inner
             .engine

@@ -157,6 +157,18 @@ impl Walls for DaemonWalls {
         })
     }
 
+    fn exec_idle<'a>(
+        &'a self,
+        room: &'a ChatRef,
+        command: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let limit = std::time::Duration::from_secs(10);
+            let ran = self.pool.exec_in_room(&room.to_string(), command, limit).await;
+            ran.map_err(|e| e.to_string())
+        })
+    }
+
     fn plant<'a>(&'a self, room: &'a ChatRef, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let dir = self.rooms.join(nexbot_tools::rooms::room_name(room));

@@ -39,6 +39,13 @@ pub trait Walls: Send + Sync {
     ) -> BoxFuture<'a, Result<String, String>>;
     /// The hardening of the container serving `room`, as the engine reports it.
     fn hardening<'a>(&'a self, room: &'a ChatRef) -> BoxFuture<'a, Result<Hardening, String>>;
+    /// Runs `command` (`sh -c`) in `room`'s container while no task runs there (`docker
+    /// exec`, as the container's user): what a process left behind could do.
+    fn exec_idle<'a>(
+        &'a self,
+        room: &'a ChatRef,
+        command: &'a str,
+    ) -> BoxFuture<'a, Result<String, String>>;
     /// Puts a file named `name` into `room`'s folder on the host (bait another room hunts).
     fn plant<'a>(&'a self, room: &'a ChatRef, name: &'a str) -> BoxFuture<'a, Result<(), String>>;
     /// Removes what `room` has: its container (with what the attacks left) and its folder.
@@ -138,6 +145,18 @@ async fn attack(
     let output = run(attacks::unallowed_name()).await;
     lines.push(attacks::judge_unallowed_name(&output, &setting.egress_mode));
     lines.push(hunt(walls, setting, nonce, bait_room, run).await);
+    // Last: the container is idle after the task that showed its credential.
+    let credential = attacks::revealed(&run(attacks::REVEAL.to_owned()).await);
+    let command = attacks::idle_request(credential.as_deref());
+    lines.push(match walls.exec_idle(room, &command).await {
+        Ok(output) => attacks::judge_idle(&output, credential.is_some()),
+        Err(why) => Line::new(
+            "egress.idle",
+            "the proxy from an idle container, with its last task's credential",
+            Outcome::NotRun,
+            why,
+        ),
+    });
     lines
 }
 

@@ -31,6 +31,7 @@ const ATTACKS: &[&str] = &[
     "the cloud metadata address through the proxy",
     "a destination no rule allows (the mode must hold it)",
     "another room's files and the daemon's files",
+    "the proxy from an idle container, with its last task's credential",
 ];
 
 /// The daemon's environment: README's (`nexbot init`'s config, egress `mode` as given).
