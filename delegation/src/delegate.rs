@@ -737,7 +737,7 @@ impl Delegate {
     /// that is one direct `use_cli` call in a sandbox container, with its own relay token,
     /// record, receipt and cancellation like any delegation. Returns the text for the user.
     pub async fn run_cli(&self, cli: &str, text: &str, ctx: &ToolContext) -> String {
-        match self.run_direct(CLI_TOOL, text, ctx).await {
+        match self.run_direct(CLI_TOOL, text, Vec::new(), ctx).await {
             Ok(answer) => match answer.trim() {
                 "" => format!("(The {cli} CLI finished without output.)"),
                 output => output.to_owned(),
@@ -749,18 +749,20 @@ impl Delegate {
     /// `text` as one direct call of the subagent tool `tool` (one of the protocol's
     /// `DIRECT_TOOLS`: `use_cli`, `run_command`) in `ctx.chat`'s container, on the path every
     /// task takes (token, egress credential, record, cancellation, clean room after); no
-    /// model runs in the container. The tool's answer, or why the task did not end in one.
+    /// model runs in the container; `secrets` are the chat's, by name, as a task is given
+    /// them. The tool's answer, or why the task did not end in one.
     pub async fn run_direct(
         &self,
         tool: &str,
         text: &str,
+        secrets: Vec<String>,
         ctx: &ToolContext,
     ) -> Result<String, ToolError> {
         let args = Args {
             task: text.to_owned(),
             tools: Some(vec![tool.to_owned()]),
             context: None,
-            secrets: Vec::new(),
+            secrets,
             timeout_secs: None,
             search_budget: None,
             files: Vec::new(),

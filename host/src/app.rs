@@ -219,9 +219,10 @@ impl App {
         );
         let (voice, audit_head) =
             voice_and_audit(&mut commands, config, &store, &agent, sandbox.as_ref())?;
-        let selftest = crate::selftest::start(config, &store, sandbox.as_ref(), built, &router)
-            .await
-            .map(|test| crate::selftest::add_to(test, &status, &mut commands));
+        let selftest =
+            crate::selftest::start(config, &store, sandbox.as_ref(), built, &vault, &router)
+                .await
+                .map(|test| crate::selftest::add_to(test, &status, &mut commands));
         if let Some(approvals) = &approvals {
             approvals.set_channel(router.clone());
             commands.add(Arc::new(crate::approvals::EgressCommand(approvals.clone())));

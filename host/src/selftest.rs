@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use nexbot_core::channel::{Channel, ChannelError, MessageId, OutboundMessage};
 use nexbot_core::{BoxFuture, ChatRef};
 use nexbot_docker::{Hardening, Pool, RestartReason};
-use nexbot_selftest::{Report, Setting, Walls};
+use nexbot_selftest::{Bound, Report, Setting, Walls};
+use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::tools::ToolContext;
@@ -19,6 +20,7 @@ use crate::commands::{ChatCommand, CommandContext};
 use crate::config::Config;
 use crate::store::Store;
 use crate::tools::delegate::Delegate;
+use crate::vault::{Mode, SecretScope, Vault, VaultState};
 
 /// The status board's line.
 pub const STATUS_LINE: &str = "self-test";
@@ -52,6 +54,7 @@ impl SelfTest {
         store: Store,
         pool: Arc<Pool>,
         delegate: Arc<Delegate>,
+        vault: Arc<Vault>,
         channel: Arc<dyn Channel>,
     ) -> Self {
         let setting = setting(config, &pool);
@@ -65,7 +68,7 @@ impl SelfTest {
             }
         };
         Self {
-            walls: DaemonWalls { delegate, pool, rooms },
+            walls: DaemonWalls { delegate, pool, rooms, vault },
             setting,
             store,
             owner: config.telegram.owner,
@@ -137,17 +140,44 @@ struct DaemonWalls {
     pool: Arc<Pool>,
     /// The chats' rooms' folder.
     rooms: PathBuf,
+    /// Where the self-test's own secret is stored, in its room's scope.
+    vault: Arc<Vault>,
 }
+
+/// The host the self-test's secret is bound to: one no attack aims at (and no resolver
+/// answers).
+const BOUND_HOST: &str = "bound.nexbot-selftest.invalid";
 
 impl Walls for DaemonWalls {
     fn run<'a>(
         &'a self,
         room: &'a ChatRef,
         command: &'a str,
+        secrets: &'a [String],
     ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let ctx = context(room);
-            self.delegate.run_direct("run_command", command, &ctx).await.map_err(|e| e.to_string())
+            let ran = self.delegate.run_direct("run_command", command, secrets.to_vec(), &ctx);
+            ran.await.map_err(|e| e.to_string())
+        })
+    }
+
+    fn bind_secret<'a>(&'a self, room: &'a ChatRef, name: &'a str) -> BoxFuture<'a, Bound> {
+        Box::pin(async move {
+            match self.vault.state() {
+                VaultState::On => {}
+                VaultState::Off(why) => return Bound::NoVault(why.clone()),
+                VaultState::WrongKey => {
+                    return Bound::NoVault("the master key does not open it".to_owned())
+                }
+            }
+            let value = SecretString::from(uuid::Uuid::new_v4().simple().to_string());
+            let scope = SecretScope::Chat(room.clone());
+            let hosts = [BOUND_HOST.to_owned()];
+            match self.vault.set(&scope, name, value, &hosts, &[], Some(Mode::Proxy)).await {
+                Ok(_) => Bound::To(BOUND_HOST.to_owned()),
+                Err(e) => Bound::Failed(format!("the self-test's secret could not be stored: {e}")),
+            }
         })
     }
 
@@ -200,6 +230,11 @@ impl Walls for DaemonWalls {
             }
             if !serving().is_empty() {
                 tracing::warn!(room = %key, "self-test: its container was not replaced in time");
+            }
+            // Its secret, when it had one (the vault off: nothing to delete).
+            let scope = SecretScope::Chat(room.clone());
+            if let Err(e) = self.vault.delete(&scope, nexbot_selftest::SECRET).await {
+                tracing::debug!(error = %e, "self-test: no secret of its own deleted");
             }
             let dir = self.rooms.join(nexbot_tools::rooms::room_name(room));
             match tokio::fs::remove_dir_all(&dir).await {
@@ -279,12 +314,14 @@ pub async fn start(
     store: &Store,
     sandbox: Option<&crate::sandbox::Sandbox>,
     built: Option<Arc<std::sync::OnceLock<Arc<Delegate>>>>,
+    vault: &Arc<Vault>,
     router: &Arc<crate::channels::Router>,
 ) -> Option<Arc<SelfTest>> {
     let pool = sandbox?.pool().clone();
     let delegate = built?.get()?.clone();
     let channel = router.clone() as Arc<dyn Channel>;
-    Some(Arc::new(SelfTest::new(config, store.clone(), pool, delegate, channel).await))
+    let vault = vault.clone();
+    Some(Arc::new(SelfTest::new(config, store.clone(), pool, delegate, vault, channel).await))
 }
 
 /// Puts `test`'s line on the status board and `/selftest` among the commands.

@@ -162,19 +162,45 @@ pub fn judge_dns(output: &str) -> Line {
 /// proxy's status line and reason are read as they came; `timeout` seconds at most. `url`
 /// and `host` may use the shell variables `setup` sets.
 pub fn through_proxy(setup: &str, url: &str, host: &str, timeout: u32) -> String {
-    let credential = "p=${HTTP_PROXY#http://}; c=${p%@*}; ";
-    by_hand(&format!("{setup}{credential}"), url, host, timeout)
+    by_hand(&format!("{setup}{OWN_CREDENTIAL}"), url, host, "", timeout)
 }
 
-/// The request of [`through_proxy`] with the credential `$c` that `setup` sets.
-fn by_hand(setup: &str, url: &str, host: &str, timeout: u32) -> String {
+/// Sets `$c` to the running task's proxy credential.
+const OWN_CREDENTIAL: &str = "p=${HTTP_PROXY#http://}; c=${p%@*}; ";
+
+/// The request of [`through_proxy`] with the credential `$c` that `setup` sets, and `extra`
+/// header lines (`Name: value\r\n`, shell variables expanded; empty: none).
+fn by_hand(setup: &str, url: &str, host: &str, extra: &str, timeout: u32) -> String {
     format!(
         "{setup}p=${{HTTP_PROXY#http://}}; h=${{p##*@}}; h=${{h%/}}; \
          auth=$(printf %s \"$c\" | base64 | tr -d '\\n'); \
-         printf 'GET %s HTTP/1.1\\r\\nHost: %s\\r\\nProxy-Authorization: Basic %s\\r\\nConnection: close\\r\\n\\r\\n' \
-         \"{url}\" \"{host}\" \"$auth\" | timeout {timeout} nc ${{h%:*}} ${{h##*:}} 2>&1; \
+         printf 'GET %s HTTP/1.1\\r\\nHost: %s\\r\\nProxy-Authorization: Basic %s\\r\\n%bConnection: close\\r\\n\\r\\n' \
+         \"{url}\" \"{host}\" \"$auth\" \"{extra}\" | timeout {timeout} nc ${{h%:*}} ${{h##*:}} 2>&1; \
          echo \"rc=$?\""
     )
+}
+
+/// The self-test's own secret, by name, sent where its binding does not name (a header of a
+/// request to `localhost`, the secret bound to another host).
+pub fn misplaced(name: &str) -> String {
+    let extra = format!("X-Selftest: ${name}\\r\\n");
+    by_hand(OWN_CREDENTIAL, "http://localhost/", "localhost", &extra, 6)
+}
+
+pub fn judge_misplaced(output: &str) -> Line {
+    let (name, attack) = ("egress.placeholder", "a secret's placeholder sent outside its binding");
+    match proxy_answer(output) {
+        Some((403, reason)) if reason.contains("secret_") => {
+            Line::new(name, attack, Outcome::Held, format!("403 {reason}"))
+        }
+        Some((code, reason)) => {
+            let evidence = format!("not refused as a misplaced secret: {code} {reason}");
+            Line::new(name, attack, Outcome::Broken, evidence)
+        }
+        None => {
+            Line::new(name, attack, Outcome::NotRun, format!("no answer from the proxy: {output}"))
+        }
+    }
 }
 
 /// A task shows its own proxy credential, reversed: the subagent's redactor knows a secret's
@@ -200,7 +226,7 @@ pub fn idle_request(credential: Option<&str>) -> String {
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '-' | '_' | '.' | '%'))
         .collect();
-    by_hand(&format!("c='{clean}'; "), "http://localhost/", "localhost", 6)
+    by_hand(&format!("c='{clean}'; "), "http://localhost/", "localhost", "", 6)
 }
 
 pub fn judge_idle(output: &str, had_credential: bool) -> Line {
@@ -440,6 +466,19 @@ mod tests {
         let line = judge_idle(no_auth, false);
         assert_eq!(line.outcome, Outcome::Held);
         assert!(line.evidence.contains("could not be read"), "{}", line.evidence);
+    }
+
+    #[test]
+    fn a_misplaced_secret_holds_only_when_refused_as_one() {
+        assert!(
+            misplaced("NEXBOT_SELFTEST_KEY").contains("\"X-Selftest: $NEXBOT_SELFTEST_KEY\\r\\n\"")
+        );
+        let refused = "HTTP/1.1 403 Forbidden\r\n\r\nnexbot egress proxy: secret_not_bound: NEXBOT_SELFTEST_KEY may go only to selftest.invalid\nrc=0";
+        assert_eq!(judge_misplaced(refused).outcome, Outcome::Held);
+        // Refused for the address, not for the secret: the secret check did not stop it.
+        let other =
+            "HTTP/1.1 403 Forbidden\r\n\r\nnexbot egress proxy: loopback address 127.0.0.1\nrc=0";
+        assert_eq!(judge_misplaced(other).outcome, Outcome::Broken);
     }
 
     #[test]

@@ -29,14 +29,18 @@ pub use report::{Line, Outcome, Report};
 
 /// What the self-test attacks, as the host plugs it in.
 pub trait Walls: Send + Sync {
-    /// Runs `command` (`sh -c`) as one task of `room`, on the path every task takes: the
-    /// `run_command` tool's text (exit code, stdout, stderr), or why the task did not end in
-    /// one.
+    /// Runs `command` (`sh -c`) as one task of `room`, given the room's `secrets` by name, on
+    /// the path every task takes: the `run_command` tool's text (exit code, stdout, stderr),
+    /// or why the task did not end in one.
     fn run<'a>(
         &'a self,
         room: &'a ChatRef,
         command: &'a str,
+        secrets: &'a [String],
     ) -> BoxFuture<'a, Result<String, String>>;
+    /// Stores a secret `name` of `room`, with a random value, bound in proxy mode to a host no
+    /// attack aims at; [`Bound::NoVault`] when this install has no vault to store it in.
+    fn bind_secret<'a>(&'a self, room: &'a ChatRef, name: &'a str) -> BoxFuture<'a, Bound>;
     /// The hardening of the container serving `room`, as the engine reports it.
     fn hardening<'a>(&'a self, room: &'a ChatRef) -> BoxFuture<'a, Result<Hardening, String>>;
     /// Runs `command` (`sh -c`) in `room`'s container while no task runs there (`docker
@@ -51,6 +55,20 @@ pub trait Walls: Send + Sync {
     /// Removes what `room` has: its container (with what the attacks left) and its folder.
     fn forget<'a>(&'a self, room: &'a ChatRef) -> BoxFuture<'a, ()>;
 }
+
+/// What [`Walls::bind_secret`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// Stored, bound to this host.
+    To(String),
+    /// No vault: no secret exists to misplace (why).
+    NoVault(String),
+    /// It could not be stored (why).
+    Failed(String),
+}
+
+/// The self-test's secret, in its own room only (removed with the room).
+pub const SECRET: &str = "NEXBOT_SELFTEST_KEY";
 
 /// The install as the attacks need to know it.
 #[derive(Debug, Clone)]
@@ -86,7 +104,12 @@ pub async fn run(walls: &dyn Walls, setting: &Setting) -> Report {
     let room = room(&nonce, "");
     let bait_room = room_of_bait(&nonce);
     let listener = Listener::bind().await;
-    let lines = attack(walls, setting, &nonce, &room, &bait_room, listener.as_ref()).await;
+    let mut lines = attack(walls, setting, &nonce, &room, &bait_room, listener.as_ref()).await;
+    let mut skipped = Vec::new();
+    match misplaced_secret(walls, &room).await {
+        Ok(line) => lines.push(line),
+        Err(why) => skipped.push(why),
+    }
     walls.forget(&room).await;
     walls.forget(&bait_room).await;
     Report {
@@ -96,7 +119,27 @@ pub async fn run(walls: &dyn Walls, setting: &Setting) -> Report {
         egress_mode: setting.egress_mode.clone(),
         wall_ms: started.elapsed().as_millis() as u64,
         lines,
+        skipped,
     }
+}
+
+/// A secret of the room's own, bound to another host, sent in a request to `localhost`: the
+/// proxy must refuse it as a misplaced secret before anything is dialled. `Err`: skipped (no
+/// vault).
+async fn misplaced_secret(walls: &dyn Walls, room: &ChatRef) -> Result<Line, String> {
+    let (name, attack) = ("egress.placeholder", "a secret's placeholder sent outside its binding");
+    match walls.bind_secret(room, SECRET).await {
+        Bound::To(_) => {}
+        Bound::NoVault(why) => {
+            return Err(format!("{attack}: no vault ({why}), so no secret to misplace"))
+        }
+        Bound::Failed(why) => return Ok(Line::new(name, attack, Outcome::NotRun, why)),
+    }
+    let secrets = [SECRET.to_owned()];
+    Ok(match walls.run(room, &attacks::misplaced(SECRET), &secrets).await {
+        Ok(output) => attacks::judge_misplaced(&output),
+        Err(why) => Line::new(name, attack, Outcome::NotRun, format!("task failed: {why}")),
+    })
 }
 
 fn room_of_bait(nonce: &str) -> ChatRef {
@@ -112,7 +155,7 @@ async fn attack(
     listener: Result<&Listener, &String>,
 ) -> Vec<Line> {
     let run = |command: String| async move {
-        walls.run(room, &command).await.unwrap_or_else(|why| format!("task failed: {why}"))
+        walls.run(room, &command, &[]).await.unwrap_or_else(|why| format!("task failed: {why}"))
     };
     let planted = run(attacks::plant(nonce)).await;
     // The container serves this room for life: the one that ran the plant is the one asked.

@@ -58,6 +58,10 @@ pub struct Report {
     /// How long it took, milliseconds.
     pub wall_ms: u64,
     pub lines: Vec<Line>,
+    /// Attacks this install gives nothing to aim at (no vault: no secret to misplace), each
+    /// with why. Neither held nor broken.
+    #[serde(default)]
+    pub skipped: Vec<String>,
 }
 
 impl Report {
@@ -105,6 +109,9 @@ impl Report {
             };
             text.push_str(&format!("{mark} · {}: {}\n", line.attack, line.evidence));
         }
+        for skipped in &self.skipped {
+            text.push_str(&format!("— skipped · {skipped}\n"));
+        }
         text
     }
 
@@ -147,6 +154,7 @@ mod tests {
             egress_mode: "ask".into(),
             wall_ms: 12_345,
             lines: outcomes.iter().map(|o| Line::new("x", "an attack", *o, "why")).collect(),
+            skipped: vec!["a placeholder: no vault".into()],
         }
     }
 
@@ -160,6 +168,8 @@ mod tests {
         let text = mixed.render();
         assert!(text.starts_with("🛡 Self-test: 1 broken, 1 not run, 2 held — 12.3 s"), "{text}");
         assert!(text.contains("❌ BROKEN · an attack: why"), "{text}");
+        assert!(text.ends_with("— skipped · a placeholder: no vault\n"), "{text}");
+        assert_eq!(report(&[Outcome::Held]).summary(), "all 1 held", "a skip is not a miss");
     }
 
     #[test]

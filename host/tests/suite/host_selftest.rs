@@ -34,6 +34,9 @@ const ATTACKS: &[&str] = &[
     "the proxy from an idle container, with its last task's credential",
 ];
 
+/// The attack that needs the vault (a secret of the self-test's own to misplace).
+const WITH_VAULT: &str = "a secret's placeholder sent outside its binding";
+
 /// The daemon's environment: README's (`nexbot init`'s config, egress `mode` as given).
 fn env(llm: &ScriptedLlm, names: &Leftovers, mode: &str) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = base_env(&llm.base_url())
@@ -72,6 +75,7 @@ async fn every_attack_is_held_on_a_daemon_started_as_readme_says() {
     let mut env = env(&llm, &names, "ask");
     common::telegram_env(&mut env, &tg, OWNER);
     env.push(("NEXBOT_TELEGRAM__ALLOWED_USERS".into(), format!("[{FRIEND}]")));
+    env.push(("NEXBOT_MASTER_KEY".into(), "nxs-test-master-key-0123456789abcdef".into()));
     let serving = Serving::start(&ws.config(), &env, LIMIT).await;
     serving.wait_log("the control API is on", LIMIT).await;
 
@@ -98,7 +102,10 @@ async fn every_attack_is_held_on_a_daemon_started_as_readme_says() {
     let report = messages.iter().find(|m| m.text.starts_with("🛡 Self-test: ")).unwrap();
     let report = report.text.clone();
     eprintln!("{report}");
-    assert!(report.starts_with(&format!("🛡 Self-test: all {} held", ATTACKS.len())), "{report}");
+    let all = ATTACKS.len() + 1;
+    assert!(report.starts_with(&format!("🛡 Self-test: all {all} held")), "{report}");
+    let misplaced = line_of(&report, WITH_VAULT);
+    assert!(misplaced.contains("403 nexbot egress proxy: secret_"), "{report}");
     for attack in ATTACKS {
         assert!(line_of(&report, attack).starts_with("✅ held"), "{attack}: {report}");
     }
@@ -114,13 +121,11 @@ async fn every_attack_is_held_on_a_daemon_started_as_readme_says() {
     // The same through the control socket, as an operator runs it.
     let (code, out) = doctor_attack(&ws, &env).await;
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains(&format!("all {} held", ATTACKS.len())), "{out}");
+    assert!(out.contains(&format!("all {all} held")), "{out}");
     // The last run in `/status`.
     tg.user_says(OWNER, OWNER, "/status").await;
     let shown = |m: &[nexbot_tests::telegram::BotMessage]| {
-        m.iter().any(|m| {
-            m.text.contains(&format!("Self-test: last: all {} held, just now", ATTACKS.len()))
-        })
+        m.iter().any(|m| m.text.contains(&format!("Self-test: last: all {all} held, just now")))
     };
     tg.wait_bot_messages(OWNER, shown, LIMIT).await;
 
@@ -148,6 +153,14 @@ async fn every_attack_is_held_on_a_daemon_started_as_readme_says() {
     let db = rusqlite::Connection::open(ws.database()).unwrap();
     let runs: i64 = db.query_row("SELECT COUNT(*) FROM selftests", [], |r| r.get(0)).unwrap();
     assert_eq!(runs, 2);
+    let secrets: i64 = db
+        .query_row("SELECT COUNT(*) FROM secrets WHERE scope LIKE '%selftest%'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(secrets, 0, "the self-test's secret is deleted with its room");
+    // The dashboard's and `nexbot-ctl status`'s source: the same line.
+    let status: nexbot_control::Status = client.get(paths::STATUS).await.unwrap();
+    let line = status.channels.iter().find(|c| c.name == "self-test").expect("a self-test line");
+    assert!(line.health.starts_with(&format!("last: all {all} held")), "{line:?}");
     serving.stop(LIMIT).await;
 }
 
@@ -168,6 +181,8 @@ async fn a_weakened_setting_turns_its_line_red() {
     assert!(mode.starts_with("❌ BROKEN"), "{out}");
     assert!(mode.contains("egress.mode = open: looked up with nobody's yes"), "{out}");
     assert!(out.contains(&format!("1 broken, {} held", ATTACKS.len() - 1)), "{out}");
+    // No vault here: the attack that needs one is skipped, and says why.
+    assert!(out.contains(&format!("— skipped · {WITH_VAULT}: no vault (")), "{out}");
     assert!(out.contains("the self-test did not hold"), "{out}");
     serving.stop(LIMIT).await;
 }
