@@ -75,10 +75,7 @@ impl AuditHead {
 
     /// Whether `user` in `chat` is the owner: the owner's private Telegram chat, or a console.
     fn owner_asks(&self, chat: &ChatRef, user: Option<i64>) -> bool {
-        match chat {
-            ChatRef::Telegram(id) => Some(*id) == self.owner && user == self.owner,
-            _ => true,
-        }
+        crate::commands::owner_in_private(self.owner, chat, user)
     }
 }
 

@@ -51,6 +51,16 @@ impl fmt::Debug for CommandContext<'_> {
     }
 }
 
+/// Whether `user` in `chat` is the owner (`owner`, `telegram.owner`) in their own place: the
+/// owner's private Telegram chat, pressed or written by the owner, or a console. For the
+/// owner's commands (`/audit`, `/selftest`).
+pub fn owner_in_private(owner: Option<i64>, chat: &ChatRef, user: Option<i64>) -> bool {
+    match chat {
+        ChatRef::Telegram(id) => owner.is_some() && Some(*id) == owner && user == owner,
+        ChatRef::Console(_) => true,
+    }
+}
+
 /// What a command shows: its text, and buttons under it (a menu) when it has any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommandReply {
@@ -484,6 +494,17 @@ impl ChatCommand for AgentModeCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_owner_is_the_owner_only_in_their_private_chat_or_a_console() {
+        let owner = Some(7);
+        let private = ChatRef::Telegram(7);
+        assert!(owner_in_private(owner, &private, Some(7)));
+        assert!(!owner_in_private(owner, &private, Some(8)), "another user there");
+        assert!(!owner_in_private(owner, &ChatRef::Telegram(-100), Some(7)), "a group");
+        assert!(!owner_in_private(None, &private, None), "no owner configured");
+        assert!(owner_in_private(None, &ChatRef::console("default").unwrap(), None));
+    }
 
     #[derive(Debug)]
     struct Echo;

@@ -107,10 +107,8 @@ impl SelfTest {
 
     /// Whether `user` in `chat` is the owner: the owner's private Telegram chat, or a console.
     fn owner_asks(&self, chat: &ChatRef, user: Option<i64>) -> bool {
-        match chat {
-            ChatRef::Telegram(id) => Some(*id) == self.owner && user == self.owner,
-            ChatRef::Console(_) => !nexbot_selftest::is_selftest_room(chat),
-        }
+        crate::commands::owner_in_private(self.owner, chat, user)
+            && !nexbot_selftest::is_selftest_room(chat)
     }
 }
 
