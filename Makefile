@@ -164,7 +164,7 @@ subagent-image: image-bins
 	strip -o $(IMAGE_CTX)/rootfs/bin/nexbot-subagent $(IMAGE_BINS)/nexbot-subagent
 	$(call stage-libs,$(IMAGE_CTX)/rootfs/bin/nexbot-subagent,$(IMAGE_CTX)/rootfs)
 	# The small programs inside the binary (subagent/src/programs.rs), run by their name.
-	for program in pdftotext imgconv; do ln -s nexbot-subagent $(IMAGE_CTX)/rootfs/bin/$$program; done
+	for program in pdftotext imgconv selftest-implant; do ln -s nexbot-subagent $(IMAGE_CTX)/rootfs/bin/$$program; done
 	cp $(BUSYBOX) $(IMAGE_CTX)/rootfs/bin/busybox
 	for applet in $$($(BUSYBOX) --list); do \
 	  [ -e $(IMAGE_CTX)/rootfs/bin/$$applet ] || ln -s busybox $(IMAGE_CTX)/rootfs/bin/$$applet; done

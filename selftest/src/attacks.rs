@@ -15,59 +15,103 @@ pub fn marker(nonce: &str) -> String {
     format!("nexbot-selftest-{nonce}")
 }
 
+/// The implant's thread name (`comm`, at most 15 bytes): `nxst-` and the nonce's start.
+pub fn implant_name(nonce: &str) -> String {
+    format!("nxst-{}", nonce.chars().take(10).collect::<String>())
+}
+
+/// The implant's System V segment key, from the nonce (never 0, `IPC_PRIVATE`).
+pub fn implant_key(nonce: &str) -> i32 {
+    let start: String = nonce.chars().take(8).collect();
+    match u32::from_str_radix(&start, 16).map(|k| k as i32) {
+        Ok(0) | Err(_) => 0x6e78_7374,
+        Ok(key) => key,
+    }
+}
+
 /// Plants what must not survive into the next task: a `setsid` loop (out of the command's
-/// process group, so the tool's own group kill misses it) and files in `/dev/shm`, `/tmp`
-/// and the working folder.
+/// process group, so the tool's own group kill misses it), the image's `selftest-implant` (a
+/// thread group whose leader exited, holding a System V segment), and files in `/dev/shm`,
+/// `/tmp` and the working folder; then checks, in the same task, that each is there (the
+/// positive control: a plant that never lived proves nothing when it is gone).
 pub fn plant(nonce: &str) -> String {
     let m = marker(nonce);
+    let (name, key) = (implant_name(nonce), implant_key(nonce));
     format!(
         "setsid sh -c 'while :; do sleep 1; done # {m}' </dev/null >/dev/null 2>&1 & \
-         for f in /dev/shm/{m} /tmp/{m} ./{m}; do echo {m} > $f; done; \
+         setsid selftest-implant {name} {key} </dev/null >/dev/null 2>&1 & \
+         for f in /dev/shm/{m} /tmp/{m} ./{m}; do echo {m} > $f; done; sleep 0.5; \
+         for c in /proc/[0-9]*/task/*/comm; do [ \"$(cat $c 2>/dev/null)\" = {name} ] && echo 'implant alive'; done; \
+         awk '$1 == {key} {{print \"segment planted\"}}' /proc/sysvipc/shm 2>/dev/null; \
          ls /dev/shm/{m} /tmp/{m} ./{m} && echo planted"
     )
 }
 
-/// Looks for the planted process and files from the next task.
+/// Looks for the planted processes, segment and files from the next task.
 pub fn look_for_plants(nonce: &str) -> String {
-    // `[n]exbot…` as the pattern: this command's own arguments never match it.
+    let (name, key) = (implant_name(nonce), implant_key(nonce));
+    // `[n]exbot…` as the pattern: this command's own arguments never match it; the implant
+    // is found by its thread's name, which no command line shows.
     format!(
         "m=nexbot-self; m=${{m}}test-{nonce}; ps -o pid,args | grep '[n]exbot-selftest-{nonce}'; \
+         for c in /proc/[0-9]*/task/*/comm; do [ \"$(cat $c 2>/dev/null)\" = {name} ] && echo \"alive: $c (the implant)\"; done; \
+         awk '$1 == {key} {{print \"left: System V segment \" $1 \" (id \" $2 \")\"}}' /proc/sysvipc/shm 2>/dev/null; \
          for f in /dev/shm/$m /tmp/$m ./$m; do [ -e $f ] && echo \"left: $f\"; done; \
          echo looked"
     )
 }
 
-/// The two lines of the clean room: the process, and the files (IPC) left for the next task.
+/// The two lines of the clean room: the processes, and what was left for the next task (files,
+/// IPC).
 pub fn judge_plants(planted: &str, looked: &str) -> [Line; 2] {
-    const PROCESS: (&str, &str) =
-        ("clean_room.process", "a setsid loop planted to outlive its task");
-    const FILES: (&str, &str) =
-        ("clean_room.files", "files left in /dev/shm, /tmp and the working folder");
-    if !planted.contains("planted") {
-        let why = format!("the planting task did not plant: {planted}");
-        return [
+    const PROCESS: (&str, &str) = (
+        "clean_room.process",
+        "a setsid loop and a thread group whose leader exited, planted to outlive their task",
+    );
+    const FILES: (&str, &str) = (
+        "clean_room.files",
+        "files in /dev/shm, /tmp and the working folder and a System V segment left",
+    );
+    let not_run = |why: String| {
+        [
             Line::new(PROCESS.0, PROCESS.1, Outcome::NotRun, why.clone()),
             Line::new(FILES.0, FILES.1, Outcome::NotRun, why),
-        ];
+        ]
+    };
+    if !planted.contains("planted") {
+        return not_run(format!("the planting task did not plant: {planted}"));
     }
     if !looked.contains("looked") {
-        let why = format!("the next task did not look: {looked}");
-        return [
-            Line::new(PROCESS.0, PROCESS.1, Outcome::NotRun, why.clone()),
-            Line::new(FILES.0, FILES.1, Outcome::NotRun, why),
-        ];
+        return not_run(format!("the next task did not look: {looked}"));
     }
-    let survivors: Vec<&str> = looked.lines().filter(|l| l.contains("nexbot-selftest-")).collect();
-    let (alive, left): (Vec<&str>, Vec<&str>) =
-        survivors.into_iter().partition(|l| !l.trim_start().starts_with("left:"));
+    // What the plant's own check saw: an implant that never ran is said, not counted.
+    let mut unplanted = Vec::new();
+    if !planted.contains("implant alive") {
+        unplanted.push("the implant did not start here");
+    }
+    if !planted.contains("segment planted") {
+        unplanted.push("no System V segment could be made here");
+    }
+    let note = match unplanted.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", unplanted.join("; ")),
+    };
+    let alive: Vec<&str> = looked
+        .lines()
+        .filter(|l| l.contains("nexbot-selftest-") || l.starts_with("alive:"))
+        .filter(|l| !l.trim_start().starts_with("left:"))
+        .collect();
+    let left: Vec<&str> = looked.lines().filter(|l| l.trim_start().starts_with("left:")).collect();
     let process = if alive.is_empty() {
-        Line::new(PROCESS.0, PROCESS.1, Outcome::Held, "gone when the next task began (ps)")
+        let evidence = format!("gone when the next task began (ps, every thread's name){note}");
+        Line::new(PROCESS.0, PROCESS.1, Outcome::Held, evidence)
     } else {
         let evidence = format!("still running in the next task: {}", alive.join("; "));
         Line::new(PROCESS.0, PROCESS.1, Outcome::Broken, evidence)
     };
     let files = if left.is_empty() {
-        Line::new(FILES.0, FILES.1, Outcome::Held, "none of the three was there for the next task")
+        let evidence = format!("none was there for the next task{note}");
+        Line::new(FILES.0, FILES.1, Outcome::Held, evidence)
     } else {
         Line::new(FILES.0, FILES.1, Outcome::Broken, left.join("; "))
     };
@@ -386,7 +430,8 @@ mod tests {
 
     #[test]
     fn the_plants_judge_tells_a_survivor_from_a_clean_room() {
-        let planted = "exit code: 0\n--- stdout ---\n/dev/shm/x\nplanted";
+        let planted =
+            "exit code: 0\n--- stdout ---\nimplant alive\nsegment planted\n/dev/shm/x\nplanted";
         let clean = "exit code: 0\n--- stdout ---\nlooked";
         let [p, f] = judge_plants(planted, clean);
         assert_eq!((p.outcome, f.outcome), (Outcome::Held, Outcome::Held));
@@ -397,6 +442,27 @@ mod tests {
         assert!(f.evidence.contains("/dev/shm/nexbot-selftest-ab"));
         let [p, _] = judge_plants("task failed: no container", clean);
         assert_eq!(p.outcome, Outcome::NotRun);
+        // The leader-exited implant, found by its thread's name; the segment by its key.
+        let implant = "alive: /proc/52/task/53/comm (the implant)\nleft: System V segment 1234 (id 7)\nlooked";
+        let [p, f] = judge_plants(planted, implant);
+        assert_eq!((p.outcome, f.outcome), (Outcome::Broken, Outcome::Broken));
+        assert!(p.evidence.contains("/proc/52/task/53/comm"), "{}", p.evidence);
+        assert!(f.evidence.contains("System V segment 1234"), "{}", f.evidence);
+        // An implant that never started is said beside a held line, not hidden.
+        let [p, _] = judge_plants("exit code: 0\nplanted", clean);
+        assert_eq!(p.outcome, Outcome::Held);
+        assert!(p.evidence.contains("the implant did not start here"), "{}", p.evidence);
+    }
+
+    #[test]
+    fn the_implant_is_named_and_keyed_by_the_nonce() {
+        assert_eq!(implant_name("0123456789abcdef"), "nxst-0123456789");
+        assert!(implant_name("0123456789abcdef").len() <= 15);
+        assert_eq!(implant_key("0000000a0000"), 10);
+        assert_eq!(implant_key("ffffffff0000"), -1);
+        assert_ne!(implant_key("00000000ffff"), 0, "never IPC_PRIVATE");
+        let plant = plant("0123456789ab");
+        assert!(plant.contains("setsid selftest-implant nxst-0123456789 19088743"), "{plant}");
     }
 
     #[test]

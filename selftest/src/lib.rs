@@ -13,7 +13,7 @@
 //! Network attacks stay on this machine: the host's own addresses, the proxy, the container's
 //! resolver, the metadata address (which the proxy refuses before dialling).
 
-mod attacks;
+pub mod attacks;
 mod hardening;
 pub mod report;
 

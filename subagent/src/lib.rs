@@ -52,6 +52,7 @@
 
 pub mod agent;
 pub mod hooks;
+pub mod implant;
 pub mod llm;
 pub mod logging;
 pub mod mcp;

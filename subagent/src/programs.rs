@@ -10,6 +10,7 @@
 //!   written as PNG or JPEG (by `OUT`'s extension), scaled down so its longer side is at most
 //!   `MAX_EDGE` pixels when given. Decoded within limits ([`IMAGE_MAX_EDGE`] pixels a side,
 //!   [`IMAGE_MAX_ALLOC`] bytes), so a small file that claims a huge picture is refused.
+//! - `selftest-implant NAME KEY`: the owner's self-test's implant ([`crate::implant`]).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The programs, by the name they are run as.
-pub const PROGRAMS: &[&str] = &["pdftotext", "imgconv"];
+pub const PROGRAMS: &[&str] = &["pdftotext", "imgconv", "selftest-implant"];
 
 /// The longest side of an image `imgconv` decodes, in pixels.
 pub const IMAGE_MAX_EDGE: u32 = 16_384;
@@ -31,6 +32,7 @@ pub fn run_as_program(args: &[OsString]) -> Option<ExitCode> {
     match name {
         "pdftotext" => Some(report("pdftotext", pdftotext(&args[1..]))),
         "imgconv" => Some(report("imgconv", imgconv(&args[1..]))),
+        "selftest-implant" => Some(report("selftest-implant", crate::implant::implant(&args[1..]))),
         _ => None,
     }
 }

@@ -22,8 +22,8 @@ const FRIEND: i64 = 7502;
 /// Every attack the self-test runs, by its report's words.
 const ATTACKS: &[&str] = &[
     "the container's hardening (docker inspect)",
-    "a setsid loop planted to outlive its task",
-    "files left in /dev/shm, /tmp and the working folder",
+    "a setsid loop and a thread group whose leader exited, planted to outlive their task",
+    "files in /dev/shm, /tmp and the working folder and a System V segment left",
     "reading the subagent's memory (/proc/1/mem)",
     "reaching the host without the proxy (direct IP)",
     "the host's own address through the proxy",
@@ -111,6 +111,9 @@ async fn every_attack_is_held_on_a_daemon_started_as_readme_says() {
     }
     // The evidence is what stopped each attack, not a word: a few that must be specific.
     assert!(line_of(&report, ATTACKS[0]).contains("cap_drop ALL"), "{report}");
+    // The plants lived (the same task saw them): their absence next is evidence.
+    assert!(!line_of(&report, ATTACKS[1]).contains("did not start"), "{report}");
+    assert!(!line_of(&report, ATTACKS[2]).contains("could be made"), "{report}");
     assert!(
         line_of(&report, ATTACKS[4]).contains("nothing reached the host's listener"),
         "{report}"

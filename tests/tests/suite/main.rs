@@ -35,5 +35,6 @@ mod pool_tasks;
 mod readme_setup;
 mod remote_engine;
 mod scripted_llm;
+mod selftest_judges;
 mod subagent_image;
 mod telegram_fixture;
