@@ -108,3 +108,55 @@ async fn a_full_disk_is_told_to_the_user_named_by_health_and_logged_once_with_a_
     let ticks = count(&log, "cannot record the due jobs");
     assert!((1..=2).contains(&ticks), "{ticks} lines:\n{log}");
 }
+
+/// An answer ready while the disk is full waits for its "being sent" mark instead of going
+/// unmarked; the daemon killed meanwhile, the next run answers the message, once. Before, the
+/// answer went at once, unmarked: the next run handled the message again and its user got the
+/// answer twice (seen in a soak: disk full, then a SIGKILL 4 s after the space returned).
+#[tokio::test]
+async fn an_answer_ready_on_a_full_disk_waits_for_its_mark_and_a_kill_meanwhile_doubles_nothing() {
+    let Some(disk) = SmallDisk::mount("disk-mark", "2m") else { return };
+    let tg = TelegramFixture::start().await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    // The first answer comes after the disk has filled; the next run's at once.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    llm.set_responder(move |body| {
+        let step = echo(body);
+        match seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => step.delayed(Duration::from_secs(3)),
+            _ => step,
+        }
+    });
+    let ws = TempWorkspace::init("disk-mark");
+    let mut env = telegram_env(&llm, &tg);
+    let database = disk.path().join("nexbot.db");
+    env.push(("NEXBOT_STORAGE__DATABASE".to_owned(), database.display().to_string()));
+    let serving: Serving = start(&ws, &env).await;
+
+    tg.user_says(OWNER, OWNER, "answer me once").await;
+    // Recorded, its turn asking the model: then the disk fills under it.
+    let begun = std::time::Instant::now();
+    while calls.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(begun.elapsed() < LIMIT, "the model was never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let filler = disk.fill();
+    // The model answers 3 s after it was asked: 2 s more, and the answer is ready.
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(begun.elapsed())).await;
+    let answers = |m: &[nexbot_tests::telegram::BotMessage]| {
+        texts(m).iter().filter(|t| t.contains("echo: answer me once")).count()
+    };
+    assert_eq!(answers(&tg.bot_messages(OWNER).await), 0, "sent unmarked");
+    serving.wait_log("the answer waits until it can be", LIMIT).await;
+
+    // Killed while the answer waits; the space returns; the next run answers, once.
+    serving.kill().await;
+    std::fs::remove_file(&filler).unwrap();
+    let serving: Serving = start(&ws, &env).await;
+    tg.wait_bot_messages(OWNER, |m| answers(m) >= 1, LIMIT).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let all = tg.bot_messages(OWNER).await;
+    assert_eq!(answers(&all), 1, "{:?}", texts(&all));
+    serving.stop(LIMIT).await;
+}
