@@ -188,4 +188,8 @@ async fn a_weakened_setting_turns_its_line_red() {
     assert!(out.contains(&format!("— skipped · {WITH_VAULT}: no vault (")), "{out}");
     assert!(out.contains("the self-test did not hold"), "{out}");
     serving.stop(LIMIT).await;
+    // No daemon: nothing to attack, said so, exit 3 (as nexbot-ctl's).
+    let (code, out) = doctor_attack(&ws, &env).await;
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("the nexbot daemon is not running"), "{out}");
 }
