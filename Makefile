@@ -2,7 +2,8 @@
 # as the parts `make image`, `make cli-image`, `make mcp-image`, `make lint-build` and
 # `make lint-test-run`, each timed).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench soak up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance order-file cli-npm
+  bench soak up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance order-file cli-npm \
+  profile-warm
 
 build:
 	cargo build --workspace
@@ -151,6 +152,14 @@ order-file: image
 	  docker/profile-order.sh docker/nexbot-subagent.order $(IMAGE_BINS)/nexbot-subagent \
 	    NEXBOT_BENCH_SUBAGENT "$$ping_rtt"
 	$(MAKE) --no-print-directory image-bins
+# `make profile-warm`: where a warm ping's and a one-step execute's time goes, by process and by
+# function (docker/profile-warm.py: the pool bench's warm figures under `perf`; needs root and
+# Debian's linux-perf). The bench keeps its symbols for it.
+profile-warm: export CARGO_PROFILE_BENCH_STRIP := false
+profile-warm: export CARGO_PROFILE_BENCH_DEBUG := line-tables-only
+profile-warm: image
+	@pool=$(call bench-exe,nexbot-tests,pool) && [ -n "$$pool" ] && \
+	  docker/profile-warm.py "$$pool" $(IMAGE_BINS)/nexbot-subagent
 else
 $(error IMAGE_FROM=$(IMAGE_FROM): use `image` (static release binaries) or `test` (the test build's))
 endif

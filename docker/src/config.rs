@@ -55,9 +55,6 @@ pub struct PoolConfig {
     /// Extra, NON-secret environment for every container (e.g. `HTTP_PROXY`, `NO_PROXY` set by
     /// the egress proxy). Names that look like secrets and URLs with credentials are refused.
     pub env: BTreeMap<String, String>,
-    /// `json-file` log driver caps: size of one file (`max-size`) and number of files.
-    pub log_max_size: String,
-    pub log_max_files: u32,
     /// How many recent stderr log lines are kept per container for `logs`.
     pub log_lines_kept: usize,
     /// Period of the health pings.
@@ -113,8 +110,6 @@ impl Default for PoolConfig {
             skills_volume: None,
             runtime: None,
             env: BTreeMap::new(),
-            log_max_size: "1m".into(),
-            log_max_files: 1,
             log_lines_kept: 200,
             ping_interval_ms: 10_000,
             ping_timeout_ms: 3_000,
@@ -390,7 +385,6 @@ impl PoolConfig {
             ("queue_timeout_secs", self.queue_timeout_secs),
             ("backoff_initial_ms", self.backoff_initial_ms),
             ("room_idle_secs", self.room_idle_secs),
-            ("log_max_files", u64::from(self.log_max_files)),
         ] {
             if value == 0 {
                 return bad(field, "must be greater than 0".into());

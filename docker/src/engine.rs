@@ -140,7 +140,7 @@ impl Engine {
             .map_err(|e| PoolError::docker(format!("start container {short}"), e))?;
         let started = Instant::now();
         let ip = self.container_ip(id).await?;
-        let ready = Request::ping(format!("nexbot-pool-ready-{short}"));
+        let ready = Request::brief_ping(format!("nexbot-pool-ready-{short}"));
         match link.roundtrip(&ready, ready_timeout).await {
             Ok(_) => {}
             Err(LinkError::Closed(reason)) => {

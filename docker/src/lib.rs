@@ -97,9 +97,9 @@
 //!
 //! Non-root user, read-only root, size-limited tmpfs `/tmp` and `/workspace/scratch`,
 //! `cap-drop ALL`, `no-new-privileges`, pids/memory (swap = memory)/CPU limits, no init (the
-//! subagent is pid 1: the clean room, `subagent/src/scrub.rs`), json-file log caps, skills
-//! read-only at `/workspace/skills`, optional OCI runtime, internal network only, no Docker
-//! socket, and no secret in env, labels or cmd (the config refuses secret-looking env names and
+//! subagent is pid 1: the clean room, `subagent/src/scrub.rs`), no log driver (no copy of a
+//! task's lines on the engine's disk), skills read-only at `/workspace/skills`, optional OCI
+//! runtime, internal network only, no Docker socket, and no secret in env, labels or cmd (the config refuses secret-looking env names and
 //! URLs with credentials; secrets travel only on stdin and the serialized line is zeroized
 //! after writing).
 //!

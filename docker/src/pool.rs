@@ -578,7 +578,7 @@ impl Inner {
         let id = format!("nexbot-pool-ping-{}", self.ping_seq.fetch_add(1, Ordering::Relaxed));
         let timeout = self.engine.config.ping_timeout();
         let started = Instant::now();
-        match member.link.roundtrip(&Request::ping(id), timeout).await {
+        match member.link.roundtrip(&Request::brief_ping(id), timeout).await {
             Ok(_) => {
                 let rtt = started.elapsed();
                 member.mark_proven();

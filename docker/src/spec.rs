@@ -103,13 +103,12 @@ pub fn container_spec(
         (None, volume) => volume.clone(),
     };
     let binds = skills.map(|from| vec![format!("{from}:{SKILLS_DIR}:ro")]);
-    let log_config = HostConfigLogConfig {
-        typ: Some("json-file".into()),
-        config: Some(HashMap::from([
-            ("max-size".to_owned(), config.log_max_size.clone()),
-            ("max-file".to_owned(), config.log_max_files.to_string()),
-        ])),
-    };
+    // No log driver: the pool reads a container's stderr over its attach (and keeps the last
+    // lines, `Pool::logs`); the engine's copy to a json-file was a second copy of every line
+    // written to the engine's disk — each pong and each task's result and log lines, another
+    // chat's words among them — and about a quarter of dockerd's work per round trip
+    // (`docker/profile-warm.py`: 40 of 160 µs of CPU per ping, in `logger.(*Copier)`).
+    let log_config = HostConfigLogConfig { typ: Some("none".into()), config: None };
     let host_config = HostConfig {
         readonly_rootfs: Some(true),
         tmpfs: Some(tmpfs),
@@ -202,8 +201,11 @@ mod tests {
         assert!(tmpfs[SCRATCH_DIR].contains("uid=65532,gid=65532"));
         assert!(tmpfs[SCRATCH_DIR].contains("size=67108864"));
         let log = host.log_config.unwrap();
-        assert_eq!(log.typ.as_deref(), Some("json-file"));
-        assert_eq!(log.config.unwrap()["max-size"], "1m");
+        assert_eq!(
+            log.typ.as_deref(),
+            Some("none"),
+            "no copy of a task's lines on the engine's disk"
+        );
         assert!(host.binds.is_none(), "nothing mounted without a skills dir");
         let labels = body.labels.unwrap();
         assert_eq!(labels[LABEL_POOL], "nexbot");

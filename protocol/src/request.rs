@@ -160,6 +160,11 @@ pub struct Request {
     /// `mcp_result`: why the call has no result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// `ping`: answer with a bare `pong`, without `capabilities` (the image's tool and program
+    /// lists, 2.5 KB to write, carry and parse): the health pings' form; the host asks for the
+    /// lists once, when it reads them. Additive; an older subagent sends them anyway.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub brief: bool,
     /// `put_file`: the file's plain name in the task's scratch folder
     /// ([`crate::files::check_file_name`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -273,6 +278,7 @@ impl fmt::Debug for Request {
             .field("run_tool", &self.run_tool)
             .field("search_budget", &self.search_budget)
             .field("mcp_tools", &self.mcp_tools.as_ref().map(|t| mcp_names(t)))
+            .field("brief", &self.brief)
             .field("call_id", &self.call_id)
             .field("result", &self.result.as_ref().map(|r| format!("{} bytes", r.len())))
             .field("error", &self.error.as_ref().map(|e| format!("{} bytes", e.len())))
@@ -328,6 +334,11 @@ impl Request {
             kind: RequestType::Ping,
             ..Self::default()
         }
+    }
+
+    /// A [`Request::ping`] answered by a bare `pong` ([`Request::brief`]): the health pings.
+    pub fn brief_ping(id: impl Into<String>) -> Self {
+        Self { brief: true, ..Self::ping(id) }
     }
 
     pub fn execute(id: impl Into<String>, task: impl Into<String>) -> Self {
@@ -529,6 +540,16 @@ mod tests {
 
     fn parse(json: &str) -> Request {
         serde_json::from_str(json).expect(json)
+    }
+
+    #[test]
+    fn a_brief_ping_says_so_on_the_wire_and_a_plain_one_does_not() {
+        let brief = serde_json::to_string(&Request::brief_ping("b")).unwrap();
+        assert!(brief.contains(r#""brief":true"#), "{brief}");
+        assert!(parse(&brief).brief);
+        let plain = serde_json::to_string(&Request::ping("p")).unwrap();
+        assert!(!plain.contains("brief"), "{plain}");
+        assert!(!parse(r#"{"type":"ping"}"#).brief);
     }
 
     #[test]

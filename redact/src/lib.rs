@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use secrecy::{ExposeSecret, SecretString};
@@ -235,15 +235,37 @@ enum Outcome {
 }
 
 /// The automata of one view: `short` needles apart, since they never match inside a marker.
+///
+/// Each is built the first time a text needs it, not with the redactor: a task's redactor is
+/// made for that task, and most of its texts need neither a view's tails (only a text with an
+/// escape of that view does) nor any forward automaton (only a stream does). Building all of
+/// them was the subagent's largest cost per task (one 40-byte secret: 16 automata, ~300 µs of a
+/// one-step task's ~1.4 ms of CPU, `docker/profile-warm.py`); a one-step task now builds the
+/// five it uses.
 struct ViewTries {
     view: View,
     short: bool,
     /// Tail needles ([`Needle::dropped`]).
     tail: bool,
-    /// Over the needles reversed: the longest needle starting at each place.
-    reversed: Trie,
+    /// The needles (indexes into [`Redactor::needles`]), in priority order.
+    group: Vec<u32>,
+    /// Over the needles reversed: the longest needle starting at each place (`None`: the
+    /// needles could not be indexed, every text is redacted whole).
+    reversed: OnceLock<Option<Trie>>,
     /// Over the needles: where one may have begun at the end of a stream's text.
-    forward: Trie,
+    forward: OnceLock<Option<Trie>>,
+}
+
+impl ViewTries {
+    fn trie(&self, needles: &[Needle], reversed: bool) -> Option<&Trie> {
+        let cell = if reversed { &self.reversed } else { &self.forward };
+        cell.get_or_init(|| {
+            let group: Vec<(&[u8], u32)> =
+                self.group.iter().map(|&k| (needles[k as usize].bytes.as_slice(), k)).collect();
+            Trie::build(&group, reversed).ok()
+        })
+        .as_ref()
+    }
 }
 
 /// What the automata found in one text.
@@ -342,8 +364,6 @@ pub struct Redactor {
     needles: Vec<Needle>,
     /// The automata, one set per view that has needles.
     tries: Vec<ViewTries>,
-    /// The needles were too many to index: every text is redacted whole (fails closed).
-    too_large: bool,
     /// Line breaks or invisible characters in a row a match skips: [`scan::MAX_TRANSPARENT_RUN`]
     /// or the longest run a value holds.
     max_run: usize,
@@ -541,24 +561,20 @@ impl Redactor {
         self.holdback = longest + 2 * MAX_MARKER_LEN - 1 + 2 * ALIGN_SLACK;
         for view in VIEWS {
             for (short, tail) in [(false, false), (true, false), (false, true)] {
-                let group: Vec<(&[u8], u32)> = self
+                let group: Vec<u32> = self
                     .needles
                     .iter()
                     .enumerate()
                     .filter(|(_, n)| {
                         n.view == view && n.short == short && n.dropped.is_some() == tail
                     })
-                    .map(|(k, n)| (n.bytes.as_slice(), k as u32))
+                    .map(|(k, _)| k as u32)
                     .collect();
                 if group.is_empty() {
                     continue;
                 }
-                match (Trie::build(&group, true), Trie::build(&group, false)) {
-                    (Ok(reversed), Ok(forward)) => {
-                        self.tries.push(ViewTries { view, short, tail, reversed, forward });
-                    }
-                    _ => self.too_large = true,
-                }
+                let (reversed, forward) = (OnceLock::new(), OnceLock::new());
+                self.tries.push(ViewTries { view, short, tail, group, reversed, forward });
             }
         }
     }
@@ -641,12 +657,11 @@ impl Redactor {
     fn scan(&self, text: &[u8], at_end: bool) -> Scan {
         let len = text.len();
         let boundary = if at_end { len } else { len.saturating_sub(self.holdback) };
-        if self.too_large {
+        let Some(found) = self.find(text, at_end, boundary) else {
             let spans =
                 if len == 0 { Vec::new() } else { vec![Span { start: 0, end: len, secret: 0 }] };
             return Scan { spans, cut: len };
-        }
-        let found = self.find(text, at_end, boundary);
+        };
         let mut spans: Vec<Span> = Vec::new();
         // The marker that covers `p`, if any.
         let mut marker: Option<(usize, usize)> = None;
@@ -711,8 +726,9 @@ impl Redactor {
     }
 
     /// Runs every view's automata over `text`: the longest needle starting at each place, and
-    /// (for a stream) where one may have begun from `boundary` on. Linear in the text.
-    fn find(&self, text: &[u8], at_end: bool, boundary: usize) -> Found {
+    /// (for a stream) where one may have begun from `boundary` on. Linear in the text. `None`:
+    /// an automaton could not be built (too many needle bytes), so the text must go whole.
+    fn find(&self, text: &[u8], at_end: bool, boundary: usize) -> Option<Found> {
         let len = text.len();
         let mut found = Found {
             best: vec![(0, NO_NEEDLE); len],
@@ -738,7 +754,7 @@ impl Redactor {
                     continue;
                 }
                 let target = if tries.short { &mut found.short } else { &mut found.best };
-                tries.reversed.longest_starts(d, |i, k| {
+                tries.trie(&self.needles, true)?.longest_starts(d, |i, k| {
                     let needle = &self.needles[k as usize];
                     let (mut start, end) =
                         (d.starts[i] as usize, d.ends[i + needle.bytes.len() - 1]);
@@ -755,7 +771,7 @@ impl Redactor {
                 });
                 if !at_end {
                     let from = d.starts.partition_point(|&s| (s as usize) < boundary);
-                    tries.forward.partial_starts(d, from, |i| {
+                    tries.trie(&self.needles, false)?.partial_starts(d, from, |i| {
                         let mut at = d.starts[i] as usize;
                         if tries.tail {
                             // A tail's head begins inside an escape just before it; none, no
@@ -788,7 +804,7 @@ impl Redactor {
                 found.wide.extend(d.wide.iter().filter(|(_, end)| *end as usize > boundary));
             }
         }
-        found
+        Some(found)
     }
 
     /// A marker at `p`: `[REDACTED]`, `[REDACTED:NAME]` (name `[A-Za-z0-9_]`, 1 to 64), in

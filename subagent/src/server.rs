@@ -240,6 +240,10 @@ impl Server {
             Ok(VersionStatus::Current) => {}
         }
         match request.kind {
+            RequestType::Ping if request.brief => {
+                let pong = Response::pong(&request.id, correlation.as_deref(), None);
+                self.out.send(pong).await;
+            }
             RequestType::Ping => {
                 debug!(event = "protocol", "ping");
                 let running = self.running_id();

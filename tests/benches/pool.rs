@@ -97,8 +97,13 @@ fn count(full: usize, short_form: usize) -> usize {
         full
     }
 }
+/// Round trips per figure; `NEXBOT_BENCH_ROUNDS` sets it (a profiler wants a longer run, see
+/// `NEXBOT_BENCH_ONLY=warm`).
 fn round_trips() -> usize {
-    count(2_000, 500)
+    std::env::var("NEXBOT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|rounds| rounds.parse().ok())
+        .unwrap_or_else(|| count(2_000, 500))
 }
 const WARM_UP: usize = 200;
 fn refused_executes() -> usize {
@@ -107,7 +112,10 @@ fn refused_executes() -> usize {
 /// Executes per run: in the short form still more than one container's task budget (100), so
 /// the run with recycling recycles.
 fn executes() -> usize {
-    count(300, 150)
+    std::env::var("NEXBOT_BENCH_EXECUTES")
+        .ok()
+        .and_then(|executes| executes.parse().ok())
+        .unwrap_or_else(|| count(300, 150))
 }
 const EXECUTE_WARM_UP: usize = 20;
 const FRESH_PINGS: usize = 20;
@@ -152,6 +160,38 @@ async fn main() {
         }
         return;
     }
+    // `NEXBOT_BENCH_ONLY=warm`: the floor, a bare subagent's ping, the warm pool's ping and a
+    // one-step execute on a pool that never recycles, nothing else, each loop's stretch
+    // printed: what `docker/profile-warm.py` runs under the profiler.
+    if std::env::var("NEXBOT_BENCH_ONLY").is_ok_and(|only| only == "warm") {
+        let echo = bare_attach(&docker, &run, Bare::Cat, ECHO_LINE).await;
+        println!(
+            "{}  {}",
+            echo.line("bare attach: line echoed by busybox cat (floor)"),
+            last_phase()
+        );
+        let unlogged = bare_attach(&docker, &run, Bare::CatUnlogged, ECHO_LINE).await;
+        println!("{}  {}", unlogged.line(FLOOR_UNLOGGED), last_phase());
+        let bare = bare_attach(&docker, &run, Bare::Subagent, PING_LINE).await;
+        println!("{}  {}", bare.line("bare attach: subagent ping (no pool)"), last_phase());
+        let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
+        let ping = warm_pings(&pool).await;
+        println!("{}  {}", ping.line("warm pool ping"), last_phase());
+        pool.shutdown().await.expect("shutdown");
+        let steady = PoolConfig { max_tasks_per_container: u64::MAX, ..config.clone() };
+        let pool = Pool::start(docker.clone(), steady).await.expect("pool starts");
+        let gateway = pool.network().gateway;
+        let llm = ScriptedLlm::start_on(SocketAddr::new(gateway, 0), vec![]).await;
+        llm.set_responder(|_| Step::text("done"));
+        let run = execute_run(&pool, &llm, gateway).await;
+        println!(
+            "{}  {}",
+            run.overhead.line("warm pool execute overhead (no recycling)"),
+            last_phase()
+        );
+        pool.shutdown().await.expect("shutdown");
+        return;
+    }
     println!(
         "nexbot pool benchmark{}: {} round trips, {} executes, {FRESH_PINGS}+\
          {FRESH_EXECUTES} fresh runs; pool of {POOL_SIZE} with the default PoolConfig; load \
@@ -188,9 +228,11 @@ async fn main() {
     println!("pool of 1 ready (network already there)          {:>10.1} ms", ms(single_start));
     pool.shutdown().await.expect("shutdown");
 
-    let echo = bare_attach(&docker, &run, true, b"{\"type\":\"ping\",\"id\":\"echo\"}\n").await;
+    let echo = bare_attach(&docker, &run, Bare::Cat, ECHO_LINE).await;
     println!("{}", echo.line("bare attach: line echoed by busybox cat (floor)"));
-    let bare_ping = bare_attach(&docker, &run, false, b"{\"type\":\"ping\",\"id\":\"p\"}\n").await;
+    let unlogged = bare_attach(&docker, &run, Bare::CatUnlogged, ECHO_LINE).await;
+    println!("{}", unlogged.line(FLOOR_UNLOGGED));
+    let bare_ping = bare_attach(&docker, &run, Bare::Subagent, PING_LINE).await;
     println!("{}", bare_ping.line("bare attach: subagent ping (no pool)"));
 
     let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
@@ -300,6 +342,11 @@ async fn main() {
         "  floor: line echoed by attached `cat` p50 / p99",
         &format!("{} / {} ms", number(ms(echo.p50)), number(ms(echo.p99))),
         "(~0.27 / 1 ms seen here)",
+    ));
+    record(Figure::reference(
+        "  the same `cat` with no log driver (as the pool's) p50 / p99",
+        &format!("{} / {} ms", number(ms(unlogged.p50)), number(ms(unlogged.p99))),
+        "(the engine copies no line to disk)",
     ));
     record(Figure::promised(
         "  warm ping p50 / the floor's p50",
@@ -520,8 +567,50 @@ fn mb(kib: u64) -> f64 {
 /// Round trips of one line through a container attached directly (no pool): with `cat` as
 /// the entrypoint the line comes back as it went; with the subagent, `line` is a request and
 /// the round trip ends at its answer's newline on stdout.
-async fn bare_attach(docker: &Docker, run: &str, cat: bool, line: &[u8]) -> Stats {
+const FLOOR_UNLOGGED: &str = "bare attach: the same cat, no log driver (as the pool's)";
+const ECHO_LINE: &[u8] = b"{\"type\":\"ping\",\"id\":\"echo\"}\n";
+/// A health ping, as the pool sends it: answered by a bare pong.
+const PING_LINE: &[u8] = b"{\"type\":\"ping\",\"id\":\"p\",\"brief\":true}\n";
+
+/// CLOCK_MONOTONIC in seconds: the clock `perf record -k mono` stamps its samples with. The
+/// measured loops print their stretch in it (`phase 12.345678..13.456789`), which is how
+/// `docker/profile-warm.sh` cuts one figure's samples out of a whole run's recording.
+fn monotonic() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+static PHASES: std::sync::Mutex<Vec<(f64, f64)>> = std::sync::Mutex::new(Vec::new());
+/// The stretch of the latest measured loop, printed beside its figure.
+fn last_phase() -> String {
+    let phases = PHASES.lock().unwrap_or_else(|e| e.into_inner());
+    phases.last().map_or_else(String::new, |(start, end)| format!("phase {start:.6}..{end:.6}"))
+}
+fn measured_from(start: f64) {
+    PHASES.lock().unwrap_or_else(|e| e.into_inner()).push((start, monotonic()));
+}
+
+/// What a bare attached container runs, and whether the engine logs its lines.
+#[derive(Clone, Copy, PartialEq)]
+enum Bare {
+    /// busybox `cat`, the engine's default log driver (json-file): the floor.
+    Cat,
+    /// The same `cat` without a log driver, as the pool's containers run.
+    CatUnlogged,
+    /// The subagent alone, without a log driver.
+    Subagent,
+}
+
+async fn bare_attach(docker: &Docker, run: &str, bare: Bare, line: &[u8]) -> Stats {
+    let cat = bare != Bare::Subagent;
+    let host_config = (bare != Bare::Cat).then(|| bollard::models::HostConfig {
+        log_config: Some(bollard::models::HostConfigLogConfig {
+            typ: Some("none".into()),
+            config: None,
+        }),
+        ..Default::default()
+    });
     let body = ContainerCreateBody {
+        host_config,
         image: Some(image_name()),
         entrypoint: cat.then(|| vec!["/bin/cat".into()]),
         attach_stdin: Some(true),
@@ -532,7 +621,14 @@ async fn bare_attach(docker: &Docker, run: &str, cat: bool, line: &[u8]) -> Stat
         labels: Some([(RUN_LABEL.to_owned(), run.to_owned())].into()),
         ..Default::default()
     };
-    let name = format!("{run}-bare-{}", if cat { "cat" } else { "subagent" });
+    let name = format!(
+        "{run}-bare-{}",
+        match bare {
+            Bare::Cat => "cat",
+            Bare::CatUnlogged => "cat-unlogged",
+            Bare::Subagent => "subagent",
+        }
+    );
     let options = CreateContainerOptionsBuilder::default().name(&name).build();
     let id = docker.create_container(Some(options), body).await.expect("create bare").id;
     let attach = AttachContainerOptionsBuilder::default()
@@ -544,7 +640,11 @@ async fn bare_attach(docker: &Docker, run: &str, cat: bool, line: &[u8]) -> Stat
     let mut attached = docker.attach_container(&id, Some(attach)).await.expect("attach");
     docker.start_container(&id, None).await.expect("start bare");
     let mut samples = Vec::with_capacity(round_trips());
+    let mut start = 0.0;
     for i in 0..round_trips() + WARM_UP {
+        if i == WARM_UP {
+            start = monotonic();
+        }
         let t = Instant::now();
         attached.input.write_all(line).await.expect("write");
         attached.input.flush().await.expect("flush");
@@ -565,6 +665,7 @@ async fn bare_attach(docker: &Docker, run: &str, cat: bool, line: &[u8]) -> Stat
             samples.push(t.elapsed());
         }
     }
+    measured_from(start);
     let remove = RemoveContainerOptionsBuilder::default().force(true).build();
     docker.remove_container(&id, Some(remove)).await.expect("remove bare");
     Stats::of(samples)
@@ -597,11 +698,13 @@ async fn warm_pings(pool: &Pool) -> Stats {
         pool.ping(&target).await.expect("warm-up ping");
     }
     let mut pings = Vec::with_capacity(round_trips());
+    let start = monotonic();
     for _ in 0..round_trips() {
         let t = Instant::now();
         pool.ping(&target).await.expect("ping");
         pings.push(t.elapsed());
     }
+    measured_from(start);
     Stats::of(pings)
 }
 
@@ -619,7 +722,11 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
     let mut first_on_container = Vec::new();
     let mut replaced_after = Vec::new();
     let mut replacements = replaced(pool);
+    let mut start = 0.0;
     for i in 0..EXECUTE_WARM_UP + executes() {
+        if i == EXECUTE_WARM_UP {
+            start = monotonic();
+        }
         let before = llm.chat_handling_times().len();
         let served_before: Vec<(Option<String>, u64)> =
             pool.snapshot().into_iter().map(|s| (s.container_id, s.tasks_served)).collect();
@@ -657,6 +764,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
             }
         }
     }
+    measured_from(start);
     let mut slowest: Vec<(usize, Duration)> = overhead.iter().copied().enumerate().collect();
     slowest.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
     slowest.truncate(5);

@@ -6,6 +6,21 @@ use crate::common;
 use common::Subagent;
 use serde_json::json;
 
+/// The health pings' form: a bare pong, ids echoed, no lists (2.5 KB less each way to write,
+/// carry and parse); the lists still come to a plain ping.
+#[tokio::test]
+async fn a_brief_ping_is_answered_without_capabilities() {
+    let mut sub = Subagent::spawn(&[]);
+    sub.send(&json!({"type": "ping", "id": "b1", "correlation_id": "c1", "brief": true})).await;
+    let pong = sub.recv().await;
+    assert_eq!((pong["status"].as_str(), pong["id"].as_str()), (Some("pong"), Some("b1")));
+    assert_eq!(pong["correlation_id"], "c1");
+    assert!(pong.get("capabilities").is_none(), "{pong}");
+    sub.send(&json!({"type": "ping", "id": "p1", "brief": false})).await;
+    let full = sub.recv().await;
+    assert!(full["capabilities"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{full}");
+}
+
 #[tokio::test]
 async fn ping_is_answered_with_version_ids_and_capabilities() {
     let mut sub = Subagent::spawn(&[]);

@@ -125,7 +125,14 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     assert_eq!(host.memory_swap, host.memory);
     assert_eq!(host.nano_cpus, Some(1_000_000_000));
     assert_eq!(host.init, Some(false), "the subagent is pid 1: no init a task could take over");
-    assert_eq!(host.log_config.unwrap().config.unwrap()["max-size"], "1m");
+    // No engine-side copy of the container's lines: a task's results and logs stay in the
+    // pool's memory, not in a json-file on the engine's disk.
+    assert_eq!(host.log_config.unwrap().typ.as_deref(), Some("none"));
+    let log_path = inspect.log_path.clone().unwrap_or_default();
+    assert!(
+        log_path.is_empty() || !std::path::Path::new(&log_path).exists(),
+        "the engine keeps a log file of the container: {log_path}"
+    );
     let env: HashMap<_, _> = inspect
         .config
         .unwrap()
