@@ -115,24 +115,30 @@ else ifeq ($(IMAGE_FROM),image)
 # `.relr.dyn` instead of 1.9 MB of `.rela.dyn`, 1.8 MB less idle RSS for the daemon; and the
 # functions the daemon and the sandbox's program run (docker/nexbot.order,
 # docker/nexbot-subagent.order) placed together at the start of `.text`, so that the pages
-# their start-up touches are few (docker/link-order.sh; docs/performance.md, "Host idle RSS").
-# The order is made from the binaries' own symbols, so they link twice when it changed (after a code
-# change): once to learn their names, once with them. Needs binutils ≥ 2.38 and glibc ≥ 2.36
-# (Debian 12 has both) and rustc's default linker here, lld (its --symbol-ordering-file).
+# their start-up touches are few (docs/performance.md, "Host idle RSS"). The linker is
+# docker/link-order.sh, which finds those functions' names in what each link reads and hands
+# them to lld (--symbol-ordering-file): one build, each binary linked once. Needs binutils
+# ≥ 2.38 and glibc ≥ 2.36 (Debian 12 has both) and rustc's default linker here, lld.
 IMAGE_ORDER_KEYS := docker/nexbot.order docker/nexbot-subagent.order
-IMAGE_LINK_ORDER := $(abspath $(CARGO_OUT))/$(IMAGE_TRIPLE)/image-link.order
+IMAGE_LINK_KEYS := $(abspath $(CARGO_OUT))/$(IMAGE_TRIPLE)/image-link.order.keys
 IMAGE_RUSTFLAGS := -C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs \
-  -C link-arg=-Wl,--symbol-ordering-file=$(IMAGE_LINK_ORDER) \
-  -C link-arg=-Wl,--no-warn-symbol-ordering
-IMAGE_BUILD := RUSTFLAGS='$(IMAGE_RUSTFLAGS)' cargo build --profile image \
-  --target $(IMAGE_TRIPLE) -p nexbot-subagent -p nexbot-host -p nexbot-ctl
+  -C linker=$(abspath docker/link-order.sh)
+IMAGE_BUILD := NEXBOT_ORDER_KEYS=$(IMAGE_LINK_KEYS) RUSTFLAGS='$(IMAGE_RUSTFLAGS)' \
+  cargo build --profile image --target $(IMAGE_TRIPLE) -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 image-bins:
-	@mkdir -p $(dir $(IMAGE_LINK_ORDER)) && touch $(IMAGE_LINK_ORDER)
+	@mkdir -p $(dir $(IMAGE_LINK_KEYS))
+	@cat $(IMAGE_ORDER_KEYS) > $(IMAGE_LINK_KEYS).new
+	@# New keys (after `make order-file`): the binaries are linked again with them.
+	@if ! cmp -s $(IMAGE_LINK_KEYS).new $(IMAGE_LINK_KEYS); then \
+	  for bin in nexbot nexbot-subagent nexbot-ctl; do \
+	    [ -f $(IMAGE_BINS)/$$bin ] && find $(IMAGE_BINS)/deps -maxdepth 1 -samefile $(IMAGE_BINS)/$$bin -exec rm -f {} +; \
+	    rm -f $(IMAGE_BINS)/$$bin; done; \
+	  mv $(IMAGE_LINK_KEYS).new $(IMAGE_LINK_KEYS); else rm -f $(IMAGE_LINK_KEYS).new; fi
 	$(IMAGE_BUILD)
-	@cat $(IMAGE_ORDER_KEYS) > $(IMAGE_LINK_ORDER).keys
-	@docker/link-order.sh $(IMAGE_LINK_ORDER).keys $(IMAGE_LINK_ORDER) \
-	  $(addprefix $(IMAGE_BINS)/,nexbot nexbot-subagent nexbot-ctl)
-	@$(IMAGE_BUILD)
+	@# How much of the order each binary got (many not found: time for `make order-file`).
+	@for bin in nexbot nexbot-subagent nexbot-ctl; do \
+	  linked=$$(find $(IMAGE_BINS)/deps -maxdepth 1 -samefile $(IMAGE_BINS)/$$bin | head -n 1); \
+	  [ -f "$$linked.order.counts" ] && echo "$$bin: $$(cat "$$linked.order.counts")"; done; true
 
 # `make order-file`: docker/nexbot.order and docker/nexbot-subagent.order again, from what the
 # binaries run in the benches that measure their memory, under valgrind's callgrind

@@ -1,17 +1,23 @@
 #!/bin/sh
 # The images' binaries are linked with their start-up code together (`make image-bins`).
 #
-#   docker/link-order.sh KEYS ORDER BIN...
-#       Writes ORDER, the linker's symbol ordering file (lld's --symbol-ordering-file) for
-#       BIN...: every function KEYS names, in KEYS' order, under each symbol name it has in
-#       these binaries. Says how many of KEYS' functions the binaries have. When ORDER changed,
-#       removes BIN... (and cargo's copies of them in deps/) so that the next `cargo build`
-#       links them again with it; when it did not, leaves everything as it was.
+#   NEXBOT_ORDER_KEYS=KEYS docker/link-order.sh ARGS...
+#       rustc's linker for the images' binaries (`-C linker=docker/link-order.sh`): writes
+#       OUT.order (OUT: the `-o` of ARGS), the linker's symbol ordering file (lld's
+#       --symbol-ordering-file): every function KEYS names, in KEYS' order, under each symbol
+#       name it has in the objects and archives this link reads. Says how many of KEYS'
+#       functions it found (also in OUT.order.counts: rustc shows a linker's words only when
+#       the link fails), then runs `cc` (NEXBOT_ORDER_CC: another, for the test) with ARGS
+#       and that file.
 #
 # Why: the kernel maps a binary's code into memory in 64 KiB windows around each page touched
 # (fault-around), so a daemon whose start-up touches a few thousand functions scattered over
 # 31 MB of `.text` keeps most of `.text` resident. Placed together (first in `.text`), the same
 # functions cost about their own size (docs/performance.md, "Host idle RSS").
+#
+# Why at link time: the names are read from what this very link reads, so one build links each
+# binary once. Read from the linked binaries instead, they took a second link pass after every
+# change (76 s of a cold 9 min 36 s `make image` here, 2026-12-03; 177 s on 2026-12-02).
 #
 # KEYS (docker/nexbot.order, written by docker/profile-order.sh) names functions by their
 # symbol without LLVM's `.llvm.N` suffix, which changes with the code around them. A Rust
@@ -23,17 +29,29 @@
 # orders less (the counts printed say how much).
 set -eu
 
-[ $# -ge 3 ] || { echo "usage: $0 KEYS ORDER BIN..." >&2; exit 2; }
-keys=$1 order=$2
-shift 2
+keys=${NEXBOT_ORDER_KEYS:?"$0: NEXBOT_ORDER_KEYS names no keys file (make image-bins sets it)"}
 [ -f "$keys" ] || { echo "$0: $keys: no such file" >&2; exit 2; }
-tmp="$order.tmp.$$"
-trap 'rm -f "$tmp"' EXIT
+out= prev=
+for arg in "$@"; do
+  [ "$prev" = -o ] && out=$arg
+  prev=$arg
+done
+[ -n "$out" ] || { echo "$0: no -o among the linker's arguments" >&2; exit 2; }
+order="$out.order"
 
-for bin in "$@"; do
-  [ -f "$bin" ] || { echo "$0: $bin: no such file (build it first)" >&2; exit 2; }
-  nm --defined-only "$bin"
-done | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u | awk -v keys="$keys" '
+# The objects and archives the link reads, one per line; from rustc's `@file` too, when the
+# command line was too long for it (one argument per line).
+inputs() {
+  for arg in "$@"; do
+    case $arg in
+      @*) inputs $(cat "${arg#@}") ;;
+      *.o | *.rlib | *.a) printf '%s\n' "$arg" ;;
+    esac
+  done
+}
+
+# nm complains about an archive's metadata member (`lib.rmeta`); its symbols are all it gives.
+inputs "$@" | xargs -r -d '\n' nm --defined-only 2>/dev/null | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u | awk -v keys="$keys" -v counts="$order.counts" '
   function plain(s) { sub(/\.llvm\.[0-9]+$/, "", s); return s }
   function unhashed(s) { sub(/17h[0-9a-f]+E$/, "", s); return s }
   {
@@ -56,17 +74,10 @@ done | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u | awk -v keys="$keys" '
         renamed++; printed[only[u]] = 1; print names[only[u]]
       }
     }
-    printf "link-order: of the %d functions in %s, %d are in these binaries as named, %d under a new hash, %d not at all\n", \
-      total, keys, exact, renamed, total - exact - renamed > "/dev/stderr"
-  }' > "$tmp"
+    line = sprintf("link-order: of the %d functions in %s, %d are in this link as named, %d under a new hash, %d not at all", \
+      total, keys, exact, renamed, total - exact - renamed)
+    print line > "/dev/stderr"
+    print line > counts
+  }' > "$order"
 
-if [ -f "$order" ] && cmp -s "$tmp" "$order"; then
-  exit 0
-fi
-mv "$tmp" "$order"
-echo "link-order: $order changed: linking $* again"
-for bin in "$@"; do
-  dir=$(dirname "$bin")
-  [ -d "$dir/deps" ] && find "$dir/deps" -maxdepth 1 -samefile "$bin" -exec rm -f {} +
-  rm -f "$bin"
-done
+exec "${NEXBOT_ORDER_CC:-cc}" "$@" -Wl,--symbol-ordering-file="$order" -Wl,--no-warn-symbol-ordering

@@ -1,9 +1,10 @@
-//! `docker/link-order.sh`, which `make image-bins` runs to link the images' binaries with the
-//! daemon's start-up functions together (docs/performance.md, "Host idle RSS"): the real script on
-//! a copy of this very test binary, whose symbols stand in for the daemon's. What it must get
-//! right: a function named exactly is ordered; one whose hash changed (a new toolchain) is found by
-//! its name when that name is one function's; a generic function's many copies are not guessed at;
-//! and the binaries are removed for relinking when, and only when, the order changed.
+//! `docker/link-order.sh`, rustc's linker for the images' binaries (`make image-bins`), which
+//! links them with the daemon's start-up functions together (docs/performance.md, "Host idle
+//! RSS"): the real script, given a copy of this very test binary as the link's input (its
+//! symbols stand in for the daemon's) and a recording stand-in for `cc`. What it must get right:
+//! a function named exactly is ordered; one whose hash changed (a new toolchain) is found by its
+//! name when that name is one function's; a generic function's many copies are not guessed at;
+//! inputs named in rustc's `@file` count; and `cc` gets every argument and the order file.
 
 use nexbot_tests::TempDir;
 use std::path::{Path, PathBuf};
@@ -45,62 +46,96 @@ fn rehashed(name: &str) -> String {
     format!("{}17h0123456789abcdefE", &name[..at])
 }
 
-fn run(keys: &Path, order: &Path, bin: &Path) -> String {
-    let out = Command::new("sh").arg(script()).arg(keys).arg(order).arg(bin).output().expect("sh");
+/// Runs the script as rustc would run its linker, with `args`; `cc` records what it was given
+/// in `dir/cc-args`. Returns what the script said, and `cc`'s arguments.
+fn link(keys: &Path, dir: &Path, args: &[String]) -> (String, Vec<String>) {
+    let cc = dir.join("cc");
+    std::fs::write(&cc, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" > {}/cc-args\n", dir.display()))
+        .unwrap();
+    std::fs::set_permissions(&cc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new("sh")
+        .arg(script())
+        .args(args)
+        .env("NEXBOT_ORDER_KEYS", keys)
+        .env("NEXBOT_ORDER_CC", format!("{}", cc.display()))
+        .output()
+        .expect("sh");
     let said =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let cc_args = std::fs::read_to_string(dir.join("cc-args")).unwrap_or_default();
     assert!(out.status.success(), "link-order.sh failed:\n{said}");
-    said
+    (said, cc_args.lines().map(str::to_owned).collect())
 }
 
 #[test]
-fn link_order_orders_named_and_renamed_functions_and_relinks_only_when_the_order_changed() {
+fn link_order_orders_named_and_renamed_functions_from_what_the_link_reads() {
     assert_eq!(link_order_probe_single(), 7);
     assert_eq!(link_order_probe_generic::<u8>(), 0);
     assert_eq!(link_order_probe_generic::<u16>(), 0);
 
     let tmp = TempDir::new("nxl-link-order");
-    // The binary as cargo leaves it: `deps/NAME-HASH`, and NAME, a hard link to it.
-    std::fs::create_dir(tmp.0.join("deps")).unwrap();
-    let in_deps = tmp.0.join("deps/probe-0123");
-    std::fs::copy(std::env::current_exe().unwrap(), &in_deps).unwrap();
-    let bin = tmp.0.join("probe");
-    std::fs::hard_link(&in_deps, &bin).unwrap();
-
-    let single = symbols(&bin, "link_order_probe_single");
+    // This binary, named as an object the link reads.
+    let input = tmp.0.join("probe.o");
+    std::fs::copy(std::env::current_exe().unwrap(), &input).unwrap();
+    let single = symbols(&input, "link_order_probe_single");
     assert_eq!(single.len(), 1, "{single:?}");
-    let generic = symbols(&bin, "link_order_probe_generic");
+    let generic = symbols(&input, "link_order_probe_generic");
     assert_eq!(generic.len(), 2, "one copy per type: {generic:?}");
 
     let keys = tmp.0.join("keys");
-    let order = tmp.0.join("order");
+    let out = tmp.0.join("probe");
+    let order = tmp.0.join("probe.order");
     std::fs::write(
         &keys,
         format!("# a comment\nmain\n{}\n{}\nno_such_function\n", single[0], rehashed(&generic[0])),
     )
     .unwrap();
-    let said = run(&keys, &order, &bin);
+    let args: Vec<String> = vec![
+        "-m64".into(),
+        input.display().to_string(),
+        "-o".into(),
+        out.display().to_string(),
+        "-Wl,--gc-sections".into(),
+    ];
+    let (said, cc) = link(&keys, &tmp.0, &args);
     assert_eq!(std::fs::read_to_string(&order).unwrap(), format!("main\n{}\n", single[0]));
     assert!(
         said.contains("of the 4 functions")
-            && said.contains("2 are in these binaries as named")
+            && said.contains("2 are in this link as named")
             && said.contains("0 under a new hash")
             && said.contains("2 not at all"),
         "{said}"
     );
-    assert!(!bin.exists() && !in_deps.exists(), "the order changed: both copies go");
-
-    // Unchanged: nothing is relinked.
-    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
-    run(&keys, &order, &bin);
-    assert!(bin.exists(), "the order did not change, yet the binary was removed");
+    let counts = std::fs::read_to_string(tmp.0.join("probe.order.counts")).unwrap();
+    assert!(said.contains(counts.trim()), "the counts kept for make are what it said: {counts}");
+    let mut expected = args.clone();
+    expected.push(format!("-Wl,--symbol-ordering-file={}", order.display()));
+    expected.push("-Wl,--no-warn-symbol-ordering".into());
+    assert_eq!(cc, expected, "cc gets every argument, then the order");
 
     // Another toolchain: the single function is found under its new hash; the generic one,
-    // two functions of one name, is not.
+    // two functions of one name, is not. The input named in an `@file`, as rustc does when
+    // the command line is too long.
     std::fs::write(&keys, format!("{}\n{}\n", rehashed(&single[0]), rehashed(&generic[1])))
         .unwrap();
-    let said = run(&keys, &order, &bin);
+    let at_file = tmp.0.join("linker-args");
+    std::fs::write(&at_file, format!("{}\n-o\n{}\n", input.display(), out.display())).unwrap();
+    let (said, cc) = link(
+        &keys,
+        &tmp.0,
+        &[format!("@{}", at_file.display()), "-o".into(), out.display().to_string()],
+    );
     assert_eq!(std::fs::read_to_string(&order).unwrap(), format!("{}\n", single[0]));
     assert!(said.contains("1 under a new hash") && said.contains("1 not at all"), "{said}");
-    assert!(!bin.exists(), "the order changed");
+    assert_eq!(cc[0], format!("@{}", at_file.display()));
+
+    // Without keys it says what is missing and links nothing.
+    let refused = Command::new("sh")
+        .arg(script())
+        .args(&args)
+        .env_remove("NEXBOT_ORDER_KEYS")
+        .output()
+        .expect("sh");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("NEXBOT_ORDER_KEYS"));
 }
