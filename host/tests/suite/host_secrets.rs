@@ -185,13 +185,21 @@ fn memory_holds(pids: &[u32], needles: &[&[u8]]) -> Vec<bool> {
     found
 }
 
-/// The readable ranges of a `/proc/<pid>/maps` listing (not the kernel's own pages).
+/// The readable ranges of a `/proc/<pid>/maps` listing (not the kernel's own pages, nor a
+/// memory file's: those are read through the file, where it has data). Read through the
+/// mapping, a memory file's holes are faulted in, and each page faulted in is charged to the
+/// container: under gVisor, whose sandbox maps parts of its 1 GiB `memfd:runsc-memory`, the
+/// hunt once took the container past its 256 MiB and got it OOM-killed (CI, 2026-12-03).
 fn readable_ranges(maps: &str) -> Vec<(u64, u64)> {
     maps.lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
             let (range, perms) = (fields.next()?, fields.next()?);
-            if !perms.starts_with('r') || line.ends_with("[vvar]") || line.ends_with("[vsyscall]") {
+            if !perms.starts_with('r')
+                || line.ends_with("[vvar]")
+                || line.ends_with("[vsyscall]")
+                || line.contains("/memfd:")
+            {
                 return None;
             }
             let (start, end) = range.split_once('-')?;
