@@ -99,9 +99,9 @@
 //! `cap-drop ALL`, `no-new-privileges`, pids/memory (swap = memory)/CPU limits, no init (the
 //! subagent is pid 1: the clean room, `subagent/src/scrub.rs`), no log driver (no copy of a
 //! task's lines on the engine's disk), skills read-only at `/workspace/skills`, optional OCI
-//! runtime, internal network only, no Docker socket, and no secret in env, labels or cmd (the config refuses secret-looking env names and
-//! URLs with credentials; secrets travel only on stdin and the serialized line is zeroized
-//! after writing).
+//! runtime, internal network only, no Docker socket, and no secret in env, labels or cmd (the
+//! config refuses secret-looking env names and URLs with credentials; secrets travel only on
+//! stdin and the serialized line is zeroized after writing).
 //!
 //! On an internal network a container has no route off the host, but it *can* reach any
 //! address of the host itself (traffic to host addresses is not forwarded, so Docker's

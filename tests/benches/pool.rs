@@ -97,25 +97,23 @@ fn count(full: usize, short_form: usize) -> usize {
         full
     }
 }
-/// Round trips per figure; `NEXBOT_BENCH_ROUNDS` sets it (a profiler wants a longer run, see
-/// `NEXBOT_BENCH_ONLY=warm`).
+/// `var` when it is set to a number (a profiler wants longer runs, see
+/// `NEXBOT_BENCH_ONLY=warm`), else [`count`]`(full, short_form)`.
+fn count_or(var: &str, full: usize, short_form: usize) -> usize {
+    std::env::var(var).ok().and_then(|n| n.parse().ok()).unwrap_or_else(|| count(full, short_form))
+}
+/// Round trips per figure (`NEXBOT_BENCH_ROUNDS`).
 fn round_trips() -> usize {
-    std::env::var("NEXBOT_BENCH_ROUNDS")
-        .ok()
-        .and_then(|rounds| rounds.parse().ok())
-        .unwrap_or_else(|| count(2_000, 500))
+    count_or("NEXBOT_BENCH_ROUNDS", 2_000, 500)
 }
 const WARM_UP: usize = 200;
 fn refused_executes() -> usize {
     count(500, 100)
 }
 /// Executes per run: in the short form still more than one container's task budget (100), so
-/// the run with recycling recycles.
+/// the run with recycling recycles (`NEXBOT_BENCH_EXECUTES`).
 fn executes() -> usize {
-    std::env::var("NEXBOT_BENCH_EXECUTES")
-        .ok()
-        .and_then(|executes| executes.parse().ok())
-        .unwrap_or_else(|| count(300, 150))
+    count_or("NEXBOT_BENCH_EXECUTES", 300, 150)
 }
 const EXECUTE_WARM_UP: usize = 20;
 const FRESH_PINGS: usize = 20;
@@ -564,9 +562,6 @@ fn mb(kib: u64) -> f64 {
     kib as f64 * 1024.0 / 1e6
 }
 
-/// Round trips of one line through a container attached directly (no pool): with `cat` as
-/// the entrypoint the line comes back as it went; with the subagent, `line` is a request and
-/// the round trip ends at its answer's newline on stdout.
 const FLOOR_UNLOGGED: &str = "bare attach: the same cat, no log driver (as the pool's)";
 const ECHO_LINE: &[u8] = b"{\"type\":\"ping\",\"id\":\"echo\"}\n";
 /// A health ping, as the pool sends it: answered by a bare pong.
@@ -579,14 +574,15 @@ fn monotonic() -> f64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
-static PHASES: std::sync::Mutex<Vec<(f64, f64)>> = std::sync::Mutex::new(Vec::new());
+/// The stretch of the latest measured loop.
+static LAST_PHASE: std::sync::Mutex<Option<(f64, f64)>> = std::sync::Mutex::new(None);
 /// The stretch of the latest measured loop, printed beside its figure.
 fn last_phase() -> String {
-    let phases = PHASES.lock().unwrap_or_else(|e| e.into_inner());
-    phases.last().map_or_else(String::new, |(start, end)| format!("phase {start:.6}..{end:.6}"))
+    let last = *LAST_PHASE.lock().unwrap_or_else(|e| e.into_inner());
+    last.map_or_else(String::new, |(start, end)| format!("phase {start:.6}..{end:.6}"))
 }
 fn measured_from(start: f64) {
-    PHASES.lock().unwrap_or_else(|e| e.into_inner()).push((start, monotonic()));
+    *LAST_PHASE.lock().unwrap_or_else(|e| e.into_inner()) = Some((start, monotonic()));
 }
 
 /// What a bare attached container runs, and whether the engine logs its lines.
@@ -600,6 +596,9 @@ enum Bare {
     Subagent,
 }
 
+/// Round trips of one line through a container attached directly (no pool): with `cat` as
+/// the entrypoint the line comes back as it went; with the subagent, `line` is a request and
+/// the round trip ends at its answer's newline on stdout.
 async fn bare_attach(docker: &Docker, run: &str, bare: Bare, line: &[u8]) -> Stats {
     let cat = bare != Bare::Subagent;
     let host_config = (bare != Bare::Cat).then(|| bollard::models::HostConfig {
