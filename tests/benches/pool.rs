@@ -75,6 +75,8 @@ use tokio_util::sync::CancellationToken;
 mod gvisor;
 #[path = "pool/remote.rs"]
 mod remote;
+#[path = "pool/warm.rs"]
+mod warm;
 
 /// The subagent image: `NEXBOT_TEST_IMAGE` (as the Docker tests read it), else the one
 /// `make image` builds.
@@ -158,36 +160,9 @@ async fn main() {
         }
         return;
     }
-    // `NEXBOT_BENCH_ONLY=warm`: the floor, a bare subagent's ping, the warm pool's ping and a
-    // one-step execute on a pool that never recycles, nothing else, each loop's stretch
-    // printed: what `docker/profile-warm.py` runs under the profiler.
+    // `NEXBOT_BENCH_ONLY=warm`: the warm figures alone, for the profiler (pool/warm.rs).
     if std::env::var("NEXBOT_BENCH_ONLY").is_ok_and(|only| only == "warm") {
-        let echo = bare_attach(&docker, &run, Bare::Cat, ECHO_LINE).await;
-        println!(
-            "{}  {}",
-            echo.line("bare attach: line echoed by busybox cat (floor)"),
-            last_phase()
-        );
-        let unlogged = bare_attach(&docker, &run, Bare::CatUnlogged, ECHO_LINE).await;
-        println!("{}  {}", unlogged.line(FLOOR_UNLOGGED), last_phase());
-        let bare = bare_attach(&docker, &run, Bare::Subagent, PING_LINE).await;
-        println!("{}  {}", bare.line("bare attach: subagent ping (no pool)"), last_phase());
-        let pool = Pool::start(docker.clone(), config.clone()).await.expect("pool starts");
-        let ping = warm_pings(&pool).await;
-        println!("{}  {}", ping.line("warm pool ping"), last_phase());
-        pool.shutdown().await.expect("shutdown");
-        let steady = PoolConfig { max_tasks_per_container: u64::MAX, ..config.clone() };
-        let pool = Pool::start(docker.clone(), steady).await.expect("pool starts");
-        let gateway = pool.network().gateway;
-        let llm = ScriptedLlm::start_on(SocketAddr::new(gateway, 0), vec![]).await;
-        llm.set_responder(|_| Step::text("done"));
-        let run = execute_run(&pool, &llm, gateway).await;
-        println!(
-            "{}  {}",
-            run.overhead.line("warm pool execute overhead (no recycling)"),
-            last_phase()
-        );
-        pool.shutdown().await.expect("shutdown");
+        warm::run(&docker, &run, &config).await;
         return;
     }
     println!(
@@ -567,24 +542,6 @@ const ECHO_LINE: &[u8] = b"{\"type\":\"ping\",\"id\":\"echo\"}\n";
 /// A health ping, as the pool sends it: answered by a bare pong.
 const PING_LINE: &[u8] = b"{\"type\":\"ping\",\"id\":\"p\",\"brief\":true}\n";
 
-/// CLOCK_MONOTONIC in seconds: the clock `perf record -k mono` stamps its samples with. The
-/// measured loops print their stretch in it (`phase 12.345678..13.456789`), which is how
-/// `docker/profile-warm.sh` cuts one figure's samples out of a whole run's recording.
-fn monotonic() -> f64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
-}
-/// The stretch of the latest measured loop.
-static LAST_PHASE: std::sync::Mutex<Option<(f64, f64)>> = std::sync::Mutex::new(None);
-/// The stretch of the latest measured loop, printed beside its figure.
-fn last_phase() -> String {
-    let last = *LAST_PHASE.lock().unwrap_or_else(|e| e.into_inner());
-    last.map_or_else(String::new, |(start, end)| format!("phase {start:.6}..{end:.6}"))
-}
-fn measured_from(start: f64) {
-    *LAST_PHASE.lock().unwrap_or_else(|e| e.into_inner()) = Some((start, monotonic()));
-}
-
 /// What a bare attached container runs, and whether the engine logs its lines.
 #[derive(Clone, Copy, PartialEq)]
 enum Bare {
@@ -642,7 +599,7 @@ async fn bare_attach(docker: &Docker, run: &str, bare: Bare, line: &[u8]) -> Sta
     let mut start = 0.0;
     for i in 0..round_trips() + WARM_UP {
         if i == WARM_UP {
-            start = monotonic();
+            start = warm::monotonic();
         }
         let t = Instant::now();
         attached.input.write_all(line).await.expect("write");
@@ -664,7 +621,7 @@ async fn bare_attach(docker: &Docker, run: &str, bare: Bare, line: &[u8]) -> Sta
             samples.push(t.elapsed());
         }
     }
-    measured_from(start);
+    warm::measured_from(start);
     let remove = RemoveContainerOptionsBuilder::default().force(true).build();
     docker.remove_container(&id, Some(remove)).await.expect("remove bare");
     Stats::of(samples)
@@ -697,13 +654,13 @@ async fn warm_pings(pool: &Pool) -> Stats {
         pool.ping(&target).await.expect("warm-up ping");
     }
     let mut pings = Vec::with_capacity(round_trips());
-    let start = monotonic();
+    let start = warm::monotonic();
     for _ in 0..round_trips() {
         let t = Instant::now();
         pool.ping(&target).await.expect("ping");
         pings.push(t.elapsed());
     }
-    measured_from(start);
+    warm::measured_from(start);
     Stats::of(pings)
 }
 
@@ -724,7 +681,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
     let mut start = 0.0;
     for i in 0..EXECUTE_WARM_UP + executes() {
         if i == EXECUTE_WARM_UP {
-            start = monotonic();
+            start = warm::monotonic();
         }
         let before = llm.chat_handling_times().len();
         let served_before: Vec<(Option<String>, u64)> =
@@ -763,7 +720,7 @@ async fn execute_run(pool: &Pool, llm: &ScriptedLlm, gateway: IpAddr) -> Execute
             }
         }
     }
-    measured_from(start);
+    warm::measured_from(start);
     let mut slowest: Vec<(usize, Duration)> = overhead.iter().copied().enumerate().collect();
     slowest.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
     slowest.truncate(5);
