@@ -3,8 +3,9 @@
 //! agent can do in a chat ([`channel::Channel`]), which every channel implements, how text
 //! from outside is cut for a log line ([`text::excerpt`]) and shown without its control
 //! characters ([`text::visible_controls`]), how many tokens a call used
-//! ([`Usage`]) and what the calls cost against the caps ([`SpendSummary`]), the hook contract both agent loops use ([`hooks`]), a chat's remembered entries and where each came from ([`memory`]), and how a retry loop logs
-//! an error that repeats once with a count ([`repeat`]).
+//! ([`Usage`]) and what the calls cost against the caps ([`SpendSummary`]), the hook contract both agent loops use ([`hooks`]), a chat's remembered entries and where each came from ([`memory`]), how a retry loop logs
+//! an error that repeats once with a count ([`repeat`]), and the board of running parts that
+//! `/status` and the control API's health read ([`status::StatusBoard`]).
 //!
 //! Why a crate of its own: the channels (Telegram, console), the store, the agent, the control
 //! API and `nexbot-ctl` all name chats, and none of them should pull in the others (or their
@@ -17,6 +18,7 @@ pub mod hooks;
 pub mod memory;
 pub mod repeat;
 mod spend;
+pub mod status;
 pub mod text;
 mod usage;
 

@@ -210,7 +210,7 @@ pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
 pub use tokens::{
-    FinishedTask, ProxyCredential, TaskCost, TaskTokens, TaskUsage, TokenError,
+    FinishedTask, ProxyCredential, RelayCounters, TaskCost, TaskTokens, TaskUsage, TokenError,
     MAX_ENDED_CREDENTIALS, PROXY_TOKEN_PREFIX, TOKEN_PREFIX,
 };
 

@@ -26,6 +26,14 @@ use super::audit::AuditLog;
 use super::credentials::TaskCredentials;
 use super::ledger::{TaskStatsTable, TaskSummary};
 
+/// Per-task relay tokens issued and revoked since the start, for the metrics (counted by
+/// whoever issues them: the daemon's sandbox).
+#[derive(Debug, Default)]
+pub struct RelayCounters {
+    pub issued: AtomicU64,
+    pub revoked: AtomicU64,
+}
+
 /// Prefix of every relay token, so a leaked one is recognisable in a scan.
 pub const TOKEN_PREFIX: &str = "nxr_";
 /// Prefix of every egress (proxy) credential, likewise.

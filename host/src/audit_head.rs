@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::channel::Channel;
 use crate::commands::{ChatCommand, CommandContext};
-use crate::control_api::ops::AuditVerifier;
 use crate::BoxFuture;
+use nexbot_control_api::ops::AuditVerifier;
 
 /// Reads the chain's head (walking the chain) and says it in a line for the owner.
 #[derive(Clone)]

@@ -27,8 +27,9 @@
 //! - [`sandbox`]: network + egress + pool started together and stopped in order.
 //!   [`decoys`]: the decoy secrets' alarm (the owner told, the task stopped). [`selftest`]:
 //!   the owner's attacks on the walls (`/selftest`, `nexbot doctor --attack`) wired in.
-//! - [`control_api`]: the operator's API for `nexbot-ctl` on a Unix socket, and `/metrics`;
-//!   [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
+//! - [`control_api`]: `nexbot-control-api` (the operator's API for `nexbot-ctl`, `/metrics`
+//!   and the dashboard) wired in; [`reload`]: the config read again on `nexbot-ctl reload`
+//!   and SIGHUP; [`status`]: `nexbot-core`'s board of running parts; [`instance`]: one daemon per data directory. [`doctor`]: checks, each with its fix.
 //!
 //! The crates the host wires are re-exported as its modules: [`agent`] (with
 //! [`exits`], [`llm`], [`skills`], [`spend`]), [`egress`], [`mcp`] (`nexbot-mcp-host`: the MCP
@@ -54,16 +55,17 @@ pub mod instance;
 pub mod interrupted;
 pub mod memory;
 pub mod pool_runner;
+pub mod reload;
 pub mod remote_skills;
 pub mod runtime;
 pub mod sandbox;
 pub mod selftest;
-pub mod status;
 
 pub mod tools;
 pub mod voice;
 pub mod workspace;
 
+pub use nexbot_core::status;
 pub use nexbot_core::BoxFuture;
 
 #[cfg(test)]

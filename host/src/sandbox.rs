@@ -280,13 +280,6 @@ fn refused_defaults(error: SandboxError, cannot_tell: Option<&str>) -> SandboxEr
     }
 }
 
-/// Per-task relay tokens issued and revoked since the start, for the metrics.
-#[derive(Debug, Default)]
-pub struct RelayCounters {
-    pub issued: std::sync::atomic::AtomicU64,
-    pub revoked: std::sync::atomic::AtomicU64,
-}
-
 /// The running sandbox. Call [`Sandbox::shutdown`]; dropping it stops the listener and leaves
 /// the containers for the next start to reap.
 pub struct Sandbox {
@@ -483,7 +476,7 @@ impl Sandbox {
     }
 
     /// Relay tokens issued and revoked, for the metrics.
-    pub fn relay_counters(&self) -> Arc<RelayCounters> {
+    pub fn relay_counters(&self) -> Arc<crate::egress::RelayCounters> {
         self.tokens.counters.clone()
     }
 
@@ -607,7 +600,7 @@ impl Attribution for SandboxAttribution {
 /// it hands out the provider's URL and key instead (the seed's `llm_api_key`).
 #[derive(Debug)]
 pub struct RelayAccess {
-    counters: Arc<RelayCounters>,
+    counters: Arc<crate::egress::RelayCounters>,
     tokens: Arc<egress::TaskTokens>,
     relay_base_url: String,
     budget: u64,

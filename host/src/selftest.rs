@@ -271,6 +271,12 @@ impl Channel for Quiet {
 }
 
 /// `/selftest`: the owner starts a self-test; the report follows in the chat.
+impl nexbot_control_api::RunSelfTest for SelfTest {
+    fn run(&self) -> BoxFuture<'_, Option<Report>> {
+        Box::pin(SelfTest::run(self))
+    }
+}
+
 #[derive(Debug)]
 pub struct SelfTestCommand(pub Arc<SelfTest>);
 

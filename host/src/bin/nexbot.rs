@@ -13,10 +13,11 @@ use nexbot_core::{ChannelKind, ChatRef};
 use nexbot_host::app::{App, AppOptions};
 use nexbot_host::channels::console::{self, ConsoleChannel};
 use nexbot_host::config::Config;
-use nexbot_host::control_api::{self, Reloader};
+use nexbot_host::control_api;
 use nexbot_host::doctor::{self, CheckStatus};
 use nexbot_host::exits::{Exits, RedactingWriter};
 use nexbot_host::instance::DataDirLock;
+use nexbot_host::reload::Reloader;
 use nexbot_host::workspace;
 use tokio_util::sync::CancellationToken;
 

@@ -452,7 +452,7 @@ fn sockets(pid: u32) -> usize {
 
 #[tokio::test]
 async fn the_dashboard_caps_its_connections_and_names_its_remote_cookie_by_port_and_secure() {
-    // The cap `control_api/web/conn.rs` sets; the listen queue holds more than the rest.
+    // The cap `control-api/src/web/conn.rs` sets; the listen queue holds more than the rest.
     const CAP: usize = 64;
     const IDLE: usize = 150;
     let ws = TempWorkspace::init("web-cap");

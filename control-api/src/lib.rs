@@ -1,11 +1,17 @@
 //! The control API: HTTP + JSON on a Unix socket (`<data dir>/nexbot.sock`, mode 0600) for
-//! `nexbot-ctl`, and `GET /metrics` (also on an optional TCP address, metrics only).
+//! `nexbot-ctl`, `GET /metrics` (also on an optional TCP address, metrics only), and the web
+//! dashboard ([`web`]) over the same functions.
+//!
+//! Why a crate of its own: it is the daemon's only HTTP server (the one `axum` user), and what
+//! it may reach is what its dependencies say: the pool, the store, the egress's counters and
+//! audit, the scheduler, the vault, the questions, the MCP servers and the self-test, each
+//! through its own API; no channel crate, no config file, no part of the host. The host builds
+//! its [`Handles`] and starts it (`host/src/control_api.rs`).
 //!
 //! Why this shape: handlers are thin (axum extracts, a plain function of [`ops`] answers),
-//! so each answer is testable without HTTP and nothing here knows more than the pool's,
-//! store's and status board's own APIs. Types are `nexbot_control`'s, shared with the client.
-//! A bad request gets a JSON error naming what was wrong; nothing an operator sends can panic
-//! the daemon (a handler that panicked would still only end that request).
+//! so each answer is testable without HTTP. Types are `nexbot_control`'s, shared with the
+//! client. A bad request gets a JSON error naming what was wrong; nothing an operator sends
+//! can panic the daemon (a handler that panicked would still only end that request).
 
 mod actions;
 pub mod approvals;
@@ -15,7 +21,6 @@ pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod ops;
-pub mod reload;
 pub mod secrets;
 pub mod web;
 
@@ -34,26 +39,54 @@ use nexbot_docker::Pool;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::{App, Stage};
-use crate::config::Config;
-use crate::status::StatusBoard;
-use crate::store::Store;
-
-pub use reload::Reloader;
+use nexbot_core::status::StatusBoard;
+use nexbot_core::BoxFuture;
+use nexbot_store::Store;
 
 /// What the control API reads and acts on. Cheap to clone.
 #[derive(Clone)]
-pub struct ControlState(pub(crate) Arc<Inner>);
+pub struct ControlState(pub(crate) Arc<Handles>);
 
-pub(crate) struct Inner {
+impl ControlState {
+    pub fn new(handles: Handles) -> Self {
+        Self(Arc::new(handles))
+    }
+
+    /// What the model probe found now (`None`: the model answers); the log says it once when
+    /// it changes. Health reports whichever is newer, this or the main agent's last real call.
+    pub fn record_model_probe(&self, problem: Option<String>) {
+        let mut last = self.0.model_probe.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_ref().map(|l| &l.problem) != Some(&problem) {
+            match &problem {
+                Some(p) => tracing::warn!("degraded: the model: {p}"),
+                None => tracing::info!("the model answers"),
+            }
+        }
+        *last = Some(nexbot_llm::CallOutcome { at: Instant::now(), problem });
+    }
+}
+
+/// `nexbot-ctl reload` (and SIGHUP): the config file read again, what changed applied or
+/// listed as needing a restart. The host's, which knows the config.
+pub trait Reload: Send + Sync {
+    fn reload(&self) -> BoxFuture<'_, Result<nexbot_control::ReloadReport, String>>;
+}
+
+/// `nexbot-ctl selftest`: the owner's attacks run once (`None`: one is running already).
+pub trait RunSelfTest: Send + Sync {
+    fn run(&self) -> BoxFuture<'_, Option<nexbot_selftest::Report>>;
+}
+
+/// Everything the control API reads and acts on, handed over by the host at start.
+pub struct Handles {
     pub store: Store,
     pub pool: Option<Arc<Pool>>,
-    pub egress: Option<Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>>,
+    pub egress: Option<Arc<dyn Fn() -> nexbot_egress::MetricsSnapshot + Send + Sync>>,
     /// The egress audit file and its chain's walk (`None` without a sandbox).
     pub audit: Option<(PathBuf, Arc<ops::AuditVerifier>)>,
     /// The chained audit the operator's actions are written to (`actions.rs`).
     pub trail: Option<Arc<dyn nexbot_core::audit::AuditTrail>>,
-    pub relay: Option<Arc<crate::sandbox::RelayCounters>>,
+    pub relay: Option<Arc<nexbot_egress::RelayCounters>>,
     pub delegation_off: Option<String>,
     pub status: StatusBoard,
     /// The main agent's provider and model, and its LLM client's counters.
@@ -62,30 +95,30 @@ pub(crate) struct Inner {
     /// The providers' names, in the order of `llm_stats.providers`.
     pub llm_providers: Vec<String>,
     /// The spending caps and counts, for `status`.
-    pub spend: Arc<crate::spend::Spend>,
+    pub spend: Arc<nexbot_agent::spend::Spend>,
     pub data_dir: PathBuf,
     pub started: Instant,
-    pub reloader: Option<Arc<Reloader>>,
+    pub reloader: Option<Arc<dyn Reload>>,
     /// Degraded from the start (e.g. the Telegram channel off), and what the model probe
     /// last found (when, and what was wrong; `None` inside: nothing).
     pub degraded: Vec<String>,
     pub model_probe: std::sync::Mutex<Option<nexbot_llm::CallOutcome>>,
     /// The scheduler's counters (`None`: it is off) and its jobs' default time zone.
-    pub scheduler: Option<Arc<crate::scheduler::SchedulerStats>>,
+    pub scheduler: Option<Arc<nexbot_scheduler::SchedulerStats>>,
     pub scheduler_zone: chrono_tz::Tz,
     /// Tokens a job's run may use when the job names no budget of its own.
     pub job_token_budget: u64,
     /// The live skill set, for `skills ls`.
-    pub skills: Option<crate::skills::Skills>,
+    pub skills: Option<nexbot_agent::skills::Skills>,
     /// The secrets vault, for `secrets set|ls|rm` (off without a master key; it says why).
-    pub vault: Arc<crate::vault::Vault>,
+    pub vault: Arc<nexbot_vault::Vault>,
     /// The egress questions (`None` without a sandbox) and the mode in a sentence.
-    pub approvals: Option<Arc<crate::approvals::Approvals>>,
+    pub approvals: Option<Arc<nexbot_approvals::Approvals>>,
     pub egress_mode: String,
     /// The MCP servers (`None` without a sandbox: they run in it).
-    pub mcp: Option<Arc<crate::mcp::McpServers>>,
+    pub mcp: Option<Arc<nexbot_mcp_host::McpServers>>,
     /// The owner's self-test (`None` without a sandbox).
-    pub selftest: Option<Arc<crate::selftest::SelfTest>>,
+    pub selftest: Option<Arc<dyn RunSelfTest>>,
     /// The web dashboard (`None`: off, `control.web_addr` unset).
     pub web: Option<Arc<web::Web>>,
     /// Why the dashboard is off although `control.web_addr` is set (its port could not be
@@ -95,7 +128,13 @@ pub(crate) struct Inner {
 
 impl std::fmt::Debug for ControlState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlState").field("data_dir", &self.0.data_dir).finish_non_exhaustive()
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles").field("data_dir", &self.data_dir).finish_non_exhaustive()
     }
 }
 
@@ -311,188 +350,43 @@ pub fn bind_unix(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     Ok(listener)
 }
 
-/// Starts the control API (and the metrics-only TCP listener when `control.metrics_addr` is
-/// set) as `Stage::Service` parts of `app`, and the daily pruning of old records. Returns the
-/// socket's path; an error says why the control API is off (the daemon serves on without it).
-/// `early`: the socket as the daemon opened it before the app started (answering "starting"
-/// meanwhile); the control API takes it over, or binds the socket itself when there is none.
-pub async fn attach(
-    app: &mut App,
-    config: &Config,
-    reloader: Option<Arc<Reloader>>,
-    degraded: Vec<String>,
-    early: Option<early::EarlySocket>,
-) -> Result<PathBuf, String> {
-    let retention = config.storage.retention();
-    let store = app.store().clone();
-    let memory_days = config.memory.prune_unused_days;
-    app.spawn("retention", Stage::Service, move |stop| {
-        prune_daily(store, retention, memory_days, stop)
-    });
-    if !config.control.enabled {
-        return Err("control.enabled = false".to_owned());
+/// Serves the control API on `listener` until `stop`; the socket file is removed after.
+pub async fn serve(
+    listener: tokio::net::UnixListener,
+    socket: PathBuf,
+    state: ControlState,
+    stop: CancellationToken,
+) {
+    let served = axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "the control API stopped");
     }
-    // The dashboard's port is taken at once: a port in use leaves the dashboard off (said in
-    // health) and the control API on.
-    let mut degraded = degraded;
-    let mut web_off = None;
-    let web_listener = config.control.web_addr.and_then(|addr| match tcp_listener(addr) {
-        Ok(listener) => Some((addr, listener)),
-        Err(e) => {
-            tracing::error!(%addr, error = %e, "the dashboard is off: cannot listen");
-            degraded.push(format!("the dashboard: cannot listen on {addr}: {e}"));
-            web_off = Some(format!("cannot listen on control.web_addr {addr}: {e}"));
-            None
-        }
-    });
-    let agent = app.agent().clone();
-    let (provider, model) = agent.model().target();
-    let llm_providers =
-        agent.model().chain().providers().iter().map(|p| p.name().to_owned()).collect();
-    let state = ControlState(Arc::new(Inner {
-        store: app.store().clone(),
-        pool: app.sandbox().map(|s| s.pool().clone()),
-        egress: app.sandbox().map(|s| {
-            let source = s.egress().metrics_source();
-            Arc::new(source) as Arc<dyn Fn() -> crate::egress::MetricsSnapshot + Send + Sync>
-        }),
-        audit: app.sandbox().map(|s| {
-            let verifier = s.egress().audit_verifier();
-            (s.egress().audit_path().to_owned(), Arc::new(verifier) as Arc<ops::AuditVerifier>)
-        }),
-        trail: app.trail(),
-        relay: app.sandbox().map(|s| s.relay_counters()),
-        delegation_off: app.delegation_off().map(str::to_owned),
-        status: app.status().clone(),
-        llm_target: (provider.to_owned(), model.to_owned()),
-        llm_stats: agent.model().stats().clone(),
-        llm_providers,
-        spend: agent.model().spend().clone(),
-        data_dir: config.data_dir(),
-        started: app.started(),
-        reloader,
-        degraded,
-        model_probe: std::sync::Mutex::new(None),
-        scheduler: app.scheduler().cloned(),
-        scheduler_zone: config.scheduler.default_zone(&config.llm.caps),
-        job_token_budget: config.scheduler.job_token_budget,
-        skills: agent.skills().cloned(),
-        vault: app.vault().clone(),
-        approvals: app.approvals().cloned(),
-        egress_mode: crate::approvals::mode_line(&config.egress),
-        mcp: app.sandbox().map(|s| s.mcp().clone()),
-        selftest: app.selftest().cloned(),
-        web: web_listener
-            .as_ref()
-            .map(|(addr, _)| Arc::new(web::Web::new(*addr, config.control.web_remote))),
-        web_off,
-    }));
-    let probed = state.clone();
-    let probe_config = config.clone();
-    app.spawn("model probe", Stage::Service, move |stop| probe_model(probed, probe_config, stop));
-    let path = config.control_socket();
-    let listener = match early {
-        Some(early) => early.hand_over().await,
-        None => bind_unix(&path),
+    let _ = std::fs::remove_file(&socket);
+}
+
+/// Serves `GET /metrics` alone on `listener` (`control.metrics_addr`) until `stop`.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: ControlState,
+    stop: CancellationToken,
+) {
+    let app = Router::new()
+        .route(paths::METRICS, get(metrics_text))
+        .fallback(|| async { ApiError::not_found("only /metrics is served here") })
+        .with_state(state);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "the metrics listener stopped");
     }
-    .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
-    let socket = path.clone();
-    let api_state = state.clone();
-    app.spawn("control API", Stage::Service, move |stop| async move {
-        let served = axum::serve(listener, router(api_state))
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the control API stopped");
-        }
-        let _ = std::fs::remove_file(&socket);
-    });
-    if let Some((addr, listener)) = web_listener {
-        tracing::info!(%addr, "the dashboard is on (log in with `nexbot-ctl web login`)");
-        let web_state = state.clone();
-        app.spawn("dashboard", Stage::Service, move |stop| web::serve(listener, web_state, stop));
-    }
-    if let Some(addr) = config.control.metrics_addr {
-        let listener =
-            tcp_listener(addr).map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
-        tracing::info!(%addr, "metrics listening (GET /metrics only)");
-        app.spawn("metrics", Stage::Service, move |stop| async move {
-            let app = Router::new()
-                .route(paths::METRICS, get(metrics_text))
-                .fallback(|| async { ApiError::not_found("only /metrics is served here") })
-                .with_state(state);
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "the metrics listener stopped");
-            }
-        });
-    }
-    Ok(path)
 }
 
 /// A TCP listener on `addr` for the runtime (bound at once, so a taken port is said at start).
-fn tcp_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub fn tcp_listener(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     std::net::TcpListener::bind(addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .and_then(tokio::net::TcpListener::from_std)
-}
-
-/// Asks the model (`GET /models`) at start and every five minutes, so health can say
-/// "model unreachable" before any call (and the log says it once when it changes). Health
-/// reports whichever is newer, this probe or the main agent's last real call.
-async fn probe_model(state: ControlState, config: Config, stop: CancellationToken) {
-    loop {
-        let checks = crate::doctor::llm(&config).await;
-        let problem = checks
-            .iter()
-            .filter(|c| c.status != crate::doctor::CheckStatus::Ok)
-            .map(|c| format!("{}: {}", c.name, c.detail))
-            .collect::<Vec<_>>();
-        let problem = (!problem.is_empty()).then(|| problem.join("; "));
-        {
-            let mut last = state.0.model_probe.lock().unwrap_or_else(|p| p.into_inner());
-            if last.as_ref().map(|l| &l.problem) != Some(&problem) {
-                match &problem {
-                    Some(p) => tracing::warn!("degraded: the model: {p}"),
-                    None => tracing::info!("the model answers"),
-                }
-            }
-            *last = Some(nexbot_llm::CallOutcome { at: std::time::Instant::now(), problem });
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(std::time::Duration::from_secs(300)) => {}
-        }
-    }
-}
-
-/// Deletes old records, and memories unused for `memory_days`, a minute after the start, then
-/// daily.
-async fn prune_daily(
-    store: Store,
-    retention: crate::store::Retention,
-    memory_days: u32,
-    stop: CancellationToken,
-) {
-    let mut wait = std::time::Duration::from_secs(60);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(wait) => {}
-        }
-        match store.prune(retention, crate::store::unix_now()).await {
-            Ok([updates, tasks, history]) => {
-                tracing::info!(updates, tasks, history, "old records pruned")
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot prune old records"),
-        }
-        match store.prune_memories(memory_days, crate::store::unix_now()).await {
-            Ok(0) => {}
-            Ok(memories) => tracing::info!(memories, memory_days, "unused memories pruned"),
-            Err(e) => tracing::warn!(error = %e, "cannot prune unused memories"),
-        }
-        wait = std::time::Duration::from_secs(86_400);
-    }
 }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::pages::{self, csrf_field, problem};
 use super::{done, page, Action, ActionForm, Viewer};
-use crate::control_api::{ApiError, ControlState};
+use crate::{ApiError, ControlState};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct MemoryQuery {
@@ -28,9 +28,7 @@ pub(super) async fn memory(
     let chat = query.chat.trim();
     let list = match chat {
         "" => None,
-        chat => {
-            Some(crate::control_api::memory::entries(&s, chat, Some(&query.q), Some(100)).await)
-        }
+        chat => Some(crate::memory::entries(&s, chat, Some(&query.q), Some(100)).await),
     };
     let body = view(chat, &query.q, list, &viewer.session.csrf);
     page(&s, "Memory", pages::Nav::Memory, &viewer, body)
@@ -55,7 +53,7 @@ pub(super) async fn forget(
     Action { viewer, form }: Action<ForgetForm>,
 ) -> Response {
     let body = MemoryForget { chat: form.chat.clone(), id: Some(form.id), all: false };
-    let result = crate::control_api::memory::forget(&s, &body).await;
+    let result = crate::memory::forget(&s, &body).await;
     let back = format!("/memory?chat={}", nexbot_control::encode(&form.chat));
     done(&s, &viewer, &back, result)
 }

@@ -14,7 +14,7 @@ use nexbot_control::{
 use nexbot_mcp::ServerConfig;
 
 use super::{ApiError, ControlState, LogsQuery};
-use crate::mcp::{InstanceView, McpServers};
+use nexbot_mcp_host::{InstanceView, McpServers};
 
 pub fn routes() -> Router<ControlState> {
     Router::new()

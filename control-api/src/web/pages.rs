@@ -8,8 +8,8 @@ use nexbot_control::{
     SkillList, Status, SubagentList, TaskDetail, TaskRow,
 };
 
-use super::super::{ops, ApiError, ControlState};
 use super::TaskFilter;
+use crate::{ops, ApiError, ControlState};
 
 /// The stylesheet and the script, compiled into the binary (no CDN, no build step).
 pub const CSS: &str = include_str!("assets/app.css");
@@ -324,7 +324,7 @@ pub async fn task_rows(s: &ControlState, filter: &TaskFilter) -> Result<Vec<Task
 
 pub fn tasks(filter: &TaskFilter, rows: Result<Vec<TaskRow>, ApiError>) -> Markup {
     // Every outcome a record can have (a new one is offered without an edit here), and "" for any.
-    let statuses = std::iter::once("").chain(crate::store::TaskStatus::WORDS.iter().copied());
+    let statuses = std::iter::once("").chain(nexbot_store::TaskStatus::WORDS.iter().copied());
     let chosen = filter.status.as_deref().unwrap_or("");
     html! {
         form.filters method="get" action="/tasks" {
@@ -397,7 +397,7 @@ pub fn task_logs(s: &ControlState, detail: &TaskDetail) -> Result<Vec<String>, S
 pub fn task(d: &TaskDetail, logs: &Result<Vec<String>, String>) -> Markup {
     let r = &d.row;
     // The record keeps the egress's summary as JSON (the wire); read back as its type.
-    let summary: Option<crate::egress::TaskSummary> =
+    let summary: Option<nexbot_egress::TaskSummary> =
         d.egress.clone().and_then(|e| serde_json::from_value(e).ok());
     let destinations = summary.as_ref().map(|s| &s.destinations);
     html! {

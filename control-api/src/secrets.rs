@@ -18,7 +18,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::vault::{
+use nexbot_vault::{
     status_line, Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState,
 };
 

@@ -1,10 +1,10 @@
 //! The status board: one line per running part (the pool, each channel), read by `/status`
-//! (and later the control API). Parts add a line source when they start; the board knows no
-//! part's type.
+//! and the control API's health (here because both read it and neither depends on the
+//! other). Parts add a line source when they start; the board knows no part's type.
 
 use std::sync::{Arc, RwLock};
 
-use nexbot_core::ChatRef;
+use crate::ChatRef;
 
 type LineSource = Arc<dyn Fn() -> String + Send + Sync>;
 type ChatLineSource = Arc<dyn Fn(&ChatRef) -> Option<String> + Send + Sync>;

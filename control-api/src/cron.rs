@@ -10,9 +10,9 @@ use nexbot_core::ChatRef;
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::scheduler::jobs::{Job, JobCreator, JobState};
-use crate::scheduler::{create_job, job_schedule, schedule, JobError, JobSpec};
-use crate::store::{unix_now, Store};
+use nexbot_scheduler::jobs::{Job, JobCreator, JobState};
+use nexbot_scheduler::{create_job, job_schedule, schedule, JobError, JobSpec};
+use nexbot_store::{unix_now, Store};
 
 /// Runs whose tokens make a job's mean.
 const COST_RUNS: i64 = 10;

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{ControlState, Inner};
+use super::{ControlState, Handles};
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -91,7 +91,7 @@ pub async fn render(state: &ControlState) -> Result<String, String> {
 }
 
 /// The pool's containers, queue, rooms, tasks and replacements.
-fn pool_metrics(registry: &mut Registry, inner: &Inner) {
+fn pool_metrics(registry: &mut Registry, inner: &Handles) {
     if let Some(pool) = &inner.pool {
         let snapshot = pool.snapshot();
         gauge(
@@ -219,7 +219,7 @@ fn pool_metrics(registry: &mut Registry, inner: &Inner) {
 }
 
 /// Delegated tasks from their records: started, finished by outcome, running, durations.
-async fn task_metrics(registry: &mut Registry, inner: &Inner) -> Result<(), String> {
+async fn task_metrics(registry: &mut Registry, inner: &Handles) -> Result<(), String> {
     let store = &inner.store;
     let counts = store.task_counts().await.map_err(|e| e.to_string())?;
     let started: u64 = counts.iter().map(|(_, n)| n).sum();
@@ -247,7 +247,7 @@ async fn task_metrics(registry: &mut Registry, inner: &Inner) -> Result<(), Stri
 }
 
 /// The scheduler's job runs.
-fn scheduler_metrics(registry: &mut Registry, inner: &Inner) {
+fn scheduler_metrics(registry: &mut Registry, inner: &Handles) {
     if let Some(sched) = &inner.scheduler {
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         for (name, help, value) in [
@@ -274,7 +274,7 @@ fn scheduler_metrics(registry: &mut Registry, inner: &Inner) {
 }
 
 /// Telegram updates from the ledger, by outcome.
-async fn telegram_metrics(registry: &mut Registry, inner: &Inner) -> Result<(), String> {
+async fn telegram_metrics(registry: &mut Registry, inner: &Handles) -> Result<(), String> {
     let store = &inner.store;
     let updates: Vec<(Labels, u64)> = store
         .update_counts()
@@ -294,7 +294,7 @@ async fn telegram_metrics(registry: &mut Registry, inner: &Inner) -> Result<(), 
 
 /// The main agent's LLM calls, tokens and fallbacks, and each provider's answers, failures
 /// and breaker.
-fn llm_metrics(registry: &mut Registry, inner: &Inner) {
+fn llm_metrics(registry: &mut Registry, inner: &Handles) {
     let (provider, model) = (&inner.llm_target.0, &inner.llm_target.1);
     let stats = &inner.llm_stats;
     let target = labels(&[("provider", provider), ("model", model)]);
@@ -368,7 +368,7 @@ fn llm_metrics(registry: &mut Registry, inner: &Inner) {
 }
 
 /// The egress proxy's connections, the LLM relay's calls and the firewall's repairs.
-fn egress_metrics(registry: &mut Registry, inner: &Inner) {
+fn egress_metrics(registry: &mut Registry, inner: &Handles) {
     if let Some(egress) = &inner.egress {
         let m = egress();
         let verdicts = [("allowed", m.allowed), ("denied", m.denied), ("error", m.errors)];
@@ -408,13 +408,13 @@ fn egress_metrics(registry: &mut Registry, inner: &Inner) {
             registry,
             "egress_firewall_rules_reinserted",
             "Firewall rules put back after something removed them",
-            crate::egress::firewall_rules_reinserted(),
+            nexbot_egress::firewall_rules_reinserted(),
         );
     }
 }
 
 /// The approvals' questions by how they ended, and the confirmations.
-fn approval_metrics(registry: &mut Registry, inner: &Inner) {
+fn approval_metrics(registry: &mut Registry, inner: &Handles) {
     if let Some(approvals) = &inner.approvals {
         let m = approvals.metrics();
         let load = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
@@ -463,7 +463,7 @@ fn approval_metrics(registry: &mut Registry, inner: &Inner) {
 }
 
 /// Per-task relay tokens issued and revoked.
-fn relay_metrics(registry: &mut Registry, inner: &Inner) {
+fn relay_metrics(registry: &mut Registry, inner: &Handles) {
     if let Some(relay) = &inner.relay {
         counter(
             registry,
@@ -485,13 +485,13 @@ fn relay_metrics(registry: &mut Registry, inner: &Inner) {
 fn mcp_servers(
     registry: &mut Registry,
     servers: &[nexbot_mcp::ServerConfig],
-    views: &[crate::mcp::InstanceView],
-    counters: &std::collections::HashMap<String, crate::mcp::ServerCounters>,
+    views: &[nexbot_mcp_host::InstanceView],
+    counters: &std::collections::HashMap<String, nexbot_mcp_host::ServerCounters>,
 ) {
     let per_server = |value: &dyn Fn(&str) -> u64| -> Vec<(Labels, u64)> {
         servers.iter().map(|s| (labels(&[("server", &s.name)]), value(&s.name))).collect()
     };
-    let count = |pick: fn(&crate::mcp::ServerCounters) -> u64| {
+    let count = |pick: fn(&nexbot_mcp_host::ServerCounters) -> u64| {
         per_server(&|name| counters.get(name).map_or(0, pick))
     };
     counter_family(registry, "mcp_calls", "MCP tool calls, by server", &count(|c| c.calls));
@@ -517,7 +517,7 @@ fn mcp_servers(
         "Seconds MCP tool calls took, summed (divided by mcp_calls_total: the mean), by server",
         seconds,
     );
-    let of = |name: &str| -> Vec<&crate::mcp::InstanceView> {
+    let of = |name: &str| -> Vec<&nexbot_mcp_host::InstanceView> {
         views.iter().filter(|v| v.server == name).collect()
     };
     let running: Vec<(Labels, i64)> =
@@ -542,7 +542,7 @@ fn mcp_servers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::{InstanceView, ServerCounters};
+    use nexbot_mcp_host::{InstanceView, ServerCounters};
 
     fn server(name: &str) -> nexbot_mcp::ServerConfig {
         serde_json::from_value(serde_json::json!({"name": name, "command": "x"})).unwrap()

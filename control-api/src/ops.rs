@@ -13,7 +13,7 @@ use nexbot_core::ChatRef;
 use nexbot_docker::{ContainerSnapshot, EngineOutage, Pool, PoolError};
 
 use super::{ApiError, ControlState};
-use crate::store::{unix_now, TaskRecord};
+use nexbot_store::{unix_now, TaskRecord};
 
 /// Most rows one listing returns.
 const MAX_ROWS: i64 = 1000;
@@ -142,7 +142,7 @@ pub async fn health(state: &ControlState) -> nexbot_control::Health {
 
 /// What keeps the model from answering, as the newest word on it says: the probe's
 /// (`GET /models`) or the main agent's last real call, whichever came later, with its age.
-fn model_problem(inner: &super::Inner) -> Option<String> {
+fn model_problem(inner: &super::Handles) -> Option<String> {
     let probe = inner.model_probe.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let call = inner.llm_stats.last_outcome();
     let (what, newest) = match (probe, call) {
@@ -181,7 +181,7 @@ pub async fn status(state: &ControlState) -> Status {
             Some(stats) => stats.line(),
             None => "off (scheduler.enabled = false)".to_owned(),
         },
-        vault: crate::vault::status_line(&inner.vault),
+        vault: nexbot_vault::status_line(&inner.vault),
         tokens_today: TokenCount {
             prompt: tokens.prompt_tokens,
             completion: tokens.completion_tokens,
@@ -355,17 +355,17 @@ pub async fn skills(state: &ControlState) -> nexbot_control::SkillList {
 }
 
 /// `skills allow NAME [HASH]`: the operator accepts a skill's current content (see
-/// [`crate::skill_grants::allow`]), recorded as done `by` (`nexbot-ctl`, `dashboard`).
+/// [`nexbot_delegation::skill_grants::allow`]), recorded as done `by` (`nexbot-ctl`, `dashboard`).
 pub async fn allow_skill(
     state: &ControlState,
     request: &nexbot_control::SkillAllow,
     by: &str,
 ) -> Result<Done, ApiError> {
-    use crate::skill_grants::AllowError;
+    use nexbot_delegation::skill_grants::AllowError;
     let Some(skills) = &state.0.skills else {
         return Err(ApiError::not_found("no skills folder configured (set [skills] dir)"));
     };
-    match crate::skill_grants::allow(
+    match nexbot_delegation::skill_grants::allow(
         skills,
         &state.0.store,
         &request.name,
@@ -388,7 +388,7 @@ pub async fn allow_skill(
 }
 
 /// Walks the egress audit file's chain (`nexbot_egress::audit_chain`).
-pub type AuditVerifier = dyn Fn() -> Result<crate::egress::audit_chain::Verified, crate::egress::audit_chain::Break>
+pub type AuditVerifier = dyn Fn() -> Result<nexbot_egress::audit_chain::Verified, nexbot_egress::audit_chain::Break>
     + Send
     + Sync;
 

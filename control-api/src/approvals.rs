@@ -12,7 +12,7 @@ use nexbot_control::{
 use serde::Deserialize;
 
 use super::{ApiError, ControlState};
-use crate::approvals::{AnswerError, Choice};
+use nexbot_approvals::{AnswerError, Choice};
 
 pub fn routes() -> Router<ControlState> {
     Router::new()

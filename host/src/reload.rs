@@ -12,6 +12,7 @@ use nexbot_control::ReloadReport;
 use nexbot_telegram::Telegram;
 
 use crate::config::Config;
+use crate::BoxFuture;
 
 /// Holds the settings the daemon runs with and what can take new ones.
 #[derive(Debug)]
@@ -71,6 +72,12 @@ impl Reloader {
         running.telegram.allowed_chats = new.telegram.allowed_chats.clone();
         tracing::info!(applied = ?report.applied, needs_restart = ?report.needs_restart, "config reloaded");
         Ok(report)
+    }
+}
+
+impl nexbot_control_api::Reload for Reloader {
+    fn reload(&self) -> BoxFuture<'_, Result<ReloadReport, String>> {
+        Box::pin(Reloader::reload(self))
     }
 }
 
