@@ -1,5 +1,6 @@
 //! The scheduler: jobs of a chat (recurring by cron, with seconds, or one-shot) and the
-//! `HEARTBEAT.md` checks, run as agent turns for their chat by a bounded pool of workers.
+//! `HEARTBEAT.md` checks, run as agent turns for their chat by a bounded pool of workers; and
+//! the `schedule_task` tool a turn makes, lists and cancels its chat's jobs with ([`tool`]).
 //!
 //! Why a crate of its own: when a job runs is a promise kept across restarts (the ledger, the
 //! missed-run policy, fairness between chats), and none of it needs the daemon. What it needs
@@ -32,6 +33,7 @@ pub mod heartbeat;
 pub use nexbot_store::jobs;
 mod queue;
 pub mod schedule;
+pub mod tool;
 
 pub use config::SchedulerConfig;
 

@@ -1,5 +1,5 @@
-//! The main agent's tools that need the daemon's parts: schedules (the scheduler), and
-//! delegation to the sandbox (`nexbot-delegation`'s, re-exported here). The tools of a chat's room — files,
+//! The main agent's tools, re-exported from where each lives: schedules (`nexbot-scheduler`'s
+//! `schedule_task`), delegation to the sandbox (`nexbot-delegation`'s). The tools of a chat's room — files,
 //! search, memory, todos, messages, skills, questions — are `nexbot-tools`' and the trait and
 //! registry `nexbot-agent`'s; both are re-exported here. None of them starts a process
 //! (`clippy.toml` of each crate).
@@ -10,7 +10,7 @@ pub use nexbot_tools::{
 };
 
 pub use nexbot_delegation::{delegate, mcp_grants};
-pub mod schedule;
+pub use nexbot_scheduler::tool as schedule;
 
 #[cfg(test)]
 mod names_tests;

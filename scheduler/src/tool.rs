@@ -9,12 +9,12 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{success, ToolContext, ToolError, ToolResult, TypedTool};
-use crate::scheduler::jobs::{JobCreator, JobState, NewJob};
-use crate::scheduler::{prepare_job, schedule, store_job, JobError, JobSpec};
-use crate::store::Store;
+use crate::jobs::{JobCreator, JobState, NewJob};
+use crate::{prepare_job, schedule, store_job, JobError, JobSpec};
 use nexbot_agent::confirm::Step;
+use nexbot_agent::tools::{success, ToolContext, ToolError, ToolResult, TypedTool};
 use nexbot_agent::turns::TurnOrigin;
+use nexbot_store::Store;
 
 /// Active jobs one chat may have (a job's own turn may create jobs too).
 pub const MAX_JOBS_PER_CHAT: usize = 50;
@@ -131,7 +131,7 @@ impl TypedTool for ScheduleTask {
             "id": {"type": "integer"}}, "required": ["action"]})
     }
     async fn run(&self, args: Args, ctx: &ToolContext) -> ToolResult {
-        let store_error = |e: crate::store::StoreError| ToolError::new(e.to_string());
+        let store_error = |e: nexbot_store::StoreError| ToolError::new(e.to_string());
         match args {
             Args::Create { task, cron, at, name, time_zone, missed, token_budget } => {
                 if let Some(run) = unattended_run(&ctx.turn) {
@@ -225,7 +225,7 @@ fn unattended_run(turn: &TurnOrigin) -> Option<String> {
     }
 }
 
-fn describe(job: &crate::scheduler::jobs::Job) -> Value {
+fn describe(job: &crate::jobs::Job) -> Value {
     let zone = schedule::zone(&job.time_zone).unwrap_or(Tz::UTC);
     json!({
         "id": job.id,
@@ -272,7 +272,7 @@ mod tests {
             &'a self,
             _: &'a ChatRef,
             step: Step,
-        ) -> crate::BoxFuture<'a, Result<(), nexbot_agent::confirm::Refused>> {
+        ) -> nexbot_core::BoxFuture<'a, Result<(), nexbot_agent::confirm::Refused>> {
             use nexbot_agent::confirm::Refused;
             let Step::Schedule { job } = step else { panic!("asked about {step:?}") };
             self.asked.lock().unwrap().push(job);
@@ -414,7 +414,7 @@ mod tests {
         // The operator's own jobs may run every second.
         let spec =
             JobSpec { task: "x".into(), cron: Some("* * * * * *".into()), ..JobSpec::default() };
-        crate::scheduler::create_job(&tool.store, &ctx.chat, spec, Tz::UTC).await.unwrap();
+        crate::create_job(&tool.store, &ctx.chat, spec, Tz::UTC).await.unwrap();
     }
 
     #[tokio::test]
@@ -428,7 +428,7 @@ mod tests {
         let text = made.text();
         assert!(text.contains("Europe/Berlin") && text.contains("skip"), "{text}");
         let other = ChatRef::console("other").unwrap();
-        let theirs = crate::scheduler::create_job(
+        let theirs = crate::create_job(
             &tool.store,
             &other,
             JobSpec { task: "x".into(), at: Some("in 1h".into()), ..JobSpec::default() },
