@@ -96,9 +96,9 @@ impl ToolContext {
     }
 }
 
-/// A chat nobody listens to (tool unit tests).
+/// A chat nobody listens to (unit tests of tools and commands): every send fails `NotRunning`.
 #[derive(Debug)]
-struct NoChannel;
+pub struct NoChannel;
 
 impl Channel for NoChannel {
     fn send(

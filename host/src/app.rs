@@ -463,7 +463,7 @@ fn voice_and_audit(
     let spend = agent.model().spend().clone();
     let voice = crate::voice::Voice::new(speaker(config)?, store.clone(), spend);
     commands.add(Arc::new(crate::voice::VoiceCommand(voice.clone())));
-    let memory = crate::memory::MemoryCommand::new(store.clone(), config.telegram.owner);
+    let memory = crate::commands::MemoryCommand::new(store.clone(), config.telegram.owner);
     commands.add(Arc::new(memory));
     let head = sandbox.map(|s| {
         let verify = Arc::new(s.egress().audit_verifier());
@@ -640,7 +640,11 @@ fn clis_of(
             "the sandbox is not running ({})",
             off.unwrap_or("no subagent pool")
         )),
-        Some(_) => Clis::of_image(&config.subagent.image, caps.map(|c| c.tools.as_slice())),
+        Some(_) => {
+            let runs_cli =
+                caps.map(|c| c.tools.iter().any(|t| t == crate::tools::delegate::CLI_TOOL));
+            Clis::of_image(&config.subagent.image, runs_cli)
+        }
     }
 }
 

@@ -13,10 +13,10 @@
 //!   schedules, and delegation from [`delegation`]) on [`agent::tools`]'s trait.
 //! - [`inbox`]: files users send, kept in the chat's room and told to the model; voice heard.
 //!   [`voice`]: answers spoken (`[llm.speech]`, `/voice`).
-//! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]:
-//!   `/start`, `/help`, `/new`, `/stop`, `/status`, `/agent`, `/secret`, shared by every
-//!   channel; [`status`]: the lines `/status` shows; [`disk`]: the data directory's free
-//!   space, degraded when low.
+//! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]
+//!   (`nexbot-commands`): the chat commands every channel shares; [`status`]: the lines
+//!   `/status` shows; [`memory`]: an older `MEMORY.md` imported once; [`disk`]: the data
+//!   directory's free space, degraded when low.
 //! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
 //!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
 //! - [`scheduler`] (`nexbot-scheduler`): scheduled jobs and the heartbeat, run as turns of
@@ -42,7 +42,6 @@ pub mod approvals;
 pub mod audit_head;
 pub mod bus;
 pub mod channels;
-pub mod commands;
 pub mod config;
 pub mod control_api;
 pub mod decoys;
@@ -73,6 +72,7 @@ mod architecture_tests;
 
 pub use nexbot_agent as agent;
 pub use nexbot_agent::{exits, llm, skills, spend};
+pub use nexbot_commands as commands;
 pub use nexbot_delegation as delegation;
 pub use nexbot_delegation::{deadlines, skill_grants};
 pub use nexbot_egress as egress;

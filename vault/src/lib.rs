@@ -2,8 +2,8 @@
 //!
 //! Its one job: hold the master key's derived key and turn sealed rows into values and back.
 //! Why a crate of its own: the key, the cipher (`chacha20poly1305`, `argon2`) and the opened
-//! values are reachable only through this crate, and only the host (the composition root)
-//! depends on it. The egress gets proxy-mode credentials through its own `Credential` type,
+//! values are reachable only through this crate, and only the crates that act on secrets depend
+//! on it (the host, the delegation, the control API, `/secret`'s `nexbot-commands`). The egress gets proxy-mode credentials through its own `Credential` type,
 //! the control API and its dashboard reach what [`Vault`] exposes (names, bindings, set and
 //! delete; never a value back), and no other crate can name a vault type at all: the crate
 //! graph (`ARCHITECTURE.md`, checked by the tidy test) enforces it. The store keeps the rows

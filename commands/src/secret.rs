@@ -11,9 +11,9 @@ use std::sync::Arc;
 use nexbot_core::ChatRef;
 use secrecy::SecretString;
 
-use crate::commands::{ChatCommand, CommandContext};
-use crate::vault::{Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState};
-use crate::BoxFuture;
+use crate::{ChatCommand, CommandContext};
+use nexbot_core::BoxFuture;
+use nexbot_vault::{Bind, Mode, SecretInfo, SecretScope, Vault, VaultError, VaultState};
 
 const USAGE: &str = "Usage:\n\
 /secret set NAME value --host HOST [--host HOST ...] [--in PLACE ...] [--confirm]\n\
