@@ -11,14 +11,14 @@
 //!   [`agent::workspace`]'s). [`rooms`]: one folder per chat, the file tools' root.
 //! - [`tools`]: the host's tools (files in the chat's room, memory, todos, messages, skills,
 //!   schedules, and delegation from [`delegation`]) on [`agent::tools`]'s trait.
-//! - [`inbox`]: files users send, kept in the chat's room and told to the model; voice heard.
-//!   [`voice`]: answers spoken (`[llm.speech]`, `/voice`).
+//! - [`inbox`] (files users send, voice heard) and [`voice`] (answers spoken) are
+//!   `nexbot-channels`'.
 //! - [`bus`]: queues and per-chat turns (admitted by [`agent::turns`]). [`commands`]
 //!   (`nexbot-commands`): the chat commands every channel shares; [`status`]: the lines
 //!   `/status` shows; [`memory`]: an older `MEMORY.md` imported once; [`disk`]: the data
 //!   directory's free space, degraded when low.
-//! - [`channels`]: the outbound router and the channels (the console of `nexbot chat`, and
-//!   Telegram from `nexbot-telegram`, wired in `channels::telegram`).
+//! - [`channels`]: the outbound router and the console of `nexbot chat` (`nexbot-channels`), and
+//!   Telegram from `nexbot-telegram`, wired in `channels::telegram`.
 //! - [`scheduler`] (`nexbot-scheduler`): scheduled jobs and the heartbeat, run as turns of
 //!   their chat; wired in [`app`].
 //! - [`delegation`] (`nexbot-delegation`): a delegated task from the main agent's side (the
@@ -49,7 +49,6 @@ pub mod disk;
 pub mod doctor;
 pub mod egress_node;
 pub mod images;
-pub mod inbox;
 pub mod instance;
 pub mod interrupted;
 pub mod memory;
@@ -61,7 +60,6 @@ pub mod sandbox;
 pub mod selftest;
 
 pub mod tools;
-pub mod voice;
 pub mod workspace;
 
 pub use nexbot_core::status;
@@ -72,6 +70,7 @@ mod architecture_tests;
 
 pub use nexbot_agent as agent;
 pub use nexbot_agent::{exits, llm, skills, spend};
+pub use nexbot_channels::{inbox, voice};
 pub use nexbot_commands as commands;
 pub use nexbot_delegation as delegation;
 pub use nexbot_delegation::{deadlines, skill_grants};

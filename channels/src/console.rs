@@ -19,11 +19,11 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::channel::{
+use nexbot_agent::channel::InboundMessage;
+use nexbot_agent::channel::{
     Channel, ChannelError, Draft, MessageId, OutboundFile, OutboundKind, OutboundMessage,
 };
-use crate::bus::InboundMessage;
-use crate::BoxFuture;
+use nexbot_core::BoxFuture;
 
 /// The console's side of the outbound router: what is sent to a console chat is queued for
 /// [`run`] to print. Bounded, so a flood of progress waits instead of growing memory.
@@ -208,8 +208,8 @@ struct Keys(Vec<(String, String)>);
 
 impl Keys {
     /// Remembers `buttons` and returns the prompt that names their keys (the button's own
-    /// [`Button::key`](crate::agent::channel::Button::key), else its number from 1).
-    fn offer(&mut self, buttons: &[Vec<crate::agent::channel::Button>]) -> Option<String> {
+    /// [`Button::key`](nexbot_agent::channel::Button::key), else its number from 1).
+    fn offer(&mut self, buttons: &[Vec<nexbot_agent::channel::Button>]) -> Option<String> {
         let buttons: Vec<_> = buttons.iter().flatten().collect();
         if buttons.is_empty() {
             return None;
@@ -379,7 +379,7 @@ mod tests {
     /// command (once), numbers stand in for missing or shared keys, anything else is text.
     #[tokio::test]
     async fn a_questions_buttons_are_pressed_by_typing_their_key() {
-        use crate::agent::channel::Button;
+        use nexbot_agent::channel::Button;
         use tokio::io::{AsyncReadExt, AsyncWriteExt as _};
         let chat = ChatRef::console("test").unwrap();
         let (channel, outbound) = ConsoleChannel::terminal(8);

@@ -11,16 +11,15 @@
 
 use std::sync::Arc;
 
+use nexbot_agent::channel::Channel;
+use nexbot_agent::spend::Spend;
+use nexbot_commands::{ChatCommand, CommandContext, CommandReply};
 use nexbot_core::channel::{Button, OutboundVoice};
-use nexbot_core::{ChatRef, Usage};
+use nexbot_core::{BoxFuture, ChatRef, Usage};
 use nexbot_llm::Speaker;
+use nexbot_store::Store;
 
-use crate::agent::channel::Channel;
-use crate::channels::Router;
-use crate::commands::{ChatCommand, CommandContext, CommandReply};
-use crate::spend::Spend;
-use crate::store::Store;
-use crate::BoxFuture;
+use crate::Router;
 
 /// The per-chat setting `/voice` keeps: `auto` (the default), `on` or `off`.
 pub const VOICE_SETTING: &str = "voice";
