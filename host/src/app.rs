@@ -32,7 +32,6 @@ use crate::agent::hooks::Hook;
 use crate::agent::Agent;
 use crate::approvals::{Approvals, McpQuestions};
 use crate::bus::{self, BusHandle, InboundMessage};
-use crate::channels::Router;
 use crate::commands::{Clis, CommandRegistry};
 use crate::config::Config;
 use crate::delegation::LlmAccess;
@@ -42,6 +41,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 use crate::status::StatusBoard;
 use crate::store::Store;
 use crate::vault::Vault;
+use nexbot_channels::Router;
 use nexbot_core::audit::AuditTrail;
 
 /// How long running turns get to end (and answer) once the daemon stops.
@@ -132,7 +132,7 @@ impl App {
 
     /// [`App::start`] with `options`.
     pub async fn start_with(config: &Config, options: AppOptions) -> anyhow::Result<Self> {
-        for warning in crate::deadlines::warnings(&crate::pool_runner::task_limits(config)) {
+        for warning in crate::deadlines::warnings(&config.task_limits()) {
             tracing::warn!("{warning}");
         }
         let store = open_store(config).await?;

@@ -23,11 +23,11 @@ pub use crate::agent::channel::InboundMessage;
 use crate::agent::channel::{Channel, OutboundKind, OutboundMessage};
 use crate::agent::turns::TurnOrigin;
 use crate::agent::Agent;
-use crate::channels::Router;
 use crate::commands::{CommandContext, CommandRegistry, CommandReply, Parsed};
 use crate::config::BusConfig;
 use crate::inbox::Inbox;
 use crate::voice::Voice;
+use nexbot_channels::Router;
 
 /// A chat worker with nothing to do for this long goes away (it is recreated on demand).
 const IDLE_WORKER: Duration = Duration::from_secs(600);

@@ -316,7 +316,7 @@ async fn docker(config: &Config) -> (Vec<Check>, Option<Docker>) {
 /// image, made as the pool makes them, answers `ping` under it (then goes).
 async fn runtime_probe(config: &Config, docker: &Docker) -> Check {
     const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-    let pool = crate::pool_runner::pool_config(config);
+    let pool = config.pool_config();
     match nexbot_docker::probe(docker, &pool, PROBE_TIMEOUT).await {
         Ok(probe) => Check::ok(
             "sandbox runtime",

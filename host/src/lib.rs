@@ -65,9 +65,6 @@ pub mod workspace;
 pub use nexbot_core::status;
 pub use nexbot_core::BoxFuture;
 
-#[cfg(test)]
-mod architecture_tests;
-
 pub use nexbot_agent as agent;
 pub use nexbot_agent::{exits, llm, skills, spend};
 pub use nexbot_channels::{inbox, voice};

@@ -169,10 +169,7 @@ pub fn build_agent_with_hooks(
             tools.add_source(source.clone());
         }
         let settings = DelegateSettings {
-            longest: crate::deadlines::TaskDeadlines::plan(
-                &crate::pool_runner::task_limits(config),
-                None,
-            ),
+            longest: crate::deadlines::TaskDeadlines::plan(&config.task_limits(), None),
             llm_model: config.subagent_llm_model(),
             llm_context_window: config.llm.provider_list().iter().map(|p| p.context_window()).min(),
             spend: Some(spend.clone()),

@@ -32,7 +32,7 @@ use secrecy::SecretString;
 use crate::config::Config;
 use crate::delegation::{AccessEnd, LlmAccess, SubagentRunner, TaskLlm, TaskSecret};
 use crate::egress_node::RemoteNode;
-use crate::pool_runner::{pool_config, PoolRunner};
+use crate::pool_runner::PoolRunner;
 use crate::remote_skills::SkillsCopy;
 
 /// How long the start waits for a remote engine's egress node to come up.
@@ -352,7 +352,7 @@ impl Sandbox {
             tracing::info!(engine = %place, node = %node.addr, "the pool's way out: the egress node");
             node
         });
-        let mut pool_config = pool_config(config);
+        let mut pool_config = config.pool_config();
         pool_config.env.extend(egress.container_env());
         // A remote engine cannot mount this machine's folder: it gets a copy in a volume.
         let mut skills_copy = None;

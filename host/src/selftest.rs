@@ -319,7 +319,7 @@ pub async fn start(
     sandbox: Option<&crate::sandbox::Sandbox>,
     built: Option<Arc<std::sync::OnceLock<Arc<Delegate>>>>,
     vault: &Arc<Vault>,
-    router: &Arc<crate::channels::Router>,
+    router: &Arc<nexbot_channels::Router>,
 ) -> Option<Arc<SelfTest>> {
     let pool = sandbox?.pool().clone();
     let delegate = built?.get()?.clone();

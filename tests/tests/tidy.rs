@@ -11,11 +11,14 @@
 //! Scans of the product's sources live here too, over the workspace's members as
 //! `cargo metadata` lists them (never a hand-kept list of folders), so a new crate is scanned
 //! from its first commit: the provider wire read only by `nexbot-llm`, and no product file
-//! over 1,000 lines.
+//! over 1,000 lines. And the host, the wiring, imports in one direction: no circle among its
+//! modules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+#[path = "tidy/modules.rs"]
+mod modules;
 #[path = "tidy/sources.rs"]
 mod sources;
 
@@ -458,6 +461,31 @@ fn each_listed_type_name_has_one_meaning() {
     assert!(found.is_empty(), "old names that were renamed came back:\n{}", found.join("\n"));
 }
 
+/// The host is wiring: its modules import in one direction (`app` names what it starts, nothing
+/// it starts names `app`'s parts back), so no circle runs through them.
+#[test]
+fn the_hosts_modules_import_in_one_direction() {
+    let members = members();
+    let host: Vec<&Member> = members.iter().filter(|m| m.name == "nexbot-host").collect();
+    let files = product_sources(&host);
+    let graph = modules::graph(&files, "host/src");
+    assert!(
+        graph.len() > 10 && graph["app"].contains("sandbox"),
+        "the scan sees the host: {graph:?}"
+    );
+    assert_eq!(modules::circle(&graph), None, "a circle among the host's modules");
+    // And stays wiring: a subsystem grown inside it moves to a crate of its own.
+    let code: usize = files
+        .iter()
+        .flat_map(|f| f.product_lines())
+        .filter(|(_, line)| !line.trim().is_empty() && !line.trim_start().starts_with("//"))
+        .count();
+    assert!(
+        code <= 5_000,
+        "the host has {code} lines of product code (at most 5,000): move a subsystem out"
+    );
+}
+
 #[test]
 fn the_tidy_scans_see_what_they_look_for() {
     let doc = "```text crate-graph\na -> b, c # why\nb ->\n```\nsee `host/src/app.rs`, `pool.rs`, \
@@ -498,4 +526,20 @@ fn the_tidy_scans_see_what_they_look_for() {
     assert!(sources::product_lines("").is_empty());
     assert_eq!(sources::defined_types("pub(crate) struct Scope<'a> { // enum Not"), ["Scope"]);
     assert_eq!(sources::defined_types("    type Output = Ledger;"), ["Output"]);
+    // A circle through two modules, seen by the graph (a comment's name is not an import).
+    let file = |path: &str, text: &str| sources::Source { path: path.into(), text: text.into() };
+    let files = [
+        file("h/src/config.rs", "use crate::pool::x; // crate::app\n"),
+        file("h/src/pool/mod.rs", "fn f() { crate::config::load(); }\n"),
+        file("h/src/app.rs", "use crate::pool::y;\n"),
+        file("h/src/lib.rs", "pub use crate::app::App;\n"),
+    ];
+    let graph = modules::graph(&files, "h/src");
+    assert_eq!(graph.len(), 3, "{graph:?}");
+    assert!(!graph["config"].contains("app"), "{graph:?}");
+    let circle = modules::circle(&graph).expect("the circle");
+    assert_eq!(circle.first(), circle.last());
+    assert_eq!(circle.len(), 3, "{circle:?}");
+    let files = [file("h/src/app.rs", "use crate::pool::y;\n"), file("h/src/pool.rs", "")];
+    assert_eq!(modules::circle(&modules::graph(&files, "h/src")), None);
 }

@@ -221,7 +221,7 @@ async fn delegate(h: &Harness, runner: Arc<Rogue>, dir: &std::path::Path) -> Del
             .unwrap();
     let store = Store::open(&dir.join("t.db")).await.unwrap();
     let settings = DelegateSettings {
-        longest: TaskDeadlines::plan(&nexbot_host::pool_runner::task_limits(&config), None),
+        longest: TaskDeadlines::plan(&config.task_limits(), None),
         llm_model: "scripted".into(),
         llm_context_window: None,
         spend: None,
