@@ -54,7 +54,9 @@ run() {
 
 (cd "${soak% *}" && "${soak#* }" < /dev/null) > "$work/soak.log" 2>&1 &
 soak_pid=$!
-(cd "${host_suite% *}" && "${host_suite#* }" < /dev/null) > "$work/host-suite.log" 2>&1 &
+# The host suite with its own count of tests at once (HOST_SUITE_THREADS, the Makefile says why).
+(cd "${host_suite% *}" && RUST_TEST_THREADS="${HOST_SUITE_THREADS:-${RUST_TEST_THREADS:-4}}" \
+  "${host_suite#* }" < /dev/null) > "$work/host-suite.log" 2>&1 &
 host_pid=$!
 grep -v -e "^$host_suite\$" -e "^$docker_suite\$" -e "^$soak\$" "$work/binaries" > "$work/others"
 # The light ones run one by one in this list's order: the tree's and the documentation's checks first

@@ -294,26 +294,26 @@ impl Store {
         };
         let (name, key) = (chat.to_string(), chat_key(chat));
         let fts = format!("chat_key : \"{key}\" AND ({terms})");
-        let found = self
-            .call(move |c| {
-                let now = unix_now();
-                let found: Vec<Memory> = c
-                    .prepare_cached(&format!(
-                        "SELECT {COLUMNS} FROM memories_fts f JOIN memories m ON m.id = f.rowid
+        // The search and the touch in one trip to the blocking pool and one transaction (they
+        // were two trips and an autocommit per entry: a tenth of a recall's time).
+        self.call(move |c| {
+            let now = unix_now();
+            let found: Vec<Memory> = c
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM memories_fts f JOIN memories m ON m.id = f.rowid
                      WHERE memories_fts MATCH ?1 AND m.chat_id = ?2
                      ORDER BY bm25(memories_fts, 1.0, 0.0)
                               / (1.0 + max(0, ?3 - m.created_at) / ?4)
                      LIMIT ?5"
-                    ))?
-                    .query_map(params![fts, name, now, RECENCY_SECS, k as i64], row_to_memory)?
-                    .collect::<rusqlite::Result<_>>()?;
-                Ok(found)
-            })
-            .await?;
-        if touch {
-            self.touch_memories(found.iter().map(|m| m.id).collect()).await?;
-        }
-        Ok(found)
+                ))?
+                .query_map(params![fts, name, now, RECENCY_SECS, k as i64], row_to_memory)?
+                .collect::<rusqlite::Result<_>>()?;
+            if touch && !found.is_empty() {
+                count_uses(c, found.iter().map(|m| m.id), now)?;
+            }
+            Ok(found)
+        })
+        .await
     }
 
     /// `chat`'s newest entries, newest first.
@@ -511,22 +511,29 @@ impl Store {
 
     /// Counts entries `ids` as used now (recalled into a prompt, or by the model).
     pub async fn touch_memories(&self, ids: Vec<i64>) -> Result<(), StoreError> {
-        self.call(move |c| {
-            let now = unix_now();
-            let mut used = c.prepare_cached(
-                "UPDATE memories SET uses = uses + 1, used_at = ?2 WHERE id = ?1",
-            )?;
-            for id in ids {
-                used.execute(params![id, now])?;
-            }
-            Ok(())
-        })
-        .await
+        self.call(move |c| count_uses(c, ids, unix_now())).await
     }
 
     fn invalid(&self, reason: &str) -> StoreError {
         StoreError::Other { path: self.path().to_owned(), reason: reason.to_owned() }
     }
+}
+
+/// Counts a use of each entry of `ids` at `now`, in one transaction.
+fn count_uses(
+    c: &mut rusqlite::Connection,
+    ids: impl IntoIterator<Item = i64>,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let tx = c.transaction()?;
+    {
+        let mut used =
+            tx.prepare_cached("UPDATE memories SET uses = uses + 1, used_at = ?2 WHERE id = ?1")?;
+        for id in ids {
+            used.execute(params![id, now])?;
+        }
+    }
+    tx.commit()
 }
 
 /// Deletes the entries `select` (one parameter, `value`) names, with their index rows, in one
