@@ -124,12 +124,13 @@ else ifeq ($(IMAGE_FROM),image)
 # docker/nexbot-subagent.order) placed together at the start of `.text`, so that the pages
 # their start-up touches are few (docs/performance.md, "Host idle RSS"). The linker is
 # docker/link-order.sh, which finds those functions' names in what each link reads and hands
-# them to lld (--symbol-ordering-file): one build, each binary linked once. Needs binutils
+# them to lld (--symbol-ordering-file): one build, each binary linked once. Rust's v0 mangling
+# keeps those names through a day of changes (link-order.sh says how much). Needs binutils
 # ≥ 2.38 and glibc ≥ 2.36 (Debian 12 has both) and rustc's default linker here, lld.
 IMAGE_ORDER_KEYS := docker/nexbot.order docker/nexbot-subagent.order
 IMAGE_LINK_KEYS := $(abspath $(CARGO_OUT))/$(IMAGE_TRIPLE)/image-link.order.keys
 IMAGE_RUSTFLAGS := -C target-feature=+crt-static -C link-arg=-Wl,-z,pack-relative-relocs \
-  -C linker=$(abspath docker/link-order.sh)
+  -C symbol-mangling-version=v0 -C linker=$(abspath docker/link-order.sh)
 IMAGE_BUILD := NEXBOT_ORDER_KEYS=$(IMAGE_LINK_KEYS) RUSTFLAGS='$(IMAGE_RUSTFLAGS)' \
   cargo build --profile image --target $(IMAGE_TRIPLE) -p nexbot-subagent -p nexbot-host -p nexbot-ctl
 image-bins:

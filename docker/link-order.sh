@@ -20,13 +20,19 @@
 # change (76 s of a cold 9 min 36 s `make image` here, 2026-12-03; 177 s on 2026-12-02).
 #
 # KEYS (docker/nexbot.order, written by docker/profile-order.sh) names functions by their
-# symbol without LLVM's `.llvm.N` suffix, which changes with the code around them. A Rust
-# symbol's hash (`17h…E`) stays the same in any clone and after most edits, but not with a new
-# toolchain or dependency version: a name not found is then looked up without its hash, and
-# taken when one function alone has that name (a generic function has one per type; ordering
-# them all would put cold ones among the hot). A name found nowhere costs nothing; a function
-# KEYS lacks stays where the linker puts it. So an old KEYS still links and runs; it only
-# orders less (the counts printed say how much).
+# symbol without LLVM's `.llvm.N` suffix, which changes with the code around them. The images'
+# binaries use Rust's v0 mangling (the Makefile's IMAGE_RUSTFLAGS): a generic function's symbol
+# spells out its type arguments, where the legacy one hides them in a hash (`17h…E`) that any
+# change to those types, a closure's place or a feature changes. What still changes in a v0
+# symbol is each crate's id (`Cs…_`, from cargo's metadata: a new crate in the workspace or a
+# dependency's version or features): a name not found is then looked up without crate ids (a
+# legacy one without its hash), and taken when one function alone has that name (two versions
+# of one crate, or a legacy generic's copies, would be a guess). Measured between two commits a
+# day of crate moves apart (2026-12-04): 59 % of the daemon's symbols kept their exact name
+# either way; without crate ids 88 % of the v0 names are found, without hashes 64 % of the
+# legacy ones. A name found nowhere costs nothing; a function KEYS lacks stays where the
+# linker puts it. So an old KEYS still links and runs; it only orders less (the counts printed
+# say how much).
 set -eu
 
 keys=${NEXBOT_ORDER_KEYS:?"$0: NEXBOT_ORDER_KEYS names no keys file (make image-bins sets it)"}
@@ -53,7 +59,12 @@ inputs() {
 # nm complains about an archive's metadata member (`lib.rmeta`); its symbols are all it gives.
 inputs "$@" | xargs -r -d '\n' nm --defined-only 2>/dev/null | awk '$2 ~ /^[tTwW]$/ { print $3 }' | sort -u | awk -v keys="$keys" -v counts="$order.counts" '
   function plain(s) { sub(/\.llvm\.[0-9]+$/, "", s); return s }
-  function unhashed(s) { sub(/17h[0-9a-f]+E$/, "", s); return s }
+  # A name without what changes between builds: crate ids (v0) or the hash (legacy).
+  function unhashed(s) {
+    if (s ~ /^_R/) gsub(/Cs[0-9A-Za-z]*_/, "C", s)
+    else sub(/17h[0-9a-f]+E$/, "", s)
+    return s
+  }
   {
     k = plain($0)
     if (k in names) names[k] = names[k] "\n" $0
@@ -67,8 +78,8 @@ inputs "$@" | xargs -r -d '\n' nm --defined-only 2>/dev/null | awk '$2 ~ /^[tTwW
       printed[line] = 1
       total++
       if (line in names) { exact++; print names[line]; continue }
-      # Its hash changed (a new toolchain or dependency): the function under its new hash,
-      # when exactly one has its name (a generic function has one per type, all alike here).
+      # Its crate ids or hash changed: the function under its new ones, when exactly one
+      # has its name (a legacy generic function has one per type, all alike here).
       u = unhashed(line)
       if (instances[u] == 1 && !(only[u] in printed)) {
         renamed++; printed[only[u]] = 1; print names[only[u]]
