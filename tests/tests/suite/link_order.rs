@@ -4,7 +4,8 @@
 //! symbols stand in for the daemon's) and a recording stand-in for `cc`. What it must get right:
 //! a function named exactly is ordered; one whose hash changed (a new toolchain) is found by its
 //! name when that name is one function's; a generic function's many copies are not guessed at;
-//! inputs named in rustc's `@file` count; and `cc` gets every argument and the order file.
+//! inputs named in rustc's `@file` count; a v0 name whose crate ids changed is found without
+//! them; and `cc` gets every argument and the order file.
 
 use nexbot_tests::TempDir;
 use std::path::{Path, PathBuf};
@@ -138,4 +139,32 @@ fn link_order_orders_named_and_renamed_functions_from_what_the_link_reads() {
         .expect("sh");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("NEXBOT_ORDER_KEYS"));
+}
+
+/// The images' binaries use v0 mangling: a key whose crate ids (`Cs…_`) changed — a new crate in
+/// the workspace, a dependency's version or features — is found without them when one function
+/// alone has that name; a name that two versions of one crate define is not guessed at.
+#[test]
+fn link_order_finds_a_v0_name_whose_crate_ids_changed() {
+    let tmp = TempDir::new("nxl-link-order-v0");
+    // An object whose functions carry v0 names (assembler names given to C functions).
+    let source = tmp.0.join("v0.c");
+    std::fs::write(
+        &source,
+        "void a(void) __asm__(\"_RNvCs1new_5crate4func\");\nvoid a(void) {}\n\
+         void b(void) __asm__(\"_RNvCs2aaa_4dupe5twice\");\nvoid b(void) {}\n\
+         void c(void) __asm__(\"_RNvCs3bbb_4dupe5twice\");\nvoid c(void) {}\n",
+    )
+    .unwrap();
+    let input = tmp.0.join("v0.o");
+    let built = Command::new("cc").arg("-c").arg(&source).arg("-o").arg(&input).status();
+    assert!(built.expect("run cc").success(), "cc -c {}", source.display());
+    let keys = tmp.0.join("keys");
+    std::fs::write(&keys, "_RNvCs9old_5crate4func\n_RNvCs9old_4dupe5twice\n").unwrap();
+    let out = tmp.0.join("v0");
+    let args = vec![input.display().to_string(), "-o".into(), out.display().to_string()];
+    let (said, _) = link(&keys, &tmp.0, &args);
+    let order = std::fs::read_to_string(tmp.0.join("v0.order")).unwrap();
+    assert_eq!(order, "_RNvCs1new_5crate4func\n", "{said}");
+    assert!(said.contains("1 under a new hash") && said.contains("1 not at all"), "{said}");
 }
