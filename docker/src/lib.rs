@@ -164,7 +164,7 @@ pub use restart::RestartReason;
 pub use room::{Room, DEFAULT_ROOM};
 pub use runtime::{probe, resolve_runtime, runtime_fix, OciRuntime, Probe};
 pub use service::{
-    check_mount_target, Service, ServiceIo, ServiceMount, ServiceSpec, LABEL_SERVICE,
+    check_mount_target, Service, ServiceIo, ServiceLimits, ServiceMount, ServiceSpec, LABEL_SERVICE,
 };
 pub use skills_copy::{fill_skills_volume, pack_folder, remove_skills_volume, skills_volume};
 pub use slot::{count_by_state, ContainerSnapshot, SlotState};

@@ -62,6 +62,37 @@ pub struct ServiceSpec {
     pub user: Option<String>,
     /// Folders it sees besides its own `/tmp`.
     pub mounts: Vec<ServiceMount>,
+    /// Limits of its own where the pool's do not fit it (a browser needs more memory and
+    /// processes than a sub-agent); the pool's where `None`.
+    pub limits: ServiceLimits,
+}
+
+/// A service container's own limits, each replacing the pool's (`PoolConfig`) when set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceLimits {
+    /// Memory and memory+swap (no swap), bytes.
+    pub memory_bytes: Option<i64>,
+    /// Processes and threads.
+    pub pids_limit: Option<i64>,
+    /// Size of its `/tmp` (and of its empty folders), bytes.
+    pub tmp_size_bytes: Option<u64>,
+}
+
+impl ServiceLimits {
+    /// Refuses limits the engine would reject or a container could not run under, naming the
+    /// field.
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(bytes) = self.memory_bytes.filter(|b| *b < 6 * 1024 * 1024) {
+            return Err(format!("memory: {bytes} bytes is below Docker's 6 MiB minimum"));
+        }
+        if let Some(pids) = self.pids_limit.filter(|p| *p < 8) {
+            return Err(format!("pids: {pids} is below 8"));
+        }
+        if let Some(bytes) = self.tmp_size_bytes.filter(|b| *b < 1024 * 1024) {
+            return Err(format!("tmp: {bytes} bytes is below 1 MiB"));
+        }
+        Ok(())
+    }
 }
 
 /// A folder a service container sees at `target` (an absolute path in the container, not `/`,
@@ -209,7 +240,14 @@ impl Engine {
         for mount in &spec.mounts {
             check_mount_target(mount.target()).map_err(|why| invalid(format!("mount: {why}")))?;
         }
-        let mut body = container_spec(&self.config, &self.runtime, &self.owner, &self.instance, 0)?;
+        spec.limits.check().map_err(|why| invalid(format!("limits: {why}")))?;
+        let config = crate::config::PoolConfig {
+            memory_bytes: spec.limits.memory_bytes.unwrap_or(self.config.memory_bytes),
+            pids_limit: spec.limits.pids_limit.unwrap_or(self.config.pids_limit),
+            tmp_size_bytes: spec.limits.tmp_size_bytes.unwrap_or(self.config.tmp_size_bytes),
+            ..self.config.clone()
+        };
+        let mut body = container_spec(&config, &self.runtime, &self.owner, &self.instance, 0)?;
         body.user = Some(format!("{uid}:{gid}"));
         let labels = body.labels.get_or_insert_with(HashMap::new);
         labels.remove(LABEL_SLOT);
@@ -253,7 +291,7 @@ impl Engine {
                             target.clone(),
                             format!(
                                 "rw,noexec,nosuid,nodev,size={},uid={uid},gid={gid},mode=0700",
-                                self.config.tmp_size_bytes
+                                config.tmp_size_bytes
                             ),
                         );
                     }

@@ -107,6 +107,7 @@ async fn main() {
         call_timeout_secs: 30,
         idle_stop_secs: 600,
         start_timeout_secs: 60,
+        limits: Default::default(),
     };
     let mcp = McpServers::start(pool.clone(), vec![server], McpEgress::default(), None).await;
     mcp.ready().await;

@@ -21,6 +21,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nexbot_browser::BrowserCommand;
 use nexbot_core::ChannelKind;
 use nexbot_docker::PoolError;
 use tokio::sync::mpsc;
@@ -235,7 +236,11 @@ impl App {
         }
         let line = vault.clone();
         status.add(crate::commands::SECRETS_LINE, move || crate::vault::status_line(&line));
-        if !config.mcp.servers.is_empty() {
+        if let (true, Some(sandbox)) = (config.browser.enabled, &sandbox) {
+            let rooms = nexbot_tools::rooms::rooms_dir(&config.workspace.dir);
+            commands.add(Arc::new(BrowserCommand::new(sandbox.mcp().clone(), rooms)));
+        }
+        if !config.mcp_servers().is_empty() {
             add_mcp_line(&status, sandbox.as_ref(), &agent);
         }
         let turns = CancellationToken::new();

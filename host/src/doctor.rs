@@ -350,7 +350,7 @@ async fn runtime_probe(config: &Config, docker: &Docker) -> Check {
 /// program of that image (nothing is started); a remote one is reached through the proxy.
 async fn mcp_servers(config: &Config, docker: &Docker) -> Vec<Check> {
     let mut checks = Vec::new();
-    for server in &config.mcp.servers {
+    for server in &config.mcp_servers() {
         let name = format!("mcp {}", server.name);
         if let Some(url) = &server.url {
             checks.push(Check::ok(name, format!("remote, {url}, through the egress proxy")));

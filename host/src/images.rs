@@ -42,7 +42,7 @@ impl Copying {
 /// a container, and (on a remote engine) the egress node's.
 pub fn needed(config: &Config) -> Vec<String> {
     let mut images = vec![config.subagent.image.clone()];
-    let servers = config.mcp.servers.iter().filter(|s| !s.is_remote());
+    let servers = config.mcp_servers().into_iter().filter(|s| !s.is_remote());
     images.extend(servers.map(|s| s.image().to_owned()));
     if config.sandbox.is_remote() {
         images.push(config.sandbox.node_image().to_owned());

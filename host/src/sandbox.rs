@@ -403,7 +403,7 @@ impl Sandbox {
         let rooms = mcp_rooms(&config.workspace.dir, &found, remote.as_deref());
         let mcp = crate::mcp::McpServers::start(
             pool.clone(),
-            config.mcp.servers.clone(),
+            config.mcp_servers(),
             mcp_egress,
             Some(rooms),
         )

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nexbot_core::{BoxFuture, ChatRef};
-use nexbot_docker::{Pool, Service, ServiceSpec};
+use nexbot_docker::{Pool, Service};
 use nexbot_egress::{AttributionTable, Door, Doors};
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
@@ -48,6 +48,7 @@ use nexbot_mcp::{Connector, McpError, Progress, ServerConfig, ServerScope, Sessi
 use tokio_util::sync::CancellationToken;
 
 pub mod health;
+mod launch;
 pub mod rooms;
 mod seams;
 
@@ -184,10 +185,12 @@ impl Running {
         }
     }
 
-    /// Ends its session and removes its container.
+    /// Ends its session, gives a stdio server [`STOP_GRACE`] to exit on its own, then removes
+    /// its container.
     async fn stop(&self) {
         self.session.close();
         if let Some(service) = &self.service {
+            let _ = tokio::time::timeout(STOP_GRACE, service.exited()).await;
             service.stop().await;
         }
     }
@@ -267,6 +270,12 @@ pub struct InstanceView {
     pub up_secs: Option<u64>,
     pub idle_secs: Option<u64>,
 }
+
+/// How long a stdio server gets to exit on its own once its input closed, before its container
+/// is removed (MCP's stdio shutdown: close the input, wait, then end it). A browser writes its
+/// profile (the chat's logins) to the room on the way out; a kill would lose the newest
+/// cookies.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The configured servers and their instances; the agent's [`Connector`].
 #[derive(Debug)]
@@ -454,146 +463,6 @@ impl McpServers {
         }
     }
 
-    /// Starts the instance: a stdio server's container and session, or a remote server's
-    /// door and session; then registers its identity.
-    async fn launch(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
-        let running = match config.is_remote() {
-            true => self.launch_remote(config, key).await?,
-            false => self.launch_stdio(config, key).await?,
-        };
-        tracing::info!(
-            server = %config.name,
-            container = running.container().unwrap_or("(remote)"),
-            serves = %serves(key),
-            tools = running.session.tools().len(),
-            skipped = running.session.skipped().len(),
-            info = running.session.server_info().unwrap_or(""),
-            "MCP server up"
-        );
-        let identity = identity(key);
-        if let Some(service) = &running.service {
-            if let Some(ip) = service.address() {
-                self.egress.addresses.set_dedicated(ip, service.name(), identity.clone());
-            }
-        }
-        if let (Some(questions), Some(chat)) = (self.questions.get(), &key.1) {
-            let what = format!("MCP server {}", config.name);
-            questions.server_started(&identity, chat, &what);
-        }
-        Ok(running)
-    }
-
-    /// A remote server: its door into the proxy (with the values its URL and headers name),
-    /// then the session through it.
-    async fn launch_remote(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
-        let doors = self.egress.doors.as_ref().ok_or_else(|| {
-            McpError::Start(
-                "a remote MCP server is reached through the egress proxy, which is not running"
-                    .into(),
-            )
-        })?;
-        let (credentials, holds) = self.remote_secrets(config)?;
-        let door = doors
-            .open(&identity(key), credentials)
-            .map_err(|e| McpError::Start(format!("the proxy's door: {e}")))?;
-        let timeout = Duration::from_secs(config.start_timeout_secs);
-        let session = nexbot_mcp::remote::connect(config, door.path(), timeout).await?;
-        let exit = RemoteExit { _door: door, _holds: holds };
-        Ok(Running { session, service: None, _door: Some(Arc::new(exit)), started: Instant::now() })
-    }
-
-    /// The operator's secrets a remote server's URL and headers name: proxy mode only (bound
-    /// to hosts), so the value goes nowhere but where its binding says.
-    fn remote_secrets(
-        &self,
-        config: &ServerConfig,
-    ) -> Result<(Vec<nexbot_egress::Credential>, Vec<ScanHold>), McpError> {
-        let mut text = config.url.clone().unwrap_or_default();
-        for value in config.headers.values() {
-            text.push('\n');
-            text.push_str(value);
-        }
-        let (mut credentials, mut holds) = (Vec::new(), Vec::new());
-        for name in nexbot_egress::placeholder_names(&text) {
-            let source = self.egress.secrets.as_ref().ok_or_else(|| {
-                McpError::Start(format!(
-                    "its headers name the secret {name}, and the secrets vault is off (set \
-                     NEXBOT_MASTER_KEY)"
-                ))
-            })?;
-            let resolved = source.resolve_operator(&name).map_err(|e| {
-                McpError::Start(format!(
-                    "its headers name the secret {name}: {e} (nexbot-ctl secrets set {name} \
-                     --operator --host HOST)"
-                ))
-            })?;
-            if !resolved.proxy {
-                return Err(McpError::Start(format!(
-                    "its headers name the secret {name}, which must be bound to the server's \
-                     host so that only the proxy fills it in (nexbot-ctl secrets set {name} \
-                     --operator --host HOST)"
-                )));
-            }
-            let credential = nexbot_egress::Credential::new(name, resolved.value, resolved.hosts);
-            credentials.push(match resolved.confirm {
-                true => credential.confirmed_first(),
-                false => credential,
-            });
-            holds.push(resolved.hold);
-        }
-        Ok((credentials, holds))
-    }
-
-    /// Starts the container and the session; removes the container when the session fails.
-    async fn launch_stdio(&self, config: &ServerConfig, key: &Key) -> Result<Running, McpError> {
-        let (user, mounts) = self.room_mount(config, key).await?;
-        let spec = ServiceSpec {
-            role: ROLE.to_owned(),
-            service: format!("mcp:{}", config.name),
-            name: format!("mcp-{}", config.name),
-            image: config.image().to_owned(),
-            command: config.command_line(),
-            env: config
-                .env
-                .iter()
-                .chain(&self.egress.proxy_env)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            labels: [
-                (LABEL_SERVER.to_owned(), config.name.clone()),
-                ("nexbot.mcp.scope".to_owned(), config.scope.as_str().to_owned()),
-            ]
-            .into(),
-            user,
-            mounts,
-        };
-        let (service, io) =
-            self.pool.start_service(&spec).await.map_err(|e| McpError::Start(e.to_string()))?;
-        let timeout = Duration::from_secs(config.start_timeout_secs);
-        // Through the bounded transport: a huge answer is cut as it is read, never held whole.
-        let transport = nexbot_mcp::stdio::transport(io.stdout, io.stdin);
-        match Session::connect(&config.name, transport, timeout).await {
-            Ok(session) => Ok(Running {
-                session,
-                service: Some(service),
-                _door: None,
-                started: Instant::now(),
-            }),
-            Err(e) => {
-                // What it wrote before it failed says why (a missing package, a bad argument).
-                let said = service.logs().last().cloned();
-                service.stop().await;
-                Err(match said {
-                    Some(line) => McpError::Start(format!(
-                        "{e}; its last stderr line: {}",
-                        nexbot_core::text::excerpt(&line)
-                    )),
-                    None => e,
-                })
-            }
-        }
-    }
-
     /// Follows a running instance: when its container dies or its session ends, records why,
     /// removes the container and, for a shared server, starts it again after the back-off.
     fn watch(&self, key: Key, running: Running) {
@@ -688,6 +557,30 @@ impl McpServers {
                 }
             }
         }
+    }
+
+    /// Stops `chat`'s instance of a chat-scoped `server` when it runs (its next call starts a
+    /// fresh one); whether one was running.
+    pub async fn stop_for_chat(
+        &self,
+        server: &str,
+        chat: &ChatRef,
+        why: &str,
+    ) -> Result<bool, McpError> {
+        let config = self.config(server)?;
+        if config.scope != ServerScope::Chat {
+            return Err(McpError::Unavailable(format!(
+                "MCP server {server} serves every chat; only the operator restarts it"
+            )));
+        }
+        let key = self.key(config, chat);
+        let known = self.instances.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key);
+        if !known {
+            return Ok(false);
+        }
+        let running = self.slot(&key).lock().await.running.as_ref().is_some_and(|r| r.is_up());
+        self.stop_instance(&key, why).await;
+        Ok(running)
     }
 
     /// Restarts a server: every instance of it stops; shared ones start again now, chat ones
@@ -847,9 +740,9 @@ impl McpServers {
             let instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
             instances.keys().cloned().collect()
         };
-        for key in keys {
-            self.stop_instance(&key, "the daemon stops").await;
-        }
+        // At once: each may take its grace.
+        let stops = keys.iter().map(|key| self.stop_instance(key, "the daemon stops"));
+        futures_util::future::join_all(stops).await;
     }
 }
 
@@ -933,6 +826,27 @@ impl Connector for McpServers {
             CallOutcome::ToolError => entry.tool_errors += 1,
             CallOutcome::Failed => entry.failures += 1,
         }
+    }
+
+    fn timed_out<'a>(
+        &'a self,
+        server: &'a str,
+        chat: &'a ChatRef,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async move {
+            // A shared server serves other chats: one chat's slow call does not end it.
+            let config = self.config(server).ok()?;
+            if config.scope != ServerScope::Chat {
+                return None;
+            }
+            let why = "a call ran past its limit (the server may be stuck on it)";
+            match self.stop_for_chat(server, chat, why).await {
+                Ok(true) => Some(
+                    "the server was stopped for this chat; the next call starts it afresh".into(),
+                ),
+                _ => None,
+            }
+        })
     }
 
     fn progress(&self, server: &str, chat: &ChatRef, tool: &str, progress: &Progress) {

@@ -133,6 +133,7 @@ impl McpServers {
                 source: on_engine.join(&name),
                 target: CHECK_TARGET.to_owned(),
             }],
+            limits: Default::default(),
         };
         let read = async {
             let (service, mut io) =

@@ -73,6 +73,44 @@ pub struct ServerConfig {
     pub idle_stop_secs: u64,
     #[serde(default = "default_start_timeout")]
     pub start_timeout_secs: u64,
+    /// A stdio server's container limits where the pool's (`[subagent]`'s memory, processes
+    /// and `/tmp`) do not fit it: a browser needs more. `limits = { memory_mb = 1024 }`.
+    #[serde(default, skip_serializing_if = "ServerLimits::is_unset")]
+    pub limits: ServerLimits,
+}
+
+/// `limits`: each replaces the pool's for this server's containers when set.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServerLimits {
+    /// Memory, MiB (no swap beyond it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Processes and threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// Its `/tmp`, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_mb: Option<u64>,
+}
+
+impl ServerLimits {
+    pub fn is_unset(&self) -> bool {
+        *self == ServerLimits::default()
+    }
+
+    /// What is wrong with them, naming the field (`limits.memory_mb: ...`).
+    fn check(&self) -> Result<(), String> {
+        let within = |field: &str, value: Option<u64>, min: u64, max: u64| match value {
+            Some(v) if v < min || v > max => {
+                Err(format!("limits.{field}: {v} is not within {min}..={max}"))
+            }
+            _ => Ok(()),
+        };
+        within("memory_mb", self.memory_mb, 8, 1024 * 1024)?;
+        within("pids", self.pids, 8, 1 << 22)?;
+        within("tmp_mb", self.tmp_mb, 1, 1024 * 1024)
+    }
 }
 
 fn default_call_timeout() -> u64 {
@@ -124,9 +162,14 @@ impl ServerConfig {
     /// What to do when the engine has no [`ServerConfig::image`], for `doctor` and the
     /// degraded part `mcp` alike: build the bundled one, pull or build any other.
     pub fn missing_image_fix(&self) -> String {
-        match self.image() {
-            DEFAULT_IMAGE => "build it with `make mcp-image`".to_owned(),
-            image => format!("pull or build {image} on the engine"),
+        // The project's own images (`nexbot-mcp:dev`, `nexbot-browser:dev`) each have a make
+        // target of that name.
+        let image = self.image();
+        match image.strip_prefix("nexbot-").and_then(|rest| rest.strip_suffix(":dev")) {
+            Some(kind) if kind.chars().all(|c| c.is_ascii_lowercase()) => {
+                format!("build it with `make {kind}-image`")
+            }
+            _ => format!("pull or build {image} on the engine"),
         }
     }
 
@@ -197,6 +240,9 @@ impl McpConfig {
                     problems.push(format!("{at}.{field}: {value} is not within 1..=3600"));
                 }
             }
+            if let Err(why) = server.limits.check() {
+                problems.push(format!("{at}.{why}"));
+            }
             if server.idle_stop_secs <= server.call_timeout_secs {
                 problems.push(format!(
                     "{at}.idle_stop_secs: {} must be longer than call_timeout_secs ({}), or an \
@@ -223,8 +269,11 @@ fn check_remote(server: &ServerConfig) -> Result<(), String> {
         || server.image.is_some()
         || !server.env.is_empty()
         || server.room.is_some()
+        || !server.limits.is_unset()
     {
-        return Err("url: a remote server runs no container; drop args, image, env and room".into());
+        return Err(
+            "url: a remote server runs no container; drop args, image, env, room and limits".into(),
+        );
     }
     for (name, value) in &server.headers {
         let Ok(header) = http::HeaderName::from_bytes(name.as_bytes()) else {
@@ -317,6 +366,25 @@ mod tests {
     }
 
     #[test]
+    fn a_server_may_have_limits_of_its_own() {
+        let config = parse(r#"{"mcp":{"servers":[{"name":"b","command":"x","limits":{"memory_mb":1024,"pids":512}}]}}"#).unwrap();
+        let limits = config.servers[0].limits;
+        assert_eq!((limits.memory_mb, limits.pids, limits.tmp_mb), (Some(1024), Some(512), None));
+        let unset = parse(r#"{"mcp":{"servers":[{"name":"b","command":"x"}]}}"#).unwrap();
+        assert!(unset.servers[0].limits.is_unset());
+    }
+
+    #[test]
+    fn a_missing_image_of_the_projects_own_is_built_by_its_make_target() {
+        let mut server: ServerConfig = toml_like(r#"{"name":"b","command":"x"}"#).unwrap();
+        assert_eq!(server.missing_image_fix(), "build it with `make mcp-image`");
+        server.image = Some("nexbot-browser:dev".into());
+        assert_eq!(server.missing_image_fix(), "build it with `make browser-image`");
+        server.image = Some("ghcr.io/x/y:1".into());
+        assert_eq!(server.missing_image_fix(), "pull or build ghcr.io/x/y:1 on the engine");
+    }
+
+    #[test]
     fn a_chat_scoped_stdio_server_may_get_its_chats_room() {
         let config = parse(r#"{"mcp":{"servers":[{"name":"files","command":"mcp-server-filesystem","args":["/room"],"room":"/room"}]}}"#).unwrap();
         assert_eq!(config.servers[0].room.as_deref(), Some("/room"));
@@ -371,6 +439,11 @@ mod tests {
             (r#"[{"name":"a","command":"x","allowed_chats":["nope"]}]"#, "allowed_chats"),
             (r#"[{"name":"a","command":"x","call_timeout_secs":0}]"#, "call_timeout_secs"),
             (r#"[{"name":"a","command":"x","idle_stop_secs":60}]"#, "longer than call_timeout"),
+            (r#"[{"name":"a","command":"x","limits":{"memory_mb":4}}]"#, "limits.memory_mb"),
+            (r#"[{"name":"a","command":"x","limits":{"pids":2}}]"#, "limits.pids"),
+            (r#"[{"name":"a","command":"x","limits":{"tmp_mb":0}}]"#, "limits.tmp_mb"),
+            (r#"[{"name":"a","command":"x","limits":{"cpus":2}}]"#, "cpus"),
+            (r#"[{"name":"a","url":"https://x/","limits":{"pids":64}}]"#, "runs no container"),
         ] {
             let err = parse(&format!(r#"{{"mcp":{{"servers":{json}}}}}"#)).unwrap_err();
             assert!(err.contains(expect), "{json}: {err}");

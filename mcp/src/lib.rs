@@ -30,7 +30,7 @@ pub mod session;
 pub mod stdio;
 pub mod tools;
 
-pub use config::{McpConfig, ServerConfig, ServerScope};
+pub use config::{McpConfig, ServerConfig, ServerLimits, ServerScope};
 pub use session::{Progress, Session};
 pub use tools::{Connector, McpTools};
 

@@ -25,14 +25,64 @@ const CHUNK: usize = 16 * 1024;
 
 /// The transport of a session over a server's stdio: writes requests to `write`, reads its
 /// answers from `read` through [`CutLines`].
-pub fn transport<R, W>(read: R, write: W) -> AsyncRwTransport<RoleClient, CutLines<R>, W>
+pub fn transport<R, W>(read: R, write: W) -> AsyncRwTransport<RoleClient, CutLines<R>, EndOnDrop<W>>
 where
     R: AsyncRead + Send + Unpin,
     W: AsyncWrite + Send + Unpin + 'static,
 {
     // The SDK's own cap, never reached (every line is at most MAX_MESSAGE_BYTES and a note).
-    AsyncRwTransport::new_client(CutLines::new(read), write)
+    AsyncRwTransport::new_client(CutLines::new(read), EndOnDrop(Some(write)))
         .with_max_line_length(MAX_MESSAGE_BYTES + 4096)
+}
+
+/// A server's input that is shut down (its end sent), not only dropped, when the session lets
+/// it go (rmcp's close drops it).
+///
+/// Why: a container's attached stdin is the write half of a connection whose read half still
+/// carries the container's output, and dropping that half sends nothing: the server never sees
+/// its input end, cannot end cleanly, and is killed when its container is removed. A browser
+/// killed so loses what it had not yet written (the chat's newest cookies: its login).
+#[derive(Debug)]
+pub struct EndOnDrop<W: AsyncWrite + Send + Unpin + 'static>(Option<W>);
+
+impl<W: AsyncWrite + Send + Unpin + 'static> AsyncWrite for EndOnDrop<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.0.as_mut() {
+            Some(write) => Pin::new(write).poll_write(cx, buf),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(write) => Pin::new(write).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(write) => Pin::new(write).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl<W: AsyncWrite + Send + Unpin + 'static> Drop for EndOnDrop<W> {
+    fn drop(&mut self) {
+        let (Some(mut write), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        runtime.spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let _ = write.shutdown().await;
+        });
+    }
 }
 
 /// `read` with every line cut as the module says, as it is read.
@@ -112,6 +162,25 @@ fn push_lines(cutter: &mut Cutter, bytes: &[u8], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use serde_json::{json, Value};
+
+    /// The write half of a split connection, dropped, sends no end; through [`EndOnDrop`] the
+    /// other side reads its end while this side's read half lives on.
+    #[tokio::test]
+    async fn a_dropped_input_is_ended_not_only_dropped() {
+        use tokio::io::AsyncReadExt;
+        for wrapped in [false, true] {
+            let (ours, mut theirs) = tokio::net::UnixStream::pair().unwrap();
+            let (_read, write) = tokio::io::split(ours);
+            match wrapped {
+                true => drop(EndOnDrop(Some(write))),
+                false => drop(write),
+            }
+            let mut buf = [0u8; 1];
+            let read = theirs.read(&mut buf);
+            let ended = tokio::time::timeout(std::time::Duration::from_millis(500), read).await;
+            assert_eq!(ended.is_ok(), wrapped, "wrapped: {wrapped}: {ended:?}");
+        }
+    }
 
     /// `input` through a [`Cutter`] in chunks of `size` bytes.
     fn cut(input: &[u8], size: usize) -> Vec<u8> {

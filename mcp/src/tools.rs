@@ -46,6 +46,17 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     fn progress(&self, server: &str, chat: &ChatRef, tool: &str, progress: &Progress) {
         let _ = (server, chat, tool, progress);
     }
+    /// A call of `chat`'s to `server` passed its limit: the server may be stuck on it (a page
+    /// that loops). The host may end the instance so that the next call starts a fresh one;
+    /// what it did, for the model.
+    fn timed_out<'a>(
+        &'a self,
+        server: &'a str,
+        chat: &'a ChatRef,
+    ) -> BoxFuture<'a, Option<String>> {
+        let _ = (server, chat);
+        Box::pin(std::future::ready(None))
+    }
     /// Resolves when the servers that start with the daemon have given their first tool
     /// lists, or the connector stopped waiting for them ([`ToolSource::ready`]).
     fn ready(&self) -> BoxFuture<'_, ()> {
@@ -166,6 +177,11 @@ impl McpTool {
                     None => output,
                 };
                 (CallOutcome::Answered, Ok(output))
+            }
+            Err(e @ McpError::Timeout { .. }) => {
+                let after = self.connector.timed_out(&self.server, &ctx.chat).await;
+                let after = after.map(|what| format!("; {what}")).unwrap_or_default();
+                failed(format!("{}: {e}{after}", self.tool.function))
             }
             Err(e) => failed(format!("{}: {e}", self.tool.function)),
         }

@@ -23,6 +23,7 @@ pub mod ogg;
 pub mod pdf;
 pub mod remote;
 pub mod scripted_llm;
+pub mod site;
 pub mod soak;
 pub mod telegram;
 

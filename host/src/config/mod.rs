@@ -70,6 +70,8 @@ pub struct Config {
     pub vault: VaultConfig,
     /// MCP servers, each in its own sandbox container (`[[mcp.servers]]`).
     pub mcp: nexbot_mcp::McpConfig,
+    /// The agent's web browser (an MCP server of the project's own, one per chat).
+    pub browser: nexbot_browser::BrowserConfig,
     /// Each chat's long-term memory.
     pub memory: MemoryConfig,
     pub logging: LoggingConfig,
@@ -288,6 +290,12 @@ impl Default for SkillsConfig {
 
 /// What the pool and a delegated task's deadlines are given, derived from the config.
 impl Config {
+    /// The MCP servers the daemon runs: the operator's `[[mcp.servers]]`, then the browser's
+    /// when `[browser]` is on (never written back as an `[[mcp.servers]]` entry).
+    pub fn mcp_servers(&self) -> Vec<nexbot_mcp::ServerConfig> {
+        self.mcp.servers.iter().cloned().chain(self.browser.server()).collect()
+    }
+
     /// The pool's settings derived from `[subagent]` and `[sandbox]`'s runtime; its queue wait from the deadlines
     /// (`crate::deadlines`).
     pub fn pool_config(&self) -> PoolConfig {

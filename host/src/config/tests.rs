@@ -186,6 +186,27 @@ fn mcp_servers_are_read_from_the_file_or_the_environment_and_checked() {
     }
 }
 
+/// `[browser]` on: one more MCP server (chat-scoped, the room, its own limits), never written
+/// back as an `[[mcp.servers]]` entry; a server of the operator's by that name is refused.
+#[test]
+fn the_browser_is_an_mcp_server_of_the_daemons_own_when_on() {
+    let off = load("", &[]).unwrap();
+    assert!(off.mcp_servers().is_empty());
+    let on = load("[browser]\nenabled = true\nmemory_mb = 768\n", &[]).unwrap();
+    let servers = on.mcp_servers();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0].name, "browser");
+    assert_eq!(servers[0].limits.memory_mb, Some(768));
+    assert!(on.mcp.servers.is_empty(), "not an operator's entry");
+    let env = [("NEXBOT_BROWSER__ENABLED", "true")];
+    assert_eq!(load("", &env).unwrap().mcp_servers()[0].name, "browser");
+    let taken = "[browser]\nenabled = true\n[[mcp.servers]]\nname = \"browser\"\ncommand = \"x\"\n";
+    let err = load(taken, &[]).unwrap_err().to_string();
+    assert!(err.contains("browser.enabled"), "{err}");
+    let err = load("[browser]\nenabled = true\npids = 8\n", &[]).unwrap_err().to_string();
+    assert!(err.contains("browser.pids"), "{err}");
+}
+
 #[test]
 fn skills_settings_are_checked_and_the_folder_falls_back_to_the_subagents() {
     let hash = format!("sha256:{}", "ab".repeat(32));

@@ -16,6 +16,9 @@ impl Config {
                     .map_err(|why| (format!("mcp.servers[{i}].room"), why))?;
             }
         }
+        if let Some((key, reason)) = self.browser.problems(&self.mcp.servers).into_iter().next() {
+            return Err((key.to_owned(), reason));
+        }
         if let Some((key, reason)) = self.telegram.problems().into_iter().next() {
             return Err((key.to_owned(), reason));
         }

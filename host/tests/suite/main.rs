@@ -12,6 +12,7 @@
 mod common;
 mod egress_support;
 
+mod browser;
 mod chat_tools;
 mod control;
 mod egress_dns;

@@ -40,6 +40,7 @@ pub(crate) fn server(name: &str, command: &str, scope: ServerScope) -> ServerCon
         call_timeout_secs: 30,
         idle_stop_secs: 600,
         start_timeout_secs: 60,
+        limits: Default::default(),
     }
 }
 
@@ -249,6 +250,45 @@ async fn a_servers_tools_reach_the_agent_from_its_own_hardened_container() {
     assert!(made["output"].as_str().unwrap().contains("user: What's weather in Lisbon?"), "{made}");
     let unknown = call(&prompts, json!({"name": "no-such-prompt"}), &ctx(&owner)).await;
     assert_eq!(unknown["success"], false, "{unknown}");
+    h.stop().await;
+}
+
+/// A chat's server whose call ran past its limit may be stuck on it (a page that loops in a
+/// browser): its container is ended and the model is told the next call starts it afresh; a
+/// shared server, which serves other chats, is left running.
+#[tokio::test]
+async fn a_chats_server_stuck_past_a_calls_limit_is_replaced_at_its_next_call() {
+    let mut mine = server("mine", "mcp-server-everything", ServerScope::Chat);
+    mine.args = vec!["stdio".into()];
+    mine.call_timeout_secs = 2;
+    let mut shared = server("shared", "mcp-server-everything", ServerScope::Shared);
+    shared.args = vec!["stdio".into()];
+    shared.call_timeout_secs = 2;
+    let Some(h) = Harness::start("mcp-stuck", vec![mine, shared]).await else { return };
+    let owner = ChatRef::console("owner").unwrap();
+    let long = json!({"duration": 60, "steps": 2});
+    for name in ["mine", "shared"] {
+        let slow = h.tool(&owner, &format!("mcp__{name}__trigger-long-running-operation"));
+        let echo = h.tool(&owner, &format!("mcp__{name}__echo"));
+        assert_eq!(call(&echo, json!({"message": "hi"}), &ctx(&owner)).await["success"], true);
+        let serves = if name == "mine" { owner.to_string() } else { "shared".into() };
+        let before = h.container(name, &serves).await.expect("running");
+        let stuck = call(&slow, long.clone(), &ctx(&owner)).await;
+        let error = stuck["error"].as_str().unwrap().to_owned();
+        assert!(error.contains("passed its limit of 2 s"), "{error}");
+        let after = h.container(name, &serves).await;
+        let again = call(&echo, json!({"message": "again"}), &ctx(&owner)).await;
+        assert_eq!(again["success"], true, "{again}");
+        let now = h.container(name, &serves).await.expect("running again");
+        if name == "mine" {
+            assert!(error.contains("the next call starts it afresh"), "{error}");
+            assert_eq!(after, None, "the stuck instance is gone at once");
+            assert_ne!(now, before, "a fresh container");
+        } else {
+            assert!(!error.contains("afresh"), "{error}");
+            assert_eq!(now, before, "the shared server keeps serving");
+        }
+    }
     h.stop().await;
 }
 

@@ -10,7 +10,7 @@ use crate::pool_common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nexbot_docker::{Owner, Pool, PoolError, ServiceSpec};
+use nexbot_docker::{Owner, Pool, PoolError, ServiceLimits, ServiceSpec};
 use pool_common::{containers_of, setup};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -25,6 +25,7 @@ fn spec(name: &str, script: &str) -> ServiceSpec {
         labels: BTreeMap::from([("nexbot.test".to_owned(), name.to_owned())]),
         user: None,
         mounts: Vec::new(),
+        limits: ServiceLimits::default(),
     }
 }
 
@@ -95,6 +96,50 @@ async fn a_service_container_is_hardened_like_the_pools_and_speaks_plain_bytes()
     let err = pool.start_service(&bad).await.expect_err("refused");
     assert!(
         matches!(&err, PoolError::InvalidConfig(text) if text.contains("env.GITHUB_TOKEN")),
+        "{err}"
+    );
+
+    // Its own limits replace the pool's, and the engine holds it to them; one the engine
+    // would refuse is refused first, naming it.
+    let mut roomy = spec(
+        "roomy",
+        // cgroup v2, then v1's place (gVisor shows neither).
+        "p=$(cat /sys/fs/cgroup/pids.max /sys/fs/cgroup/pids/pids.max 2>/dev/null | head -1); \
+         echo \"pids=${p:-unknown}\"; df -k /tmp | tail -1; cat",
+    );
+    roomy.limits = ServiceLimits {
+        memory_bytes: Some(3 * config.memory_bytes),
+        pids_limit: Some(4 * config.pids_limit),
+        tmp_size_bytes: Some(48 * 1024 * 1024),
+    };
+    let (roomy_service, mut roomy_io) = pool.start_service(&roomy).await.expect("starts");
+    let info = docker.inspect_container(roomy_service.id(), None).await.expect("inspect");
+    let host = info.host_config.expect("host config");
+    assert_eq!(host.memory, Some(3 * config.memory_bytes));
+    assert_eq!(host.memory_swap, Some(3 * config.memory_bytes), "no swap beyond it");
+    assert_eq!(host.pids_limit, Some(nexbot_tests::expected_pids_limit(4 * config.pids_limit)));
+    assert!(host.tmpfs.unwrap()["/tmp"].contains(&format!("size={}", 48 * 1024 * 1024)));
+    let mut seen = String::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while seen.lines().count() < 2 {
+        let n = tokio::time::timeout_at(until, roomy_io.stdout.read(&mut buf))
+            .await
+            .expect("its limits are printed")
+            .unwrap();
+        assert!(n > 0, "stdout ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let inside: Vec<&str> = seen.lines().collect();
+    if !nexbot_tests::expected_runtime().contains("runsc") {
+        assert_eq!(inside[0], format!("pids={}", 4 * config.pids_limit), "{seen}");
+    }
+    assert!(inside[1].split_whitespace().nth(1) == Some("49152"), "a 48 MiB /tmp: {seen}");
+    roomy_service.stop().await;
+    let mut tiny = spec("tiny", "cat");
+    tiny.limits.memory_bytes = Some(1024);
+    let err = pool.start_service(&tiny).await.expect_err("refused");
+    assert!(
+        matches!(&err, PoolError::InvalidConfig(text) if text.contains("limits: memory")),
         "{err}"
     );
 

@@ -1,0 +1,434 @@
+//! The agent's browser end to end (issue 49): the real `nexbot serve`, the real pool and egress
+//! proxy, Chromium and Playwright's MCP server in `nexbot-browser:dev`, the Telegram fixture,
+//! a website the test serves ([`nexbot_tests::site`]) and the scripted model, which reads the
+//! browser's answers (its element references) as a model would.
+
+use crate::common;
+use crate::host_approvals::{press, questions, wait_question};
+use crate::telegram::{has_text, start, telegram_env, FRIEND, LIMIT, OWNER};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use common::{Leftovers, TempWorkspace};
+use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
+use nexbot_tests::site::{self, TestSite};
+use nexbot_tests::telegram::TelegramFixture;
+use serde_json::{json, Value};
+
+/// What the browser answered, per chat message that started a turn ("chat: text"), in order.
+type Answers = Arc<Mutex<HashMap<String, Vec<String>>>>;
+
+/// One action of a plan: the model's next step from the browser's answers so far.
+type Action<'a> = &'a dyn Fn(&[String]) -> Step;
+
+/// The reference of the element of `role` named `name` in a snapshot (`textbox "User"
+/// [ref=e12]`), from the newest answer that has it.
+fn element(answers: &[String], role: &str, name: &str) -> String {
+    let needle = format!("{role} \"{name}\"");
+    for answer in answers.iter().rev() {
+        for line in answer.lines().filter(|l| l.contains(&needle)) {
+            if let Some(at) = line.find("[ref=") {
+                let rest = &line[at + 5..];
+                return rest[..rest.find(']').unwrap()].to_owned();
+            }
+        }
+    }
+    panic!("no {needle} in the browser's answers: {answers:#?}")
+}
+
+/// The tool results since the last user message, as text.
+fn this_turns_results(body: &Value) -> Vec<String> {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let start = messages.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
+    messages[start..]
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            // The tool message is JSON: the tool's output, or its error.
+            let content = m["content"].as_str().unwrap_or_default();
+            match serde_json::from_str::<Value>(content) {
+                Ok(v) => v["output"].as_str().or(v["error"].as_str()).unwrap_or(content).to_owned(),
+                Err(_) => content.to_owned(),
+            }
+        })
+        .collect()
+}
+
+fn call(tool: &str, args: Value) -> Step {
+    Step::tool_call(&format!("mcp__browser__{tool}"), args)
+}
+
+/// The model: each user message is a plan of browser actions on `site`, each action chosen
+/// from what the browser answered so far (so references are the browser's own), then a text
+/// answer. Every answer the browser gave is kept in `answers` under the message's text.
+fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
+    let answers: Answers = Arc::default();
+    let kept = answers.clone();
+    let site = site.clone();
+    llm.set_responder(move |body| {
+        let said = last_user(body);
+        let got = this_turns_results(body);
+        kept.lock().unwrap().insert(said.clone(), got.clone());
+        let step = got.len();
+        let plan: &[Action<'_>] = match said.as_str() {
+            "read the orders page" => {
+                &[&|_| call("browser_navigate", json!({"url": site.url("/")})), &|_| {
+                    call("browser_snapshot", json!({}))
+                }]
+            }
+            "log in" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/login")})),
+                &|_| call("browser_snapshot", json!({})),
+                &|got| {
+                    let user = element(got, "textbox", "User");
+                    call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
+                },
+                &|got| {
+                    let password = element(got, "textbox", "Password");
+                    call(
+                        "browser_type",
+                        json!({"element": "Password", "target": password,
+                               "text": site::PASSWORD, "submit": true}),
+                    )
+                },
+                &|_| call("browser_snapshot", json!({})),
+            ],
+            "place the order" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/order")})),
+                &|_| call("browser_snapshot", json!({})),
+                &|got| {
+                    let item = element(got, "textbox", "Item");
+                    call(
+                        "browser_type",
+                        json!({"element": "Item", "target": item, "text": "blue mug", "submit": true}),
+                    )
+                },
+                &|_| call("browser_snapshot", json!({})),
+                &|got| {
+                    let quantity = element(got, "textbox", "Quantity");
+                    call(
+                        "browser_type",
+                        json!({"element": "Quantity", "target": quantity, "text": "3",
+                               "submit": true}),
+                    )
+                },
+                &|_| call("browser_snapshot", json!({})),
+            ],
+            "get the report" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/files")})),
+                &|_| call("browser_snapshot", json!({})),
+                &|got| {
+                    let link = element(got, "link", "Download the report");
+                    call("browser_click", json!({"element": "the report", "target": link}))
+                },
+                &|_| call("browser_wait_for", json!({"time": 1})),
+            ],
+            "read the deals" => {
+                &[&|_| call("browser_navigate", json!({"url": site.url("/hostile")})), &|_| {
+                    call("browser_snapshot", json!({}))
+                }]
+            }
+            "hang" => &[&|_| call("browser_navigate", json!({"url": site.url("/loop")}))],
+            "eat" => &[&|_| call("browser_navigate", json!({"url": site.url("/eat")}))],
+            "open my account" => {
+                &[&|_| call("browser_navigate", json!({"url": site.url("/account")})), &|_| {
+                    call("browser_snapshot", json!({}))
+                }]
+            }
+            _ => &[],
+        };
+        match plan.get(step) {
+            Some(action) => action(&got),
+            None => Step::text(&format!("browsed: {said}")),
+        }
+    });
+    answers
+}
+
+fn answers_to(answers: &Answers, said: &str) -> Vec<String> {
+    answers.lock().unwrap().get(said).cloned().unwrap_or_default()
+}
+
+/// The daemon's environment: Telegram, a pool of its own, the browser on for every allowed
+/// chat, and the site's address opened to the proxy (`egress.mode` stays `open`).
+fn browser_env(
+    llm: &ScriptedLlm,
+    tg: &TelegramFixture,
+    names: &Leftovers,
+    site: &TestSite,
+) -> Vec<(String, String)> {
+    let mut env = telegram_env(llm, tg);
+    env.extend(names.env());
+    env.extend(
+        [
+            ("NEXBOT_BROWSER__ENABLED", "true".to_owned()),
+            ("NEXBOT_BROWSER__ALLOWED_CHATS", r#"["*"]"#.to_owned()),
+            (
+                "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL",
+                format!(r#"[{{ cidr = "{}", ports = [{}] }}]"#, site.addr.ip(), site.addr.port()),
+            ),
+        ]
+        .map(|(k, v)| (k.to_owned(), v)),
+    );
+    env
+}
+
+/// Says `text` in `chat` and waits for the model's answer to it (a new one, when the same
+/// words were said before).
+async fn say_and_wait(tg: &TelegramFixture, chat: i64, text: &str) {
+    let done = format!("browsed: {text}");
+    let answered = |m: &[nexbot_tests::telegram::BotMessage]| {
+        m.iter().filter(|m| m.text.contains(&done)).count()
+    };
+    let before = answered(&tg.bot_messages(chat).await);
+    tg.user_says(chat, chat, text).await;
+    tg.wait_bot_messages(chat, |m| answered(m) > before, LIMIT * 3).await;
+}
+
+/// The owner's chat reads a page its script writes, logs in, fills a two-step form, gets a
+/// download into its room and reads a hostile page as data; after a restart of the daemon it
+/// is still logged in. A friend's chat, on the same site, is not, and its browser sees only
+/// its own room.
+#[tokio::test]
+async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_across_a_restart() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("browser").await else { return };
+    let tg = TelegramFixture::start().await;
+    let site = TestSite::start(crate::host_approvals::host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let answers = browsing_model(&llm, &site);
+    let ws = TempWorkspace::init("browser");
+    let names = Leftovers::new("browser");
+    let env = browser_env(&llm, &tg, &names, &site);
+    let serving = start(&ws, &env).await;
+
+    say_and_wait(&tg, OWNER, "read the orders page").await;
+    let read = answers_to(&answers, "read the orders page");
+    assert!(read[1].contains(site::RENDERED), "the script's text: {read:#?}");
+
+    say_and_wait(&tg, OWNER, "log in").await;
+    let login = answers_to(&answers, "log in");
+    assert!(login[4].contains(site::WELCOME), "logged in: {login:#?}");
+
+    say_and_wait(&tg, OWNER, "place the order").await;
+    let order = answers_to(&answers, "place the order");
+    assert!(order[5].contains("Ordered 3 × blue mug"), "{order:#?}");
+
+    say_and_wait(&tg, OWNER, "get the report").await;
+    let room = ws
+        .dir
+        .join("chats")
+        .join(nexbot_tools::rooms::room_name(&format!("telegram:{OWNER}").parse().unwrap()));
+    let report = std::fs::read_to_string(room.join("downloads").join(site::DOWNLOAD_NAME));
+    assert_eq!(
+        report.as_deref().ok(),
+        Some(site::DOWNLOAD_BODY),
+        "the download is in the room: {:#?}",
+        answers_to(&answers, "get the report")
+    );
+
+    // A page's words reach the model as data, inside the envelope, never as instructions.
+    say_and_wait(&tg, OWNER, "read the deals").await;
+    let deals = answers_to(&answers, "read the deals");
+    let hostile = deals.iter().find(|a| a.contains(site::INJECTION)).expect("the page's text");
+    let opens = hostile.find("MCP_RESULT").expect("an envelope");
+    assert!(opens < hostile.find(site::INJECTION).unwrap(), "{hostile}");
+
+    // Every request went through the proxy, under the chat's browser's name.
+    let audit = std::fs::read_to_string(ws.database().parent().unwrap().join("egress-audit.jsonl"))
+        .unwrap_or_default();
+    let ours: Vec<Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["port"] == site.addr.port())
+        .collect();
+    assert!(!ours.is_empty(), "the audit names the site");
+    assert!(
+        ours.iter().all(|l| l["task_id"] == format!("mcp:browser@telegram:{OWNER}")),
+        "{ours:#?}"
+    );
+    serving.stop(LIMIT).await;
+
+    // A restart: the same chat is still logged in (its profile is in its room).
+    let serving = start(&ws, &env).await;
+    say_and_wait(&tg, OWNER, "open my account").await;
+    let account = answers_to(&answers, "open my account");
+    assert!(account[1].contains(site::WELCOME), "still logged in: {account:#?}");
+
+    // Another chat on the same site: not logged in, and its browser has only its own room.
+    say_and_wait(&tg, FRIEND, "open my account").await;
+    let account = answers_to(&answers, "open my account");
+    assert!(account[1].contains(site::NOT_LOGGED_IN), "{account:#?}");
+    assert!(!account[1].contains(site::WELCOME));
+    let visits = site.visits();
+    let accounts: Vec<bool> =
+        visits.iter().filter(|v| v.path == "/account").map(|v| v.logged_in).collect();
+    assert_eq!(accounts.last(), Some(&false), "the friend's request carried no login");
+    serving.stop(LIMIT).await;
+}
+
+/// In `ask` mode the browser's first request to a site is held while its chat is asked; a
+/// denial fails the page and the model reads why.
+#[tokio::test]
+async fn in_ask_mode_the_browsers_first_request_is_asked_about_and_a_denial_fails_the_page() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("browser-ask").await else { return };
+    let tg = TelegramFixture::start().await;
+    let site = TestSite::start(crate::host_approvals::host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let answers = browsing_model(&llm, &site);
+    let ws = TempWorkspace::init("browser-ask");
+    let names = Leftovers::new("browserask");
+    let mut env = browser_env(&llm, &tg, &names, &site);
+    env.push(("NEXBOT_EGRESS__MODE".into(), "ask".into()));
+    let serving = start(&ws, &env).await;
+
+    tg.user_says(OWNER, OWNER, "read the orders page").await;
+    let question = wait_question(&tg, OWNER, 0).await;
+    assert!(question.text.contains(&site.addr.to_string()), "{}", question.text);
+    assert!(site.visits().is_empty(), "held: nothing reached the site");
+    let deny = press(&question, "Deny");
+    tg.user_clicks(OWNER, OWNER, question.message_id, &deny).await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "browsed: read the orders page"), LIMIT * 3).await;
+    let read = answers_to(&answers, "read the orders page");
+    assert!(!read.iter().any(|a| a.contains(site::RENDERED)), "{read:#?}");
+    assert!(
+        read[0].contains("ERR_TUNNEL_CONNECTION_FAILED")
+            || read[0].contains("403")
+            || read[0].to_lowercase().contains("denied"),
+        "the model reads why the page failed: {read:#?}"
+    );
+    assert!(site.visits().is_empty(), "nothing reached the site");
+    // A denial refuses that request only: the browser's next request to the site (a retry, a
+    // favicon) is asked about again, about the same site.
+    let asked = questions(&tg.bot_messages(OWNER).await);
+    assert!(asked.iter().all(|q| q.text.contains(&site.addr.to_string())), "{asked:#?}");
+    serving.stop(LIMIT).await;
+}
+
+/// The running browser containers of the daemon whose pool is `names`.
+fn browser_containers(names: &Leftovers) -> Vec<String> {
+    let listed = common::docker_cli(&[
+        "ps",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        "label=nexbot.mcp.server=browser",
+        "--filter",
+        &format!("name={}-mcp-browser", names.pool),
+    ]);
+    listed.lines().map(str::to_owned).collect()
+}
+
+/// What a node program run inside the container prints.
+fn node_in(container: &str, program: &str) -> String {
+    common::docker_cli(&["exec", container, "node", "-e", program])
+}
+
+/// The chat's browser container is hardened like the pool's, has only its chat's room, listens
+/// on no port (no DevTools endpoint), and reaches nothing but through the proxy; a page whose
+/// script never ends is cut off at the action's limit, the model is told, and the next action
+/// gets a fresh browser; `/browser reset` forgets the profile.
+#[tokio::test]
+async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forgets_it() {
+    let Some(_docker) = nexbot_tests::docker_or_skip("browser-walls").await else { return };
+    let tg = TelegramFixture::start().await;
+    let site = TestSite::start(crate::host_approvals::host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let answers = browsing_model(&llm, &site);
+    let ws = TempWorkspace::init("browser-walls");
+    let names = Leftovers::new("browserwalls");
+    let mut env = browser_env(&llm, &tg, &names, &site);
+    env.push(("NEXBOT_BROWSER__ACTION_TIMEOUT_SECS".into(), "8".into()));
+    let serving = start(&ws, &env).await;
+
+    say_and_wait(&tg, OWNER, "read the orders page").await;
+    let running = browser_containers(&names);
+    assert_eq!(running.len(), 1, "one browser, the chat's: {running:?}");
+    let first = running[0].clone();
+    let inspected = common::docker_cli(&["inspect", &first]);
+    let info: Value = serde_json::from_str::<Vec<Value>>(&inspected).unwrap().remove(0);
+    let host = &info["HostConfig"];
+    assert_eq!(info["Config"]["User"], "65532:65532");
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert_eq!(host["CapDrop"], json!(["ALL"]));
+    assert_eq!(host["SecurityOpt"], json!(["no-new-privileges:true"]));
+    assert_eq!(host["Privileged"], false);
+    assert_eq!(host["Memory"], 1024 * 1024 * 1024);
+    assert_eq!(host["PidsLimit"], nexbot_tests::expected_pids_limit(512));
+    assert_eq!(host["NetworkMode"], names.network.as_str());
+    let room = ws
+        .dir
+        .join("chats")
+        .join(nexbot_tools::rooms::room_name(&format!("telegram:{OWNER}").parse().unwrap()));
+    let mounts = info["Mounts"].as_array().unwrap();
+    let binds: Vec<&Value> = mounts.iter().filter(|m| m["Type"] == "bind").collect();
+    assert_eq!(binds.len(), 1, "only the chat's room: {mounts:#?}");
+    let room_name = room.file_name().unwrap().to_str().unwrap();
+    assert!(binds[0]["Source"].as_str().unwrap().ends_with(room_name), "{mounts:#?}");
+    assert_eq!(binds[0]["Destination"], "/room");
+
+    // No port: nothing listens in the container's network (Chromium is driven over a pipe)
+    // but the engine's own resolver, 127.0.0.11, which every container of a user-defined
+    // network has.
+    let pid = info["State"]["Pid"].as_i64().unwrap();
+    for table in ["tcp", "tcp6"] {
+        let sockets = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
+        let listening: Vec<&str> = sockets
+            .lines()
+            .skip(1)
+            .filter(|l| l.split_whitespace().nth(3) == Some("0A"))
+            .filter(|l| !l.split_whitespace().nth(1).unwrap_or("").starts_with("0B00007F:"))
+            .collect();
+        assert!(listening.is_empty(), "{table}: {listening:?}");
+    }
+    // Nothing leaves but through the proxy: a direct connection and a lookup both fail.
+    let direct = format!(
+        "const s = require('net').connect({}, '{}'); s.setTimeout(3000); \
+         s.on('connect', () => {{ s.write('GET /direct HTTP/1.0\\r\\n\\r\\n'); console.log('CONNECTED') }}); \
+         s.on('timeout', () => {{ console.log('TIMEOUT'); process.exit() }}); \
+         s.on('error', e => console.log('ERR ' + e.code))",
+        site.addr.port(),
+        site.addr.ip()
+    );
+    let said = node_in(&first, &direct);
+    assert!(!said.contains("CONNECTED") && !said.is_empty(), "{said}");
+    let lookup =
+        "require('dns').lookup('example.com', (e, a) => console.log(e ? 'ERR ' + e.code : a))";
+    let looked_up = node_in(&first, lookup);
+    assert!(looked_up.starts_with("ERR"), "no DNS: {looked_up}");
+    assert!(!site.visits().iter().any(|v| v.path == "/direct"));
+
+    // A page whose script never ends: the action's limit ends it, the model reads why, and the
+    // browser that ran it is gone.
+    say_and_wait(&tg, OWNER, "hang").await;
+    let hang = answers_to(&answers, "hang");
+    assert!(hang[0].contains("passed its limit of 8 s"), "{hang:#?}");
+    assert!(hang[0].contains("the next call starts it afresh"), "{hang:#?}");
+    assert!(!browser_containers(&names).contains(&first), "the stuck browser is gone");
+    say_and_wait(&tg, OWNER, "read the orders page").await;
+    let read = answers_to(&answers, "read the orders page");
+    assert!(read[1].contains(site::RENDERED), "a fresh browser reads the page: {read:#?}");
+    let fresh = browser_containers(&names);
+    assert_eq!(fresh.len(), 1);
+    assert_ne!(fresh[0], first);
+
+    // A page that eats memory meets the container's limit; the model reads that the action
+    // failed, and the next action reads a page.
+    say_and_wait(&tg, OWNER, "eat").await;
+    let eat = answers_to(&answers, "eat");
+    assert!(eat[0].contains("failed") && eat[0].contains("Page crashed"), "{eat:#?}");
+    say_and_wait(&tg, OWNER, "read the orders page").await;
+    let read = answers_to(&answers, "read the orders page");
+    assert!(read[1].contains(site::RENDERED), "after the hungry page: {read:#?}");
+
+    // `/browser reset`: the browser stops and its profile is gone; the downloads stay.
+    assert!(room.join(".browser").exists());
+    std::fs::create_dir_all(room.join("downloads")).unwrap();
+    std::fs::write(room.join("downloads/kept.txt"), "kept").unwrap();
+    tg.user_says(OWNER, OWNER, "/browser reset").await;
+    tg.wait_bot_messages(OWNER, |m| has_text(m, "Forgot this chat's browser"), LIMIT).await;
+    assert!(!room.join(".browser").exists(), "the profile is gone");
+    assert!(room.join("downloads/kept.txt").exists(), "the downloads stay");
+    assert!(browser_containers(&names).is_empty(), "the browser was stopped");
+    serving.stop(LIMIT).await;
+}
