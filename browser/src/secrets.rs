@@ -1,0 +1,214 @@
+//! `{{secret:NAME}}` typed into a page: filled in only where the secret's binding allows, and
+//! never read back by the model.
+//!
+//! The model writes `browser_type` with the text `{{secret:NAME}}`; this filter makes it two
+//! calls of the chat's browser: first where the field's page is (its document's address),
+//! checked against the secret's binding as the egress proxy checks a request (host, port,
+//! scheme, and the body among its places: a form sends what was typed in its body); then the
+//! fill, in the page, which refuses if the field's page is no longer that address (a page that
+//! navigated between the two calls gets nothing). Every answer of the browser is scanned for
+//! the chat's secrets (and the operator's) in every encoding the redactor knows, so a page that
+//! shows what was typed does not show it to the model.
+//!
+//! What the browser then holds: the value, in the page's memory and the field, for as long as
+//! the page keeps it, and in what the page sends to its site. Chromium's password manager and
+//! autofill are off under Playwright, so the profile keeps no copy; the page itself may (a
+//! "remember me" cookie is the site's).
+
+use std::sync::Arc;
+
+use nexbot_core::{BoxFuture, ChatRef};
+use nexbot_mcp::answer::Answer;
+use nexbot_mcp::{CallFilter, McpError, PlainCall};
+use nexbot_vault::{SecretScope, Vault};
+use secrecy::ExposeSecret;
+use serde_json::{json, Map, Value};
+
+/// The browser's calls, for one chat's secrets.
+#[derive(Debug, Clone)]
+pub struct SecretTyping {
+    vault: Arc<Vault>,
+}
+
+impl SecretTyping {
+    pub fn new(vault: Arc<Vault>) -> Self {
+        Self { vault }
+    }
+
+    /// `answer` with every value the chat may not read back replaced by its name.
+    fn scrub(&self, chat: &ChatRef, mut answer: Answer) -> Answer {
+        let watched = self.vault.watched(chat);
+        let redactor =
+            nexbot_redact::Redactor::from_pairs(watched.iter().map(|(name, v)| (name.as_str(), v)));
+        answer.text = redactor.redact(&answer.text);
+        answer
+    }
+
+    async fn type_secret(
+        &self,
+        chat: &ChatRef,
+        name: &str,
+        arguments: &Map<String, Value>,
+        call: &PlainCall<'_>,
+    ) -> Result<Answer, McpError> {
+        let refused = |why: String| Ok(Answer { text: why, is_error: true, cut: None });
+        let secret = match self.vault.resolve(&SecretScope::Chat(chat.clone()), name) {
+            Ok(secret) => secret,
+            Err(e) => return refused(format!("the secret {name} is not typed: {e}")),
+        };
+        if secret.decoy.is_some() || secret.hosts.is_empty() {
+            return refused(format!(
+                "the secret {name} is bound to no site, so it is typed into none (store it with \
+                 --host https://SITE --in body)"
+            ));
+        }
+        if secret.confirm {
+            return refused(format!(
+                "the secret {name} needs a yes for each task; the browser does not ask yet"
+            ));
+        }
+        let (Some(target), element) = (arguments.get("target"), arguments.get("element")) else {
+            return refused("browser_type needs a target".to_owned());
+        };
+        let element = element.cloned().unwrap_or_else(|| json!("the field"));
+        let whereabouts = json!({
+            "element": element, "target": target,
+            "function": "(element) => element.ownerDocument.location.href",
+        });
+        let found = call("browser_evaluate".to_owned(), object(whereabouts)).await?;
+        let Some(page) = evaluated_string(&found) else {
+            return refused(format!("the secret {name} is not typed: the field was not found"));
+        };
+        if !secret.hosts.iter().any(|binding| binding.allows_page(&page)) {
+            let origin = page.split('/').take(3).collect::<Vec<_>>().join("/");
+            return refused(format!(
+                "the secret {name} is not typed into this page ({origin}): it is bound elsewhere"
+            ));
+        }
+        let submit = match arguments.get("submit") {
+            Some(Value::Bool(true)) => "if (element.form) element.form.requestSubmit();",
+            _ => "",
+        };
+        let fill = format!(
+            "(element) => {{ if (element.ownerDocument.location.href !== {page}) throw new \
+             Error('the page changed before the secret was typed'); const setter = \
+             Object.getOwnPropertyDescriptor(Object.getPrototypeOf(element), 'value')?.set; \
+             if (!setter) throw new Error('not a text field'); setter.call(element, {value}); \
+             element.dispatchEvent(new Event('input', {{ bubbles: true }})); \
+             element.dispatchEvent(new Event('change', {{ bubbles: true }})); {submit} return \
+             'typed'; }}",
+            page = Value::String(page.clone()),
+            value = Value::String(secret.value.expose_secret().to_owned()),
+        );
+        let filled = json!({"element": element, "target": target, "function": fill});
+        let answer = call("browser_evaluate".to_owned(), object(filled)).await?;
+        match answer.is_error {
+            true => Ok(answer),
+            false => Ok(Answer {
+                text: format!("Typed the secret {name} into {element}.\n{}", answer.text),
+                ..answer
+            }),
+        }
+    }
+}
+
+impl CallFilter for SecretTyping {
+    fn call<'a>(
+        &'a self,
+        chat: &'a ChatRef,
+        tool: &'a str,
+        arguments: Map<String, Value>,
+        call: &'a PlainCall<'a>,
+    ) -> BoxFuture<'a, Result<Answer, McpError>> {
+        Box::pin(async move {
+            let answer = match placeholder(tool, &arguments) {
+                Placeholder::None => call(tool.to_owned(), arguments).await?,
+                Placeholder::Typed(name) => self.type_secret(chat, &name, &arguments, call).await?,
+                Placeholder::Elsewhere => Answer {
+                    text: format!(
+                        "{tool} was not run: a {{{{secret:NAME}}}} is typed only with \
+                         browser_type, alone in its text, into a page its binding allows"
+                    ),
+                    is_error: true,
+                    cut: None,
+                },
+            };
+            Ok(self.scrub(chat, answer))
+        })
+    }
+}
+
+/// Where a call's arguments name a secret.
+#[derive(Debug, PartialEq, Eq)]
+enum Placeholder {
+    None,
+    /// `browser_type` whose text is exactly `{{secret:NAME}}`.
+    Typed(String),
+    /// Anywhere else, or beside other text: refused (it would be typed as it is, or sent to
+    /// a page's script).
+    Elsewhere,
+}
+
+fn placeholder(tool: &str, arguments: &Map<String, Value>) -> Placeholder {
+    let text = arguments.get("text").and_then(Value::as_str);
+    let alone = text
+        .and_then(|t| t.strip_prefix("{{secret:"))
+        .and_then(|t| t.strip_suffix("}}"))
+        .filter(|name| nexbot_redact::is_valid_secret_name(name));
+    match (tool, alone) {
+        ("browser_type", Some(name)) => Placeholder::Typed(name.to_owned()),
+        _ if Value::Object(arguments.clone()).to_string().contains("{{secret:") => {
+            Placeholder::Elsewhere
+        }
+        _ => Placeholder::None,
+    }
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// The string an evaluation returned (Playwright answers `### Result` then the value as JSON).
+fn evaluated_string(answer: &Answer) -> Option<String> {
+    if answer.is_error {
+        return None;
+    }
+    let after = answer.text.split("### Result").nth(1)?;
+    let line = after.lines().map(str::trim).find(|l| !l.is_empty())?;
+    serde_json::from_str::<String>(line).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(value: Value) -> Map<String, Value> {
+        object(value)
+    }
+
+    #[test]
+    fn a_placeholder_is_typed_only_alone_in_browser_type() {
+        let typed = args(json!({"target": "e5", "text": "{{secret:BANK_PW}}"}));
+        assert_eq!(placeholder("browser_type", &typed), Placeholder::Typed("BANK_PW".into()));
+        let beside = args(json!({"target": "e5", "text": "pw {{secret:BANK_PW}}"}));
+        assert_eq!(placeholder("browser_type", &beside), Placeholder::Elsewhere);
+        let script = args(json!({"function": "() => '{{secret:BANK_PW}}'"}));
+        assert_eq!(placeholder("browser_evaluate", &script), Placeholder::Elsewhere);
+        let url = args(json!({"url": "https://x.example/?k={{secret:BANK_PW}}"}));
+        assert_eq!(placeholder("browser_navigate", &url), Placeholder::Elsewhere);
+        let plain = args(json!({"target": "e5", "text": "alice"}));
+        assert_eq!(placeholder("browser_type", &plain), Placeholder::None);
+    }
+
+    #[test]
+    fn an_evaluations_string_is_read_from_its_answer() {
+        let answer = |text: &str, is_error| Answer { text: text.into(), is_error, cut: None };
+        let page = answer("### Result\n\"https://bank.example/login\"\n", false);
+        assert_eq!(evaluated_string(&page).as_deref(), Some("https://bank.example/login"));
+        assert_eq!(evaluated_string(&answer("### Error\nno such element", true)), None);
+        assert_eq!(evaluated_string(&answer("### Result\n42", false)), None);
+    }
+}
