@@ -397,11 +397,12 @@ BENCH_RUNS := "-p nexbot-subagent --bench ping_rtt" "-p nexbot-tests --bench poo
   "-p nexbot-host --bench scheduler" "-p nexbot-host --bench skills" \
   "-p nexbot-host --bench approvals" "-p nexbot-host --bench mcp" \
   "-p nexbot-host --bench dashboard" "-p nexbot-host --bench memory" \
+  "-p nexbot-host --bench browser" \
   "-p nexbot-ctl --bench ps" \
   "-p nexbot-egress --bench egress" "-p nexbot-llm --bench client" \
   "-p nexbot-tests --bench summary"
 
-bench: image cli-image mcp-image
+bench: image cli-image mcp-image browser-image
 	for b in $(BENCH_RUNS); do cargo bench --no-run $$b || exit 1; done
 	@mkdir -p $(dir $(BENCH_FIGURES))
 	@{ echo "# make bench started at $$(date +%s)"; \

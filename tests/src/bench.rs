@@ -118,6 +118,56 @@ impl Target {
 }
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS:`, `RssAnon:`, …), in KiB.
+/// The `node_modules` of the npm tree a `make` target (`make_target`) staged under
+/// `target/<dir>/` (one folder per pinned set of packages) that holds `package`.
+pub fn npm_tree(dir: &str, package: &str, make_target: &str) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target").join(dir);
+    std::fs::read_dir(&root)
+        .ok()
+        .and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.path().join("node_modules"))
+                .find(|p| p.join(package).is_dir())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no npm tree with {package} under {}: run `make {make_target}` first",
+                root.display()
+            )
+        })
+}
+
+/// An MCP server started by `command` as a child of the bench on plain pipes (stderr
+/// dropped, killed with the handle), and its session: the "direct" side of a comparison.
+pub async fn mcp_on_pipes(
+    mut command: tokio::process::Command,
+    name: &str,
+) -> (tokio::process::Child, std::sync::Arc<nexbot_mcp::Session>) {
+    let program = format!("{:?}", command.as_std().get_program());
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    let pipes = (child.stdout.take().expect("stdout"), child.stdin.take().expect("stdin"));
+    let limit = Duration::from_secs(60);
+    let session = nexbot_mcp::Session::connect(name, pipes, limit).await.expect("a session");
+    (child, session)
+}
+
+/// A container's memory as the engine counts it (`docker stats`: `45.3MiB`).
+pub fn container_memory(name: &str) -> Option<String> {
+    let out = std::process::Command::new("docker")
+        .args(["stats", "--no-stream", "--format", "{{.MemUsage}}", name])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split('/').next().map(|used| used.trim().to_owned()).filter(|u| !u.is_empty())
+}
+
 pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
