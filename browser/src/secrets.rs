@@ -11,8 +11,9 @@
 //! shows what was typed does not show it to the model.
 //!
 //! What the browser then holds: the value, in the page's memory and the field, for as long as
-//! the page keeps it, and in what the page sends to its site. Chromium's password manager and
-//! autofill are off under Playwright, so the profile keeps no copy; the page itself may (a
+//! the page keeps it, and in what the page sends to its site. The image's policy turns
+//! Chromium's password manager off and a password field never enters its form history, so the
+//! profile holds no copy (the browser test hunts it for the value); the site itself may (a
 //! "remember me" cookie is the site's).
 
 use std::sync::Arc;

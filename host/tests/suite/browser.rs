@@ -558,4 +558,29 @@ async fn a_secret_is_typed_only_where_its_binding_allows_and_the_model_never_rea
         assert!(!request.body.to_string().contains(site::PASSWORD), "{}", request.body);
     }
     serving.stop(LIMIT).await;
+
+    // The browser's profile, written out as it stopped, keeps no copy of what was typed.
+    let room = ws
+        .dir
+        .join("chats")
+        .join(nexbot_tools::rooms::room_name(&format!("telegram:{OWNER}").parse().unwrap()));
+    let mut stack = vec![room.join(".browser")];
+    let (mut files, mut visited) = (0, false);
+    let address = site.addr.to_string();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                files += 1;
+                let found =
+                    bytes.windows(site::PASSWORD.len()).any(|w| w == site::PASSWORD.as_bytes());
+                assert!(!found, "the typed secret is in {}", path.display());
+                // The positive control: the profile's history names the site in plain text.
+                visited |= bytes.windows(address.len()).any(|w| w == address.as_bytes());
+            }
+        }
+    }
+    assert!(files > 10 && visited, "the profile was written ({files} files), its history read");
 }
