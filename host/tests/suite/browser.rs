@@ -159,6 +159,21 @@ fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
                 &|_| call("browser_snapshot", json!({})),
                 &|_| call("browser_evaluate", json!({"function": "() => document.body.innerText"})),
             ],
+            "send me a screenshot of the orders" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/")})),
+                &|_| {
+                    call(
+                        "browser_take_screenshot",
+                        json!({"type": "png", "filename": "downloads/orders.png"}),
+                    )
+                },
+                &|_| {
+                    Step::tool_call(
+                        "send_file",
+                        json!({"path": "downloads/orders.png", "caption": "The orders page"}),
+                    )
+                },
+            ],
             "hang" => &[&|_| call("browser_navigate", json!({"url": site.url("/loop")}))],
             "eat" => &[&|_| call("browser_navigate", json!({"url": site.url("/eat")}))],
             "open my account" => {
@@ -263,6 +278,21 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
     let hostile = deals.iter().find(|a| a.contains(site::INJECTION)).expect("the page's text");
     let opens = hostile.find("MCP_RESULT").expect("an envelope");
     assert!(opens < hostile.find(site::INJECTION).unwrap(), "{hostile}");
+
+    // A screenshot, saved in the room and sent to the chat as a file.
+    say_and_wait(&tg, OWNER, "send me a screenshot of the orders").await;
+    let shot = std::fs::read(room.join("downloads/orders.png")).expect("the screenshot");
+    assert!(shot.starts_with(b"\x89PNG") && shot.len() > 2_000, "{} bytes", shot.len());
+    let sent = tg.bot_messages(OWNER).await;
+    let document = sent.iter().find(|m| m.kind == "document").expect("the screenshot was sent");
+    let file = document.file.as_ref().unwrap();
+    assert_eq!(file.file_name.as_deref(), Some("orders.png"));
+    assert_eq!(file.size, shot.len() as u64);
+    // Kept for the docs (docs/browser.md shows one).
+    let kept =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/browser-screenshots");
+    let _ = std::fs::create_dir_all(&kept);
+    let _ = std::fs::write(kept.join("orders.png"), &shot);
 
     // Every request went through the proxy, under the chat's browser's name.
     let audit = std::fs::read_to_string(ws.database().parent().unwrap().join("egress-audit.jsonl"))
