@@ -1,8 +1,9 @@
 //! The agent's web browser: `[browser]`'s settings, the MCP server they make (Playwright's,
 //! with Debian's Chromium, in a hardened container of each chat's own), and `/browser`.
 //!
-//! Why an MCP server and not a DevTools client of our own: measured side by side (issue 49,
-//! `docs/browser.md`), Playwright's MCP server gives the model what it needs (an accessibility
+//! Why an MCP server and not a DevTools client of our own (issue 49, `docs/browser.md`): a
+//! Rust DevTools client (`chromiumoxide`) speaks over a WebSocket, which needs a port, and was
+//! not measured beside it; Playwright's MCP server gives the model what it needs (an accessibility
 //! snapshot with element references, click and type by reference, tabs, waits, screenshots,
 //! downloads) from a maintained project, drives Chromium over `--remote-debugging-pipe` (no
 //! DevTools port anywhere), and through the existing MCP machinery gets every wall at once: a
