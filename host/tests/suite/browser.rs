@@ -37,20 +37,13 @@ fn element(answers: &[String], role: &str, name: &str) -> String {
     panic!("no {needle} in the browser's answers: {answers:#?}")
 }
 
-/// The tool results since the last user message, as text.
+/// This turn's tool results as text: each tool message is JSON, the tool's output or its error.
 fn this_turns_results(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let start = messages.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
-    messages[start..]
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| {
-            // The tool message is JSON: the tool's output, or its error.
-            let content = m["content"].as_str().unwrap_or_default();
-            match serde_json::from_str::<Value>(content) {
-                Ok(v) => v["output"].as_str().or(v["error"].as_str()).unwrap_or(content).to_owned(),
-                Err(_) => content.to_owned(),
-            }
+    common::this_turns_results(body)
+        .into_iter()
+        .map(|content| match serde_json::from_str::<Value>(&content) {
+            Ok(v) => v["output"].as_str().or(v["error"].as_str()).map_or(content, str::to_owned),
+            Err(_) => content,
         })
         .collect()
 }

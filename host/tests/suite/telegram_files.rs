@@ -4,7 +4,7 @@
 //! room under a safe name and told to the model; what is too large is refused with the limit;
 //! voice is heard and shown back; another chat never reaches it.
 
-use crate::common::{echo, TempWorkspace};
+use crate::common::{echo, this_turns_results, TempWorkspace};
 use crate::telegram::{
     has_text, ledger, settled_ledger, start, telegram_env, texts, FRIEND, LIMIT, OWNER,
 };
@@ -242,17 +242,6 @@ async fn a_photo_reaches_a_vision_model_as_an_image_and_the_history_keeps_only_t
         "the bytes stayed in the history"
     );
     serving.stop(LIMIT).await;
-}
-
-/// The tool results after the last user message of `body` (this turn's, not the history's).
-fn this_turns_results(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let start = messages.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
-    messages[start..]
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
 }
 
 /// The first line of `texts` holding `marker`, as the model would quote it (a tool message

@@ -345,3 +345,15 @@ pub async fn ctl(ws: &TempWorkspace, args: &[&str], stdin: &str) -> Ran {
         .expect("nexbot-ctl output");
     Ran { code: out.status.code(), stdout: text(&out.stdout), stderr: text(&out.stderr) }
 }
+
+/// The tool messages after the last user message of `body` (this turn's, not the history's),
+/// as the model got them.
+pub fn this_turns_results(body: &serde_json::Value) -> Vec<String> {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let start = messages.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
+    messages[start..]
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
