@@ -262,7 +262,7 @@ impl ViewTries {
         cell.get_or_init(|| {
             let group: Vec<(&[u8], u32)> =
                 self.group.iter().map(|&k| (needles[k as usize].bytes.as_slice(), k)).collect();
-            Trie::build(&group, reversed).ok()
+            Trie::build(&group, reversed, reversed && self.tail).ok()
         })
         .as_ref()
     }
@@ -367,6 +367,8 @@ pub struct Redactor {
     /// Line breaks or invisible characters in a row a match skips: [`scan::MAX_TRANSPARENT_RUN`]
     /// or the longest run a value holds.
     max_run: usize,
+    /// The most bytes a tail needle drops (see [`Redactor::add_tails`]).
+    max_dropped: usize,
     labels: Vec<String>,
     /// Each secret's name (what [`Redactor::redact_found`] reports), by label index.
     names: Vec<String>,
@@ -523,8 +525,12 @@ impl Redactor {
         self.needles.push(Needle { bytes, view, secret, short, dropped: None });
     }
 
-    /// Adds the value without its first character (and without its first two when both are
-    /// hex digits, which `%` and one digit before it can swallow) as tail needles of `view`.
+    /// Adds the value without its first character as tail needles of `view`; and without its
+    /// first two when both are hex digits (which `%` and one digit before it can swallow), or,
+    /// for JSON, when it starts with `m` backslashes: escaped, that is `2m` of them, and a stray
+    /// `\` before them shifts their pairs, leaving the last to escape what follows (`\\b` reads
+    /// as `\` and a backspace): the run and that escape (`m + 1` bytes, `m + 5` for `\uXXXX`)
+    /// are dropped then.
     fn add_tails(&mut self, value: &[u8], view: View, secret: usize) {
         let bytes = view.normalize(value);
         let first = std::str::from_utf8(&bytes)
@@ -535,10 +541,21 @@ impl Redactor {
         if bytes.len() > 2 && bytes[..2].iter().all(u8::is_ascii_hexdigit) {
             cuts.push(2);
         }
+        let run = bytes.iter().take_while(|&&b| b == b'\\').count();
+        if view == View::Json && run > 0 {
+            cuts.push(run + 1);
+            let unicode = bytes.get(run..run + 5).filter(|u| u[0] == b'u');
+            if unicode.is_some_and(|u| u[1..].iter().all(u8::is_ascii_hexdigit)) {
+                cuts.push(run + 5);
+            }
+        }
+        cuts.dedup();
         for cut in cuts {
-            if bytes.len() < cut + MIN_SECRET_VALUE_BYTES / 2 {
+            // However short, a tail counts only after its swallowed head: the whole value.
+            if bytes.len() <= cut {
                 continue;
             }
+            self.max_dropped = self.max_dropped.max(cut);
             self.needles.push(Needle {
                 bytes: Zeroizing::new(bytes[cut..].to_vec()),
                 view,
@@ -547,6 +564,11 @@ impl Redactor {
                 dropped: Some(Zeroizing::new(bytes[..cut].to_vec())),
             });
         }
+    }
+
+    /// How far before a tail needle of `view` its head may begin.
+    fn head_window(&self, view: View) -> usize {
+        scan::head_window(view, self.max_run, self.max_dropped)
     }
 
     /// Builds the automata and the holdback.
@@ -558,7 +580,10 @@ impl Redactor {
         for needle in &self.needles {
             longest = longest.max(needle.bytes.len() * needle.view.expansion(self.max_run));
         }
-        self.holdback = longest + 2 * MAX_MARKER_LEN - 1 + 2 * ALIGN_SLACK;
+        // A tail's head lies up to a head window before it, inside an escape a cut may fall in.
+        let tails = self.needles.iter().filter(|n| n.dropped.is_some());
+        let heads = tails.map(|n| self.head_window(n.view)).max().unwrap_or(0);
+        self.holdback = longest + 2 * MAX_MARKER_LEN - 1 + 2 * ALIGN_SLACK + heads;
         for view in VIEWS {
             for (short, tail) in [(false, false), (true, false), (false, true)] {
                 let group: Vec<u32> = self
@@ -754,12 +779,17 @@ impl Redactor {
                     continue;
                 }
                 let target = if tries.short { &mut found.short } else { &mut found.best };
-                tries.trie(&self.needles, true)?.longest_starts(d, |i, k| {
+                // A tail needle counts only where its head was swallowed: each tail that starts
+                // here is tried, not only the longest.
+                let trie = tries.trie(&self.needles, true)?;
+                let starts = if tries.tail { Trie::every_start } else { Trie::longest_starts };
+                starts(trie, d, &mut |i, k| {
                     let needle = &self.needles[k as usize];
                     let (mut start, end) =
                         (d.starts[i] as usize, d.ends[i + needle.bytes.len() - 1]);
                     if let Some(dropped) = &needle.dropped {
-                        match scan::swallowed_head(view, text, d, start, dropped) {
+                        let at = (start, self.max_run);
+                        match scan::swallowed_head(view, text, d, at, dropped) {
                             Some(head) => start = head,
                             None => return,
                         }
@@ -776,7 +806,7 @@ impl Redactor {
                         if tries.tail {
                             // A tail's head begins inside an escape just before it; none, no
                             // tail.
-                            match scan::escape_before(d, at) {
+                            match scan::escape_before(d, at, self.head_window(view)) {
                                 Some(escape) => at = escape.max(boundary),
                                 None => return,
                             }
@@ -796,7 +826,7 @@ impl Redactor {
             let tails = self.tries.iter().any(|t| t.view == view && t.tail);
             if tails && !at_end {
                 let end = d.incomplete.unwrap_or(len);
-                if let Some(escape) = scan::escape_before(d, end) {
+                if let Some(escape) = scan::escape_before(d, end, self.head_window(view)) {
                     found.partial[escape.max(boundary) - boundary] = true;
                 }
             }

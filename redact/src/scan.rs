@@ -185,6 +185,13 @@ pub(crate) fn decode(view: View, text: &[u8], at_end: bool, max_run: usize) -> D
     d
 }
 
+/// How far before a tail needle its head may begin in `view`: each dropped byte's unit with the
+/// run of skipped characters after it, and one more run before the first (a head read from
+/// inside an escape may first read escaped line breaks).
+pub(crate) fn head_window(view: View, max_run: usize, dropped: usize) -> usize {
+    (dropped + 1) * view.expansion(max_run)
+}
+
 /// Where a tail needle's head begins: the tail matched from `start`, and `dropped` (its
 /// value's first bytes) must be what the text decodes to, read afresh from a place strictly
 /// inside an escape of `d` (the left-to-right reading swallowed it) up to `start`.
@@ -192,21 +199,23 @@ pub(crate) fn swallowed_head(
     view: View,
     text: &[u8],
     d: &Decoded,
-    start: usize,
+    (start, max_run): (usize, usize),
     dropped: &[u8],
 ) -> Option<usize> {
-    (start.saturating_sub(ALIGN_SLACK)..start).find(|&x| {
-        let at = d.wide.partition_point(|&(s, _)| (s as usize) < x);
-        let inside = at > 0 && (d.wide[at - 1].1 as usize) > x;
-        inside && decodes_to(view, text, x, start, dropped)
+    let from = start.saturating_sub(head_window(view, max_run, dropped.len()));
+    // Only the escapes that reach into the window: a place strictly inside one of them.
+    let first = d.wide.partition_point(|&(_, end)| (end as usize) <= from);
+    d.wide[first..].iter().take_while(|&&(s, _)| (s as usize) < start).find_map(|&(s, e)| {
+        let inside = (s as usize + 1).max(from)..(e as usize).min(start);
+        inside.into_iter().find(|&x| decodes_to(view, text, x, start, dropped))
     })
 }
 
 /// The start of the first escape (wide unit) of `d` that begins before `at` and ends less
-/// than [`ALIGN_SLACK`] bytes before it: from there on, a tail needle matched at `at` may have
-/// its head.
-pub(crate) fn escape_before(d: &Decoded, at: usize) -> Option<usize> {
-    let i = d.wide.partition_point(|&(_, end)| (end as usize) + ALIGN_SLACK <= at);
+/// than `window` bytes before it: from there on, a tail needle matched at `at` may have its
+/// head.
+pub(crate) fn escape_before(d: &Decoded, at: usize, window: usize) -> Option<usize> {
+    let i = d.wide.partition_point(|&(_, end)| (end as usize) + window <= at);
     let (start, _) = *d.wide.get(i)?;
     ((start as usize) < at).then_some(start as usize)
 }
@@ -449,6 +458,21 @@ pub(crate) struct Trie {
     prefix: Vec<bool>,
     /// Per state: the longest needle that ends here, own or by a failure link (reversed).
     out: Vec<u32>,
+    /// Every needle that ends at each state (reversed, built with `every`): needles of equal
+    /// bytes and shorter ones too, for tail needles, whose match still depends on the text
+    /// before them.
+    every: Option<Every>,
+}
+
+/// Every needle ending at a state: its own (a list, since tail needles of two values can have
+/// the same bytes and different heads), then those of the states its dictionary links reach.
+struct Every {
+    /// Per state: the first of its own needles in `chain`, or `NONE`.
+    first: Vec<u32>,
+    /// (needle index, next in the same state's list or `NONE`).
+    chain: Vec<(u32, u32)>,
+    /// Per state: the nearest state on its failure chain with needles of its own, or `NONE`.
+    dict: Vec<u32>,
 }
 
 impl std::fmt::Debug for Trie {
@@ -462,9 +486,14 @@ impl std::fmt::Debug for Trie {
 pub(crate) struct TooLarge;
 
 impl Trie {
-    /// `needles`: (bytes, index) with distinct bytes, in priority order (the first of equal
-    /// length wins a tie elsewhere, so each needle keeps its index).
-    pub(crate) fn build(needles: &[(&[u8], u32)], reversed: bool) -> Result<Self, TooLarge> {
+    /// `needles`: (bytes, index), in priority order (the first of equal length wins a tie
+    /// elsewhere, so each needle keeps its index; of equal bytes the first is `out`'s).
+    /// `every`: also keep every needle of each state, for [`Trie::every_start`].
+    pub(crate) fn build(
+        needles: &[(&[u8], u32)],
+        reversed: bool,
+        every: bool,
+    ) -> Result<Self, TooLarge> {
         let patterns: Vec<Zeroizing<Vec<u8>>> = needles
             .iter()
             .map(|(bytes, _)| {
@@ -493,6 +522,8 @@ impl Trie {
             }
         };
         let mut order: Vec<u32> = Vec::new();
+        let mut chain: Vec<(u32, u32)> = Vec::new();
+        let mut first: Vec<u32> = Vec::new();
         grow(&mut depth, start.as_usize(), NONE);
         depth[start.as_usize()] = 0;
         for (pattern, (_, index)) in patterns.iter().zip(needles) {
@@ -519,6 +550,11 @@ impl Trie {
             if own[s.as_usize()] == NONE {
                 own[s.as_usize()] = *index;
             }
+            if every {
+                grow(&mut first, s.as_usize(), NONE);
+                chain.push((*index, first[s.as_usize()]));
+                first[s.as_usize()] = (chain.len() - 1) as u32;
+            }
         }
         let states = depth.len().max(parent.len()).max(own.len()).max(prefix.len());
         depth.resize(states, 0);
@@ -528,6 +564,8 @@ impl Trie {
         order.sort_by_key(|&s| depth[s as usize]);
         let mut fail = vec![start; states];
         let mut out = if reversed { vec![NONE; states] } else { Vec::new() };
+        first.resize(if every { states } else { 0 }, NONE);
+        let mut dict = vec![NONE; first.len()];
         for &s in &order {
             let s = s as usize;
             let (p, b) = parent[s];
@@ -540,11 +578,17 @@ impl Trie {
             if reversed {
                 out[s] = if own[s] != NONE { own[s] } else { out[f.as_usize()] };
             }
+            if every {
+                let f = f.as_usize();
+                dict[s] = if first[f] != NONE { f as u32 } else { dict[f] };
+            }
         }
+        let every = every.then_some(Every { first, chain, dict });
         if reversed {
-            Ok(Self { nfa, start, depth: Vec::new(), fail: Vec::new(), prefix: Vec::new(), out })
+            let (depth, fail, prefix) = (Vec::new(), Vec::new(), Vec::new());
+            Ok(Self { nfa, start, depth, fail, prefix, out, every })
         } else {
-            Ok(Self { nfa, start, depth, fail, prefix, out })
+            Ok(Self { nfa, start, depth, fail, prefix, out, every })
         }
     }
 
@@ -560,6 +604,33 @@ impl Trie {
             let needle = self.out[s.as_usize()];
             if needle != NONE {
                 found(i, needle);
+            }
+        }
+    }
+
+    /// For each byte of `d`, every needle starting there, longest first (of a trie built with
+    /// `every`; otherwise only the longest): reads the view backwards, one step a byte.
+    pub(crate) fn every_start(&self, d: &Decoded, mut found: impl FnMut(usize, u32)) {
+        let Some(every) = &self.every else {
+            return self.longest_starts(d, found);
+        };
+        let mut s = self.start;
+        for i in (0..d.bytes.len()).rev() {
+            if d.broken.get(i + 1).copied().unwrap_or(false) {
+                s = self.start;
+            }
+            s = self.nfa.next_state(Anchored::No, s, d.bytes[i]);
+            let own = s.as_usize() as u32;
+            let mut state =
+                if every.first[own as usize] != NONE { own } else { every.dict[own as usize] };
+            while state != NONE {
+                let mut link = every.first[state as usize];
+                while link != NONE {
+                    let (needle, next) = every.chain[link as usize];
+                    found(i, needle);
+                    link = next;
+                }
+                state = every.dict[state as usize];
             }
         }
     }

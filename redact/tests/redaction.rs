@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use nexbot_redact::{Redactor, SecretMap};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 use secrecy::SecretString;
 
 mod forms;
@@ -46,8 +47,20 @@ fn stream_in_pieces(r: &Arc<Redactor>, text: &[u8], cuts: &[usize]) -> Vec<u8> {
     out
 }
 
+/// 400 cases a run, and every case that ever failed first: proptest's default finds the file
+/// from a `lib.rs` or `main.rs`, which a `tests/` target has not, so it is named here (paths
+/// are the crate's, where `cargo test` runs).
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/proptest-regressions/redaction.txt",
+        ))),
+        ..ProptestConfig::with_cases(400)
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(config())]
 
     #[test]
     fn no_covered_form_survives(
@@ -101,4 +114,42 @@ fn a_stream_of_tiny_chunks_redacts_every_form() {
         stream_in_pieces(&r, text.as_bytes(), &(0..text.len()).step_by(3).collect::<Vec<_>>());
     let out = String::from_utf8(out).unwrap();
     assert_eq!(out.matches("[REDACTED:S]").count(), forms(secret).len(), "{out}");
+}
+
+/// Cases the property test found (its regressions file is not read from a `tests/` target).
+/// A stray `\` before the `\uXXXX` form swallows the value's first escape; the rest is a tail
+/// needle whose head must be read from inside that escape.
+#[test]
+fn a_swallowed_head_is_found_past_skipped_line_breaks_and_beside_a_twin_tail() {
+    let cases = [
+        // Another secret's tail has the same bytes ("aaaaaaa") but another head.
+        ("faaaaaaa", "aaaaaaaa", "\\", 11),
+        // The head's escape and the tail lie two escaped line breaks apart (19 bytes).
+        ("f\n\naaaaa", "aaaaaaaa", "\\", 11),
+        ("f\n\naaaaa", "bbbbbbbb", "\\", 12),
+        // `%aE` swallows two of a value whose line breaks leave five: a tail of three.
+        ("aE\naa\na\n", "aaaaaaaa", "%", 7),
+        // A stray `\` pairs with the value's escaped `\`; its second half escapes the `b`.
+        ("\\baaaaa\"", "aaaaaaaa", "\\", 10),
+        ("\\u0041bcdefg", "aaaaaaaa", "\\", 10),
+        ("\\\\bcdefgh", "aaaaaaaa", "\\", 10),
+        ("\\\\ba\naaa", "aaaaaaaa", "\\", 10),
+        ("\\\\\\u0041bc", "aaaaaaaa", "\\", 10),
+        ("Aaaaaaaa", "aaaaaaab", "", 7),
+        ("aaaaaaaa", "a\n\n\naaaa", "", 0),
+    ];
+    for (secret, other, before, form) in cases {
+        let r = redactor(&[("SECRET", secret), ("OTHER", other)]);
+        let text = format!("{before}{} {other}", forms(secret)[form]);
+        let out = r.redact(&text);
+        for (i, f) in forms(secret).iter().enumerate() {
+            assert!(!out.contains(f.as_str()), "form {i} {f:?} of {secret:?} in {out:?}");
+        }
+        assert!(!out.contains(other), "{other:?} in {out:?}");
+        assert_eq!(r.redact(&out), out, "not idempotent");
+        for cut in 0..text.len() {
+            let streamed = stream_in_pieces(&r, text.as_bytes(), &[cut]);
+            assert_eq!(String::from_utf8_lossy(&streamed), out, "cut at {cut} of {text:?}");
+        }
+    }
 }
