@@ -155,10 +155,11 @@ impl Ending {
 
 /// What running one tool call produced.
 enum ToolStep {
-    /// The tool message for the model, and whether the tool failed.
+    /// The tool message for the model, whether the tool failed, and its pictures.
     Result {
         message: String,
         failed: bool,
+        images: Vec<crate::llm::Image>,
     },
     Finish(String),
 }
@@ -166,7 +167,8 @@ enum ToolStep {
 impl ToolStep {
     /// A call refused before (or instead of) running the tool.
     fn failed(error: String) -> Self {
-        Self::Result { message: tool_message(&Err(ToolError::new(error))), failed: true }
+        let message = tool_message(&Err(ToolError::new(error)));
+        Self::Result { message, failed: true, images: Vec::new() }
     }
 }
 
@@ -658,20 +660,27 @@ impl Agent {
                 tool_call_id: None,
                 images: Vec::new(),
             });
+            // Pictures the answers carried: after every tool message (a provider wants those
+            // right after the call), in one user message, which is how images reach a model.
+            let mut pictures = Vec::new();
             for call in &calls {
                 if turn.cancel.is_cancelled() {
                     return Ending::new(TurnStatus::Cancelled, "Stopped.");
                 }
                 match self.run_tool(turn, call).await {
-                    ToolStep::Result { message, failed } => {
+                    ToolStep::Result { message, failed, images } => {
                         turn.meter.tool_calls.fetch_add(1, Ordering::Relaxed);
                         if failed {
                             turn.meter.tool_failures.fetch_add(1, Ordering::Relaxed);
                         }
                         messages.push(ChatMessage::tool(&call.id, cut(message)));
+                        pictures.extend(images);
                     }
                     ToolStep::Finish(text) => return Ending::new(TurnStatus::Answered, text),
                 }
+            }
+            if !pictures.is_empty() {
+                messages.push(ChatMessage::tool_pictures(pictures));
             }
             if turn.cancel.is_cancelled() {
                 return Ending::new(TurnStatus::Cancelled, "Stopped.");
@@ -832,7 +841,8 @@ impl Agent {
         if let Some(text) = note {
             message = format!("{message}\n\n[note] {text}");
         }
-        ToolStep::Result { message, failed: result.is_err() }
+        let images = result.as_ref().map(|out| out.images().to_vec()).unwrap_or_default();
+        ToolStep::Result { message, failed: result.is_err(), images }
     }
 }
 

@@ -127,11 +127,25 @@ pub struct ToolOutput {
     /// What outside the chat's words the answer carries, when the tool can say more than its
     /// name (a task's destinations, an MCP server, a file): see [`TurnReads`].
     origins: Vec<OutsideRead>,
+    /// Pictures for the model (a browser's screenshot): shown in a message after the tool
+    /// answers, to a provider that sees images.
+    images: Vec<crate::llm::Image>,
 }
 
 impl ToolOutput {
     pub fn new(output: impl Into<Value>) -> Self {
-        Self { output: output.into(), extra: Vec::new(), origins: Vec::new() }
+        Self { output: output.into(), extra: Vec::new(), origins: Vec::new(), images: Vec::new() }
+    }
+
+    /// The output with pictures for the model.
+    pub fn with_images(mut self, images: Vec<crate::llm::Image>) -> Self {
+        self.images = images;
+        self
+    }
+
+    /// Its pictures ([`Self::with_images`]).
+    pub fn images(&self) -> &[crate::llm::Image] {
+        &self.images
     }
 
     /// The output, read from `origin`.

@@ -15,33 +15,85 @@
 //! Chromium's password manager off and a password field never enters its form history, so the
 //! profile holds no copy (the browser test hunts it for the value); the site itself may (a
 //! "remember me" cookie is the site's).
+//!
+//! A picture of the page (a screenshot) cannot be scanned as text is, so it reaches the model
+//! only when the chat's browser has typed no secret since the daemon started, and the page's
+//! text and fields, read just after the picture was taken, hold none of the chat's secrets.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use nexbot_core::{BoxFuture, ChatRef};
 use nexbot_mcp::answer::Answer;
 use nexbot_mcp::{CallFilter, McpError, PlainCall};
+use nexbot_redact::Redactor;
 use nexbot_vault::{SecretScope, Vault};
 use secrecy::ExposeSecret;
 use serde_json::{json, Map, Value};
 
 /// The browser's calls, for one chat's secrets.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SecretTyping {
     vault: Arc<Vault>,
+    /// Chats whose browser has typed a secret (since the daemon started): their pictures are
+    /// not shown to the model (a page may draw what was typed where its text does not say it).
+    typed: Mutex<HashSet<ChatRef>>,
 }
+
+/// What the page's text check reads: the visible text of the page and of each frame it can
+/// read, and every field's value but a password field's (drawn masked); a frame it cannot read
+/// (another site's) is marked.
+const PAGE_TEXT: &str = "() => { const parts = []; const walk = (doc) => { \
+     parts.push(doc.body ? doc.body.innerText : ''); \
+     for (const el of doc.querySelectorAll('input, textarea, select')) { \
+     if (el.type !== 'password') parts.push(el.value); } \
+     for (const frame of doc.querySelectorAll('iframe, frame')) { let inner = null; \
+     try { inner = frame.contentDocument; } catch (e) {} \
+     if (inner) walk(inner); else parts.push('\\u0000unreadable frame'); } }; \
+     walk(document); return parts.join('\\n'); }";
+const UNREADABLE_FRAME: &str = "\u{0}unreadable frame";
 
 impl SecretTyping {
     pub fn new(vault: Arc<Vault>) -> Self {
-        Self { vault }
+        Self { vault, typed: Mutex::default() }
     }
 
-    /// `answer` with every value the chat may not read back replaced by its name.
-    fn scrub(&self, chat: &ChatRef, mut answer: Answer) -> Answer {
+    /// The values `chat` may not read back, as one redactor.
+    fn redactor(&self, chat: &ChatRef) -> Redactor {
         let watched = self.vault.watched(chat);
-        let redactor =
-            nexbot_redact::Redactor::from_pairs(watched.iter().map(|(name, v)| (name.as_str(), v)));
-        answer.text = redactor.redact(&answer.text);
+        Redactor::from_pairs(watched.iter().map(|(name, v)| (name.as_str(), v)))
+    }
+
+    /// `answer` with its pictures taken out, unless they may be shown: see the module's
+    /// comment. The model reads why they were not.
+    async fn screen(
+        &self,
+        chat: &ChatRef,
+        redactor: &Redactor,
+        mut answer: Answer,
+        call: &PlainCall<'_>,
+    ) -> Answer {
+        if answer.images.is_empty() || redactor.is_empty() {
+            return answer;
+        }
+        let typed = self.typed.lock().unwrap_or_else(|e| e.into_inner()).contains(chat);
+        let why = if typed {
+            "this chat's browser has typed a secret"
+        } else {
+            let read = call("browser_evaluate".to_owned(), object(json!({"function": PAGE_TEXT})));
+            match read.await.ok().as_ref().and_then(evaluated_string) {
+                None => "the page's text could not be read to check it for secrets",
+                Some(text) if text.contains(UNREADABLE_FRAME) => {
+                    "a frame of another site in the page could not be checked for secrets"
+                }
+                Some(text) if redactor.redact(&text) != text => {
+                    "the page shows one of this chat's secrets"
+                }
+                Some(_) => return answer,
+            }
+        };
+        answer.images.clear();
+        answer.text.push_str(&format!("\n[its picture is not shown to the model: {why}]"));
         answer
     }
 
@@ -52,7 +104,7 @@ impl SecretTyping {
         arguments: &Map<String, Value>,
         call: &PlainCall<'_>,
     ) -> Result<Answer, McpError> {
-        let refused = |why: String| Ok(Answer { text: why, is_error: true, cut: None });
+        let refused = |why: String| Ok(Answer::text(why, true));
         let secret = match self.vault.resolve(&SecretScope::Chat(chat.clone()), name) {
             Ok(secret) => secret,
             Err(e) => return refused(format!("the secret {name} is not typed: {e}")),
@@ -103,6 +155,9 @@ impl SecretTyping {
         );
         let filled = json!({"element": element, "target": target, "function": fill});
         let answer = call("browser_evaluate".to_owned(), object(filled)).await?;
+        if !answer.is_error {
+            self.typed.lock().unwrap_or_else(|e| e.into_inner()).insert(chat.clone());
+        }
         match answer.is_error {
             true => Ok(answer),
             false => Ok(Answer {
@@ -125,16 +180,19 @@ impl CallFilter for SecretTyping {
             let answer = match placeholder(tool, &arguments) {
                 Placeholder::None => call(tool.to_owned(), arguments).await?,
                 Placeholder::Typed(name) => self.type_secret(chat, &name, &arguments, call).await?,
-                Placeholder::Elsewhere => Answer {
-                    text: format!(
+                Placeholder::Elsewhere => Answer::text(
+                    format!(
                         "{tool} was not run: a {{{{secret:NAME}}}} is typed only with \
                          browser_type, alone in its text, into a page its binding allows"
                     ),
-                    is_error: true,
-                    cut: None,
-                },
+                    true,
+                ),
             };
-            Ok(self.scrub(chat, answer))
+            // The value's names in place of the values, in the text the model reads.
+            let redactor = self.redactor(chat);
+            let mut answer = self.screen(chat, &redactor, answer, call).await;
+            answer.text = redactor.redact(&answer.text);
+            Ok(answer)
         })
     }
 }
@@ -206,7 +264,7 @@ mod tests {
 
     #[test]
     fn an_evaluations_string_is_read_from_its_answer() {
-        let answer = |text: &str, is_error| Answer { text: text.into(), is_error, cut: None };
+        let answer = |text: &str, is_error| Answer::text(text, is_error);
         let page = answer("### Result\n\"https://bank.example/login\"\n", false);
         assert_eq!(evaluated_string(&page).as_deref(), Some("https://bank.example/login"));
         assert_eq!(evaluated_string(&answer("### Error\nno such element", true)), None);

@@ -127,7 +127,11 @@ impl McpCalls for GrantedCalls {
         Box::pin(async move {
             let _stop = stop;
             match running.await {
-                Ok(Ok(output)) => McpAnswer::Result(output.text()),
+                Ok(Ok(output)) if output.images().is_empty() => McpAnswer::Result(output.text()),
+                Ok(Ok(output)) => McpAnswer::Result(format!(
+                    "{}\n[its pictures are not passed to a delegated task]",
+                    output.text()
+                )),
                 Ok(Err(error)) => McpAnswer::Error(error.message().to_owned()),
                 Err(e) => McpAnswer::Error(format!("{}: the call failed: {e}", call.tool)),
             }
@@ -158,6 +162,43 @@ pub(crate) mod tests {
         fn call<'a>(&'a self, args: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
             Box::pin(async move { Ok(success(format!("{} got {args}", self.0))) })
         }
+    }
+
+    /// A tool that answers with a picture (a browser's screenshot).
+    #[derive(Debug)]
+    struct Pictured;
+
+    impl Tool for Pictured {
+        fn name(&self) -> &str {
+            "mcp__a__shot"
+        }
+        fn description(&self) -> &str {
+            "d"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn call<'a>(&'a self, _: Value, _: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+            let image = nexbot_agent::llm::Image { mime: "image/png".into(), data: Arc::default() };
+            Box::pin(async move { Ok(success("saved shot.png").with_images(vec![image])) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_delegated_task_reads_that_an_answers_pictures_were_not_passed() {
+        let calls = GrantedCalls::new("t1", vec![Arc::new(Pictured)], ToolContext::for_tests());
+        let call = McpCall {
+            task_id: "t1".into(),
+            call_id: "c1".into(),
+            tool: "mcp__a__shot".into(),
+            arguments: Default::default(),
+        };
+        assert_eq!(
+            calls.call(call).await,
+            McpAnswer::Result(
+                "saved shot.png\n[its pictures are not passed to a delegated task]".into()
+            )
+        );
     }
 
     /// A tool that runs until its call is stopped, then says so.

@@ -202,7 +202,7 @@ pub fn fit_keeping(messages: &mut Vec<ChatMessage>, budget: u64, keep: usize) ->
     }
     // 3. Still too big: everything left is kept; the question is cut last.
     if total(messages) > budget {
-        let question = messages.iter().rposition(|m| m.role == "user");
+        let question = question(messages);
         let others: Vec<usize> = (0..messages.len()).filter(|&i| Some(i) != question).collect();
         fitted.cut += level_down(messages, &others, budget, MIN_CUT);
         if let Some(question) = question {
@@ -217,6 +217,11 @@ fn total(messages: &[ChatMessage]) -> u64 {
     messages.iter().map(message_tokens).sum()
 }
 
+/// The last `user` message that is the user's (not tool answers' pictures): the question.
+fn question(messages: &[ChatMessage]) -> Option<usize> {
+    messages.iter().rposition(|m| m.role == "user" && !m.is_tool_pictures())
+}
+
 /// Which messages [`fit_keeping`] never drops: the first `head`, the last `user` message (the
 /// question being answered), the latest assistant message with tool calls and the results
 /// right after it, and the last message.
@@ -226,7 +231,7 @@ fn kept_messages(messages: &[ChatMessage], head: usize) -> Vec<bool> {
     if let Some(last) = kept.last_mut() {
         *last = true;
     }
-    if let Some(question) = messages.iter().rposition(|m| m.role == "user") {
+    if let Some(question) = question(messages) {
         kept[question] = true;
     }
     if let Some(call) = messages.iter().rposition(|m| !m.tool_calls.is_empty()) {

@@ -44,7 +44,7 @@ use nexbot_docker::{Pool, Service};
 use nexbot_egress::{AttributionTable, Door, Doors};
 use nexbot_mcp::catalog::{ServerTool, Skipped};
 use nexbot_mcp::tools::CallOutcome;
-use nexbot_mcp::{Connector, McpError, Progress, ServerConfig, ServerScope, Session};
+use nexbot_mcp::{Connector, EndedEarly, McpError, Progress, ServerConfig, ServerScope, Session};
 use tokio_util::sync::CancellationToken;
 
 pub mod health;
@@ -520,12 +520,28 @@ impl McpServers {
     /// Stops an instance on purpose (not counted as a failure).
     async fn stop_instance(&self, key: &Key, why: &str) {
         let slot = self.slot(key);
-        let running = slot.lock().await.running.take();
-        if let Some(running) = running {
+        // Under the slot's lock: a call that comes meanwhile waits for this instance to end
+        // rather than start a second one beside it (a browser's profile is open in one only).
+        let mut instance = slot.lock().await;
+        if let Some(running) = instance.running.take() {
             tracing::info!(server = %key.0, serves = %serves(key), "MCP server stopped: {why}");
             running.release(key, self);
             running.stop().await;
         }
+    }
+
+    /// [`McpServers::stop_instance`] in the background: the slot is taken before this returns
+    /// (so the next call waits for the stop), the stop itself runs on. Whether one was running.
+    async fn stop_instance_behind(&self, key: Key, why: &'static str) -> bool {
+        let mut instance = self.slot(&key).lock_owned().await;
+        let Some(running) = instance.running.take() else { return false };
+        tracing::info!(server = %key.0, serves = %serves(&key), "MCP server stopped: {why}");
+        running.release(&key, self);
+        tokio::spawn(async move {
+            running.stop().await;
+            drop(instance);
+        });
+        true
     }
 
     /// Stops chat instances idle past their server's `idle_stop_secs`.
@@ -828,24 +844,37 @@ impl Connector for McpServers {
         }
     }
 
-    fn timed_out<'a>(
+    fn ended_early<'a>(
         &'a self,
         server: &'a str,
         chat: &'a ChatRef,
+        how: EndedEarly,
     ) -> BoxFuture<'a, Option<String>> {
         Box::pin(async move {
-            // A shared server serves other chats: one chat's slow call does not end it.
+            // A shared server serves other chats: one chat's call does not end it.
             let config = self.config(server).ok()?;
             if config.scope != ServerScope::Chat {
                 return None;
             }
-            let why = "a call ran past its limit (the server may be stuck on it)";
-            match self.stop_for_chat(server, chat, why).await {
-                Ok(true) => Some(
-                    "the server was stopped for this chat; the next call starts it afresh".into(),
-                ),
-                _ => None,
-            }
+            let key = self.key(config, chat);
+            let stopped = match how {
+                EndedEarly::PastLimit => {
+                    let why = "a call ran past its limit (the server may be stuck on it)";
+                    self.stop_for_chat(server, chat, why).await.unwrap_or(false)
+                }
+                // Behind the turn's "Stopped.", which does not wait for the container; the
+                // chat's next call does (the slot is taken now).
+                EndedEarly::Stopped => {
+                    self.stop_instance_behind(
+                        key,
+                        "its call was stopped (the server may be busy with it)",
+                    )
+                    .await
+                }
+            };
+            stopped.then(|| {
+                "the server was stopped for this chat; the next call starts it afresh".into()
+            })
         })
     }
 

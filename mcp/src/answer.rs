@@ -1,13 +1,22 @@
 //! A tool call's result as text the model can read: every content block in order (text as it
-//! is, images, audio and blobs as a line naming them, never their bytes), the structured result
-//! when there is no text, control characters shown rather than obeyed
-//! ([`nexbot_core::text::visible_controls`]: an escape a server sends never reaches the model
-//! as one), cut at [`MAX_RESULT_BYTES`] with the cut said.
+//! is, audio and blobs as a line naming them, never their bytes; a picture as a line, and its
+//! bytes kept for a model that sees images), the structured result when there is no text,
+//! control characters shown rather than obeyed ([`nexbot_core::text::visible_controls`]: an
+//! escape a server sends never reaches the model as one), cut at [`MAX_RESULT_BYTES`] with the
+//! cut said.
 
+use base64::Engine as _;
+use nexbot_agent::llm::Image;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
 /// Bytes of a result the model reads at most.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+/// Images one answer carries to the model at most (a screenshot is one).
+pub const MAX_IMAGES: usize = 2;
+/// Bytes of one image at most, decoded (a full-page screenshot of a long page is larger).
+pub const MAX_IMAGE_BYTES: usize = 4 * 1024 * 1024;
+/// The picture types the OpenAI-compatible APIs take as image parts.
+const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/webp", "image/gif"];
 
 /// What a call answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,20 +26,58 @@ pub struct Answer {
     pub is_error: bool,
     /// The text was cut at [`MAX_RESULT_BYTES`]; `original` bytes in all.
     pub cut: Option<usize>,
+    /// Its pictures, in order (each also named by a line of `text`): shown to a model that
+    /// sees images after the tool answers.
+    pub images: Vec<Image>,
 }
 
-/// Renders `result` for the model.
+impl Answer {
+    /// An answer of text alone.
+    pub fn text(text: impl Into<String>, is_error: bool) -> Self {
+        Self { text: text.into(), is_error, cut: None, images: Vec::new() }
+    }
+}
+
+/// Renders `result` for the model, its pictures kept.
 pub fn render(result: &CallToolResult) -> Answer {
+    let mut images = Vec::new();
+    let mut answer = render_blocks(result, Some(&mut images));
+    answer.images = images;
+    answer
+}
+
+/// The picture of `block`, for the model, or why it is not shown.
+fn picture(mime: &str, base64: &str, kept: usize) -> Result<Image, &'static str> {
+    if !IMAGE_TYPES.contains(&mime) {
+        return Err("not a picture type a model reads");
+    }
+    if kept >= MAX_IMAGES {
+        return Err("more pictures than one answer shows");
+    }
+    let data =
+        base64::engine::general_purpose::STANDARD.decode(base64).map_err(|_| "not valid base64")?;
+    if data.len() > MAX_IMAGE_BYTES {
+        return Err("larger than 4 MiB");
+    }
+    Ok(Image { mime: mime.to_owned(), data: std::sync::Arc::new(data) })
+}
+
+/// Renders `result`'s blocks; with `images`, its pictures are kept there.
+fn render_blocks(result: &CallToolResult, mut images: Option<&mut Vec<Image>>) -> Answer {
     let mut parts: Vec<String> = Vec::new();
     for block in &result.content {
         parts.push(match block {
             ContentBlock::Text(text) => text.text.clone(),
             ContentBlock::Image(image) => {
-                format!(
-                    "[image: {}, {} bytes of base64, not shown]",
-                    image.mime_type,
-                    image.data.len()
-                )
+                let (mime, len) = (&image.mime_type, image.data.len());
+                let shown = match images.as_deref_mut() {
+                    Some(kept) => picture(mime, &image.data, kept.len()).map(|p| kept.push(p)),
+                    None => Err("a prompt's pictures are not shown"),
+                };
+                match shown {
+                    Ok(()) => format!("[image: {mime}, {len} bytes of base64]"),
+                    Err(why) => format!("[image: {mime}, {len} bytes of base64, not shown: {why}]"),
+                }
             }
             ContentBlock::Audio(audio) => {
                 format!(
@@ -52,7 +99,7 @@ pub fn render(result: &CallToolResult) -> Answer {
     }
     let text = parts.join("\n");
     let (text, cut) = cut(text);
-    Answer { text, is_error: result.is_error == Some(true), cut }
+    Answer { text, is_error: result.is_error == Some(true), cut, images: Vec::new() }
 }
 
 /// A `prompts/get` result for the model: its description, then each message as `role:` and
@@ -65,17 +112,17 @@ pub fn render_prompt(prompt: &rmcp::model::GetPromptResult) -> Answer {
             rmcp::model::Role::Assistant => "assistant",
         };
         let one = CallToolResult::success(vec![message.content.clone()]);
-        parts.push(format!("{role}: {}", render(&one).text));
+        parts.push(format!("{role}: {}", render_blocks(&one, None).text));
     }
     let (text, cut) = cut(parts.join("\n"));
-    Answer { text, is_error: false, cut }
+    Answer { text, is_error: false, cut, images: Vec::new() }
 }
 
 /// A `resources/read` result for the model: each content in order, cut like a call's.
 pub fn render_resource(read: &[ResourceContents]) -> Answer {
     let text = read.iter().map(contents).collect::<Vec<_>>().join("\n");
     let (text, cut) = cut(text);
-    Answer { text, is_error: false, cut }
+    Answer { text, is_error: false, cut, images: Vec::new() }
 }
 
 fn contents(resource: &ResourceContents) -> String {
@@ -141,6 +188,40 @@ mod tests {
         assert!(!answer.text.contains("QUJD"));
         assert!(!answer.is_error);
         assert_eq!(answer.cut, None);
+        // The picture's bytes are kept for a model that sees images, decoded.
+        assert_eq!(answer.images.len(), 1);
+        assert_eq!(answer.images[0].mime, "image/png");
+        assert_eq!(answer.images[0].data.as_slice(), "ABC".repeat(1000).as_bytes());
+    }
+
+    #[test]
+    fn pictures_past_the_limits_are_named_and_not_kept() {
+        let big = base64::engine::general_purpose::STANDARD.encode(vec![0; MAX_IMAGE_BYTES + 1]);
+        let result = CallToolResult::success(vec![
+            Content::image("QUJD", "image/svg+xml"),
+            Content::image("not base64!", "image/png"),
+            Content::image(big, "image/png"),
+            Content::image("QUJD", "image/jpeg"),
+            Content::image("QUJD", "image/png"),
+            Content::image("QUJD", "image/png"),
+        ]);
+        let answer = render(&result);
+        let lines: Vec<&str> = answer.text.lines().collect();
+        assert!(lines[0].ends_with("not shown: not a picture type a model reads]"), "{lines:?}");
+        assert!(lines[1].ends_with("not shown: not valid base64]"), "{lines:?}");
+        assert!(lines[2].ends_with("not shown: larger than 4 MiB]"), "{lines:?}");
+        assert!(lines[3].ends_with("bytes of base64]") && !lines[3].contains("not shown"));
+        assert!(lines[5].ends_with("not shown: more pictures than one answer shows]"));
+        let kept: Vec<&str> = answer.images.iter().map(|i| i.mime.as_str()).collect();
+        assert_eq!(kept, ["image/jpeg", "image/png"]);
+        // A prompt's pictures are named, never kept.
+        let prompt = rmcp::model::GetPromptResult::new(vec![rmcp::model::PromptMessage::new(
+            rmcp::model::Role::User,
+            Content::image("QUJD", "image/png"),
+        )]);
+        let answer = render_prompt(&prompt);
+        assert!(answer.text.contains("not shown: a prompt's pictures are not shown"));
+        assert!(answer.images.is_empty());
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub mod tools;
 
 pub use config::{McpConfig, ServerConfig, ServerLimits, ServerScope};
 pub use session::{Progress, Session};
-pub use tools::{CallFilter, Connector, McpTools, PlainCall};
+pub use tools::{CallFilter, Connector, EndedEarly, McpTools, PlainCall};
 
 /// Why an MCP operation failed, worded for the model and the operator.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

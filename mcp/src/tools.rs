@@ -47,15 +47,17 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     fn progress(&self, server: &str, chat: &ChatRef, tool: &str, progress: &Progress) {
         let _ = (server, chat, tool, progress);
     }
-    /// A call of `chat`'s to `server` passed its limit: the server may be stuck on it (a page
-    /// that loops). The host may end the instance so that the next call starts a fresh one;
-    /// what it did, for the model.
-    fn timed_out<'a>(
+    /// A call of `chat`'s to `server` ended before its answer: it passed its limit, or the
+    /// user stopped the turn. The server may still be running it (a page that loops; a
+    /// navigation `notifications/cancelled` does not end). The host may end the instance so
+    /// that the next call starts a fresh one; what it did, for the model.
+    fn ended_early<'a>(
         &'a self,
         server: &'a str,
         chat: &'a ChatRef,
+        how: EndedEarly,
     ) -> BoxFuture<'a, Option<String>> {
-        let _ = (server, chat);
+        let _ = (server, chat, how);
         Box::pin(std::future::ready(None))
     }
     /// Resolves when the servers that start with the daemon have given their first tool
@@ -63,6 +65,15 @@ pub trait Connector: Send + Sync + std::fmt::Debug {
     fn ready(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::ready(()))
     }
+}
+
+/// How a call ended before its answer ([`Connector::ended_early`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndedEarly {
+    /// It passed its limit.
+    PastLimit,
+    /// The user stopped the turn (`/stop`), or the turn's deadline passed.
+    Stopped,
 }
 
 /// Makes one call of a server's tool over the chat's session: what a [`CallFilter`] is handed.
@@ -221,6 +232,12 @@ impl McpTool {
             ),
             Ok(answer) => {
                 let output = success(envelope(&answer.text));
+                let output = match answer.images.len() {
+                    0 => output,
+                    n => output
+                        .with("images", format!("{n} picture(s), shown after the tool answers"))
+                        .with_images(answer.images),
+                };
                 let output = match answer.cut {
                     Some(bytes) => output
                         .with("cut", format!("the result was {bytes} bytes; the start is shown")),
@@ -228,8 +245,12 @@ impl McpTool {
                 };
                 (CallOutcome::Answered, Ok(output))
             }
-            Err(e @ McpError::Timeout { .. }) => {
-                let after = self.connector.timed_out(&self.server, &ctx.chat).await;
+            Err(e @ (McpError::Timeout { .. } | McpError::Cancelled)) => {
+                let how = match e {
+                    McpError::Cancelled => EndedEarly::Stopped,
+                    _ => EndedEarly::PastLimit,
+                };
+                let after = self.connector.ended_early(&self.server, &ctx.chat, how).await;
                 let after = after.map(|what| format!("; {what}")).unwrap_or_default();
                 failed(format!("{}: {e}{after}", self.tool.function))
             }

@@ -206,14 +206,23 @@ pub fn tool_results(body: &Value) -> usize {
     body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
 }
 
-/// The text of the last user message of a chat-completion request body (empty if none).
+/// The text of the last user message of a chat-completion request body (empty if none);
+/// tool answers' pictures, sent as a user message, are not the user's.
 pub fn last_user(body: &Value) -> String {
     body["messages"]
         .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user" && !is_tool_pictures(m)))
         .and_then(|m| m["content"].as_str())
         .unwrap_or_default()
         .to_owned()
+}
+
+/// Whether `message` (JSON, as sent) carries tool answers' pictures
+/// ([`nexbot_llm::wire::ChatMessage::tool_pictures`]): its text, alone or the first part.
+pub fn is_tool_pictures(message: &Value) -> bool {
+    let content = &message["content"];
+    let text = content.as_str().or_else(|| content[0]["text"].as_str()).unwrap_or_default();
+    message["role"] == "user" && text.starts_with(nexbot_llm::wire::TOOL_PICTURES)
 }
 
 /// The running server; stops when dropped.

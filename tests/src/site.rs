@@ -70,6 +70,7 @@ impl TestSite {
             .route("/hostile", get(hostile))
             .route("/loop", get(looping))
             .route("/echo", get(echo))
+            .route("/reveal", get(reveal))
             .route("/eat", get(eating))
             .layer(axum::middleware::from_fn_with_state(site.clone(), record))
             .with_state(site.clone());
@@ -223,6 +224,11 @@ async fn download() -> Response {
 
 async fn hostile() -> Html<String> {
     page("Deals", &format!("<p>Great deals today.</p><p>{INJECTION}</p>"))
+}
+
+/// A page that shows the password itself, as a site shows its user an API key.
+async fn reveal() -> Html<String> {
+    page("Your key", &format!("<p>Your key: {PASSWORD}</p>"))
 }
 
 /// A page that shows what is typed into its field (as a page may show a password).

@@ -10,8 +10,9 @@ use crate::telegram::{has_text, start, telegram_env, FRIEND, LIMIT, OWNER};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use base64::Engine as _;
 use common::{Leftovers, TempWorkspace};
-use nexbot_tests::scripted_llm::{last_user, ScriptedLlm, Step};
+use nexbot_tests::scripted_llm::{is_tool_pictures, last_user, ScriptedLlm, Step};
 use nexbot_tests::site::{self, TestSite};
 use nexbot_tests::telegram::TelegramFixture;
 use serde_json::{json, Value};
@@ -60,7 +61,9 @@ fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
     let kept = answers.clone();
     let site = site.clone();
     llm.set_responder(move |body| {
+        // A delegated task's model reads its task after "Task:".
         let said = last_user(body);
+        let said = said.strip_prefix("Task:\n").map_or(said.clone(), str::to_owned);
         let got = this_turns_results(body);
         kept.lock().unwrap().insert(said.clone(), got.clone());
         let step = got.len();
@@ -151,6 +154,13 @@ fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
                 },
                 &|_| call("browser_snapshot", json!({})),
                 &|_| call("browser_evaluate", json!({"function": "() => document.body.innerText"})),
+                &|_| call("browser_take_screenshot", json!({"type": "png"})),
+            ],
+            "screenshots of the orders and the key" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/")})),
+                &|_| call("browser_take_screenshot", json!({"type": "png"})),
+                &|_| call("browser_navigate", json!({"url": site.url("/reveal")})),
+                &|_| call("browser_take_screenshot", json!({"type": "png"})),
             ],
             "send me a screenshot of the orders" => &[
                 &|_| call("browser_navigate", json!({"url": site.url("/")})),
@@ -167,8 +177,21 @@ fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
                     )
                 },
             ],
+            "look at the orders page" => &[
+                &|_| call("browser_navigate", json!({"url": site.url("/")})),
+                &|_| call("browser_take_screenshot", json!({"type": "png"})),
+            ],
             "hang" => &[&|_| call("browser_navigate", json!({"url": site.url("/loop")}))],
             "eat" => &[&|_| call("browser_navigate", json!({"url": site.url("/eat")}))],
+            // A delegated task granted the browser's tools: its model's requests come here
+            // too, as "open my account".
+            "delegate opening my account" => &[&|_| {
+                let tools = ["mcp__browser__browser_navigate", "mcp__browser__browser_snapshot"];
+                Step::tool_call(
+                    "delegate_to_sub_agent",
+                    json!({"task": "open my account", "tools": tools}),
+                )
+            }],
             "open my account" => {
                 &[&|_| call("browser_navigate", json!({"url": site.url("/account")})), &|_| {
                     call("browser_snapshot", json!({}))
@@ -237,7 +260,8 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
     let answers = browsing_model(&llm, &site);
     let ws = TempWorkspace::init("browser");
     let names = Leftovers::new("browser");
-    let env = browser_env(&llm, &tg, &names, &site);
+    let mut env = browser_env(&llm, &tg, &names, &site);
+    env.push(("NEXBOT_LLM__VISION".into(), "true".into()));
     let serving = start(&ws, &env).await;
 
     say_and_wait(&tg, OWNER, "read the orders page").await;
@@ -287,6 +311,16 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
     let _ = std::fs::create_dir_all(&kept);
     let _ = std::fs::write(kept.join("orders.png"), &shot);
 
+    // A screenshot saved to a file is not a picture for the model (Playwright answers with the
+    // file's name); one without a file is, and a model that sees images is shown it after the
+    // tool answers, as a message that says it is data from outside.
+    assert!(pictures_sent(&llm).is_empty());
+    say_and_wait(&tg, OWNER, "look at the orders page").await;
+    let looked = answers_to(&answers, "look at the orders page");
+    assert!(looked[1].contains("[image: image/png"), "{looked:#?}");
+    let seen = pictures_sent(&llm);
+    assert_eq!(seen.len(), 1, "one picture shown to the model: {looked:#?}");
+
     // Every request went through the proxy, under the chat's browser's name.
     let audit = std::fs::read_to_string(ws.database().parent().unwrap().join("egress-audit.jsonl"))
         .unwrap_or_default();
@@ -307,6 +341,18 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
     say_and_wait(&tg, OWNER, "open my account").await;
     let account = answers_to(&answers, "open my account");
     assert!(account[1].contains(site::WELCOME), "still logged in: {account:#?}");
+
+    // A task the chat delegates, granted the browser's tools, works in the chat's own browser
+    // (logged in); the delegating turn reads its answer.
+    answers.lock().unwrap().remove("open my account");
+    say_and_wait(&tg, OWNER, "delegate opening my account").await;
+    let account = answers_to(&answers, "open my account");
+    let relayed = answers_to(&answers, "delegate opening my account");
+    assert!(
+        account.get(1).is_some_and(|a| a.contains(site::WELCOME)),
+        "the task used the chat's browser: {account:#?} {relayed:#?}"
+    );
+    assert!(relayed[0].contains("browsed: open my account"), "{relayed:#?}");
 
     // Another chat on the same site: not logged in, and its browser has only its own room.
     say_and_wait(&tg, FRIEND, "open my account").await;
@@ -359,6 +405,39 @@ async fn in_ask_mode_the_browsers_first_request_is_asked_about_and_a_denial_fail
 }
 
 /// The running browser containers of the daemon whose pool is `names`.
+/// The pictures of tool answers the model was shown, each a PNG, in order (a turn's later
+/// requests carry its pictures again: each is listed once).
+fn pictures_sent(llm: &ScriptedLlm) -> Vec<Vec<u8>> {
+    let mut seen: Vec<Vec<u8>> = Vec::new();
+    for request in llm.chat_requests() {
+        let messages = request.body["messages"].as_array().cloned().unwrap_or_default();
+        for message in messages.iter().filter(|m| is_tool_pictures(m)) {
+            let said = message["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(
+                said.contains("data from outside") && said.contains("not the user's"),
+                "{said}"
+            );
+            let url = message["content"][1]["image_url"]["url"].as_str().unwrap_or_default();
+            let png = url.strip_prefix("data:image/png;base64,").expect("a PNG's data URL");
+            let bytes = base64::engine::general_purpose::STANDARD.decode(png).unwrap();
+            assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 2_000, "{} bytes", bytes.len());
+            if !seen.contains(&bytes) {
+                seen.push(bytes);
+            }
+        }
+    }
+    seen
+}
+
+/// Waits until `done` (what it waits for, in the failure), within the tests' limit.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < LIMIT, "not seen within {LIMIT:?}: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 fn browser_containers(names: &Leftovers) -> Vec<String> {
     let listed = common::docker_cli(&[
         "ps",
@@ -456,6 +535,26 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
     assert!(looked_up.starts_with("ERR"), "no DNS: {looked_up}");
     assert!(!site.visits().iter().any(|v| v.path == "/direct"));
 
+    // `/stop` while an action waits on a page whose script never ends: the turn ends without
+    // waiting for the action's limit, the browser still busy with that page is stopped, and
+    // the next action gets a fresh browser (before, it met the stuck one and its limit).
+    let seen = site.visits().len();
+    tg.user_says(OWNER, OWNER, "hang").await;
+    until("the browser asks for the page that loops", || {
+        site.visits()[seen..].iter().any(|v| v.path == "/loop")
+    })
+    .await;
+    tg.user_says(OWNER, OWNER, "/stop").await;
+    tg.wait_bot_messages(OWNER, |m| m.iter().any(|m| m.text == "Stopped."), LIMIT).await;
+    until("the busy browser is stopped", || !browser_containers(&names).contains(&first)).await;
+    say_and_wait(&tg, OWNER, "read the orders page").await;
+    let read = answers_to(&answers, "read the orders page");
+    assert!(read[1].contains(site::RENDERED), "after /stop, a fresh browser: {read:#?}");
+    let second = browser_containers(&names);
+    assert_eq!(second.len(), 1);
+    assert_ne!(second[0], first);
+    let first = second[0].clone();
+
     // A page whose script never ends: the action's limit ends it, the model reads why, and the
     // browser that ran it is gone.
     say_and_wait(&tg, OWNER, "hang").await;
@@ -488,7 +587,8 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
     assert!(!room.join(".browser").exists(), "the profile is gone");
     assert!(room.join("downloads/kept.txt").exists(), "the downloads stay");
     assert!(browser_containers(&names).is_empty(), "the browser was stopped");
-    serving.stop(LIMIT).await;
+    let log = serving.stop(LIMIT).await;
+    assert!(log.contains("MCP server stopped: its call was stopped"), "{log}");
 }
 
 /// A chat's secret typed into a page: filled in where its binding allows (the site's login
@@ -517,6 +617,7 @@ async fn a_secret_is_typed_only_where_its_binding_allows_and_the_model_never_rea
         ),
     ));
     env.push(("NEXBOT_MASTER_KEY".into(), "browser-test-master-key-0123456789".into()));
+    env.push(("NEXBOT_LLM__VISION".into(), "true".into()));
     let serving = start(&ws, &env).await;
     let set = SecretSet {
         scope: format!("telegram:{OWNER}"),
@@ -541,6 +642,26 @@ async fn a_secret_is_typed_only_where_its_binding_allows_and_the_model_never_rea
     let note = answers_to(&answers, "show the note");
     assert!(note[2].contains("Typed the secret SITE_PW"), "{note:#?}");
     assert!(note[4].contains("You typed:"), "the page shows it: {note:#?}");
+    // Its screenshot is not shown to the model: the browser has typed a secret (a page may
+    // draw the value where its text does not say it).
+    assert!(
+        note[5].contains("its picture is not shown to the model: this chat's browser has typed"),
+        "{note:#?}"
+    );
+    assert_eq!(pictures_sent(&llm).len(), 0);
+
+    // A chat that typed nothing, with the same value as a secret of its own: a page's picture
+    // is shown to the model, unless the page shows that value (as a site shows a key).
+    let set = SecretSet { scope: format!("telegram:{FRIEND}"), name: "FRIEND_KEY".into(), ..set };
+    let _: SecretEntry = client.post(secrets_paths::SECRETS, &set).await.unwrap();
+    say_and_wait(&tg, FRIEND, "screenshots of the orders and the key").await;
+    let shots = answers_to(&answers, "screenshots of the orders and the key");
+    assert!(!shots[1].contains("not shown"), "{shots:#?}");
+    assert!(
+        shots[3].contains("its picture is not shown to the model: the page shows one of"),
+        "{shots:#?}"
+    );
+    assert_eq!(pictures_sent(&llm).len(), 1, "the orders page's picture only");
 
     // Another origin (another port of the same host): refused, and it gets nothing.
     let other = elsewhere.clone();

@@ -193,3 +193,26 @@ fn a_result_cut_again_still_names_its_original_size() {
         format!("{}\n[x cut: 50 of 1000 bytes shown]", &text[..50])
     );
 }
+
+#[test]
+fn the_question_is_the_users_message_not_the_pictures_tool_answers_returned() {
+    let picture = crate::wire::Image { mime: "image/png".into(), data: Default::default() };
+    let m = vec![
+        ChatMessage::system("You are Nexbot."),
+        ChatMessage::user("what does the page look like?"),
+        call(&["c1"], "mcp__browser__browser_take_screenshot"),
+        ChatMessage::tool("c1", "saved"),
+        ChatMessage::tool_pictures(vec![picture]),
+    ];
+    assert!(m[4].is_tool_pictures() && !m[1].is_tool_pictures());
+    assert_eq!(m[4].images.len(), 1);
+    assert_eq!(question(&m), Some(1));
+    let kept = kept_messages(&m, 1);
+    assert_eq!(
+        kept,
+        [true, true, true, true, true],
+        "the question, the call, its answer, the last"
+    );
+    let kept = kept_messages(&m[..4], 0);
+    assert!(kept[1], "{kept:?}");
+}

@@ -347,10 +347,14 @@ pub async fn ctl(ws: &TempWorkspace, args: &[&str], stdin: &str) -> Ran {
 }
 
 /// The tool messages after the last user message of `body` (this turn's, not the history's),
-/// as the model got them.
+/// as the model got them; tool answers' pictures, a user message, are not the user's.
 pub fn this_turns_results(body: &serde_json::Value) -> Vec<String> {
+    use nexbot_tests::scripted_llm::is_tool_pictures;
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let start = messages.iter().rposition(|m| m["role"] == "user").map_or(0, |i| i + 1);
+    let start = messages
+        .iter()
+        .rposition(|m| m["role"] == "user" && !is_tool_pictures(m))
+        .map_or(0, |i| i + 1);
     messages[start..]
         .iter()
         .filter(|m| m["role"] == "tool")
