@@ -146,11 +146,17 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let container = mcp.instances().await.into_iter().find_map(|v| v.container);
     let idle = container.as_deref().and_then(nexbot_tests::bench::container_memory);
+    let by_process = container.as_deref().map(pss_by_process).unwrap_or_default();
     mcp.shutdown().await;
     pool.shutdown().await.expect("pool shutdown");
     egress.shutdown(Duration::from_secs(1)).await;
 
+    // The alternative the choice was made against (a DevTools client of our own drives
+    // Chromium alone): its cold start in the same image and hardening, with no driver at all.
+    let alone = Stats::of((0..COLD_RUNS).map(|_| chromium_alone()).collect());
+
     println!("{}", cold.line("browser cold start to the first page, in its container"));
+    println!("{}", alone.line("Chromium alone to a page's DOM, in the same container, no driver"));
     println!("{}", contained.line("browser warm page load, in its container through the proxy"));
     println!("{}", direct.line("browser warm page load, direct (same Chromium, no proxy)"));
     record(Figure::reference(
@@ -178,6 +184,17 @@ async fn main() {
         "(the engine's count: Node, Chromium's processes and their page cache)",
     ));
     record(Figure::reference(
+        "browser cold start: Playwright's server / Chromium alone (no driver), p50",
+        &format!("{:.0} ms vs {:.0} ms", ms(cold.p50), ms(alone.p50)),
+        "(the same image and hardening; Chromium alone: --dump-dom of the page, no network)",
+    ));
+    let pss = |kind: &str| by_process.get(kind).map_or("?".to_owned(), |k| format!("{k:.1}"));
+    record(Figure::reference(
+        "browser memory by process after a page, PSS: Node / Chromium",
+        &format!("{} / {} MiB", pss("node"), pss("chromium")),
+        "(what a DevTools client of our own would save: Node's share)",
+    ));
+    record(Figure::reference(
         "browser image size",
         &image_size("nexbot-browser:dev").unwrap_or_else(|| "unknown".into()),
         "(Chromium, Node, Playwright's MCP server, fonts)",
@@ -192,4 +209,47 @@ fn image_size(image: &str) -> Option<String> {
         .ok()?;
     let bytes: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
     Some(format!("{:.1} MB", bytes / 1e6))
+}
+
+/// Chromium alone in the browser image, hardened as the daemon runs it but with no network:
+/// from `docker run` to the DOM of a page its script writes (`--dump-dom`).
+fn chromium_alone() -> Duration {
+    let page = "data:text/html,<p id=x></p><script>x.textContent='Rendered by script'</script>";
+    let started = Instant::now();
+    let out = std::process::Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "--read-only", "--tmpfs", "/tmp:size=256m"])
+        .args(["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--memory", "1g"])
+        .args(["nexbot-browser:dev", "/opt/chromium/chromium", "--headless", "--no-sandbox"])
+        .args(["--dump-dom", page])
+        .output()
+        .expect("docker run");
+    let took = started.elapsed();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("Rendered by script"), "{}", String::from_utf8_lossy(&out.stderr));
+    took
+}
+
+/// The proportional memory (PSS, MiB) of a container's processes, Node's and Chromium's apart.
+fn pss_by_process(container: &str) -> std::collections::HashMap<&'static str, f64> {
+    let mut by = std::collections::HashMap::new();
+    let Ok(out) =
+        std::process::Command::new("docker").args(["top", container, "-o", "pid,comm"]).output()
+    else {
+        return by;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines().skip(1) {
+        let mut fields = line.split_whitespace();
+        let (Some(pid), Some(comm)) = (fields.next(), fields.next()) else { continue };
+        let Ok(rollup) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
+            continue;
+        };
+        let kib: f64 = rollup
+            .lines()
+            .find_map(|l| l.strip_prefix("Pss:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0.0);
+        let kind = if comm.contains("node") || comm == "MainThread" { "node" } else { "chromium" };
+        *by.entry(kind).or_insert(0.0) += kib / 1024.0;
+    }
+    by
 }

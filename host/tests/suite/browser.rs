@@ -66,145 +66,188 @@ fn browsing_model(llm: &ScriptedLlm, site: &TestSite) -> Answers {
         let said = said.strip_prefix("Task:\n").map_or(said.clone(), str::to_owned);
         let got = this_turns_results(body);
         kept.lock().unwrap().insert(said.clone(), got.clone());
-        let step = got.len();
-        let plan: &[Action<'_>] = match said.as_str() {
-            "read the orders page" => {
-                &[&|_| call("browser_navigate", json!({"url": site.url("/")})), &|_| {
-                    call("browser_snapshot", json!({}))
-                }]
-            }
-            "log in" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/login")})),
-                &|_| call("browser_snapshot", json!({})),
-                &|got| {
-                    let user = element(got, "textbox", "User");
-                    call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
-                },
-                &|got| {
-                    let password = element(got, "textbox", "Password");
-                    call(
-                        "browser_type",
-                        json!({"element": "Password", "target": password,
-                               "text": site::PASSWORD, "submit": true}),
-                    )
-                },
-                &|_| call("browser_snapshot", json!({})),
-            ],
-            "place the order" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/order")})),
-                &|_| call("browser_snapshot", json!({})),
-                &|got| {
-                    let item = element(got, "textbox", "Item");
-                    call(
-                        "browser_type",
-                        json!({"element": "Item", "target": item, "text": "blue mug", "submit": true}),
-                    )
-                },
-                &|_| call("browser_snapshot", json!({})),
-                &|got| {
-                    let quantity = element(got, "textbox", "Quantity");
-                    call(
-                        "browser_type",
-                        json!({"element": "Quantity", "target": quantity, "text": "3",
-                               "submit": true}),
-                    )
-                },
-                &|_| call("browser_snapshot", json!({})),
-            ],
-            "get the report" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/files")})),
-                &|_| call("browser_snapshot", json!({})),
-                &|got| {
-                    let link = element(got, "link", "Download the report");
-                    call("browser_click", json!({"element": "the report", "target": link}))
-                },
-                &|_| call("browser_wait_for", json!({"time": 1})),
-            ],
-            "read the deals" => {
-                &[&|_| call("browser_navigate", json!({"url": site.url("/hostile")})), &|_| {
-                    call("browser_snapshot", json!({}))
-                }]
-            }
-            "log in with the secret" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/login")})),
-                &|_| call("browser_snapshot", json!({})),
-                &|got| {
-                    let user = element(got, "textbox", "User");
-                    call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
-                },
-                &|got| {
-                    let password = element(got, "textbox", "Password");
-                    call(
-                        "browser_type",
-                        json!({"element": "Password", "target": password,
-                               "text": "{{secret:SITE_PW}}", "submit": true}),
-                    )
-                },
-                &|_| call("browser_snapshot", json!({})),
-            ],
-            "show the note" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/echo")})),
-                &|_| call("browser_snapshot", json!({})),
-                &|got| {
-                    let note = element(got, "textbox", "Note");
-                    call(
-                        "browser_type",
-                        json!({"element": "Note", "target": note, "text": "{{secret:SITE_PW}}"}),
-                    )
-                },
-                &|_| call("browser_snapshot", json!({})),
-                &|_| call("browser_evaluate", json!({"function": "() => document.body.innerText"})),
-                &|_| call("browser_take_screenshot", json!({"type": "png"})),
-            ],
-            "screenshots of the orders and the key" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/")})),
-                &|_| call("browser_take_screenshot", json!({"type": "png"})),
-                &|_| call("browser_navigate", json!({"url": site.url("/reveal")})),
-                &|_| call("browser_take_screenshot", json!({"type": "png"})),
-            ],
-            "send me a screenshot of the orders" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/")})),
-                &|_| {
-                    call(
-                        "browser_take_screenshot",
-                        json!({"type": "png", "filename": "downloads/orders.png"}),
-                    )
-                },
-                &|_| {
-                    Step::tool_call(
-                        "send_file",
-                        json!({"path": "downloads/orders.png", "caption": "The orders page"}),
-                    )
-                },
-            ],
-            "look at the orders page" => &[
-                &|_| call("browser_navigate", json!({"url": site.url("/")})),
-                &|_| call("browser_take_screenshot", json!({"type": "png"})),
-            ],
-            "hang" => &[&|_| call("browser_navigate", json!({"url": site.url("/loop")}))],
-            "eat" => &[&|_| call("browser_navigate", json!({"url": site.url("/eat")}))],
-            // A delegated task granted the browser's tools: its model's requests come here
-            // too, as "open my account".
-            "delegate opening my account" => &[&|_| {
-                let tools = ["mcp__browser__browser_navigate", "mcp__browser__browser_snapshot"];
-                Step::tool_call(
-                    "delegate_to_sub_agent",
-                    json!({"task": "open my account", "tools": tools}),
-                )
-            }],
-            "open my account" => {
-                &[&|_| call("browser_navigate", json!({"url": site.url("/account")})), &|_| {
-                    call("browser_snapshot", json!({}))
-                }]
-            }
-            _ => &[],
-        };
-        match plan.get(step) {
-            Some(action) => action(&got),
+        match next_step(&said, &site, &got) {
+            Some(step) => step,
             None => Step::text(&format!("browsed: {said}")),
         }
     });
     answers
+}
+
+/// The next action of the plan `said` names, from what the browser answered so far (`got`);
+/// none when the plan is done or there is none.
+fn next_step(said: &str, site: &TestSite, got: &[String]) -> Option<Step> {
+    pages_plan(said, site, got).or_else(|| walls_plan(said, site, got))
+}
+
+/// Plans that use the site's pages: reading, logging in, forms, files, secrets, screenshots.
+fn pages_plan(said: &str, site: &TestSite, got: &[String]) -> Option<Step> {
+    let plan: &[Action<'_>] = match said {
+        "read the orders page" => {
+            &[&|_| call("browser_navigate", json!({"url": site.url("/")})), &|_| {
+                call("browser_snapshot", json!({}))
+            }]
+        }
+        "log in" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/login")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let user = element(got, "textbox", "User");
+                call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
+            },
+            &|got| {
+                let password = element(got, "textbox", "Password");
+                call(
+                    "browser_type",
+                    json!({"element": "Password", "target": password,
+                           "text": site::PASSWORD, "submit": true}),
+                )
+            },
+            &|_| call("browser_snapshot", json!({})),
+        ],
+        "place the order" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/order")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let item = element(got, "textbox", "Item");
+                call(
+                    "browser_type",
+                    json!({"element": "Item", "target": item, "text": "blue mug", "submit": true}),
+                )
+            },
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let quantity = element(got, "textbox", "Quantity");
+                call(
+                    "browser_type",
+                    json!({"element": "Quantity", "target": quantity, "text": "3",
+                           "submit": true}),
+                )
+            },
+            &|_| call("browser_snapshot", json!({})),
+        ],
+        "get the report" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/files")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let link = element(got, "link", "Download the report");
+                call("browser_click", json!({"element": "the report", "target": link}))
+            },
+            &|_| call("browser_wait_for", json!({"time": 1})),
+        ],
+        "get the odd file" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/files")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let link = element(got, "link", "Download the odd one");
+                call("browser_click", json!({"element": "the odd one", "target": link}))
+            },
+            &|_| call("browser_wait_for", json!({"time": 1})),
+        ],
+        "read the deals" => {
+            &[&|_| call("browser_navigate", json!({"url": site.url("/hostile")})), &|_| {
+                call("browser_snapshot", json!({}))
+            }]
+        }
+        "log in with the secret" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/login")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let user = element(got, "textbox", "User");
+                call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
+            },
+            &|got| {
+                let password = element(got, "textbox", "Password");
+                call(
+                    "browser_type",
+                    json!({"element": "Password", "target": password,
+                           "text": "{{secret:SITE_PW}}", "submit": true}),
+                )
+            },
+            &|_| call("browser_snapshot", json!({})),
+        ],
+        "show the note" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/echo")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let note = element(got, "textbox", "Note");
+                call(
+                    "browser_type",
+                    json!({"element": "Note", "target": note, "text": "{{secret:SITE_PW}}"}),
+                )
+            },
+            &|_| call("browser_snapshot", json!({})),
+            &|_| call("browser_evaluate", json!({"function": "() => document.body.innerText"})),
+            &|_| call("browser_take_screenshot", json!({"type": "png"})),
+        ],
+        "screenshots of the orders and the key" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/")})),
+            &|_| call("browser_take_screenshot", json!({"type": "png"})),
+            &|_| call("browser_navigate", json!({"url": site.url("/reveal")})),
+            &|_| call("browser_take_screenshot", json!({"type": "png"})),
+        ],
+        "send me a screenshot of the orders" => &[
+            &|_| call("browser_navigate", json!({"url": site.url("/")})),
+            &|_| {
+                call(
+                    "browser_take_screenshot",
+                    json!({"type": "png", "filename": "downloads/orders.png"}),
+                )
+            },
+            &|_| {
+                Step::tool_call(
+                    "send_file",
+                    json!({"path": "downloads/orders.png", "caption": "The orders page"}),
+                )
+            },
+        ],
+        _ => &[],
+    };
+    plan.get(got.len()).map(|action| action(got))
+}
+
+/// Plans that try the browser's walls, and a delegated task's.
+fn walls_plan(said: &str, site: &TestSite, got: &[String]) -> Option<Step> {
+    let plan: &[Action<'_>] = match said {
+        "save outside the room" => &[
+            &|_| call("browser_take_screenshot", json!({"filename": "/tmp/outside.png"})),
+            &|_| call("browser_navigate", json!({"url": site.url("/upload")})),
+            &|_| call("browser_snapshot", json!({})),
+            &|got| {
+                let line = got[2].lines().find(|l| l.contains("Attach") && l.contains("[ref="));
+                let line = line.unwrap_or_else(|| panic!("no file input: {got:#?}"));
+                let at = line.find("[ref=").unwrap() + 5;
+                let target = &line[at..at + line[at..].find(']').unwrap()];
+                call("browser_click", json!({"element": "Attach", "target": target}))
+            },
+            &|_| call("browser_file_upload", json!({"paths": ["/etc/passwd"]})),
+            // No paths: the file chooser is cancelled (it would hold every later action).
+            &|_| call("browser_file_upload", json!({})),
+        ],
+        "look at the orders page" => {
+            &[&|_| call("browser_navigate", json!({"url": site.url("/")})), &|_| {
+                call("browser_take_screenshot", json!({"type": "png"}))
+            }]
+        }
+        "hang" => &[&|_| call("browser_navigate", json!({"url": site.url("/loop")}))],
+        "eat" => &[&|_| call("browser_navigate", json!({"url": site.url("/eat")}))],
+        // A delegated task granted the browser's tools: its model's requests come here
+        // too, as "open my account".
+        "delegate opening my account" => &[&|_| {
+            let tools = ["mcp__browser__browser_navigate", "mcp__browser__browser_snapshot"];
+            Step::tool_call(
+                "delegate_to_sub_agent",
+                json!({"task": "open my account", "tools": tools}),
+            )
+        }],
+        "open my account" => {
+            &[&|_| call("browser_navigate", json!({"url": site.url("/account")})), &|_| {
+                call("browser_snapshot", json!({}))
+            }]
+        }
+        _ => &[],
+    };
+    plan.get(got.len()).map(|action| action(got))
 }
 
 fn answers_to(answers: &Answers, said: &str) -> Vec<String> {
@@ -288,6 +331,19 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
         "the download is in the room: {:#?}",
         answers_to(&answers, "get the report")
     );
+
+    // A download whose name climbs out of downloads/ into the profile and hides its
+    // extension behind a right-to-left override: it lands in downloads/, under a plain name.
+    say_and_wait(&tg, OWNER, "get the odd file").await;
+    let landed = files_holding(&room, site::ODD_BODY.as_bytes());
+    assert_eq!(landed.len(), 1, "{landed:?} {:#?}", answers_to(&answers, "get the odd file"));
+    assert_eq!(landed[0].parent(), Some(room.join("downloads").as_path()), "{landed:?}");
+    let name = landed[0].file_name().unwrap().to_str().unwrap();
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200E}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+    };
+    assert!(!name.chars().any(hidden) && !name.starts_with('.'), "{name:?}");
 
     // A page's words reach the model as data, inside the envelope, never as instructions.
     say_and_wait(&tg, OWNER, "read the deals").await;
@@ -429,6 +485,22 @@ fn pictures_sent(llm: &ScriptedLlm) -> Vec<Vec<u8>> {
     seen
 }
 
+/// The files under `dir` (links not followed) whose bytes are `body`.
+fn files_holding(dir: &std::path::Path, body: &[u8]) -> Vec<std::path::PathBuf> {
+    let (mut found, mut stack) = (Vec::new(), vec![dir.to_path_buf()]);
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() && std::fs::read(entry.path()).is_ok_and(|b| b == body) {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
 /// Waits until `done` (what it waits for, in the failure), within the tests' limit.
 async fn until(what: &str, done: impl Fn() -> bool) {
     let started = std::time::Instant::now();
@@ -492,6 +564,7 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
     assert_eq!(host["Privileged"], false);
     assert_eq!(host["Memory"], 1024 * 1024 * 1024);
     assert_eq!(host["PidsLimit"], nexbot_tests::expected_pids_limit(512));
+    assert!(host["NanoCpus"].as_i64().is_some_and(|n| n > 0), "a CPU limit: {host:#}");
     assert_eq!(host["NetworkMode"], names.network.as_str());
     let room = ws
         .dir
@@ -518,6 +591,13 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
             .collect();
         assert!(listening.is_empty(), "{table}: {listening:?}");
     }
+    // Its files are the room's: a path outside it is refused, for writing and for an upload.
+    say_and_wait(&tg, OWNER, "save outside the room").await;
+    let outside = answers_to(&answers, "save outside the room");
+    assert!(outside[0].contains("outside allowed roots"), "{outside:#?}");
+    assert!(outside[4].contains("outside allowed roots"), "{outside:#?}");
+    assert!(!outside[5].contains("Error"), "the chooser was cancelled: {outside:#?}");
+
     // Nothing leaves but through the proxy: a direct connection and a lookup both fail.
     let direct = format!(
         "const s = require('net').connect({}, '{}'); s.setTimeout(3000); \
