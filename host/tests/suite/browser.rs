@@ -88,7 +88,8 @@ fn pages_plan(said: &str, site: &TestSite, got: &[String]) -> Option<Step> {
                 call("browser_snapshot", json!({}))
             }]
         }
-        "log in" => &[
+        // The password typed as it is, or as the chat's secret's placeholder.
+        "log in" | "log in with the secret" => &[
             &|_| call("browser_navigate", json!({"url": site.url("/login")})),
             &|_| call("browser_snapshot", json!({})),
             &|got| {
@@ -97,10 +98,14 @@ fn pages_plan(said: &str, site: &TestSite, got: &[String]) -> Option<Step> {
             },
             &|got| {
                 let password = element(got, "textbox", "Password");
+                let text = match said {
+                    "log in" => site::PASSWORD,
+                    _ => "{{secret:SITE_PW}}",
+                };
                 call(
                     "browser_type",
-                    json!({"element": "Password", "target": password,
-                           "text": site::PASSWORD, "submit": true}),
+                    json!({"element": "Password", "target": password, "text": text,
+                           "submit": true}),
                 )
             },
             &|_| call("browser_snapshot", json!({})),
@@ -149,23 +154,6 @@ fn pages_plan(said: &str, site: &TestSite, got: &[String]) -> Option<Step> {
                 call("browser_snapshot", json!({}))
             }]
         }
-        "log in with the secret" => &[
-            &|_| call("browser_navigate", json!({"url": site.url("/login")})),
-            &|_| call("browser_snapshot", json!({})),
-            &|got| {
-                let user = element(got, "textbox", "User");
-                call("browser_type", json!({"element": "User", "target": user, "text": "alice"}))
-            },
-            &|got| {
-                let password = element(got, "textbox", "Password");
-                call(
-                    "browser_type",
-                    json!({"element": "Password", "target": password,
-                           "text": "{{secret:SITE_PW}}", "submit": true}),
-                )
-            },
-            &|_| call("browser_snapshot", json!({})),
-        ],
         "show the note" => &[
             &|_| call("browser_navigate", json!({"url": site.url("/echo")})),
             &|_| call("browser_snapshot", json!({})),
