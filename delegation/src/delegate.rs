@@ -509,7 +509,8 @@ impl TypedTool for Delegate {
         // The granted tools' calls run in the delegating chat's context, ended with the task.
         let mcp = (!granted.is_empty()).then(|| {
             let ctx = ToolContext { cancel: cancel.clone(), ..ctx.clone() };
-            Arc::new(GrantedCalls::new(&id, granted, ctx)) as Arc<dyn McpCalls>
+            let calls = GrantedCalls::new(&id, granted, ctx).lending(self.tokens.clone());
+            Arc::new(calls) as Arc<dyn McpCalls>
         });
         let run = async {
             tokio::join!(

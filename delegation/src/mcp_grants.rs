@@ -8,6 +8,8 @@
 use std::sync::Arc;
 
 use nexbot_agent::tools::{Tool, ToolContext, ToolError, ToolSource};
+
+use crate::seams::LlmAccess;
 use nexbot_core::text::{clip, excerpt};
 use nexbot_core::BoxFuture;
 use nexbot_protocol::{is_subagent_tool, McpAnswer, McpCall, McpCalls, McpToolSpec, BLOCKED_TOOLS};
@@ -95,12 +97,26 @@ pub struct GrantedCalls {
     granted: Vec<Arc<dyn Tool>>,
     /// The delegation's context; its `cancel` ends the task's calls with it.
     ctx: ToolContext,
+    /// Lends a server's egress to the task while a call of its runs ([`LlmAccess::lend`]).
+    egress: Option<Arc<dyn LlmAccess>>,
 }
 
 impl GrantedCalls {
     pub fn new(task_id: &str, granted: Vec<Arc<dyn Tool>>, ctx: ToolContext) -> Self {
-        Self { task_id: task_id.to_owned(), granted, ctx }
+        Self { task_id: task_id.to_owned(), granted, ctx, egress: None }
     }
+
+    /// What a call's server reaches through the egress while it runs counts for the task
+    /// (its receipt names it).
+    pub fn lending(mut self, egress: Arc<dyn LlmAccess>) -> Self {
+        self.egress = Some(egress);
+        self
+    }
+}
+
+/// The server of an MCP tool's function name (`mcp__<server>__<tool>`).
+fn server_of(function: &str) -> Option<&str> {
+    function.strip_prefix(nexbot_mcp::catalog::PREFIX)?.split_once("__").map(|(server, _)| server)
 }
 
 impl McpCalls for GrantedCalls {
@@ -123,7 +139,15 @@ impl McpCalls for GrantedCalls {
         let ctx = ToolContext { cancel: self.ctx.cancel.child_token(), ..self.ctx.clone() };
         let stop = ctx.cancel.clone().drop_guard();
         let arguments = Value::Object(call.arguments);
-        let running = tokio::spawn(async move { tool.call(arguments, &ctx).await });
+        let lent = self
+            .egress
+            .as_ref()
+            .and_then(|egress| egress.lend(server_of(&call.tool)?, &self.ctx.chat, &self.task_id));
+        let running = tokio::spawn(async move {
+            let answer = tool.call(arguments, &ctx).await;
+            drop(lent);
+            answer
+        });
         Box::pin(async move {
             let _stop = stop;
             match running.await {

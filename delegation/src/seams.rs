@@ -160,6 +160,18 @@ pub trait LlmAccess: Send + Sync + std::fmt::Debug {
         let _ = task_id;
         Ok(None)
     }
+    /// While the returned guard lasts, what `chat`'s MCP server `server` reaches through the
+    /// egress counts for the task too: a granted tool's call made for it (a browser's pages)
+    /// is then in its receipt. `None` without an egress proxy.
+    fn lend(
+        &self,
+        server: &str,
+        chat: &nexbot_core::ChatRef,
+        task_id: &str,
+    ) -> Option<Box<dyn std::any::Any + Send>> {
+        let _ = (server, chat, task_id);
+        None
+    }
     /// `watched`: the other values of the task's chat and the operator's (`(label name,
     /// value)`, an empty name for one whose name the chat must not see), which the relay scans
     /// the task's LLM calls for though the task was not given them.

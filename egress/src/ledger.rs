@@ -114,6 +114,9 @@ pub(crate) struct TaskStats {
     llm: Mutex<(BTreeMap<String, u64>, u64)>,
     secrets_injected: AtomicU64,
     secrets_refused: AtomicU64,
+    /// Tasks this one's destinations also count for while a [`Lend`] lasts (an MCP server's
+    /// call made for a delegated task: what it reached is in the task's receipt too).
+    borrowers: Mutex<Vec<Arc<TaskStats>>>,
 }
 
 impl TaskStats {
@@ -131,6 +134,7 @@ impl TaskStats {
             llm: Mutex::default(),
             secrets_injected: AtomicU64::new(0),
             secrets_refused: AtomicU64::new(0),
+            borrowers: Mutex::default(),
         }
     }
 
@@ -144,8 +148,17 @@ impl TaskStats {
         counter.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Counts one connection to `destination` with its verdict.
+    /// Counts one connection to `destination` with its verdict, for the tasks it is lent to
+    /// as well.
     pub(crate) fn record(&self, destination: &str, verdict: Verdict) {
+        self.count(destination, verdict);
+        let borrowers = self.borrowers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for borrower in borrowers {
+            borrower.count(destination, verdict);
+        }
+    }
+
+    fn count(&self, destination: &str, verdict: Verdict) {
         let mut guard = self.destinations.lock().unwrap_or_else(|p| p.into_inner());
         let (listed, other) = &mut *guard;
         if listed.contains_key(destination) || listed.len() < MAX_DESTINATIONS {
@@ -197,6 +210,22 @@ impl TaskStats {
     }
 }
 
+/// A lender's destinations counting for a task too ([`TaskStatsTable::lend`]), until dropped.
+#[derive(Debug)]
+pub struct Lend {
+    lender: Arc<TaskStats>,
+    task: Arc<TaskStats>,
+}
+
+impl Drop for Lend {
+    fn drop(&mut self) {
+        let mut borrowers = self.lender.borrowers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = borrowers.iter().position(|b| Arc::ptr_eq(b, &self.task)) {
+            borrowers.remove(at);
+        }
+    }
+}
+
 /// What [`TaskStatsTable::attach`] found.
 #[derive(Debug)]
 pub(crate) enum Attach {
@@ -221,6 +250,18 @@ pub(crate) struct TaskStatsTable {
 impl TaskStatsTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// While the returned [`Lend`] lasts, what `lender` (an MCP server's identity) reaches
+    /// also counts for `task_id`; `None` when either has ended.
+    pub(crate) fn lend(&self, lender: &str, task_id: &str) -> Option<Lend> {
+        let (Attach::Live(lender), Attach::Live(task)) =
+            (self.attach(lender), self.attach(task_id))
+        else {
+            return None;
+        };
+        lender.borrowers.lock().unwrap_or_else(|p| p.into_inner()).push(task.clone());
+        Some(Lend { lender, task })
     }
 
     /// The counters of a running task (created on first use), or `Ended`.
@@ -307,6 +348,25 @@ mod tests {
         let read: TaskSummary = serde_json::from_value(old).unwrap();
         assert_eq!(read.destinations["a:80"].allowed, 1);
         assert_eq!(read.secrets_injected, 0);
+    }
+
+    #[test]
+    fn a_lenders_destinations_count_for_the_task_while_lent_and_no_longer() {
+        let ledger = TaskStatsTable::default();
+        let Attach::Live(server) = ledger.attach("mcp:browser@telegram:1") else { panic!() };
+        server.record("before.example:80", Verdict::Allowed);
+        let lend = ledger.lend("mcp:browser@telegram:1", "t").expect("both live");
+        server.record("site.example:80", Verdict::Allowed);
+        server.record("denied.example:80", Verdict::Denied);
+        drop(lend);
+        server.record("after.example:80", Verdict::Allowed);
+        let (task, _) = ledger.finish("t");
+        let named: Vec<&str> = task.destinations.keys().map(String::as_str).collect();
+        assert_eq!(named, ["denied.example:80", "site.example:80"]);
+        assert_eq!(task.destinations["denied.example:80"].denied, 1);
+        // The server keeps its own count of all of it; an ended task is lent nothing.
+        assert_eq!(ledger.peek("mcp:browser@telegram:1").unwrap().destinations.len(), 4);
+        assert!(ledger.lend("mcp:browser@telegram:1", "t").is_none());
     }
 
     #[test]

@@ -206,7 +206,7 @@ pub use firewall::{
     DEFAULT_FIREWALL_CHECK_PERIOD,
 };
 pub use inject::{placeholder_names, MAX_SECRET_BODY_BYTES};
-pub use ledger::{DestinationCounts, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
+pub use ledger::{DestinationCounts, Lend, TaskSummary, MAX_DESTINATIONS, MAX_TASKS};
 pub use policy::{classify, AddrClass};
 pub use relay::RelaySetupError;
 pub use tokens::{

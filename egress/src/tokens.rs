@@ -309,6 +309,13 @@ impl TaskTokens {
         self.finish(task_id).usage
     }
 
+    /// While the returned guard lasts, what `lender` (an MCP server's identity, as the
+    /// proxy attributes its container) reaches also counts for `task_id`: its summary, so its
+    /// receipt, names it. `None` when either has ended.
+    pub fn lend(&self, lender: &str, task_id: &str) -> Option<super::ledger::Lend> {
+        self.ledger.lend(lender, task_id)
+    }
+
     /// What a running task did through the egress so far.
     pub fn summary(&self, task_id: &str) -> Option<TaskSummary> {
         self.ledger.peek(task_id)

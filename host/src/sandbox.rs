@@ -691,6 +691,17 @@ impl LlmAccess for RelayAccess {
             .map_err(|e| e.to_string())
     }
 
+    fn lend(
+        &self,
+        server: &str,
+        chat: &nexbot_core::ChatRef,
+        task_id: &str,
+    ) -> Option<Box<dyn std::any::Any + Send>> {
+        let lender = nexbot_mcp_host::chat_identity(server, chat);
+        let lent = self.tokens.lend(&lender, task_id)?;
+        Some(Box::new(lent))
+    }
+
     fn revoke(&self, task_id: &str) -> AccessEnd {
         // Ends the task for the whole egress: token, open tunnels, and its summary.
         let finished = self.tokens.finish(task_id);

@@ -766,9 +766,14 @@ impl McpServers {
 /// `mcp:<server>` for a shared instance or a probe, `mcp:<server>@<chat>` for a chat's.
 fn identity(key: &Key) -> String {
     match &key.1 {
-        Some(chat) => format!("mcp:{}@{chat}", key.0),
+        Some(chat) => chat_identity(&key.0, chat),
         None => format!("mcp:{}", key.0),
     }
+}
+
+/// The identity of `chat`'s instance of the chat-scoped server `server` at the egress proxy.
+pub fn chat_identity(server: &str, chat: &ChatRef) -> String {
+    format!("mcp:{server}@{chat}")
 }
 
 fn serves(key: &Key) -> String {

@@ -397,6 +397,15 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
         "the task used the chat's browser: {account:#?} {relayed:#?}"
     );
     assert!(relayed[0].contains("browsed: open my account"), "{relayed:#?}");
+    // The task's receipt names the site its browser calls reached (they are the chat's
+    // browser's at the proxy, and lent to the task while its calls ran).
+    let site_name = site.addr.to_string();
+    let receipts = tg.wait_bot_messages(OWNER, |m| has_text(m, "Contacted:"), LIMIT).await;
+    let receipt = receipts.iter().rev().find(|m| m.text.contains("Contacted:"));
+    let receipt = receipt.map(|m| m.text.clone()).unwrap_or_default();
+    let contacted = receipt.lines().find(|l| l.starts_with("Contacted:")).unwrap_or_default();
+    let texts: Vec<&str> = receipts.iter().map(|m| m.text.as_str()).collect();
+    assert!(contacted.contains(&site_name), "{receipt} in {texts:#?}");
 
     // Another chat on the same site: not logged in, and its browser has only its own room.
     say_and_wait(&tg, FRIEND, "open my account").await;
