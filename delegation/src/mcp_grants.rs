@@ -114,11 +114,6 @@ impl GrantedCalls {
     }
 }
 
-/// The server of an MCP tool's function name (`mcp__<server>__<tool>`).
-fn server_of(function: &str) -> Option<&str> {
-    function.strip_prefix(nexbot_mcp::catalog::PREFIX)?.split_once("__").map(|(server, _)| server)
-}
-
 impl McpCalls for GrantedCalls {
     fn call(&self, call: McpCall) -> BoxFuture<'static, McpAnswer> {
         let tool = self.granted.iter().find(|t| t.name() == call.tool).cloned();
@@ -139,10 +134,9 @@ impl McpCalls for GrantedCalls {
         let ctx = ToolContext { cancel: self.ctx.cancel.child_token(), ..self.ctx.clone() };
         let stop = ctx.cancel.clone().drop_guard();
         let arguments = Value::Object(call.arguments);
-        let lent = self
-            .egress
-            .as_ref()
-            .and_then(|egress| egress.lend(server_of(&call.tool)?, &self.ctx.chat, &self.task_id));
+        let lent = self.egress.as_ref().and_then(|egress| {
+            egress.lend(nexbot_mcp::catalog::server_of(&call.tool)?, &self.ctx.chat, &self.task_id)
+        });
         let running = tokio::spawn(async move {
             let answer = tool.call(arguments, &ctx).await;
             drop(lent);

@@ -519,13 +519,7 @@ impl McpServers {
 
     /// Stops an instance on purpose (not counted as a failure).
     async fn stop_instance(&self, key: &Key, why: &str) {
-        let slot = self.slot(key);
-        // Under the slot's lock: a call that comes meanwhile waits for this instance to end
-        // rather than start a second one beside it (a browser's profile is open in one only).
-        let mut instance = slot.lock().await;
-        if let Some(running) = instance.running.take() {
-            tracing::info!(server = %key.0, serves = %serves(key), "MCP server stopped: {why}");
-            running.release(key, self);
+        if let Some((running, _slot)) = self.take_for_stop(key, why).await {
             running.stop().await;
         }
     }
@@ -533,15 +527,28 @@ impl McpServers {
     /// [`McpServers::stop_instance`] in the background: the slot is taken before this returns
     /// (so the next call waits for the stop), the stop itself runs on. Whether one was running.
     async fn stop_instance_behind(&self, key: Key, why: &'static str) -> bool {
-        let mut instance = self.slot(&key).lock_owned().await;
-        let Some(running) = instance.running.take() else { return false };
-        tracing::info!(server = %key.0, serves = %serves(&key), "MCP server stopped: {why}");
-        running.release(&key, self);
+        let Some((running, slot)) = self.take_for_stop(&key, why).await else { return false };
         tokio::spawn(async move {
             running.stop().await;
-            drop(instance);
+            drop(slot);
         });
         true
+    }
+
+    /// The running instance of `key`, taken out to be stopped (logged with `why`, its address
+    /// and identity released), with its slot's lock: while the caller holds it, a call that
+    /// comes waits for this instance to end rather than start a second one beside it (a
+    /// browser's profile is open in one only).
+    async fn take_for_stop(
+        &self,
+        key: &Key,
+        why: &str,
+    ) -> Option<(Running, tokio::sync::OwnedMutexGuard<Instance>)> {
+        let mut slot = self.slot(key).lock_owned().await;
+        let running = slot.running.take()?;
+        tracing::info!(server = %key.0, serves = %serves(key), "MCP server stopped: {why}");
+        running.release(key, self);
+        Some((running, slot))
     }
 
     /// Stops chat instances idle past their server's `idle_stop_secs`.

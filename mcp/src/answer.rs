@@ -46,7 +46,8 @@ pub fn render(result: &CallToolResult) -> Answer {
     answer
 }
 
-/// The picture of `block`, for the model, or why it is not shown.
+/// An image block's picture (`mime`, its data in base64; `kept` pictures before it), for
+/// the model, or why it is not shown.
 fn picture(mime: &str, base64: &str, kept: usize) -> Result<Image, &'static str> {
     if !IMAGE_TYPES.contains(&mime) {
         return Err("not a picture type a model reads");

@@ -78,6 +78,11 @@ pub fn function_name(server: &str, tool: &str) -> String {
     format!("{PREFIX}{server}__{tool}")
 }
 
+/// The server of a [`function_name`] (a server's name holds no `__`); `None` for another name.
+pub fn server_of(function: &str) -> Option<&str> {
+    function.strip_prefix(PREFIX)?.split_once("__").map(|(server, _)| server)
+}
+
 /// Checks the tools a server listed: the offered ones, in its order, and the skipped ones
 /// with the reason.
 pub fn check(server: &str, listed: &[rmcp::model::Tool]) -> (Vec<ServerTool>, Vec<Skipped>) {
@@ -245,6 +250,14 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::sync::Arc;
+
+    #[test]
+    fn a_function_name_gives_its_server_back() {
+        assert_eq!(server_of(&function_name("browser", "browser_navigate")), Some("browser"));
+        assert_eq!(server_of(&function_name("my-srv", "a__b")), Some("my-srv"));
+        assert_eq!(server_of("web_fetch"), None);
+        assert_eq!(server_of("mcp__noseparator"), None);
+    }
 
     fn tool(name: &str, description: &str, schema: Value) -> rmcp::model::Tool {
         let Value::Object(schema) = schema else { panic!("an object") };
