@@ -242,6 +242,33 @@ fn answers_to(answers: &Answers, said: &str) -> Vec<String> {
     answers.lock().unwrap().get(said).cloned().unwrap_or_default()
 }
 
+/// What every browser test starts from: the Telegram emulator, the site, the scripted model
+/// browsing it (and what the browser answered it), a workspace, Docker names of the test's
+/// own, and the daemon's environment, not yet started.
+struct Browsing {
+    tg: TelegramFixture,
+    site: TestSite,
+    llm: ScriptedLlm,
+    answers: Answers,
+    ws: TempWorkspace,
+    names: Leftovers,
+    env: Vec<(String, String)>,
+}
+
+impl Browsing {
+    /// `tag` names the workspace, and the Docker names without its dashes.
+    async fn start(tag: &str) -> Self {
+        let tg = TelegramFixture::start().await;
+        let site = TestSite::start(crate::host_approvals::host()).await;
+        let llm = ScriptedLlm::start(vec![]).await;
+        let answers = browsing_model(&llm, &site);
+        let ws = TempWorkspace::init(tag);
+        let names = Leftovers::new(&tag.replace('-', ""));
+        let env = browser_env(&llm, &tg, &names, &site);
+        Self { tg, site, llm, answers, ws, names, env }
+    }
+}
+
 /// The daemon's environment: Telegram, a pool of its own, the browser on for every allowed
 /// chat, and the site's address opened to the proxy (`egress.mode` stays `open`).
 fn browser_env(
@@ -285,13 +312,8 @@ async fn say_and_wait(tg: &TelegramFixture, chat: i64, text: &str) {
 #[tokio::test]
 async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_across_a_restart() {
     let Some(_docker) = nexbot_tests::docker_or_skip("browser").await else { return };
-    let tg = TelegramFixture::start().await;
-    let site = TestSite::start(crate::host_approvals::host()).await;
-    let llm = ScriptedLlm::start(vec![]).await;
-    let answers = browsing_model(&llm, &site);
-    let ws = TempWorkspace::init("browser");
-    let names = Leftovers::new("browser");
-    let mut env = browser_env(&llm, &tg, &names, &site);
+    let Browsing { tg, site, llm, answers, ws, names: _names, mut env } =
+        Browsing::start("browser").await;
     env.push(("NEXBOT_LLM__VISION".into(), "true".into()));
     let serving = start(&ws, &env).await;
 
@@ -424,13 +446,8 @@ async fn a_chats_browser_logs_in_fills_forms_downloads_and_keeps_its_login_acros
 #[tokio::test]
 async fn in_ask_mode_the_browsers_first_request_is_asked_about_and_a_denial_fails_the_page() {
     let Some(_docker) = nexbot_tests::docker_or_skip("browser-ask").await else { return };
-    let tg = TelegramFixture::start().await;
-    let site = TestSite::start(crate::host_approvals::host()).await;
-    let llm = ScriptedLlm::start(vec![]).await;
-    let answers = browsing_model(&llm, &site);
-    let ws = TempWorkspace::init("browser-ask");
-    let names = Leftovers::new("browserask");
-    let mut env = browser_env(&llm, &tg, &names, &site);
+    let Browsing { tg, site, llm: _llm, answers, ws, names: _names, mut env } =
+        Browsing::start("browser-ask").await;
     env.push(("NEXBOT_EGRESS__MODE".into(), "ask".into()));
     let serving = start(&ws, &env).await;
 
@@ -532,13 +549,8 @@ fn node_in(container: &str, program: &str) -> String {
 #[tokio::test]
 async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forgets_it() {
     let Some(_docker) = nexbot_tests::docker_or_skip("browser-walls").await else { return };
-    let tg = TelegramFixture::start().await;
-    let site = TestSite::start(crate::host_approvals::host()).await;
-    let llm = ScriptedLlm::start(vec![]).await;
-    let answers = browsing_model(&llm, &site);
-    let ws = TempWorkspace::init("browser-walls");
-    let names = Leftovers::new("browserwalls");
-    let mut env = browser_env(&llm, &tg, &names, &site);
+    let Browsing { tg, site, llm: _llm, answers, ws, names, mut env } =
+        Browsing::start("browser-walls").await;
     // Short enough for the stuck page's wait, long enough for a cold start on a busy machine:
     // the first action of a fresh browser starts Chromium inside its limit (8 s failed a CI
     // run whose host suite was starting beside it).
@@ -675,14 +687,9 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
 async fn a_secret_is_typed_only_where_its_binding_allows_and_the_model_never_reads_it() {
     use nexbot_control::{secrets_paths, Client, SecretEntry, SecretSet, SecretValue};
     let Some(_docker) = nexbot_tests::docker_or_skip("browser-secret").await else { return };
-    let tg = TelegramFixture::start().await;
-    let site = TestSite::start(crate::host_approvals::host()).await;
+    let Browsing { tg, site, llm, answers, ws, names: _names, mut env } =
+        Browsing::start("browser-secret").await;
     let elsewhere = TestSite::start(crate::host_approvals::host()).await;
-    let llm = ScriptedLlm::start(vec![]).await;
-    let answers = browsing_model(&llm, &site);
-    let ws = TempWorkspace::init("browser-secret");
-    let names = Leftovers::new("browsersecret");
-    let mut env = browser_env(&llm, &tg, &names, &site);
     env.retain(|(k, _)| k != "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL");
     env.push((
         "NEXBOT_EGRESS__PROXY__ALLOW_INTERNAL".into(),
