@@ -47,9 +47,15 @@ docker_suite=$(grep "^$root/tests .*/deps/suite-" "$work/binaries" || true)
 
 failed=
 # run DIR BINARY: one test binary, as cargo runs it.
+# Each binary's output is also kept ($work/logs), so that the end can say again why a test
+# failed: CI shows only the run's last lines, and a failure's own lines are minutes above them.
+mkdir "$work/logs"
 run() {
   echo "     Running $2"
-  (cd "$1" && "$2" < /dev/null) || failed="$failed $2"
+  log="$work/logs/$(basename "$2").$(ls "$work/logs" | wc -l)"
+  { (cd "$1" && "$2" < /dev/null) || { echo "$2" > "$log.failed"; }; } 2>&1 | tee "$log"
+  [ -e "$log.failed" ] && failed="$failed $2"
+  return 0
 }
 
 (cd "${soak% *}" && "${soak#* }" < /dev/null) > "$work/soak.log" 2>&1 &
@@ -110,12 +116,14 @@ else
 fi
 if [ -n "$gvisor" ]; then
   echo "     Running ${docker_suite#* } under runsc (the gVisor leg)"
-  (cd "${docker_suite% *}" && NEXBOT_TEST_RUNTIME=runsc "${docker_suite#* }" \
+  { (cd "${docker_suite% *}" && NEXBOT_TEST_RUNTIME=runsc "${docker_suite#* }" \
     pool_lifecycle:: pool_tasks:: pool_rooms:: pool_files:: pool_clean_room:: \
     pool_clean_room_attacks:: pool_service:: \
     pool_isolation::pool_containers pool_isolation::a_pool_network pool_network:: \
     pool_ownership:: pool_recycling:: pool_mcp_calls:: pool_limits:: pool_hardening:: \
-    pool_operator:: pool_recovery:: < /dev/null) || failed="$failed gvisor-leg"
+    pool_operator:: pool_recovery:: < /dev/null) || : > "$work/logs/gvisor-leg.failed"
+  } 2>&1 | tee "$work/logs/gvisor-leg"
+  [ -e "$work/logs/gvisor-leg.failed" ] && failed="$failed gvisor-leg"
   echo "     Running ${host_suite#* } under runsc (beside the above)"
   wait "$gvisor_host_pid" || failed="$failed gvisor-leg-host"
   cat "$work/gvisor-host.log"
@@ -149,6 +157,17 @@ wait "$soak_pid" || failed="$failed ${soak#* }"
 cat "$work/soak.log"
 
 if [ -n "$failed" ]; then
+  # Why, again: every failed test's own output (libtest's "failures:" block, up to its list
+  # of names), from every log of the run.
+  for log in "$work"/logs/* "$work"/*.log; do
+    case "$log" in *.failed) continue ;; esac
+    [ -f "$log" ] || continue
+    # Each failed test's name, then its panic and the 30 lines after it (cut to 300
+    # characters each: an assertion may print a whole daemon log).
+    awk '/^failures:$/ { n++ } n == 1 && /^---- / { print; left = 0 }
+         n == 1 && /panicked at/ { left = 31 }
+         n == 1 && left > 0 { print substr($0, 1, 300); left-- }' "$log"
+  done
   echo "run-suites: failed:$failed" >&2
   exit 1
 fi

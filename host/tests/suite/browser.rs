@@ -542,6 +542,9 @@ fn node_in(container: &str, program: &str) -> String {
     common::docker_cli(&["exec", container, "node", "-e", program])
 }
 
+/// The walls test's action limit (`browser.action_timeout_secs`).
+const ACTION_LIMIT_SECS: u64 = 45;
+
 /// The chat's browser container is hardened like the pool's, has only its chat's room, listens
 /// on no port (no DevTools endpoint), and reaches nothing but through the proxy; a page whose
 /// script never ends is cut off at the action's limit, the model is told, and the next action
@@ -552,9 +555,11 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
     let Browsing { tg, site, llm: _llm, answers, ws, names, mut env } =
         Browsing::start("browser-walls").await;
     // Short enough for the stuck page's wait, long enough for a cold start on a busy machine:
-    // the first action of a fresh browser starts Chromium inside its limit (8 s failed a CI
-    // run whose host suite was starting beside it).
-    env.push(("NEXBOT_BROWSER__ACTION_TIMEOUT_SECS".into(), "20".into()));
+    // the first action of a fresh browser starts Chromium inside its limit. 8 s failed a CI
+    // run whose host suite was starting beside it (three browsers and eight daemons starting
+    // at once on two cores); 20 s failed the next one early, most likely the same way (CI
+    // kept only the test's name).
+    env.push(("NEXBOT_BROWSER__ACTION_TIMEOUT_SECS".into(), ACTION_LIMIT_SECS.to_string()));
     let serving = start(&ws, &env).await;
 
     say_and_wait(&tg, OWNER, "read the orders page").await;
@@ -648,7 +653,7 @@ async fn the_browser_is_walled_a_stuck_page_gets_a_fresh_browser_and_reset_forge
     // browser that ran it is gone.
     say_and_wait(&tg, OWNER, "hang").await;
     let hang = answers_to(&answers, "hang");
-    assert!(hang[0].contains("passed its limit of 20 s"), "{hang:#?}");
+    assert!(hang[0].contains(&format!("passed its limit of {ACTION_LIMIT_SECS} s")), "{hang:#?}");
     assert!(hang[0].contains("the next call starts it afresh"), "{hang:#?}");
     assert!(!browser_containers(&names).contains(&first), "the stuck browser is gone");
     say_and_wait(&tg, OWNER, "read the orders page").await;

@@ -190,14 +190,24 @@ async fn a_decoy_sent_by_an_injected_task_is_caught_at_the_proxy_and_the_owner_i
     assert!(!log.contains("decoy secret"), "{log}");
 }
 
-/// `docker inspect` of every container of the pool, as one text.
+/// `docker inspect` of every container of the pool, as one text. A container listed and then
+/// gone before its inspect (the killed one, removed behind its replacement) is left out; the
+/// count of those inspected must be at least the pool's one live container.
 async fn pool_inspect(docker: &bollard::Docker, pool: &str) -> String {
     let label = format!("nexbot.pool={pool}");
     let ids = common::docker_cli(&["ps", "-aq", "--filter", &format!("label={label}")]);
     let mut all = String::new();
+    let mut inspected = 0;
     for id in ids.split_whitespace() {
-        let inspect = docker.inspect_container(id, None).await.unwrap();
-        all.push_str(&serde_json::to_string(&inspect).unwrap());
+        match docker.inspect_container(id, None).await {
+            Ok(inspect) => {
+                all.push_str(&serde_json::to_string(&inspect).unwrap());
+                inspected += 1;
+            }
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            Err(e) => panic!("docker inspect {id}: {e}"),
+        }
     }
+    assert!(inspected > 0, "no container of the pool {pool} to inspect: {ids:?}");
     all
 }
