@@ -157,6 +157,7 @@ wait "$soak_pid" || failed="$failed ${soak#* }"
 cat "$work/soak.log"
 
 if [ -n "$failed" ]; then
+  echo "run-suites: why, again (each failed test's panic, from every log of the run):"
   # Why, again: every failed test's own output (libtest's "failures:" block, up to its list
   # of names), from every log of the run.
   for log in "$work"/logs/* "$work"/*.log; do
