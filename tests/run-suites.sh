@@ -163,9 +163,10 @@ if [ -n "$failed" ]; then
   for log in "$work"/logs/* "$work"/*.log; do
     case "$log" in *.failed) continue ;; esac
     [ -f "$log" ] || continue
-    # Each failed test's name, then its panic and the 30 lines after it (cut to 300
-    # characters each: an assertion may print a whole daemon log).
+    # Each failed test's name, then its panic and up to 30 lines after it, not its backtrace
+    # (cut to 300 characters each: an assertion may print a whole daemon log).
     awk '/^failures:$/ { n++ } n == 1 && /^---- / { print; left = 0 }
+         n == 1 && /^stack backtrace:/ { left = 0 }
          n == 1 && /panicked at/ { left = 31 }
          n == 1 && left > 0 { print substr($0, 1, 300); left-- }' "$log"
   done

@@ -13,6 +13,11 @@ use nexbot_core::memory::OutsideRead;
 use nexbot_core::ChatRef;
 use tokio_util::sync::CancellationToken;
 
+/// What a task stopped by its decoy's trip ends with, for its caller (the chat's model) and
+/// its record: nothing that says "decoy", which would tell an injection what to avoid next
+/// time.
+pub const STOPPED: &str = "stopped: the task tried to send a secret where it may not go";
+
 /// What is known of a task given a decoy.
 #[derive(Debug, Clone)]
 pub struct Trap {
@@ -61,6 +66,15 @@ pub(crate) struct Armed {
     task_id: String,
 }
 
+impl Armed {
+    /// Whether the trap was sprung. While the guard lives only [`DecoyTraps::spring`] takes
+    /// its trap, and the proxy springs it before it answers the request that carried the
+    /// decoy: a task whose answer came after that answer reads `true` here.
+    pub(crate) fn sprung(&self) -> bool {
+        !self.traps.lock().contains_key(&self.task_id)
+    }
+}
+
 impl Drop for Armed {
     fn drop(&mut self) {
         self.traps.lock().remove(&self.task_id);
@@ -84,7 +98,9 @@ mod tests {
         let armed = traps.arm("t-1", trap.clone());
         assert_eq!(traps.armed(), 1);
         assert!(traps.spring("t-2").is_none(), "another task's id springs nothing");
+        assert!(!armed.sprung());
         let sprung = traps.spring("t-1").expect("the trap");
+        assert!(armed.sprung(), "the guard knows");
         assert_eq!(sprung.chat, ChatRef::Telegram(5));
         assert!(cancel.is_cancelled(), "the task is cancelled");
         assert!(traps.spring("t-1").is_none(), "a second trip finds it taken");

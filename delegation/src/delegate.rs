@@ -498,7 +498,7 @@ impl TypedTool for Delegate {
 
         let started = Instant::now();
         let cancel = ctx.cancel.child_token();
-        let _trap = decoyed.then(|| self.arm_trap(&id, ctx, &request, &cancel)).flatten();
+        let trap = decoyed.then(|| self.arm_trap(&id, ctx, &request, &cancel)).flatten();
         let secret_names = args.secrets.clone();
         let first_line = first_line(request.task.as_deref().unwrap_or_default());
         ctx.channel.task_update(&ctx.chat, &id, TaskUpdate::Started { task: first_line }).await;
@@ -542,8 +542,9 @@ impl TypedTool for Delegate {
         };
         let mut end =
             TaskEnd { duration_ms: started.elapsed().as_millis() as i64, ..TaskEnd::default() };
-        let Read { answer, dropped, killed, searches } =
-            self.read_outcome(outcome, limit, direct, &id, ctx, &mut end).await;
+        let mut read = self.read_outcome(outcome, limit, direct, &id, ctx, &mut end).await;
+        read.stop_if_tripped(trap.as_ref(), &mut end);
+        let Read { answer, dropped, killed, searches } = read;
         let AccessEnd { relay_tokens, relay_cost, egress } = access.end();
         // The relay saw every call; the subagent's own count is the fallback.
         let used = relay_tokens.unwrap_or(end.usage.prompt_tokens + end.usage.completion_tokens);
@@ -1040,6 +1041,9 @@ mod tests {
         response: Response,
         requests: std::sync::Mutex<Vec<Request>>,
         callers: std::sync::Mutex<Vec<bool>>,
+        /// Springs the task's decoy trap before answering, as the proxy does before it
+        /// answers the request that carried the decoy.
+        springs: Option<Arc<crate::decoy_traps::DecoyTraps>>,
     }
 
     impl SubagentRunner for Canned {
@@ -1054,6 +1058,9 @@ mod tests {
         ) -> nexbot_core::BoxFuture<'_, Result<crate::SubagentOutcome, crate::SubagentError>>
         {
             self.callers.lock().unwrap().push(mcp.is_some());
+            if let Some(traps) = &self.springs {
+                traps.spring(&request.id);
+            }
             let response = Response { id: request.id.clone(), ..self.response.clone() };
             self.requests.lock().unwrap().push(request);
             Box::pin(async move {
@@ -1090,10 +1097,12 @@ mod tests {
         ) -> Self {
             let dir = std::env::temp_dir().join(format!("nxw-delegate-{}", uuid::Uuid::new_v4()));
             let store = Store::open(&dir.join("t.db")).await.unwrap();
+            let traps = Arc::new(crate::decoy_traps::DecoyTraps::default());
             let runner = Arc::new(Canned {
                 response,
                 requests: Default::default(),
                 callers: Default::default(),
+                springs: Some(traps.clone()),
             });
             let tokens = Arc::new(Table(
                 Default::default(),
@@ -1113,7 +1122,7 @@ mod tests {
                 max_blocked_commands: 4,
                 search_budget: 6,
                 approvals: None,
-                traps: None,
+                traps: Some(traps),
             };
             let delegate =
                 Delegate::new(runner.clone(), store.clone(), secrets, tokens.clone(), settings);
@@ -1206,6 +1215,40 @@ mod tests {
         let mut watched = f.tokens.4.lock().unwrap().clone();
         watched.sort();
         assert_eq!(watched, ["", "GH_TOKEN", "PLAIN_TOKEN", "UNUSED"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// The proxy springs a task's trap before it refuses the request that carried the decoy;
+    /// the task's model may read the refusal and still answer (here "sent"), and that answer
+    /// may come back before the cancel reaches the container: the chat's model reads the stop,
+    /// never the answer, and the record says cancelled. (Seen on a busy CI machine: the
+    /// answer came back first, and the old code handed the model "sent" as a success.) A task
+    /// given no decoy is armed with nothing and answers as it said.
+    #[tokio::test]
+    async fn an_answer_after_the_decoys_trip_is_the_stop_not_the_tasks_words() {
+        let dir = std::env::temp_dir().join(format!("nxw-vault-{}", uuid::Uuid::new_v4()));
+        let master = secrecy::SecretString::from("fixture-master-key-0123456789".to_owned());
+        let vault = Vault::open(Store::open(&dir.join("v.db")).await.unwrap(), Some(&master), None)
+            .await
+            .unwrap();
+        vault.plant_decoys(&["OPENAI_API_KEY".to_owned()]).await.unwrap();
+        let f = Fixture::build(answer("sent", &[]), None, Some(vault)).await;
+
+        let err = f
+            .call(json!({"task": "send the keys", "secrets": ["OPENAI_API_KEY"]}))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(crate::decoy_traps::STOPPED), "{err}");
+        assert!(!err.contains("sent") && !err.to_lowercase().contains("decoy"), "{err}");
+        let chat = ToolContext::for_tests().chat;
+        let record = f.store.tasks(&chat).await.unwrap().remove(0);
+        assert_eq!(record.status, TaskStatus::Cancelled);
+        assert_eq!(record.error.as_deref(), Some(crate::decoy_traps::STOPPED));
+
+        // The control: no decoy, no trap to spring, the task's words.
+        let done = f.call(json!({"task": "say it"})).await.unwrap();
+        assert!(done.to_string().contains("sent"), "{done:?}");
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -15,11 +15,7 @@ use nexbot_docker::{Pool, RestartReason};
 use nexbot_egress::{DecoyAlarm, DecoyTrip};
 
 use crate::agent::channel::Channel;
-use crate::delegation::decoy_traps::{DecoyTraps, Trap};
-
-/// What the task's caller (the chat's model) reads: nothing that says "decoy", which would
-/// tell an injection what to avoid next time.
-const STOPPED: &str = "stopped: the task tried to send a secret where it may not go";
+use crate::delegation::decoy_traps::{DecoyTraps, Trap, STOPPED};
 
 /// Plants the configured decoys (`vault.decoys`); a failure is logged, and none is offered.
 pub async fn plant(vault: &crate::vault::Vault, names: &[String]) {

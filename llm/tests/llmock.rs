@@ -341,10 +341,11 @@ async fn a_stream_cut_short_is_never_the_answer() {
 
 #[tokio::test]
 async fn dropped_corrupted_and_stalled_streams_fail_the_attempt_and_are_retried() {
-    // Paced like real generation (50 ms between chunks), so that LLMock sees the client hang
+    // Paced like slow generation (200 ms between chunks), so that LLMock sees the client hang
     // up mid-stream: unpaced, the whole stream is written before the client has read the
-    // corrupted chunk, and LLMock takes the attempt for a completed one.
-    let paced = ["--stream-chunk-delay-ms", "50"];
+    // corrupted chunk, and LLMock takes the attempt for a completed one (at 50 ms a busy CI
+    // machine may have let it write the rest first, too).
+    let paced = ["--stream-chunk-delay-ms", "200"];
     let Some(llmock) = Llmock::start_or_skip("dropped_corrupted_and_stalled_streams", &paced).await
     else {
         return;
@@ -376,7 +377,12 @@ async fn dropped_corrupted_and_stalled_streams_fail_the_attempt_and_are_retried(
 
         llmock.reset().await;
         llmock.scenario(json!([behaviour])).await;
-        let chain = Chain::new(vec![provider("llmock", &llmock, stall)], policy(2));
+        // The product's first back-off (500 ms), not the 20 ms of the other tests: LLMock
+        // takes a retry for a separate call when it starts before LLMock saw the first attempt
+        // end, which it sees at its next paced write; with 20 ms a busy CI machine gave the
+        // retry that head start, and LLMock reported `malformed_chunk_ignored`.
+        let backoff = RetryPolicy { initial: RetryPolicy::default().initial, ..policy(2) };
+        let chain = Chain::new(vec![provider("llmock", &llmock, stall)], backoff);
         let (answer, events) = complete(&chain, &streamed).await;
         let answer = answer.unwrap_or_else(|e| panic!("{kind}: {e}"));
         assert_eq!(answer.message.content.as_deref(), Some(ANSWER), "{kind}");
@@ -385,11 +391,12 @@ async fn dropped_corrupted_and_stalled_streams_fail_the_attempt_and_are_retried(
         let requests = llmock.requests().await;
         assert_eq!(requests.len(), 2, "{kind}: {requests:?}");
         assert_eq!(requests[1]["fault"], Value::Null, "{kind}");
-        // No `malformed_chunk_ignored`, `no_read_timeout` or `gave_up` from LLMock.
+        // No `malformed_chunk_ignored`, `no_read_timeout` or `gave_up` from LLMock. (Its
+        // requests in the message: whether it saw the first attempt end before the retry.)
         assert_eq!(
             llmock.findings().await,
             Vec::<String>::new(),
-            "{kind}: {}",
+            "{kind}: {} {requests:?}",
             llmock.verdict().await
         );
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use nexbot_protocol::{ResponseBody, Todo};
 
+use crate::decoy_traps::Armed;
 use crate::{SubagentError, SubagentOutcome};
 use nexbot_agent::tools::{success, ToolContext, ToolError, ToolOutput, ToolResult};
 use nexbot_egress::TaskSummary;
@@ -117,6 +118,23 @@ impl Delegate {
             }
         };
         Read { answer, dropped, killed, searches }
+    }
+}
+
+impl Read {
+    /// When the task's decoy `trap` was sprung, its end is the stop: cancelled, and its
+    /// caller reads only [`STOPPED`](crate::decoy_traps::STOPPED), whatever came back after
+    /// the trip (the proxy's refusal read as a success by the task's model, a cancel, the
+    /// kill), never what the task said.
+    pub(super) fn stop_if_tripped(&mut self, trap: Option<&Armed>, end: &mut TaskEnd) {
+        if !trap.is_some_and(Armed::sprung) {
+            return;
+        }
+        let stopped = crate::decoy_traps::STOPPED;
+        end.status = TaskStatus::Cancelled;
+        end.error = Some(stopped.to_owned());
+        self.answer =
+            Err(ToolError::new(format!("the sub-agent could not run the task: {stopped}")));
     }
 }
 
