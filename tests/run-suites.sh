@@ -37,7 +37,9 @@ root=$(pwd)
 # The two Docker-heavy suites: `host/tests/suite` and `tests/tests/suite`.
 host_suite=$(grep "^$root/host .*/deps/suite-" "$work/binaries" || true)
 # The soak run (host/tests/soak.rs: 3 minutes of chats and faults on an engine of its own):
-# it mostly waits, so it runs beside everything else, from the start.
+# it mostly waits, so it runs beside everything else, from the end of the light binaries
+# (not from the start, when the host suite's first tests start their daemons and browsers:
+# two CI runs failed tests of that rush; the soak still ends well before the suites do).
 soak=$(grep "^$root/host .*/deps/soak-" "$work/binaries" || true)
 docker_suite=$(grep "^$root/tests .*/deps/suite-" "$work/binaries" || true)
 [ -n "$host_suite" ] && [ -n "$docker_suite" ] && [ -n "$soak" ] || {
@@ -58,8 +60,6 @@ run() {
   return 0
 }
 
-(cd "${soak% *}" && "${soak#* }" < /dev/null) > "$work/soak.log" 2>&1 &
-soak_pid=$!
 # The host suite with its own count of tests at once (HOST_SUITE_THREADS, the Makefile says why).
 (cd "${host_suite% *}" && RUST_TEST_THREADS="${HOST_SUITE_THREADS:-${RUST_TEST_THREADS:-4}}" \
   "${host_suite#* }" < /dev/null) > "$work/host-suite.log" 2>&1 &
@@ -72,6 +72,8 @@ grep -v -e "^$host_suite\$" -e "^$docker_suite\$" -e "^$soak\$" "$work/binaries"
 { grep "^$root/tests .*/deps/tidy-" "$work/others"; grep "^$root/tests .*/deps/docs-" "$work/others"; } > "$work/first"
 { cat "$work/first"; grep -v -x -F -f "$work/first" "$work/others"; } > "$work/light"
 while read -r dir binary; do run "$dir" "$binary"; done < "$work/light"
+(cd "${soak% *}" && "${soak#* }" < /dev/null) > "$work/soak.log" 2>&1 &
+soak_pid=$!
 echo "     Running ${host_suite#* } (beside the above)"
 wait "$host_pid" || failed="$failed ${host_suite#* }"
 cat "$work/host-suite.log"
