@@ -48,16 +48,22 @@ docker_suite=$(grep "^$root/tests .*/deps/suite-" "$work/binaries" || true)
 }
 
 failed=
-# run DIR BINARY: one test binary, as cargo runs it.
-# Each binary's output is also kept ($work/logs), so that the end can say again why a test
-# failed: CI shows only the run's last lines, and a failure's own lines are minutes above them.
+# logged NAME DIR COMMAND...: COMMAND run in DIR, its output shown and also kept
+# ($work/logs), so that the end can say again why a test failed (CI shows only the run's last
+# lines, and a failure's own lines are minutes above them); NAME is counted when it fails.
 mkdir "$work/logs"
+logged() {
+  name=$1 dir=$2
+  shift 2
+  log="$work/logs/$(basename "$name").$(ls "$work/logs" | wc -l)"
+  { (cd "$dir" && "$@" < /dev/null) || : > "$log.failed"; } 2>&1 | tee "$log"
+  [ -e "$log.failed" ] && failed="$failed $name"
+  return 0
+}
+# run DIR BINARY: one test binary, as cargo runs it.
 run() {
   echo "     Running $2"
-  log="$work/logs/$(basename "$2").$(ls "$work/logs" | wc -l)"
-  { (cd "$1" && "$2" < /dev/null) || { echo "$2" > "$log.failed"; }; } 2>&1 | tee "$log"
-  [ -e "$log.failed" ] && failed="$failed $2"
-  return 0
+  logged "$2" "$1" "$2"
 }
 
 # The host suite with its own count of tests at once (HOST_SUITE_THREADS, the Makefile says why).
@@ -118,14 +124,12 @@ else
 fi
 if [ -n "$gvisor" ]; then
   echo "     Running ${docker_suite#* } under runsc (the gVisor leg)"
-  { (cd "${docker_suite% *}" && NEXBOT_TEST_RUNTIME=runsc "${docker_suite#* }" \
+  logged gvisor-leg "${docker_suite% *}" env NEXBOT_TEST_RUNTIME=runsc "${docker_suite#* }" \
     pool_lifecycle:: pool_tasks:: pool_rooms:: pool_files:: pool_clean_room:: \
     pool_clean_room_attacks:: pool_service:: \
     pool_isolation::pool_containers pool_isolation::a_pool_network pool_network:: \
     pool_ownership:: pool_recycling:: pool_mcp_calls:: pool_limits:: pool_hardening:: \
-    pool_operator:: pool_recovery:: < /dev/null) || : > "$work/logs/gvisor-leg.failed"
-  } 2>&1 | tee "$work/logs/gvisor-leg"
-  [ -e "$work/logs/gvisor-leg.failed" ] && failed="$failed gvisor-leg"
+    pool_operator:: pool_recovery::
   echo "     Running ${host_suite#* } under runsc (beside the above)"
   wait "$gvisor_host_pid" || failed="$failed gvisor-leg-host"
   cat "$work/gvisor-host.log"

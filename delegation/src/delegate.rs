@@ -1043,7 +1043,7 @@ mod tests {
         callers: std::sync::Mutex<Vec<bool>>,
         /// Springs the task's decoy trap before answering, as the proxy does before it
         /// answers the request that carried the decoy.
-        springs: Option<Arc<crate::decoy_traps::DecoyTraps>>,
+        springs: Arc<crate::decoy_traps::DecoyTraps>,
     }
 
     impl SubagentRunner for Canned {
@@ -1058,9 +1058,7 @@ mod tests {
         ) -> nexbot_core::BoxFuture<'_, Result<crate::SubagentOutcome, crate::SubagentError>>
         {
             self.callers.lock().unwrap().push(mcp.is_some());
-            if let Some(traps) = &self.springs {
-                traps.spring(&request.id);
-            }
+            self.springs.spring(&request.id);
             let response = Response { id: request.id.clone(), ..self.response.clone() };
             self.requests.lock().unwrap().push(request);
             Box::pin(async move {
@@ -1102,7 +1100,7 @@ mod tests {
                 response,
                 requests: Default::default(),
                 callers: Default::default(),
-                springs: Some(traps.clone()),
+                springs: traps.clone(),
             });
             let tokens = Arc::new(Table(
                 Default::default(),
@@ -1147,13 +1145,19 @@ mod tests {
         r
     }
 
-    #[tokio::test]
-    async fn secrets_go_by_name_stdin_values_in_the_request_proxy_ones_to_the_egress_only() {
+    /// A vault of its own in a fresh folder (removed by the test).
+    async fn test_vault() -> (std::path::PathBuf, Arc<Vault>) {
         let dir = std::env::temp_dir().join(format!("nxw-vault-{}", uuid::Uuid::new_v4()));
         let master = secrecy::SecretString::from("fixture-master-key-0123456789".to_owned());
         let vault = Vault::open(Store::open(&dir.join("v.db")).await.unwrap(), Some(&master), None)
             .await
             .unwrap();
+        (dir, vault)
+    }
+
+    #[tokio::test]
+    async fn secrets_go_by_name_stdin_values_in_the_request_proxy_ones_to_the_egress_only() {
+        let (dir, vault) = test_vault().await;
         let chat = SecretScope::Chat(ToolContext::for_tests().chat);
         let value = |v: &str| secrecy::SecretString::from(v.to_owned());
         vault
@@ -1226,11 +1230,7 @@ mod tests {
     /// given no decoy is armed with nothing and answers as it said.
     #[tokio::test]
     async fn an_answer_after_the_decoys_trip_is_the_stop_not_the_tasks_words() {
-        let dir = std::env::temp_dir().join(format!("nxw-vault-{}", uuid::Uuid::new_v4()));
-        let master = secrecy::SecretString::from("fixture-master-key-0123456789".to_owned());
-        let vault = Vault::open(Store::open(&dir.join("v.db")).await.unwrap(), Some(&master), None)
-            .await
-            .unwrap();
+        let (dir, vault) = test_vault().await;
         vault.plant_decoys(&["OPENAI_API_KEY".to_owned()]).await.unwrap();
         let f = Fixture::build(answer("sent", &[]), None, Some(vault)).await;
 

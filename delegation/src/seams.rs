@@ -152,8 +152,6 @@ pub trait LlmAccess: Send + Sync + std::fmt::Debug {
     /// Called however the task ended (answer, error, timeout, cancellation, abandonment):
     /// ends its access (and its open connections) and hands over what it used.
     fn revoke(&self, task_id: &str) -> AccessEnd;
-    /// Hands the egress the task's secrets, after [`LlmAccess::issue`]; [`LlmAccess::revoke`]
-    /// takes them back. Without an egress proxy, proxy-mode secrets cannot work.
     /// The task's egress credential (`execute.egress_token`), after [`LlmAccess::issue`];
     /// [`LlmAccess::revoke`] ends it. `None` without an egress proxy to present it to.
     fn egress_token(&self, task_id: &str) -> Result<Option<SecretString>, String> {
@@ -172,6 +170,8 @@ pub trait LlmAccess: Send + Sync + std::fmt::Debug {
         let _ = (server, chat, task_id);
         None
     }
+    /// Hands the egress the task's secrets, after [`LlmAccess::issue`]; [`LlmAccess::revoke`]
+    /// takes them back. Without an egress proxy, proxy-mode secrets cannot work.
     /// `watched`: the other values of the task's chat and the operator's (`(label name,
     /// value)`, an empty name for one whose name the chat must not see), which the relay scans
     /// the task's LLM calls for though the task was not given them.
