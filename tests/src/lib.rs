@@ -4,7 +4,8 @@
 //! third-party mock LLMock run as a child process ([`llmock`]), a started egress listener
 //! with local servers to be the "internet" ([`egress`]), the Telegram Bot API fixture that
 //! plays Telegram and its users ([`telegram`]), the shared parts of the `make bench`
-//! benchmarks ([`bench`]); [`daemon`] is the one harness for `nexbot init` and `nexbot serve`;
+//! benchmarks ([`bench`]); [`container`] is a container a test starts for itself, removed
+//! however the test ends; [`daemon`] is the one harness for `nexbot init` and `nexbot serve`;
 //! [`browser`] is a headless Chromium for the dashboard's tests; [`dns`] is a recording name
 //! server and a `resolv.conf` of a process's own, for what a daemon looks up; [`disk`] is a
 //! small tmpfs to fill, [`engine`] a Docker engine of the test's own to stop and restart, and
@@ -12,6 +13,7 @@
 
 pub mod bench;
 pub mod browser;
+pub mod container;
 pub mod daemon;
 pub mod disk;
 pub mod dns;
@@ -28,8 +30,6 @@ pub mod soak;
 pub mod telegram;
 
 use bollard::Docker;
-/// The crate that owns the containers tests start for themselves (see [`local_image`]).
-pub use testcontainers;
 
 /// A loopback address no one listens on now (the OS's pick of a free port, released at
 /// once): for a server a test starts later, or for an address that must refuse.
@@ -133,15 +133,6 @@ pub async fn exec_in(
         (code.unwrap_or(-1), output)
     };
     tokio::time::timeout(limit, run).await.expect("exec finished in time")
-}
-
-/// A locally built image, `name:tag`, for a container a test starts for itself with
-/// [`testcontainers`]: the container is removed when its handle drops, also when the test
-/// fails. Nothing is pulled: testcontainers pulls only when the engine says the image is
-/// missing, and with no registry reachable that fails the test at once.
-pub fn local_image(reference: &str) -> testcontainers::GenericImage {
-    let (name, tag) = reference.rsplit_once(':').unwrap_or((reference, "latest"));
-    testcontainers::GenericImage::new(name, tag)
 }
 
 /// Collects everything written to it (a `tracing` subscriber's output, say), for a test to

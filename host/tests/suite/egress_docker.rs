@@ -20,10 +20,9 @@ use egress_support::{echo_server, http_server, http_server_at, launch_on, wait_a
 use futures_util::StreamExt;
 use nexbot_host::egress::{AttributionTable, EgressConfig};
 use nexbot_host::sandbox::egress_network;
+use nexbot_tests::container::{ContainerSpec, OwnedContainer};
+use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use nexbot_tests::testcontainers::runners::AsyncRunner;
-use nexbot_tests::testcontainers::ImageExt;
-use nexbot_tests::{docker_or_skip, local_image};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
@@ -129,16 +128,16 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
         env.iter().any(|e| e.starts_with("NO_PROXY=") && e.contains(&gateway.to_string())),
         "{env:?}"
     );
-    // The container is testcontainers': removed when `container` drops, however the test ends.
-    let mut request = local_image(&image)
-        .with_cmd(["/bin/busybox", "sleep", "600"])
-        .with_label(LABEL, LABEL_VALUE)
-        .with_network(network.name.clone())
-        .with_container_name(&run);
+    // The container is removed when `container` drops, however the test ends.
+    let mut spec = ContainerSpec::new(&image, &network.name, (LABEL, LABEL_VALUE)).run(&[
+        "/bin/busybox",
+        "sleep",
+        "600",
+    ]);
     for (key, value) in egress.container_env() {
-        request = request.with_env_var(key, value);
+        spec = spec.env(&key, &value);
     }
-    let container = request.start().await.expect("start container");
+    let container = OwnedContainer::start(&docker, &run, spec).await.expect("start container");
     let id = container.id().to_owned();
     let ip = address_on_network(&docker, &id, &network.name).await;
     table.set_container(ip, run.clone());

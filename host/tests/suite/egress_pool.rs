@@ -18,10 +18,9 @@ use futures_util::StreamExt;
 use nexbot_docker::{Pool, PoolConfig};
 use nexbot_host::egress::{Attribution, Cidr, EgressConfig, InternalAllow, LateAttribution};
 use nexbot_host::sandbox::{egress_network, PoolAttribution};
+use nexbot_tests::container::{ContainerSpec, OwnedContainer};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use nexbot_tests::testcontainers::runners::AsyncRunner;
-use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
@@ -163,7 +162,7 @@ async fn from_inside_a_pool_container_only_the_proxy_and_relay_lead_out() {
     assert_eq!(dns.asked(), Vec::<String>::new(), "a query reached the host's name server");
 
     // A container that is not in the pool (default bridge) is not served by the proxy.
-    let peer = start_peer().await;
+    let peer = start_peer(&docker).await;
     let (_, out) = exec(&docker, peer.id(), &format!(
         "printf 'CONNECT {allowed} HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n' | busybox nc -w 10 {} {}",
         proxy.ip(), proxy.port()
@@ -490,17 +489,14 @@ async fn a_leftover_of_task_one_gets_nothing_while_task_two_runs(
     (credential, token)
 }
 
-/// A container from the same image on Docker's default bridge (not in the pool); it is
-/// testcontainers', removed when the handle drops, however the test ends.
-async fn start_peer() -> ContainerAsync<GenericImage> {
+/// A container from the same image on Docker's default bridge (not in the pool), removed when
+/// the handle drops, however the test ends.
+async fn start_peer(docker: &bollard::Docker) -> OwnedContainer {
     let name = format!("nxe-peer-{}", std::process::id());
-    nexbot_tests::local_image(&image())
-        .with_entrypoint("/bin/busybox")
-        .with_cmd(["sleep", "600"])
-        .with_label(LABEL, LABEL_VALUE)
-        .with_network("bridge")
-        .with_container_name(name)
-        .start()
-        .await
-        .expect("start peer")
+    let spec = ContainerSpec::new(&image(), "bridge", (LABEL, LABEL_VALUE)).run(&[
+        "/bin/busybox",
+        "sleep",
+        "600",
+    ]);
+    OwnedContainer::start(docker, &name, spec).await.expect("start peer")
 }

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use nexbot_docker::Pool;
 use nexbot_protocol::{Request, SecretMap};
-use nexbot_tests::testcontainers::runners::AsyncRunner;
-use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use nexbot_tests::container::{ContainerSpec, OwnedContainer};
 use pool_common::{exec, setup};
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +59,7 @@ async fn inside_a_pool_container_the_sandbox_holds() {
     });
 
     // A container on the default bridge network: beyond the internal network, so unreachable.
-    let (peer, peer_ip) = start_peer().await;
+    let (peer, peer_ip) = start_peer(&docker).await;
 
     let checks: &[(&str, &str)] = &[
         ("uid is not 0", "test \"$(id -u)\" != 0"),
@@ -143,25 +142,22 @@ async fn inside_a_pool_container_the_sandbox_holds() {
         .collect();
     assert!(env.keys().all(|k| !k.contains("KEY") && !k.contains("TOKEN")), "{env:?}");
 
-    peer.rm().await.expect("remove peer");
+    peer.remove().await;
     pool.shutdown().await.unwrap();
     std::fs::remove_dir_all(skills).unwrap();
 }
 
-/// Starts a listener container on Docker's default bridge (testcontainers': removed when the
-/// handle drops, however the test ends) and returns it and its address.
-async fn start_peer() -> (ContainerAsync<GenericImage>, String) {
+/// Starts a listener container on Docker's default bridge (removed when the handle drops,
+/// however the test ends) and returns it and its address.
+async fn start_peer(docker: &bollard::Docker) -> (OwnedContainer, String) {
     let name = format!("nxp-hard-peer-{}", std::process::id());
-    let peer = nexbot_tests::local_image(&pool_common::image())
-        .with_entrypoint("/bin/sh")
-        .with_cmd(["-c", "while true; do echo hi | nc -l -p 8080; done"])
-        .with_label("nexbot.test", "nxp")
-        .with_network("bridge")
-        .with_container_name(name)
-        .start()
-        .await
-        .expect("start peer");
-    let ip = peer.get_bridge_ip_address().await.expect("peer address").to_string();
+    let spec = ContainerSpec::new(&pool_common::image(), "bridge", ("nexbot.test", "nxp")).run(&[
+        "/bin/sh",
+        "-c",
+        "while true; do echo hi | nc -l -p 8080; done",
+    ]);
+    let peer = OwnedContainer::start(docker, &name, spec).await.expect("start peer");
+    let ip = peer.bridge_ip().await;
     // Positive control: the host reaches it, so a failure from the pool container is the network.
     let reached = tokio::time::timeout(Duration::from_secs(5), async {
         loop {

@@ -1,17 +1,16 @@
 //! The built subagent image (`make image` → `nexbot-subagent:dev`) on the real Docker engine,
 //! run the way the pool runs it: read-only root, tmpfs scratch, no capabilities, non-root,
 //! talking JSON lines over attached stdio. `make test` builds the image first. The containers
-//! belong to testcontainers, so they are removed however a test ends.
+//! are [`OwnedContainer`]s, so they are removed however a test ends.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::time::Duration;
 
 use bollard::query_parameters::AttachContainerOptionsBuilder;
+use nexbot_tests::container::{ContainerSpec, OwnedContainer};
 use nexbot_tests::docker_or_skip;
 use nexbot_tests::scripted_llm::{ScriptedLlm, Step};
-use nexbot_tests::testcontainers::runners::AsyncRunner;
-use nexbot_tests::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt, Lines};
 
@@ -29,7 +28,7 @@ async fn image_or_fail(docker: &bollard::Docker) {
 
 /// A running container of the image, its attached stdin and its output.
 struct Hardened {
-    container: ContainerAsync<GenericImage>,
+    container: OwnedContainer,
     stdin: Pin<Box<dyn AsyncWrite + Send>>,
     stdout: Lines<Pin<Box<dyn AsyncBufRead + Send>>>,
     stderr: Lines<Pin<Box<dyn AsyncBufRead + Send>>>,
@@ -38,50 +37,39 @@ struct Hardened {
 impl Hardened {
     /// Waits for the container to exit and returns its exit code.
     async fn exit_code(&self) -> i64 {
-        let exited = async {
-            loop {
-                if let Some(code) = self.container.exit_code().await.expect("container state") {
-                    return code;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(WAIT, exited).await.expect("exit in time")
+        self.container.wait_exit(WAIT).await
     }
 }
 
-/// The image with the pool's hardening, on `network`. testcontainers cannot close a
-/// container's stdin (it sets no `StdinOnce`), so the image's busybox `sh` stands in front of
-/// the subagent and copies the attached stdin to it line by line until the line `EOF`, where
-/// the subagent's input ends: that is how these tests send end-of-file.
+/// The image with the pool's hardening, on `network`. The image's busybox `sh` stands in front
+/// of the subagent and copies the attached stdin to it line by line until the line `EOF`,
+/// where the subagent's input ends: that is how these tests send end-of-file while their
+/// attach stream stays open.
 async fn run_hardened(docker: &bollard::Docker, name: &str, network: &str) -> Hardened {
     let relay = r#"while IFS= read -r line; do [ "$line" = EOF ] && break; printf '%s\n' "$line"; done | exec /bin/nexbot-subagent"#;
-    let container = nexbot_tests::local_image(&crate::pool_common::image())
-        .with_entrypoint("/bin/sh")
-        .with_cmd(["-c", relay])
-        .with_open_stdin(true)
-        .with_container_name(name)
-        .with_label("nexbot.test", "nxs-subagent-image")
-        .with_network(network)
-        .with_readonly_rootfs(true)
-        .with_cap_drop("ALL")
-        .with_security_opt("no-new-privileges")
-        .with_host_config_modifier(|host| {
-            host.pids_limit = Some(64);
-            host.memory = Some(256 << 20);
-            host.tmpfs = Some(HashMap::from([
-                ("/workspace/scratch".into(), "rw,size=16m,uid=65532,gid=65532,mode=0700".into()),
-                ("/tmp".into(), "rw,size=16m,mode=1777".into()),
-            ]));
-        })
-        .start()
-        .await
-        .expect("start the image");
+    let mut spec = ContainerSpec::new(
+        &crate::pool_common::image(),
+        network,
+        ("nexbot.test", "nxs-subagent-image"),
+    )
+    .run(&["/bin/sh", "-c", relay]);
+    spec.body.open_stdin = Some(true);
+    let host = spec.host();
+    host.readonly_rootfs = Some(true);
+    host.cap_drop = Some(vec!["ALL".into()]);
+    host.security_opt = Some(vec!["no-new-privileges".into()]);
+    host.pids_limit = Some(64);
+    host.memory = Some(256 << 20);
+    host.tmpfs = Some(HashMap::from([
+        ("/workspace/scratch".into(), "rw,size=16m,uid=65532,gid=65532,mode=0700".into()),
+        ("/tmp".into(), "rw,size=16m,mode=1777".into()),
+    ]));
+    let container = OwnedContainer::start(docker, name, spec).await.expect("start the image");
     let attach = AttachContainerOptionsBuilder::default().stdin(true).stream(true).build();
     let attached =
         docker.attach_container(container.id(), Some(attach)).await.expect("attach stdin");
-    let stdout = container.stdout(true).lines();
-    let stderr = container.stderr(true).lines();
+    let stdout = container.follow(true).lines();
+    let stderr = container.follow(false).lines();
     Hardened { container, stdin: attached.input, stdout, stderr }
 }
 
