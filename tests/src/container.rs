@@ -8,13 +8,15 @@
 //! either: an image missing locally fails the test at once.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptions,
+    RemoveContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures_util::{StreamExt, TryStreamExt};
@@ -81,8 +83,7 @@ impl OwnedContainer {
         name: &str,
         spec: ContainerSpec,
     ) -> Result<Self, bollard::errors::Error> {
-        let force = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        let _ = docker.remove_container(name, Some(force)).await;
+        let _ = docker.remove_container(name, Some(force_remove())).await;
         let options = CreateContainerOptionsBuilder::default().name(name).build();
         let created = docker.create_container(Some(options), spec.body).await?;
         let container = Self { docker: docker.clone(), id: created.id, removed: false };
@@ -95,12 +96,13 @@ impl OwnedContainer {
         &self.id
     }
 
-    /// Its address on Docker's default bridge.
-    pub async fn bridge_ip(&self) -> String {
+    /// Its address on `network` (`"bridge"`: Docker's default bridge).
+    pub async fn address_on(&self, network: &str) -> IpAddr {
         let inspected = self.docker.inspect_container(&self.id, None).await.expect("inspect");
         let networks = inspected.network_settings.and_then(|s| s.networks).unwrap_or_default();
-        let bridge = networks.get("bridge").and_then(|n| n.ip_address.clone());
-        bridge.filter(|ip| !ip.is_empty()).expect("the container has an address on the bridge")
+        let ip = networks.get(network).and_then(|n| n.ip_address.clone()).unwrap_or_default();
+        ip.parse()
+            .unwrap_or_else(|_| panic!("container {} has no address on {network}: {ip:?}", self.id))
     }
 
     /// Its exit code once it has stopped; `None` while it runs.
@@ -154,8 +156,8 @@ impl OwnedContainer {
 
     /// Removes it now (and its anonymous volumes), failing the test if the engine refuses.
     pub async fn remove(mut self) {
-        let force = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        self.docker.remove_container(&self.id, Some(force)).await.expect("remove the container");
+        let removal = self.docker.remove_container(&self.id, Some(force_remove())).await;
+        removal.expect("remove the container");
         self.removed = true;
     }
 }
@@ -175,12 +177,16 @@ impl Drop for OwnedContainer {
             let Ok(runtime) = runtime else { return };
             runtime.block_on(async {
                 let Ok(docker) = Docker::connect_with_local_defaults() else { return };
-                let force = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-                if let Err(err) = docker.remove_container(&id, Some(force)).await {
+                if let Err(err) = docker.remove_container(&id, Some(force_remove())).await {
                     eprintln!("cannot remove the test's container {id}: {err}");
                 }
             });
         });
         let _ = removal.join();
     }
+}
+
+/// Removal even while it runs, with its anonymous volumes.
+fn force_remove() -> RemoveContainerOptions {
+    RemoveContainerOptionsBuilder::default().force(true).v(true).build()
 }

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use egress_support::docker::{
-    address_on_network, exec, host_address_off_network, internal_network, Cleanup, LABEL,
-    LABEL_VALUE,
+    exec, host_address_off_network, internal_network, Cleanup, LABEL, LABEL_VALUE,
 };
 use egress_support::{echo_server, http_server, http_server_at, launch_on, wait_audit};
 use futures_util::StreamExt;
@@ -139,7 +138,7 @@ async fn a_container_on_the_internal_network_gets_out_only_through_the_proxy_and
     }
     let container = OwnedContainer::start(&docker, &run, spec).await.expect("start container");
     let id = container.id().to_owned();
-    let ip = address_on_network(&docker, &id, &network.name).await;
+    let ip = container.address_on(&network.name).await;
     table.set_container(ip, run.clone());
     table.set_task(ip, Some("task-42".into()));
     // The task's processes present its egress credential (the subagent does it for them).

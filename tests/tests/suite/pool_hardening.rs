@@ -157,7 +157,7 @@ async fn start_peer(docker: &bollard::Docker) -> (OwnedContainer, String) {
         "while true; do echo hi | nc -l -p 8080; done",
     ]);
     let peer = OwnedContainer::start(docker, &name, spec).await.expect("start peer");
-    let ip = peer.bridge_ip().await;
+    let ip = peer.address_on("bridge").await.to_string();
     // Positive control: the host reaches it, so a failure from the pool container is the network.
     let reached = tokio::time::timeout(Duration::from_secs(5), async {
         loop {

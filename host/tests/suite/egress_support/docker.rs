@@ -2,7 +2,6 @@
 //! command in a container, and removal of what a test created even when it fails.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -64,14 +63,6 @@ pub async fn exec(docker: &Docker, id: &str, script: &str) -> (i64, String) {
         Duration::from_secs(60),
     )
     .await
-}
-
-/// The container's address on `network`.
-pub async fn address_on_network(docker: &Docker, id: &str, network: &str) -> IpAddr {
-    let inspect = docker.inspect_container(id, None).await.expect("inspect container");
-    let networks = inspect.network_settings.and_then(|n| n.networks).unwrap_or_default();
-    let ip = networks.get(network).and_then(|e| e.ip_address.clone()).unwrap_or_default();
-    ip.parse().unwrap_or_else(|_| panic!("container {id} has no address on {network}: {ip:?}"))
 }
 
 /// Removes containers and images by name when dropped, so a failing test leaves nothing.
