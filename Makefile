@@ -33,9 +33,7 @@ TEST_THREADS ?= 4
 # (2026-12-04). But the two clean-clone CI runs of a fresh machine since 8 (658 and 824 s)
 # each failed a test that starts among the first eight (a browser's cold start past its
 # action limit, a decoy test), where 4 had landed three of three: 6 is the compromise until
-# the start rush is measured there. The Docker suite stays at TEST_THREADS: at 8 beside the
-# gVisor leg, a pool test that expects a slot refilled within 300 ms missed it (the two cores
-# were 86 % busy).
+# the start rush is measured there. The Docker suite stays at TEST_THREADS.
 HOST_SUITE_THREADS ?= 6
 
 # Every test binary, the host's suite beside the light ones (tests/run-suites.sh says why).

@@ -1,7 +1,7 @@
 //! Recycling without a gap, against the real engine: a container that starts the last task of
 //! its budget gets its successor brought up while that task runs, and the successor takes the
-//! slot the moment the task ends (the old container is removed in the background), so the
-//! pool stays at full strength. (That budgets differ per container is a unit test of
+//! slot when the task ends (the old container is removed in the background), so the pool
+//! stays at full strength. (That budgets differ per container is a unit test of
 //! `nexbot-docker`.)
 
 use crate::pool_common;
@@ -36,26 +36,35 @@ async fn a_container_at_the_end_of_its_budget_is_replaced_before_its_last_task_e
     let last = pool.execute(task("prewarm-1", "last", &llm, gateway), CancellationToken::new());
     let last = tokio::time::timeout(LIMIT, last);
     tokio::pin!(last);
-    let mut successor_up = false;
+    let mut successor: Option<String> = None;
     let answer = loop {
         tokio::select! {
             answer = &mut last => break answer,
-            _ = tokio::time::sleep(Duration::from_millis(50)), if !successor_up => {
-                successor_up = containers_of(&docker, &name).await.len() == 2;
+            _ = tokio::time::sleep(Duration::from_millis(50)), if successor.is_none() => {
+                successor = containers_of(&docker, &name).await.into_iter().find(|c| *c != first);
             }
         }
     };
     let answer = answer.expect("in time").expect("the task ran");
     assert!(matches!(answer.body, ResponseBody::Success { .. }), "{answer:?}");
-    assert!(successor_up, "no successor came up while the last task ran");
+    let successor = successor.expect("no successor came up while the last task ran");
 
-    // At once the slot is filled again, by the successor; the old container goes.
-    let filled = eventually(Duration::from_millis(300), || async {
+    // The slot is filled again by that successor, not by a container made after the task
+    // ended; the old container goes. (The window is generous: on a loaded machine the
+    // successor's first pong can come after the task's end. Which container fills the slot
+    // is the claim, not how fast.)
+    let filled = eventually(LIMIT, || async {
         let slot = &pool.snapshot()[0];
         slot.state == SlotState::Idle && slot.container_id.as_deref().is_some_and(|c| c != first)
     })
     .await;
-    assert!(filled, "the slot was not refilled at once: {:?}", pool.snapshot());
+    assert!(filled, "the slot was not refilled: {:?}", pool.snapshot());
+    let slot = &pool.snapshot()[0];
+    assert_eq!(
+        slot.container_id.as_deref(),
+        Some(successor.as_str()),
+        "the slot was filled by another container than the successor made during the task"
+    );
     // Routine recycling is a planned replacement, not a restart.
     let slot = &pool.snapshot()[0];
     assert_eq!((slot.restarts, slot.planned_replacements), (0, 1), "{slot:?}");
