@@ -27,6 +27,11 @@ use clap::{Parser, Subcommand};
 use nexbot_core::{ChannelKind, ChatRef};
 use tokio_util::sync::CancellationToken;
 
+/// The target of the program's own log lines: the one they had while they were written by
+/// the binary's crate (`nexbot: stopped`, `nexbot: nexbot is serving`), which operators'
+/// `RUST_LOG` filters and log searches name.
+const LOG_TARGET: &str = "nexbot";
+
 #[derive(Debug, Parser)]
 #[command(name = "nexbot", version, about = "Nexbot: a self-hosted personal AI agent")]
 struct Cli {
@@ -232,7 +237,7 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     let exits = init_logging(&config, None);
     let signals = shutdown_signals()?;
     if let Some(report) = written {
-        tracing::info!(config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
+        tracing::info!(target: LOG_TARGET, config = %path.display(), files = report.written.len(), "no config found: wrote a fresh workspace");
     }
     // One daemon per data directory, held until the process ends.
     let _lock = DataDirLock::acquire(&config.data_dir())?;
@@ -240,22 +245,23 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     // rather than finding no daemon.
     let early = config.control.enabled.then(|| config.control_socket()).and_then(|path| {
         control_api::early::EarlySocket::open(&path)
-            .inspect_err(|e| tracing::warn!(socket = %path.display(), error = %e, "cannot open the control socket early; it opens when the daemon is up"))
+            .inspect_err(|e| tracing::warn!(target: LOG_TARGET, socket = %path.display(), error = %e, "cannot open the control socket early; it opens when the daemon is up"))
             .ok()
     });
     let options = AppOptions { exits: Some(exits), ..AppOptions::default() };
     let mut app = App::start_with(&config, options).await?;
     if let Some(why) = app.delegation_off() {
-        tracing::warn!("delegation to subagents is off: {why}");
+        tracing::warn!(target: LOG_TARGET, "delegation to subagents is off: {why}");
     }
     let mut degraded = Vec::new();
     let telegram = match crate::channels::telegram::attach(&mut app, &config) {
         Ok(telegram) => {
-            tracing::info!(api = %config.telegram.api_url, "the Telegram channel is on");
+            tracing::info!(target: LOG_TARGET, api = %config.telegram.api_url, "the Telegram channel is on");
             Some(telegram)
         }
         Err(why) => {
             tracing::warn!(
+                target: LOG_TARGET,
                 "degraded: the Telegram channel is off: {why}; nobody can reach the bot"
             );
             degraded.push(format!("the Telegram channel is off: {why}"));
@@ -265,11 +271,11 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
     let reloader = Arc::new(Reloader::new(path.to_owned(), config.clone(), telegram));
     match control_api::attach(&mut app, &config, Some(reloader.clone()), degraded, early).await {
         Ok(socket) => {
-            tracing::info!(socket = %socket.display(), "the control API is on (nexbot-ctl)")
+            tracing::info!(target: LOG_TARGET, socket = %socket.display(), "the control API is on (nexbot-ctl)")
         }
-        Err(why) => tracing::warn!("the control API is off: {why}"),
+        Err(why) => tracing::warn!(target: LOG_TARGET, "the control API is off: {why}"),
     }
-    tracing::info!(config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
+    tracing::info!(target: LOG_TARGET, config = %path.display(), workspace = %config.workspace.dir.display(), "nexbot is serving");
     let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("cannot listen for SIGHUP")?;
     tokio::pin!(signals);
@@ -277,14 +283,14 @@ async fn serve(path: &Path, init: bool) -> anyhow::Result<()> {
         tokio::select! {
             () = &mut signals => break,
             _ = hangups.recv() => match reloader.reload().await {
-                Ok(report) => tracing::info!(applied = ?report.applied, needs_restart = ?report.needs_restart, "SIGHUP: settings reloaded"),
-                Err(e) => tracing::error!("SIGHUP: {e}"),
+                Ok(report) => tracing::info!(target: LOG_TARGET, applied = ?report.applied, needs_restart = ?report.needs_restart, "SIGHUP: settings reloaded"),
+                Err(e) => tracing::error!(target: LOG_TARGET, "SIGHUP: {e}"),
             },
         }
     }
-    tracing::info!("shutting down");
+    tracing::info!(target: LOG_TARGET, "shutting down");
     app.stop().await;
-    tracing::info!("stopped");
+    tracing::info!(target: LOG_TARGET, "stopped");
     Ok(())
 }
 
