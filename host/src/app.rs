@@ -70,7 +70,7 @@ pub struct AppOptions {
     pub hooks: Vec<Arc<dyn Hook>>,
     /// Wraps the sandbox's per-task LLM access (a test watches the tokens it issues).
     pub llm_access: Option<LlmAccessLayer>,
-    /// The exit scanner the log writer already uses (`bin/nexbot.rs`); one is made from the
+    /// The exit scanner the log writer already uses (`cli.rs`); one is made from the
     /// config's keys when absent.
     pub exits: Option<Arc<Exits>>,
 }

@@ -4,8 +4,9 @@
 //! model-chosen command itself: risky work is delegated to the subagent pool in
 //! `nexbot-docker`, reached through `nexbot-egress`.
 //!
-//! - [`app`]: the daemon's life cycle (start and stop order); `bin/nexbot.rs` only parses
-//!   arguments and calls it. [`runtime`]: builds the agent with every tool from the config.
+//! - [`cli`]: the `nexbot` program, its commands (`bin/nexbot.rs` only calls it: the async
+//!   code it runs is compiled once, in this crate). [`app`]: the daemon's life cycle (start and
+//!   stop order). [`runtime`]: builds the agent with every tool from the config.
 //! - [`config`]: TOML + `NEXBOT_*` environment, secrets from the environment only.
 //! - [`workspace`]: `nexbot init` (the bootstrap files and the prompt are
 //!   [`agent::workspace`]'s). [`rooms`]: one folder per chat, the file tools' root.
@@ -42,6 +43,7 @@ pub mod approvals;
 pub mod audit_head;
 pub mod bus;
 pub mod channels;
+pub mod cli;
 pub mod config;
 pub mod control_api;
 pub mod decoys;
